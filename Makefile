@@ -1,0 +1,18 @@
+# The one test command (README.md, .ci/run): vet, then the race detector on
+# every package but the client-heavy integration suite, which runs against
+# the built binary without it.
+GO ?= go
+INTEGRATION := ./testing/integration/...
+
+.PHONY: test build vet
+
+build:
+	$(GO) build -o tandem ./cmd/tandem
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+
+test: vet
+	$(GO) test -race -timeout 20m $$($(GO) list ./... | grep -v /testing/integration)
+	$(GO) test -timeout 20m -v $(INTEGRATION)

@@ -1,0 +1,184 @@
+// Package engine is Tandem's log-structured storage core: partitions of
+// Kafka record batches kept in one Pebble instance, with offsets, leader
+// epochs, high watermarks, retention, compaction and producer state.
+//
+// The engine knows nothing of the wire protocol or of metadata: the server
+// creates partitions as the metadata image says, and hands the engine the
+// record batches exactly as clients sent them.
+package engine
+
+import (
+	"encoding/hex"
+	"time"
+)
+
+// TopicID is a Kafka topic ID (a UUID), the key under which a partition's
+// data is stored so that a topic re-created with the same name never sees
+// the old one's data.
+type TopicID [16]byte
+
+func (id TopicID) String() string { return hex.EncodeToString(id[:]) }
+
+// IsZero reports whether the ID is the all-zero UUID, which Kafka uses to
+// mean "no topic ID".
+func (id TopicID) IsZero() bool { return id == TopicID{} }
+
+// Origin says who is appending to a log. Validators use it: the mirror
+// plugin refuses client produce to mirror topics but accepts its fetchers.
+type Origin int8
+
+const (
+	// OriginClient is a Produce request from a Kafka client.
+	OriginClient Origin = iota
+	// OriginMirror is a mirror fetcher copying batches from a source
+	// cluster: offsets and partition leader epochs are kept as they are.
+	OriginMirror
+	// OriginReplica is an in-cluster follower copying from its leader.
+	OriginReplica
+	// OriginInternal is the broker itself: coordinators, markers.
+	OriginInternal
+)
+
+func (o Origin) String() string {
+	switch o {
+	case OriginClient:
+		return "client"
+	case OriginMirror:
+		return "mirror"
+	case OriginReplica:
+		return "replica"
+	case OriginInternal:
+		return "internal"
+	}
+	return "unknown"
+}
+
+// AppendRequest is one append of record batches to one partition.
+type AppendRequest struct {
+	Topic     string
+	TopicID   TopicID
+	Partition int32
+	Origin    Origin
+	// Records holds one or more magic-2 record batches back to back,
+	// exactly as received. For OriginClient and OriginInternal the engine
+	// assigns offsets and stamps the partition leader epoch; for
+	// OriginMirror and OriginReplica the batches keep their base offsets
+	// and epochs and must start at the log end offset.
+	Records []byte
+	// Acks is the producer's acks (0, 1 or -1); it decides whether the
+	// append waits for the write to be durable.
+	Acks int16
+}
+
+// AppendValidator is called synchronously before batches enter a log, with
+// no I/O. A non-nil error (ideally wrapping a *kerr.Error) rejects the whole
+// append and leaves the log untouched.
+type AppendValidator interface {
+	ValidateAppend(req *AppendRequest) error
+}
+
+// AppendObserver is called after an append is durable and covered by the
+// high watermark.
+type AppendObserver interface {
+	OnAppend(info AppendInfo)
+}
+
+// AppendInfo describes a completed append.
+type AppendInfo struct {
+	Topic         string
+	TopicID       TopicID
+	Partition     int32
+	Origin        Origin
+	BaseOffset    int64 // offset of the first record appended
+	LastOffset    int64 // offset of the last record appended
+	Batches       int   // number of record batches
+	Bytes         int   // bytes appended
+	HighWatermark int64
+}
+
+// AppendResult is what a Produce response reports for one partition.
+type AppendResult struct {
+	BaseOffset     int64
+	LastOffset     int64
+	LogAppendTime  int64 // -1 unless the topic uses LogAppendTime
+	LogStartOffset int64
+	// Duplicate is true when an idempotent producer retried batches that
+	// were already appended; the offsets are the original ones.
+	Duplicate bool
+}
+
+// Isolation is a fetch's isolation level.
+type Isolation int8
+
+const (
+	ReadUncommitted Isolation = 0
+	ReadCommitted   Isolation = 1
+)
+
+// FetchResult is a read from a partition.
+type FetchResult struct {
+	// Batches are stored record batches, unmodified, in offset order. The
+	// first one may start before the requested offset (Kafka returns the
+	// whole batch that contains it). The byte slices must not be modified.
+	Batches          [][]byte
+	HighWatermark    int64
+	LastStableOffset int64
+	LogStartOffset   int64
+	// AbortedTxns lists aborted transactions overlapping the returned
+	// range (read_committed only).
+	AbortedTxns []AbortedTxn
+}
+
+// AbortedTxn is one entry of the aborted-transaction index.
+type AbortedTxn struct {
+	ProducerID  int64
+	FirstOffset int64
+}
+
+// Offsets are a partition's current positions.
+type Offsets struct {
+	LogStart      int64
+	HighWatermark int64
+	LastStable    int64
+	LogEnd        int64
+	LeaderEpoch   int32
+}
+
+// ProducerState is what DescribeProducers reports for one producer id.
+type ProducerState struct {
+	ProducerID            int64
+	ProducerEpoch         int16
+	LastSequence          int32
+	LastTimestamp         int64
+	CoordinatorEpoch      int32
+	CurrentTxnStartOffset int64 // -1 when no transaction is open
+}
+
+// CleanupPolicy values of cleanup.policy.
+const (
+	CleanupDelete  = "delete"
+	CleanupCompact = "compact"
+)
+
+// LogConfig is the part of a topic's configuration the engine enforces.
+type LogConfig struct {
+	RetentionMs     int64 // -1: unlimited
+	RetentionBytes  int64 // -1: unlimited; per partition, as in Kafka
+	MaxMessageBytes int32 // largest record batch accepted
+	Compact         bool  // cleanup.policy contains compact
+	Delete          bool  // cleanup.policy contains delete
+	LogAppendTime   bool  // message.timestamp.type=LogAppendTime
+	// MinCompactionLag is how old a record must be before compaction may
+	// remove it (min.compaction.lag.ms).
+	MinCompactionLag time.Duration
+}
+
+// DefaultLogConfig is Kafka's default topic configuration.
+func DefaultLogConfig() LogConfig {
+	return LogConfig{
+		RetentionMs:     7 * 24 * 3600 * 1000,
+		RetentionBytes:  -1,
+		MaxMessageBytes: 1048588,
+		Delete:          true,
+	}
+}
