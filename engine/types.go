@@ -171,6 +171,9 @@ type LogConfig struct {
 	// MinCompactionLag is how old a record must be before compaction may
 	// remove it (min.compaction.lag.ms).
 	MinCompactionLag time.Duration
+	// DeleteRetention is how long compaction keeps tombstones
+	// (delete.retention.ms); 0 means Kafka's default of one day.
+	DeleteRetention time.Duration
 }
 
 // DefaultLogConfig is Kafka's default topic configuration.

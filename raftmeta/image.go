@@ -4,7 +4,14 @@
 // immutable metadata image that brokers serve from.
 package raftmeta
 
-import "encoding/hex"
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+)
 
 // UUID is a Kafka UUID (topic IDs). It is the same shape as engine.TopicID.
 type UUID [16]byte
@@ -54,6 +61,84 @@ type Image struct {
 	// BrokerConfigs holds dynamic cluster-wide broker configs (the
 	// default broker resource, name "").
 	BrokerConfigs map[string]string `json:"brokerConfigs,omitempty"`
+	// NodeConfigs holds dynamic per-broker configs (broker resource
+	// named by the broker's ID), by broker ID.
+	NodeConfigs map[int32]map[string]string `json:"nodeConfigs,omitempty"`
 	// NextProducerID is the first producer id not yet handed out.
 	NextProducerID int64 `json:"nextProducerId"`
+}
+
+// MarshalText renders u as hex, so that JSON images and records stay readable.
+func (u UUID) MarshalText() ([]byte, error) { return []byte(u.String()), nil }
+
+// UnmarshalText parses the hex form written by MarshalText.
+func (u *UUID) UnmarshalText(b []byte) error {
+	if len(b) != 32 {
+		return fmt.Errorf("raftmeta: bad UUID %q", b)
+	}
+	_, err := hex.Decode(u[:], b)
+	return err
+}
+
+// Base64 is the form Kafka prints topic IDs and cluster IDs in.
+func (u UUID) Base64() string { return base64.RawURLEncoding.EncodeToString(u[:]) }
+
+// RandomUUID returns a random (version 4) UUID the way Kafka's
+// Uuid.randomUuid does: never zero and never starting with '-' in base64,
+// which would confuse command-line tools.
+func RandomUUID() UUID {
+	for {
+		var u UUID
+		rand.Read(u[:]) // never fails (crypto/rand since Go 1.24)
+		u[6] = u[6]&0x0f | 0x40
+		u[8] = u[8]&0x3f | 0x80
+		if !u.IsZero() && u.Base64()[0] != '-' {
+			return u
+		}
+	}
+}
+
+// Topic returns the topic with the given ID, or nil.
+func (img *Image) Topic(id UUID) *Topic { return img.TopicsByID[id] }
+
+// ensureMaps makes every map of the image non-nil, so that readers never
+// meet a nil map and restored images compare equal to applied ones.
+func (img *Image) ensureMaps() {
+	if img.Brokers == nil {
+		img.Brokers = map[int32]Broker{}
+	}
+	if img.Topics == nil {
+		img.Topics = map[string]*Topic{}
+	}
+	if img.BrokerConfigs == nil {
+		img.BrokerConfigs = map[string]string{}
+	}
+	if img.NodeConfigs == nil {
+		img.NodeConfigs = map[int32]map[string]string{}
+	}
+	if img.TopicsByID == nil {
+		img.TopicsByID = map[UUID]*Topic{}
+	}
+}
+
+// restored finishes an image decoded from JSON: TopicsByID is not
+// serialized, so it is rebuilt from Topics.
+func (img *Image) restored() {
+	img.ensureMaps()
+	img.TopicsByID = make(map[UUID]*Topic, len(img.Topics))
+	for _, t := range img.Topics {
+		img.TopicsByID[t.ID] = t
+	}
+}
+
+func (t *Topic) clone() *Topic {
+	c := *t
+	c.Partitions = make([]Partition, len(t.Partitions))
+	for i, p := range t.Partitions {
+		p.Replicas = slices.Clone(p.Replicas)
+		p.ISR = slices.Clone(p.ISR)
+		c.Partitions[i] = p
+	}
+	c.Configs = maps.Clone(t.Configs)
+	return &c
 }

@@ -1,0 +1,245 @@
+// Package bench is Tandem's benchmark harness (`tandem bench`): it runs
+// produce, consume and end-to-end workloads with franz-go against Tandem
+// and kfake brokers started as child processes (or against any running
+// broker), measures the machine's limits, and reports the figures as a
+// table, Markdown and SVG.
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const usage = `usage: tandem bench [flags]
+
+Runs benchmark workloads with franz-go against Tandem and kfake (each in a
+child process) or against a running broker (--against), and prints a table.
+
+  tandem bench --quick                      reduced matrix, under 2 minutes
+  tandem bench --out docs/benchmarks.md     full matrix, Markdown + SVG
+  tandem bench --against 127.0.0.1:9092     client workloads against any broker
+
+flags:
+`
+
+// Main runs `tandem bench ARGS` and returns the exit code. The Tandem
+// brokers it starts have no plugins; see MainWithPlugins.
+func Main(args []string) int { return MainWithPlugins(args, nil) }
+
+// MainWithPlugins is Main with the plugins each Tandem broker process gets
+// (server.Config.Plugins), so that the benchmark runs the broker that
+// `tandem serve` runs. plugins is called once per broker; it may be nil.
+func MainWithPlugins(args []string, plugins func() []any) int {
+	if len(args) > 0 && args[0] == "broker" {
+		return brokerMain(args[1:], plugins)
+	}
+	fs := flag.NewFlagSet("tandem bench", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	var (
+		quick       = fs.Bool("quick", false, "reduced matrix: 1 KiB and 100 B produce, consume backlog, e2e latency; 2s runs")
+		out         = fs.String("out", "", "write a Markdown report to this file (and a plot next to it, .svg)")
+		svg         = fs.String("svg", "", "write the SVG plot to this file (default: --out with .svg)")
+		against     = fs.String("against", "", "host:port of a running Kafka-compatible broker (no process metrics)")
+		targets     = fs.String("targets", "tandem,kfake", "brokers to start: tandem, kfake")
+		kinds       = fs.String("workloads", "produce,consume,e2e", "workload kinds")
+		sizes       = fs.String("sizes", "100,1024,16384", "record value sizes in bytes")
+		partitions  = fs.String("partitions", "1,6,64", "partition counts")
+		acks        = fs.String("acks", "1,all", "acks (produce); consume and e2e use all when listed")
+		compression = fs.String("compression", "none,zstd", "batch compression: none, zstd")
+		duration    = fs.Duration("duration", 3*time.Second, "length of each measured run")
+		runs        = fs.Int("runs", 3, "measured runs per workload (median, min, max)")
+		limitDur    = fs.Duration("limit-duration", 2*time.Second, "length of each limit measurement; 0 skips the limits")
+		seed        = fs.Int64("seed", 1, "payload seed")
+		sync        = fs.Bool("sync", true, "brokers fsync before acknowledging (tandem.log.sync, kfake SyncWrites)")
+		prefill     = fs.Int64("prefill-max", 1<<30, "cap of the bytes pre-filled for consume workloads")
+		dir         = fs.String("dir", "", "scratch directory (default: a temporary one)")
+		props       = kvFlag{}
+	)
+	fs.Var(props, "set", "Tandem broker property key=value (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	r := &Runner{
+		Against: *against, Targets: splitList(*targets), Props: props, Sync: *sync,
+		LimitDuration: *limitDur, Dir: *dir, Seed: *seed, PrefillMax: *prefill, Progress: os.Stderr,
+	}
+	var err error
+	if *quick {
+		r.Workloads = QuickWorkloads(*seed)
+		r.PrefillMax = min(r.PrefillMax, 256<<20)
+		if !isSet(fs, "limit-duration") {
+			r.LimitDuration = time.Second
+		}
+	} else {
+		r.Workloads, err = matrix(*kinds, *sizes, *partitions, *acks, *compression, *duration, *runs, *seed)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tandem bench:", err)
+			return 2
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := r.Run(ctx)
+	if rep == nil {
+		fmt.Fprintln(os.Stderr, "tandem bench:", err)
+		return 1
+	}
+	rep.Command = strings.TrimSpace("tandem bench " + strings.Join(args, " "))
+	rep.WriteText(os.Stdout)
+	if *out != "" && *svg == "" {
+		*svg = strings.TrimSuffix(*out, filepath.Ext(*out)) + ".svg"
+	}
+	if werr := writeReports(rep, *out, *svg); werr != nil {
+		fmt.Fprintln(os.Stderr, "tandem bench:", werr)
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tandem bench:", err)
+		return 1
+	}
+	code := 0
+	for _, res := range rep.Results {
+		if cerr := res.Check(); cerr != nil {
+			fmt.Fprintf(os.Stderr, "tandem bench: %s on %s: %v\n", res.Workload.Name(), res.Target, cerr)
+			code = 1
+		}
+	}
+	return code
+}
+
+// QuickWorkloads is the reduced matrix of --quick.
+func QuickWorkloads(seed int64) []Workload {
+	base := Workload{RecordSize: 1024, Partitions: 6, Acks: -1, Compression: "none", Duration: 2 * time.Second, Runs: 3, Seed: seed}
+	w := func(k Kind, size, acks int) Workload {
+		x := base
+		x.Kind, x.RecordSize, x.Acks = k, size, acks
+		return x
+	}
+	return []Workload{
+		w(Produce, 1024, -1),
+		w(Produce, 100, 1),
+		w(Consume, 1024, -1),
+		w(EndToEnd, 1024, -1),
+	}
+}
+
+// matrix builds the cross product for produce; consume and e2e use
+// acks=all and compression none only, when listed (acks changes nothing for
+// a consumer, latency is reported at the durable setting, and this keeps
+// the full run near 20 minutes).
+func matrix(kinds, sizes, parts, acks, comps string, d time.Duration, runs int, seed int64) ([]Workload, error) {
+	sz, err := intList(sizes)
+	if err != nil {
+		return nil, fmt.Errorf("--sizes: %w", err)
+	}
+	ps, err := intList(parts)
+	if err != nil {
+		return nil, fmt.Errorf("--partitions: %w", err)
+	}
+	var as []int
+	for _, a := range splitList(acks) {
+		switch a {
+		case "all", "-1":
+			as = append(as, -1)
+		case "1":
+			as = append(as, 1)
+		default:
+			return nil, fmt.Errorf("--acks: %q is not 1 or all", a)
+		}
+	}
+	var ws []Workload
+	for _, k := range splitList(kinds) {
+		kas, kcs := as, splitList(comps)
+		if Kind(k) != Produce && slices.Contains(as, -1) {
+			kas = []int{-1}
+		}
+		if Kind(k) != Produce && slices.Contains(kcs, "none") {
+			kcs = []string{"none"}
+		}
+		for _, s := range sz {
+			for _, p := range ps {
+				for _, a := range kas {
+					for _, c := range kcs {
+						w := Workload{Kind: Kind(k), RecordSize: s, Partitions: int32(p), Acks: a, Compression: c, Duration: d, Runs: runs, Seed: seed}
+						if err := w.validate(); err != nil {
+							return nil, err
+						}
+						ws = append(ws, w)
+					}
+				}
+			}
+		}
+	}
+	return ws, nil
+}
+
+func writeReports(rep *Report, out, svg string) error {
+	if svg != "" {
+		if err := os.MkdirAll(filepath.Dir(svg), 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(svg)
+		if err != nil {
+			return err
+		}
+		rep.WriteSVG(f)
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	if out != "" {
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(out)
+		if err != nil {
+			return err
+		}
+		name := ""
+		if svg != "" {
+			if rel, err := filepath.Rel(filepath.Dir(out), svg); err == nil {
+				name = rel
+			}
+		}
+		rep.WriteMarkdown(f, name)
+		return f.Close()
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

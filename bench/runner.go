@@ -1,0 +1,374 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// Stat is the median of a figure over runs, with its range.
+type Stat struct{ Median, Min, Max float64 }
+
+func statOf(v []float64) Stat {
+	if len(v) == 0 {
+		return Stat{}
+	}
+	s := slices.Sorted(slices.Values(v))
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return Stat{Median: m, Min: s[0], Max: s[len(s)-1]}
+}
+
+// Latency is the end-to-end latency distribution at an offered load.
+type Latency struct {
+	P50, P99, P999, Max time.Duration
+	Samples             int
+	OfferedRecsPerSec   float64 // 50% of the matching produce workload's median
+}
+
+// Result is what one workload measured against one target.
+type Result struct {
+	Workload   Workload
+	Target     string // "tandem", "kfake" or the --against address
+	MBps       Stat   // 10^6 value bytes per second
+	RecsPerSec Stat
+	Latency    *Latency // end-to-end only
+	Produced   int64    // records acknowledged over all runs (and the pre-fill)
+	Consumed   int64    // records read back (consume and e2e)
+	Expected   int64    // records a consume or e2e run had to read, summed over runs
+	Errors     int64
+	FirstErr   string
+	Err        string // the workload failed on this target: no figures
+
+	// Broker process figures; zero against an external broker.
+	HasProc        bool
+	CPUSecPerGB    float64 // broker CPU seconds per 10^9 bytes moved by the measured runs
+	PeakRSS        int64   // VmHWM of the broker process
+	DiskPerByte    float64 // broker write_bytes per value byte produced (produce and e2e)
+	ProcWriteBytes int64
+}
+
+// Runner runs workloads against targets. Each workload gets a fresh broker
+// process (so that its CPU, peak RSS and disk writes are its own); the load
+// comes from this process.
+type Runner struct {
+	Workloads []Workload
+	Targets   []string // "tandem" and/or "kfake"; ignored when Against is set
+	Against   string   // host:port of a running broker: client workloads only
+	// BrokerCommand is the argv prefix that runs the hidden broker
+	// subcommand; default: this executable with "bench", "broker".
+	BrokerCommand []string
+	Props         map[string]string // tandem broker properties
+	Sync          bool              // fsync before acks (tandem.log.sync, kfake SyncWrites)
+	LimitDuration time.Duration     // 0: skip the limits
+	Dir           string            // scratch space; default a temporary directory
+	Seed          int64
+	PrefillMax    int64     // cap of a consume workload's pre-filled bytes (0: 1 GiB)
+	Progress      io.Writer // one line per run; nil: quiet
+}
+
+// Report is everything a run produced.
+type Report struct {
+	Results  []Result
+	Limits   *Limits
+	Machine  Machine
+	Command  string
+	Sync     bool // brokers started by the harness fsync before acknowledging
+	Against  string
+	Started  time.Time
+	Duration time.Duration
+}
+
+func (r *Runner) logf(format string, args ...any) {
+	if r.Progress != nil {
+		fmt.Fprintf(r.Progress, format+"\n", args...)
+	}
+}
+
+// Run measures the limits, then every workload on every target.
+func (r *Runner) Run(ctx context.Context) (*Report, error) {
+	rep := &Report{Machine: readMachine(), Sync: r.Sync, Against: r.Against, Started: time.Now()}
+	for _, w := range r.Workloads {
+		if err := w.validate(); err != nil {
+			return nil, fmt.Errorf("workload %s: %w", w.Name(), err)
+		}
+	}
+	dir := r.Dir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "tandem-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	if r.LimitDuration > 0 {
+		r.logf("limits: measuring (%v each)", r.LimitDuration)
+		l, err := measureLimits(dir, r.LimitDuration, r.Seed)
+		if err != nil {
+			return nil, err
+		}
+		rep.Limits = l
+	}
+	targets := r.Targets
+	if r.Against != "" {
+		targets = []string{r.Against}
+	}
+	defer func() { rep.Duration = time.Since(rep.Started) }()
+	// A workload that fails on a target is reported as failed and the run
+	// goes on, so that one bad cell does not cost the rest of a long run.
+	fail := func(w Workload, target string, err error) {
+		r.logf("%-8s %-36s FAILED: %v", target, w.Name(), err)
+		rep.Results = append(rep.Results, Result{Workload: w, Target: target, Err: err.Error()})
+	}
+	maxRate := map[string]float64{} // target + produce workload name → median records/s
+	for i, w := range r.Workloads {
+		// End-to-end latency is measured at the same offered load on every
+		// target: half the lowest median produce rate among them.
+		offered, runOn := 0.0, targets
+		if w.Kind == EndToEnd {
+			offered, runOn = math.Inf(1), nil
+			for _, target := range targets {
+				rate, ok := maxRate[target+" "+w.produceKey()]
+				if !ok {
+					pw := w
+					pw.Kind, pw.Runs = Produce, 1
+					res, err := r.runOne(ctx, target, filepath.Join(dir, fmt.Sprintf("%s-%d-max", target, i)), pw, 0)
+					if err != nil {
+						fail(w, target, fmt.Errorf("measuring the max: %w", err))
+						continue
+					}
+					rate = res.RecsPerSec.Median
+				}
+				offered = min(offered, rate/2)
+				runOn = append(runOn, target)
+			}
+		}
+		for _, target := range runOn {
+			res, err := r.runOne(ctx, target, filepath.Join(dir, fmt.Sprintf("%s-%d", target, i)), w, offered)
+			if err != nil {
+				fail(w, target, err)
+				continue
+			}
+			if w.Kind == Produce {
+				maxRate[target+" "+w.Name()] = res.RecsPerSec.Median
+			}
+			r.logf("%-8s %-36s %8.1f MB/s %10.0f rec/s%s", target, w.Name(), res.MBps.Median/1e6, res.RecsPerSec.Median, latencySuffix(res.Latency))
+			rep.Results = append(rep.Results, res)
+		}
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func latencySuffix(l *Latency) string {
+	if l == nil {
+		return ""
+	}
+	return fmt.Sprintf("  p50 %v p99 %v p999 %v", l.P50.Round(10*time.Microsecond), l.P99.Round(10*time.Microsecond), l.P999.Round(10*time.Microsecond))
+}
+
+// runOne runs one workload on a fresh broker of the target (or the external
+// one). offered is the end-to-end workloads' load in records/s.
+func (r *Runner) runOne(ctx context.Context, target, dir string, w Workload, offered float64) (res Result, err error) {
+	res = Result{Workload: w, Target: target}
+	addr, pid, rf := r.Against, 0, int16(-1)
+	if r.Against == "" {
+		argv := r.BrokerCommand
+		if len(argv) == 0 {
+			exe, err := os.Executable()
+			if err != nil {
+				return res, err
+			}
+			argv = []string{exe, "bench", "broker"}
+		}
+		b, err := spawnBroker(ctx, argv, target, dir, r.Sync, r.Props)
+		if err != nil {
+			return res, err
+		}
+		defer func() {
+			if serr := b.Stop(); serr != nil && err == nil {
+				err = serr
+			}
+			os.RemoveAll(dir)
+		}()
+		addr, pid, rf = b.Addr, b.Pid, 1
+	}
+	p := newPayloads(r.Seed, w.RecordSize)
+	topicN := 0
+	newTopic := func() (string, error) {
+		topicN++
+		t := fmt.Sprintf("bench-%s-%d-%d", w.Name(), time.Now().UnixNano()%1e6, topicN)
+		return t, createTopic(ctx, addr, t, w.Partitions, rf)
+	}
+	// doneWith deletes a topic after its run where it would otherwise stay:
+	// kfake holds logs in memory, and a foreign broker is not ours to fill.
+	// A Tandem broker is discarded with its data directory instead.
+	doneWith := func(topic string) {
+		if r.Against != "" || target == "kfake" {
+			if err := deleteTopic(ctx, addr, topic); err != nil {
+				r.logf("delete topic %s: %v", topic, err)
+			}
+		}
+	}
+	var (
+		runs     []runStats
+		consumed int64 // bytes moved in measured runs, for CPU per GB
+		before   procStats
+	)
+	sample := func() (procStats, error) {
+		if pid == 0 {
+			return procStats{}, nil
+		}
+		return readProc(pid)
+	}
+
+	switch w.Kind {
+	case Produce:
+		if before, err = sample(); err != nil {
+			return res, err
+		}
+		for range w.Runs {
+			topic, err := newTopic()
+			if err != nil {
+				return res, err
+			}
+			st, err := produce(ctx, addr, topic, w, p, produceOpts{})
+			if err != nil {
+				return res, err
+			}
+			runs = append(runs, st)
+			consumed += st.PBytes
+			doneWith(topic)
+		}
+	case Consume:
+		topic, err := newTopic()
+		if err != nil {
+			return res, err
+		}
+		capBytes := r.PrefillMax
+		if capBytes <= 0 {
+			capBytes = 1 << 30
+		}
+		fillSt, err := produce(ctx, addr, topic, w, p, produceOpts{maxBytes: capBytes})
+		if err != nil {
+			return res, fmt.Errorf("pre-fill: %w", err)
+		}
+		res.Produced, res.Errors = fillSt.Produced, fillSt.Errors
+		if before, err = sample(); err != nil {
+			return res, err
+		}
+		for range w.Runs {
+			st, err := consumeAll(ctx, addr, topic, fillSt.Produced)
+			if err != nil {
+				return res, err
+			}
+			runs = append(runs, st)
+			consumed += st.CBytes
+			res.Expected += fillSt.Produced
+		}
+		doneWith(topic)
+	case EndToEnd:
+		if before, err = sample(); err != nil {
+			return res, err
+		}
+		var lat []time.Duration
+		for range w.Runs {
+			topic, err := newTopic()
+			if err != nil {
+				return res, err
+			}
+			st, err := produce(ctx, addr, topic, w, p, produceOpts{rate: offered, e2e: true})
+			if err != nil {
+				return res, err
+			}
+			runs = append(runs, st)
+			lat = append(lat, st.Latencies...)
+			consumed += st.PBytes
+			res.Expected += st.Produced
+			doneWith(topic)
+		}
+		sortDurations(lat)
+		res.Latency = &Latency{
+			P50: percentile(lat, 0.50), P99: percentile(lat, 0.99), P999: percentile(lat, 0.999),
+			Max: percentile(lat, 1), Samples: len(lat), OfferedRecsPerSec: offered,
+		}
+	}
+
+	var mbps, rps []float64
+	var produced int64
+	for _, st := range runs {
+		secs := st.Elapsed.Seconds()
+		mbps = append(mbps, float64(st.Bytes)/secs)
+		rps = append(rps, float64(st.Records)/secs)
+		res.Produced += st.Produced
+		produced += st.PBytes
+		res.Consumed += st.Consumed
+		res.Errors += st.Errors
+		if st.FirstErr != nil && res.FirstErr == "" {
+			res.FirstErr = st.FirstErr.Error()
+		}
+	}
+	res.MBps, res.RecsPerSec = statOf(mbps), statOf(rps)
+
+	if pid != 0 {
+		after, err := sample()
+		if err != nil {
+			return res, err
+		}
+		res.HasProc = true
+		res.PeakRSS = after.PeakRSS
+		res.ProcWriteBytes = after.WriteBytes - before.WriteBytes
+		if consumed > 0 {
+			res.CPUSecPerGB = (after.CPU - before.CPU).Seconds() / (float64(consumed) / 1e9)
+		}
+		if produced > 0 {
+			res.DiskPerByte = float64(res.ProcWriteBytes) / float64(produced)
+		}
+	}
+	if res.Errors > 0 {
+		return res, fmt.Errorf("%d produce errors, first: %s", res.Errors, res.FirstErr)
+	}
+	return res, nil
+}
+
+// Check returns an error if a result is inconsistent: errors, records read
+// back not equal to those expected, unordered percentiles, empty figures.
+func (res Result) Check() error {
+	if res.Err != "" {
+		return errors.New(res.Err)
+	}
+	var errs []error
+	if res.Errors > 0 {
+		errs = append(errs, fmt.Errorf("%d errors (first: %s)", res.Errors, res.FirstErr))
+	}
+	if res.MBps.Median <= 0 || res.RecsPerSec.Median <= 0 {
+		errs = append(errs, fmt.Errorf("no throughput: %+v", res.MBps))
+	}
+	if !(res.MBps.Min <= res.MBps.Median && res.MBps.Median <= res.MBps.Max) {
+		errs = append(errs, fmt.Errorf("MB/s out of order: %+v", res.MBps))
+	}
+	if res.Workload.Kind != Produce && res.Consumed != res.Expected {
+		errs = append(errs, fmt.Errorf("consumed %d records, expected %d", res.Consumed, res.Expected))
+	}
+	if l := res.Latency; l != nil {
+		if l.Samples == 0 || !(0 < l.P50 && l.P50 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
+			errs = append(errs, fmt.Errorf("latency percentiles: %+v", *l))
+		}
+	}
+	// CPU time comes in 10 ms ticks: a short run may honestly show none.
+	if res.HasProc && (res.CPUSecPerGB < 0 || res.PeakRSS <= 0) {
+		errs = append(errs, fmt.Errorf("process figures missing: cpu %v s/GB, rss %d", res.CPUSecPerGB, res.PeakRSS))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// parseProperties reads Kafka's server.properties format: one key=value (or
+// key:value) per line, whitespace around keys and values trimmed, lines
+// starting with # or ! ignored, and a line ending in an odd number of
+// backslashes continued on the next one. Other Java escapes (\n, \uXXXX)
+// are not interpreted: Kafka configs do not need them.
+func parseProperties(r io.Reader) (map[string]string, error) {
+	props := make(map[string]string)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var pending strings.Builder
+	lineNo, startLine := 0, 0
+	for sc.Scan() {
+		lineNo++
+		line := strings.TrimSpace(sc.Text())
+		if pending.Len() == 0 {
+			if line == "" || line[0] == '#' || line[0] == '!' {
+				continue
+			}
+			startLine = lineNo
+		}
+		if n := len(line) - len(strings.TrimRight(line, `\`)); n%2 == 1 {
+			pending.WriteString(line[:len(line)-1])
+			continue
+		}
+		pending.WriteString(line)
+		if err := addProperty(props, pending.String(), startLine); err != nil {
+			return nil, err
+		}
+		pending.Reset()
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading properties: %w", err)
+	}
+	if pending.Len() > 0 { // a continuation on the last line
+		if err := addProperty(props, pending.String(), startLine); err != nil {
+			return nil, err
+		}
+	}
+	return props, nil
+}
+
+func addProperty(props map[string]string, line string, lineNo int) error {
+	i := strings.IndexAny(line, "=:")
+	if i <= 0 {
+		return fmt.Errorf("line %d: %q is not key=value", lineNo, line)
+	}
+	props[strings.TrimSpace(line[:i])] = strings.TrimSpace(line[i+1:])
+	return nil
+}
+
+// parseSet parses one --set key=value.
+func parseSet(s string) (key, value string, err error) {
+	k, v, ok := strings.Cut(s, "=")
+	k = strings.TrimSpace(k)
+	if !ok || k == "" {
+		return "", "", fmt.Errorf("--set %q: want key=value", s)
+	}
+	return k, strings.TrimSpace(v), nil
+}
+
+// listenerAddr turns the first entry of a Kafka listeners value such as
+// "PLAINTEXT://127.0.0.1:9092,SSL://..." into "127.0.0.1:9092".
+func listenerAddr(v string) string {
+	first, _, _ := strings.Cut(v, ",")
+	first = strings.TrimSpace(first)
+	if _, addr, ok := strings.Cut(first, "://"); ok {
+		return addr
+	}
+	return first
+}
+
+// fileKeys are the Kafka keys that map onto serve's flags instead of going
+// to the broker's properties. A flag given on the command line wins.
+var fileKeys = map[string]string{
+	"node.id":              "node-id",
+	"broker.id":            "node-id",
+	"log.dirs":             "data-dir",
+	"log.dir":              "data-dir",
+	"listeners":            "listen",
+	"advertised.listeners": "advertise",
+}
+
+// applyFileKeys moves the keys of fileKeys out of props into the options,
+// except for the flags in explicit (given on the command line).
+func applyFileKeys(props map[string]string, o *serveOptions, explicit map[string]bool) error {
+	for key, flagName := range fileKeys {
+		v, ok := props[key]
+		if !ok {
+			continue
+		}
+		delete(props, key)
+		if explicit[flagName] {
+			continue
+		}
+		switch flagName {
+		case "node-id":
+			id, err := strconv.ParseInt(v, 10, 32)
+			if err != nil {
+				return fmt.Errorf("%s=%q: %w", key, v, err)
+			}
+			o.nodeID = int(id)
+		case "data-dir":
+			dir, _, _ := strings.Cut(v, ",") // one data dir per broker
+			o.dataDir = strings.TrimSpace(dir)
+		case "listen":
+			o.listen = listenerAddr(v)
+		case "advertise":
+			o.advertise = listenerAddr(v)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/tandem-kafka/tandem/server"
+)
+
+type serveOptions struct {
+	dataDir   string
+	listen    string
+	advertise string
+	nodeID    int
+	httpAddr  string
+	config    string
+	readyFile string
+	logLevel  string
+	sets      []string
+}
+
+const serveUsage = `Usage: tandem serve [flags]
+
+Runs a broker. With no flags: data in ./tandem-data, Kafka on 127.0.0.1:9092,
+HTTP (/metrics, /healthz) on 127.0.0.1:9644.
+
+Broker properties use Kafka's names (auto.create.topics.enable,
+num.partitions, message.max.bytes, log.retention.ms, ...). They come from
+--config FILE (server.properties format), overridden by --set key=value.
+In the file, node.id (or broker.id), log.dirs (or log.dir, first entry),
+listeners and advertised.listeners (first entry, "NAME://" stripped) set
+--node-id, --data-dir, --listen and --advertise, unless those flags are
+given on the command line.
+
+Flags:
+`
+
+func serve(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), serveUsage)
+		fs.PrintDefaults()
+	}
+	var o serveOptions
+	fs.StringVar(&o.dataDir, "data-dir", "tandem-data", "directory holding the broker's data")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:9092", "Kafka listener address (port 0 picks a free port)")
+	fs.StringVar(&o.advertise, "advertise", "", "host:port told to clients (default: the bound listener address)")
+	fs.IntVar(&o.nodeID, "node-id", 1, "this broker's node ID")
+	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:9644", "HTTP address serving /metrics and /healthz (empty: none)")
+	fs.StringVar(&o.config, "config", "", "broker properties file (server.properties format)")
+	fs.StringVar(&o.readyFile, "ready-file", "", "once serving, write {\"kafka\":ADDR,\"http\":ADDR,\"pid\":N} as JSON to this file")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.Func("set", "broker property key=value, overriding --config (repeatable)", func(s string) error {
+		_, _, err := parseSet(s)
+		o.sets = append(o.sets, s)
+		return err
+	})
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tandem serve: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		fmt.Fprintf(stderr, "tandem serve: --log-level: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	explicit := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	cfg, err := o.brokerConfig(explicit)
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return 2
+	}
+	cfg.Logger = log
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := runServer(ctx, stop, cfg, o.httpAddr, o.readyFile, log); err != nil {
+		log.Error("tandem serve failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// brokerConfig merges the properties file, the --set overrides and the
+// flags into a server.Config. Precedence: flag > --set > file > default.
+func (o *serveOptions) brokerConfig(explicit map[string]bool) (server.Config, error) {
+	props := make(map[string]string)
+	if o.config != "" {
+		f, err := os.Open(o.config)
+		if err != nil {
+			return server.Config{}, fmt.Errorf("--config: %w", err)
+		}
+		props, err = parseProperties(f)
+		f.Close()
+		if err != nil {
+			return server.Config{}, fmt.Errorf("--config %s: %w", o.config, err)
+		}
+	}
+	for _, s := range o.sets {
+		k, v, err := parseSet(s)
+		if err != nil {
+			return server.Config{}, err
+		}
+		props[k] = v
+	}
+	if err := applyFileKeys(props, o, explicit); err != nil {
+		return server.Config{}, err
+	}
+	if o.dataDir == "" {
+		return server.Config{}, errors.New("--data-dir is empty")
+	}
+	if o.nodeID < 0 || o.nodeID > 1<<31-1 {
+		return server.Config{}, fmt.Errorf("--node-id %d out of range", o.nodeID)
+	}
+	return server.Config{
+		NodeID:    int32(o.nodeID),
+		DataDir:   o.dataDir,
+		Listen:    o.listen,
+		Advertise: o.advertise,
+		Props:     props,
+		Plugins:   plugins(),
+	}, nil
+}
+
+// runServer runs the broker and its HTTP endpoint until ctx is done, then
+// shuts both down. stop restores default signal handling once shutdown
+// begins, so that a second SIGTERM/SIGINT kills a stuck shutdown.
+func runServer(ctx context.Context, stop func(), cfg server.Config, httpAddr, readyFile string, log *slog.Logger) error {
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("creating data dir: %w", err)
+	}
+	b, err := server.New(cfg)
+	if err != nil {
+		return fmt.Errorf("configuring broker: %w", err)
+	}
+
+	// The HTTP endpoint listens before the broker starts, so that a busy
+	// port fails fast and /healthz can say "not yet".
+	var started atomic.Bool
+	var httpLn net.Listener
+	if httpAddr != "" {
+		httpLn, err = net.Listen("tcp", httpAddr)
+		if err != nil {
+			return fmt.Errorf("http listener: %w", err)
+		}
+		hs := &http.Server{Handler: httpHandler(b, &started), ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(httpLn)
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			hs.Shutdown(sctx)
+		}()
+	}
+
+	if err := b.Start(ctx); err != nil {
+		b.Close()
+		return fmt.Errorf("starting broker: %w", err)
+	}
+	started.Store(true)
+	attrs := []any{"kafka", b.Addr(), "data_dir", cfg.DataDir, "node_id", cfg.NodeID}
+	ready := readyInfo{Kafka: b.Addr(), PID: os.Getpid()}
+	if httpLn != nil {
+		ready.HTTP = httpLn.Addr().String()
+		attrs = append(attrs, "http", ready.HTTP)
+	}
+	log.Info("tandem serving", attrs...)
+	if readyFile != "" {
+		if err := writeReadyFile(readyFile, ready); err != nil {
+			b.Close()
+			return err
+		}
+		defer os.Remove(readyFile)
+	}
+
+	<-ctx.Done()
+	stop()
+	log.Info("shutting down")
+	started.Store(false)
+	if err := b.Close(); err != nil {
+		return fmt.Errorf("closing broker: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func httpHandler(b *server.Broker, started *atomic.Bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !started.Load() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok")
+	})
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		if started.Load() {
+			b.WritePrometheus(w)
+		}
+		metrics.WriteProcessMetrics(w)
+	})
+	return mux
+}
+
+// readyInfo is what --ready-file holds: how to reach the started broker.
+type readyInfo struct {
+	Kafka string `json:"kafka"`
+	HTTP  string `json:"http,omitempty"`
+	PID   int    `json:"pid"`
+}
+
+// writeReadyFile writes atomically (rename), so that a reader never sees a
+// half-written file.
+func writeReadyFile(path string, info readyInfo) error {
+	data, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".ready-*")
+	if err != nil {
+		return fmt.Errorf("ready file: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("ready file: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("ready file: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("ready file: %w", err)
+	}
+	return nil
+}

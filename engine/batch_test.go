@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+func TestValidateBatches(t *testing.T) {
+	recs := []rec{kv("a", "1"), kv("b", "2"), {key: []byte("c")}}
+	good := mkBatch(t, batchOpts{}, recs...)
+	corruptCRC := bytes.Clone(good)
+	corruptCRC[len(corruptCRC)-1] ^= 0xff
+	badMagic := bytes.Clone(good)
+	badMagic[offMagic] = 1
+	longLength := bytes.Clone(good)
+	binary.BigEndian.PutUint32(longLength[offBatchLength:], uint32(len(good)))
+	// A record whose length varint claims one byte more than it has.
+	payload := encodeRecords(recs)
+	payload[0] += 2 // zigzag: +1
+	badRecordLen := mkBatch(t, batchOpts{payload: payload, count: 3, lastDelt: 2})
+	// Offset deltas out of order.
+	payload = encodeRecords(recs[:1])
+	payload = append(payload, encodeRecords(recs[:1])...) // second record has offset delta 0 again
+	badDelta := mkBatch(t, batchOpts{payload: payload, count: 2, lastDelt: 1})
+
+	compacted := DefaultLogConfig()
+	compacted.Compact = true
+	small := DefaultLogConfig()
+	small.MaxMessageBytes = 70
+
+	for _, tc := range []struct {
+		name    string
+		records []byte
+		cfg     LogConfig
+		want    int16
+	}{
+		{"ok", good, DefaultLogConfig(), 0},
+		{"two batches", append(bytes.Clone(good), good...), DefaultLogConfig(), 0},
+		{"gzip", mkBatch(t, batchOpts{codec: codecGzip}, recs...), DefaultLogConfig(), 0},
+		{"snappy xerial", mkBatch(t, batchOpts{codec: codecSnappy}, recs...), DefaultLogConfig(), 0},
+		{"snappy raw", mkBatch(t, batchOpts{codec: codecSnappy, rawSnap: true}, recs...), DefaultLogConfig(), 0},
+		{"lz4", mkBatch(t, batchOpts{codec: codecLZ4}, recs...), DefaultLogConfig(), 0},
+		{"zstd", mkBatch(t, batchOpts{codec: codecZstd}, recs...), DefaultLogConfig(), 0},
+		{"empty", nil, DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"bad crc", corruptCRC, DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"magic 1", badMagic, DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"length past end", longLength, DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"truncated", good[:len(good)-3], DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"short header", good[:40], DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"trailing garbage", append(bytes.Clone(good), 1, 2, 3), DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"count above records", mkBatch(t, batchOpts{payload: encodeRecords(recs), count: 4, lastDelt: 3}), DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"count below records", mkBatch(t, batchOpts{payload: encodeRecords(recs), count: 2, lastDelt: 1}), DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"count vs last delta", mkBatch(t, batchOpts{payload: encodeRecords(recs), count: 3, lastDelt: 5}), DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"compressed count mismatch", mkBatch(t, batchOpts{codec: codecZstd, payload: encodeRecords(recs), count: 2, lastDelt: 1}), DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"garbage compressed payload", mkBatch(t, batchOpts{codec: codecLZ4, payload: []byte("not lz4"), count: 1}), DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"record length", badRecordLen, DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"offset deltas", badDelta, DefaultLogConfig(), kerr.InvalidRecord.Code},
+		{"too large", good, small, kerr.MessageTooLarge.Code},
+		{"control from client", mkBatch(t, batchOpts{attrs: attrControl}, recs...), DefaultLogConfig(), kerr.InvalidRecord.Code},
+		{"null key on compacted", good, compacted, 0},
+		{"null key on compacted", mkBatch(t, batchOpts{}, rec{val: []byte("v")}), compacted, kerr.InvalidRecord.Code},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := openTest(t, nil)
+			p := mkPart(t, e, tc.cfg)
+			err := appendErr(p, tc.records)
+			if got := kcode(err); got != tc.want {
+				t.Fatalf("got code %d (%v), want %d", got, err, tc.want)
+			}
+			if wantEnd := int64(0); tc.want != 0 && p.Offsets().LogEnd != wantEnd {
+				t.Fatalf("rejected append moved the log end to %d", p.Offsets().LogEnd)
+			}
+		})
+	}
+}
+
+// FuzzAppend feeds arbitrary bytes to append validation: it must never
+// panic, and whatever it accepts must read back byte-identical.
+func FuzzAppend(f *testing.F) {
+	f.Add(mkBatch(f, batchOpts{}, kv("a", "1")))
+	f.Add(mkBatch(f, batchOpts{codec: codecZstd}, kv("a", "1"), kv("b", "2")))
+	f.Add(mkBatch(f, batchOpts{codec: codecGzip}, kv("a", "1")))
+	f.Add(mkBatch(f, batchOpts{codec: codecSnappy}, kv("a", "1")))
+	f.Add(mkBatch(f, batchOpts{codec: codecLZ4}, kv("a", "1")))
+	e := openTest(f, nil)
+	cfg := DefaultLogConfig()
+	cfg.Compact = true
+	p := mkPart(f, e, cfg)
+	f.Fuzz(func(t *testing.T, records []byte) {
+		// Fix the CRC so that the fuzzer gets past it into the records.
+		if len(records) >= batchHeaderLen {
+			if n := int(int32(binary.BigEndian.Uint32(records[offBatchLength:]))); n >= batchHeaderLen-12 && n+12 <= len(records) {
+				batch(records[:n+12]).fixCRC()
+			}
+		}
+		before := p.Offsets().LogEnd
+		res, err := p.Append(t.Context(), &AppendRequest{Records: records, Origin: OriginClient, Acks: 1})
+		if err != nil {
+			if p.Offsets().LogEnd != before {
+				t.Fatal("rejected append changed the log")
+			}
+			return
+		}
+		got, err := p.Fetch(res.BaseOffset, 1, ReadUncommitted)
+		if err != nil || len(got.Batches) == 0 {
+			t.Fatalf("accepted append does not read back: %v", err)
+		}
+	})
+}

@@ -1,0 +1,300 @@
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/snappy"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// Compression codecs of the batch attributes.
+const (
+	codecNone   = 0
+	codecGzip   = 1
+	codecSnappy = 2
+	codecLZ4    = 3
+	codecZstd   = 4
+)
+
+// Decoders are pooled: a zstd or gzip decoder is costly to build and
+// compressed produce is the common case.
+var (
+	gzipPool  sync.Pool // *gzip.Reader
+	lz4Pool   = sync.Pool{New: func() any { return lz4.NewReader(nil) }}
+	zstdPool  = sync.Pool{New: func() any { return newZstdDecoder() }}
+	bufioPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 32<<10) }}
+	zstdEnc   = sync.Pool{New: func() any {
+		e, _ := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+		return e
+	}}
+)
+
+func newZstdDecoder() *zstd.Decoder {
+	// The window cap bounds the memory a hostile frame without a content
+	// size can make the decoder reserve: 8 MiB covers producers up to zstd
+	// level 19 (the default level 3 uses 2 MiB).
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxWindow(8<<20), zstd.WithDecoderMaxMemory(64<<20))
+	if err != nil {
+		panic(err) // only bad options make NewReader fail
+	}
+	return d
+}
+
+var xerialHeader = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
+
+var errTooLarge = fmt.Errorf("decompressed records exceed the limit: %w", kerr.MessageTooLarge)
+
+// decompressor opens a streaming reader over a compressed records payload.
+// close must be called to return pooled state.
+func decompressor(codec int8, in []byte, limit int) (r io.Reader, close func(), err error) {
+	src := bytes.NewReader(in)
+	switch codec {
+	case codecGzip:
+		zr, _ := gzipPool.Get().(*gzip.Reader)
+		if zr == nil {
+			zr = new(gzip.Reader)
+		}
+		if err := zr.Reset(src); err != nil {
+			gzipPool.Put(zr)
+			return nil, nil, corrupt("gzip header: %v", err)
+		}
+		zr.Multistream(false)
+		return zr, func() { gzipPool.Put(zr) }, nil
+	case codecSnappy:
+		out, err := snappyDecode(nil, in, limit)
+		if err != nil {
+			return nil, nil, err
+		}
+		return bytes.NewReader(out), func() {}, nil
+	case codecLZ4:
+		lr := lz4Pool.Get().(*lz4.Reader)
+		lr.Reset(src)
+		return lr, func() { lr.Reset(nil); lz4Pool.Put(lr) }, nil
+	case codecZstd:
+		// A frame that declares its size is checked before the decoder
+		// reserves anything for it.
+		var h zstd.Header
+		if err := h.Decode(in); err == nil && h.HasFCS && h.FrameContentSize > uint64(limit) {
+			return nil, nil, errTooLarge
+		}
+		d := zstdPool.Get().(*zstd.Decoder)
+		if err := d.Reset(src); err != nil {
+			zstdPool.Put(d)
+			return nil, nil, corrupt("zstd: %v", err)
+		}
+		return d, func() { d.Reset(nil); zstdPool.Put(d) }, nil
+	}
+	return nil, nil, corrupt("unknown compression codec %d", codec)
+}
+
+// snappyDecode decodes Kafka's snappy payloads: a raw snappy block (franz-go,
+// sarama, librdkafka) or xerial framing (the Java client). Each block's
+// decoded length is checked against limit before anything is allocated.
+func snappyDecode(dst, in []byte, limit int) ([]byte, error) {
+	block := func(b []byte) error {
+		n, err := snappy.DecodedLen(b)
+		if err != nil {
+			return corrupt("snappy: %v", err)
+		}
+		if n > limit-len(dst) {
+			return errTooLarge
+		}
+		dst = grow(dst, n)
+		if _, err := snappy.Decode(dst[len(dst)-n:], b); err != nil {
+			return corrupt("snappy: %v", err)
+		}
+		return nil
+	}
+	if !bytes.HasPrefix(in, xerialHeader) {
+		return dst, block(in)
+	}
+	if len(in) < 16 {
+		return nil, corrupt("xerial snappy header truncated")
+	}
+	for in = in[16:]; len(in) > 0; {
+		if len(in) < 4 {
+			return nil, corrupt("xerial snappy chunk truncated")
+		}
+		n := int(uint32(in[0])<<24 | uint32(in[1])<<16 | uint32(in[2])<<8 | uint32(in[3]))
+		if n > len(in)-4 {
+			return nil, corrupt("xerial snappy chunk of %d bytes, %d left", n, len(in)-4)
+		}
+		if err := block(in[4 : 4+n]); err != nil {
+			return nil, err
+		}
+		in = in[4+n:]
+	}
+	return dst, nil
+}
+
+// grow extends b by n bytes, reallocating only when needed.
+func grow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b[:len(b)+n]
+	}
+	nb := make([]byte, len(b)+n, 2*len(b)+n)
+	copy(nb, b)
+	return nb
+}
+
+// limitedReader fails with errTooLarge once more than n bytes were read.
+type limitedReader struct {
+	r io.Reader
+	n int
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n < 0 {
+		return 0, errTooLarge
+	}
+	if len(p) > l.n+1 {
+		p = p[:l.n+1]
+	}
+	n, err := l.r.Read(p)
+	l.n -= n
+	if l.n < 0 {
+		return n, errTooLarge
+	}
+	return n, err
+}
+
+// streamSource reads records from a bounded decompression stream.
+type streamSource struct {
+	br    *bufio.Reader
+	n     int
+	limit int
+	buf   []byte
+}
+
+func (s *streamSource) ReadByte() (byte, error) {
+	c, err := s.br.ReadByte()
+	if err != nil {
+		return 0, streamErr(err)
+	}
+	s.n++
+	return c, nil
+}
+
+func (s *streamSource) next(n int, keep bool) ([]byte, error) {
+	if n < 0 || n > s.limit-s.n {
+		return nil, errTooLarge // never allocate from a length the input claims
+	}
+	if !keep {
+		d, err := s.br.Discard(n)
+		s.n += d
+		return nil, streamErr(err)
+	}
+	s.buf = grow(s.buf[:0], n)
+	m, err := io.ReadFull(s.br, s.buf)
+	s.n += m
+	return s.buf, streamErr(err)
+}
+
+func (s *streamSource) pos() int       { return s.n }
+func (s *streamSource) raw(int) []byte { return nil }
+func (s *streamSource) atEOF() bool    { _, err := s.br.Peek(1); return err == io.EOF }
+func streamErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, kerr.MessageTooLarge):
+		return err
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		return errShort
+	}
+	return corrupt("decompressing: %v", err)
+}
+
+// walkBatch walks the records of b, decompressing them through a bounded
+// stream if needed; limit bounds the decompressed size.
+func walkBatch(b batch, limit int, fn func(*record) error) error {
+	if b.codec() == codecNone {
+		return walkRecords(&sliceSource{b: b.records()}, b.recordCount(), fn)
+	}
+	r, done, err := decompressor(b.codec(), b.records(), limit)
+	if err != nil {
+		return err
+	}
+	defer done()
+	br := bufioPool.Get().(*bufio.Reader)
+	br.Reset(&limitedReader{r: r, n: limit})
+	defer func() { br.Reset(nil); bufioPool.Put(br) }()
+	src := &streamSource{br: br, limit: limit}
+	if err := walkRecords(src, b.recordCount(), fn); err != nil {
+		return err
+	}
+	return nil
+}
+
+// decompressAll inflates b's records into dst (reused), at most limit bytes.
+func decompressAll(dst []byte, b batch, limit int) ([]byte, error) {
+	if b.codec() == codecNone {
+		return append(dst[:0], b.records()...), nil
+	}
+	if b.codec() == codecSnappy {
+		return snappyDecode(dst[:0], b.records(), limit)
+	}
+	r, done, err := decompressor(b.codec(), b.records(), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	buf := bytes.NewBuffer(dst[:0])
+	if _, err := buf.ReadFrom(&limitedReader{r: r, n: limit}); err != nil {
+		return nil, streamErr(err)
+	}
+	return buf.Bytes(), nil
+}
+
+// compress encodes records with codec (used when compaction rewrites a
+// batch; client batches are never re-encoded).
+func compress(codec int8, records []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	switch codec {
+	case codecNone:
+		return records, nil
+	case codecGzip:
+		w := gzip.NewWriter(&buf)
+		if _, err := w.Write(records); err != nil {
+			return nil, err
+		}
+		if err := w.Close(); err != nil {
+			return nil, err
+		}
+	case codecSnappy:
+		// Xerial framing: every client library reads it.
+		buf.Write(xerialHeader)
+		buf.Write([]byte{0, 0, 0, 1, 0, 0, 0, 1})
+		for len(records) > 0 {
+			n := min(len(records), 32<<10)
+			enc := snappy.Encode(nil, records[:n])
+			buf.Write([]byte{byte(len(enc) >> 24), byte(len(enc) >> 16), byte(len(enc) >> 8), byte(len(enc))})
+			buf.Write(enc)
+			records = records[n:]
+		}
+	case codecLZ4:
+		w := lz4.NewWriter(&buf)
+		if _, err := w.Write(records); err != nil {
+			return nil, err
+		}
+		if err := w.Close(); err != nil {
+			return nil, err
+		}
+	case codecZstd:
+		e := zstdEnc.Get().(*zstd.Encoder)
+		defer zstdEnc.Put(e)
+		return e.EncodeAll(records, nil), nil
+	default:
+		return nil, fmt.Errorf("unknown compression codec %d", codec)
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,75 @@
+package engine
+
+import "encoding/binary"
+
+// Key layout of the shared Pebble instance. Every key starts with a one
+// byte namespace so that the engine and the metadata quorum never collide:
+//
+//	0x01 'm' ...                                raftmeta: raft log and stable store (owned by raftmeta)
+//	0x02 'P' topicID(16) partition(4)           partition state (topic name, log start, leader epoch, config)
+//	0x02 'D' topicID(16) partition(4) 'L' base(8)   one record batch, keyed by its base offset
+//	0x02 'D' topicID(16) partition(4) 'M' base(8)   that batch's index entry (offsets, size, max timestamp, epoch)
+//	0x02 'D' topicID(16) partition(4) 'E' epoch(4)  leader-epoch cache entry: epoch -> start offset
+//	0x02 'D' topicID(16) partition(4) 'S' pid(8)    idempotent producer state
+//
+// All integers are big endian. Offsets, epochs and producer IDs stored here
+// are never negative, so byte order is numeric order. Everything of a
+// partition except its state key lives under one 'D' prefix, so deleting a
+// partition is one range deletion. Namespaces 0x00 and 0x03-0xff are free.
+const (
+	nsEngine   = 0x02
+	kindState  = 'P'
+	kindData   = 'D'
+	subLog     = 'L'
+	subMeta    = 'M'
+	subEpoch   = 'E'
+	subProduce = 'S'
+)
+
+func stateKey(id TopicID, p int32) []byte {
+	k := make([]byte, 0, 22)
+	k = append(k, nsEngine, kindState)
+	k = append(k, id[:]...)
+	return binary.BigEndian.AppendUint32(k, uint32(p))
+}
+
+// dataPrefix is the prefix of all of a partition's data keys.
+func dataPrefix(id TopicID, p int32) []byte {
+	k := make([]byte, 0, 31)
+	k = append(k, nsEngine, kindData)
+	k = append(k, id[:]...)
+	return binary.BigEndian.AppendUint32(k, uint32(p))
+}
+
+func subPrefix(id TopicID, p int32, sub byte) []byte {
+	return append(dataPrefix(id, p), sub)
+}
+
+func logKey(id TopicID, p int32, base int64) []byte {
+	return binary.BigEndian.AppendUint64(subPrefix(id, p, subLog), uint64(base))
+}
+
+func epochKey(id TopicID, p int32, epoch int32) []byte {
+	return binary.BigEndian.AppendUint32(subPrefix(id, p, subEpoch), uint32(epoch))
+}
+
+func producerKey(id TopicID, p int32, pid int64) []byte {
+	return binary.BigEndian.AppendUint64(subPrefix(id, p, subProduce), uint64(pid))
+}
+
+// prefixEnd returns the smallest key greater than every key with prefix.
+func prefixEnd(prefix []byte) []byte {
+	end := append([]byte(nil), prefix...)
+	for i := len(end) - 1; i >= 0; i-- {
+		end[i]++
+		if end[i] != 0 {
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// keySuffix64 decodes the trailing 8 bytes of a key.
+func keySuffix64(k []byte) int64 { return int64(binary.BigEndian.Uint64(k[len(k)-8:])) }
+
+func keySuffix32(k []byte) int32 { return int32(binary.BigEndian.Uint32(k[len(k)-4:])) }

@@ -1,0 +1,158 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// maxProducerBatches is how many recent batches per producer are kept to
+// answer retries (max.in.flight.requests.per.connection is at most 5 for
+// idempotent producers).
+const maxProducerBatches = 5
+
+// seqBatch is one recent batch of an idempotent producer.
+type seqBatch struct {
+	FirstSeq, LastSeq       int32
+	FirstOffset, LastOffset int64
+}
+
+// producerEntry is the idempotence state of one producer ID.
+type producerEntry struct {
+	Epoch            int16
+	LastTimestamp    int64
+	CoordinatorEpoch int32
+	TxnStart         int64 // first offset of the open transaction, or -1
+	Batches          []seqBatch
+}
+
+func (pe *producerEntry) clone() *producerEntry {
+	c := *pe
+	c.Batches = append([]seqBatch(nil), pe.Batches...)
+	return &c
+}
+
+func (pe *producerEntry) encode() []byte {
+	b := make([]byte, 0, 23+24*len(pe.Batches))
+	b = binary.BigEndian.AppendUint16(b, uint16(pe.Epoch))
+	b = binary.BigEndian.AppendUint64(b, uint64(pe.LastTimestamp))
+	b = binary.BigEndian.AppendUint32(b, uint32(pe.CoordinatorEpoch))
+	b = binary.BigEndian.AppendUint64(b, uint64(pe.TxnStart))
+	b = append(b, byte(len(pe.Batches)))
+	for _, s := range pe.Batches {
+		b = binary.BigEndian.AppendUint32(b, uint32(s.FirstSeq))
+		b = binary.BigEndian.AppendUint32(b, uint32(s.LastSeq))
+		b = binary.BigEndian.AppendUint64(b, uint64(s.FirstOffset))
+		b = binary.BigEndian.AppendUint64(b, uint64(s.LastOffset))
+	}
+	return b
+}
+
+func decodeProducer(b []byte) (*producerEntry, error) {
+	if len(b) < 23 || len(b) != 23+24*int(b[22]) {
+		return nil, fmt.Errorf("producer state of %d bytes is malformed", len(b))
+	}
+	pe := &producerEntry{
+		Epoch:            int16(binary.BigEndian.Uint16(b)),
+		LastTimestamp:    int64(binary.BigEndian.Uint64(b[2:])),
+		CoordinatorEpoch: int32(binary.BigEndian.Uint32(b[10:])),
+		TxnStart:         int64(binary.BigEndian.Uint64(b[14:])),
+	}
+	for r := b[23:]; len(r) > 0; r = r[24:] {
+		pe.Batches = append(pe.Batches, seqBatch{
+			FirstSeq:    int32(binary.BigEndian.Uint32(r)),
+			LastSeq:     int32(binary.BigEndian.Uint32(r[4:])),
+			FirstOffset: int64(binary.BigEndian.Uint64(r[8:])),
+			LastOffset:  int64(binary.BigEndian.Uint64(r[16:])),
+		})
+	}
+	return pe, nil
+}
+
+// producerTxn is the producer-state change of one append: entries are
+// copied on first touch so that a rejected append changes nothing.
+type producerTxn struct {
+	base    map[int64]*producerEntry
+	changed map[int64]*producerEntry
+}
+
+func (t *producerTxn) get(pid int64) *producerEntry {
+	if pe, ok := t.changed[pid]; ok {
+		return pe
+	}
+	return t.base[pid]
+}
+
+func inSequence(last, first int32) bool {
+	return first == last+1 || (last == math.MaxInt32 && first == 0)
+}
+
+// check validates b against the producer's state. It returns the original
+// batch when b is a retry of one of the last few batches.
+func (t *producerTxn) check(b batch, origin Origin) (*seqBatch, error) {
+	pid, epoch := b.producerID(), b.producerEpoch()
+	cur := t.get(pid)
+	if cur == nil || origin != OriginClient {
+		return nil, nil // unknown producers may start at any sequence (Kafka, KIP-360)
+	}
+	if epoch < cur.Epoch {
+		return nil, fmt.Errorf("producer %d epoch %d is older than %d: %w", pid, epoch, cur.Epoch, kerr.InvalidProducerEpoch)
+	}
+	if b.baseSequence() < 0 {
+		return nil, nil
+	}
+	if epoch != cur.Epoch {
+		if b.baseSequence() != 0 {
+			return nil, fmt.Errorf("producer %d new epoch %d starts at sequence %d, not 0: %w", pid, epoch, b.baseSequence(), kerr.OutOfOrderSequenceNumber)
+		}
+		return nil, nil
+	}
+	for i := range cur.Batches {
+		if s := &cur.Batches[i]; s.FirstSeq == b.baseSequence() && s.LastSeq == b.lastSequence() {
+			return s, nil
+		}
+	}
+	last := int32(-1)
+	if n := len(cur.Batches); n > 0 {
+		last = cur.Batches[n-1].LastSeq
+	}
+	if !inSequence(last, b.baseSequence()) {
+		return nil, fmt.Errorf("producer %d epoch %d: sequence %d after %d: %w", pid, epoch, b.baseSequence(), last, kerr.OutOfOrderSequenceNumber)
+	}
+	return nil, nil
+}
+
+// update records b (already given its offsets) in the producer's state.
+func (t *producerTxn) update(b batch) {
+	pid := b.producerID()
+	pe := t.changed[pid]
+	if pe == nil {
+		if old := t.base[pid]; old != nil {
+			pe = old.clone()
+		} else {
+			pe = &producerEntry{Epoch: b.producerEpoch(), TxnStart: -1}
+		}
+		if t.changed == nil {
+			t.changed = make(map[int64]*producerEntry)
+		}
+		t.changed[pid] = pe
+	}
+	if b.producerEpoch() != pe.Epoch {
+		pe.Epoch, pe.Batches = b.producerEpoch(), nil
+	}
+	pe.LastTimestamp = b.maxTimestamp()
+	switch {
+	case b.isControl():
+		pe.TxnStart = -1
+	case b.isTransactional() && pe.TxnStart < 0:
+		pe.TxnStart = b.baseOffset()
+	}
+	if b.baseSequence() >= 0 && !b.isControl() {
+		pe.Batches = append(pe.Batches, seqBatch{b.baseSequence(), b.lastSequence(), b.baseOffset(), b.lastOffset()})
+		if len(pe.Batches) > maxProducerBatches {
+			pe.Batches = pe.Batches[len(pe.Batches)-maxProducerBatches:]
+		}
+	}
+}

@@ -1,0 +1,103 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+func TestIdempotentProducer(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openTest(t, fs)
+	p := mkPart(t, e, DefaultLogConfig())
+	pb := func(epoch int16, seq int32, n int) []byte {
+		recs := make([]rec, n)
+		for i := range recs {
+			recs[i] = kv("k", "v")
+		}
+		return mkBatch(t, batchOpts{pid: 42, epoch: epoch, seq: seq}, recs...)
+	}
+	r0 := appendOK(t, p, OriginClient, pb(0, 0, 2)) // seq 0-1, offsets 0-1
+	r1 := appendOK(t, p, OriginClient, pb(0, 2, 3)) // seq 2-4, offsets 2-4
+	// Retries of either batch: success with the original offsets, nothing appended.
+	for _, tc := range []struct {
+		b    []byte
+		want AppendResult
+	}{{pb(0, 0, 2), r0}, {pb(0, 2, 3), r1}} {
+		res := appendOK(t, p, OriginClient, tc.b)
+		if !res.Duplicate || res.BaseOffset != tc.want.BaseOffset || res.LastOffset != tc.want.LastOffset {
+			t.Fatalf("retry: %+v, want offsets of %+v", res, tc.want)
+		}
+	}
+	if p.Offsets().LogEnd != 5 {
+		t.Fatalf("duplicates appended: log end %d", p.Offsets().LogEnd)
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		code int16
+	}{
+		{"gap", pb(0, 6, 1), kerr.OutOfOrderSequenceNumber.Code},
+		{"overlap", pb(0, 4, 2), kerr.OutOfOrderSequenceNumber.Code},
+		{"new epoch not at 0", pb(1, 5, 1), kerr.OutOfOrderSequenceNumber.Code},
+	} {
+		if err := appendErr(p, tc.b); kcode(err) != tc.code {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+	}
+	// A request whose second batch fails leaves the first one's sequence unused.
+	two := append(pb(0, 5, 1), pb(0, 9, 1)...)
+	if err := appendErr(p, two); kcode(err) != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("two batches: %v", err)
+	}
+	if res := appendOK(t, p, OriginClient, pb(0, 5, 1)); res.Duplicate || res.BaseOffset != 5 {
+		t.Fatalf("seq 5 after a rejected request: %+v", res)
+	}
+	// Restart: state survives exactly.
+	e.Close()
+	e = openTest(t, fs)
+	p = e.Partition(testID, 0)
+	if res := appendOK(t, p, OriginClient, pb(0, 5, 1)); !res.Duplicate || res.BaseOffset != 5 {
+		t.Fatalf("retry after reopen: %+v", res)
+	}
+	if err := appendErr(p, pb(0, 7, 1)); kcode(err) != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("gap after reopen: %v", err)
+	}
+	// A new epoch starts at 0; the old epoch is then fenced.
+	appendOK(t, p, OriginClient, pb(1, 0, 1))
+	if err := appendErr(p, pb(0, 6, 1)); kcode(err) != kerr.InvalidProducerEpoch.Code {
+		t.Fatalf("old epoch: %v", err)
+	}
+	ps := p.Producers()
+	if len(ps) != 1 || ps[0].ProducerEpoch != 1 || ps[0].LastSequence != 0 || ps[0].CurrentTxnStartOffset != -1 {
+		t.Fatalf("producers %+v", ps)
+	}
+	// Only the last 5 batches are remembered; a retry of an older one is out of order.
+	for i := int32(1); i <= 6; i++ {
+		appendOK(t, p, OriginClient, pb(1, i, 1))
+	}
+	if err := appendErr(p, pb(1, 1, 1)); kcode(err) != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("retry of a forgotten batch: %v", err)
+	}
+	// Sequence wraps at MaxInt32.
+	q, _ := e.Create("w", TopicID{5}, 0, DefaultLogConfig())
+	appendOK(t, q, OriginClient, mkBatch(t, batchOpts{pid: 7, seq: math.MaxInt32}, kv("a", "1")))
+	appendOK(t, q, OriginClient, mkBatch(t, batchOpts{pid: 7, seq: 0}, kv("a", "1")))
+	// Transactions: the open transaction's start offset is tracked.
+	tx, _ := e.Create("tx", TopicID{6}, 0, DefaultLogConfig())
+	appendOK(t, tx, OriginClient, mkBatch(t, batchOpts{pid: 8, seq: 0, attrs: attrTransactional}, kv("a", "1")))
+	appendOK(t, tx, OriginClient, mkBatch(t, batchOpts{pid: 8, seq: 1, attrs: attrTransactional}, kv("a", "1")))
+	if ps := tx.Producers(); ps[0].CurrentTxnStartOffset != 0 {
+		t.Fatalf("txn start %+v", ps)
+	}
+	marker := mkBatch(t, batchOpts{pid: 8, seq: -1, attrs: attrTransactional | attrControl}, rec{key: []byte{0, 0, 0, 1}, val: []byte{0, 0, 0, 0, 0, 0}})
+	if _, err := tx.Append(context.Background(), &AppendRequest{Origin: OriginInternal, Records: marker, Acks: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if ps := tx.Producers(); ps[0].CurrentTxnStartOffset != -1 {
+		t.Fatalf("txn still open after the marker %+v", ps)
+	}
+}

@@ -1,0 +1,235 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+func TestRetentionByTime(t *testing.T) {
+	e := openTest(t, nil)
+	cfg := DefaultLogConfig()
+	cfg.RetentionMs = 60_000
+	p := mkPart(t, e, cfg)
+	now := time.UnixMilli(10_000_000)
+	for i, age := range []time.Duration{5 * time.Minute, 3 * time.Minute, 30 * time.Second, 2 * time.Hour} {
+		ts := now.Add(-age).UnixMilli()
+		appendOK(t, p, OriginClient, mkBatch(t, batchOpts{baseTs: ts}, kv("k", fmt.Sprint(i))))
+	}
+	// Batch 2 (30s old) stops the pass even though batch 3 is older: Kafka
+	// deletes a prefix. Batch 3 would stay anyway: it is the last one.
+	if err := e.EnforceRetention(now); err != nil {
+		t.Fatal(err)
+	}
+	if o := p.Offsets(); o.LogStart != 2 || o.LogEnd != 4 {
+		t.Fatalf("offsets %+v", o)
+	}
+	if got := fetchAll(t, p, 2); len(got) != 2 {
+		t.Fatalf("%d batches left", len(got))
+	}
+	// Later everything but the last batch goes.
+	if err := e.EnforceRetention(now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if o := p.Offsets(); o.LogStart != 3 || o.LogEnd != 4 {
+		t.Fatalf("offsets %+v", o)
+	}
+	if res := appendOK(t, p, OriginClient, mkBatch(t, batchOpts{}, kv("a", "b"))); res.BaseOffset != 4 || res.LogStartOffset != 3 {
+		t.Fatalf("append after retention %+v", res)
+	}
+}
+
+func TestRetentionByBytes(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openTest(t, fs)
+	cfg := DefaultLogConfig()
+	cfg.RetentionMs = -1
+	p := mkPart(t, e, cfg)
+	var size int64
+	for i := range 10 {
+		b := mkBatch(t, batchOpts{}, kv("k", fmt.Sprintf("%0100d", i)))
+		size = int64(len(b))
+		appendOK(t, p, OriginClient, b)
+	}
+	cfg.RetentionBytes = 3*size + size/2 // Kafka never goes below retention.bytes: 4 batches stay
+	p.SetConfig(cfg)
+	if err := e.EnforceRetention(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if o := p.Offsets(); o.LogStart != 6 {
+		t.Fatalf("log start %d, want 6", o.LogStart)
+	}
+	cfg.RetentionBytes = 3 * size
+	p.SetConfig(cfg)
+	if err := e.EnforceRetention(time.Now()); err != nil || p.Offsets().LogStart != 7 {
+		t.Fatalf("log start %d (%v), want 7", p.Offsets().LogStart, err)
+	}
+	e.Close()
+	e = openTest(t, fs)
+	p = e.Partition(testID, 0)
+	if got := recordsOf(t, fetchAll(t, p, 7)); len(got) != 3 || got[7] != fmt.Sprintf("k=%0100d", 7) {
+		t.Fatalf("after reopen: %v", got)
+	}
+	if o := p.Offsets(); o.LogStart != 7 || o.LogEnd != 10 {
+		t.Fatalf("after reopen: %+v", o)
+	}
+}
+
+func TestCompaction(t *testing.T) {
+	for _, codec := range []int8{codecNone, codecGzip, codecSnappy, codecLZ4, codecZstd} {
+		t.Run(fmt.Sprint("codec", codec), func(t *testing.T) {
+			fs := vfs.NewMem()
+			e := openTest(t, fs)
+			cfg := DefaultLogConfig()
+			cfg.Compact, cfg.Delete = true, false
+			cfg.MinCompactionLag = time.Minute
+			cfg.DeleteRetention = time.Hour
+			p := mkPart(t, e, cfg)
+			now := time.UnixMilli(100_000_000)
+			old := now.Add(-10 * time.Minute).UnixMilli()
+			add := func(ts int64, recs ...rec) {
+				appendOK(t, p, OriginClient, mkBatch(t, batchOpts{codec: codec, baseTs: ts}, recs...))
+			}
+			add(old, kv("a", "1"), kv("b", "1"), kv("c", "1")) // 0-2
+			add(old, kv("a", "2"), kv("d", "1"))               // 3-4
+			add(old, kv("b", ""), kv("d", "2"))                // 5-6: b deleted
+			add(old, kv("e", "1"))                             // 7: all live
+			add(now.UnixMilli(), kv("a", "3"))                 // 8: too recent, and the last batch
+			if err := e.EnforceRetention(now); err != nil {
+				t.Fatal(err)
+			}
+			want := map[int64]string{2: "c=1", 5: "b=<nil>", 6: "d=2", 7: "e=1", 8: "a=3"}
+			check := func(want map[int64]string) {
+				t.Helper()
+				got := recordsOf(t, fetchAll(t, p, 0))
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("after compaction\n got %v\nwant %v", got, want)
+				}
+			}
+			check(want)
+			// Batches keep their offsets and stay valid; batch 3-4 (all dead) is gone.
+			bs := fetchAll(t, p, 0)
+			if len(bs) != 4 || batch(bs[0]).baseOffset() != 0 || batch(bs[0]).lastOffset() != 2 || batch(bs[0]).codec() != codec {
+				t.Fatalf("rewritten batches: %d", len(bs))
+			}
+			for _, b := range bs {
+				if _, err := splitBatches(b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if o := p.Offsets(); o.LogStart != 0 || o.LogEnd != 9 {
+				t.Fatalf("offsets %+v", o)
+			}
+			// The tombstone goes after delete.retention.
+			if err := e.EnforceRetention(now.Add(2 * time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			delete(want, 5)
+			check(want)
+			e.Close()
+			e = openTest(t, fs)
+			p = e.Partition(testID, 0)
+			check(want)
+			// Fetching at an offset that compaction removed starts at the next batch.
+			res, err := p.Fetch(3, 1, ReadUncommitted)
+			if err != nil || batch(res.Batches[0]).baseOffset() != 5 {
+				t.Fatalf("fetch in a compacted gap: %v", err)
+			}
+		})
+	}
+}
+
+func TestRetentionLoopAndMetrics(t *testing.T) {
+	e := openTest(t, nil, func(c *Config) { c.RetentionCheckInterval = 5 * time.Millisecond })
+	cfg := DefaultLogConfig()
+	cfg.RetentionMs = 1000
+	p := mkPart(t, e, cfg)
+	n := 0
+	for range 3 {
+		b := mkBatch(t, batchOpts{baseTs: 1000}, kv("a", "1"))
+		n += len(b)
+		appendOK(t, p, OriginClient, b)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Offsets().LogStart != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("retention loop did not run: %+v", p.Offsets())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st := e.Metrics()
+	if st.BytesWritten != int64(n) || st.Appends != 3 || st.Partitions != 1 || st.DiskUsage == 0 || st.TailBytes != int64(n/3) { // retention dropped two batches from the tail too
+		t.Fatalf("metrics %+v", st)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := appendErr(p, mkBatch(t, batchOpts{}, kv("a", "1"))); err == nil {
+		t.Fatal("append after Close succeeded")
+	}
+}
+
+// TestCompactionWhileAppending runs compaction passes while producers
+// append: the latest value of every key survives and reads stay valid.
+func TestCompactionWhileAppending(t *testing.T) {
+	e := openTest(t, nil)
+	cfg := DefaultLogConfig()
+	cfg.Compact, cfg.Delete = true, false
+	p := mkPart(t, e, cfg)
+	const writers, perWriter = 3, 200
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 300 {
+			if err := e.EnforceRetention(time.Now().Add(time.Duration(i) * time.Hour)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perWriter {
+				appendOK(t, p, OriginClient, mkBatch(t, batchOpts{codec: int8(i % 5)}, kv(fmt.Sprintf("w%d-k%d", w, i%7), fmt.Sprint(i))))
+			}
+		}()
+	}
+	wg.Wait()
+	<-done
+	if err := e.EnforceRetention(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	latest := map[string]string{}
+	recs := recordsOf(t, fetchAll(t, p, 0))
+	if len(recs) > writers*7+5 {
+		t.Fatalf("%d records left after compaction", len(recs))
+	}
+	for _, kv := range recs {
+		k, v, _ := strings.Cut(kv, "=")
+		if old, ok := latest[k]; ok {
+			a, _ := strconv.Atoi(old)
+			b, _ := strconv.Atoi(v)
+			v = fmt.Sprint(max(a, b))
+		}
+		latest[k] = v
+	}
+	for w := range writers {
+		for k := range 7 {
+			want := perWriter - 7 + (k-perWriter%7+7)%7
+			if got := latest[fmt.Sprintf("w%d-k%d", w, k)]; got != fmt.Sprint(want) {
+				t.Fatalf("w%d-k%d = %s, want %d", w, k, got, want)
+			}
+		}
+	}
+	if o := p.Offsets(); o.LogEnd != writers*perWriter {
+		t.Fatalf("offsets %+v", o)
+	}
+}

@@ -1,0 +1,379 @@
+package raftmeta
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// Config configures a Controller.
+type Config struct {
+	NodeID int32
+	Dir    string     // for snapshots (Dir/raft-snapshots)
+	DB     *pebble.DB // log + stable store live here under prefix {0x01,'m'}; not closed by Close
+	// RaftAddr: "" = single voter with an in-memory transport (no extra
+	// port); otherwise a TCP transport bound there, so that more voters
+	// can join later with AddVoter.
+	RaftAddr string
+	// Join makes a node that joins an existing quorum (the leader adds it
+	// with AddVoter): it neither bootstraps nor waits for leadership, and
+	// its image follows the leader's log. Needs a RaftAddr.
+	Join   bool
+	Logger *slog.Logger
+}
+
+// Controller owns this node's raft instance and the metadata image, and
+// makes the controller's decisions when this node leads.
+type Controller struct {
+	cfg      Config
+	log      *slog.Logger
+	raft     *raft.Raft
+	trans    io.Closer
+	raftAddr raft.ServerAddress
+
+	// state is the published image and the channel closed when a newer
+	// one replaces it.
+	state    atomic.Pointer[published]
+	pubMu    sync.Mutex // serializes publishing
+	leaderID int32      // guarded by pubMu; -1 when unknown
+
+	decide chan struct{} // a one-slot semaphore: one decision at a time
+
+	observer *raft.Observer
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closed   atomic.Bool
+}
+
+type published struct {
+	img     *Image
+	changed chan struct{}
+}
+
+// Open starts raft on cfg.DB. On first start it bootstraps a single-voter
+// cluster and writes a new cluster ID; on restart it restores the latest
+// snapshot and replays the log. It returns once this node leads and the
+// image reflects every committed entry; ctx bounds the wait.
+func Open(ctx context.Context, cfg Config) (*Controller, error) {
+	if cfg.DB == nil || cfg.Dir == "" {
+		return nil, errors.New("raftmeta: Config.DB and Config.Dir are required")
+	}
+	if cfg.Join && cfg.RaftAddr == "" {
+		return nil, errors.New("raftmeta: Config.Join needs a RaftAddr")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &Controller{
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "raftmeta", "node", cfg.NodeID),
+		leaderID: -1,
+		decide:   make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+	}
+	empty := &Image{ControllerID: -1}
+	empty.ensureMaps()
+	c.state.Store(&published{img: empty, changed: make(chan struct{})})
+
+	rlog := slog.NewLogLogger(c.log.Handler(), slog.LevelInfo)
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(strconv.Itoa(int(cfg.NodeID)))
+	rc.Logger = hclog.FromStandardLogger(rlog, &hclog.LoggerOptions{Name: "raft", Level: hclog.Info})
+
+	var trans raft.Transport
+	if cfg.RaftAddr == "" {
+		// A lone voter needs no network, and short timeouts make it lead
+		// (and so open) quickly.
+		rc.HeartbeatTimeout = 50 * time.Millisecond
+		rc.ElectionTimeout = 50 * time.Millisecond
+		rc.LeaderLeaseTimeout = 50 * time.Millisecond
+		_, t := raft.NewInmemTransport(raft.ServerAddress("raftmeta-" + string(rc.LocalID)))
+		trans, c.trans = t, t
+	} else {
+		t, err := raft.NewTCPTransport(cfg.RaftAddr, nil, 3, 10*time.Second, rlog.Writer())
+		if err != nil {
+			return nil, fmt.Errorf("raftmeta: raft transport on %s: %w", cfg.RaftAddr, err)
+		}
+		trans, c.trans = t, t
+	}
+	snaps, err := raft.NewFileSnapshotStore(filepath.Join(cfg.Dir, "raft-snapshots"), 2, rlog.Writer())
+	if err != nil {
+		c.trans.Close()
+		return nil, fmt.Errorf("raftmeta: snapshot store: %w", err)
+	}
+	store := NewStore(cfg.DB)
+	existing, err := raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		c.trans.Close()
+		return nil, fmt.Errorf("raftmeta: inspect raft state: %w", err)
+	}
+	if !existing && !cfg.Join {
+		boot := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr()}}}
+		if err := raft.BootstrapCluster(rc, store, store, snaps, trans, boot); err != nil {
+			c.trans.Close()
+			return nil, fmt.Errorf("raftmeta: bootstrap: %w", err)
+		}
+	}
+	c.raftAddr = trans.LocalAddr()
+	r, err := raft.NewRaft(rc, (*fsm)(c), store, store, snaps, trans)
+	if err != nil {
+		c.trans.Close()
+		return nil, fmt.Errorf("raftmeta: start raft: %w", err)
+	}
+	c.raft = r
+
+	obs := make(chan raft.Observation, 16)
+	c.observer = raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	r.RegisterObserver(c.observer)
+	if _, leader := r.LeaderWithID(); leader != "" { // learnt before the observer was in place
+		c.setLeader(nodeID(leader))
+	}
+	c.wg.Add(1)
+	go c.watchLeader(obs)
+
+	if cfg.Join {
+		return c, nil
+	}
+	if err := c.awaitLeadership(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// awaitLeadership waits until this node leads, applies every committed
+// entry, and writes the cluster ID if the cluster is new.
+func (c *Controller) awaitLeadership(ctx context.Context) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for c.raft.State() != raft.Leader {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("raftmeta: waiting for leadership: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	if err := wait(ctx, c.raft.Barrier(0)); err != nil {
+		return fmt.Errorf("raftmeta: catching up: %w", err)
+	}
+	c.setLeader(c.cfg.NodeID)
+	if c.Image().ClusterID == "" {
+		id := RandomUUID()
+		if err := c.propose(ctx, Record{Type: RecordCluster, ClusterID: base64.RawURLEncoding.EncodeToString(id[:])}); err != nil {
+			return fmt.Errorf("raftmeta: writing cluster ID: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c *Controller) watchLeader(obs chan raft.Observation) {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-obs:
+			// Ask raft rather than trusting the observation: a dropped
+			// observation (the channel does not block raft) is then
+			// covered by the next one.
+			_, leader := c.raft.LeaderWithID()
+			c.setLeader(nodeID(leader))
+		}
+	}
+}
+
+// nodeID is the broker ID a raft server ID names, -1 for none.
+func nodeID(id raft.ServerID) int32 {
+	n, err := strconv.ParseInt(string(id), 10, 32)
+	if err != nil {
+		return -1
+	}
+	return int32(n)
+}
+
+// setLeader records the raft leader and republishes the image with it as
+// ControllerID.
+func (c *Controller) setLeader(id int32) {
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	c.leaderID = id
+	if cur := c.state.Load().img; cur.ControllerID != id {
+		img := *cur // maps and topics are shared: both images are immutable
+		c.publishLocked(&img)
+	}
+}
+
+func (c *Controller) publish(img *Image) {
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	c.publishLocked(img)
+}
+
+func (c *Controller) publishLocked(img *Image) {
+	img.ControllerID = c.leaderID
+	old := c.state.Swap(&published{img: img, changed: make(chan struct{})})
+	close(old.changed)
+}
+
+// Close stops raft. It does not close the Pebble DB, which the broker owns.
+func (c *Controller) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	var err error
+	if c.raft != nil {
+		c.raft.DeregisterObserver(c.observer)
+		err = c.raft.Shutdown().Error()
+	}
+	close(c.stop)
+	c.wg.Wait()
+	if cerr := c.trans.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("raftmeta: close: %w", err)
+	}
+	return nil
+}
+
+// Image returns the current image; it is never nil and never modified.
+func (c *Controller) Image() *Image { return c.state.Load().img }
+
+// Changed returns a channel that is closed when an image newer than the
+// current one is published. To never miss an update, call Changed before
+// Image (or use Watch): an image published in between closes the channel
+// at once.
+func (c *Controller) Changed() <-chan struct{} { return c.state.Load().changed }
+
+// Watch returns the current image and the channel that is closed when it
+// is replaced, as one consistent pair.
+func (c *Controller) Watch() (*Image, <-chan struct{}) {
+	s := c.state.Load()
+	return s.img, s.changed
+}
+
+// RaftAddr returns the address raft listens on (the in-memory address
+// when Config.RaftAddr is empty).
+func (c *Controller) RaftAddr() string { return string(c.raftAddr) }
+
+// IsLeader reports whether this node currently leads the quorum.
+func (c *Controller) IsLeader() bool { return c.raft.State() == raft.Leader }
+
+// AddVoter adds a voter to the quorum (only with a TCP RaftAddr).
+func (c *Controller) AddVoter(ctx context.Context, nodeID int32, raftAddr string) error {
+	f := c.raft.AddVoter(raft.ServerID(strconv.Itoa(int(nodeID))), raft.ServerAddress(raftAddr), 0, 0)
+	if err := wait(ctx, f); err != nil {
+		return fmt.Errorf("raftmeta: add voter %d at %s: %w", nodeID, raftAddr, err)
+	}
+	return nil
+}
+
+// Snapshot forces a raft snapshot of the image (and log truncation).
+func (c *Controller) Snapshot() error {
+	if err := c.raft.Snapshot().Error(); err != nil {
+		return fmt.Errorf("raftmeta: snapshot: %w", err)
+	}
+	return nil
+}
+
+// wait waits for a raft future or the context.
+func wait(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// propose replicates one record batch and waits until it is applied here,
+// so that Image() reflects it when propose returns. The batch's own error
+// (a record that no longer fits the image) is returned as is.
+func (c *Controller) propose(ctx context.Context, recs ...Record) error {
+	data, err := json.Marshal(recordBatch{Records: recs})
+	if err != nil {
+		return fmt.Errorf("raftmeta: encode records: %w", err)
+	}
+	var timeout time.Duration
+	if d, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(d), time.Millisecond)
+	}
+	f := c.raft.Apply(data, timeout)
+	if err := wait(ctx, f); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrRaftShutdown) {
+			return fmt.Errorf("raftmeta: %v: %w", err, kerr.NotController)
+		}
+		return fmt.Errorf("raftmeta: apply: %w", err)
+	}
+	if err, ok := f.Response().(error); ok {
+		return err
+	}
+	return nil
+}
+
+// fsm is the Controller seen as a raft.FSM. Apply only builds and
+// publishes images: it never calls out to user code.
+type fsm Controller
+
+func (f *fsm) Apply(l *raft.Log) any {
+	c := (*Controller)(f)
+	var b recordBatch
+	if err := json.Unmarshal(l.Data, &b); err != nil {
+		c.log.Error("undecodable metadata batch skipped", "index", l.Index, "err", err)
+		return fmt.Errorf("raftmeta: decode batch %d: %v: %w", l.Index, err, kerr.CorruptMessage)
+	}
+	img, err := applyBatch(c.Image(), b.Records)
+	if err != nil {
+		return err
+	}
+	img.Index = l.Index
+	c.publish(img)
+	return nil
+}
+
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	return imageSnapshot{(*Controller)(f).Image()}, nil
+}
+
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	img := new(Image)
+	if err := json.NewDecoder(rc).Decode(img); err != nil {
+		return fmt.Errorf("raftmeta: decode snapshot: %w", err)
+	}
+	img.restored()
+	(*Controller)(f).publish(img)
+	return nil
+}
+
+// imageSnapshot persists an immutable image as JSON, off the FSM goroutine.
+type imageSnapshot struct{ img *Image }
+
+func (s imageSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := json.NewEncoder(sink).Encode(s.img); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("raftmeta: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (imageSnapshot) Release() {}

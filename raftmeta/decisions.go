@@ -1,0 +1,437 @@
+package raftmeta
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// Controller decisions validate against the current image, choose IDs,
+// propose records and wait until they are applied. They run one at a time
+// (the decide semaphore), so each sees the effects of the previous one;
+// the FSM re-checks every record anyway, in case a decision gave up
+// waiting while its batch was still in flight.
+
+// lock takes the decision semaphore and checks that this node leads.
+func (c *Controller) lock(ctx context.Context) (*Image, error) {
+	select {
+	case c.decide <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if !c.IsLeader() {
+		<-c.decide
+		return nil, fmt.Errorf("raftmeta: node %d is not the controller: %w", c.cfg.NodeID, kerr.NotController)
+	}
+	return c.Image(), nil
+}
+
+func (c *Controller) unlock() { <-c.decide }
+
+// RegisterBroker adds or updates a broker registration.
+func (c *Controller) RegisterBroker(ctx context.Context, b Broker) error {
+	if b.ID < 0 {
+		return fmt.Errorf("register broker %d: negative ID: %w", b.ID, kerr.InvalidRequest)
+	}
+	img, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.unlock()
+	if old, ok := img.Brokers[b.ID]; ok && old == b {
+		return nil
+	}
+	return c.propose(ctx, Record{Type: RecordRegisterBroker, Broker: &b})
+}
+
+// TopicSpec describes a topic to create.
+type TopicSpec struct {
+	Name              string
+	ID                UUID // zero = generate a random (v4) UUID
+	Partitions        int32
+	ReplicationFactor int16
+	// Assignments optionally gives each partition's replicas; then
+	// Partitions and ReplicationFactor may be <= 0 (Kafka's -1) or must
+	// match it.
+	Assignments [][]int32
+	Configs     map[string]string
+	Internal    bool
+}
+
+// ValidTopicName returns a kerr.InvalidTopicException error unless name
+// follows Kafka's rules: 1..249 characters of [a-zA-Z0-9._-], not "." or "..".
+func ValidTopicName(name string) error {
+	if name == "" || name == "." || name == ".." || len(name) > 249 {
+		return fmt.Errorf("topic name %q is empty, '.', '..' or longer than 249 characters: %w", name, kerr.InvalidTopicException)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("topic name %q has %q, only [a-zA-Z0-9._-] are allowed: %w", name, r, kerr.InvalidTopicException)
+		}
+	}
+	return nil
+}
+
+// collision returns an existing topic whose name equals name once '.' and
+// '_' are treated alike (Kafka rejects those: their metric names clash).
+func collision(img *Image, name string) string {
+	if !strings.ContainsAny(name, "._") {
+		return ""
+	}
+	norm := func(s string) string { return strings.ReplaceAll(s, ".", "_") }
+	n := norm(name)
+	for other := range img.Topics {
+		if other != name && norm(other) == n {
+			return other
+		}
+	}
+	return ""
+}
+
+// sortedBrokers returns the registered broker IDs in order.
+func sortedBrokers(img *Image) []int32 {
+	return slices.Sorted(maps.Keys(img.Brokers))
+}
+
+// assign returns round-robin replica lists for partitions first..first+n-1
+// over the registered brokers, starting at broker start: leaders spread
+// over brokers and each partition's replicas are consecutive brokers.
+func assign(brokers []int32, start, first, n int, rf int) [][]int32 {
+	out := make([][]int32, n)
+	for i := range n {
+		reps := make([]int32, rf)
+		for r := range rf {
+			reps[r] = brokers[(start+first+i+r)%len(brokers)]
+		}
+		out[i] = reps
+	}
+	return out
+}
+
+// partitionRecords builds the records of new partitions: leader = first
+// replica, leader epoch 0, ISR = replicas.
+func partitionRecords(id UUID, first int, assignments [][]int32) []Record {
+	recs := make([]Record, len(assignments))
+	for i, reps := range assignments {
+		recs[i] = Record{Type: RecordPartition, Partition: &PartitionRecord{
+			TopicID: id, Partition: int32(first + i),
+			Replicas: reps, ISR: slices.Clone(reps), Leader: reps[0],
+		}}
+	}
+	return recs
+}
+
+// checkAssignment validates explicit replica lists against the brokers.
+func checkAssignment(img *Image, assignments [][]int32) error {
+	for p, reps := range assignments {
+		if len(reps) == 0 || len(reps) != len(assignments[0]) {
+			return fmt.Errorf("partition %d has %d replicas, all partitions need the same non-zero count: %w", p, len(reps), kerr.InvalidReplicaAssignment)
+		}
+		for i, b := range reps {
+			if _, ok := img.Brokers[b]; !ok {
+				return fmt.Errorf("partition %d: broker %d is not registered: %w", p, b, kerr.InvalidReplicaAssignment)
+			}
+			if slices.Contains(reps[:i], b) {
+				return fmt.Errorf("partition %d lists broker %d twice: %w", p, b, kerr.InvalidReplicaAssignment)
+			}
+		}
+	}
+	return nil
+}
+
+// CreateTopics creates topics, returning one error per spec (nil for
+// success). Valid specs are written in one atomic batch; with
+// validateOnly nothing is written.
+func (c *Controller) CreateTopics(ctx context.Context, specs []TopicSpec, validateOnly bool) []error {
+	errs := make([]error, len(specs))
+	img, err := c.lock(ctx)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	defer c.unlock()
+
+	brokers := sortedBrokers(img)
+	names := map[string]int{}
+	for _, s := range specs {
+		names[s.Name]++
+	}
+	ids := map[UUID]bool{}
+	pending := map[string]string{} // accepted names, '.' as '_'
+	var recs []Record
+	var ok []int
+	for i, s := range specs {
+		errs[i] = func() error {
+			if err := ValidTopicName(s.Name); err != nil {
+				return err
+			}
+			if names[s.Name] > 1 {
+				return fmt.Errorf("topic %q appears more than once in the request: %w", s.Name, kerr.InvalidRequest)
+			}
+			if img.Topics[s.Name] != nil {
+				return fmt.Errorf("topic %q already exists: %w", s.Name, kerr.TopicAlreadyExists)
+			}
+			other := collision(img, s.Name)
+			if prev, ok := pending[strings.ReplaceAll(s.Name, ".", "_")]; ok {
+				other = prev
+			}
+			if other != "" {
+				return fmt.Errorf("topic %q collides with existing topic %q ('.' and '_' are interchangeable in metric names): %w", s.Name, other, kerr.InvalidTopicException)
+			}
+			id := s.ID
+			if id.IsZero() {
+				for id = RandomUUID(); img.TopicsByID[id] != nil || ids[id]; id = RandomUUID() {
+				}
+			} else if img.TopicsByID[id] != nil || ids[id] {
+				return fmt.Errorf("topic %q: topic ID %s is already in use: %w", s.Name, id.Base64(), kerr.InvalidRequest)
+			}
+			assignments := s.Assignments
+			if len(assignments) > 0 {
+				if s.Partitions > 0 && int(s.Partitions) != len(assignments) || s.ReplicationFactor > 0 && int(s.ReplicationFactor) != len(assignments[0]) {
+					return fmt.Errorf("topic %q: partitions or replication factor contradict the replica assignment: %w", s.Name, kerr.InvalidRequest)
+				}
+				if err := checkAssignment(img, assignments); err != nil {
+					return fmt.Errorf("topic %q: %w", s.Name, err)
+				}
+			} else {
+				if s.Partitions <= 0 {
+					return fmt.Errorf("topic %q: %d partitions, must be positive: %w", s.Name, s.Partitions, kerr.InvalidPartitions)
+				}
+				if s.ReplicationFactor <= 0 || int(s.ReplicationFactor) > len(brokers) {
+					return fmt.Errorf("topic %q: replication factor %d, must be 1..%d (registered brokers): %w", s.Name, s.ReplicationFactor, len(brokers), kerr.InvalidReplicationFactor)
+				}
+				assignments = assign(brokers, len(img.Topics)+len(ok), 0, int(s.Partitions), int(s.ReplicationFactor))
+			}
+			ids[id] = true
+			pending[strings.ReplaceAll(s.Name, ".", "_")] = s.Name
+			recs = append(recs, Record{Type: RecordTopic, Topic: &TopicRecord{Name: s.Name, ID: id, Configs: s.Configs, Internal: s.Internal}})
+			recs = append(recs, partitionRecords(id, 0, assignments)...)
+			ok = append(ok, i)
+			return nil
+		}()
+	}
+	if validateOnly || len(recs) == 0 {
+		return errs
+	}
+	if err := c.propose(ctx, recs...); err != nil {
+		for _, i := range ok {
+			errs[i] = fmt.Errorf("create topic %q: %w", specs[i].Name, err)
+		}
+	}
+	return errs
+}
+
+// DeleteTopics deletes topics by ID, returning one error per ID.
+func (c *Controller) DeleteTopics(ctx context.Context, ids []UUID) []error {
+	errs := make([]error, len(ids))
+	img, err := c.lock(ctx)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	defer c.unlock()
+	var recs []Record
+	var ok []int
+	seen := map[UUID]bool{}
+	for i, id := range ids {
+		if img.TopicsByID[id] == nil {
+			errs[i] = fmt.Errorf("topic ID %s: %w", id.Base64(), kerr.UnknownTopicID)
+			continue
+		}
+		ok = append(ok, i)
+		if !seen[id] {
+			seen[id] = true
+			recs = append(recs, Record{Type: RecordRemoveTopic, RemoveTopic: &id})
+		}
+	}
+	if len(recs) == 0 {
+		return errs
+	}
+	if err := c.propose(ctx, recs...); err != nil {
+		for _, i := range ok {
+			errs[i] = fmt.Errorf("delete topic %s: %w", ids[i].Base64(), err)
+		}
+	}
+	return errs
+}
+
+// CreatePartitions grows topic name to total partitions, with the
+// replication factor of its first partition.
+func (c *Controller) CreatePartitions(ctx context.Context, name string, total int32, validateOnly bool) error {
+	img, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.unlock()
+	t := img.Topics[name]
+	if t == nil {
+		return fmt.Errorf("create partitions: topic %q: %w", name, kerr.UnknownTopicOrPartition)
+	}
+	have := len(t.Partitions)
+	if int(total) <= have {
+		return fmt.Errorf("create partitions: topic %q has %d partitions, cannot go to %d: %w", name, have, total, kerr.InvalidPartitions)
+	}
+	brokers := sortedBrokers(img)
+	rf := len(t.Partitions[0].Replicas)
+	if rf > len(brokers) {
+		return fmt.Errorf("create partitions: topic %q has replication factor %d but %d brokers are registered: %w", name, rf, len(brokers), kerr.InvalidReplicationFactor)
+	}
+	if validateOnly {
+		return nil
+	}
+	// Continue the rotation where the topic's first partition started.
+	start := max(slices.Index(brokers, t.Partitions[0].Replicas[0]), 0)
+	recs := partitionRecords(t.ID, have, assign(brokers, start, have, int(total)-have, rf))
+	if err := c.propose(ctx, recs...); err != nil {
+		return fmt.Errorf("create partitions of %q: %w", name, err)
+	}
+	return nil
+}
+
+// ConfigChange sets (Value non-nil) or deletes (Value nil) one dynamic
+// config. Name is the topic name, or for a broker "" (cluster default) or
+// the broker's ID in decimal.
+type ConfigChange struct {
+	Resource ConfigResource
+	Name     string
+	Key      string
+	Value    *string
+}
+
+// AlterConfigs applies all changes atomically in one batch. Values are
+// stored as given: validating them is the server's job.
+func (c *Controller) AlterConfigs(ctx context.Context, changes []ConfigChange) error {
+	img, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.unlock()
+	recs := make([]Record, 0, len(changes))
+	for _, ch := range changes {
+		switch ch.Resource {
+		case ConfigResourceTopic:
+			if img.Topics[ch.Name] == nil {
+				return fmt.Errorf("alter configs: topic %q: %w", ch.Name, kerr.UnknownTopicOrPartition)
+			}
+		case ConfigResourceBroker:
+			if ch.Name != "" {
+				if id, err := strconv.ParseInt(ch.Name, 10, 32); err != nil || id < 0 {
+					return fmt.Errorf("alter configs: broker resource name %q is not a broker ID: %w", ch.Name, kerr.InvalidRequest)
+				}
+			}
+		default:
+			return fmt.Errorf("alter configs: resource type %d: %w", ch.Resource, kerr.InvalidRequest)
+		}
+		if ch.Key == "" {
+			return fmt.Errorf("alter configs: empty config name: %w", kerr.InvalidConfig)
+		}
+		recs = append(recs, Record{Type: RecordConfig, Config: &ConfigRecord{
+			ResourceType: ch.Resource, ResourceName: ch.Name, Key: ch.Key, Value: ch.Value,
+		}})
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := c.propose(ctx, recs...); err != nil {
+		return fmt.Errorf("alter configs: %w", err)
+	}
+	return nil
+}
+
+// AllocateProducerIDs hands out count consecutive producer ids, never
+// handed out before (also across restarts), and returns the first.
+func (c *Controller) AllocateProducerIDs(ctx context.Context, count int64) (int64, error) {
+	if count <= 0 {
+		return 0, fmt.Errorf("allocate producer ids: count %d: %w", count, kerr.InvalidRequest)
+	}
+	img, err := c.lock(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer c.unlock()
+	first := img.NextProducerID
+	if first > (1<<63-1)-count {
+		return 0, fmt.Errorf("allocate producer ids: exhausted: %w", kerr.UnknownServerError)
+	}
+	if err := c.propose(ctx, Record{Type: RecordProducerIDs, ProducerIDs: &ProducerIDsRecord{First: first, Next: first + count}}); err != nil {
+		return 0, fmt.Errorf("allocate producer ids: %w", err)
+	}
+	return first, nil
+}
+
+func (c *Controller) partition(img *Image, id UUID, partition int32) (*Partition, error) {
+	t := img.TopicsByID[id]
+	if t == nil {
+		return nil, fmt.Errorf("topic ID %s: %w", id.Base64(), kerr.UnknownTopicID)
+	}
+	if partition < 0 || int(partition) >= len(t.Partitions) {
+		return nil, fmt.Errorf("topic %q partition %d: %w", t.Name, partition, kerr.UnknownTopicOrPartition)
+	}
+	return &t.Partitions[partition], nil
+}
+
+// BumpLeaderEpoch raises a partition's leader epoch for cluster mirroring
+// (KIP-1279 BumpLeaderEpochs). The rule is exactly
+//
+//	newEpoch = max(minEpoch+1, current)
+//
+// so the epoch ends strictly above minEpoch and never goes down; if the
+// current epoch is already above minEpoch nothing is written. The leader
+// does not change.
+func (c *Controller) BumpLeaderEpoch(ctx context.Context, id UUID, partition int32, minEpoch int32) (int32, error) {
+	img, err := c.lock(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer c.unlock()
+	p, err := c.partition(img, id, partition)
+	if err != nil {
+		return 0, fmt.Errorf("bump leader epoch: %w", err)
+	}
+	if p.LeaderEpoch > minEpoch {
+		return p.LeaderEpoch, nil
+	}
+	epoch := minEpoch + 1
+	if err := c.propose(ctx, Record{Type: RecordPartitionChange, PartitionChange: &PartitionChangeRecord{
+		TopicID: id, Partition: partition, LeaderEpoch: &epoch,
+	}}); err != nil {
+		return 0, fmt.Errorf("bump leader epoch: %w", err)
+	}
+	return epoch, nil
+}
+
+// ElectLeader makes leader (a replica of the partition, or -1 for
+// offline) the partition's leader with the next leader epoch. A leader
+// outside the ISR joins it.
+func (c *Controller) ElectLeader(ctx context.Context, id UUID, partition int32, leader int32) error {
+	img, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.unlock()
+	p, err := c.partition(img, id, partition)
+	if err != nil {
+		return fmt.Errorf("elect leader: %w", err)
+	}
+	if leader != -1 && !slices.Contains(p.Replicas, leader) {
+		return fmt.Errorf("elect leader: broker %d is not a replica of partition %d (%v): %w", leader, partition, p.Replicas, kerr.EligibleLeadersNotAvailable)
+	}
+	epoch := p.LeaderEpoch + 1
+	change := &PartitionChangeRecord{TopicID: id, Partition: partition, Leader: &leader, LeaderEpoch: &epoch}
+	if leader != -1 && !slices.Contains(p.ISR, leader) {
+		change.ISR = append(slices.Clone(p.ISR), leader)
+	}
+	if err := c.propose(ctx, Record{Type: RecordPartitionChange, PartitionChange: change}); err != nil {
+		return fmt.Errorf("elect leader: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+package raftmeta
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// Delta is what changed between two images.
+type Delta struct {
+	CreatedTopics []UUID   // in the new image only, by name
+	DeletedTopics []*Topic // in the old image only (as they were), by name
+	// ChangedTopics are in both and differ: partitions, replicas, ISR,
+	// leaders, epochs or configs.
+	ChangedTopics        []UUID
+	BrokersChanged       bool
+	BrokerConfigsChanged bool // cluster-wide or per-broker dynamic configs
+}
+
+// Empty reports whether nothing changed.
+func (d Delta) Empty() bool {
+	return len(d.CreatedTopics)+len(d.DeletedTopics)+len(d.ChangedTopics) == 0 && !d.BrokersChanged && !d.BrokerConfigsChanged
+}
+
+// Diff returns what changed from old to new; a nil old is an empty image.
+// Topics are matched by ID, so a topic deleted and re-created under the
+// same name is both deleted and created.
+func Diff(old, new *Image) Delta {
+	if old == nil {
+		old = &Image{}
+	}
+	var d Delta
+	for _, t := range sortedTopics(new) {
+		o := old.TopicsByID[t.ID]
+		switch {
+		case o == nil:
+			d.CreatedTopics = append(d.CreatedTopics, t.ID)
+		case o != t && !reflect.DeepEqual(o, t):
+			d.ChangedTopics = append(d.ChangedTopics, t.ID)
+		}
+	}
+	for _, t := range sortedTopics(old) {
+		if new.TopicsByID[t.ID] == nil {
+			d.DeletedTopics = append(d.DeletedTopics, t)
+		}
+	}
+	d.BrokersChanged = !maps.Equal(old.Brokers, new.Brokers)
+	d.BrokerConfigsChanged = !maps.Equal(old.BrokerConfigs, new.BrokerConfigs) ||
+		!maps.EqualFunc(old.NodeConfigs, new.NodeConfigs, maps.Equal)
+	return d
+}
+
+func sortedTopics(img *Image) []*Topic {
+	ts := slices.Collect(maps.Values(img.TopicsByID))
+	slices.SortFunc(ts, func(a, b *Topic) int { return strings.Compare(a.Name, b.Name) })
+	return ts
+}

@@ -1,0 +1,364 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/raftmeta"
+)
+
+// handleCreateTopics validates each topic as Kafka's controller does,
+// hands the valid ones to raftmeta, and waits until the engine has the new
+// partitions before answering.
+func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req *kmsg.CreateTopicsRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+	img := b.meta.Image()
+	counts := map[string]int{}
+	for _, t := range req.Topics {
+		counts[t.Topic]++
+	}
+	var specs []raftmeta.TopicSpec
+	var specAt []int // response index of each spec
+	for _, t := range req.Topics {
+		if counts[t.Topic] < 0 {
+			continue // duplicate already answered
+		}
+		rt := kmsg.NewCreateTopicsResponseTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = t.Topic, -1, -1
+		var err error
+		var spec raftmeta.TopicSpec
+		if counts[t.Topic] > 1 {
+			counts[t.Topic] = -1
+			err = adminErrorf(kerr.InvalidRequest, "Duplicate topic name.")
+		} else {
+			spec, err = b.topicSpec(img, &t)
+		}
+		if err != nil {
+			rt.ErrorCode, rt.ErrorMessage = adminErrCode(err)
+		} else {
+			specs = append(specs, spec)
+			specAt = append(specAt, len(resp.Topics))
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	if len(specs) == 0 {
+		return resp, nil
+	}
+	errs := b.meta.CreateTopics(ctx, specs, req.ValidateOnly)
+	created := false
+	for i, spec := range specs {
+		rt := &resp.Topics[specAt[i]]
+		if i < len(errs) && errs[i] != nil {
+			rt.ErrorCode, rt.ErrorMessage = adminErrCode(errs[i])
+			continue
+		}
+		created = created || !req.ValidateOnly
+		rt.NumPartitions, rt.ReplicationFactor = spec.Partitions, spec.ReplicationFactor
+		l := b.layers(&raftmeta.Topic{Configs: spec.Configs})
+		for _, d := range topicConfigList {
+			cv := l.topicCfg(d)
+			c := kmsg.NewCreateTopicsResponseTopicConfig()
+			c.Name, c.Value, c.Source, c.IsSensitive = d.name, cv.value, int8(cv.source), d.sensitive
+			rt.Configs = append(rt.Configs, c)
+		}
+	}
+	if created {
+		img = b.meta.Image()
+		for i, spec := range specs {
+			if t := img.Topics[spec.Name]; t != nil && resp.Topics[specAt[i]].ErrorCode == 0 {
+				resp.Topics[specAt[i]].TopicID = t.ID
+			}
+		}
+		if err := b.waitApplied(ctx, img.Index); err != nil {
+			b.log.Warn("create topics: waiting for partitions", "err", err)
+		}
+	}
+	return resp, nil
+}
+
+// topicSpec validates one CreateTopics entry against the image and the
+// broker defaults (Kafka's ReplicationControlManager checks, in order).
+func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic) (raftmeta.TopicSpec, error) {
+	spec := raftmeta.TopicSpec{Name: t.Topic, Partitions: t.NumPartitions, ReplicationFactor: t.ReplicationFactor}
+	if err := validTopicName(t.Topic); err != nil {
+		return spec, err
+	}
+	if img.Topics[t.Topic] != nil {
+		return spec, adminErrorf(kerr.TopicAlreadyExists, "Topic '%s' already exists.", t.Topic)
+	}
+	if other := collidingTopic(img, t.Topic); other != "" {
+		return spec, adminErrorf(kerr.InvalidTopicException, "Topic '%s' collides with existing topic: %s", t.Topic, other)
+	}
+	if len(t.ReplicaAssignment) > 0 {
+		if t.NumPartitions != -1 {
+			return spec, adminErrorf(kerr.InvalidRequest, "A manual partition assignment was specified, but numPartitions was not set to -1.")
+		}
+		if t.ReplicationFactor != -1 {
+			return spec, adminErrorf(kerr.InvalidRequest, "A manual partition assignment was specified, but replicationFactor was not set to -1.")
+		}
+		assign := make([][]int32, len(t.ReplicaAssignment))
+		for _, a := range t.ReplicaAssignment {
+			if a.Partition < 0 || int(a.Partition) >= len(assign) || assign[a.Partition] != nil {
+				return spec, adminErrorf(kerr.InvalidReplicaAssignment, "Partitions in the manual partition assignment should be a consecutive 0-based integer sequence.")
+			}
+			if err := checkReplicas(img, a.Replicas); err != nil {
+				return spec, err
+			}
+			if len(a.Replicas) != len(t.ReplicaAssignment[0].Replicas) {
+				return spec, adminErrorf(kerr.InvalidReplicaAssignment, "All partitions in the manual partition assignment should have the same number of replicas.")
+			}
+			assign[a.Partition] = slices.Clone(a.Replicas)
+		}
+		spec.Assignments = assign
+		spec.Partitions, spec.ReplicationFactor = int32(len(assign)), int16(len(assign[0]))
+	} else {
+		if spec.Partitions == -1 {
+			spec.Partitions = b.props.NumPartitions
+		}
+		if spec.Partitions <= 0 {
+			return spec, adminErrorf(kerr.InvalidPartitions, "Number of partitions was set to an invalid non-positive value.")
+		}
+		if spec.ReplicationFactor == -1 {
+			spec.ReplicationFactor = b.props.DefaultReplicationFactor
+		}
+		if spec.ReplicationFactor <= 0 {
+			return spec, adminErrorf(kerr.InvalidReplicationFactor, "Replication factor must be larger than 0, or -1 to use the default value.")
+		}
+		if n := len(img.Brokers); int(spec.ReplicationFactor) > n {
+			return spec, adminErrorf(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only %d broker(s) are registered.",
+				spec.ReplicationFactor, spec.ReplicationFactor, n)
+		}
+	}
+	if len(t.Configs) > 0 {
+		spec.Configs = make(map[string]string, len(t.Configs))
+		for _, c := range t.Configs {
+			if c.Value == nil {
+				return spec, adminErrorf(kerr.InvalidConfig, "Null value not supported for topic configs: %s", c.Name)
+			}
+			spec.Configs[c.Name] = *c.Value
+		}
+		if err := validateTopicConfigs(spec.Configs); err != nil {
+			return spec, err
+		}
+	}
+	return spec, nil
+}
+
+// checkReplicas validates one partition's manual replica list.
+func checkReplicas(img *raftmeta.Image, replicas []int32) error {
+	if len(replicas) == 0 {
+		return adminErrorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes an empty replica list.")
+	}
+	for i, r := range replicas {
+		if slices.Contains(replicas[:i], r) {
+			return adminErrorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes the broker %d more than once.", r)
+		}
+		if _, ok := img.Brokers[r]; !ok {
+			return adminErrorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes broker %d, but no broker with that ID is registered.", r)
+		}
+	}
+	return nil
+}
+
+// collidingTopic returns an existing topic whose name equals name once
+// '.' and '_' are treated alike (their metric names would collide).
+func collidingTopic(img *raftmeta.Image, name string) string {
+	if !strings.ContainsAny(name, "._") {
+		return ""
+	}
+	norm := strings.ReplaceAll(name, ".", "_")
+	for other := range img.Topics {
+		if other != name && strings.ReplaceAll(other, ".", "_") == norm {
+			return other
+		}
+	}
+	return ""
+}
+
+// createTopicsAuto creates topics that a Metadata or Produce request named
+// and that do not exist, with num.partitions and default.replication.factor.
+// Invalid names are skipped (the caller answers INVALID_TOPIC_EXCEPTION);
+// the caller decides whether auto.create.topics.enable allows it.
+func (b *Broker) createTopicsAuto(ctx context.Context, names []string) {
+	img := b.meta.Image()
+	var specs []raftmeta.TopicSpec
+	for _, name := range names {
+		if validTopicName(name) != nil || img.Topics[name] != nil || collidingTopic(img, name) != "" ||
+			slices.ContainsFunc(specs, func(s raftmeta.TopicSpec) bool { return s.Name == name }) {
+			continue
+		}
+		specs = append(specs, raftmeta.TopicSpec{Name: name, Partitions: b.props.NumPartitions, ReplicationFactor: b.props.DefaultReplicationFactor})
+	}
+	if len(specs) == 0 {
+		return
+	}
+	for i, err := range b.meta.CreateTopics(ctx, specs, false) {
+		// A concurrent request may have created it first: that is fine.
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			b.log.Warn("auto-create topic", "topic", specs[i].Name, "err", err)
+		}
+	}
+	if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
+		b.log.Warn("auto-create topics: waiting for partitions", "err", err)
+	}
+}
+
+// handleDeleteTopics deletes topics by name (v0-v5) or by name or ID (v6).
+func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req *kmsg.DeleteTopicsRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
+	type item struct {
+		name *string
+		id   [16]byte
+	}
+	var items []item
+	if req.Version >= 6 {
+		for _, t := range req.Topics {
+			items = append(items, item{t.Topic, t.TopicID})
+		}
+	} else {
+		for _, n := range req.TopicNames {
+			items = append(items, item{name: &n})
+		}
+	}
+	img := b.meta.Image()
+	var ids []raftmeta.UUID
+	var idAt []int
+	seen := map[raftmeta.UUID]bool{}
+	for _, it := range items {
+		rt := kmsg.NewDeleteTopicsResponseTopic()
+		rt.Topic, rt.TopicID = it.name, it.id
+		var t *raftmeta.Topic
+		var err error
+		switch {
+		case !b.props.DeleteTopicEnable && req.Version < 3:
+			err = adminErrorf(kerr.InvalidRequest, "Topic deletion is disabled.")
+		case !b.props.DeleteTopicEnable:
+			err = adminErrorf(kerr.TopicDeletionDisabled, "Topic deletion is disabled.")
+		case it.name != nil && it.id != [16]byte{}:
+			err = adminErrorf(kerr.InvalidRequest, "You may not specify both topic name and topic id.")
+		case it.name != nil:
+			if t = img.Topics[*it.name]; t == nil {
+				err = adminErrorf(kerr.UnknownTopicOrPartition, "This server does not host this topic-partition.")
+			}
+		case it.id != [16]byte{}:
+			if t = img.TopicsByID[it.id]; t == nil {
+				err = adminErrorf(kerr.UnknownTopicID, "This server does not host this topic ID.")
+			}
+		default:
+			err = adminErrorf(kerr.InvalidRequest, "Neither topic name nor topic id were specified.")
+		}
+		if err == nil {
+			rt.Topic, rt.TopicID = &t.Name, t.ID
+			switch {
+			case seen[t.ID]:
+				err = adminErrorf(kerr.InvalidRequest, "Duplicate topic in the request.")
+			case t.Internal:
+				err = adminErrorf(kerr.InvalidTopicException, "Internal topic %s cannot be deleted.", t.Name)
+			}
+			seen[t.ID] = true
+		}
+		if err != nil {
+			rt.ErrorCode, rt.ErrorMessage = adminErrCode(err)
+		} else {
+			ids = append(ids, t.ID)
+			idAt = append(idAt, len(resp.Topics))
+		}
+		if req.Version < 6 {
+			rt.TopicID = [16]byte{}
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	if len(ids) == 0 {
+		return resp, nil
+	}
+	for i, err := range b.meta.DeleteTopics(ctx, ids) {
+		if err != nil {
+			resp.Topics[idAt[i]].ErrorCode, resp.Topics[idAt[i]].ErrorMessage = adminErrCode(err)
+		}
+	}
+	if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
+		b.log.Warn("delete topics: waiting for partitions to go", "err", err)
+	}
+	if req.Version < 5 {
+		for i := range resp.Topics {
+			resp.Topics[i].ErrorMessage = nil
+		}
+	}
+	return resp, nil
+}
+
+// handleCreatePartitions grows topics to the requested partition count.
+func (b *Broker) handleCreatePartitions(ctx context.Context, rc *RequestContext, req *kmsg.CreatePartitionsRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
+	counts := map[string]int{}
+	for _, t := range req.Topics {
+		counts[t.Topic]++
+	}
+	img := b.meta.Image()
+	grew := false
+	for _, t := range req.Topics {
+		if counts[t.Topic] < 0 {
+			continue
+		}
+		rt := kmsg.NewCreatePartitionsResponseTopic()
+		rt.Topic = t.Topic
+		var err error
+		if counts[t.Topic] > 1 {
+			counts[t.Topic] = -1
+			err = adminErrorf(kerr.InvalidRequest, "Duplicate topic name.")
+		} else if err = checkCreatePartitions(img, &t); err == nil {
+			err = b.meta.CreatePartitions(ctx, t.Topic, t.Count, req.ValidateOnly)
+			grew = grew || (err == nil && !req.ValidateOnly)
+		}
+		rt.ErrorCode, rt.ErrorMessage = adminErrCode(err)
+		resp.Topics = append(resp.Topics, rt)
+	}
+	if grew {
+		if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
+			b.log.Warn("create partitions: waiting for partitions", "err", err)
+		}
+	}
+	return resp, nil
+}
+
+// checkCreatePartitions applies Kafka's checks to one topic of a
+// CreatePartitions request.
+func checkCreatePartitions(img *raftmeta.Image, t *kmsg.CreatePartitionsRequestTopic) error {
+	topic := img.Topics[t.Topic]
+	if topic == nil {
+		return adminErrorf(kerr.UnknownTopicOrPartition, "This server does not host this topic-partition.")
+	}
+	have := int32(len(topic.Partitions))
+	switch {
+	case t.Count < have:
+		return adminErrorf(kerr.InvalidPartitions, "The topic %s currently has %d partition(s); %d would not be an increase.", t.Topic, have, t.Count)
+	case t.Count == have:
+		return adminErrorf(kerr.InvalidPartitions, "Topic already has %d partition(s).", have)
+	}
+	if t.Assignment == nil {
+		return nil
+	}
+	if add := t.Count - have; int32(len(t.Assignment)) != add {
+		return adminErrorf(kerr.InvalidReplicaAssignment, "Attempted to add %d additional partition(s), but only %d assignment(s) were specified.", add, len(t.Assignment))
+	}
+	rf := len(topic.Partitions[0].Replicas)
+	for _, a := range t.Assignment {
+		if err := checkReplicas(img, a.Replicas); err != nil {
+			return err
+		}
+		if len(a.Replicas) != rf {
+			return adminErrorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes a partition with %d replica(s), but this is not consistent with previous partitions, which have %d replica(s).", len(a.Replicas), rf)
+		}
+	}
+	if len(img.Brokers) > rf {
+		// raftmeta places new partitions itself; an explicit placement
+		// is only honoured when every broker holds every partition.
+		return adminErrorf(kerr.InvalidReplicaAssignment, "Manual assignments of new partitions are not supported yet when the cluster has more brokers than the topic has replicas.")
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+package server
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+const apiKeyApiVersions = 18
+
+// apiVersions is exactly what this broker serves: ApiVersions tells the
+// truth, and a request for a key or version outside it closes the
+// connection. Minimums follow what current clients need: Fetch from v4
+// (record batches with LastStableOffset, what the Java 4.x client requires),
+// Produce from v0 (message sets are refused per batch, not per request),
+// ListOffsets from v1 (kafka-go uses v1).
+var apiVersions = []kmsg.ApiVersionsResponseApiKey{
+	{ApiKey: 0, MinVersion: 0, MaxVersion: 13}, // Produce (v13: topic IDs)
+	{ApiKey: 1, MinVersion: 4, MaxVersion: 18}, // Fetch (v13+: topic IDs)
+	{ApiKey: 2, MinVersion: 1, MaxVersion: 10}, // ListOffsets
+	{ApiKey: 3, MinVersion: 0, MaxVersion: 13}, // Metadata
+	{ApiKey: 18, MinVersion: 0, MaxVersion: 4}, // ApiVersions
+	{ApiKey: 19, MinVersion: 2, MaxVersion: 7}, // CreateTopics
+	{ApiKey: 20, MinVersion: 1, MaxVersion: 6}, // DeleteTopics
+	{ApiKey: 21, MinVersion: 0, MaxVersion: 2}, // DeleteRecords
+	{ApiKey: 22, MinVersion: 0, MaxVersion: 5}, // InitProducerId
+	{ApiKey: 23, MinVersion: 2, MaxVersion: 4}, // OffsetForLeaderEpoch
+	{ApiKey: 32, MinVersion: 1, MaxVersion: 4}, // DescribeConfigs
+	{ApiKey: 33, MinVersion: 0, MaxVersion: 2}, // AlterConfigs
+	{ApiKey: 37, MinVersion: 0, MaxVersion: 3}, // CreatePartitions
+	{ApiKey: 44, MinVersion: 0, MaxVersion: 1}, // IncrementalAlterConfigs
+	{ApiKey: 60, MinVersion: 0, MaxVersion: 1}, // DescribeCluster
+	{ApiKey: 61, MinVersion: 0, MaxVersion: 0}, // DescribeProducers
+}
+
+// apiName names a key for logs and metric labels.
+func apiName(key int16) string {
+	if name := kmsg.NameForKey(key); name != "" {
+		return name
+	}
+	return "Unknown"
+}
+
+func (b *Broker) handleApiVersions(_ context.Context, _ *RequestContext, req *kmsg.ApiVersionsRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
+	resp.ApiKeys = b.apis.versions
+	// No features are finalized: a KRaft-only broker with no feature
+	// levels to negotiate yet. -1 says "no finalized features epoch".
+	resp.FinalizedFeaturesEpoch = -1
+	return resp, nil
+}
+
+// apiVersionsUnsupported is the KIP-511 answer to an ApiVersions request
+// newer than we know: a v0 body with UNSUPPORTED_VERSION that still lists
+// our keys, so the client can retry at a version we serve.
+func (b *Broker) apiVersionsUnsupported() kmsg.Response {
+	resp := kmsg.NewPtrApiVersionsResponse()
+	resp.Version = 0
+	resp.ErrorCode = kerr.UnsupportedVersion.Code
+	resp.ApiKeys = b.apis.versions
+	return resp
+}

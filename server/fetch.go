@@ -1,0 +1,387 @@
+package server
+
+import (
+	"context"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/raftmeta"
+)
+
+// fetchSessionSlots is max.incremental.fetch.session.cache.slots.
+const fetchSessionSlots = 1000
+
+// fetchKey names a partition in a fetch: by topic name before Fetch v13,
+// by topic ID from v13 on.
+type fetchKey struct {
+	topic     string
+	id        [16]byte
+	partition int32
+}
+
+// fetchPart is one partition of one fetch: what was asked, and the answer.
+type fetchPart struct {
+	key   fetchKey
+	req   kmsg.FetchRequestTopicPartition
+	topic *raftmeta.Topic // nil: unknown topic
+	out   kmsg.FetchResponseTopicPartition
+	// batches are the engine's record batches for out, written to the
+	// socket as they are (see fetchResponse).
+	batches [][]byte
+	nbytes  int
+	// sent is the state last sent to a session's client, for deciding
+	// whether an incremental response must include the partition.
+	sentHWM, sentLSO, sentLogStart int64
+	sentOnce                       bool
+}
+
+func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.FetchRequest) (kmsg.Response, error) {
+	resp := &fetchResponse{FetchResponse: req.ResponseKind().(*kmsg.FetchResponse)}
+	img := b.image()
+	v13 := req.Version >= 13
+
+	lookup := func(k fetchKey) *raftmeta.Topic {
+		if v13 {
+			return img.TopicsByID[raftmeta.UUID(k.id)]
+		}
+		return img.Topics[k.topic]
+	}
+	var requested []*fetchPart
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			k := fetchKey{partition: rp.Partition}
+			if v13 {
+				k.id = rt.TopicID
+			} else {
+				k.topic = rt.Topic
+			}
+			requested = append(requested, &fetchPart{key: k, req: rp})
+		}
+	}
+
+	// KIP-227 fetch sessions: decide which partitions this fetch covers.
+	parts := requested
+	var sess *fetchSession
+	incremental := false
+	if req.Version >= 7 {
+		switch {
+		case req.SessionEpoch == -1: // sessionless full fetch; closes a session
+			if req.SessionID != 0 {
+				b.sessions.remove(req.SessionID)
+			}
+		case req.SessionEpoch == 0: // new session
+			if req.SessionID != 0 {
+				b.sessions.remove(req.SessionID)
+			}
+			if sess = b.sessions.create(requested); sess != nil {
+				defer sess.mu.Unlock()
+				resp.SessionID = sess.id
+			}
+		default:
+			var code int16
+			sess, code = b.sessions.get(req.SessionID, req.SessionEpoch)
+			if code != 0 {
+				resp.ErrorCode = code
+				return resp, nil
+			}
+			defer sess.mu.Unlock()
+			resp.SessionID = sess.id
+			sess.update(requested, req.ForgottenTopics, v13)
+			parts = sess.parts
+			incremental = true
+		}
+	}
+	for _, fp := range parts {
+		fp.topic = lookup(fp.key)
+	}
+
+	iso := engine.ReadUncommitted
+	if req.IsolationLevel == 1 {
+		iso = engine.ReadCommitted
+	}
+	replica := req.ReplicaID
+	if req.Version >= 15 {
+		replica = req.ReplicaState.ID
+	}
+	maxBytes := int(req.MaxBytes)
+	if maxBytes <= 0 {
+		maxBytes = int(^uint32(0) >> 1)
+	}
+
+	// Read, and while there is less than MinBytes and time left, wait for
+	// any of the partitions' high watermarks to move, then read again.
+	var deadline <-chan time.Time
+	if req.MaxWaitMillis > 0 {
+		t := time.NewTimer(time.Duration(req.MaxWaitMillis) * time.Millisecond)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		total, done, waits := b.readParts(parts, maxBytes, iso, replica, req.Version)
+		if done || total >= int(req.MinBytes) || deadline == nil || len(waits) == 0 {
+			break
+		}
+		cases := make([]reflect.SelectCase, 0, len(waits)+2)
+		cases = append(cases,
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(deadline)},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+		for _, w := range waits {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
+		}
+		chosen, _, _ := reflect.Select(cases)
+		if chosen == 1 {
+			return nil, nil // the client is gone or the broker is closing: no one to answer
+		}
+		if chosen == 0 {
+			deadline = nil // one last read below
+		}
+	}
+
+	// Build the response: every partition for a full fetch, only those
+	// with something new for an incremental one (KIP-227).
+	var got []*fetchPart
+	for _, fp := range parts {
+		o := &fp.out
+		changed := !incremental || !fp.sentOnce || o.ErrorCode != 0 || fp.nbytes > 0 ||
+			o.HighWatermark != fp.sentHWM || o.LastStableOffset != fp.sentLSO || o.LogStartOffset != fp.sentLogStart ||
+			o.DivergingEpoch.Epoch != -1
+		if !changed {
+			continue
+		}
+		fp.sentHWM, fp.sentLSO, fp.sentLogStart, fp.sentOnce = o.HighWatermark, o.LastStableOffset, o.LogStartOffset, true
+		if fp.nbytes > 0 {
+			got = append(got, fp)
+		}
+		n := len(resp.Topics)
+		if n == 0 || resp.Topics[n-1].Topic != fp.key.topic || resp.Topics[n-1].TopicID != fp.key.id {
+			rt := kmsg.NewFetchResponseTopic()
+			rt.Topic, rt.TopicID = fp.key.topic, fp.key.id
+			resp.Topics = append(resp.Topics, rt)
+			resp.batches = append(resp.batches, nil)
+			n++
+		}
+		resp.Topics[n-1].Partitions = append(resp.Topics[n-1].Partitions, *o)
+		resp.batches[n-1] = append(resp.batches[n-1], fp.batches)
+		fp.batches = nil // the session must not pin them
+	}
+	if sess != nil {
+		sess.rotate(got)
+	}
+	return resp, nil
+}
+
+// readParts reads every partition once into its out field. total is the
+// bytes read; done is true when the fetch must be answered now (an error or
+// a diverging epoch); waits are channels that close when a read partition's
+// high watermark moves.
+func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolation, replica int32, version int16) (total int, done bool, waits []<-chan struct{}) {
+	for _, fp := range parts {
+		o := &fp.out
+		*o = kmsg.NewFetchResponseTopicPartition()
+		o.Partition = fp.key.partition
+		o.HighWatermark = -1
+		fp.batches, fp.nbytes = nil, 0
+		fail := func(err *kerr.Error) {
+			o.ErrorCode = err.Code
+			done = true
+			b.m.fetchErrors.Inc()
+		}
+		if fp.topic == nil {
+			if version >= 13 {
+				fail(kerr.UnknownTopicID)
+			} else {
+				fail(kerr.UnknownTopicOrPartition)
+			}
+			continue
+		}
+		if replica >= 0 {
+			// Followers do not exist yet; a client claiming to be one
+			// must not read past the high watermark.
+			fail(kerr.NotLeaderForPartition)
+			continue
+		}
+		ep, part, kerrErr := b.ledPartition(fp.topic, fp.key.partition)
+		if kerrErr != nil {
+			fail(kerrErr)
+			o.CurrentLeader.LeaderID, o.CurrentLeader.LeaderEpoch = part.Leader, part.LeaderEpoch
+			continue
+		}
+		// KIP-320: a fetcher with an older epoch is fenced; a newer one
+		// means our metadata is behind.
+		if e := fp.req.CurrentLeaderEpoch; e != -1 && e != part.LeaderEpoch {
+			if e < part.LeaderEpoch {
+				fail(kerr.FencedLeaderEpoch)
+			} else {
+				fail(kerr.UnknownLeaderEpoch)
+			}
+			o.CurrentLeader.LeaderID, o.CurrentLeader.LeaderEpoch = part.Leader, part.LeaderEpoch
+			continue
+		}
+		waits = append(waits, ep.Wait()) // before reading: no missed wakeup
+		offs := ep.Offsets()
+		o.HighWatermark, o.LastStableOffset, o.LogStartOffset = offs.HighWatermark, offs.LastStable, offs.LogStart
+		if fp.req.LastFetchedEpoch >= 0 && version >= 12 {
+			// The fetcher's log may have diverged from ours: tell it
+			// where its last epoch ends here so it truncates.
+			epoch, end := ep.EndOffsetForEpoch(fp.req.LastFetchedEpoch)
+			if epoch < fp.req.LastFetchedEpoch || end < fp.req.FetchOffset {
+				o.DivergingEpoch.Epoch, o.DivergingEpoch.EndOffset = epoch, end
+				done = true
+				continue
+			}
+		}
+		limit := min(int(fp.req.PartitionMaxBytes), maxBytes-total)
+		if limit <= 0 {
+			continue // the response is full; report positions only
+		}
+		res, err := ep.Fetch(fp.req.FetchOffset, limit, iso)
+		if err != nil {
+			o.ErrorCode = errCode(err)
+			o.HighWatermark, o.LastStableOffset, o.LogStartOffset = -1, -1, -1
+			done = true
+			b.m.fetchErrors.Inc()
+			continue
+		}
+		o.HighWatermark, o.LastStableOffset, o.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
+		n := 0
+		for _, bt := range res.Batches {
+			n += len(bt)
+		}
+		// KIP-74: only the first batch of the response may exceed the
+		// limits, so that a large batch never blocks a consumer.
+		if total > 0 && n > limit {
+			continue
+		}
+		fp.batches, fp.nbytes = res.Batches, n
+		for _, a := range res.AbortedTxns {
+			o.AbortedTransactions = append(o.AbortedTransactions, kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
+		}
+		if iso == engine.ReadCommitted && o.AbortedTransactions == nil {
+			o.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
+		}
+		total += n
+		b.m.fetchBytes.Add(n)
+	}
+	return total, done, waits
+}
+
+// fetchSession is a KIP-227 incremental fetch session: the partitions a
+// client fetches, so that its requests only name what changed.
+type fetchSession struct {
+	id int32
+	mu sync.Mutex // held by the fetch using the session
+	// epoch is the SessionEpoch the next request must carry.
+	epoch    int32
+	parts    []*fetchPart
+	lastUsed time.Time
+}
+
+// update applies an incremental request: added or changed partitions, and
+// forgotten ones.
+func (s *fetchSession) update(reqParts []*fetchPart, forgotten []kmsg.FetchRequestForgottenTopic, v13 bool) {
+	for _, ft := range forgotten {
+		for _, p := range ft.Partitions {
+			k := fetchKey{partition: p}
+			if v13 {
+				k.id = ft.TopicID
+			} else {
+				k.topic = ft.Topic
+			}
+			s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return fp.key == k })
+		}
+	}
+	for _, rp := range reqParts {
+		i := slices.IndexFunc(s.parts, func(fp *fetchPart) bool { return fp.key == rp.key })
+		if i < 0 {
+			s.parts = append(s.parts, rp)
+		} else {
+			s.parts[i].req = rp.req
+		}
+	}
+}
+
+// rotate moves partitions that returned data to the end, so that with a
+// limited response size the others get their turn (as Kafka does).
+func (s *fetchSession) rotate(got []*fetchPart) {
+	if len(got) == 0 || len(got) == len(s.parts) {
+		return
+	}
+	s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return slices.Contains(got, fp) })
+	s.parts = append(s.parts, got...)
+}
+
+// fetchSessions is the bounded session cache.
+type fetchSessions struct {
+	mu   sync.Mutex
+	max  int
+	byID map[int32]*fetchSession
+}
+
+func newFetchSessions(max int) *fetchSessions {
+	return &fetchSessions{max: max, byID: make(map[int32]*fetchSession)}
+}
+
+// create makes a session over parts and returns it locked, with the epoch
+// the next request must use. When the cache is full, the least recently
+// used session is evicted (its client gets FETCH_SESSION_ID_NOT_FOUND and
+// starts over with a full fetch).
+func (f *fetchSessions) create(parts []*fetchPart) *fetchSession {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.max <= 0 {
+		return nil
+	}
+	if len(f.byID) >= f.max {
+		var lru *fetchSession
+		for _, s := range f.byID {
+			if lru == nil || s.lastUsed.Before(lru.lastUsed) {
+				lru = s
+			}
+		}
+		delete(f.byID, lru.id)
+	}
+	s := &fetchSession{epoch: 1, parts: slices.Clone(parts), lastUsed: time.Now()}
+	for s.id == 0 || f.byID[s.id] != nil {
+		s.id = rand.Int32()
+	}
+	f.byID[s.id] = s
+	s.mu.Lock()
+	return s
+}
+
+// get returns the session id locked, checked against the request's epoch,
+// and advances its epoch; or the error code for the request.
+func (f *fetchSessions) get(id, epoch int32) (*fetchSession, int16) {
+	f.mu.Lock()
+	s := f.byID[id]
+	f.mu.Unlock()
+	if s == nil {
+		return nil, kerr.FetchSessionIDNotFound.Code
+	}
+	s.mu.Lock()
+	if s.epoch != epoch {
+		s.mu.Unlock()
+		return nil, kerr.InvalidFetchSessionEpoch.Code
+	}
+	s.epoch++
+	if s.epoch <= 0 {
+		s.epoch = 1 // epochs wrap to 1: 0 and -1 have meanings of their own
+	}
+	f.mu.Lock()
+	s.lastUsed = time.Now()
+	f.mu.Unlock()
+	return s, 0
+}
+
+func (f *fetchSessions) remove(id int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.byID, id)
+}

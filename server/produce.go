@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/raftmeta"
+)
+
+// ledPartition finds partition p of t if this broker leads it. The code is
+// UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist and
+// NOT_LEADER_OR_FOLLOWER when another broker (or none) leads it.
+func (b *Broker) ledPartition(t *raftmeta.Topic, p int32) (*engine.Partition, raftmeta.Partition, *kerr.Error) {
+	if t == nil || p < 0 || int(p) >= len(t.Partitions) {
+		return nil, raftmeta.Partition{}, kerr.UnknownTopicOrPartition
+	}
+	part := t.Partitions[p]
+	if part.Leader != b.cfg.NodeID {
+		return nil, part, kerr.NotLeaderForPartition
+	}
+	ep := b.engine.Partition(engine.TopicID(t.ID), p)
+	if ep == nil {
+		// The image says we lead it but the engine has not created it:
+		// only possible for an image not yet applied, so ask for a retry.
+		return nil, part, kerr.NotLeaderForPartition
+	}
+	return ep, part, nil
+}
+
+// internalClientID may write to internal topics, as in Kafka.
+const internalClientID = "__admin_client"
+
+func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kmsg.ProduceRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	img := b.image()
+	// The append must finish even if the client hangs up: acks=0 clients
+	// may close right after writing.
+	ctx = context.WithoutCancel(ctx)
+
+	var wg sync.WaitGroup
+	failed := false
+	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
+	for i, rt := range req.Topics {
+		st := &resp.Topics[i]
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		var t *raftmeta.Topic
+		missing := kerr.UnknownTopicOrPartition
+		if req.Version >= 13 {
+			t, missing = img.TopicsByID[raftmeta.UUID(rt.TopicID)], kerr.UnknownTopicID
+		} else {
+			t = img.Topics[rt.Topic]
+		}
+		st.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
+		for j, rp := range rt.Partitions {
+			sp := &st.Partitions[j]
+			*sp = kmsg.NewProduceResponseTopicPartition()
+			sp.Partition = rp.Partition
+			fail := func(err *kerr.Error, msg string) {
+				failed = true
+				sp.ErrorCode = err.Code
+				if msg != "" {
+					sp.ErrorMessage = &msg
+				}
+				b.m.produceErrors.Inc()
+			}
+			switch {
+			case t == nil:
+				fail(missing, "")
+				continue
+			case req.Acks != 0 && req.Acks != 1 && req.Acks != -1:
+				fail(kerr.InvalidRequiredAcks, "")
+				continue
+			case t.Internal && rc.ClientID != internalClientID:
+				fail(kerr.InvalidTopicException, "cannot produce to internal topic "+t.Name)
+				continue
+			case len(rp.Records) > magicOffset && rp.Records[magicOffset] < 2:
+				// Message sets (magic 0 and 1) predate record batches; we
+				// store only batches, like Kafka 4.
+				fail(kerr.UnsupportedForMessageFormat, "record batches of magic 2 only")
+				continue
+			}
+			ep, part, kerrErr := b.ledPartition(t, rp.Partition)
+			if kerrErr != nil {
+				fail(kerrErr, "")
+				if kerrErr == kerr.NotLeaderForPartition {
+					sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = part.Leader, part.LeaderEpoch
+				}
+				continue
+			}
+			areq := &engine.AppendRequest{
+				Topic: t.Name, TopicID: engine.TopicID(t.ID), Partition: rp.Partition,
+				Origin: engine.OriginClient, Records: rp.Records, Acks: req.Acks,
+			}
+			// Partitions append concurrently so that Pebble groups their
+			// commits (and fsyncs) instead of paying one per partition.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := ep.Append(ctx, areq)
+				if err != nil {
+					b.log.Debug("produce rejected", "topic", t.Name, "partition", rp.Partition, "err", err)
+					sp.ErrorCode = errCode(err)
+					msg := err.Error()
+					sp.ErrorMessage = &msg
+					b.m.produceErrors.Inc()
+					return
+				}
+				sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = res.BaseOffset, res.LogAppendTime, res.LogStartOffset
+				b.m.produceBytes.Add(len(rp.Records))
+			}()
+		}
+	}
+	wg.Wait()
+	if req.Acks == 0 {
+		for i := range resp.Topics {
+			for _, sp := range resp.Topics[i].Partitions {
+				failed = failed || sp.ErrorCode != 0
+			}
+		}
+		if failed {
+			// Kafka closes an acks=0 producer's connection on error: it
+			// is the only signal such a client gets to refresh metadata.
+			return nil, errAcks0Failed
+		}
+		return nil, nil
+	}
+	return resp, nil
+}
+
+// magicOffset is where a record batch (and a legacy message) keeps its
+// magic byte: after baseOffset int64, length int32 and epoch/crc int32.
+const magicOffset = 16
+
+var errAcks0Failed = errors.New("acks=0 produce failed: closing the connection so that the client refreshes its metadata")

@@ -1,0 +1,95 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// pidBlockSize is how many producer ids a broker takes from the
+// controller at a time (Kafka's ProducerIdsRecord blocks are 1000).
+const pidBlockSize = 1000
+
+// pidBlock hands out producer ids from a block allocated by raftmeta, so
+// that InitProducerId costs a metadata write only once per block.
+type pidBlock struct {
+	mu        sync.Mutex
+	next, end int64 // [next, end) are still free
+}
+
+// producerID returns a producer id never handed out before, across
+// restarts and brokers: ids left in a block when a broker stops are lost.
+func (b *Broker) producerID(ctx context.Context) (int64, error) {
+	p := b.props.pids
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.next >= p.end {
+		first, err := b.meta.AllocateProducerIDs(ctx, pidBlockSize)
+		if err != nil {
+			return -1, fmt.Errorf("allocate producer ids: %w", err)
+		}
+		p.next, p.end = first, first+pidBlockSize
+	}
+	id := p.next
+	p.next++
+	return id, nil
+}
+
+// handleInitProducerID gives idempotent producers a new producer id with
+// epoch 0. A producer that asks with its current id and epoch (KIP-360,
+// v3+) gets a new id too, as Kafka does without a transactional id.
+// Transactions are not built yet: a transactional id is INVALID_REQUEST.
+func (b *Broker) handleInitProducerID(ctx context.Context, rc *RequestContext, req *kmsg.InitProducerIDRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+	resp.ProducerID, resp.ProducerEpoch = -1, -1
+	if req.TransactionalID != nil {
+		// An empty transactional id is INVALID_REQUEST in Kafka as well.
+		b.log.Warn("InitProducerId with a transactional id: transactions are not supported yet",
+			"transactional_id", *req.TransactionalID, "client_id", rc.ClientID)
+		resp.ErrorCode = kerr.InvalidRequest.Code
+		return resp, nil
+	}
+	id, err := b.producerID(ctx)
+	if err != nil {
+		b.log.Warn("InitProducerId", "err", err)
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+		return resp, nil
+	}
+	resp.ProducerID, resp.ProducerEpoch = id, 0
+	return resp, nil
+}
+
+// handleDescribeProducers lists the active idempotent producers of
+// partitions this broker leads.
+func (b *Broker) handleDescribeProducers(ctx context.Context, rc *RequestContext, req *kmsg.DescribeProducersRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.DescribeProducersResponse)
+	img := b.image()
+	for _, rt := range req.Topics {
+		st := kmsg.NewDescribeProducersResponseTopic()
+		st.Topic = rt.Topic
+		t := img.Topics[rt.Topic]
+		for _, p := range rt.Partitions {
+			sp := kmsg.NewDescribeProducersResponseTopicPartition()
+			sp.Partition = p
+			ep, _, kerrErr := b.ledPartition(t, p)
+			if kerrErr != nil {
+				sp.ErrorCode = kerrErr.Code
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
+			for _, ps := range ep.Producers() {
+				ap := kmsg.NewDescribeProducersResponseTopicPartitionActiveProducer()
+				ap.ProducerID, ap.ProducerEpoch = ps.ProducerID, int32(ps.ProducerEpoch)
+				ap.LastSequence, ap.LastTimestamp = ps.LastSequence, ps.LastTimestamp
+				ap.CoordinatorEpoch, ap.CurrentTxnStartOffset = ps.CoordinatorEpoch, ps.CurrentTxnStartOffset
+				sp.ActiveProducers = append(sp.ActiveProducers, ap)
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, nil
+}

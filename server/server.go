@@ -1,0 +1,330 @@
+// Package server is Tandem's Kafka wire-protocol front end: listeners,
+// framing, dispatch, and the handlers that turn Kafka requests into engine
+// and metadata operations. Broker is the embeddable broker type.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/raftmeta"
+)
+
+// Config configures a Broker.
+type Config struct {
+	NodeID    int32             // default 1
+	DataDir   string            // required
+	Listen    string            // default "127.0.0.1:9092"; port 0 picks a free port
+	Advertise string            // host:port told to clients; default the bound address
+	Props     map[string]string // Kafka-style broker properties
+	Plugins   []any             // hook implementations, found by type assertion
+	Logger    *slog.Logger
+	FS        vfs.FS // nil = disk; tests may pass a Pebble mem FS
+}
+
+// Broker is one Kafka broker: a listener, a storage engine and a member of
+// the metadata quorum.
+type Broker struct {
+	cfg    Config
+	log    *slog.Logger
+	props  Props
+	engine *engine.Engine
+	meta   *raftmeta.Controller
+
+	apis     apiTable
+	metrics  *metrics.Set
+	m        *brokerMetrics
+	sessions *fetchSessions
+
+	// Hooks found in cfg.Plugins.
+	leaderObs  []LeaderObserver
+	metaObs    []*metaQueue
+	lifecycles []Lifecycle
+	started    []Lifecycle // lifecycles whose Start succeeded, stopped in Close
+
+	ln       net.Listener
+	addr     string
+	ctx      context.Context // canceled by Close
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // accept loop, connections, metadata loop, observer queues
+	applied  appliedState
+	closeMu  sync.Mutex
+	closed   bool
+	conns    map[net.Conn]struct{}
+	closeErr error
+}
+
+// New validates cfg and returns a broker that Start will open.
+func New(cfg Config) (*Broker, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("server: Config.DataDir is required")
+	}
+	if cfg.NodeID == 0 {
+		cfg.NodeID = 1
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:9092"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	props, err := ParseProps(cfg.Props)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	b := &Broker{
+		cfg:     cfg,
+		log:     cfg.Logger.With("node", cfg.NodeID),
+		props:   props,
+		metrics: metrics.NewSet(),
+		conns:   make(map[net.Conn]struct{}),
+	}
+	if len(props.Unknown) > 0 {
+		b.log.Warn("ignoring unknown broker properties", "keys", props.Unknown)
+	}
+	b.sessions = newFetchSessions(fetchSessionSlots)
+	if b.apis, err = newAPITable(cfg.Plugins); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	b.applied.init()
+	b.m = newBrokerMetrics(b)
+	for _, p := range cfg.Plugins {
+		if o, ok := p.(LeaderObserver); ok {
+			b.leaderObs = append(b.leaderObs, o)
+		}
+		if o, ok := p.(MetadataObserver); ok {
+			b.metaObs = append(b.metaObs, newMetaQueue(o, b.log))
+		}
+		if l, ok := p.(Lifecycle); ok {
+			b.lifecycles = append(b.lifecycles, l)
+		}
+	}
+	return b, nil
+}
+
+// Start opens the engine and the metadata quorum, registers this broker,
+// reconciles stored partitions with the metadata image, listens, and starts
+// the plugins. On error everything opened so far is closed again.
+func (b *Broker) Start(ctx context.Context) (err error) {
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			b.Close()
+		}
+	}()
+	var validators []engine.AppendValidator
+	var observers []engine.AppendObserver
+	for _, p := range b.cfg.Plugins {
+		if v, ok := p.(engine.AppendValidator); ok {
+			validators = append(validators, v)
+		}
+		if o, ok := p.(engine.AppendObserver); ok {
+			observers = append(observers, o)
+		}
+	}
+	b.engine, err = engine.Open(engine.Config{
+		Dir:                    filepath.Join(b.cfg.DataDir, "data"),
+		FS:                     b.cfg.FS,
+		SyncWrites:             b.props.SyncWrites,
+		Logger:                 b.log,
+		Validators:             validators,
+		Observers:              observers,
+		RetentionCheckInterval: b.props.RetentionCheckInterval,
+	})
+	if err != nil {
+		return fmt.Errorf("server: open engine: %w", err)
+	}
+	b.meta, err = raftmeta.Open(ctx, raftmeta.Config{
+		NodeID: b.cfg.NodeID,
+		Dir:    filepath.Join(b.cfg.DataDir, "meta"),
+		DB:     b.engine.DB(),
+		Logger: b.log,
+	})
+	if err != nil {
+		return fmt.Errorf("server: open metadata: %w", err)
+	}
+	// Listen before registering: the registration carries the bound port.
+	if b.ln, err = net.Listen("tcp", b.cfg.Listen); err != nil {
+		return fmt.Errorf("server: listen on %s: %w", b.cfg.Listen, err)
+	}
+	b.addr = b.ln.Addr().String()
+	adv := b.cfg.Advertise
+	if adv == "" {
+		adv = b.addr
+	}
+	host, portStr, err := net.SplitHostPort(adv)
+	if err != nil {
+		return fmt.Errorf("server: advertised address %q: %w", adv, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return fmt.Errorf("server: advertised port %q: %w", portStr, err)
+	}
+	if err := b.meta.RegisterBroker(ctx, raftmeta.Broker{ID: b.cfg.NodeID, Host: host, Port: int32(port)}); err != nil {
+		return fmt.Errorf("server: register broker %d: %w", b.cfg.NodeID, err)
+	}
+	if err := b.reconcile(ctx); err != nil {
+		return err
+	}
+	for _, q := range b.metaObs {
+		b.wg.Add(1)
+		go func() { defer b.wg.Done(); q.run(b.ctx) }()
+	}
+	b.wg.Add(2)
+	go func() { defer b.wg.Done(); b.metadataLoop() }()
+	go func() { defer b.wg.Done(); b.acceptLoop() }()
+	for _, l := range b.lifecycles {
+		if err := l.Start(ctx, b); err != nil {
+			return fmt.Errorf("server: start plugin %T: %w", l, err)
+		}
+		b.started = append(b.started, l)
+	}
+	b.log.Info("broker started", "addr", b.addr, "advertised", adv, "cluster", b.meta.Image().ClusterID)
+	return nil
+}
+
+// Addr is the bound listener address, host:port.
+func (b *Broker) Addr() string { return b.addr }
+
+// Close stops the listener, closes connections, stops the plugins, and
+// closes the metadata quorum and then the engine. It is safe to call twice.
+func (b *Broker) Close() error {
+	b.closeMu.Lock()
+	if b.closed {
+		b.closeMu.Unlock()
+		return b.closeErr
+	}
+	b.closed = true
+	if b.ln != nil {
+		b.ln.Close()
+	}
+	for c := range b.conns {
+		c.Close()
+	}
+	b.closeMu.Unlock()
+
+	var errs []error
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := len(b.started) - 1; i >= 0; i-- {
+		if err := b.started[i].Stop(stopCtx); err != nil {
+			errs = append(errs, fmt.Errorf("stop plugin %T: %w", b.started[i], err))
+		}
+	}
+	if b.cancel != nil {
+		b.cancel()
+	}
+	b.wg.Wait()
+	if b.meta != nil {
+		if err := b.meta.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close metadata: %w", err))
+		}
+	}
+	if b.engine != nil {
+		if err := b.engine.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close engine: %w", err))
+		}
+	}
+	b.closeMu.Lock()
+	b.closeErr = errors.Join(errs...)
+	b.closeMu.Unlock()
+	return b.closeErr
+}
+
+// NodeID implements Host.
+func (b *Broker) NodeID() int32 { return b.cfg.NodeID }
+
+// Engine implements Host.
+func (b *Broker) Engine() *engine.Engine { return b.engine }
+
+// Metadata implements Host.
+func (b *Broker) Metadata() *raftmeta.Controller { return b.meta }
+
+// WritePrometheus writes the broker's metrics in Prometheus text format.
+func (b *Broker) WritePrometheus(w io.Writer) { b.metrics.WritePrometheus(w) }
+
+// trackConn registers c so that Close can close it; it reports false when
+// the broker is already closing.
+func (b *Broker) trackConn(c net.Conn, add bool) bool {
+	b.closeMu.Lock()
+	defer b.closeMu.Unlock()
+	if !add {
+		delete(b.conns, c)
+		return true
+	}
+	if b.closed {
+		return false
+	}
+	b.conns[c] = struct{}{}
+	return true
+}
+
+// brokerMetrics are the broker's own metrics, in its own metrics.Set so
+// that many brokers can run in one process.
+type brokerMetrics struct {
+	set                        *metrics.Set
+	conns                      *metrics.Gauge
+	bytesIn, bytesOut          *metrics.Counter
+	produceBytes, fetchBytes   *metrics.Counter
+	produceErrors, fetchErrors *metrics.Counter
+	requests                   sync.Map // api name -> *apiMetrics
+}
+
+type apiMetrics struct {
+	count    *metrics.Counter
+	duration *metrics.PrometheusHistogram
+}
+
+func newBrokerMetrics(b *Broker) *brokerMetrics {
+	s := b.metrics
+	engineGauge := func(name string, f func(engine.Stats) float64) {
+		s.NewGauge(name, func() float64 {
+			if b.engine == nil {
+				return 0
+			}
+			return f(b.engine.Metrics())
+		})
+	}
+	engineGauge("tandem_engine_bytes_written_total", func(st engine.Stats) float64 { return float64(st.BytesWritten) })
+	engineGauge("tandem_engine_appends_total", func(st engine.Stats) float64 { return float64(st.Appends) })
+	engineGauge("tandem_engine_partitions", func(st engine.Stats) float64 { return float64(st.Partitions) })
+	engineGauge("tandem_engine_tail_bytes", func(st engine.Stats) float64 { return float64(st.TailBytes) })
+	engineGauge("tandem_engine_disk_usage_bytes", func(st engine.Stats) float64 { return float64(st.DiskUsage) })
+	return &brokerMetrics{
+		set:           s,
+		conns:         s.NewGauge("kafka_server_connections", nil),
+		bytesIn:       s.NewCounter("kafka_server_bytes_in_total"),
+		bytesOut:      s.NewCounter("kafka_server_bytes_out_total"),
+		produceBytes:  s.NewCounter("kafka_server_produce_bytes_total"),
+		fetchBytes:    s.NewCounter("kafka_server_fetch_bytes_total"),
+		produceErrors: s.NewCounter("kafka_server_produce_errors_total"),
+		fetchErrors:   s.NewCounter("kafka_server_fetch_errors_total"),
+	}
+}
+
+// observe counts a handled request and its latency, labelled by API.
+func (m *brokerMetrics) observe(r *request, d time.Duration) {
+	name := apiName(r.req.Key())
+	am, ok := m.requests.Load(name)
+	if !ok {
+		am, _ = m.requests.LoadOrStore(name, &apiMetrics{
+			count:    m.set.GetOrCreateCounter(`kafka_server_requests_total{api="` + name + `"}`),
+			duration: m.set.GetOrCreatePrometheusHistogram(`kafka_server_request_duration_seconds{api="` + name + `"}`),
+		})
+	}
+	a := am.(*apiMetrics)
+	a.count.Inc()
+	a.duration.Update(d.Seconds())
+}

@@ -1,0 +1,46 @@
+package tandemtest
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/tandem-kafka/tandem/server"
+)
+
+// StartInProcess starts a broker in this process on a free 127.0.0.1 port
+// with a fresh data dir and the given broker properties, and closes it at
+// the end of the test. Logs go to t.Log at warn level and above.
+func StartInProcess(t testing.TB, props map[string]string) *server.Broker {
+	t.Helper()
+	b, err := server.New(server.Config{
+		DataDir: t.TempDir(),
+		Listen:  "127.0.0.1:0",
+		Props:   props,
+		Logger:  slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatalf("server.New: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Start(ctx); err != nil {
+		b.Close()
+		t.Fatalf("starting broker: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("closing broker: %v", err)
+		}
+	})
+	return b
+}
+
+// tWriter sends log lines to t.Log.
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}

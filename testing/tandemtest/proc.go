@@ -1,0 +1,226 @@
+package tandemtest
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Proc is a tandem binary running as a child process.
+type Proc struct {
+	t       testing.TB
+	bin     string
+	dataDir string
+	extra   []string
+	dir     string // scratch: ready file, logs
+
+	// Addr is the Kafka listener (host:port); it stays the same across
+	// Restart. HTTPAddr is the /metrics and /healthz endpoint.
+	Addr     string
+	HTTPAddr string
+
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{} // closed when the process has exited
+	waitErr error
+	starts  int
+}
+
+// StartProcess runs `tandem serve` on dataDir with a free 127.0.0.1 port
+// (the broker binds port 0 and reports the bound address through
+// --ready-file) and returns once the broker answers ApiVersions. extraArgs
+// are appended to serve's flags, so they may override the defaults. The
+// process is killed at the end of the test if still running.
+func StartProcess(t testing.TB, dataDir string, extraArgs ...string) *Proc {
+	t.Helper()
+	p := &Proc{t: t, bin: BuildBinary(t), dataDir: dataDir, extra: extraArgs, dir: t.TempDir()}
+	t.Cleanup(p.cleanup)
+	p.start()
+	return p
+}
+
+func (p *Proc) start() {
+	p.t.Helper()
+	p.starts++
+	ready := filepath.Join(p.dir, "ready.json")
+	os.Remove(ready)
+	args := []string{"serve", "--data-dir", p.dataDir, "--listen", "127.0.0.1:0",
+		"--http", "127.0.0.1:0", "--ready-file", ready}
+	args = append(args, p.extra...)
+	if p.Addr != "" { // a restart keeps the address, so that clients reconnect
+		args = append(args, "--listen", p.Addr)
+	}
+	p.logPath = filepath.Join(p.dir, fmt.Sprintf("tandem-%d.log", p.starts))
+	logFile, err := os.Create(p.logPath)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer logFile.Close() // the child has its own descriptor
+	p.cmd = exec.Command(p.bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	// If the test process dies, the broker must not outlive it.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatalf("starting %s: %v", p.bin, err)
+	}
+	done, cmd := make(chan struct{}), p.cmd
+	p.done = done
+	go func() { p.waitErr = cmd.Wait(); close(done) }()
+
+	info, err := p.waitReady(ready, 60*time.Second)
+	if err != nil {
+		p.t.Fatalf("tandem serve %s: %v\n%s", strings.Join(args, " "), err, p.Logs())
+	}
+	p.Addr, p.HTTPAddr = info.Kafka, info.HTTP
+	if err := p.ping(); err != nil {
+		p.t.Fatalf("tandem at %s does not answer ApiVersions: %v\n%s", p.Addr, err, p.Logs())
+	}
+}
+
+func (p *Proc) waitReady(path string, timeout time.Duration) (info struct{ Kafka, HTTP string }, err error) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			return info, fmt.Errorf("exited before ready: %v", p.waitErr)
+		case <-time.After(20 * time.Millisecond):
+		}
+		data, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return info, err
+		}
+		if err := json.Unmarshal(data, &info); err != nil {
+			return info, fmt.Errorf("ready file %q: %w", data, err)
+		}
+		return info, nil
+	}
+	return info, fmt.Errorf("not ready after %v", timeout)
+}
+
+func (p *Proc) ping() error {
+	c, err := DialErr(p.Addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	resp, err := c.Request(kmsg.NewPtrApiVersionsRequest())
+	if err != nil {
+		return err
+	}
+	if code := resp.(*kmsg.ApiVersionsResponse).ErrorCode; code != 0 {
+		return fmt.Errorf("ApiVersions error code %d", code)
+	}
+	return nil
+}
+
+// PID is the process ID of the running broker.
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
+
+// Running reports whether the process has not exited.
+func (p *Proc) Running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill9 kills the broker with SIGKILL and waits for it to be gone.
+func (p *Proc) Kill9() {
+	p.t.Helper()
+	if !p.Running() {
+		p.t.Fatalf("Kill9: broker not running (%v)", p.waitErr)
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Stop sends SIGTERM and waits up to timeout for the process to exit. It
+// returns the exit error (nil for exit status 0) or, if the process did not
+// exit in time, an error after killing it.
+func (p *Proc) Stop(timeout time.Duration) error {
+	if !p.Running() {
+		return fmt.Errorf("not running (exited: %v)", p.waitErr)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.waitErr
+	case <-time.After(timeout):
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		return fmt.Errorf("did not exit within %v of SIGTERM; killed", timeout)
+	}
+}
+
+// Restart starts the broker again on the same data dir and Kafka address,
+// after Kill9 or Stop.
+func (p *Proc) Restart() {
+	p.t.Helper()
+	if p.Running() {
+		p.t.Fatal("Restart: broker still running")
+	}
+	p.start()
+}
+
+// Logs returns what the current (or last) process wrote to stdout/stderr.
+func (p *Proc) Logs() string {
+	data, _ := os.ReadFile(p.logPath)
+	return string(data)
+}
+
+// Mem returns the process's resident set size and its peak (VmRSS and
+// VmHWM of /proc/PID/status), in bytes.
+func (p *Proc) Mem() (rss, peak int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.PID()))
+	if err != nil {
+		return 0, 0, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ":")
+		f := strings.Fields(v) // "12345 kB"
+		if len(f) != 2 || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", k, err)
+		}
+		if k == "VmRSS" {
+			rss = n << 10
+		} else {
+			peak = n << 10
+		}
+	}
+	return rss, peak, nil
+}
+
+func (p *Proc) cleanup() {
+	if p.cmd != nil && p.Running() {
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+	}
+	if p.t.Failed() {
+		logs := p.Logs()
+		if len(logs) > 8000 {
+			logs = "...\n" + logs[len(logs)-8000:]
+		}
+		p.t.Logf("tandem log (%s):\n%s", p.logPath, logs)
+	}
+}

@@ -1,0 +1,101 @@
+package tandemtest
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func TestMain(m *testing.M) { os.Exit(Main(m)) }
+
+// TestInProcessRawProduce drives an in-process broker with raw requests:
+// a hand-built batch is stored, and the same batch with a broken CRC is not.
+func TestInProcessRawProduce(t *testing.T) {
+	b := StartInProcess(t, map[string]string{"auto.create.topics.enable": "true"})
+	c := Dial(t, b.Addr())
+
+	meta := kmsg.NewPtrMetadataRequest()
+	meta.Version, meta.AllowAutoTopicCreation = 9, true
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr("raw")
+	meta.Topics = append(meta.Topics, mt)
+	if _, err := c.Request(meta); err != nil {
+		t.Fatal(err)
+	}
+
+	produce := func(batch []byte) kmsg.ProduceResponseTopicPartition {
+		t.Helper()
+		req := kmsg.NewPtrProduceRequest()
+		req.Version, req.Acks, req.TimeoutMillis = 7, -1, 5000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = "raw"
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Records = batch
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := c.Request(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+	}
+	for i, codec := range []int8{CodecNone, CodecGzip, CodecZstd} {
+		batch, err := RecordBatch(codec, KV{Key: []byte("k"), Value: []byte("v")}, KV{Value: []byte("w")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := produce(batch); res.ErrorCode != 0 || res.BaseOffset != int64(2*i) {
+			t.Fatalf("codec %d: %v, base offset %d, want %d", codec, kerr.ErrorForCode(res.ErrorCode), res.BaseOffset, 2*i)
+		}
+	}
+	batch, _ := RecordBatch(CodecNone, KV{Value: []byte("x")})
+	batch[20] ^= 1 // inside the CRC
+	if res := produce(batch); res.ErrorCode != kerr.CorruptMessage.Code {
+		t.Fatalf("bad CRC: %v", kerr.ErrorForCode(res.ErrorCode))
+	}
+
+	lo := kmsg.NewPtrListOffsetsRequest()
+	lo.Version = 4
+	lt := kmsg.NewListOffsetsRequestTopic()
+	lt.Topic = "raw"
+	lp := kmsg.NewListOffsetsRequestTopicPartition()
+	lp.Timestamp = -1 // latest
+	lt.Partitions = append(lt.Partitions, lp)
+	lo.Topics = append(lo.Topics, lt)
+	resp, err := c.Request(lo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end := resp.(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0].Offset; end != 6 {
+		t.Fatalf("end offset %d, want 6 (three batches of two records)", end)
+	}
+}
+
+// TestProcessStopRestart checks the process helpers: SIGTERM exits 0, and a
+// restart comes back on the same address.
+func TestProcessStopRestart(t *testing.T) {
+	p := StartProcess(t, t.TempDir())
+	addr := p.Addr
+	if err := p.Stop(15 * time.Second); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if c, err := DialErr(addr); err == nil {
+		c.Close()
+		t.Fatalf("%s still accepts connections after Stop", addr)
+	}
+	p.Restart()
+	if p.Addr != addr {
+		t.Fatalf("restarted on %s, want %s", p.Addr, addr)
+	}
+	p.Kill9()
+	if p.Running() {
+		t.Fatal("running after Kill9")
+	}
+	p.Restart()
+	if rss, peak, err := p.Mem(); err != nil || rss <= 0 || peak < rss {
+		t.Fatalf("Mem: rss %d peak %d err %v", rss, peak, err)
+	}
+}
