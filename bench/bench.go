@@ -60,7 +60,7 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 		limitDur    = fs.Duration("limit-duration", 2*time.Second, "length of each limit measurement; 0 skips the limits")
 		seed        = fs.Int64("seed", 1, "payload seed")
 		sync        = fs.Bool("sync", true, "brokers fsync before acknowledging (tandem.log.sync, kfake SyncWrites)")
-		prefill     = fs.Int64("prefill-max", 1<<30, "cap of the bytes pre-filled for consume workloads")
+		backlog     = fs.Int64("backlog", 512<<20, "value bytes pre-filled for consume workloads")
 		dir         = fs.String("dir", "", "scratch directory (default: a temporary one)")
 		props       = kvFlag{}
 	)
@@ -70,12 +70,14 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 	}
 	r := &Runner{
 		Against: *against, Targets: splitList(*targets), Props: props, Sync: *sync,
-		LimitDuration: *limitDur, Dir: *dir, Seed: *seed, PrefillMax: *prefill, Progress: os.Stderr,
+		LimitDuration: *limitDur, Dir: *dir, Seed: *seed, Backlog: *backlog, Progress: os.Stderr,
 	}
 	var err error
 	if *quick {
 		r.Workloads = QuickWorkloads(*seed)
-		r.PrefillMax = min(r.PrefillMax, 256<<20)
+		if !isSet(fs, "backlog") {
+			r.Backlog = 128 << 20
+		}
 		if !isSet(fs, "limit-duration") {
 			r.LimitDuration = time.Second
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func TestHarness(t *testing.T) {
 	var progress bytes.Buffer
 	r := &Runner{
 		Workloads: shortWorkloads(), Targets: []string{"kfake", "tandem"}, Sync: true,
-		LimitDuration: 200 * time.Millisecond, Dir: t.TempDir(), Seed: 7, PrefillMax: 8 << 20, Progress: &progress,
+		LimitDuration: 200 * time.Millisecond, Dir: t.TempDir(), Seed: 7, Backlog: 8 << 20, Progress: &progress,
 	}
 	rep, err := r.Run(ctx)
 	t.Log(progress.String())
@@ -107,7 +108,7 @@ func TestAgainst(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	ws := shortWorkloads()
-	r := &Runner{Workloads: []Workload{ws[0], ws[2], ws[3]}, Against: c.ListenAddrs()[0], Dir: t.TempDir(), Seed: 7}
+	r := &Runner{Workloads: []Workload{ws[0], ws[2], ws[3]}, Against: c.ListenAddrs()[0], Dir: t.TempDir(), Seed: 7, Backlog: 8 << 20}
 	rep, err := r.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +138,7 @@ func TestFailedWorkload(t *testing.T) {
 	good := shortWorkloads()[0]
 	bad := good
 	bad.RecordSize = 2 << 20
-	r := &Runner{Workloads: []Workload{bad, good}, Against: c.ListenAddrs()[0], Dir: t.TempDir(), Seed: 7}
+	r := &Runner{Workloads: []Workload{bad, good}, Against: c.ListenAddrs()[0], Dir: t.TempDir(), Seed: 7, Backlog: 8 << 20}
 	rep, err := r.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +171,7 @@ func TestStatAndPercentile(t *testing.T) {
 	for i := range d {
 		d[i] = time.Duration(1000-i) * time.Millisecond
 	}
-	sortDurations(d)
+	slices.Sort(d)
 	for _, tc := range []struct {
 		q    float64
 		want time.Duration

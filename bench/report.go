@@ -175,11 +175,12 @@ func (rep *Report) WriteMarkdown(w io.Writer, svgName string) {
 		w0 := rep.Results[0].Workload
 		fmt.Fprintf(w, "Each workload: %d runs of %v, payload seed %d.\n\n", w0.Runs, w0.Duration, w0.Seed)
 	}
-	fmt.Fprint(w, "The load client is franz-go (kgo) in the harness process; each workload runs against a fresh broker in a child process, ",
-		"whose CPU (utime+stime), peak RSS (VmHWM) and write_bytes come from /proc. MB/s counts record value bytes (10^6 per MB) ",
-		"acknowledged inside the measurement window, median of the runs with min and max; end-to-end latency is measured from ",
-		"a send timestamp in each record, at the same offered load on every broker: 50% of the lowest median rate measured ",
-		"by the matching produce workload.\n\n")
+	fmt.Fprintf(w, "The load client is franz-go (kgo) in the harness process; each workload runs against a fresh broker in a child process, "+
+		"whose CPU (utime+stime), peak RSS (VmHWM) and write_bytes come from /proc; disk bytes/byte divides write_bytes by the "+
+		"uncompressed value bytes produced. MB/s counts record value bytes (10^6 per MB): for produce, those acknowledged from "+
+		"the first send to the end of the final flush; for consume, a pre-filled backlog of %d MiB read from offset 0 by a new "+
+		"client each run; the median of the runs, with min and max. End-to-end latency is measured from a send timestamp in each "+
+		"record, at the same offered load on every broker: 50%% of the lowest median rate of the matching produce workload.\n\n", rep.Backlog>>20)
 	switch {
 	case rep.Against != "":
 		fmt.Fprintf(w, "Broker: the one running at %s (no process figures).\n\n", rep.Against)

@@ -31,7 +31,7 @@ func statOf(v []float64) Stat {
 type Latency struct {
 	P50, P99, P999, Max time.Duration
 	Samples             int
-	OfferedRecsPerSec   float64 // 50% of the matching produce workload's median
+	OfferedRecsPerSec   float64 // half the lowest median rate of the matching produce workload among the targets
 }
 
 // Result is what one workload measured against one target.
@@ -71,7 +71,7 @@ type Runner struct {
 	LimitDuration time.Duration     // 0: skip the limits
 	Dir           string            // scratch space; default a temporary directory
 	Seed          int64
-	PrefillMax    int64     // cap of a consume workload's pre-filled bytes (0: 1 GiB)
+	Backlog       int64     // value bytes pre-filled for a consume workload (0: 512 MiB)
 	Progress      io.Writer // one line per run; nil: quiet
 }
 
@@ -81,10 +81,18 @@ type Report struct {
 	Limits   *Limits
 	Machine  Machine
 	Command  string
-	Sync     bool // brokers started by the harness fsync before acknowledging
+	Sync     bool  // brokers started by the harness fsync before acknowledging
+	Backlog  int64 // bytes pre-filled for consume workloads
 	Against  string
 	Started  time.Time
 	Duration time.Duration
+}
+
+func (r *Runner) backlog() int64 {
+	if r.Backlog <= 0 {
+		return 512 << 20
+	}
+	return r.Backlog
 }
 
 func (r *Runner) logf(format string, args ...any) {
@@ -95,7 +103,7 @@ func (r *Runner) logf(format string, args ...any) {
 
 // Run measures the limits, then every workload on every target.
 func (r *Runner) Run(ctx context.Context) (*Report, error) {
-	rep := &Report{Machine: readMachine(), Sync: r.Sync, Against: r.Against, Started: time.Now()}
+	rep := &Report{Machine: readMachine(), Sync: r.Sync, Against: r.Against, Backlog: r.backlog(), Started: time.Now()}
 	for _, w := range r.Workloads {
 		if err := w.validate(); err != nil {
 			return nil, fmt.Errorf("workload %s: %w", w.Name(), err)
@@ -150,6 +158,12 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 				}
 				offered = min(offered, rate/2)
 				runOn = append(runOn, target)
+			}
+			if offered <= 0 {
+				for _, target := range runOn {
+					fail(w, target, errors.New("no produce rate measured to offer half of"))
+				}
+				runOn = nil
 			}
 		}
 		for _, target := range runOn {
@@ -256,11 +270,10 @@ func (r *Runner) runOne(ctx context.Context, target, dir string, w Workload, off
 		if err != nil {
 			return res, err
 		}
-		capBytes := r.PrefillMax
-		if capBytes <= 0 {
-			capBytes = 1 << 30
-		}
-		fillSt, err := produce(ctx, addr, topic, w, p, produceOpts{maxBytes: capBytes})
+		backlog := r.backlog()
+		fill := w
+		fill.Duration = 10 * time.Minute // a safety net: the backlog size ends the fill
+		fillSt, err := produce(ctx, addr, topic, fill, p, produceOpts{maxBytes: backlog})
 		if err != nil {
 			return res, fmt.Errorf("pre-fill: %w", err)
 		}
@@ -298,7 +311,7 @@ func (r *Runner) runOne(ctx context.Context, target, dir string, w Workload, off
 			res.Expected += st.Produced
 			doneWith(topic)
 		}
-		sortDurations(lat)
+		slices.Sort(lat)
 		res.Latency = &Latency{
 			P50: percentile(lat, 0.50), P99: percentile(lat, 0.99), P999: percentile(lat, 0.999),
 			Max: percentile(lat, 1), Samples: len(lat), OfferedRecsPerSec: offered,

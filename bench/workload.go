@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,10 +78,10 @@ func (w Workload) validate() error {
 
 // runStats is what one run measured from the client side.
 type runStats struct {
-	Records   int64         // records acknowledged (produce) or read (consume) inside the window
+	Records   int64         // records acknowledged (produce) or read (consume) in the measured run
 	Bytes     int64         // value bytes of those records
-	Elapsed   time.Duration // length of the measurement window
-	Produced  int64         // every record acknowledged, the drain after the window included
+	Elapsed   time.Duration // length of the measured run
+	Produced  int64         // every record acknowledged, the warm-up record included
 	PBytes    int64         // value bytes of Produced
 	Consumed  int64         // every record read
 	CBytes    int64         // value bytes of Consumed
@@ -98,13 +97,12 @@ type runStats struct {
 type payloads struct {
 	vals [][]byte
 	pool sync.Pool
-	size int
 }
 
 func newPayloads(seed int64, size int) *payloads {
 	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
 	rng := rand.New(rand.NewPCG(uint64(seed), uint64(size)))
-	p := &payloads{size: size}
+	p := &payloads{}
 	for range 16 {
 		v := make([]byte, size)
 		for i := range v {
@@ -139,7 +137,7 @@ func producerOpts(addr, topic string, w Workload) []kgo.Opt {
 		kgo.ProducerLinger(time.Millisecond),
 		kgo.ProducerBatchMaxBytes(1 << 20),
 		kgo.MaxBufferedRecords(1 << 20),
-		kgo.MaxBufferedBytes(128 << 20),
+		kgo.MaxBufferedBytes(32 << 20),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.RecordRetries(10),
 	}
@@ -224,9 +222,10 @@ type produceOpts struct {
 	maxBytes int64   // stop sending after this many value bytes; 0: no cap
 }
 
-// produce sends records for w.Duration. The window counts acknowledgements
-// until the deadline; records still buffered then are flushed and counted
-// in Produced. With o.e2e, a consumer reads the topic at the same time and
+// produce sends records for w.Duration, then flushes: the rate is every
+// record acknowledged over the time from the first send to the end of the
+// flush (as kafka-producer-perf-test counts), so that records buffered at
+// the deadline are neither lost nor free. With o.e2e, a consumer reads the topic at the same time and
 // records each record's latency from its embedded send time.
 func produce(ctx context.Context, addr, topic string, w Workload, p *payloads, o produceOpts) (runStats, error) {
 	cl, err := kgo.NewClient(producerOpts(addr, topic, w)...)
@@ -304,11 +303,11 @@ func produce(ctx context.Context, addr, topic string, w Workload, p *payloads, o
 		}
 		cl.Produce(ctx, p.record(seq, now), promise)
 	}
-	st.Elapsed = time.Since(start)
-	st.Records, st.Bytes = acked.Load()-base, ackedB.Load()-baseB
 	if err := cl.Flush(ctx); err != nil {
 		return st, fmt.Errorf("flush: %w", err)
 	}
+	st.Elapsed = time.Since(start)
+	st.Records, st.Bytes = acked.Load()-base, ackedB.Load()-baseB
 	st.Produced, st.PBytes, st.Errors = acked.Load(), ackedB.Load(), errs.Load()
 	if e := firstErr.Load(); e != nil {
 		st.FirstErr = *e
@@ -362,8 +361,15 @@ func (c *consumer) done() bool {
 	return t >= 0 && c.n.Load() >= t
 }
 
+// stallTimeout ends a consumer that reads nothing for this long: a broker
+// that lost records must not hang the benchmark.
+const stallTimeout = 30 * time.Second
+
 func (c *consumer) run(ctx context.Context) error {
-	for !c.done() {
+	for progress := time.Now(); !c.done(); {
+		if time.Since(progress) > stallTimeout {
+			return fmt.Errorf("read nothing for %v after %d records (want %d)", stallTimeout, c.n.Load(), c.target.Load())
+		}
 		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		fs := c.cl.PollFetches(pctx)
 		cancel()
@@ -394,6 +400,9 @@ func (c *consumer) run(ctx context.Context) error {
 		})
 		c.bytes.Add(b)
 		c.n.Add(n)
+		if n > 0 {
+			progress = now
+		}
 	}
 	return nil
 }
@@ -424,5 +433,3 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 	i := int(q*float64(len(sorted))+0.5) - 1
 	return sorted[max(0, min(i, len(sorted)-1))]
 }
-
-func sortDurations(d []time.Duration) { sort.Slice(d, func(i, j int) bool { return d[i] < d[j] }) }

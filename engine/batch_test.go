@@ -89,11 +89,19 @@ func FuzzAppend(f *testing.F) {
 	cfg := DefaultLogConfig()
 	cfg.Compact = true
 	p := mkPart(f, e, cfg)
+	mirror, _ := e.Create("mirror", TopicID{2}, 0, DefaultLogConfig())
 	f.Fuzz(func(t *testing.T, records []byte) {
 		// Fix the CRC so that the fuzzer gets past it into the records.
 		if len(records) >= batchHeaderLen {
 			if n := int(int32(binary.BigEndian.Uint32(records[offBatchLength:]))); n >= batchHeaderLen-12 && n+12 <= len(records) {
 				batch(records[:n+12]).fixCRC()
+			}
+		}
+		// Mirrored batches skip record validation: they must still
+		// never break the log's offsets.
+		if res, err := mirror.Append(t.Context(), &AppendRequest{Records: records, Origin: OriginMirror, Acks: 1}); err == nil {
+			if o := mirror.Offsets(); o.LogEnd != res.LastOffset+1 || o.HighWatermark != o.LogEnd {
+				t.Fatalf("mirror append %+v left offsets %+v", res, o)
 			}
 		}
 		before := p.Offsets().LogEnd

@@ -41,7 +41,10 @@ func TestDecompressionBomb(t *testing.T) {
 			if code := kcode(err); code != kerr.MessageTooLarge.Code && !(name == "liar" && code == kerr.CorruptMessage.Code) {
 				t.Fatalf("codec %d %s: %v", codec, name, err)
 			}
-			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8<<20 {
+			// A fresh decoder may allocate its format's working buffers
+			// (lz4: 2 x 4 MiB blocks; zstd: an 8 MiB window at most), never
+			// anything that grows with the inflated size.
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16<<20 {
 				t.Fatalf("codec %d %s: rejecting allocated %d MiB", codec, name, alloc>>20)
 			}
 		}
@@ -66,7 +69,7 @@ func TestDecompressionBomb(t *testing.T) {
 		t.Fatalf("zstd stream: %v", err)
 	}
 	t.Logf("zstd stream bomb: %d KiB allocated", (after.TotalAlloc-before.TotalAlloc)>>10)
-	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 12<<20 {
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16<<20 {
 		t.Fatalf("zstd stream: rejecting allocated %d MiB", alloc>>20)
 	}
 	// The same bomb uncompressed is simply too large.

@@ -67,7 +67,6 @@ func decompressor(codec int8, in []byte, limit int) (r io.Reader, close func(), 
 			gzipPool.Put(zr)
 			return nil, nil, corrupt("gzip header: %v", err)
 		}
-		zr.Multistream(false)
 		return zr, func() { gzipPool.Put(zr) }, nil
 	case codecSnappy:
 		out, err := snappyDecode(nil, in, limit)

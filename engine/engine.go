@@ -77,6 +77,7 @@ type Engine struct {
 	bytesWritten atomic.Int64
 	appends      atomic.Int64
 	tailBytes    atomic.Int64
+	numParts     atomic.Int64 // len(parts), read without e.mu by appends
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -166,6 +167,7 @@ func (e *Engine) load() error {
 		}
 		e.parts[partKey{id, part}] = p
 	}
+	e.numParts.Store(int64(len(e.parts)))
 	return it.Error()
 }
 
@@ -213,6 +215,7 @@ func (e *Engine) Create(topic string, id TopicID, partition int32, cfg LogConfig
 		return nil, fmt.Errorf("engine: create %s partition %d: %w", topic, partition, err)
 	}
 	e.parts[partKey{id, partition}] = p
+	e.numParts.Store(int64(len(e.parts)))
 	return p, nil
 }
 
@@ -234,6 +237,7 @@ func (e *Engine) Delete(id TopicID, partition int32) error {
 	e.mu.Lock()
 	p := e.parts[partKey{id, partition}]
 	delete(e.parts, partKey{id, partition})
+	e.numParts.Store(int64(len(e.parts)))
 	e.mu.Unlock()
 	if p != nil {
 		p.mu.Lock()

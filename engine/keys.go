@@ -11,6 +11,7 @@ import "encoding/binary"
 //	0x02 'D' topicID(16) partition(4) 'M' base(8)   that batch's index entry (offsets, size, max timestamp, epoch)
 //	0x02 'D' topicID(16) partition(4) 'E' epoch(4)  leader-epoch cache entry: epoch -> start offset
 //	0x02 'D' topicID(16) partition(4) 'S' pid(8)    idempotent producer state
+//	0x02 'D' topicID(16) partition(4) 'A' last(8)   aborted transaction ending at offset last: pid(8) first(8)
 //
 // All integers are big endian. Offsets, epochs and producer IDs stored here
 // are never negative, so byte order is numeric order. Everything of a
@@ -24,6 +25,7 @@ const (
 	subMeta    = 'M'
 	subEpoch   = 'E'
 	subProduce = 'S'
+	subAborted = 'A'
 )
 
 func stateKey(id TopicID, p int32) []byte {
@@ -55,6 +57,10 @@ func epochKey(id TopicID, p int32, epoch int32) []byte {
 
 func producerKey(id TopicID, p int32, pid int64) []byte {
 	return binary.BigEndian.AppendUint64(subPrefix(id, p, subProduce), uint64(pid))
+}
+
+func abortedKey(id TopicID, p int32, last int64) []byte {
+	return binary.BigEndian.AppendUint64(subPrefix(id, p, subAborted), uint64(last))
 }
 
 // prefixEnd returns the smallest key greater than every key with prefix.

@@ -92,7 +92,9 @@ type Partition struct {
 	indexBytes  int64
 	epochs      []epochEntry
 	producers   map[int64]*producerEntry
-	tail        []tailBatch // recent batches, a contiguous suffix of the log
+	aborted     []abortedTxn // by Last
+	openTxns    int          // producers with an open transaction
+	tail        []tailBatch  // recent batches, a contiguous suffix of the log
 	tailSize    int64
 	waitCh      chan struct{}
 	gen         uint64 // bumped by anything that removes or rewrites batches
@@ -137,6 +139,12 @@ func (p *Partition) load() error {
 			p.indexBytes += int64(m.Size)
 		case subEpoch:
 			p.epochs = append(p.epochs, epochEntry{keySuffix32(k), int64(binary.BigEndian.Uint64(it.Value()))})
+		case subAborted:
+			v := it.Value()
+			if len(v) != 16 {
+				return fmt.Errorf("aborted transaction entry of %d bytes", len(v))
+			}
+			p.aborted = append(p.aborted, abortedTxn{int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:])), keySuffix64(k)})
 		case subProduce:
 			pe, err := decodeProducer(it.Value())
 			if err != nil {
@@ -149,6 +157,7 @@ func (p *Partition) load() error {
 	if err := it.Error(); err != nil {
 		return err
 	}
+	p.countOpenTxnsLocked()
 	p.leo = p.logStart
 	if n := len(p.index); n > 0 {
 		p.leo = max(p.leo, p.index[n-1].last()+1)
@@ -162,6 +171,9 @@ func (p *Partition) Config() LogConfig { return *p.cfg.Load() }
 
 // SetConfig replaces the log configuration and persists it.
 func (p *Partition) SetConfig(cfg LogConfig) {
+	if *p.cfg.Load() == cfg {
+		return // the common case: the metadata loop re-applies configs
+	}
 	p.e.closeMu.RLock()
 	defer p.e.closeMu.RUnlock()
 	p.mu.Lock()
@@ -199,7 +211,31 @@ func (p *Partition) Wait() <-chan struct{} {
 func (p *Partition) Offsets() Offsets {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return Offsets{LogStart: p.logStart, HighWatermark: p.hwm, LastStable: p.hwm, LogEnd: p.leo, LeaderEpoch: p.leaderEpoch}
+	return Offsets{LogStart: p.logStart, HighWatermark: p.hwm, LastStable: p.lastStableLocked(), LogEnd: p.leo, LeaderEpoch: p.leaderEpoch}
+}
+
+func (p *Partition) countOpenTxnsLocked() {
+	p.openTxns = 0
+	for _, pe := range p.producers {
+		if pe.TxnStart >= 0 {
+			p.openTxns++
+		}
+	}
+}
+
+// lastStableLocked is the last stable offset: the high watermark, or the
+// first offset of the earliest open transaction below it.
+func (p *Partition) lastStableLocked() int64 {
+	lso := p.hwm
+	if p.openTxns == 0 {
+		return lso
+	}
+	for _, pe := range p.producers {
+		if pe.TxnStart >= 0 {
+			lso = min(lso, pe.TxnStart)
+		}
+	}
+	return lso
 }
 
 // SetLeaderEpoch sets the epoch stamped on client appends. The epoch
@@ -235,12 +271,7 @@ func (p *Partition) latestEpochLocked() int32 {
 func (p *Partition) EndOffsetForEpoch(epoch int32) (leaderEpoch int32, endOffset int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	epochs := p.epochs
-	// The current leader epoch counts as the latest even before a batch
-	// was appended in it (Kafka assigns it when the leader is elected).
-	if p.leaderEpoch > p.latestEpochLocked() && p.leaderEpoch >= 0 && len(epochs) > 0 {
-		epochs = append(epochs[:len(epochs):len(epochs)], epochEntry{p.leaderEpoch, p.leo})
-	}
+	epochs := p.epochsLocked()
 	if epoch < 0 || len(epochs) == 0 {
 		return -1, -1
 	}
@@ -257,16 +288,38 @@ func (p *Partition) EndOffsetForEpoch(epoch int32) (leaderEpoch int32, endOffset
 	return epochs[hi-1].Epoch, epochs[hi].Start
 }
 
-// EpochAt returns the leader epoch in force at offset (-1 if unknown).
+// EpochAt returns the leader epoch in force at offset (-1 if unknown);
+// at the log end offset that is the current leader epoch.
 func (p *Partition) EpochAt(offset int64) int32 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	i := sort.Search(len(p.epochs), func(i int) bool { return p.epochs[i].Start > offset })
+	epochs := p.epochsLocked()
+	i := sort.Search(len(epochs), func(i int) bool { return epochs[i].Start > offset })
 	if i == 0 {
 		return -1
 	}
-	return p.epochs[i-1].Epoch
+	return epochs[i-1].Epoch
 }
+
+// epochsLocked is the epoch cache plus the current leader epoch, which
+// counts as the latest even before a batch was appended in it (Kafka
+// assigns it to the cache when the leader is elected; the engine waits
+// for a batch so that mirrored partitions keep their source's history).
+func (p *Partition) epochsLocked() []epochEntry {
+	if p.leaderEpoch > p.latestEpochLocked() {
+		return append(p.epochs[:len(p.epochs):len(p.epochs)], epochEntry{p.leaderEpoch, p.leo})
+	}
+	return p.epochs
+}
+
+// Topic is the partition's topic name.
+func (p *Partition) Topic() string { return p.topic }
+
+// TopicID is the partition's topic ID.
+func (p *Partition) TopicID() TopicID { return p.id }
+
+// Index is the partition number.
+func (p *Partition) Index() int32 { return p.part }
 
 // Producers returns the idempotent producers' states.
 func (p *Partition) Producers() []ProducerState {
@@ -436,6 +489,8 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 				res.LogAppendTime = now
 				metas[i].MaxTs, metas[i].MaxTsDelta = now, 0
 			}
+		} else if b.baseOffset() < 0 || b.lastOffset() < b.baseOffset() {
+			return fail(corrupt("batch %d: offsets %d to %d", i, b.baseOffset(), b.lastOffset()))
 		} else if b.baseOffset() < next {
 			return fail(fmt.Errorf("batch %d at offset %d, log end offset is %d: %w", i, b.baseOffset(), next, ErrUnexpectedAppendOffset))
 		}
@@ -446,7 +501,9 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 		next = b.lastOffset() + 1
 		res.LastOffset = b.lastOffset()
 		if b.producerID() >= 0 {
-			txn.update(b)
+			if a := txn.update(b); a != nil {
+				pb.Set(abortedKey(p.id, p.part, a.Last), binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(a.PID)), uint64(a.First)), nil)
+			}
 		}
 		if e := b.leaderEpoch(); e > latestEpoch {
 			latestEpoch = e
@@ -467,7 +524,9 @@ func (p *Partition) commitLocked(batches []batch, metas []batchMeta) {
 	txn := producerTxn{base: p.producers}
 	for i, b := range batches {
 		if b.producerID() >= 0 {
-			txn.update(b)
+			if a := txn.update(b); a != nil {
+				p.aborted = append(p.aborted, *a)
+			}
 		}
 		if e := b.leaderEpoch(); e > p.latestEpochLocked() {
 			p.epochs = append(p.epochs, epochEntry{e, b.baseOffset()})
@@ -480,12 +539,20 @@ func (p *Partition) commitLocked(batches []batch, metas []batchMeta) {
 		p.leo = b.lastOffset() + 1
 	}
 	for pid, pe := range txn.changed {
+		if old := p.producers[pid]; old != nil && old.TxnStart >= 0 {
+			p.openTxns--
+		}
+		if pe.TxnStart >= 0 {
+			p.openTxns++
+		}
 		p.producers[pid] = pe
 	}
-	// Keep the tail within its share of memory.
+	// Keep the tail within its share of memory: every partition gets an
+	// equal share of the global bound, at most tailPartitionBytes.
+	share := min(tailPartitionBytes, tailGlobalBytes/max(1, p.e.numParts.Load()))
 	drop := 0
 	size := p.tailSize
-	for drop < len(p.tail)-1 && (size > tailPartitionBytes || p.e.tailBytes.Load() > tailGlobalBytes) {
+	for drop < len(p.tail)-1 && (size > share || p.e.tailBytes.Load() > tailGlobalBytes) {
 		size -= int64(len(p.tail[drop].data))
 		p.e.tailBytes.Add(-int64(len(p.tail[drop].data)))
 		drop++
@@ -523,12 +590,26 @@ func (p *Partition) advance(end int64) int64 {
 // past the high watermark (the last stable offset for read_committed).
 func (p *Partition) Fetch(offset int64, maxBytes int, iso Isolation) (FetchResult, error) {
 	p.mu.Lock()
-	res := FetchResult{HighWatermark: p.hwm, LastStableOffset: p.hwm, LogStartOffset: p.logStart}
-	leo, tail, deleted := p.leo, p.tail, p.deleted
+	res := FetchResult{HighWatermark: p.hwm, LastStableOffset: p.lastStableLocked(), LogStartOffset: p.logStart}
+	leo, tail, deleted, aborted := p.leo, p.tail, p.deleted, p.aborted
 	p.mu.Unlock()
 	if deleted {
 		return res, fmt.Errorf("%s-%d: partition deleted: %w", p.topic, p.part, kerr.UnknownTopicOrPartition)
 	}
+	res, err := p.read(res, leo, tail, offset, maxBytes, iso)
+	if iso == ReadCommitted && len(res.Batches) > 0 {
+		// The aborted transactions overlapping what is returned.
+		end := batch(res.Batches[len(res.Batches)-1]).lastOffset()
+		for _, a := range aborted[sort.Search(len(aborted), func(i int) bool { return aborted[i].Last >= offset }):] {
+			if a.First <= end {
+				res.AbortedTxns = append(res.AbortedTxns, AbortedTxn{ProducerID: a.PID, FirstOffset: a.First})
+			}
+		}
+	}
+	return res, err
+}
+
+func (p *Partition) read(res FetchResult, leo int64, tail []tailBatch, offset int64, maxBytes int, iso Isolation) (FetchResult, error) {
 	if offset < res.LogStartOffset || offset > leo {
 		return res, fmt.Errorf("%s-%d: fetch offset %d outside [%d, %d]: %w", p.topic, p.part, offset, res.LogStartOffset, leo, kerr.OffsetOutOfRange)
 	}

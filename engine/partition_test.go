@@ -142,8 +142,11 @@ func TestReopenKeepsEverything(t *testing.T) {
 func TestEpochs(t *testing.T) {
 	e := openTest(t, nil)
 	p := mkPart(t, e, DefaultLogConfig())
-	if ep, off := p.EndOffsetForEpoch(0); ep != -1 || off != -1 {
-		t.Fatalf("empty log: %d %d", ep, off)
+	if ep, off := p.EndOffsetForEpoch(0); ep != 0 || off != 0 {
+		t.Fatalf("empty log in epoch 0: %d %d", ep, off)
+	}
+	if ep, off := p.EndOffsetForEpoch(1); ep != -1 || off != -1 {
+		t.Fatalf("empty log, epoch 1: %d %d", ep, off)
 	}
 	b := func() []byte { return mkBatch(t, batchOpts{}, kv("a", "1"), kv("b", "2")) }
 	p.SetLeaderEpoch(1)
@@ -168,7 +171,7 @@ func TestEpochs(t *testing.T) {
 			t.Errorf("EndOffsetForEpoch(%d) = %d, %d; want %d, %d", tc.req, ep, end, tc.ep, tc.end)
 		}
 	}
-	for off, want := range map[int64]int32{0: 1, 3: 1, 4: 4, 5: 4, 6: 4} {
+	for off, want := range map[int64]int32{0: 1, 3: 1, 4: 4, 5: 4, 6: 6} {
 		if got := p.EpochAt(off); got != want {
 			t.Errorf("EpochAt(%d) = %d, want %d", off, got, want)
 		}
@@ -414,5 +417,66 @@ func TestWaitWakesOnAppend(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("waiter not woken")
+	}
+}
+
+// TestLargeLogFromDisk writes more than the in-memory tail holds, flushes
+// Pebble (so batches land in sstables and blob files) and reads it all
+// back, before and after reopening.
+func TestLargeLogFromDisk(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openTest(t, fs)
+	p := mkPart(t, e, DefaultLogConfig())
+	var want [][]byte
+	val := bytes.Repeat([]byte("0123456789abcdef"), 4<<10) // 64 KiB
+	for i := range 100 {
+		b := mkBatch(t, batchOpts{codec: int8(i % 4 / 3 * codecZstd)}, rec{key: []byte(fmt.Sprint(i)), val: val})
+		res := appendOK(t, p, OriginClient, b)
+		batch(b).setBaseOffset(res.BaseOffset)
+		batch(b).setLeaderEpoch(0)
+		want = append(want, b)
+	}
+	if tb := e.Metrics().TailBytes; tb > tailPartitionBytes || p.tail[0].base == 0 {
+		t.Fatalf("tail holds %d bytes from offset %d", tb, p.tail[0].base)
+	}
+	if err := e.DB().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	check := func() {
+		t.Helper()
+		got := fetchAll(t, p, 0)
+		if len(got) != len(want) {
+			t.Fatalf("%d batches, want %d", len(got), len(want))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("batch %d differs", i)
+			}
+		}
+		// A small maxBytes still returns one whole batch.
+		if res, err := p.Fetch(50, 10, ReadUncommitted); err != nil || len(res.Batches) != 1 || !bytes.Equal(res.Batches[0], want[50]) {
+			t.Fatalf("fetch at 50: %v", err)
+		}
+	}
+	check()
+	e.Close()
+	e = openTest(t, fs)
+	p = e.Partition(testID, 0)
+	check()
+}
+
+func TestNoSyncAndAcks0(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		e := openTest(t, nil, func(c *Config) { c.SyncWrites = sync })
+		p := mkPart(t, e, DefaultLogConfig())
+		for _, acks := range []int16{0, 1, -1} {
+			res, err := p.Append(context.Background(), &AppendRequest{Origin: OriginClient, Records: mkBatch(t, batchOpts{}, kv("a", "1")), Acks: acks})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o := p.Offsets(); o.HighWatermark != res.LastOffset+1 {
+				t.Fatalf("sync=%v acks=%d: high watermark %d after append at %d", sync, acks, o.HighWatermark, res.BaseOffset)
+			}
+		}
 	}
 }

@@ -124,8 +124,30 @@ func (t *producerTxn) check(b batch, origin Origin) (*seqBatch, error) {
 	return nil, nil
 }
 
+// abortedTxn is an entry of the aborted-transaction index: producer PID's
+// transaction spanned [First, Last], Last being its ABORT marker.
+type abortedTxn struct {
+	PID         int64
+	First, Last int64
+}
+
+// controlType is the type of a control batch's marker: 0 ABORT, 1 COMMIT
+// (-1 if unreadable).
+func controlType(b batch) int16 {
+	typ := int16(-1)
+	walkBatch(b, 1<<20, func(r *record) error {
+		if len(r.Key) >= 4 && typ < 0 {
+			typ = int16(binary.BigEndian.Uint16(r.Key[2:]))
+		}
+		return nil
+	})
+	return typ
+}
+
 // update records b (already given its offsets) in the producer's state.
-func (t *producerTxn) update(b batch) {
+// For an ABORT marker closing an open transaction it returns the aborted
+// transaction.
+func (t *producerTxn) update(b batch) (aborted *abortedTxn) {
 	pid := b.producerID()
 	pe := t.changed[pid]
 	if pe == nil {
@@ -145,6 +167,9 @@ func (t *producerTxn) update(b batch) {
 	pe.LastTimestamp = b.maxTimestamp()
 	switch {
 	case b.isControl():
+		if pe.TxnStart >= 0 && controlType(b) == 0 {
+			aborted = &abortedTxn{pid, pe.TxnStart, b.baseOffset()}
+		}
 		pe.TxnStart = -1
 	case b.isTransactional() && pe.TxnStart < 0:
 		pe.TxnStart = b.baseOffset()
@@ -155,4 +180,5 @@ func (t *producerTxn) update(b batch) {
 			pe.Batches = pe.Batches[len(pe.Batches)-maxProducerBatches:]
 		}
 	}
+	return aborted
 }

@@ -101,3 +101,71 @@ func TestIdempotentProducer(t *testing.T) {
 		t.Fatalf("txn still open after the marker %+v", ps)
 	}
 }
+
+// TestTransactions checks the last stable offset and the aborted
+// transaction index that read_committed fetches use.
+func TestTransactions(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openTest(t, fs)
+	p := mkPart(t, e, DefaultLogConfig())
+	txnBatch := func(pid int64, seq int32) []byte {
+		return mkBatch(t, batchOpts{pid: pid, seq: seq, attrs: attrTransactional}, kv("k", "v"))
+	}
+	marker := func(pid int64, typ byte) []byte {
+		return mkBatch(t, batchOpts{pid: pid, seq: -1, attrs: attrTransactional | attrControl},
+			rec{key: []byte{0, 0, 0, typ}, val: []byte{0, 0, 0, 0, 0, 0}})
+	}
+	internal := func(b []byte) {
+		if _, err := p.Append(context.Background(), &AppendRequest{Origin: OriginInternal, Records: b, Acks: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendOK(t, p, OriginClient, txnBatch(8, 0))                            // 0
+	appendOK(t, p, OriginClient, txnBatch(8, 1))                            // 1
+	internal(marker(8, 0))                                                  // 2: ABORT
+	appendOK(t, p, OriginClient, txnBatch(8, 2))                            // 3
+	internal(marker(8, 1))                                                  // 4: COMMIT
+	appendOK(t, p, OriginClient, mkBatch(t, batchOpts{}, kv("plain", "x"))) // 5
+	appendOK(t, p, OriginClient, txnBatch(9, 0))                            // 6: still open
+	check := func() {
+		t.Helper()
+		if o := p.Offsets(); o.LastStable != 6 || o.HighWatermark != 7 {
+			t.Fatalf("offsets %+v", o)
+		}
+		res, err := p.Fetch(0, 1<<20, ReadCommitted)
+		if err != nil || len(res.Batches) != 6 || res.LastStableOffset != 6 {
+			t.Fatalf("read_committed: %v, %d batches, %+v", err, len(res.Batches), res)
+		}
+		if len(res.AbortedTxns) != 1 || res.AbortedTxns[0] != (AbortedTxn{ProducerID: 8, FirstOffset: 0}) {
+			t.Fatalf("aborted %+v", res.AbortedTxns)
+		}
+		if res, _ := p.Fetch(3, 1<<20, ReadCommitted); len(res.AbortedTxns) != 0 || len(res.Batches) != 3 {
+			t.Fatalf("read_committed from 3: %+v", res)
+		}
+		if res, _ := p.Fetch(6, 1<<20, ReadCommitted); len(res.Batches) != 0 {
+			t.Fatal("read_committed returned the open transaction")
+		}
+		if res, _ := p.Fetch(0, 1<<20, ReadUncommitted); len(res.Batches) != 7 || len(res.AbortedTxns) != 0 {
+			t.Fatalf("read_uncommitted: %d batches", len(res.Batches))
+		}
+	}
+	check()
+	e.Close()
+	e = openTest(t, fs)
+	p = e.Partition(testID, 0)
+	check()
+	// Truncating the open transaction away makes everything stable.
+	if err := p.Truncate(6); err != nil {
+		t.Fatal(err)
+	}
+	if o := p.Offsets(); o.LastStable != 6 || o.HighWatermark != 6 {
+		t.Fatalf("after truncate %+v", o)
+	}
+	// Deleting below the aborted transaction's end drops it from the index.
+	if _, err := p.DeleteRecords(3); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := p.Fetch(3, 1<<20, ReadCommitted); len(res.AbortedTxns) != 0 || len(p.aborted) != 0 {
+		t.Fatalf("aborted index after DeleteRecords: %+v", p.aborted)
+	}
+}

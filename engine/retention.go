@@ -84,6 +84,8 @@ func (p *Partition) removeBelowLocked(n int, logStart int64) error {
 		epochs = append([]epochEntry{{epochs[k-1].Epoch, logStart}}, epochs[k:]...)
 		b.Set(epochKey(p.id, p.part, epochs[0].Epoch), binary.BigEndian.AppendUint64(nil, uint64(logStart)), nil)
 	}
+	a := sort.Search(len(p.aborted), func(i int) bool { return p.aborted[i].Last >= logStart })
+	b.DeleteRange(abortedKey(p.id, p.part, 0), abortedKey(p.id, p.part, logStart), nil)
 	old := p.logStart
 	p.logStart = logStart
 	b.Set(stateKey(p.id, p.part), p.encodeState(), nil)
@@ -92,6 +94,7 @@ func (p *Partition) removeBelowLocked(n int, logStart int64) error {
 		return fmt.Errorf("%s-%d: delete below %d: %w", p.topic, p.part, logStart, err)
 	}
 	p.epochs = epochs
+	p.aborted = p.aborted[a:]
 	for _, m := range p.index[:n] {
 		p.indexBytes -= int64(m.Size)
 	}
@@ -132,6 +135,8 @@ func (p *Partition) Truncate(offset int64) error {
 	}
 	b.DeleteRange(logKey(p.id, p.part, from), prefixEnd(subPrefix(p.id, p.part, subLog)), nil)
 	b.DeleteRange(metaKey(p.id, p.part, from), prefixEnd(subPrefix(p.id, p.part, subMeta)), nil)
+	b.DeleteRange(abortedKey(p.id, p.part, leo), prefixEnd(subPrefix(p.id, p.part, subAborted)), nil)
+	a := sort.Search(len(p.aborted), func(j int) bool { return p.aborted[j].Last >= leo })
 	k := sort.Search(len(p.epochs), func(j int) bool { return p.epochs[j].Start >= leo })
 	for _, en := range p.epochs[k:] {
 		b.Delete(epochKey(p.id, p.part, en.Epoch), nil)
@@ -165,6 +170,8 @@ func (p *Partition) Truncate(offset int64) error {
 	for pid, pe := range changed {
 		p.producers[pid] = pe
 	}
+	p.countOpenTxnsLocked()
+	p.aborted = p.aborted[:a:a]
 	t := sort.Search(len(p.tail), func(j int) bool { return p.tail[j].last >= leo })
 	for _, tb := range p.tail[t:] {
 		p.tailSize -= int64(len(tb.data))

@@ -16,11 +16,13 @@ type Delta struct {
 	ChangedTopics        []UUID
 	BrokersChanged       bool
 	BrokerConfigsChanged bool // cluster-wide or per-broker dynamic configs
+	// SecurityChanged: ACLs, SCRAM credentials or client quotas changed.
+	SecurityChanged bool
 }
 
 // Empty reports whether nothing changed.
 func (d Delta) Empty() bool {
-	return len(d.CreatedTopics)+len(d.DeletedTopics)+len(d.ChangedTopics) == 0 && !d.BrokersChanged && !d.BrokerConfigsChanged
+	return len(d.CreatedTopics)+len(d.DeletedTopics)+len(d.ChangedTopics) == 0 && !d.BrokersChanged && !d.BrokerConfigsChanged && !d.SecurityChanged
 }
 
 // Diff returns what changed from old to new; a nil old is an empty image.
@@ -48,6 +50,7 @@ func Diff(old, new *Image) Delta {
 	d.BrokersChanged = !maps.Equal(old.Brokers, new.Brokers)
 	d.BrokerConfigsChanged = !maps.Equal(old.BrokerConfigs, new.BrokerConfigs) ||
 		!maps.EqualFunc(old.NodeConfigs, new.NodeConfigs, maps.Equal)
+	d.SecurityChanged = !reflect.DeepEqual(old.securityImage, new.securityImage)
 	return d
 }
 

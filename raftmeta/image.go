@@ -27,6 +27,9 @@ type Broker struct {
 	Host string `json:"host"`
 	Port int32  `json:"port"`
 	Rack string `json:"rack,omitempty"`
+	// Endpoints lists every advertised listener, "NAME://host:port,...";
+	// Host and Port are the inter-broker listener's.
+	Endpoints string `json:"endpoints,omitempty"`
 }
 
 // Partition is one partition's assignment and leadership.
@@ -66,6 +69,8 @@ type Image struct {
 	NodeConfigs map[int32]map[string]string `json:"nodeConfigs,omitempty"`
 	// NextProducerID is the first producer id not yet handed out.
 	NextProducerID int64 `json:"nextProducerId"`
+	// ACLs, SCRAM credentials and client quotas (security.go).
+	securityImage
 }
 
 // MarshalText renders u as hex, so that JSON images and records stay readable.

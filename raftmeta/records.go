@@ -69,6 +69,7 @@ type Record struct {
 	Config          *ConfigRecord          `json:"config,omitempty"`
 	RemoveTopic     *UUID                  `json:"removeTopic,omitempty"`
 	ProducerIDs     *ProducerIDsRecord     `json:"producerIds,omitempty"`
+	securityRecords                        // ACL, Scram, ClientQuota (security.go)
 }
 
 // TopicRecord creates a topic.
@@ -297,6 +298,9 @@ func (b *builder) apply(r *Record) error {
 		img.NextProducerID = pr.Next
 
 	default:
+		if ok, err := b.applySecurity(r); ok {
+			return err
+		}
 		return bad("unknown record type")
 	}
 	return nil

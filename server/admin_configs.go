@@ -48,6 +48,11 @@ func (b *Broker) handleDescribeConfigs(ctx context.Context, rc *RequestContext, 
 			}
 			rr.Configs = append(rr.Configs, c)
 		}
+		if err := configDenied(rc, kmsg.ACLOperationDescribeConfigs, r.ResourceType, r.ResourceName); err != nil {
+			rr.ErrorCode, rr.ErrorMessage = adminErrCode(err)
+			resp.Resources = append(resp.Resources, rr)
+			continue
+		}
 		switch r.ResourceType {
 		case kmsg.ConfigResourceTypeTopic:
 			t, err := b.configTopic(img, r.ResourceName)
@@ -216,6 +221,9 @@ func (b *Broker) handleAlterConfigs(ctx context.Context, rc *RequestContext, req
 			if dups[i] {
 				return adminErrorf(kerr.InvalidRequest, "Duplicate resource in the request.")
 			}
+			if err := configDenied(rc, kmsg.ACLOperationAlterConfigs, r.ResourceType, r.ResourceName); err != nil {
+				return err
+			}
 			ct, err := b.alterTarget(img, r.ResourceType, r.ResourceName)
 			if err != nil {
 				return err
@@ -252,6 +260,9 @@ func (b *Broker) handleIncrementalAlterConfigs(ctx context.Context, rc *RequestC
 		err := func() error {
 			if dups[i] {
 				return adminErrorf(kerr.InvalidRequest, "Duplicate resource in the request.")
+			}
+			if err := configDenied(rc, kmsg.ACLOperationAlterConfigs, r.ResourceType, r.ResourceName); err != nil {
+				return err
 			}
 			ct, err := b.alterTarget(img, r.ResourceType, r.ResourceName)
 			if err != nil {
@@ -350,6 +361,22 @@ func (b *Broker) applyConfigs(ctx context.Context, ct *configTarget, next map[st
 	// The metadata loop pushes the new log configs to the engine.
 	if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
 		b.log.Warn("alter configs: waiting for metadata", "err", err)
+	}
+	return nil
+}
+
+// configDenied checks op on a config resource as Kafka does: topics by
+// name, broker and broker-logger resources on the cluster.
+func configDenied(rc *RequestContext, op kmsg.ACLOperation, typ kmsg.ConfigResourceType, name string) error {
+	switch typ {
+	case kmsg.ConfigResourceTypeTopic:
+		if !rc.Allowed(op, kmsg.ACLResourceTypeTopic, name) {
+			return adminErrorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
+		}
+	case kmsg.ConfigResourceTypeBroker, kmsg.ConfigResourceTypeBrokerLogger:
+		if !rc.Allowed(op, kmsg.ACLResourceTypeCluster, clusterName) {
+			return adminErrorf(kerr.ClusterAuthorizationFailed, "Authorization failed.")
+		}
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req
 	}
 	var specs []raftmeta.TopicSpec
 	var specAt []int // response index of each spec
+	clusterCreate := rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, clusterName)
 	for _, t := range req.Topics {
 		if counts[t.Topic] < 0 {
 			continue // duplicate already answered
@@ -35,6 +36,8 @@ func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req
 		if counts[t.Topic] > 1 {
 			counts[t.Topic] = -1
 			err = adminErrorf(kerr.InvalidRequest, "Duplicate topic name.")
+		} else if !clusterCreate && !rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeTopic, t.Topic) {
+			err = adminErrorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
 		} else {
 			spec, err = b.topicSpec(img, &t)
 		}
@@ -252,6 +255,16 @@ func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req
 		default:
 			err = adminErrorf(kerr.InvalidRequest, "Neither topic name nor topic id were specified.")
 		}
+		if err == nil && !rc.Allowed(kmsg.ACLOperationDelete, kmsg.ACLResourceTypeTopic, t.Name) {
+			if it.name == nil {
+				err = adminErrorf(kerr.UnknownTopicID, "This server does not host this topic ID.") // do not leak the name
+			} else {
+				err = adminErrorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
+			}
+			t = nil
+		} else if err != nil && it.name != nil && !rc.Allowed(kmsg.ACLOperationDelete, kmsg.ACLResourceTypeTopic, *it.name) {
+			err = adminErrorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
+		}
 		if err == nil {
 			rt.Topic, rt.TopicID = &t.Name, t.ID
 			switch {
@@ -311,6 +324,8 @@ func (b *Broker) handleCreatePartitions(ctx context.Context, rc *RequestContext,
 		if counts[t.Topic] > 1 {
 			counts[t.Topic] = -1
 			err = adminErrorf(kerr.InvalidRequest, "Duplicate topic name.")
+		} else if !rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeTopic, t.Topic) {
+			err = adminErrorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
 		} else if err = checkCreatePartitions(img, &t); err == nil {
 			err = b.meta.CreatePartitions(ctx, t.Topic, t.Count, req.ValidateOnly)
 			grew = grew || (err == nil && !req.ValidateOnly)

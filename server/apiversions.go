@@ -20,6 +20,7 @@ var apiVersions = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 1, MinVersion: 4, MaxVersion: 18}, // Fetch (v13+: topic IDs)
 	{ApiKey: 2, MinVersion: 1, MaxVersion: 10}, // ListOffsets
 	{ApiKey: 3, MinVersion: 0, MaxVersion: 13}, // Metadata
+	{ApiKey: 17, MinVersion: 0, MaxVersion: 1}, // SaslHandshake
 	{ApiKey: 18, MinVersion: 0, MaxVersion: 4}, // ApiVersions
 	{ApiKey: 19, MinVersion: 2, MaxVersion: 7}, // CreateTopics
 	{ApiKey: 20, MinVersion: 1, MaxVersion: 6}, // DeleteTopics
@@ -27,6 +28,7 @@ var apiVersions = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 22, MinVersion: 0, MaxVersion: 5}, // InitProducerId
 	{ApiKey: 23, MinVersion: 2, MaxVersion: 4}, // OffsetForLeaderEpoch
 	{ApiKey: 32, MinVersion: 1, MaxVersion: 4}, // DescribeConfigs
+	{ApiKey: 36, MinVersion: 0, MaxVersion: 2}, // SaslAuthenticate
 	{ApiKey: 33, MinVersion: 0, MaxVersion: 2}, // AlterConfigs
 	{ApiKey: 37, MinVersion: 0, MaxVersion: 3}, // CreatePartitions
 	{ApiKey: 44, MinVersion: 0, MaxVersion: 1}, // IncrementalAlterConfigs

@@ -3,12 +3,14 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -16,8 +18,7 @@ import (
 )
 
 // preAuthMaxFrame is the frame cap before a connection has authenticated
-// (Apache Kafka's fix for CVE-2022-34917). It applies once the security
-// plugin adds SASL; until then every connection counts as authenticated.
+// on a SASL listener (Apache Kafka's fix for CVE-2022-34917).
 const preAuthMaxFrame = 512 << 10
 
 // RequestContext is what a handler knows about a request beyond its body.
@@ -26,7 +27,10 @@ type RequestContext struct {
 	Version       int16
 	CorrelationID int32
 	ClientAddr    string
-	Principal     string // "User:ANONYMOUS" until authentication exists
+	// Principal is "User:<name>" from SASL or the TLS client
+	// certificate, "User:ANONYMOUS" without either.
+	Principal string
+	Listener  string // the name of the listener the client connected to
 
 	authz Authorizer // nil: no authorizer installed, everything allowed
 }
@@ -40,21 +44,40 @@ type request struct {
 	// badVersion is set for an ApiVersions request above our max version:
 	// its body is not decoded and the answer is UNSUPPORTED_VERSION (KIP-511).
 	badVersion bool
+	// raw: a bare SASL token after SaslHandshake v0, in req as a
+	// SaslAuthenticate v0 request.
+	raw bool
+	// done, when set, is closed once the request is answered: before
+	// authentication the reader waits for it, so that the frame cap and
+	// the SASL state of the next request are those after this one.
+	done chan struct{}
 }
 
 // conn is one client connection.
 type conn struct {
 	b  *Broker
 	nc net.Conn
-	// authenticated decides the frame cap; the security plugin will
-	// clear it for SASL listeners and set it after the handshake.
-	authenticated bool
+	l  *listener
+	// authenticated decides the frame cap and which requests are
+	// served: false on SASL listeners until SaslAuthenticate succeeds.
+	authenticated atomic.Bool
+	// muteUntil (unix nanos) delays reading the next request of a
+	// throttled client (KIP-219).
+	muteUntil atomic.Int64
+	// rawSASL: after a SaslHandshake v0 the client sends bare SASL tokens
+	// in size-prefixed frames, without Kafka headers, until done.
+	rawSASL atomic.Bool
+
+	// Owned by the serve goroutine.
+	sasl       saslState
+	principal  string
+	closeAfter bool // close once the current response is written
 }
 
-func (b *Broker) acceptLoop() {
+func (b *Broker) acceptLoop(l *listener) {
 	var delay time.Duration
 	for {
-		nc, err := b.ln.Accept()
+		nc, err := l.ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -74,7 +97,11 @@ func (b *Broker) acceptLoop() {
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			c := &conn{b: b, nc: nc, authenticated: true}
+			if l.tls != nil {
+				nc = tls.Server(nc, l.tls)
+			}
+			c := &conn{b: b, nc: nc, l: l, principal: anonymous}
+			c.authenticated.Store(!l.isSASL())
 			c.serve()
 		}()
 	}
@@ -94,6 +121,15 @@ func (c *conn) serve() {
 	// long-polling fetches early.
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		tc.SetDeadline(time.Now().Add(tlsHandshakeTimeout))
+		if err := tc.HandshakeContext(ctx); err != nil {
+			b.log.Info("TLS handshake failed", "client", c.nc.RemoteAddr(), "listener", c.l.name, "err", err)
+			return
+		}
+		tc.SetDeadline(time.Time{})
+		c.principal = tlsPrincipal(tc.ConnectionState())
+	}
 	reqs := make(chan *request, 1)
 	go func() {
 		defer close(reqs)
@@ -104,46 +140,64 @@ func (c *conn) serve() {
 	failed := false
 	var out []byte
 	for r := range reqs {
-		if failed {
-			continue // drain until the reader sees the closed socket
+		if !failed { // else drain until the reader sees the closed socket
+			out, failed = c.handle(ctx, r, out)
 		}
-		resp, err := b.dispatch(ctx, r)
-		b.m.observe(r, time.Since(r.start))
-		if err != nil {
-			b.log.Warn("closing connection after request error", "client", r.rc.ClientAddr, "client_id", r.rc.ClientID,
-				"api", apiName(r.req.Key()), "version", r.rc.Version, "err", err)
-			c.nc.Close()
-			failed = true
-			continue
-		}
-		if resp == nil {
-			continue // acks=0 produce: no response at all
-		}
-		var err2 error
-		if v, ok := resp.(vectored); ok {
-			out = appendResponseHeader(out[:0], r.rc.CorrelationID, resp)
-			bufs := v.appendBuffers(out)
-			n := 0
-			for _, b := range bufs {
-				n += len(b)
-			}
-			binary.BigEndian.PutUint32(bufs[0], uint32(n-4))
-			b.m.bytesOut.Add(n)
-			_, err2 = bufs.WriteTo(c.nc)
-		} else {
-			out = resp.AppendTo(appendResponseHeader(out[:0], r.rc.CorrelationID, resp))
-			binary.BigEndian.PutUint32(out, uint32(len(out)-4))
-			b.m.bytesOut.Add(len(out))
-			_, err2 = c.nc.Write(out)
-		}
-		if err2 != nil {
-			c.nc.Close()
-			failed = true
-		}
-		if cap(out) > 1<<20 {
-			out = nil // do not pin a large fetch response's buffer
+		if r.done != nil {
+			close(r.done)
 		}
 	}
+}
+
+// handle answers one request, writing the response with out as buffer;
+// failed says the connection is closed.
+func (c *conn) handle(ctx context.Context, r *request, out []byte) (_ []byte, failed bool) {
+	b := c.b
+	r.rc.Principal, r.rc.Listener, r.rc.authz = c.principal, c.l.name, b.authz
+	if r.raw {
+		return out, c.handleRawToken(r)
+	}
+	resp, err := c.gate(r)
+	if err == nil && resp == nil {
+		resp, err = b.dispatch(ctx, r)
+	}
+	elapsed := time.Since(r.start)
+	b.m.observe(r, elapsed)
+	if err != nil {
+		b.log.Warn("closing connection after request error", "client", r.rc.ClientAddr, "client_id", r.rc.ClientID,
+			"api", apiName(r.req.Key()), "version", r.rc.Version, "err", err)
+		c.nc.Close()
+		return out, true
+	}
+	if resp == nil {
+		return out, false // acks=0 produce: no response at all
+	}
+	c.throttle(ctx, r, resp, elapsed)
+	var err2 error
+	if v, ok := resp.(vectored); ok {
+		out = appendResponseHeader(out[:0], r.rc.CorrelationID, resp)
+		bufs := v.appendBuffers(out)
+		n := 0
+		for _, b := range bufs {
+			n += len(b)
+		}
+		binary.BigEndian.PutUint32(bufs[0], uint32(n-4))
+		b.m.bytesOut.Add(n)
+		_, err2 = bufs.WriteTo(c.nc)
+	} else {
+		out = resp.AppendTo(appendResponseHeader(out[:0], r.rc.CorrelationID, resp))
+		binary.BigEndian.PutUint32(out, uint32(len(out)-4))
+		b.m.bytesOut.Add(len(out))
+		_, err2 = c.nc.Write(out)
+	}
+	if cap(out) > 1<<20 {
+		out = nil // do not pin a large fetch response's buffer
+	}
+	if err2 != nil || c.closeAfter {
+		c.nc.Close()
+		return out, true
+	}
+	return out, false
 }
 
 // appendResponseHeader starts a response frame: a size placeholder, the
@@ -166,19 +220,40 @@ func (c *conn) read(reqs chan<- *request) {
 	br := bufio.NewReaderSize(c.nc, 32<<10)
 	remote := c.nc.RemoteAddr().String()
 	for {
-		r, err := c.readRequest(br, remote)
+		if d := time.Until(time.Unix(0, c.muteUntil.Load())); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-c.b.ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		var r *request
+		var err error
+		if c.rawSASL.Load() {
+			r, err = c.readRawToken(br, remote)
+		} else {
+			r, err = c.readRequest(br, remote)
+		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				c.b.log.Warn("closing connection", "client", remote, "err", err)
 			}
 			return
 		}
+		if !c.authenticated.Load() {
+			r.done = make(chan struct{})
+		}
 		reqs <- r
+		if r.done != nil {
+			<-r.done
+		}
 	}
 }
 
 func (c *conn) maxFrame() int32 {
-	if !c.authenticated {
+	if !c.authenticated.Load() {
 		return preAuthMaxFrame
 	}
 	return c.b.props.SocketRequestMaxBytes
@@ -218,7 +293,7 @@ func (c *conn) readRequest(br *bufio.Reader, remote string) (*request, error) {
 		return nil, errors.New("truncated request header")
 	}
 	r := &request{size: int(size) + 4, start: start, rc: RequestContext{
-		Version: version, CorrelationID: corr, ClientAddr: remote, Principal: "User:ANONYMOUS",
+		Version: version, CorrelationID: corr, ClientAddr: remote,
 	}}
 	if clientID != nil {
 		r.rc.ClientID = *clientID
@@ -294,6 +369,8 @@ func (b *Broker) dispatch(ctx context.Context, r *request) (kmsg.Response, error
 		return b.handleDescribeProducers(ctx, rc, req)
 	case *kmsg.DescribeClusterRequest:
 		return b.handleDescribeCluster(ctx, rc, req)
+	case *kmsg.FindCoordinatorRequest:
+		return b.handleFindCoordinator(ctx, rc, req)
 	}
 	if h := b.apis.plugins[r.req.Key()]; h != nil {
 		return h.HandleRequest(ctx, rc, r.req)

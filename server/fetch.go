@@ -31,7 +31,10 @@ type fetchPart struct {
 	key   fetchKey
 	req   kmsg.FetchRequestTopicPartition
 	topic *raftmeta.Topic // nil: unknown topic
-	out   kmsg.FetchResponseTopicPartition
+	// denied: the client may not READ the topic (or, claiming to be a
+	// replica, lacks CLUSTER_ACTION).
+	denied bool
+	out    kmsg.FetchResponseTopicPartition
 	// batches are the engine's record batches for out, written to the
 	// socket as they are (see fetchResponse).
 	batches [][]byte
@@ -98,8 +101,17 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 			incremental = true
 		}
 	}
+	// A fetch with a replica id is a follower's: clients may not pose as
+	// one (CVE-2018-1288), so it needs CLUSTER_ACTION on the cluster.
+	replicaDenied := (req.ReplicaID >= 0 || req.Version >= 15 && req.ReplicaState.ID >= 0) &&
+		!rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, clusterName)
 	for _, fp := range parts {
 		fp.topic = lookup(fp.key)
+		name := fp.key.topic
+		if fp.topic != nil {
+			name = fp.topic.Name
+		}
+		fp.denied = replicaDenied || (fp.topic != nil || !v13) && !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeTopic, name)
 	}
 
 	iso := engine.ReadUncommitted
@@ -192,6 +204,10 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 			o.ErrorCode = err.Code
 			done = true
 			b.m.fetchErrors.Inc()
+		}
+		if fp.denied {
+			fail(kerr.TopicAuthorizationFailed)
+			continue
 		}
 		if fp.topic == nil {
 			if version >= 13 {

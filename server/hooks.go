@@ -43,6 +43,12 @@ func newAPITable(plugins []any) (apiTable, error) {
 			t.plugins[k.ApiKey] = h
 		}
 	}
+	if hasLocator(plugins) {
+		if _, dup := t.lookup(apiKeyFindCoordinator); dup {
+			return t, fmt.Errorf("api key %d is served by the broker for CoordinatorLocator plugins", apiKeyFindCoordinator)
+		}
+		t.versions = append(t.versions, findCoordinatorVersions)
+	}
 	return t, nil
 }
 

@@ -262,13 +262,21 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 
 	// v0 has no null topics: an empty list means all of them.
 	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
+	createDenied := map[string]bool{}
 	if !all {
 		// Auto-create what is missing, then answer from the new image.
 		allow := b.props.AutoCreateTopics && (req.Version < 4 || req.AllowAutoTopicCreation)
+		clusterCreate := allow && rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, clusterName)
 		var create []string
 		for _, rt := range req.Topics {
-			if rt.Topic != nil && img.Topics[*rt.Topic] == nil && allow && validTopicName(*rt.Topic) == nil {
-				create = append(create, *rt.Topic)
+			if rt.Topic != nil && img.Topics[*rt.Topic] == nil && allow && validTopicName(*rt.Topic) == nil &&
+				rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, *rt.Topic) {
+				// Auto-creation needs CREATE on the cluster or the topic.
+				if clusterCreate || rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeTopic, *rt.Topic) {
+					create = append(create, *rt.Topic)
+				} else {
+					createDenied[*rt.Topic] = true
+				}
 			}
 		}
 		if len(create) > 0 {
@@ -279,7 +287,8 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 
 	for _, br := range sortedBrokers(img) {
 		rb := kmsg.NewMetadataResponseBroker()
-		rb.NodeID, rb.Host, rb.Port = br.ID, br.Host, br.Port
+		rb.NodeID = br.ID
+		rb.Host, rb.Port = endpointFor(br, rc.Listener)
 		if br.Rack != "" {
 			rb.Rack = &br.Rack
 		}
@@ -288,14 +297,14 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 	resp.ClusterID = &img.ClusterID
 	resp.ControllerID = img.ControllerID
 	if req.Version >= 8 && req.Version <= 10 && req.IncludeClusterAuthorizedOperations {
-		resp.AuthorizedOperations = allClusterOps
+		resp.AuthorizedOperations = rc.authorizedOps(kmsg.ACLResourceTypeCluster, clusterName, clusterOps...)
 	}
 
 	addTopic := func(t *raftmeta.Topic) {
 		rt := kmsg.NewMetadataResponseTopic()
 		rt.Topic, rt.TopicID, rt.IsInternal = &t.Name, t.ID, t.Internal
 		if req.IncludeTopicAuthorizedOperations {
-			rt.AuthorizedOperations = allTopicOps
+			rt.AuthorizedOperations = rc.authorizedOps(kmsg.ACLResourceTypeTopic, t.Name, topicOps...)
 		}
 		for p, part := range t.Partitions {
 			rp := kmsg.NewMetadataResponseTopicPartition()
@@ -323,21 +332,27 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 	}
 
 	if all {
+		// Listing all topics hides those the client may not describe.
 		for _, t := range sortedTopics(img) {
-			addTopic(t)
+			if rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, t.Name) {
+				addTopic(t)
+			}
 		}
 		return resp, nil
 	}
 	for _, rt := range req.Topics {
 		switch {
 		case rt.Topic == nil && rt.TopicID != [16]byte{}:
-			if t := img.TopicsByID[raftmeta.UUID(rt.TopicID)]; t != nil {
+			// An unauthorized ID is answered as unknown, not to leak it.
+			if t := img.TopicsByID[raftmeta.UUID(rt.TopicID)]; t != nil && rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, t.Name) {
 				addTopic(t)
 			} else {
 				topicErr(nil, rt.TopicID, kerr.UnknownTopicID)
 			}
 		case rt.Topic == nil:
 			topicErr(nil, rt.TopicID, kerr.InvalidTopicException)
+		case !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, *rt.Topic) || createDenied[*rt.Topic]:
+			topicErr(rt.Topic, [16]byte{}, kerr.TopicAuthorizationFailed)
 		case validTopicName(*rt.Topic) != nil:
 			topicErr(rt.Topic, [16]byte{}, kerr.InvalidTopicException)
 		case img.Topics[*rt.Topic] != nil:
@@ -348,13 +363,6 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 	}
 	return resp, nil
 }
-
-// Authorized-operation bitfields reported until an authorizer exists: every
-// operation that applies to the resource type (Kafka's AclOperation codes).
-const (
-	allTopicOps   int32 = 1<<2 | 1<<3 | 1<<4 | 1<<5 | 1<<6 | 1<<8 | 1<<9 | 1<<10 // READ WRITE CREATE DELETE ALTER DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
-	allClusterOps int32 = 1<<4 | 1<<7 | 1<<8 | 1<<9 | 1<<10 | 1<<11 | 1<<12      // CREATE CLUSTER_ACTION DESCRIBE ALTER DESCRIBE_CONFIGS ALTER_CONFIGS IDEMPOTENT_WRITE
-)
 
 func sortedBrokers(img *raftmeta.Image) []raftmeta.Broker {
 	out := make([]raftmeta.Broker, 0, len(img.Brokers))

@@ -53,7 +53,9 @@ func (b *Broker) handleListOffsets(ctx context.Context, rc *RequestContext, req 
 			sp.Partition = rp.Partition
 			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, -1
 			var kerrErr *kerr.Error
-			if seen[rp.Partition] > 1 && req.Version >= 2 {
+			if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, rt.Topic) {
+				kerrErr = kerr.TopicAuthorizationFailed
+			} else if seen[rp.Partition] > 1 && req.Version >= 2 {
 				kerrErr = kerr.InvalidRequest
 			} else {
 				kerrErr = b.listOffset(req, t, &rp, &sp)
@@ -118,10 +120,16 @@ func (b *Broker) handleOffsetForLeaderEpoch(ctx context.Context, rc *RequestCont
 		st := kmsg.NewOffsetForLeaderEpochResponseTopic()
 		st.Topic = rt.Topic
 		t := img.Topics[rt.Topic]
+		// Followers need CLUSTER_ACTION, consumers DESCRIBE on the topic.
+		denied := !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, rt.Topic) ||
+			req.ReplicaID >= 0 && !rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, clusterName)
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 			sp.Partition, sp.LeaderEpoch, sp.EndOffset = rp.Partition, -1, -1
 			ep, part, kerrErr := b.ledPartition(t, rp.Partition)
+			if denied {
+				kerrErr = kerr.TopicAuthorizationFailed
+			}
 			if kerrErr == nil {
 				kerrErr = checkLeaderEpoch(rp.CurrentLeaderEpoch, part)
 			}
@@ -153,7 +161,10 @@ func (b *Broker) handleDeleteRecords(ctx context.Context, rc *RequestContext, re
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewDeleteRecordsResponseTopicPartition()
 			sp.Partition, sp.LowWatermark = rp.Partition, -1
-			low, err := b.deleteRecords(t, rp.Partition, rp.Offset)
+			low, err := int64(-1), error(kerr.TopicAuthorizationFailed)
+			if rc.Allowed(kmsg.ACLOperationDelete, kmsg.ACLResourceTypeTopic, rt.Topic) {
+				low, err = b.deleteRecords(t, rp.Partition, rp.Offset)
+			}
 			if err != nil {
 				var kerrErr *kerr.Error
 				if !errors.As(err, &kerrErr) {

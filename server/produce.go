@@ -44,6 +44,9 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 
 	var wg sync.WaitGroup
 	failed := false
+	// A transactional produce needs WRITE on its transactional id, or
+	// every partition fails with TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+	txnDenied := req.TransactionID != nil && !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTransactionalId, *req.TransactionID)
 	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
 	for i, rt := range req.Topics {
 		st := &resp.Topics[i]
@@ -68,7 +71,17 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				}
 				b.m.produceErrors.Inc()
 			}
+			name := rt.Topic
+			if t != nil {
+				name = t.Name
+			}
 			switch {
+			case txnDenied:
+				fail(kerr.TransactionalIDAuthorizationFailed, "")
+				continue
+			case (t != nil || req.Version < 13) && !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTopic, name):
+				fail(kerr.TopicAuthorizationFailed, "")
+				continue
 			case t == nil:
 				fail(missing, "")
 				continue

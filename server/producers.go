@@ -45,6 +45,16 @@ func (b *Broker) producerID(ctx context.Context) (int64, error) {
 func (b *Broker) handleInitProducerID(ctx context.Context, rc *RequestContext, req *kmsg.InitProducerIDRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
+	switch {
+	case req.TransactionalID != nil && !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTransactionalId, *req.TransactionalID):
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		return resp, nil
+	case req.TransactionalID == nil && !rc.Allowed(kmsg.ACLOperationIdempotentWrite, kmsg.ACLResourceTypeCluster, clusterName) &&
+		!rc.AllowedAny(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTopic):
+		// KIP-679: WRITE on any topic is enough for idempotence.
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp, nil
+	}
 	if req.TransactionalID != nil {
 		// An empty transactional id is INVALID_REQUEST in Kafka as well.
 		b.log.Warn("InitProducerId with a transactional id: transactions are not supported yet",
@@ -75,6 +85,9 @@ func (b *Broker) handleDescribeProducers(ctx context.Context, rc *RequestContext
 			sp := kmsg.NewDescribeProducersResponseTopicPartition()
 			sp.Partition = p
 			ep, _, kerrErr := b.ledPartition(t, p)
+			if !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeTopic, rt.Topic) {
+				kerrErr = kerr.TopicAuthorizationFailed
+			}
 			if kerrErr != nil {
 				sp.ErrorCode = kerrErr.Code
 				st.Partitions = append(st.Partitions, sp)

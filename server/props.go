@@ -516,6 +516,7 @@ func logConfigFrom(l configLayers) engine.LogConfig {
 		Delete:           slices.Contains(policy, engine.CleanupDelete),
 		LogAppendTime:    l.str("message.timestamp.type") == "LogAppendTime",
 		MinCompactionLag: time.Duration(l.int("min.compaction.lag.ms")) * time.Millisecond,
+		DeleteRetention:  time.Duration(l.int("delete.retention.ms")) * time.Millisecond,
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,7 +28,10 @@ import (
 type Config struct {
 	NodeID    int32             // default 1
 	DataDir   string            // required
-	Listen    string            // default "127.0.0.1:9092"; port 0 picks a free port
+	// Listen is the address of the single PLAINTEXT listener used when
+	// the "listeners" property is unset: default "127.0.0.1:9092"; port
+	// 0 picks a free port.
+	Listen    string
 	Advertise string            // host:port told to clients; default the bound address
 	Props     map[string]string // Kafka-style broker properties
 	Plugins   []any             // hook implementations, found by type assertion
@@ -54,7 +59,11 @@ type Broker struct {
 	lifecycles []Lifecycle
 	started    []Lifecycle // lifecycles whose Start succeeded, stopped in Close
 
-	ln       net.Listener
+	listeners []*listener // the first one's address is Addr
+	authz     Authorizer  // nil: everything is allowed
+	quotas    *quotas
+	reauth    time.Duration // connections.max.reauth.ms
+
 	addr     string
 	ctx      context.Context // canceled by Close
 	cancel   context.CancelFunc
@@ -91,6 +100,14 @@ func New(cfg Config) (*Broker, error) {
 		metrics: metrics.NewSet(),
 		conns:   make(map[net.Conn]struct{}),
 	}
+	props.Unknown = slices.DeleteFunc(props.Unknown, securityProps.MatchString)
+	if b.listeners, err = parseListeners(cfg.Props, cfg.Listen, cfg.Advertise); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if b.reauth, err = reauthMs(cfg.Props); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	b.quotas = newQuotas()
 	if len(props.Unknown) > 0 {
 		b.log.Warn("ignoring unknown broker properties", "keys", props.Unknown)
 	}
@@ -109,6 +126,12 @@ func New(cfg Config) (*Broker, error) {
 		}
 		if l, ok := p.(Lifecycle); ok {
 			b.lifecycles = append(b.lifecycles, l)
+		}
+		if a, ok := p.(Authorizer); ok {
+			if b.authz != nil {
+				return nil, fmt.Errorf("server: two authorizers, %T and %T", b.authz, a)
+			}
+			b.authz = a
 		}
 	}
 	return b, nil
@@ -155,15 +178,23 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("server: open metadata: %w", err)
 	}
-	// Listen before registering: the registration carries the bound port.
-	if b.ln, err = net.Listen("tcp", b.cfg.Listen); err != nil {
-		return fmt.Errorf("server: listen on %s: %w", b.cfg.Listen, err)
+	// Listen before registering: the registration carries the bound ports.
+	var endpoints []string
+	for _, l := range b.listeners {
+		if l.ln, err = net.Listen("tcp", l.bind); err != nil {
+			return fmt.Errorf("server: listener %s on %s: %w", l.name, l.bind, err)
+		}
+		l.addr = l.ln.Addr().String()
+		if l.advertise == "" {
+			l.advertise = l.addr
+		} else if h, p, _ := net.SplitHostPort(l.advertise); p == "0" {
+			_, bound, _ := net.SplitHostPort(l.addr)
+			l.advertise = net.JoinHostPort(h, bound)
+		}
+		endpoints = append(endpoints, l.name+"://"+l.advertise)
 	}
-	b.addr = b.ln.Addr().String()
-	adv := b.cfg.Advertise
-	if adv == "" {
-		adv = b.addr
-	}
+	b.addr = b.listeners[0].addr
+	adv := interBroker(b.listeners, b.cfg.Props).advertise
 	host, portStr, err := net.SplitHostPort(adv)
 	if err != nil {
 		return fmt.Errorf("server: advertised address %q: %w", adv, err)
@@ -172,7 +203,8 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("server: advertised port %q: %w", portStr, err)
 	}
-	if err := b.meta.RegisterBroker(ctx, raftmeta.Broker{ID: b.cfg.NodeID, Host: host, Port: int32(port)}); err != nil {
+	reg := raftmeta.Broker{ID: b.cfg.NodeID, Host: host, Port: int32(port), Endpoints: strings.Join(endpoints, ",")}
+	if err := b.meta.RegisterBroker(ctx, reg); err != nil {
 		return fmt.Errorf("server: register broker %d: %w", b.cfg.NodeID, err)
 	}
 	if err := b.reconcile(ctx); err != nil {
@@ -182,9 +214,11 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); q.run(b.ctx) }()
 	}
-	b.wg.Add(2)
+	b.wg.Add(1 + len(b.listeners))
 	go func() { defer b.wg.Done(); b.metadataLoop() }()
-	go func() { defer b.wg.Done(); b.acceptLoop() }()
+	for _, l := range b.listeners {
+		go func() { defer b.wg.Done(); b.acceptLoop(l) }()
+	}
 	for _, l := range b.lifecycles {
 		if err := l.Start(ctx, b); err != nil {
 			return fmt.Errorf("server: start plugin %T: %w", l, err)
@@ -195,7 +229,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	return nil
 }
 
-// Addr is the bound listener address, host:port.
+// Addr is the bound address of the first listener, host:port.
 func (b *Broker) Addr() string { return b.addr }
 
 // Close stops the listener, closes connections, stops the plugins, and
@@ -207,8 +241,10 @@ func (b *Broker) Close() error {
 		return b.closeErr
 	}
 	b.closed = true
-	if b.ln != nil {
-		b.ln.Close()
+	for _, l := range b.listeners {
+		if l.ln != nil {
+			l.ln.Close()
+		}
 	}
 	for c := range b.conns {
 		c.Close()

@@ -143,7 +143,7 @@ func (o *serveOptions) brokerConfig(explicit map[string]bool) (server.Config, er
 		Listen:    o.listen,
 		Advertise: o.advertise,
 		Props:     props,
-		Plugins:   plugins(),
+		Plugins:   plugins(props),
 	}, nil
 }
 

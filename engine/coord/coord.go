@@ -1,0 +1,392 @@
+// Package coord is a partitioned-coordinator runtime: the pattern Kafka's
+// group and transaction coordinators share. Coordinator state lives in an
+// internal compacted topic; each partition of it is a Shard, served by the
+// broker that leads the partition. On gaining leadership the shard replays
+// its partition into a StateMachine, then serves; every state change is
+// written to the partition before it is applied and answered; on losing
+// leadership the state is dropped.
+//
+// The runtime serialises everything a shard does behind one mutex: request
+// handlers (Do), timers (AfterFunc) and loading. A shard's writes are
+// therefore ordered, and a state machine needs no locking of its own.
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf16"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/engine"
+)
+
+// Record is one keyed record of a coordinator topic. A nil Value is a
+// tombstone: compaction eventually removes the key.
+type Record struct {
+	Key, Value []byte
+}
+
+// StateMachine is the in-memory state of one shard. All its methods are
+// called with the shard's lock held.
+type StateMachine interface {
+	// Replay applies one record read back from the log while the shard
+	// loads, in offset order; value is nil for a tombstone. An error
+	// stops the load: the shard does not serve.
+	Replay(key, value []byte) error
+	// Loaded is called once replay is done, before the shard serves;
+	// it is where timers (session expiry, retention) are started.
+	Loaded(sh *Shard)
+	// Unloaded is called when leadership is lost or the runtime stops:
+	// the state is about to be dropped, so waiters must be answered
+	// (with NOT_COORDINATOR).
+	Unloaded()
+}
+
+// Config configures a Runtime.
+type Config struct {
+	Topic      string // the internal topic, e.g. __consumer_offsets
+	Partitions int32  // its partition count, for routing keys
+	// New returns the empty state machine of a partition's shard.
+	New    func(partition int32) StateMachine
+	Logger *slog.Logger
+	// Now is the clock (record timestamps); nil is time.Now.
+	Now func() time.Time
+}
+
+// Runtime runs the shards of one internal topic that this broker leads.
+type Runtime struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	eng     *engine.Engine // nil until Start
+	stopped bool
+	shards  map[int32]*Shard
+	// pending holds leadership reported before Start: the broker tells
+	// observers about partitions it leads before plugins start.
+	pending map[int32]leadership
+	wg      sync.WaitGroup // loaders
+}
+
+type leadership struct {
+	id     engine.TopicID
+	leader bool
+	epoch  int32
+}
+
+// New returns a runtime; it loads nothing until Start.
+func New(cfg Config) *Runtime {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Runtime{cfg: cfg, log: cfg.Logger.With("coordinator", cfg.Topic), shards: map[int32]*Shard{}, pending: map[int32]leadership{}}
+}
+
+// Topic is the internal topic's name.
+func (r *Runtime) Topic() string { return r.cfg.Topic }
+
+// Partitions is the internal topic's partition count.
+func (r *Runtime) Partitions() int32 { return r.cfg.Partitions }
+
+// PartitionFor routes a key to its partition exactly as Kafka does:
+// Utils.abs(key.hashCode()) % partitions, with Java's String.hashCode
+// over UTF-16 code units and Utils.abs(x) = x & 0x7fffffff.
+func (r *Runtime) PartitionFor(key string) int32 { return PartitionFor(key, r.cfg.Partitions) }
+
+// PartitionFor is Runtime.PartitionFor for a given partition count.
+func PartitionFor(key string, partitions int32) int32 {
+	var h int32
+	for _, u := range utf16.Encode([]rune(key)) {
+		h = 31*h + int32(u)
+	}
+	return (h & 0x7fffffff) % partitions
+}
+
+// Start begins serving: shards for partitions this broker already leads
+// start loading.
+func (r *Runtime) Start(eng *engine.Engine) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.eng = eng
+	for p, l := range r.pending {
+		r.setLeaderLocked(p, l)
+	}
+	clear(r.pending)
+}
+
+// Stop unloads every shard and waits for loaders to finish.
+func (r *Runtime) Stop() {
+	r.mu.Lock()
+	r.stopped = true
+	shards := r.shards
+	r.shards = map[int32]*Shard{}
+	r.mu.Unlock()
+	for _, sh := range shards {
+		sh.dropped.Store(true)
+		sh.unload()
+	}
+	r.wg.Wait()
+}
+
+// SetLeader records that this broker gained (leader) or lost leadership of
+// a partition of the topic. Calls must be ordered per partition; each is
+// the partition's current state. A shard gained loads in the background.
+func (r *Runtime) SetLeader(id engine.TopicID, partition int32, leader bool, epoch int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	l := leadership{id, leader, epoch}
+	if r.eng == nil {
+		r.pending[partition] = l
+		return
+	}
+	r.setLeaderLocked(partition, l)
+}
+
+func (r *Runtime) setLeaderLocked(partition int32, l leadership) {
+	old := r.shards[partition]
+	if l.leader && old != nil && old.topicID == l.id {
+		// Still ours (a new epoch of our own leadership): the state in
+		// memory is still what the log says.
+		old.epoch.Store(l.epoch)
+		return
+	}
+	if old != nil {
+		delete(r.shards, partition)
+		old.dropped.Store(true) // before unload runs: waiting requests see it
+		go old.unload()
+	}
+	if !l.leader {
+		return
+	}
+	sh := newShard(r, l.id, partition, l.epoch)
+	r.shards[partition] = sh
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		sh.load()
+	}()
+}
+
+// Shard returns the shard of a partition, nil if this broker does not
+// lead it.
+func (r *Runtime) Shard(partition int32) *Shard {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.shards[partition]
+}
+
+// Shards returns the shards this broker leads.
+func (r *Runtime) Shards() []*Shard {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Shard, 0, len(r.shards))
+	for _, sh := range r.shards {
+		out = append(out, sh)
+	}
+	return out
+}
+
+// Do runs fn on the shard of partition with the shard's lock held, once it
+// has loaded. It fails with NOT_COORDINATOR when this broker does not lead
+// the partition (or stops leading it before fn runs), and with
+// COORDINATOR_LOAD_IN_PROGRESS if ctx ends while the shard loads.
+func (r *Runtime) Do(ctx context.Context, partition int32, fn func(sh *Shard) error) error {
+	sh := r.Shard(partition)
+	if sh == nil {
+		return fmt.Errorf("%s-%d is not led here: %w", r.cfg.Topic, partition, kerr.NotCoordinator)
+	}
+	return sh.Do(ctx, fn)
+}
+
+// Shard is one partition of the internal topic that this broker leads.
+type Shard struct {
+	r         *Runtime
+	topicID   engine.TopicID
+	partition int32
+	epoch     atomic.Int32
+	ctx       context.Context // canceled when the shard is dropped
+	cancel    context.CancelFunc
+	loaded    chan struct{} // closed when loading finished (ok or not)
+
+	dropped atomic.Bool // leadership lost: set before the state is dropped
+
+	mu    sync.Mutex
+	sm    StateMachine
+	state shardState
+}
+
+type shardState int8
+
+const (
+	loading shardState = iota
+	serving
+	failed // the load failed: the shard never serves
+	dead   // unloaded
+)
+
+func newShard(r *Runtime, id engine.TopicID, partition, epoch int32) *Shard {
+	sh := &Shard{r: r, topicID: id, partition: partition, loaded: make(chan struct{}), sm: r.cfg.New(partition)}
+	sh.epoch.Store(epoch)
+	sh.ctx, sh.cancel = context.WithCancel(context.Background())
+	sh.mu.Lock() // held until loaded: Do waits on it
+	return sh
+}
+
+// Partition is the shard's partition of the internal topic.
+func (sh *Shard) Partition() int32 { return sh.partition }
+
+// Epoch is the leader epoch of the shard's leadership.
+func (sh *Shard) Epoch() int32 { return sh.epoch.Load() }
+
+// State is the shard's state machine. Use it only with the lock held
+// (inside Do or an AfterFunc callback).
+func (sh *Shard) State() StateMachine { return sh.sm }
+
+// Context is canceled when the shard is dropped.
+func (sh *Shard) Context() context.Context { return sh.ctx }
+
+// Do runs fn with the shard's lock held once the shard serves; see
+// Runtime.Do.
+func (sh *Shard) Do(ctx context.Context, fn func(sh *Shard) error) error {
+	select {
+	case <-sh.loaded:
+	case <-ctx.Done():
+		return fmt.Errorf("%s-%d: %w", sh.r.cfg.Topic, sh.partition, kerr.CoordinatorLoadInProgress)
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	switch {
+	case sh.dropped.Load():
+	case sh.state == serving:
+		return fn(sh)
+	case sh.state == failed:
+		return fmt.Errorf("%s-%d failed to load: %w", sh.r.cfg.Topic, sh.partition, kerr.CoordinatorNotAvailable)
+	}
+	return fmt.Errorf("%s-%d is no longer led here: %w", sh.r.cfg.Topic, sh.partition, kerr.NotCoordinator)
+}
+
+// AfterFunc runs fn with the shard's lock held after d, unless the shard
+// has been dropped by then or stop was called.
+func (sh *Shard) AfterFunc(d time.Duration, fn func()) (stop func() bool) {
+	t := time.AfterFunc(d, func() {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		if sh.state == serving && !sh.dropped.Load() {
+			fn()
+		}
+	})
+	return t.Stop
+}
+
+// Write appends records to the shard's partition as one batch (acks=all)
+// and returns once they are in the log. Call it with the lock held; apply
+// the change to memory and answer only after it returns nil. Failures are
+// Kafka errors a coordinator answers with: NOT_COORDINATOR when the
+// partition is gone, COORDINATOR_NOT_AVAILABLE otherwise.
+func (sh *Shard) Write(ctx context.Context, recs ...Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if sh.state != serving || sh.dropped.Load() {
+		return fmt.Errorf("%s-%d is no longer led here: %w", sh.r.cfg.Topic, sh.partition, kerr.NotCoordinator)
+	}
+	p := sh.r.eng.Partition(sh.topicID, sh.partition)
+	if p == nil {
+		return fmt.Errorf("%s-%d is gone: %w", sh.r.cfg.Topic, sh.partition, kerr.NotCoordinator)
+	}
+	_, err := p.Append(ctx, &engine.AppendRequest{
+		Topic: sh.r.cfg.Topic, TopicID: sh.topicID, Partition: sh.partition,
+		Origin: engine.OriginInternal, Acks: -1,
+		Records: EncodeBatch(sh.r.cfg.Now(), recs),
+	})
+	if err != nil {
+		code := kerr.CoordinatorNotAvailable
+		if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.NotLeaderForPartition) {
+			code = kerr.NotCoordinator
+		}
+		return fmt.Errorf("%s-%d: write: %v: %w", sh.r.cfg.Topic, sh.partition, err, code)
+	}
+	return nil
+}
+
+// load replays the partition from its log start to its high watermark.
+// The lock is held since newShard.
+func (sh *Shard) load() {
+	defer close(sh.loaded)
+	defer sh.mu.Unlock()
+	if sh.state != loading {
+		return // dropped before it loaded
+	}
+	start := time.Now()
+	n, err := sh.replay()
+	if err != nil {
+		sh.state = failed
+		sh.r.log.Error("coordinator shard failed to load", "partition", sh.partition, "err", err)
+		return
+	}
+	sh.state = serving
+	sh.sm.Loaded(sh)
+	sh.r.log.Debug("coordinator shard loaded", "partition", sh.partition, "records", n, "took", time.Since(start))
+}
+
+func (sh *Shard) replay() (int, error) {
+	p := sh.r.eng.Partition(sh.topicID, sh.partition)
+	if p == nil {
+		return 0, fmt.Errorf("partition %s-%d does not exist", sh.r.cfg.Topic, sh.partition)
+	}
+	offs := p.Offsets()
+	n := 0
+	for off := offs.LogStart; off < offs.HighWatermark; {
+		res, err := p.Fetch(off, 1<<20, engine.ReadUncommitted)
+		var kerrErr *kerr.Error
+		if errors.As(err, &kerrErr) && kerrErr == kerr.OffsetOutOfRange && off < res.LogStartOffset {
+			off = res.LogStartOffset // retention moved the start meanwhile
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("read offset %d: %w", off, err)
+		}
+		if len(res.Batches) == 0 {
+			break
+		}
+		for _, b := range res.Batches {
+			next, err := EachRecord(b, func(offset int64, key, value []byte) error {
+				if offset < off {
+					return nil // the first batch may start before off
+				}
+				n++
+				return sh.sm.Replay(key, value)
+			})
+			if err != nil {
+				return n, err
+			}
+			off = max(off, next)
+		}
+	}
+	return n, nil
+}
+
+// unload drops the shard's state: pending and future Do calls get
+// NOT_COORDINATOR.
+func (sh *Shard) unload() {
+	sh.cancel()
+	<-sh.loaded
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.state == serving {
+		sh.sm.Unloaded()
+	}
+	sh.state = dead
+}

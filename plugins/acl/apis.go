@@ -1,0 +1,439 @@
+package acl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server"
+)
+
+// APIVersions implements server.APIHandler.
+func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
+	return []kmsg.ApiVersionsResponseApiKey{
+		{ApiKey: 29, MinVersion: 0, MaxVersion: 3}, // DescribeAcls
+		{ApiKey: 30, MinVersion: 0, MaxVersion: 3}, // CreateAcls
+		{ApiKey: 31, MinVersion: 0, MaxVersion: 3}, // DeleteAcls
+		{ApiKey: 48, MinVersion: 0, MaxVersion: 1}, // DescribeClientQuotas
+		{ApiKey: 49, MinVersion: 0, MaxVersion: 1}, // AlterClientQuotas
+		{ApiKey: 50, MinVersion: 0, MaxVersion: 0}, // DescribeUserScramCredentials
+		{ApiKey: 51, MinVersion: 0, MaxVersion: 0}, // AlterUserScramCredentials
+	}
+}
+
+// NewRequest implements server.APIHandler.
+func (p *Plugin) NewRequest(key int16) kmsg.Request { return kmsg.RequestForKey(key) }
+
+// HandleRequest implements server.APIHandler.
+func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, req kmsg.Request) (kmsg.Response, error) {
+	m := p.meta.Load()
+	if m == nil {
+		return nil, errors.New("acl plugin: request before Start")
+	}
+	switch req := req.(type) {
+	case *kmsg.CreateACLsRequest:
+		return p.createACLs(ctx, m, rc, req), nil
+	case *kmsg.DescribeACLsRequest:
+		return p.describeACLs(rc, req), nil
+	case *kmsg.DeleteACLsRequest:
+		return p.deleteACLs(ctx, m, rc, req), nil
+	case *kmsg.DescribeUserSCRAMCredentialsRequest:
+		return describeScram(m.Image(), rc, req), nil
+	case *kmsg.AlterUserSCRAMCredentialsRequest:
+		return alterScram(ctx, m, rc, req), nil
+	case *kmsg.DescribeClientQuotasRequest:
+		return describeQuotas(m.Image(), rc, req), nil
+	case *kmsg.AlterClientQuotasRequest:
+		return alterQuotas(ctx, m, rc, req), nil
+	}
+	return nil, fmt.Errorf("acl plugin: api key %d is not served", req.Key())
+}
+
+const clusterName = "kafka-cluster"
+
+func errMsg(err error) *string {
+	s := err.Error()
+	return &s
+}
+
+func code(err error) int16 {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Code
+	}
+	return kerr.UnknownServerError.Code
+}
+
+// validACL checks a binding to create as Kafka's controller does.
+func validACL(a raftmeta.ACL) error {
+	bad := func(why string) error { return fmt.Errorf("invalid ACL binding: %s: %w", why, kerr.InvalidRequest) }
+	switch {
+	case a.ResourceType <= int8(kmsg.ACLResourceTypeAny) || a.ResourceType > int8(server.ACLResourceMirror):
+		return bad("unknown resource type")
+	case a.PatternType != int8(kmsg.ACLResourcePatternTypeLiteral) && a.PatternType != int8(kmsg.ACLResourcePatternTypePrefixed):
+		return bad("pattern type must be LITERAL or PREFIXED")
+	case a.Operation <= int8(kmsg.ACLOperationAny) || a.Operation > int8(kmsg.ACLOperationDescribeTokens):
+		return bad("unknown operation")
+	case a.Permission != int8(kmsg.ACLPermissionTypeAllow) && a.Permission != int8(kmsg.ACLPermissionTypeDeny):
+		return bad("permission must be ALLOW or DENY")
+	case !strings.Contains(a.Principal, ":") || strings.HasPrefix(a.Principal, ":"):
+		return bad(fmt.Sprintf("principal %q is not Type:name", a.Principal))
+	case a.ResourceName == "":
+		return bad("empty resource name")
+	case a.Host == "":
+		return bad("empty host")
+	case a.ResourceType == int8(kmsg.ACLResourceTypeCluster) && a.ResourceName != clusterName:
+		return bad("the CLUSTER resource is named " + clusterName)
+	}
+	return nil
+}
+
+func (p *Plugin) createACLs(ctx context.Context, m *raftmeta.Controller, rc *server.RequestContext, req *kmsg.CreateACLsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.CreateACLsResponse)
+	resp.Results = make([]kmsg.CreateACLsResponseResult, len(req.Creations))
+	allowed := rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, clusterName)
+	for i, c := range req.Creations {
+		r := &resp.Results[i]
+		*r = kmsg.NewCreateACLsResponseResult()
+		if !allowed {
+			r.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+			continue
+		}
+		a := raftmeta.ACL{ResourceType: int8(c.ResourceType), ResourceName: c.ResourceName, PatternType: int8(c.ResourcePatternType),
+			Principal: c.Principal, Host: c.Host, Operation: int8(c.Operation), Permission: int8(c.PermissionType)}
+		err := validACL(a)
+		if err == nil {
+			err = m.CreateACLs(ctx, []raftmeta.ACL{a})
+		}
+		if err != nil {
+			r.ErrorCode, r.ErrorMessage = code(err), errMsg(err)
+		}
+	}
+	return resp
+}
+
+func describeFilter(typ kmsg.ACLResourceType, name *string, pat kmsg.ACLResourcePatternType, principal, host *string, op kmsg.ACLOperation, perm kmsg.ACLPermissionType) raftmeta.ACLFilter {
+	return raftmeta.ACLFilter{ResourceType: int8(typ), ResourceName: name, PatternType: int8(pat), Principal: principal, Host: host, Operation: int8(op), Permission: int8(perm)}
+}
+
+func (p *Plugin) describeACLs(rc *server.RequestContext, req *kmsg.DescribeACLsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.DescribeACLsResponse)
+	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, clusterName) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp
+	}
+	f := describeFilter(req.ResourceType, req.ResourceName, req.ResourcePatternType, req.Principal, req.Host, req.Operation, req.PermissionType)
+	type res struct {
+		typ  int8
+		name string
+		pat  int8
+	}
+	byRes := map[res]*kmsg.DescribeACLsResponseResource{}
+	var order []res
+	for _, a := range p.DescribeACLs(f) {
+		k := res{a.ResourceType, a.ResourceName, a.PatternType}
+		r := byRes[k]
+		if r == nil {
+			nr := kmsg.NewDescribeACLsResponseResource()
+			nr.ResourceType, nr.ResourceName, nr.ResourcePatternType = kmsg.ACLResourceType(k.typ), k.name, kmsg.ACLResourcePatternType(k.pat)
+			r = &nr
+			byRes[k] = r
+			order = append(order, k)
+		}
+		ra := kmsg.NewDescribeACLsResponseResourceACL()
+		ra.Principal, ra.Host, ra.Operation, ra.PermissionType = a.Principal, a.Host, kmsg.ACLOperation(a.Operation), kmsg.ACLPermissionType(a.Permission)
+		r.ACLs = append(r.ACLs, ra)
+	}
+	for _, k := range order {
+		resp.Resources = append(resp.Resources, *byRes[k])
+	}
+	return resp
+}
+
+func (p *Plugin) deleteACLs(ctx context.Context, m *raftmeta.Controller, rc *server.RequestContext, req *kmsg.DeleteACLsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.DeleteACLsResponse)
+	resp.Results = make([]kmsg.DeleteACLsResponseResult, len(req.Filters))
+	for i := range resp.Results {
+		resp.Results[i] = kmsg.NewDeleteACLsResponseResult()
+	}
+	if !rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, clusterName) {
+		for i := range resp.Results {
+			resp.Results[i].ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		}
+		return resp
+	}
+	filters := make([]raftmeta.ACLFilter, len(req.Filters))
+	for i, f := range req.Filters {
+		filters[i] = describeFilter(f.ResourceType, f.ResourceName, f.ResourcePatternType, f.Principal, f.Host, f.Operation, f.PermissionType)
+	}
+	per, err := m.DeleteACLs(ctx, filters)
+	for i := range resp.Results {
+		r := &resp.Results[i]
+		if err != nil {
+			r.ErrorCode, r.ErrorMessage = code(err), errMsg(err)
+			continue
+		}
+		for _, a := range per[i] {
+			ma := kmsg.NewDeleteACLsResponseResultMatchingACL()
+			ma.ResourceType, ma.ResourceName, ma.ResourcePatternType = kmsg.ACLResourceType(a.ResourceType), a.ResourceName, kmsg.ACLResourcePatternType(a.PatternType)
+			ma.Principal, ma.Host, ma.Operation, ma.PermissionType = a.Principal, a.Host, kmsg.ACLOperation(a.Operation), kmsg.ACLPermissionType(a.Permission)
+			r.MatchingACLs = append(r.MatchingACLs, ma)
+		}
+	}
+	return resp
+}
+
+// describeScram lists users' mechanisms and iterations (never the keys);
+// DESCRIBE on CLUSTER is required.
+func describeScram(img *raftmeta.Image, rc *server.RequestContext, req *kmsg.DescribeUserSCRAMCredentialsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.DescribeUserSCRAMCredentialsResponse)
+	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, clusterName) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp
+	}
+	users := slices.Sorted(maps.Keys(img.Scram))
+	explicit := req.Users != nil && len(req.Users) > 0
+	if explicit {
+		users = users[:0]
+		seen := map[string]int{}
+		for _, u := range req.Users {
+			seen[u.Name]++
+		}
+		for _, u := range req.Users {
+			if seen[u.Name] > 1 {
+				r := kmsg.NewDescribeUserSCRAMCredentialsResponseResult()
+				r.User, r.ErrorCode = u.Name, kerr.DuplicateResource.Code
+				resp.Results = append(resp.Results, r)
+				seen[u.Name] = -1
+				continue
+			}
+			if seen[u.Name] == 1 {
+				users = append(users, u.Name)
+			}
+		}
+	}
+	for _, u := range users {
+		r := kmsg.NewDescribeUserSCRAMCredentialsResponseResult()
+		r.User = u
+		creds := img.Scram[u]
+		if len(creds) == 0 {
+			r.ErrorCode, r.ErrorMessage = kerr.ResourceNotFound.Code, errMsg(fmt.Errorf("attempt to describe a user credential that does not exist: %s", u))
+		}
+		for _, mech := range []int8{1, 2} {
+			if c, ok := creds[server.ScramMechanisms[mech]]; ok {
+				ci := kmsg.NewDescribeUserSCRAMCredentialsResponseResultCredentialInfo()
+				ci.Mechanism, ci.Iterations = mech, c.Iterations
+				r.CredentialInfos = append(r.CredentialInfos, ci)
+			}
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	return resp
+}
+
+// alterScram upserts and deletes credentials, per user; ALTER on CLUSTER
+// is required. Iterations must be 4096..16384, as Kafka requires.
+func alterScram(ctx context.Context, m *raftmeta.Controller, rc *server.RequestContext, req *kmsg.AlterUserSCRAMCredentialsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.AlterUserSCRAMCredentialsResponse)
+	allowed := rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, clusterName)
+	changes := map[string][]raftmeta.ScramChange{}
+	errs := map[string]error{}
+	var order []string
+	add := func(user string, ch raftmeta.ScramChange, err error) {
+		if _, ok := changes[user]; !ok {
+			order = append(order, user)
+			changes[user] = nil
+		}
+		if err != nil && errs[user] == nil {
+			errs[user] = err
+		}
+		if err == nil {
+			for _, prev := range changes[user] {
+				if prev.Credential.Mechanism == ch.Credential.Mechanism {
+					errs[user] = fmt.Errorf("a user credential cannot be altered twice in the same request: %w", kerr.DuplicateResource)
+				}
+			}
+			changes[user] = append(changes[user], ch)
+		}
+	}
+	for _, d := range req.Deletions {
+		mech, ok := server.ScramMechanisms[d.Mechanism]
+		var err error
+		if !ok {
+			err = fmt.Errorf("unknown SCRAM mechanism %d: %w", d.Mechanism, kerr.UnsupportedSaslMechanism)
+		}
+		add(d.Name, raftmeta.ScramChange{Credential: raftmeta.ScramCredential{User: d.Name, Mechanism: mech}, Delete: true}, err)
+	}
+	for _, u := range req.Upsertions {
+		mech, ok := server.ScramMechanisms[u.Mechanism]
+		var err error
+		var cred raftmeta.ScramCredential
+		switch {
+		case !ok:
+			err = fmt.Errorf("unknown SCRAM mechanism %d: %w", u.Mechanism, kerr.UnsupportedSaslMechanism)
+		case u.Iterations < 4096 || u.Iterations > 16384:
+			err = fmt.Errorf("iterations %d outside [4096, 16384]: %w", u.Iterations, kerr.UnacceptableCredential)
+		case u.Name == "":
+			err = fmt.Errorf("empty user name: %w", kerr.UnacceptableCredential)
+		default:
+			cred, err = server.NewScramCredential(u.Name, mech, u.Salt, u.SaltedPassword, u.Iterations)
+		}
+		add(u.Name, raftmeta.ScramChange{Credential: cred}, err)
+	}
+	for _, user := range order {
+		r := kmsg.NewAlterUserSCRAMCredentialsResponseResult()
+		r.User = user
+		err := errs[user]
+		if !allowed {
+			err = kerr.ClusterAuthorizationFailed
+		}
+		if err == nil {
+			err = m.AlterScram(ctx, changes[user])
+		}
+		if err != nil {
+			r.ErrorCode, r.ErrorMessage = code(err), errMsg(err)
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	return resp
+}
+
+// Quota entity types.
+const (
+	entityUser     = "user"
+	entityClientID = "client-id"
+)
+
+func entityParts(e raftmeta.QuotaEntity) map[string]*string {
+	out := map[string]*string{}
+	if e.User != nil {
+		out[entityUser] = e.User
+	}
+	if e.ClientID != nil {
+		out[entityClientID] = e.ClientID
+	}
+	return out
+}
+
+// describeQuotas filters the stored entities as Kafka does: each
+// component matches its type exactly (a name), the default entity, or any
+// entity of the type; Strict excludes entities with other components.
+// DESCRIBE_CONFIGS on CLUSTER is required.
+func describeQuotas(img *raftmeta.Image, rc *server.RequestContext, req *kmsg.DescribeClientQuotasRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.DescribeClientQuotasResponse)
+	if !rc.Allowed(kmsg.ACLOperationDescribeConfigs, kmsg.ACLResourceTypeCluster, clusterName) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp
+	}
+	for _, c := range req.Components {
+		if c.EntityType != entityUser && c.EntityType != entityClientID {
+			resp.ErrorCode, resp.ErrorMessage = kerr.InvalidRequest.Code, errMsg(fmt.Errorf("unknown quota entity type %q", c.EntityType))
+			return resp
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(img.ClientQuotas)) {
+		q := img.ClientQuotas[k]
+		parts := entityParts(q.Entity)
+		ok := !req.Strict || len(parts) == len(req.Components)
+		for _, c := range req.Components {
+			name, has := parts[c.EntityType]
+			switch c.MatchType {
+			case 0: // exact
+				ok = ok && has && c.Match != nil && *name == *c.Match && *name != ""
+			case 1: // default
+				ok = ok && has && *name == ""
+			default: // any
+				ok = ok && has
+			}
+		}
+		if !ok {
+			continue
+		}
+		e := kmsg.NewDescribeClientQuotasResponseEntry()
+		for _, typ := range []string{entityUser, entityClientID} {
+			if name, has := parts[typ]; has {
+				ee := kmsg.NewDescribeClientQuotasResponseEntryEntity()
+				ee.Type = typ
+				if *name != "" {
+					ee.Name = name
+				}
+				e.Entity = append(e.Entity, ee)
+			}
+		}
+		for _, key := range slices.Sorted(maps.Keys(q.Values)) {
+			v := kmsg.NewDescribeClientQuotasResponseEntryValue()
+			v.Key, v.Value = key, q.Values[key]
+			e.Values = append(e.Values, v)
+		}
+		resp.Entries = append(resp.Entries, e)
+	}
+	return resp
+}
+
+var quotaKeys = map[string]bool{
+	"producer_byte_rate": true, "consumer_byte_rate": true, "request_percentage": true,
+	"controller_mutation_rate": true, "connection_creation_rate": true,
+}
+
+// alterQuotas applies each entry's operations atomically; ALTER_CONFIGS on
+// CLUSTER is required.
+func alterQuotas(ctx context.Context, m *raftmeta.Controller, rc *server.RequestContext, req *kmsg.AlterClientQuotasRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.AlterClientQuotasResponse)
+	allowed := rc.Allowed(kmsg.ACLOperationAlterConfigs, kmsg.ACLResourceTypeCluster, clusterName)
+	for _, e := range req.Entries {
+		r := kmsg.NewAlterClientQuotasResponseEntry()
+		var ent raftmeta.QuotaEntity
+		err := error(nil)
+		for _, c := range e.Entity {
+			re := kmsg.NewAlterClientQuotasResponseEntryEntity()
+			re.Type, re.Name = c.Type, c.Name
+			r.Entity = append(r.Entity, re)
+			name := ""
+			if c.Name != nil {
+				if *c.Name == "" {
+					err = fmt.Errorf("empty %s name: %w", c.Type, kerr.InvalidRequest)
+				}
+				name = *c.Name
+			}
+			switch {
+			case c.Type == entityUser && ent.User == nil:
+				ent.User = &name
+			case c.Type == entityClientID && ent.ClientID == nil:
+				ent.ClientID = &name
+			default:
+				err = fmt.Errorf("unknown or repeated quota entity type %q: %w", c.Type, kerr.InvalidRequest)
+			}
+		}
+		var changes []raftmeta.ClientQuotaRecord
+		for _, op := range e.Ops {
+			if !quotaKeys[op.Key] {
+				err = fmt.Errorf("unknown quota key %q: %w", op.Key, kerr.InvalidRequest)
+				break
+			}
+			ch := raftmeta.ClientQuotaRecord{Entity: ent, Key: op.Key}
+			if !op.Remove {
+				v := op.Value
+				ch.Value = &v
+			}
+			changes = append(changes, ch)
+		}
+		if !allowed {
+			err = kerr.ClusterAuthorizationFailed
+		}
+		if err == nil && !req.ValidateOnly {
+			err = m.AlterClientQuotas(ctx, changes)
+		}
+		if err != nil {
+			r.ErrorCode, r.ErrorMessage = code(err), errMsg(err)
+		}
+		resp.Entries = append(resp.Entries, r)
+	}
+	return resp
+}

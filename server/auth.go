@@ -1,0 +1,216 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The SASL state machine of a connection, as Apache Kafka's
+// SaslServerAuthenticator runs it: on a SASL listener only ApiVersions,
+// SaslHandshake (v1) and SaslAuthenticate are served until the client has
+// authenticated; anything else closes the connection. A failed
+// authentication is answered with SASL_AUTHENTICATION_FAILED and the
+// connection closed. After SaslHandshake v0 the client sends bare SASL
+// tokens in size-prefixed frames instead of SaslAuthenticate requests.
+//
+// Re-authentication (KIP-368): with connections.max.reauth.ms set (or a
+// token that expires), SaslAuthenticate v1+ returns the session lifetime;
+// the client re-runs SaslHandshake + SaslAuthenticate with the same
+// mechanism and principal before it ends, and a request arriving after it
+// ended closes the connection.
+
+type saslState struct {
+	mechName string
+	mech     saslMech  // non-nil between SaslHandshake and the end of the exchange
+	expiry   time.Time // end of the session; zero: unlimited
+}
+
+const (
+	apiKeySaslHandshake    = 17
+	apiKeySaslAuthenticate = 36
+	tlsHandshakeTimeout    = 10 * time.Second
+)
+
+// gate answers the SASL requests itself and refuses what a connection may
+// not send in its state; (nil, nil) lets the request through to dispatch.
+func (c *conn) gate(r *request) (kmsg.Response, error) {
+	switch req := r.req.(type) {
+	case *kmsg.SASLHandshakeRequest:
+		return c.saslHandshake(req), nil
+	case *kmsg.SASLAuthenticateRequest:
+		return c.saslAuthenticate(req), nil
+	}
+	if r.badVersion || r.req.Key() == apiKeyApiVersions {
+		return nil, nil
+	}
+	switch {
+	case !c.authenticated.Load():
+		return nil, fmt.Errorf("%s request before SASL authentication on listener %s", apiName(r.req.Key()), c.l.name)
+	case c.sasl.mech != nil:
+		return nil, fmt.Errorf("%s request during SASL re-authentication", apiName(r.req.Key()))
+	case !c.sasl.expiry.IsZero() && time.Now().After(c.sasl.expiry):
+		return nil, fmt.Errorf("SASL session of %s expired without re-authentication (connections.max.reauth.ms)", c.principal)
+	}
+	return nil, nil
+}
+
+func (c *conn) saslHandshake(req *kmsg.SASLHandshakeRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.SASLHandshakeResponse)
+	if !c.l.isSASL() {
+		resp.ErrorCode = kerr.IllegalSaslState.Code
+		return resp
+	}
+	resp.SupportedMechanisms = c.l.sasl.mechanisms
+	switch {
+	case c.sasl.mech != nil:
+		resp.ErrorCode = kerr.IllegalSaslState.Code
+		c.closeAfter = true
+	case !slices.Contains(c.l.sasl.mechanisms, req.Mechanism),
+		c.authenticated.Load() && req.Mechanism != c.sasl.mechName: // re-authentication keeps the mechanism
+		resp.ErrorCode = kerr.UnsupportedSaslMechanism.Code
+		c.closeAfter = true
+	default:
+		c.sasl.mechName = req.Mechanism
+		c.sasl.mech = c.l.sasl.start(req.Mechanism, c.b.meta.Image())
+		c.rawSASL.Store(req.Version == 0)
+	}
+	return resp
+}
+
+// readRawToken reads one bare SASL token (after SaslHandshake v0), under
+// the pre-authentication frame cap.
+func (c *conn) readRawToken(br *bufio.Reader, remote string) (*request, error) {
+	c.nc.SetReadDeadline(time.Now().Add(connIdleTimeout))
+	var sizeBuf [4]byte
+	if _, err := io.ReadFull(br, sizeBuf[:]); err != nil {
+		return nil, err
+	}
+	size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
+	if size < 0 || size > c.maxFrame() {
+		return nil, fmt.Errorf("SASL token of %d bytes outside [0, %d]", size, c.maxFrame())
+	}
+	token := make([]byte, size)
+	if _, err := io.ReadFull(br, token); err != nil {
+		return nil, fmt.Errorf("truncated SASL token: %w", err)
+	}
+	req := kmsg.NewPtrSASLAuthenticateRequest()
+	req.SASLAuthBytes = token
+	return &request{rc: RequestContext{ClientAddr: remote}, req: req, size: int(size) + 4, start: time.Now(), raw: true}, nil
+}
+
+// handleRawToken answers a bare SASL token with a bare token; a failure
+// closes the connection without an answer, as Kafka does for v0.
+func (c *conn) handleRawToken(r *request) (failed bool) {
+	resp := c.saslAuthenticate(r.req.(*kmsg.SASLAuthenticateRequest)).(*kmsg.SASLAuthenticateResponse)
+	if resp.ErrorCode != 0 {
+		c.nc.Close()
+		return true
+	}
+	if c.authenticated.Load() {
+		c.rawSASL.Store(false)
+	}
+	out := binary.BigEndian.AppendUint32(nil, uint32(len(resp.SASLAuthBytes)))
+	if _, err := c.nc.Write(append(out, resp.SASLAuthBytes...)); err != nil {
+		c.nc.Close()
+		return true
+	}
+	return false
+}
+
+func (c *conn) saslAuthenticate(req *kmsg.SASLAuthenticateRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.SASLAuthenticateResponse)
+	fail := func(code *kerr.Error, msg string) kmsg.Response {
+		resp.ErrorCode, resp.ErrorMessage = code.Code, &msg
+		c.closeAfter = true
+		c.b.log.Info("SASL authentication failed", "client", c.nc.RemoteAddr(), "listener", c.l.name, "mechanism", c.sasl.mechName, "err", msg)
+		return resp
+	}
+	if !c.l.isSASL() || c.sasl.mech == nil {
+		return fail(kerr.IllegalSaslState, "SaslAuthenticate without a preceding SaslHandshake")
+	}
+	out, done, err := c.sasl.mech.step(req.SASLAuthBytes)
+	if err != nil {
+		return fail(kerr.SaslAuthenticationFailed, fmt.Sprintf("Authentication failed during authentication due to invalid credentials with SASL mechanism %s: %v", c.sasl.mechName, err))
+	}
+	resp.SASLAuthBytes = out
+	if !done {
+		return resp
+	}
+	p, expiry := c.sasl.mech.principal(), c.sasl.mech.expiry()
+	c.sasl.mech = nil
+	if c.authenticated.Load() && p != c.principal {
+		return fail(kerr.SaslAuthenticationFailed, fmt.Sprintf("re-authentication as %s on a connection of %s", p, c.principal))
+	}
+	c.principal = p
+	now := time.Now()
+	life := c.b.reauth
+	if !expiry.IsZero() && (life == 0 || expiry.Sub(now) < life) {
+		life = max(expiry.Sub(now), time.Millisecond)
+	}
+	c.sasl.expiry = time.Time{}
+	if life > 0 {
+		c.sasl.expiry = now.Add(life)
+		resp.SessionLifetimeMillis = life.Milliseconds()
+	}
+	c.authenticated.Store(true)
+	return resp
+}
+
+// throttle records the request against the client's quotas and, when it
+// exceeds one, sets the response's throttle time and mutes the connection
+// for that long (or, for old versions that expect it, delays the
+// response).
+func (c *conn) throttle(ctx context.Context, r *request, resp kmsg.Response, elapsed time.Duration) {
+	img := c.b.meta.Image()
+	tr, ok := resp.(kmsg.ThrottleResponse)
+	if len(img.ClientQuotas) == 0 || !ok {
+		return
+	}
+	switch r.req.Key() {
+	case apiKeyApiVersions, apiKeySaslHandshake, apiKeySaslAuthenticate:
+		return // exempt, as in Kafka
+	}
+	user, cid, now := quotaUser(c.principal), r.rc.ClientID, time.Now()
+	q := c.b.quotas
+	var d time.Duration
+	switch resp := resp.(type) {
+	case *kmsg.ProduceResponse:
+		d = q.record(img, quotaProduce, user, cid, float64(r.size), now)
+	case *fetchResponse:
+		n := 0
+		for _, t := range resp.batches {
+			for _, p := range t {
+				for _, b := range p {
+					n += len(b)
+				}
+			}
+		}
+		d = q.record(img, quotaFetch, user, cid, float64(n), now)
+	}
+	// request_percentage: handler time as a percentage of one thread.
+	d = max(d, q.record(img, quotaRequest, user, cid, float64(elapsed.Nanoseconds())*100/1e9, now))
+	if d <= 0 {
+		return
+	}
+	if st, ok := resp.(kmsg.SetThrottleResponse); ok {
+		st.SetThrottle(int32(d.Milliseconds()))
+	}
+	if _, after := tr.Throttle(); after {
+		c.muteUntil.Store(now.Add(d).UnixNano())
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,146 @@
+package server
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tandem-kafka/tandem/raftmeta"
+)
+
+// Client quotas, as Apache Kafka's ClientQuotaManager enforces them: the
+// rate of a quota type is measured per resolved quota entity over
+// quota.window.num samples of quota.window.size.seconds; a request that
+// takes it above the bound gets a throttle time that brings the rate back
+// to the bound, capped at one window, returned in the response, and the
+// connection is muted for that long (KIP-219).
+
+// Quota keys (Kafka's QuotaConfig names).
+const (
+	quotaProduce = "producer_byte_rate"
+	quotaFetch   = "consumer_byte_rate"
+	quotaRequest = "request_percentage"
+)
+
+type quotas struct {
+	window  time.Duration
+	samples int
+
+	mu      sync.Mutex
+	sensors map[string]*rateSensor // by quota key + entity key
+}
+
+func newQuotas() *quotas {
+	return &quotas{window: time.Second, samples: 11, sensors: map[string]*rateSensor{}}
+}
+
+// resolve finds the quota of key for (user, clientID) with Kafka's
+// precedence, most specific first: user+client, user+default client,
+// user, default user+client, default user+default client, default user,
+// client, default client. It returns the bound and the entity it came
+// from, whose sensor all matching connections share.
+func resolveQuota(img *raftmeta.Image, key, user, clientID string) (float64, string, bool) {
+	if len(img.ClientQuotas) == 0 {
+		return 0, "", false
+	}
+	def := ""
+	u, c := &user, &clientID
+	for _, e := range []raftmeta.QuotaEntity{
+		{User: u, ClientID: c}, {User: u, ClientID: &def}, {User: u},
+		{User: &def, ClientID: c}, {User: &def, ClientID: &def}, {User: &def},
+		{ClientID: c}, {ClientID: &def},
+	} {
+		if user == "" && e.User == u || clientID == "" && e.ClientID == c {
+			continue // an empty name is no entity, never the default one
+		}
+		k := e.Key()
+		if q, ok := img.ClientQuotas[k]; ok {
+			if v, ok := q.Values[key]; ok {
+				// The sensor of a default entity is still per name.
+				if e.User == &def {
+					k = strings.Replace(k, "user@default", "user="+user, 1)
+				}
+				if e.ClientID == &def {
+					k = strings.Replace(k, "client-id@default", "client-id="+clientID, 1)
+				}
+				return v, key + "|" + k, true
+			}
+		}
+	}
+	return 0, "", false
+}
+
+// record adds value to the sensor of key for (user, clientID) and returns
+// the throttle time, zero when no quota applies or the rate is within it.
+func (q *quotas) record(img *raftmeta.Image, key, user, clientID string, value float64, now time.Time) time.Duration {
+	bound, sensor, ok := resolveQuota(img, key, user, clientID)
+	if !ok {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	s := q.sensors[sensor]
+	if s == nil {
+		s = &rateSensor{samples: make([]sample, q.samples)}
+		q.sensors[sensor] = s
+	}
+	rate, win := s.record(value, now, q.window)
+	if rate <= bound {
+		return 0
+	}
+	// The time at which the rate over the window would fall back to
+	// the bound: (rate - bound) / bound * window.
+	return min(time.Duration((rate-bound)/bound*float64(win)), q.window)
+}
+
+// rateSensor is Kafka's SampledStat Rate: samples of one window each.
+type rateSensor struct {
+	samples []sample
+	cur     int
+}
+
+type sample struct {
+	start time.Time
+	value float64
+}
+
+// record adds v and returns the rate per second and the window it is
+// measured over: from the oldest live sample to now, at least
+// (samples-1) windows, as Kafka does so that a new sensor does not start
+// with a huge rate.
+func (s *rateSensor) record(v float64, now time.Time, window time.Duration) (float64, time.Duration) {
+	c := &s.samples[s.cur]
+	if c.start.IsZero() {
+		c.start = now
+	} else if now.Sub(c.start) >= window {
+		s.cur = (s.cur + 1) % len(s.samples)
+		s.samples[s.cur] = sample{start: now}
+		c = &s.samples[s.cur]
+	}
+	c.value += v
+	total, oldest := 0.0, now
+	maxAge := time.Duration(len(s.samples)) * window
+	for i := range s.samples {
+		sm := &s.samples[i]
+		if sm.start.IsZero() {
+			continue
+		}
+		if now.Sub(sm.start) >= maxAge {
+			*sm = sample{}
+			continue
+		}
+		total += sm.value
+		if sm.start.Before(oldest) {
+			oldest = sm.start
+		}
+	}
+	win := max(now.Sub(oldest), time.Duration(len(s.samples)-1)*window)
+	return total / win.Seconds(), win
+}
+
+// quotaUser is the user name of a principal for quotas ("User:alice" is
+// alice); unauthenticated clients share the user ANONYMOUS.
+func quotaUser(principal string) string {
+	_, name, _ := strings.Cut(principal, ":")
+	return name
+}

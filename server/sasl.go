@@ -1,0 +1,318 @@
+package server
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/pbkdf2"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/sha512"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"hash"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tandem-kafka/tandem/raftmeta"
+)
+
+// SASL mechanisms.
+const (
+	mechPlain       = "PLAIN"
+	mechScram256    = "SCRAM-SHA-256"
+	mechScram512    = "SCRAM-SHA-512"
+	mechOAuthBearer = "OAUTHBEARER"
+)
+
+// saslConfig is one SASL listener's authentication setup.
+type saslConfig struct {
+	mechanisms []string
+	// plain holds the PLAIN users and passwords: from the Tandem key
+	// tandem.sasl.plain.users ("alice:secret,bob:pw"), and from Kafka's
+	// JAAS form, [listener.name.<l>.]plain.sasl.jaas.config with
+	// user_<name>="<password>" options.
+	plain map[string]string
+	oauth *oauthConfig
+}
+
+var jaasUser = regexp.MustCompile(`user_([^=\s]+)\s*=\s*"([^"]*)"`)
+
+func parseSASL(p propsOf) (*saslConfig, error) {
+	c := &saslConfig{plain: map[string]string{}}
+	if users := p.get("tandem.sasl.plain.users"); users != "" {
+		for _, up := range strings.Split(users, ",") {
+			u, pw, ok := strings.Cut(strings.TrimSpace(up), ":")
+			if !ok || u == "" {
+				return nil, fmt.Errorf("tandem.sasl.plain.users: %q is not user:password", up)
+			}
+			c.plain[u] = pw
+		}
+	}
+	for _, m := range jaasUser.FindAllStringSubmatch(p.get("plain.sasl.jaas.config"), -1) {
+		c.plain[m[1]] = m[2]
+	}
+	var err error
+	if c.oauth, err = parseOAuth(p); err != nil {
+		return nil, err
+	}
+	if ms := p.get("sasl.enabled.mechanisms"); ms != "" {
+		for _, m := range strings.Split(ms, ",") {
+			m = strings.ToUpper(strings.TrimSpace(m))
+			switch m {
+			case mechPlain, mechScram256, mechScram512:
+			case mechOAuthBearer:
+				if c.oauth == nil {
+					return nil, errors.New("OAUTHBEARER needs issuer keys (sasl.oauthbearer.jwks.endpoint.url=file:... or tandem.sasl.oauthbearer.public.keys)")
+				}
+			default:
+				return nil, fmt.Errorf("sasl.enabled.mechanisms: %s is not supported", m)
+			}
+			c.mechanisms = append(c.mechanisms, m)
+		}
+	} else {
+		c.mechanisms = []string{mechPlain, mechScram256, mechScram512}
+		if c.oauth != nil {
+			c.mechanisms = append(c.mechanisms, mechOAuthBearer)
+		}
+	}
+	return c, nil
+}
+
+// saslMech is the server side of one SASL exchange.
+type saslMech interface {
+	// step consumes a client message and returns the server's answer;
+	// done is true once the client is authenticated. An error fails the
+	// authentication.
+	step(in []byte) (out []byte, done bool, err error)
+	// principal is the authenticated principal once done.
+	principal() string
+	// expiry is when the credential expires (zero: never), which bounds
+	// the session lifetime (KIP-368).
+	expiry() time.Time
+}
+
+var errAuth = errors.New("authentication failed: invalid credentials")
+
+func (c *saslConfig) start(mech string, img *raftmeta.Image) saslMech {
+	switch mech {
+	case mechPlain:
+		return &plainMech{users: c.plain}
+	case mechScram256:
+		return &scramMech{mech: mech, h: sha256.New, img: img}
+	case mechScram512:
+		return &scramMech{mech: mech, h: sha512.New, img: img}
+	case mechOAuthBearer:
+		return &oauthMech{cfg: c.oauth}
+	}
+	return nil
+}
+
+// plainMech is RFC 4616: [authzid] NUL authcid NUL passwd.
+type plainMech struct {
+	users map[string]string
+	user  string
+}
+
+func (m *plainMech) step(in []byte) ([]byte, bool, error) {
+	if m.user != "" {
+		return nil, false, errors.New("PLAIN: unexpected message after authentication")
+	}
+	parts := bytes.Split(in, []byte{0})
+	if len(parts) != 3 {
+		return nil, false, errors.New("PLAIN: malformed message")
+	}
+	authz, user, pw := string(parts[0]), string(parts[1]), parts[2]
+	if authz != "" && authz != user {
+		return nil, false, errors.New("PLAIN: authorization id differs from the user")
+	}
+	want, ok := m.users[user]
+	// Compare even for unknown users so that timing does not reveal them.
+	if subtle.ConstantTimeCompare([]byte(want), pw) != 1 || !ok || user == "" {
+		return nil, false, errAuth
+	}
+	m.user = user
+	return []byte{}, true, nil
+}
+
+func (m *plainMech) principal() string { return "User:" + m.user }
+func (m *plainMech) expiry() time.Time { return time.Time{} }
+
+// scramMech is the server side of RFC 5802 SCRAM (RFC 7677 for SHA-256),
+// without channel binding, against credentials stored in the metadata
+// quorum. It takes exactly two client messages; anything after the final
+// one (a replay) fails.
+type scramMech struct {
+	mech string
+	h    func() hash.Hash
+	img  *raftmeta.Image
+
+	state       int // 0: want client-first, 1: want client-final, 2: done
+	user        string
+	cred        raftmeta.ScramCredential
+	gs2         string
+	clientFirst string // client-first-message-bare
+	serverFirst string
+	nonce       string
+}
+
+func (m *scramMech) step(in []byte) ([]byte, bool, error) {
+	switch m.state {
+	case 0:
+		return m.first(string(in))
+	case 1:
+		return m.final(string(in))
+	}
+	return nil, false, fmt.Errorf("%s: message after the exchange completed (replay?)", m.mech)
+}
+
+func (m *scramMech) first(msg string) ([]byte, bool, error) {
+	// gs2-header: "n,," or "y,," (no channel binding), optional a=authzid.
+	cbind, rest, ok := strings.Cut(msg, ",")
+	if !ok || cbind != "n" && cbind != "y" {
+		return nil, false, fmt.Errorf("%s: channel binding is not supported", m.mech)
+	}
+	authz, bare, ok := strings.Cut(rest, ",")
+	if !ok {
+		return nil, false, fmt.Errorf("%s: malformed client-first message", m.mech)
+	}
+	m.gs2 = cbind + "," + authz + ","
+	attrs, err := scramAttrs(bare)
+	if err != nil || attrs["n"] == "" || attrs["r"] == "" || attrs["m"] != "" {
+		return nil, false, fmt.Errorf("%s: malformed client-first message", m.mech)
+	}
+	if attrs["tokenauth"] != "" {
+		return nil, false, fmt.Errorf("%s: delegation tokens are not supported", m.mech)
+	}
+	user := strings.NewReplacer("=2C", ",", "=3D", "=").Replace(attrs["n"])
+	if a := strings.TrimPrefix(authz, "a="); authz != "" && a != user {
+		return nil, false, fmt.Errorf("%s: authorization id differs from the user", m.mech)
+	}
+	cred, ok := m.img.Scram[user][m.mech]
+	if !ok {
+		return nil, false, errAuth
+	}
+	var nb [24]byte
+	rand.Read(nb[:])
+	m.user, m.cred, m.clientFirst = user, cred, bare
+	m.nonce = attrs["r"] + base64.RawURLEncoding.EncodeToString(nb[:])
+	m.serverFirst = "r=" + m.nonce + ",s=" + base64.StdEncoding.EncodeToString(cred.Salt) + ",i=" + strconv.Itoa(int(cred.Iterations))
+	m.state = 1
+	return []byte(m.serverFirst), false, nil
+}
+
+func (m *scramMech) final(msg string) ([]byte, bool, error) {
+	m.state = 2 // one attempt only
+	i := strings.LastIndex(msg, ",p=")
+	if i < 0 {
+		return nil, false, fmt.Errorf("%s: client-final message without proof", m.mech)
+	}
+	withoutProof := msg[:i]
+	attrs, err := scramAttrs(withoutProof)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: malformed client-final message", m.mech)
+	}
+	proof, err := base64.StdEncoding.DecodeString(msg[i+3:])
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: malformed proof", m.mech)
+	}
+	if attrs["c"] != base64.StdEncoding.EncodeToString([]byte(m.gs2)) {
+		return nil, false, fmt.Errorf("%s: channel binding mismatch", m.mech)
+	}
+	// Kafka accepts a nonce that ends with the combined one (librdkafka
+	// sends its client nonce once more in front); anything else is a
+	// forged or replayed final message.
+	r := attrs["r"]
+	if len(r) < len(m.nonce) || subtle.ConstantTimeCompare([]byte(r[len(r)-len(m.nonce):]), []byte(m.nonce)) != 1 {
+		return nil, false, fmt.Errorf("%s: nonce mismatch", m.mech)
+	}
+	authMsg := []byte(m.clientFirst + "," + m.serverFirst + "," + withoutProof)
+	sig := hmacSum(m.h, m.cred.StoredKey, authMsg)
+	if len(proof) != len(sig) {
+		return nil, false, errAuth
+	}
+	clientKey := make([]byte, len(sig))
+	for i := range sig {
+		clientKey[i] = proof[i] ^ sig[i]
+	}
+	h := m.h()
+	h.Write(clientKey)
+	if subtle.ConstantTimeCompare(h.Sum(nil), m.cred.StoredKey) != 1 {
+		return nil, false, errAuth
+	}
+	return []byte("v=" + base64.StdEncoding.EncodeToString(hmacSum(m.h, m.cred.ServerKey, authMsg))), true, nil
+}
+
+func (m *scramMech) principal() string { return "User:" + m.user }
+func (m *scramMech) expiry() time.Time { return time.Time{} }
+
+// scramAttrs splits "k=v,k=v"; values may contain '='.
+func scramAttrs(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("bad attribute %q", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func hmacSum(h func() hash.Hash, key, msg []byte) []byte {
+	mac := hmac.New(h, key)
+	mac.Write(msg)
+	return mac.Sum(nil)
+}
+
+func scramHash(mechanism string) (func() hash.Hash, error) {
+	switch mechanism {
+	case mechScram256:
+		return sha256.New, nil
+	case mechScram512:
+		return sha512.New, nil
+	}
+	return nil, fmt.Errorf("SCRAM mechanism %q is not SCRAM-SHA-256 or SCRAM-SHA-512", mechanism)
+}
+
+// ScramMechanisms are the SCRAM mechanisms by Kafka's ScramMechanism code
+// (1 SCRAM-SHA-256, 2 SCRAM-SHA-512), as AlterUserScramCredentials uses.
+var ScramMechanisms = map[int8]string{1: mechScram256, 2: mechScram512}
+
+// NewScramCredential derives what the broker stores from the salted
+// password a client sends in AlterUserScramCredentials: the stored key
+// H(HMAC(salted, "Client Key")) and the server key HMAC(salted,
+// "Server Key"). The salted password itself is not kept.
+func NewScramCredential(user, mechanism string, salt, salted []byte, iterations int32) (raftmeta.ScramCredential, error) {
+	h, err := scramHash(mechanism)
+	if err != nil {
+		return raftmeta.ScramCredential{}, err
+	}
+	ck := hmacSum(h, salted, []byte("Client Key"))
+	sh := h()
+	sh.Write(ck)
+	return raftmeta.ScramCredential{
+		User: user, Mechanism: mechanism, Salt: slices.Clone(salt), Iterations: iterations,
+		StoredKey: sh.Sum(nil), ServerKey: hmacSum(h, salted, []byte("Server Key")),
+	}, nil
+}
+
+// ScramCredentialFromPassword salts password with a random salt (the way
+// kafka-configs.sh does for --add-config 'SCRAM-SHA-256=[password=...]').
+func ScramCredentialFromPassword(user, mechanism, password string, iterations int32) (raftmeta.ScramCredential, error) {
+	h, err := scramHash(mechanism)
+	if err != nil {
+		return raftmeta.ScramCredential{}, err
+	}
+	salt := make([]byte, 32)
+	rand.Read(salt)
+	salted, err := pbkdf2.Key(h, password, salt, int(iterations), h().Size())
+	if err != nil {
+		return raftmeta.ScramCredential{}, fmt.Errorf("salt password: %w", err)
+	}
+	return NewScramCredential(user, mechanism, salt, salted, iterations)
+}
