@@ -109,7 +109,7 @@ func (rep *Report) comparable() bool {
 
 // relativeTable sets each Tandem figure against kfake's and the limits.
 func (rep *Report) relativeTable() *table {
-	t := &table{head: []string{"workload", "Tandem/kfake MB/s", "kfake/Tandem e2e p99", "/ loopback TCP", "/ file append", "/ file append+fdatasync", "/ Pebble 1 KiB Sync"}}
+	t := &table{head: []string{"workload", "Tandem/kfake MB/s", "kfake/Tandem e2e p99", "Tandem/kfake CPU per GB", "/ loopback TCP", "/ file append", "/ file append+fdatasync", "/ Pebble 1 KiB Sync"}}
 	kf := map[string]Result{}
 	for _, r := range rep.Results {
 		if r.Target == "kfake" && r.Err == "" {
@@ -125,15 +125,16 @@ func (rep *Report) relativeTable() *table {
 			continue
 		}
 		k, ok := kf[r.Workload.Name()]
-		vsK, lat := "-", "-"
+		vsK, lat, cpu := "-", "-", "-"
 		if ok {
 			vsK = ratio(r.MBps.Median, k.MBps.Median)
+			cpu = ratio(r.CPUSecPerGB, k.CPUSecPerGB)
 			if r.Latency != nil && k.Latency != nil {
 				lat = ratio(float64(k.Latency.P99), float64(r.Latency.P99))
 			}
 		}
 		v := r.MBps.Median
-		t.add(r.Workload.Name(), vsK, lat, ratio(v, l.LoopbackTCP), ratio(v, l.FileAppend), ratio(v, l.FileAppendSync), ratio(v, l.PebbleAppend))
+		t.add(r.Workload.Name(), vsK, lat, cpu, ratio(v, l.LoopbackTCP), ratio(v, l.FileAppend), ratio(v, l.FileAppendSync), ratio(v, l.PebbleAppend))
 	}
 	return t
 }
@@ -181,6 +182,10 @@ func (rep *Report) WriteMarkdown(w io.Writer, svgName string) {
 		"the first send to the end of the final flush; for consume, a pre-filled backlog of %d MiB read from offset 0 by a new "+
 		"client each run; the median of the runs, with min and max. End-to-end latency is measured from a send timestamp in each "+
 		"record, at the same offered load on every broker: 50%% of the lowest median rate of the matching produce workload.\n\n", rep.Backlog>>20)
+	fmt.Fprint(w, "Clients: kgo producers with 1 ms linger, batches up to 1 MiB, 32 MiB buffered, the default sticky partitioner; "+
+		"acks=all is idempotent (kgo's default), acks=1 is not and keeps up to 5 requests in flight. Consumers read partitions "+
+		"directly (no group) with FetchMaxBytes 50 MiB and 10 MiB per partition. Values are seeded pseudo-random printable "+
+		"bytes (about 6 bits of entropy per byte), led by a send timestamp and a sequence number.\n\n")
 	switch {
 	case rep.Against != "":
 		fmt.Fprintf(w, "Broker: the one running at %s (no process figures).\n\n", rep.Against)

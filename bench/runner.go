@@ -50,7 +50,7 @@ type Result struct {
 
 	// Broker process figures; zero against an external broker.
 	HasProc        bool
-	CPUSecPerGB    float64 // broker CPU seconds per 10^9 bytes moved by the measured runs
+	CPUSecPerGB    float64 // broker CPU seconds per 10^9 value bytes produced (produce, e2e) or consumed (consume) by the measured runs
 	PeakRSS        int64   // VmHWM of the broker process
 	DiskPerByte    float64 // broker write_bytes per value byte produced (produce and e2e)
 	ProcWriteBytes int64

@@ -11,7 +11,7 @@ import "encoding/binary"
 //	0x02 'D' topicID(16) partition(4) 'M' base(8)   that batch's index entry (offsets, size, max timestamp, epoch)
 //	0x02 'D' topicID(16) partition(4) 'E' epoch(4)  leader-epoch cache entry: epoch -> start offset
 //	0x02 'D' topicID(16) partition(4) 'S' pid(8)    idempotent producer state
-//	0x02 'D' topicID(16) partition(4) 'A' last(8)   aborted transaction ending at offset last: pid(8) first(8)
+//	0x02 'D' topicID(16) partition(4) 'A' last(8) pid(8)  aborted transaction of pid ending at offset last: pid(8) first(8)
 //
 // All integers are big endian. Offsets, epochs and producer IDs stored here
 // are never negative, so byte order is numeric order. Everything of a
@@ -59,8 +59,15 @@ func producerKey(id TopicID, p int32, pid int64) []byte {
 	return binary.BigEndian.AppendUint64(subPrefix(id, p, subProduce), uint64(pid))
 }
 
+// abortedKey is the bound of the aborted-transaction entries ending below
+// last, for range deletions; abortedEntryKey is one entry's key (a barrier
+// may end several transactions at one offset).
 func abortedKey(id TopicID, p int32, last int64) []byte {
 	return binary.BigEndian.AppendUint64(subPrefix(id, p, subAborted), uint64(last))
+}
+
+func abortedEntryKey(id TopicID, p int32, a abortedTxn) []byte {
+	return binary.BigEndian.AppendUint64(abortedKey(id, p, a.Last), uint64(a.PID))
 }
 
 // prefixEnd returns the smallest key greater than every key with prefix.

@@ -144,7 +144,7 @@ func (p *Partition) load() error {
 			if len(v) != 16 {
 				return fmt.Errorf("aborted transaction entry of %d bytes", len(v))
 			}
-			p.aborted = append(p.aborted, abortedTxn{int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:])), keySuffix64(k)})
+			p.aborted = append(p.aborted, abortedTxn{int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:])), keySuffix64(k[:len(k)-8])})
 		case subProduce:
 			pe, err := decodeProducer(it.Value())
 			if err != nil {
@@ -500,10 +500,17 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 		metas[i].Base, metas[i].Epoch = b.baseOffset(), b.leaderEpoch()
 		next = b.lastOffset() + 1
 		res.LastOffset = b.lastOffset()
-		if b.producerID() >= 0 {
+		var aborted []abortedTxn
+		if isBarrier(b) {
+			aborted = txn.resetAll(b.baseOffset())
+			pb.DeleteRange(subPrefix(p.id, p.part, subProduce), prefixEnd(subPrefix(p.id, p.part, subProduce)), nil)
+		} else if b.producerID() >= 0 {
 			if a := txn.update(b); a != nil {
-				pb.Set(abortedKey(p.id, p.part, a.Last), binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(a.PID)), uint64(a.First)), nil)
+				aborted = append(aborted, *a)
 			}
+		}
+		for _, a := range aborted {
+			pb.Set(abortedEntryKey(p.id, p.part, a), binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(a.PID)), uint64(a.First)), nil)
 		}
 		if e := b.leaderEpoch(); e > latestEpoch {
 			latestEpoch = e
@@ -523,7 +530,9 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 func (p *Partition) commitLocked(batches []batch, metas []batchMeta) {
 	txn := producerTxn{base: p.producers}
 	for i, b := range batches {
-		if b.producerID() >= 0 {
+		if isBarrier(b) {
+			p.aborted = append(p.aborted, txn.resetAll(b.baseOffset())...)
+		} else if b.producerID() >= 0 {
 			if a := txn.update(b); a != nil {
 				p.aborted = append(p.aborted, *a)
 			}
@@ -537,6 +546,10 @@ func (p *Partition) commitLocked(batches []batch, metas []batchMeta) {
 		p.tailSize += int64(len(b))
 		p.e.tailBytes.Add(int64(len(b)))
 		p.leo = b.lastOffset() + 1
+	}
+	if txn.reset {
+		p.producers = make(map[int64]*producerEntry, len(txn.changed))
+		p.openTxns = 0
 	}
 	for pid, pe := range txn.changed {
 		if old := p.producers[pid]; old != nil && old.TxnStart >= 0 {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"sort"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 )
@@ -76,13 +77,46 @@ func decodeProducer(b []byte) (*producerEntry, error) {
 type producerTxn struct {
 	base    map[int64]*producerEntry
 	changed map[int64]*producerEntry
+	// reset is set by a producer-state barrier: base no longer counts.
+	reset bool
 }
 
 func (t *producerTxn) get(pid int64) *producerEntry {
 	if pe, ok := t.changed[pid]; ok {
 		return pe
 	}
+	if t.reset {
+		return nil
+	}
 	return t.base[pid]
+}
+
+// resetAll applies a producer-state barrier at offset: every producer is
+// forgotten, and a transaction still open is aborted in the index (the
+// barrier is its end), so that read_committed consumers skip it and the
+// LSO moves past it.
+func (t *producerTxn) resetAll(offset int64) []abortedTxn {
+	open := map[int64]int64{}
+	if !t.reset {
+		for pid, pe := range t.base {
+			if pe.TxnStart >= 0 {
+				open[pid] = pe.TxnStart
+			}
+		}
+	}
+	for pid, pe := range t.changed {
+		delete(open, pid)
+		if pe.TxnStart >= 0 {
+			open[pid] = pe.TxnStart
+		}
+	}
+	aborted := make([]abortedTxn, 0, len(open))
+	for pid, first := range open {
+		aborted = append(aborted, abortedTxn{pid, first, offset})
+	}
+	sort.Slice(aborted, func(i, j int) bool { return aborted[i].First < aborted[j].First })
+	t.reset, t.changed = true, nil
+	return aborted
 }
 
 func inSequence(last, first int32) bool {
@@ -94,6 +128,10 @@ func inSequence(last, first int32) bool {
 func (t *producerTxn) check(b batch, origin Origin) (*seqBatch, error) {
 	pid, epoch := b.producerID(), b.producerEpoch()
 	cur := t.get(pid)
+	if cur != nil && origin == OriginInternal && b.isControl() && epoch < cur.Epoch {
+		// A transaction marker from a coordinator that lost a fencing race.
+		return nil, fmt.Errorf("marker for producer %d epoch %d is older than %d: %w", pid, epoch, cur.Epoch, kerr.InvalidProducerEpoch)
+	}
 	if cur == nil || origin != OriginClient {
 		return nil, nil // unknown producers may start at any sequence (Kafka, KIP-360)
 	}
@@ -131,16 +169,42 @@ type abortedTxn struct {
 	First, Last int64
 }
 
-// controlType is the type of a control batch's marker: 0 ABORT, 1 COMMIT
-// (-1 if unreadable).
-func controlType(b batch) int16 {
-	typ := int16(-1)
+// Control record types (the key of a control batch's record: version
+// int16, type int16). Kafka defines 0 ABORT, 1 COMMIT and 2-6 for
+// KRaft's own log. ControlPIDReset is Tandem's producer-state barrier
+// (MIRROR_PID_RESET): a control batch of this type, with producer id -1,
+// makes every partition replica forget all producer state at its offset,
+// so that producers of a new cluster start afresh after mirroring.
+// Clients skip control batches of types they do not know.
+const (
+	ControlAbort    int16 = 0
+	ControlCommit   int16 = 1
+	ControlPIDReset int16 = 100
+)
+
+// controlRecord reads a control batch's marker: its type (-1 if
+// unreadable) and, for transaction markers, the coordinator epoch in the
+// value (version int16, coordinator epoch int32).
+func controlRecord(b batch) (typ int16, coordEpoch int32) {
+	typ = -1
 	walkBatch(b, 1<<20, func(r *record) error {
 		if len(r.Key) >= 4 && typ < 0 {
 			typ = int16(binary.BigEndian.Uint16(r.Key[2:]))
 		}
 		return nil
 	})
+	if typ == ControlAbort || typ == ControlCommit {
+		// walkBatch does not keep values: read the value of the single
+		// uncompressed record directly (markers are never compressed).
+		if rec := b.records(); b.codec() == 0 && len(rec) >= 6 {
+			coordEpoch = int32(binary.BigEndian.Uint32(rec[len(rec)-5:]))
+		}
+	}
+	return typ, coordEpoch
+}
+
+func controlType(b batch) int16 {
+	typ, _ := controlRecord(b)
 	return typ
 }
 
@@ -151,7 +215,7 @@ func (t *producerTxn) update(b batch) (aborted *abortedTxn) {
 	pid := b.producerID()
 	pe := t.changed[pid]
 	if pe == nil {
-		if old := t.base[pid]; old != nil {
+		if old := t.get(pid); old != nil {
 			pe = old.clone()
 		} else {
 			pe = &producerEntry{Epoch: b.producerEpoch(), TxnStart: -1}
@@ -167,8 +231,12 @@ func (t *producerTxn) update(b batch) (aborted *abortedTxn) {
 	pe.LastTimestamp = b.maxTimestamp()
 	switch {
 	case b.isControl():
-		if pe.TxnStart >= 0 && controlType(b) == 0 {
+		typ, coordEpoch := controlRecord(b)
+		if pe.TxnStart >= 0 && typ == ControlAbort {
 			aborted = &abortedTxn{pid, pe.TxnStart, b.baseOffset()}
+		}
+		if typ == ControlAbort || typ == ControlCommit {
+			pe.CoordinatorEpoch = coordEpoch
 		}
 		pe.TxnStart = -1
 	case b.isTransactional() && pe.TxnStart < 0:

@@ -183,5 +183,6 @@ func DefaultLogConfig() LogConfig {
 		RetentionBytes:  -1,
 		MaxMessageBytes: 1048588,
 		Delete:          true,
+		DeleteRetention: 24 * time.Hour,
 	}
 }

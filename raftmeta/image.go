@@ -71,6 +71,8 @@ type Image struct {
 	NextProducerID int64 `json:"nextProducerId"`
 	// ACLs, SCRAM credentials and client quotas (security.go).
 	securityImage
+	// Cluster mirrors (mirror.go).
+	mirrorImage
 }
 
 // MarshalText renders u as hex, so that JSON images and records stay readable.

@@ -70,6 +70,7 @@ type Record struct {
 	RemoveTopic     *UUID                  `json:"removeTopic,omitempty"`
 	ProducerIDs     *ProducerIDsRecord     `json:"producerIds,omitempty"`
 	securityRecords                        // ACL, Scram, ClientQuota (security.go)
+	mirrorRecords                          // Mirror, RemoveMirror, MirrorTopic (mirror.go)
 }
 
 // TopicRecord creates a topic.
@@ -299,6 +300,9 @@ func (b *builder) apply(r *Record) error {
 
 	default:
 		if ok, err := b.applySecurity(r); ok {
+			return err
+		}
+		if ok, err := b.applyMirror(r); ok {
 			return err
 		}
 		return bad("unknown record type")

@@ -48,6 +48,13 @@ func (b *Broker) handleDescribeConfigs(ctx context.Context, rc *RequestContext, 
 			}
 			rr.Configs = append(rr.Configs, c)
 		}
+		if h := b.configHandler(r.ResourceType); h != nil {
+			cfgs, err := h.DescribeConfigResource(ctx, rc, r.ResourceName, r.ConfigNames)
+			rr.Configs = cfgs
+			rr.ErrorCode, rr.ErrorMessage = adminErrCode(err)
+			resp.Resources = append(resp.Resources, rr)
+			continue
+		}
 		if err := configDenied(rc, kmsg.ACLOperationDescribeConfigs, r.ResourceType, r.ResourceName); err != nil {
 			rr.ErrorCode, rr.ErrorMessage = adminErrCode(err)
 			resp.Resources = append(resp.Resources, rr)
@@ -260,6 +267,9 @@ func (b *Broker) handleIncrementalAlterConfigs(ctx context.Context, rc *RequestC
 		err := func() error {
 			if dups[i] {
 				return adminErrorf(kerr.InvalidRequest, "Duplicate resource in the request.")
+			}
+			if h := b.configHandler(r.ResourceType); h != nil {
+				return h.AlterConfigResource(ctx, rc, r.ResourceName, r.Configs, req.ValidateOnly)
 			}
 			if err := configDenied(rc, kmsg.ACLOperationAlterConfigs, r.ResourceType, r.ResourceName); err != nil {
 				return err

@@ -155,7 +155,7 @@ func TestLogConfigLayers(t *testing.T) {
 		static:  map[string]string{"log.retention.hours": "1", "message.max.bytes": "700", "log.message.timestamp.type": "LogAppendTime", "log.cleaner.min.compaction.lag.ms": "250"},
 	}
 	got := logConfigFrom(l)
-	want := engine.LogConfig{RetentionMs: 1000, RetentionBytes: -1, MaxMessageBytes: 500, Compact: true, LogAppendTime: true, MinCompactionLag: 250 * time.Millisecond}
+	want := engine.LogConfig{RetentionMs: 1000, RetentionBytes: -1, MaxMessageBytes: 500, Compact: true, LogAppendTime: true, MinCompactionLag: 250 * time.Millisecond, DeleteRetention: 24 * time.Hour}
 	if got != want {
 		t.Fatalf("got %+v\nwant %+v", got, want)
 	}

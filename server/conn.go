@@ -153,6 +153,17 @@ func (c *conn) serve() {
 // failed says the connection is closed.
 func (c *conn) handle(ctx context.Context, r *request, out []byte) (_ []byte, failed bool) {
 	b := c.b
+	// A throttled connection is muted (KIP-219): a request read ahead
+	// waits as well, as Kafka reads none while muted.
+	if d := time.Until(time.Unix(0, c.muteUntil.Load())); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return out, true
+		}
+	}
 	r.rc.Principal, r.rc.Listener, r.rc.authz = c.principal, c.l.name, b.authz
 	if r.raw {
 		return out, c.handleRawToken(r)

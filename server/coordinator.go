@@ -57,7 +57,8 @@ func (b *Broker) handleFindCoordinator(ctx context.Context, rc *RequestContext, 
 				b.log.Debug("find coordinator", "key_type", req.CoordinatorType, "key", key, "err", err)
 			}
 		} else {
-			c.NodeID, c.Host, c.Port = node.ID, node.Host, node.Port
+			c.NodeID = node.ID
+			c.Host, c.Port = endpointFor(node, rc.Listener) // the listener the client is on
 		}
 		resp.Coordinators = append(resp.Coordinators, c)
 	}

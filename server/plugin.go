@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
 )
@@ -104,4 +106,33 @@ type GroupOffsets interface {
 	// has no active members.
 	CommitOffsets(ctx context.Context, group string, offsets map[TopicPartition]CommittedOffset) error
 	GroupState(ctx context.Context, group string) (string, error)
+}
+
+// TxnMarkerWriter is registered by plugins whose internal topic holds
+// transactional records (the consumer-groups plugin: TxnOffsetCommit in
+// __consumer_offsets). The transaction coordinator hands them the markers
+// of their partitions instead of writing the markers itself, so that they
+// apply or drop their pending state as the marker is written. handled is
+// false for a topic the plugin does not own.
+type TxnMarkerWriter interface {
+	WriteTxnMarker(ctx context.Context, tp TopicPartition, m engine.Marker) (handled bool, err error)
+}
+
+// TxnCoordinator is registered by the transactions plugin. InitProducerId
+// with a transactional id goes to it; Produce asks it whether a
+// transactional batch's partition is part of the producer's transaction
+// (KIP-890's verification) before appending the first batch of a
+// transaction. Errors wrap kerr codes.
+type TxnCoordinator interface {
+	InitTransactionalProducerID(ctx context.Context, rc *RequestContext, req *kmsg.InitProducerIDRequest) *kmsg.InitProducerIDResponse
+	VerifyTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp TopicPartition) error
+}
+
+// ConfigResourceHandler plugins serve DescribeConfigs and
+// IncrementalAlterConfigs for a config resource type the broker does not
+// know itself (the mirror plugin: MIRROR, 64). Errors wrap kerr codes.
+type ConfigResourceHandler interface {
+	ConfigResourceType() kmsg.ConfigResourceType
+	DescribeConfigResource(ctx context.Context, rc *RequestContext, name string, keys []string) ([]kmsg.DescribeConfigsResponseResourceConfig, error)
+	AlterConfigResource(ctx context.Context, rc *RequestContext, name string, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig, validateOnly bool) error
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"sync"
 
@@ -105,6 +106,16 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				}
 				continue
 			}
+			if req.TransactionID != nil {
+				if err := b.verifyTxn(ctx, *req.TransactionID, t.Name, rp.Partition, ep, rp.Records); err != nil {
+					var kerrErr *kerr.Error
+					if !errors.As(err, &kerrErr) {
+						kerrErr = kerr.UnknownServerError
+					}
+					fail(kerrErr, err.Error())
+					continue
+				}
+			}
 			areq := &engine.AppendRequest{
 				Topic: t.Name, TopicID: engine.TopicID(t.ID), Partition: rp.Partition,
 				Origin: engine.OriginClient, Records: rp.Records, Acks: req.Acks,
@@ -143,6 +154,23 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 		return nil, nil
 	}
 	return resp, nil
+}
+
+// verifyTxn is KIP-890's defence against hanging transactions: the first
+// transactional batch of a producer in a partition is appended only if
+// the transaction coordinator has the partition in the producer's
+// ongoing transaction (a late batch of a zombie or of a transaction that
+// already ended would otherwise start a transaction nobody ends).
+func (b *Broker) verifyTxn(ctx context.Context, txnID, topic string, partition int32, ep *engine.Partition, records []byte) error {
+	tc := b.txnCoordinator()
+	if tc == nil || len(records) < 61 || binary.BigEndian.Uint16(records[21:])&0x10 == 0 {
+		return nil // not a transactional batch (or not one at all: the engine says so)
+	}
+	pid, epoch := int64(binary.BigEndian.Uint64(records[43:])), int16(binary.BigEndian.Uint16(records[51:]))
+	if cur, open := ep.OpenTxn(pid); open && cur == epoch {
+		return nil // verified when the transaction's first batch came
+	}
+	return tc.VerifyTxnPartition(ctx, txnID, pid, epoch, TopicPartition{Topic: topic, Partition: partition})
 }
 
 // magicOffset is where a record batch (and a legacy message) keeps its

@@ -38,10 +38,20 @@ func (b *Broker) producerID(ctx context.Context) (int64, error) {
 	return id, nil
 }
 
+// txnCoordinator is the plugin serving transactions, nil if none.
+func (b *Broker) txnCoordinator() TxnCoordinator {
+	for _, p := range b.cfg.Plugins {
+		if tc, ok := p.(TxnCoordinator); ok {
+			return tc
+		}
+	}
+	return nil
+}
+
 // handleInitProducerID gives idempotent producers a new producer id with
 // epoch 0. A producer that asks with its current id and epoch (KIP-360,
 // v3+) gets a new id too, as Kafka does without a transactional id.
-// Transactions are not built yet: a transactional id is INVALID_REQUEST.
+// A transactional id goes to the transaction coordinator plugin.
 func (b *Broker) handleInitProducerID(ctx context.Context, rc *RequestContext, req *kmsg.InitProducerIDRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
@@ -56,8 +66,12 @@ func (b *Broker) handleInitProducerID(ctx context.Context, rc *RequestContext, r
 		return resp, nil
 	}
 	if req.TransactionalID != nil {
-		// An empty transactional id is INVALID_REQUEST in Kafka as well.
-		b.log.Warn("InitProducerId with a transactional id: transactions are not supported yet",
+		// Transactional producers belong to the transaction coordinator;
+		// without one, a transactional id is INVALID_REQUEST.
+		if tc := b.txnCoordinator(); tc != nil {
+			return tc.InitTransactionalProducerID(ctx, rc, req), nil
+		}
+		b.log.Warn("InitProducerId with a transactional id but no transaction coordinator plugin",
 			"transactional_id", *req.TransactionalID, "client_id", rc.ClientID)
 		resp.ErrorCode = kerr.InvalidRequest.Code
 		return resp, nil

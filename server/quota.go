@@ -1,6 +1,9 @@
 package server
 
 import (
+	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -12,7 +15,8 @@ import (
 // rate of a quota type is measured per resolved quota entity over
 // quota.window.num samples of quota.window.size.seconds; a request that
 // takes it above the bound gets a throttle time that brings the rate back
-// to the bound, capped at one window, returned in the response, and the
+// to the bound (capped at one window for request_percentage), returned in
+// the response, and the
 // connection is muted for that long (KIP-219).
 
 // Quota keys (Kafka's QuotaConfig names).
@@ -30,8 +34,28 @@ type quotas struct {
 	sensors map[string]*rateSensor // by quota key + entity key
 }
 
-func newQuotas() *quotas {
-	return &quotas{window: time.Second, samples: 11, sensors: map[string]*rateSensor{}}
+// newQuotas reads quota.window.num (default 11) and
+// quota.window.size.seconds (default 1).
+func newQuotas(m map[string]string) (*quotas, error) {
+	q := &quotas{window: time.Second, samples: 11, sensors: map[string]*rateSensor{}}
+	count := func(key string, least int, dst *int) error {
+		v := strings.TrimSpace(m[key])
+		if v == "" {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < least {
+			return fmt.Errorf("%s %q is not a number >= %d", key, v, least)
+		}
+		*dst = n
+		return nil
+	}
+	secs := 1
+	if err := errors.Join(count("quota.window.num", 2, &q.samples), count("quota.window.size.seconds", 1, &secs)); err != nil {
+		return nil, err
+	}
+	q.window = time.Duration(secs) * time.Second
+	return q, nil
 }
 
 // resolve finds the quota of key for (user, clientID) with Kafka's
@@ -89,8 +113,13 @@ func (q *quotas) record(img *raftmeta.Image, key, user, clientID string, value f
 		return 0
 	}
 	// The time at which the rate over the window would fall back to
-	// the bound: (rate - bound) / bound * window.
-	return min(time.Duration((rate-bound)/bound*float64(win)), q.window)
+	// the bound: (rate - bound) / bound * window. Kafka caps it at one
+	// window for request-time quotas only.
+	d := time.Duration((rate - bound) / bound * float64(win))
+	if key == quotaRequest {
+		d = min(d, q.window)
+	}
+	return d
 }
 
 // rateSensor is Kafka's SampledStat Rate: samples of one window each.

@@ -26,8 +26,8 @@ import (
 
 // Config configures a Broker.
 type Config struct {
-	NodeID    int32             // default 1
-	DataDir   string            // required
+	NodeID  int32  // default 1
+	DataDir string // required
 	// Listen is the address of the single PLAINTEXT listener used when
 	// the "listeners" property is unset: default "127.0.0.1:9092"; port
 	// 0 picks a free port.
@@ -107,7 +107,9 @@ func New(cfg Config) (*Broker, error) {
 	if b.reauth, err = reauthMs(cfg.Props); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	b.quotas = newQuotas()
+	if b.quotas, err = newQuotas(cfg.Props); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if len(props.Unknown) > 0 {
 		b.log.Warn("ignoring unknown broker properties", "keys", props.Unknown)
 	}

@@ -95,7 +95,7 @@ var fileKeys = map[string]string{
 func applyFileKeys(props map[string]string, o *serveOptions, explicit map[string]bool) error {
 	for key, flagName := range fileKeys {
 		v, ok := props[key]
-		if !ok {
+		if !ok || (flagName == "listen" || flagName == "advertise") && namedListeners(props) {
 			continue
 		}
 		delete(props, key)
@@ -119,4 +119,14 @@ func applyFileKeys(props map[string]string, o *serveOptions, explicit map[string
 		}
 	}
 	return nil
+}
+
+// namedListeners reports whether listeners is more than one PLAINTEXT
+// address: several listeners, or a TLS or SASL one. Then listeners and
+// advertised.listeners stay broker properties (the server builds the
+// listeners from them) instead of becoming --listen and --advertise.
+func namedListeners(props map[string]string) bool {
+	v := strings.TrimSpace(props["listeners"])
+	name, _, _ := strings.Cut(v, "://")
+	return strings.Contains(v, ",") || strings.Contains(v, "://") && !strings.EqualFold(name, "PLAINTEXT")
 }

@@ -27,6 +27,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(rest, stderr)
 	case "bench":
 		return runBench(rest)
+	case "mirrors":
+		return mirrors(rest, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, versionString())
 		return 0
@@ -49,6 +51,7 @@ Usage:
 Commands:
   serve     run a broker (tandem serve -h for its flags)
   bench     run the benchmark harness (tandem bench -h)
+  mirrors   manage cluster mirrors (tandem mirrors -h)
   version   print the version
   help      print this help
 `)

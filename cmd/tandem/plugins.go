@@ -13,6 +13,8 @@ package main
 func plugins(props map[string]string) []any {
 	var ps []any
 	ps = withGroups(ps, props)
+	ps = withTxn(ps, props)
 	ps = withACL(ps, props)
+	ps = withMirror(ps, props)
 	return ps
 }

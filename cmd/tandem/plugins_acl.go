@@ -32,4 +32,4 @@ func withACL(ps []any, props map[string]string) []any {
 type failedPlugin struct{ err error }
 
 func (f failedPlugin) Start(context.Context, server.Host) error { return f.err }
-func (f failedPlugin) Stop(context.Context) error                { return nil }
+func (f failedPlugin) Stop(context.Context) error               { return nil }

@@ -45,7 +45,12 @@ num.partitions, message.max.bytes, log.retention.ms, ...). They come from
 In the file, node.id (or broker.id), log.dirs (or log.dir, first entry),
 listeners and advertised.listeners (first entry, "NAME://" stripped) set
 --node-id, --data-dir, --listen and --advertise, unless those flags are
-given on the command line.
+given on the command line. Several listeners, or SSL and SASL ones
+(listeners=PLAINTEXT://:9092,SASL_SSL://:9093 with
+listener.security.protocol.map, ssl.keystore.*, ssl.truststore.*,
+ssl.client.auth, sasl.enabled.mechanisms, tandem.sasl.plain.users=u:pw,...)
+are passed to the broker as they are. Authorization is on when
+authorizer.class.name is set (super.users, allow.everyone.if.no.acl.found).
 
 Flags:
 `

@@ -21,6 +21,12 @@ var crc32c = crc32.MakeTable(crc32.Castagnoli)
 // EncodeBatch encodes records as one uncompressed, non-transactional
 // magic-2 record batch at base offset 0 (the engine assigns offsets).
 func EncodeBatch(now time.Time, recs []Record) []byte {
+	return encodeBatch(now, recs, -1, -1)
+}
+
+// encodeBatch encodes records as one batch; with a producer id >= 0 the
+// batch is transactional, part of that producer's open transaction.
+func encodeBatch(now time.Time, recs []Record, pid int64, epoch int16) []byte {
 	var body []byte
 	for i, r := range recs {
 		kr := kmsg.Record{OffsetDelta: int32(i), Key: r.Key, Value: r.Value}
@@ -34,11 +40,14 @@ func EncodeBatch(now time.Time, recs []Record) []byte {
 		LastOffsetDelta: int32(len(recs) - 1),
 		FirstTimestamp:  ts,
 		MaxTimestamp:    ts,
-		ProducerID:      -1,
-		ProducerEpoch:   -1,
+		ProducerID:      pid,
+		ProducerEpoch:   epoch,
 		FirstSequence:   -1,
 		NumRecords:      int32(len(recs)),
 		Records:         body,
+	}
+	if pid >= 0 {
+		b.Attributes = 0x10 // transactional
 	}
 	out := b.AppendTo(nil)
 	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
@@ -53,13 +62,22 @@ const maxDecompressed = 64 << 20
 // absolute offset, and returns the offset after the batch. Control batches
 // (transaction markers) have no coordinator records and are skipped.
 func EachRecord(raw []byte, fn func(offset int64, key, value []byte) error) (next int64, err error) {
+	return eachRecord(raw, nil, func(_ *kmsg.RecordBatch, offset int64, key, value []byte) error { return fn(offset, key, value) })
+}
+
+// eachRecord is EachRecord with the batch header passed along, and
+// control batches passed to control (if non-nil) with their marker key.
+func eachRecord(raw []byte, control func(b *kmsg.RecordBatch, key []byte) error, fn func(b *kmsg.RecordBatch, offset int64, key, value []byte) error) (next int64, err error) {
 	var b kmsg.RecordBatch
 	if err := b.ReadFrom(raw); err != nil {
 		return 0, fmt.Errorf("decode record batch: %w", err)
 	}
 	next = b.FirstOffset + int64(b.LastOffsetDelta) + 1
 	if b.Attributes&0x20 != 0 {
-		return next, nil
+		if control == nil {
+			return next, nil
+		}
+		fn = func(b *kmsg.RecordBatch, _ int64, key, _ []byte) error { return control(b, key) }
 	}
 	recs, err := decompress(int8(b.Attributes&7), b.Records)
 	if err != nil {
@@ -75,7 +93,7 @@ func EachRecord(raw []byte, fn func(offset int64, key, value []byte) error) (nex
 			return 0, fmt.Errorf("batch at offset %d: record %d: %w", b.FirstOffset, i, err)
 		}
 		recs = recs[n+int(length):]
-		if err := fn(b.FirstOffset+int64(r.OffsetDelta), r.Key, r.Value); err != nil {
+		if err := fn(&b, b.FirstOffset+int64(r.OffsetDelta), r.Key, r.Value); err != nil {
 			return 0, err
 		}
 	}

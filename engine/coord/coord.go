@@ -13,6 +13,7 @@ package coord
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"unicode/utf16"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
 )
@@ -46,6 +48,18 @@ type StateMachine interface {
 	// the state is about to be dropped, so waiters must be answered
 	// (with NOT_COORDINATOR).
 	Unloaded()
+}
+
+// TxnStateMachine is a StateMachine that keeps transactional records
+// (the consumer-groups plugin's TxnOffsetCommit): they are pending until
+// the producer's transaction marker follows them in the log.
+type TxnStateMachine interface {
+	StateMachine
+	// ReplayTxn applies a record of producer pid's open transaction.
+	ReplayTxn(pid int64, key, value []byte) error
+	// ReplayMarker applies the COMMIT (commit true) or ABORT marker that
+	// ends producer pid's transaction.
+	ReplayMarker(pid int64, commit bool) error
 }
 
 // Config configures a Runtime.
@@ -299,6 +313,10 @@ func (sh *Shard) Write(ctx context.Context, recs ...Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
+	return sh.append(ctx, EncodeBatch(sh.r.cfg.Now(), recs))
+}
+
+func (sh *Shard) append(ctx context.Context, records []byte) error {
 	if sh.state != serving || sh.dropped.Load() {
 		return fmt.Errorf("%s-%d is no longer led here: %w", sh.r.cfg.Topic, sh.partition, kerr.NotCoordinator)
 	}
@@ -308,8 +326,7 @@ func (sh *Shard) Write(ctx context.Context, recs ...Record) error {
 	}
 	_, err := p.Append(ctx, &engine.AppendRequest{
 		Topic: sh.r.cfg.Topic, TopicID: sh.topicID, Partition: sh.partition,
-		Origin: engine.OriginInternal, Acks: -1,
-		Records: EncodeBatch(sh.r.cfg.Now(), recs),
+		Origin: engine.OriginInternal, Acks: -1, Records: records,
 	})
 	if err != nil {
 		code := kerr.CoordinatorNotAvailable
@@ -317,6 +334,30 @@ func (sh *Shard) Write(ctx context.Context, recs ...Record) error {
 			code = kerr.NotCoordinator
 		}
 		return fmt.Errorf("%s-%d: write: %v: %w", sh.r.cfg.Topic, sh.partition, err, code)
+	}
+	return nil
+}
+
+// WriteTxn is Write for records of producer pid's transaction: they go
+// in a transactional batch, and the partition keeps them pending (its
+// last stable offset stays below them) until WriteMarker ends it.
+func (sh *Shard) WriteTxn(ctx context.Context, pid int64, epoch int16, recs ...Record) error {
+	return sh.append(ctx, encodeBatch(sh.r.cfg.Now(), recs, pid, epoch))
+}
+
+// WriteMarker writes the COMMIT or ABORT marker of producer pid's
+// transaction to the shard's partition. Call it with the lock held and
+// apply the outcome to memory once it returns nil.
+func (sh *Shard) WriteMarker(ctx context.Context, m engine.Marker) error {
+	if sh.state != serving || sh.dropped.Load() {
+		return fmt.Errorf("%s-%d is no longer led here: %w", sh.r.cfg.Topic, sh.partition, kerr.NotCoordinator)
+	}
+	p := sh.r.eng.Partition(sh.topicID, sh.partition)
+	if p == nil {
+		return fmt.Errorf("%s-%d is gone: %w", sh.r.cfg.Topic, sh.partition, kerr.NotCoordinator)
+	}
+	if _, err := p.WriteTxnMarkers(ctx, m); err != nil {
+		return fmt.Errorf("%s-%d: %w", sh.r.cfg.Topic, sh.partition, err)
 	}
 	return nil
 }
@@ -361,12 +402,29 @@ func (sh *Shard) replay() (int, error) {
 		if len(res.Batches) == 0 {
 			break
 		}
+		txnSM, _ := sh.sm.(TxnStateMachine)
+		var control func(b *kmsg.RecordBatch, key []byte) error
+		if txnSM != nil {
+			control = func(b *kmsg.RecordBatch, key []byte) error {
+				if b.FirstOffset < off || len(key) < 4 {
+					return nil
+				}
+				switch typ := int16(binary.BigEndian.Uint16(key[2:])); typ {
+				case engine.ControlAbort, engine.ControlCommit:
+					return txnSM.ReplayMarker(b.ProducerID, typ == engine.ControlCommit)
+				}
+				return nil
+			}
+		}
 		for _, b := range res.Batches {
-			next, err := EachRecord(b, func(offset int64, key, value []byte) error {
+			next, err := eachRecord(b, control, func(rb *kmsg.RecordBatch, offset int64, key, value []byte) error {
 				if offset < off {
 					return nil // the first batch may start before off
 				}
 				n++
+				if txnSM != nil && rb.Attributes&0x10 != 0 && rb.ProducerID >= 0 {
+					return txnSM.ReplayTxn(rb.ProducerID, key, value)
+				}
 				return sh.sm.Replay(key, value)
 			})
 			if err != nil {

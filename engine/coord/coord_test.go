@@ -291,10 +291,17 @@ func TestResignationDropsState(t *testing.T) {
 	if err := f.rt.Do(context.Background(), 0, func(*Shard) error { return nil }); !errors.Is(err, kerr.NotCoordinator) {
 		t.Fatalf("request after resignation: %v", err)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.unloaded {
-		t.Fatal("state machine was not unloaded")
+	// The old shard unloads in the background: wait for it, boundedly.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		f.mu.Lock()
+		done := f.unloaded
+		f.mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("state machine was not unloaded")
+		}
 	}
 	// Timers of a dropped shard never fire.
 	fired := make(chan struct{})

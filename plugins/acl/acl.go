@@ -33,8 +33,8 @@ var (
 	_ server.Authorizer    = authorizer{}
 	_ server.AnyAuthorizer = authorizer{}
 	_ server.APIHandler    = (*Plugin)(nil)
-	_ server.Lifecycle  = (*Plugin)(nil)
-	_ server.ACLStore   = (*Plugin)(nil)
+	_ server.Lifecycle     = (*Plugin)(nil)
+	_ server.ACLStore      = (*Plugin)(nil)
 )
 
 // New reads super.users (semicolon-separated principals, e.g.

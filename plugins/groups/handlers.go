@@ -345,7 +345,7 @@ func (p *Plugin) fetchGroup(ctx context.Context, rc *server.RequestContext, grou
 				switch {
 				case !ok:
 					rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
-				case requireStable && p.PendingOffsets != nil && p.PendingOffsets(group, t.topic, part):
+				case requireStable && s.isPending(group, tp{t.topic, part}):
 					rp.ErrorCode = kerr.UnstableOffsetCommit.Code
 				case found:
 					rp.Offset, rp.LeaderEpoch, rp.Metadata = o.offset, o.epoch, &o.metadata

@@ -84,12 +84,6 @@ type Plugin struct {
 	rt     *coord.Runtime
 	now    func() time.Time
 
-	// PendingOffsets, if set, reports transactional offset commits not
-	// yet completed for a partition: OffsetFetch with require_stable
-	// answers UNSTABLE_OFFSET_COMMIT for them. The transaction
-	// coordinator will set it; until then no commit is ever pending.
-	PendingOffsets func(group, topic string, partition int32) bool
-
 	mu   sync.Mutex
 	host server.Host // nil until Start
 }
@@ -189,6 +183,7 @@ func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 		{ApiKey: 15, MinVersion: 0, MaxVersion: 5}, // DescribeGroups
 		{ApiKey: 16, MinVersion: 0, MaxVersion: 5}, // ListGroups
 		{ApiKey: 42, MinVersion: 0, MaxVersion: 2}, // DeleteGroups
+		{ApiKey: 28, MinVersion: 0, MaxVersion: 5}, // TxnOffsetCommit (v6 names topics by ID)
 		{ApiKey: 47, MinVersion: 0, MaxVersion: 0}, // OffsetDelete
 	}
 }
@@ -219,6 +214,8 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 		return p.handleDeleteGroups(ctx, rc, req), nil
 	case *kmsg.OffsetDeleteRequest:
 		return p.handleOffsetDelete(ctx, rc, req), nil
+	case *kmsg.TxnOffsetCommitRequest:
+		return p.handleTxnOffsetCommit(ctx, rc, req), nil
 	}
 	return nil, fmt.Errorf("groups: unexpected request %T", req)
 }

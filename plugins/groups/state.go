@@ -128,6 +128,9 @@ type shardState struct {
 	partition int32
 	sh        *coord.Shard // set by Loaded
 	groups    map[string]*group
+	// pending holds transactional offset commits until their marker:
+	// producer id → group → offsets.
+	pending map[int64]map[string]map[tp]offset
 }
 
 func newShardState(p *Plugin, partition int32) *shardState {

@@ -27,7 +27,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,6 +46,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/acl"
 	"github.com/tandem-kafka/tandem/plugins/groups"
 	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
 // secureBroker is an in-process broker with PLAINTEXT, SASL_PLAINTEXT and
@@ -251,6 +255,20 @@ func TestSASLClients(t *testing.T) {
 				lines := strings.Fields(string(out))
 				if len(lines) != 12 || lines[10] != "sarama" || lines[11] != "kcat" {
 					t.Fatalf("kcat read %q, want franz-0..9, sarama, kcat", lines)
+				}
+
+				// A consumer group: FindCoordinator must answer with this
+				// listener's address too.
+				if listener == "SASL_SSL" && mech == "SCRAM-SHA-512" {
+					gc := newClient(t, addr, append(sb.franzOpts(listener, "alice", mech), kgo.ConsumeTopics(topic),
+						kgo.ConsumerGroup("g-"+topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+					for n := 0; n < 12; {
+						fs := gc.PollFetches(ctx)
+						if err := fs.Err0(); err != nil {
+							t.Fatalf("group consumer: %v", err)
+						}
+						n += fs.NumRecords()
+					}
 				}
 
 				// A wrong password is refused.
@@ -613,4 +631,707 @@ func memStats() (total, inUse uint64) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.TotalAlloc, ms.HeapInuse
+}
+
+// grant is an ACL binding the matrix gives to the test principal.
+type grant struct {
+	typ  kmsg.ACLResourceType
+	name string
+	op   kmsg.ACLOperation
+}
+
+// matrixEntry says how to exercise one API key as the test principal.
+type matrixEntry struct {
+	open bool    // served to any authenticated principal
+	need []grant // the bindings that authorize it
+	req  func() kmsg.Request
+	// code extracts the error code that decides the outcome; when
+	// authorized it must be 0 or one of ok.
+	code func(kmsg.Response) int16
+	ok   []int16
+}
+
+func authFailure(code int16) bool {
+	switch code {
+	case kerr.TopicAuthorizationFailed.Code, kerr.GroupAuthorizationFailed.Code,
+		kerr.ClusterAuthorizationFailed.Code, kerr.TransactionalIDAuthorizationFailed.Code:
+		return true
+	}
+	return false
+}
+
+const (
+	mTopic = "m-topic"
+	mGroup = "m-group"
+)
+
+func topicG(op kmsg.ACLOperation) grant { return grant{kmsg.ACLResourceTypeTopic, mTopic, op} }
+func groupG(op kmsg.ACLOperation) grant { return grant{kmsg.ACLResourceTypeGroup, mGroup, op} }
+func clusterG(op kmsg.ACLOperation) grant {
+	return grant{kmsg.ACLResourceTypeCluster, "kafka-cluster", op}
+}
+
+// aclMatrix has an entry for every API key a broker with every plugin
+// serves. topicID is m-topic's ID; seq makes names unique per call.
+func aclMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry {
+	batch, _ := tandemtestBatch()
+	first := func(codes ...int16) int16 {
+		for _, c := range codes {
+			if c != 0 {
+				return c
+			}
+		}
+		return 0
+	}
+	return map[int16]matrixEntry{
+		0: {need: []grant{topicG(kmsg.ACLOperationWrite)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrProduceRequest()
+			r.Acks, r.TimeoutMillis = 1, 5000
+			t := kmsg.NewProduceRequestTopic()
+			t.Topic, t.TopicID = mTopic, topicID
+			p := kmsg.NewProduceRequestTopicPartition()
+			p.Records = batch
+			t.Partitions = append(t.Partitions, p)
+			r.Topics = append(r.Topics, t)
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode }},
+		1: {need: []grant{topicG(kmsg.ACLOperationRead)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrFetchRequest()
+			r.ReplicaID, r.MaxBytes, r.SessionEpoch = -1, 1<<20, -1
+			r.ReplicaState.ID = -1
+			t := kmsg.NewFetchRequestTopic()
+			t.Topic, t.TopicID = mTopic, topicID
+			p := kmsg.NewFetchRequestTopicPartition()
+			p.PartitionMaxBytes = 1 << 20
+			t.Partitions = append(t.Partitions, p)
+			r.Topics = append(r.Topics, t)
+			return r
+		}, code: func(r kmsg.Response) int16 {
+			fr := r.(*kmsg.FetchResponse)
+			return first(fr.ErrorCode, fr.Topics[0].Partitions[0].ErrorCode)
+		}},
+		2: {need: []grant{topicG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrListOffsetsRequest()
+			r.ReplicaID = -1
+			t := kmsg.NewListOffsetsRequestTopic()
+			t.Topic = mTopic
+			p := kmsg.NewListOffsetsRequestTopicPartition()
+			p.Timestamp = -1
+			t.Partitions = append(t.Partitions, p)
+			r.Topics = append(r.Topics, t)
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0].ErrorCode }},
+		3: {need: []grant{topicG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrMetadataRequest()
+			r.Topics = []kmsg.MetadataRequestTopic{{Topic: kmsg.StringPtr(mTopic)}}
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.MetadataResponse).Topics[0].ErrorCode }},
+		8: {need: []grant{groupG(kmsg.ACLOperationRead), topicG(kmsg.ACLOperationRead)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrOffsetCommitRequest()
+			r.Group, r.Generation = mGroup, -1
+			t := kmsg.NewOffsetCommitRequestTopic()
+			t.Topic, t.TopicID = mTopic, topicID
+			p := kmsg.NewOffsetCommitRequestTopicPartition()
+			t.Partitions = append(t.Partitions, p)
+			r.Topics = append(r.Topics, t)
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode }},
+		9: {need: []grant{groupG(kmsg.ACLOperationDescribe), topicG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrOffsetFetchRequest()
+			r.Group = mGroup
+			t := kmsg.NewOffsetFetchRequestTopic()
+			t.Topic, t.Partitions = mTopic, []int32{0}
+			r.Topics = append(r.Topics, t)
+			g := kmsg.NewOffsetFetchRequestGroup()
+			g.Group = mGroup
+			gt := kmsg.NewOffsetFetchRequestGroupTopic()
+			gt.Topic, gt.TopicID, gt.Partitions = mTopic, topicID, []int32{0}
+			g.Topics = append(g.Topics, gt)
+			r.Groups = append(r.Groups, g)
+			return r
+		}, code: func(r kmsg.Response) int16 {
+			fr := r.(*kmsg.OffsetFetchResponse)
+			if len(fr.Groups) > 0 {
+				g := fr.Groups[0]
+				if g.ErrorCode != 0 || len(g.Topics) == 0 {
+					return g.ErrorCode
+				}
+				return g.Topics[0].Partitions[0].ErrorCode
+			}
+			if fr.ErrorCode != 0 {
+				return fr.ErrorCode
+			}
+			return fr.Topics[0].Partitions[0].ErrorCode
+		}},
+		10: {need: []grant{groupG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrFindCoordinatorRequest()
+			r.CoordinatorKey, r.CoordinatorKeys = mGroup, []string{mGroup}
+			return r
+		}, code: func(r kmsg.Response) int16 {
+			fr := r.(*kmsg.FindCoordinatorResponse)
+			if len(fr.Coordinators) > 0 {
+				return fr.Coordinators[0].ErrorCode
+			}
+			return fr.ErrorCode
+		}},
+		11: {need: []grant{{kmsg.ACLResourceTypeGroup, mGroup + "-join", kmsg.ACLOperationRead}}, req: func() kmsg.Request {
+			r := kmsg.NewPtrJoinGroupRequest()
+			r.Group, r.SessionTimeoutMillis, r.RebalanceTimeoutMillis, r.ProtocolType = mGroup+"-join", 10000, 10000, "consumer"
+			r.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte{0, 0, 0, 0, 0, 0}}}
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.JoinGroupResponse).ErrorCode }, ok: []int16{kerr.MemberIDRequired.Code}},
+		12: {need: []grant{groupG(kmsg.ACLOperationRead)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrHeartbeatRequest()
+			r.Group, r.MemberID = mGroup, "nobody"
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.HeartbeatResponse).ErrorCode }, ok: []int16{kerr.UnknownMemberID.Code}},
+		13: {need: []grant{groupG(kmsg.ACLOperationRead)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrLeaveGroupRequest()
+			r.Group, r.MemberID = mGroup, "nobody"
+			r.Members = []kmsg.LeaveGroupRequestMember{{MemberID: "nobody"}}
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.LeaveGroupResponse).ErrorCode }, ok: []int16{kerr.UnknownMemberID.Code}},
+		14: {need: []grant{groupG(kmsg.ACLOperationRead)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrSyncGroupRequest()
+			r.Group, r.MemberID = mGroup, "nobody"
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.SyncGroupResponse).ErrorCode }, ok: []int16{kerr.UnknownMemberID.Code}},
+		15: {need: []grant{groupG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrDescribeGroupsRequest()
+			r.Groups = []string{mGroup}
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.DescribeGroupsResponse).Groups[0].ErrorCode }},
+		16: {need: []grant{groupG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return kmsg.NewPtrListGroupsRequest()
+		}, code: func(r kmsg.Response) int16 {
+			lr := r.(*kmsg.ListGroupsResponse)
+			for _, g := range lr.Groups {
+				if g.Group == mGroup {
+					return lr.ErrorCode
+				}
+			}
+			return kerr.GroupAuthorizationFailed.Code // hidden
+		}},
+		17: {open: true, req: func() kmsg.Request {
+			r := kmsg.NewPtrSASLHandshakeRequest()
+			r.Mechanism = "PLAIN"
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.SASLHandshakeResponse).ErrorCode }},
+		18: {open: true, req: func() kmsg.Request { return kmsg.NewPtrApiVersionsRequest() },
+			code: func(r kmsg.Response) int16 { return r.(*kmsg.ApiVersionsResponse).ErrorCode }},
+		19: {need: []grant{{kmsg.ACLResourceTypeTopic, "m-new-", kmsg.ACLOperationCreate}}, req: func() kmsg.Request {
+			r := kmsg.NewPtrCreateTopicsRequest()
+			r.TimeoutMillis = 5000
+			t := kmsg.NewCreateTopicsRequestTopic()
+			t.Topic, t.NumPartitions, t.ReplicationFactor = "m-new-"+seq(), 1, 1
+			r.Topics = append(r.Topics, t)
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode }},
+		20: {need: []grant{{kmsg.ACLResourceTypeTopic, "m-del", kmsg.ACLOperationDelete}}, req: func() kmsg.Request {
+			r := kmsg.NewPtrDeleteTopicsRequest()
+			r.TimeoutMillis = 5000
+			r.TopicNames = []string{"m-del"}
+			r.Topics = []kmsg.DeleteTopicsRequestTopic{{Topic: kmsg.StringPtr("m-del")}}
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.DeleteTopicsResponse).Topics[0].ErrorCode }},
+		21: {need: []grant{topicG(kmsg.ACLOperationDelete)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrDeleteRecordsRequest()
+			r.TimeoutMillis = 5000
+			t := kmsg.NewDeleteRecordsRequestTopic()
+			t.Topic = mTopic
+			t.Partitions = []kmsg.DeleteRecordsRequestTopicPartition{{Partition: 0, Offset: 0}}
+			r.Topics = append(r.Topics, t)
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.DeleteRecordsResponse).Topics[0].Partitions[0].ErrorCode }},
+		22: {need: []grant{clusterG(kmsg.ACLOperationIdempotentWrite)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrInitProducerIDRequest()
+			r.TransactionTimeoutMillis = 60000
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.InitProducerIDResponse).ErrorCode }},
+		23: {need: []grant{topicG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrOffsetForLeaderEpochRequest()
+			r.ReplicaID = -1
+			t := kmsg.NewOffsetForLeaderEpochRequestTopic()
+			t.Topic = mTopic
+			t.Partitions = []kmsg.OffsetForLeaderEpochRequestTopicPartition{{Partition: 0, CurrentLeaderEpoch: -1, LeaderEpoch: 0}}
+			r.Topics = append(r.Topics, t)
+			return r
+		}, code: func(r kmsg.Response) int16 {
+			return r.(*kmsg.OffsetForLeaderEpochResponse).Topics[0].Partitions[0].ErrorCode
+		}},
+		28: {need: []grant{{kmsg.ACLResourceTypeTransactionalId, "m-txn", kmsg.ACLOperationWrite}, groupG(kmsg.ACLOperationRead), topicG(kmsg.ACLOperationRead)},
+			req: func() kmsg.Request {
+				r := kmsg.NewPtrTxnOffsetCommitRequest()
+				r.TransactionalID, r.Group, r.ProducerID, r.Generation = "m-txn", mGroup, 1, -1
+				r.Topics = []kmsg.TxnOffsetCommitRequestTopic{{Topic: mTopic, Partitions: []kmsg.TxnOffsetCommitRequestTopicPartition{{Partition: 0, Offset: 1, LeaderEpoch: -1}}}}
+				return r
+			}, code: func(r kmsg.Response) int16 {
+				return r.(*kmsg.TxnOffsetCommitResponse).Topics[0].Partitions[0].ErrorCode
+			}},
+		29: {need: []grant{clusterG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrDescribeACLsRequest()
+			r.ResourceType, r.ResourcePatternType, r.Operation, r.PermissionType = kmsg.ACLResourceTypeAny, kmsg.ACLResourcePatternTypeAny, kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.DescribeACLsResponse).ErrorCode }},
+		30: {need: []grant{clusterG(kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrCreateACLsRequest()
+			c := kmsg.NewCreateACLsRequestCreation()
+			c.ResourceType, c.ResourceName, c.ResourcePatternType = kmsg.ACLResourceTypeTopic, "m-unused", kmsg.ACLResourcePatternTypeLiteral
+			c.Principal, c.Host, c.Operation, c.PermissionType = "User:nobody", "*", kmsg.ACLOperationRead, kmsg.ACLPermissionTypeAllow
+			r.Creations = append(r.Creations, c)
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.CreateACLsResponse).Results[0].ErrorCode }},
+		31: {need: []grant{clusterG(kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrDeleteACLsRequest()
+			f := kmsg.NewDeleteACLsRequestFilter()
+			f.ResourceType, f.ResourcePatternType, f.Operation, f.PermissionType = kmsg.ACLResourceTypeAny, kmsg.ACLResourcePatternTypeAny, kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
+			f.Principal = kmsg.StringPtr("User:nobody")
+			r.Filters = append(r.Filters, f)
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.DeleteACLsResponse).Results[0].ErrorCode }},
+		32: {need: []grant{topicG(kmsg.ACLOperationDescribeConfigs)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrDescribeConfigsRequest()
+			r.Resources = []kmsg.DescribeConfigsRequestResource{{ResourceType: kmsg.ConfigResourceTypeTopic, ResourceName: mTopic}}
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.DescribeConfigsResponse).Resources[0].ErrorCode }},
+		33: {need: []grant{topicG(kmsg.ACLOperationAlterConfigs)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrAlterConfigsRequest()
+			r.ValidateOnly = true
+			r.Resources = []kmsg.AlterConfigsRequestResource{{ResourceType: kmsg.ConfigResourceTypeTopic, ResourceName: mTopic,
+				Configs: []kmsg.AlterConfigsRequestResourceConfig{{Name: "retention.ms", Value: kmsg.StringPtr("100000")}}}}
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.AlterConfigsResponse).Resources[0].ErrorCode }},
+		36: {open: true, req: func() kmsg.Request {
+			return kmsg.NewPtrSASLAuthenticateRequest() // without a handshake: ILLEGAL_SASL_STATE, not an ACL matter
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.SASLAuthenticateResponse).ErrorCode }, ok: []int16{kerr.IllegalSaslState.Code}},
+		37: {need: []grant{topicG(kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrCreatePartitionsRequest()
+			r.ValidateOnly, r.TimeoutMillis = true, 5000
+			r.Topics = []kmsg.CreatePartitionsRequestTopic{{Topic: mTopic, Count: 2}}
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.CreatePartitionsResponse).Topics[0].ErrorCode }},
+		42: {need: []grant{{kmsg.ACLResourceTypeGroup, "m-del-group", kmsg.ACLOperationDelete}}, req: func() kmsg.Request {
+			r := kmsg.NewPtrDeleteGroupsRequest()
+			r.Groups = []string{"m-del-group"}
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.DeleteGroupsResponse).Groups[0].ErrorCode }},
+		44: {need: []grant{topicG(kmsg.ACLOperationAlterConfigs)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrIncrementalAlterConfigsRequest()
+			r.ValidateOnly = true
+			r.Resources = []kmsg.IncrementalAlterConfigsRequestResource{{ResourceType: kmsg.ConfigResourceTypeTopic, ResourceName: mTopic,
+				Configs: []kmsg.IncrementalAlterConfigsRequestResourceConfig{{Name: "retention.ms", Value: kmsg.StringPtr("100000")}}}}
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.IncrementalAlterConfigsResponse).Resources[0].ErrorCode }},
+		47: {need: []grant{groupG(kmsg.ACLOperationDelete), topicG(kmsg.ACLOperationRead)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrOffsetDeleteRequest()
+			r.Group = mGroup
+			r.Topics = []kmsg.OffsetDeleteRequestTopic{{Topic: mTopic, Partitions: []kmsg.OffsetDeleteRequestTopicPartition{{Partition: 0}}}}
+			return r
+		}, code: func(r kmsg.Response) int16 {
+			or := r.(*kmsg.OffsetDeleteResponse)
+			if or.ErrorCode != 0 || len(or.Topics) == 0 {
+				return or.ErrorCode
+			}
+			return or.Topics[0].Partitions[0].ErrorCode
+		}},
+		48: {need: []grant{clusterG(kmsg.ACLOperationDescribeConfigs)}, req: func() kmsg.Request {
+			return kmsg.NewPtrDescribeClientQuotasRequest()
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.DescribeClientQuotasResponse).ErrorCode }},
+		49: {need: []grant{clusterG(kmsg.ACLOperationAlterConfigs)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrAlterClientQuotasRequest()
+			r.ValidateOnly = true
+			r.Entries = []kmsg.AlterClientQuotasRequestEntry{{
+				Entity: []kmsg.AlterClientQuotasRequestEntryEntity{{Type: "client-id", Name: kmsg.StringPtr("x")}},
+				Ops:    []kmsg.AlterClientQuotasRequestEntryOp{{Key: "producer_byte_rate", Value: 1000}},
+			}}
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.AlterClientQuotasResponse).Entries[0].ErrorCode }},
+		50: {need: []grant{clusterG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return kmsg.NewPtrDescribeUserSCRAMCredentialsRequest()
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.DescribeUserSCRAMCredentialsResponse).ErrorCode }},
+		51: {need: []grant{clusterG(kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrAlterUserSCRAMCredentialsRequest()
+			r.Upsertions = []kmsg.AlterUserSCRAMCredentialsRequestUpsertion{{Name: "carol", Mechanism: 1, Iterations: 4096,
+				Salt: []byte("0123456789abcdef"), SaltedPassword: make([]byte, 32)}}
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.AlterUserSCRAMCredentialsResponse).Results[0].ErrorCode }},
+		60: {need: []grant{clusterG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return kmsg.NewPtrDescribeClusterRequest()
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.DescribeClusterResponse).ErrorCode }},
+		61: {need: []grant{topicG(kmsg.ACLOperationRead)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrDescribeProducersRequest()
+			r.Topics = []kmsg.DescribeProducersRequestTopic{{Topic: mTopic, Partitions: []int32{0}}}
+			return r
+		}, code: func(r kmsg.Response) int16 {
+			return r.(*kmsg.DescribeProducersResponse).Topics[0].Partitions[0].ErrorCode
+		}},
+	}
+}
+
+func tandemtestBatch() ([]byte, error) {
+	return tandemtest.RecordBatch(0, tandemtest.KV{Key: []byte("k"), Value: []byte("v")})
+}
+
+// saslRaw is a raw connection authenticated with PLAIN as user.
+func saslRaw(t testing.TB, addr, user string) *rawConn {
+	t.Helper()
+	c := dialRaw(t, addr)
+	c.handshake("PLAIN")
+	resp, err := c.authenticate([]byte("\x00" + user + "\x00" + user + "-secret"))
+	if err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("authenticate %s: %v %+v", user, err, resp)
+	}
+	return c
+}
+
+// versioned sets req to the highest version both the broker and kmsg know.
+func versioned(req kmsg.Request, served map[int16]kmsg.ApiVersionsResponseApiKey) kmsg.Request {
+	req.SetVersion(min(served[req.Key()].MaxVersion, req.MaxVersion()))
+	return req
+}
+
+// aclRequest creates (or, with del, deletes) bindings for principal.
+func aclRequest(t testing.TB, admin *rawConn, served map[int16]kmsg.ApiVersionsResponseApiKey, principal string, perm kmsg.ACLPermissionType, pat kmsg.ACLResourcePatternType, gs []grant) {
+	t.Helper()
+	if len(gs) == 0 {
+		return
+	}
+	req := kmsg.NewPtrCreateACLsRequest()
+	for _, g := range gs {
+		c := kmsg.NewCreateACLsRequestCreation()
+		c.ResourceType, c.ResourceName, c.ResourcePatternType = g.typ, g.name, pat
+		if g.name == "m-new-" {
+			c.ResourcePatternType = kmsg.ACLResourcePatternTypePrefixed
+		}
+		c.Principal, c.Host, c.Operation, c.PermissionType = principal, "*", g.op, perm
+		req.Creations = append(req.Creations, c)
+	}
+	resp, err := admin.roundTrip(versioned(req, served))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resp.(*kmsg.CreateACLsResponse).Results {
+		if r.ErrorCode != 0 {
+			t.Fatalf("create acls %+v: %v %v", gs, kerr.ErrorForCode(r.ErrorCode), deref(r.ErrorMessage))
+		}
+	}
+}
+
+func dropACLs(t testing.TB, admin *rawConn, served map[int16]kmsg.ApiVersionsResponseApiKey, principal string) {
+	t.Helper()
+	req := kmsg.NewPtrDeleteACLsRequest()
+	f := kmsg.NewDeleteACLsRequestFilter()
+	f.ResourceType, f.ResourcePatternType, f.Operation, f.PermissionType = kmsg.ACLResourceTypeAny, kmsg.ACLResourcePatternTypeAny, kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
+	f.Principal = &principal
+	req.Filters = append(req.Filters, f)
+	resp, err := admin.roundTrip(versioned(req, served))
+	if err != nil || resp.(*kmsg.DeleteACLsResponse).Results[0].ErrorCode != 0 {
+		t.Fatalf("delete acls of %s: %v", principal, err)
+	}
+}
+
+// TestACLMatrix: for every API key the broker serves (from its
+// ApiVersions), the principal bob is refused without the bindings Kafka
+// requires and served with exactly them. A key without an entry fails.
+func TestACLMatrix(t *testing.T) {
+	sb := startSecure(t, true, nil)
+	addr := sb.ListenerAddr("SASL_PLAINTEXT")
+	admin := saslRaw(t, addr, "admin") // a super user
+	av, err := admin.roundTrip(kmsg.NewPtrApiVersionsRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[int16]kmsg.ApiVersionsResponseApiKey{}
+	for _, k := range av.(*kmsg.ApiVersionsResponse).ApiKeys {
+		served[k.ApiKey] = k
+	}
+
+	// Fixtures, made by the super user: the topic with a record, a group
+	// with a committed offset, a topic and a group to delete.
+	adminOpts := []kgo.Opt{kgo.SASL(franzSASL("admin", "PLAIN"))}
+	createTopicAs(t, addr, "admin", mTopic, "m-del")
+	cl := newClient(t, addr, adminOpts...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: mTopic, Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(cl)
+	for _, g := range []string{mGroup, "m-del-group"} {
+		os := kadm.Offsets{}
+		os.Add(kadm.Offset{Topic: mTopic, Partition: 0, At: 1, LeaderEpoch: -1})
+		if r, err := adm.CommitOffsets(ctx, g, os); err != nil || r.Error() != nil {
+			t.Fatalf("commit offsets for %s: %v %v", g, err, r.Error())
+		}
+	}
+	md, err := adm.Metadata(ctx, mTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topicID := md.Topics[mTopic].ID
+	n := 0
+	seq := func() string { n++; return fmt.Sprint(n) }
+	matrix := aclMatrix(topicID, seq)
+
+	for key := range served {
+		e, ok := matrix[key]
+		if !ok {
+			t.Errorf("api key %d (%s) is served but has no ACL matrix entry", key, kmsg.NameForKey(key))
+			continue
+		}
+		t.Run(kmsg.NameForKey(key), func(t *testing.T) {
+			bob := saslRaw(t, addr, "bob")
+			do := func() int16 {
+				resp, err := bob.roundTrip(versioned(e.req(), served))
+				if err != nil {
+					t.Fatalf("%s: connection closed: %v", kmsg.NameForKey(key), err)
+				}
+				return e.code(resp)
+			}
+			if !e.open {
+				if code := do(); !authFailure(code) {
+					t.Fatalf("without ACLs: error %v, want an authorization failure", kerr.ErrorForCode(code))
+				}
+				aclRequest(t, admin, served, "User:bob", kmsg.ACLPermissionTypeAllow, kmsg.ACLResourcePatternTypeLiteral, e.need)
+				defer dropACLs(t, admin, served, "User:bob")
+			}
+			if code := do(); code != 0 && !slices.Contains(e.ok, code) {
+				t.Fatalf("with %+v: error %v", e.need, kerr.ErrorForCode(code))
+			}
+		})
+	}
+}
+
+// TestACLSemantics: DENY wins over ALLOW, PREFIXED patterns, super users,
+// wildcard principals, and KIP-679's idempotent producer with WRITE on a
+// topic only.
+func TestACLSemantics(t *testing.T) {
+	sb := startSecure(t, true, nil)
+	addr := sb.ListenerAddr("SASL_PLAINTEXT")
+	admin := saslRaw(t, addr, "admin")
+	av, _ := admin.roundTrip(kmsg.NewPtrApiVersionsRequest())
+	served := map[int16]kmsg.ApiVersionsResponseApiKey{}
+	for _, k := range av.(*kmsg.ApiVersionsResponse).ApiKeys {
+		served[k.ApiKey] = k
+	}
+	createTopicAs(t, addr, "admin", "pre-a", "pre-b", "other")
+	batch, _ := tandemtestBatch()
+	produce := func(c *rawConn, topic string) int16 {
+		r := kmsg.NewPtrProduceRequest()
+		r.Acks, r.TimeoutMillis = 1, 5000
+		r.SetVersion(9) // by name
+		r.Topics = []kmsg.ProduceRequestTopic{{Topic: topic, Partitions: []kmsg.ProduceRequestTopicPartition{{Records: batch}}}}
+		resp, err := c.roundTrip(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
+	}
+	want := func(what string, got int16, want *kerr.Error) {
+		t.Helper()
+		if (want == nil && got != 0) || (want != nil && got != want.Code) {
+			t.Fatalf("%s: error %v, want %v", what, kerr.ErrorForCode(got), want)
+		}
+	}
+	bob := saslRaw(t, addr, "bob")
+	aclRequest(t, admin, served, "User:bob", kmsg.ACLPermissionTypeAllow, kmsg.ACLResourcePatternTypePrefixed,
+		[]grant{{kmsg.ACLResourceTypeTopic, "pre-", kmsg.ACLOperationWrite}})
+	want("prefixed ALLOW", produce(bob, "pre-a"), nil)
+	want("outside the prefix", produce(bob, "other"), kerr.TopicAuthorizationFailed)
+	aclRequest(t, admin, served, "User:bob", kmsg.ACLPermissionTypeDeny, kmsg.ACLResourcePatternTypeLiteral,
+		[]grant{{kmsg.ACLResourceTypeTopic, "pre-b", kmsg.ACLOperationAll}})
+	want("DENY ALL over prefixed ALLOW", produce(bob, "pre-b"), kerr.TopicAuthorizationFailed)
+	want("ALLOW still applies elsewhere", produce(bob, "pre-a"), nil)
+	want("super user without ACLs", produce(admin, "other"), nil)
+
+	// KIP-679: WRITE on some topic allows an idempotent InitProducerId;
+	// alice, without any binding, is refused.
+	ipid := func(c *rawConn) int16 {
+		resp, err := c.roundTrip(versioned(kmsg.NewPtrInitProducerIDRequest(), served))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.(*kmsg.InitProducerIDResponse).ErrorCode
+	}
+	want("idempotent producer with WRITE on a prefix", ipid(bob), nil)
+	alice := saslRaw(t, addr, "alice")
+	want("idempotent producer without ACLs", ipid(alice), kerr.ClusterAuthorizationFailed)
+
+	// Metadata for all topics lists only what the principal may describe.
+	md := kmsg.NewPtrMetadataRequest()
+	md.SetVersion(12)
+	resp, _ := bob.roundTrip(md)
+	var names []string
+	for _, tp := range resp.(*kmsg.MetadataResponse).Topics {
+		names = append(names, *tp.Topic)
+	}
+	if !slices.Equal(names, []string{"pre-a"}) { // WRITE implies DESCRIBE; pre-b is denied ALL
+		t.Fatalf("bob sees topics %v, want [pre-a]", names)
+	}
+
+	// A wildcard principal, with host matching.
+	aclRequest(t, admin, served, "User:*", kmsg.ACLPermissionTypeAllow, kmsg.ACLResourcePatternTypeLiteral,
+		[]grant{{kmsg.ACLResourceTypeTopic, "other", kmsg.ACLOperationWrite}})
+	want("User:* ALLOW", produce(alice, "other"), nil)
+}
+
+// createTopicAs creates one-partition topics as a SASL PLAIN user.
+func createTopicAs(t testing.TB, addr, user string, topics ...string) {
+	t.Helper()
+	adm := kadm.NewClient(newClient(t, addr, kgo.SASL(franzSASL(user, "PLAIN"))))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resps, err := adm.CreateTopics(ctx, 1, 1, nil, topics...)
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		t.Fatalf("creating topics %v: %v", topics, err)
+	}
+}
+
+// throttleHook records the throttle times a broker returned.
+type throttleHook struct {
+	mu    sync.Mutex
+	times []time.Duration
+}
+
+func (h *throttleHook) OnBrokerThrottle(_ kgo.BrokerMetadata, d time.Duration, _ bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.times = append(h.times, d)
+}
+
+func (h *throttleHook) get() []time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.times)
+}
+
+// TestProduceQuota: a 1 MB/s producer_byte_rate quota on one client id
+// throttles that client (ThrottleTimeMs in its Produce responses) while
+// another client id is not throttled. The rate each reached is reported.
+func TestProduceQuota(t *testing.T) {
+	// Kafka's sensors measure over quota.window.num samples (11 by
+	// default, at least 10 s), which lets a new client burst up to ten
+	// seconds' worth first; 3 one-second samples keep the burst small.
+	sb := startSecure(t, false, map[string]string{"quota.window.num": "3"})
+	addr := sb.ListenerAddr("PLAINTEXT")
+	createTopic(t, addr, "quota", 1)
+	const quota = 1 << 20
+	adm := kadm.NewClient(newClient(t, addr))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	slow := "slow-client"
+	res, err := adm.AlterClientQuotas(ctx, []kadm.AlterClientQuotaEntry{{
+		Entity: kadm.ClientQuotaEntity{{Type: "client-id", Name: &slow}},
+		Ops:    []kadm.AlterClientQuotaOp{{Key: "producer_byte_rate", Value: quota}},
+	}})
+	if err == nil && len(res) == 1 {
+		err = res[0].Err
+	}
+	if err != nil {
+		t.Fatalf("alter client quotas: %v", err)
+	}
+	desc, err := adm.DescribeClientQuotas(ctx, false, nil)
+	if err != nil || len(desc) != 1 || desc[0].Values[0].Value != quota {
+		t.Fatalf("describe client quotas: %+v %v", desc, err)
+	}
+
+	type result struct {
+		bytes     int64
+		elapsed   time.Duration
+		throttles []time.Duration
+	}
+	run := func(clientID string, dur time.Duration, maxBytes int64) result {
+		h := &throttleHook{}
+		cl := newClient(t, addr, kgo.ClientID(clientID), kgo.WithHooks(h), kgo.MaxBufferedRecords(64),
+			kgo.ProducerLinger(0), kgo.DefaultProduceTopic("quota"), kgo.ProducerBatchCompression(kgo.NoCompression()))
+		// The quota counts request bytes on the wire: incompressible
+		// values, sent uncompressed, make them the bytes counted here.
+		value := randBytes(16 << 10)
+		var acked atomic.Int64
+		start := time.Now()
+		var last atomic.Int64
+		for sent := int64(0); time.Since(start) < dur && sent < maxBytes; sent += int64(len(value)) {
+			cl.Produce(ctx, &kgo.Record{Value: value}, func(r *kgo.Record, err error) {
+				if err == nil {
+					acked.Add(int64(len(r.Value)))
+					last.Store(int64(time.Since(start)))
+				}
+			})
+		}
+		if err := cl.Flush(ctx); err != nil {
+			t.Errorf("%s: flush: %v", clientID, err)
+		}
+		return result{acked.Load(), time.Duration(last.Load()), h.get()}
+	}
+	var wg sync.WaitGroup
+	var slowRes, fastRes result
+	wg.Add(2)
+	go func() { defer wg.Done(); slowRes = run(slow, 10*time.Second, 1<<40) }()
+	go func() { defer wg.Done(); fastRes = run("fast-client", 10*time.Second, 40<<20) }()
+	wg.Wait()
+
+	rate := func(r result) float64 { return float64(r.bytes) / r.elapsed.Seconds() / (1 << 20) }
+	var total, maxT time.Duration
+	for _, d := range slowRes.throttles {
+		total += d
+		maxT = max(maxT, d)
+	}
+	t.Logf("throttled client: %.1f MiB in %v = %.2f MiB/s (quota 1 MiB/s), %d throttled responses totalling %v (max %v)",
+		float64(slowRes.bytes)/(1<<20), slowRes.elapsed.Round(time.Millisecond), rate(slowRes), len(slowRes.throttles), total, maxT)
+	t.Logf("unthrottled client: %.1f MiB in %v = %.2f MiB/s, %d throttled responses",
+		float64(fastRes.bytes)/(1<<20), fastRes.elapsed.Round(time.Millisecond), rate(fastRes), len(fastRes.throttles))
+	if len(slowRes.throttles) == 0 {
+		t.Fatal("the client over its quota got no throttle time")
+	}
+	if len(fastRes.throttles) != 0 {
+		t.Fatalf("the client without a quota was throttled: %v", fastRes.throttles)
+	}
+	// The broker admits at most the quota over its 10 s minimum window
+	// plus one request; a client that got throttled ran at no more.
+	if r := rate(slowRes); r > 1.2 {
+		t.Fatalf("throttled client ran at %.2f MiB/s, more than the quota + 20%%", r)
+	}
+}
+
+// TestServeSecurity: tandem serve turns SASL listeners and authorization
+// on from --set properties, and the plugin can be compiled out.
+func TestServeSecurity(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	saslAddr := ln.Addr().String()
+	ln.Close()
+	p := tandemtest.StartProcess(t, t.TempDir(),
+		"--set", "listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://"+saslAddr,
+		"--set", "tandem.sasl.plain.users=admin:admin-secret,bob:bob-secret",
+		"--set", "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+		"--set", "super.users=User:admin")
+	createTopicAs(t, saslAddr, "admin", "served")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := newClient(t, saslAddr, kgo.SASL(franzSASL("admin", "PLAIN")))
+	if err := admin.ProduceSync(ctx, &kgo.Record{Topic: "served", Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatalf("super user produce: %v", err)
+	}
+	bob := newClient(t, saslAddr, kgo.SASL(franzSASL("bob", "PLAIN")), kgo.RecordRetries(0), kgo.ProduceRequestTimeout(5*time.Second))
+	if err := bob.ProduceSync(ctx, &kgo.Record{Topic: "served", Value: []byte("v")}).FirstErr(); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("bob produce without ACLs: %v, want TOPIC_AUTHORIZATION_FAILED", err)
+	}
+	// Anonymous PLAINTEXT clients see no topics.
+	md, err := kadm.NewClient(newClient(t, p.Addr)).Metadata(ctx)
+	if err != nil || len(md.Topics) != 0 {
+		t.Fatalf("anonymous metadata: %v topics, %v", md.Topics.Names(), err)
+	}
+
+	out, err := exec.Command("go", "list", "-deps", "-tags", "tandem_omit_acl", "github.com/tandem-kafka/tandem/cmd/tandem").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "plugins/acl") {
+		t.Fatal("-tags tandem_omit_acl still links plugins/acl")
+	}
 }

@@ -1,0 +1,15 @@
+//go:build !tandem_omit_mirror
+
+package main
+
+import (
+	"log/slog"
+
+	"github.com/tandem-kafka/tandem/plugins/mirror"
+)
+
+// withMirror adds the cluster mirroring plugin (KIP-1279: mirror APIs
+// 94–105, __mirror_state, mirror fetchers, read-only mirror topics).
+func withMirror(ps []any, props map[string]string) []any {
+	return append(ps, mirror.New(props, slog.Default()))
+}

@@ -1,0 +1,7 @@
+//go:build tandem_omit_txn
+
+package main
+
+// withTxn: the transaction coordinator is compiled out; InitProducerId
+// with a transactional id answers INVALID_REQUEST.
+func withTxn(ps []any, _ map[string]string) []any { return ps }

@@ -1,0 +1,667 @@
+package mirror
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server"
+)
+
+// HandleRequest implements server.APIHandler.
+func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, req kmsg.Request) (kmsg.Response, error) {
+	resp := req.ResponseKind()
+	resp.SetVersion(req.GetVersion())
+	alter := rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, "kafka-cluster")
+	describe := alter || rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, "kafka-cluster")
+	denied := fmt.Errorf("mirror APIs need ALTER (or, to read, DESCRIBE) on the cluster: %w", kerr.ClusterAuthorizationFailed)
+	switch req := req.(type) {
+	case *CreateMirrorRequest:
+		r := resp.(*CreateMirrorResponse)
+		if !alter {
+			r.setErr(code(denied))
+			break
+		}
+		r.setErr(code(p.createMirror(ctx, req)))
+	case *AddTopicsToMirrorRequest:
+		r := resp.(*AddTopicsToMirrorResponse)
+		if !alter {
+			r.ErrorCode, _ = code(denied)
+			break
+		}
+		id, err := p.addTopics(ctx, req)
+		r.TopicID = id
+		c, msg := code(err)
+		r.ErrorCode, r.ErrorMessage = c, nonEmpty(msg)
+	case *RemoveTopicsFromMirrorRequest:
+		r := resp.(*RemoveTopicsFromMirrorResponse)
+		if !alter {
+			r.ErrorCode, _ = code(denied)
+			break
+		}
+		removed, err := p.removeTopics(ctx, req.MirrorName, topicNames(req.Topics))
+		c, msg := code(err)
+		if err == nil {
+			msg = fmt.Sprintf("Removed %d topic(s) from mirror %s: [%s]", len(removed), req.MirrorName, strings.Join(removed, ", "))
+		}
+		r.ErrorCode, r.ErrorMessage = c, nonEmpty(msg)
+	case *LastMirroredOffsetsRequest:
+		r := resp.(*LastMirroredOffsetsResponse)
+		if !describe {
+			r.ErrorCode, _ = code(denied)
+			break
+		}
+		r.Topics = p.lastMirrored(ctx, req)
+	case *ListMirrorsRequest:
+		r := resp.(*ListMirrorsResponse)
+		if !describe {
+			r.ErrorCode, _ = code(denied)
+			break
+		}
+		img := p.image()
+		for _, name := range slices.Sorted(maps.Keys(img.Mirrors)) {
+			m := img.Mirrors[name]
+			n := 0
+			for _, mt := range m.Topics {
+				if !mt.Stopped {
+					n++
+				}
+			}
+			r.Mirrors = append(r.Mirrors, ListedMirror{MirrorName: name, SourceBootstrap: m.Configs["bootstrap.servers"], TopicCount: int32(n)})
+		}
+	case *DescribeMirrorsRequest:
+		r := resp.(*DescribeMirrorsResponse)
+		r.Mirrors = p.describe(ctx, req.MirrorNames, describe)
+	case *ReadMirrorStatesRequest:
+		r := resp.(*ReadMirrorStatesResponse)
+		if !describe {
+			r.ErrorCode, _ = code(denied)
+			break
+		}
+		r.Topics, r.ErrorCode = p.readStates(ctx, req)
+	case *WriteMirrorStatesRequest:
+		r := resp.(*WriteMirrorStatesResponse)
+		if !alter {
+			r.ErrorCode, _ = code(denied)
+			break
+		}
+		r.Topics = p.writeStates(ctx, req)
+	case *MirrorTopicsRequest:
+		r := resp.(*MirrorTopicsResponse)
+		if !alter {
+			r.setErr(code(denied))
+			break
+		}
+		var err error
+		switch req.key {
+		case KeyPauseMirrorTopics:
+			err = p.pause(ctx, req.MirrorName, req.Topics, true)
+		case KeyResumeMirrorTopics:
+			err = p.pause(ctx, req.MirrorName, req.Topics, false)
+		case KeyDeleteMirror:
+			err = p.deleteMirror(ctx, req.MirrorName)
+		}
+		r.setErr(code(err))
+	case *BumpLeaderEpochsRequest:
+		r := resp.(*BumpLeaderEpochsResponse)
+		for _, t := range req.Topics {
+			bt := BumpTopic{TopicID: t.TopicID}
+			for _, bp := range t.Partitions {
+				out := BumpPartition{PartitionIndex: bp.PartitionIndex, LeaderEpoch: -1}
+				if !alter {
+					out.ErrorCode, _ = code(denied)
+				} else if e, err := p.bumpLeaderEpoch(ctx, t.TopicID, bp.PartitionIndex, bp.MinLeaderEpoch); err != nil {
+					out.ErrorCode, _ = code(err)
+				} else {
+					out.LeaderEpoch = e
+				}
+				bt.Partitions = append(bt.Partitions, out)
+			}
+			r.Topics = append(r.Topics, bt)
+		}
+	default:
+		return nil, fmt.Errorf("mirror: unexpected request %T", req)
+	}
+	return resp, nil
+}
+
+func topicNames(ts []RemoveTopic) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.TopicName
+	}
+	return out
+}
+
+// bumpLeaderEpoch is BumpLeaderEpochs: the controller sets the epoch to
+// max(minEpoch+1, current).
+func (p *Plugin) bumpLeaderEpoch(ctx context.Context, id [16]byte, partition, minEpoch int32) (int32, error) {
+	return p.host.Metadata().BumpLeaderEpoch(ctx, raftmeta.UUID(id), partition, minEpoch)
+}
+
+// throttledRate is mirror.replication.throttled.rate: this broker's
+// dynamic value, the cluster default, or the static property.
+func (p *Plugin) throttledRate() int64 {
+	img := p.image()
+	if img == nil {
+		return p.cfg.ThrottledRate
+	}
+	const key = "mirror.replication.throttled.rate"
+	v, ok := img.NodeConfigs[p.host.NodeID()][key]
+	if !ok {
+		v, ok = img.BrokerConfigs[key]
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); ok && err == nil {
+		return n
+	}
+	return p.cfg.ThrottledRate
+}
+
+func (p *Plugin) createMirror(ctx context.Context, req *CreateMirrorRequest) error {
+	if req.MirrorName == nil || *req.MirrorName == "" {
+		return fmt.Errorf("a mirror needs a name: %w", kerr.InvalidRequest)
+	}
+	name := *req.MirrorName
+	configs := map[string]string{}
+	for _, c := range req.Configs {
+		if c.Value != nil {
+			configs[c.Name] = *c.Value
+		}
+	}
+	if _, err := clientOpts(configs, p.cfg); err != nil {
+		return err
+	}
+	if p.image().Mirrors[name] != nil {
+		return fmt.Errorf("mirror %s already exists: %w", name, ErrMirrorAlreadyExists)
+	}
+	if err := p.ensureStateTopic(ctx); err != nil {
+		return err
+	}
+	return p.host.Metadata().CreateMirror(ctx, name, configs)
+}
+
+// defaultExclude is mirror.topic.properties.exclude's default.
+const defaultExclude = "follower.replication.throttled.replicas,leader.replication.throttled.replicas,message.timestamp.difference.max.ms," +
+	"log.message.timestamp.before.max.ms,log.message.timestamp.after.max.ms,message.timestamp.type,unclean.leader.election.enable,min.insync.replicas,mirror.name"
+
+// addTopics is AddTopicsToMirror: every topic is checked on the source
+// (ID, partition count, configs) and then created here with the source's
+// ID, all in one metadata batch per mirror, or none at all.
+func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) ([16]byte, error) {
+	img := p.image()
+	byMirror := map[string][]string{}
+	for _, t := range req.Topics {
+		if t.MirrorName == nil || img.Mirrors[*t.MirrorName] == nil {
+			name := "<null>"
+			if t.MirrorName != nil {
+				name = *t.MirrorName
+			}
+			return [16]byte{}, fmt.Errorf("mirror %s does not exist: %w", name, ErrMirrorNotFound)
+		}
+		if other := img.MirrorOf(t.TopicName); other != "" {
+			return [16]byte{}, fmt.Errorf("topic %s is already mirrored by mirror %s: %w", t.TopicName, other, ErrTopicAlreadyMirrored)
+		}
+		byMirror[*t.MirrorName] = append(byMirror[*t.MirrorName], t.TopicName)
+	}
+	if err := p.ensureStateTopic(ctx); err != nil {
+		return [16]byte{}, err
+	}
+	var first [16]byte
+	for mirror, topics := range byMirror {
+		specs, err := p.sourceTopics(ctx, img.Mirrors[mirror], topics)
+		if err != nil {
+			return [16]byte{}, err
+		}
+		if err := p.host.Metadata().AddMirrorTopics(ctx, mirror, specs); err != nil {
+			return [16]byte{}, err
+		}
+		first = specs[0].ID
+	}
+	p.poke()
+	return first, nil
+}
+
+// sourceTopics describes topics on a mirror's source cluster.
+func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []string) ([]raftmeta.TopicSpec, error) {
+	opts, err := clientOpts(m.Configs, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, min(p.cfg.RequestTimeout, 15*time.Second))
+	defer cancel()
+	mreq := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(t)
+		mreq.Topics = append(mreq.Topics, mt)
+	}
+	resp, err := mreq.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("source cluster %s of mirror %s: %v: %w", m.Configs["bootstrap.servers"], m.Name, err, ErrMirrorSourceUnavailable)
+	}
+	exclude := map[string]bool{"mirror.name": true}
+	ex, ok := m.Configs["mirror.topic.properties.exclude"]
+	if !ok {
+		ex = defaultExclude
+	}
+	for _, k := range strings.Split(ex, ",") {
+		exclude[strings.TrimSpace(k)] = true
+	}
+	creq := kmsg.NewPtrDescribeConfigsRequest()
+	var specs []raftmeta.TopicSpec
+	for _, t := range resp.Topics {
+		name := ""
+		if t.Topic != nil {
+			name = *t.Topic
+		}
+		if t.ErrorCode != 0 {
+			return nil, fmt.Errorf("topic %s on the source cluster of mirror %s: %w", name, m.Name, kerr.ErrorForCode(t.ErrorCode))
+		}
+		rf := int16(1)
+		if len(t.Partitions) > 0 {
+			rf = int16(len(t.Partitions[0].Replicas))
+		}
+		specs = append(specs, raftmeta.TopicSpec{Name: name, ID: raftmeta.UUID(t.TopicID), Partitions: int32(len(t.Partitions)), ReplicationFactor: rf})
+		r := kmsg.NewDescribeConfigsRequestResource()
+		r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, name
+		creq.Resources = append(creq.Resources, r)
+	}
+	cresp, err := creq.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("describe topic configs on the source: %v: %w", err, ErrMirrorSourceUnavailable)
+	}
+	for i, r := range cresp.Resources {
+		if r.ErrorCode != 0 || i >= len(specs) {
+			continue
+		}
+		for _, c := range r.Configs {
+			if c.Source == kmsg.ConfigSourceDynamicTopicConfig && c.Value != nil && !exclude[c.Name] {
+				if specs[i].Configs == nil {
+					specs[i].Configs = map[string]string{}
+				}
+				specs[i].Configs[c.Name] = *c.Value
+			}
+		}
+	}
+	return specs, nil
+}
+
+// mirrorTopics resolves topic names (anchored regular expressions) to the
+// mirror's active topics; none means all of them.
+func mirrorTopics(m *raftmeta.Mirror, names []string) ([]string, error) {
+	var active []string
+	for t, mt := range m.Topics {
+		if !mt.Stopped {
+			active = append(active, t)
+		}
+	}
+	slices.Sort(active)
+	if len(names) == 0 {
+		return active, nil
+	}
+	var out []string
+	for _, n := range names {
+		re, err := regexp.Compile("^(?:" + n + ")$")
+		if err != nil {
+			return nil, fmt.Errorf("topic pattern %q: %v: %w", n, err, kerr.InvalidRequest)
+		}
+		found := false
+		for _, t := range active {
+			if re.MatchString(t) {
+				found = true
+				if !slices.Contains(out, t) {
+					out = append(out, t)
+				}
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("topic %s is not mirrored by mirror %s: %w", n, m.Name, ErrTopicNotMirrored)
+		}
+	}
+	return out, nil
+}
+
+// setTopicStates moves every partition of topics to a state and wakes the
+// mirror's loop.
+func (p *Plugin) setTopicStates(ctx context.Context, mirror string, topics []string, update func(s *pstate) error) error {
+	img := p.image()
+	for _, name := range topics {
+		t := img.Topics[name]
+		if t == nil {
+			continue
+		}
+		for i := range t.Partitions {
+			if _, err := p.writeState(ctx, pkey{mirror, name, int32(i)}, t.ID, update); err != nil {
+				return err
+			}
+		}
+	}
+	if r := p.run(mirror); r != nil {
+		r.poke()
+	}
+	return nil
+}
+
+// waitStates waits until every partition of topics is in state s.
+func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string, s State) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	for {
+		img := p.image()
+		ok := true
+		for _, name := range topics {
+			t := img.Topics[name]
+			for i := 0; t != nil && i < len(t.Partitions) && ok; i++ {
+				st, err := p.readState(ctx, pkey{mirror, name, int32(i)}, t.ID)
+				ok = err == nil && st.State == s
+			}
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for mirror %s topics %v to reach %s: %w", mirror, topics, s, kerr.RequestTimedOut)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// removeTopics is RemoveTopicsFromMirror (failover): the topics' partitions
+// go STOPPING, and the answer comes once they are STOPPED and writable.
+func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string) ([]string, error) {
+	m := p.image().Mirrors[mirror]
+	if m == nil {
+		return nil, fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no topic named: %w", kerr.InvalidRequest)
+	}
+	topics, err := mirrorTopics(m, names)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.setTopicStates(ctx, mirror, topics, func(s *pstate) error {
+		s.State, s.Reason = Stopping, ""
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return topics, p.waitStates(ctx, mirror, topics, Stopped)
+}
+
+// pause pauses (or resumes) topics of a mirror; it answers once paused.
+func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause bool) error {
+	m := p.image().Mirrors[mirror]
+	if m == nil {
+		return fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
+	}
+	topics, err := mirrorTopics(m, names)
+	if err != nil {
+		return err
+	}
+	err = p.setTopicStates(ctx, mirror, topics, func(s *pstate) error {
+		switch {
+		case pause && s.State != Paused:
+			s.State = Pausing
+		case !pause && s.State == Failed:
+			s.State, s.Reason = Preparing, "" // resuming restarts a failed partition
+		case !pause && s.State == Paused:
+			s.State = Mirroring
+		}
+		return nil
+	})
+	if err != nil || !pause {
+		return err
+	}
+	return p.waitStates(ctx, mirror, topics, Paused)
+}
+
+// deleteMirror stops every topic of the mirror and deletes it.
+func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
+	m := p.image().Mirrors[mirror]
+	if m == nil {
+		return fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
+	}
+	if topics, _ := mirrorTopics(m, nil); len(topics) > 0 {
+		if _, err := p.removeTopics(ctx, mirror, topics); err != nil {
+			return err
+		}
+	}
+	return p.host.Metadata().DeleteMirror(ctx, mirror)
+}
+
+// lastMirrored answers LastMirroredOffsets from whichever mirror holds (or
+// held) each topic; the last mirror epoch is -1 for a partition never
+// mirrored here.
+func (p *Plugin) lastMirrored(ctx context.Context, req *LastMirroredOffsetsRequest) []OffsetsTopic {
+	img := p.image()
+	var out []OffsetsTopic
+	for _, t := range req.Topics {
+		ot := OffsetsTopic{Name: t.Name}
+		mirror, mt, ok := img.LastMirrorOf(t.Name)
+		for _, idx := range t.Partitions {
+			op := OffsetsPartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1}
+			if ok {
+				st, err := p.readState(ctx, pkey{mirror, t.Name, idx}, mt.ID)
+				switch {
+				case err != nil:
+					op.ErrorCode, _ = code(err)
+				case st.State == Stopped || st.State == Stopping:
+					op.LastMirroredOffset, op.LastMirrorEpoch = st.LMO, st.LME
+				default:
+					// Still mirroring: the latest source epoch it holds.
+					if ep := p.host.Engine().Partition(engine.TopicID(mt.ID), idx); ep != nil {
+						offs := ep.Offsets()
+						op.LastMirroredOffset = offs.LogEnd - 1
+						if offs.LogEnd > offs.LogStart {
+							op.LastMirrorEpoch = ep.EpochAt(offs.LogEnd - 1)
+						}
+					}
+				}
+			}
+			ot.Partitions = append(ot.Partitions, op)
+		}
+		out = append(out, ot)
+	}
+	return out
+}
+
+func (p *Plugin) describe(ctx context.Context, names []string, allowed bool) []DescribedMirror {
+	img := p.image()
+	if len(names) == 0 {
+		names = slices.Sorted(maps.Keys(img.Mirrors))
+	}
+	var out []DescribedMirror
+	for _, name := range names {
+		dm := DescribedMirror{MirrorName: name, AuthorizedOperations: -2147483648}
+		m := img.Mirrors[name]
+		switch {
+		case !allowed:
+			dm.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		case m == nil:
+			dm.ErrorCode = ErrMirrorNotFound.Code
+			dm.ErrorMessage = nonEmpty("mirror " + name + " does not exist")
+		default:
+			dm.State = "MIRRORING"
+			r := p.run(name)
+			if r != nil {
+				r.mu.Lock()
+				if r.failed != "" {
+					dm.ErrorCode, dm.ErrorMessage, dm.State = r.code, nonEmpty(r.failed), "FAILED"
+				}
+				r.mu.Unlock()
+			}
+			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
+				t := img.Topics[tn]
+				if t == nil {
+					continue
+				}
+				dt := DescribedTopic{TopicName: tn}
+				for i := range t.Partitions {
+					dt.Partitions = append(dt.Partitions, p.describePartition(ctx, r, name, t, int32(i)))
+				}
+				dm.Topics = append(dm.Topics, dt)
+			}
+		}
+		out = append(out, dm)
+	}
+	return out
+}
+
+func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t *raftmeta.Topic, i int32) PartitionDetail {
+	pd := PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, State: Unknown.String()}
+	if st, err := p.readState(ctx, pkey{mirror, t.Name, i}, t.ID); err == nil {
+		pd.State, pd.Reason = st.State.String(), st.Reason
+	} else {
+		_, pd.Reason = code(err)
+	}
+	if ep := p.host.Engine().Partition(engine.TopicID(t.ID), i); ep != nil {
+		pd.DestinationOffset = ep.Offsets().LogEnd
+	}
+	if r != nil {
+		r.mu.Lock()
+		if pt := r.parts[tpKey{t.Name, i}]; pt != nil {
+			pd.SourceOffset = pt.srcHWM
+			if !pt.lagSince.IsZero() {
+				pd.LagMs = max(1, time.Since(pt.lagSince).Milliseconds())
+			}
+		}
+		r.mu.Unlock()
+	}
+	if pd.SourceOffset >= 0 && pd.DestinationOffset >= 0 {
+		pd.Lag = max(0, pd.SourceOffset-pd.DestinationOffset)
+	}
+	return pd
+}
+
+func (p *Plugin) readStates(ctx context.Context, req *ReadMirrorStatesRequest) ([]StatesTopic, int16) {
+	img := p.image()
+	m := img.Mirrors[req.MirrorName]
+	if m == nil {
+		return nil, ErrMirrorNotFound.Code
+	}
+	var out []StatesTopic
+	for _, t := range req.Topics {
+		mt, ok := m.Topics[t.Name]
+		st := StatesTopic{Name: t.Name}
+		for _, idx := range t.Partitions {
+			sp := StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1}
+			if !ok {
+				sp.ErrorCode = ErrTopicNotMirrored.Code
+			} else if s, err := p.readState(ctx, pkey{req.MirrorName, t.Name, idx}, mt.ID); err != nil {
+				sp.ErrorCode, _ = code(err)
+			} else {
+				sp.LastMirroredOffset, sp.State, sp.LastMirrorEpoch, sp.Reason, sp.TopicID = s.LMO, int8(s.State), s.LME, s.Reason, s.TopicID
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		out = append(out, st)
+	}
+	return out, 0
+}
+
+func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest) []ErrTopic {
+	img := p.image()
+	var out []ErrTopic
+	for _, t := range req.TopicsUpdated {
+		et := ErrTopic{Name: t.Name}
+		for _, sp := range t.Partitions {
+			id := sp.TopicID
+			if tt := img.Topics[t.Name]; id == [16]byte{} && tt != nil {
+				id = tt.ID
+			}
+			_, err := p.writeState(ctx, pkey{req.MirrorName, t.Name, sp.PartitionIndex}, id, func(s *pstate) error {
+				s.State, s.LMO, s.LME, s.Reason = State(sp.State), sp.LastMirroredOffset, sp.LastMirrorEpoch, sp.Reason
+				return nil
+			})
+			c, _ := code(err)
+			et.Partitions = append(et.Partitions, ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
+		}
+		out = append(out, et)
+	}
+	return out
+}
+
+// --- the MIRROR config resource (type 64) ---
+
+// ConfigResourceType implements server.ConfigResourceHandler.
+func (p *Plugin) ConfigResourceType() kmsg.ConfigResourceType { return kmsg.ConfigResourceType(64) }
+
+// DescribeConfigResource implements server.ConfigResourceHandler. Secrets
+// are reported as sensitive with a null value, never in clear.
+func (p *Plugin) DescribeConfigResource(_ context.Context, rc *server.RequestContext, name string, keys []string) ([]kmsg.DescribeConfigsResponseResourceConfig, error) {
+	if !rc.Allowed(kmsg.ACLOperationDescribeConfigs, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
+		return nil, fmt.Errorf("describe mirror configs: %w", kerr.ClusterAuthorizationFailed)
+	}
+	m := p.image().Mirrors[name]
+	if m == nil {
+		return nil, fmt.Errorf("mirror %s does not exist: %w", name, ErrMirrorNotFound)
+	}
+	var out []kmsg.DescribeConfigsResponseResourceConfig
+	for _, k := range slices.Sorted(maps.Keys(m.Configs)) {
+		if keys != nil && !slices.Contains(keys, k) {
+			continue
+		}
+		c := kmsg.NewDescribeConfigsResponseResourceConfig()
+		c.Name, c.Source, c.ConfigType = k, kmsg.ConfigSourceDynamicTopicConfig, kmsg.ConfigTypeString
+		c.IsSensitive = raftmeta.MirrorConfigKeyIsSecret(k)
+		if !c.IsSensitive {
+			v := m.Configs[k]
+			c.Value = &v
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// AlterConfigResource implements server.ConfigResourceHandler.
+func (p *Plugin) AlterConfigResource(ctx context.Context, rc *server.RequestContext, name string, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig, validateOnly bool) error {
+	if !rc.Allowed(kmsg.ACLOperationAlterConfigs, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
+		return fmt.Errorf("alter mirror configs: %w", kerr.ClusterAuthorizationFailed)
+	}
+	m := p.image().Mirrors[name]
+	if m == nil {
+		return fmt.Errorf("mirror %s does not exist: %w", name, ErrMirrorNotFound)
+	}
+	next := maps.Clone(m.Configs)
+	if next == nil {
+		next = map[string]string{}
+	}
+	for _, op := range ops {
+		switch op.Op {
+		case kmsg.IncrementalAlterConfigOpSet:
+			if op.Value == nil {
+				return fmt.Errorf("null value for %s: %w", op.Name, kerr.InvalidRequest)
+			}
+			next[op.Name] = *op.Value
+		case kmsg.IncrementalAlterConfigOpDelete:
+			delete(next, op.Name)
+		default:
+			return fmt.Errorf("operation %d on mirror config %s is not supported: %w", op.Op, op.Name, kerr.InvalidRequest)
+		}
+	}
+	if _, err := clientOpts(next, p.cfg); err != nil {
+		return err
+	}
+	if validateOnly {
+		return nil
+	}
+	return p.host.Metadata().AlterMirrorConfigs(ctx, name, next)
+}

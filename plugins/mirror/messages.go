@@ -1,0 +1,689 @@
+package mirror
+
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+)
+
+// The mirror APIs and error codes. Apache Kafka has not fixed these
+// numbers (KIP-1279 is not released); this is the one table of them.
+// Keys 94–101 are the KIP's; 102–105 are the operations the KIP names
+// without a schema, numbered as the KIP's public prototype does. kmsg
+// maps 94 to UnregisterController, a controller-only API a broker never
+// serves, so 94 is served with this package's own message types.
+const (
+	KeyCreateMirror           int16 = 94
+	KeyAddTopicsToMirror      int16 = 95
+	KeyRemoveTopicsFromMirror int16 = 96
+	KeyLastMirroredOffsets    int16 = 97
+	KeyListMirrors            int16 = 98
+	KeyDescribeMirrors        int16 = 99
+	KeyReadMirrorStates       int16 = 100
+	KeyWriteMirrorStates      int16 = 101
+	KeyPauseMirrorTopics      int16 = 102
+	KeyResumeMirrorTopics     int16 = 103
+	KeyDeleteMirror           int16 = 104
+	KeyBumpLeaderEpochs       int16 = 105
+)
+
+// Error codes above kerr's highest (136).
+var (
+	ErrReadOnlyTopic = &kerr.Error{Message: "READ_ONLY_TOPIC", Code: 137,
+		Description: "The topic is a mirror topic and read-only: it can only be changed through the mirror APIs."}
+	ErrMirrorNotFound = &kerr.Error{Message: "MIRROR_NOT_FOUND", Code: 138,
+		Description: "The cluster mirror does not exist."}
+	ErrMirrorAlreadyExists = &kerr.Error{Message: "MIRROR_ALREADY_EXISTS", Code: 139,
+		Description: "A cluster mirror with this name already exists."}
+	ErrTopicAlreadyMirrored = &kerr.Error{Message: "TOPIC_ALREADY_MIRRORED", Code: 140,
+		Description: "The topic is already mirrored by another mirror."}
+	ErrTopicNotMirrored = &kerr.Error{Message: "TOPIC_NOT_MIRRORED", Code: 141,
+		Description: "The topic is not in the mirror."}
+	ErrMirrorLeaderEpochExceeded = &kerr.Error{Message: "MIRROR_LEADER_EPOCH_EXCEEDED", Code: 142, Retriable: true,
+		Description: "A mirrored batch carries a leader epoch above the destination's: the destination epoch must be bumped first."}
+	ErrMirrorSourceUnavailable = &kerr.Error{Message: "MIRROR_SOURCE_UNAVAILABLE", Code: 143, Retriable: true,
+		Description: "The mirror's source cluster cannot be reached or refused the mirror's credentials."}
+)
+
+// mirrorErrors are the codes above, for ErrorForCode.
+var mirrorErrors = []*kerr.Error{ErrReadOnlyTopic, ErrMirrorNotFound, ErrMirrorAlreadyExists, ErrTopicAlreadyMirrored,
+	ErrTopicNotMirrored, ErrMirrorLeaderEpochExceeded, ErrMirrorSourceUnavailable}
+
+// ErrorForCode is kerr.ErrorForCode that also knows the mirror codes.
+func ErrorForCode(code int16) error {
+	for _, e := range mirrorErrors {
+		if e.Code == code {
+			return e
+		}
+	}
+	return kerr.ErrorForCode(code)
+}
+
+// --- 94 CreateMirror ---
+
+type CreateMirrorRequest struct {
+	version
+	MirrorName *string
+	Configs    []MirrorConfig
+}
+
+type MirrorConfig struct {
+	Name  string
+	Value *string
+}
+
+func (r *CreateMirrorRequest) Key() int16 { return KeyCreateMirror }
+func (r *CreateMirrorRequest) fields(c *codec) {
+	c.nstr(&r.MirrorName)
+	array(c, &r.Configs, func(m *MirrorConfig) { c.str(&m.Name); c.nstr(&m.Value); c.tags() })
+	c.tags()
+}
+func (r *CreateMirrorRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *CreateMirrorRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *CreateMirrorRequest) ResponseKind() kmsg.Response {
+	return &CreateMirrorResponse{ErrResponse{version: r.version}}
+}
+
+// ErrResponse is the response of the APIs that answer only an error:
+// CreateMirror (94), PauseMirrorTopics (102), ResumeMirrorTopics (103)
+// and DeleteMirror (104).
+type ErrResponse struct {
+	version
+	key            int16 // for MirrorTopicsResponse
+	ThrottleTimeMs int32
+	ErrorCode      int16
+	ErrorMessage   *string
+}
+
+type CreateMirrorResponse struct{ ErrResponse }
+
+func (r *CreateMirrorResponse) Key() int16 { return KeyCreateMirror }
+func (r *CreateMirrorResponse) RequestKind() kmsg.Request {
+	return &CreateMirrorRequest{version: r.version}
+}
+func (r *ErrResponse) fields(c *codec) {
+	c.i32(&r.ThrottleTimeMs)
+	c.i16(&r.ErrorCode)
+	c.nstr(&r.ErrorMessage)
+	c.tags()
+}
+func (r *ErrResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *ErrResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *ErrResponse) setErr(code int16, msg string) {
+	r.ErrorCode, r.ErrorMessage = code, nonEmpty(msg)
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// --- 95 AddTopicsToMirror ---
+
+type AddTopicsToMirrorRequest struct {
+	version
+	Topics []AddTopic
+}
+
+type AddTopic struct {
+	TopicID    [16]byte
+	TopicName  string
+	MirrorName *string
+}
+
+func (r *AddTopicsToMirrorRequest) Key() int16 { return KeyAddTopicsToMirror }
+func (r *AddTopicsToMirrorRequest) fields(c *codec) {
+	array(c, &r.Topics, func(t *AddTopic) { c.uuid(&t.TopicID); c.str(&t.TopicName); c.nstr(&t.MirrorName); c.tags() })
+	c.tags()
+}
+func (r *AddTopicsToMirrorRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *AddTopicsToMirrorRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *AddTopicsToMirrorRequest) ResponseKind() kmsg.Response {
+	return &AddTopicsToMirrorResponse{TopicResponse{version: r.version}}
+}
+
+// TopicResponse is the response of AddTopicsToMirror and
+// RemoveTopicsFromMirror: one error for the whole request, which is
+// applied all or nothing.
+type TopicResponse struct {
+	version
+	ThrottleTimeMs int32
+	TopicID        [16]byte
+	ErrorCode      int16
+	ErrorMessage   *string
+}
+
+func (r *TopicResponse) fields(c *codec) {
+	c.i32(&r.ThrottleTimeMs)
+	c.uuid(&r.TopicID)
+	c.i16(&r.ErrorCode)
+	c.nstr(&r.ErrorMessage)
+	c.tags()
+}
+func (r *TopicResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *TopicResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+
+type AddTopicsToMirrorResponse struct{ TopicResponse }
+
+func (r *AddTopicsToMirrorResponse) Key() int16 { return KeyAddTopicsToMirror }
+func (r *AddTopicsToMirrorResponse) RequestKind() kmsg.Request {
+	return &AddTopicsToMirrorRequest{version: r.version}
+}
+
+// --- 96 RemoveTopicsFromMirror ---
+
+type RemoveTopicsFromMirrorRequest struct {
+	version
+	MirrorName string
+	Topics     []RemoveTopic
+}
+
+// RemoveTopic names a topic; TopicName may be a regular expression
+// (anchored) matching several topics of the mirror, e.g. ".*".
+type RemoveTopic struct {
+	TopicID   [16]byte
+	TopicName string
+}
+
+func (r *RemoveTopicsFromMirrorRequest) Key() int16 { return KeyRemoveTopicsFromMirror }
+func (r *RemoveTopicsFromMirrorRequest) fields(c *codec) {
+	c.str(&r.MirrorName)
+	array(c, &r.Topics, func(t *RemoveTopic) { c.uuid(&t.TopicID); c.str(&t.TopicName); c.tags() })
+	c.tags()
+}
+func (r *RemoveTopicsFromMirrorRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *RemoveTopicsFromMirrorRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *RemoveTopicsFromMirrorRequest) ResponseKind() kmsg.Response {
+	return &RemoveTopicsFromMirrorResponse{TopicResponse{version: r.version}}
+}
+
+type RemoveTopicsFromMirrorResponse struct{ TopicResponse }
+
+func (r *RemoveTopicsFromMirrorResponse) Key() int16 { return KeyRemoveTopicsFromMirror }
+func (r *RemoveTopicsFromMirrorResponse) RequestKind() kmsg.Request {
+	return &RemoveTopicsFromMirrorRequest{version: r.version}
+}
+
+// --- 97 LastMirroredOffsets ---
+
+// PartitionsTopic names partitions of a topic.
+type PartitionsTopic struct {
+	Name       string
+	Partitions []int32
+}
+
+func partitionsTopics(c *codec, v *[]PartitionsTopic) {
+	array(c, v, func(t *PartitionsTopic) {
+		c.str(&t.Name)
+		array(c, &t.Partitions, func(p *int32) { c.i32(p); c.tags() })
+		c.tags()
+	})
+}
+
+type LastMirroredOffsetsRequest struct {
+	version
+	MirrorName string
+	Topics     []PartitionsTopic
+}
+
+func (r *LastMirroredOffsetsRequest) Key() int16 { return KeyLastMirroredOffsets }
+func (r *LastMirroredOffsetsRequest) fields(c *codec) {
+	c.str(&r.MirrorName)
+	partitionsTopics(c, &r.Topics)
+	c.tags()
+}
+func (r *LastMirroredOffsetsRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *LastMirroredOffsetsRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *LastMirroredOffsetsRequest) ResponseKind() kmsg.Response {
+	return &LastMirroredOffsetsResponse{version: r.version}
+}
+
+type LastMirroredOffsetsResponse struct {
+	version
+	ThrottleTimeMs int32
+	ErrorCode      int16
+	Topics         []OffsetsTopic
+}
+
+type OffsetsTopic struct {
+	Name       string
+	Partitions []OffsetsPartition
+}
+
+// OffsetsPartition is one partition's last mirrored offset. The last
+// mirror epoch (LME) rides in tagged field 0: a destination asks its new
+// source for it on failback (-1: the partition was never mirrored there).
+type OffsetsPartition struct {
+	PartitionIndex     int32
+	LastMirroredOffset int64
+	ErrorCode          int16
+	LastMirrorEpoch    int32 // tag 0
+}
+
+func (r *LastMirroredOffsetsResponse) Key() int16 { return KeyLastMirroredOffsets }
+func (r *LastMirroredOffsetsResponse) fields(c *codec) {
+	c.i32(&r.ThrottleTimeMs)
+	c.i16(&r.ErrorCode)
+	array(c, &r.Topics, func(t *OffsetsTopic) {
+		c.str(&t.Name)
+		array(c, &t.Partitions, func(p *OffsetsPartition) {
+			if c.r != nil {
+				p.LastMirrorEpoch = -1
+			}
+			c.i32(&p.PartitionIndex)
+			c.i64(&p.LastMirroredOffset)
+			c.i16(&p.ErrorCode)
+			c.tags(tag{0, true, func(c *codec) { c.i32(&p.LastMirrorEpoch) }})
+		})
+		c.tags()
+	})
+	c.tags()
+}
+func (r *LastMirroredOffsetsResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *LastMirroredOffsetsResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *LastMirroredOffsetsResponse) RequestKind() kmsg.Request {
+	return &LastMirroredOffsetsRequest{version: r.version}
+}
+
+// --- 98 ListMirrors ---
+
+type ListMirrorsRequest struct{ version }
+
+func (r *ListMirrorsRequest) Key() int16               { return KeyListMirrors }
+func (r *ListMirrorsRequest) fields(c *codec)          { c.tags() }
+func (r *ListMirrorsRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *ListMirrorsRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *ListMirrorsRequest) ResponseKind() kmsg.Response {
+	return &ListMirrorsResponse{version: r.version}
+}
+
+type ListMirrorsResponse struct {
+	version
+	ThrottleTimeMs int32
+	ErrorCode      int16
+	Mirrors        []ListedMirror
+}
+
+type ListedMirror struct {
+	MirrorName      string
+	SourceBootstrap string
+	TopicCount      int32
+}
+
+func (r *ListMirrorsResponse) Key() int16 { return KeyListMirrors }
+func (r *ListMirrorsResponse) fields(c *codec) {
+	c.i32(&r.ThrottleTimeMs)
+	c.i16(&r.ErrorCode)
+	array(c, &r.Mirrors, func(m *ListedMirror) { c.str(&m.MirrorName); c.str(&m.SourceBootstrap); c.i32(&m.TopicCount); c.tags() })
+	c.tags()
+}
+func (r *ListMirrorsResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *ListMirrorsResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *ListMirrorsResponse) RequestKind() kmsg.Request {
+	return &ListMirrorsRequest{version: r.version}
+}
+
+// --- 99 DescribeMirrors ---
+
+type DescribeMirrorsRequest struct {
+	version
+	MirrorNames                 []string
+	IncludeAuthorizedOperations bool
+}
+
+func (r *DescribeMirrorsRequest) Key() int16 { return KeyDescribeMirrors }
+func (r *DescribeMirrorsRequest) fields(c *codec) {
+	c.strs(&r.MirrorNames)
+	c.boolean(&r.IncludeAuthorizedOperations)
+	c.tags()
+}
+func (r *DescribeMirrorsRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *DescribeMirrorsRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *DescribeMirrorsRequest) ResponseKind() kmsg.Response {
+	return &DescribeMirrorsResponse{version: r.version}
+}
+
+type DescribeMirrorsResponse struct {
+	version
+	ThrottleTimeMs int32
+	Mirrors        []DescribedMirror
+}
+
+// DescribedMirror is one mirror. Tagged fields: 0 ErrorMessage (why the
+// mirror fails, e.g. its source is unreachable), 1 State (the mirror's
+// own state: MIRRORING or FAILED).
+type DescribedMirror struct {
+	ErrorCode            int16
+	MirrorName           string
+	Topics               []DescribedTopic
+	AuthorizedOperations int32
+	ErrorMessage         *string // tag 0
+	State                string  // tag 1
+}
+
+type DescribedTopic struct {
+	TopicName  string
+	Partitions []PartitionDetail
+}
+
+// PartitionDetail is one mirrored partition. Tagged field 0 is the reason
+// of a FAILED state, 1 the lag in milliseconds (age of the newest
+// unmirrored record; 0 when caught up).
+type PartitionDetail struct {
+	PartitionIndex    int32
+	SourceOffset      int64
+	DestinationOffset int64
+	Lag               int64
+	State             string
+	Reason            string // tag 0
+	LagMs             int64  // tag 1
+}
+
+func (r *DescribeMirrorsResponse) Key() int16 { return KeyDescribeMirrors }
+func (r *DescribeMirrorsResponse) fields(c *codec) {
+	c.i32(&r.ThrottleTimeMs)
+	array(c, &r.Mirrors, func(m *DescribedMirror) {
+		c.i16(&m.ErrorCode)
+		c.str(&m.MirrorName)
+		array(c, &m.Topics, func(t *DescribedTopic) {
+			c.str(&t.TopicName)
+			array(c, &t.Partitions, func(p *PartitionDetail) {
+				c.i32(&p.PartitionIndex)
+				c.i64(&p.SourceOffset)
+				c.i64(&p.DestinationOffset)
+				c.i64(&p.Lag)
+				c.str(&p.State)
+				c.tags(tag{0, p.Reason != "", func(c *codec) { c.str(&p.Reason) }},
+					tag{1, p.LagMs != 0, func(c *codec) { c.i64(&p.LagMs) }})
+			})
+			c.tags()
+		})
+		c.i32(&m.AuthorizedOperations)
+		c.tags(tag{0, m.ErrorMessage != nil, func(c *codec) { c.nstr(&m.ErrorMessage) }},
+			tag{1, m.State != "", func(c *codec) { c.str(&m.State) }})
+	})
+	c.tags()
+}
+func (r *DescribeMirrorsResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *DescribeMirrorsResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *DescribeMirrorsResponse) RequestKind() kmsg.Request {
+	return &DescribeMirrorsRequest{version: r.version}
+}
+
+// --- 100 ReadMirrorStates ---
+
+type ReadMirrorStatesRequest struct {
+	version
+	MirrorName          string
+	Topics              []PartitionsTopic
+	NeedPartitionStates bool
+}
+
+func (r *ReadMirrorStatesRequest) Key() int16 { return KeyReadMirrorStates }
+func (r *ReadMirrorStatesRequest) fields(c *codec) {
+	c.str(&r.MirrorName)
+	partitionsTopics(c, &r.Topics)
+	c.boolean(&r.NeedPartitionStates)
+	c.tags()
+}
+func (r *ReadMirrorStatesRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *ReadMirrorStatesRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *ReadMirrorStatesRequest) ResponseKind() kmsg.Response {
+	return &ReadMirrorStatesResponse{version: r.version}
+}
+
+// StatesTopic carries partition states (ReadMirrorStates response,
+// WriteMirrorStates request).
+type StatesTopic struct {
+	Name       string
+	Partitions []StatePartition
+}
+
+// StatePartition is a partition's persisted mirror state. Tagged fields:
+// 0 the last mirror epoch, 1 the reason of a FAILED state, 2 the topic ID.
+type StatePartition struct {
+	PartitionIndex     int32
+	LastMirroredOffset int64
+	State              int8
+	ErrorCode          int16 // responses only
+	LastMirrorEpoch    int32 // tag 0
+	Reason             string
+	TopicID            [16]byte
+}
+
+func statesTopics(c *codec, v *[]StatesTopic, withErr bool) {
+	array(c, v, func(t *StatesTopic) {
+		c.str(&t.Name)
+		array(c, &t.Partitions, func(p *StatePartition) {
+			if c.r != nil {
+				p.LastMirrorEpoch = -1
+			}
+			c.i32(&p.PartitionIndex)
+			c.i64(&p.LastMirroredOffset)
+			c.i8(&p.State)
+			if withErr {
+				c.i16(&p.ErrorCode)
+			}
+			c.tags(tag{0, true, func(c *codec) { c.i32(&p.LastMirrorEpoch) }},
+				tag{1, p.Reason != "", func(c *codec) { c.str(&p.Reason) }},
+				tag{2, true, func(c *codec) { c.uuid(&p.TopicID) }})
+		})
+		c.tags()
+	})
+}
+
+type ReadMirrorStatesResponse struct {
+	version
+	ThrottleTimeMs int32
+	ErrorCode      int16
+	Topics         []StatesTopic
+}
+
+func (r *ReadMirrorStatesResponse) Key() int16 { return KeyReadMirrorStates }
+func (r *ReadMirrorStatesResponse) fields(c *codec) {
+	c.i32(&r.ThrottleTimeMs)
+	c.i16(&r.ErrorCode)
+	statesTopics(c, &r.Topics, true)
+	c.tags()
+}
+func (r *ReadMirrorStatesResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *ReadMirrorStatesResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *ReadMirrorStatesResponse) RequestKind() kmsg.Request {
+	return &ReadMirrorStatesRequest{version: r.version}
+}
+
+// --- 101 WriteMirrorStates ---
+
+type WriteMirrorStatesRequest struct {
+	version
+	MirrorName    string
+	TopicsUpdated []StatesTopic
+	RemovedTopics []string
+}
+
+func (r *WriteMirrorStatesRequest) Key() int16 { return KeyWriteMirrorStates }
+func (r *WriteMirrorStatesRequest) fields(c *codec) {
+	c.str(&r.MirrorName)
+	statesTopics(c, &r.TopicsUpdated, false)
+	c.strs(&r.RemovedTopics)
+	c.tags()
+}
+func (r *WriteMirrorStatesRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *WriteMirrorStatesRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *WriteMirrorStatesRequest) ResponseKind() kmsg.Response {
+	return &WriteMirrorStatesResponse{version: r.version}
+}
+
+type WriteMirrorStatesResponse struct {
+	version
+	ThrottleTimeMs int32
+	ErrorCode      int16
+	Topics         []ErrTopic
+}
+
+type ErrTopic struct {
+	Name       string
+	Partitions []ErrPartition
+}
+
+type ErrPartition struct {
+	PartitionIndex int32
+	ErrorCode      int16
+}
+
+func (r *WriteMirrorStatesResponse) Key() int16 { return KeyWriteMirrorStates }
+func (r *WriteMirrorStatesResponse) fields(c *codec) {
+	c.i32(&r.ThrottleTimeMs)
+	c.i16(&r.ErrorCode)
+	array(c, &r.Topics, func(t *ErrTopic) {
+		c.str(&t.Name)
+		array(c, &t.Partitions, func(p *ErrPartition) { c.i32(&p.PartitionIndex); c.i16(&p.ErrorCode); c.tags() })
+		c.tags()
+	})
+	c.tags()
+}
+func (r *WriteMirrorStatesResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *WriteMirrorStatesResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *WriteMirrorStatesResponse) RequestKind() kmsg.Request {
+	return &WriteMirrorStatesRequest{version: r.version}
+}
+
+// --- 102 PauseMirrorTopics, 103 ResumeMirrorTopics, 104 DeleteMirror ---
+
+// MirrorTopicsRequest is the request of pause (102), resume (103) and
+// delete (104): a mirror and, for pause and resume, optional topics (none
+// means every topic of the mirror).
+type MirrorTopicsRequest struct {
+	version
+	key        int16
+	MirrorName string
+	Topics     []string
+}
+
+func NewPauseMirrorTopicsRequest() *MirrorTopicsRequest {
+	return &MirrorTopicsRequest{key: KeyPauseMirrorTopics}
+}
+func NewResumeMirrorTopicsRequest() *MirrorTopicsRequest {
+	return &MirrorTopicsRequest{key: KeyResumeMirrorTopics}
+}
+func NewDeleteMirrorRequest() *MirrorTopicsRequest { return &MirrorTopicsRequest{key: KeyDeleteMirror} }
+
+func (r *MirrorTopicsRequest) Key() int16 { return r.key }
+func (r *MirrorTopicsRequest) fields(c *codec) {
+	c.str(&r.MirrorName)
+	c.strs(&r.Topics)
+	c.tags()
+}
+func (r *MirrorTopicsRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *MirrorTopicsRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *MirrorTopicsRequest) ResponseKind() kmsg.Response {
+	return &MirrorTopicsResponse{ErrResponse: ErrResponse{version: r.version, key: r.key}}
+}
+
+type MirrorTopicsResponse struct{ ErrResponse }
+
+func (r *MirrorTopicsResponse) Key() int16 { return r.key }
+func (r *MirrorTopicsResponse) RequestKind() kmsg.Request {
+	return &MirrorTopicsRequest{version: r.version, key: r.key}
+}
+
+// --- 105 BumpLeaderEpochs ---
+
+type BumpLeaderEpochsRequest struct {
+	version
+	Topics []BumpTopic
+}
+
+type BumpTopic struct {
+	TopicID    [16]byte
+	Partitions []BumpPartition
+}
+
+type BumpPartition struct {
+	PartitionIndex int32
+	MinLeaderEpoch int32 // request: the epoch becomes max(min+1, current)
+	ErrorCode      int16 // response
+	LeaderEpoch    int32 // response: the epoch now
+}
+
+func (r *BumpLeaderEpochsRequest) Key() int16 { return KeyBumpLeaderEpochs }
+func (r *BumpLeaderEpochsRequest) fields(c *codec) {
+	array(c, &r.Topics, func(t *BumpTopic) {
+		c.uuid(&t.TopicID)
+		array(c, &t.Partitions, func(p *BumpPartition) { c.i32(&p.PartitionIndex); c.i32(&p.MinLeaderEpoch); c.tags() })
+		c.tags()
+	})
+	c.tags()
+}
+func (r *BumpLeaderEpochsRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *BumpLeaderEpochsRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *BumpLeaderEpochsRequest) ResponseKind() kmsg.Response {
+	return &BumpLeaderEpochsResponse{version: r.version}
+}
+
+type BumpLeaderEpochsResponse struct {
+	version
+	ThrottleTimeMs int32
+	Topics         []BumpTopic
+}
+
+func (r *BumpLeaderEpochsResponse) Key() int16 { return KeyBumpLeaderEpochs }
+func (r *BumpLeaderEpochsResponse) fields(c *codec) {
+	c.i32(&r.ThrottleTimeMs)
+	array(c, &r.Topics, func(t *BumpTopic) {
+		c.uuid(&t.TopicID)
+		array(c, &t.Partitions, func(p *BumpPartition) {
+			c.i32(&p.PartitionIndex)
+			c.i16(&p.ErrorCode)
+			c.i32(&p.LeaderEpoch)
+			c.tags()
+		})
+		c.tags()
+	})
+	c.tags()
+}
+func (r *BumpLeaderEpochsResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
+func (r *BumpLeaderEpochsResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *BumpLeaderEpochsResponse) RequestKind() kmsg.Request {
+	return &BumpLeaderEpochsRequest{version: r.version}
+}
+
+// NewRequest returns an empty request for a mirror API key, nil for others.
+func NewRequest(key int16) kmsg.Request {
+	switch key {
+	case KeyCreateMirror:
+		return new(CreateMirrorRequest)
+	case KeyAddTopicsToMirror:
+		return new(AddTopicsToMirrorRequest)
+	case KeyRemoveTopicsFromMirror:
+		return new(RemoveTopicsFromMirrorRequest)
+	case KeyLastMirroredOffsets:
+		return new(LastMirroredOffsetsRequest)
+	case KeyListMirrors:
+		return new(ListMirrorsRequest)
+	case KeyDescribeMirrors:
+		return new(DescribeMirrorsRequest)
+	case KeyReadMirrorStates:
+		return new(ReadMirrorStatesRequest)
+	case KeyWriteMirrorStates:
+		return new(WriteMirrorStatesRequest)
+	case KeyPauseMirrorTopics, KeyResumeMirrorTopics, KeyDeleteMirror:
+		return &MirrorTopicsRequest{key: key}
+	case KeyBumpLeaderEpochs:
+		return new(BumpLeaderEpochsRequest)
+	}
+	return nil
+}
+
+// ClientVersions returns franz-go's stable request versions plus the mirror
+// APIs: pass it with kgo.MaxVersions to a client that sends mirror
+// requests (franz-go refuses keys it does not know otherwise).
+func ClientVersions() *kversion.Versions {
+	v := kversion.Stable()
+	for k := KeyCreateMirror; k <= KeyBumpLeaderEpochs; k++ {
+		v.SetMaxKeyVersion(k, 0)
+	}
+	return v
+}

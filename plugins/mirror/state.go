@@ -1,0 +1,219 @@
+package mirror
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+
+	"github.com/tandem-kafka/tandem/engine/coord"
+)
+
+// State is a mirror partition's state (KIP-1279). The numbers are what
+// __mirror_state and ReadMirrorStates/WriteMirrorStates carry.
+type State int8
+
+const (
+	Unknown State = iota
+	Preparing
+	Mirroring
+	EpochFencing
+	Pausing
+	Paused
+	Stopping
+	Stopped
+	Failed
+)
+
+var stateNames = [...]string{"UNKNOWN", "PREPARING", "MIRRORING", "EPOCH_FENCING", "PAUSING", "PAUSED", "STOPPING", "STOPPED", "FAILED"}
+
+func (s State) String() string {
+	if s >= 0 && int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "UNKNOWN"
+}
+
+// canMove reports whether the KIP allows s → to. FAILED is reachable from
+// any state; a failed partition restarts (PREPARING) when its topic is
+// resumed or added again.
+func (s State) canMove(to State) bool {
+	if to == Failed || to == s {
+		return true
+	}
+	switch s {
+	case Unknown:
+		return to == Preparing || to == Mirroring || to == Paused || to == Stopping || to == Stopped
+	case Preparing:
+		return to == Mirroring || to == Pausing || to == Stopping
+	case Mirroring:
+		return to == EpochFencing || to == Pausing || to == Stopping || to == Preparing
+	case EpochFencing:
+		return to == Mirroring || to == Pausing || to == Stopping
+	case Pausing:
+		return to == Paused || to == Stopping
+	case Paused:
+		return to == Mirroring || to == Stopping
+	case Stopping:
+		return to == Stopped
+	case Stopped:
+		return to == Preparing // the topic is added to a mirror again (failback)
+	case Failed:
+		return to == Preparing || to == Stopping
+	}
+	return false
+}
+
+// pkey names a mirror partition.
+type pkey struct {
+	mirror    string
+	topic     string
+	partition int32
+}
+
+// pstate is a mirror partition's persisted state: the MirrorPartitionState
+// and LastMirroredOffsets records of __mirror_state.
+type pstate struct {
+	State   State
+	Reason  string
+	TopicID [16]byte
+	LMO     int64 // last mirrored offset (-1: none)
+	LME     int32 // last mirror epoch (-1: none)
+}
+
+// Records of __mirror_state. Keys start with an int16 type, as Kafka's
+// coordinator records do: 1 LastMirroredOffsets, 2 MirrorPartitionState,
+// each keyed by (mirror, topic, partition) so that compaction keeps one
+// record per partition. Values start with an int16 version (0).
+const (
+	recLastMirrored int16 = 1
+	recPartState    int16 = 2
+)
+
+func recordKey(typ int16, k pkey) []byte {
+	b := kbin.AppendInt16(nil, typ)
+	b = kbin.AppendString(b, k.mirror)
+	b = kbin.AppendString(b, k.topic)
+	return kbin.AppendInt32(b, k.partition)
+}
+
+func stateValue(s pstate) []byte {
+	b := kbin.AppendInt16(nil, 0)
+	b = kbin.AppendInt8(b, int8(s.State))
+	b = kbin.AppendUuid(b, s.TopicID)
+	return kbin.AppendString(b, s.Reason)
+}
+
+func offsetsValue(s pstate) []byte {
+	b := kbin.AppendInt16(nil, 0)
+	b = kbin.AppendInt64(b, s.LMO)
+	return kbin.AppendInt32(b, s.LME)
+}
+
+// shard is the state machine of one __mirror_state partition.
+type shard struct {
+	parts map[pkey]*pstate
+}
+
+func (s *shard) get(k pkey) *pstate {
+	p := s.parts[k]
+	if p == nil {
+		p = &pstate{LMO: -1, LME: -1}
+		s.parts[k] = p
+	}
+	return p
+}
+
+// Replay implements coord.StateMachine.
+func (s *shard) Replay(key, value []byte) error {
+	r := kbin.Reader{Src: key}
+	typ := r.Int16()
+	k := pkey{r.String(), r.String(), r.Int32()}
+	if err := r.Complete(); err != nil {
+		return fmt.Errorf("mirror state key: %w", err)
+	}
+	if value == nil {
+		delete(s.parts, k)
+		return nil
+	}
+	v := kbin.Reader{Src: value}
+	v.Int16()
+	p := s.get(k)
+	switch typ {
+	case recPartState:
+		p.State = State(v.Int8())
+		p.TopicID = v.Uuid()
+		p.Reason = v.String()
+	case recLastMirrored:
+		p.LMO = v.Int64()
+		p.LME = v.Int32()
+	default:
+		return fmt.Errorf("mirror state record type %d", typ)
+	}
+	if err := v.Complete(); err != nil {
+		return fmt.Errorf("mirror state value: %w", err)
+	}
+	return nil
+}
+
+func (s *shard) Loaded(*coord.Shard) {}
+func (s *shard) Unloaded()           {}
+
+// coordKey is the string a mirror partition is routed by: its mirror,
+// topic ID and partition, so that a mirror's partitions spread over the
+// coordinators (FindCoordinator type MIRROR takes the same string).
+func coordKey(mirror string, id [16]byte, partition int32) string {
+	return mirror + ":" + base64.RawURLEncoding.EncodeToString(id[:]) + ":" + strconv.Itoa(int(partition))
+}
+
+// readState returns a mirror partition's state from the local shard.
+func (p *Plugin) readState(ctx context.Context, k pkey, id [16]byte) (pstate, error) {
+	var out pstate
+	err := p.rt.Do(ctx, p.rt.PartitionFor(coordKey(k.mirror, id, k.partition)), func(sh *coord.Shard) error {
+		if st := sh.State().(*shard).parts[k]; st != nil {
+			out = *st
+		} else {
+			out = pstate{LMO: -1, LME: -1, TopicID: id}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// writeState persists a partition's new state (and offsets, when they
+// changed) on the local shard, refusing transitions the KIP does not
+// allow.
+func (p *Plugin) writeState(ctx context.Context, k pkey, id [16]byte, update func(st *pstate) error) (pstate, error) {
+	var out pstate
+	err := p.rt.Do(ctx, p.rt.PartitionFor(coordKey(k.mirror, id, k.partition)), func(sh *coord.Shard) error {
+		s := sh.State().(*shard)
+		cur := pstate{LMO: -1, LME: -1}
+		if st := s.parts[k]; st != nil {
+			cur = *st
+		}
+		next := cur
+		next.TopicID = id
+		if err := update(&next); err != nil {
+			return err
+		}
+		if !cur.State.canMove(next.State) {
+			return fmt.Errorf("mirror %s topic %s partition %d: %s cannot move to %s", k.mirror, k.topic, k.partition, cur.State, next.State)
+		}
+		var recs []coord.Record
+		if next.State != cur.State || next.Reason != cur.Reason || next.TopicID != cur.TopicID {
+			recs = append(recs, coord.Record{Key: recordKey(recPartState, k), Value: stateValue(next)})
+		}
+		if next.LMO != cur.LMO || next.LME != cur.LME {
+			recs = append(recs, coord.Record{Key: recordKey(recLastMirrored, k), Value: offsetsValue(next)})
+		}
+		if err := sh.Write(ctx, recs...); err != nil {
+			return err
+		}
+		*s.get(k) = next
+		out = next
+		return nil
+	})
+	return out, err
+}

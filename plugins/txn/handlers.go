@@ -1,0 +1,464 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/server"
+)
+
+// errRetry asks InitProducerId to run again once a fenced transaction is
+// aborted.
+var errRetry = errors.New("retry")
+
+// InitTransactionalProducerID implements server.TxnCoordinator: the
+// broker has checked WRITE on the transactional id. A known id gets its
+// epoch bumped, which fences every older producer of the id; a
+// transaction the old producer left open is aborted first.
+func (p *Plugin) InitTransactionalProducerID(ctx context.Context, rc *server.RequestContext, req *kmsg.InitProducerIDRequest) *kmsg.InitProducerIDResponse {
+	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+	resp.ProducerID, resp.ProducerEpoch = -1, -1
+	id := *req.TransactionalID
+	if id == "" {
+		resp.ErrorCode = kerr.InvalidRequest.Code
+		return resp
+	}
+	if req.TransactionTimeoutMillis <= 0 || int64(req.TransactionTimeoutMillis) > p.cfg.MaxTimeout.Milliseconds() {
+		resp.ErrorCode = kerr.InvalidTransactionTimeout.Code
+		return resp
+	}
+	given := req.Version >= 3 && req.ProducerID >= 0
+	for attempt := 0; attempt < 3; attempt++ {
+		var end *ending
+		err := p.do(ctx, id, func(s *shardState) error {
+			m := s.txns[id]
+			if m == nil {
+				pid, err := p.producerID(ctx)
+				if err != nil {
+					return err
+				}
+				n := &txnMeta{id: id, pid: pid, timeoutMs: req.TransactionTimeoutMillis, state: stEmpty, startMs: -1}
+				if err := s.put(n); err != nil {
+					return err
+				}
+				resp.ProducerID, resp.ProducerEpoch = n.pid, n.epoch
+				return nil
+			}
+			if given && (req.ProducerID != m.pid || req.ProducerEpoch > m.epoch) {
+				// KIP-360: only the id's current producer may bump its
+				// own epoch; anyone else holds a stale id.
+				return fmt.Errorf("transactional id %s has producer %d epoch %d, not %d/%d: %w", id, m.pid, m.epoch, req.ProducerID, req.ProducerEpoch, fenced(req.Version, 4))
+			}
+			switch m.state {
+			case stPrepareCommit, stPrepareAbort:
+				return kerr.ConcurrentTransactions
+			case stOngoing:
+				e, err := s.prepareEnd(m, false, true)
+				if err != nil {
+					return err
+				}
+				end = &e
+				return errRetry
+			}
+			n := m.clone()
+			if n.epoch >= maxEpoch {
+				pid, err := p.producerID(ctx)
+				if err != nil {
+					return err
+				}
+				n.pid, n.epoch = pid, 0
+			} else {
+				n.epoch++
+			}
+			n.timeoutMs, n.state, n.parts, n.startMs = req.TransactionTimeoutMillis, stEmpty, nil, -1
+			if err := s.put(n); err != nil {
+				return err
+			}
+			resp.ProducerID, resp.ProducerEpoch = n.pid, n.epoch
+			return nil
+		})
+		if errors.Is(err, errRetry) {
+			if err := p.complete(ctx, *end); err != nil {
+				resp.ErrorCode = kerr.ConcurrentTransactions.Code // the client retries
+				return resp
+			}
+			continue
+		}
+		resp.ErrorCode = code(err)
+		if err != nil {
+			p.log.Debug("InitProducerId", "transactional_id", id, "err", err)
+		}
+		return resp
+	}
+	resp.ErrorCode = kerr.ConcurrentTransactions.Code
+	return resp
+}
+
+// checkProducer validates a request's producer against the id's state.
+func checkProducer(m *txnMeta, pid int64, epoch int16, version, fencedSince int16) error {
+	switch {
+	case m == nil || m.pid != pid:
+		return kerr.InvalidProducerIDMapping
+	case epoch != m.epoch:
+		return fenced(version, fencedSince)
+	case m.state == stPrepareCommit || m.state == stPrepareAbort:
+		return kerr.ConcurrentTransactions
+	}
+	return nil
+}
+
+// addPartitions adds partitions to the id's transaction, starting one if
+// none is open.
+func (s *shardState) addPartitions(id string, pid int64, epoch int16, version, fencedSince int16, parts []server.TopicPartition) error {
+	m := s.txns[id]
+	if err := checkProducer(m, pid, epoch, version, fencedSince); err != nil {
+		return err
+	}
+	if m.state == stOngoing && !slices.ContainsFunc(parts, func(tp server.TopicPartition) bool { return !m.parts[tp] }) {
+		return nil
+	}
+	n := m.clone()
+	if n.state != stOngoing {
+		n.state, n.startMs, n.parts = stOngoing, s.p.now().UnixMilli(), map[server.TopicPartition]bool{}
+	}
+	for _, tp := range parts {
+		n.parts[tp] = true
+	}
+	return s.put(n)
+}
+
+// VerifyTxnPartition implements server.TxnCoordinator (KIP-890 part 1):
+// the partition must be in the producer's ongoing transaction.
+func (p *Plugin) VerifyTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp server.TopicPartition) error {
+	return p.do(ctx, txnID, func(s *shardState) error {
+		m := s.txns[txnID]
+		switch {
+		case m == nil || m.pid != pid:
+			return fmt.Errorf("transactional id %s: producer %d unknown: %w", txnID, pid, kerr.InvalidProducerIDMapping)
+		case epoch < m.epoch:
+			return fmt.Errorf("transactional id %s: epoch %d is older than %d: %w", txnID, epoch, m.epoch, kerr.InvalidProducerEpoch)
+		case m.state != stOngoing || !m.parts[tp]:
+			return fmt.Errorf("%s-%d is not in transaction %s: %w", tp.Topic, tp.Partition, txnID, kerr.InvalidTxnState)
+		}
+		return nil
+	})
+}
+
+// topicCheck is the per-partition error of AddPartitionsToTxn before the
+// coordinator is asked: authorization and existence.
+func (p *Plugin) topicCheck(rc *server.RequestContext, topic string, partition int32) *kerr.Error {
+	if !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTopic, topic) {
+		return kerr.TopicAuthorizationFailed
+	}
+	img := p.image()
+	if img == nil {
+		return kerr.UnknownTopicOrPartition
+	}
+	if t := img.Topics[topic]; t == nil || partition < 0 || int(partition) >= len(t.Partitions) {
+		return kerr.UnknownTopicOrPartition
+	}
+	return nil
+}
+
+type txnTopic struct {
+	topic      string
+	partitions []int32
+}
+
+// addTxn answers one transaction of AddPartitionsToTxn: per topic, per
+// partition codes.
+func (p *Plugin) addTxn(ctx context.Context, rc *server.RequestContext, version int16, id string, pid int64, epoch int16, verify bool, topics []txnTopic) map[string]map[int32]int16 {
+	codes := map[string]map[int32]int16{}
+	set := func(t string, part int32, c int16) {
+		if codes[t] == nil {
+			codes[t] = map[int32]int16{}
+		}
+		codes[t][part] = c
+	}
+	var parts []server.TopicPartition
+	failed := false
+	for _, t := range topics {
+		for _, part := range t.partitions {
+			if e := p.topicCheck(rc, t.topic, part); e != nil && !verify {
+				set(t.topic, part, e.Code)
+				failed = true
+				continue
+			}
+			parts = append(parts, server.TopicPartition{Topic: t.topic, Partition: part})
+		}
+	}
+	if !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTransactionalId, id) {
+		for _, t := range topics {
+			for _, part := range t.partitions {
+				set(t.topic, part, kerr.TransactionalIDAuthorizationFailed.Code)
+			}
+		}
+		return codes
+	}
+	if failed {
+		for _, tp := range parts {
+			set(tp.Topic, tp.Partition, kerr.OperationNotAttempted.Code)
+		}
+		return codes
+	}
+	if verify {
+		for _, tp := range parts {
+			set(tp.Topic, tp.Partition, code(p.VerifyTxnPartition(ctx, id, pid, epoch, tp)))
+		}
+		return codes
+	}
+	c := code(p.do(ctx, id, func(s *shardState) error {
+		return s.addPartitions(id, pid, epoch, version, 2, parts)
+	}))
+	for _, tp := range parts {
+		set(tp.Topic, tp.Partition, c)
+	}
+	return codes
+}
+
+func (p *Plugin) handleAddPartitions(ctx context.Context, rc *server.RequestContext, req *kmsg.AddPartitionsToTxnRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
+	if req.Version < 4 {
+		topics := make([]txnTopic, len(req.Topics))
+		for i, t := range req.Topics {
+			topics[i] = txnTopic{t.Topic, t.Partitions}
+		}
+		codes := p.addTxn(ctx, rc, req.Version, req.TransactionalID, req.ProducerID, req.ProducerEpoch, false, topics)
+		for _, t := range req.Topics {
+			rt := kmsg.NewAddPartitionsToTxnResponseTopic()
+			rt.Topic = t.Topic
+			for _, part := range t.Partitions {
+				rp := kmsg.NewAddPartitionsToTxnResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = part, codes[t.Topic][part]
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp
+	}
+	// v4+ is broker to broker (KIP-890): batched, with a verify-only mode.
+	if !rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp
+	}
+	for _, tx := range req.Transactions {
+		topics := make([]txnTopic, len(tx.Topics))
+		for i, t := range tx.Topics {
+			topics[i] = txnTopic{t.Topic, t.Partitions}
+		}
+		codes := p.addTxn(ctx, rc, req.Version, tx.TransactionalID, tx.ProducerID, tx.ProducerEpoch, tx.VerifyOnly, topics)
+		rtx := kmsg.NewAddPartitionsToTxnResponseTransaction()
+		rtx.TransactionalID = tx.TransactionalID
+		for _, t := range tx.Topics {
+			rt := kmsg.NewAddPartitionsToTxnResponseTransactionTopic()
+			rt.Topic = t.Topic
+			for _, part := range t.Partitions {
+				rp := kmsg.NewAddPartitionsToTxnResponseTransactionTopicPartition()
+				rp.Partition, rp.ErrorCode = part, codes[t.Topic][part]
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			rtx.Topics = append(rtx.Topics, rt)
+		}
+		resp.Transactions = append(resp.Transactions, rtx)
+	}
+	return resp
+}
+
+func (p *Plugin) handleAddOffsets(ctx context.Context, rc *server.RequestContext, req *kmsg.AddOffsetsToTxnRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
+	switch {
+	case !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTransactionalId, req.TransactionalID):
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+	case !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, req.Group):
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+	default:
+		tp := server.TopicPartition{Topic: offsetsTopic, Partition: coord.PartitionFor(req.Group, p.partitionCount(offsetsTopic, p.cfg.OffsetsPartitions))}
+		resp.ErrorCode = code(p.do(ctx, req.TransactionalID, func(s *shardState) error {
+			return s.addPartitions(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Version, 2, []server.TopicPartition{tp})
+		}))
+	}
+	return resp
+}
+
+func (p *Plugin) handleEndTxn(ctx context.Context, rc *server.RequestContext, req *kmsg.EndTxnRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.EndTxnResponse)
+	resp.ProducerID, resp.ProducerEpoch = -1, -1
+	if !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTransactionalId, req.TransactionalID) {
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		return resp
+	}
+	var end *ending
+	err := p.do(ctx, req.TransactionalID, func(s *shardState) error {
+		m := s.txns[req.TransactionalID]
+		switch {
+		case m == nil || m.pid != req.ProducerID:
+			return kerr.InvalidProducerIDMapping
+		case req.ProducerEpoch != m.epoch:
+			return fenced(req.Version, 2)
+		}
+		switch m.state {
+		case stOngoing:
+			e, err := s.prepareEnd(m, req.Commit, false)
+			if err != nil {
+				return err
+			}
+			end = &e
+			return nil
+		case stCompleteCommt:
+			if req.Commit {
+				return nil // a retry of the commit that completed
+			}
+		case stCompleteAbort:
+			if !req.Commit {
+				return nil
+			}
+		case stPrepareCommit:
+			if req.Commit {
+				return kerr.ConcurrentTransactions
+			}
+		case stPrepareAbort:
+			if !req.Commit {
+				return kerr.ConcurrentTransactions
+			}
+		}
+		return fmt.Errorf("transactional id %s is %s: %w", req.TransactionalID, stateName(m.state), kerr.InvalidTxnState)
+	})
+	if err == nil && end != nil {
+		// The outcome is written: the markers follow before we answer,
+		// so that the producer's next transaction finds this one done
+		// (on failure they are retried in the background).
+		p.complete(ctx, *end)
+	}
+	resp.ErrorCode = code(err)
+	return resp
+}
+
+func (p *Plugin) handleWriteTxnMarkers(ctx context.Context, rc *server.RequestContext, req *kmsg.WriteTxnMarkersRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
+	allowed := rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster")
+	for _, rm := range req.Markers {
+		out := kmsg.NewWriteTxnMarkersResponseMarker()
+		out.ProducerID = rm.ProducerID
+		m := engine.Marker{ProducerID: rm.ProducerID, ProducerEpoch: rm.ProducerEpoch, CoordinatorEpoch: rm.CoordinatorEpoch, Commit: rm.Committed}
+		for _, rt := range rm.Topics {
+			ot := kmsg.NewWriteTxnMarkersResponseMarkerTopic()
+			ot.Topic = rt.Topic
+			for _, part := range rt.Partitions {
+				op := kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
+				op.Partition = part
+				if !allowed {
+					op.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+				} else if img := p.image(); img == nil || img.Topics[rt.Topic] == nil || int(part) >= len(img.Topics[rt.Topic].Partitions) || part < 0 {
+					op.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				} else {
+					op.ErrorCode = code(p.writeMarker(ctx, server.TopicPartition{Topic: rt.Topic, Partition: part}, m))
+				}
+				ot.Partitions = append(ot.Partitions, op)
+			}
+			out.Topics = append(out.Topics, ot)
+		}
+		resp.Markers = append(resp.Markers, out)
+	}
+	return resp
+}
+
+func describeState(m *txnMeta) kmsg.DescribeTransactionsResponseTransactionState {
+	st := kmsg.NewDescribeTransactionsResponseTransactionState()
+	st.TransactionalID, st.State, st.TimeoutMillis = m.id, stateName(m.state), m.timeoutMs
+	st.StartTimestamp, st.ProducerID, st.ProducerEpoch = m.startMs, m.pid, m.epoch
+	for _, tp := range m.sortedParts() {
+		if n := len(st.Topics); n == 0 || st.Topics[n-1].Topic != tp.Topic {
+			t := kmsg.NewDescribeTransactionsResponseTransactionStateTopic()
+			t.Topic = tp.Topic
+			st.Topics = append(st.Topics, t)
+		}
+		t := &st.Topics[len(st.Topics)-1]
+		t.Partitions = append(t.Partitions, tp.Partition)
+	}
+	return st
+}
+
+func (p *Plugin) handleDescribe(ctx context.Context, rc *server.RequestContext, req *kmsg.DescribeTransactionsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.DescribeTransactionsResponse)
+	for _, id := range req.TransactionalIDs {
+		st := kmsg.NewDescribeTransactionsResponseTransactionState()
+		st.TransactionalID, st.ProducerID, st.ProducerEpoch = id, -1, -1
+		if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTransactionalId, id) {
+			st.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+			resp.TransactionStates = append(resp.TransactionStates, st)
+			continue
+		}
+		err := p.do(ctx, id, func(s *shardState) error {
+			m := s.txns[id]
+			if m == nil {
+				return kerr.TransactionalIDNotFound
+			}
+			st = describeState(m)
+			return nil
+		})
+		st.ErrorCode = code(err)
+		resp.TransactionStates = append(resp.TransactionStates, st)
+	}
+	return resp
+}
+
+func (p *Plugin) handleList(ctx context.Context, rc *server.RequestContext, req *kmsg.ListTransactionsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.ListTransactionsResponse)
+	states := map[string]bool{}
+	for _, s := range req.StateFilters {
+		known := false
+		for st := stEmpty; st <= kmsg.TransactionStatePrepareEpochFence; st++ {
+			known = known || stateName(st) == s
+		}
+		if !known {
+			resp.UnknownStateFilters = append(resp.UnknownStateFilters, s)
+			continue
+		}
+		states[s] = true
+	}
+	var pattern *regexp.Regexp
+	if req.Version >= 2 && req.TransactionalIDPattern != nil && *req.TransactionalIDPattern != "" {
+		var err error
+		if pattern, err = regexp.Compile(*req.TransactionalIDPattern); err != nil {
+			resp.ErrorCode = kerr.InvalidRegularExpression.Code
+			return resp
+		}
+	}
+	now := p.now().UnixMilli()
+	for _, sh := range p.rt.Shards() {
+		sh.Do(ctx, func(*coord.Shard) error {
+			for _, m := range sh.State().(*shardState).txns {
+				switch {
+				case len(req.StateFilters) > 0 && !states[stateName(m.state)]:
+				case len(req.ProducerIDFilters) > 0 && !slices.Contains(req.ProducerIDFilters, m.pid):
+				case req.DurationFilterMillis >= 0 && req.Version >= 1 && (m.startMs < 0 || now-m.startMs < req.DurationFilterMillis):
+				case pattern != nil && !pattern.MatchString(m.id):
+				case !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTransactionalId, m.id):
+				default:
+					st := kmsg.NewListTransactionsResponseTransactionState()
+					st.TransactionalID, st.ProducerID, st.TransactionState = m.id, m.pid, stateName(m.state)
+					resp.TransactionStates = append(resp.TransactionStates, st)
+				}
+			}
+			return nil
+		})
+	}
+	slices.SortFunc(resp.TransactionStates, func(a, b kmsg.ListTransactionsResponseTransactionState) int {
+		if a.TransactionalID < b.TransactionalID {
+			return -1
+		}
+		if a.TransactionalID > b.TransactionalID {
+			return 1
+		}
+		return 0
+	})
+	return resp
+}

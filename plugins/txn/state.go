@@ -1,0 +1,219 @@
+package txn
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/server"
+)
+
+// Transaction states, Kafka's (kmsg.TransactionState numbers them as
+// __transaction_state stores them).
+const (
+	stEmpty         = kmsg.TransactionStateEmpty
+	stOngoing       = kmsg.TransactionStateOngoing
+	stPrepareCommit = kmsg.TransactionStatePrepareCommit
+	stPrepareAbort  = kmsg.TransactionStatePrepareAbort
+	stCompleteCommt = kmsg.TransactionStateCompleteCommit
+	stCompleteAbort = kmsg.TransactionStateCompleteAbort
+	stDead          = kmsg.TransactionStateDead
+)
+
+// stateName is the state as DescribeTransactions and ListTransactions
+// name it.
+func stateName(s kmsg.TransactionState) string {
+	names := [...]string{"Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead", "PrepareEpochFence"}
+	if int(s) < len(names) {
+		return names[s]
+	}
+	return "Unknown"
+}
+
+// txnMeta is one transactional id's state, as a TxnMetadataValue stores it.
+type txnMeta struct {
+	id        string
+	pid       int64
+	epoch     int16
+	timeoutMs int32
+	state     kmsg.TransactionState
+	parts     map[server.TopicPartition]bool
+	startMs   int64 // start of the transaction, -1 when none
+	updateMs  int64
+}
+
+func (m *txnMeta) clone() *txnMeta {
+	c := *m
+	c.parts = maps.Clone(m.parts)
+	if c.parts == nil {
+		c.parts = map[server.TopicPartition]bool{}
+	}
+	return &c
+}
+
+func (m *txnMeta) sortedParts() []server.TopicPartition {
+	return slices.SortedFunc(maps.Keys(m.parts), func(a, b server.TopicPartition) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return int(a.Partition - b.Partition)
+	})
+}
+
+// Records of __transaction_state, in Apache Kafka's formats:
+// TxnMetadataKey v0 (transactional id) → TxnMetadataValue v0.
+func txnKey(id string) []byte {
+	k := kmsg.TxnMetadataKey{Version: 0, TransactionalID: id}
+	return k.AppendTo(nil)
+}
+
+func txnValue(m *txnMeta) []byte {
+	v := kmsg.TxnMetadataValue{Version: 0, ProducerID: m.pid, ProducerEpoch: m.epoch, TimeoutMillis: m.timeoutMs,
+		State: m.state, LastUpdateTimestamp: m.updateMs, StartTimestamp: m.startMs}
+	var cur *kmsg.TxnMetadataValueTopic
+	for _, tp := range m.sortedParts() {
+		if cur == nil || cur.Topic != tp.Topic {
+			v.Topics = append(v.Topics, kmsg.TxnMetadataValueTopic{Topic: tp.Topic})
+			cur = &v.Topics[len(v.Topics)-1]
+		}
+		cur.Partitions = append(cur.Partitions, tp.Partition)
+	}
+	return v.AppendTo(nil)
+}
+
+func decodeTxn(key, value []byte) (*txnMeta, string, error) {
+	if len(key) < 2 || binary.BigEndian.Uint16(key) != 0 {
+		return nil, "", fmt.Errorf("unknown key of %d bytes", len(key))
+	}
+	var k kmsg.TxnMetadataKey
+	if err := k.ReadFrom(key); err != nil {
+		return nil, "", fmt.Errorf("transaction key: %w", err)
+	}
+	if value == nil {
+		return nil, k.TransactionalID, nil
+	}
+	var v kmsg.TxnMetadataValue
+	if err := v.ReadFrom(value); err != nil {
+		return nil, "", fmt.Errorf("transaction %s value: %w", k.TransactionalID, err)
+	}
+	m := &txnMeta{id: k.TransactionalID, pid: v.ProducerID, epoch: v.ProducerEpoch, timeoutMs: v.TimeoutMillis,
+		state: v.State, parts: map[server.TopicPartition]bool{}, startMs: v.StartTimestamp, updateMs: v.LastUpdateTimestamp}
+	for _, t := range v.Topics {
+		for _, p := range t.Partitions {
+			m.parts[server.TopicPartition{Topic: t.Topic, Partition: p}] = true
+		}
+	}
+	return m, k.TransactionalID, nil
+}
+
+// shardState is one partition of __transaction_state: the transactional
+// ids hashed to it. The coordinator runtime serialises every call.
+type shardState struct {
+	p    *Plugin
+	sh   *coord.Shard // set by Loaded
+	txns map[string]*txnMeta
+}
+
+// Replay implements coord.StateMachine.
+func (s *shardState) Replay(key, value []byte) error {
+	m, id, err := decodeTxn(key, value)
+	if err != nil {
+		s.p.log.Warn("skipping undecodable record of "+Topic, "err", err)
+		return nil
+	}
+	if m == nil {
+		delete(s.txns, id)
+		return nil
+	}
+	s.txns[id] = m
+	return nil
+}
+
+// Loaded implements coord.StateMachine: transactions that were being
+// completed when the previous coordinator stopped are completed now (the
+// outcome was decided: only markers and the final record may be missing),
+// and the expiry pass starts.
+func (s *shardState) Loaded(sh *coord.Shard) {
+	s.sh = sh
+	for _, m := range s.txns {
+		if m.state == stPrepareCommit || m.state == stPrepareAbort {
+			s.p.completeLater(s.endOf(m), 0)
+		}
+	}
+	var expire func()
+	expire = func() {
+		s.abortExpired()
+		sh.AfterFunc(s.p.cfg.AbortInterval, expire)
+	}
+	sh.AfterFunc(s.p.cfg.AbortInterval, expire)
+}
+
+// Unloaded implements coord.StateMachine. Nothing waits on the state.
+func (s *shardState) Unloaded() { s.txns = nil }
+
+// put writes m's record, then makes it the state.
+func (s *shardState) put(m *txnMeta) error {
+	m.updateMs = s.p.now().UnixMilli()
+	if err := s.sh.Write(s.sh.Context(), coord.Record{Key: txnKey(m.id), Value: txnValue(m)}); err != nil {
+		return err
+	}
+	s.txns[m.id] = m
+	return nil
+}
+
+// ending is a transaction whose outcome is written (PrepareCommit or
+// PrepareAbort) and whose markers are to be written.
+type ending struct {
+	id         string
+	pid        int64
+	epoch      int16
+	coordEpoch int32
+	commit     bool
+	parts      []server.TopicPartition
+}
+
+func (s *shardState) endOf(m *txnMeta) ending {
+	return ending{id: m.id, pid: m.pid, epoch: m.epoch, coordEpoch: s.sh.Epoch(), commit: m.state == stPrepareCommit, parts: m.sortedParts()}
+}
+
+// prepareEnd moves an ongoing transaction to PrepareCommit or
+// PrepareAbort; fence bumps the epoch first, so that the producer that
+// ran the transaction is fenced (a timed-out transaction, or a new
+// producer taking the transactional id over).
+func (s *shardState) prepareEnd(m *txnMeta, commit, fence bool) (ending, error) {
+	n := m.clone()
+	n.state = stPrepareAbort
+	if commit {
+		n.state = stPrepareCommit
+	}
+	if fence && n.epoch < maxEpoch {
+		n.epoch++
+	}
+	if err := s.put(n); err != nil {
+		return ending{}, err
+	}
+	return s.endOf(n), nil
+}
+
+// abortExpired aborts the transactions open longer than their timeout
+// (transaction.abort.timed.out.transaction.cleanup.interval.ms runs it).
+func (s *shardState) abortExpired() {
+	now := s.p.now().UnixMilli()
+	for _, m := range s.txns {
+		if m.state != stOngoing || m.startMs+int64(m.timeoutMs) > now {
+			continue
+		}
+		e, err := s.prepareEnd(m, false, true)
+		if err != nil {
+			s.p.log.Warn("aborting timed-out transaction", "transactional_id", m.id, "err", err)
+			continue
+		}
+		s.p.log.Info("aborting timed-out transaction", "transactional_id", m.id, "producer_id", m.pid, "timeout_ms", m.timeoutMs)
+		s.p.completeLater(e, 0)
+	}
+}

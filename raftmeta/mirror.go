@@ -1,0 +1,282 @@
+package raftmeta
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// Cluster mirroring metadata (KIP-1279): mirror definitions with their
+// configs (the MIRROR config resource, type 64) and which topics each
+// mirror manages. The records are:
+//
+//   - Mirror {mirror}: creates a mirror, or replaces its configs.
+//   - RemoveMirror {name}: deletes a mirror; its topics stay as they are.
+//   - MirrorTopic {mirrorTopic}: makes a topic a member of a mirror
+//     (removing it from any other), or marks the membership stopped: a
+//     stopped topic is writable and is kept only to find its last mirror
+//     epoch on failback.
+//
+// Mirror topics themselves are ordinary Topic and Partition records,
+// written in the same batch as their MirrorTopic records so that a topic
+// never exists half-added.
+
+const (
+	RecordMirror       RecordType = "Mirror"
+	RecordRemoveMirror RecordType = "RemoveMirror"
+	RecordMirrorTopic  RecordType = "MirrorTopic"
+)
+
+// ConfigResourceMirror is the MIRROR config resource type of KIP-1279.
+const ConfigResourceMirror ConfigResource = 64
+
+// Mirror is a cluster mirror in the image.
+type Mirror struct {
+	Name    string                 `json:"name"`
+	Configs map[string]string      `json:"configs,omitempty"`
+	Topics  map[string]MirrorTopic `json:"topics,omitempty"` // by topic name
+}
+
+// MirrorTopic is a topic's membership of a mirror.
+type MirrorTopic struct {
+	ID      UUID `json:"id"`
+	Stopped bool `json:"stopped,omitempty"`
+}
+
+// MirrorTopicRecord sets a topic's membership.
+type MirrorTopicRecord struct {
+	Mirror  string `json:"mirror"`
+	Topic   string `json:"topic"`
+	ID      UUID   `json:"id"`
+	Stopped bool   `json:"stopped,omitempty"`
+}
+
+// mirrorRecords holds the record bodies of this file (embedded in Record).
+type mirrorRecords struct {
+	Mirror       *Mirror            `json:"mirror,omitempty"`
+	RemoveMirror string             `json:"removeMirror,omitempty"`
+	MirrorTopic  *MirrorTopicRecord `json:"mirrorTopic,omitempty"`
+}
+
+// mirrorImage is the mirror state of an Image (embedded in Image); the
+// map and its values are replaced, never modified.
+type mirrorImage struct {
+	Mirrors map[string]*Mirror `json:"mirrors,omitempty"`
+}
+
+// MirrorOf returns the mirror that actively mirrors topic (not stopped),
+// or "".
+func (img *Image) MirrorOf(topic string) string {
+	for _, m := range img.Mirrors {
+		if mt, ok := m.Topics[topic]; ok && !mt.Stopped {
+			return m.Name
+		}
+	}
+	return ""
+}
+
+// LastMirrorOf returns the mirror that holds topic, stopped or not.
+func (img *Image) LastMirrorOf(topic string) (string, MirrorTopic, bool) {
+	for _, m := range img.Mirrors {
+		if mt, ok := m.Topics[topic]; ok {
+			return m.Name, mt, true
+		}
+	}
+	return "", MirrorTopic{}, false
+}
+
+func (m *Mirror) clone() *Mirror {
+	c := *m
+	c.Configs = maps.Clone(m.Configs)
+	c.Topics = maps.Clone(m.Topics)
+	return &c
+}
+
+// applyMirror applies a record of this file; ok is false for other types.
+func (b *builder) applyMirror(r *Record) (ok bool, err error) {
+	img := b.img
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%s record: %s: %w", r.Type, fmt.Sprintf(format, args...), kerr.InvalidRequest)
+	}
+	switch r.Type {
+	case RecordMirror:
+		if r.Mirror == nil || r.Mirror.Name == "" {
+			return true, bad("missing mirror")
+		}
+		img.Mirrors = cloneMap(img.Mirrors)
+		m := &Mirror{Name: r.Mirror.Name, Configs: maps.Clone(r.Mirror.Configs)}
+		if old := img.Mirrors[m.Name]; old != nil {
+			m.Topics = maps.Clone(old.Topics)
+		}
+		img.Mirrors[m.Name] = m
+	case RecordRemoveMirror:
+		if img.Mirrors[r.RemoveMirror] == nil {
+			return true, bad("no mirror %q", r.RemoveMirror)
+		}
+		img.Mirrors = cloneMap(img.Mirrors)
+		delete(img.Mirrors, r.RemoveMirror)
+	case RecordMirrorTopic:
+		mt := r.MirrorTopic
+		if mt == nil || img.Mirrors[mt.Mirror] == nil {
+			return true, bad("missing mirror topic or unknown mirror")
+		}
+		if t := img.Topics[mt.Topic]; t == nil || t.ID != mt.ID {
+			return true, fmt.Errorf("mirror topic %q: %w", mt.Topic, kerr.UnknownTopicOrPartition)
+		}
+		img.Mirrors = cloneMap(img.Mirrors)
+		for name, m := range img.Mirrors {
+			if _, ok := m.Topics[mt.Topic]; ok && name != mt.Mirror {
+				m = m.clone()
+				delete(m.Topics, mt.Topic)
+				img.Mirrors[name] = m
+			}
+		}
+		m := img.Mirrors[mt.Mirror].clone()
+		if m.Topics == nil {
+			m.Topics = map[string]MirrorTopic{}
+		}
+		m.Topics[mt.Topic] = MirrorTopic{ID: mt.ID, Stopped: mt.Stopped}
+		img.Mirrors[mt.Mirror] = m
+	default:
+		return false, nil
+	}
+	if len(img.Mirrors) == 0 {
+		img.Mirrors = nil
+	}
+	return true, nil
+}
+
+// CreateMirror defines a mirror. It fails with INVALID_REQUEST if the name
+// is taken or invalid.
+func (c *Controller) CreateMirror(ctx context.Context, name string, configs map[string]string) error {
+	img, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.unlock()
+	if err := ValidTopicName(name); err != nil {
+		return fmt.Errorf("create mirror: mirror names follow topic name rules: %w", err)
+	}
+	if img.Mirrors[name] != nil {
+		return fmt.Errorf("create mirror: mirror %q already exists: %w", name, kerr.InvalidRequest)
+	}
+	return c.propose(ctx, Record{Type: RecordMirror, mirrorRecords: mirrorRecords{Mirror: &Mirror{Name: name, Configs: configs}}})
+}
+
+// AlterMirrorConfigs replaces a mirror's configs.
+func (c *Controller) AlterMirrorConfigs(ctx context.Context, name string, configs map[string]string) error {
+	img, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.unlock()
+	if img.Mirrors[name] == nil {
+		return fmt.Errorf("alter mirror configs: no mirror %q: %w", name, kerr.InvalidRequest)
+	}
+	return c.propose(ctx, Record{Type: RecordMirror, mirrorRecords: mirrorRecords{Mirror: &Mirror{Name: name, Configs: configs}}})
+}
+
+// DeleteMirror removes a mirror definition.
+func (c *Controller) DeleteMirror(ctx context.Context, name string) error {
+	img, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.unlock()
+	if img.Mirrors[name] == nil {
+		return fmt.Errorf("delete mirror: no mirror %q: %w", name, kerr.InvalidRequest)
+	}
+	return c.propose(ctx, Record{Type: RecordRemoveMirror, mirrorRecords: mirrorRecords{RemoveMirror: name}})
+}
+
+// AddMirrorTopics makes topics members of mirror, all or none, in one
+// batch. A spec whose topic does not exist here is created with the
+// spec's ID (the source's); one that exists must have that same ID and
+// partition count (failback: the old source becomes a destination). A
+// topic actively mirrored by another mirror is refused.
+func (c *Controller) AddMirrorTopics(ctx context.Context, mirror string, specs []TopicSpec) error {
+	img, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.unlock()
+	if img.Mirrors[mirror] == nil {
+		return fmt.Errorf("add mirror topics: no mirror %q: %w", mirror, kerr.InvalidRequest)
+	}
+	brokers := sortedBrokers(img)
+	var recs []Record
+	seen := map[string]bool{}
+	for i, s := range specs {
+		if seen[s.Name] {
+			return fmt.Errorf("topic %q appears twice: %w", s.Name, kerr.InvalidRequest)
+		}
+		seen[s.Name] = true
+		if s.ID.IsZero() {
+			return fmt.Errorf("topic %q: a mirror topic needs its source topic ID: %w", s.Name, kerr.InvalidRequest)
+		}
+		if other := img.MirrorOf(s.Name); other != "" {
+			return fmt.Errorf("topic %q is already mirrored by mirror %q: %w", s.Name, other, kerr.InvalidRequest)
+		}
+		if t := img.Topics[s.Name]; t != nil {
+			if t.ID != s.ID || int32(len(t.Partitions)) != s.Partitions {
+				return fmt.Errorf("topic %q exists here with ID %s and %d partitions, the source's has ID %s and %d: %w",
+					s.Name, t.ID.Base64(), len(t.Partitions), s.ID.Base64(), s.Partitions, kerr.TopicAlreadyExists)
+			}
+		} else {
+			if err := ValidTopicName(s.Name); err != nil {
+				return err
+			}
+			if img.TopicsByID[s.ID] != nil {
+				return fmt.Errorf("topic %q: topic ID %s is used by topic %q: %w", s.Name, s.ID.Base64(), img.TopicsByID[s.ID].Name, kerr.InvalidRequest)
+			}
+			if other := collision(img, s.Name); other != "" {
+				return fmt.Errorf("topic %q collides with topic %q: %w", s.Name, other, kerr.InvalidTopicException)
+			}
+			if s.Partitions <= 0 {
+				return fmt.Errorf("topic %q: %d partitions: %w", s.Name, s.Partitions, kerr.InvalidPartitions)
+			}
+			rf := int(min(max(s.ReplicationFactor, 1), int16(len(brokers))))
+			recs = append(recs, Record{Type: RecordTopic, Topic: &TopicRecord{Name: s.Name, ID: s.ID, Configs: s.Configs}})
+			recs = append(recs, partitionRecords(s.ID, 0, assign(brokers, len(img.Topics)+i, 0, int(s.Partitions), rf))...)
+		}
+		recs = append(recs, Record{Type: RecordMirrorTopic, mirrorRecords: mirrorRecords{MirrorTopic: &MirrorTopicRecord{Mirror: mirror, Topic: s.Name, ID: s.ID}}})
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := c.propose(ctx, recs...); err != nil {
+		return fmt.Errorf("add mirror topics: %w", err)
+	}
+	return nil
+}
+
+// StopMirrorTopic marks a topic's membership of mirror stopped: the topic
+// becomes writable.
+func (c *Controller) StopMirrorTopic(ctx context.Context, mirror, topic string) error {
+	img, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.unlock()
+	m := img.Mirrors[mirror]
+	if m == nil {
+		return fmt.Errorf("stop mirror topic: no mirror %q: %w", mirror, kerr.InvalidRequest)
+	}
+	mt, ok := m.Topics[topic]
+	if !ok {
+		return fmt.Errorf("stop mirror topic: topic %q is not in mirror %q: %w", topic, mirror, kerr.InvalidRequest)
+	}
+	if mt.Stopped {
+		return nil
+	}
+	return c.propose(ctx, Record{Type: RecordMirrorTopic, mirrorRecords: mirrorRecords{MirrorTopic: &MirrorTopicRecord{Mirror: mirror, Topic: topic, ID: mt.ID, Stopped: true}}})
+}
+
+// MirrorConfigKeyIsSecret reports whether a mirror config holds a secret
+// that is never returned in clear.
+func MirrorConfigKeyIsSecret(key string) bool {
+	return strings.Contains(key, "password") || key == "sasl.jaas.config" || key == "ssl.keystore.key"
+}

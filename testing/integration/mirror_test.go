@@ -1,0 +1,561 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/plugins/groups"
+	"github.com/tandem-kafka/tandem/plugins/mirror"
+	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/txn"
+	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
+)
+
+// mirrorCluster is a single-node in-process cluster with the groups,
+// transactions and mirror plugins, restartable on the same data and port.
+type mirrorCluster struct {
+	t         *testing.T
+	dir       string
+	listen    string
+	advertise string
+	b         *server.Broker
+}
+
+var mirrorProps = map[string]string{
+	"mirror.topic.num.partitions":               "4",
+	"offsets.topic.num.partitions":              "4",
+	"transaction.state.log.num.partitions":      "4",
+	"mirror.replica.fetch.backoff.ms":           "200",
+	"mirror.request.timeout.ms":                 "20000",
+	"mirror.socket.connection.setup.timeout.ms": "2000",
+	"replica.fetch.wait.max.ms":                 "200",
+}
+
+func startMirrorCluster(t *testing.T, advertise string) *mirrorCluster {
+	c := &mirrorCluster{t: t, dir: t.TempDir(), listen: "127.0.0.1:0", advertise: advertise}
+	c.start()
+	c.listen = c.b.Addr()
+	t.Cleanup(func() { c.b.Close() })
+	return c
+}
+
+func (c *mirrorCluster) start() {
+	c.t.Helper()
+	log := slog.New(slog.NewTextHandler(tWriterMirror{c.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b, err := server.New(server.Config{DataDir: c.dir, Listen: c.listen, Advertise: c.advertise, Props: mirrorProps, Logger: log,
+		Plugins: []any{groups.New(mirrorProps, log), txn.New(mirrorProps, log), mirror.New(mirrorProps, log)}})
+	if err != nil {
+		c.t.Fatalf("server.New: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Start(ctx); err != nil {
+		c.t.Fatalf("start broker: %v", err)
+	}
+	c.b = b
+}
+
+func (c *mirrorCluster) restart() {
+	c.t.Helper()
+	if err := c.b.Close(); err != nil {
+		c.t.Fatalf("close broker: %v", err)
+	}
+	c.start()
+}
+
+func (c *mirrorCluster) addr() string { return c.b.Addr() }
+
+func (c *mirrorCluster) client(opts ...kgo.Opt) *kgo.Client {
+	c.t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.addr()), kgo.RetryTimeout(20 * time.Second), admin.Opt()}, opts...)...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(cl.Close)
+	return cl
+}
+
+func (c *mirrorCluster) admin() *admin.Client { return admin.New(c.client()) }
+
+func (c *mirrorCluster) topic(name string) *raftmeta.Topic {
+	return c.b.Metadata().Image().Topics[name]
+}
+
+func (c *mirrorCluster) partition(topic string, p int32) *engine.Partition {
+	t := c.topic(topic)
+	if t == nil {
+		c.t.Fatalf("no topic %s", topic)
+	}
+	return c.b.Engine().Partition(engine.TopicID(t.ID), p)
+}
+
+type tWriterMirror struct{ t *testing.T }
+
+func (w tWriterMirror) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// batches reads every stored batch of a partition.
+func batches(t *testing.T, ep *engine.Partition) [][]byte {
+	t.Helper()
+	var out [][]byte
+	offs := ep.Offsets()
+	for off := offs.LogStart; off < offs.HighWatermark; {
+		res, err := ep.Fetch(off, 1<<20, engine.ReadUncommitted)
+		if err != nil {
+			t.Fatalf("fetch %d: %v", off, err)
+		}
+		if len(res.Batches) == 0 {
+			break
+		}
+		for _, b := range res.Batches {
+			base := int64(beUint64(b))
+			last := base + int64(beUint32(b[23:]))
+			if last < off {
+				continue
+			}
+			out = append(out, b)
+			off = last + 1
+		}
+	}
+	return out
+}
+
+func beUint64(b []byte) uint64 {
+	return uint64(beUint32(b))<<32 | uint64(beUint32(b[4:]))
+}
+func beUint32(b []byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func batchEpoch(b []byte) int32 { return int32(beUint32(b[12:])) }
+
+// sameLog fails unless both partitions hold the same batches, byte for byte.
+func sameLog(t *testing.T, what string, a, b *engine.Partition) {
+	t.Helper()
+	ab, bb := batches(t, a), batches(t, b)
+	if len(ab) != len(bb) {
+		t.Fatalf("%s: %d batches vs %d", what, len(ab), len(bb))
+	}
+	for i := range ab {
+		if !bytes.Equal(ab[i], bb[i]) {
+			t.Fatalf("%s: batch %d (offset %d) differs", what, i, beUint64(ab[i]))
+		}
+	}
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// states returns "topic/partition" → state of a mirror.
+func states(t *testing.T, a *admin.Client, name string) (map[string]mirror.PartitionDetail, mirror.DescribedMirror) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ms, err := a.DescribeMirrors(ctx, name)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("describe mirror %s: %v (%d mirrors)", name, err, len(ms))
+	}
+	out := map[string]mirror.PartitionDetail{}
+	for _, tp := range ms[0].Topics {
+		for _, p := range tp.Partitions {
+			out[fmt.Sprintf("%s/%d", tp.TopicName, p.PartitionIndex)] = p
+		}
+	}
+	return out, ms[0]
+}
+
+// caughtUp waits until every partition of topic is MIRRORING with lag 0
+// and the destination log ends where the source's does.
+func caughtUp(t *testing.T, src, dst *mirrorCluster, mirrorName, topic string, d time.Duration) {
+	t.Helper()
+	a := dst.admin()
+	n := len(src.topic(topic).Partitions)
+	waitFor(t, d, "mirror to catch up", func() bool {
+		st, _ := states(t, a, mirrorName)
+		for p := range n {
+			pd := st[fmt.Sprintf("%s/%d", topic, p)]
+			se := src.partition(topic, int32(p)).Offsets().LogEnd
+			if pd.State != "MIRRORING" || pd.Lag != 0 || pd.SourceOffset != se || pd.DestinationOffset != se {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// produceMixed writes n records spread over the partitions with every
+// compression codec, plus committed and aborted transactions.
+func produceMixed(t *testing.T, c *mirrorCluster, topic string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	codecs := []kgo.CompressionCodec{kgo.NoCompression(), kgo.GzipCompression(), kgo.SnappyCompression(), kgo.Lz4Compression(), kgo.ZstdCompression()}
+	per := n / (len(codecs) + 1)
+	for i, codec := range codecs {
+		cl := c.client(kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(codec), kgo.ProducerLinger(5*time.Millisecond))
+		recs := make([]*kgo.Record, 0, per)
+		for j := range per {
+			k, v, _ := genRecord(i*per + j)
+			recs = append(recs, &kgo.Record{Key: k, Value: v})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatalf("produce with %v: %v", codec, err)
+		}
+	}
+	// Transactions: every third one aborted.
+	tx := c.client(kgo.DefaultProduceTopic(topic), kgo.TransactionalID("mirror-tx"), kgo.ProducerBatchCompression(kgo.ZstdCompression()))
+	left := n - per*len(codecs)
+	for txn := 0; left > 0; txn++ {
+		if err := tx.BeginTransaction(); err != nil {
+			t.Fatalf("begin txn: %v", err)
+		}
+		m := min(left, 2000)
+		for j := range m {
+			k, v, _ := genRecord(1_000_000 + txn*2000 + j)
+			tx.Produce(ctx, &kgo.Record{Key: k, Value: v}, nil)
+		}
+		if err := tx.Flush(ctx); err != nil {
+			t.Fatalf("flush txn: %v", err)
+		}
+		if err := tx.EndTransaction(ctx, kgo.TransactionEndTry(txn%3 != 2)); err != nil {
+			t.Fatalf("end txn: %v", err)
+		}
+		left -= m
+	}
+}
+
+// committedValues consumes a topic read_committed until it has been idle
+// for two seconds.
+func committedValues(t *testing.T, c *mirrorCluster, topic string) map[string]int {
+	t.Helper()
+	cl := c.client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	seen := map[string]int{}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++; n++ })
+		if n == 0 && len(seen) > 0 {
+			return seen
+		}
+	}
+	t.Fatalf("consume %s: still reading after 60s", topic)
+	return nil
+}
+
+func produceOne(t *testing.T, c *mirrorCluster, topic string, p int32, value string) error {
+	t.Helper()
+	cl := c.client(kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequestRetries(0), kgo.RecordRetries(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: p, Value: []byte(value)}).FirstErr()
+}
+
+func createMirrorTopic(t *testing.T, c *mirrorCluster, topic string, partitions int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(c.client()).CreateTopic(ctx, partitions, 1, nil, topic); err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+}
+
+// TestMirrorEndToEnd mirrors a 6-partition topic of 200,000 records
+// (every codec, committed and aborted transactions), checks the copy byte
+// for byte, read-only enforcement, pause/resume, failover and failback.
+func TestMirrorEndToEnd(t *testing.T) {
+	src := startMirrorCluster(t, "")
+	dst := startMirrorCluster(t, "")
+	const topic = "orders"
+	createMirrorTopic(t, src, topic, 6)
+	produceMixed(t, src, topic, 200_000)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	da := dst.admin()
+	if err := da.CreateMirror(ctx, "m1", map[string]string{"bootstrap.servers": src.addr()}); err != nil {
+		t.Fatalf("create mirror: %v", err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{topic: "m1"}); err != nil {
+		t.Fatalf("add topic: %v", err)
+	}
+	caughtUp(t, src, dst, "m1", topic, 90*time.Second)
+
+	if src.topic(topic).ID != dst.topic(topic).ID {
+		t.Fatalf("topic IDs differ: %s vs %s", src.topic(topic).ID, dst.topic(topic).ID)
+	}
+	maxSrcEpoch := int32(-1)
+	for p := range int32(6) {
+		sameLog(t, fmt.Sprintf("partition %d", p), src.partition(topic, p), dst.partition(topic, p))
+		for _, b := range batches(t, src.partition(topic, p)) {
+			maxSrcEpoch = max(maxSrcEpoch, batchEpoch(b))
+		}
+		se, so := src.partition(topic, p).EndOffsetForEpoch(0)
+		de, do := dst.partition(topic, p).EndOffsetForEpoch(0)
+		if se != de || so != do {
+			t.Fatalf("partition %d: epoch 0 ends at (%d,%d) on the source, (%d,%d) on the destination", p, se, so, de, do)
+		}
+	}
+	if sv, dv := committedValues(t, src, topic), committedValues(t, dst, topic); len(sv) != len(dv) || len(sv) == 0 {
+		t.Fatalf("read_committed: %d values on the source, %d on the destination", len(sv), len(dv))
+	} else {
+		for v, n := range sv {
+			if dv[v] != n {
+				t.Fatalf("read_committed: value seen %d times on the source, %d on the destination", n, dv[v])
+			}
+		}
+	}
+
+	// Read-only: produce to the mirror topic fails, nothing appended.
+	before := dst.partition(topic, 0).Offsets().LogEnd
+	batch, err := tandemtest.RecordBatch(tandemtest.CodecNone, tandemtest.KV{Value: []byte("not allowed")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	preq := kmsg.NewPtrProduceRequest()
+	preq.Acks, preq.TimeoutMillis = -1, 5000
+	pt := kmsg.NewProduceRequestTopic()
+	pt.Topic, pt.TopicID = topic, dst.topic(topic).ID
+	pp := kmsg.NewProduceRequestTopicPartition()
+	pp.Records = batch
+	pt.Partitions = append(pt.Partitions, pp)
+	preq.Topics = append(preq.Topics, pt)
+	presp, err := preq.RequestWith(ctx, dst.client())
+	if err != nil {
+		t.Fatalf("produce to mirror topic: %v", err)
+	}
+	if pr := presp.Topics[0].Partitions[0]; pr.ErrorCode != mirror.ErrReadOnlyTopic.Code || pr.ErrorMessage == nil || !strings.Contains(*pr.ErrorMessage, "mirror m1") {
+		t.Fatalf("produce to mirror topic: code %d message %v, want READ_ONLY_TOPIC naming mirror m1", pr.ErrorCode, pr.ErrorMessage)
+	}
+	if after := dst.partition(topic, 0).Offsets().LogEnd; after != before {
+		t.Fatalf("produce to mirror topic appended: %d → %d", before, after)
+	}
+	var metricsText bytes.Buffer
+	dst.b.WritePrometheus(&metricsText)
+	for _, m := range []string{"kafka_server_mirror_MaxLag", "kafka_server_FetcherLagMetrics_ConsumerLag{", "kafka_server_mirror_MirroringPartitionState"} {
+		if !strings.Contains(metricsText.String(), m) {
+			t.Fatalf("metric %s missing from /metrics", m)
+		}
+	}
+
+	// Pause: no fetches, no progress; resume: catch up.
+	if err := da.PauseMirror(ctx, "m1"); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	st, _ := states(t, da, "m1")
+	for k, pd := range st {
+		if pd.State != "PAUSED" {
+			t.Fatalf("%s is %s after pause", k, pd.State)
+		}
+	}
+	reqs := fetchRequests(dst)
+	produceMixed(t, src, topic, 6000)
+	time.Sleep(1500 * time.Millisecond)
+	if r := fetchRequests(dst); r != reqs {
+		t.Fatalf("fetch requests while PAUSED: %s, then %s", reqs, r)
+	}
+	if dst.partition(topic, 0).Offsets().LogEnd == src.partition(topic, 0).Offsets().LogEnd {
+		t.Fatalf("partition 0 progressed while paused")
+	}
+	if err := da.ResumeMirror(ctx, "m1"); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	caughtUp(t, src, dst, "m1", topic, 60*time.Second)
+
+	// Failover: a consumer that followed the source continues on the
+	// destination from the same offsets; new batches carry an epoch above
+	// every source epoch.
+	positions := map[int32]int64{}
+	for p := range int32(6) {
+		positions[p] = src.partition(topic, p).Offsets().LogEnd
+	}
+	msg, err := da.RemoveTopicsFromMirror(ctx, "m1", []string{topic})
+	if err != nil {
+		t.Fatalf("remove topic (failover): %v", err)
+	}
+	t.Log(msg)
+	st, _ = states(t, da, "m1")
+	for k, pd := range st {
+		if pd.State != "STOPPED" {
+			t.Fatalf("%s is %s after failover", k, pd.State)
+		}
+	}
+	for p := range int32(6) {
+		if err := produceOne(t, dst, topic, p, fmt.Sprintf("after failover %d", p)); err != nil {
+			t.Fatalf("produce after failover: %v", err)
+		}
+		bs := batches(t, dst.partition(topic, p))
+		if e := batchEpoch(bs[len(bs)-1]); e <= maxSrcEpoch {
+			t.Fatalf("partition %d: new batch epoch %d not above source epochs (max %d)", p, e, maxSrcEpoch)
+		}
+	}
+	offsets := kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: func() map[int32]kgo.Offset {
+		m := map[int32]kgo.Offset{}
+		for p, o := range positions {
+			m[p] = kgo.NewOffset().At(o)
+		}
+		return m
+	}()})
+	cons := dst.client(offsets)
+	got := map[string]bool{}
+	waitFor(t, 30*time.Second, "consumer to continue on the destination", func() bool {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		defer pcancel()
+		cons.PollFetches(pctx).EachRecord(func(r *kgo.Record) { got[string(r.Value)] = true })
+		return len(got) >= 6
+	})
+	for p := range 6 {
+		if !got[fmt.Sprintf("after failover %d", p)] || len(got) != 6 {
+			t.Fatalf("consumer continuing on the destination got %v", got)
+		}
+	}
+
+	// Failback (scenario B): the old source moves on alone (a new epoch
+	// and a record the destination never had), then mirrors from the new
+	// source, truncates to the last mirror epoch and converges.
+	sp := src.partition(topic, 0)
+	if _, err := src.b.Metadata().BumpLeaderEpoch(ctx, src.topic(topic).ID, 0, sp.Offsets().LeaderEpoch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "source epoch bump", func() bool { return sp.Offsets().LeaderEpoch > 0 })
+	if err := produceOne(t, src, topic, 0, "divergent"); err != nil {
+		t.Fatalf("produce divergent record: %v", err)
+	}
+	sa := src.admin()
+	if err := sa.CreateMirror(ctx, "back", map[string]string{"bootstrap.servers": dst.addr()}); err != nil {
+		t.Fatalf("create failback mirror: %v", err)
+	}
+	if err := sa.AddTopicsToMirror(ctx, map[string]string{topic: "back"}); err != nil {
+		t.Fatalf("add topic for failback: %v", err)
+	}
+	caughtUp(t, dst, src, "back", topic, 60*time.Second)
+	for p := range int32(6) {
+		sameLog(t, fmt.Sprintf("failback partition %d", p), dst.partition(topic, p), src.partition(topic, p))
+	}
+}
+
+// fetchRequests is the destination's mirror fetch request count.
+func fetchRequests(c *mirrorCluster) string {
+	var b bytes.Buffer
+	c.b.WritePrometheus(&b)
+	for _, l := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(l, "kafka_server_FetcherStats_RequestsPerSec") {
+			return l
+		}
+	}
+	return ""
+}
+
+// TestMirrorFaultsAndBadInput: bad input gets clear errors and leaves no
+// topic behind; mirroring survives a 10 s network cut (through
+// faultproxy, pending), a source restart and a destination restart, detects an
+// unclean election on the source, and starts at the source's log start
+// (scenario A). (The 10 s cut through testing/faultproxy is not wired in
+// yet: see the lead's notes.)
+func TestMirrorFaultsAndBadInput(t *testing.T) {
+	src := startMirrorCluster(t, "")
+	dst := startMirrorCluster(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	da := dst.admin()
+
+	// Bad input.
+	if err := da.CreateMirror(ctx, "nowhere", map[string]string{"bootstrap.servers": "127.0.0.1:1"}); err != nil {
+		t.Fatalf("create mirror to an unreachable source: %v", err)
+	}
+	waitFor(t, 30*time.Second, "unreachable mirror to be FAILED", func() bool {
+		_, m := states(t, da, "nowhere")
+		return m.State == "FAILED" && m.ErrorMessage != nil && strings.Contains(*m.ErrorMessage, "127.0.0.1:1")
+	})
+	if err := da.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{"missing": "m"}); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("adding a topic missing on the source: %v", err)
+	}
+	if dst.topic("missing") != nil {
+		t.Fatalf("a failed add left topic %q behind", "missing")
+	}
+	createMirrorTopic(t, src, "events", 3)
+	produceMixed(t, src, "events", 12000)
+	if err := da.AddTopicsToMirror(ctx, map[string]string{"events": "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{"events": "nowhere"}); err == nil || !strings.Contains(err.Error(), "TOPIC_ALREADY_MIRRORED") {
+		t.Fatalf("adding a topic to a second mirror: %v", err)
+	}
+	if _, err := da.RemoveTopicsFromMirror(ctx, "m", []string{"other"}); err == nil || !strings.Contains(err.Error(), "TOPIC_NOT_MIRRORED") {
+		t.Fatalf("removing a topic not in the mirror: %v", err)
+	}
+	caughtUp(t, src, dst, "m", "events", 60*time.Second)
+
+	// Restart the source, then the destination, mid-mirror.
+	src.restart()
+	produceMixed(t, src, "events", 6000)
+	dst.restart()
+	produceMixed(t, src, "events", 6000)
+	caughtUp(t, src, dst, "m", "events", 60*time.Second)
+	for p := range int32(3) {
+		sameLog(t, fmt.Sprintf("events-%d", p), src.partition("events", p), dst.partition("events", p))
+	}
+
+	// Unclean election on the source: partition 0 loses its tail and a
+	// new leader epoch appends other records at the same offsets.
+	sp := src.partition("events", 0)
+	if err := sp.Truncate(sp.Offsets().LogEnd - 50); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.b.Metadata().BumpLeaderEpoch(ctx, src.topic("events").ID, 0, sp.Offsets().LeaderEpoch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "source epoch bump", func() bool { return sp.EpochAt(sp.Offsets().LogEnd) > 0 })
+	for i := range 3 {
+		if err := produceOne(t, src, "events", 0, fmt.Sprintf("after unclean election %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caughtUp(t, src, dst, "m", "events", 60*time.Second)
+	sameLog(t, "events-0 after unclean election", src.partition("events", 0), dst.partition("events", 0))
+
+	// Scenario A with retention: the source's log start moved on before
+	// the topic is mirrored; the destination starts there.
+	createMirrorTopic(t, src, "logs", 1)
+	produceMixed(t, src, "logs", 6000)
+	lp := src.partition("logs", 0)
+	if _, err := lp.DeleteRecords(lp.Offsets().HighWatermark / 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{"logs": "m"}); err != nil {
+		t.Fatal(err)
+	}
+	caughtUp(t, src, dst, "m", "logs", 60*time.Second)
+	sameLog(t, "logs-0", lp, dst.partition("logs", 0))
+	if dst.partition("logs", 0).Offsets().LogStart != lp.Offsets().LogStart {
+		t.Fatalf("log start %d on the destination, %d on the source", dst.partition("logs", 0).Offsets().LogStart, lp.Offsets().LogStart)
+	}
+}
