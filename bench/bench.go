@@ -62,15 +62,28 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 		sync        = fs.Bool("sync", true, "brokers fsync before acknowledging (tandem.log.sync, kfake SyncWrites)")
 		backlog     = fs.Int64("backlog", 512<<20, "value bytes pre-filled for consume workloads")
 		dir         = fs.String("dir", "", "scratch directory (default: a temporary one)")
+		profileDir  = fs.String("profile-dir", "", "write CPU and heap profiles of every broker process to this directory")
 		props       = kvFlag{}
 	)
 	fs.Var(props, "set", "Tandem broker property key=value (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if *profileDir != "" {
+		abs, err := filepath.Abs(*profileDir)
+		if err == nil {
+			err = os.MkdirAll(abs, 0o755)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tandem bench:", err)
+			return 2
+		}
+		*profileDir = abs
+	}
 	r := &Runner{
 		Against: *against, Targets: splitList(*targets), Props: props, Sync: *sync,
 		LimitDuration: *limitDur, Dir: *dir, Seed: *seed, Backlog: *backlog, Progress: os.Stderr,
+		ProfileDir: *profileDir,
 	}
 	var err error
 	if *quick {

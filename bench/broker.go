@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -63,18 +64,43 @@ func brokerMain(args []string, plugins func() []any) int {
 	listen := fs.String("listen", "127.0.0.1:0", "listen address")
 	ready := fs.String("ready-file", "", "file that receives the bound address once serving")
 	sync := fs.Bool("sync", true, "fsync before acknowledging (tandem.log.sync; kfake SyncWrites)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the broker's whole life to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile to this file just before the broker stops")
 	props := kvFlag{}
 	fs.Var(props, "set", "broker property key=value (tandem only; repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Error("bench broker: cpu profile", "err", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Error("bench broker: cpu profile", "err", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
 	addr, stop, err := startBroker(brokerSpec{Kind: *kind, Dir: *dir, Listen: *listen, Sync: *sync, Props: props, Plugins: plugins}, log)
 	if err != nil {
 		log.Error("bench broker", "kind", *kind, "err", err)
 		return 1
 	}
 	defer stop()
+	if *memProfile != "" {
+		defer func() {
+			// Written while the broker still runs (this defer runs before
+			// stop), so that the profile shows what it holds.
+			if f, err := os.Create(*memProfile); err == nil {
+				pprof.WriteHeapProfile(f)
+				f.Close()
+			}
+		}()
+	}
 	if *ready != "" {
 		tmp := *ready + ".tmp"
 		if err := os.WriteFile(tmp, []byte(addr), 0o644); err == nil {
@@ -141,7 +167,9 @@ type brokerProc struct {
 
 // spawnBroker runs argv + the broker flags and waits until the broker
 // serves. Its stderr goes to dir/broker.log.
-func spawnBroker(ctx context.Context, argv []string, kind, dir string, sync bool, props map[string]string) (*brokerProc, error) {
+// With profileDir set, the broker writes CPU and heap profiles there,
+// named after dir's last element.
+func spawnBroker(ctx context.Context, argv []string, kind, dir string, sync bool, props map[string]string, profileDir string) (*brokerProc, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -150,6 +178,10 @@ func spawnBroker(ctx context.Context, argv []string, kind, dir string, sync bool
 		"--listen", "127.0.0.1:0", "--ready-file", ready, "--sync="+strconv.FormatBool(sync))
 	for k, v := range props {
 		args = append(args, "--set", k+"="+v)
+	}
+	if profileDir != "" {
+		name := filepath.Join(profileDir, filepath.Base(dir))
+		args = append(args, "--cpuprofile", name+".cpu.pprof", "--memprofile", name+".heap.pprof")
 	}
 	logf, err := os.Create(filepath.Join(dir, "broker.log"))
 	if err != nil {

@@ -73,6 +73,9 @@ type Runner struct {
 	Seed          int64
 	Backlog       int64     // value bytes pre-filled for a consume workload (0: 512 MiB)
 	Progress      io.Writer // one line per run; nil: quiet
+	// ProfileDir, when set, receives a CPU and a heap profile of every
+	// broker process the harness starts (for go tool pprof).
+	ProfileDir string
 }
 
 // Report is everything a run produced.
@@ -206,7 +209,7 @@ func (r *Runner) runOne(ctx context.Context, target, dir string, w Workload, off
 			}
 			argv = []string{exe, "bench", "broker"}
 		}
-		b, err := spawnBroker(ctx, argv, target, dir, r.Sync, r.Props)
+		b, err := spawnBroker(ctx, argv, target, dir, r.Sync, r.Props, r.ProfileDir)
 		if err != nil {
 			return res, err
 		}

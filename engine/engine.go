@@ -49,10 +49,14 @@ type Stats struct {
 	DiskUsage    uint64 // Pebble's disk space usage
 }
 
-// Memory bounds of the in-memory tails of recent batches.
+// Memory bounds of the in-memory tails of recent batches. A consumer at
+// the head reads batches appended milliseconds ago, so 1 MiB per partition
+// serves it at hundreds of MB/s; the global bound keeps a broker with
+// thousands of partitions within its memory budget (Pebble's memtables
+// serve the rest of the recent log).
 const (
-	tailPartitionBytes = 4 << 20
-	tailGlobalBytes    = 256 << 20
+	tailPartitionBytes = 1 << 20
+	tailGlobalBytes    = 64 << 20
 )
 
 type partKey struct {
@@ -105,10 +109,15 @@ func Open(cfg Config) (*Engine, error) {
 		cfg.RetentionCheckInterval = 30 * time.Second
 	}
 	opts := &pebble.Options{
-		FS:                 cfg.FS,
-		MemTableSize:       64 << 20,
-		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             pebbleLogger{cfg.Logger},
+		FS: cfg.FS,
+		// Memtables hold the log until it is flushed to blob files;
+		// 32 MiB each and at most 3 (the third absorbs a burst while one
+		// flushes) keep the broker's memory within budget without
+		// stalling writes at a few hundred MB/s.
+		MemTableSize:                32 << 20,
+		MemTableStopWritesThreshold: 3,
+		FormatMajorVersion:          pebble.FormatNewest,
+		Logger:                      pebbleLogger{cfg.Logger},
 	}
 	// Record batches are large values read in order: keep them out of the
 	// LSM's sstables so that compactions do not rewrite them.
@@ -120,6 +129,18 @@ func Open(cfg Config) (*Engine, error) {
 			RewriteMinimumAge:     5 * time.Minute,
 			TargetGarbageRatio:    0.2,
 		}
+	}
+	// A write stall holds every produce of the broker: say so, with how
+	// long it lasted, since it shows as latency nowhere else.
+	var stallStart atomic.Int64
+	opts.EventListener = &pebble.EventListener{
+		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+			stallStart.Store(time.Now().UnixNano())
+			cfg.Logger.Warn("pebble write stall", "reason", info.Reason)
+		},
+		WriteStallEnd: func() {
+			cfg.Logger.Warn("pebble write stall ended", "after", time.Since(time.Unix(0, stallStart.Load())))
+		},
 	}
 	// Batches arrive compressed by producers (or chose not to be): Kafka
 	// stores them as they are, and compressing them again costs CPU for

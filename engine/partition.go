@@ -340,45 +340,64 @@ func (p *Partition) Producers() []ProducerState {
 
 // Append validates and appends record batches. See AppendRequest.
 func (p *Partition) Append(ctx context.Context, req *AppendRequest) (AppendResult, error) {
+	return p.AppendAsync(ctx, req)()
+}
+
+// AppendAsync is Append for callers that pipeline appends (one client
+// connection's produce requests): it returns once the batches are in the
+// log, ordered after every earlier append of the partition, and wait
+// blocks until they are durable and the high watermark covers them, then
+// returns what Append would. The next append need not wait for this one's
+// fsync, so that their syncs are grouped. wait must be called exactly once
+// (the engine cannot close before).
+func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait func() (AppendResult, error)) {
+	fail := func(res AppendResult, err error) func() (AppendResult, error) {
+		return func() (AppendResult, error) { return res, err }
+	}
 	if err := ctx.Err(); err != nil {
-		return AppendResult{}, err
+		return fail(AppendResult{}, err)
 	}
 	for _, v := range p.e.cfg.Validators {
 		if err := v.ValidateAppend(req); err != nil {
-			return AppendResult{}, err
+			return fail(AppendResult{}, err)
 		}
 	}
 	cfg := p.cfg.Load()
 	assign := req.Origin == OriginClient || req.Origin == OriginInternal
-	// Our own copy: offsets are written into it and the tail keeps it.
-	buf := bytes.Clone(req.Records)
+	// Our own copy (unless handed over): offsets are written into it and
+	// the tail keeps it.
+	buf := req.Records
+	if !req.Owned {
+		buf = bytes.Clone(buf)
+	}
 	batches, err := splitBatches(buf)
 	if err != nil {
-		return AppendResult{}, fmt.Errorf("%s-%d: %w", p.topic, p.part, err)
+		return fail(AppendResult{}, fmt.Errorf("%s-%d: %w", p.topic, p.part, err))
 	}
 	metas := make([]batchMeta, len(batches))
 	for i, b := range batches {
 		if metas[i], err = validateBatch(b, cfg, req.Origin); err != nil {
-			return AppendResult{}, fmt.Errorf("%s-%d batch %d: %w", p.topic, p.part, i, err)
+			return fail(AppendResult{}, fmt.Errorf("%s-%d batch %d: %w", p.topic, p.part, i, err))
 		}
 	}
 
 	p.e.closeMu.RLock()
-	defer p.e.closeMu.RUnlock()
 	if p.e.closed {
-		return AppendResult{}, errClosed
+		p.e.closeMu.RUnlock()
+		return fail(AppendResult{}, errClosed)
 	}
 	p.mu.Lock()
 	if p.deleted {
 		p.mu.Unlock()
-		return AppendResult{}, fmt.Errorf("%s-%d: partition deleted: %w", p.topic, p.part, kerr.UnknownTopicOrPartition)
+		p.e.closeMu.RUnlock()
+		return fail(AppendResult{}, fmt.Errorf("%s-%d: partition deleted: %w", p.topic, p.part, kerr.UnknownTopicOrPartition))
 	}
 	res, pb, err := p.prepareLocked(req, batches, metas, assign, cfg)
 	if err != nil || res.Duplicate {
 		p.mu.Unlock()
-		return res, err
+		p.e.closeMu.RUnlock()
+		return fail(res, err)
 	}
-	defer pb.Close()
 	sync := p.e.cfg.SyncWrites && req.Acks != 0
 	if sync {
 		err = p.e.db.ApplyNoSyncWait(pb, pebble.Sync)
@@ -387,34 +406,41 @@ func (p *Partition) Append(ctx context.Context, req *AppendRequest) (AppendResul
 	}
 	if err != nil {
 		p.mu.Unlock()
-		return AppendResult{}, fmt.Errorf("%s-%d: write: %w", p.topic, p.part, err)
+		pb.Close()
+		p.e.closeMu.RUnlock()
+		return fail(AppendResult{}, fmt.Errorf("%s-%d: write: %w", p.topic, p.part, err))
 	}
 	p.commitLocked(batches, metas)
 	p.mu.Unlock()
 
-	if sync {
-		// Pebble syncs its WAL in commit order, so once this batch is
-		// durable every earlier append of this partition is too: the
-		// high watermark may move to our end.
-		if err := pb.SyncWait(); err != nil {
-			return AppendResult{}, fmt.Errorf("%s-%d: sync: %w", p.topic, p.part, err)
+	// closeMu stays held until the sync is done: Close waits for it.
+	return func() (AppendResult, error) {
+		defer p.e.closeMu.RUnlock()
+		defer pb.Close()
+		if sync {
+			// Pebble syncs its WAL in commit order, so once this batch is
+			// durable every earlier append of this partition is too: the
+			// high watermark may move to our end.
+			if err := pb.SyncWait(); err != nil {
+				return AppendResult{}, fmt.Errorf("%s-%d: sync: %w", p.topic, p.part, err)
+			}
 		}
-	}
-	hwm := p.advance(res.LastOffset + 1)
-	n := 0
-	for _, b := range batches {
-		n += len(b)
-	}
-	p.e.bytesWritten.Add(int64(n))
-	p.e.appends.Add(1)
-	if len(p.e.cfg.Observers) > 0 {
-		info := AppendInfo{Topic: p.topic, TopicID: p.id, Partition: p.part, Origin: req.Origin,
-			BaseOffset: res.BaseOffset, LastOffset: res.LastOffset, Batches: len(batches), Bytes: n, HighWatermark: hwm}
-		for _, o := range p.e.cfg.Observers {
-			o.OnAppend(info)
+		hwm := p.advance(res.LastOffset + 1)
+		n := 0
+		for _, b := range batches {
+			n += len(b)
 		}
+		p.e.bytesWritten.Add(int64(n))
+		p.e.appends.Add(1)
+		if len(p.e.cfg.Observers) > 0 {
+			info := AppendInfo{Topic: p.topic, TopicID: p.id, Partition: p.part, Origin: req.Origin,
+				BaseOffset: res.BaseOffset, LastOffset: res.LastOffset, Batches: len(batches), Bytes: n, HighWatermark: hwm}
+			for _, o := range p.e.cfg.Observers {
+				o.OnAppend(info)
+			}
+		}
+		return res, nil
 	}
-	return res, nil
 }
 
 // validateBatch checks one batch beyond its header and returns its index
@@ -464,7 +490,11 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 	next := p.leo
 	now := time.Now().UnixMilli()
 	latestEpoch := p.latestEpochLocked()
-	pb := p.e.db.NewBatch()
+	size := 0
+	for _, b := range batches {
+		size += len(b) + 64 // the batch, its index entry and their keys
+	}
+	pb := p.e.db.NewBatchWithSize(size)
 	fail := func(err error) (AppendResult, *pebble.Batch, error) {
 		pb.Close()
 		return AppendResult{}, nil, fmt.Errorf("%s-%d: %w", p.topic, p.part, err)

@@ -57,8 +57,10 @@ type Marker struct {
 // WriteTxnMarkers appends transaction markers (COMMIT or ABORT control
 // batches) as the transaction coordinator does at the end of a
 // transaction, in one durable append. A marker older than the producer's
-// epoch in this partition fails with INVALID_PRODUCER_EPOCH. It returns
-// the offset of the last marker.
+// epoch in this partition fails with INVALID_PRODUCER_EPOCH; a newer one
+// (an epoch bumped to fence a producer, or transaction.version 2's bump
+// at every end) becomes the producer's epoch, which fences the old one.
+// It returns the offset of the last marker.
 func (p *Partition) WriteTxnMarkers(ctx context.Context, markers ...Marker) (int64, error) {
 	if len(markers) == 0 {
 		return -1, nil

@@ -120,4 +120,47 @@ func TestStaleMarkerRejected(t *testing.T) {
 	}
 }
 
+// TestMarkerEpochBump: under transaction.version 2 (KIP-890 part 2) the
+// coordinator bumps the producer epoch at every end and writes the
+// markers with the new epoch. The marker is accepted, makes the new
+// epoch the producer's (also after a restart), fences the old epoch, and
+// the next transaction starts at sequence 0 with the new epoch.
+func TestMarkerEpochBump(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openTest(t, fs)
+	p := mkPart(t, e, DefaultLogConfig())
+	txn := func(epoch int16, seq int32) []byte {
+		return mkBatch(t, batchOpts{pid: 4, epoch: epoch, seq: seq, attrs: attrTransactional}, kv("k", "v"))
+	}
+	appendOK(t, p, OriginClient, txn(3, 0))
+	appendOK(t, p, OriginClient, txn(3, 1))
+	if _, err := p.WriteTxnMarkers(context.Background(), Marker{ProducerID: 4, ProducerEpoch: 4, CoordinatorEpoch: 1, Commit: true}); err != nil {
+		t.Fatalf("marker with the bumped epoch: %v", err)
+	}
+	check := func(p *Partition) {
+		t.Helper()
+		if o := p.Offsets(); o.LastStable != 3 || o.HighWatermark != 3 {
+			t.Fatalf("offsets %+v", o)
+		}
+		if ps := p.Producers(); len(ps) != 1 || ps[0].ProducerEpoch != 4 || ps[0].CurrentTxnStartOffset != -1 {
+			t.Fatalf("producers %+v", ps)
+		}
+		if kcode(appendErr(p, txn(3, 2))) != 47 { // INVALID_PRODUCER_EPOCH
+			t.Fatal("a batch of the pre-bump epoch was accepted")
+		}
+		if kcode(appendErr(p, txn(4, 5))) != 45 { // OUT_OF_ORDER_SEQUENCE_NUMBER
+			t.Fatal("the bumped epoch did not start its sequences afresh")
+		}
+	}
+	check(p)
+	e.Close()
+	e = openTest(t, fs)
+	p = e.Partition(testID, 0)
+	check(p)
+	appendOK(t, p, OriginClient, txn(4, 0))
+	if epoch, open := p.OpenTxn(4); !open || epoch != 4 {
+		t.Fatalf("next transaction: open %v epoch %d", open, epoch)
+	}
+}
+
 func nowForTest() time.Time { return time.UnixMilli(1_700_000_000_000) }

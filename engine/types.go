@@ -65,6 +65,11 @@ type AppendRequest struct {
 	// OriginMirror and OriginReplica the batches keep their base offsets
 	// and epochs and must start at the log end offset.
 	Records []byte
+	// Owned hands Records over to the engine, which then writes offsets
+	// into them and keeps them in its tail instead of a copy: the caller
+	// must neither read nor reuse them after Append. The server sets it
+	// for produce requests, whose frame buffers are never reused.
+	Owned bool
 	// Acks is the producer's acks (0, 1 or -1); it decides whether the
 	// append waits for the write to be durable.
 	Acks int16

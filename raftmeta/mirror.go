@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -19,6 +20,8 @@ import (
 //     (removing it from any other), or marks the membership stopped: a
 //     stopped topic is writable and is kept only to find its last mirror
 //     epoch on failback.
+//   - MirrorSync {mirrorSync}: the metadata sync's memory of a mirror: the
+//     source cluster ID it first saw and the ACLs it created here.
 //
 // Mirror topics themselves are ordinary Topic and Partition records,
 // written in the same batch as their MirrorTopic records so that a topic
@@ -28,6 +31,7 @@ const (
 	RecordMirror       RecordType = "Mirror"
 	RecordRemoveMirror RecordType = "RemoveMirror"
 	RecordMirrorTopic  RecordType = "MirrorTopic"
+	RecordMirrorSync   RecordType = "MirrorSync"
 )
 
 // ConfigResourceMirror is the MIRROR config resource type of KIP-1279.
@@ -38,6 +42,19 @@ type Mirror struct {
 	Name    string                 `json:"name"`
 	Configs map[string]string      `json:"configs,omitempty"`
 	Topics  map[string]MirrorTopic `json:"topics,omitempty"` // by topic name
+	// SourceClusterID is the source cluster's ID as the metadata sync
+	// first saw it ("" until then); a different one halts the sync.
+	SourceClusterID string `json:"sourceClusterId,omitempty"`
+	// ManagedACLs are the ACL bindings the metadata sync created here:
+	// the only ones it may delete.
+	ManagedACLs []ACL `json:"managedAcls,omitempty"`
+}
+
+// MirrorSyncRecord replaces a mirror's SourceClusterID and ManagedACLs.
+type MirrorSyncRecord struct {
+	Mirror          string `json:"mirror"`
+	SourceClusterID string `json:"sourceClusterId,omitempty"`
+	ManagedACLs     []ACL  `json:"managedAcls,omitempty"`
 }
 
 // MirrorTopic is a topic's membership of a mirror.
@@ -59,6 +76,7 @@ type mirrorRecords struct {
 	Mirror       *Mirror            `json:"mirror,omitempty"`
 	RemoveMirror string             `json:"removeMirror,omitempty"`
 	MirrorTopic  *MirrorTopicRecord `json:"mirrorTopic,omitempty"`
+	MirrorSync   *MirrorSyncRecord  `json:"mirrorSync,omitempty"`
 }
 
 // mirrorImage is the mirror state of an Image (embedded in Image); the
@@ -110,6 +128,7 @@ func (b *builder) applyMirror(r *Record) (ok bool, err error) {
 		m := &Mirror{Name: r.Mirror.Name, Configs: maps.Clone(r.Mirror.Configs)}
 		if old := img.Mirrors[m.Name]; old != nil {
 			m.Topics = maps.Clone(old.Topics)
+			m.SourceClusterID, m.ManagedACLs = old.SourceClusterID, old.ManagedACLs
 		}
 		img.Mirrors[m.Name] = m
 	case RecordRemoveMirror:
@@ -140,6 +159,15 @@ func (b *builder) applyMirror(r *Record) (ok bool, err error) {
 		}
 		m.Topics[mt.Topic] = MirrorTopic{ID: mt.ID, Stopped: mt.Stopped}
 		img.Mirrors[mt.Mirror] = m
+	case RecordMirrorSync:
+		ms := r.MirrorSync
+		if ms == nil || img.Mirrors[ms.Mirror] == nil {
+			return true, bad("missing mirror sync or unknown mirror")
+		}
+		img.Mirrors = cloneMap(img.Mirrors)
+		m := img.Mirrors[ms.Mirror].clone()
+		m.SourceClusterID, m.ManagedACLs = ms.SourceClusterID, slices.Clone(ms.ManagedACLs)
+		img.Mirrors[ms.Mirror] = m
 	default:
 		return false, nil
 	}
@@ -273,6 +301,25 @@ func (c *Controller) StopMirrorTopic(ctx context.Context, mirror, topic string) 
 		return nil
 	}
 	return c.propose(ctx, Record{Type: RecordMirrorTopic, mirrorRecords: mirrorRecords{MirrorTopic: &MirrorTopicRecord{Mirror: mirror, Topic: topic, ID: mt.ID, Stopped: true}}})
+}
+
+// SetMirrorSync records what the metadata sync of a mirror remembers: the
+// source cluster ID and the ACLs it created.
+func (c *Controller) SetMirrorSync(ctx context.Context, mirror, sourceClusterID string, managed []ACL) error {
+	img, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.unlock()
+	m := img.Mirrors[mirror]
+	if m == nil {
+		return fmt.Errorf("set mirror sync: no mirror %q: %w", mirror, kerr.InvalidRequest)
+	}
+	if m.SourceClusterID == sourceClusterID && slices.Equal(m.ManagedACLs, managed) {
+		return nil
+	}
+	return c.propose(ctx, Record{Type: RecordMirrorSync, mirrorRecords: mirrorRecords{MirrorSync: &MirrorSyncRecord{
+		Mirror: mirror, SourceClusterID: sourceClusterID, ManagedACLs: managed}}})
 }
 
 // MirrorConfigKeyIsSecret reports whether a mirror config holds a secret

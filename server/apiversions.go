@@ -47,9 +47,18 @@ func apiName(key int16) string {
 func (b *Broker) handleApiVersions(_ context.Context, _ *RequestContext, req *kmsg.ApiVersionsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
 	resp.ApiKeys = b.apis.versions
-	// No features are finalized: a KRaft-only broker with no feature
-	// levels to negotiate yet. -1 says "no finalized features epoch".
+	// -1 says "no finalized features epoch": nothing to negotiate.
 	resp.FinalizedFeaturesEpoch = -1
+	if _, ok := b.txnCoordinator().(TxnPartitionAdder); ok {
+		// transaction.version 2 (KIP-890 part 2): clients skip
+		// AddPartitionsToTxn, Produce v12+ adds the partition, and EndTxn
+		// v5 bumps the epoch. The level is fixed by the code (one node,
+		// one binary), so the epoch never changes. Feature fields are
+		// tagged fields of v3+: older requests never see them.
+		resp.SupportedFeatures = []kmsg.ApiVersionsResponseSupportedFeature{{Name: "transaction.version", MinVersion: 0, MaxVersion: 2}}
+		resp.FinalizedFeatures = []kmsg.ApiVersionsResponseFinalizedFeature{{Name: "transaction.version", MinVersionLevel: 2, MaxVersionLevel: 2}}
+		resp.FinalizedFeaturesEpoch = 1
+	}
 	return resp, nil
 }
 

@@ -139,9 +139,58 @@ func (c *conn) serve() {
 
 	failed := false
 	var out []byte
-	for r := range reqs {
+	// pending are produce responses waiting for their fsync, oldest first:
+	// the connection's next produce requests are appended meanwhile (their
+	// syncs are grouped with these), and responses still go out in order.
+	var pending []*answer
+	finish := func(n int) { // answers pending until n are left
+		for len(pending) > n {
+			a := pending[0]
+			pending = pending[1:]
+			<-a.ready
+			if !failed {
+				out, failed = c.respond(ctx, a.r, a.resp, nil, out)
+			}
+		}
+	}
+	defer finish(0)
+	for {
+		var r *request
+		ok := true
+		if len(pending) > 0 {
+			select {
+			case r, ok = <-reqs:
+			case <-pending[0].ready:
+				finish(len(pending) - 1)
+				continue
+			}
+		} else {
+			r, ok = <-reqs
+		}
+		if !ok {
+			return
+		}
 		if !failed { // else drain until the reader sees the closed socket
-			out, failed = c.handle(ctx, r, out)
+			pipe := c.pipelines(r)
+			if pipe {
+				finish(maxPendingProduces - 1)
+			} else {
+				finish(0) // answered after every earlier request, as in Kafka
+			}
+			var resp kmsg.Response
+			var err error
+			resp, failed, err = c.handle(ctx, r)
+			if p, ok := resp.(*pendingResponse); ok && err == nil && !failed {
+				if pipe {
+					pending = append(pending, &answer{r: r, resp: p.Response, ready: p.ready})
+					continue
+				}
+				<-p.ready
+				resp = p.Response
+			}
+			if !failed {
+				out, failed = c.respond(ctx, r, resp, err, out)
+			}
 		}
 		if r.done != nil {
 			close(r.done)
@@ -149,9 +198,29 @@ func (c *conn) serve() {
 	}
 }
 
-// handle answers one request, writing the response with out as buffer;
-// failed says the connection is closed.
-func (c *conn) handle(ctx context.Context, r *request, out []byte) (_ []byte, failed bool) {
+// maxPendingProduces bounds the produce requests of one connection waiting
+// for their fsync; clients keep at most 5 in flight.
+const maxPendingProduces = 5
+
+// answer is a handled request whose response waits for ready.
+type answer struct {
+	r     *request
+	resp  kmsg.Response
+	ready <-chan struct{}
+}
+
+// pipelines says whether r may be handled while earlier produce requests
+// of the connection wait for their fsync: only a produce (acks != 0) of an
+// authenticated connection without client quotas, whose throttling would
+// otherwise apply a request late.
+func (c *conn) pipelines(r *request) bool {
+	pr, ok := r.req.(*kmsg.ProduceRequest)
+	return ok && pr.Acks != 0 && r.done == nil && !r.raw && !r.badVersion &&
+		len(c.b.image().ClientQuotas) == 0
+}
+
+// handle runs one request's handler; failed says the connection is closed.
+func (c *conn) handle(ctx context.Context, r *request) (resp kmsg.Response, failed bool, err error) {
 	b := c.b
 	// A throttled connection is muted (KIP-219): a request read ahead
 	// waits as well, as Kafka reads none while muted.
@@ -161,17 +230,24 @@ func (c *conn) handle(ctx context.Context, r *request, out []byte) (_ []byte, fa
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return out, true
+			return nil, true, nil
 		}
 	}
 	r.rc.Principal, r.rc.Listener, r.rc.authz = c.principal, c.l.name, b.authz
 	if r.raw {
-		return out, c.handleRawToken(r)
+		return nil, c.handleRawToken(r), nil
 	}
-	resp, err := c.gate(r)
+	resp, err = c.gate(r)
 	if err == nil && resp == nil {
 		resp, err = b.dispatch(ctx, r)
 	}
+	return resp, false, err
+}
+
+// respond writes the response to r (or closes the connection on err),
+// with out as buffer; failed says the connection is closed.
+func (c *conn) respond(ctx context.Context, r *request, resp kmsg.Response, err error, out []byte) (_ []byte, failed bool) {
+	b := c.b
 	elapsed := time.Since(r.start)
 	b.m.observe(r, elapsed)
 	if err != nil {

@@ -44,6 +44,13 @@ type Lifecycle interface {
 	Stop(ctx context.Context) error
 }
 
+// PropsOwner plugins read broker properties of their own (mirror.*,
+// transaction.*, offsets.*, group.*, ...): the broker does not log the
+// keys they own as unknown.
+type PropsOwner interface {
+	OwnsProp(key string) bool
+}
+
 // Host is what a plugin may use of the broker.
 type Host interface {
 	NodeID() int32

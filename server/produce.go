@@ -43,7 +43,9 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 	// may close right after writing.
 	ctx = context.WithoutCancel(ctx)
 
-	var wg sync.WaitGroup
+	// applied: every partition's batches are in its log; synced: and
+	// durable, with the response filled in.
+	var applied, synced sync.WaitGroup
 	failed := false
 	// A transactional produce needs WRITE on its transactional id, or
 	// every partition fails with TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
@@ -107,7 +109,7 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				continue
 			}
 			if req.TransactionID != nil {
-				if err := b.verifyTxn(ctx, *req.TransactionID, t.Name, rp.Partition, ep, rp.Records); err != nil {
+				if err := b.verifyTxn(ctx, req.Version, *req.TransactionID, t.Name, rp.Partition, ep, rp.Records); err != nil {
 					var kerrErr *kerr.Error
 					if !errors.As(err, &kerrErr) {
 						kerrErr = kerr.UnknownServerError
@@ -119,13 +121,19 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 			areq := &engine.AppendRequest{
 				Topic: t.Name, TopicID: engine.TopicID(t.ID), Partition: rp.Partition,
 				Origin: engine.OriginClient, Records: rp.Records, Acks: req.Acks,
+				// The records alias the request's frame, which is
+				// allocated per request and never reused.
+				Owned: true,
 			}
 			// Partitions append concurrently so that Pebble groups their
 			// commits (and fsyncs) instead of paying one per partition.
-			wg.Add(1)
+			applied.Add(1)
+			synced.Add(1)
 			go func() {
-				defer wg.Done()
-				res, err := ep.Append(ctx, areq)
+				defer synced.Done()
+				wait := ep.AppendAsync(ctx, areq)
+				applied.Done()
+				res, err := wait()
 				if err != nil {
 					b.log.Debug("produce rejected", "topic", t.Name, "partition", rp.Partition, "err", err)
 					sp.ErrorCode = errCode(err)
@@ -139,29 +147,44 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 			}()
 		}
 	}
-	wg.Wait()
-	if req.Acks == 0 {
-		for i := range resp.Topics {
-			for _, sp := range resp.Topics[i].Partitions {
-				failed = failed || sp.ErrorCode != 0
-			}
-		}
-		if failed {
-			// Kafka closes an acks=0 producer's connection on error: it
-			// is the only signal such a client gets to refresh metadata.
-			return nil, errAcks0Failed
-		}
-		return nil, nil
+	if req.Acks != 0 {
+		// The batches are in their logs, in this request's order: the
+		// connection may go on with its next request while these wait
+		// for their fsync (see pendingResponse).
+		applied.Wait()
+		ready := make(chan struct{})
+		go func() { synced.Wait(); close(ready) }()
+		return &pendingResponse{Response: resp, ready: ready}, nil
 	}
-	return resp, nil
+	synced.Wait()
+	for i := range resp.Topics {
+		for _, sp := range resp.Topics[i].Partitions {
+			failed = failed || sp.ErrorCode != 0
+		}
+	}
+	if failed {
+		// Kafka closes an acks=0 producer's connection on error: it is
+		// the only signal such a client gets to refresh metadata.
+		return nil, errAcks0Failed
+	}
+	return nil, nil
+}
+
+// pendingResponse is a response that may be sent once ready is closed:
+// a produce whose batches are appended but not yet durable.
+type pendingResponse struct {
+	kmsg.Response
+	ready <-chan struct{}
 }
 
 // verifyTxn is KIP-890's defence against hanging transactions: the first
 // transactional batch of a producer in a partition is appended only if
 // the transaction coordinator has the partition in the producer's
 // ongoing transaction (a late batch of a zombie or of a transaction that
-// already ended would otherwise start a transaction nobody ends).
-func (b *Broker) verifyTxn(ctx context.Context, txnID, topic string, partition int32, ep *engine.Partition, records []byte) error {
+// already ended would otherwise start a transaction nobody ends). From
+// Produce v12 (KIP-890 part 2, transaction.version 2) the coordinator
+// adds the partition instead: such clients skip AddPartitionsToTxn.
+func (b *Broker) verifyTxn(ctx context.Context, version int16, txnID, topic string, partition int32, ep *engine.Partition, records []byte) error {
 	tc := b.txnCoordinator()
 	if tc == nil || len(records) < 61 || binary.BigEndian.Uint16(records[21:])&0x10 == 0 {
 		return nil // not a transactional batch (or not one at all: the engine says so)
@@ -170,7 +193,21 @@ func (b *Broker) verifyTxn(ctx context.Context, txnID, topic string, partition i
 	if cur, open := ep.OpenTxn(pid); open && cur == epoch {
 		return nil // verified when the transaction's first batch came
 	}
-	return tc.VerifyTxnPartition(ctx, txnID, pid, epoch, TopicPartition{Topic: topic, Partition: partition})
+	tp := TopicPartition{Topic: topic, Partition: partition}
+	if adder, ok := tc.(TxnPartitionAdder); ok && version >= 12 {
+		return adder.AddTxnPartition(ctx, txnID, pid, epoch, tp)
+	}
+	return tc.VerifyTxnPartition(ctx, txnID, pid, epoch, tp)
+}
+
+// TxnPartitionAdder is a TxnCoordinator that serves transaction.version 2
+// (KIP-890 part 2); the broker then finalizes that feature. Produce v12+
+// and TxnOffsetCommit v5+ of a transactional producer call it to add
+// their partition to the producer's transaction (starting one), which
+// AddPartitionsToTxn and AddOffsetsToTxn did before. Errors wrap kerr
+// codes: INVALID_PRODUCER_EPOCH for a fenced producer.
+type TxnPartitionAdder interface {
+	AddTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp TopicPartition) error
 }
 
 // magicOffset is where a record batch (and a legacy message) keeps its

@@ -100,7 +100,12 @@ func New(cfg Config) (*Broker, error) {
 		metrics: metrics.NewSet(),
 		conns:   make(map[net.Conn]struct{}),
 	}
-	props.Unknown = slices.DeleteFunc(props.Unknown, securityProps.MatchString)
+	props.Unknown = slices.DeleteFunc(props.Unknown, func(k string) bool {
+		return securityProps.MatchString(k) || slices.ContainsFunc(cfg.Plugins, func(p any) bool {
+			o, ok := p.(PropsOwner)
+			return ok && o.OwnsProp(k)
+		})
+	})
 	if b.listeners, err = parseListeners(cfg.Props, cfg.Listen, cfg.Advertise); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}

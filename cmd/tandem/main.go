@@ -2,6 +2,8 @@
 //
 //	tandem serve [flags]    run a broker
 //	tandem bench [flags]    run the benchmark harness
+//	tandem mirrors [flags]  manage cluster mirrors
+//	tandem demo [flags]     mirror a topic between two local clusters
 //	tandem version          print the version
 package main
 
@@ -29,6 +31,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runBench(rest)
 	case "mirrors":
 		return mirrors(rest, stdout, stderr)
+	case "demo":
+		return demo(rest, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, versionString())
 		return 0
@@ -52,6 +56,7 @@ Commands:
   serve     run a broker (tandem serve -h for its flags)
   bench     run the benchmark harness (tandem bench -h)
   mirrors   manage cluster mirrors (tandem mirrors -h)
+  demo      mirror a topic between two local clusters and show the lag (tandem demo -h)
   version   print the version
   help      print this help
 `)

@@ -23,20 +23,30 @@ import (
 func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, req kmsg.Request) (kmsg.Response, error) {
 	resp := req.ResponseKind()
 	resp.SetVersion(req.GetVersion())
-	alter := rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, "kafka-cluster")
-	describe := alter || rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, "kafka-cluster")
-	denied := fmt.Errorf("mirror APIs need ALTER (or, to read, DESCRIBE) on the cluster: %w", kerr.ClusterAuthorizationFailed)
+	// Inter-broker and controller APIs need CLUSTER_ACTION, as Kafka's do.
+	clusterAction := rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster")
+	clusterDenied := fmt.Errorf("mirror API %d needs CLUSTER_ACTION on the cluster: %w", req.Key(), kerr.ClusterAuthorizationFailed)
 	switch req := req.(type) {
 	case *CreateMirrorRequest:
 		r := resp.(*CreateMirrorResponse)
-		if !alter {
-			r.setErr(code(denied))
+		name := ""
+		if req.MirrorName != nil {
+			name = *req.MirrorName
+		}
+		if err := mirrorAuthorized(rc, kmsg.ACLOperationCreate, name); err != nil {
+			r.setErr(code(err))
 			break
 		}
 		r.setErr(code(p.createMirror(ctx, req)))
 	case *AddTopicsToMirrorRequest:
 		r := resp.(*AddTopicsToMirrorResponse)
-		if !alter {
+		var denied error
+		for _, t := range req.Topics {
+			if t.MirrorName != nil && denied == nil {
+				denied = mirrorAuthorized(rc, kmsg.ACLOperationAlter, *t.MirrorName)
+			}
+		}
+		if denied != nil {
 			r.ErrorCode, _ = code(denied)
 			break
 		}
@@ -46,8 +56,8 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 		r.ErrorCode, r.ErrorMessage = c, nonEmpty(msg)
 	case *RemoveTopicsFromMirrorRequest:
 		r := resp.(*RemoveTopicsFromMirrorResponse)
-		if !alter {
-			r.ErrorCode, _ = code(denied)
+		if err := mirrorAuthorized(rc, kmsg.ACLOperationAlter, req.MirrorName); err != nil {
+			r.ErrorCode, _ = code(err)
 			break
 		}
 		removed, err := p.removeTopics(ctx, req.MirrorName, topicNames(req.Topics))
@@ -57,21 +67,18 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 		}
 		r.ErrorCode, r.ErrorMessage = c, nonEmpty(msg)
 	case *LastMirroredOffsetsRequest:
+		// Asked by the destination of a failback with its credentials on
+		// this (source) cluster: DESCRIBE on each topic, as ListOffsets.
 		r := resp.(*LastMirroredOffsetsResponse)
-		if !describe {
-			r.ErrorCode, _ = code(denied)
-			break
-		}
-		r.Topics = p.lastMirrored(ctx, req)
+		r.Topics = p.lastMirrored(ctx, rc, req)
 	case *ListMirrorsRequest:
 		r := resp.(*ListMirrorsResponse)
-		if !describe {
-			r.ErrorCode, _ = code(denied)
-			break
-		}
 		img := p.image()
 		for _, name := range slices.Sorted(maps.Keys(img.Mirrors)) {
 			m := img.Mirrors[name]
+			if mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name) != nil {
+				continue // hidden, as ListGroups hides groups
+			}
 			n := 0
 			for _, mt := range m.Topics {
 				if !mt.Stopped {
@@ -82,25 +89,29 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 		}
 	case *DescribeMirrorsRequest:
 		r := resp.(*DescribeMirrorsResponse)
-		r.Mirrors = p.describe(ctx, req.MirrorNames, describe)
+		r.Mirrors = p.describe(ctx, rc, req)
 	case *ReadMirrorStatesRequest:
 		r := resp.(*ReadMirrorStatesResponse)
-		if !describe {
-			r.ErrorCode, _ = code(denied)
+		if !clusterAction {
+			r.ErrorCode, _ = code(clusterDenied)
 			break
 		}
 		r.Topics, r.ErrorCode = p.readStates(ctx, req)
 	case *WriteMirrorStatesRequest:
 		r := resp.(*WriteMirrorStatesResponse)
-		if !alter {
-			r.ErrorCode, _ = code(denied)
+		if !clusterAction {
+			r.ErrorCode, _ = code(clusterDenied)
 			break
 		}
 		r.Topics = p.writeStates(ctx, req)
 	case *MirrorTopicsRequest:
 		r := resp.(*MirrorTopicsResponse)
-		if !alter {
-			r.setErr(code(denied))
+		op := kmsg.ACLOperationAlter
+		if req.key == KeyDeleteMirror {
+			op = kmsg.ACLOperationDelete
+		}
+		if err := mirrorAuthorized(rc, op, req.MirrorName); err != nil {
+			r.setErr(code(err))
 			break
 		}
 		var err error
@@ -119,8 +130,8 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 			bt := BumpTopic{TopicID: t.TopicID}
 			for _, bp := range t.Partitions {
 				out := BumpPartition{PartitionIndex: bp.PartitionIndex, LeaderEpoch: -1}
-				if !alter {
-					out.ErrorCode, _ = code(denied)
+				if !clusterAction {
+					out.ErrorCode, _ = code(clusterDenied)
 				} else if e, err := p.bumpLeaderEpoch(ctx, t.TopicID, bp.PartitionIndex, bp.MinLeaderEpoch); err != nil {
 					out.ErrorCode, _ = code(err)
 				} else {
@@ -134,6 +145,25 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 		return nil, fmt.Errorf("mirror: unexpected request %T", req)
 	}
 	return resp, nil
+}
+
+// mirrorAuthorized checks op on the MIRROR resource (ACL resource type
+// 8); the matching cluster-wide binding (ALTER on CLUSTER for changes,
+// DESCRIBE for reads, DESCRIBE_CONFIGS and ALTER_CONFIGS for configs),
+// which administrators hold, also allows it.
+func mirrorAuthorized(rc *server.RequestContext, op kmsg.ACLOperation, name string) error {
+	if rc.Allowed(op, server.ACLResourceMirror, name) {
+		return nil
+	}
+	cop := kmsg.ACLOperationAlter
+	switch op {
+	case kmsg.ACLOperationDescribe, kmsg.ACLOperationDescribeConfigs, kmsg.ACLOperationAlterConfigs:
+		cop = op
+	}
+	if rc.Allowed(cop, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
+		return nil
+	}
+	return fmt.Errorf("%s on mirror %s is not authorized: %w", op, name, ErrMirrorAuthorizationFailed)
 }
 
 func topicNames(ts []RemoveTopic) []string {
@@ -450,15 +480,24 @@ func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
 // lastMirrored answers LastMirroredOffsets from whichever mirror holds (or
 // held) each topic; the last mirror epoch is -1 for a partition never
 // mirrored here.
-func (p *Plugin) lastMirrored(ctx context.Context, req *LastMirroredOffsetsRequest) []OffsetsTopic {
+func (p *Plugin) lastMirrored(ctx context.Context, rc *server.RequestContext, req *LastMirroredOffsetsRequest) []OffsetsTopic {
 	img := p.image()
 	var out []OffsetsTopic
 	for _, t := range req.Topics {
 		ot := OffsetsTopic{Name: t.Name}
 		mirror, mt, ok := img.LastMirrorOf(t.Name)
+		allowed := rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, t.Name)
 		for _, idx := range t.Partitions {
 			op := OffsetsPartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1}
-			if ok {
+			if !allowed {
+				op.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			} else if here := img.Topics[t.Name]; !ok && here != nil {
+				// No mirror holds the topic (any more): the epochs kept
+				// for the topic alone when its mirroring last stopped.
+				if st, err := p.readState(ctx, pkey{"", t.Name, idx}, here.ID); err == nil && st.TopicID == here.ID {
+					op.LastMirroredOffset, op.LastMirrorEpoch = st.LMO, st.LME
+				}
+			} else if ok {
 				st, err := p.readState(ctx, pkey{mirror, t.Name, idx}, mt.ID)
 				switch {
 				case err != nil:
@@ -483,18 +522,35 @@ func (p *Plugin) lastMirrored(ctx context.Context, req *LastMirroredOffsetsReque
 	return out
 }
 
-func (p *Plugin) describe(ctx context.Context, names []string, allowed bool) []DescribedMirror {
+func (p *Plugin) describe(ctx context.Context, rc *server.RequestContext, req *DescribeMirrorsRequest) []DescribedMirror {
 	img := p.image()
-	if len(names) == 0 {
+	names := req.MirrorNames
+	all := len(names) == 0
+	if all {
 		names = slices.Sorted(maps.Keys(img.Mirrors))
 	}
 	var out []DescribedMirror
 	for _, name := range names {
 		dm := DescribedMirror{MirrorName: name, AuthorizedOperations: -2147483648}
 		m := img.Mirrors[name]
+		denied := mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name)
+		if denied != nil && all {
+			continue // describing every mirror shows those the principal may see
+		}
+		if req.IncludeAuthorizedOperations && denied == nil {
+			dm.AuthorizedOperations = 0
+			for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationCreate, kmsg.ACLOperationDelete, kmsg.ACLOperationAlter,
+				kmsg.ACLOperationDescribe, kmsg.ACLOperationDescribeConfigs, kmsg.ACLOperationAlterConfigs} {
+				if mirrorAuthorized(rc, op, name) == nil {
+					dm.AuthorizedOperations |= 1 << op
+				}
+			}
+		}
 		switch {
-		case !allowed:
-			dm.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		case denied != nil:
+			var msg string
+			dm.ErrorCode, msg = code(denied)
+			dm.ErrorMessage = nonEmpty(msg)
 		case m == nil:
 			dm.ErrorCode = ErrMirrorNotFound.Code
 			dm.ErrorMessage = nonEmpty("mirror " + name + " does not exist")
@@ -507,6 +563,9 @@ func (p *Plugin) describe(ctx context.Context, names []string, allowed bool) []D
 					dm.ErrorCode, dm.ErrorMessage, dm.State = r.code, nonEmpty(r.failed), "FAILED"
 				}
 				r.mu.Unlock()
+			}
+			if halt := p.meta.halted(name); halt != "" {
+				dm.ErrorCode, dm.ErrorMessage, dm.State = kerr.InconsistentClusterID.Code, nonEmpty(halt), "FAILED"
 			}
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
 				t := img.Topics[tn]
@@ -539,9 +598,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t
 		r.mu.Lock()
 		if pt := r.parts[tpKey{t.Name, i}]; pt != nil {
 			pd.SourceOffset = pt.srcHWM
-			if !pt.lagSince.IsZero() {
-				pd.LagMs = max(1, time.Since(pt.lagSince).Milliseconds())
-			}
+			pd.LagMs = pt.lagMs
 		}
 		r.mu.Unlock()
 	}
@@ -607,8 +664,8 @@ func (p *Plugin) ConfigResourceType() kmsg.ConfigResourceType { return kmsg.Conf
 // DescribeConfigResource implements server.ConfigResourceHandler. Secrets
 // are reported as sensitive with a null value, never in clear.
 func (p *Plugin) DescribeConfigResource(_ context.Context, rc *server.RequestContext, name string, keys []string) ([]kmsg.DescribeConfigsResponseResourceConfig, error) {
-	if !rc.Allowed(kmsg.ACLOperationDescribeConfigs, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
-		return nil, fmt.Errorf("describe mirror configs: %w", kerr.ClusterAuthorizationFailed)
+	if err := mirrorAuthorized(rc, kmsg.ACLOperationDescribeConfigs, name); err != nil {
+		return nil, err
 	}
 	m := p.image().Mirrors[name]
 	if m == nil {
@@ -633,8 +690,8 @@ func (p *Plugin) DescribeConfigResource(_ context.Context, rc *server.RequestCon
 
 // AlterConfigResource implements server.ConfigResourceHandler.
 func (p *Plugin) AlterConfigResource(ctx context.Context, rc *server.RequestContext, name string, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig, validateOnly bool) error {
-	if !rc.Allowed(kmsg.ACLOperationAlterConfigs, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
-		return fmt.Errorf("alter mirror configs: %w", kerr.ClusterAuthorizationFailed)
+	if err := mirrorAuthorized(rc, kmsg.ACLOperationAlterConfigs, name); err != nil {
+		return err
 	}
 	m := p.image().Mirrors[name]
 	if m == nil {

@@ -43,11 +43,13 @@ var (
 		Description: "A mirrored batch carries a leader epoch above the destination's: the destination epoch must be bumped first."}
 	ErrMirrorSourceUnavailable = &kerr.Error{Message: "MIRROR_SOURCE_UNAVAILABLE", Code: 143, Retriable: true,
 		Description: "The mirror's source cluster cannot be reached or refused the mirror's credentials."}
+	ErrMirrorAuthorizationFailed = &kerr.Error{Message: "MIRROR_AUTHORIZATION_FAILED", Code: 144,
+		Description: "The principal is not authorized for the operation on the cluster mirror (ACL resource type MIRROR)."}
 )
 
 // mirrorErrors are the codes above, for ErrorForCode.
 var mirrorErrors = []*kerr.Error{ErrReadOnlyTopic, ErrMirrorNotFound, ErrMirrorAlreadyExists, ErrTopicAlreadyMirrored,
-	ErrTopicNotMirrored, ErrMirrorLeaderEpochExceeded, ErrMirrorSourceUnavailable}
+	ErrTopicNotMirrored, ErrMirrorLeaderEpochExceeded, ErrMirrorSourceUnavailable, ErrMirrorAuthorizationFailed}
 
 // ErrorForCode is kerr.ErrorForCode that also knows the mirror codes.
 func ErrorForCode(code int16) error {

@@ -11,7 +11,7 @@ import (
 // pluginMetrics are the KIP's mirror metrics, in Prometheus form on the
 // broker's metrics set: kafka_server_mirror_<Name>{clientId="MirrorReplica"}
 // for the fetcher manager, kafka_server_FetcherLagMetrics_ConsumerLag per
-// partition (plus ConsumerLagMs, the age of the newest unmirrored record),
+// partition (plus ConsumerLagMs, in record time: see run.measureLagMs),
 // kafka_server_FetcherStats_{BytesPerSec,RequestsPerSec} per mirror as
 // counters, and kafka_server_mirror_<State>PartitionState gauges.
 type pluginMetrics struct {
@@ -176,10 +176,7 @@ func (m *pluginMetrics) trackPart(r *run, pt *part) {
 	m.set.GetOrCreateGauge(lagMs, func() float64 {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if pt.lagSince.IsZero() {
-			return 0
-		}
-		return float64(time.Since(pt.lagSince).Milliseconds())
+		return float64(pt.lagMs)
 	})
 	m.partNames[r][pt.tpKey] = []string{lag, lagMs}
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -108,6 +109,7 @@ type Plugin struct {
 	runs    map[string]*run // by mirror name
 	wg      sync.WaitGroup
 	metrics *pluginMetrics
+	meta    *metaManager // metadata sync of the mirrors this broker coordinates
 }
 
 var (
@@ -117,6 +119,7 @@ var (
 	_ server.MetadataObserver      = (*Plugin)(nil)
 	_ server.Lifecycle             = (*Plugin)(nil)
 	_ server.ConfigResourceHandler = (*Plugin)(nil)
+	_ server.PropsOwner            = (*Plugin)(nil)
 	_ engine.AppendValidator       = (*Plugin)(nil)
 )
 
@@ -128,6 +131,7 @@ func New(props map[string]string, log *slog.Logger) *Plugin {
 	}
 	cfg, err := ParseConfig(props)
 	p := &Plugin{cfg: cfg, cfgErr: err, log: log.With("plugin", "mirror"), runs: map[string]*run{}}
+	p.meta = newMetaManager(p)
 	p.rt = coord.New(coord.Config{Topic: Topic, Partitions: cfg.Partitions, Logger: p.log,
 		New: func(int32) coord.StateMachine { return &shard{parts: map[pkey]*pstate{}} }})
 	return p
@@ -152,6 +156,7 @@ func (p *Plugin) Start(_ context.Context, host server.Host) error {
 	p.mu.Unlock()
 	p.rt.Start(host.Engine())
 	p.sync(host.Metadata().Image())
+	p.meta.sync(host.Metadata().Image())
 	return nil
 }
 
@@ -168,6 +173,7 @@ func (p *Plugin) Stop(context.Context) error {
 		r.stop()
 	}
 	p.wg.Wait()
+	p.meta.stop()
 	p.rt.Stop()
 	return nil
 }
@@ -182,7 +188,10 @@ func (p *Plugin) OnLeaderChange(c server.LeaderChange) {
 }
 
 // OnMetadataUpdate implements server.MetadataObserver.
-func (p *Plugin) OnMetadataUpdate(_ raftmeta.Delta, img *raftmeta.Image) { p.sync(img) }
+func (p *Plugin) OnMetadataUpdate(_ raftmeta.Delta, img *raftmeta.Image) {
+	p.sync(img)
+	p.meta.sync(img)
+}
 
 func (p *Plugin) image() *raftmeta.Image {
 	p.mu.Lock()
@@ -320,10 +329,11 @@ func (p *Plugin) ValidateAppend(req *engine.AppendRequest) error {
 		}
 		dle := t.Partitions[req.Partition].LeaderEpoch
 		sle := maxBatchEpoch(req.Records)
-		if sle > dle {
+		fence, bump := epochCheck(sle, dle)
+		if fence {
 			return fmt.Errorf("%s-%d: batch leader epoch %d above destination epoch %d: %w", req.Topic, req.Partition, sle, dle, ErrMirrorLeaderEpochExceeded)
 		}
-		if sle > dle-bumpThreshold {
+		if bump {
 			if r := p.run(img.MirrorOf(req.Topic)); r != nil {
 				r.scheduleBump(req.Topic, req.Partition, sle)
 			}
@@ -331,6 +341,19 @@ func (p *Plugin) ValidateAppend(req *engine.AppendRequest) error {
 	}
 	return nil
 }
+
+// epochCheck applies the KIP's rules to a mirrored batch's source leader
+// epoch (SLE) and the destination's (DLE): above DLE the partition is
+// fenced (EPOCH_FENCING) until DLE is bumped; within bumpThreshold of it
+// a proactive bump is scheduled.
+func epochCheck(sle, dle int32) (fence, bump bool) {
+	return sle > dle, sle <= dle && sle > dle-bumpThreshold
+}
+
+// bumpMinEpoch is the BumpLeaderEpochs minimum for a source epoch: the
+// controller sets max(min+1, current), so DLE becomes at least SLE +
+// bumpIncrement.
+func bumpMinEpoch(sle int32) int32 { return sle + bumpIncrement - 1 }
 
 // maxBatchEpoch is the largest partition leader epoch of the record
 // batches in b (-1 if none).
@@ -371,3 +394,9 @@ func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 
 // NewRequest implements server.APIHandler.
 func (p *Plugin) NewRequest(key int16) kmsg.Request { return NewRequest(key) }
+
+// OwnsProp implements server.PropsOwner: the mirror.* properties and the
+// replica.fetch.* ones the mirror fetchers use.
+func (p *Plugin) OwnsProp(key string) bool {
+	return strings.HasPrefix(key, "mirror.") || strings.HasPrefix(key, "replica.fetch.")
+}

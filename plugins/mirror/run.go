@@ -40,8 +40,12 @@ type run struct {
 
 	cl        *kgo.Client
 	clusterID string // the source's, as first seen
-	meta      *kmsg.MetadataResponse
-	metaAt    time.Time
+	// sourceMirrors says whether the source serves LastMirroredOffsets
+	// (nil: not asked yet).
+	sourceMirrors *bool
+	lagAt         time.Time // last measureLagMs
+	meta          *kmsg.MetadataResponse
+	metaAt        time.Time
 
 	mu     sync.Mutex // guards what DescribeMirrors and metrics read
 	failed string     // why the mirror as a whole fails ("" if it does not)
@@ -64,9 +68,9 @@ type part struct {
 	reason     string
 	srcHWM     int64
 	dstLEO     int64
-	lagSince   time.Time // when the partition last fell behind (zero: caught up)
-	logStartTo int64     // source log start to move to after the next append (-1: none)
-	stopDone   bool      // STOPPING work done; waits for the topic's other partitions
+	lagMs      int64 // lag in milliseconds (see measureLagMs); 0 when caught up
+	logStartTo int64 // source log start to move to after the next append (-1: none)
+	stopDone   bool  // STOPPING work done; waits for the topic's other partitions
 }
 
 type fetchStats struct {
@@ -244,10 +248,12 @@ func (r *run) refresh(topics []string) error {
 	}
 	resp, err := r.request(-1, req)
 	if err != nil {
-		err = fmt.Errorf("source cluster %s unreachable: %v: %w", r.configs["bootstrap.servers"], err, ErrMirrorSourceUnavailable)
-		var ke *kerr.Error
-		if errors.As(err, &ke) && ke != ErrMirrorSourceUnavailable {
-			err = fmt.Errorf("source cluster %s refused the mirror: %w", r.configs["bootstrap.servers"], ke)
+		// The source answered with a Kafka error (wrong credentials,
+		// missing ACLs) or could not be reached at all.
+		if ke := (*kerr.Error)(nil); errors.As(err, &ke) {
+			err = fmt.Errorf("source cluster %s refused the mirror: %w", r.configs["bootstrap.servers"], err)
+		} else {
+			err = fmt.Errorf("source cluster %s unreachable: %v: %w", r.configs["bootstrap.servers"], err, ErrMirrorSourceUnavailable)
 		}
 		r.setFailed(err)
 		if r.cl != nil { // a fresh client (and fresh credentials) next time
@@ -260,6 +266,9 @@ func (r *run) refresh(topics []string) error {
 	id := ""
 	if m.ClusterID != nil {
 		id = *m.ClusterID
+	}
+	if want := r.p.image().Mirrors[r.name]; want != nil && want.SourceClusterID != "" {
+		r.clusterID = want.SourceClusterID // recorded by the metadata sync: survives restarts and config changes
 	}
 	if r.clusterID != "" && id != r.clusterID {
 		err := fmt.Errorf("source cluster ID changed from %s to %s: mirroring halted: %w", r.clusterID, id, kerr.InconsistentClusterID)
@@ -335,7 +344,7 @@ func (r *run) step() (busy bool, err error) {
 			err = r.stopPartition(pt)
 		case Mirroring:
 			if sle, ok := bumps[pt.tpKey]; ok {
-				err = r.bumpEpoch(pt, sle+bumpIncrement-1)
+				err = r.bumpEpoch(pt, bumpMinEpoch(sle))
 			}
 			fetch = append(fetch, pt)
 		}
@@ -349,7 +358,76 @@ func (r *run) step() (busy bool, err error) {
 	if len(fetch) == 0 {
 		return false, nil
 	}
-	return r.fetch(fetch)
+	busy, err = r.fetch(fetch)
+	r.measureLagMs(fetch)
+	return busy, err
+}
+
+// measureLagMs sets the lag in milliseconds of the partitions that are
+// behind their source: the source's newest record time (ListOffsets
+// MAX_TIMESTAMP, KIP-734) minus the destination's (its log's max
+// timestamp), that is how much newer the newest unmirrored record is
+// than everything mirrored so far. Record time, not wall-clock time: a
+// quiet source with a stalled mirror does not look worse by the minute,
+// and a busy one that is seconds behind shows those seconds. It costs a
+// ListOffsets per source leader, so it runs at most once a second; a
+// destination log still empty keeps the previous value.
+func (r *run) measureLagMs(parts []*part) {
+	if time.Since(r.lagAt) < time.Second {
+		return
+	}
+	r.lagAt = time.Now()
+	byLeader := map[int32][]*part{}
+	r.mu.Lock()
+	for _, pt := range parts {
+		if pt.srcHWM > pt.dstLEO {
+			if l := r.sourceLeader(pt.topic, pt.partition); l >= 0 {
+				byLeader[l] = append(byLeader[l], pt)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for leader, pts := range byLeader {
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.ReplicaID = -1
+		idx := map[string]int{}
+		for _, pt := range pts {
+			i, ok := idx[pt.topic]
+			if !ok {
+				i = len(req.Topics)
+				idx[pt.topic] = i
+				rt := kmsg.NewListOffsetsRequestTopic()
+				rt.Topic = pt.topic
+				req.Topics = append(req.Topics, rt)
+			}
+			lp := kmsg.NewListOffsetsRequestTopicPartition()
+			lp.Partition, lp.Timestamp, lp.CurrentLeaderEpoch = pt.partition, -3, -1
+			req.Topics[i].Partitions = append(req.Topics[i].Partitions, lp)
+		}
+		resp, err := r.request(leader, req)
+		if err != nil {
+			continue // the fetch path reports the source's health
+		}
+		for _, rt := range resp.(*kmsg.ListOffsetsResponse).Topics {
+			for _, rp := range rt.Partitions {
+				i := slices.IndexFunc(pts, func(pt *part) bool { return pt.topic == rt.Topic && pt.partition == rp.Partition })
+				if i < 0 || rp.ErrorCode != 0 || rp.Offset < 0 {
+					continue
+				}
+				ep, err := r.partition(pts[i])
+				if err != nil {
+					continue
+				}
+				if _, dstTs, _, ok := ep.MaxTimestamp(); ok {
+					r.mu.Lock()
+					if pts[i].srcHWM > pts[i].dstLEO {
+						pts[i].lagMs = max(1, rp.Timestamp-dstTs)
+					}
+					r.mu.Unlock()
+				}
+			}
+		}
+	}
 }
 
 // syncParts brings r.parts in line with the mirror's topics and the
@@ -453,6 +531,19 @@ func (r *run) partition(pt *part) (*engine.Partition, error) {
 // the epoch its own mirroring of the topic stopped at, -1 if it never
 // mirrored it (KIP-1279 "Log Convergence").
 func (r *run) lastMirrorEpoch(pt *part) (int32, error) {
+	if r.sourceMirrors == nil {
+		resp, err := r.request(-1, kmsg.NewPtrApiVersionsRequest())
+		if err != nil {
+			return -1, fmt.Errorf("source api versions: %w", err)
+		}
+		serves := slices.ContainsFunc(resp.(*kmsg.ApiVersionsResponse).ApiKeys, func(k kmsg.ApiVersionsResponseApiKey) bool {
+			return k.ApiKey == KeyLastMirroredOffsets
+		})
+		r.sourceMirrors = &serves
+	}
+	if !*r.sourceMirrors {
+		return -1, nil // a source without mirroring (e.g. Apache Kafka) never mirrored the partition
+	}
 	req := &LastMirroredOffsetsRequest{MirrorName: r.name, Topics: []PartitionsTopic{{Name: pt.topic, Partitions: []int32{pt.partition}}}}
 	resp, err := r.request(-1, req)
 	if err != nil {
@@ -511,7 +602,7 @@ func (r *run) bump(img *raftmeta.Image, pt *part, sle int32) error {
 		return err
 	}
 	sle = max(sle, r.maxSeenEpoch(pt), ep.EpochAt(ep.Offsets().LogEnd-1))
-	if err := r.bumpEpoch(pt, sle+bumpIncrement-1); err != nil {
+	if err := r.bumpEpoch(pt, bumpMinEpoch(sle)); err != nil {
 		return err
 	}
 	return r.setState(pt, Mirroring, "")
@@ -562,12 +653,19 @@ func (r *run) stopPartition(pt *part) error {
 	if offs.LogEnd > offs.LogStart {
 		lme = ep.EpochAt(offs.LogEnd - 1)
 	}
-	k := pkey{r.name, pt.topic, pt.partition}
-	if _, err := r.p.writeState(r.ctx, k, pt.id, func(s *pstate) error {
-		s.LME, s.LMO = lme, offs.LogEnd-1
-		return nil
-	}); err != nil {
-		return err
+	// Persisted twice: for the mirror, and for the topic alone (mirror
+	// name ""), which outlives the mirror's deletion so that a later
+	// failback still finds the last mirror epoch.
+	for _, k := range []pkey{{r.name, pt.topic, pt.partition}, {"", pt.topic, pt.partition}} {
+		if _, err := r.p.writeState(r.ctx, k, pt.id, func(s *pstate) error {
+			s.LME, s.LMO = lme, offs.LogEnd-1
+			if k.mirror == "" {
+				s.State = Stopped
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
 	}
 	if err := r.bumpEpoch(pt, max(offs.LeaderEpoch, lme)); err != nil {
 		return err
@@ -787,11 +885,8 @@ func (r *run) handlePartition(pt *part, rp *kmsg.FetchResponseTopicPartition) (i
 	leo := ep.Offsets().LogEnd
 	r.mu.Lock()
 	pt.srcHWM, pt.dstLEO = rp.HighWatermark, leo
-	switch {
-	case leo >= rp.HighWatermark:
-		pt.lagSince = time.Time{}
-	case pt.lagSince.IsZero():
-		pt.lagSince = time.Now()
+	if leo >= rp.HighWatermark {
+		pt.lagMs = 0
 	}
 	r.mu.Unlock()
 	return n, nil

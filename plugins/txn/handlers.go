@@ -45,7 +45,7 @@ func (p *Plugin) InitTransactionalProducerID(ctx context.Context, rc *server.Req
 				if err != nil {
 					return err
 				}
-				n := &txnMeta{id: id, pid: pid, timeoutMs: req.TransactionTimeoutMillis, state: stEmpty, startMs: -1}
+				n := &txnMeta{id: id, pid: pid, timeoutMs: req.TransactionTimeoutMillis, state: stEmpty, startMs: -1, nextPid: -1, lastEpoch: -1}
 				if err := s.put(n); err != nil {
 					return err
 				}
@@ -61,7 +61,7 @@ func (p *Plugin) InitTransactionalProducerID(ctx context.Context, rc *server.Req
 			case stPrepareCommit, stPrepareAbort:
 				return kerr.ConcurrentTransactions
 			case stOngoing:
-				e, err := s.prepareEnd(m, false, true)
+				e, err := s.prepareEnd(m, false, true, false)
 				if err != nil {
 					return err
 				}
@@ -78,7 +78,7 @@ func (p *Plugin) InitTransactionalProducerID(ctx context.Context, rc *server.Req
 			} else {
 				n.epoch++
 			}
-			n.timeoutMs, n.state, n.parts, n.startMs = req.TransactionTimeoutMillis, stEmpty, nil, -1
+			n.timeoutMs, n.state, n.parts, n.startMs, n.lastEpoch = req.TransactionTimeoutMillis, stEmpty, nil, -1, -1
 			if err := s.put(n); err != nil {
 				return err
 			}
@@ -116,19 +116,22 @@ func checkProducer(m *txnMeta, pid int64, epoch int16, version, fencedSince int1
 }
 
 // addPartitions adds partitions to the id's transaction, starting one if
-// none is open.
-func (s *shardState) addPartitions(id string, pid int64, epoch int16, version, fencedSince int16, parts []server.TopicPartition) error {
+// none is open. tv is the client's transaction.version (2 when the add
+// is implied by a Produce v12+).
+func (s *shardState) addPartitions(id string, pid int64, epoch int16, version, fencedSince, tv int16, parts []server.TopicPartition) error {
 	m := s.txns[id]
 	if err := checkProducer(m, pid, epoch, version, fencedSince); err != nil {
 		return err
 	}
-	if m.state == stOngoing && !slices.ContainsFunc(parts, func(tp server.TopicPartition) bool { return !m.parts[tp] }) {
+	if m.state == stOngoing && m.tv >= tv && !slices.ContainsFunc(parts, func(tp server.TopicPartition) bool { return !m.parts[tp] }) {
 		return nil
 	}
 	n := m.clone()
 	if n.state != stOngoing {
-		n.state, n.startMs, n.parts = stOngoing, s.p.now().UnixMilli(), map[server.TopicPartition]bool{}
+		n.state, n.startMs, n.parts, n.tv = stOngoing, s.p.now().UnixMilli(), map[server.TopicPartition]bool{}, tv
+		n.lastEpoch = -1 // the producer has moved on: no EndTxn to retry
 	}
+	n.tv = max(n.tv, tv)
 	for _, tp := range parts {
 		n.parts[tp] = true
 	}
@@ -150,6 +153,21 @@ func (p *Plugin) VerifyTxnPartition(ctx context.Context, txnID string, pid int64
 		}
 		return nil
 	})
+}
+
+// AddTxnPartition implements server.TxnPartitionAdder (KIP-890 part 2):
+// a Produce v12+ (or TxnOffsetCommit v5+) of a transaction.version 2
+// client adds its partition to the producer's transaction, starting one
+// if none is open, instead of AddPartitionsToTxn. A stale epoch is
+// INVALID_PRODUCER_EPOCH, as Kafka answers a produce.
+func (p *Plugin) AddTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp server.TopicPartition) error {
+	err := p.do(ctx, txnID, func(s *shardState) error {
+		return s.addPartitions(txnID, pid, epoch, 0, 1, 2, []server.TopicPartition{tp})
+	})
+	if err != nil {
+		return fmt.Errorf("transactional id %s: add %s-%d: %w", txnID, tp.Topic, tp.Partition, err)
+	}
+	return nil
 }
 
 // topicCheck is the per-partition error of AddPartitionsToTxn before the
@@ -216,7 +234,7 @@ func (p *Plugin) addTxn(ctx context.Context, rc *server.RequestContext, version 
 		return codes
 	}
 	c := code(p.do(ctx, id, func(s *shardState) error {
-		return s.addPartitions(id, pid, epoch, version, 2, parts)
+		return s.addPartitions(id, pid, epoch, version, 2, 0, parts)
 	}))
 	for _, tp := range parts {
 		set(tp.Topic, tp.Partition, c)
@@ -282,7 +300,7 @@ func (p *Plugin) handleAddOffsets(ctx context.Context, rc *server.RequestContext
 	default:
 		tp := server.TopicPartition{Topic: offsetsTopic, Partition: coord.PartitionFor(req.Group, p.partitionCount(offsetsTopic, p.cfg.OffsetsPartitions))}
 		resp.ErrorCode = code(p.do(ctx, req.TransactionalID, func(s *shardState) error {
-			return s.addPartitions(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Version, 2, []server.TopicPartition{tp})
+			return s.addPartitions(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Version, 2, 0, []server.TopicPartition{tp})
 		}))
 	}
 	return resp
@@ -295,41 +313,26 @@ func (p *Plugin) handleEndTxn(ctx context.Context, rc *server.RequestContext, re
 		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
 		return resp
 	}
+	// EndTxn v5+ is transaction.version 2 (KIP-890 part 2): every end
+	// bumps the producer epoch, the markers carry the new epoch and the
+	// response hands it to the producer for its next transaction.
+	tv2 := req.Version >= 5
 	var end *ending
 	err := p.do(ctx, req.TransactionalID, func(s *shardState) error {
 		m := s.txns[req.TransactionalID]
-		switch {
-		case m == nil || m.pid != req.ProducerID:
+		if m == nil || m.pid != req.ProducerID {
 			return kerr.InvalidProducerIDMapping
-		case req.ProducerEpoch != m.epoch:
+		}
+		// A retry of the EndTxn that bumped the epoch carries the old one.
+		retry := tv2 && m.lastEpoch >= 0 && req.ProducerEpoch == m.lastEpoch
+		if req.ProducerEpoch != m.epoch && !retry {
 			return fenced(req.Version, 2)
 		}
-		switch m.state {
-		case stOngoing:
-			e, err := s.prepareEnd(m, req.Commit, false)
-			if err != nil {
-				return err
-			}
-			end = &e
-			return nil
-		case stCompleteCommt:
-			if req.Commit {
-				return nil // a retry of the commit that completed
-			}
-		case stCompleteAbort:
-			if !req.Commit {
-				return nil
-			}
-		case stPrepareCommit:
-			if req.Commit {
-				return kerr.ConcurrentTransactions
-			}
-		case stPrepareAbort:
-			if !req.Commit {
-				return kerr.ConcurrentTransactions
-			}
+		err := s.endTxn(m, req.Commit, tv2, retry, &end)
+		if err == nil && tv2 {
+			resp.ProducerID, resp.ProducerEpoch = s.txns[m.id].producerAfterEnd()
 		}
-		return fmt.Errorf("transactional id %s is %s: %w", req.TransactionalID, stateName(m.state), kerr.InvalidTxnState)
+		return err
 	})
 	if err == nil && end != nil {
 		// The outcome is written: the markers follow before we answer,
@@ -339,6 +342,55 @@ func (p *Plugin) handleEndTxn(ctx context.Context, rc *server.RequestContext, re
 	}
 	resp.ErrorCode = code(err)
 	return resp
+}
+
+// endTxn ends m's transaction for an EndTxn whose producer is checked;
+// *end is set when markers are to be written.
+func (s *shardState) endTxn(m *txnMeta, commit, tv2, retry bool, end **ending) error {
+	// A version 2 transaction may have only offsets in it (its client
+	// skipped AddOffsetsToTxn): it is ongoing all the same.
+	if m.state == stOngoing && !retry || tv2 && !retry && m.state != stPrepareCommit && m.state != stPrepareAbort &&
+		len(s.openOffsetPartitions(m.pid)) > 0 {
+		e, err := s.prepareEnd(m, commit, false, tv2)
+		if err != nil {
+			return err
+		}
+		*end = &e
+		return nil
+	}
+	switch m.state {
+	case stCompleteCommt:
+		if commit && (retry || !tv2) {
+			return nil // a retry of the commit that completed
+		}
+	case stCompleteAbort:
+		if !commit && (retry || !tv2) {
+			return nil
+		}
+	case stPrepareCommit:
+		if commit {
+			return kerr.ConcurrentTransactions
+		}
+	case stPrepareAbort:
+		if !commit {
+			return kerr.ConcurrentTransactions
+		}
+	}
+	if tv2 && !retry && !commit && m.state != stOngoing {
+		// Version 2 clients abort a transaction in which nothing was
+		// written (every produce failed) to bump the epoch: there are
+		// no markers to write.
+		n := m.clone()
+		if err := s.bumpEpoch(n); err != nil {
+			return err
+		}
+		n.state, n.parts, n.startMs = stCompleteAbort, map[server.TopicPartition]bool{}, -1
+		if n.nextPid >= 0 {
+			n.pid, n.epoch, n.nextPid, n.lastEpoch = n.nextPid, 0, -1, -1
+		}
+		return s.put(n)
+	}
+	return fmt.Errorf("transactional id %s is %s: %w", m.id, stateName(m.state), kerr.InvalidTxnState)
 }
 
 func (p *Plugin) handleWriteTxnMarkers(ctx context.Context, rc *server.RequestContext, req *kmsg.WriteTxnMarkersRequest) kmsg.Response {

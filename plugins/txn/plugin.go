@@ -100,6 +100,7 @@ var (
 	_ server.LeaderObserver     = (*Plugin)(nil)
 	_ server.Lifecycle          = (*Plugin)(nil)
 	_ server.TxnCoordinator     = (*Plugin)(nil)
+	_ server.TxnPartitionAdder  = (*Plugin)(nil)
 )
 
 // New returns the plugin configured from broker properties. An invalid
@@ -186,14 +187,14 @@ func (p *Plugin) LocateCoordinator(keyType int8, key string) (server.InternalTop
 	}, p.partitionFor(key), true
 }
 
-// APIVersions implements server.APIHandler. EndTxn stops at v4: v5
-// (KIP-890 part 2) goes with the transaction.version=2 feature, which
-// this broker does not finalize, so clients keep AddPartitionsToTxn.
+// APIVersions implements server.APIHandler. EndTxn v5 is KIP-890 part 2
+// (transaction.version 2, which the broker finalizes because the plugin
+// is a server.TxnPartitionAdder): the epoch is bumped at every end.
 func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 	return []kmsg.ApiVersionsResponseApiKey{
 		{ApiKey: 24, MinVersion: 0, MaxVersion: 5}, // AddPartitionsToTxn
 		{ApiKey: 25, MinVersion: 0, MaxVersion: 4}, // AddOffsetsToTxn
-		{ApiKey: 26, MinVersion: 0, MaxVersion: 4}, // EndTxn
+		{ApiKey: 26, MinVersion: 0, MaxVersion: 5}, // EndTxn (v5: epoch bump)
 		{ApiKey: 27, MinVersion: 0, MaxVersion: 1}, // WriteTxnMarkers
 		{ApiKey: 65, MinVersion: 0, MaxVersion: 0}, // DescribeTransactions
 		{ApiKey: 66, MinVersion: 0, MaxVersion: 2}, // ListTransactions
@@ -312,6 +313,11 @@ func (p *Plugin) complete(ctx context.Context, e ending) error {
 		n.state, n.parts, n.startMs = stCompleteAbort, map[server.TopicPartition]bool{}, -1
 		if e.commit {
 			n.state = stCompleteCommt
+		}
+		if n.nextPid >= 0 {
+			// The epoch bump exhausted the epochs: the producer goes on
+			// with the new producer id (transaction.version 2).
+			n.pid, n.epoch, n.nextPid, n.lastEpoch = n.nextPid, 0, -1, -1
 		}
 		return s.put(n)
 	})

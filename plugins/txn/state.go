@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/server"
 )
@@ -45,6 +46,16 @@ type txnMeta struct {
 	parts     map[server.TopicPartition]bool
 	startMs   int64 // start of the transaction, -1 when none
 	updateMs  int64
+	// tv is the transaction.version the client last used (2: KIP-890
+	// part 2, every end bumps the epoch). nextPid is the producer id the
+	// producer moves to when its epoch is exhausted by a bump, -1 if none.
+	tv      int16
+	nextPid int64
+	// lastEpoch is the epoch before a transaction.version 2 end bumped
+	// it, so that a retried EndTxn with it is recognized; -1 otherwise.
+	// Kafka does not persist it either: after a coordinator move a retry
+	// is fenced.
+	lastEpoch int16
 }
 
 func (m *txnMeta) clone() *txnMeta {
@@ -72,9 +83,18 @@ func txnKey(id string) []byte {
 	return k.AppendTo(nil)
 }
 
+// Transactions of transaction.version 2 are stored as TxnMetadataValue v1,
+// whose tagged fields carry it and the next producer id, as Kafka 4 does.
 func txnValue(m *txnMeta) []byte {
-	v := kmsg.TxnMetadataValue{Version: 0, ProducerID: m.pid, ProducerEpoch: m.epoch, TimeoutMillis: m.timeoutMs,
-		State: m.state, LastUpdateTimestamp: m.updateMs, StartTimestamp: m.startMs}
+	v := kmsg.NewTxnMetadataValue()
+	v.ProducerID, v.ProducerEpoch, v.TimeoutMillis = m.pid, m.epoch, m.timeoutMs
+	v.State, v.LastUpdateTimestamp, v.StartTimestamp = m.state, m.updateMs, m.startMs
+	if m.tv >= 2 {
+		v.Version, v.ClientTransactionVersion = 1, m.tv
+		if m.nextPid >= 0 {
+			v.NextProducerID, v.NextProducerEpoch = m.nextPid, 0
+		}
+	}
 	var cur *kmsg.TxnMetadataValueTopic
 	for _, tp := range m.sortedParts() {
 		if cur == nil || cur.Topic != tp.Topic {
@@ -102,7 +122,8 @@ func decodeTxn(key, value []byte) (*txnMeta, string, error) {
 		return nil, "", fmt.Errorf("transaction %s value: %w", k.TransactionalID, err)
 	}
 	m := &txnMeta{id: k.TransactionalID, pid: v.ProducerID, epoch: v.ProducerEpoch, timeoutMs: v.TimeoutMillis,
-		state: v.State, parts: map[server.TopicPartition]bool{}, startMs: v.StartTimestamp, updateMs: v.LastUpdateTimestamp}
+		state: v.State, parts: map[server.TopicPartition]bool{}, startMs: v.StartTimestamp, updateMs: v.LastUpdateTimestamp,
+		tv: v.ClientTransactionVersion, nextPid: v.NextProducerID, lastEpoch: -1}
 	for _, t := range v.Topics {
 		for _, p := range t.Partitions {
 			m.parts[server.TopicPartition{Topic: t.Topic, Partition: p}] = true
@@ -184,20 +205,87 @@ func (s *shardState) endOf(m *txnMeta) ending {
 // prepareEnd moves an ongoing transaction to PrepareCommit or
 // PrepareAbort; fence bumps the epoch first, so that the producer that
 // ran the transaction is fenced (a timed-out transaction, or a new
-// producer taking the transactional id over).
-func (s *shardState) prepareEnd(m *txnMeta, commit, fence bool) (ending, error) {
+// producer taking the transactional id over). bump is transaction.version
+// 2's epoch bump at the end of every transaction (KIP-890 part 2): the
+// markers carry the new epoch and the producer goes on with it.
+func (s *shardState) prepareEnd(m *txnMeta, commit, fence, bump bool) (ending, error) {
 	n := m.clone()
 	n.state = stPrepareAbort
 	if commit {
 		n.state = stPrepareCommit
 	}
-	if fence && n.epoch < maxEpoch {
+	n.lastEpoch = -1
+	switch {
+	case bump:
+		if err := s.bumpEpoch(n); err != nil {
+			return ending{}, err
+		}
+	case fence && n.epoch < maxEpoch:
 		n.epoch++
+	}
+	if n.tv >= 2 {
+		for _, tp := range s.openOffsetPartitions(n.pid) {
+			n.parts[tp] = true
+		}
 	}
 	if err := s.put(n); err != nil {
 		return ending{}, err
 	}
 	return s.endOf(n), nil
+}
+
+// bumpEpoch is KIP-890 part 2's epoch bump at the end of a transaction.
+// An exhausted epoch moves the producer to a new producer id once the
+// transaction completes (the markers still carry the old id).
+func (s *shardState) bumpEpoch(n *txnMeta) error {
+	n.lastEpoch, n.tv = n.epoch, 2
+	n.epoch++
+	if n.epoch >= maxEpoch && n.nextPid < 0 {
+		pid, err := s.p.producerID(s.sh.Context())
+		if err != nil {
+			return err
+		}
+		n.nextPid = pid
+	}
+	return nil
+}
+
+// producerAfterEnd is the producer id and epoch a transaction.version 2
+// producer goes on with once its transaction is complete.
+func (m *txnMeta) producerAfterEnd() (int64, int16) {
+	if m.nextPid >= 0 {
+		return m.nextPid, 0
+	}
+	return m.pid, m.epoch
+}
+
+// openOffsetPartitions lists the partitions of __consumer_offsets led
+// here in which producer pid has a transaction open. Clients of
+// transaction.version 2 skip AddOffsetsToTxn and send TxnOffsetCommit v5,
+// whose handler (the groups plugin) is to add the partition itself
+// (server.TxnPartitionAdder); ending a version 2 transaction adds these
+// too, so that its offsets get their marker even where it does not.
+func (s *shardState) openOffsetPartitions(pid int64) []server.TopicPartition {
+	h := s.p.getHost()
+	if h == nil {
+		return nil
+	}
+	t := h.Metadata().Image().Topics[offsetsTopic]
+	if t == nil {
+		return nil
+	}
+	var out []server.TopicPartition
+	for i, part := range t.Partitions {
+		if part.Leader != h.NodeID() {
+			continue
+		}
+		if ep := h.Engine().Partition(engine.TopicID(t.ID), int32(i)); ep != nil {
+			if _, open := ep.OpenTxn(pid); open {
+				out = append(out, server.TopicPartition{Topic: offsetsTopic, Partition: int32(i)})
+			}
+		}
+	}
+	return out
 }
 
 // abortExpired aborts the transactions open longer than their timeout
@@ -208,7 +296,7 @@ func (s *shardState) abortExpired() {
 		if m.state != stOngoing || m.startMs+int64(m.timeoutMs) > now {
 			continue
 		}
-		e, err := s.prepareEnd(m, false, true)
+		e, err := s.prepareEnd(m, false, true, false)
 		if err != nil {
 			s.p.log.Warn("aborting timed-out transaction", "transactional_id", m.id, "err", err)
 			continue

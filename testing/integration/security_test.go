@@ -21,6 +21,7 @@ import (
 	"hash"
 	"io"
 	"log/slog"
+	"maps"
 	"math/big"
 	"net"
 	"os"
@@ -45,6 +46,9 @@ import (
 
 	"github.com/tandem-kafka/tandem/plugins/acl"
 	"github.com/tandem-kafka/tandem/plugins/groups"
+	"github.com/tandem-kafka/tandem/plugins/mirror"
+	mirroradmin "github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/txn"
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -57,8 +61,9 @@ type secureBroker struct {
 	caPool *x509.CertPool
 }
 
-// startSecure starts the broker with the security plugin (authorizing
-// when authz is set) and the groups plugin, as tandem serve wires them.
+// startSecure starts the broker with every plugin tandem serve wires: the
+// security plugin (authorizing when authz is set), groups, transactions
+// and mirroring.
 func startSecure(t testing.TB, authz bool, extra map[string]string) *secureBroker {
 	t.Helper()
 	dir := t.TempDir()
@@ -70,6 +75,10 @@ func startSecure(t testing.TB, authz bool, extra map[string]string) *secureBroke
 		"tandem.sasl.plain.users": "alice:alice-secret,bob:bob-secret,eve:eve-secret,admin:admin-secret",
 		"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
 		"super.users":             "User:admin",
+		// Small internal topics: this broker is started many times.
+		"mirror.topic.num.partitions":          "4",
+		"transaction.state.log.num.partitions": "4",
+		"offsets.topic.num.partitions":         "4",
 	}
 	for k, v := range extra {
 		props[k] = v
@@ -78,7 +87,8 @@ func startSecure(t testing.TB, authz bool, extra map[string]string) *secureBroke
 	if err != nil {
 		t.Fatal(err)
 	}
-	plugins := []any{p, groups.New(props, slog.New(slog.DiscardHandler))}
+	quiet := slog.New(slog.DiscardHandler)
+	plugins := []any{p, groups.New(props, quiet), txn.New(props, quiet), mirror.New(props, quiet)}
 	if authz {
 		plugins = append(plugins, p.Authorizer())
 	}
@@ -654,7 +664,7 @@ type matrixEntry struct {
 func authFailure(code int16) bool {
 	switch code {
 	case kerr.TopicAuthorizationFailed.Code, kerr.GroupAuthorizationFailed.Code,
-		kerr.ClusterAuthorizationFailed.Code, kerr.TransactionalIDAuthorizationFailed.Code:
+		kerr.ClusterAuthorizationFailed.Code, kerr.TransactionalIDAuthorizationFailed.Code, mirror.ErrMirrorAuthorizationFailed.Code:
 		return true
 	}
 	return false
@@ -1000,7 +1010,7 @@ func aclRequest(t testing.TB, admin *rawConn, served map[int16]kmsg.ApiVersionsR
 	for _, g := range gs {
 		c := kmsg.NewCreateACLsRequestCreation()
 		c.ResourceType, c.ResourceName, c.ResourcePatternType = g.typ, g.name, pat
-		if g.name == "m-new-" {
+		if strings.HasSuffix(g.name, "-") { // m-new-: names made per call
 			c.ResourcePatternType = kmsg.ACLResourcePatternTypePrefixed
 		}
 		c.Principal, c.Host, c.Operation, c.PermissionType = principal, "*", g.op, perm
@@ -1072,14 +1082,16 @@ func TestACLMatrix(t *testing.T) {
 	n := 0
 	seq := func() string { n++; return fmt.Sprint(n) }
 	matrix := aclMatrix(topicID, seq)
+	maps.Copy(matrix, txnMirrorMatrix(topicID, seq))
+	txnMirrorFixtures(t, addr, adminOpts)
 
 	for key := range served {
 		e, ok := matrix[key]
 		if !ok {
-			t.Errorf("api key %d (%s) is served but has no ACL matrix entry", key, kmsg.NameForKey(key))
+			t.Errorf("api key %d (%s) is served but has no ACL matrix entry", key, apiName(key))
 			continue
 		}
-		t.Run(kmsg.NameForKey(key), func(t *testing.T) {
+		t.Run(apiName(key), func(t *testing.T) {
 			bob := saslRaw(t, addr, "bob")
 			do := func() int16 {
 				resp, err := bob.roundTrip(versioned(e.req(), served))
@@ -1333,5 +1345,173 @@ func TestServeSecurity(t *testing.T) {
 	}
 	if strings.Contains(string(out), "plugins/acl") {
 		t.Fatal("-tags tandem_omit_acl still links plugins/acl")
+	}
+}
+
+func mirrorG(name string, op kmsg.ACLOperation) grant {
+	return grant{server.ACLResourceMirror, name, op}
+}
+
+// txnMirrorMatrix has the entries of the transactions and mirror APIs.
+// Fixtures: transaction m-txn (committed), mirrors m-mirror (source: this
+// broker) and m-del-mirror.
+func txnMirrorMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry {
+	txnG := func(op kmsg.ACLOperation) grant { return grant{kmsg.ACLResourceTypeTransactionalId, "m-txn", op} }
+	const mm = "m-mirror"
+	return map[int16]matrixEntry{
+		24: {need: []grant{clusterG(kmsg.ACLOperationClusterAction), txnG(kmsg.ACLOperationWrite), topicG(kmsg.ACLOperationWrite)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrAddPartitionsToTxnRequest() // v4+: broker to broker
+			tx := kmsg.NewAddPartitionsToTxnRequestTransaction()
+			tx.TransactionalID, tx.ProducerID = "m-txn", 1
+			tx.Topics = []kmsg.AddPartitionsToTxnRequestTransactionTopic{{Topic: mTopic, Partitions: []int32{0}}}
+			r.Transactions = append(r.Transactions, tx)
+			return r
+		}, code: func(r kmsg.Response) int16 {
+			ar := r.(*kmsg.AddPartitionsToTxnResponse)
+			if ar.ErrorCode != 0 || len(ar.Transactions) == 0 {
+				return ar.ErrorCode
+			}
+			return ar.Transactions[0].Topics[0].Partitions[0].ErrorCode
+		}, ok: []int16{kerr.InvalidProducerIDMapping.Code, kerr.InvalidProducerEpoch.Code}},
+		25: {need: []grant{txnG(kmsg.ACLOperationWrite), groupG(kmsg.ACLOperationRead)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrAddOffsetsToTxnRequest()
+			r.TransactionalID, r.ProducerID, r.Group = "m-txn", 1, mGroup
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.AddOffsetsToTxnResponse).ErrorCode },
+			ok: []int16{kerr.InvalidProducerIDMapping.Code, kerr.InvalidProducerEpoch.Code}},
+		26: {need: []grant{txnG(kmsg.ACLOperationWrite)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrEndTxnRequest()
+			r.TransactionalID, r.ProducerID = "m-txn", 1
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.EndTxnResponse).ErrorCode },
+			ok: []int16{kerr.InvalidProducerIDMapping.Code, kerr.InvalidProducerEpoch.Code}},
+		27: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrWriteTxnMarkersRequest()
+			m := kmsg.NewWriteTxnMarkersRequestMarker()
+			m.ProducerID, m.CoordinatorEpoch = 1, 0
+			m.Topics = []kmsg.WriteTxnMarkersRequestMarkerTopic{{Topic: "m-none", Partitions: []int32{0}}}
+			r.Markers = append(r.Markers, m)
+			return r
+		}, code: func(r kmsg.Response) int16 {
+			return r.(*kmsg.WriteTxnMarkersResponse).Markers[0].Topics[0].Partitions[0].ErrorCode
+		}, ok: []int16{kerr.UnknownTopicOrPartition.Code}},
+		65: {need: []grant{txnG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrDescribeTransactionsRequest()
+			r.TransactionalIDs = []string{"m-txn"}
+			return r
+		}, code: func(r kmsg.Response) int16 {
+			return r.(*kmsg.DescribeTransactionsResponse).TransactionStates[0].ErrorCode
+		}},
+		66: {need: []grant{txnG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return kmsg.NewPtrListTransactionsRequest()
+		}, code: func(r kmsg.Response) int16 {
+			lr := r.(*kmsg.ListTransactionsResponse)
+			for _, s := range lr.TransactionStates {
+				if s.TransactionalID == "m-txn" {
+					return lr.ErrorCode
+				}
+			}
+			return kerr.TransactionalIDAuthorizationFailed.Code // hidden
+		}},
+
+		mirror.KeyCreateMirror: {need: []grant{mirrorG("m-new-", kmsg.ACLOperationCreate)}, req: func() kmsg.Request {
+			name := "m-new-" + seq()
+			return &mirror.CreateMirrorRequest{MirrorName: &name, Configs: []mirror.MirrorConfig{{Name: "bootstrap.servers", Value: kmsg.StringPtr("127.0.0.1:1")}}}
+		}, code: func(r kmsg.Response) int16 { return r.(*mirror.CreateMirrorResponse).ErrorCode }},
+		mirror.KeyAddTopicsToMirror: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			return &mirror.AddTopicsToMirrorRequest{Topics: []mirror.AddTopic{{TopicName: "m-missing", MirrorName: kmsg.StringPtr(mm)}}}
+		}, code: func(r kmsg.Response) int16 { return r.(*mirror.AddTopicsToMirrorResponse).ErrorCode },
+			ok: []int16{kerr.UnknownTopicOrPartition.Code}}, // authorized: the source has no m-missing
+		mirror.KeyRemoveTopicsFromMirror: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			return &mirror.RemoveTopicsFromMirrorRequest{MirrorName: mm, Topics: []mirror.RemoveTopic{{TopicName: "m-none"}}}
+		}, code: func(r kmsg.Response) int16 { return r.(*mirror.RemoveTopicsFromMirrorResponse).ErrorCode },
+			ok: []int16{mirror.ErrTopicNotMirrored.Code}},
+		mirror.KeyLastMirroredOffsets: {need: []grant{topicG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return &mirror.LastMirroredOffsetsRequest{MirrorName: mm, Topics: []mirror.PartitionsTopic{{Name: mTopic, Partitions: []int32{0}}}}
+		}, code: func(r kmsg.Response) int16 {
+			lr := r.(*mirror.LastMirroredOffsetsResponse)
+			if lr.ErrorCode != 0 {
+				return lr.ErrorCode
+			}
+			return lr.Topics[0].Partitions[0].ErrorCode
+		}},
+		mirror.KeyListMirrors: {need: []grant{mirrorG(mm, kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return &mirror.ListMirrorsRequest{}
+		}, code: func(r kmsg.Response) int16 {
+			lr := r.(*mirror.ListMirrorsResponse)
+			for _, m := range lr.Mirrors {
+				if m.MirrorName == mm {
+					return lr.ErrorCode
+				}
+			}
+			return mirror.ErrMirrorAuthorizationFailed.Code // hidden
+		}},
+		mirror.KeyDescribeMirrors: {need: []grant{mirrorG(mm, kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return &mirror.DescribeMirrorsRequest{MirrorNames: []string{mm}}
+		}, code: func(r kmsg.Response) int16 { return r.(*mirror.DescribeMirrorsResponse).Mirrors[0].ErrorCode }},
+		mirror.KeyReadMirrorStates: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
+			return &mirror.ReadMirrorStatesRequest{MirrorName: mm}
+		}, code: func(r kmsg.Response) int16 { return r.(*mirror.ReadMirrorStatesResponse).ErrorCode }},
+		mirror.KeyWriteMirrorStates: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
+			return &mirror.WriteMirrorStatesRequest{MirrorName: mm}
+		}, code: func(r kmsg.Response) int16 { return r.(*mirror.WriteMirrorStatesResponse).ErrorCode }},
+		mirror.KeyPauseMirrorTopics: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			r := mirror.NewPauseMirrorTopicsRequest()
+			r.MirrorName = mm
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*mirror.MirrorTopicsResponse).ErrorCode }},
+		mirror.KeyResumeMirrorTopics: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			r := mirror.NewResumeMirrorTopicsRequest()
+			r.MirrorName = mm
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*mirror.MirrorTopicsResponse).ErrorCode }},
+		mirror.KeyDeleteMirror: {need: []grant{mirrorG("m-del-mirror", kmsg.ACLOperationDelete)}, req: func() kmsg.Request {
+			r := mirror.NewDeleteMirrorRequest()
+			r.MirrorName = "m-del-mirror"
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*mirror.MirrorTopicsResponse).ErrorCode }},
+		mirror.KeyBumpLeaderEpochs: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
+			// MinLeaderEpoch -1: the epoch stays max(0, current).
+			return &mirror.BumpLeaderEpochsRequest{Topics: []mirror.BumpTopic{{TopicID: topicID,
+				Partitions: []mirror.BumpPartition{{PartitionIndex: 0, MinLeaderEpoch: -1}}}}}
+		}, code: func(r kmsg.Response) int16 {
+			return r.(*mirror.BumpLeaderEpochsResponse).Topics[0].Partitions[0].ErrorCode
+		}},
+	}
+}
+
+// apiName names an API key, the mirror keys included (kmsg calls 94
+// UnregisterController).
+func apiName(key int16) string {
+	if key >= mirror.KeyCreateMirror && key <= mirror.KeyBumpLeaderEpochs {
+		return fmt.Sprintf("Mirror%d", key)
+	}
+	return kmsg.NameForKey(key)
+}
+
+// txnMirrorFixtures commits a transaction m-txn on m-topic and creates the
+// mirrors m-mirror (source: this broker, as the super user) and
+// m-del-mirror, for txnMirrorMatrix.
+func txnMirrorFixtures(t *testing.T, addr string, adminOpts []kgo.Opt) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tx := newClient(t, addr, append(adminOpts, kgo.TransactionalID("m-txn"), kgo.DefaultProduceTopic(mTopic))...)
+	if err := tx.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.ProduceSync(ctx, &kgo.Record{Value: []byte("in a transaction")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	ma := mirroradmin.New(newClient(t, addr, append(adminOpts, mirroradmin.Opt())...))
+	self := map[string]string{"bootstrap.servers": addr, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+		"sasl.jaas.config": `org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret";`}
+	for _, name := range []string{"m-mirror", "m-del-mirror"} {
+		if err := ma.CreateMirror(ctx, name, self); err != nil {
+			t.Fatalf("create mirror %s: %v", name, err)
+		}
 	}
 }

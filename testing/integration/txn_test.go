@@ -12,6 +12,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -65,12 +66,42 @@ func checkAbortThenCommit(t *testing.T, addr, topic string, afterAbort bool) {
 	}
 }
 
+// keyCounter counts the requests a client writes, by key.
+type keyCounter struct {
+	mu   sync.Mutex
+	keys map[kmsg.Key]int
+}
+
+func (c *keyCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.keys == nil {
+		c.keys = map[kmsg.Key]int{}
+	}
+	if err == nil {
+		c.keys[kmsg.Key(key)]++
+	}
+}
+
+// take returns the counts and starts afresh.
+func (c *keyCounter) take() map[kmsg.Key]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.keys
+	c.keys = nil
+	return k
+}
+
 // TestTxnFranzGoAbortCommit: a franz-go transactional producer writes to 3
-// partitions and aborts, then commits.
+// partitions and aborts, then commits. The broker finalizes
+// transaction.version 2, so from its second transaction on (its first
+// connection's ApiVersions v5 gets the feature-less KIP-511 fallback)
+// the client skips AddPartitionsToTxn and its EndTxn v5 bumps the epoch.
 func TestTxnFranzGoAbortCommit(t *testing.T) {
 	p := tandemtest.StartProcess(t, t.TempDir(), txnProps...)
 	createTopic(t, p.Addr, "txf", 3)
-	cl := newClient(t, p.Addr, kgo.TransactionalID("txf"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	var keys keyCounter
+	cl := newClient(t, p.Addr, kgo.TransactionalID("txf"), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.WithHooks(&keys))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	run := func(prefix string, commit bool) {
@@ -89,8 +120,20 @@ func TestTxnFranzGoAbortCommit(t *testing.T) {
 	}
 	run("aborted", false)
 	checkAbortThenCommit(t, p.Addr, "txf", true)
+	keys.take()
+	_, before, err := cl.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	run("committed", true)
 	checkAbortThenCommit(t, p.Addr, "txf", false)
+	_, after, err := cl.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := keys.take(); k[kmsg.AddPartitionsToTxn] != 0 || k[kmsg.EndTxn] != 1 || after != before+1 {
+		t.Fatalf("transaction.version 2: %d AddPartitionsToTxn, %d EndTxn, epoch %d -> %d", k[kmsg.AddPartitionsToTxn], k[kmsg.EndTxn], before, after)
+	}
 }
 
 // TestTxnSaramaAbortCommit: the same with sarama's transactional producer.
@@ -149,11 +192,12 @@ func TestTxnGroupTransactSessionKill9(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var committed atomic.Int64 // records in transactions the session saw commit
+	var keys keyCounter
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(p.Addr), kgo.TransactionalID("eos"),
+		sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(p.Addr), kgo.TransactionalID("eos"), kgo.WithHooks(&keys),
 			kgo.ConsumerGroup("eos-g"), kgo.ConsumeTopics("eos-in"), kgo.DefaultProduceTopic("eos-out"),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(),
 			kgo.TransactionTimeout(10*time.Second), kgo.FetchMaxPartitionBytes(16<<10), kgo.FetchMaxBytes(32<<10),
@@ -224,5 +268,12 @@ func TestTxnGroupTransactSessionKill9(t *testing.T) {
 	}
 	if len(seen) != n {
 		t.Errorf("output has %d distinct values, want %d", len(seen), n)
+	}
+	// transaction.version 2: offsets go in with TxnOffsetCommit v5
+	// alone, AddOffsetsToTxn only before the client opted in.
+	k := keys.take()
+	t.Logf("requests: %d TxnOffsetCommit, %d AddOffsetsToTxn, %d EndTxn", k[kmsg.TxnOffsetCommit], k[kmsg.AddOffsetsToTxn], k[kmsg.EndTxn])
+	if k[kmsg.TxnOffsetCommit] == 0 || k[kmsg.AddOffsetsToTxn] >= k[kmsg.TxnOffsetCommit] {
+		t.Errorf("%d AddOffsetsToTxn for %d TxnOffsetCommit: the session did not use transaction.version 2", k[kmsg.AddOffsetsToTxn], k[kmsg.TxnOffsetCommit])
 	}
 }

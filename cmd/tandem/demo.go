@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/server"
+)
+
+// demo is `tandem demo`: a source and a destination cluster in this
+// process (temporary directories, free 127.0.0.1 ports), a topic produced
+// on the source while the destination mirrors it, and `tandem mirrors
+// --describe` printed until the lag is 0. The mirror is created and the
+// topic added with the same code as the two `tandem mirrors` commands it
+// prints.
+func demo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	records := fs.Int("records", 50000, "records to produce on the source")
+	size := fs.Int("record-bytes", 200, "bytes per record value")
+	rate := fs.Int64("rate", 1<<20, "mirror.replication.throttled.rate of the destination, bytes/s (0: unlimited), so that the lag is visible")
+	interval := fs.Duration("interval", time.Second, "time between two --describe")
+	duration := fs.Duration("duration", 2*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := runDemo(stdout, stderr, *records, *size, *rate, *interval, *duration); err != nil {
+		fmt.Fprintln(stderr, "tandem demo:", err)
+		return 1
+	}
+	return 0
+}
+
+func runDemo(stdout, stderr io.Writer, records, size int, rate int64, interval, duration time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), duration)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	var stops []func()
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	start := func(name string, extra map[string]string) (*server.Broker, error) {
+		dir, err := os.MkdirTemp("", "tandem-demo-"+name+"-")
+		if err != nil {
+			return nil, err
+		}
+		props := map[string]string{"mirror.topic.num.partitions": "3", "offsets.topic.num.partitions": "3",
+			"transaction.state.log.num.partitions": "3", "replica.fetch.wait.max.ms": "100", "mirror.replica.fetch.backoff.ms": "200"}
+		for k, v := range extra {
+			props[k] = v
+		}
+		b, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", Props: props, Plugins: plugins(props), Logger: log})
+		if err == nil {
+			err = b.Start(ctx)
+		}
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("start the %s cluster: %w", name, err)
+		}
+		stops = append(stops, func() { b.Close(); os.RemoveAll(dir) })
+		return b, nil
+	}
+	src, err := start("source", nil)
+	if err != nil {
+		return err
+	}
+	dst, err := start("destination", map[string]string{"mirror.replication.throttled.rate": strconv.FormatInt(rate, 10)})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "source cluster      %s\ndestination cluster %s\n\n", src.Addr(), dst.Addr())
+
+	const topic, name = "demo", "demo"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(src.Addr()), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(kgo.ZstdCompression()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 3, 1, nil, topic); err != nil {
+		return fmt.Errorf("create topic %s on the source: %w", topic, err)
+	}
+	// A first half before the mirror exists, the rest while it mirrors.
+	produce := func(from, to int) error {
+		rng := rand.New(rand.NewPCG(uint64(from), 1))
+		for i := from; i < to; i++ {
+			value := fmt.Appendf(make([]byte, 0, size), "record %d ", i)
+			for len(value) < size { // random letters: the lag is not compressed away
+				value = append(value, byte('a'+rng.IntN(26)))
+			}
+			cl.Produce(ctx, &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: value}, nil)
+		}
+		return cl.Flush(ctx)
+	}
+	if err := produce(0, records/2); err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
+	fmt.Fprintf(stdout, "produced %d records to topic %s on the source\n\n", records/2, topic)
+
+	for _, cmd := range [][]string{
+		{"--bootstrap-server", dst.Addr(), "--create", "--mirror", name, "--source-bootstrap", src.Addr()},
+		{"--bootstrap-server", dst.Addr(), "--add", "--topic", topic, "--mirror", name},
+	} {
+		fmt.Fprintf(stdout, "$ tandem mirrors %s\n", strings.Join(cmd, " "))
+		if code := mirrors(cmd, stdout, stderr); code != 0 {
+			return fmt.Errorf("tandem mirrors %s failed", strings.Join(cmd, " "))
+		}
+	}
+	produced := make(chan error, 1)
+	go func() { produced <- produce(records/2, records) }()
+
+	acl, err := kgo.NewClient(kgo.SeedBrokers(dst.Addr()), admin.Opt())
+	if err != nil {
+		return err
+	}
+	defer acl.Close()
+	a := admin.New(acl)
+	describe := []string{"--bootstrap-server", dst.Addr(), "--describe", "--mirror", name}
+	done := false
+	for !done {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the mirror did not catch up within %v", duration)
+		case <-time.After(interval):
+		}
+		if produced != nil {
+			select {
+			case err := <-produced:
+				if err != nil {
+					return fmt.Errorf("produce: %w", err)
+				}
+				fmt.Fprintf(stdout, "\nproduced all %d records\n", records)
+				produced = nil
+			default:
+			}
+		}
+		done = produced == nil && caughtUp(ctx, a, kadm.NewClient(cl), name, topic)
+		fmt.Fprintf(stdout, "\n$ tandem mirrors %s\n", strings.Join(describe, " "))
+		if code := mirrors(describe, stdout, stderr); code != 0 {
+			return fmt.Errorf("describe failed")
+		}
+	}
+	fmt.Fprintf(stdout, "\nthe mirror caught up: lag 0 on every partition; stopping both clusters\n")
+	return nil
+}
+
+// caughtUp reports whether every partition of the mirror is MIRRORING
+// and holds everything the source has (asked of the source itself: the
+// mirror's own view of the source may be a fetch old).
+func caughtUp(ctx context.Context, a *admin.Client, source *kadm.Client, name, topic string) bool {
+	ends, err := source.ListEndOffsets(ctx, topic)
+	if err != nil || ends.Error() != nil {
+		return false
+	}
+	ms, err := a.DescribeMirrors(ctx, name)
+	if err != nil || len(ms) != 1 || len(ms[0].Topics) != 1 {
+		return false
+	}
+	for _, p := range ms[0].Topics[0].Partitions {
+		end, ok := ends.Lookup(topic, p.PartitionIndex)
+		if p.State != "MIRRORING" || p.Lag != 0 || !ok || p.DestinationOffset != end.Offset {
+			return false
+		}
+	}
+	return true
+}

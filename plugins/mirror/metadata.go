@@ -1,0 +1,755 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server"
+)
+
+// metaManager is KIP-1279's MirrorMetadataManager: for every mirror whose
+// metadata coordinator this broker is (the leader of the __mirror_state
+// partition the mirror's name hashes to), a loop that every
+// mirror.metadata.refresh.interval.ms checks the source cluster ID,
+// discovers, creates, grows, reconfigures and stops mirror topics, copies
+// committed consumer group offsets and ACLs, and bumps leader epochs
+// that the source is catching up with.
+type metaManager struct {
+	p     *Plugin
+	mu    sync.Mutex
+	syncs map[string]*metaSync // by mirror name
+}
+
+func newMetaManager(p *Plugin) *metaManager {
+	return &metaManager{p: p, syncs: map[string]*metaSync{}}
+}
+
+// sync starts the loops of the mirrors this broker coordinates in img and
+// stops the others. Never called with p.mu held: stopping a loop waits
+// for it, and loops take p.mu.
+func (mm *metaManager) sync(img *raftmeta.Image) {
+	p := mm.p
+	p.mu.Lock()
+	host, ctx := p.host, p.ctx
+	p.mu.Unlock()
+	if host == nil || ctx.Err() != nil {
+		return
+	}
+	var stale []*metaSync
+	mm.mu.Lock()
+	for name, s := range mm.syncs {
+		if img.Mirrors[name] == nil || !mm.coordinates(img, host, name) {
+			stale = append(stale, s)
+			delete(mm.syncs, name)
+		}
+	}
+	for name := range img.Mirrors {
+		if mm.syncs[name] == nil && mm.coordinates(img, host, name) {
+			s := newMetaSync(mm, ctx, name)
+			mm.syncs[name] = s
+			go s.loop()
+		}
+	}
+	mm.mu.Unlock()
+	for _, s := range stale {
+		s.stop()
+	}
+}
+
+// coordinates reports whether this broker leads the __mirror_state
+// partition that mirror's metadata sync hashes to.
+func (mm *metaManager) coordinates(img *raftmeta.Image, host server.Host, mirror string) bool {
+	t := img.Topics[Topic]
+	i := mm.p.rt.PartitionFor(mirror)
+	return t != nil && int(i) < len(t.Partitions) && t.Partitions[i].Leader == host.NodeID()
+}
+
+func (mm *metaManager) stop() {
+	mm.mu.Lock()
+	syncs := mm.syncs
+	mm.syncs = map[string]*metaSync{}
+	mm.mu.Unlock()
+	for _, s := range syncs {
+		s.stop()
+	}
+}
+
+// halted returns why a mirror's metadata sync is halted ("" if it is not).
+func (mm *metaManager) halted(mirror string) string {
+	mm.mu.Lock()
+	s := mm.syncs[mirror]
+	mm.mu.Unlock()
+	if s == nil {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.halt
+}
+
+// metaSync is the metadata sync loop of one mirror.
+type metaSync struct {
+	mm     *metaManager
+	p      *Plugin
+	name   string
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	cl     *kgo.Client // to the source, created lazily
+	clConf map[string]string
+
+	mu   sync.Mutex
+	halt string // why sync is halted (a changed source cluster ID)
+
+	refreshErrs, configErrs, groupErrs, aclErrs *metrics.Counter
+	duration                                    *metrics.Histogram
+	lastSuccess, mismatch                       *metrics.Gauge
+	names                                       []string
+}
+
+const metricPrefix = "kafka_server_mirror_MirrorMetadataManager_"
+
+func newMetaSync(mm *metaManager, parent context.Context, name string) *metaSync {
+	s := &metaSync{mm: mm, p: mm.p, name: name, log: mm.p.log.With("mirror", name, "component", "metadata"), done: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(parent)
+	set := mm.p.metrics.set
+	label := fmt.Sprintf("{mirror=%q}", name)
+	metric := func(n string) string {
+		s.names = append(s.names, metricPrefix+n+label)
+		return metricPrefix + n + label
+	}
+	s.refreshErrs = set.GetOrCreateCounter(metric("MetadataRefreshError"))
+	s.configErrs = set.GetOrCreateCounter(metric("TopicConfigMetadataSyncError"))
+	s.groupErrs = set.GetOrCreateCounter(metric("ConsumerGroupOffsetSyncError"))
+	s.aclErrs = set.GetOrCreateCounter(metric("AclSyncError"))
+	s.duration = set.GetOrCreateHistogram(metric("SyncCycleSeconds"))
+	s.lastSuccess = set.GetOrCreateGauge(metric("LastSuccessTimestampSeconds"), nil)
+	s.mismatch = set.GetOrCreateGauge(metric("SourceClusterIdMismatch"), nil)
+	return s
+}
+
+func (s *metaSync) stop() {
+	s.cancel()
+	<-s.done
+	for _, n := range s.names {
+		s.p.metrics.set.UnregisterMetric(n)
+	}
+}
+
+func (s *metaSync) loop() {
+	defer close(s.done)
+	defer func() {
+		if s.cl != nil {
+			s.cl.Close()
+		}
+	}()
+	for s.ctx.Err() == nil {
+		if err := s.cycle(); err != nil && s.ctx.Err() == nil {
+			s.log.Warn("mirror metadata sync", "err", err)
+		}
+		select {
+		case <-s.ctx.Done():
+		case <-time.After(s.interval()):
+		}
+	}
+}
+
+// interval is mirror.metadata.refresh.interval.ms: the mirror's own
+// (dynamic, through the MIRROR config resource), else the broker's.
+func (s *metaSync) interval() time.Duration {
+	if img := s.p.image(); img != nil && img.Mirrors[s.name] != nil {
+		if n, err := strconv.ParseInt(img.Mirrors[s.name].Configs["mirror.metadata.refresh.interval.ms"], 10, 64); err == nil && n > 0 {
+			return time.Duration(n) * time.Millisecond
+		}
+	}
+	return s.p.cfg.RefreshInterval
+}
+
+// connKeys are the mirror configs that shape the source connection; a
+// change to another key keeps the client.
+func connConfigs(c map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range c {
+		if k == "bootstrap.servers" || strings.HasPrefix(k, "security.") || strings.HasPrefix(k, "sasl.") || strings.HasPrefix(k, "ssl.") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func (s *metaSync) client(m *raftmeta.Mirror) (*kgo.Client, error) {
+	conf := connConfigs(m.Configs)
+	if s.cl != nil && maps.Equal(conf, s.clConf) {
+		return s.cl, nil
+	}
+	if s.cl != nil {
+		s.cl.Close()
+		s.cl = nil
+	}
+	opts, err := clientOpts(m.Configs, s.p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.ClientID("mirror-metadata-"+s.name))...)
+	if err != nil {
+		return nil, fmt.Errorf("source client: %w", err)
+	}
+	s.cl, s.clConf = cl, conf
+	return cl, nil
+}
+
+// listRegexps parses a comma-separated list of anchored regular
+// expressions (nil for an empty list).
+func listRegexps(key, s string) ([]*regexp.Regexp, error) {
+	var out []*regexp.Regexp
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		re, err := regexp.Compile("^(?:" + p + ")$")
+		if err != nil {
+			return nil, fmt.Errorf("%s pattern %q: %v: %w", key, p, err, kerr.InvalidConfig)
+		}
+		out = append(out, re)
+	}
+	return out, nil
+}
+
+func anyMatch(res []*regexp.Regexp, s string) bool {
+	return slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(s) })
+}
+
+// filters are a mirror's include/exclude settings, parsed.
+type filters struct {
+	topicsIn, topicsEx, groupsIn, groupsEx []*regexp.Regexp
+	propsEx                                map[string]bool
+	acls                                   []aclRule
+}
+
+func parseFilters(c map[string]string) (filters, error) {
+	var f filters
+	var errs [4]error
+	f.topicsIn, errs[0] = listRegexps("mirror.topics.include", c["mirror.topics.include"])
+	f.topicsEx, errs[1] = listRegexps("mirror.topics.exclude", c["mirror.topics.exclude"])
+	groups, ok := c["mirror.groups.include"]
+	if !ok {
+		groups = ".*"
+	}
+	f.groupsIn, errs[2] = listRegexps("mirror.groups.include", groups)
+	var err error
+	if f.groupsEx, err = listRegexps("mirror.groups.exclude", c["mirror.groups.exclude"]); err != nil {
+		errs[2] = err
+	}
+	acls, ok := c["mirror.acl.include"]
+	if !ok {
+		acls = "*"
+	}
+	f.acls, errs[3] = parseACLRules(acls)
+	f.propsEx = excludedProps(c)
+	return f, errors.Join(errs[:]...)
+}
+
+// excludedProps is mirror.topic.properties.exclude (the KIP's default
+// list when unset), always with mirror.name.
+func excludedProps(c map[string]string) map[string]bool {
+	ex, ok := c["mirror.topic.properties.exclude"]
+	if !ok {
+		ex = defaultExclude
+	}
+	out := map[string]bool{"mirror.name": true}
+	for _, k := range strings.Split(ex, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// srcTopic is a topic as the source's Metadata describes it.
+type srcTopic struct {
+	id     [16]byte
+	epochs []int32 // leader epoch per partition
+	rf     int16
+}
+
+// cycle is one refresh. A changed source cluster ID halts it before it
+// alters anything; otherwise each part runs even if another failed, and
+// each failure counts in its metric.
+func (s *metaSync) cycle() error {
+	start := time.Now()
+	img := s.p.image()
+	m := img.Mirrors[s.name]
+	if m == nil || s.paused(img, m) {
+		return nil
+	}
+	f, err := parseFilters(m.Configs)
+	if err != nil {
+		s.refreshErrs.Inc()
+		return err
+	}
+	cl, err := s.client(m)
+	if err != nil {
+		s.refreshErrs.Inc()
+		return err
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.p.cfg.RequestTimeout)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest() // nil Topics: all of them
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		s.refreshErrs.Inc()
+		return fmt.Errorf("source metadata: %v: %w", err, ErrMirrorSourceUnavailable)
+	}
+	if err := s.checkClusterID(ctx, m, resp); err != nil {
+		s.refreshErrs.Inc()
+		return err
+	}
+	src := map[string]srcTopic{}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || t.ErrorCode != 0 || t.IsInternal || strings.HasPrefix(*t.Topic, "__") {
+			continue
+		}
+		st := srcTopic{id: t.TopicID, epochs: make([]int32, len(t.Partitions)), rf: 1}
+		if len(t.Partitions) > 0 {
+			st.rf = int16(max(1, len(t.Partitions[0].Replicas))) // the controller caps it at the brokers here
+		}
+		for _, pp := range t.Partitions {
+			if int(pp.Partition) < len(st.epochs) {
+				st.epochs[pp.Partition] = pp.LeaderEpoch
+			}
+		}
+		src[*t.Topic] = st
+	}
+	var errs []error
+	if err := s.syncTopics(ctx, cl, m, f, src); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.syncGroups(ctx, cl, f); err != nil {
+		s.groupErrs.Inc()
+		errs = append(errs, err)
+	}
+	if err := s.syncACLs(ctx, cl, f); err != nil {
+		s.aclErrs.Inc()
+		errs = append(errs, err)
+	}
+	s.duration.UpdateDuration(start)
+	if len(errs) == 0 {
+		s.lastSuccess.Set(float64(time.Now().UnixMilli()) / 1000)
+	}
+	return errors.Join(errs...)
+}
+
+// paused reports whether every active topic of the mirror is paused: a
+// PAUSED mirror does no metadata sync.
+func (s *metaSync) paused(img *raftmeta.Image, m *raftmeta.Mirror) bool {
+	some := false
+	for name, mt := range m.Topics {
+		t := img.Topics[name]
+		if mt.Stopped || t == nil {
+			continue
+		}
+		for i := range t.Partitions {
+			st, err := s.p.readState(s.ctx, pkey{s.name, name, int32(i)}, t.ID)
+			if err != nil || st.State != Paused && st.State != Pausing {
+				return false
+			}
+			some = true
+		}
+	}
+	return some
+}
+
+// checkClusterID compares the source's cluster ID with the one recorded
+// when the mirror first reached it; a different one halts the sync.
+func (s *metaSync) checkClusterID(ctx context.Context, m *raftmeta.Mirror, resp *kmsg.MetadataResponse) error {
+	id := ""
+	if resp.ClusterID != nil {
+		id = *resp.ClusterID
+	}
+	if m.SourceClusterID != "" && id != m.SourceClusterID {
+		msg := fmt.Sprintf("source cluster ID changed from %s to %s (bootstrap.servers %s): metadata sync halted", m.SourceClusterID, id, m.Configs["bootstrap.servers"])
+		s.mu.Lock()
+		first := s.halt == ""
+		s.halt = msg
+		s.mu.Unlock()
+		s.mismatch.Set(1)
+		if first {
+			s.log.Error("mirror source cluster ID changed: metadata sync halted", "want", m.SourceClusterID, "got", id)
+		}
+		return fmt.Errorf("%s: %w", msg, kerr.InconsistentClusterID)
+	}
+	s.mu.Lock()
+	s.halt = ""
+	s.mu.Unlock()
+	s.mismatch.Set(0)
+	if m.SourceClusterID == "" && id != "" {
+		if err := s.p.host.Metadata().SetMirrorSync(ctx, s.name, id, m.ManagedACLs); err != nil {
+			return fmt.Errorf("record source cluster ID: %w", err)
+		}
+	}
+	return nil
+}
+
+// syncTopics discovers, creates, grows, reconfigures and stops mirror
+// topics, and bumps destination epochs the source is closing in on.
+func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirror, f filters, src map[string]srcTopic) error {
+	meta := s.p.host.Metadata()
+	img := meta.Image()
+	var errs []error
+	var stop, active, added []string
+	for name, mt := range m.Topics {
+		if mt.Stopped {
+			continue
+		}
+		st, ok := src[name]
+		switch {
+		case !ok || st.id != mt.ID:
+			s.log.Warn("source topic deleted: stopping its mirror partitions; the destination topic is kept", "topic", name)
+			stop = append(stop, name)
+		case anyMatch(f.topicsEx, name):
+			s.log.Info("topic excluded by mirror.topics.exclude: stopping its mirror", "topic", name)
+			stop = append(stop, name)
+		default:
+			active = append(active, name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(src)) {
+		if _, known := m.Topics[name]; known || !anyMatch(f.topicsIn, name) || anyMatch(f.topicsEx, name) || img.MirrorOf(name) != "" {
+			continue
+		}
+		added = append(added, name)
+	}
+	slices.Sort(stop)
+	for _, name := range stop {
+		reason := "source topic deleted"
+		if _, ok := src[name]; ok {
+			reason = "excluded by mirror.topics.exclude"
+		}
+		if err := s.stopTopic(name, reason); err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	configs, err := s.sourceConfigs(ctx, cl, append(slices.Clone(active), added...), f.propsEx)
+	if err != nil {
+		s.configErrs.Inc()
+		return errors.Join(append(errs, err)...)
+	}
+	// New topics: each created with the source's ID, partition count and
+	// configs in the same metadata batch as its mirror membership.
+	for _, name := range added {
+		st := src[name]
+		spec := raftmeta.TopicSpec{Name: name, ID: raftmeta.UUID(st.id), Partitions: int32(len(st.epochs)), ReplicationFactor: st.rf, Configs: configs[name]}
+		if err := meta.AddMirrorTopics(ctx, s.name, []raftmeta.TopicSpec{spec}); err != nil {
+			s.refreshErrs.Inc()
+			errs = append(errs, fmt.Errorf("create mirror topic %s: %w", name, err))
+			continue
+		}
+		s.log.Info("mirror topic discovered and created", "topic", name, "partitions", spec.Partitions)
+	}
+	if len(added) > 0 {
+		s.p.poke()
+	}
+	img = meta.Image()
+	for _, name := range active {
+		t, st := img.Topics[name], src[name]
+		if t == nil {
+			continue
+		}
+		if n := len(st.epochs); n > len(t.Partitions) {
+			if err := meta.CreatePartitions(ctx, name, int32(n), false); err != nil {
+				s.refreshErrs.Inc()
+				errs = append(errs, fmt.Errorf("grow mirror topic %s to %d partitions: %w", name, n, err))
+			} else {
+				s.log.Info("mirror topic grown", "topic", name, "partitions", n)
+				s.p.poke()
+			}
+		}
+		if changes := configChanges(name, t.Configs, configs[name], f.propsEx); len(changes) > 0 {
+			if err := meta.AlterConfigs(ctx, changes); err != nil {
+				s.configErrs.Inc()
+				errs = append(errs, fmt.Errorf("sync configs of %s: %w", name, err))
+			}
+		}
+		// Periodic epoch bump (the KIP's third trigger): keep the
+		// destination epoch ahead of the source's by the bump threshold.
+		for i, sle := range st.epochs {
+			if i < len(t.Partitions) && sle > t.Partitions[i].LeaderEpoch-bumpThreshold {
+				if _, err := meta.BumpLeaderEpoch(ctx, t.ID, int32(i), sle+bumpIncrement-1); err != nil {
+					errs = append(errs, fmt.Errorf("bump epoch of %s-%d: %w", name, i, err))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stopTopic moves a mirror topic's partitions to STOPPING; the mirror's
+// fetch loop finishes the stop (epoch bump, LME, barrier) and records
+// STOPPED, and the topic stays with its data.
+func (s *metaSync) stopTopic(topic, reason string) error {
+	err := s.p.setTopicStates(s.ctx, s.name, []string{topic}, func(st *pstate) error {
+		if st.State != Stopping && st.State != Stopped {
+			st.State, st.Reason = Stopping, reason
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("stop mirror topic %s (%s): %w", topic, reason, err)
+	}
+	return nil
+}
+
+// sourceConfigs describes topics' configs on the source and keeps those
+// set on the topic that are not excluded.
+func (s *metaSync) sourceConfigs(ctx context.Context, cl *kgo.Client, topics []string, exclude map[string]bool) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	if len(topics) == 0 {
+		return out, nil
+	}
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	for _, t := range topics {
+		r := kmsg.NewDescribeConfigsRequestResource()
+		r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, t
+		req.Resources = append(req.Resources, r)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("describe topic configs on the source: %v: %w", err, ErrMirrorSourceUnavailable)
+	}
+	var errs []error
+	for _, r := range resp.Resources {
+		if r.ErrorCode != 0 {
+			errs = append(errs, fmt.Errorf("describe configs of source topic %s: %w", r.ResourceName, kerr.ErrorForCode(r.ErrorCode)))
+			continue
+		}
+		c := map[string]string{}
+		for _, e := range r.Configs {
+			if e.Source == kmsg.ConfigSourceDynamicTopicConfig && e.Value != nil && !exclude[e.Name] {
+				c[e.Name] = *e.Value
+			}
+		}
+		out[r.ResourceName] = c
+	}
+	return out, errors.Join(errs...)
+}
+
+// configChanges aligns a destination topic's configs with the source's:
+// every key that is not excluded takes the source's value, or is removed
+// when the source does not set it. Excluded keys are left alone.
+func configChanges(topic string, dest, src map[string]string, exclude map[string]bool) []raftmeta.ConfigChange {
+	var out []raftmeta.ConfigChange
+	for _, k := range slices.Sorted(maps.Keys(src)) {
+		if v, ok := dest[k]; !ok || v != src[k] {
+			out = append(out, raftmeta.ConfigChange{Resource: raftmeta.ConfigResourceTopic, Name: topic, Key: k, Value: kmsg.StringPtr(src[k])})
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(dest)) {
+		if _, ok := src[k]; !ok && !exclude[k] {
+			out = append(out, raftmeta.ConfigChange{Resource: raftmeta.ConfigResourceTopic, Name: topic, Key: k})
+		}
+	}
+	return out
+}
+
+// pluginOf finds another plugin's registered interface.
+func pluginOf[T any](host server.Host) (T, bool) {
+	for _, p := range host.Plugins() {
+		if v, ok := p.(T); ok {
+			return v, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+// syncGroups copies the committed offsets of the source's consumer groups
+// (classic and consumer protocol; share groups are not served by this
+// broker) for the mirror's active topics. Groups active here are skipped;
+// each offset is clamped to max(log start, min(source offset, log end))
+// of the destination partition and carries its leader epoch.
+func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters) error {
+	host := s.p.host
+	gos, ok := pluginOf[server.GroupOffsets](host)
+	if !ok {
+		return nil
+	}
+	img := host.Metadata().Image()
+	m := img.Mirrors[s.name]
+	if m == nil {
+		return nil
+	}
+	mirrored := map[string]*raftmeta.Topic{}
+	for name, mt := range m.Topics {
+		if t := img.Topics[name]; !mt.Stopped && t != nil && t.ID == mt.ID {
+			mirrored[name] = t
+		}
+	}
+	if len(mirrored) == 0 {
+		return nil
+	}
+	adm := kadm.NewClient(cl)
+	listed, err := adm.ListGroups(ctx)
+	if err != nil {
+		return fmt.Errorf("list source groups: %w", err)
+	}
+	if err := s.ensureGroupsTopic(ctx); err != nil {
+		return err
+	}
+	var errs []error
+	for _, g := range listed.Sorted() {
+		if g.GroupType == "share" || g.GroupType == "streams" || !anyMatch(f.groupsIn, g.Group) || anyMatch(f.groupsEx, g.Group) {
+			continue
+		}
+		if err := s.syncGroup(ctx, adm, gos, g.Group, mirrored); err != nil {
+			errs = append(errs, fmt.Errorf("group %s: %w", g.Group, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos server.GroupOffsets, group string, mirrored map[string]*raftmeta.Topic) error {
+	srcOffs, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return fmt.Errorf("fetch source offsets: %w", err)
+	}
+	cur, state, err := gos.CommittedOffsets(ctx, group)
+	if err != nil {
+		return fmt.Errorf("destination offsets: %w", err)
+	}
+	if state != "Empty" && state != "Dead" {
+		return nil // active here: the destination's consumers own its offsets
+	}
+	eng := s.p.host.Engine()
+	commit := map[server.TopicPartition]server.CommittedOffset{}
+	srcOffs.Each(func(o kadm.OffsetResponse) {
+		t := mirrored[o.Topic]
+		if o.Err != nil || t == nil || o.At < 0 {
+			return
+		}
+		ep := eng.Partition(engine.TopicID(t.ID), o.Partition)
+		if ep == nil {
+			return // not hosted here: a later cycle, or another broker's partition
+		}
+		offs := ep.Offsets()
+		at, epoch := max(offs.LogStart, min(o.At, offs.LogEnd)), o.LeaderEpoch
+		if at != o.At { // clamped: the epoch of the record before it here
+			epoch = -1
+			if at > offs.LogStart {
+				epoch = ep.EpochAt(at - 1)
+			}
+		}
+		tp := server.TopicPartition{Topic: o.Topic, Partition: o.Partition}
+		want := server.CommittedOffset{Offset: at, LeaderEpoch: epoch, Metadata: o.Metadata}
+		if c, ok := cur[tp]; !ok || c != want {
+			commit[tp] = want
+		}
+	})
+	if len(commit) == 0 {
+		return nil
+	}
+	if err := gos.CommitOffsets(ctx, group, commit); err != nil {
+		if errors.Is(err, kerr.UnknownMemberID) {
+			return nil // a member joined meanwhile: the group is active now
+		}
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// ensureGroupsTopic creates the consumer groups' internal topic if no
+// client has made the broker create it yet.
+func (s *metaSync) ensureGroupsTopic(ctx context.Context) error {
+	host := s.p.host
+	for _, pl := range host.Plugins() {
+		loc, ok := pl.(server.CoordinatorLocator)
+		if !ok {
+			continue
+		}
+		it, _, ok := loc.LocateCoordinator(server.CoordinatorGroup, "")
+		if !ok || host.Metadata().Image().Topics[it.Name] != nil {
+			continue
+		}
+		errs := host.Metadata().CreateTopics(ctx, []raftmeta.TopicSpec{{Name: it.Name, Partitions: it.Partitions,
+			ReplicationFactor: it.ReplicationFactor, Configs: it.Configs, Internal: true}}, false)
+		if err := errs[0]; err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create %s: %w", it.Name, err)
+		}
+	}
+	return nil
+}
+
+// syncACLs copies the source's ACL bindings that mirror.acl.include
+// selects and deletes those it copied earlier that are gone.
+func (s *metaSync) syncACLs(ctx context.Context, cl *kgo.Client, f filters) error {
+	host := s.p.host
+	store, ok := pluginOf[server.ACLStore](host)
+	if !ok {
+		return nil
+	}
+	req := kmsg.NewPtrDescribeACLsRequest()
+	req.ResourceType, req.ResourcePatternType = kmsg.ACLResourceTypeAny, kmsg.ACLResourcePatternTypeAny
+	req.Operation, req.PermissionType = kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("describe source ACLs: %w", err)
+	}
+	if resp.ErrorCode != 0 {
+		return fmt.Errorf("describe source ACLs: %w", kerr.ErrorForCode(resp.ErrorCode))
+	}
+	m := host.Metadata().Image().Mirrors[s.name]
+	if m == nil {
+		return nil
+	}
+	dest := store.DescribeACLs(raftmeta.ACLFilter{ResourceType: 1, PatternType: 1, Operation: 1, Permission: 1})
+	plan := planACLs(sourceACLs(resp), dest, m.ManagedACLs, f.acls)
+	if len(plan.create) == 0 && len(plan.delete) == 0 && slices.Equal(plan.managed, m.ManagedACLs) {
+		return nil
+	}
+	meta := host.Metadata()
+	if len(plan.create) > 0 {
+		// Remember them before creating them, so that a crash in between
+		// cannot leave bindings here that no cycle would ever delete.
+		if err := meta.SetMirrorSync(ctx, s.name, m.SourceClusterID, append(slices.Clone(m.ManagedACLs), plan.create...)); err != nil {
+			return fmt.Errorf("record managed ACLs: %w", err)
+		}
+		if err := store.CreateACLs(ctx, plan.create); err != nil {
+			return fmt.Errorf("create ACLs: %w", err)
+		}
+	}
+	if len(plan.delete) > 0 {
+		filters := make([]raftmeta.ACLFilter, len(plan.delete))
+		for i, a := range plan.delete {
+			filters[i] = exactFilter(a)
+		}
+		if _, err := store.DeleteACLs(ctx, filters); err != nil {
+			return fmt.Errorf("delete ACLs: %w", err)
+		}
+	}
+	if err := meta.SetMirrorSync(ctx, s.name, m.SourceClusterID, plan.managed); err != nil {
+		return fmt.Errorf("record managed ACLs: %w", err)
+	}
+	if len(plan.create)+len(plan.delete) > 0 {
+		s.log.Info("mirror ACLs synced", "created", len(plan.create), "deleted", len(plan.delete))
+	}
+	return nil
+}

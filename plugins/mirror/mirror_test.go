@@ -1,0 +1,341 @@
+package mirror
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/server"
+)
+
+func sp(s string) *string { return &s }
+
+// roundTrip encodes m, decodes the bytes into fresh, and compares.
+func roundTrip(t *testing.T, m interface {
+	AppendTo([]byte) []byte
+	ReadFrom([]byte) error
+}, fresh interface{ ReadFrom([]byte) error }) {
+	t.Helper()
+	b := m.AppendTo(nil)
+	if err := fresh.ReadFrom(b); err != nil {
+		t.Fatalf("%T: decode: %v", m, err)
+	}
+	if !reflect.DeepEqual(m, fresh) {
+		t.Fatalf("%T: round trip differs:\n got %+v\nwant %+v", m, fresh, m)
+	}
+	// Every proper prefix is an error, never a panic or a silent success.
+	for n := range len(b) {
+		f := reflect.New(reflect.TypeOf(fresh).Elem()).Interface().(interface{ ReadFrom([]byte) error })
+		if err := f.ReadFrom(b[:n]); err == nil {
+			t.Fatalf("%T: %d of %d bytes decoded without error", m, n, len(b))
+		}
+	}
+}
+
+func TestMessagesRoundTrip(t *testing.T) {
+	id := [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	reqs := []kmsg.Request{
+		&CreateMirrorRequest{MirrorName: sp("m"), Configs: []MirrorConfig{{Name: "bootstrap.servers", Value: sp("h:1")}, {Name: "x"}}},
+		&AddTopicsToMirrorRequest{Topics: []AddTopic{{TopicID: id, TopicName: "t", MirrorName: sp("m")}, {TopicName: "u"}}},
+		&RemoveTopicsFromMirrorRequest{MirrorName: "m", Topics: []RemoveTopic{{TopicID: id, TopicName: ".*"}}},
+		&LastMirroredOffsetsRequest{MirrorName: "m", Topics: []PartitionsTopic{{Name: "t", Partitions: []int32{0, 5}}}},
+		&ListMirrorsRequest{},
+		&DescribeMirrorsRequest{MirrorNames: []string{"a", "b"}, IncludeAuthorizedOperations: true},
+		&ReadMirrorStatesRequest{MirrorName: "m", Topics: []PartitionsTopic{{Name: "t", Partitions: []int32{1}}}, NeedPartitionStates: true},
+		&WriteMirrorStatesRequest{MirrorName: "m", TopicsUpdated: []StatesTopic{{Name: "t", Partitions: []StatePartition{
+			{PartitionIndex: 2, LastMirroredOffset: 99, State: int8(Stopped), LastMirrorEpoch: 7, Reason: "why", TopicID: id}}}}, RemovedTopics: []string{"old"}},
+		&MirrorTopicsRequest{key: KeyPauseMirrorTopics, MirrorName: "m", Topics: []string{"t"}},
+		&MirrorTopicsRequest{key: KeyResumeMirrorTopics, MirrorName: "m", Topics: []string{}}, // nil is sent as empty
+		&MirrorTopicsRequest{key: KeyDeleteMirror, MirrorName: "m", Topics: []string{}},
+		&BumpLeaderEpochsRequest{Topics: []BumpTopic{{TopicID: id, Partitions: []BumpPartition{{PartitionIndex: 3, MinLeaderEpoch: 41}}}}},
+	}
+	resps := []kmsg.Response{
+		&CreateMirrorResponse{ErrResponse{ThrottleTimeMs: 1, ErrorCode: 139, ErrorMessage: sp("exists")}},
+		&AddTopicsToMirrorResponse{TopicResponse{ThrottleTimeMs: 2, TopicID: id, ErrorCode: 140, ErrorMessage: sp("taken")}},
+		&RemoveTopicsFromMirrorResponse{TopicResponse{TopicID: id}},
+		&LastMirroredOffsetsResponse{ErrorCode: 0, Topics: []OffsetsTopic{{Name: "t", Partitions: []OffsetsPartition{
+			{PartitionIndex: 0, LastMirroredOffset: 10, LastMirrorEpoch: 3}, {PartitionIndex: 1, LastMirroredOffset: -1, ErrorCode: 29, LastMirrorEpoch: -1}}}}},
+		&ListMirrorsResponse{Mirrors: []ListedMirror{{MirrorName: "m", SourceBootstrap: "h:1", TopicCount: 2}}},
+		&DescribeMirrorsResponse{Mirrors: []DescribedMirror{{ErrorCode: 143, MirrorName: "m", AuthorizedOperations: 12,
+			ErrorMessage: sp("unreachable"), State: "FAILED", Topics: []DescribedTopic{{TopicName: "t", Partitions: []PartitionDetail{
+				{PartitionIndex: 0, SourceOffset: 10, DestinationOffset: 8, Lag: 2, State: "FAILED", Reason: "boom", LagMs: 1500},
+				{PartitionIndex: 1, SourceOffset: -1, DestinationOffset: -1, State: "PREPARING"}}}}}}},
+		&ReadMirrorStatesResponse{Topics: []StatesTopic{{Name: "t", Partitions: []StatePartition{
+			{PartitionIndex: 0, LastMirroredOffset: 5, State: int8(Mirroring), ErrorCode: 0, LastMirrorEpoch: -1, TopicID: id}}}}},
+		&WriteMirrorStatesResponse{Topics: []ErrTopic{{Name: "t", Partitions: []ErrPartition{{PartitionIndex: 0, ErrorCode: 141}}}}},
+		&MirrorTopicsResponse{ErrResponse{key: KeyPauseMirrorTopics, ErrorCode: 138, ErrorMessage: sp("no such mirror")}},
+		&BumpLeaderEpochsResponse{Topics: []BumpTopic{{TopicID: id, Partitions: []BumpPartition{{PartitionIndex: 3, LeaderEpoch: 51}}}}},
+	}
+	keys := map[int16]bool{}
+	for _, r := range reqs {
+		keys[r.Key()] = true
+		fresh := NewRequest(r.Key())
+		if fresh == nil {
+			t.Fatalf("NewRequest(%d) = nil", r.Key())
+		}
+		roundTrip(t, r, fresh)
+		if r.ResponseKind().Key() != r.Key() {
+			t.Fatalf("%T: response kind has key %d", r, r.ResponseKind().Key())
+		}
+	}
+	for _, r := range resps {
+		fresh := r.RequestKind().ResponseKind()
+		roundTrip(t, r, fresh)
+		if fresh.Key() != r.Key() {
+			t.Fatalf("%T: key %d after a round trip, want %d", r, fresh.Key(), r.Key())
+		}
+	}
+	for k := KeyCreateMirror; k <= KeyBumpLeaderEpochs; k++ {
+		if !keys[k] {
+			t.Errorf("key %d has no round-trip case", k)
+		}
+	}
+	if NewRequest(KeyBumpLeaderEpochs+1) != nil || NewRequest(0) != nil {
+		t.Fatal("NewRequest answers a key that is not a mirror API")
+	}
+}
+
+// A compact array claiming more elements than there are bytes left is an
+// error, not an allocation of that size.
+func TestDecodeHostileArrayLength(t *testing.T) {
+	b := binary.AppendUvarint(nil, 1+1<<30) // compact: n+1
+	if err := new(ListMirrorsResponse).ReadFrom(append([]byte{0, 0, 0, 0, 0, 0}, b...)); err == nil {
+		t.Fatal("a 2^30-element array in a few bytes decoded")
+	}
+}
+
+// Unknown tagged fields are skipped (a newer peer may send them).
+func TestDecodeSkipsUnknownTags(t *testing.T) {
+	r := &ListMirrorsRequest{}
+	b := r.AppendTo(nil)
+	b = b[:len(b)-1]                   // drop the empty tag section
+	b = append(b, 1, 9, 2, 0xab, 0xcd) // one tag: id 9, two bytes
+	if err := new(ListMirrorsRequest).ReadFrom(b); err != nil {
+		t.Fatalf("unknown tag: %v", err)
+	}
+}
+
+func TestErrorForCode(t *testing.T) {
+	for _, e := range mirrorErrors {
+		if got := ErrorForCode(e.Code); got != e {
+			t.Fatalf("ErrorForCode(%d) = %v, want %v", e.Code, got, e)
+		}
+	}
+	if err := ErrorForCode(3); !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		t.Fatalf("ErrorForCode(3) = %v, want kerr's", err)
+	}
+}
+
+// TestStateTransitions checks canMove against the KIP's transitions,
+// for every pair of states.
+func TestStateTransitions(t *testing.T) {
+	allowed := map[State][]State{
+		Unknown:      {Preparing, Mirroring, Paused, Stopping, Stopped},
+		Preparing:    {Mirroring, Pausing, Stopping},
+		Mirroring:    {EpochFencing, Pausing, Stopping, Preparing},
+		EpochFencing: {Mirroring, Pausing, Stopping},
+		Pausing:      {Paused, Stopping},
+		Paused:       {Mirroring, Stopping},
+		Stopping:     {Stopped},
+		Stopped:      {Preparing},
+		Failed:       {Preparing, Stopping},
+	}
+	for from := Unknown; from <= Failed; from++ {
+		for to := Unknown; to <= Failed; to++ {
+			want := from == to || to == Failed // FAILED from any state; staying is no transition
+			for _, s := range allowed[from] {
+				want = want || s == to
+			}
+			if got := from.canMove(to); got != want {
+				t.Errorf("%s → %s: canMove %v, want %v", from, to, got, want)
+			}
+		}
+	}
+	if State(42).String() != "UNKNOWN" || Stopping.String() != "STOPPING" || EpochFencing.String() != "EPOCH_FENCING" {
+		t.Fatal("state names")
+	}
+}
+
+// TestEpochRules: increment 10, threshold 3.
+func TestEpochRules(t *testing.T) {
+	for _, c := range []struct {
+		sle, dle    int32
+		fence, bump bool
+	}{
+		{0, 0, false, true},     // SLE == DLE: within the threshold
+		{5, 4, true, false},     // SLE > DLE: fenced
+		{-1, 0, false, true},    // no epoch yet: 0 - 3 < -1
+		{7, 10, false, false},   // SLE == DLE - 3: not yet
+		{8, 10, false, true},    // SLE > DLE - 3
+		{10, 10, false, true},   //
+		{11, 10, true, false},   //
+		{100, 20, true, false},  //
+		{0, 20, false, false},   //
+		{17, 20, false, false},  //
+		{18, 20, false, true},   //
+		{20, 20, false, true},   //
+		{21, 20, true, false},   //
+		{3, 1000, false, false}, //
+	} {
+		fence, bump := epochCheck(c.sle, c.dle)
+		if fence != c.fence || bump != c.bump {
+			t.Errorf("SLE %d DLE %d: fence %v bump %v, want %v %v", c.sle, c.dle, fence, bump, c.fence, c.bump)
+		}
+		// After a bump (the controller applies max(min+1, current)),
+		// DLE is SLE + 10 or more and SLE is neither fenced nor close.
+		if fence || bump {
+			dle := max(bumpMinEpoch(c.sle)+1, c.dle)
+			if dle < c.sle+bumpIncrement {
+				t.Errorf("SLE %d: bumped DLE %d, want at least %d", c.sle, dle, c.sle+bumpIncrement)
+			}
+			if f, b := epochCheck(c.sle, dle); f || b {
+				t.Errorf("SLE %d after the bump to %d: fence %v bump %v", c.sle, dle, f, b)
+			}
+		}
+	}
+}
+
+func TestBatchHelpers(t *testing.T) {
+	batch := func(base int64, epoch int32, size int) []byte {
+		b := make([]byte, size)
+		binary.BigEndian.PutUint64(b, uint64(base))
+		binary.BigEndian.PutUint32(b[8:], uint32(size-12))
+		binary.BigEndian.PutUint32(b[12:], uint32(epoch))
+		return b
+	}
+	b := append(append(batch(0, 3, 70), batch(1, 9, 61)...), batch(2, 4, 80)...)
+	if e := maxBatchEpoch(b); e != 9 {
+		t.Fatalf("maxBatchEpoch = %d, want 9", e)
+	}
+	if e := maxBatchEpoch(nil); e != -1 {
+		t.Fatalf("maxBatchEpoch(nil) = %d", e)
+	}
+	if got := completeBatches(b[:len(b)-5]); len(got) != 131 {
+		t.Fatalf("completeBatches kept %d bytes of a partial tail, want 131", len(got))
+	}
+	if got := completeBatches(b); len(got) != len(b) {
+		t.Fatalf("completeBatches dropped complete bytes")
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	c, err := ParseConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Partitions != 50 || c.ReplicationFactor != 1 || c.RefreshInterval != 30*time.Second || c.FetchMaxBytes != 1<<20 ||
+		c.FetchMaxWait != 500*time.Millisecond || c.Backoff != time.Second || c.ThrottledRate != 0 {
+		t.Fatalf("defaults: %+v", c)
+	}
+	c, err = ParseConfig(map[string]string{"mirror.topic.num.partitions": "4", "replica.fetch.wait.max.ms": "200", "mirror.replication.throttled.rate": "1000"})
+	if err != nil || c.Partitions != 4 || c.FetchMaxWait != 200*time.Millisecond || c.ThrottledRate != 1000 {
+		t.Fatalf("overrides: %+v %v", c, err)
+	}
+	for _, bad := range []map[string]string{
+		{"mirror.topic.num.partitions": "0"},
+		{"mirror.topic.num.partitions": "x"},
+		{"replica.fetch.max.bytes": "-1"},
+		{"mirror.metadata.refresh.interval.ms": "0"},
+	} {
+		if _, err := ParseConfig(bad); err == nil {
+			t.Errorf("%v: accepted", bad)
+		}
+	}
+	p := New(map[string]string{"mirror.topic.num.partitions": "x"}, nil)
+	if err := p.Start(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "mirror.topic.num.partitions") {
+		t.Fatalf("Start with a bad property: %v", err)
+	}
+	for k, want := range map[string]bool{"mirror.topic.num.partitions": true, "replica.fetch.max.bytes": true, "num.partitions": false, "offsets.topic.num.partitions": false} {
+		if p.OwnsProp(k) != want {
+			t.Errorf("OwnsProp(%s) = %v", k, !want)
+		}
+	}
+}
+
+func TestClientOpts(t *testing.T) {
+	cfg, _ := ParseConfig(nil)
+	for _, c := range []struct {
+		configs map[string]string
+		ok      bool
+	}{
+		{map[string]string{"bootstrap.servers": "a:1, b:2"}, true},
+		{map[string]string{}, false},
+		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512"}, true},
+		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI"}, false},
+		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SSL", "ssl.truststore.certificates": "not a pem"}, false},
+		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SSL", "ssl.truststore.location": "/nonexistent"}, false},
+	} {
+		if _, err := clientOpts(c.configs, cfg); (err == nil) != c.ok {
+			t.Errorf("%v: error %v, want ok=%v", c.configs, err, c.ok)
+		}
+	}
+}
+
+// TestConfigSecretsRedacted runs a broker with the plugin: DescribeConfigs
+// of the MIRROR resource (64) marks secrets sensitive with a null value
+// and returns the other configs in clear; IncrementalAlterConfigs
+// validates what it sets.
+func TestConfigSecretsRedacted(t *testing.T) {
+	props := map[string]string{"mirror.topic.num.partitions": "2"}
+	b, err := server.New(server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Props: props,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Plugins: []any{New(props, slog.New(slog.DiscardHandler))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.MaxVersions(ClientVersions()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	jaas := `org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2";`
+	create := &CreateMirrorRequest{MirrorName: sp("m"), Configs: []MirrorConfig{{Name: "bootstrap.servers", Value: sp("127.0.0.1:1")},
+		{Name: "security.protocol", Value: sp("SASL_PLAINTEXT")}, {Name: "sasl.jaas.config", Value: &jaas}, {Name: "ssl.key.password", Value: sp("k3y")}}}
+	resp, err := cl.Request(ctx, create)
+	if err != nil || resp.(*CreateMirrorResponse).ErrorCode != 0 {
+		t.Fatalf("create mirror: %v %+v", err, resp)
+	}
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	req.Resources = []kmsg.DescribeConfigsRequestResource{{ResourceType: 64, ResourceName: "m"}}
+	dresp, err := req.RequestWith(ctx, cl)
+	if err != nil || len(dresp.Resources) != 1 || dresp.Resources[0].ErrorCode != 0 {
+		t.Fatalf("describe configs: %v %+v", err, dresp)
+	}
+	got := map[string]kmsg.DescribeConfigsResponseResourceConfig{}
+	for _, c := range dresp.Resources[0].Configs {
+		got[c.Name] = c
+		if c.Value != nil && (strings.Contains(*c.Value, "hunter2") || strings.Contains(*c.Value, "k3y")) {
+			t.Fatalf("secret in clear: %s=%s", c.Name, *c.Value)
+		}
+	}
+	for _, k := range []string{"sasl.jaas.config", "ssl.key.password"} {
+		if c, ok := got[k]; !ok || !c.IsSensitive || c.Value != nil {
+			t.Fatalf("%s: %+v, want sensitive with a null value", k, c)
+		}
+	}
+	if c := got["bootstrap.servers"]; c.IsSensitive || c.Value == nil || *c.Value != "127.0.0.1:1" {
+		t.Fatalf("bootstrap.servers: %+v", c)
+	}
+	alter := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	alter.Resources = []kmsg.IncrementalAlterConfigsRequestResource{{ResourceType: 64, ResourceName: "m",
+		Configs: []kmsg.IncrementalAlterConfigsRequestResourceConfig{{Name: "sasl.mechanism", Value: sp("GSSAPI")}}}}
+	aresp, err := alter.RequestWith(ctx, cl)
+	if err != nil || aresp.Resources[0].ErrorCode == 0 {
+		t.Fatalf("altering to an unsupported SASL mechanism: %v %+v", err, aresp)
+	}
+}
