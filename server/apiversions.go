@@ -21,7 +21,7 @@ var apiVersions = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 2, MinVersion: 1, MaxVersion: 10}, // ListOffsets
 	{ApiKey: 3, MinVersion: 0, MaxVersion: 13}, // Metadata
 	{ApiKey: 17, MinVersion: 0, MaxVersion: 1}, // SaslHandshake
-	{ApiKey: 18, MinVersion: 0, MaxVersion: 4}, // ApiVersions
+	{ApiKey: 18, MinVersion: 0, MaxVersion: 5}, // ApiVersions (v5: KIP-1242 cluster/node check)
 	{ApiKey: 19, MinVersion: 2, MaxVersion: 7}, // CreateTopics
 	{ApiKey: 20, MinVersion: 1, MaxVersion: 6}, // DeleteTopics
 	{ApiKey: 21, MinVersion: 0, MaxVersion: 2}, // DeleteRecords
@@ -47,6 +47,12 @@ func apiName(key int16) string {
 func (b *Broker) handleApiVersions(_ context.Context, _ *RequestContext, req *kmsg.ApiVersionsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
 	resp.ApiKeys = b.apis.versions
+	// KIP-1242: a client that names the cluster and node it expects to
+	// reach, and reached another, must rediscover the cluster from its
+	// seeds (an address reused by a different broker).
+	if req.ClusterID != nil && (*req.ClusterID != b.image().ClusterID || req.NodeID != b.cfg.NodeID) {
+		resp.ErrorCode = kerr.RebootstrapRequired.Code
+	}
 	// -1 says "no finalized features epoch": nothing to negotiate.
 	resp.FinalizedFeaturesEpoch = -1
 	if _, ok := b.txnCoordinator().(TxnPartitionAdder); ok {

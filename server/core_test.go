@@ -654,12 +654,25 @@ func TestRestartKeepsData(t *testing.T) {
 
 func TestApiVersions(t *testing.T) {
 	b := startBroker(t, nil)
-	for _, v := range []int16{0, 3, 4} {
+	for _, v := range []int16{0, 3, 4, 5} {
 		req := kmsg.NewPtrApiVersionsRequest()
 		req.Version, req.ClientSoftwareName, req.ClientSoftwareVersion = v, "test", "1.0"
 		resp := rawRequest(t, b.Addr(), req).(*kmsg.ApiVersionsResponse)
 		if resp.ErrorCode != 0 || len(resp.ApiKeys) != len(apiVersions) {
 			t.Fatalf("v%d: error %d, %d keys", v, resp.ErrorCode, len(resp.ApiKeys))
+		}
+	}
+	// v5 (KIP-1242): the cluster and node the client expects must be ours.
+	cluster := b.image().ClusterID
+	for _, c := range []struct {
+		cluster string
+		node    int32
+		code    int16
+	}{{cluster, b.cfg.NodeID, 0}, {"another-cluster", b.cfg.NodeID, kerr.RebootstrapRequired.Code}, {cluster, b.cfg.NodeID + 1, kerr.RebootstrapRequired.Code}} {
+		req := kmsg.NewPtrApiVersionsRequest()
+		req.Version, req.ClusterID, req.NodeID = 5, &c.cluster, c.node
+		if resp := rawRequest(t, b.Addr(), req).(*kmsg.ApiVersionsResponse); resp.ErrorCode != c.code {
+			t.Fatalf("v5 expecting %s/%d: error %d, want %d", c.cluster, c.node, resp.ErrorCode, c.code)
 		}
 	}
 	// A version newer than ours: UNSUPPORTED_VERSION in a v0 body that

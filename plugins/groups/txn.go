@@ -147,9 +147,16 @@ func (p *Plugin) handleTxnOffsetCommit(ctx context.Context, rc *server.RequestCo
 		if req.Version >= 3 {
 			gen = req.Generation
 		}
-		c := code(p.do(ctx, req.Group, func(s *shardState) error {
-			return s.txnCommit(req, gen, commits)
-		}))
+		// transaction.version 2 (KIP-890 part 2): v5+ clients skip
+		// AddOffsetsToTxn, so the group's offsets partition joins the
+		// transaction here, before anything is written to it.
+		err := p.addTxnPartition(ctx, req)
+		if err == nil {
+			err = p.do(ctx, req.Group, func(s *shardState) error {
+				return s.txnCommit(req, gen, commits)
+			})
+		}
+		c := code(err)
 		for k := range commits {
 			codes[k] = c
 		}
@@ -184,5 +191,27 @@ func (s *shardState) txnCommit(req *kmsg.TxnOffsetCommitRequest, generation int3
 		return fmt.Errorf("group %s: transactional offset commit: %w", req.Group, err)
 	}
 	s.addPending(req.ProducerID, req.Group, offsets)
+	return nil
+}
+
+// addTxnPartition adds the group's __consumer_offsets partition to the
+// producer's transaction for TxnOffsetCommit v5+, when the transaction
+// coordinator serves transaction.version 2.
+func (p *Plugin) addTxnPartition(ctx context.Context, req *kmsg.TxnOffsetCommitRequest) error {
+	if req.Version < 5 {
+		return nil
+	}
+	p.mu.Lock()
+	host := p.host
+	p.mu.Unlock()
+	if host == nil {
+		return kerr.CoordinatorNotAvailable
+	}
+	for _, pl := range host.Plugins() {
+		if adder, ok := pl.(server.TxnPartitionAdder); ok {
+			tp := server.TopicPartition{Topic: Topic, Partition: p.partitionFor(req.Group)}
+			return adder.AddTxnPartition(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, tp)
+		}
+	}
 	return nil
 }

@@ -57,10 +57,12 @@ func (p *Plugin) InitTransactionalProducerID(ctx context.Context, rc *server.Req
 				// own epoch; anyone else holds a stale id.
 				return fmt.Errorf("transactional id %s has producer %d epoch %d, not %d/%d: %w", id, m.pid, m.epoch, req.ProducerID, req.ProducerEpoch, fenced(req.Version, 4))
 			}
-			switch m.state {
-			case stPrepareCommit, stPrepareAbort:
+			switch {
+			case m.state == stPrepareCommit || m.state == stPrepareAbort:
 				return kerr.ConcurrentTransactions
-			case stOngoing:
+			case m.state == stOngoing || len(s.openOffsetPartitions(m.pid)) > 0:
+				// (offsets alone, from a transaction.version 2 client,
+				// are an ongoing transaction too)
 				e, err := s.prepareEnd(m, false, true, false)
 				if err != nil {
 					return err
@@ -79,6 +81,7 @@ func (p *Plugin) InitTransactionalProducerID(ctx context.Context, rc *server.Req
 				n.epoch++
 			}
 			n.timeoutMs, n.state, n.parts, n.startMs, n.lastEpoch = req.TransactionTimeoutMillis, stEmpty, nil, -1, -1
+			n.tv = 0 // the new producer's requests say which version it speaks
 			if err := s.put(n); err != nil {
 				return err
 			}

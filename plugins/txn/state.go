@@ -223,10 +223,8 @@ func (s *shardState) prepareEnd(m *txnMeta, commit, fence, bump bool) (ending, e
 	case fence && n.epoch < maxEpoch:
 		n.epoch++
 	}
-	if n.tv >= 2 {
-		for _, tp := range s.openOffsetPartitions(n.pid) {
-			n.parts[tp] = true
-		}
+	for _, tp := range s.openOffsetPartitions(n.pid) {
+		n.parts[tp] = true
 	}
 	if err := s.put(n); err != nil {
 		return ending{}, err
@@ -263,8 +261,8 @@ func (m *txnMeta) producerAfterEnd() (int64, int16) {
 // here in which producer pid has a transaction open. Clients of
 // transaction.version 2 skip AddOffsetsToTxn and send TxnOffsetCommit v5,
 // whose handler (the groups plugin) is to add the partition itself
-// (server.TxnPartitionAdder); ending a version 2 transaction adds these
-// too, so that its offsets get their marker even where it does not.
+// (server.TxnPartitionAdder); ending a transaction adds these too, so
+// that its offsets get their marker even where the handler does not.
 func (s *shardState) openOffsetPartitions(pid int64) []server.TopicPartition {
 	h := s.p.getHost()
 	if h == nil {

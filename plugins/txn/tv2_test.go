@@ -236,7 +236,8 @@ func (r *rawTxn) end(version int16, epoch int16, commit bool) *kmsg.EndTxnRespon
 // fenced in the partitions of the ended transaction (by the marker) and
 // elsewhere (by the coordinator); the new epoch works.
 func TestEndTxnV5EpochBump(t *testing.T) {
-	b, _ := startBroker(t, t.TempDir())
+	dir := t.TempDir()
+	b, stop := startBroker(t, dir)
 	addr := b.Addr()
 	createTopic(t, addr, "raw", 2)
 	r := &rawTxn{t: t, c: tandemtest.Dial(t, addr), id: "tx-raw"}
@@ -296,6 +297,31 @@ func TestEndTxnV5EpochBump(t *testing.T) {
 	if resp := r.end(4, r.epoch, true); resp.ErrorCode != 0 {
 		t.Fatalf("EndTxn v4 retry with the same epoch: %v", kerr.ErrorForCode(resp.ErrorCode))
 	}
+
+	// After a restart (state replayed from __transaction_state) the
+	// producer goes on: a version 2 transaction bumps again, the
+	// pre-bump epoch stays fenced.
+	stop()
+	b, _ = startBroker(t, dir)
+	r.c = tandemtest.Dial(t, b.Addr())
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := r.produce("raw", 0, r.epoch, 1, "four")
+		if err == nil {
+			break
+		}
+		if ke, ok := err.(*kerr.Error); !ok || !ke.Retriable || time.Now().After(deadline) {
+			t.Fatalf("produce after restart: %v", err)
+		}
+	}
+	if resp := r.end(5, r.epoch, true); resp.ErrorCode != 0 || resp.ProducerEpoch != r.epoch+1 {
+		t.Fatalf("EndTxn v5 after restart: %v, epoch %d", kerr.ErrorForCode(resp.ErrorCode), resp.ProducerEpoch)
+	}
+	if err := r.produce("raw", 0, r.epoch, 2, "zombie"); err != kerr.InvalidProducerEpoch {
+		t.Fatalf("zombie after restart: %v", err)
+	}
+	if got := consumeAll(t, b.Addr(), "raw", true); !slices.Equal(got, []string{"four", "one", "three"}) {
+		t.Fatalf("read_committed after restart: %v", got)
+	}
 }
 
 // TestTV2OffsetsOnly: a transaction.version 2 client commits offsets with
@@ -310,7 +336,7 @@ func TestTV2OffsetsOnly(t *testing.T) {
 	find := kmsg.NewPtrFindCoordinatorRequest()
 	find.Version, find.CoordinatorType, find.CoordinatorKeys = 4, 0, []string{"g5"}
 	r.do(find) // creates __consumer_offsets
-	commit := func(offset int64, commitTxn bool) {
+	offsetCommit := func(offset int64) {
 		t.Helper()
 		toc := kmsg.NewPtrTxnOffsetCommitRequest()
 		toc.Version, toc.TransactionalID, toc.Group, toc.ProducerID, toc.ProducerEpoch, toc.Generation = 5, r.id, "g5", r.pid, r.epoch, -1
@@ -329,6 +355,10 @@ func TestTV2OffsetsOnly(t *testing.T) {
 				t.Fatalf("TxnOffsetCommit v5: %v", kerr.ErrorForCode(code))
 			}
 		}
+	}
+	commit := func(offset int64, commitTxn bool) {
+		t.Helper()
+		offsetCommit(offset)
 		resp := r.end(5, r.epoch, commitTxn)
 		if resp.ErrorCode != 0 || resp.ProducerEpoch != r.epoch+1 {
 			t.Fatalf("EndTxn v5: %v epoch %d", kerr.ErrorForCode(resp.ErrorCode), resp.ProducerEpoch)
@@ -351,5 +381,15 @@ func TestTV2OffsetsOnly(t *testing.T) {
 	commit(11, false)
 	if off, code := fetch(); code != 0 || off != 7 {
 		t.Fatalf("after abort: offset %d, %v", off, kerr.ErrorForCode(code))
+	}
+	// A producer that dies with offsets pending: the next one's
+	// InitProducerId aborts them.
+	offsetCommit(13)
+	if _, code := fetch(); code != kerr.UnstableOffsetCommit.Code {
+		t.Fatalf("pending offsets: %v, want UNSTABLE_OFFSET_COMMIT", kerr.ErrorForCode(code))
+	}
+	r.init()
+	if off, code := fetch(); code != 0 || off != 7 {
+		t.Fatalf("after the fencing InitProducerId: offset %d, %v", off, kerr.ErrorForCode(code))
 	}
 }

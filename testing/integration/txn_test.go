@@ -187,7 +187,11 @@ func TestTxnGroupTransactSessionKill9(t *testing.T) {
 	p := tandemtest.StartProcess(t, t.TempDir(), txnProps...)
 	createTopic(t, p.Addr, "eos-in", 3)
 	createTopic(t, p.Addr, "eos-out", 3)
-	produceValues(t, p.Addr, "eos-in", 0, n)
+	// Small batches and small fetches: the session runs many small
+	// transactions, so that the kills land in the middle of the work.
+	for i := 0; i < n; i += 50 {
+		produceValues(t, p.Addr, "eos-in", i, i+50)
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -200,7 +204,7 @@ func TestTxnGroupTransactSessionKill9(t *testing.T) {
 		sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(p.Addr), kgo.TransactionalID("eos"), kgo.WithHooks(&keys),
 			kgo.ConsumerGroup("eos-g"), kgo.ConsumeTopics("eos-in"), kgo.DefaultProduceTopic("eos-out"),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(),
-			kgo.TransactionTimeout(10*time.Second), kgo.FetchMaxPartitionBytes(16<<10), kgo.FetchMaxBytes(32<<10),
+			kgo.TransactionTimeout(10*time.Second), kgo.FetchMaxPartitionBytes(1<<10), kgo.FetchMaxBytes(3<<10),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 		if err != nil {
 			t.Error(err)
