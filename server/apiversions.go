@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"reflect"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -42,6 +44,13 @@ func apiName(key int16) string {
 		return name
 	}
 	return "Unknown"
+}
+
+// requestName names a request for metric labels by its Go type, so that a
+// plugin's API gets its own name: key 94 is kmsg's UnregisterController
+// but the mirror plugin's CreateMirror.
+func requestName(req kmsg.Request) string {
+	return strings.TrimSuffix(reflect.TypeOf(req).Elem().Name(), "Request")
 }
 
 func (b *Broker) handleApiVersions(_ context.Context, _ *RequestContext, req *kmsg.ApiVersionsRequest) (kmsg.Response, error) {

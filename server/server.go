@@ -359,7 +359,7 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 
 // observe counts a handled request and its latency, labelled by API.
 func (m *brokerMetrics) observe(r *request, d time.Duration) {
-	name := apiName(r.req.Key())
+	name := requestName(r.req)
 	am, ok := m.requests.Load(name)
 	if !ok {
 		am, _ = m.requests.LoadOrStore(name, &apiMetrics{

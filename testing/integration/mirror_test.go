@@ -371,7 +371,7 @@ func TestMirrorEndToEnd(t *testing.T) {
 	}
 	var metricsText bytes.Buffer
 	dst.b.WritePrometheus(&metricsText)
-	for _, m := range []string{"kafka_server_mirror_MaxLag", "kafka_server_FetcherLagMetrics_ConsumerLag{", "kafka_server_mirror_MirroringPartitionState"} {
+	for _, m := range []string{"kafka_server_mirror_MaxLag", "kafka_server_FetcherLagMetrics_ConsumerLag{", "kafka_server_mirror_MirroringPartitionState", `kafka_server_requests_total{api="CreateMirror"}`, `kafka_server_requests_total{api="AddTopicsToMirror"}`} {
 		if !strings.Contains(metricsText.String(), m) {
 			t.Fatalf("metric %s missing from /metrics", m)
 		}
