@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -586,5 +587,20 @@ func TestApplyRejectsStaleBatch(t *testing.T) {
 	}
 	if c.Image() != img {
 		t.Fatal("a rejected batch changed the image")
+	}
+}
+
+func TestValidTopicName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"a": true, "foo.bar_baz-9": true, strings.Repeat("x", 249): true,
+		"": false, ".": false, "..": false, strings.Repeat("x", 250): false, "a b": false, "a/b": false, "é": false,
+	} {
+		err := ValidTopicName(name)
+		if ok != (err == nil) {
+			t.Errorf("%q: %v", name, err)
+		}
+		if err != nil && !errors.Is(err, kerr.InvalidTopicException) {
+			t.Errorf("%q: %v is not INVALID_TOPIC_EXCEPTION", name, err)
+		}
 	}
 }

@@ -64,14 +64,21 @@ type TopicSpec struct {
 }
 
 // ValidTopicName returns a kerr.InvalidTopicException error unless name
-// follows Kafka's rules: 1..249 characters of [a-zA-Z0-9._-], not "." or "..".
+// follows Kafka's rules: 1..249 characters of [a-zA-Z0-9._-], not "." or
+// "..". The context before the kerr text is Kafka's own message, which the
+// broker's admin APIs send as the ErrorMessage.
 func ValidTopicName(name string) error {
-	if name == "" || name == "." || name == ".." || len(name) > 249 {
-		return fmt.Errorf("topic name %q is empty, '.', '..' or longer than 249 characters: %w", name, kerr.InvalidTopicException)
+	switch {
+	case name == "":
+		return fmt.Errorf("Topic name is illegal, it can't be empty: %w", kerr.InvalidTopicException)
+	case name == "." || name == "..":
+		return fmt.Errorf("Topic name cannot be \".\" or \"..\": %w", kerr.InvalidTopicException)
+	case len(name) > 249:
+		return fmt.Errorf("Topic name is illegal, it can't be longer than 249 characters, topic name: %s: %w", name, kerr.InvalidTopicException)
 	}
 	for _, r := range name {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return fmt.Errorf("topic name %q has %q, only [a-zA-Z0-9._-] are allowed: %w", name, r, kerr.InvalidTopicException)
+			return fmt.Errorf("Topic name %s is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-': %w", name, kerr.InvalidTopicException)
 		}
 	}
 	return nil

@@ -109,7 +109,7 @@ func (b *Broker) handleDescribeConfigs(ctx context.Context, rc *RequestContext, 
 
 // configTopic finds a topic named by a config resource.
 func (b *Broker) configTopic(img *raftmeta.Image, name string) (*raftmeta.Topic, error) {
-	if err := validTopicName(name); err != nil {
+	if err := raftmeta.ValidTopicName(name); err != nil {
 		return nil, err
 	}
 	t := img.Topics[name]

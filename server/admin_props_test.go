@@ -133,21 +133,6 @@ func TestValidateTopicConfigs(t *testing.T) {
 	}
 }
 
-func TestValidTopicName(t *testing.T) {
-	for name, ok := range map[string]bool{
-		"a": true, "foo.bar_baz-9": true, strings.Repeat("x", 249): true,
-		"": false, ".": false, "..": false, strings.Repeat("x", 250): false, "a b": false, "a/b": false, "é": false,
-	} {
-		err := validTopicName(name)
-		if ok != (err == nil) {
-			t.Errorf("%q: %v", name, err)
-		}
-		if err != nil && !errors.Is(err, kerr.InvalidTopicException) {
-			t.Errorf("%q: %v is not INVALID_TOPIC_EXCEPTION", name, err)
-		}
-	}
-}
-
 func TestLogConfigLayers(t *testing.T) {
 	l := configLayers{
 		topic:   map[string]string{"cleanup.policy": "compact"},

@@ -88,7 +88,7 @@ func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req
 // broker defaults (Kafka's ReplicationControlManager checks, in order).
 func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic) (raftmeta.TopicSpec, error) {
 	spec := raftmeta.TopicSpec{Name: t.Topic, Partitions: t.NumPartitions, ReplicationFactor: t.ReplicationFactor}
-	if err := validTopicName(t.Topic); err != nil {
+	if err := raftmeta.ValidTopicName(t.Topic); err != nil {
 		return spec, err
 	}
 	if img.Topics[t.Topic] != nil {
@@ -191,7 +191,7 @@ func (b *Broker) createTopicsAuto(ctx context.Context, names []string) {
 	img := b.meta.Image()
 	var specs []raftmeta.TopicSpec
 	for _, name := range names {
-		if validTopicName(name) != nil || img.Topics[name] != nil || collidingTopic(img, name) != "" ||
+		if raftmeta.ValidTopicName(name) != nil || img.Topics[name] != nil || collidingTopic(img, name) != "" ||
 			slices.ContainsFunc(specs, func(s raftmeta.TopicSpec) bool { return s.Name == name }) {
 			continue
 		}

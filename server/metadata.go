@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -269,7 +268,7 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 		clusterCreate := allow && rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, clusterName)
 		var create []string
 		for _, rt := range req.Topics {
-			if rt.Topic != nil && img.Topics[*rt.Topic] == nil && allow && validTopicName(*rt.Topic) == nil &&
+			if rt.Topic != nil && img.Topics[*rt.Topic] == nil && allow && raftmeta.ValidTopicName(*rt.Topic) == nil &&
 				rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, *rt.Topic) {
 				// Auto-creation needs CREATE on the cluster or the topic.
 				if clusterCreate || rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeTopic, *rt.Topic) {
@@ -353,7 +352,7 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 			topicErr(nil, rt.TopicID, kerr.InvalidTopicException)
 		case !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, *rt.Topic) || createDenied[*rt.Topic]:
 			topicErr(rt.Topic, [16]byte{}, kerr.TopicAuthorizationFailed)
-		case validTopicName(*rt.Topic) != nil:
+		case raftmeta.ValidTopicName(*rt.Topic) != nil:
 			topicErr(rt.Topic, [16]byte{}, kerr.InvalidTopicException)
 		case img.Topics[*rt.Topic] != nil:
 			addTopic(img.Topics[*rt.Topic])
@@ -390,15 +389,5 @@ func sortedTopics(img *raftmeta.Image) []*raftmeta.Topic {
 	return out
 }
 
-// errCode maps an error to its Kafka code: kerr errors keep theirs, anything
-// else is UNKNOWN_SERVER_ERROR.
-func errCode(err error) int16 {
-	if err == nil {
-		return 0
-	}
-	var ke *kerr.Error
-	if errors.As(err, &ke) {
-		return ke.Code
-	}
-	return kerr.UnknownServerError.Code
-}
+// errCode is ErrorCode under the name produce.go and fetch.go still call.
+func errCode(err error) int16 { return ErrorCode(err) }

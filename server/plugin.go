@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
@@ -13,6 +15,20 @@ import (
 // hook interfaces it needs; the broker finds them by type assertion, the
 // way franz-go's client finds its hooks. The engine's hooks
 // (engine.AppendValidator, engine.AppendObserver) are found the same way.
+
+// ErrorCode is the Kafka error code of err for a response field: a kerr
+// error (wrapped or not) keeps its code, any other error is
+// UNKNOWN_SERVER_ERROR, and nil is 0. Handlers and plugins share it.
+func ErrorCode(err error) int16 {
+	if err == nil {
+		return 0
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Code
+	}
+	return kerr.UnknownServerError.Code
+}
 
 // LeaderChange says this broker gained or lost leadership of a partition.
 type LeaderChange struct {

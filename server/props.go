@@ -520,24 +520,6 @@ func logConfigFrom(l configLayers) engine.LogConfig {
 	}
 }
 
-// validTopicName applies Kafka's topic name rules.
-func validTopicName(name string) error {
-	switch {
-	case name == "":
-		return adminErrorf(kerr.InvalidTopicException, "Topic name is illegal, it can't be empty")
-	case name == "." || name == "..":
-		return adminErrorf(kerr.InvalidTopicException, "Topic name cannot be \".\" or \"..\"")
-	case len(name) > 249:
-		return adminErrorf(kerr.InvalidTopicException, "Topic name is illegal, it can't be longer than 249 characters, topic name: %s", name)
-	}
-	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return adminErrorf(kerr.InvalidTopicException, "Topic name %s is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'", name)
-		}
-	}
-	return nil
-}
-
 // adminErr is a Kafka error with the message for the response's
 // ErrorMessage; errors.As finds its *kerr.Error.
 type adminErr struct {

@@ -63,14 +63,6 @@ func errMsg(err error) *string {
 	return &s
 }
 
-func code(err error) int16 {
-	var ke *kerr.Error
-	if errors.As(err, &ke) {
-		return ke.Code
-	}
-	return kerr.UnknownServerError.Code
-}
-
 // validACL checks a binding to create as Kafka's controller does.
 func validACL(a raftmeta.ACL) error {
 	bad := func(why string) error { return fmt.Errorf("invalid ACL binding: %s: %w", why, kerr.InvalidRequest) }
@@ -113,7 +105,7 @@ func (p *Plugin) createACLs(ctx context.Context, m *raftmeta.Controller, rc *ser
 			err = m.CreateACLs(ctx, []raftmeta.ACL{a})
 		}
 		if err != nil {
-			r.ErrorCode, r.ErrorMessage = code(err), errMsg(err)
+			r.ErrorCode, r.ErrorMessage = server.ErrorCode(err), errMsg(err)
 		}
 	}
 	return resp
@@ -177,7 +169,7 @@ func (p *Plugin) deleteACLs(ctx context.Context, m *raftmeta.Controller, rc *ser
 	for i := range resp.Results {
 		r := &resp.Results[i]
 		if err != nil {
-			r.ErrorCode, r.ErrorMessage = code(err), errMsg(err)
+			r.ErrorCode, r.ErrorMessage = server.ErrorCode(err), errMsg(err)
 			continue
 		}
 		for _, a := range per[i] {
@@ -298,7 +290,7 @@ func alterScram(ctx context.Context, m *raftmeta.Controller, rc *server.RequestC
 			err = m.AlterScram(ctx, changes[user])
 		}
 		if err != nil {
-			r.ErrorCode, r.ErrorMessage = code(err), errMsg(err)
+			r.ErrorCode, r.ErrorMessage = server.ErrorCode(err), errMsg(err)
 		}
 		resp.Results = append(resp.Results, r)
 	}
@@ -431,7 +423,7 @@ func alterQuotas(ctx context.Context, m *raftmeta.Controller, rc *server.Request
 			err = m.AlterClientQuotas(ctx, changes)
 		}
 		if err != nil {
-			r.ErrorCode, r.ErrorMessage = code(err), errMsg(err)
+			r.ErrorCode, r.ErrorMessage = server.ErrorCode(err), errMsg(err)
 		}
 		resp.Entries = append(resp.Entries, r)
 	}

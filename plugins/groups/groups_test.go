@@ -3,7 +3,6 @@ package groups_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/plugins/groups"
 	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
 var testProps = map[string]string{
@@ -27,7 +27,7 @@ var testProps = map[string]string{
 // passes the same dir) and returns its address.
 func startBroker(t *testing.T, dir string) (*server.Broker, *groups.Plugin) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := tandemtest.Logger(t)
 	p := groups.New(testProps, log)
 	b, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", Props: testProps, Plugins: []any{p}, Logger: log})
 	if err != nil {
@@ -42,23 +42,9 @@ func startBroker(t *testing.T, dir string) (*server.Broker, *groups.Plugin) {
 	return b, p
 }
 
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
-
-func client(t *testing.T, addr string, opts ...kgo.Opt) *kgo.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return cl
-}
-
 func produce(t *testing.T, addr, topic string, n int) {
 	t.Helper()
-	cl := client(t, addr, kgo.DefaultProduceTopic(topic))
+	cl := tandemtest.Client(t, addr, kgo.DefaultProduceTopic(topic))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var recs []*kgo.Record
@@ -77,7 +63,7 @@ func TestGroupConsumeRebalanceRestart(t *testing.T) {
 	dir := t.TempDir()
 	b, _ := startBroker(t, dir)
 	addr := b.Addr()
-	adm := kadm.NewClient(client(t, addr))
+	adm := kadm.NewClient(tandemtest.Client(t, addr))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if _, err := adm.CreateTopic(ctx, 6, 1, nil, "t"); err != nil {
@@ -104,7 +90,7 @@ func TestGroupConsumeRebalanceRestart(t *testing.T) {
 		}
 	}
 	member := func() *kgo.Client {
-		return client(t, addr, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"), kgo.DisableAutoCommit(),
+		return tandemtest.Client(t, addr, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"), kgo.DisableAutoCommit(),
 			kgo.SessionTimeout(3*time.Second), kgo.HeartbeatInterval(300*time.Millisecond),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	}
@@ -148,7 +134,7 @@ func TestGroupConsumeRebalanceRestart(t *testing.T) {
 	b.Close()
 	b, _ = startBroker(t, dir)
 	addr = b.Addr()
-	adm = kadm.NewClient(client(t, addr))
+	adm = kadm.NewClient(tandemtest.Client(t, addr))
 	offs, err := adm.FetchOffsets(ctx, "g")
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +145,7 @@ func TestGroupConsumeRebalanceRestart(t *testing.T) {
 		t.Fatalf("committed offsets after restart sum to %d, want 1200", total)
 	}
 	produce(t, addr, "t", 60)
-	cl := client(t, addr, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"))
+	cl := tandemtest.Client(t, addr, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"))
 	got := 0
 	for got < 60 {
 		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -196,7 +182,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // TestProtocolErrors drives the classic protocol with raw requests.
 func TestProtocolErrors(t *testing.T) {
 	b, _ := startBroker(t, t.TempDir())
-	cl := client(t, b.Addr())
+	cl := tandemtest.Client(t, b.Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, "t"); err != nil {

@@ -22,7 +22,7 @@ func (p *Plugin) handleJoin(ctx context.Context, rc *server.RequestContext, req 
 	resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
 	resp.Generation, resp.MemberID = -1, req.MemberID
 	fail := func(err error) kmsg.Response {
-		resp.ErrorCode = code(err)
+		resp.ErrorCode = server.ErrorCode(err)
 		return resp
 	}
 	if !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, req.Group) {
@@ -96,7 +96,7 @@ func hostOf(addr string) string {
 func (p *Plugin) handleSync(ctx context.Context, rc *server.RequestContext, req *kmsg.SyncGroupRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.SyncGroupResponse)
 	fail := func(err error) kmsg.Response {
-		resp.ErrorCode = code(err)
+		resp.ErrorCode = server.ErrorCode(err)
 		return resp
 	}
 	if !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, req.Group) {
@@ -144,7 +144,7 @@ func (p *Plugin) handleHeartbeat(ctx context.Context, rc *server.RequestContext,
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
 		return resp
 	}
-	resp.ErrorCode = code(p.do(ctx, req.Group, func(s *shardState) error {
+	resp.ErrorCode = server.ErrorCode(p.do(ctx, req.Group, func(s *shardState) error {
 		return s.heartbeatReq(req.Group, req.MemberID, req.InstanceID, req.Generation)
 	}))
 	return resp
@@ -168,16 +168,16 @@ func (p *Plugin) handleLeave(ctx context.Context, rc *server.RequestContext, req
 		return nil
 	})
 	if err != nil {
-		resp.ErrorCode = code(err)
+		resp.ErrorCode = server.ErrorCode(err)
 		return resp
 	}
 	if req.Version < 3 {
-		resp.ErrorCode = code(errs[0])
+		resp.ErrorCode = server.ErrorCode(errs[0])
 		return resp
 	}
 	for i, m := range members {
 		rm := kmsg.NewLeaveGroupResponseMember()
-		rm.MemberID, rm.InstanceID, rm.ErrorCode = m.MemberID, m.InstanceID, code(errs[i])
+		rm.MemberID, rm.InstanceID, rm.ErrorCode = m.MemberID, m.InstanceID, server.ErrorCode(errs[i])
 		resp.Members = append(resp.Members, rm)
 	}
 	return resp
@@ -230,7 +230,7 @@ func (p *Plugin) handleOffsetCommit(ctx context.Context, rc *server.RequestConte
 		if req.Version == 0 {
 			gen = -1
 		}
-		c := code(p.do(ctx, req.Group, func(s *shardState) error {
+		c := server.ErrorCode(p.do(ctx, req.Group, func(s *shardState) error {
 			return s.commitOffsets(req.Group, req.MemberID, req.InstanceID, gen, commits)
 		}))
 		for k := range commits {
@@ -356,7 +356,7 @@ func (p *Plugin) fetchGroup(ctx context.Context, rc *server.RequestContext, grou
 		}
 		return nil
 	})
-	out.ErrorCode = code(err)
+	out.ErrorCode = server.ErrorCode(err)
 	return out
 }
 
@@ -371,7 +371,7 @@ func (p *Plugin) handleDescribe(ctx context.Context, rc *server.RequestContext, 
 			continue
 		}
 		rg.State = stateDead.String()
-		rg.ErrorCode = code(p.do(ctx, name, func(s *shardState) error {
+		rg.ErrorCode = server.ErrorCode(p.do(ctx, name, func(s *shardState) error {
 			g := s.groups[name]
 			if g == nil {
 				return nil
@@ -421,7 +421,7 @@ func (p *Plugin) handleList(ctx context.Context, rc *server.RequestContext, req 
 			}
 			return nil
 		})
-		if c := code(err); c != 0 && c != kerr.NotCoordinator.Code {
+		if c := server.ErrorCode(err); c != 0 && c != kerr.NotCoordinator.Code {
 			resp.ErrorCode = c // loading or failed: the list is partial
 		}
 	}
@@ -437,7 +437,7 @@ func (p *Plugin) handleDeleteGroups(ctx context.Context, rc *server.RequestConte
 		if !rc.Allowed(kmsg.ACLOperationDelete, kmsg.ACLResourceTypeGroup, name) {
 			rg.ErrorCode = kerr.GroupAuthorizationFailed.Code
 		} else {
-			rg.ErrorCode = code(p.do(ctx, name, func(s *shardState) error { return s.deleteGroup(name) }))
+			rg.ErrorCode = server.ErrorCode(p.do(ctx, name, func(s *shardState) error { return s.deleteGroup(name) }))
 		}
 		resp.Groups = append(resp.Groups, rg)
 	}
@@ -482,7 +482,7 @@ func (p *Plugin) handleOffsetDelete(ctx context.Context, rc *server.RequestConte
 			}
 		}
 	}
-	resp.ErrorCode = code(p.do(ctx, req.Group, func(s *shardState) error {
+	resp.ErrorCode = server.ErrorCode(p.do(ctx, req.Group, func(s *shardState) error {
 		return s.deleteOffsets(req.Group, del, codes)
 	}))
 	for _, t := range req.Topics {

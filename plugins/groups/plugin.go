@@ -227,19 +227,6 @@ func (p *Plugin) do(ctx context.Context, group string, fn func(s *shardState) er
 	})
 }
 
-// code is the Kafka error code of err (UNKNOWN_SERVER_ERROR for errors
-// without one); 0 for nil.
-func code(err error) int16 {
-	if err == nil {
-		return 0
-	}
-	var kerrErr *kerr.Error
-	if errors.As(err, &kerrErr) {
-		return kerrErr.Code
-	}
-	return kerr.UnknownServerError.Code
-}
-
 // --- server.GroupOffsets ---
 
 // CommittedOffsets implements server.GroupOffsets.

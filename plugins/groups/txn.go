@@ -156,7 +156,7 @@ func (p *Plugin) handleTxnOffsetCommit(ctx context.Context, rc *server.RequestCo
 				return s.txnCommit(req, gen, commits)
 			})
 		}
-		c := code(err)
+		c := server.ErrorCode(err)
 		for k := range commits {
 			codes[k] = c
 		}

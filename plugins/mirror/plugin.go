@@ -376,11 +376,7 @@ func code(err error) (int16, string) {
 	if err == nil {
 		return 0, ""
 	}
-	var ke *kerr.Error
-	if errors.As(err, &ke) {
-		return ke.Code, err.Error()
-	}
-	return kerr.UnknownServerError.Code, err.Error()
+	return server.ErrorCode(err), err.Error()
 }
 
 // APIVersions implements server.APIHandler.

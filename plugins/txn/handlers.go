@@ -95,7 +95,7 @@ func (p *Plugin) InitTransactionalProducerID(ctx context.Context, rc *server.Req
 			}
 			continue
 		}
-		resp.ErrorCode = code(err)
+		resp.ErrorCode = server.ErrorCode(err)
 		if err != nil {
 			p.log.Debug("InitProducerId", "transactional_id", id, "err", err)
 		}
@@ -232,11 +232,11 @@ func (p *Plugin) addTxn(ctx context.Context, rc *server.RequestContext, version 
 	}
 	if verify {
 		for _, tp := range parts {
-			set(tp.Topic, tp.Partition, code(p.VerifyTxnPartition(ctx, id, pid, epoch, tp)))
+			set(tp.Topic, tp.Partition, server.ErrorCode(p.VerifyTxnPartition(ctx, id, pid, epoch, tp)))
 		}
 		return codes
 	}
-	c := code(p.do(ctx, id, func(s *shardState) error {
+	c := server.ErrorCode(p.do(ctx, id, func(s *shardState) error {
 		return s.addPartitions(id, pid, epoch, version, 2, 0, parts)
 	}))
 	for _, tp := range parts {
@@ -302,7 +302,7 @@ func (p *Plugin) handleAddOffsets(ctx context.Context, rc *server.RequestContext
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
 	default:
 		tp := server.TopicPartition{Topic: offsetsTopic, Partition: coord.PartitionFor(req.Group, p.partitionCount(offsetsTopic, p.cfg.OffsetsPartitions))}
-		resp.ErrorCode = code(p.do(ctx, req.TransactionalID, func(s *shardState) error {
+		resp.ErrorCode = server.ErrorCode(p.do(ctx, req.TransactionalID, func(s *shardState) error {
 			return s.addPartitions(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Version, 2, 0, []server.TopicPartition{tp})
 		}))
 	}
@@ -343,7 +343,7 @@ func (p *Plugin) handleEndTxn(ctx context.Context, rc *server.RequestContext, re
 		// (on failure they are retried in the background).
 		p.complete(ctx, *end)
 	}
-	resp.ErrorCode = code(err)
+	resp.ErrorCode = server.ErrorCode(err)
 	return resp
 }
 
@@ -414,7 +414,7 @@ func (p *Plugin) handleWriteTxnMarkers(ctx context.Context, rc *server.RequestCo
 				} else if img := p.image(); img == nil || img.Topics[rt.Topic] == nil || int(part) >= len(img.Topics[rt.Topic].Partitions) || part < 0 {
 					op.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				} else {
-					op.ErrorCode = code(p.writeMarker(ctx, server.TopicPartition{Topic: rt.Topic, Partition: part}, m))
+					op.ErrorCode = server.ErrorCode(p.writeMarker(ctx, server.TopicPartition{Topic: rt.Topic, Partition: part}, m))
 				}
 				ot.Partitions = append(ot.Partitions, op)
 			}
@@ -459,7 +459,7 @@ func (p *Plugin) handleDescribe(ctx context.Context, rc *server.RequestContext, 
 			st = describeState(m)
 			return nil
 		})
-		st.ErrorCode = code(err)
+		st.ErrorCode = server.ErrorCode(err)
 		resp.TransactionStates = append(resp.TransactionStates, st)
 	}
 	return resp

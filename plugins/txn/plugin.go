@@ -230,19 +230,6 @@ func (p *Plugin) do(ctx context.Context, txnID string, fn func(s *shardState) er
 	})
 }
 
-// code is the Kafka error code of err (UNKNOWN_SERVER_ERROR for errors
-// without one); 0 for nil.
-func code(err error) int16 {
-	if err == nil {
-		return 0
-	}
-	var kerrErr *kerr.Error
-	if errors.As(err, &kerrErr) {
-		return kerrErr.Code
-	}
-	return kerr.UnknownServerError.Code
-}
-
 // fenced is the error for a stale producer epoch: PRODUCER_FENCED for
 // requests of a version that knows it (KIP-588), INVALID_PRODUCER_EPOCH
 // before.

@@ -69,7 +69,7 @@ func TestApiVersionsFeature(t *testing.T) {
 func TestTV2ClientSkipsAddPartitions(t *testing.T) {
 	b, _ := startBroker(t, t.TempDir())
 	addr := b.Addr()
-	createTopic(t, addr, "tv2", 3)
+	tandemtest.CreateTopic(t, addr, "tv2", 3)
 	var log requestLog
 	cl := txnClient(t, addr, "tx-tv2", kgo.WithHooks(&log))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -128,7 +128,7 @@ func TestTV2ClientSkipsAddPartitions(t *testing.T) {
 func TestTV1ClientUnchanged(t *testing.T) {
 	b, _ := startBroker(t, t.TempDir())
 	addr := b.Addr()
-	createTopic(t, addr, "tv1", 3)
+	tandemtest.CreateTopic(t, addr, "tv1", 3)
 	var log requestLog
 	v := kversion.Stable()
 	v.SetMaxKeyVersion(int16(kmsg.EndTxn), 4)
@@ -239,7 +239,7 @@ func TestEndTxnV5EpochBump(t *testing.T) {
 	dir := t.TempDir()
 	b, stop := startBroker(t, dir)
 	addr := b.Addr()
-	createTopic(t, addr, "raw", 2)
+	tandemtest.CreateTopic(t, addr, "raw", 2)
 	r := &rawTxn{t: t, c: tandemtest.Dial(t, addr), id: "tx-raw"}
 	r.init()
 	old := r.epoch
@@ -330,7 +330,7 @@ func TestEndTxnV5EpochBump(t *testing.T) {
 func TestTV2OffsetsOnly(t *testing.T) {
 	b, _ := startBroker(t, t.TempDir())
 	addr := b.Addr()
-	createTopic(t, addr, "in5", 1)
+	tandemtest.CreateTopic(t, addr, "in5", 1)
 	r := &rawTxn{t: t, c: tandemtest.Dial(t, addr), id: "tx-off5"}
 	r.init()
 	find := kmsg.NewPtrFindCoordinatorRequest()

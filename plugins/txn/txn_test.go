@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -28,15 +27,11 @@ var testProps = map[string]string{
 	"group.initial.rebalance.delay.ms":                            "50",
 }
 
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
-
 // startBroker runs a broker with the groups and transaction plugins on dir
 // (a restart passes the same dir). stop closes it early.
 func startBroker(t *testing.T, dir string) (b *server.Broker, stop func()) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := tandemtest.Logger(t)
 	b, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", Props: testProps, Logger: log,
 		Plugins: []any{groups.New(testProps, log), txn.New(testProps, log)}})
 	if err != nil {
@@ -56,29 +51,6 @@ func startBroker(t *testing.T, dir string) (b *server.Broker, stop func()) {
 	}
 	t.Cleanup(stop)
 	return b, stop
-}
-
-func client(t *testing.T, addr string, opts ...kgo.Opt) *kgo.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return cl
-}
-
-func createTopic(t *testing.T, addr, topic string, partitions int32) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := kadm.NewClient(client(t, addr)).CreateTopic(ctx, partitions, 1, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // rawFetch reads a partition from offset 0 with the given isolation and
@@ -120,7 +92,7 @@ func consumeAll(t *testing.T, addr, topic string, committed bool) []string {
 	if committed {
 		iso = kgo.ReadCommitted()
 	}
-	cl := client(t, addr, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(iso), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl := tandemtest.Client(t, addr, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(iso), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	var out []string
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
@@ -136,7 +108,7 @@ func consumeAll(t *testing.T, addr, topic string, committed bool) []string {
 }
 
 func txnClient(t *testing.T, addr, id string, opts ...kgo.Opt) *kgo.Client {
-	return client(t, addr, append([]kgo.Opt{kgo.TransactionalID(id), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
+	return tandemtest.Client(t, addr, append([]kgo.Opt{kgo.TransactionalID(id), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
 }
 
 func produceTxn(t *testing.T, cl *kgo.Client, topic, prefix string, commit bool) {
@@ -176,7 +148,7 @@ func controlTypes(batches []kmsg.RecordBatch) (types []int16, data int) {
 func TestAbortCommitIsolation(t *testing.T) {
 	b, _ := startBroker(t, t.TempDir())
 	addr := b.Addr()
-	createTopic(t, addr, "t", 3)
+	tandemtest.CreateTopic(t, addr, "t", 3)
 	cl := txnClient(t, addr, "tx-iso")
 
 	produceTxn(t, cl, "t", "aborted", false)
@@ -217,7 +189,7 @@ func TestAbortCommitIsolation(t *testing.T) {
 func TestZombieFenced(t *testing.T) {
 	b, _ := startBroker(t, t.TempDir())
 	addr := b.Addr()
-	createTopic(t, addr, "z", 3)
+	tandemtest.CreateTopic(t, addr, "z", 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -251,7 +223,7 @@ func TestTimeoutAbortAndRestart(t *testing.T) {
 	dir := t.TempDir()
 	b, stop := startBroker(t, dir)
 	addr := b.Addr()
-	createTopic(t, addr, "o", 3)
+	tandemtest.CreateTopic(t, addr, "o", 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -297,7 +269,7 @@ func TestTimeoutAbortAndRestart(t *testing.T) {
 	}
 
 	describe := func(addr string) map[string]kadm.DescribedTransaction {
-		d, err := kadm.NewClient(client(t, addr)).DescribeTransactions(ctx, "tx-commit", "tx-slow", "tx-open")
+		d, err := kadm.NewClient(tandemtest.Client(t, addr)).DescribeTransactions(ctx, "tx-commit", "tx-slow", "tx-open")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,7 +315,7 @@ func TestTimeoutAbortAndRestart(t *testing.T) {
 	if fmt.Sprint(before) != fmt.Sprint(after) {
 		t.Fatalf("state changed across restart:\nbefore %+v\nafter  %+v", before, after)
 	}
-	l, err := kadm.NewClient(client(t, b2.Addr())).ListTransactions(ctx, nil, []string{"Ongoing"})
+	l, err := kadm.NewClient(tandemtest.Client(t, b2.Addr())).ListTransactions(ctx, nil, []string{"Ongoing"})
 	if err != nil || len(l.TransactionalIDs()) != 1 || l.TransactionalIDs()[0] != "tx-open" {
 		t.Fatalf("ListTransactions Ongoing: %v %v", l.TransactionalIDs(), err)
 	}
@@ -355,11 +327,11 @@ func TestTimeoutAbortAndRestart(t *testing.T) {
 func TestTxnOffsetCommitPending(t *testing.T) {
 	b, _ := startBroker(t, t.TempDir())
 	addr := b.Addr()
-	createTopic(t, addr, "in", 1)
+	tandemtest.CreateTopic(t, addr, "in", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cl := txnClient(t, addr, "tx-offsets")
-	admin := client(t, addr)
+	admin := tandemtest.Client(t, addr)
 	fetch := func() (int64, int16) {
 		req := kmsg.NewPtrOffsetFetchRequest()
 		req.Group, req.RequireStable = "g", true

@@ -23,9 +23,9 @@ import (
 func TestBadInput(t *testing.T) {
 	p := tandemtest.StartProcess(t, t.TempDir(), "--set", "auto.create.topics.enable=false")
 	const victim, probe = "victim", "probe"
-	createTopic(t, p.Addr, victim, 3)
-	createTopic(t, p.Addr, probe, 1)
-	cl := newClient(t, p.Addr, kgo.DefaultProduceTopic(victim))
+	tandemtest.CreateTopic(t, p.Addr, victim, 3)
+	tandemtest.CreateTopic(t, p.Addr, probe, 1)
+	cl := tandemtest.Client(t, p.Addr, kgo.DefaultProduceTopic(victim))
 	for i := range 30 {
 		r := &kgo.Record{Partition: int32(i % 3), Value: fmt.Appendf(nil, "victim-%d", i)}
 		if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
@@ -261,12 +261,12 @@ func checkHealthy(t *testing.T, addr, topic string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	value := fmt.Appendf(nil, "probe-%d", time.Now().UnixNano())
-	prod := newClient(t, addr)
+	prod := tandemtest.Client(t, addr)
 	r, err := prod.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: value}).First()
 	if err != nil {
 		t.Fatalf("probe produce: %v", err)
 	}
-	cons := newClient(t, addr, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
+	cons := tandemtest.Client(t, addr, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
 		topic: {r.Partition: kgo.NewOffset().At(r.Offset)}}))
 	for {
 		fs := cons.PollFetches(ctx)

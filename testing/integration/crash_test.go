@@ -21,9 +21,9 @@ import (
 func TestKill9DuringProduce(t *testing.T) {
 	p := tandemtest.StartProcess(t, t.TempDir())
 	const topic = "crash"
-	createTopic(t, p.Addr, topic, numPartitions)
+	tandemtest.CreateTopic(t, p.Addr, topic, numPartitions)
 
-	cl := newClient(t, p.Addr, kgo.DefaultProduceTopic(topic), kgo.RecordDeliveryTimeout(90*time.Second),
+	cl := tandemtest.Client(t, p.Addr, kgo.DefaultProduceTopic(topic), kgo.RecordDeliveryTimeout(90*time.Second),
 		kgo.ProducerLinger(time.Millisecond))
 	var (
 		mu       sync.Mutex

@@ -28,7 +28,7 @@ func TestFranzGo(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			topic := "franz-" + c.name
-			createTopic(t, p.Addr, topic, numPartitions)
+			tandemtest.CreateTopic(t, p.Addr, topic, numPartitions)
 			acked := produceFranz(t, p.Addr, topic, c.codec)
 			v := newVerifier(numRecords, true, acked)
 			consumeAll(t, p.Addr, topic, numRecords, func(r *kgo.Record) {
@@ -42,7 +42,7 @@ func TestFranzGo(t *testing.T) {
 // produceFranz produces numRecords records and returns where each was
 // acknowledged.
 func produceFranz(t *testing.T, addr, topic string, codec kgo.CompressionCodec) []pos {
-	cl := newClient(t, addr, kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(codec),
+	cl := tandemtest.Client(t, addr, kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(codec),
 		kgo.RecordDeliveryTimeout(time.Minute))
 	acked := make([]pos, numRecords)
 	var mu sync.Mutex

@@ -54,7 +54,7 @@ func groupValue(i int) string { return fmt.Sprintf("v-%06d", i) }
 
 func produceValues(t *testing.T, addr, topic string, first, last int) {
 	t.Helper()
-	cl := newClient(t, addr, kgo.DefaultProduceTopic(topic))
+	cl := tandemtest.Client(t, addr, kgo.DefaultProduceTopic(topic))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var recs []*kgo.Record
@@ -90,7 +90,7 @@ type startMember func(t *testing.T, addr, group, topic string, c *collector) gro
 func runGroupScenario(t *testing.T, start startMember) {
 	p := tandemtest.StartProcess(t, t.TempDir(), groupArgs...)
 	const topic, group, n = "gt", "gg", 3000
-	createTopic(t, p.Addr, topic, numPartitions)
+	tandemtest.CreateTopic(t, p.Addr, topic, numPartitions)
 	produceValues(t, p.Addr, topic, 0, n)
 
 	c := &collector{seen: map[string]int{}}
@@ -99,7 +99,7 @@ func runGroupScenario(t *testing.T, start startMember) {
 		ms = append(ms, start(t, p.Addr, group, topic, c))
 	}
 	eventually(t, "the first records to be consumed", func() bool { return c.has(0, n) })
-	adm := kadm.NewClient(newClient(t, p.Addr))
+	adm := kadm.NewClient(tandemtest.Client(t, p.Addr))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	eventually(t, "three members in a stable group", func() bool {
@@ -170,7 +170,7 @@ type kgoMember struct {
 }
 
 func startKgo(t *testing.T, addr, group, topic string, c *collector) groupMember {
-	cl := newClient(t, addr, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
+	cl := tandemtest.Client(t, addr, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.SessionTimeout(6*time.Second),
 		kgo.HeartbeatInterval(500*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -339,12 +339,12 @@ func TestGroupKcat(t *testing.T) { runGroupScenario(t, startKcat) }
 func TestGroupBrokerRestart(t *testing.T) {
 	p := tandemtest.StartProcess(t, t.TempDir(), groupArgs...)
 	const topic, group = "rt", "rg"
-	createTopic(t, p.Addr, topic, numPartitions)
+	tandemtest.CreateTopic(t, p.Addr, topic, numPartitions)
 	produceValues(t, p.Addr, topic, 0, 600)
 	c := &collector{seen: map[string]int{}}
 	m := startKgo(t, p.Addr, group, topic, c)
 	eventually(t, "the records to be consumed", func() bool { return c.has(0, 600) })
-	adm := kadm.NewClient(newClient(t, p.Addr))
+	adm := kadm.NewClient(tandemtest.Client(t, p.Addr))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	before, err := adm.DescribeGroups(ctx, group)

@@ -17,7 +17,7 @@ import (
 func TestKafkaGo(t *testing.T) {
 	p := tandemtest.StartProcess(t, t.TempDir())
 	const topic = "kafkago"
-	createTopic(t, p.Addr, topic, numPartitions)
+	tandemtest.CreateTopic(t, p.Addr, topic, numPartitions)
 
 	acked := make([]pos, numRecords)
 	var mu sync.Mutex

@@ -25,7 +25,7 @@ func TestKcat(t *testing.T) {
 	}
 	p := tandemtest.StartProcess(t, t.TempDir())
 	const topic = "kcat"
-	createTopic(t, p.Addr, topic, numPartitions)
+	tandemtest.CreateTopic(t, p.Addr, topic, numPartitions)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

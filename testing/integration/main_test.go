@@ -193,31 +193,6 @@ func firstFalse(bs []bool) int {
 	return -1
 }
 
-// newClient returns a franz-go client for addr, closed at the end of the test.
-func newClient(t testing.TB, addr string, opts ...kgo.Opt) *kgo.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return cl
-}
-
-func createTopic(t testing.TB, addr, topic string, partitions int32) {
-	t.Helper()
-	adm := kadm.NewClient(newClient(t, addr))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatalf("creating topic %s: %v", topic, err)
-	}
-}
-
 // endOffsets returns the end offset of every partition of topic.
 func endOffsets(t testing.TB, addr, topic string) map[int32]int64 {
 	t.Helper()
@@ -226,7 +201,7 @@ func endOffsets(t testing.TB, addr, topic string) map[int32]int64 {
 
 func listOffsets(t testing.TB, addr, topic string, end bool) map[int32]int64 {
 	t.Helper()
-	adm := kadm.NewClient(newClient(t, addr))
+	adm := kadm.NewClient(tandemtest.Client(t, addr))
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	list := adm.ListStartOffsets
@@ -250,7 +225,7 @@ func listOffsets(t testing.TB, addr, topic string, end bool) map[int32]int64 {
 // arrives for 30 seconds.
 func consumeAll(t testing.TB, addr, topic string, n int, fn func(*kgo.Record), opts ...kgo.Opt) {
 	t.Helper()
-	cl := newClient(t, addr, append([]kgo.Opt{kgo.ConsumeTopics(topic),
+	cl := tandemtest.Client(t, addr, append([]kgo.Opt{kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(50 << 20)}, opts...)...)
 	defer cl.Close()
 	for got := 0; got < n; {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/txn"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
 const syncInterval = 500 * time.Millisecond
@@ -47,7 +47,7 @@ func startSyncCluster(t *testing.T) *syncCluster {
 		"super.users":                         "User:ANONYMOUS",
 		"mirror.metadata.refresh.interval.ms": fmt.Sprint(syncInterval.Milliseconds()),
 	})
-	log := slog.New(slog.NewTextHandler(tWriterMirror{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := tandemtest.Logger(t)
 	sec, err := acl.New(props)
 	if err != nil {
 		t.Fatal(err)

@@ -67,7 +67,7 @@ func startMirrorClusterProps(t *testing.T, advertise string, extra map[string]st
 
 func (c *mirrorCluster) start() {
 	c.t.Helper()
-	log := slog.New(slog.NewTextHandler(tWriterMirror{c.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := tandemtest.Logger(c.t)
 	b, err := server.New(server.Config{DataDir: c.dir, Listen: c.listen, Advertise: c.advertise, Props: c.props, Logger: log,
 		Plugins: []any{groups.New(c.props, log), txn.New(c.props, log), mirror.New(c.props, log)}})
 	if err != nil {
@@ -113,13 +113,6 @@ func (c *mirrorCluster) partition(topic string, p int32) *engine.Partition {
 		c.t.Fatalf("no topic %s", topic)
 	}
 	return c.b.Engine().Partition(engine.TopicID(t.ID), p)
-}
-
-type tWriterMirror struct{ t *testing.T }
-
-func (w tWriterMirror) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }
 
 // batches reads every stored batch of a partition.
@@ -710,7 +703,7 @@ func TestMirrorSASLCredentials(t *testing.T) {
 	src := startSecure(t, false, nil)
 	addr := src.ListenerAddr("SASL_PLAINTEXT")
 	createTopicAs(t, addr, "admin", "secure")
-	cl := newClient(t, addr, kgo.SASL(franzSASL("alice", "PLAIN")), kgo.DefaultProduceTopic("secure"))
+	cl := tandemtest.Client(t, addr, kgo.SASL(franzSASL("alice", "PLAIN")), kgo.DefaultProduceTopic("secure"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for i := range 20 {

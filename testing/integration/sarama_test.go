@@ -15,7 +15,7 @@ import (
 func TestSarama(t *testing.T) {
 	p := tandemtest.StartProcess(t, t.TempDir())
 	const topic = "sarama"
-	createTopic(t, p.Addr, topic, numPartitions)
+	tandemtest.CreateTopic(t, p.Addr, topic, numPartitions)
 
 	cfg := sarama.NewConfig()
 	cfg.Version = sarama.V3_6_0_0

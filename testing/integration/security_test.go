@@ -151,7 +151,7 @@ func testCerts(t testing.TB, dir string) (caFile, serverFile string, pool *x509.
 // (kadm), as kafka-configs.sh does.
 func addScramUsers(t testing.TB, addr string, opts []kgo.Opt, users ...string) {
 	t.Helper()
-	adm := kadm.NewClient(newClient(t, addr, opts...))
+	adm := kadm.NewClient(tandemtest.Client(t, addr, opts...))
 	var ups []kadm.UpsertSCRAM
 	for _, u := range users {
 		for _, m := range []kadm.ScramMechanism{kadm.ScramSha256, kadm.ScramSha512} {
@@ -206,14 +206,14 @@ func TestSASLClients(t *testing.T) {
 		for _, mech := range mechanisms {
 			t.Run(listener+"/"+mech, func(t *testing.T) {
 				topic := strings.ToLower(strings.ReplaceAll(listener+"-"+mech, "_", "-"))
-				createTopic(t, plainAddr, topic, 1)
+				tandemtest.CreateTopic(t, plainAddr, topic, 1)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 
 				// franz-go: produce 10, consume them back. Metadata must
 				// advertise this listener or the client would dial the
 				// wrong one after bootstrapping.
-				cl := newClient(t, addr, append(sb.franzOpts(listener, "alice", mech), kgo.ConsumeTopics(topic))...)
+				cl := tandemtest.Client(t, addr, append(sb.franzOpts(listener, "alice", mech), kgo.ConsumeTopics(topic))...)
 				for i := range 10 {
 					if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, "franz-%d", i)}).FirstErr(); err != nil {
 						t.Fatalf("franz-go produce: %v", err)
@@ -270,7 +270,7 @@ func TestSASLClients(t *testing.T) {
 				// A consumer group: FindCoordinator must answer with this
 				// listener's address too.
 				if listener == "SASL_SSL" && mech == "SCRAM-SHA-512" {
-					gc := newClient(t, addr, append(sb.franzOpts(listener, "alice", mech), kgo.ConsumeTopics(topic),
+					gc := tandemtest.Client(t, addr, append(sb.franzOpts(listener, "alice", mech), kgo.ConsumeTopics(topic),
 						kgo.ConsumerGroup("g-"+topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 					for n := 0; n < 12; {
 						fs := gc.PollFetches(ctx)
@@ -282,7 +282,7 @@ func TestSASLClients(t *testing.T) {
 				}
 
 				// A wrong password is refused.
-				bad := newClient(t, addr, append(sb.franzOpts(listener, "alice", mech)[1:], kgo.SASL(franzSASL("mallory", mech)))...)
+				bad := tandemtest.Client(t, addr, append(sb.franzOpts(listener, "alice", mech)[1:], kgo.SASL(franzSASL("mallory", mech)))...)
 				if err := bad.Ping(ctx); err == nil {
 					t.Fatal("unknown user authenticated")
 				}
@@ -1060,7 +1060,7 @@ func TestACLMatrix(t *testing.T) {
 	// with a committed offset, a topic and a group to delete.
 	adminOpts := []kgo.Opt{kgo.SASL(franzSASL("admin", "PLAIN"))}
 	createTopicAs(t, addr, "admin", mTopic, "m-del")
-	cl := newClient(t, addr, adminOpts...)
+	cl := tandemtest.Client(t, addr, adminOpts...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: mTopic, Value: []byte("x")}).FirstErr(); err != nil {
@@ -1190,7 +1190,7 @@ func TestACLSemantics(t *testing.T) {
 // createTopicAs creates one-partition topics as a SASL PLAIN user.
 func createTopicAs(t testing.TB, addr, user string, topics ...string) {
 	t.Helper()
-	adm := kadm.NewClient(newClient(t, addr, kgo.SASL(franzSASL(user, "PLAIN"))))
+	adm := kadm.NewClient(tandemtest.Client(t, addr, kgo.SASL(franzSASL(user, "PLAIN"))))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	resps, err := adm.CreateTopics(ctx, 1, 1, nil, topics...)
@@ -1229,9 +1229,9 @@ func TestProduceQuota(t *testing.T) {
 	// seconds' worth first; 3 one-second samples keep the burst small.
 	sb := startSecure(t, false, map[string]string{"quota.window.num": "3"})
 	addr := sb.ListenerAddr("PLAINTEXT")
-	createTopic(t, addr, "quota", 1)
+	tandemtest.CreateTopic(t, addr, "quota", 1)
 	const quota = 1 << 20
-	adm := kadm.NewClient(newClient(t, addr))
+	adm := kadm.NewClient(tandemtest.Client(t, addr))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	slow := "slow-client"
@@ -1257,7 +1257,7 @@ func TestProduceQuota(t *testing.T) {
 	}
 	run := func(clientID string, dur time.Duration, maxBytes int64) result {
 		h := &throttleHook{}
-		cl := newClient(t, addr, kgo.ClientID(clientID), kgo.WithHooks(h), kgo.MaxBufferedRecords(64),
+		cl := tandemtest.Client(t, addr, kgo.ClientID(clientID), kgo.WithHooks(h), kgo.MaxBufferedRecords(64),
 			kgo.ProducerLinger(0), kgo.DefaultProduceTopic("quota"), kgo.ProducerBatchCompression(kgo.NoCompression()))
 		// The quota counts request bytes on the wire: incompressible
 		// values, sent uncompressed, make them the bytes counted here.
@@ -1325,16 +1325,16 @@ func TestServeSecurity(t *testing.T) {
 	createTopicAs(t, saslAddr, "admin", "served")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin := newClient(t, saslAddr, kgo.SASL(franzSASL("admin", "PLAIN")))
+	admin := tandemtest.Client(t, saslAddr, kgo.SASL(franzSASL("admin", "PLAIN")))
 	if err := admin.ProduceSync(ctx, &kgo.Record{Topic: "served", Value: []byte("v")}).FirstErr(); err != nil {
 		t.Fatalf("super user produce: %v", err)
 	}
-	bob := newClient(t, saslAddr, kgo.SASL(franzSASL("bob", "PLAIN")), kgo.RecordRetries(0), kgo.ProduceRequestTimeout(5*time.Second))
+	bob := tandemtest.Client(t, saslAddr, kgo.SASL(franzSASL("bob", "PLAIN")), kgo.RecordRetries(0), kgo.ProduceRequestTimeout(5*time.Second))
 	if err := bob.ProduceSync(ctx, &kgo.Record{Topic: "served", Value: []byte("v")}).FirstErr(); !errors.Is(err, kerr.TopicAuthorizationFailed) {
 		t.Fatalf("bob produce without ACLs: %v, want TOPIC_AUTHORIZATION_FAILED", err)
 	}
 	// Anonymous PLAINTEXT clients see no topics.
-	md, err := kadm.NewClient(newClient(t, p.Addr)).Metadata(ctx)
+	md, err := kadm.NewClient(tandemtest.Client(t, p.Addr)).Metadata(ctx)
 	if err != nil || len(md.Topics) != 0 {
 		t.Fatalf("anonymous metadata: %v topics, %v", md.Topics.Names(), err)
 	}
@@ -1496,7 +1496,7 @@ func txnMirrorFixtures(t *testing.T, addr string, adminOpts []kgo.Opt) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tx := newClient(t, addr, append(adminOpts, kgo.TransactionalID("m-txn"), kgo.DefaultProduceTopic(mTopic))...)
+	tx := tandemtest.Client(t, addr, append(adminOpts, kgo.TransactionalID("m-txn"), kgo.DefaultProduceTopic(mTopic))...)
 	if err := tx.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
@@ -1506,7 +1506,7 @@ func txnMirrorFixtures(t *testing.T, addr string, adminOpts []kgo.Opt) {
 	if err := tx.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		t.Fatal(err)
 	}
-	ma := mirroradmin.New(newClient(t, addr, append(adminOpts, mirroradmin.Opt())...))
+	ma := mirroradmin.New(tandemtest.Client(t, addr, append(adminOpts, mirroradmin.Opt())...))
 	self := map[string]string{"bootstrap.servers": addr, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
 		"sasl.jaas.config": `org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret";`}
 	for _, name := range []string{"m-mirror", "m-del-mirror"} {

@@ -50,8 +50,8 @@ func TestServeSmoke(t *testing.T) {
 		}
 
 		if run == 0 {
-			createTopic(t, kafkaAddr, topic, 1)
-			cl := newClient(t, kafkaAddr, kgo.DefaultProduceTopic(topic))
+			tandemtest.CreateTopic(t, kafkaAddr, topic, 1)
+			cl := tandemtest.Client(t, kafkaAddr, kgo.DefaultProduceTopic(topic))
 			for i := range 10 {
 				v := "smoke-" + string(rune('a'+i))
 				if err := cl.ProduceSync(context.Background(), kgo.StringRecord(v)).FirstErr(); err != nil {

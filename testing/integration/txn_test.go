@@ -33,7 +33,7 @@ func readAll(t *testing.T, addr, topic string, committed bool) []string {
 	if committed {
 		iso = kgo.ReadCommitted()
 	}
-	cl := newClient(t, addr, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(iso), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl := tandemtest.Client(t, addr, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(iso), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	defer cl.Close()
 	var out []string
 	for {
@@ -99,9 +99,9 @@ func (c *keyCounter) take() map[kmsg.Key]int {
 // the client skips AddPartitionsToTxn and its EndTxn v5 bumps the epoch.
 func TestTxnFranzGoAbortCommit(t *testing.T) {
 	p := tandemtest.StartProcess(t, t.TempDir(), txnProps...)
-	createTopic(t, p.Addr, "txf", 3)
+	tandemtest.CreateTopic(t, p.Addr, "txf", 3)
 	var keys keyCounter
-	cl := newClient(t, p.Addr, kgo.TransactionalID("txf"), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.WithHooks(&keys))
+	cl := tandemtest.Client(t, p.Addr, kgo.TransactionalID("txf"), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.WithHooks(&keys))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	run := func(prefix string, commit bool) {
@@ -139,7 +139,7 @@ func TestTxnFranzGoAbortCommit(t *testing.T) {
 // TestTxnSaramaAbortCommit: the same with sarama's transactional producer.
 func TestTxnSaramaAbortCommit(t *testing.T) {
 	p := tandemtest.StartProcess(t, t.TempDir(), txnProps...)
-	createTopic(t, p.Addr, "txs", 3)
+	tandemtest.CreateTopic(t, p.Addr, "txs", 3)
 	cfg := sarama.NewConfig()
 	cfg.Version = sarama.V3_6_0_0
 	cfg.Producer.Idempotent = true
@@ -185,8 +185,8 @@ func TestTxnSaramaAbortCommit(t *testing.T) {
 func TestTxnGroupTransactSessionKill9(t *testing.T) {
 	const n = 3000
 	p := tandemtest.StartProcess(t, t.TempDir(), txnProps...)
-	createTopic(t, p.Addr, "eos-in", 3)
-	createTopic(t, p.Addr, "eos-out", 3)
+	tandemtest.CreateTopic(t, p.Addr, "eos-in", 3)
+	tandemtest.CreateTopic(t, p.Addr, "eos-out", 3)
 	// Small batches and small fetches: the session runs many small
 	// transactions, so that the kills land in the middle of the work.
 	for i := 0; i < n; i += 50 {
@@ -242,7 +242,7 @@ func TestTxnGroupTransactSessionKill9(t *testing.T) {
 
 	// Read the output as a read_committed consumer until every value
 	// arrived, and a little longer to catch duplicates.
-	out := newClient(t, p.Addr, kgo.ConsumeTopics("eos-out"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	out := tandemtest.Client(t, p.Addr, kgo.ConsumeTopics("eos-out"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	seen := map[string]int{}
 	deadline := time.Now().Add(90 * time.Second)

@@ -2,7 +2,6 @@ package tandemtest
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -18,7 +17,7 @@ func StartInProcess(t testing.TB, props map[string]string) *server.Broker {
 		DataDir: t.TempDir(),
 		Listen:  "127.0.0.1:0",
 		Props:   props,
-		Logger:  slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:  Logger(t),
 	})
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
@@ -35,12 +34,4 @@ func StartInProcess(t testing.TB, props map[string]string) *server.Broker {
 		}
 	})
 	return b
-}
-
-// tWriter sends log lines to t.Log.
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(p))
-	return len(p), nil
 }
