@@ -877,7 +877,9 @@ func aclMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry {
 				return r
 			}, code: func(r kmsg.Response) int16 {
 				return r.(*kmsg.TxnOffsetCommitResponse).Topics[0].Partitions[0].ErrorCode
-			}},
+				// v5+ (transaction.version 2) adds the offsets partition
+				// to producer 1's transaction, which it does not own.
+			}, ok: []int16{kerr.InvalidProducerIDMapping.Code, kerr.InvalidProducerEpoch.Code}},
 		29: {need: []grant{clusterG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
 			r := kmsg.NewPtrDescribeACLsRequest()
 			r.ResourceType, r.ResourcePatternType, r.Operation, r.PermissionType = kmsg.ACLResourceTypeAny, kmsg.ACLResourcePatternTypeAny, kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
