@@ -1,3 +1,5 @@
+//go:build !tandem_omit_mirror
+
 package main
 
 import (
