@@ -47,6 +47,10 @@ func subPrefix(id TopicID, p int32, sub byte) []byte {
 	return append(dataPrefix(id, p), sub)
 }
 
+// logKeyLen is the length of a logKey: namespace, kind, topic ID,
+// partition, sub-kind, base offset.
+const logKeyLen = 2 + 16 + 4 + 1 + 8
+
 func logKey(id TopicID, p int32, base int64) []byte {
 	return binary.BigEndian.AppendUint64(subPrefix(id, p, subLog), uint64(base))
 }

@@ -364,13 +364,9 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 	}
 	cfg := p.cfg.Load()
 	assign := req.Origin == OriginClient || req.Origin == OriginInternal
-	// Our own copy (unless handed over): offsets are written into it and
-	// the tail keeps it.
-	buf := req.Records
-	if !req.Owned {
-		buf = bytes.Clone(buf)
-	}
-	batches, err := splitBatches(buf)
+	// The batches alias req.Records, which is only read: prepareLocked
+	// copies them into the Pebble batch.
+	batches, err := splitBatches(req.Records)
 	if err != nil {
 		return fail(AppendResult{}, fmt.Errorf("%s-%d: %w", p.topic, p.part, err))
 	}
@@ -414,9 +410,10 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 	p.mu.Unlock()
 
 	// closeMu stays held until the sync is done: Close waits for it.
+	// pb is not closed: Close would recycle its buffer, which holds the
+	// batches the tail serves. The garbage collector frees it.
 	return func() (AppendResult, error) {
 		defer p.e.closeMu.RUnlock()
-		defer pb.Close()
 		if sync {
 			// Pebble syncs its WAL in commit order, so once this batch is
 			// durable every earlier append of this partition is too: the
@@ -492,9 +489,10 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 	latestEpoch := p.latestEpochLocked()
 	size := 0
 	for _, b := range batches {
-		size += len(b) + 64 // the batch, its index entry and their keys
+		size += len(b) + 256 // the batch, its index entry, their keys, producer and epoch entries
 	}
-	pb := p.e.db.NewBatchWithSize(size)
+	// Sized up front: growing would copy every batch again.
+	pb := p.e.db.NewBatchWithSize(size, pebble.WithInitialSizeBytes(size))
 	fail := func(err error) (AppendResult, *pebble.Batch, error) {
 		pb.Close()
 		return AppendResult{}, nil, fmt.Errorf("%s-%d: %w", p.topic, p.part, err)
@@ -511,6 +509,14 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 					LogStartOffset: p.logStart, Duplicate: true}, nil, nil
 			}
 		}
+		// The batch is copied once, into the Pebble batch, and its offsets
+		// are set in that copy, which the tail keeps (so pb is never
+		// recycled). Key and value are complete before the next operation
+		// on pb, which may move its buffer.
+		op := pb.SetDeferred(logKeyLen, len(b))
+		copy(op.Value, b)
+		b = batch(op.Value)
+		batches[i] = b
 		if assign {
 			b.setBaseOffset(next)
 			b.setLeaderEpoch(p.leaderEpoch)
@@ -524,6 +530,8 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 		} else if b.baseOffset() < next {
 			return fail(fmt.Errorf("batch %d at offset %d, log end offset is %d: %w", i, b.baseOffset(), next, ErrUnexpectedAppendOffset))
 		}
+		copy(op.Key, logKey(p.id, p.part, b.baseOffset()))
+		op.Finish()
 		if res.BaseOffset < 0 {
 			res.BaseOffset = b.baseOffset()
 		}
@@ -546,7 +554,6 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 			latestEpoch = e
 			pb.Set(epochKey(p.id, p.part, e), binary.BigEndian.AppendUint64(nil, uint64(b.baseOffset())), nil)
 		}
-		pb.Set(logKey(p.id, p.part, b.baseOffset()), b, nil)
 		pb.Set(metaKey(p.id, p.part, b.baseOffset()), metas[i].encode(), nil)
 	}
 	for pid, pe := range txn.changed {
@@ -591,17 +598,14 @@ func (p *Partition) commitLocked(batches []batch, metas []batchMeta) {
 		p.producers[pid] = pe
 	}
 	// Keep the tail within its share of memory: every partition gets an
-	// equal share of the global bound, at most tailPartitionBytes.
+	// equal share of the global bound, at most tailPartitionBytes. The
+	// newest batch stays even above the share (a consumer at the head
+	// reads it next), unless the global bound is exceeded: a thousand
+	// partitions may not each keep a large batch.
 	share := min(tailPartitionBytes, tailGlobalBytes/max(1, p.e.numParts.Load()))
-	drop := 0
-	size := p.tailSize
-	for drop < len(p.tail)-1 && (size > share || p.e.tailBytes.Load() > tailGlobalBytes) {
-		size -= int64(len(p.tail[drop].data))
-		p.e.tailBytes.Add(-int64(len(p.tail[drop].data)))
-		drop++
+	for len(p.tail) > 0 && (p.e.tailBytes.Load() > tailGlobalBytes || p.tailSize > share && len(p.tail) > 1) {
+		p.dropTail(1)
 	}
-	p.tailSize = size
-	p.tail = p.tail[drop:]
 }
 
 // dropTail removes the first n tail batches.

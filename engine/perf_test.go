@@ -6,33 +6,39 @@ import (
 	"testing"
 )
 
-// TestAppendOwned checks that handed-over records are stored without a
-// copy (the tail serves the caller's buffer, offsets written into it) and
-// that a copy is made otherwise.
-func TestAppendOwned(t *testing.T) {
+// TestAppendCopiesOnce checks that an append leaves the caller's records
+// untouched and that the tail serves the stored copy, with offsets set.
+func TestAppendCopiesOnce(t *testing.T) {
+	if n := len(logKey(testID, 1, 2)); n != logKeyLen {
+		t.Fatalf("logKeyLen %d, keys have %d bytes", logKeyLen, n)
+	}
 	e := openTest(t, nil)
-	p := mkPart(t, e, DefaultLogConfig())
-	first := mkBatch(t, batchOpts{}, kv("a", "1"))
-	orig := bytes.Clone(first)
-	if _, err := p.Append(context.Background(), &AppendRequest{Origin: OriginClient, Records: first, Acks: -1}); err != nil {
-		t.Fatal(err)
+	cfg := DefaultLogConfig()
+	cfg.LogAppendTime = true
+	p := mkPart(t, e, cfg)
+	appendOK(t, p, OriginClient, mkBatch(t, batchOpts{}, kv("a", "1")))
+	records := append(mkBatch(t, batchOpts{}, kv("b", "2")), mkBatch(t, batchOpts{}, kv("c", "3"), kv("d", "4"))...)
+	orig := bytes.Clone(records)
+	if res := appendOK(t, p, OriginClient, records); res.BaseOffset != 1 || res.LastOffset != 3 {
+		t.Fatalf("append: %+v", res)
 	}
-	if !bytes.Equal(first, orig) {
-		t.Fatal("a records slice that was not handed over was modified")
-	}
-	owned := mkBatch(t, batchOpts{}, kv("b", "2"), kv("c", "3"))
-	res, err := p.Append(context.Background(), &AppendRequest{Origin: OriginClient, Records: owned, Acks: -1, Owned: true})
-	if err != nil || res.BaseOffset != 1 {
-		t.Fatalf("append: %+v %v", res, err)
+	if !bytes.Equal(records, orig) {
+		t.Fatal("the caller's records were modified")
 	}
 	got := fetchAll(t, p, 0)
-	if len(got) != 2 || &got[1][0] != &owned[0] || batch(owned).baseOffset() != 1 {
-		t.Fatalf("owned batch not kept as it is: %d batches, base offset %d", len(got), batch(owned).baseOffset())
+	if len(got) != 3 || &got[1][0] == &records[0] {
+		t.Fatalf("%d batches; the tail aliases the caller's records: %v", len(got), len(got) == 3)
 	}
-	if &got[0][0] == &first[0] {
-		t.Fatal("the tail aliases records that were not handed over")
+	for i, want := range []int64{0, 1, 2} {
+		b := batch(got[i])
+		if b.baseOffset() != want || !b.logAppendTime() {
+			t.Fatalf("batch %d: base offset %d, log append time %v", i, b.baseOffset(), b.logAppendTime())
+		}
+		if _, err := splitBatches(got[i]); err != nil { // the CRC covers the stamped time
+			t.Fatalf("batch %d: %v", i, err)
+		}
 	}
-	if m := recordsOf(t, got); m[0] != "a=1" || m[2] != "c=3" {
+	if m := recordsOf(t, got); m[0] != "a=1" || m[1] != "b=2" || m[3] != "d=4" {
 		t.Fatalf("records %v", m)
 	}
 }
@@ -67,5 +73,30 @@ func TestAppendAsyncPipelined(t *testing.T) {
 	}
 	if m := recordsOf(t, fetchAll(t, p, 0)); len(m) != 3 || m[2] != "c=3" {
 		t.Fatalf("records %v", m)
+	}
+}
+
+// TestTailGlobalBound fills many partitions with one large batch each: the
+// tails together stay within the global bound, though each partition
+// would keep its newest batch below it.
+func TestTailGlobalBound(t *testing.T) {
+	e := openTest(t, nil)
+	val := bytes.Repeat([]byte("x"), 512<<10)
+	n := 2 * tailGlobalBytes / len(val)
+	for i := range n {
+		p, err := e.Create("many", testID, int32(i), DefaultLogConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		appendOK(t, p, OriginClient, mkBatch(t, batchOpts{}, rec{key: []byte("k"), val: val}))
+	}
+	if tb := e.Metrics().TailBytes; tb > tailGlobalBytes {
+		t.Fatalf("tails hold %d bytes, bound %d", tb, tailGlobalBytes)
+	}
+	// Every batch is still readable, from Pebble where the tail dropped it.
+	for i := range n {
+		if got := fetchAll(t, e.Partition(testID, int32(i)), 0); len(got) != 1 || len(got[0]) < len(val) {
+			t.Fatalf("partition %d: %d batches", i, len(got))
+		}
 	}
 }

@@ -63,13 +63,9 @@ type AppendRequest struct {
 	// exactly as received. For OriginClient and OriginInternal the engine
 	// assigns offsets and stamps the partition leader epoch; for
 	// OriginMirror and OriginReplica the batches keep their base offsets
-	// and epochs and must start at the log end offset.
+	// and epochs and must start at the log end offset. The engine only
+	// reads Records: it stores a copy.
 	Records []byte
-	// Owned hands Records over to the engine, which then writes offsets
-	// into them and keeps them in its tail instead of a copy: the caller
-	// must neither read nor reuse them after Append. The server sets it
-	// for produce requests, whose frame buffers are never reused.
-	Owned bool
 	// Acks is the producer's acks (0, 1 or -1); it decides whether the
 	// append waits for the write to be durable.
 	Acks int16

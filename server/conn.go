@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +49,8 @@ type request struct {
 	// raw: a bare SASL token after SaslHandshake v0, in req as a
 	// SaslAuthenticate v0 request.
 	raw bool
+	// frame is the buffer the request was decoded from (and aliases).
+	frame []byte
 	// done, when set, is closed once the request is answered: before
 	// authentication the reader waits for it, so that the frame cap and
 	// the SASL state of the next request are those after this one.
@@ -137,59 +141,59 @@ func (c *conn) serve() {
 		c.read(reqs)
 	}()
 
-	failed := false
-	var out []byte
-	// pending are produce responses waiting for their fsync, oldest first:
-	// the connection's next produce requests are appended meanwhile (their
-	// syncs are grouped with these), and responses still go out in order.
-	var pending []*answer
-	finish := func(n int) { // answers pending until n are left
-		for len(pending) > n {
-			a := pending[0]
-			pending = pending[1:]
+	// Produce requests may be handled while earlier ones of the
+	// connection wait for their fsync (their syncs are then grouped):
+	// their responses go to a writer that sends each once it is durable,
+	// in order. Any other request waits until the writer is idle, so that
+	// it is handled after the produces before it, as in Kafka.
+	var failed atomic.Bool // the connection is closed
+	var inflight sync.WaitGroup
+	answers := make(chan *answer, maxPendingProduces)
+	go func() {
+		var out []byte
+		for a := range answers {
 			<-a.ready
-			if !failed {
-				out, failed = c.respond(ctx, a.r, a.resp, nil, out)
+			if !failed.Load() {
+				var f bool
+				out, f = c.respond(ctx, a.r, a.resp, nil, out)
+				if f {
+					failed.Store(true)
+				}
 			}
+			inflight.Done()
 		}
-	}
-	defer finish(0)
-	for {
-		var r *request
-		ok := true
-		if len(pending) > 0 {
-			select {
-			case r, ok = <-reqs:
-			case <-pending[0].ready:
-				finish(len(pending) - 1)
-				continue
-			}
-		} else {
-			r, ok = <-reqs
-		}
-		if !ok {
-			return
-		}
-		if !failed { // else drain until the reader sees the closed socket
+	}()
+	defer inflight.Wait()
+	defer close(answers)
+	var out []byte
+	for r := range reqs {
+		if !failed.Load() { // else drain until the reader sees the closed socket
 			pipe := c.pipelines(r)
-			if pipe {
-				finish(maxPendingProduces - 1)
-			} else {
-				finish(0) // answered after every earlier request, as in Kafka
+			if !pipe {
+				inflight.Wait()
 			}
-			var resp kmsg.Response
-			var err error
-			resp, failed, err = c.handle(ctx, r)
-			if p, ok := resp.(*pendingResponse); ok && err == nil && !failed {
+			resp, f, err := c.handle(ctx, r)
+			if _, ok := r.req.(*kmsg.ProduceRequest); ok {
+				// The engine copied the records before the handler
+				// returned, and nothing else keeps them.
+				b.frames.put(r.frame)
+				r.frame = nil
+			}
+			if p, ok := resp.(*pendingResponse); ok && err == nil && !f {
 				if pipe {
-					pending = append(pending, &answer{r: r, resp: p.Response, ready: p.ready})
+					inflight.Add(1)
+					answers <- &answer{r: r, resp: p.Response, ready: p.ready}
 					continue
 				}
 				<-p.ready
 				resp = p.Response
 			}
-			if !failed {
-				out, failed = c.respond(ctx, r, resp, err, out)
+			inflight.Wait() // a pipelined request that failed early
+			if !f {
+				out, f = c.respond(ctx, r, resp, err, out)
+			}
+			if f {
+				failed.Store(true)
 			}
 		}
 		if r.done != nil {
@@ -367,7 +371,7 @@ func (c *conn) readRequest(br *bufio.Reader, remote string) (*request, error) {
 	if limit := c.maxFrame(); size <= 0 || size > limit {
 		return nil, fmt.Errorf("frame size %d outside (0, %d]", size, limit)
 	}
-	body := make([]byte, size)
+	body := c.b.frames.get(int(size))
 	if _, err := io.ReadFull(br, body); err != nil {
 		return nil, fmt.Errorf("truncated frame of %d bytes: %w", size, err)
 	}
@@ -379,7 +383,7 @@ func (c *conn) readRequest(br *bufio.Reader, remote string) (*request, error) {
 	if !rd.Ok() {
 		return nil, errors.New("truncated request header")
 	}
-	r := &request{size: int(size) + 4, start: start, rc: RequestContext{
+	r := &request{size: int(size) + 4, start: start, frame: body, rc: RequestContext{
 		Version: version, CorrelationID: corr, ClientAddr: remote,
 	}}
 	if clientID != nil {
@@ -464,4 +468,33 @@ func (b *Broker) dispatch(ctx context.Context, r *request) (kmsg.Response, error
 	}
 	// newRequest only admits the keys above, so this is a bug, not input.
 	return nil, fmt.Errorf("no handler for api key %d", r.req.Key())
+}
+
+// framePool recycles the frame buffers of produce requests, whose records
+// the engine copies before the handler returns: under produce load the
+// broker would otherwise allocate, zero and collect every byte it receives.
+// Buffers come in power-of-two classes from 64 KiB; smaller frames are
+// cheap to allocate.
+type framePool struct{ classes [28]sync.Pool }
+
+const minPooledFrame = 16 // log2 of the smallest pooled buffer
+
+func (p *framePool) get(n int) []byte {
+	c := bits.Len(uint(n - 1))
+	if c < minPooledFrame || c >= len(p.classes) {
+		return make([]byte, n)
+	}
+	if b, ok := p.classes[c].Get().(*[]byte); ok {
+		return (*b)[:n]
+	}
+	return make([]byte, n, 1<<c)
+}
+
+func (p *framePool) put(b []byte) {
+	c := bits.Len(uint(cap(b) - 1))
+	if cap(b) != 1<<c || c < minPooledFrame || c >= len(p.classes) {
+		return
+	}
+	b = b[:0]
+	p.classes[c].Put(&b)
 }

@@ -121,9 +121,6 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 			areq := &engine.AppendRequest{
 				Topic: t.Name, TopicID: engine.TopicID(t.ID), Partition: rp.Partition,
 				Origin: engine.OriginClient, Records: rp.Records, Acks: req.Acks,
-				// The records alias the request's frame, which is
-				// allocated per request and never reused.
-				Owned: true,
 			}
 			// Partitions append concurrently so that Pebble groups their
 			// commits (and fsyncs) instead of paying one per partition.

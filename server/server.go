@@ -52,6 +52,7 @@ type Broker struct {
 	metrics  *metrics.Set
 	m        *brokerMetrics
 	sessions *fetchSessions
+	frames   framePool // produce request buffers, recycled
 
 	// Hooks found in cfg.Plugins.
 	leaderObs  []LeaderObserver
