@@ -14,5 +14,5 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 test: vet
-	$(GO) test -race -timeout 20m $$($(GO) list ./... | grep -v /testing/integration)
-	$(GO) test -timeout 20m -v $(INTEGRATION)
+	$(GO) test -count=1 -race -timeout 20m $$($(GO) list ./... | grep -v /testing/integration)
+	$(GO) test -count=1 -timeout 20m -v $(INTEGRATION)
