@@ -45,12 +45,12 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 	fs := flag.NewFlagSet("tandem bench", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	var (
-		quick       = fs.Bool("quick", false, "reduced matrix: 1 KiB and 100 B produce, consume backlog, e2e latency; 2s runs")
+		quick       = fs.Bool("quick", false, "reduced matrix: 1 KiB and 100 B produce, consume backlog, e2e latency, mirror; 2s runs")
 		out         = fs.String("out", "", "write a Markdown report to this file (and a plot next to it, .svg)")
 		svg         = fs.String("svg", "", "write the SVG plot to this file (default: --out with .svg)")
 		against     = fs.String("against", "", "host:port of a running Kafka-compatible broker (no process metrics)")
 		targets     = fs.String("targets", "tandem,kfake", "brokers to start: tandem, kfake")
-		kinds       = fs.String("workloads", "produce,consume,e2e", "workload kinds")
+		kinds       = fs.String("workloads", "produce,consume,e2e", "workload kinds: produce, consume, e2e, mirror (unset: also mirror at 1 KiB, 6 partitions; with --quick: filters the quick matrix)")
 		sizes       = fs.String("sizes", "100,1024,16384", "record value sizes in bytes")
 		partitions  = fs.String("partitions", "1,6,64", "partition counts")
 		acks        = fs.String("acks", "1,all", "acks (produce); consume and e2e use all when listed")
@@ -63,6 +63,7 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 		backlog     = fs.Int64("backlog", 512<<20, "value bytes pre-filled for consume workloads")
 		dir         = fs.String("dir", "", "scratch directory (default: a temporary one)")
 		profileDir  = fs.String("profile-dir", "", "write CPU and heap profiles of every broker process to this directory")
+		mirrorRate  = fs.Float64("mirror-rate", 0, "offered load of the mirror workload, records/s (0: 50% of the matching produce max)")
 		props       = kvFlag{}
 	)
 	fs.Var(props, "set", "Tandem broker property key=value (repeatable)")
@@ -83,11 +84,19 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 	r := &Runner{
 		Against: *against, Targets: splitList(*targets), Props: props, Sync: *sync,
 		LimitDuration: *limitDur, Dir: *dir, Seed: *seed, Backlog: *backlog, Progress: os.Stderr,
-		ProfileDir: *profileDir,
+		ProfileDir: *profileDir, MirrorRate: *mirrorRate,
 	}
 	var err error
 	if *quick {
 		r.Workloads = QuickWorkloads(*seed)
+		if isSet(fs, "workloads") {
+			ks := splitList(*kinds)
+			r.Workloads = slices.DeleteFunc(r.Workloads, func(w Workload) bool { return !slices.Contains(ks, string(w.Kind)) })
+			if len(r.Workloads) == 0 {
+				fmt.Fprintf(os.Stderr, "tandem bench: --quick has no workloads of kinds %q\n", *kinds)
+				return 2
+			}
+		}
 		if !isSet(fs, "backlog") {
 			r.Backlog = 128 << 20
 		}
@@ -99,6 +108,10 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "tandem bench:", err)
 			return 2
+		}
+		if !isSet(fs, "workloads") {
+			r.Workloads = append(r.Workloads, Workload{Kind: Mirror, RecordSize: 1024, Partitions: 6, Acks: -1,
+				Compression: "none", Duration: *duration, Runs: *runs, Seed: *seed})
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -144,6 +157,7 @@ func QuickWorkloads(seed int64) []Workload {
 		w(Produce, 100, 1),
 		w(Consume, 1024, -1),
 		w(EndToEnd, 1024, -1),
+		w(Mirror, 1024, -1),
 	}
 }
 

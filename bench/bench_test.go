@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 		if len(args) > 0 && args[0] == "bench" {
 			args = args[1:]
 		}
-		os.Exit(Main(args))
+		os.Exit(MainWithPlugins(args, testPlugins))
 	}
 	os.Exit(m.Run())
 }

@@ -76,6 +76,10 @@ func (rep *Report) resultsTable() *table {
 			t.add(r.Target, r.Workload.Name(), "FAILED: "+strings.ReplaceAll(msg, "|", "/"), "", "", "", "", "", "")
 			continue
 		}
+		if r.Skip != "" {
+			t.add(r.Target, r.Workload.Name(), "-", "-", "-", "-", "-", "-", "-")
+			continue
+		}
 		lat, cpu, rss, disk, read := "-", "-", "-", "-", "-"
 		if l := r.Latency; l != nil {
 			lat = fmt.Sprintf("%s/%s/%s @ %.0f", ms(l.P50), ms(l.P99), ms(l.P999), l.OfferedRecsPerSec)
@@ -101,6 +105,9 @@ func (rep *Report) resultsTable() *table {
 func (rep *Report) comparable() bool {
 	var tandem, kfake bool
 	for _, r := range rep.Results {
+		if r.Skip != "" || r.Workload.Kind == Mirror {
+			continue
+		}
 		tandem = tandem || r.Target == "tandem"
 		kfake = kfake || r.Target == "kfake"
 	}
@@ -121,7 +128,7 @@ func (rep *Report) relativeTable() *table {
 		l = &Limits{}
 	}
 	for _, r := range rep.Results {
-		if r.Target != "tandem" || r.Err != "" {
+		if r.Target != "tandem" || r.Err != "" || r.Workload.Kind == Mirror {
 			continue
 		}
 		k, ok := kf[r.Workload.Name()]
@@ -153,6 +160,10 @@ func (rep *Report) limitsTable() *table {
 // WriteText prints the tables for a terminal.
 func (rep *Report) WriteText(w io.Writer) {
 	rep.resultsTable().text(w)
+	if mt := rep.mirrorTable(); len(mt.rows) > 0 {
+		fmt.Fprintln(w)
+		mt.text(w)
+	}
 	if rep.Limits != nil {
 		fmt.Fprintln(w)
 		rep.limitsTable().text(w)
@@ -197,6 +208,17 @@ func (rep *Report) WriteMarkdown(w io.Writer, svgName string) {
 	fmt.Fprintln(w, "## Results")
 	fmt.Fprintln(w)
 	rep.resultsTable().markdown(w)
+	if mt := rep.mirrorTable(); len(mt.rows) > 0 {
+		fmt.Fprintln(w, "\n## Mirror")
+		fmt.Fprintln(w)
+		fmt.Fprint(w, "A source and a destination Tandem, each in a child process; the destination mirrors a topic of the source "+
+			"(plugins/mirror) while the source gets a steady offered load (50% of the median rate of the matching produce workload, "+
+			"or --mirror-rate). Mirrored records/s: the destination's growth from the start of the load until it ends where the source "+
+			"does. Lag in records: source minus destination high watermarks, summed over partitions, sampled every 100 ms under the "+
+			"load. Lag in ms: from each record's send timestamp to its read by a consumer of the destination. The broker figures of "+
+			"the results table are the destination's, per value byte mirrored.\n\n")
+		mt.markdown(w)
+	}
 	if rep.Limits != nil {
 		fmt.Fprintln(w, "\n## Limits of this machine")
 		fmt.Fprintln(w)
@@ -229,7 +251,7 @@ func (rep *Report) WriteSVG(w io.Writer) {
 	var ok, lats []Result
 	maxMB := 0.0
 	for _, r := range rep.Results {
-		if r.Err != "" {
+		if r.Err != "" || r.Skip != "" {
 			continue
 		}
 		ok = append(ok, r)

@@ -48,6 +48,9 @@ type Result struct {
 	FirstErr   string
 	Err        string // the workload failed on this target: no figures
 
+	Mirror *MirrorLag // mirror only
+	Skip   string     // the workload does not apply to this target (kfake has no mirroring): no figures, shown as "-"
+
 	// Broker process figures; zero against an external broker.
 	HasProc        bool
 	CPUSecPerGB    float64 // broker CPU seconds per 10^9 value bytes produced (produce, e2e) or consumed (consume) by the measured runs
@@ -76,6 +79,9 @@ type Runner struct {
 	// ProfileDir, when set, receives a CPU and a heap profile of every
 	// broker process the harness starts (for go tool pprof).
 	ProfileDir string
+	// MirrorRate is the offered load of mirror workloads in records/s; 0:
+	// half the median rate of the matching produce workload on Tandem.
+	MirrorRate float64
 }
 
 // Report is everything a run produced.
@@ -144,10 +150,25 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	for i, w := range r.Workloads {
 		// End-to-end latency is measured at the same offered load on every
 		// target: half the lowest median produce rate among them.
-		offered, runOn := 0.0, targets
-		if w.Kind == EndToEnd {
-			offered, runOn = math.Inf(1), nil
+		offered, runOn, measureOn := 0.0, targets, targets
+		if w.Kind == Mirror {
+			measureOn = nil
 			for _, target := range targets {
+				if target == "tandem" && r.Against == "" {
+					measureOn = append(measureOn, target)
+				} else {
+					r.logf("%-8s %-36s -: no mirroring", target, w.Name())
+					rep.Results = append(rep.Results, Result{Workload: w, Target: target, Skip: "no mirroring"})
+				}
+			}
+			runOn = measureOn
+			if r.MirrorRate > 0 {
+				offered = r.MirrorRate
+			}
+		}
+		if w.Kind == EndToEnd || (w.Kind == Mirror && offered == 0) {
+			offered, runOn = math.Inf(1), nil
+			for _, target := range measureOn {
 				rate, ok := maxRate[target+" "+w.produceKey()]
 				if !ok {
 					pw := w
@@ -170,7 +191,13 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 			}
 		}
 		for _, target := range runOn {
-			res, err := r.runOne(ctx, target, filepath.Join(dir, fmt.Sprintf("%s-%d", target, i)), w, offered)
+			run := r.runOne
+			if w.Kind == Mirror {
+				run = func(ctx context.Context, _, dir string, w Workload, offered float64) (Result, error) {
+					return r.runMirror(ctx, dir, w, offered)
+				}
+			}
+			res, err := run(ctx, target, filepath.Join(dir, fmt.Sprintf("%s-%d", target, i)), w, offered)
 			if err != nil {
 				fail(w, target, err)
 				continue
@@ -178,7 +205,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 			if w.Kind == Produce {
 				maxRate[target+" "+w.Name()] = res.RecsPerSec.Median
 			}
-			r.logf("%-8s %-36s %8.1f MB/s %10.0f rec/s%s", target, w.Name(), res.MBps.Median/1e6, res.RecsPerSec.Median, latencySuffix(res.Latency))
+			r.logf("%-8s %-36s %8.1f MB/s %10.0f rec/s%s", target, w.Name(), res.MBps.Median/1e6, res.RecsPerSec.Median, latencySuffix(res.Latency)+mirrorSuffix(res.Mirror))
 			rep.Results = append(rep.Results, res)
 		}
 		if err := ctx.Err(); err != nil {
@@ -364,6 +391,9 @@ func (res Result) Check() error {
 	if res.Err != "" {
 		return errors.New(res.Err)
 	}
+	if res.Skip != "" {
+		return nil
+	}
 	var errs []error
 	if res.Errors > 0 {
 		errs = append(errs, fmt.Errorf("%d errors (first: %s)", res.Errors, res.FirstErr))
@@ -380,6 +410,13 @@ func (res Result) Check() error {
 	if l := res.Latency; l != nil {
 		if l.Samples == 0 || !(0 < l.P50 && l.P50 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
 			errs = append(errs, fmt.Errorf("latency percentiles: %+v", *l))
+		}
+	}
+	if res.Workload.Kind == Mirror {
+		if res.Mirror == nil {
+			errs = append(errs, errors.New("no mirror figures"))
+		} else if err := res.Mirror.check(res.Produced); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	// CPU time comes in 10 ms ticks: a short run may honestly show none.

@@ -60,7 +60,7 @@ func (w Workload) produceKey() string {
 
 func (w Workload) validate() error {
 	switch {
-	case w.Kind != Produce && w.Kind != Consume && w.Kind != EndToEnd:
+	case w.Kind != Produce && w.Kind != Consume && w.Kind != EndToEnd && w.Kind != Mirror:
 		return fmt.Errorf("unknown workload kind %q", w.Kind)
 	case w.RecordSize < 16:
 		return fmt.Errorf("record size %d: must be at least 16 bytes", w.RecordSize)

@@ -1,0 +1,25 @@
+//go:build !tandem_omit_mirror
+
+package bench
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+)
+
+// The mirror workload drives the destination through the mirror plugin's
+// admin client, which leaves the binary with the plugin
+// (-tags tandem_omit_mirror); mirror_admin_omit.go stands in for it then.
+
+func mirrorClientOpt() kgo.Opt { return admin.Opt() }
+
+func createMirror(ctx context.Context, cl *kgo.Client, name, source string) error {
+	return admin.New(cl).CreateMirror(ctx, name, map[string]string{"bootstrap.servers": source})
+}
+
+func addMirrorTopic(ctx context.Context, cl *kgo.Client, topic, mirror string) error {
+	return admin.New(cl).AddTopicsToMirror(ctx, map[string]string{topic: mirror})
+}
