@@ -209,19 +209,12 @@ func (p *Plugin) handleOffsetCommit(ctx context.Context, rc *server.RequestConte
 				codes[k] = kerr.InvalidGroupID.Code
 			case !topicAllowed:
 				codes[k] = kerr.TopicAuthorizationFailed.Code
-			case !p.topicExists(t.Topic, pt.Partition):
-				codes[k] = kerr.UnknownTopicOrPartition.Code
-			case pt.Metadata != nil && len(*pt.Metadata) > p.cfg.MaxMetadata:
-				codes[k] = kerr.OffsetMetadataTooLarge.Code
 			default:
-				o := offset{offset: pt.Offset, epoch: -1, commitMs: nowMs}
+				epoch := int32(-1)
 				if req.Version >= 6 {
-					o.epoch = pt.LeaderEpoch
+					epoch = pt.LeaderEpoch
 				}
-				if pt.Metadata != nil {
-					o.metadata = *pt.Metadata
-				}
-				commits[k] = o
+				p.checkCommit(k, pt.Offset, epoch, pt.Metadata, nowMs, codes, commits)
 			}
 		}
 	}
@@ -535,4 +528,22 @@ func (s *shardState) deleteOffsets(name string, del []tp, codes map[tp]int16) er
 		delete(g.offsets, t)
 	}
 	return nil
+}
+
+// checkCommit checks one partition of an OffsetCommit or TxnOffsetCommit
+// that passed the ACL checks: the offset goes to commits, or the error
+// that answers it to codes.
+func (p *Plugin) checkCommit(k tp, off int64, epoch int32, metadata *string, nowMs int64, codes map[tp]int16, commits map[tp]offset) {
+	switch {
+	case !p.topicExists(k.topic, k.partition):
+		codes[k] = kerr.UnknownTopicOrPartition.Code
+	case metadata != nil && len(*metadata) > p.cfg.MaxMetadata:
+		codes[k] = kerr.OffsetMetadataTooLarge.Code
+	default:
+		o := offset{offset: off, epoch: epoch, commitMs: nowMs}
+		if metadata != nil {
+			o.metadata = *metadata
+		}
+		commits[k] = o
+	}
 }

@@ -126,19 +126,12 @@ func (p *Plugin) handleTxnOffsetCommit(ctx context.Context, rc *server.RequestCo
 				codes[k] = denied.Code
 			case !topicAllowed:
 				codes[k] = kerr.TopicAuthorizationFailed.Code
-			case !p.topicExists(t.Topic, pt.Partition):
-				codes[k] = kerr.UnknownTopicOrPartition.Code
-			case pt.Metadata != nil && len(*pt.Metadata) > p.cfg.MaxMetadata:
-				codes[k] = kerr.OffsetMetadataTooLarge.Code
 			default:
-				o := offset{offset: pt.Offset, epoch: -1, commitMs: nowMs}
+				epoch := int32(-1)
 				if req.Version >= 2 {
-					o.epoch = pt.LeaderEpoch
+					epoch = pt.LeaderEpoch
 				}
-				if pt.Metadata != nil {
-					o.metadata = *pt.Metadata
-				}
-				commits[k] = o
+				p.checkCommit(k, pt.Offset, epoch, pt.Metadata, nowMs, codes, commits)
 			}
 		}
 	}
