@@ -1,20 +1,14 @@
 package main
 
-// plugins returns the plugins passed to server.New: values implementing the
-// hook interfaces of package server (LeaderObserver, MetadataObserver,
-// Lifecycle, APIHandler, CoordinatorLocator, ...) and of package engine
-// (AppendValidator, AppendObserver), built from the broker properties.
-//
-// This is the one place that names every plugin; plugin packages never
-// register themselves into global state. Each plugin is wired by a
-// with<Plugin> function in its own file guarded by a build tag, with a
-// no-op twin under the opposite tag, so that it can be compiled out
-// (e.g. -tags tandem_omit_groups).
+import "github.com/tandem-kafka/tandem"
+
+// plugins are the plugins of this build for the brokers demo.go starts,
+// whose properties are constants (a bad one is a bug). It goes away when
+// demo.go builds its brokers with tandem.NewBroker, as serve does.
 func plugins(props map[string]string) []any {
-	var ps []any
-	ps = withGroups(ps, props)
-	ps = withTxn(ps, props)
-	ps = withACL(ps, props)
-	ps = withMirror(ps, props)
+	ps, err := tandem.Plugins(props, nil)
+	if err != nil {
+		panic(err)
+	}
 	return ps
 }

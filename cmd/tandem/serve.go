@@ -19,6 +19,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/tandem-kafka/tandem"
 	"github.com/tandem-kafka/tandem/server"
 )
 
@@ -148,7 +149,6 @@ func (o *serveOptions) brokerConfig(explicit map[string]bool) (server.Config, er
 		Listen:    o.listen,
 		Advertise: o.advertise,
 		Props:     props,
-		Plugins:   plugins(props),
 	}, nil
 }
 
@@ -159,7 +159,7 @@ func runServer(ctx context.Context, stop func(), cfg server.Config, httpAddr, re
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("creating data dir: %w", err)
 	}
-	b, err := server.New(cfg)
+	b, err := tandem.NewBroker(cfg)
 	if err != nil {
 		return fmt.Errorf("configuring broker: %w", err)
 	}

@@ -1,8 +1,9 @@
 //go:build !tandem_omit_txn
 
-package main
+package tandem
 
 import (
+	"fmt"
 	"log/slog"
 
 	"github.com/tandem-kafka/tandem/plugins/txn"
@@ -12,6 +13,9 @@ import (
 // transactional producers, FindCoordinator for transactions). It finds
 // the consumer-groups plugin, if compiled in, through
 // server.TxnMarkerWriter for transactional offset commits.
-func withTxn(ps []any, props map[string]string) []any {
-	return append(ps, txn.New(props, slog.Default()))
+func withTxn(ps []any, props map[string]string, log *slog.Logger) ([]any, error) {
+	if _, err := txn.ParseConfig(props); err != nil {
+		return nil, fmt.Errorf("transactions: %w", err)
+	}
+	return append(ps, txn.New(props, log)), nil
 }

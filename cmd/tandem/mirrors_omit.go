@@ -7,9 +7,6 @@ import (
 	"io"
 )
 
-// withMirror: the cluster mirroring plugin is compiled out.
-func withMirror(ps []any, _ map[string]string) []any { return ps }
-
 // mirrors and demo need the mirror plugin's messages, which this build
 // leaves out.
 func mirrors(_ []string, _, stderr io.Writer) int { return withoutMirroring(stderr) }
