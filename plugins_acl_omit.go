@@ -4,7 +4,7 @@ package tandem
 
 import "log/slog"
 
-// withACL: the security plugin is compiled out; the broker authorizes
-// nothing (SASL and TLS listeners still work, with PLAIN users from the
-// properties only, since SCRAM credentials cannot be managed).
+// withACL: the security plugin is compiled out. SASL (PLAIN users from the
+// properties, OAUTHBEARER) and TLS listeners still work; a broker asked
+// for an authorizer, ACLs or SCRAM refuses to start (server.New).
 func withACL(ps []any, _ map[string]string, _ *slog.Logger) ([]any, error) { return ps, nil }

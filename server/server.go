@@ -102,10 +102,7 @@ func New(cfg Config) (*Broker, error) {
 		conns:   make(map[net.Conn]struct{}),
 	}
 	props.Unknown = slices.DeleteFunc(props.Unknown, func(k string) bool {
-		return securityProps.MatchString(k) || slices.ContainsFunc(cfg.Plugins, func(p any) bool {
-			o, ok := p.(PropsOwner)
-			return ok && o.OwnsProp(k)
-		})
+		return securityProps.MatchString(k) || ownedProp(cfg.Plugins, k)
 	})
 	if b.listeners, err = parseListeners(cfg.Props, cfg.Listen, cfg.Advertise); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
@@ -116,12 +113,15 @@ func New(cfg Config) (*Broker, error) {
 	if b.quotas, err = newQuotas(cfg.Props); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	if len(props.Unknown) > 0 {
-		b.log.Warn("ignoring unknown broker properties", "keys", props.Unknown)
-	}
 	b.sessions = newFetchSessions(fetchSessionSlots)
 	if b.apis, err = newAPITable(cfg.Plugins); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
+	}
+	if err := checkCapabilities(cfg.Props, cfg.Plugins, &b.apis); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if len(props.Unknown) > 0 {
+		b.log.Warn("ignoring unknown broker properties", "keys", props.Unknown)
 	}
 	b.applied.init()
 	b.m = newBrokerMetrics(b)
