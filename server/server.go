@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -60,6 +61,7 @@ type Broker struct {
 	lifecycles []Lifecycle
 	started    []Lifecycle // lifecycles whose Start succeeded, stopped in Close
 
+	dirLock   *os.File    // held from Start to Close
 	listeners []*listener // the first one's address is Addr
 	authz     Authorizer  // nil: everything is allowed
 	quotas    *quotas
@@ -155,6 +157,12 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 			b.Close()
 		}
 	}()
+	// The data dir first: a dir in use or another node's must not be
+	// touched, and must be refused before raft would wait forever.
+	var meta dataDirMeta
+	if b.dirLock, meta, err = openDataDir(b.cfg.DataDir, b.cfg.NodeID); err != nil {
+		return err
+	}
 	var validators []engine.AppendValidator
 	var observers []engine.AppendObserver
 	for _, p := range b.cfg.Plugins {
@@ -185,6 +193,9 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	})
 	if err != nil {
 		return fmt.Errorf("server: open metadata: %w", err)
+	}
+	if err := checkClusterID(b.cfg.DataDir, meta, b.cfg.NodeID, b.meta.Image().ClusterID); err != nil {
+		return err
 	}
 	// Listen before registering: the registration carries the bound ports.
 	var endpoints []string
@@ -280,6 +291,9 @@ func (b *Broker) Close() error {
 		if err := b.engine.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close engine: %w", err))
 		}
+	}
+	if b.dirLock != nil {
+		b.dirLock.Close()
 	}
 	b.closeMu.Lock()
 	b.closeErr = errors.Join(errs...)

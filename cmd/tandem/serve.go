@@ -121,7 +121,7 @@ func (o *serveOptions) brokerConfig(explicit map[string]bool) (server.Config, er
 		if err != nil {
 			return server.Config{}, fmt.Errorf("--config: %w", err)
 		}
-		props, err = parseProperties(f)
+		props, err = server.ReadProperties(f)
 		f.Close()
 		if err != nil {
 			return server.Config{}, fmt.Errorf("--config %s: %w", o.config, err)
@@ -156,9 +156,6 @@ func (o *serveOptions) brokerConfig(explicit map[string]bool) (server.Config, er
 // shuts both down. stop restores default signal handling once shutdown
 // begins, so that a second SIGTERM/SIGINT kills a stuck shutdown.
 func runServer(ctx context.Context, stop func(), cfg server.Config, httpAddr, readyFile string, log *slog.Logger) error {
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return fmt.Errorf("creating data dir: %w", err)
-	}
 	b, err := tandem.NewBroker(cfg)
 	if err != nil {
 		return fmt.Errorf("configuring broker: %w", err)
