@@ -64,6 +64,19 @@ func openDataDir(dir string, node int32) (lock *os.File, meta dataDirMeta, err e
 	return lock, meta, nil
 }
 
+// CheckDataDir reports whether Start can use the data dir: nil if it is
+// free and this node's (or new), else the error Start would return. A
+// program that binds other ports before Start (tandem serve's HTTP
+// endpoint) calls it first, so that a data dir in use, the real cause, is
+// reported rather than the port its first broker also holds.
+func (b *Broker) CheckDataDir() error {
+	lock, _, err := openDataDir(b.cfg.DataDir, b.cfg.NodeID)
+	if err != nil {
+		return err
+	}
+	return lock.Close()
+}
+
 // isNewDataDir reports whether dir holds no engine or quorum data yet. A
 // dir with data and no meta.properties was made before Tandem wrote one;
 // it gets one after its first successful start.

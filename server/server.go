@@ -147,9 +147,10 @@ func New(cfg Config) (*Broker, error) {
 	return b, nil
 }
 
-// Start opens the engine and the metadata quorum, registers this broker,
-// reconciles stored partitions with the metadata image, listens, and starts
-// the plugins. On error everything opened so far is closed again.
+// Start locks the data dir, binds the listeners, opens the engine and the
+// metadata quorum, registers this broker, reconciles stored partitions
+// with the metadata image, starts serving, and starts the plugins. On
+// error everything opened so far is closed again.
 func (b *Broker) Start(ctx context.Context) (err error) {
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -162,6 +163,33 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	var meta dataDirMeta
 	if b.dirLock, meta, err = openDataDir(b.cfg.DataDir, b.cfg.NodeID); err != nil {
 		return err
+	}
+	// Listen before opening storage, so that a port in use fails at once,
+	// and before registering: the registration carries the bound ports.
+	// Connections wait in the backlog until the accept loops start.
+	var endpoints []string
+	for _, l := range b.listeners {
+		if l.ln, err = net.Listen("tcp", l.bind); err != nil {
+			return fmt.Errorf("server: listener %s on %s: %w", l.name, l.bind, err)
+		}
+		l.addr = l.ln.Addr().String()
+		if l.advertise == "" {
+			l.advertise = l.addr
+		} else if h, p, _ := net.SplitHostPort(l.advertise); p == "0" {
+			_, bound, _ := net.SplitHostPort(l.addr)
+			l.advertise = net.JoinHostPort(h, bound)
+		}
+		endpoints = append(endpoints, l.name+"://"+l.advertise)
+	}
+	b.addr = b.listeners[0].addr
+	adv := interBroker(b.listeners, b.cfg.Props).advertise
+	host, portStr, err := net.SplitHostPort(adv)
+	if err != nil {
+		return fmt.Errorf("server: advertised address %q: %w", adv, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return fmt.Errorf("server: advertised port %q: %w", portStr, err)
 	}
 	var validators []engine.AppendValidator
 	var observers []engine.AppendObserver
@@ -196,31 +224,6 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	}
 	if err := checkClusterID(b.cfg.DataDir, meta, b.cfg.NodeID, b.meta.Image().ClusterID); err != nil {
 		return err
-	}
-	// Listen before registering: the registration carries the bound ports.
-	var endpoints []string
-	for _, l := range b.listeners {
-		if l.ln, err = net.Listen("tcp", l.bind); err != nil {
-			return fmt.Errorf("server: listener %s on %s: %w", l.name, l.bind, err)
-		}
-		l.addr = l.ln.Addr().String()
-		if l.advertise == "" {
-			l.advertise = l.addr
-		} else if h, p, _ := net.SplitHostPort(l.advertise); p == "0" {
-			_, bound, _ := net.SplitHostPort(l.addr)
-			l.advertise = net.JoinHostPort(h, bound)
-		}
-		endpoints = append(endpoints, l.name+"://"+l.advertise)
-	}
-	b.addr = b.listeners[0].addr
-	adv := interBroker(b.listeners, b.cfg.Props).advertise
-	host, portStr, err := net.SplitHostPort(adv)
-	if err != nil {
-		return fmt.Errorf("server: advertised address %q: %w", adv, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return fmt.Errorf("server: advertised port %q: %w", portStr, err)
 	}
 	reg := raftmeta.Broker{ID: b.cfg.NodeID, Host: host, Port: int32(port), Endpoints: strings.Join(endpoints, ",")}
 	if err := b.meta.RegisterBroker(ctx, reg); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -40,29 +39,5 @@ func TestBrokerConfigPrecedence(t *testing.T) {
 	bad := serveOptions{dataDir: "d", sets: []string{"node.id=x"}}
 	if _, err := bad.brokerConfig(nil); err == nil || !strings.Contains(err.Error(), "node.id") {
 		t.Fatalf("want an error naming node.id, got %v", err)
-	}
-}
-
-func TestRunUsage(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if code := run(nil, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "serve") {
-		t.Fatalf("no args: code %d, stderr %q", code, errOut.String())
-	}
-	out.Reset()
-	if code := run([]string{"help"}, &out, &errOut); code != 0 {
-		t.Fatalf("help: code %d", code)
-	}
-	for _, cmd := range []string{"serve", "bench", "version"} {
-		if !strings.Contains(out.String(), cmd) {
-			t.Errorf("usage does not list %q:\n%s", cmd, out.String())
-		}
-	}
-	out.Reset()
-	if code := run([]string{"version"}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "tandem ") {
-		t.Fatalf("version: code %d, out %q", code, out.String())
-	}
-	errOut.Reset()
-	if code := run([]string{"serve", "--set", "novalue"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "key=value") {
-		t.Fatalf("bad --set: code %d, stderr %q", code, errOut.String())
 	}
 }
