@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -12,10 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/tandem-kafka/tandem"
-	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
 // TestCLIStyle runs bad and good invocations of the commands this file's
@@ -30,28 +26,10 @@ func TestCLIStyle(t *testing.T) {
 	}
 	defer busy.Close()
 
-	// A data dir in use by a broker of this process.
-	inUse := t.TempDir()
-	b, err := tandem.NewBroker(server.Config{DataDir: inUse, Listen: "127.0.0.1:0", Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := b.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	// A data dir of node 1.
-	node1 := t.TempDir()
-	b1, err := tandem.NewBroker(server.Config{DataDir: node1, Listen: "127.0.0.1:0", Logger: discard()})
-	if err == nil {
-		err = b1.Start(ctx)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	b1.Close()
+	// A data dir in use by a broker of this process, and one of node 1.
+	inUse, node1 := t.TempDir(), t.TempDir()
+	tandemtest.StartInProcessIn(t, inUse, nil)
+	tandemtest.StartInProcessIn(t, node1, nil).Close()
 
 	serve := func(args ...string) []string {
 		return append([]string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http", ""}, args...)
@@ -175,5 +153,3 @@ func TestREADMEFlags(t *testing.T) {
 		}
 	}
 }
-
-func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -17,8 +17,14 @@ import (
 // needs a broker without plugins, or with its own, calls server.New.
 func StartInProcess(t testing.TB, props map[string]string) *server.Broker {
 	t.Helper()
+	return StartInProcessIn(t, t.TempDir(), props)
+}
+
+// StartInProcessIn is StartInProcess on the data dir dir.
+func StartInProcessIn(t testing.TB, dir string, props map[string]string) *server.Broker {
+	t.Helper()
 	b, err := tandem.NewBroker(server.Config{
-		DataDir: t.TempDir(),
+		DataDir: dir,
 		Listen:  "127.0.0.1:0",
 		Props:   props,
 		Logger:  Logger(t),
