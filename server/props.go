@@ -37,6 +37,9 @@ type Props struct {
 	LogMessageTimestampType string        // log.message.timestamp.type
 	DeleteTopicEnable       bool          // delete.topic.enable
 	SyncWrites              bool          // tandem.log.sync: fsync before acknowledging
+	// PartitionLimits are tandem.max.partitions.per.request and
+	// max.broker.partitions, which the controller enforces.
+	PartitionLimits raftmeta.PartitionLimits
 	// Unknown lists the keys of Config.Props that Tandem does not know;
 	// Kafka accepts them with a warning, and so does the broker.
 	Unknown []string
@@ -74,8 +77,12 @@ func ParseProps(m map[string]string) (Props, error) {
 		LogMessageTimestampType: l.str("log.message.timestamp.type"),
 		DeleteTopicEnable:       l.bool("delete.topic.enable"),
 		SyncWrites:              l.bool("tandem.log.sync"),
-		static:                  make(map[string]string, len(m)),
-		pids:                    &pidBlock{},
+		PartitionLimits: raftmeta.PartitionLimits{
+			PerRequest: int(l.int("tandem.max.partitions.per.request")),
+			PerBroker:  int(l.int("max.broker.partitions")),
+		},
+		static: make(map[string]string, len(m)),
+		pids:   &pidBlock{},
 	}
 	for k, v := range m {
 		p.static[k] = v
@@ -319,10 +326,14 @@ var brokerConfigList = []*configDef{
 	{name: "log.roll.ms", typ: kmsg.ConfigTypeLong, dynamic: true, doc: "The maximum time before a new segment is rolled out (in ms)."},
 	{name: "log.segment.bytes", typ: kmsg.ConfigTypeInt, def: cfgStr("1073741824"), valid: atLeast(14), dynamic: true, doc: "The maximum size of a single log file."},
 	{name: "log.segment.delete.delay.ms", typ: kmsg.ConfigTypeLong, def: cfgStr("60000"), valid: atLeast(0), dynamic: true, doc: "The time to wait before deleting a file."},
+	{name: "max.broker.partitions", typ: kmsg.ConfigTypeInt, def: cfgStr(strconv.Itoa(raftmeta.DefaultMaxBrokerPartitions)), valid: atLeast(1),
+		doc: "The most partition replicas one broker may host (KIP-578); creations beyond it fail with POLICY_VIOLATION."},
 	{name: "message.max.bytes", typ: kmsg.ConfigTypeInt, def: cfgStr("1048588"), valid: atLeast(0), dynamic: true, doc: "The largest record batch size allowed."},
 	{name: "min.insync.replicas", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), dynamic: true, doc: "The minimum number of in-sync replicas for acks=all."},
 	{name: "num.partitions", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), doc: "The default number of partitions per topic."},
 	{name: "socket.request.max.bytes", typ: kmsg.ConfigTypeInt, def: cfgStr("104857600"), valid: atLeast(1), doc: "The maximum number of bytes in a socket request."},
+	{name: "tandem.max.partitions.per.request", typ: kmsg.ConfigTypeInt, def: cfgStr(strconv.Itoa(raftmeta.DefaultMaxPartitionsPerRequest)), valid: atLeast(1),
+		doc: "The most partitions one CreateTopics or CreatePartitions request may add."},
 	{name: "tandem.log.sync", typ: kmsg.ConfigTypeBoolean, def: cfgStr("true"), doc: "Fsync appended batches before acknowledging them (acks != 0)."},
 	{name: "unclean.leader.election.enable", typ: kmsg.ConfigTypeBoolean, def: cfgStr("false"), dynamic: true, doc: "Whether replicas not in the ISR may be elected leader as a last resort."},
 }

@@ -181,6 +181,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		NodeID: b.cfg.NodeID,
 		Dir:    filepath.Join(b.cfg.DataDir, "meta"),
 		DB:     b.engine.DB(),
+		Limits: b.props.PartitionLimits,
 		Logger: b.log,
 	})
 	if err != nil {
