@@ -11,6 +11,7 @@ import (
 	"math/bits"
 	"net"
 	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -224,8 +225,15 @@ func (c *conn) pipelines(r *request) bool {
 }
 
 // handle runs one request's handler; failed says the connection is closed.
+// A panic in the handler closes the connection (as an error does) and
+// leaves the broker serving.
 func (c *conn) handle(ctx context.Context, r *request) (resp kmsg.Response, failed bool, err error) {
 	b := c.b
+	defer func() {
+		if p := recover(); p != nil {
+			resp, err = nil, c.panicked(r.req.Key(), r.rc.Version, p)
+		}
+	}()
 	// A throttled connection is muted (KIP-219): a request read ahead
 	// waits as well, as Kafka reads none while muted.
 	if d := time.Until(time.Unix(0, c.muteUntil.Load())); d > 0 {
@@ -252,6 +260,13 @@ func (c *conn) handle(ctx context.Context, r *request) (resp kmsg.Response, fail
 // with out as buffer; failed says the connection is closed.
 func (c *conn) respond(ctx context.Context, r *request, resp kmsg.Response, err error, out []byte) (_ []byte, failed bool) {
 	b := c.b
+	defer func() {
+		if p := recover(); p != nil { // encoding a malformed response
+			c.panicked(r.req.Key(), r.rc.Version, p)
+			c.nc.Close()
+			out, failed = nil, true
+		}
+	}()
 	elapsed := time.Since(r.start)
 	b.m.observe(r, elapsed)
 	if err != nil {
@@ -289,6 +304,16 @@ func (c *conn) respond(ctx context.Context, r *request, resp kmsg.Response, err 
 		return out, true
 	}
 	return out, false
+}
+
+// panicked logs a recovered panic of a request's decoding, handling or
+// encoding once, with its stack, counts it, and returns the error that
+// closes the connection.
+func (c *conn) panicked(key, version int16, p any) error {
+	c.b.m.panics.Inc()
+	c.b.log.Error("panic serving a request; closing its connection", "client", c.nc.RemoteAddr(), "api", apiName(key), "api_key", key,
+		"version", version, "panic", p, "stack", string(debug.Stack()))
+	return fmt.Errorf("panic serving %s v%d: %v", apiName(key), version, p)
 }
 
 // appendResponseHeader starts a response frame: a size placeholder, the
@@ -355,7 +380,7 @@ func (c *conn) maxFrame() int32 {
 // client may take to send one frame.
 const connIdleTimeout = 10 * time.Minute
 
-func (c *conn) readRequest(br *bufio.Reader, remote string) (*request, error) {
+func (c *conn) readRequest(br *bufio.Reader, remote string) (r *request, err error) {
 	c.nc.SetReadDeadline(time.Now().Add(connIdleTimeout))
 	var sizeBuf [4]byte
 	if _, err := io.ReadFull(br, sizeBuf[:]); err != nil {
@@ -383,7 +408,12 @@ func (c *conn) readRequest(br *bufio.Reader, remote string) (*request, error) {
 	if !rd.Ok() {
 		return nil, errors.New("truncated request header")
 	}
-	r := &request{size: int(size) + 4, start: start, frame: body, rc: RequestContext{
+	defer func() {
+		if p := recover(); p != nil { // a plugin's request type failing to decode
+			r, err = nil, c.panicked(key, version, p)
+		}
+	}()
+	r = &request{size: int(size) + 4, start: start, frame: body, rc: RequestContext{
 		Version: version, CorrelationID: corr, ClientAddr: remote,
 	}}
 	if clientID != nil {

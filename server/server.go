@@ -324,7 +324,8 @@ type brokerMetrics struct {
 	bytesIn, bytesOut          *metrics.Counter
 	produceBytes, fetchBytes   *metrics.Counter
 	produceErrors, fetchErrors *metrics.Counter
-	requests                   sync.Map // api name -> *apiMetrics
+	panics                     *metrics.Counter // recovered panics of request handling
+	requests                   sync.Map         // api name -> *apiMetrics
 }
 
 type apiMetrics struct {
@@ -356,6 +357,7 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 		fetchBytes:    s.NewCounter("kafka_server_fetch_bytes_total"),
 		produceErrors: s.NewCounter("kafka_server_produce_errors_total"),
 		fetchErrors:   s.NewCounter("kafka_server_fetch_errors_total"),
+		panics:        s.NewCounter("tandem_server_request_panics_total"),
 	}
 }
 
