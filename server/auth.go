@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"slices"
 	"time"
 
@@ -88,22 +87,13 @@ func (c *conn) saslHandshake(req *kmsg.SASLHandshakeRequest) kmsg.Response {
 // readRawToken reads one bare SASL token (after SaslHandshake v0), under
 // the pre-authentication frame cap.
 func (c *conn) readRawToken(br *bufio.Reader, remote string) (*request, error) {
-	c.nc.SetReadDeadline(time.Now().Add(connIdleTimeout))
-	var sizeBuf [4]byte
-	if _, err := io.ReadFull(br, sizeBuf[:]); err != nil {
-		return nil, err
-	}
-	size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
-	if size < 0 || size > c.maxFrame() {
-		return nil, fmt.Errorf("SASL token of %d bytes outside [0, %d]", size, c.maxFrame())
-	}
-	token := make([]byte, size)
-	if _, err := io.ReadFull(br, token); err != nil {
-		return nil, fmt.Errorf("truncated SASL token: %w", err)
+	token, reserved, err := c.readFrame(br, 0)
+	if err != nil {
+		return nil, fmt.Errorf("SASL token: %w", err)
 	}
 	req := kmsg.NewPtrSASLAuthenticateRequest()
 	req.SASLAuthBytes = token
-	return &request{rc: RequestContext{ClientAddr: remote}, req: req, size: int(size) + 4, start: time.Now(), raw: true}, nil
+	return &request{rc: RequestContext{ClientAddr: remote}, req: req, size: len(token) + 4, start: time.Now(), raw: true, reserved: reserved}, nil
 }
 
 // handleRawToken answers a bare SASL token with a bare token; a failure

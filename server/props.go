@@ -40,6 +40,13 @@ type Props struct {
 	// PartitionLimits are tandem.max.partitions.per.request and
 	// max.broker.partitions, which the controller enforces.
 	PartitionLimits raftmeta.PartitionLimits
+	// QueuedMaxRequestBytes bounds the bytes of requests being read or
+	// waiting for their handler (queued.max.request.bytes; <= 0:
+	// unbounded, as Kafka's -1).
+	QueuedMaxRequestBytes int64
+	// RequestReadTimeout is how long a client may take to send one
+	// frame once its size arrived (tandem.request.read.timeout.ms).
+	RequestReadTimeout time.Duration
 	// Unknown lists the keys of Config.Props that Tandem does not know;
 	// Kafka accepts them with a warning, and so does the broker.
 	Unknown []string
@@ -81,8 +88,10 @@ func ParseProps(m map[string]string) (Props, error) {
 			PerRequest: int(l.int("tandem.max.partitions.per.request")),
 			PerBroker:  int(l.int("max.broker.partitions")),
 		},
-		static: make(map[string]string, len(m)),
-		pids:   &pidBlock{},
+		QueuedMaxRequestBytes: l.int("queued.max.request.bytes"),
+		RequestReadTimeout:    time.Duration(l.int("tandem.request.read.timeout.ms")) * time.Millisecond,
+		static:                make(map[string]string, len(m)),
+		pids:                  &pidBlock{},
 	}
 	for k, v := range m {
 		p.static[k] = v
@@ -331,7 +340,11 @@ var brokerConfigList = []*configDef{
 	{name: "message.max.bytes", typ: kmsg.ConfigTypeInt, def: cfgStr("1048588"), valid: atLeast(0), dynamic: true, doc: "The largest record batch size allowed."},
 	{name: "min.insync.replicas", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), dynamic: true, doc: "The minimum number of in-sync replicas for acks=all."},
 	{name: "num.partitions", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), doc: "The default number of partitions per topic."},
+	{name: "queued.max.request.bytes", typ: kmsg.ConfigTypeLong, def: cfgStr("134217728"), valid: atLeast(-1),
+		doc: "The bytes of requests being read or waiting for their handler before no more are read (-1: no limit)."},
 	{name: "socket.request.max.bytes", typ: kmsg.ConfigTypeInt, def: cfgStr("104857600"), valid: atLeast(1), doc: "The maximum number of bytes in a socket request."},
+	{name: "tandem.request.read.timeout.ms", typ: kmsg.ConfigTypeLong, def: cfgStr("60000"), valid: atLeast(1),
+		doc: "How long a client may take to send one request once its size arrived; slower connections are closed."},
 	{name: "tandem.max.partitions.per.request", typ: kmsg.ConfigTypeInt, def: cfgStr(strconv.Itoa(raftmeta.DefaultMaxPartitionsPerRequest)), valid: atLeast(1),
 		doc: "The most partitions one CreateTopics or CreatePartitions request may add."},
 	{name: "tandem.log.sync", typ: kmsg.ConfigTypeBoolean, def: cfgStr("true"), doc: "Fsync appended batches before acknowledging them (acks != 0)."},

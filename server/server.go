@@ -52,7 +52,8 @@ type Broker struct {
 	metrics  *metrics.Set
 	m        *brokerMetrics
 	sessions *fetchSessions
-	frames   framePool // produce request buffers, recycled
+	frames   framePool     // produce request buffers, recycled
+	reqBytes *requestBytes // queued.max.request.bytes
 
 	// Hooks found in cfg.Plugins.
 	leaderObs  []LeaderObserver
@@ -120,6 +121,7 @@ func New(cfg Config) (*Broker, error) {
 		b.log.Warn("ignoring unknown broker properties", "keys", props.Unknown)
 	}
 	b.sessions = newFetchSessions(fetchSessionSlots)
+	b.reqBytes = newRequestBytes(props.QueuedMaxRequestBytes)
 	if b.apis, err = newAPITable(cfg.Plugins); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -272,6 +274,7 @@ func (b *Broker) Close() error {
 		b.cancel()
 	}
 	b.wg.Wait()
+	b.reqBytes.stop()
 	if b.meta != nil {
 		if err := b.meta.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close metadata: %w", err))
@@ -348,6 +351,7 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 	engineGauge("tandem_engine_partitions", func(st engine.Stats) float64 { return float64(st.Partitions) })
 	engineGauge("tandem_engine_tail_bytes", func(st engine.Stats) float64 { return float64(st.TailBytes) })
 	engineGauge("tandem_engine_disk_usage_bytes", func(st engine.Stats) float64 { return float64(st.DiskUsage) })
+	s.NewGauge("tandem_server_queued_request_bytes", func() float64 { return float64(b.reqBytes.inUse()) })
 	return &brokerMetrics{
 		set:           s,
 		conns:         s.NewGauge("kafka_server_connections", nil),
