@@ -258,9 +258,9 @@ func (c *conn) handle(ctx context.Context, r *request) (resp kmsg.Response, fail
 	}
 	r.rc.Principal, r.rc.Listener, r.rc.authz = c.principal, c.l.name, b.authz
 	if r.raw {
-		return nil, c.handleRawToken(r), nil
+		return nil, c.handleRawToken(ctx, r), nil
 	}
-	resp, err = c.gate(r)
+	resp, err = c.gate(ctx, r)
 	if err == nil && resp == nil {
 		resp, err = b.dispatch(ctx, r)
 	}

@@ -47,6 +47,10 @@ type Props struct {
 	// RequestReadTimeout is how long a client may take to send one
 	// frame once its size arrived (tandem.request.read.timeout.ms).
 	RequestReadTimeout time.Duration
+	// FailedAuthDelay delays the answer to a failed authentication and
+	// scales the throttling of repeated failures
+	// (connection.failed.authentication.delay.ms; 0 turns both off).
+	FailedAuthDelay time.Duration
 	// Unknown lists the keys of Config.Props that Tandem does not know;
 	// Kafka accepts them with a warning, and so does the broker.
 	Unknown []string
@@ -90,6 +94,7 @@ func ParseProps(m map[string]string) (Props, error) {
 		},
 		QueuedMaxRequestBytes: l.int("queued.max.request.bytes"),
 		RequestReadTimeout:    time.Duration(l.int("tandem.request.read.timeout.ms")) * time.Millisecond,
+		FailedAuthDelay:       time.Duration(l.int("connection.failed.authentication.delay.ms")) * time.Millisecond,
 		static:                make(map[string]string, len(m)),
 		pids:                  &pidBlock{},
 	}
@@ -307,6 +312,8 @@ var brokerConfigList = []*configDef{
 	{name: "compression.gzip.level", typ: kmsg.ConfigTypeInt, def: cfgStr("-1"), valid: gzipLevel, dynamic: true, doc: "The compression level for gzip."},
 	{name: "compression.lz4.level", typ: kmsg.ConfigTypeInt, def: cfgStr("9"), valid: between(1, 17), dynamic: true, doc: "The compression level for lz4."},
 	{name: "compression.zstd.level", typ: kmsg.ConfigTypeInt, def: cfgStr("3"), valid: between(-131072, 22), dynamic: true, doc: "The compression level for zstd."},
+	{name: "connection.failed.authentication.delay.ms", typ: kmsg.ConfigTypeInt, def: cfgStr("100"), valid: atLeast(0),
+		doc: "How long the answer to a failed authentication is delayed; repeated failures of one user or address are spaced out in proportion (0: neither)."},
 	{name: "default.replication.factor", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), doc: "The replication factor for automatically created topics."},
 	{name: "delete.topic.enable", typ: kmsg.ConfigTypeBoolean, def: cfgStr("true"), doc: "Enables topic deletion."},
 	{name: "log.cleaner.delete.retention.ms", typ: kmsg.ConfigTypeLong, def: cfgStr("86400000"), valid: atLeast(0), dynamic: true, doc: "How long delete tombstones are retained."},

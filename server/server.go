@@ -54,6 +54,7 @@ type Broker struct {
 	sessions *fetchSessions
 	frames   framePool     // produce request buffers, recycled
 	reqBytes *requestBytes // queued.max.request.bytes
+	throttle *authThrottle // of failed SASL authentications
 
 	// Hooks found in cfg.Plugins.
 	leaderObs  []LeaderObserver
@@ -122,6 +123,7 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.sessions = newFetchSessions(fetchSessionSlots)
 	b.reqBytes = newRequestBytes(props.QueuedMaxRequestBytes)
+	b.throttle = newAuthThrottle(props.FailedAuthDelay)
 	if b.apis, err = newAPITable(cfg.Plugins); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -328,7 +330,10 @@ type brokerMetrics struct {
 	produceBytes, fetchBytes   *metrics.Counter
 	produceErrors, fetchErrors *metrics.Counter
 	panics                     *metrics.Counter // recovered panics of request handling
-	requests                   sync.Map         // api name -> *apiMetrics
+	authFailures               *metrics.Counter // failed SASL authentications
+	authThrottled              *metrics.Counter // attempts refused unchecked by the throttle
+	authThrottleWait           *metrics.FloatCounter
+	requests                   sync.Map // api name -> *apiMetrics
 }
 
 type apiMetrics struct {
@@ -362,6 +367,11 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 		produceErrors: s.NewCounter("kafka_server_produce_errors_total"),
 		fetchErrors:   s.NewCounter("kafka_server_fetch_errors_total"),
 		panics:        s.NewCounter("tandem_server_request_panics_total"),
+		// Kafka's failed-authentication-total; attempts the throttle
+		// refused without checking; seconds attempts waited for a slot.
+		authFailures:     s.NewCounter("kafka_server_failed_authentication_total"),
+		authThrottled:    s.NewCounter("tandem_server_authentication_throttled_total"),
+		authThrottleWait: s.NewFloatCounter("tandem_server_authentication_throttle_seconds_total"),
 	}
 }
 

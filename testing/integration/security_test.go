@@ -75,6 +75,9 @@ func startSecure(t testing.TB, authz bool, extra map[string]string) *secureBroke
 		"tandem.sasl.plain.users": "alice:alice-secret,bob:bob-secret,eve:eve-secret,admin:admin-secret",
 		"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
 		"super.users":             "User:admin",
+		// Many tests fail authentications on purpose; the throttling of
+		// failures has its own test (TestSASLThrottle).
+		"connection.failed.authentication.delay.ms": "0",
 		// Small internal topics: this broker is started many times.
 		"mirror.topic.num.partitions":          "4",
 		"transaction.state.log.num.partitions": "4",
