@@ -1,10 +1,14 @@
 package server
 
 import (
+	"bytes"
+	"errors"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -132,4 +136,32 @@ func TestPartitionLimitsDefaults(t *testing.T) {
 	wantCode(t, "second 30,000 of one request", resp.Topics[1].ErrorCode, resp.Topics[1].ErrorMessage, kerr.PolicyViolation)
 	resp = rawRequest(t, b.Addr(), createTopicsReq(true, topicReq("more", 50_001, 1))).(*kmsg.CreateTopicsResponse)
 	wantCode(t, "50,001 partitions", resp.Topics[0].ErrorCode, resp.Topics[0].ErrorMessage, kerr.InvalidPartitions)
+}
+
+// TestCompressedBatchParity is franz-go's TestConsumeMaxDecompressBatchBytes
+// against Tandem: three 1 MiB records in one gzip batch of a few KiB are
+// accepted on a topic of the default max.message.bytes, as Apache Kafka
+// accepts them (it bounds the stored size), and a consumer reads them back;
+// a consumer bounding decompression to 1 MiB stops at the batch.
+func TestCompressedBatchParity(t *testing.T) {
+	b := startBroker(t, nil)
+	createTopic(t, b, "parity", 1, nil)
+	ctx := testCtx(t)
+	producer := newClient(t, b, kgo.DefaultProduceTopic("parity"), kgo.ProducerBatchMaxBytes(4<<20),
+		kgo.ProducerBatchCompression(kgo.GzipCompression()), kgo.ProducerLinger(time.Second))
+	big := make([]byte, 1<<20)
+	if err := producer.ProduceSync(ctx, &kgo.Record{Value: big}, &kgo.Record{Value: big}, &kgo.Record{Value: big}).FirstErr(); err != nil {
+		t.Fatalf("three 1 MiB records in one compressed batch: %v", err)
+	}
+	consume := func(opts ...kgo.Opt) kgo.Fetches {
+		cl := newClient(t, b, append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"parity": {0: kgo.NewOffset().At(0)}}))...)
+		return cl.PollFetches(ctx)
+	}
+	fs := consume()
+	if err := fs.Err0(); err != nil || fs.NumRecords() != 3 || !bytes.Equal(fs.Records()[2].Value, big) {
+		t.Fatalf("read back %d records (%v)", fs.NumRecords(), err)
+	}
+	if _, ok := errors.AsType[*kgo.ErrDecompressTooLarge](consume(kgo.MaxDecompressBatchBytes(1 << 20)).Err0()); !ok {
+		t.Fatal("a consumer bounding decompression to 1 MiB read the batch")
+	}
 }
