@@ -2,11 +2,13 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -163,5 +165,38 @@ func TestCompressedBatchParity(t *testing.T) {
 	}
 	if _, ok := errors.AsType[*kgo.ErrDecompressTooLarge](consume(kgo.MaxDecompressBatchBytes(1 << 20)).Err0()); !ok {
 		t.Fatal("a consumer bounding decompression to 1 MiB read the batch")
+	}
+}
+
+// BenchmarkCreateTopic50000 creates a topic of 50,000 partitions, the most
+// one request may add by default, on a fresh broker:
+//
+//	go test -run '^$' -bench CreateTopic50000 -benchtime 1x ./server
+func BenchmarkCreateTopic50000(b *testing.B) {
+	for b.Loop() {
+		b.StopTimer()
+		br := startBroker(b, nil)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(br.Addr()), kgo.RequestTimeoutOverhead(5*time.Minute))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		b.StartTimer()
+		resps, err := kadm.NewClient(cl).CreateTopics(ctx, 50_000, 1, nil, "fifty-thousand")
+		if err == nil {
+			err = resps.Error()
+		}
+		b.StopTimer()
+		cancel()
+		cl.Close()
+		if err != nil {
+			b.Fatalf("create: %v", err)
+		}
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
+		br.Close()
+		b.StartTimer()
 	}
 }

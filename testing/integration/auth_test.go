@@ -165,14 +165,7 @@ func TestFindMirrorCoordinatorACL(t *testing.T) {
 	sb := startSecure(t, true, nil)
 	addr := sb.ListenerAddr("SASL_PLAINTEXT")
 	admin := saslRaw(t, addr, "admin")
-	av, err := admin.roundTrip(kmsg.NewPtrApiVersionsRequest())
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := map[int16]kmsg.ApiVersionsResponseApiKey{}
-	for _, k := range av.(*kmsg.ApiVersionsResponse).ApiKeys {
-		served[k.ApiKey] = k
-	}
+	served := servedAPIs(t, admin)
 	find := func(c *rawConn, keys ...string) []int16 {
 		req := kmsg.NewPtrFindCoordinatorRequest()
 		req.CoordinatorType, req.CoordinatorKeys = 2, keys

@@ -44,18 +44,26 @@ func flood(t *testing.T, addr string, n int, size uint32, body int) []net.Conn {
 	return conns
 }
 
+// startProbed starts the binary with a topic "probe" that checkHealthy
+// writes and reads, and returns it with its resident memory once warm.
+func startProbed(t *testing.T) (*tandemtest.Proc, int64) {
+	t.Helper()
+	p := tandemtest.StartProcess(t, t.TempDir())
+	tandemtest.CreateTopic(t, p.Addr, "probe", 1)
+	checkHealthy(t, p.Addr, "probe")
+	rss, _, err := p.Mem()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, rss
+}
+
 // TestConnectionFlood: 200 connections each announcing a 100 MB request,
 // sending 1 MiB of it and stalling keep the broker's resident memory
 // (VmHWM of /proc/PID/status, the peak) under 256 MiB, while another client
 // produces and consumes as usual.
 func TestConnectionFlood(t *testing.T) {
-	p := tandemtest.StartProcess(t, t.TempDir())
-	tandemtest.CreateTopic(t, p.Addr, "probe", 1)
-	checkHealthy(t, p.Addr, "probe")
-	rss0, _, err := p.Mem()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, rss0 := startProbed(t)
 	conns := flood(t, p.Addr, 200, 100_000_000, 1<<20)
 	checkHealthy(t, p.Addr, "probe")
 	rss, peak, err := p.Mem()
@@ -76,13 +84,7 @@ func TestConnectionFlood(t *testing.T) {
 // full) the broker hands the memory they took back to the operating
 // system once they are gone, instead of keeping it for minutes.
 func TestMemoryReturned(t *testing.T) {
-	p := tandemtest.StartProcess(t, t.TempDir())
-	tandemtest.CreateTopic(t, p.Addr, "probe", 1)
-	checkHealthy(t, p.Addr, "probe")
-	rss0, _, err := p.Mem()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, rss0 := startProbed(t)
 	for _, c := range flood(t, p.Addr, 8, 40<<20, -1) {
 		c.Close()
 	}
