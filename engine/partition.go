@@ -460,7 +460,7 @@ func validateBatch(b batch, cfg *LogConfig, origin Origin) (batchMeta, error) {
 		i     int32
 		maxTs = int64(-1 << 63)
 	)
-	err := walkBatch(b, int(cfg.MaxMessageBytes), func(r *record) error {
+	err := walkBatch(b, maxDecompressedBatch, func(r *record) error {
 		if r.OffsetDelta != i {
 			return fmt.Errorf("record %d has offset delta %d: %w", i, r.OffsetDelta, kerr.InvalidRecord)
 		}

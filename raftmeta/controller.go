@@ -31,7 +31,10 @@ type Config struct {
 	// Join makes a node that joins an existing quorum (the leader adds it
 	// with AddVoter): it neither bootstraps nor waits for leadership, and
 	// its image follows the leader's log. Needs a RaftAddr.
-	Join   bool
+	Join bool
+	// Limits bound the partitions a decision may create; zero fields take
+	// the defaults.
+	Limits PartitionLimits
 	Logger *slog.Logger
 }
 

@@ -455,9 +455,10 @@ func buildImage(t *testing.T, c *Controller) {
 	mustCreate(t, c,
 		TopicSpec{Name: "t1", Partitions: 3, ReplicationFactor: 2, Configs: map[string]string{"retention.ms": "10"}},
 		TopicSpec{Name: "t2", Partitions: 1, ReplicationFactor: 1, Internal: true},
+		TopicSpec{Name: "t3", Partitions: 1, ReplicationFactor: 1},
 		TopicSpec{Name: "gone", Partitions: 1, ReplicationFactor: 1})
 	img := c.Image()
-	if err := c.CreatePartitions(ctxT(t), "t2", 2, false); err != nil {
+	if err := c.CreatePartitions(ctxT(t), "t3", 2, false); err != nil {
 		t.Fatal(err)
 	}
 	if errs := c.DeleteTopics(ctxT(t), []UUID{img.Topics["gone"].ID}); errs[0] != nil {

@@ -104,6 +104,9 @@ func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic
 		if t.ReplicationFactor != -1 {
 			return spec, adminErrorf(kerr.InvalidRequest, "A manual partition assignment was specified, but replicationFactor was not set to -1.")
 		}
+		if err := b.props.PartitionLimits.CheckCount(t.Topic, int64(len(t.ReplicaAssignment))); err != nil {
+			return spec, err
+		}
 		assign := make([][]int32, len(t.ReplicaAssignment))
 		for _, a := range t.ReplicaAssignment {
 			if a.Partition < 0 || int(a.Partition) >= len(assign) || assign[a.Partition] != nil {
@@ -156,6 +159,9 @@ func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic
 func checkReplicas(img *raftmeta.Image, replicas []int32) error {
 	if len(replicas) == 0 {
 		return adminErrorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes an empty replica list.")
+	}
+	if len(replicas) > len(img.Brokers) { // bounds the quadratic duplicate check below
+		return adminErrorf(kerr.InvalidReplicaAssignment, "The manual partition assignment lists %d replicas but only %d broker(s) are registered.", len(replicas), len(img.Brokers))
 	}
 	for i, r := range replicas {
 		if slices.Contains(replicas[:i], r) {

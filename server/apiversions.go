@@ -50,7 +50,11 @@ func apiName(key int16) string {
 // plugin's API gets its own name: key 94 is kmsg's UnregisterController
 // but the mirror plugin's CreateMirror.
 func requestName(req kmsg.Request) string {
-	return strings.TrimSuffix(reflect.TypeOf(req).Elem().Name(), "Request")
+	t := reflect.TypeOf(req)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return strings.TrimSuffix(t.Name(), "Request")
 }
 
 func (b *Broker) handleApiVersions(_ context.Context, _ *RequestContext, req *kmsg.ApiVersionsRequest) (kmsg.Response, error) {

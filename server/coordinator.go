@@ -87,16 +87,27 @@ func (b *Broker) findCoordinator(ctx context.Context, rc *RequestContext, keyTyp
 	}
 	var topic InternalTopic
 	var partition int32
-	found := false
+	var locator any
 	for _, p := range b.cfg.Plugins {
 		if l, ok := p.(CoordinatorLocator); ok {
+			var found bool
 			if topic, partition, found = l.LocateCoordinator(keyType, key); found {
+				locator = p
 				break
 			}
 		}
 	}
-	if !found {
+	if locator == nil {
 		return raftmeta.Broker{}, fmt.Errorf("no coordinator for key type %d: %w", keyType, kerr.InvalidRequest)
+	}
+	if keyType != CoordinatorGroup && keyType != CoordinatorTransaction {
+		if a, ok := locator.(CoordinatorAuthorizer); ok {
+			if err := a.AuthorizeCoordinator(rc, keyType, key); err != nil {
+				return raftmeta.Broker{}, err
+			}
+		} else if !rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, clusterName) {
+			return raftmeta.Broker{}, kerr.ClusterAuthorizationFailed
+		}
 	}
 	img := b.image()
 	t := img.Topics[topic.Name]

@@ -103,6 +103,17 @@ type CoordinatorLocator interface {
 	LocateCoordinator(keyType int8, key string) (topic InternalTopic, partition int32, ok bool)
 }
 
+// CoordinatorAuthorizer is implemented by CoordinatorLocator plugins that
+// decide who may find their coordinators: FindCoordinator for their key
+// type is authorized as their own APIs are (the mirror plugin: DESCRIBE on
+// the MIRROR). The broker checks groups and transactional ids itself; a
+// locator of another key type without it serves FindCoordinator only to
+// principals allowed CLUSTER_ACTION, as inter-broker requests. Errors wrap
+// kerr codes.
+type CoordinatorAuthorizer interface {
+	AuthorizeCoordinator(rc *RequestContext, keyType int8, key string) error
+}
+
 // TopicPartition names a partition.
 type TopicPartition struct {
 	Topic     string

@@ -53,7 +53,9 @@ type Broker struct {
 	metrics  *metrics.Set
 	m        *brokerMetrics
 	sessions *fetchSessions
-	frames   framePool // produce request buffers, recycled
+	frames   framePool     // produce request buffers, recycled
+	reqBytes *requestBytes // queued.max.request.bytes
+	throttle *authThrottle // of failed SASL authentications
 
 	// Hooks found in cfg.Plugins.
 	leaderObs  []LeaderObserver
@@ -116,6 +118,8 @@ func New(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	b.sessions = newFetchSessions(fetchSessionSlots)
+	b.reqBytes = newRequestBytes(props.QueuedMaxRequestBytes)
+	b.throttle = newAuthThrottle(props.FailedAuthDelay)
 	if b.apis, err = newAPITable(cfg.Plugins); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -217,6 +221,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		NodeID: b.cfg.NodeID,
 		Dir:    filepath.Join(b.cfg.DataDir, "meta"),
 		DB:     b.engine.DB(),
+		Limits: b.props.PartitionLimits,
 		Logger: b.log,
 	})
 	if err != nil {
@@ -285,6 +290,7 @@ func (b *Broker) Close() error {
 		b.cancel()
 	}
 	b.wg.Wait()
+	b.reqBytes.stop()
 	if b.meta != nil {
 		if err := b.meta.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close metadata: %w", err))
@@ -340,6 +346,10 @@ type brokerMetrics struct {
 	bytesIn, bytesOut          *metrics.Counter
 	produceBytes, fetchBytes   *metrics.Counter
 	produceErrors, fetchErrors *metrics.Counter
+	panics                     *metrics.Counter // recovered panics of request handling
+	authFailures               *metrics.Counter // failed SASL authentications
+	authThrottled              *metrics.Counter // attempts refused unchecked by the throttle
+	authThrottleWait           *metrics.FloatCounter
 	requests                   sync.Map // api name -> *apiMetrics
 }
 
@@ -363,6 +373,7 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 	engineGauge("tandem_engine_partitions", func(st engine.Stats) float64 { return float64(st.Partitions) })
 	engineGauge("tandem_engine_tail_bytes", func(st engine.Stats) float64 { return float64(st.TailBytes) })
 	engineGauge("tandem_engine_disk_usage_bytes", func(st engine.Stats) float64 { return float64(st.DiskUsage) })
+	s.NewGauge("tandem_server_queued_request_bytes", func() float64 { return float64(b.reqBytes.inUse()) })
 	return &brokerMetrics{
 		set:           s,
 		conns:         s.NewGauge("kafka_server_connections", nil),
@@ -372,6 +383,12 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 		fetchBytes:    s.NewCounter("kafka_server_fetch_bytes_total"),
 		produceErrors: s.NewCounter("kafka_server_produce_errors_total"),
 		fetchErrors:   s.NewCounter("kafka_server_fetch_errors_total"),
+		panics:        s.NewCounter("tandem_server_request_panics_total"),
+		// Kafka's failed-authentication-total; attempts the throttle
+		// refused without checking; seconds attempts waited for a slot.
+		authFailures:     s.NewCounter("kafka_server_failed_authentication_total"),
+		authThrottled:    s.NewCounter("tandem_server_authentication_throttled_total"),
+		authThrottleWait: s.NewFloatCounter("tandem_server_authentication_throttle_seconds_total"),
 	}
 }
 

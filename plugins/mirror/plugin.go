@@ -271,6 +271,14 @@ func (p *Plugin) LocateCoordinator(keyType int8, key string) (server.InternalTop
 	return p.internalTopic(), p.rt.PartitionFor(key), true
 }
 
+// AuthorizeCoordinator implements server.CoordinatorAuthorizer: finding
+// the coordinator of a mirror's key needs DESCRIBE on the mirror, as
+// describing the mirror does.
+func (p *Plugin) AuthorizeCoordinator(rc *server.RequestContext, _ int8, key string) error {
+	name, _, _ := strings.Cut(key, ":") // coordKey: mirror:topic-id:partition, or the mirror's name
+	return mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name)
+}
+
 func (p *Plugin) internalTopic() server.InternalTopic {
 	return server.InternalTopic{Name: Topic, Partitions: p.cfg.Partitions, ReplicationFactor: p.cfg.ReplicationFactor,
 		Configs: map[string]string{"cleanup.policy": "compact"}}
