@@ -52,7 +52,7 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 
 	lookup := func(k fetchKey) *raftmeta.Topic {
 		if v13 {
-			return img.TopicsByID[raftmeta.UUID(k.id)]
+			return img.TopicsByID[k.id]
 		}
 		return img.Topics[k.topic]
 	}

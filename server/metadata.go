@@ -10,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
@@ -73,7 +72,7 @@ func (b *Broker) waitApplied(ctx context.Context, index uint64) error {
 func (b *Broker) reconcile(ctx context.Context) error {
 	img := b.meta.Image()
 	for _, sp := range b.engine.Stored() {
-		t := img.TopicsByID[raftmeta.UUID(sp.TopicID)]
+		t := img.TopicsByID[sp.TopicID]
 		if t == nil || int(sp.Partition) >= len(t.Partitions) {
 			b.log.Info("deleting partition of a topic that no longer exists", "topic", sp.Topic, "topic_id", sp.TopicID, "partition", sp.Partition)
 			if err := b.engine.Delete(sp.TopicID, sp.Partition); err != nil {
@@ -123,7 +122,7 @@ func (b *Broker) apply(old, cur *raftmeta.Image) {
 			if part.Leader == b.cfg.NodeID {
 				b.leaderChange(t, int32(p), false, part.LeaderEpoch)
 			}
-			if err := b.engine.Delete(engine.TopicID(t.ID), int32(p)); err != nil {
+			if err := b.engine.Delete(t.ID, int32(p)); err != nil {
 				b.log.Error("delete partition of deleted topic", "topic", t.Name, "partition", p, "err", err)
 			}
 		}
@@ -157,13 +156,13 @@ func (b *Broker) applyTopic(old, t *raftmeta.Topic) {
 		p := int32(i)
 		if !slices.Contains(part.Replicas, b.cfg.NodeID) {
 			// Reassigned away from us (multi-node, later): drop the data.
-			if b.engine.Partition(engine.TopicID(t.ID), p) != nil {
-				if err := b.engine.Delete(engine.TopicID(t.ID), p); err != nil {
+			if b.engine.Partition(t.ID, p) != nil {
+				if err := b.engine.Delete(t.ID, p); err != nil {
 					b.log.Error("delete unassigned partition", "topic", t.Name, "partition", p, "err", err)
 				}
 			}
 		} else {
-			ep, err := b.engine.Create(t.Name, engine.TopicID(t.ID), p, cfg)
+			ep, err := b.engine.Create(t.Name, t.ID, p, cfg)
 			if err != nil {
 				b.log.Error("create partition", "topic", t.Name, "partition", p, "err", err)
 				continue
@@ -191,7 +190,7 @@ func (b *Broker) applyTopic(old, t *raftmeta.Topic) {
 }
 
 func (b *Broker) leaderChange(t *raftmeta.Topic, p int32, leader bool, epoch int32) {
-	ch := LeaderChange{Topic: t.Name, TopicID: engine.TopicID(t.ID), Partition: p, Leader: leader, LeaderEpoch: epoch}
+	ch := LeaderChange{Topic: t.Name, TopicID: t.ID, Partition: p, Leader: leader, LeaderEpoch: epoch}
 	for _, o := range b.leaderObs {
 		o.OnLeaderChange(ch)
 	}
@@ -343,7 +342,7 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 		switch {
 		case rt.Topic == nil && rt.TopicID != [16]byte{}:
 			// An unauthorized ID is answered as unknown, not to leak it.
-			if t := img.TopicsByID[raftmeta.UUID(rt.TopicID)]; t != nil && rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, t.Name) {
+			if t := img.TopicsByID[rt.TopicID]; t != nil && rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, t.Name) {
 				addTopic(t)
 			} else {
 				topicErr(nil, rt.TopicID, kerr.UnknownTopicID)

@@ -24,7 +24,7 @@ func (b *Broker) ledPartition(t *raftmeta.Topic, p int32) (*engine.Partition, ra
 	if part.Leader != b.cfg.NodeID {
 		return nil, part, kerr.NotLeaderForPartition
 	}
-	ep := b.engine.Partition(engine.TopicID(t.ID), p)
+	ep := b.engine.Partition(t.ID, p)
 	if ep == nil {
 		// The image says we lead it but the engine has not created it:
 		// only possible for an image not yet applied, so ask for a retry.
@@ -57,7 +57,7 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 		var t *raftmeta.Topic
 		missing := kerr.UnknownTopicOrPartition
 		if req.Version >= 13 {
-			t, missing = img.TopicsByID[raftmeta.UUID(rt.TopicID)], kerr.UnknownTopicID
+			t, missing = img.TopicsByID[rt.TopicID], kerr.UnknownTopicID
 		} else {
 			t = img.Topics[rt.Topic]
 		}
@@ -119,7 +119,7 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				}
 			}
 			areq := &engine.AppendRequest{
-				Topic: t.Name, TopicID: engine.TopicID(t.ID), Partition: rp.Partition,
+				Topic: t.Name, TopicID: t.ID, Partition: rp.Partition,
 				Origin: engine.OriginClient, Records: rp.Records, Acks: req.Acks,
 			}
 			// Partitions append concurrently so that Pebble groups their

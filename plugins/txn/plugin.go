@@ -344,7 +344,7 @@ func (p *Plugin) writeMarker(ctx context.Context, tp server.TopicPartition, m en
 	if t.Partitions[tp.Partition].Leader != h.NodeID() {
 		return fmt.Errorf("%s-%d is led by broker %d: %w", tp.Topic, tp.Partition, t.Partitions[tp.Partition].Leader, kerr.NotLeaderForPartition)
 	}
-	ep := h.Engine().Partition(engine.TopicID(t.ID), tp.Partition)
+	ep := h.Engine().Partition(t.ID, tp.Partition)
 	if ep == nil {
 		return fmt.Errorf("%s-%d is not open yet: %w", tp.Topic, tp.Partition, kerr.NotLeaderForPartition)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/server"
 )
@@ -277,7 +276,7 @@ func (s *shardState) openOffsetPartitions(pid int64) []server.TopicPartition {
 		if part.Leader != h.NodeID() {
 			continue
 		}
-		if ep := h.Engine().Partition(engine.TopicID(t.ID), int32(i)); ep != nil {
+		if ep := h.Engine().Partition(t.ID, int32(i)); ep != nil {
 			if _, open := ep.OpenTxn(pid); open {
 				out = append(out, server.TopicPartition{Topic: offsetsTopic, Partition: int32(i)})
 			}
