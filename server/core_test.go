@@ -200,7 +200,7 @@ func TestProduceErrors(t *testing.T) {
 		t.Errorf("unknown partition: code %d", c)
 	}
 	legacy := makeBatch("a")
-	legacy[magicOffset] = 1
+	legacy[16] = 1 // the magic byte, where magic 0 and 1 messages keep it too
 	resp = rawRequest(t, b.Addr(), produceReq(3, "small", [16]byte{}, 0, 1, legacy)).(*kmsg.ProduceResponse)
 	if c := resp.Topics[0].Partitions[0].ErrorCode; c != kerr.UnsupportedForMessageFormat.Code {
 		t.Errorf("magic 1: code %d", c)

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"sync"
 
@@ -94,7 +93,7 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 			case t.Internal && rc.ClientID != internalClientID:
 				fail(kerr.InvalidTopicException, "cannot produce to internal topic "+t.Name)
 				continue
-			case len(rp.Records) > magicOffset && rp.Records[magicOffset] < 2:
+			case legacyMessages(rp.Records):
 				// Message sets (magic 0 and 1) predate record batches; we
 				// store only batches, like Kafka 4.
 				fail(kerr.UnsupportedForMessageFormat, "record batches of magic 2 only")
@@ -183,10 +182,11 @@ type pendingResponse struct {
 // adds the partition instead: such clients skip AddPartitionsToTxn.
 func (b *Broker) verifyTxn(ctx context.Context, version int16, txnID, topic string, partition int32, ep *engine.Partition, records []byte) error {
 	tc := b.txnCoordinator()
-	if tc == nil || len(records) < 61 || binary.BigEndian.Uint16(records[21:])&0x10 == 0 {
+	h, err := engine.ParseBatchHeader(records)
+	if tc == nil || err != nil || !h.Transactional() {
 		return nil // not a transactional batch (or not one at all: the engine says so)
 	}
-	pid, epoch := int64(binary.BigEndian.Uint64(records[43:])), int16(binary.BigEndian.Uint16(records[51:]))
+	pid, epoch := h.ProducerID, h.ProducerEpoch
 	if cur, open := ep.OpenTxn(pid); open && cur == epoch {
 		return nil // verified when the transaction's first batch came
 	}
@@ -207,8 +207,11 @@ type TxnPartitionAdder interface {
 	AddTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp TopicPartition) error
 }
 
-// magicOffset is where a record batch (and a legacy message) keeps its
-// magic byte: after baseOffset int64, length int32 and epoch/crc int32.
-const magicOffset = 16
+// legacyMessages reports whether records start with a message set of
+// magic 0 or 1 rather than a record batch.
+func legacyMessages(records []byte) bool {
+	_, err := engine.ParseBatchHeader(records)
+	return errors.Is(err, kerr.UnsupportedForMessageFormat)
+}
 
 var errAcks0Failed = errors.New("acks=0 produce failed: closing the connection so that the client refreshes its metadata")
