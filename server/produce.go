@@ -10,6 +10,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // ledPartition finds partition p of t if this broker leads it. The code is
@@ -132,7 +133,7 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				res, err := wait()
 				if err != nil {
 					b.log.Debug("produce rejected", "topic", t.Name, "partition", rp.Partition, "err", err)
-					sp.ErrorCode = errCode(err)
+					sp.ErrorCode = plugin.ErrorCode(err)
 					msg := err.Error()
 					sp.ErrorMessage = &msg
 					b.m.produceErrors.Inc()
@@ -190,21 +191,11 @@ func (b *Broker) verifyTxn(ctx context.Context, version int16, txnID, topic stri
 	if cur, open := ep.OpenTxn(pid); open && cur == epoch {
 		return nil // verified when the transaction's first batch came
 	}
-	tp := TopicPartition{Topic: topic, Partition: partition}
-	if adder, ok := tc.(TxnPartitionAdder); ok && version >= 12 {
+	tp := plugin.TopicPartition{Topic: topic, Partition: partition}
+	if adder, ok := tc.(plugin.TxnPartitionAdder); ok && version >= 12 {
 		return adder.AddTxnPartition(ctx, txnID, pid, epoch, tp)
 	}
 	return tc.VerifyTxnPartition(ctx, txnID, pid, epoch, tp)
-}
-
-// TxnPartitionAdder is a TxnCoordinator that serves transaction.version 2
-// (KIP-890 part 2); the broker then finalizes that feature. Produce v12+
-// and TxnOffsetCommit v5+ of a transactional producer call it to add
-// their partition to the producer's transaction (starting one), which
-// AddPartitionsToTxn and AddOffsetsToTxn did before. Errors wrap kerr
-// codes: INVALID_PRODUCER_EPOCH for a fenced producer.
-type TxnPartitionAdder interface {
-	AddTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp TopicPartition) error
 }
 
 // legacyMessages reports whether records start with a message set of
