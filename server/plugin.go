@@ -52,10 +52,9 @@ type (
 
 // Deprecated: for plugins/mirror until it moves to package plugin.
 const (
-	CoordinatorGroup       = plugin.CoordinatorGroup
-	CoordinatorTransaction = plugin.CoordinatorTransaction
-	CoordinatorMirror      = plugin.CoordinatorMirror
-	ACLResourceMirror      = plugin.ACLResourceMirror
+	CoordinatorGroup  = plugin.CoordinatorGroup
+	CoordinatorMirror = plugin.CoordinatorMirror
+	ACLResourceMirror = plugin.ACLResourceMirror
 )
 
 // ErrorCode is plugin.ErrorCode.

@@ -225,15 +225,8 @@ func TestLoadOnLeadership(t *testing.T) {
 // COORDINATOR_NOT_AVAILABLE and loads nothing (the broker reports
 // leadership only once its plugins have started).
 func TestNotRunning(t *testing.T) {
-	eng, err := engine.Open(engine.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
 	id := engine.TopicID{9}
-	if _, err := eng.Create("__t", id, 3, engine.DefaultLogConfig()); err != nil {
-		t.Fatal(err)
-	}
+	eng := openWith(t, "__t", id, 3)
 	var mu sync.Mutex
 	var unloaded bool
 	rt := New(Config{Topic: "__t", Partitions: 4, New: func(int32) StateMachine {
@@ -261,6 +254,21 @@ func TestNotRunning(t *testing.T) {
 	}
 }
 
+// openWith opens an engine, closed when the test ends, holding partition
+// p of topic.
+func openWith(t *testing.T, topic string, id engine.TopicID, p int32) *engine.Engine {
+	t.Helper()
+	eng, err := engine.Open(engine.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	if _, err := eng.Create(topic, id, p, engine.DefaultLogConfig()); err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
 // blockingUnload is a state machine whose Unloaded waits for release.
 type blockingUnload struct {
 	kv
@@ -277,15 +285,8 @@ func (s *blockingUnload) Unloaded() {
 // in the background, and Stop returns only once that has finished, so
 // that no goroutine of the runtime outlives it.
 func TestStopWaitsForUnload(t *testing.T) {
-	eng, err := engine.Open(engine.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
 	id := engine.TopicID{7}
-	if _, err := eng.Create("__t", id, 0, engine.DefaultLogConfig()); err != nil {
-		t.Fatal(err)
-	}
+	eng := openWith(t, "__t", id, 0)
 	sm := &blockingUnload{kv: kv{m: map[string]string{}}, entered: make(chan struct{}), release: make(chan struct{})}
 	rt := New(Config{Topic: "__t", Partitions: 1, New: func(int32) StateMachine { return sm }})
 	rt.Start(eng)

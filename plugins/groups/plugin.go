@@ -66,10 +66,9 @@ func ParseConfig(props map[string]string) (Config, error) {
 // plugin.TxnMarkerWriter to the other plugins.
 type Plugin struct {
 	*plugin.Coordinator
-	cfg    Config
-	cfgErr error
-	log    *slog.Logger
-	now    func() time.Time
+	cfg Config
+	log *slog.Logger
+	now func() time.Time
 }
 
 var (
@@ -87,27 +86,16 @@ func New(props map[string]string, log *slog.Logger) *Plugin {
 		log = slog.Default()
 	}
 	cfg, err := ParseConfig(props)
-	p := &Plugin{cfg: cfg, cfgErr: err, log: log.With("plugin", "groups"), now: time.Now}
+	p := &Plugin{cfg: cfg, log: log.With("plugin", "groups"), now: time.Now}
 	p.Coordinator = plugin.NewCoordinator(plugin.CoordinatorConfig{
 		KeyType: plugin.CoordinatorGroup,
 		Topic: plugin.InternalTopic{Name: Topic, Partitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor,
-			Configs: map[string]string{
-				"cleanup.policy":   "compact",
-				"compression.type": "producer",
-				"segment.bytes":    strconv.FormatInt(cfg.SegmentBytes, 10),
-			}},
+			Configs: map[string]string{"compression.type": "producer", "segment.bytes": strconv.FormatInt(cfg.SegmentBytes, 10)}},
 		New:    func(partition int32) coord.StateMachine { return newShardState(p, partition) },
 		Logger: p.log,
+		Err:    err,
 	})
 	return p
-}
-
-// Start implements plugin.Lifecycle.
-func (p *Plugin) Start(ctx context.Context, host plugin.Host) error {
-	if p.cfgErr != nil {
-		return fmt.Errorf("groups: %w", p.cfgErr)
-	}
-	return p.Coordinator.Start(ctx, host)
 }
 
 // APIVersions implements plugin.APIHandler.

@@ -67,10 +67,9 @@ func ParseConfig(props map[string]string) (Config, error) {
 // plugin.CoordinatorLocator.
 type Plugin struct {
 	*plugin.Coordinator
-	cfg    Config
-	cfgErr error
-	log    *slog.Logger
-	now    func() time.Time
+	cfg Config
+	log *slog.Logger
+	now func() time.Time
 
 	pids   raftmeta.ProducerIDs
 	mu     sync.Mutex      // guards stop against wg.Add
@@ -95,28 +94,17 @@ func New(props map[string]string, log *slog.Logger) *Plugin {
 		log = slog.Default()
 	}
 	cfg, err := ParseConfig(props)
-	p := &Plugin{cfg: cfg, cfgErr: err, log: log.With("plugin", "txn"), now: time.Now}
+	p := &Plugin{cfg: cfg, log: log.With("plugin", "txn"), now: time.Now}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.Coordinator = plugin.NewCoordinator(plugin.CoordinatorConfig{
 		KeyType: plugin.CoordinatorTransaction,
 		Topic: plugin.InternalTopic{Name: Topic, Partitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor,
-			Configs: map[string]string{
-				"cleanup.policy":   "compact",
-				"compression.type": "uncompressed",
-				"segment.bytes":    strconv.FormatInt(cfg.SegmentBytes, 10),
-			}},
+			Configs: map[string]string{"compression.type": "uncompressed", "segment.bytes": strconv.FormatInt(cfg.SegmentBytes, 10)}},
 		New:    func(int32) coord.StateMachine { return &shardState{p: p, txns: map[string]*txnMeta{}} },
 		Logger: p.log,
+		Err:    err,
 	})
 	return p
-}
-
-// Start implements plugin.Lifecycle.
-func (p *Plugin) Start(ctx context.Context, host plugin.Host) error {
-	if p.cfgErr != nil {
-		return fmt.Errorf("txn: %w", p.cfgErr)
-	}
-	return p.Coordinator.Start(ctx, host)
 }
 
 // Stop implements plugin.Lifecycle: background completions end first

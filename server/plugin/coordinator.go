@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"sync/atomic"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
@@ -21,6 +22,7 @@ import (
 // CoordinatorLocator. A plugin that does more in Start or Stop defines
 // its own and calls these.
 type Coordinator struct {
+	err     error
 	keyType int8
 	topic   InternalTopic
 	rt      *coord.Runtime
@@ -32,25 +34,38 @@ type CoordinatorConfig struct {
 	// KeyType is the FindCoordinator key type served (CoordinatorGroup,
 	// CoordinatorTransaction, CoordinatorMirror).
 	KeyType int8
-	// Topic is the internal topic as the broker creates it on first use.
-	// Keys are routed over Topic.Partitions only until the topic exists,
-	// then over the count it has, which an earlier run with other
-	// properties may have chosen.
+	// Topic is the internal topic as the broker creates it on first use,
+	// compacted (cleanup.policy=compact, over Topic.Configs). Keys are
+	// routed over Topic.Partitions only until the topic exists, then over
+	// the count it has, which an earlier run with other properties may
+	// have chosen.
 	Topic InternalTopic
 	// New returns the empty state machine of a partition's shard.
 	New    func(partition int32) coord.StateMachine
 	Logger *slog.Logger
+	// Err, a bad property of the plugin, makes Start fail, so that the
+	// broker refuses to run with it.
+	Err error
 }
 
 // NewCoordinator returns a coordinator that serves nothing until Start.
 func NewCoordinator(cfg CoordinatorConfig) *Coordinator {
-	return &Coordinator{keyType: cfg.KeyType, topic: cfg.Topic, rt: coord.New(coord.Config{
-		Topic: cfg.Topic.Name, Partitions: cfg.Topic.Partitions, New: cfg.New, Logger: cfg.Logger,
+	topic := cfg.Topic
+	topic.Configs = maps.Clone(topic.Configs)
+	if topic.Configs == nil {
+		topic.Configs = map[string]string{}
+	}
+	topic.Configs["cleanup.policy"] = "compact" // the state is the latest record per key
+	return &Coordinator{err: cfg.Err, keyType: cfg.KeyType, topic: topic, rt: coord.New(coord.Config{
+		Topic: topic.Name, Partitions: topic.Partitions, New: cfg.New, Logger: cfg.Logger,
 	})}
 }
 
 // Start implements Lifecycle: the runtime serves shards from now on.
 func (c *Coordinator) Start(_ context.Context, host Host) error {
+	if c.err != nil {
+		return c.err
+	}
 	c.host.Store(&host)
 	c.rt.Start(host.Engine())
 	return nil
