@@ -61,6 +61,30 @@ var groupConfigs = func() map[string]groupConfig {
 			func(p *Plugin) (time.Duration, time.Duration) {
 				return p.cfg.Share.MinHeartbeat, p.cfg.Share.MaxHeartbeat
 			}),
+		msConfig("share.record.lock.duration.ms", func(p *Plugin) time.Duration { return p.cfg.RecordLock },
+			func(p *Plugin) (time.Duration, time.Duration) { return p.cfg.MinRecordLock, p.cfg.MaxRecordLock }),
+		{name: "share.delivery.count.limit", typ: kmsg.ConfigTypeInt,
+			def: func(p *Plugin) string { return strconv.Itoa(p.cfg.DeliveryLimit) },
+			check: func(_ *Plugin, v string) error {
+				if n, err := strconv.Atoi(v); err != nil || n < 2 || n > 10 {
+					return fmt.Errorf("share.delivery.count.limit=%q: want an integer from 2 to 10", v)
+				}
+				return nil
+			}},
+		{name: "share.auto.offset.reset", typ: kmsg.ConfigTypeString,
+			def: func(*Plugin) string { return "latest" },
+			check: func(_ *Plugin, v string) error {
+				_, _, err := parseAutoOffsetReset(v)
+				return err
+			}},
+		{name: "share.isolation.level", typ: kmsg.ConfigTypeString,
+			def: func(*Plugin) string { return "read_uncommitted" },
+			check: func(_ *Plugin, v string) error {
+				if v != "read_uncommitted" && v != "read_committed" {
+					return fmt.Errorf("share.isolation.level=%q: want read_uncommitted or read_committed", v)
+				}
+				return nil
+			}},
 	}
 	m := map[string]groupConfig{}
 	for _, c := range all {

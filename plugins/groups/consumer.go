@@ -626,6 +626,9 @@ func (s *shardState) fence(c *change, g *group, mm *mmember) {
 		if len(m.members) == 0 {
 			s.setEmptySince(g)
 		}
+		if g.kind == kindShare {
+			s.p.shareMemberLeft(g.name, mm.id) // its records are released
+		}
 	})
 }
 

@@ -468,6 +468,11 @@ func (s *shardState) deleteGroup(name string) error {
 	if g.kind != kindClassic {
 		recs = modernTombstones(g)
 	}
+	if g.kind == kindShare {
+		if err := s.p.deleteShareStates(s.sh.Context(), name, sharePartitions(g.m.initialized)); err != nil {
+			return err
+		}
+	}
 	for t := range g.offsets {
 		recs = append(recs, coord.Record{Key: offsetKey(name, t)})
 	}

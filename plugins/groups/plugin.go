@@ -48,6 +48,15 @@ type Config struct {
 	// of an empty group between the classic and the consumer protocol
 	// are allowed ("bidirectional", "upgrade", "downgrade", "disabled").
 	Migration string
+	// Share-partition defaults, which share groups may override within
+	// the bounds: group.share.record.lock.duration.ms (30000, from
+	// group.share.min.record.lock.duration.ms 15000 to
+	// group.share.max.record.lock.duration.ms 60000),
+	// group.share.delivery.count.limit (5, from 2 to 10) and
+	// group.share.partition.max.record.locks (2000).
+	RecordLock, MinRecordLock, MaxRecordLock time.Duration
+	DeliveryLimit                            int
+	MaxRecordLocks                           int
 }
 
 // Modern is the configuration of one kind of heartbeat-driven group.
@@ -86,6 +95,11 @@ func ParseConfig(props map[string]string) (Config, error) {
 		MaxMetadata:       int(r.Int("offset.metadata.max.bytes", 4096, 0, math.MaxInt32)),
 		Consumer:          modern("group.consumer.", math.MaxInt32),
 		Share:             modern("group.share.", 200),
+		RecordLock:        ms("group.share.record.lock.duration.ms", 30000, 1),
+		MinRecordLock:     ms("group.share.min.record.lock.duration.ms", 15000, 1),
+		MaxRecordLock:     ms("group.share.max.record.lock.duration.ms", 60000, 1),
+		DeliveryLimit:     int(r.Int("group.share.delivery.count.limit", 5, 2, 10)),
+		MaxRecordLocks:    int(r.Int("group.share.partition.max.record.locks", 2000, 100, 10000)),
 		Assignors:         []string{"uniform", "range"},
 		Migration:         "bidirectional",
 	}
@@ -122,6 +136,9 @@ func ParseConfig(props map[string]string) (Config, error) {
 		if m.m.Heartbeat < m.m.MinHeartbeat || m.m.Heartbeat > m.m.MaxHeartbeat || m.m.Heartbeat >= m.m.Session {
 			errs = append(errs, fmt.Errorf("%sheartbeat.interval.ms=%d: want from %d to %d and below the session timeout", m.name, m.m.Heartbeat.Milliseconds(), m.m.MinHeartbeat.Milliseconds(), m.m.MaxHeartbeat.Milliseconds()))
 		}
+	}
+	if c.RecordLock < c.MinRecordLock || c.RecordLock > c.MaxRecordLock {
+		errs = append(errs, fmt.Errorf("group.share.record.lock.duration.ms=%d: want from %d to %d", c.RecordLock.Milliseconds(), c.MinRecordLock.Milliseconds(), c.MaxRecordLock.Milliseconds()))
 	}
 	return c, errors.Join(append([]error{r.Err()}, errs...)...)
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -61,22 +62,22 @@ func hasSub(typ int16) bool {
 }
 
 func (k modernKey) encode() []byte {
-	e := enc{}
-	e.i16(k.typ)
-	e.keyStr(k.group)
+	e := coord.Enc{}
+	e.I16(k.typ)
+	e.KeyStr(k.group)
 	if hasSub(k.typ) {
-		e.keyStr(k.sub)
+		e.KeyStr(k.sub)
 	}
-	return e.b
+	return e.B
 }
 
 func decodeModernKey(b []byte) (modernKey, error) {
-	d := newDec(b)
-	k := modernKey{typ: d.i16(), group: d.keyStr()}
+	d := coord.NewDec(b)
+	k := modernKey{typ: d.I16(), group: d.KeyStr()}
 	if hasSub(k.typ) {
-		k.sub = d.keyStr()
+		k.sub = d.KeyStr()
 	}
-	return k, d.done(fmt.Sprintf("record key of type %d", k.typ))
+	return k, d.Done(fmt.Sprintf("record key of type %d", k.typ))
 }
 
 // isModernKey says whether a key of __consumer_offsets is a modern
@@ -133,23 +134,23 @@ func (a assignment) add(t uuid.UUID, p int32) {
 
 func (a assignment) topicIDs() []uuid.UUID { return sortedIDs(a) }
 
-func (e *enc) assignment(a assignment) {
+func encAssignment(e *coord.Enc, a assignment) {
 	ids := a.topicIDs()
-	e.arr(len(ids))
+	e.Arr(len(ids))
 	for _, id := range ids {
-		e.uuid(id)
-		e.int32s(a[id])
-		e.noTags()
+		e.Uuid(id)
+		e.Int32s(a[id])
+		e.NoTags()
 	}
 }
 
-func (d *dec) assignment() assignment {
-	n := d.arr()
+func decAssignment(d *coord.Dec) assignment {
+	n := d.Arr()
 	a := make(assignment, n)
 	for range n {
-		id := uuid.UUID(d.uuid())
-		ps := d.int32s()
-		d.skipTags()
+		id := uuid.UUID(d.Uuid())
+		ps := d.Int32s()
+		d.SkipTags()
 		slices.Sort(ps)
 		a[id] = slices.Compact(ps)
 	}
@@ -164,30 +165,30 @@ type groupMetaValue struct {
 }
 
 func (v groupMetaValue) encode(consumer bool) []byte {
-	e := enc{}
-	e.i16(0)
-	e.i32(v.epoch)
+	e := coord.Enc{}
+	e.I16(0)
+	e.I32(v.epoch)
 	if consumer {
-		e.taggedI64(taggedField{0, v.metadataHash, 0}, taggedField{1, v.createdMs, -1})
+		e.TaggedI64(coord.TaggedI64{Tag: 0, V: v.metadataHash, Def: 0}, coord.TaggedI64{Tag: 1, V: v.createdMs, Def: -1})
 	} else {
-		e.noTags()
+		e.NoTags()
 	}
-	return e.b
+	return e.B
 }
 
 func decodeGroupMeta(b []byte) (groupMetaValue, error) {
-	d := newDec(b)
-	d.i16()
-	v := groupMetaValue{epoch: d.i32(), createdMs: -1}
-	d.tags(func(tag uint32, b []byte) {
+	d := coord.NewDec(b)
+	d.I16()
+	v := groupMetaValue{epoch: d.I32(), createdMs: -1}
+	d.Tags(func(tag uint32, b []byte) {
 		switch tag {
 		case 0:
-			v.metadataHash = tagI64(b)
+			v.metadataHash = coord.TagI64(b)
 		case 1:
-			v.createdMs = tagI64(b)
+			v.createdMs = coord.TagI64(b)
 		}
 	})
-	return v, d.done("group metadata value")
+	return v, d.Done("group metadata value")
 }
 
 // memberValue is ConsumerGroupMemberMetadataValue (and, with only rack,
@@ -202,75 +203,75 @@ type memberValue struct {
 }
 
 func (v memberValue) encode(consumer bool) []byte {
-	e := enc{}
-	e.i16(0)
+	e := coord.Enc{}
+	e.I16(0)
 	if consumer {
-		e.nstr(v.instanceID)
+		e.Nstr(v.instanceID)
 	}
-	e.nstr(v.rackID)
-	e.str(v.clientID)
-	e.str(v.clientHost)
-	e.strs(v.topics)
+	e.Nstr(v.rackID)
+	e.Str(v.clientID)
+	e.Str(v.clientHost)
+	e.Strs(v.topics)
 	if consumer {
-		e.nstr(v.regex)
-		e.i32(v.rebalanceTimeoutMs)
-		e.nstr(v.assignor)
+		e.Nstr(v.regex)
+		e.I32(v.rebalanceTimeoutMs)
+		e.Nstr(v.assignor)
 	}
-	e.noTags() // no ClassicMemberMetadata: Tandem's consumer groups have no classic members
-	return e.b
+	e.NoTags() // no ClassicMemberMetadata: Tandem's consumer groups have no classic members
+	return e.B
 }
 
 func decodeMember(b []byte, consumer bool) (memberValue, error) {
-	d := newDec(b)
-	d.i16()
+	d := coord.NewDec(b)
+	d.I16()
 	var v memberValue
 	if consumer {
-		v.instanceID = d.nstr()
+		v.instanceID = d.Nstr()
 	}
-	v.rackID = d.nstr()
-	v.clientID, v.clientHost = d.str(), d.str()
-	v.topics = d.strs()
+	v.rackID = d.Nstr()
+	v.clientID, v.clientHost = d.Str(), d.Str()
+	v.topics = d.Strs()
 	if consumer {
-		v.regex = d.nstr()
-		v.rebalanceTimeoutMs = d.i32()
-		v.assignor = d.nstr()
+		v.regex = d.Nstr()
+		v.rebalanceTimeoutMs = d.I32()
+		v.assignor = d.Nstr()
 	}
-	d.skipTags()
-	return v, d.done("member metadata value")
+	d.SkipTags()
+	return v, d.Done("member metadata value")
 }
 
 // epochValue is the target assignment metadata value (assignment epoch).
 func epochValue(epoch int32) []byte {
-	e := enc{}
-	e.i16(0)
-	e.i32(epoch)
-	e.noTags()
-	return e.b
+	e := coord.Enc{}
+	e.I16(0)
+	e.I32(epoch)
+	e.NoTags()
+	return e.B
 }
 
 func decodeEpochValue(b []byte) (int32, error) {
-	d := newDec(b)
-	d.i16()
-	v := d.i32()
-	d.skipTags()
-	return v, d.done("assignment epoch value")
+	d := coord.NewDec(b)
+	d.I16()
+	v := d.I32()
+	d.SkipTags()
+	return v, d.Done("assignment epoch value")
 }
 
 // targetValue is a member's target assignment.
 func targetValue(a assignment) []byte {
-	e := enc{}
-	e.i16(0)
-	e.assignment(a)
-	e.noTags()
-	return e.b
+	e := coord.Enc{}
+	e.I16(0)
+	encAssignment(&e, a)
+	e.NoTags()
+	return e.B
 }
 
 func decodeTarget(b []byte) (assignment, error) {
-	d := newDec(b)
-	d.i16()
-	a := d.assignment()
-	d.skipTags()
-	return a, d.done("target assignment value")
+	d := coord.NewDec(b)
+	d.I16()
+	a := decAssignment(d)
+	d.SkipTags()
+	return a, d.Done("target assignment value")
 }
 
 // currentValue is ConsumerGroupCurrentMemberAssignmentValue (share
@@ -283,28 +284,28 @@ type currentValue struct {
 }
 
 func (v currentValue) encode(consumer bool) []byte {
-	e := enc{}
-	e.i16(0)
-	e.i32(v.epoch)
-	e.i32(v.prevEpoch)
-	e.i8(v.state)
-	e.assignment(v.assigned)
+	e := coord.Enc{}
+	e.I16(0)
+	e.I32(v.epoch)
+	e.I32(v.prevEpoch)
+	e.I8(v.state)
+	encAssignment(&e, v.assigned)
 	if consumer {
-		e.assignment(v.revoking)
+		encAssignment(&e, v.revoking)
 	}
-	e.noTags()
-	return e.b
+	e.NoTags()
+	return e.B
 }
 
 func decodeCurrent(b []byte, consumer bool) (currentValue, error) {
-	d := newDec(b)
-	d.i16()
-	v := currentValue{epoch: d.i32(), prevEpoch: d.i32(), state: d.i8(), assigned: d.assignment()}
+	d := coord.NewDec(b)
+	d.I16()
+	v := currentValue{epoch: d.I32(), prevEpoch: d.I32(), state: d.I8(), assigned: decAssignment(d)}
 	if consumer {
-		v.revoking = d.assignment()
+		v.revoking = decAssignment(d)
 	}
-	d.skipTags()
-	return v, d.done("current assignment value")
+	d.SkipTags()
+	return v, d.Done("current assignment value")
 }
 
 // regexValue is ConsumerGroupRegularExpressionValue.
@@ -315,21 +316,21 @@ type regexValue struct {
 }
 
 func (v regexValue) encode() []byte {
-	e := enc{}
-	e.i16(0)
-	e.strs(v.topics)
-	e.i64(v.version)
-	e.i64(v.timestampMs)
-	e.noTags()
-	return e.b
+	e := coord.Enc{}
+	e.I16(0)
+	e.Strs(v.topics)
+	e.I64(v.version)
+	e.I64(v.timestampMs)
+	e.NoTags()
+	return e.B
 }
 
 func decodeRegex(b []byte) (regexValue, error) {
-	d := newDec(b)
-	d.i16()
-	v := regexValue{topics: d.strs(), version: d.i64(), timestampMs: d.i64()}
-	d.skipTags()
-	return v, d.done("regular expression value")
+	d := coord.NewDec(b)
+	d.I16()
+	v := regexValue{topics: d.Strs(), version: d.I64(), timestampMs: d.I64()}
+	d.SkipTags()
+	return v, d.Done("regular expression value")
 }
 
 // initTopic is a topic of ShareGroupStatePartitionMetadataValue.
@@ -342,25 +343,25 @@ type initTopic struct {
 // partitions whose share-group state was initialized, and the topics
 // whose state is being deleted.
 func statePartitionsValue(initialized, deleting map[uuid.UUID]initTopic) []byte {
-	e := enc{}
-	e.i16(0)
+	e := coord.Enc{}
+	e.I16(0)
 	ids := sortedIDs(initialized)
-	e.arr(len(ids))
+	e.Arr(len(ids))
 	for _, id := range ids {
-		e.uuid(id)
-		e.str(initialized[id].name)
-		e.int32s(initialized[id].partitions)
-		e.noTags()
+		e.Uuid(id)
+		e.Str(initialized[id].name)
+		e.Int32s(initialized[id].partitions)
+		e.NoTags()
 	}
 	ids = sortedIDs(deleting)
-	e.arr(len(ids))
+	e.Arr(len(ids))
 	for _, id := range ids {
-		e.uuid(id)
-		e.str(deleting[id].name)
-		e.noTags()
+		e.Uuid(id)
+		e.Str(deleting[id].name)
+		e.NoTags()
 	}
-	e.noTags()
-	return e.b
+	e.NoTags()
+	return e.B
 }
 
 func sortedIDs[V any](m map[uuid.UUID]V) []uuid.UUID {
@@ -370,21 +371,21 @@ func sortedIDs[V any](m map[uuid.UUID]V) []uuid.UUID {
 }
 
 func decodeStatePartitions(b []byte) (initialized, deleting map[uuid.UUID]initTopic, err error) {
-	d := newDec(b)
-	d.i16()
+	d := coord.NewDec(b)
+	d.I16()
 	initialized, deleting = map[uuid.UUID]initTopic{}, map[uuid.UUID]initTopic{}
-	for range d.arr() {
-		id := uuid.UUID(d.uuid())
-		t := initTopic{name: d.str(), partitions: d.int32s()}
-		d.skipTags()
+	for range d.Arr() {
+		id := uuid.UUID(d.Uuid())
+		t := initTopic{name: d.Str(), partitions: d.Int32s()}
+		d.SkipTags()
 		slices.Sort(t.partitions)
 		initialized[id] = t
 	}
-	for range d.arr() {
-		id := uuid.UUID(d.uuid())
-		deleting[id] = initTopic{name: d.str()}
-		d.skipTags()
+	for range d.Arr() {
+		id := uuid.UUID(d.Uuid())
+		deleting[id] = initTopic{name: d.Str()}
+		d.SkipTags()
 	}
-	d.skipTags()
-	return initialized, deleting, d.done("share group state partition metadata value")
+	d.SkipTags()
+	return initialized, deleting, d.Done("share group state partition metadata value")
 }
