@@ -338,7 +338,7 @@ func parseISODuration(s string) (time.Duration, error) {
 func (p *Plugin) ShareGroupPartitions(ctx context.Context, group string) (string, []plugin.SharePartition, error) {
 	state := stateDead.String()
 	var parts []plugin.SharePartition
-	err := p.do(ctx, group, func(s *shardState) error {
+	err := p.doCreating(ctx, group, func(s *shardState) error {
 		g := s.groups[group]
 		switch {
 		case g == nil:
@@ -365,7 +365,7 @@ func sharePartitions(init map[uuid.UUID]initTopic) []plugin.SharePartition {
 
 // SetShareGroupPartitions implements plugin.ShareGroupCoordinator.
 func (p *Plugin) SetShareGroupPartitions(ctx context.Context, group string, add, remove []plugin.SharePartition) error {
-	return p.do(ctx, group, func(s *shardState) error {
+	return p.doCreating(ctx, group, func(s *shardState) error {
 		c := &change{}
 		g, err := s.modernGroupFor(c, group, kindShare, true)
 		if err != nil {
@@ -408,6 +408,19 @@ func (p *Plugin) SetShareGroupPartitions(ctx context.Context, group string, add,
 		c.then(func() { m.initialized = init })
 		return s.commitChange(c)
 	})
+}
+
+// doCreating is do for another plugin's call, which no FindCoordinator
+// preceded: the internal topic is created on first use.
+func (p *Plugin) doCreating(ctx context.Context, group string, fn func(s *shardState) error) error {
+	h := p.Host()
+	if h == nil {
+		return kerr.CoordinatorNotAvailable
+	}
+	if _, err := h.EnsureTopic(ctx, p.Topic()); err != nil {
+		return err
+	}
+	return p.do(ctx, group, fn)
 }
 
 // shareMemberLeft tells the share-groups plugin that a member is gone.

@@ -35,6 +35,10 @@ type session struct {
 	parts map[tpKey]bool
 }
 
+// maxFetchBytes bounds the records of one ShareFetch response, which is
+// assembled in memory: Kafka's fetch.max.bytes default.
+const maxFetchBytes = 55 << 20
+
 // nextEpoch follows Kafka: after MaxInt32 comes 1.
 func nextEpoch(e int32) int32 {
 	if e == math.MaxInt32 {
@@ -280,9 +284,11 @@ func (p *Plugin) fetch(ctx context.Context, rc *plugin.RequestContext, req *kmsg
 	if req.Version < 1 || maxRecords <= 0 {
 		maxRecords = 500 // Kafka's share.max.fetch.records
 	}
+	// The response is built in memory: at most maxFetchBytes of it,
+	// whatever the client asks for (it still gets at least one batch).
 	maxBytes := int(req.MaxBytes)
-	if maxBytes <= 0 {
-		maxBytes = math.MaxInt32
+	if maxBytes <= 0 || maxBytes > maxFetchBytes {
+		maxBytes = maxFetchBytes
 	}
 	wait := time.NewTimer(time.Duration(max(req.MaxWaitMillis, 0)) * time.Millisecond)
 	defer wait.Stop()

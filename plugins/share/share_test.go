@@ -2,6 +2,7 @@ package share_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -461,5 +463,146 @@ func TestShareGroupOffsetsAdmin(t *testing.T) {
 	req.Groups = []kmsg.DescribeShareGroupOffsetsRequestGroup{{GroupID: "go"}}
 	if resp, err := req.RequestWith(ctx, cl); err != nil || resp.Groups[0].ErrorCode != 0 || len(resp.Groups[0].Topics) != 0 {
 		t.Fatalf("describe after DeleteGroups: %v %+v", err, resp)
+	}
+}
+
+// TestShareStateAPIs: the share-group state APIs read and write
+// __share_group_state as Kafka's share coordinator does: a write merges
+// state batches and moves the start, a writer with an older state epoch
+// is fenced, a delete removes the state.
+func TestShareStateAPIs(t *testing.T) {
+	b := tandemtest.StartInProcess(t, testProps)
+	cl := tandemtest.Client(t, b.Addr())
+	ctx := context.Background()
+	id := [16]byte{1, 2, 3}
+	init := kmsg.NewPtrInitializeShareGroupStateRequest()
+	init.GroupID = "gs"
+	init.Topics = []kmsg.InitializeShareGroupStateRequestTopic{{TopicID: id, Partitions: []kmsg.InitializeShareGroupStateRequestTopicPartition{{Partition: 3, StateEpoch: 1, StartOffset: 10}}}}
+	if resp, err := init.RequestWith(ctx, cl); err != nil || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("initialize: %v %+v", err, resp)
+	}
+	write := func(stateEpoch int32, start int64, batches ...kmsg.WriteShareGroupStateRequestTopicPartitionStateBatch) int16 {
+		t.Helper()
+		req := kmsg.NewPtrWriteShareGroupStateRequest()
+		req.GroupID = "gs"
+		req.Topics = []kmsg.WriteShareGroupStateRequestTopic{{TopicID: id, Partitions: []kmsg.WriteShareGroupStateRequestTopicPartition{
+			{Partition: 3, StateEpoch: stateEpoch, StartOffset: start, StateBatches: batches}}}}
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Topics[0].Partitions[0].ErrorCode
+	}
+	batch := func(first, last int64, state int8, count int16) kmsg.WriteShareGroupStateRequestTopicPartitionStateBatch {
+		return kmsg.WriteShareGroupStateRequestTopicPartitionStateBatch{FirstOffset: first, LastOffset: last, DeliveryState: state, DeliveryCount: count}
+	}
+	if code := write(1, -1, batch(10, 19, 0, 1)); code != 0 {
+		t.Fatalf("write: %d", code)
+	}
+	if code := write(1, 12, batch(12, 14, 2, 1), batch(15, 15, 4, 3)); code != 0 {
+		t.Fatalf("write: %d", code)
+	}
+	if code := write(0, -1, batch(16, 16, 2, 1)); code != kerr.FencedStateEpoch.Code {
+		t.Fatalf("a write with an older state epoch: %d", code)
+	}
+	read := kmsg.NewPtrReadShareGroupStateRequest()
+	read.GroupID = "gs"
+	read.Topics = []kmsg.ReadShareGroupStateRequestTopic{{TopicID: id, Partitions: []kmsg.ReadShareGroupStateRequestTopicPartition{{Partition: 3}}}}
+	resp, err := read.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := resp.Topics[0].Partitions[0]
+	var got []string
+	for _, sb := range p.StateBatches {
+		got = append(got, fmt.Sprintf("%d-%d:%d/%d", sb.FirstOffset, sb.LastOffset, sb.DeliveryState, sb.DeliveryCount))
+	}
+	want := []string{"12-14:2/1", "15-15:4/3", "16-19:0/1"}
+	if p.ErrorCode != 0 || p.StartOffset != 12 || p.StateEpoch != 1 || !slices.Equal(got, want) {
+		t.Fatalf("read: start %d epoch %d batches %v, want start 12 epoch 1 %v", p.StartOffset, p.StateEpoch, got, want)
+	}
+	summary := kmsg.NewPtrReadShareGroupStateSummaryRequest()
+	summary.Version = 1
+	summary.GroupID = "gs"
+	summary.Topics = []kmsg.ReadShareGroupStateSummaryRequestTopic{{TopicID: id, Partitions: []kmsg.ReadShareGroupStateSummaryRequestTopicPartition{{Partition: 3}}}}
+	sresp, err := summary.RequestWith(ctx, cl)
+	if err != nil || sresp.Topics[0].Partitions[0].StartOffset != 12 || sresp.Topics[0].Partitions[0].DeliveryCompleteCount != 4 {
+		t.Fatalf("summary: %v %+v", err, sresp)
+	}
+	del := kmsg.NewPtrDeleteShareGroupStateRequest()
+	del.GroupID = "gs"
+	del.Topics = []kmsg.DeleteShareGroupStateRequestTopic{{TopicID: id, Partitions: []kmsg.DeleteShareGroupStateRequestTopicPartition{{Partition: 3}}}}
+	if resp, err := del.RequestWith(ctx, cl); err != nil || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("delete: %v %+v", err, resp)
+	}
+	if resp, err := read.RequestWith(ctx, cl); err != nil || resp.Topics[0].Partitions[0].StartOffset != -1 {
+		t.Fatalf("read after delete: %v %+v", err, resp)
+	}
+}
+
+// TestShareReadCommitted: a share group with share.isolation.level
+// read_committed is never delivered records of aborted transactions, nor
+// records past the last stable offset.
+func TestShareReadCommitted(t *testing.T) {
+	b := tandemtest.StartInProcess(t, testProps)
+	addr := b.Addr()
+	tandemtest.CreateTopic(t, addr, "stx", 1)
+	cl := tandemtest.Client(t, addr)
+	setGroupConfig(t, cl, "gtx", "share.auto.offset.reset", "earliest", "share.isolation.level", "read_committed")
+	txn := tandemtest.Client(t, addr, kgo.TransactionalID("stx-producer"), kgo.DefaultProduceTopic("stx"))
+	ctx := context.Background()
+	for _, commit := range []bool{false, true} {
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		var recs []*kgo.Record
+		for i := range 3 {
+			recs = append(recs, &kgo.Record{Value: []byte(fmt.Sprint(commit, i))})
+		}
+		if err := txn.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := newSharer(t, cl, "gtx", "m", "stx")
+	_, p := m.fetch(100)
+	// 0-2 aborted, 3 its marker, 4-6 committed, 7 the commit marker.
+	if got := offsets(acquired(p)); !slices.Equal(got, span(4, 6)) {
+		t.Fatalf("acquired %v, want the committed records 4-6", got)
+	}
+}
+
+// TestShareGroupOffsetsCapability: plugin.ShareGroupOffsets, what the
+// mirror's metadata sync will use: start offsets are read with the group
+// state and set only on an empty group.
+func TestShareGroupOffsetsCapability(t *testing.T) {
+	b := tandemtest.StartInProcess(t, testProps)
+	addr := b.Addr()
+	tandemtest.CreateTopic(t, addr, "sc", 1)
+	produce(t, addr, "sc", 0, 10)
+	sgo, ok := plugin.Find[plugin.ShareGroupOffsets](b.Plugins())
+	if !ok {
+		t.Fatal("no plugin offers ShareGroupOffsets")
+	}
+	ctx := context.Background()
+	tp := plugin.TopicPartition{Topic: "sc", Partition: 0}
+	if offs, state, err := sgo.ShareGroupStartOffsets(ctx, "gc"); err != nil || state != "Dead" || len(offs) != 0 {
+		t.Fatalf("a group that does not exist: %v %s %v", offs, state, err)
+	}
+	if err := sgo.AlterShareGroupStartOffsets(ctx, "gc", map[plugin.TopicPartition]int64{tp: 7}); err != nil {
+		t.Fatal(err)
+	}
+	offs, state, err := sgo.ShareGroupStartOffsets(ctx, "gc")
+	if err != nil || state != "Empty" || offs[tp].Offset != 7 || offs[tp].LeaderEpoch != 0 {
+		t.Fatalf("after the alter: %v %s %v", offs, state, err)
+	}
+	newSharer(t, tandemtest.Client(t, addr), "gc", "m", "sc")
+	if err := sgo.AlterShareGroupStartOffsets(ctx, "gc", map[plugin.TopicPartition]int64{tp: 9}); !errors.Is(err, kerr.NonEmptyGroup) {
+		t.Fatalf("alter of an active group: %v", err)
+	}
+	if _, state, _ := sgo.ShareGroupStartOffsets(ctx, "gc"); state != "Stable" {
+		t.Fatalf("state with a member: %s", state)
 	}
 }
