@@ -18,12 +18,18 @@ import (
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
-// groupArgs keep group tests fast: a short initial rebalance delay and
-// sessions as short as the clients allow.
+// groupArgs keep group tests fast: a short initial rebalance delay,
+// sessions as short as the clients allow, frequent KIP-848 and share
+// group heartbeats.
 var groupArgs = []string{
 	"--set", "group.initial.rebalance.delay.ms=100",
 	"--set", "group.min.session.timeout.ms=1000",
 	"--set", "offsets.topic.num.partitions=10",
+	"--set", "group.consumer.heartbeat.interval.ms=500",
+	"--set", "group.consumer.min.heartbeat.interval.ms=100",
+	"--set", "group.share.heartbeat.interval.ms=500",
+	"--set", "group.share.min.heartbeat.interval.ms=100",
+	"--set", "share.coordinator.state.topic.num.partitions=4",
 }
 
 // collector counts every value consumed, by every member.
