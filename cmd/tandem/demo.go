@@ -65,7 +65,7 @@ func runDemo(stdout, stderr io.Writer, records, size int, rate int64, interval, 
 		for k, v := range extra {
 			props[k] = v
 		}
-		b, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", Props: props, Plugins: plugins(props), Logger: log})
+		b, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", Props: props, Plugins: plugins(props, log), Logger: log})
 		if err == nil {
 			err = b.Start(ctx)
 		}

@@ -10,6 +10,6 @@ import (
 
 // withGroups adds the consumer-groups plugin (__consumer_offsets, the
 // classic group protocol, FindCoordinator for groups).
-func withGroups(ps []any, props map[string]string) []any {
-	return append(ps, groups.New(props, slog.Default()))
+func withGroups(ps []any, props map[string]string, log *slog.Logger) []any {
+	return append(ps, groups.New(props, log))
 }

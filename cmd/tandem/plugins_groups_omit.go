@@ -2,5 +2,7 @@
 
 package main
 
+import "log/slog"
+
 // withGroups: the consumer-groups plugin is compiled out.
-func withGroups(ps []any, _ map[string]string) []any { return ps }
+func withGroups(ps []any, _ map[string]string, _ *slog.Logger) []any { return ps }

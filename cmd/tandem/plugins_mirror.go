@@ -10,6 +10,6 @@ import (
 
 // withMirror adds the cluster mirroring plugin (KIP-1279: mirror APIs
 // 94–105, __mirror_state, mirror fetchers, read-only mirror topics).
-func withMirror(ps []any, props map[string]string) []any {
-	return append(ps, mirror.New(props, slog.Default()))
+func withMirror(ps []any, props map[string]string, log *slog.Logger) []any {
+	return append(ps, mirror.New(props, log))
 }

@@ -5,10 +5,11 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 )
 
 // withMirror: the cluster mirroring plugin is compiled out.
-func withMirror(ps []any, _ map[string]string) []any { return ps }
+func withMirror(ps []any, _ map[string]string, _ *slog.Logger) []any { return ps }
 
 // mirrors and demo need the mirror plugin's messages, which this build
 // leaves out.

@@ -12,6 +12,6 @@ import (
 // transactional producers, FindCoordinator for transactions). It finds
 // the consumer-groups plugin, if compiled in, through
 // server.TxnMarkerWriter for transactional offset commits.
-func withTxn(ps []any, props map[string]string) []any {
-	return append(ps, txn.New(props, slog.Default()))
+func withTxn(ps []any, props map[string]string, log *slog.Logger) []any {
+	return append(ps, txn.New(props, log))
 }

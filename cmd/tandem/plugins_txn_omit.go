@@ -2,6 +2,8 @@
 
 package main
 
+import "log/slog"
+
 // withTxn: the transaction coordinator is compiled out; InitProducerId
 // with a transactional id answers INVALID_REQUEST.
-func withTxn(ps []any, _ map[string]string) []any { return ps }
+func withTxn(ps []any, _ map[string]string, _ *slog.Logger) []any { return ps }

@@ -101,6 +101,7 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Logger = log
+	cfg.Plugins = plugins(cfg.Props, log)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -148,7 +149,6 @@ func (o *serveOptions) brokerConfig(explicit map[string]bool) (server.Config, er
 		Listen:    o.listen,
 		Advertise: o.advertise,
 		Props:     props,
-		Plugins:   plugins(props),
 	}, nil
 }
 

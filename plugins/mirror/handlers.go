@@ -303,6 +303,9 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []
 		if t.ErrorCode != 0 {
 			return nil, fmt.Errorf("topic %s on the source cluster of mirror %s: %w", name, m.Name, kerr.ErrorForCode(t.ErrorCode))
 		}
+		if isInternal(name, t.IsInternal) {
+			return nil, fmt.Errorf("topic %s is internal to the source cluster and never mirrored: %w", name, kerr.InvalidRequest)
+		}
 		rf := int16(1)
 		if len(t.Partitions) > 0 {
 			rf = int16(len(t.Partitions[0].Replicas))
@@ -564,9 +567,11 @@ func (p *Plugin) describe(ctx context.Context, rc *server.RequestContext, req *D
 				}
 				r.mu.Unlock()
 			}
-			if halt := p.meta.halted(name); halt != "" {
+			halt, aclSync := p.meta.status(name)
+			if halt != "" {
 				dm.ErrorCode, dm.ErrorMessage, dm.State = kerr.InconsistentClusterID.Code, nonEmpty(halt), "FAILED"
 			}
+			dm.ACLSync = aclSync
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
 				t := img.Topics[tn]
 				if t == nil {
@@ -585,7 +590,7 @@ func (p *Plugin) describe(ctx context.Context, rc *server.RequestContext, req *D
 }
 
 func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t *raftmeta.Topic, i int32) PartitionDetail {
-	pd := PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, State: Unknown.String()}
+	pd := PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: Unknown.String()}
 	if st, err := p.readState(ctx, pkey{mirror, t.Name, i}, t.ID); err == nil {
 		pd.State, pd.Reason = st.State.String(), st.Reason
 	} else {
@@ -594,16 +599,24 @@ func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t
 	if ep := p.host.Engine().Partition(engine.TopicID(t.ID), i); ep != nil {
 		pd.DestinationOffset = ep.Offsets().LogEnd
 	}
-	if r != nil {
-		r.mu.Lock()
-		if pt := r.parts[tpKey{t.Name, i}]; pt != nil {
-			pd.SourceOffset = pt.srcHWM
-			pd.LagMs = pt.lagMs
-		}
-		r.mu.Unlock()
+	if r == nil {
+		return pd
 	}
-	if pd.SourceOffset >= 0 && pd.DestinationOffset >= 0 {
-		pd.Lag = max(0, pd.SourceOffset-pd.DestinationOffset)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pt := r.parts[tpKey{t.Name, i}]
+	if pt == nil || !needsSource(pt.state) {
+		return pd // not copied here (any more): the source side is not ours to tell
+	}
+	if pt.srcEnd >= 0 && pd.DestinationOffset >= 0 {
+		pd.SourceOffset, pd.SourceOffsetTime = pt.srcEnd, pt.srcEndAt.UnixMilli()
+		pd.Lag, pd.LagMs = max(0, pt.srcEnd-pd.DestinationOffset), pt.lagMs
+		if pd.Lag == 0 {
+			pd.LagMs = 0
+		}
+	}
+	if pt.trouble != "" && pd.Reason == "" {
+		pd.Reason = fmt.Sprintf("%s (since %s)", pt.trouble, pt.troubleAt.UTC().Format(time.RFC3339))
 	}
 	return pd
 }
@@ -678,7 +691,7 @@ func (p *Plugin) DescribeConfigResource(_ context.Context, rc *server.RequestCon
 		}
 		c := kmsg.NewDescribeConfigsResponseResourceConfig()
 		c.Name, c.Source, c.ConfigType = k, kmsg.ConfigSourceDynamicTopicConfig, kmsg.ConfigTypeString
-		c.IsSensitive = raftmeta.MirrorConfigKeyIsSecret(k)
+		c.IsSensitive = secretKey(k)
 		if !c.IsSensitive {
 			v := m.Configs[k]
 			c.Value = &v

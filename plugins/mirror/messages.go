@@ -355,7 +355,9 @@ type DescribeMirrorsResponse struct {
 
 // DescribedMirror is one mirror. Tagged fields: 0 ErrorMessage (why the
 // mirror fails, e.g. its source is unreachable), 1 State (the mirror's
-// own state: MIRRORING or FAILED).
+// own state: MIRRORING or FAILED), 2 ACLSync (how the ACL sync fares:
+// "" when it works or is not configured, "unsupported by source" for a
+// source without DescribeAcls, else its last error).
 type DescribedMirror struct {
 	ErrorCode            int16
 	MirrorName           string
@@ -363,6 +365,7 @@ type DescribedMirror struct {
 	AuthorizedOperations int32
 	ErrorMessage         *string // tag 0
 	State                string  // tag 1
+	ACLSync              string  // tag 2
 }
 
 type DescribedTopic struct {
@@ -370,9 +373,13 @@ type DescribedTopic struct {
 	Partitions []PartitionDetail
 }
 
-// PartitionDetail is one mirrored partition. Tagged field 0 is the reason
-// of a FAILED state, 1 the lag in milliseconds (age of the newest
-// unmirrored record; 0 when caught up).
+// PartitionDetail is one mirrored partition. SourceOffset is the source's
+// end offset as last learned, -1 when unknown, and Lag is then -1 too:
+// unknown is never 0. Tagged fields: 0 Reason (why the partition is
+// FAILED, or why it cannot be copied now: the source unreachable, its
+// partition leaderless), 1 the lag in milliseconds in record time (0
+// when caught up, -1 unknown), 2 SourceOffsetTime, when SourceOffset was
+// learned (Unix milliseconds; 0 when unknown).
 type PartitionDetail struct {
 	PartitionIndex    int32
 	SourceOffset      int64
@@ -381,6 +388,7 @@ type PartitionDetail struct {
 	State             string
 	Reason            string // tag 0
 	LagMs             int64  // tag 1
+	SourceOffsetTime  int64  // tag 2
 }
 
 func (r *DescribeMirrorsResponse) Key() int16 { return KeyDescribeMirrors }
@@ -398,13 +406,15 @@ func (r *DescribeMirrorsResponse) fields(c *codec) {
 				c.i64(&p.Lag)
 				c.str(&p.State)
 				c.tags(tag{0, p.Reason != "", func(c *codec) { c.str(&p.Reason) }},
-					tag{1, p.LagMs != 0, func(c *codec) { c.i64(&p.LagMs) }})
+					tag{1, p.LagMs != 0, func(c *codec) { c.i64(&p.LagMs) }},
+					tag{2, p.SourceOffsetTime != 0, func(c *codec) { c.i64(&p.SourceOffsetTime) }})
 			})
 			c.tags()
 		})
 		c.i32(&m.AuthorizedOperations)
 		c.tags(tag{0, m.ErrorMessage != nil, func(c *codec) { c.nstr(&m.ErrorMessage) }},
-			tag{1, m.State != "", func(c *codec) { c.str(&m.State) }})
+			tag{1, m.State != "", func(c *codec) { c.str(&m.State) }},
+			tag{2, m.ACLSync != "", func(c *codec) { c.str(&m.ACLSync) }})
 	})
 	c.tags()
 }

@@ -270,7 +270,14 @@ func TestClientOpts(t *testing.T) {
 	}{
 		{map[string]string{"bootstrap.servers": "a:1, b:2"}, true},
 		{map[string]string{}, false},
-		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512"}, true},
+		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+			"sasl.jaas.config": `x required username="u" password="p";`}, true},
+		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512"}, false},
+		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.token": "t"}, true},
+		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "BOGUS"}, false},
+		{map[string]string{"bootstrap.servers": "a:1", "ssl.key.password": "x"}, false},
+		{map[string]string{"bootstrap.servers": "a:1", "unknown": "x"}, false},
+		{map[string]string{"bootstrap.servers": "a"}, false},
 		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI"}, false},
 		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SSL", "ssl.truststore.certificates": "not a pem"}, false},
 		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SSL", "ssl.truststore.location": "/nonexistent"}, false},
@@ -305,7 +312,7 @@ func TestConfigSecretsRedacted(t *testing.T) {
 	defer cl.Close()
 	jaas := `org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2";`
 	create := &CreateMirrorRequest{MirrorName: sp("m"), Configs: []MirrorConfig{{Name: "bootstrap.servers", Value: sp("127.0.0.1:1")},
-		{Name: "security.protocol", Value: sp("SASL_PLAINTEXT")}, {Name: "sasl.jaas.config", Value: &jaas}, {Name: "ssl.key.password", Value: sp("k3y")}}}
+		{Name: "security.protocol", Value: sp("SASL_PLAINTEXT")}, {Name: "sasl.jaas.config", Value: &jaas}, {Name: "sasl.oauthbearer.token", Value: sp("k3y")}}}
 	resp, err := cl.Request(ctx, create)
 	if err != nil || resp.(*CreateMirrorResponse).ErrorCode != 0 {
 		t.Fatalf("create mirror: %v %+v", err, resp)
@@ -323,7 +330,7 @@ func TestConfigSecretsRedacted(t *testing.T) {
 			t.Fatalf("secret in clear: %s=%s", c.Name, *c.Value)
 		}
 	}
-	for _, k := range []string{"sasl.jaas.config", "ssl.key.password"} {
+	for _, k := range []string{"sasl.jaas.config", "sasl.oauthbearer.token"} {
 		if c, ok := got[k]; !ok || !c.IsSensitive || c.Value != nil {
 			t.Fatalf("%s: %+v, want sensitive with a null value", k, c)
 		}

@@ -33,6 +33,10 @@ import (
 // Topic is the internal topic holding mirror partition states.
 const Topic = "__mirror_state"
 
+// divergedSuffix names the topic that keeps the records a truncation took
+// from a mirror topic: <topic>.diverged.
+const divergedSuffix = ".diverged"
+
 // Leader epoch bump constants of the KIP: the destination epoch is set to
 // SLE + bumpIncrement whenever SLE > DLE - bumpThreshold.
 const (
@@ -48,7 +52,8 @@ type Config struct {
 	RefreshInterval   time.Duration // mirror.metadata.refresh.interval.ms (30000)
 	RequestTimeout    time.Duration // mirror.request.timeout.ms (30000)
 	ConnectTimeout    time.Duration // mirror.socket.connection.setup.timeout.ms (10000)
-	Backoff           time.Duration // mirror.replica.fetch.backoff.ms (1000)
+	ReconnectBackoff  time.Duration // mirror.reconnect.backoff.ms (50), doubled per failure up to 1 s
+	Backoff           time.Duration // mirror.replica.fetch.backoff.ms (1000): after a failed fetch
 	FetchMaxBytes     int32         // replica.fetch.max.bytes (1048576)
 	FetchMinBytes     int32         // replica.fetch.min.bytes (1)
 	FetchRespMaxBytes int32         // replica.fetch.response.max.bytes (10485760)
@@ -79,6 +84,7 @@ func ParseConfig(props map[string]string) (Config, error) {
 		RefreshInterval:   ms("mirror.metadata.refresh.interval.ms", 30000),
 		RequestTimeout:    ms("mirror.request.timeout.ms", 30000),
 		ConnectTimeout:    ms("mirror.socket.connection.setup.timeout.ms", 10000),
+		ReconnectBackoff:  ms("mirror.reconnect.backoff.ms", 50),
 		Backoff:           ms("mirror.replica.fetch.backoff.ms", 1000),
 		FetchMaxBytes:     int32(num("replica.fetch.max.bytes", 1048576)),
 		FetchMinBytes:     int32(num("replica.fetch.min.bytes", 1)),
@@ -107,9 +113,20 @@ type Plugin struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	runs    map[string]*run // by mirror name
-	wg      sync.WaitGroup
 	metrics *pluginMetrics
 	meta    *metaManager // metadata sync of the mirrors this broker coordinates
+
+	stopHook func(topic string, partition int32, step StopStep)
+}
+
+// Option configures a Plugin beyond the broker properties.
+type Option func(*Plugin)
+
+// WithStopHook calls fn after each durable step of a partition's failover
+// sequence (STOPPING), on the goroutine that runs it; fn may block it.
+// Tests use it to kill a broker between two steps.
+func WithStopHook(fn func(topic string, partition int32, step StopStep)) Option {
+	return func(p *Plugin) { p.stopHook = fn }
 }
 
 var (
@@ -124,13 +141,17 @@ var (
 )
 
 // New returns the plugin configured from broker properties; an invalid
-// property makes Start fail.
-func New(props map[string]string, log *slog.Logger) *Plugin {
+// property makes Start fail. log is the broker's logger.
+func New(props map[string]string, log *slog.Logger, opts ...Option) *Plugin {
 	if log == nil {
 		log = slog.Default()
 	}
 	cfg, err := ParseConfig(props)
-	p := &Plugin{cfg: cfg, cfgErr: err, log: log.With("plugin", "mirror"), runs: map[string]*run{}}
+	p := &Plugin{cfg: cfg, cfgErr: err, log: log.With("plugin", "mirror"), runs: map[string]*run{},
+		stopHook: func(string, int32, StopStep) {}}
+	for _, o := range opts {
+		o(p)
+	}
 	p.meta = newMetaManager(p)
 	p.rt = coord.New(coord.Config{Topic: Topic, Partitions: cfg.Partitions, Logger: p.log,
 		New: func(int32) coord.StateMachine { return &shard{parts: map[pkey]*pstate{}} }})
@@ -172,7 +193,6 @@ func (p *Plugin) Stop(context.Context) error {
 	for _, r := range runs {
 		r.stop()
 	}
-	p.wg.Wait()
 	p.meta.stop()
 	p.rt.Stop()
 	return nil
@@ -227,8 +247,7 @@ func (p *Plugin) sync(img *raftmeta.Image) {
 		if p.runs[name] == nil {
 			r := newRun(p, m)
 			p.runs[name] = r
-			p.wg.Add(1)
-			go func() { defer p.wg.Done(); r.loop() }()
+			r.start()
 		}
 	}
 	for _, r := range p.runs {
