@@ -151,6 +151,49 @@ type TxnCoordinator interface {
 	VerifyTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp TopicPartition) error
 }
 
+// TopicChange is a change to a topic that a TopicGuard may refuse.
+type TopicChange struct {
+	Topic string
+	Op    TopicOp
+	Keys  []string // the config keys an OpAlterConfigs sets or deletes
+}
+
+// TopicOp is what a TopicChange does.
+type TopicOp int8
+
+const (
+	OpWrite            TopicOp = iota // a client's records: a transactional produce, AddPartitionsToTxn
+	OpTxnMarkers                      // transaction markers: a coordinator ending a transaction, or WriteTxnMarkers
+	OpDeleteRecords                   // DeleteRecords
+	OpCreatePartitions                // CreatePartitions
+	OpDeleteTopic                     // DeleteTopics
+	OpAlterConfigs                    // AlterConfigs, IncrementalAlterConfigs
+)
+
+// TopicGuard plugins own some topics' contents and refuse changes to them
+// from anyone else (the mirror plugin: the only writer of a mirror topic
+// is its mirror fetcher, and only the mirror APIs change it). The broker's
+// admin handlers and the transaction coordinator ask CheckTopicChange
+// before they change anything; appends are checked by
+// engine.AppendValidator whatever their origin. Called on request
+// goroutines; no I/O. Errors wrap a kerr code.
+type TopicGuard interface {
+	CheckTopicChange(c TopicChange) error
+}
+
+// CheckTopicChange asks each TopicGuard among plugins (Config.Plugins, or
+// Host.Plugins in a plugin); the first refusal wins.
+func CheckTopicChange(plugins []any, c TopicChange) error {
+	for _, p := range plugins {
+		if g, ok := p.(TopicGuard); ok {
+			if err := g.CheckTopicChange(c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // ConfigResourceHandler plugins serve DescribeConfigs and
 // IncrementalAlterConfigs for a config resource type the broker does not
 // know itself (the mirror plugin: MIRROR, 64). Errors wrap kerr codes.

@@ -253,8 +253,19 @@ func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) (
 		if err != nil {
 			return [16]byte{}, err
 		}
+		for i := range specs {
+			if specs[i].Configs == nil {
+				specs[i].Configs = map[string]string{}
+			}
+			specs[i].Configs[mirrorNameConfig] = mirror // topics created here; existing ones below
+		}
 		if err := p.host.Metadata().AddMirrorTopics(ctx, mirror, specs); err != nil {
 			return [16]byte{}, err
+		}
+		for _, s := range specs {
+			if err := p.setMirrorName(ctx, s.Name, mirror); err != nil {
+				return [16]byte{}, err
+			}
 		}
 		first = specs[0].ID
 	}

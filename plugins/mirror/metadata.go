@@ -524,7 +524,12 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.M
 	// configs in the same metadata batch as its mirror membership.
 	for _, name := range added {
 		st := src[name]
-		spec := raftmeta.TopicSpec{Name: name, ID: raftmeta.UUID(st.id), Partitions: int32(len(st.epochs)), ReplicationFactor: st.rf, Configs: configs[name]}
+		c := maps.Clone(configs[name])
+		if c == nil {
+			c = map[string]string{}
+		}
+		c[mirrorNameConfig] = s.name
+		spec := raftmeta.TopicSpec{Name: name, ID: raftmeta.UUID(st.id), Partitions: int32(len(st.epochs)), ReplicationFactor: st.rf, Configs: c}
 		if err := meta.AddMirrorTopics(ctx, s.name, []raftmeta.TopicSpec{spec}); err != nil {
 			s.refreshErrs.Inc()
 			errs = append(errs, fmt.Errorf("create mirror topic %s: %w", name, err))
@@ -550,7 +555,11 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.M
 				s.p.poke()
 			}
 		}
-		if changes := configChanges(name, t.Configs, configs[name], f.propsEx); len(changes) > 0 {
+		changes := configChanges(name, t.Configs, configs[name], f.propsEx)
+		if t.Configs[mirrorNameConfig] != s.name { // added, and the broker died before it was named
+			changes = append(changes, raftmeta.ConfigChange{Resource: raftmeta.ConfigResourceTopic, Name: name, Key: mirrorNameConfig, Value: kmsg.StringPtr(s.name)})
+		}
+		if len(changes) > 0 {
 			if err := meta.AlterConfigs(ctx, changes); err != nil {
 				s.configErrs.Inc()
 				errs = append(errs, fmt.Errorf("sync configs of %s: %w", name, err))

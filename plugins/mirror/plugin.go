@@ -100,8 +100,8 @@ func ParseConfig(props map[string]string) (Config, error) {
 
 // Plugin is the cluster mirroring plugin. It implements server.APIHandler,
 // server.CoordinatorLocator, server.LeaderObserver,
-// server.MetadataObserver, server.Lifecycle, server.ConfigResourceHandler
-// and engine.AppendValidator.
+// server.MetadataObserver, server.Lifecycle, server.ConfigResourceHandler,
+// server.TopicGuard and engine.AppendValidator.
 type Plugin struct {
 	cfg    Config
 	cfgErr error
@@ -137,6 +137,7 @@ var (
 	_ server.Lifecycle             = (*Plugin)(nil)
 	_ server.ConfigResourceHandler = (*Plugin)(nil)
 	_ server.PropsOwner            = (*Plugin)(nil)
+	_ server.TopicGuard            = (*Plugin)(nil)
 	_ engine.AppendValidator       = (*Plugin)(nil)
 )
 
@@ -325,40 +326,6 @@ func (p *Plugin) ensureStateTopic(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-// ValidateAppend implements engine.AppendValidator. Clients may not
-// produce to a mirror topic; mirrored batches may not carry a leader
-// epoch above the destination's (the partition must be fenced and its
-// epoch bumped first), and one close to it schedules a bump.
-func (p *Plugin) ValidateAppend(req *engine.AppendRequest) error {
-	img := p.image()
-	if img == nil || len(img.Mirrors) == 0 {
-		return nil
-	}
-	switch req.Origin {
-	case engine.OriginClient:
-		if m := img.MirrorOf(req.Topic); m != "" {
-			return fmt.Errorf("topic %s is a mirror topic of mirror %s and is read-only: %w", req.Topic, m, ErrReadOnlyTopic)
-		}
-	case engine.OriginMirror:
-		t := img.Topics[req.Topic]
-		if t == nil || int(req.Partition) >= len(t.Partitions) {
-			return nil
-		}
-		dle := t.Partitions[req.Partition].LeaderEpoch
-		sle := maxBatchEpoch(req.Records)
-		fence, bump := epochCheck(sle, dle)
-		if fence {
-			return fmt.Errorf("%s-%d: batch leader epoch %d above destination epoch %d: %w", req.Topic, req.Partition, sle, dle, ErrMirrorLeaderEpochExceeded)
-		}
-		if bump {
-			if r := p.run(img.MirrorOf(req.Topic)); r != nil {
-				r.scheduleBump(req.Topic, req.Partition, sle)
-			}
-		}
-	}
-	return nil
 }
 
 // epochCheck applies the KIP's rules to a mirrored batch's source leader

@@ -186,6 +186,9 @@ func (r *run) finishStops(parts []*part) error {
 		if t == nil || len(pts) != len(t.Partitions) || waiting {
 			continue
 		}
+		if err := r.p.setMirrorName(r.ctx, topic, ""); err != nil {
+			return err
+		}
 		if err := r.p.host.Metadata().StopMirrorTopic(r.ctx, r.name, topic); err != nil {
 			return err
 		}

@@ -164,6 +164,9 @@ func (p *Plugin) VerifyTxnPartition(ctx context.Context, txnID string, pid int64
 // if none is open, instead of AddPartitionsToTxn. A stale epoch is
 // INVALID_PRODUCER_EPOCH, as Kafka answers a produce.
 func (p *Plugin) AddTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp server.TopicPartition) error {
+	if err := server.CheckTopicChange(p.getHost().Plugins(), server.TopicChange{Topic: tp.Topic, Op: server.OpWrite}); err != nil {
+		return err
+	}
 	err := p.do(ctx, txnID, func(s *shardState) error {
 		return s.addPartitions(txnID, pid, epoch, 0, 1, 2, []server.TopicPartition{tp})
 	})
@@ -185,6 +188,10 @@ func (p *Plugin) topicCheck(rc *server.RequestContext, topic string, partition i
 	}
 	if t := img.Topics[topic]; t == nil || partition < 0 || int(partition) >= len(t.Partitions) {
 		return kerr.UnknownTopicOrPartition
+	}
+	var ke *kerr.Error
+	if err := server.CheckTopicChange(p.getHost().Plugins(), server.TopicChange{Topic: topic, Op: server.OpWrite}); errors.As(err, &ke) {
+		return ke // a read-only (mirror) topic: its transaction would end with a marker nobody may write
 	}
 	return nil
 }
@@ -413,6 +420,8 @@ func (p *Plugin) handleWriteTxnMarkers(ctx context.Context, rc *server.RequestCo
 					op.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 				} else if img := p.image(); img == nil || img.Topics[rt.Topic] == nil || int(part) >= len(img.Topics[rt.Topic].Partitions) || part < 0 {
 					op.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				} else if err := server.CheckTopicChange(p.getHost().Plugins(), server.TopicChange{Topic: rt.Topic, Op: server.OpTxnMarkers}); err != nil {
+					op.ErrorCode = server.ErrorCode(err)
 				} else {
 					op.ErrorCode = server.ErrorCode(p.writeMarker(ctx, server.TopicPartition{Topic: rt.Topic, Partition: part}, m))
 				}
