@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server"
 )
@@ -642,6 +644,11 @@ func (p *Plugin) readStates(ctx context.Context, req *ReadMirrorStatesRequest) (
 	for _, t := range req.Topics {
 		mt, ok := m.Topics[t.Name]
 		st := StatesTopic{Name: t.Name}
+		if !req.NeedPartitionStates {
+			st.Partitions = []StatePartition{p.topicState(ctx, req.MirrorName, t.Name, mt, ok)}
+			out = append(out, st)
+			continue
+		}
 		for _, idx := range t.Partitions {
 			sp := StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1}
 			if !ok {
@@ -658,9 +665,53 @@ func (p *Plugin) readStates(ctx context.Context, req *ReadMirrorStatesRequest) (
 	return out, 0
 }
 
+// topicState is ReadMirrorStates without NeedPartitionStates: one entry
+// per topic (partition index -1, no offsets) whose state is its
+// partitions' when they agree; when they differ, FAILED if one failed,
+// else the transition some are still in (STOPPING, PAUSING, PREPARING,
+// EPOCH_FENCING), else the first partition's.
+func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt raftmeta.MirrorTopic, ok bool) StatePartition {
+	sp := StatePartition{PartitionIndex: -1, LastMirroredOffset: -1, LastMirrorEpoch: -1, TopicID: mt.ID}
+	t := p.image().Topics[topic]
+	if !ok || t == nil {
+		sp.ErrorCode = ErrTopicNotMirrored.Code
+		return sp
+	}
+	var states []State
+	for i := range t.Partitions {
+		s, err := p.readState(ctx, pkey{mirror, topic, int32(i)}, mt.ID)
+		if err != nil {
+			sp.ErrorCode, _ = code(err)
+			return sp
+		}
+		states = append(states, s.State)
+	}
+	st := Unknown
+	if len(states) > 0 {
+		st = states[0]
+	}
+	for _, s := range []State{Failed, Stopping, Pausing, Preparing, EpochFencing} {
+		if slices.Contains(states, s) && slices.ContainsFunc(states, func(o State) bool { return o != s }) {
+			st = s
+			break
+		}
+	}
+	sp.State = int8(st)
+	return sp
+}
+
+// writeStates is WriteMirrorStates: TopicsUpdated are persisted; the
+// states of RemovedTopics are deleted (tombstones), whatever partitions
+// they had.
 func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest) []ErrTopic {
 	img := p.image()
 	var out []ErrTopic
+	for _, name := range req.RemovedTopics {
+		et := ErrTopic{Name: name}
+		c, _ := code(p.removeStates(ctx, req.MirrorName, name))
+		et.Partitions = append(et.Partitions, ErrPartition{PartitionIndex: -1, ErrorCode: c})
+		out = append(out, et)
+	}
 	for _, t := range req.TopicsUpdated {
 		et := ErrTopic{Name: t.Name}
 		for _, sp := range t.Partitions {
@@ -678,6 +729,33 @@ func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest)
 		out = append(out, et)
 	}
 	return out
+}
+
+// removeStates deletes the states a mirror keeps for a topic, on every
+// __mirror_state shard this broker leads.
+func (p *Plugin) removeStates(ctx context.Context, mirror, topic string) error {
+	var errs []error
+	for _, sh := range p.rt.Shards() {
+		errs = append(errs, sh.Do(ctx, func(sh *coord.Shard) error {
+			s := sh.State().(*shard)
+			var recs []coord.Record
+			for k := range s.parts {
+				if k.mirror == mirror && k.topic == topic {
+					recs = append(recs, coord.Record{Key: recordKey(recPartState, k)}, coord.Record{Key: recordKey(recLastMirrored, k)})
+				}
+			}
+			if err := sh.Write(ctx, recs...); err != nil {
+				return err
+			}
+			for k := range s.parts {
+				if k.mirror == mirror && k.topic == topic {
+					delete(s.parts, k)
+				}
+			}
+			return nil
+		}))
+	}
+	return errors.Join(errs...)
 }
 
 // --- the MIRROR config resource (type 64) ---

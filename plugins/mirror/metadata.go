@@ -317,8 +317,12 @@ func (s *metaSync) cycle() error {
 	start := time.Now()
 	img := s.p.image()
 	m := img.Mirrors[s.name]
-	if m == nil || s.paused(img, m) {
+	if m == nil {
 		return nil
+	}
+	paused, all := s.paused(img, m)
+	if all {
+		return nil // a PAUSED mirror has no metadata sync at all
 	}
 	f, err := parseFilters(m.Configs)
 	if err != nil {
@@ -359,10 +363,10 @@ func (s *metaSync) cycle() error {
 		src[*t.Topic] = st
 	}
 	var errs []error
-	if err := s.syncTopics(ctx, cl, m, f, src, s.deleted(ctx, cl, m, src)); err != nil {
+	if err := s.syncTopics(ctx, cl, m, f, src, s.deleted(ctx, cl, m, src), paused); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.syncGroups(ctx, cl, f); err != nil {
+	if err := s.syncGroups(ctx, cl, f, paused); err != nil {
 		s.groupErrs.Inc()
 		errs = append(errs, err)
 	}
@@ -378,24 +382,37 @@ func (s *metaSync) cycle() error {
 	return errors.Join(errs...)
 }
 
-// paused reports whether every active topic of the mirror is paused: a
-// PAUSED mirror does no metadata sync.
-func (s *metaSync) paused(img *raftmeta.Image, m *raftmeta.Mirror) bool {
-	some := false
+// paused returns the mirror's PAUSED (or PAUSING) partitions, which get
+// no metadata sync (configs, partitions, epochs, group offsets), and
+// whether every active partition is paused: then the mirror gets none at
+// all, ACLs and discovery included.
+func (s *metaSync) paused(img *raftmeta.Image, m *raftmeta.Mirror) (map[tpKey]bool, bool) {
+	paused, active := map[tpKey]bool{}, 0
 	for name, mt := range m.Topics {
 		t := img.Topics[name]
 		if mt.Stopped || t == nil {
 			continue
 		}
 		for i := range t.Partitions {
+			active++
 			st, err := s.p.readState(s.ctx, pkey{s.name, name, int32(i)}, t.ID)
-			if err != nil || st.State != Paused && st.State != Pausing {
-				return false
+			if err == nil && (st.State == Paused || st.State == Pausing) {
+				paused[tpKey{name, int32(i)}] = true
 			}
-			some = true
 		}
 	}
-	return some
+	return paused, active > 0 && len(paused) == active
+}
+
+// topicPaused reports whether any partition of topic is paused: the
+// topic-wide sync (configs, growth, deletion) leaves it alone.
+func topicPaused(paused map[tpKey]bool, topic string) bool {
+	for k := range paused {
+		if k.topic == topic {
+			return true
+		}
+	}
+	return false
 }
 
 // checkClusterID compares the source's cluster ID with the one recorded
@@ -475,7 +492,7 @@ func (s *metaSync) deleted(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirr
 
 // syncTopics discovers, creates, grows, reconfigures and stops mirror
 // topics, and bumps destination epochs the source is closing in on.
-func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirror, f filters, src map[string]srcTopic, deleted map[string]bool) error {
+func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirror, f filters, src map[string]srcTopic, deleted map[string]bool, paused map[tpKey]bool) error {
 	meta := s.p.host.Metadata()
 	img := meta.Image()
 	var errs []error
@@ -486,6 +503,7 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.M
 		}
 		st, ok := src[name]
 		switch {
+		case topicPaused(paused, name):
 		case deleted[name]:
 			s.log.Warn("source topic deleted: stopping its mirror partitions; the destination topic is kept", "topic", name)
 			stop = append(stop, name)
@@ -662,7 +680,7 @@ func pluginOf[T any](host server.Host) (T, bool) {
 // broker) for the mirror's active topics. Groups active here are skipped;
 // each offset is clamped to max(log start, min(source offset, log end))
 // of the destination partition and carries its leader epoch.
-func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters) error {
+func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, paused map[tpKey]bool) error {
 	host := s.p.host
 	gos, ok := pluginOf[server.GroupOffsets](host)
 	if !ok {
@@ -695,14 +713,14 @@ func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters) er
 		if g.GroupType == "share" || g.GroupType == "streams" || !anyMatch(f.groupsIn, g.Group) || anyMatch(f.groupsEx, g.Group) {
 			continue
 		}
-		if err := s.syncGroup(ctx, adm, gos, g.Group, mirrored); err != nil {
+		if err := s.syncGroup(ctx, adm, gos, g.Group, mirrored, paused); err != nil {
 			errs = append(errs, fmt.Errorf("group %s: %w", g.Group, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos server.GroupOffsets, group string, mirrored map[string]*raftmeta.Topic) error {
+func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos server.GroupOffsets, group string, mirrored map[string]*raftmeta.Topic, paused map[tpKey]bool) error {
 	srcOffs, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
 		return fmt.Errorf("fetch source offsets: %w", err)
@@ -718,7 +736,7 @@ func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos server.G
 	commit := map[server.TopicPartition]server.CommittedOffset{}
 	srcOffs.Each(func(o kadm.OffsetResponse) {
 		t := mirrored[o.Topic]
-		if o.Err != nil || t == nil || o.At < 0 {
+		if o.Err != nil || t == nil || o.At < 0 || paused[tpKey{o.Topic, o.Partition}] {
 			return
 		}
 		ep := eng.Partition(engine.TopicID(t.ID), o.Partition)

@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/server"
 )
 
@@ -226,6 +228,50 @@ func TestBatchHelpers(t *testing.T) {
 	if got := completeBatches(b); len(got) != len(b) {
 		t.Fatalf("completeBatches dropped complete bytes")
 	}
+	// KAFKA-18723: nothing from the first batch above the fetch's epoch.
+	for _, c := range []struct {
+		epoch int32
+		n     int
+	}{{-1, len(b)}, {2, 0}, {3, 70}, {8, 70}, {9, len(b)}} {
+		if got := notAbove(b, c.epoch); len(got) != c.n {
+			t.Errorf("notAbove(epoch %d) kept %d bytes, want %d", c.epoch, len(got), c.n)
+		}
+	}
+}
+
+// TestIsBarrier tells the engine's producer-state barrier from the other
+// batches of a log.
+func TestIsBarrier(t *testing.T) {
+	e, err := engine.Open(engine.Config{Dir: "/data", FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ep, err := e.Create("t", engine.TopicID{1}, 0, engine.DefaultLogConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := ep.WriteTxnMarkers(ctx, engine.Marker{ProducerID: 7, ProducerEpoch: 0}); err != nil {
+		t.Fatal(err)
+	}
+	at, err := ep.WriteProducerBarrier(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ep.Fetch(0, 1<<20, engine.ReadUncommitted)
+	if err != nil || len(res.Batches) != 2 {
+		t.Fatalf("fetch: %v, %d batches", err, len(res.Batches))
+	}
+	if isBarrier(res.Batches[0]) || !isBarrier(res.Batches[1]) || at != 1 {
+		t.Fatalf("isBarrier: marker %v, barrier %v (at %d)", isBarrier(res.Batches[0]), isBarrier(res.Batches[1]), at)
+	}
+	if has, err := hasBarrier(ep, 0); err != nil || !has {
+		t.Fatalf("hasBarrier(0) = %v, %v", has, err)
+	}
+	if has, err := hasBarrier(ep, 2); err != nil || has {
+		t.Fatalf("hasBarrier(2) = %v, %v", has, err)
+	}
 }
 
 func TestParseConfig(t *testing.T) {
@@ -233,8 +279,8 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Partitions != 50 || c.ReplicationFactor != 1 || c.RefreshInterval != 30*time.Second || c.FetchMaxBytes != 1<<20 ||
-		c.FetchMaxWait != 500*time.Millisecond || c.Backoff != time.Second || c.ThrottledRate != 0 {
+	if c.Partitions != 50 || c.ReplicationFactor != 3 || c.RefreshInterval != 30*time.Second || c.FetchMaxBytes != 1<<20 ||
+		c.FetchMaxWait != 500*time.Millisecond || c.Backoff != time.Second || c.ReconnectBackoff != 50*time.Millisecond || c.ThrottledRate != 0 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	c, err = ParseConfig(map[string]string{"mirror.topic.num.partitions": "4", "replica.fetch.wait.max.ms": "200", "mirror.replication.throttled.rate": "1000"})

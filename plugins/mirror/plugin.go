@@ -47,7 +47,7 @@ const (
 // Config is the plugin's part of the broker properties.
 type Config struct {
 	Partitions        int32         // mirror.topic.num.partitions (50)
-	ReplicationFactor int16         // mirror.topic.replication.factor (1 here; the KIP's is 3)
+	ReplicationFactor int16         // mirror.topic.replication.factor (3, capped at the brokers registered)
 	Fetchers          int           // mirror.num.replica.fetchers (1)
 	RefreshInterval   time.Duration // mirror.metadata.refresh.interval.ms (30000)
 	RequestTimeout    time.Duration // mirror.request.timeout.ms (30000)
@@ -79,7 +79,7 @@ func ParseConfig(props map[string]string) (Config, error) {
 	ms := func(key string, def int64) time.Duration { return time.Duration(num(key, def)) * time.Millisecond }
 	c := Config{
 		Partitions:        int32(num("mirror.topic.num.partitions", 50)),
-		ReplicationFactor: int16(num("mirror.topic.replication.factor", 1)),
+		ReplicationFactor: int16(num("mirror.topic.replication.factor", 3)),
 		Fetchers:          int(num("mirror.num.replica.fetchers", 1)),
 		RefreshInterval:   ms("mirror.metadata.refresh.interval.ms", 30000),
 		RequestTimeout:    ms("mirror.request.timeout.ms", 30000),
@@ -291,8 +291,15 @@ func (p *Plugin) LocateCoordinator(keyType int8, key string) (server.InternalTop
 	return p.internalTopic(), p.rt.PartitionFor(key), true
 }
 
+// internalTopic is __mirror_state as it is created: its replication
+// factor capped at the brokers registered (a single broker gets 1, as
+// Kafka's offsets.topic.replication.factor is in a one-broker setup).
 func (p *Plugin) internalTopic() server.InternalTopic {
-	return server.InternalTopic{Name: Topic, Partitions: p.cfg.Partitions, ReplicationFactor: p.cfg.ReplicationFactor,
+	rf := p.cfg.ReplicationFactor
+	if img := p.image(); img != nil {
+		rf = min(rf, int16(max(1, len(img.Brokers))))
+	}
+	return server.InternalTopic{Name: Topic, Partitions: p.cfg.Partitions, ReplicationFactor: rf,
 		Configs: map[string]string{"cleanup.policy": "compact"}}
 }
 

@@ -497,3 +497,148 @@ func TestMirrorLogsThroughBrokerLogger(t *testing.T) {
 		t.Fatalf("no mirror warning logged at --log-level info:\n%s", logs)
 	}
 }
+
+// TestMirrorSpecPoints covers the KIP points issue 11 lists: the fetcher
+// sends the source leader epoch; PAUSED partitions get no metadata sync
+// while the others do; ReadMirrorStates without NeedPartitionStates
+// answers per topic; WriteMirrorStates deletes RemovedTopics' states; the
+// metrics have the KIP's names.
+func TestMirrorSpecPoints(t *testing.T) {
+	src := startKfake(t, kfake.SeedTopics(2, "p"), kfake.SeedTopics(1, "q"))
+	srcAddr := src.ListenAddrs()[0]
+	produceN(t, srcAddr, "p", 2, 10)
+	produceN(t, srcAddr, "q", 1, 10)
+	epochs := make(chan int32, 1000)
+	src.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		src.KeepControl()
+		for _, rt := range req.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				select {
+				case epochs <- rp.CurrentLeaderEpoch:
+				default:
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	dst := startMirrorCluster(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	da := dst.admin()
+	if err := da.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": srcAddr, "mirror.metadata.refresh.interval.ms": "200", "mirror.acl.include": ""}); err != nil {
+		t.Fatal(err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{"p": "m", "q": "m"}); err != nil {
+		t.Fatal(err)
+	}
+	waitMirrored(t, dst, "m", "p", map[int32]int64{0: 10, 1: 10}, 30*time.Second)
+	waitMirrored(t, dst, "m", "q", map[int32]int64{0: 10}, 30*time.Second)
+	md, err := kadm.NewClient(tandemtest.Client(t, srcAddr)).Metadata(ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := md.Topics["q"].Partitions[0].LeaderEpoch
+	for range 3 {
+		if e := <-epochs; e != want {
+			t.Fatalf("a mirror fetch carried CurrentLeaderEpoch %d, the source leader's epoch is %d", e, want)
+		}
+	}
+
+	// Pause p only: the source changes p and q's configs, grows p and
+	// commits a group's offsets for both; q gets them, p none of them.
+	if err := da.PauseMirror(ctx, "m", "p"); err != nil {
+		t.Fatal(err)
+	}
+	sk := kadm.NewClient(tandemtest.Client(t, srcAddr))
+	for _, topic := range []string{"p", "q"} {
+		if _, err := sk.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: kmsg.StringPtr("3600000")}}, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sk.CreatePartitions(ctx, 1, "p"); err != nil {
+		t.Fatal(err)
+	}
+	offs := kadm.Offsets{}
+	offs.AddOffset("p", 0, 4, -1)
+	offs.AddOffset("q", 0, 4, -1)
+	if _, err := sk.CommitOffsets(ctx, "g", offs); err != nil {
+		t.Fatal(err)
+	}
+	dk := kadm.NewClient(dst.client())
+	waitFor(t, 30*time.Second, "q's config and group offset to be synced", func() bool {
+		got, err := dk.FetchOffsets(ctx, "g")
+		o, ok := got.Lookup("q", 0)
+		return err == nil && ok && o.At == 4 && dst.topic("q").Configs["retention.ms"] == "3600000"
+	})
+	time.Sleep(time.Second) // more cycles
+	if v, ok := dst.topic("p").Configs["retention.ms"]; ok || len(dst.topic("p").Partitions) != 2 {
+		t.Fatalf("paused topic p got the metadata sync: retention.ms %q, %d partitions", v, len(dst.topic("p").Partitions))
+	}
+	if got, _ := dk.FetchOffsets(ctx, "g"); got != nil {
+		if o, ok := got.Lookup("p", 0); ok && o.At >= 0 {
+			t.Fatalf("paused partition p-0 got the group offset %d", o.At)
+		}
+	}
+	if err := da.ResumeMirror(ctx, "m", "p"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "p to be synced once resumed", func() bool {
+		tp := dst.topic("p")
+		return tp.Configs["retention.ms"] == "3600000" && len(tp.Partitions) == 3
+	})
+
+	// ReadMirrorStates per topic; WriteMirrorStates' RemovedTopics.
+	cl := dst.client()
+	readStates := func(req *mirror.ReadMirrorStatesRequest) *mirror.ReadMirrorStatesResponse {
+		t.Helper()
+		resp, err := cl.Request(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.(*mirror.ReadMirrorStatesResponse)
+	}
+	rs := readStates(&mirror.ReadMirrorStatesRequest{MirrorName: "m", Topics: []mirror.PartitionsTopic{{Name: "q"}}})
+	if got := rs.Topics[0].Partitions; len(got) != 1 || got[0].PartitionIndex != -1 || got[0].State != int8(mirror.Mirroring) {
+		t.Fatalf("ReadMirrorStates without partition states: %+v", got)
+	}
+	if _, err := da.RemoveTopicsFromMirror(ctx, "m", []string{"q"}); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := cl.Request(ctx, &mirror.WriteMirrorStatesRequest{MirrorName: "m", RemovedTopics: []string{"q"}})
+	if err != nil || ws.(*mirror.WriteMirrorStatesResponse).Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("WriteMirrorStates removing q: %v %+v", err, ws)
+	}
+	rs = readStates(&mirror.ReadMirrorStatesRequest{MirrorName: "m", NeedPartitionStates: true, Topics: []mirror.PartitionsTopic{{Name: "q", Partitions: []int32{0}}}})
+	if got := rs.Topics[0].Partitions[0]; got.State != int8(mirror.Unknown) || got.LastMirroredOffset != -1 {
+		t.Fatalf("q-0 after its states were removed: state %d, last mirrored offset %d", got.State, got.LastMirroredOffset)
+	}
+
+	// The metrics, by the KIP's names.
+	m := dst.metrics()
+	for _, name := range []string{
+		`kafka_server_mirror_MirrorFetcherManager_MaxLag{clientId="MirrorReplica"}`,
+		`kafka_server_mirror_MirrorFetcherManager_MinFetchRate{clientId="MirrorReplica"}`,
+		`kafka_server_mirror_MirrorFetcherManager_DeadThreadCount{clientId="MirrorReplica"}`,
+		`kafka_server_mirror_MirrorFetcherManager_FailedPartitionsCount{clientId="MirrorReplica"}`,
+		`kafka_server_mirror_MirrorMetadataManager_MirroringPartitionState`,
+		`kafka_server_mirror_MirrorMetadataManager_StoppedPartitionState`,
+		`kafka_server_mirror_MirrorMetadataManager_MetadataRefreshError{mirror="m"}`,
+		`kafka_server_FetcherLagMetrics_ConsumerLag{clientId="MirrorFetcherThread-0-0-m",topic="p",partition="0"}`,
+		`kafka_server_FetcherStats_BytesPerSec{clientId="MirrorFetcherThread-0-0-m"`,
+		`kafka_server_FetcherStats_RequestsPerSec{clientId="MirrorFetcherThread-0-0-m"`,
+		`kafka_server_MirrorReplication_byte_rate`,
+	} {
+		if !strings.Contains(m, name) {
+			t.Fatalf("metric %s missing from /metrics", name)
+		}
+	}
+	names := map[string]bool{}
+	for _, l := range strings.Split(m, "\n") {
+		if n, _, _ := strings.Cut(l, "{"); strings.Contains(n, "MetadataRefreshError") {
+			names[n] = true
+		}
+	}
+	if len(names) != 1 {
+		t.Fatalf("MetadataRefreshError metrics: %v, want one", names)
+	}
+}
