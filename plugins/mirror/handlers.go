@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
@@ -52,8 +51,8 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 			r.ErrorCode, _ = code(denied)
 			break
 		}
-		id, err := p.addTopics(ctx, req)
-		r.TopicID = id
+		id, plan, err := p.addTopics(ctx, req)
+		r.TopicID, r.Truncations = id, plan
 		c, msg := code(err)
 		r.ErrorCode, r.ErrorMessage = c, nonEmpty(msg)
 	case *RemoveTopicsFromMirrorRequest:
@@ -217,6 +216,9 @@ func (p *Plugin) createMirror(ctx context.Context, req *CreateMirrorRequest) err
 	if p.image().Mirrors[name] != nil {
 		return fmt.Errorf("mirror %s already exists: %w", name, ErrMirrorAlreadyExists)
 	}
+	if err := p.probeSource(ctx, configs); err != nil {
+		return err
+	}
 	if err := p.ensureStateTopic(ctx); err != nil {
 		return err
 	}
@@ -226,127 +228,6 @@ func (p *Plugin) createMirror(ctx context.Context, req *CreateMirrorRequest) err
 // defaultExclude is mirror.topic.properties.exclude's default.
 const defaultExclude = "follower.replication.throttled.replicas,leader.replication.throttled.replicas,message.timestamp.difference.max.ms," +
 	"log.message.timestamp.before.max.ms,log.message.timestamp.after.max.ms,message.timestamp.type,unclean.leader.election.enable,min.insync.replicas,mirror.name"
-
-// addTopics is AddTopicsToMirror: every topic is checked on the source
-// (ID, partition count, configs) and then created here with the source's
-// ID, all in one metadata batch per mirror, or none at all.
-func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) ([16]byte, error) {
-	img := p.image()
-	byMirror := map[string][]string{}
-	for _, t := range req.Topics {
-		if t.MirrorName == nil || img.Mirrors[*t.MirrorName] == nil {
-			name := "<null>"
-			if t.MirrorName != nil {
-				name = *t.MirrorName
-			}
-			return [16]byte{}, fmt.Errorf("mirror %s does not exist: %w", name, ErrMirrorNotFound)
-		}
-		if other := img.MirrorOf(t.TopicName); other != "" {
-			return [16]byte{}, fmt.Errorf("topic %s is already mirrored by mirror %s: %w", t.TopicName, other, ErrTopicAlreadyMirrored)
-		}
-		byMirror[*t.MirrorName] = append(byMirror[*t.MirrorName], t.TopicName)
-	}
-	if err := p.ensureStateTopic(ctx); err != nil {
-		return [16]byte{}, err
-	}
-	var first [16]byte
-	for mirror, topics := range byMirror {
-		specs, err := p.sourceTopics(ctx, img.Mirrors[mirror], topics)
-		if err != nil {
-			return [16]byte{}, err
-		}
-		for i := range specs {
-			if specs[i].Configs == nil {
-				specs[i].Configs = map[string]string{}
-			}
-			specs[i].Configs[mirrorNameConfig] = mirror // topics created here; existing ones below
-		}
-		if err := p.host.Metadata().AddMirrorTopics(ctx, mirror, specs); err != nil {
-			return [16]byte{}, err
-		}
-		for _, s := range specs {
-			if err := p.setMirrorName(ctx, s.Name, mirror); err != nil {
-				return [16]byte{}, err
-			}
-		}
-		first = specs[0].ID
-	}
-	p.poke()
-	return first, nil
-}
-
-// sourceTopics describes topics on a mirror's source cluster.
-func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []string) ([]raftmeta.TopicSpec, error) {
-	opts, err := clientOpts(m.Configs, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, min(p.cfg.RequestTimeout, 15*time.Second))
-	defer cancel()
-	mreq := kmsg.NewPtrMetadataRequest()
-	for _, t := range topics {
-		mt := kmsg.NewMetadataRequestTopic()
-		mt.Topic = kmsg.StringPtr(t)
-		mreq.Topics = append(mreq.Topics, mt)
-	}
-	resp, err := mreq.RequestWith(ctx, cl)
-	if err != nil {
-		return nil, fmt.Errorf("source cluster %s of mirror %s: %v: %w", m.Configs["bootstrap.servers"], m.Name, err, ErrMirrorSourceUnavailable)
-	}
-	exclude := map[string]bool{"mirror.name": true}
-	ex, ok := m.Configs["mirror.topic.properties.exclude"]
-	if !ok {
-		ex = defaultExclude
-	}
-	for _, k := range strings.Split(ex, ",") {
-		exclude[strings.TrimSpace(k)] = true
-	}
-	creq := kmsg.NewPtrDescribeConfigsRequest()
-	var specs []raftmeta.TopicSpec
-	for _, t := range resp.Topics {
-		name := ""
-		if t.Topic != nil {
-			name = *t.Topic
-		}
-		if t.ErrorCode != 0 {
-			return nil, fmt.Errorf("topic %s on the source cluster of mirror %s: %w", name, m.Name, kerr.ErrorForCode(t.ErrorCode))
-		}
-		if isInternal(name, t.IsInternal) {
-			return nil, fmt.Errorf("topic %s is internal to the source cluster and never mirrored: %w", name, kerr.InvalidRequest)
-		}
-		rf := int16(1)
-		if len(t.Partitions) > 0 {
-			rf = int16(len(t.Partitions[0].Replicas))
-		}
-		specs = append(specs, raftmeta.TopicSpec{Name: name, ID: raftmeta.UUID(t.TopicID), Partitions: int32(len(t.Partitions)), ReplicationFactor: rf})
-		r := kmsg.NewDescribeConfigsRequestResource()
-		r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, name
-		creq.Resources = append(creq.Resources, r)
-	}
-	cresp, err := creq.RequestWith(ctx, cl)
-	if err != nil {
-		return nil, fmt.Errorf("describe topic configs on the source: %v: %w", err, ErrMirrorSourceUnavailable)
-	}
-	for i, r := range cresp.Resources {
-		if r.ErrorCode != 0 || i >= len(specs) {
-			continue
-		}
-		for _, c := range r.Configs {
-			if c.Source == kmsg.ConfigSourceDynamicTopicConfig && c.Value != nil && !exclude[c.Name] {
-				if specs[i].Configs == nil {
-					specs[i].Configs = map[string]string{}
-				}
-				specs[i].Configs[c.Name] = *c.Value
-			}
-		}
-	}
-	return specs, nil
-}
 
 // mirrorTopics resolves topic names (anchored regular expressions) to the
 // mirror's active topics; none means all of them.

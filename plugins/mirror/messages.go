@@ -124,9 +124,13 @@ func nonEmpty(s string) *string {
 
 // --- 95 AddTopicsToMirror ---
 
+// AddTopicsToMirrorRequest adds topics to mirrors. Tagged field 0,
+// ValidateOnly, checks the request against both clusters and reports
+// what truncation would remove here without adding anything.
 type AddTopicsToMirrorRequest struct {
 	version
-	Topics []AddTopic
+	Topics       []AddTopic
+	ValidateOnly bool // tag 0
 }
 
 type AddTopic struct {
@@ -138,7 +142,7 @@ type AddTopic struct {
 func (r *AddTopicsToMirrorRequest) Key() int16 { return KeyAddTopicsToMirror }
 func (r *AddTopicsToMirrorRequest) fields(c *codec) {
 	array(c, &r.Topics, func(t *AddTopic) { c.uuid(&t.TopicID); c.str(&t.TopicName); c.nstr(&t.MirrorName); c.tags() })
-	c.tags()
+	c.tags(tag{0, r.ValidateOnly, func(c *codec) { c.boolean(&r.ValidateOnly) }})
 }
 func (r *AddTopicsToMirrorRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
 func (r *AddTopicsToMirrorRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
@@ -148,21 +152,48 @@ func (r *AddTopicsToMirrorRequest) ResponseKind() kmsg.Response {
 
 // TopicResponse is the response of AddTopicsToMirror and
 // RemoveTopicsFromMirror: one error for the whole request, which is
-// applied all or nothing.
+// applied all or nothing. Tagged field 0, Truncations, says what adding
+// topics removes (or, validate-only, would remove) from their logs here.
 type TopicResponse struct {
 	version
 	ThrottleTimeMs int32
 	TopicID        [16]byte
 	ErrorCode      int16
 	ErrorMessage   *string
+	Truncations    []Truncation // tag 0
 }
+
+// Truncation is what adding a topic to a mirror cuts from one partition
+// of it that exists here with records (a failback): [TruncateTo, LogEnd),
+// where the source's last mirror epoch and the source's own log for that
+// epoch leave no room for them. LastMirrorEpoch -1 means the source never
+// mirrored the topic (the KIP's scenario A): everything goes.
+type Truncation struct {
+	Topic           string
+	Partition       int32
+	LogEnd          int64
+	TruncateTo      int64
+	LastMirrorEpoch int32
+}
+
+// Records is how many offsets the truncation removes.
+func (t Truncation) Records() int64 { return t.LogEnd - t.TruncateTo }
 
 func (r *TopicResponse) fields(c *codec) {
 	c.i32(&r.ThrottleTimeMs)
 	c.uuid(&r.TopicID)
 	c.i16(&r.ErrorCode)
 	c.nstr(&r.ErrorMessage)
-	c.tags()
+	c.tags(tag{0, len(r.Truncations) > 0, func(c *codec) {
+		array(c, &r.Truncations, func(t *Truncation) {
+			c.str(&t.Topic)
+			c.i32(&t.Partition)
+			c.i64(&t.LogEnd)
+			c.i64(&t.TruncateTo)
+			c.i32(&t.LastMirrorEpoch)
+			c.tags()
+		})
+	}})
 }
 func (r *TopicResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
 func (r *TopicResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }

@@ -48,7 +48,7 @@ func TestMessagesRoundTrip(t *testing.T) {
 	id := [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 	reqs := []kmsg.Request{
 		&CreateMirrorRequest{MirrorName: sp("m"), Configs: []MirrorConfig{{Name: "bootstrap.servers", Value: sp("h:1")}, {Name: "x"}}},
-		&AddTopicsToMirrorRequest{Topics: []AddTopic{{TopicID: id, TopicName: "t", MirrorName: sp("m")}, {TopicName: "u"}}},
+		&AddTopicsToMirrorRequest{Topics: []AddTopic{{TopicID: id, TopicName: "t", MirrorName: sp("m")}, {TopicName: "u"}}, ValidateOnly: true},
 		&RemoveTopicsFromMirrorRequest{MirrorName: "m", Topics: []RemoveTopic{{TopicID: id, TopicName: ".*"}}},
 		&LastMirroredOffsetsRequest{MirrorName: "m", Topics: []PartitionsTopic{{Name: "t", Partitions: []int32{0, 5}}}},
 		&ListMirrorsRequest{},
@@ -63,14 +63,15 @@ func TestMessagesRoundTrip(t *testing.T) {
 	}
 	resps := []kmsg.Response{
 		&CreateMirrorResponse{ErrResponse{ThrottleTimeMs: 1, ErrorCode: 139, ErrorMessage: sp("exists")}},
-		&AddTopicsToMirrorResponse{TopicResponse{ThrottleTimeMs: 2, TopicID: id, ErrorCode: 140, ErrorMessage: sp("taken")}},
+		&AddTopicsToMirrorResponse{TopicResponse{ThrottleTimeMs: 2, TopicID: id, ErrorCode: 140, ErrorMessage: sp("taken"),
+			Truncations: []Truncation{{Topic: "t", Partition: 1, LogEnd: 90, TruncateTo: 40, LastMirrorEpoch: -1}}}},
 		&RemoveTopicsFromMirrorResponse{TopicResponse{TopicID: id}},
 		&LastMirroredOffsetsResponse{ErrorCode: 0, Topics: []OffsetsTopic{{Name: "t", Partitions: []OffsetsPartition{
 			{PartitionIndex: 0, LastMirroredOffset: 10, LastMirrorEpoch: 3}, {PartitionIndex: 1, LastMirroredOffset: -1, ErrorCode: 29, LastMirrorEpoch: -1}}}}},
 		&ListMirrorsResponse{Mirrors: []ListedMirror{{MirrorName: "m", SourceBootstrap: "h:1", TopicCount: 2}}},
 		&DescribeMirrorsResponse{Mirrors: []DescribedMirror{{ErrorCode: 143, MirrorName: "m", AuthorizedOperations: 12,
-			ErrorMessage: sp("unreachable"), State: "FAILED", Topics: []DescribedTopic{{TopicName: "t", Partitions: []PartitionDetail{
-				{PartitionIndex: 0, SourceOffset: 10, DestinationOffset: 8, Lag: 2, State: "FAILED", Reason: "boom", LagMs: 1500},
+			ErrorMessage: sp("unreachable"), State: "FAILED", ACLSync: aclUnsupported, Topics: []DescribedTopic{{TopicName: "t", Partitions: []PartitionDetail{
+				{PartitionIndex: 0, SourceOffset: 10, DestinationOffset: 8, Lag: 2, State: "FAILED", Reason: "boom", LagMs: 1500, SourceOffsetTime: 1700000000000},
 				{PartitionIndex: 1, SourceOffset: -1, DestinationOffset: -1, State: "PREPARING"}}}}}}},
 		&ReadMirrorStatesResponse{Topics: []StatesTopic{{Name: "t", Partitions: []StatePartition{
 			{PartitionIndex: 0, LastMirroredOffset: 5, State: int8(Mirroring), ErrorCode: 0, LastMirrorEpoch: -1, TopicID: id}}}}},
