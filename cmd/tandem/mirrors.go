@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -30,6 +31,8 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 // mirrorsCmd is one run of `tandem mirrors`: its flags and its client.
 type mirrorsCmd struct {
 	stdout, stderr io.Writer
+	stdin          io.Reader
+	interactive    bool // stdin is a terminal: ask before truncating
 	a              *admin.Client
 	bootstrap      string
 	name, source   string
@@ -47,13 +50,19 @@ var errUnhealthy = errors.New("")
 
 // mirrors is `tandem mirrors`, the KIP's kafka-mirrors.sh.
 func mirrors(args []string, stdout, stderr io.Writer) int {
-	c := &mirrorsCmd{stdout: stdout, stderr: stderr}
+	c := &mirrorsCmd{stdout: stdout, stderr: stderr, stdin: os.Stdin}
+	if out, ok := stdout.(*os.File); ok {
+		c.interactive = isTerminal(os.Stdin) && isTerminal(out)
+	}
 	fs := flag.NewFlagSet("mirrors", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.bootstrap, "bootstrap-server", "127.0.0.1:9092", "destination cluster `HOST:PORT`")
 	create := fs.Bool("create", false, "create --mirror from --source-bootstrap with --config k=v; with --add, add --topic to it too")
 	add := fs.Bool("add", false, "add --topic to --mirror; a topic that exists here with records is truncated to the source's log: what that removes is shown first, and needs --yes")
 	remove := fs.Bool("remove", false, "remove --topic (a regular expression) from --mirror at once: failover, the KIP's raw meaning")
+	failover := fs.Bool("failover", false, "safe promote of --mirror (or only --topic): wait up to --timeout for lag 0 against the source, then fail over; refuses if that does not happen or the source is unreachable, unless --force, which reports the lag given up")
+	failback := fs.Bool("failback", false, "on the old primary (--bootstrap-server): mirror --mirror's topics back from the new one (--source-bootstrap, --config), showing what truncation removes first")
+	diverged := fs.Bool("diverged", false, "print the divergence manifest of --mirror: records truncations removed, copied to <topic>.diverged")
 	pause := fs.Bool("pause", false, "pause --mirror (optionally only --topic)")
 	resume := fs.Bool("resume", false, "resume --mirror (optionally only --topic)")
 	del := fs.Bool("delete", false, "delete --mirror: each of its topics fails over first (becomes writable, keeps its data), then the mirror is gone")
@@ -66,6 +75,8 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.source, "source-bootstrap", "", "source cluster `HOST:PORT`")
 	allTopics := fs.Bool("all-topics", false, "with --remove, --pause or --resume: every topic of the mirror")
 	fs.BoolVar(&c.yes, "yes", false, "proceed without asking, also when records would be truncated")
+	fs.BoolVar(&c.force, "force", false, "with --failover: fail over even if the source is unreachable or the lag is not 0 in time")
+	fs.DurationVar(&c.timeout, "timeout", time.Minute, "with --failover: how long to wait for lag 0")
 	fs.Var(&c.topics, "topic", "topic `NAME` or regular expression (repeatable)")
 	fs.Var(&c.configs, "config", "mirror config `k=v` (repeatable)")
 	fs.Var(&c.deleteConfigs, "delete-config", "with --alter: mirror config `k` to remove (repeatable)")
@@ -80,7 +91,8 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		c.topics = multiFlag{".*"}
 	}
 	ops := map[string]bool{"--create": *create && !*add, "--add": *add, "--remove": *remove, "--pause": *pause, "--resume": *resume,
-		"--delete": *del, "--list": *list, "--describe": *describe, "--describe-config": *describeConfig, "--alter": *alter}
+		"--delete": *del, "--list": *list, "--describe": *describe, "--describe-config": *describeConfig, "--alter": *alter,
+		"--failover": *failover, "--failback": *failback, "--diverged": *diverged}
 	var chosen []string
 	for op, on := range ops {
 		if on {
@@ -90,7 +102,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	if len(chosen) != 1 {
 		slices.Sort(chosen)
 		fs.Usage()
-		fmt.Fprintf(stderr, "tandem mirrors: choose one of --create, --add (--create --add does both), --remove, --pause, --resume, --delete, --list, --describe, --describe-config, --alter (got %v)\n", chosen)
+		fmt.Fprintf(stderr, "tandem mirrors: choose one of --create, --add (--create --add does both), --remove, --failover, --failback, --pause, --resume, --delete, --list, --describe, --describe-config, --alter, --diverged (got %v)\n", chosen)
 		return 2
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.bootstrap), admin.Opt(), kgo.RetryTimeout(30*time.Second))
@@ -100,7 +112,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	}
 	defer cl.Close()
 	c.a = admin.New(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+c.timeout)
 	defer cancel()
 	err = c.a.Supported(ctx)
 	if err == nil {
@@ -128,6 +140,12 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 			err = c.describeConfig(ctx)
 		case "--alter":
 			err = c.alter(ctx)
+		case "--failover":
+			err = c.failover(ctx)
+		case "--failback":
+			err = c.failback(ctx)
+		case "--diverged":
+			err = c.diverged(ctx)
 		}
 	}
 	switch {
@@ -138,6 +156,13 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// isTerminal reports whether f is a character device (a terminal, or
+// /dev/null: with stdout a terminal as well, someone is there to ask).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 func need(what string, ok bool) error {
@@ -199,7 +224,7 @@ func (c *mirrorsCmd) add(ctx context.Context) error {
 }
 
 // confirmTruncation shows what adding topics removes from their logs here
-// and goes on only with --yes.
+// and goes on with --yes, or when the operator says so at a terminal.
 func (c *mirrorsCmd) confirmTruncation(plan []mirror.Truncation, op string) error {
 	var total int64
 	for _, t := range plan {
@@ -209,11 +234,20 @@ func (c *mirrorsCmd) confirmTruncation(plan []mirror.Truncation, op string) erro
 		return nil
 	}
 	printTruncations(c.stdout, plan)
-	fmt.Fprintf(c.stdout, "%s truncates %d record(s) here to converge with the source.\n", op, total)
-	if !c.yes {
-		return fmt.Errorf("%s would truncate %d record(s): run it again with --yes to proceed", op, total)
+	fmt.Fprintf(c.stdout, "%s truncates %d record(s) here to converge with the source; each is first copied to <topic>.diverged (see --diverged).\n", op, total)
+	if c.yes {
+		return nil
 	}
-	return nil
+	if c.interactive {
+		fmt.Fprint(c.stdout, "Proceed? [y/N] ")
+		var answer string
+		fmt.Fscanln(c.stdin, &answer) //nolint:errcheck // no answer is no
+		if a := strings.ToLower(strings.TrimSpace(answer)); a == "y" || a == "yes" {
+			return nil
+		}
+		return fmt.Errorf("%s: not confirmed; nothing changed", op)
+	}
+	return fmt.Errorf("%s would truncate %d record(s): run it again with --yes to proceed", op, total)
 }
 
 func printTruncations(w io.Writer, plan []mirror.Truncation) {
@@ -293,6 +327,7 @@ type describedMirror struct {
 	Error      string               `json:"error,omitempty"`
 	ACLSync    string               `json:"aclSync,omitempty"`
 	Partitions []describedPartition `json:"partitions"`
+	Diverged   []divergedRange      `json:"diverged"`
 }
 
 type describedPartition struct {
@@ -351,7 +386,13 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 		if m.ErrorCode != 0 && m.State == "" {
 			return nil, admin.ErrorOf(m.ErrorCode, m.ErrorMessage)
 		}
-		dm := describedMirror{Mirror: m.MirrorName, State: m.State, ACLSync: m.ACLSync, Partitions: []describedPartition{}}
+		dm := describedMirror{Mirror: m.MirrorName, State: m.State, ACLSync: m.ACLSync, Partitions: []describedPartition{},
+			Diverged: []divergedRange{}}
+		for _, d := range m.Diverged {
+			if match(d.Topic) {
+				dm.Diverged = append(dm.Diverged, divergedOf(d))
+			}
+		}
 		if m.ErrorMessage != nil {
 			dm.Error = *m.ErrorMessage
 		}

@@ -242,6 +242,14 @@ func validKeyPair(v string, c map[string]string) error {
 	return nil
 }
 
+// ClientOpts returns franz-go options for a client of a mirror's source
+// cluster, from the mirror's configs (bootstrap.servers, security.protocol,
+// SASL, TLS), validated as CreateMirror does.
+func ClientOpts(configs map[string]string) ([]kgo.Opt, error) {
+	cfg, _ := ParseConfig(nil)
+	return clientOpts(configs, cfg)
+}
+
 // clientOpts turns a mirror's (validated) configs into franz-go options
 // for a client of the source cluster.
 func clientOpts(c map[string]string, cfg Config) ([]kgo.Opt, error) {

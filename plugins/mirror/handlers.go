@@ -61,7 +61,12 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 			r.ErrorCode, _ = code(err)
 			break
 		}
-		removed, err := p.removeTopics(ctx, req.MirrorName, topicNames(req.Topics))
+		timeout := time.Duration(req.TimeoutMs) * time.Millisecond
+		if timeout <= 0 {
+			timeout = p.cfg.RequestTimeout
+		}
+		removed, report, err := p.removeTopics(ctx, req.MirrorName, topicNames(req.Topics), req.Mode, timeout)
+		r.Failover = report
 		c, msg := code(err)
 		if err == nil {
 			msg = fmt.Sprintf("Removed %d topic(s) from mirror %s: [%s]", len(removed), req.MirrorName, strings.Join(removed, ", "))
@@ -310,29 +315,6 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 	}
 }
 
-// removeTopics is RemoveTopicsFromMirror (failover): the topics' partitions
-// go STOPPING, and the answer comes once they are STOPPED and writable.
-func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string) ([]string, error) {
-	m := p.image().Mirrors[mirror]
-	if m == nil {
-		return nil, fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
-	}
-	if len(names) == 0 {
-		return nil, fmt.Errorf("no topic named: %w", kerr.InvalidRequest)
-	}
-	topics, err := mirrorTopics(m, names)
-	if err != nil {
-		return nil, err
-	}
-	if err := p.setTopicStates(ctx, mirror, topics, func(s *pstate) error {
-		s.State, s.Reason = Stopping, ""
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	return topics, p.waitStates(ctx, mirror, topics, Stopped)
-}
-
 // pause pauses (or resumes) topics of a mirror; it answers once paused.
 func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause bool) error {
 	m := p.image().Mirrors[mirror]
@@ -367,7 +349,7 @@ func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
 		return fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
 	}
 	if topics, _ := mirrorTopics(m, nil); len(topics) > 0 {
-		if _, err := p.removeTopics(ctx, mirror, topics); err != nil {
+		if _, _, err := p.removeTopics(ctx, mirror, topics, FailoverNow, 0); err != nil {
 			return err
 		}
 	}
@@ -466,6 +448,7 @@ func (p *Plugin) describe(ctx context.Context, rc *server.RequestContext, req *D
 				dm.ErrorCode, dm.ErrorMessage, dm.State = kerr.InconsistentClusterID.Code, nonEmpty(halt), "FAILED"
 			}
 			dm.ACLSync = aclSync
+			dm.Diverged = p.manifest(ctx, name)
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
 				t := img.Topics[tn]
 				if t == nil {

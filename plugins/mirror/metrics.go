@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -22,7 +23,9 @@ import (
 //     one-minute rates as Kafka's meters report them;
 //   - kafka_server_mirror_MirrorMetadataManager_{State}PartitionState;
 //   - kafka_server_MirrorReplication_byte_rate, the mirrored bytes/s;
-//   - kafka_server_mirror_LastSourceContactAgeSeconds per mirror.
+//   - kafka_server_mirror_LastSourceContactAgeSeconds per mirror;
+//   - kafka_server_mirror_Diverged{Records,Ranges} per mirror: the
+//     divergence manifest (Tandem's).
 //
 // A lag that is not known (the source's end offset never learned) is NaN,
 // never 0.
@@ -154,6 +157,27 @@ func (m *pluginMetrics) trackPart(r *run, pt *part) {
 			return time.Since(r.contact).Seconds()
 		})
 		m.runNames[r] = []string{name}
+		// The divergence manifest: what truncations took from the
+		// mirror's partitions (copied to <topic>.diverged first).
+		for _, g := range []struct {
+			name string
+			of   func(DivergedRange) float64
+		}{
+			{"kafka_server_mirror_DivergedRecords", func(d DivergedRange) float64 { return float64(d.Records) }},
+			{"kafka_server_mirror_DivergedRanges", func(DivergedRange) float64 { return 1 }},
+		} {
+			name := fmt.Sprintf("%s{mirror=%q}", g.name, r.name)
+			m.set.GetOrCreateGauge(name, func() float64 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				var n float64
+				for _, d := range m.p.manifest(ctx, r.name) {
+					n += g.of(d)
+				}
+				return n
+			})
+			m.runNames[r] = append(m.runNames[r], name)
+		}
 	}
 	if old, ok := m.parts[r][pt.tpKey]; ok {
 		if old.fetcher == k {

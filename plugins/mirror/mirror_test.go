@@ -49,7 +49,7 @@ func TestMessagesRoundTrip(t *testing.T) {
 	reqs := []kmsg.Request{
 		&CreateMirrorRequest{MirrorName: sp("m"), Configs: []MirrorConfig{{Name: "bootstrap.servers", Value: sp("h:1")}, {Name: "x"}}},
 		&AddTopicsToMirrorRequest{Topics: []AddTopic{{TopicID: id, TopicName: "t", MirrorName: sp("m")}, {TopicName: "u"}}, ValidateOnly: true},
-		&RemoveTopicsFromMirrorRequest{MirrorName: "m", Topics: []RemoveTopic{{TopicID: id, TopicName: ".*"}}},
+		&RemoveTopicsFromMirrorRequest{MirrorName: "m", Topics: []RemoveTopic{{TopicID: id, TopicName: ".*"}}, Mode: FailoverForce, TimeoutMs: 5000},
 		&LastMirroredOffsetsRequest{MirrorName: "m", Topics: []PartitionsTopic{{Name: "t", Partitions: []int32{0, 5}}}},
 		&ListMirrorsRequest{},
 		&DescribeMirrorsRequest{MirrorNames: []string{"a", "b"}, IncludeAuthorizedOperations: true},
@@ -65,12 +65,16 @@ func TestMessagesRoundTrip(t *testing.T) {
 		&CreateMirrorResponse{ErrResponse{ThrottleTimeMs: 1, ErrorCode: 139, ErrorMessage: sp("exists")}},
 		&AddTopicsToMirrorResponse{TopicResponse{ThrottleTimeMs: 2, TopicID: id, ErrorCode: 140, ErrorMessage: sp("taken"),
 			Truncations: []Truncation{{Topic: "t", Partition: 1, LogEnd: 90, TruncateTo: 40, LastMirrorEpoch: -1}}}},
-		&RemoveTopicsFromMirrorResponse{TopicResponse{TopicID: id}},
+		&RemoveTopicsFromMirrorResponse{TopicResponse{TopicID: id, Failover: []FailoverPartition{
+			{Topic: "t", Partition: 0, SourceOffset: 90, SourceOffsetTime: 1700000000000, DestinationOffset: 80, Lag: 10, LagMs: 900},
+			{Topic: "t", Partition: 1, SourceOffset: -1, DestinationOffset: 7, Lag: -1, LagMs: -1}}}},
 		&LastMirroredOffsetsResponse{ErrorCode: 0, Topics: []OffsetsTopic{{Name: "t", Partitions: []OffsetsPartition{
 			{PartitionIndex: 0, LastMirroredOffset: 10, LastMirrorEpoch: 3}, {PartitionIndex: 1, LastMirroredOffset: -1, ErrorCode: 29, LastMirrorEpoch: -1}}}}},
 		&ListMirrorsResponse{Mirrors: []ListedMirror{{MirrorName: "m", SourceBootstrap: "h:1", TopicCount: 2}}},
 		&DescribeMirrorsResponse{Mirrors: []DescribedMirror{{ErrorCode: 143, MirrorName: "m", AuthorizedOperations: 12,
-			ErrorMessage: sp("unreachable"), State: "FAILED", ACLSync: aclUnsupported, Topics: []DescribedTopic{{TopicName: "t", Partitions: []PartitionDetail{
+			ErrorMessage: sp("unreachable"), State: "FAILED", ACLSync: aclUnsupported, Diverged: []DivergedRange{{Topic: "t", Partition: 1,
+				FirstOffset: 40, LastOffset: 89, FirstEpoch: 0, LastEpoch: 2, Records: 48, FirstTimestamp: 1, LastTimestamp: 2, TruncatedAt: 3,
+				Cause: "diverging epoch 0", CopyStart: 0, CopyEnd: 50}}, Topics: []DescribedTopic{{TopicName: "t", Partitions: []PartitionDetail{
 				{PartitionIndex: 0, SourceOffset: 10, DestinationOffset: 8, Lag: 2, State: "FAILED", Reason: "boom", LagMs: 1500, SourceOffsetTime: 1700000000000},
 				{PartitionIndex: 1, SourceOffset: -1, DestinationOffset: -1, State: "PREPARING"}}}}}}},
 		&ReadMirrorStatesResponse{Topics: []StatesTopic{{Name: "t", Partitions: []StatePartition{

@@ -155,7 +155,9 @@ func New(props map[string]string, log *slog.Logger, opts ...Option) *Plugin {
 	}
 	p.meta = newMetaManager(p)
 	p.rt = coord.New(coord.Config{Topic: Topic, Partitions: cfg.Partitions, Logger: p.log,
-		New: func(int32) coord.StateMachine { return &shard{parts: map[pkey]*pstate{}} }})
+		New: func(int32) coord.StateMachine {
+			return &shard{parts: map[pkey]*pstate{}, diverged: map[dkey]*manifestEntry{}}
+		}})
 	return p
 }
 

@@ -384,17 +384,12 @@ func (r *run) prepare(pt *part) error {
 	}
 	if to < ep.Offsets().LogEnd {
 		r.log.Info("mirror LME truncation", "topic", pt.topic, "partition", pt.partition, "lme", lme, "offset", to)
-		if err := r.truncate(pt, ep, to); err != nil {
+		if err := r.truncate(pt, ep, to, fmt.Sprintf("last mirror epoch %d", lme)); err != nil {
 			return r.fail(pt, fmt.Errorf("LME truncation to %d: %w", to, err))
 		}
 	}
 	r.setTrouble([]*part{pt}, nil)
 	return r.setState(pt, Mirroring, "")
-}
-
-// truncate cuts a mirror partition's log at offset.
-func (r *run) truncate(_ *part, ep *engine.Partition, to int64) error {
-	return ep.Truncate(max(to, 0))
 }
 
 // --- fetchers ---
@@ -633,7 +628,7 @@ func (r *run) applyPartition(pt *part, rp *kmsg.FetchResponseTopicPartition, req
 			to = d.EndOffset
 		}
 		r.log.Info("mirror epoch truncation", "topic", pt.topic, "partition", pt.partition, "epoch", d.Epoch, "offset", to)
-		if err := r.truncate(pt, ep, to); err != nil {
+		if err := r.truncate(pt, ep, to, fmt.Sprintf("diverging epoch %d", d.Epoch)); err != nil {
 			return 0, r.fail(pt, fmt.Errorf("epoch truncation to %d: %w", to, err))
 		}
 		return 1, nil
@@ -773,8 +768,8 @@ func (r *run) outOfRange(pt *part) error {
 		pt.logStartTo = start
 		r.mu.Unlock()
 	case leo > end:
-		if err := r.truncate(pt, ep, end); err != nil {
-			return err
+		if err := r.truncate(pt, ep, end, "the source's log ends earlier"); err != nil {
+			return r.fail(pt, fmt.Errorf("truncation to the source's end %d: %w", end, err))
 		}
 	}
 	return nil

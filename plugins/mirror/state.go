@@ -100,6 +100,7 @@ func newPState() pstate { return pstate{LMO: -1, LME: -1, StopAt: -1, StopEpoch:
 const (
 	recLastMirrored int16 = 1
 	recPartState    int16 = 2
+	recDiverged     int16 = 3 // Tandem's: a divergence manifest entry, keyed also by its copy's start
 )
 
 func recordKey(typ int16, k pkey) []byte {
@@ -126,7 +127,42 @@ func offsetsValue(s pstate) []byte {
 
 // shard is the state machine of one __mirror_state partition.
 type shard struct {
-	parts map[pkey]*pstate
+	parts    map[pkey]*pstate
+	diverged map[dkey]*manifestEntry
+}
+
+// dkey names a divergence manifest entry: a partition and where the copy
+// of its removed records starts in <topic>.diverged.
+type dkey struct {
+	pkey
+	copyStart int64
+}
+
+// manifestEntry is a persisted divergence manifest entry; done once the
+// records are all copied (before that, a resumed truncation finishes the
+// copy).
+type manifestEntry struct {
+	DivergedRange
+	done bool
+}
+
+func divergedKey(k dkey) []byte {
+	return kbin.AppendInt64(recordKey(recDiverged, k.pkey), k.copyStart)
+}
+
+func divergedValue(e *manifestEntry) []byte {
+	b := kbin.AppendInt16(nil, 0)
+	b = kbin.AppendInt64(b, e.FirstOffset)
+	b = kbin.AppendInt64(b, e.LastOffset)
+	b = kbin.AppendInt32(b, e.FirstEpoch)
+	b = kbin.AppendInt32(b, e.LastEpoch)
+	b = kbin.AppendInt64(b, e.Records)
+	b = kbin.AppendInt64(b, e.FirstTimestamp)
+	b = kbin.AppendInt64(b, e.LastTimestamp)
+	b = kbin.AppendInt64(b, e.TruncatedAt)
+	b = kbin.AppendString(b, e.Cause)
+	b = kbin.AppendInt64(b, e.CopyEnd)
+	return kbin.AppendBool(b, e.done)
 }
 
 func (s *shard) get(k pkey) *pstate {
@@ -144,14 +180,33 @@ func (s *shard) Replay(key, value []byte) error {
 	r := kbin.Reader{Src: key}
 	typ := r.Int16()
 	k := pkey{r.String(), r.String(), r.Int32()}
+	var dk dkey
+	if typ == recDiverged {
+		dk = dkey{k, r.Int64()}
+	}
 	if err := r.Complete(); err != nil {
 		return fmt.Errorf("mirror state key: %w", err)
 	}
-	if value == nil {
+	v := kbin.Reader{Src: value}
+	switch {
+	case typ == recDiverged && value == nil:
+		delete(s.diverged, dk)
+		return nil
+	case typ == recDiverged:
+		v.Int16()
+		e := &manifestEntry{DivergedRange: DivergedRange{Topic: k.topic, Partition: k.partition, CopyStart: dk.copyStart}}
+		e.FirstOffset, e.LastOffset, e.FirstEpoch, e.LastEpoch = v.Int64(), v.Int64(), v.Int32(), v.Int32()
+		e.Records, e.FirstTimestamp, e.LastTimestamp, e.TruncatedAt = v.Int64(), v.Int64(), v.Int64(), v.Int64()
+		e.Cause, e.CopyEnd, e.done = v.String(), v.Int64(), v.Bool()
+		if err := v.Complete(); err != nil {
+			return fmt.Errorf("mirror manifest value: %w", err)
+		}
+		s.diverged[dk] = e
+		return nil
+	case value == nil:
 		delete(s.parts, k)
 		return nil
 	}
-	v := kbin.Reader{Src: value}
 	version := v.Int16()
 	p := s.get(k)
 	switch typ {

@@ -2,15 +2,19 @@ package integration
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror"
+	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 )
 
 // TestMirrorReadOnlyHolds is defect 3: on a mirror topic every way of
@@ -244,4 +248,61 @@ func TestMirrorFailbackWithOpenSourceTransaction(t *testing.T) {
 	produceN(t, b.addr(), "t", 1, 5)
 	caughtUp(t, b, a, "m", "t", 30*time.Second)
 	sameLog(t, "t on the old primary", b.partition("t", 0), a.partition("t", 0))
+}
+
+// TestMirrorSafeFailover: a planned failover waits for lag 0 against a
+// fresh source end offset and refuses, naming the partitions, when that
+// does not come in time; with the source unreachable it refuses unless
+// forced, and a forced one reports what it gave up.
+func TestMirrorSafeFailover(t *testing.T) {
+	src := startMirrorCluster(t, "")
+	// Slow: 2 kB/s of small fetches.
+	dst := startMirrorClusterProps(t, "", map[string]string{"mirror.replication.throttled.rate": "2000", "replica.fetch.max.bytes": "1000"})
+	for _, topic := range []string{"slow", "calm", "gone"} {
+		createMirrorTopic(t, src, topic, 1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pc := src.client(kgo.DefaultProduceTopic("slow"))
+	for i := range 200 { // one batch each: the throttled mirror copies a few per second
+		if err := pc.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "%0100d", i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	da := dst.admin()
+	if err := da.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{"slow": "m", "calm": "m", "gone": "m"}); err != nil {
+		t.Fatal(err)
+	}
+	report, err := da.Failover(ctx, "m", []string{"slow"}, admin.FailoverOptions{Timeout: time.Second})
+	if !errors.Is(err, kerr.RequestTimedOut) || !strings.Contains(err.Error(), "slow-0: lag") {
+		t.Fatalf("safe failover of a lagging topic: %v", err)
+	}
+	if len(report) != 1 || report[0].Lag <= 0 {
+		t.Fatalf("safe failover of a lagging topic reports %+v", report)
+	}
+	if st, _ := describe(t, dst, "m"); st["slow/0"].State != "MIRRORING" {
+		t.Fatalf("a refused failover stopped slow-0: %s", st["slow/0"].State)
+	}
+
+	// Caught up (nothing to copy), the safe failover goes through.
+	report, err = da.Failover(ctx, "m", []string{"calm"}, admin.FailoverOptions{Timeout: time.Minute})
+	if err != nil || len(report) != 1 || report[0].Lag != 0 || report[0].SourceOffset != 0 {
+		t.Fatalf("safe failover of a caught-up topic: %v %+v", err, report)
+	}
+
+	// The source gone: refused unless forced; forced, the lag is reported.
+	src.b.Close()
+	if _, err := da.Failover(ctx, "m", []string{"gone"}, admin.FailoverOptions{Timeout: time.Minute}); !errors.Is(err, mirror.ErrMirrorSourceUnavailable) {
+		t.Fatalf("safe failover with the source gone: %v", err)
+	}
+	report, err = da.Failover(ctx, "m", []string{"gone", "slow"}, admin.FailoverOptions{Force: true, Timeout: time.Minute})
+	if err != nil || len(report) != 2 || report[0].Lag != 0 || report[1].Lag <= 0 || report[1].SourceOffset != 200 {
+		t.Fatalf("forced failover with the source gone: %v %+v", err, report)
+	}
+	if err := produceOne(t, dst, "slow", 0, "after a forced failover"); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -153,6 +154,38 @@ func (c *Client) RemoveTopicsFromMirror(ctx context.Context, name string, topics
 		return *r.ErrorMessage, nil
 	}
 	return "", nil
+}
+
+// FailoverOptions shape Failover.
+type FailoverOptions struct {
+	// Force stops the topics even when the source cannot confirm that
+	// nothing would be lost (it is unreachable) or the timeout is over.
+	Force bool
+	// Timeout bounds the wait for lag 0 (the broker's request timeout
+	// when 0).
+	Timeout time.Duration
+}
+
+// Failover is a safe promote: the broker waits until every partition of
+// topics (anchored regular expressions) has lag 0 against a source end
+// offset learned after the call, then stops them; it refuses, naming the
+// partitions, when the source is unreachable or the timeout passes,
+// unless Force. It returns where each partition was left: with Force,
+// the lag given up.
+func (c *Client) Failover(ctx context.Context, name string, topics []string, o FailoverOptions) ([]mirror.FailoverPartition, error) {
+	req := &mirror.RemoveTopicsFromMirrorRequest{MirrorName: name, Mode: mirror.FailoverSafe, TimeoutMs: int32(o.Timeout.Milliseconds())}
+	if o.Force {
+		req.Mode = mirror.FailoverForce
+	}
+	for _, t := range topics {
+		req.Topics = append(req.Topics, mirror.RemoveTopic{TopicName: t})
+	}
+	resp, err := c.do(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	r := resp.(*mirror.RemoveTopicsFromMirrorResponse)
+	return r.Failover, ErrorOf(r.ErrorCode, r.ErrorMessage)
 }
 
 // ListMirrors lists the mirrors.
