@@ -44,6 +44,13 @@ type mirrorsCmd struct {
 	timeout        time.Duration
 }
 
+// mirrorsOp is one operation of `tandem mirrors`, chosen by its flag.
+type mirrorsOp struct {
+	name, usage string
+	run         func(context.Context) error
+	on          bool
+}
+
 // errUnhealthy makes --describe exit 1 after printing: a partition is
 // FAILED or cannot be copied (its source unreachable, say).
 var errUnhealthy = errors.New("")
@@ -57,20 +64,25 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mirrors", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.bootstrap, "bootstrap-server", "127.0.0.1:9092", "destination cluster `HOST:PORT`")
-	create := fs.Bool("create", false, "create --mirror from --source-bootstrap with --config k=v; with --add, add --topic to it too")
-	add := fs.Bool("add", false, "add --topic to --mirror; a topic that exists here with records is truncated to the source's log: what that removes is shown first, and needs --yes")
-	remove := fs.Bool("remove", false, "remove --topic (a regular expression) from --mirror at once: failover, the KIP's raw meaning")
-	failover := fs.Bool("failover", false, "safe promote of --mirror (or only --topic): wait up to --timeout for lag 0 against the source, then fail over; refuses if that does not happen or the source is unreachable, unless --force, which reports the lag given up")
-	failback := fs.Bool("failback", false, "on the old primary (--bootstrap-server): mirror --mirror's topics back from the new one (--source-bootstrap, --config), showing what truncation removes first")
-	diverged := fs.Bool("diverged", false, "print the divergence manifest of --mirror: records truncations removed, copied to <topic>.diverged")
-	pause := fs.Bool("pause", false, "pause --mirror (optionally only --topic)")
-	resume := fs.Bool("resume", false, "resume --mirror (optionally only --topic)")
-	del := fs.Bool("delete", false, "delete --mirror: each of its topics fails over first (becomes writable, keeps its data), then the mirror is gone")
-	list := fs.Bool("list", false, "list mirrors")
-	describe := fs.Bool("describe", false, "describe mirrors (or --mirror, --topic) with their lag; exits 1 if a partition is FAILED or cannot reach its source")
-	describeConfig := fs.Bool("describe-config", false, "print the configs of --mirror (secrets masked)")
-	alter := fs.Bool("alter", false, "alter the configs of --mirror: --config k=v sets, --delete-config k removes")
-	fs.BoolVar(&c.asJSON, "json", false, "print JSON (--list, --describe, --describe-config)")
+	ops := []*mirrorsOp{
+		{name: "create", run: c.create, usage: "create --mirror from --source-bootstrap with --config k=v; with --add, add --topic to it too"},
+		{name: "add", run: c.add, usage: "add --topic to --mirror; a topic that exists here with records is truncated to the source's log: what that removes is shown first, and needs --yes"},
+		{name: "remove", run: c.remove, usage: "remove --topic (a regular expression) from --mirror at once: failover, the KIP's raw meaning"},
+		{name: "failover", run: c.failover, usage: "safe promote of --mirror (or only --topic): wait up to --timeout for lag 0 against the source, then fail over; refuses if that does not happen or the source is unreachable, unless --force, which reports the lag given up"},
+		{name: "failback", run: c.failback, usage: "on the old primary (--bootstrap-server): mirror --mirror's topics back from the new one (--source-bootstrap, --config), showing what truncation removes first"},
+		{name: "pause", run: func(ctx context.Context) error { return c.pauseResume(ctx, true) }, usage: "pause --mirror (optionally only --topic)"},
+		{name: "resume", run: func(ctx context.Context) error { return c.pauseResume(ctx, false) }, usage: "resume --mirror (optionally only --topic)"},
+		{name: "delete", run: c.deleteMirror, usage: "delete --mirror: each of its topics fails over first (becomes writable, keeps its data), then the mirror is gone"},
+		{name: "list", run: c.list, usage: "list mirrors"},
+		{name: "describe", run: c.describe, usage: "describe mirrors (or --mirror, --topic) with their lag; exits 1 if a partition is FAILED or cannot reach its source"},
+		{name: "describe-config", run: c.describeConfig, usage: "print the configs of --mirror (secrets masked)"},
+		{name: "alter", run: c.alter, usage: "alter the configs of --mirror: --config k=v sets, --delete-config k removes"},
+		{name: "diverged", run: c.diverged, usage: "print the divergence manifest of --mirror: records truncations removed, copied to <topic>.diverged"},
+	}
+	for _, op := range ops {
+		fs.BoolVar(&op.on, op.name, false, op.usage)
+	}
+	fs.BoolVar(&c.asJSON, "json", false, "print JSON (--list, --describe, --describe-config, --diverged)")
 	fs.StringVar(&c.name, "mirror", "", "mirror `NAME`")
 	fs.StringVar(&c.source, "source-bootstrap", "", "source cluster `HOST:PORT`")
 	allTopics := fs.Bool("all-topics", false, "with --remove, --pause or --resume: every topic of the mirror")
@@ -90,19 +102,28 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	if *allTopics {
 		c.topics = multiFlag{".*"}
 	}
-	ops := map[string]bool{"--create": *create && !*add, "--add": *add, "--remove": *remove, "--pause": *pause, "--resume": *resume,
-		"--delete": *del, "--list": *list, "--describe": *describe, "--describe-config": *describeConfig, "--alter": *alter,
-		"--failover": *failover, "--failback": *failback, "--diverged": *diverged}
-	var chosen []string
-	for op, on := range ops {
-		if on {
+	var chosen []*mirrorsOp
+	for _, op := range ops {
+		if op.on {
 			chosen = append(chosen, op)
 		}
 	}
+	if len(chosen) == 2 && chosen[0].name == "create" && chosen[1].name == "add" {
+		create, add := chosen[0], chosen[1]
+		chosen = []*mirrorsOp{{name: "create --add", run: func(ctx context.Context) error {
+			if err := create.run(ctx); err != nil {
+				return err
+			}
+			return add.run(ctx)
+		}}}
+	}
 	if len(chosen) != 1 {
-		slices.Sort(chosen)
 		fs.Usage()
-		fmt.Fprintf(stderr, "tandem mirrors: choose one of --create, --add (--create --add does both), --remove, --failover, --failback, --pause, --resume, --delete, --list, --describe, --describe-config, --alter, --diverged (got %v)\n", chosen)
+		var names []string
+		for _, op := range ops {
+			names = append(names, "--"+op.name)
+		}
+		fmt.Fprintf(stderr, "tandem mirrors: choose one of %s (--create --add does both)\n", strings.Join(names, ", "))
 		return 2
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.bootstrap), admin.Opt(), kgo.RetryTimeout(30*time.Second))
@@ -116,37 +137,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	err = c.a.Supported(ctx)
 	if err == nil {
-		switch chosen[0] {
-		case "--create":
-			err = c.create(ctx)
-		case "--add":
-			if *create {
-				err = c.create(ctx)
-			}
-			if err == nil {
-				err = c.add(ctx)
-			}
-		case "--remove":
-			err = c.remove(ctx)
-		case "--pause", "--resume":
-			err = c.pauseResume(ctx, *pause)
-		case "--delete":
-			err = c.deleteMirror(ctx)
-		case "--list":
-			err = c.list(ctx)
-		case "--describe":
-			err = c.describe(ctx)
-		case "--describe-config":
-			err = c.describeConfig(ctx)
-		case "--alter":
-			err = c.alter(ctx)
-		case "--failover":
-			err = c.failover(ctx)
-		case "--failback":
-			err = c.failback(ctx)
-		case "--diverged":
-			err = c.diverged(ctx)
-		}
+		err = chosen[0].run(ctx)
 	}
 	switch {
 	case errors.Is(err, errUnhealthy):
@@ -185,15 +176,25 @@ func keyValues(kvs []string) (map[string]string, error) {
 	return out, nil
 }
 
-func (c *mirrorsCmd) create(ctx context.Context) error {
+// mirrorConfigs are the configs of the mirror --mirror from
+// --source-bootstrap that --config describes.
+func (c *mirrorsCmd) mirrorConfigs() (map[string]string, error) {
 	if err := need("--mirror and --source-bootstrap", c.name != "" && c.source != ""); err != nil {
-		return err
+		return nil, err
 	}
 	cfg, err := keyValues(c.configs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg["bootstrap.servers"] = c.source
+	return cfg, nil
+}
+
+func (c *mirrorsCmd) create(ctx context.Context) error {
+	cfg, err := c.mirrorConfigs()
+	if err != nil {
+		return err
+	}
 	if err := c.a.CreateMirror(ctx, c.name, cfg); err != nil {
 		return err
 	}

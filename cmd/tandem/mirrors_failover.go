@@ -87,14 +87,10 @@ func printFailover(w io.Writer, report []mirror.FailoverPartition) {
 // under the same name (unless it exists, with that source), shows what
 // truncation will remove, and on confirmation adds the topics.
 func (c *mirrorsCmd) failback(ctx context.Context) error {
-	if err := need("--mirror and --source-bootstrap", c.name != "" && c.source != ""); err != nil {
-		return err
-	}
-	cfg, err := keyValues(c.configs)
+	cfg, err := c.mirrorConfigs()
 	if err != nil {
 		return err
 	}
-	cfg["bootstrap.servers"] = c.source
 	topics, err := c.failedOverTopics(ctx, cfg)
 	if err != nil {
 		return err
