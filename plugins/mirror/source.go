@@ -515,6 +515,9 @@ func (f *fetcher) loop() {
 func (f *fetcher) fetch(parts []*part) (int, error) {
 	r := f.r
 	req, epochs := r.fetchRequest(parts)
+	if len(req.Topics) == 0 {
+		return 0, errors.New("no partition of this fetcher is open here yet") // nothing to wait for at the source
+	}
 	resp, err := r.request(f.key.broker, req)
 	f.stats.request()
 	if err != nil {
