@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tandem-kafka/tandem"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/server"
 )
@@ -65,7 +66,7 @@ func runDemo(stdout, stderr io.Writer, records, size int, rate int64, interval, 
 		for k, v := range extra {
 			props[k] = v
 		}
-		b, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", Props: props, Plugins: plugins(props), Logger: log})
+		b, err := tandem.NewBroker(server.Config{DataDir: dir, Listen: "127.0.0.1:0", Props: props, Logger: log})
 		if err == nil {
 			err = b.Start(ctx)
 		}

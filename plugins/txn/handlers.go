@@ -164,6 +164,9 @@ func (p *Plugin) VerifyTxnPartition(ctx context.Context, txnID string, pid int64
 // if none is open, instead of AddPartitionsToTxn. A stale epoch is
 // INVALID_PRODUCER_EPOCH, as Kafka answers a produce.
 func (p *Plugin) AddTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp plugin.TopicPartition) error {
+	if err := plugin.CheckTopicChange(p.Host().Plugins(), plugin.TopicChange{Topic: tp.Topic, Op: plugin.OpWrite}); err != nil {
+		return err
+	}
 	err := p.do(ctx, txnID, func(s *shardState) error {
 		return s.addPartitions(txnID, pid, epoch, 0, 1, 2, []plugin.TopicPartition{tp})
 	})
@@ -185,6 +188,10 @@ func (p *Plugin) topicCheck(rc *plugin.RequestContext, topic string, partition i
 	}
 	if t := img.Topics[topic]; t == nil || partition < 0 || int(partition) >= len(t.Partitions) {
 		return kerr.UnknownTopicOrPartition
+	}
+	var ke *kerr.Error
+	if err := plugin.CheckTopicChange(p.Host().Plugins(), plugin.TopicChange{Topic: topic, Op: plugin.OpWrite}); errors.As(err, &ke) {
+		return ke // a read-only (mirror) topic: its transaction would end with a marker nobody may write
 	}
 	return nil
 }
@@ -427,6 +434,8 @@ func (p *Plugin) handleWriteTxnMarkers(ctx context.Context, rc *plugin.RequestCo
 					op.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 				} else if img := p.Image(); img == nil || img.Topics[rt.Topic] == nil || int(part) >= len(img.Topics[rt.Topic].Partitions) || part < 0 {
 					op.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				} else if err := plugin.CheckTopicChange(p.Host().Plugins(), plugin.TopicChange{Topic: rt.Topic, Op: plugin.OpTxnMarkers}); err != nil {
+					op.ErrorCode = plugin.ErrorCode(err)
 				} else {
 					op.ErrorCode = plugin.ErrorCode(p.writeMarker(ctx, plugin.TopicPartition{Topic: rt.Topic, Partition: part}, m))
 				}
