@@ -56,9 +56,9 @@ type (
 
 // Deprecated: for plugins/mirror until it moves to package plugin.
 const (
-	CoordinatorGroup  = plugin.CoordinatorGroup
-	CoordinatorMirror = plugin.CoordinatorMirror
-	ACLResourceMirror = plugin.ACLResourceMirror
+	CoordinatorGroup   = plugin.CoordinatorGroup
+	CoordinatorMirror  = plugin.CoordinatorMirror
+	ACLResourceMirror  = plugin.ACLResourceMirror
 	OpWrite            = plugin.OpWrite
 	OpTxnMarkers       = plugin.OpTxnMarkers
 	OpDeleteRecords    = plugin.OpDeleteRecords
