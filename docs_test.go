@@ -17,7 +17,7 @@ import (
 // path is one that starts with a directory of the repository
 // (`server/conn.go`, `plugins/mirror/metadata*.go`); a cited identifier
 // is package.Name[.Field] with a package of the repository
-// (`server.TxnMarkerWriter`, `raftmeta.Config.RaftAddr`,
+// (`server/plugin.TxnMarkerWriter`, `raftmeta.Config.RaftAddr`,
 // `plugins/mirror/admin.Opt()`).
 func TestDocsCiteWhatExists(t *testing.T) {
 	docs, _ := filepath.Glob("docs/*.md")

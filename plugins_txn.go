@@ -12,7 +12,7 @@ import (
 // withTxn adds the transaction coordinator (__transaction_state,
 // transactional producers, FindCoordinator for transactions). It finds
 // the consumer-groups plugin, if compiled in, through
-// server.TxnMarkerWriter for transactional offset commits.
+// plugin.TxnMarkerWriter for transactional offset commits.
 func withTxn(ps []any, props map[string]string, log *slog.Logger) ([]any, error) {
 	if _, err := txn.ParseConfig(props); err != nil {
 		return nil, fmt.Errorf("transactions: %w", err)

@@ -8,20 +8,15 @@
 package engine
 
 import (
-	"encoding/hex"
 	"time"
+
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // TopicID is a Kafka topic ID (a UUID), the key under which a partition's
 // data is stored so that a topic re-created with the same name never sees
-// the old one's data.
-type TopicID [16]byte
-
-func (id TopicID) String() string { return hex.EncodeToString(id[:]) }
-
-// IsZero reports whether the ID is the all-zero UUID, which Kafka uses to
-// mean "no topic ID".
-func (id TopicID) IsZero() bool { return id == TopicID{} }
+// the old one's data. It is the same type as raftmeta.UUID.
+type TopicID = uuid.UUID
 
 // Origin says who is appending to a log. Validators use it: the mirror
 // plugin refuses client produce to mirror topics but accepts its fetchers.

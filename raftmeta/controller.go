@@ -17,6 +17,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // Config configures a Controller.
@@ -177,7 +179,7 @@ func (c *Controller) awaitLeadership(ctx context.Context) error {
 	}
 	c.setLeader(c.cfg.NodeID)
 	if c.Image().ClusterID == "" {
-		id := RandomUUID()
+		id := uuid.Random()
 		if err := c.propose(ctx, Record{Type: RecordCluster, ClusterID: base64.RawURLEncoding.EncodeToString(id[:])}); err != nil {
 			return fmt.Errorf("raftmeta: writing cluster ID: %w", err)
 		}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // Controller decisions validate against the current image, choose IDs,
@@ -199,7 +201,7 @@ func (c *Controller) CreateTopics(ctx context.Context, specs []TopicSpec, valida
 			}
 			id := s.ID
 			if id.IsZero() {
-				for id = RandomUUID(); img.TopicsByID[id] != nil || ids[id]; id = RandomUUID() {
+				for id = uuid.Random(); img.TopicsByID[id] != nil || ids[id]; id = uuid.Random() {
 				}
 			} else if img.TopicsByID[id] != nil || ids[id] {
 				return fmt.Errorf("topic %q: topic ID %s is already in use: %w", s.Name, id.Base64(), kerr.InvalidRequest)

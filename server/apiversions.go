@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 const apiKeyApiVersions = 18
@@ -68,7 +70,7 @@ func (b *Broker) handleApiVersions(_ context.Context, _ *RequestContext, req *km
 	}
 	// -1 says "no finalized features epoch": nothing to negotiate.
 	resp.FinalizedFeaturesEpoch = -1
-	if _, ok := b.txnCoordinator().(TxnPartitionAdder); ok {
+	if _, ok := b.txnCoordinator().(plugin.TxnPartitionAdder); ok {
 		// transaction.version 2 (KIP-890 part 2): clients skip
 		// AddPartitionsToTxn, Produce v12+ adds the partition, and EndTxn
 		// v5 bumps the epoch. The level is fixed by the code (one node,

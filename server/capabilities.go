@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // pluginNamespaces are the property prefixes only a plugin acts on, with
@@ -40,11 +42,11 @@ func checkCapabilities(props map[string]string, plugins []any, apis *apiTable) e
 		need := ""
 		switch {
 		case k == "authorizer.class.name":
-			if !hasPlugin[Authorizer](plugins) {
+			if !hasPlugin[plugin.Authorizer](plugins) {
 				need = "an authorizer (the ACL plugin)"
 			}
 		case k == "super.users" || k == "allow.everyone.if.no.acl.found":
-			if !hasPlugin[ACLStore](plugins) {
+			if !hasPlugin[plugin.ACLStore](plugins) {
 				need = "ACLs (the ACL plugin)"
 			}
 		case saslMechanismsKey.MatchString(k):
@@ -70,13 +72,11 @@ func checkCapabilities(props map[string]string, plugins []any, apis *apiTable) e
 }
 
 func hasPlugin[T any](plugins []any) bool {
-	return slices.ContainsFunc(plugins, func(p any) bool { _, ok := p.(T); return ok })
+	_, ok := plugin.Find[T](plugins)
+	return ok
 }
 
-// ownedProp reports whether a plugin reads key (PropsOwner).
+// ownedProp reports whether a plugin reads key (plugin.PropsOwner).
 func ownedProp(plugins []any, key string) bool {
-	return slices.ContainsFunc(plugins, func(p any) bool {
-		o, ok := p.(PropsOwner)
-		return ok && o.OwnsProp(key)
-	})
+	return slices.ContainsFunc(plugin.All[plugin.PropsOwner](plugins), func(o plugin.PropsOwner) bool { return o.OwnsProp(key) })
 }

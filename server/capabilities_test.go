@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // TestMissingCapability: properties that ask for what only a plugin
@@ -31,11 +33,11 @@ func TestMissingCapability(t *testing.T) {
 	}{
 		{map[string]string{"authorizer.class.name": "StandardAuthorizer", "super.users": "User:admin"},
 			[]string{"authorizer.class.name", "super.users"}, struct {
-				Authorizer
-				ACLStore
+				plugin.Authorizer
+				plugin.ACLStore
 			}{}},
-		{map[string]string{"super.users": "User:admin"}, []string{"super.users"}, struct{ ACLStore }{}},
-		{map[string]string{"allow.everyone.if.no.acl.found": "true"}, []string{"allow.everyone.if.no.acl.found"}, struct{ ACLStore }{}},
+		{map[string]string{"super.users": "User:admin"}, []string{"super.users"}, struct{ plugin.ACLStore }{}},
+		{map[string]string{"allow.everyone.if.no.acl.found": "true"}, []string{"allow.everyone.if.no.acl.found"}, struct{ plugin.ACLStore }{}},
 		{with(map[string]string{"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512"}), []string{"sasl.enabled.mechanisms"}, scramAPI{}},
 		{with(map[string]string{"listener.name.sasl_plaintext.sasl.enabled.mechanisms": "scram-sha-256"}),
 			[]string{"listener.name.sasl_plaintext.sasl.enabled.mechanisms"}, scramAPI{}},

@@ -23,20 +23,6 @@ import (
 // on a SASL listener (Apache Kafka's fix for CVE-2022-34917).
 const preAuthMaxFrame = 512 << 10
 
-// RequestContext is what a handler knows about a request beyond its body.
-type RequestContext struct {
-	ClientID      string
-	Version       int16
-	CorrelationID int32
-	ClientAddr    string
-	// Principal is "User:<name>" from SASL or the TLS client
-	// certificate, "User:ANONYMOUS" without either.
-	Principal string
-	Listener  string // the name of the listener the client connected to
-
-	authz Authorizer // nil: no authorizer installed, everything allowed
-}
-
 // request is one decoded request waiting for its handler.
 type request struct {
 	rc    RequestContext
@@ -256,7 +242,7 @@ func (c *conn) handle(ctx context.Context, r *request) (resp kmsg.Response, fail
 			return nil, true, nil
 		}
 	}
-	r.rc.Principal, r.rc.Listener, r.rc.authz = c.principal, c.l.name, b.authz
+	r.rc.Principal, r.rc.Listener, r.rc.Authorizer = c.principal, c.l.name, b.authz
 	if r.raw {
 		return nil, c.handleRawToken(ctx, r), nil
 	}
@@ -494,11 +480,7 @@ func (b *Broker) dispatch(ctx context.Context, r *request) (kmsg.Response, error
 	case *kmsg.FindCoordinatorRequest:
 		return b.handleFindCoordinator(ctx, rc, req)
 	}
-	if h := b.apis.plugins[r.req.Key()]; h != nil {
-		return h.HandleRequest(ctx, rc, r.req)
-	}
-	// newRequest only admits the keys above, so this is a bug, not input.
-	return nil, fmt.Errorf("no handler for api key %d", r.req.Key())
+	return b.handlePlugin(ctx, rc, r.req)
 }
 
 // framePool recycles the frame buffers of produce requests, whose records

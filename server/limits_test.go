@@ -48,7 +48,9 @@ func createPartitionsReq(validateOnly bool, topic string, count int32, assign ..
 func TestPartitionLimits(t *testing.T) {
 	b := startBroker(t, map[string]string{"max.broker.partitions": "300", "num.partitions": "50"})
 	ctx := testCtx(t)
-	b.createInternalTopic(ctx, InternalTopic{Name: "__transaction_state", Partitions: 4, ReplicationFactor: 1})
+	if _, err := b.EnsureTopic(ctx, InternalTopic{Name: "__transaction_state", Partitions: 4, ReplicationFactor: 1}); err != nil {
+		t.Fatal(err)
+	}
 	if resp := rawRequest(t, b.Addr(), createTopicsReq(false, topicReq("small", 2, 1))).(*kmsg.CreateTopicsResponse); resp.Topics[0].ErrorCode != 0 {
 		t.Fatalf("create small: %+v", resp.Topics[0])
 	}

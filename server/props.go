@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Props are the broker properties the server acts on, parsed from
@@ -56,10 +56,6 @@ type Props struct {
 	Unknown []string
 
 	static map[string]string // Config.Props as given, for DescribeConfigs
-	// pids is the broker's cache of producer ids. It is per-broker run
-	// time state, carried here because Props is the one value ParseProps
-	// hands to the Broker.
-	pids *pidBlock
 }
 
 // ParseProps validates the known keys of m and returns the broker
@@ -96,7 +92,6 @@ func ParseProps(m map[string]string) (Props, error) {
 		RequestReadTimeout:    time.Duration(l.int("tandem.request.read.timeout.ms")) * time.Millisecond,
 		FailedAuthDelay:       time.Duration(l.int("connection.failed.authentication.delay.ms")) * time.Millisecond,
 		static:                make(map[string]string, len(m)),
-		pids:                  &pidBlock{},
 	}
 	for k, v := range m {
 		p.static[k] = v
@@ -565,21 +560,8 @@ func adminErrorf(code *kerr.Error, format string, args ...any) error {
 	return &adminErr{code, fmt.Sprintf(format, args...)}
 }
 
-// adminErrCode returns the Kafka error code of err (UNKNOWN_SERVER_ERROR
-// when it carries none) and a message for ErrorMessage fields.
+// adminErrCode returns the Kafka error code of err and a message for
+// ErrorMessage fields (plugin.ErrorCode, plugin.ErrorMessage).
 func adminErrCode(err error) (int16, *string) {
-	if err == nil {
-		return 0, nil
-	}
-	msg := err.Error()
-	var ke *kerr.Error
-	if !errors.As(err, &ke) {
-		return kerr.UnknownServerError.Code, &msg
-	}
-	// Errors wrapped as "context: %w" end with the kerr text: keep the
-	// context, which is what a client wants to read.
-	if m := strings.TrimSuffix(msg, ": "+ke.Error()); m != "" {
-		msg = m
-	}
-	return ke.Code, &msg
+	return plugin.ErrorCode(err), plugin.ErrorMessage(err)
 }

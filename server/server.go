@@ -23,6 +23,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Config configures a Broker.
@@ -58,21 +59,23 @@ type Broker struct {
 	throttle *authThrottle // of failed SASL authentications
 
 	// Hooks found in cfg.Plugins.
-	leaderObs  []LeaderObserver
+	leaderObs  []plugin.LeaderObserver
 	metaObs    []*metaQueue
-	lifecycles []Lifecycle
-	started    []Lifecycle // lifecycles whose Start succeeded, stopped in Close
+	lifecycles []plugin.Lifecycle
+	started    []plugin.Lifecycle // lifecycles whose Start succeeded, stopped in Close
 
-	dirLock   *os.File    // held from Start to Close
-	listeners []*listener // the first one's address is Addr
-	authz     Authorizer  // nil: everything is allowed
+	dirLock   *os.File          // held from Start to Close
+	listeners []*listener       // the first one's address is Addr
+	authz     plugin.Authorizer // nil: everything is allowed
 	quotas    *quotas
-	reauth    time.Duration // connections.max.reauth.ms
+	reauth    time.Duration        // connections.max.reauth.ms
+	pids      raftmeta.ProducerIDs // for idempotent producers
 
 	addr     string
 	ctx      context.Context // canceled by Close
 	cancel   context.CancelFunc
-	wg       sync.WaitGroup // accept loop, connections, metadata loop, observer queues
+	wg       sync.WaitGroup // accept loops and connections
+	loops    sync.WaitGroup // metadata loop and observer queues
 	applied  appliedState
 	closeMu  sync.Mutex
 	closed   bool
@@ -131,30 +134,26 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.applied.init()
 	b.m = newBrokerMetrics(b)
-	for _, p := range cfg.Plugins {
-		if o, ok := p.(LeaderObserver); ok {
-			b.leaderObs = append(b.leaderObs, o)
-		}
-		if o, ok := p.(MetadataObserver); ok {
-			b.metaObs = append(b.metaObs, newMetaQueue(o, b.log))
-		}
-		if l, ok := p.(Lifecycle); ok {
-			b.lifecycles = append(b.lifecycles, l)
-		}
-		if a, ok := p.(Authorizer); ok {
-			if b.authz != nil {
-				return nil, fmt.Errorf("server: two authorizers, %T and %T", b.authz, a)
-			}
-			b.authz = a
-		}
+	b.leaderObs = plugin.All[plugin.LeaderObserver](cfg.Plugins)
+	for _, o := range plugin.All[plugin.MetadataObserver](cfg.Plugins) {
+		b.metaObs = append(b.metaObs, newMetaQueue(o, b.log))
+	}
+	b.lifecycles = plugin.All[plugin.Lifecycle](cfg.Plugins)
+	switch authz := plugin.All[plugin.Authorizer](cfg.Plugins); len(authz) {
+	case 0:
+	case 1:
+		b.authz = authz[0]
+	default:
+		return nil, fmt.Errorf("server: two authorizers, %T and %T", authz[0], authz[1])
 	}
 	return b, nil
 }
 
 // Start locks the data dir, binds the listeners, opens the engine and the
-// metadata quorum, registers this broker, reconciles stored partitions
-// with the metadata image, starts serving, and starts the plugins. On
-// error everything opened so far is closed again.
+// metadata quorum, registers this broker, starts the plugins, reconciles
+// stored partitions and leadership with the metadata image, and starts
+// serving (the order package plugin documents). On error everything
+// opened so far is closed again.
 func (b *Broker) Start(ctx context.Context) (err error) {
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -195,23 +194,13 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("server: advertised port %q: %w", portStr, err)
 	}
-	var validators []engine.AppendValidator
-	var observers []engine.AppendObserver
-	for _, p := range b.cfg.Plugins {
-		if v, ok := p.(engine.AppendValidator); ok {
-			validators = append(validators, v)
-		}
-		if o, ok := p.(engine.AppendObserver); ok {
-			observers = append(observers, o)
-		}
-	}
 	b.engine, err = engine.Open(engine.Config{
 		Dir:                    filepath.Join(b.cfg.DataDir, "data"),
 		FS:                     b.cfg.FS,
 		SyncWrites:             b.props.SyncWrites,
 		Logger:                 b.log,
-		Validators:             validators,
-		Observers:              observers,
+		Validators:             plugin.All[plugin.AppendValidator](b.cfg.Plugins),
+		Observers:              plugin.All[plugin.AppendObserver](b.cfg.Plugins),
 		RetentionCheckInterval: b.props.RetentionCheckInterval,
 	})
 	if err != nil {
@@ -234,23 +223,25 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	if err := b.meta.RegisterBroker(ctx, reg); err != nil {
 		return fmt.Errorf("server: register broker %d: %w", b.cfg.NodeID, err)
 	}
-	if err := b.reconcile(ctx); err != nil {
-		return err
-	}
-	for _, q := range b.metaObs {
-		b.wg.Add(1)
-		go func() { defer b.wg.Done(); q.run(b.ctx) }()
-	}
-	b.wg.Add(1 + len(b.listeners))
-	go func() { defer b.wg.Done(); b.metadataLoop() }()
-	for _, l := range b.listeners {
-		go func() { defer b.wg.Done(); b.acceptLoop(l) }()
-	}
+	// Plugins start before anything calls them: before leadership is
+	// reported and before a request can reach them.
 	for _, l := range b.lifecycles {
 		if err := l.Start(ctx, b); err != nil {
 			return fmt.Errorf("server: start plugin %T: %w", l, err)
 		}
 		b.started = append(b.started, l)
+	}
+	if err := b.reconcile(ctx); err != nil {
+		return err
+	}
+	b.loops.Add(1 + len(b.metaObs))
+	for _, q := range b.metaObs {
+		go func() { defer b.loops.Done(); q.run(b.ctx) }()
+	}
+	go func() { defer b.loops.Done(); b.metadataLoop() }()
+	b.wg.Add(len(b.listeners))
+	for _, l := range b.listeners {
+		go func() { defer b.wg.Done(); b.acceptLoop(l) }()
 	}
 	b.log.Info("broker started", "addr", b.addr, "advertised", adv, "cluster", b.meta.Image().ClusterID)
 	return nil
@@ -259,8 +250,10 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 // Addr is the bound address of the first listener, host:port.
 func (b *Broker) Addr() string { return b.addr }
 
-// Close stops the listener, closes connections, stops the plugins, and
-// closes the metadata quorum and then the engine. It is safe to call twice.
+// Close stops the listeners, closes connections and waits for their
+// requests, waits for the metadata loop and the metadata observers, stops
+// the plugins, and closes the metadata quorum and then the engine. It is
+// safe to call twice.
 func (b *Broker) Close() error {
 	b.closeMu.Lock()
 	if b.closed {
@@ -278,6 +271,13 @@ func (b *Broker) Close() error {
 	}
 	b.closeMu.Unlock()
 
+	// Nothing calls a plugin once its Stop begins: requests and
+	// observers end first (canceling ctx ends their waits).
+	if b.cancel != nil {
+		b.cancel()
+	}
+	b.loops.Wait()
+	b.wg.Wait()
 	var errs []error
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -286,10 +286,6 @@ func (b *Broker) Close() error {
 			errs = append(errs, fmt.Errorf("stop plugin %T: %w", b.started[i], err))
 		}
 	}
-	if b.cancel != nil {
-		b.cancel()
-	}
-	b.wg.Wait()
 	b.reqBytes.stop()
 	if b.meta != nil {
 		if err := b.meta.Close(); err != nil {
@@ -309,15 +305,6 @@ func (b *Broker) Close() error {
 	b.closeMu.Unlock()
 	return b.closeErr
 }
-
-// NodeID implements Host.
-func (b *Broker) NodeID() int32 { return b.cfg.NodeID }
-
-// Engine implements Host.
-func (b *Broker) Engine() *engine.Engine { return b.engine }
-
-// Metadata implements Host.
-func (b *Broker) Metadata() *raftmeta.Controller { return b.meta }
 
 // WritePrometheus writes the broker's metrics in Prometheus text format.
 func (b *Broker) WritePrometheus(w io.Writer) { b.metrics.WritePrometheus(w) }

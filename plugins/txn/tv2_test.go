@@ -460,7 +460,7 @@ func TestEndTxnV5EpochBump(t *testing.T) {
 
 // TestTV2OffsetsOnly: a transaction.version 2 client commits offsets with
 // TxnOffsetCommit v5 and no AddOffsetsToTxn; EndTxn v5 still writes the
-// marker to __consumer_offsets, so the offsets become committed.
+// marker to the groups' offsets topic, so the offsets become committed.
 func TestTV2OffsetsOnly(t *testing.T) {
 	b, _ := startBroker(t, t.TempDir())
 	addr := b.Addr()
@@ -469,7 +469,7 @@ func TestTV2OffsetsOnly(t *testing.T) {
 	r.init()
 	find := kmsg.NewPtrFindCoordinatorRequest()
 	find.Version, find.CoordinatorType, find.CoordinatorKeys = 4, 0, []string{"g5"}
-	r.do(find) // creates __consumer_offsets
+	r.do(find) // creates the offsets topic
 	offsetCommit := func(offset int64) {
 		t.Helper()
 		toc := kmsg.NewPtrTxnOffsetCommitRequest()
