@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -55,14 +54,22 @@ type mirrorsOp struct {
 // FAILED or cannot be copied (its source unreachable, say).
 var errUnhealthy = errors.New("")
 
+const mirrorsDoc = `Manages Cluster Mirroring (KIP-1279) on the destination cluster named by
+--bootstrap-server: creates mirrors of a source cluster, adds topics to them
+(byte-for-byte copies with the same offsets and topic IDs), shows their lag,
+fails them over and back. The flags are those of Apache Kafka's
+kafka-mirrors.sh, plus --failover, --failback and --diverged.
+
+Usage: tandem mirrors --bootstrap-server HOST:PORT --OPERATION [flags]
+`
+
 // mirrors is `tandem mirrors`, the KIP's kafka-mirrors.sh.
 func mirrors(args []string, stdout, stderr io.Writer) int {
 	c := &mirrorsCmd{stdout: stdout, stderr: stderr, stdin: os.Stdin}
 	if out, ok := stdout.(*os.File); ok {
 		c.interactive = isTerminal(os.Stdin) && isTerminal(out)
 	}
-	fs := flag.NewFlagSet("mirrors", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("mirrors", mirrorsDoc)
 	fs.StringVar(&c.bootstrap, "bootstrap-server", "127.0.0.1:9092", "destination cluster `HOST:PORT`")
 	ops := []*mirrorsOp{
 		{name: "create", run: c.create, usage: "create --mirror from --source-bootstrap with --config k=v; with --add, add --topic to it too"},
@@ -92,12 +99,11 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&c.topics, "topic", "topic `NAME` or regular expression (repeatable)")
 	fs.Var(&c.configs, "config", "mirror config `k=v` (repeatable)")
 	fs.Var(&c.deleteConfigs, "delete-config", "with --alter: mirror config `k` to remove (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := fs.parse(args, stdout, stderr); done {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tandem mirrors: unexpected arguments %q (every option is a flag: tandem mirrors -h)\n", fs.Args())
-		return 2
+		return exit(stderr, "mirrors", usageErrorf("unexpected arguments %q (every option is a flag: tandem mirrors --help)", fs.Args()))
 	}
 	if *allTopics {
 		c.topics = multiFlag{".*"}
