@@ -179,6 +179,17 @@ func assignUniform(in *assignInput) map[string]assignment {
 	return out
 }
 
+// subscribers lists the members subscribed to topic, in member order.
+func (in *assignInput) subscribers(topic uuid.UUID) []*assignMember {
+	var ms []*assignMember
+	for i := range in.members {
+		if slices.Contains(in.members[i].topics, topic) {
+			ms = append(ms, &in.members[i])
+		}
+	}
+	return ms
+}
+
 // assignRange gives each member subscribed to a topic a contiguous
 // range of its partitions (Kafka's range assignor, per topic): with P
 // partitions and M members, the first P mod M members get one more.
@@ -187,12 +198,7 @@ func assignUniform(in *assignInput) map[string]assignment {
 func assignRange(in *assignInput) map[string]assignment {
 	out := emptyResult(in)
 	for _, t := range in.sortedTopics() {
-		var ms []*assignMember
-		for i := range in.members {
-			if slices.Contains(in.members[i].topics, t.id) {
-				ms = append(ms, &in.members[i])
-			}
-		}
+		ms := in.subscribers(t.id)
 		if len(ms) == 0 || t.partitions == 0 {
 			continue
 		}
@@ -239,12 +245,7 @@ func assignRange(in *assignInput) map[string]assignment {
 func assignShare(in *assignInput) map[string]assignment {
 	out := emptyResult(in)
 	for ti, t := range in.sortedTopics() {
-		var ms []*assignMember
-		for i := range in.members {
-			if slices.Contains(in.members[i].topics, t.id) {
-				ms = append(ms, &in.members[i])
-			}
-		}
+		ms := in.subscribers(t.id)
 		if len(ms) == 0 || t.partitions == 0 {
 			continue
 		}

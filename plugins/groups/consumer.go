@@ -215,17 +215,9 @@ func (s *shardState) consumerHeartbeat(a *cgHeartbeat) (cgAnswer, error) {
 	if old == nil || !sameCurrent(old, next) {
 		c.put(modernKey{recConsumerCurrent, g.name, next.id}, next.currentValue().encode(true))
 	}
-	wasEmpty := len(m.members) == 0
-	c.then(func() {
-		m.putMember(next)
-		if wasEmpty {
-			s.setEmptySince(g)
-		}
-	})
-	if err := s.commitChange(c); err != nil {
+	if err := s.commitMember(c, g, next); err != nil {
 		return cgAnswer{}, err
 	}
-	s.armSession(g, next)
 	s.armRebalance(g, next)
 
 	ans := cgAnswer{memberID: next.id, epoch: next.epoch}

@@ -211,6 +211,24 @@ func (m *modern) setOwners(a assignment, member string) {
 	}
 }
 
+// commitMember writes change c, which puts member next, and then installs
+// next and arms its session timer.
+func (s *shardState) commitMember(c *change, g *group, next *mmember) error {
+	m := g.m
+	wasEmpty := len(m.members) == 0
+	c.then(func() {
+		m.putMember(next)
+		if wasEmpty {
+			s.setEmptySince(g)
+		}
+	})
+	if err := s.commitChange(c); err != nil {
+		return err
+	}
+	s.armSession(g, next)
+	return nil
+}
+
 // putMember installs member mm (replacing its previous state) and keeps
 // the partition owners and static ids in step.
 func (m *modern) putMember(mm *mmember) {

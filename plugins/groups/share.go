@@ -167,17 +167,9 @@ func (s *shardState) shareHeartbeat(a *cgHeartbeat) (cgAnswer, error) {
 		next.prevEpoch, next.epoch, next.assigned = next.epoch, max(epoch, m.assignmentEpoch), target.clone()
 		c.put(modernKey{recShareCurrent, g.name, next.id}, next.currentValue().encode(false))
 	}
-	wasEmpty := len(m.members) == 0
-	c.then(func() {
-		m.putMember(next)
-		if wasEmpty {
-			s.setEmptySince(g)
-		}
-	})
-	if err := s.commitChange(c); err != nil {
+	if err := s.commitMember(c, g, next); err != nil {
 		return cgAnswer{}, err
 	}
-	s.armSession(g, next)
 	ans := cgAnswer{memberID: next.id, epoch: next.epoch}
 	if a.epoch == 0 || old == nil || !old.assigned.equal(next.assigned) {
 		ans.assignment = next.assigned

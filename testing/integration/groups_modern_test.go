@@ -20,38 +20,19 @@ import (
 // startKgo848 is startKgo with the consumer protocol of KIP-848: the
 // broker assigns the partitions.
 func startKgo848(t *testing.T, addr, group, topic string, c *collector) groupMember {
-	cl := tandemtest.Client(t, addr, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.ServerSideBalancer())
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &kgoMember{cl: cl, done: make(chan struct{}), quit: cancel}
-	go func() {
-		defer close(m.done)
-		for ctx.Err() == nil {
-			fs := cl.PollFetches(ctx)
-			fs.EachRecord(func(r *kgo.Record) { c.add(r.Value) })
-			if err := cl.CommitUncommittedOffsets(context.Background()); err != nil && ctx.Err() == nil {
-				t.Logf("franz-go commit: %v", err)
-			}
-		}
-	}()
-	return m
+	return runKgo(t, addr, group, topic, c, kgo.ServerSideBalancer())
 }
 
 // TestGroupFranzGo848 runs the group scenario (members leave, others take
 // over, new members resume at the committed offsets) with KIP-848.
 func TestGroupFranzGo848(t *testing.T) { runGroupScenario(t, startKgo848) }
 
-// shareMember is a franz-go share consumer that accepts every record.
-type shareMember struct {
-	cl   *kgo.Client
-	done chan struct{}
-	quit context.CancelFunc
-}
-
-func startShare(t *testing.T, addr, group, topic string, c *collector) *shareMember {
+// startShare starts a franz-go share consumer that accepts every record;
+// stop sends the acknowledgements not sent yet as it leaves the group.
+func startShare(t *testing.T, addr, group, topic string, c *collector) *kgoMember {
 	cl := tandemtest.Client(t, addr, kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(500*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &shareMember{cl: cl, done: make(chan struct{}), quit: cancel}
+	m := &kgoMember{cl: cl, done: make(chan struct{}), quit: cancel}
 	go func() {
 		defer close(m.done)
 		for ctx.Err() == nil {
@@ -63,12 +44,6 @@ func startShare(t *testing.T, addr, group, topic string, c *collector) *shareMem
 		}
 	}()
 	return m
-}
-
-func (m *shareMember) stop() {
-	m.quit()
-	<-m.done
-	m.cl.Close() // sends the acknowledgements not sent yet, leaves the group
 }
 
 // setShareReset makes a share group start at the beginning of the log.

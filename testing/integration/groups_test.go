@@ -176,9 +176,14 @@ type kgoMember struct {
 }
 
 func startKgo(t *testing.T, addr, group, topic string, c *collector) groupMember {
-	cl := tandemtest.Client(t, addr, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.SessionTimeout(6*time.Second),
-		kgo.HeartbeatInterval(500*time.Millisecond))
+	return runKgo(t, addr, group, topic, c, kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(500*time.Millisecond))
+}
+
+// runKgo starts a franz-go group member that commits what it consumed
+// after every poll.
+func runKgo(t *testing.T, addr, group, topic string, c *collector, opts ...kgo.Opt) *kgoMember {
+	cl := tandemtest.Client(t, addr, append([]kgo.Opt{kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, opts...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &kgoMember{cl: cl, done: make(chan struct{}), quit: cancel}
 	go func() {
