@@ -311,8 +311,8 @@ func TestMirrorDisasterScenario(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if v, _ := metricValue(string(body), `kafka_server_mirror_DivergedRecords{mirror="M"}`); int(v) != total {
-		t.Fatalf("kafka_server_mirror_DivergedRecords %v, want %d", v, total)
+	if v, _ := metricValue(string(body), `tandem_mirror_diverged_records{mirror="M"}`); int(v) != total {
+		t.Fatalf("tandem_mirror_diverged_records %v, want %d", v, total)
 	}
 	t.Logf("diverged: %d records quarantined in %s.diverged", total, topic)
 }
