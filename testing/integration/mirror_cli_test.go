@@ -71,7 +71,7 @@ func TestMirrorsCLI(t *testing.T) {
 	if errOut := fails(2, "--list", "extra"); !strings.Contains(errOut, "unexpected arguments") {
 		t.Fatalf("a positional argument: %s", errOut)
 	}
-	if _, _, help := runMirrors(t, "-h"); !strings.Contains(help, "fails over") {
+	if code, help, _ := runMirrors(t, "-h"); code != 0 || !strings.Contains(help, "fails over first") {
 		t.Fatalf("--delete's help does not say what happens to the topics:\n%s", help)
 	}
 
