@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
@@ -40,6 +41,7 @@ type mirrorsCmd struct {
 	deleteConfigs  multiFlag
 	asJSON, yes    bool
 	force          bool
+	noValidate     bool
 	timeout        time.Duration
 }
 
@@ -94,6 +96,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.source, "source-bootstrap", "", "source cluster `HOST:PORT`")
 	allTopics := fs.Bool("all-topics", false, "with --remove, --pause or --resume: every topic of the mirror")
 	fs.BoolVar(&c.yes, "yes", false, "proceed without asking, also when records would be truncated")
+	fs.BoolVar(&c.noValidate, "no-validate", false, "with --create: do not check first that the source answers as a Kafka cluster")
 	fs.BoolVar(&c.force, "force", false, "with --failover: fail over even if the source is unreachable or the lag is not 0 in time")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "with --failover: how long to wait for lag 0")
 	fs.Var(&c.topics, "topic", "topic `NAME` or regular expression (repeatable)")
@@ -201,10 +204,37 @@ func (c *mirrorsCmd) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if !c.noValidate {
+		if err := probeSource(ctx, cfg); err != nil {
+			return err
+		}
+	}
 	if err := c.a.CreateMirror(ctx, c.name, cfg); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.stdout, "Created mirror %s.\n", c.name)
+	return nil
+}
+
+// probeSource checks, from here and with the mirror's security configs,
+// that the source answers ApiVersions. The broker accepts a source that
+// is down (it may come back; the mirror shows FAILED meanwhile), so
+// without this a mistyped address would only show later, as FAILED.
+func probeSource(ctx context.Context, cfg map[string]string) error {
+	opts, err := mirror.ClientOpts(cfg)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.DialTimeout(5*time.Second))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl); err != nil {
+		return fmt.Errorf("source cluster %s does not answer as a Kafka cluster: %v (--no-validate creates the mirror anyway)", cfg["bootstrap.servers"], err)
+	}
 	return nil
 }
 

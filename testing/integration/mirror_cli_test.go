@@ -38,8 +38,8 @@ func runMirrors(t *testing.T, args ...string) (int, string, string) {
 // TestMirrorsCLI is the CLI as a new user meets it (issue 11): one clear
 // line per error, --describe filters and exit codes, --create --add,
 // --alter and --describe-config, the truncation a re-add would do shown
-// and gated by --yes, a broker without the mirror APIs, and a source
-// address that is no Kafka listener.
+// and gated by --yes, a broker without the mirror APIs, a source address
+// that is no Kafka listener and one that cannot be reached.
 func TestMirrorsCLI(t *testing.T) {
 	src, dst := startMirrorCluster(t, ""), startMirrorCluster(t, "")
 	for _, topic := range []string{"a", "b"} {
@@ -128,6 +128,7 @@ func TestMirrorsCLI(t *testing.T) {
 		t.Fatalf("--describe --json: %v %+v", err, ms)
 	}
 	checkMirrorsJSON(t, ok("--list", "--json"), ok("--describe", "--json"), ok("--describe-config", "--mirror", "m", "--json"))
+	srcAddr := src.addr()
 	src.b.Close()
 	waitFor(t, 30*time.Second, "--describe to exit 1 with the source down", func() bool {
 		code, _, _ := runMirrors(t, append(d, "--describe", "--mirror", "m")...)
@@ -144,6 +145,18 @@ func TestMirrorsCLI(t *testing.T) {
 	webAddr := strings.TrimPrefix(web.URL, "http://")
 	if errOut := fails(1, "--create", "--mirror", "w", "--source-bootstrap", webAddr); !strings.Contains(errOut, webAddr) {
 		t.Fatalf("a source that is no Kafka listener: %s", errOut)
+	}
+	// A source that cannot be reached: refused, naming it, unless
+	// --no-validate (it may be down for now).
+	if errOut := fails(1, "--create", "--mirror", "u", "--source-bootstrap", srcAddr); !strings.Contains(errOut, srcAddr) || !strings.Contains(errOut, "--no-validate") {
+		t.Fatalf("--create with an unreachable source: %s", errOut)
+	}
+	if out := ok("--list"); strings.Contains(out, "u ") {
+		t.Fatalf("a refused --create left mirror u:\n%s", out)
+	}
+	ok("--create", "--mirror", "u", "--source-bootstrap", srcAddr, "--no-validate")
+	if out := ok("--list"); !strings.Contains(out, srcAddr) {
+		t.Fatalf("--create --no-validate did not create mirror u:\n%s", out)
 	}
 }
 
