@@ -255,7 +255,7 @@ func mirrorLoop(here string, source *string, topic, sourceMirror string) error {
 		src = *source
 	}
 	return fmt.Errorf("mirror loop: topic %s on source cluster %s is mirrored by its mirror %s from this cluster %s; fail it over there first: %w",
-		topic, src, sourceMirror, here, kerr.InvalidRequest)
+		topic, src, sourceMirror, here, ErrTopicAlreadyMirrored)
 }
 
 // truncationPlan predicts what adding topics to a mirror removes from the
