@@ -493,6 +493,11 @@ func (l configLayers) int(name string) int64 {
 
 func (l configLayers) bool(name string) bool { return strings.EqualFold(l.str(name), "true") }
 
+func (l configLayers) float(name string) float64 {
+	f, _ := strconv.ParseFloat(l.str(name), 64) // validated as a double when set
+	return f
+}
+
 // layers returns the config layers of topic t (nil for broker configs)
 // in the latest metadata image.
 func (b *Broker) layers(t *raftmeta.Topic) configLayers { return b.layersOf(b.meta.Image(), t) }
@@ -509,14 +514,17 @@ func logConfigFrom(l configLayers) engine.LogConfig {
 	}
 	policy := configList(l.str("cleanup.policy"))
 	return engine.LogConfig{
-		RetentionMs:      l.int("retention.ms"),
-		RetentionBytes:   l.int("retention.bytes"),
-		MaxMessageBytes:  int32(l.int("max.message.bytes")),
-		Compact:          slices.Contains(policy, engine.CleanupCompact),
-		Delete:           slices.Contains(policy, engine.CleanupDelete),
-		LogAppendTime:    l.str("message.timestamp.type") == "LogAppendTime",
-		MinCompactionLag: time.Duration(l.int("min.compaction.lag.ms")) * time.Millisecond,
-		DeleteRetention:  time.Duration(l.int("delete.retention.ms")) * time.Millisecond,
+		RetentionMs:            l.int("retention.ms"),
+		RetentionBytes:         l.int("retention.bytes"),
+		MaxMessageBytes:        int32(l.int("max.message.bytes")),
+		Compact:                slices.Contains(policy, engine.CleanupCompact),
+		Delete:                 slices.Contains(policy, engine.CleanupDelete),
+		LogAppendTime:          l.str("message.timestamp.type") == "LogAppendTime",
+		MinCompactionLag:       time.Duration(l.int("min.compaction.lag.ms")) * time.Millisecond,
+		DeleteRetention:        time.Duration(l.int("delete.retention.ms")) * time.Millisecond,
+		SegmentBytes:           l.int("segment.bytes"),
+		SegmentMs:              l.int("segment.ms"),
+		MinCleanableDirtyRatio: l.float("min.cleanable.dirty.ratio"),
 	}
 }
 

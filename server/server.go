@@ -344,7 +344,7 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 	engineGauge("tandem_engine_bytes_written_total", func(st engine.Stats) float64 { return float64(st.BytesWritten) })
 	engineGauge("tandem_engine_appends_total", func(st engine.Stats) float64 { return float64(st.Appends) })
 	engineGauge("tandem_engine_partitions", func(st engine.Stats) float64 { return float64(st.Partitions) })
-	engineGauge("tandem_engine_tail_bytes", func(st engine.Stats) float64 { return float64(st.TailBytes) })
+	engineGauge("tandem_engine_open_segment_files", func(st engine.Stats) float64 { return float64(st.OpenFiles) })
 	engineGauge("tandem_engine_disk_usage_bytes", func(st engine.Stats) float64 { return float64(st.DiskUsage) })
 	return &brokerMetrics{
 		set:           s,
