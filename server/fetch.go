@@ -35,10 +35,10 @@ type fetchPart struct {
 	// replica, lacks CLUSTER_ACTION).
 	denied bool
 	out    kmsg.FetchResponseTopicPartition
-	// batches are the engine's record batches for out, written to the
-	// socket as they are (see fetchResponse).
-	batches [][]byte
-	nbytes  int
+	// recs are the engine's record batches for out, written to the socket
+	// from their files (see fetchResponse); whoever drops them closes them.
+	recs   *engine.Records
+	nbytes int
 	// sent is the state last sent to a session's client, for deciding
 	// whether an incremental response must include the partition.
 	sentHWM, sentLSO, sentLogStart int64
@@ -149,6 +149,10 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 		}
 		chosen, _, _ := reflect.Select(cases)
 		if chosen == 1 {
+			for _, fp := range parts {
+				fp.recs.Close()
+				fp.recs = nil
+			}
 			return nil, nil // the client is gone or the broker is closing: no one to answer
 		}
 		if chosen == 0 {
@@ -176,12 +180,12 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 			rt := kmsg.NewFetchResponseTopic()
 			rt.Topic, rt.TopicID = fp.key.topic, fp.key.id
 			resp.Topics = append(resp.Topics, rt)
-			resp.batches = append(resp.batches, nil)
+			resp.records = append(resp.records, nil)
 			n++
 		}
 		resp.Topics[n-1].Partitions = append(resp.Topics[n-1].Partitions, *o)
-		resp.batches[n-1] = append(resp.batches[n-1], fp.batches)
-		fp.batches = nil // the session must not pin them
+		resp.records[n-1] = append(resp.records[n-1], fp.recs)
+		fp.recs = nil // the response owns them; the session must not pin them
 	}
 	if sess != nil {
 		sess.rotate(got)
@@ -199,7 +203,8 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		*o = kmsg.NewFetchResponseTopicPartition()
 		o.Partition = fp.key.partition
 		o.HighWatermark = -1
-		fp.batches, fp.nbytes = nil, 0
+		fp.recs.Close() // from an earlier read of this fetch
+		fp.recs, fp.nbytes = nil, 0
 		fail := func(err *kerr.Error) {
 			o.ErrorCode = err.Code
 			done = true
@@ -257,7 +262,7 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		if limit <= 0 {
 			continue // the response is full; report positions only
 		}
-		res, err := ep.Fetch(fp.req.FetchOffset, limit, iso)
+		res, recs, err := ep.FetchRecords(fp.req.FetchOffset, limit, iso)
 		if err != nil {
 			o.ErrorCode = errCode(err)
 			o.HighWatermark, o.LastStableOffset, o.LogStartOffset = -1, -1, -1
@@ -266,16 +271,14 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 			continue
 		}
 		o.HighWatermark, o.LastStableOffset, o.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
-		n := 0
-		for _, bt := range res.Batches {
-			n += len(bt)
-		}
+		n := recs.Len()
 		// KIP-74: only the first batch of the response may exceed the
 		// limits, so that a large batch never blocks a consumer.
 		if total > 0 && n > limit {
+			recs.Close()
 			continue
 		}
-		fp.batches, fp.nbytes = res.Batches, n
+		fp.recs, fp.nbytes = recs, n
 		for _, a := range res.AbortedTxns {
 			o.AbortedTransactions = append(o.AbortedTransactions, kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
 		}
