@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -40,13 +41,20 @@ func (p *Partition) compact(now time.Time, cfg *LogConfig) error {
 	// Sealed segments wholly below the high watermark can be cleaned.
 	var segs []cleanSeg
 	var total, dirty int64
+	firstDirty := -1
 	for i := 0; i+1 < len(p.segs) && p.segs[i+1].base <= p.hwm; i++ {
 		s := p.segs[i]
 		segs = append(segs, cleanSeg{seg: s, sf: s.file, size: s.size, next: p.segs[i+1].base})
 		total += s.size
 		if s.base >= p.cleanedUpTo {
 			dirty += s.size
+			if firstDirty < 0 {
+				firstDirty = i
+			}
 		}
+	}
+	if firstDirty < 0 {
+		firstDirty = 0 // all clean: a pass for expired tombstones maps everything
 	}
 	// Like Kafka's min.cleanable.dirty.ratio: clean when enough of the
 	// log was written since the last pass, or a kept tombstone expired.
@@ -67,11 +75,11 @@ func (p *Partition) compact(now time.Time, cfg *LogConfig) error {
 		segs[i].f = f
 	}
 	p.mu.Unlock()
-	defer func() {
-		for _, s := range segs {
+	defer func(all []cleanSeg) {
+		for _, s := range all {
 			p.e.files.release(s.sf)
 		}
-	}()
+	}(segs)
 
 	deleteRetention := cfg.DeleteRetention
 	if deleteRetention == 0 {
@@ -80,10 +88,19 @@ func (p *Partition) compact(now time.Time, cfg *LogConfig) error {
 	lagCutoff := nowMs - cfg.MinCompactionLag.Milliseconds()
 	tombCutoff := nowMs - deleteRetention.Milliseconds()
 
-	// Pass 1: the latest offset of every key.
+	// Pass 1: the latest offset of every key of the dirty segments (those
+	// written since the last pass), over as many as the map may take of
+	// the memory budget (Kafka's dedupe buffer); the segments after those
+	// wait for the next pass. Every segment up to them is then cleaned
+	// against the map.
 	latest := make(map[string]int64)
 	var buf []byte
-	err := eachBatch(segs, func(_ *cleanSeg, _ int64, b batch) error {
+	mapBytes, mapLimit, scanned := int64(0), p.e.cfg.MemoryBudget/8, len(segs)
+	err := eachBatch(segs[firstDirty:], func(s *cleanSeg, _ int64, b batch) error {
+		if mapBytes > mapLimit {
+			scanned = indexOfSeg(segs, s)
+			return errMapFull
+		}
 		if b.isControl() || b.isTransactional() {
 			return nil
 		}
@@ -93,15 +110,21 @@ func (p *Partition) compact(now time.Time, cfg *LogConfig) error {
 		}
 		_ = walkRecords(&sliceSource{b: buf}, b.recordCount(), func(r *record) error {
 			if !r.KeyNull {
+				if _, ok := latest[string(r.Key)]; !ok {
+					mapBytes += int64(len(r.Key)) + 64 // the key and a map entry's overhead
+				}
 				latest[string(r.Key)] = b.baseOffset() + int64(r.OffsetDelta)
 			}
 			return nil
 		})
 		return nil
 	})
-	if err != nil {
+	if err != nil && err != errMapFull {
 		return err
 	}
+	// A segment only partly in the map is not cleaned: its later records
+	// might supersede nothing that was seen.
+	segs = segs[:scanned]
 
 	// Pass 2: rewrite, segment by segment, those with dead records.
 	tombstoneDue := int64(math.MaxInt64)
@@ -123,7 +146,9 @@ func (p *Partition) compact(now time.Time, cfg *LogConfig) error {
 			var kept []byte
 			n := int32(0)
 			err = walkRecords(&sliceSource{b: buf}, b.recordCount(), func(r *record) error {
-				if r.KeyNull || latest[string(r.Key)] != b.baseOffset()+int64(r.OffsetDelta) {
+				// A key not in the map has no later record: the map covers
+				// every record after the segments cleaned before.
+				if off, ok := latest[string(r.Key)]; r.KeyNull || ok && off != b.baseOffset()+int64(r.OffsetDelta) {
 					return nil
 				}
 				if r.ValueNull {
@@ -164,6 +189,17 @@ func (p *Partition) compact(now time.Time, cfg *LogConfig) error {
 	}
 	p.mu.Unlock()
 	return nil
+}
+
+var errMapFull = errors.New("compaction map full")
+
+func indexOfSeg(segs []cleanSeg, s *cleanSeg) int {
+	for i := range segs {
+		if &segs[i] == s {
+			return i
+		}
+	}
+	return len(segs)
 }
 
 // eachBatch calls fn with every batch of the segments, read whole.

@@ -209,6 +209,7 @@ func (p *Partition) read(offset int64, maxBytes int, iso Isolation) (res FetchRe
 			pos += h.size
 			h, err = hr.header(pos)
 		}
+		hr.release()
 		recs.add(sf, f, start, pos-start)
 		if err != nil && err != io.EOF {
 			// A batch being cut by a truncation under the read: what was

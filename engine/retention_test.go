@@ -245,3 +245,44 @@ func TestCompactionWhileAppending(t *testing.T) {
 		t.Fatalf("offsets %+v", o)
 	}
 }
+
+// TestCompactionMapBounded compacts a log with more keys than the map of
+// one pass may hold (an eighth of the memory budget): each pass maps what
+// fits and cleans up to there, and passes together reach the same result
+// as one unbounded pass.
+func TestCompactionMapBounded(t *testing.T) {
+	e := openTest(t, nil, func(c *Config) { c.MemoryBudget = 16 << 10 }) // a map of about 27 keys
+	cfg := DefaultLogConfig()
+	cfg.Compact, cfg.Delete = true, false
+	cfg.SegmentBytes = 1 // a segment per batch
+	cfg.MinCleanableDirtyRatio = 0.01
+	p := mkPart(t, e, cfg)
+	for round := range 2 {
+		for k := range 50 {
+			appendOK(t, p, OriginClient, mkBatch(t, batchOpts{baseTs: 1000}, kv(fmt.Sprintf("key-%04d", k), fmt.Sprint(round))))
+		}
+	}
+	appendOK(t, p, OriginClient, mkBatch(t, batchOpts{}, kv("active", "x")))
+	passes := 0
+	for ; passes < 10; passes++ {
+		before := len(recordsOf(t, fetchAll(t, p, 0)))
+		if err := e.EnforceRetention(time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		after := len(recordsOf(t, fetchAll(t, p, 0)))
+		if passes == 0 && after != before {
+			t.Fatalf("the first pass mapped only first-round keys, yet removed %d records", before-after)
+		}
+		if after == 51 {
+			break
+		}
+	}
+	if passes < 2 || passes == 10 {
+		t.Fatalf("%d passes to compact 50 keys with a map of about 27", passes+1)
+	}
+	for off, kv := range recordsOf(t, fetchAll(t, p, 0)) {
+		if k, v, _ := strings.Cut(kv, "="); k != "active" && (v != "1" || off < 50) {
+			t.Fatalf("record %d %s survived compaction", off, kv)
+		}
+	}
+}

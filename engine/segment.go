@@ -306,9 +306,20 @@ type batchHeader struct {
 type headerReader struct {
 	f   vfs.File
 	end int64 // readable bytes of the file
-	buf [4096]byte
+	buf *[4096]byte
 	at  int64 // buf holds the file's bytes [at, at+n)
 	n   int64
+}
+
+var headerBufs = sync.Pool{New: func() any { return new([4096]byte) }}
+
+// release returns the reader's buffer (reads may follow; they take
+// another).
+func (r *headerReader) release() {
+	if r.buf != nil {
+		headerBufs.Put(r.buf)
+		r.buf, r.n = nil, 0
+	}
 }
 
 var errTorn = errors.New("torn or corrupt batch")
@@ -322,6 +333,9 @@ func (r *headerReader) header(pos int64) (batchHeader, error) {
 	}
 	if pos+headerPeek > r.end {
 		return batchHeader{}, errTorn
+	}
+	if r.buf == nil {
+		r.buf = headerBufs.Get().(*[4096]byte)
 	}
 	if pos < r.at || pos+headerPeek > r.at+r.n {
 		n, err := r.f.ReadAt(r.buf[:min(int64(len(r.buf)), r.end-pos)], pos)

@@ -37,6 +37,7 @@ type Props struct {
 	LogMessageTimestampType string        // log.message.timestamp.type
 	DeleteTopicEnable       bool          // delete.topic.enable
 	SyncWrites              bool          // tandem.log.sync: fsync before acknowledging
+	MemoryBudget            int64         // tandem.memory.budget
 	// Unknown lists the keys of Config.Props that Tandem does not know;
 	// Kafka accepts them with a warning, and so does the broker.
 	Unknown []string
@@ -74,6 +75,7 @@ func ParseProps(m map[string]string) (Props, error) {
 		LogMessageTimestampType: l.str("log.message.timestamp.type"),
 		DeleteTopicEnable:       l.bool("delete.topic.enable"),
 		SyncWrites:              l.bool("tandem.log.sync"),
+		MemoryBudget:            l.int("tandem.memory.budget"),
 		static:                  make(map[string]string, len(m)),
 		pids:                    &pidBlock{},
 	}
@@ -324,6 +326,8 @@ var brokerConfigList = []*configDef{
 	{name: "num.partitions", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), doc: "The default number of partitions per topic."},
 	{name: "socket.request.max.bytes", typ: kmsg.ConfigTypeInt, def: cfgStr("104857600"), valid: atLeast(1), doc: "The maximum number of bytes in a socket request."},
 	{name: "tandem.log.sync", typ: kmsg.ConfigTypeBoolean, def: cfgStr("true"), doc: "Fsync appended batches before acknowledging them (acks != 0)."},
+	{name: "tandem.memory.budget", typ: kmsg.ConfigTypeLong, def: cfgStr("268435456"), valid: atLeast(32 << 20),
+		doc: "Memory the broker sizes its caches to; tandem serve makes it the Go runtime's soft memory limit (unless GOMEMLIMIT is set)."},
 	{name: "unclean.leader.election.enable", typ: kmsg.ConfigTypeBoolean, def: cfgStr("false"), dynamic: true, doc: "Whether replicas not in the ISR may be elected leader as a last resort."},
 }
 

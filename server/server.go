@@ -10,7 +10,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -173,6 +175,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		Validators:             validators,
 		Observers:              observers,
 		RetentionCheckInterval: b.props.RetentionCheckInterval,
+		MemoryBudget:           b.props.MemoryBudget,
 	})
 	if err != nil {
 		return fmt.Errorf("server: open engine: %w", err)
@@ -235,6 +238,19 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	}
 	b.log.Info("broker started", "addr", b.addr, "advertised", adv, "cluster", b.meta.Image().ClusterID)
 	return nil
+}
+
+// SetProcessMemoryLimit keeps the process within the broker's memory
+// budget (tandem.memory.budget): seven eighths of it become the Go
+// runtime's soft memory limit (the rest is for what the runtime does not
+// count: the binary's pages, the kernel's socket and file buffers),
+// unless the GOMEMLIMIT environment variable sets one. The limit is
+// process-wide: for processes that run one broker, such as tandem serve,
+// not for programs that embed several.
+func (b *Broker) SetProcessMemoryLimit() {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(b.props.MemoryBudget / 8 * 7)
+	}
 }
 
 // Addr is the bound address of the first listener, host:port.

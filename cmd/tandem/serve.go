@@ -163,6 +163,7 @@ func runServer(ctx context.Context, stop func(), cfg server.Config, httpAddr, re
 	if err != nil {
 		return fmt.Errorf("configuring broker: %w", err)
 	}
+	b.SetProcessMemoryLimit()
 
 	// The HTTP endpoint listens before the broker starts, so that a busy
 	// port fails fast and /healthz can say "not yet".
