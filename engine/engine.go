@@ -497,6 +497,10 @@ func (e *Engine) Metrics() Stats {
 	return s
 }
 
+// DiskFull reports whether appends from clients are refused for lack of
+// space (see Stats.DiskFull).
+func (e *Engine) DiskFull() bool { return e.space.isFull() }
+
 func (e *Engine) hook(point string) {
 	if e.testHook != nil {
 		e.testHook(point)

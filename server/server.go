@@ -240,6 +240,11 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	return nil
 }
 
+// DiskFull reports whether the data directory is short of space: writes
+// from clients and mirrors are refused with KAFKA_STORAGE_ERROR, while
+// reads, metadata, coordinators, DeleteRecords and DeleteTopics go on.
+func (b *Broker) DiskFull() bool { return b.engine != nil && b.engine.DiskFull() }
+
 // SetProcessMemoryLimit keeps the process within the broker's memory
 // budget (tandem.memory.budget): seven eighths of it become the Go
 // runtime's soft memory limit (the rest is for what the runtime does not
@@ -361,6 +366,13 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 	engineGauge("tandem_engine_appends_total", func(st engine.Stats) float64 { return float64(st.Appends) })
 	engineGauge("tandem_engine_partitions", func(st engine.Stats) float64 { return float64(st.Partitions) })
 	engineGauge("tandem_engine_open_segment_files", func(st engine.Stats) float64 { return float64(st.OpenFiles) })
+	engineGauge("tandem_engine_disk_free_bytes", func(st engine.Stats) float64 { return float64(st.DiskFree) })
+	s.NewGauge("tandem_engine_disk_full", func() float64 {
+		if b.DiskFull() {
+			return 1
+		}
+		return 0
+	})
 	engineGauge("tandem_engine_disk_usage_bytes", func(st engine.Stats) float64 { return float64(st.DiskUsage) })
 	return &brokerMetrics{
 		set:           s,

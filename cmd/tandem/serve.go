@@ -221,6 +221,12 @@ func httpHandler(b *server.Broker, started *atomic.Bool) http.Handler {
 			http.Error(w, "starting", http.StatusServiceUnavailable)
 			return
 		}
+		if b.DiskFull() {
+			// Not a reason to restart it: reads go on, and writes resume
+			// once space is freed (DeleteRecords, DeleteTopics, disk).
+			http.Error(w, "disk full: writes refused, reads served", http.StatusServiceUnavailable)
+			return
+		}
 		io.WriteString(w, "ok")
 	})
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
