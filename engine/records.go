@@ -178,6 +178,9 @@ func (p *Partition) read(offset int64, maxBytes int, iso Isolation) (res FetchRe
 			recs = nil
 		}
 	}()
+	if pos < 0 && offset <= seg.base {
+		pos = 0 // the segment's first batch (a consumer from the start)
+	}
 	if pos < 0 {
 		if pos, err = p.indexLookup(seg.base, offset); err != nil {
 			p.e.files.release(sf)

@@ -304,14 +304,15 @@ type batchHeader struct {
 // headerReader reads batch headers of a segment through a small buffer,
 // so that a walk over small batches costs one read per few kilobytes.
 type headerReader struct {
-	f   vfs.File
-	end int64 // readable bytes of the file
-	buf *[4096]byte
-	at  int64 // buf holds the file's bytes [at, at+n)
-	n   int64
+	f    vfs.File
+	end  int64 // readable bytes of the file
+	buf  *[64 << 10]byte
+	at   int64 // buf holds the file's bytes [at, at+n)
+	n    int64
+	last int64 // size of the last batch read
 }
 
-var headerBufs = sync.Pool{New: func() any { return new([4096]byte) }}
+var headerBufs = sync.Pool{New: func() any { return new([64 << 10]byte) }}
 
 // release returns the reader's buffer (reads may follow; they take
 // another).
@@ -335,10 +336,16 @@ func (r *headerReader) header(pos int64) (batchHeader, error) {
 		return batchHeader{}, errTorn
 	}
 	if r.buf == nil {
-		r.buf = headerBufs.Get().(*[4096]byte)
+		r.buf = headerBufs.Get().(*[64 << 10]byte)
 	}
 	if pos < r.at || pos+headerPeek > r.at+r.n {
-		n, err := r.f.ReadAt(r.buf[:min(int64(len(r.buf)), r.end-pos)], pos)
+		// Small batches: many headers per read. Large ones: a read per
+		// header, without copying much of the batch.
+		size := int64(4 << 10)
+		if r.last > 0 && r.last < size {
+			size = int64(len(r.buf))
+		}
+		n, err := r.f.ReadAt(r.buf[:min(size, r.end-pos)], pos)
 		if n < headerPeek {
 			if err == nil || err == io.EOF {
 				err = errTorn
@@ -352,6 +359,7 @@ func (r *headerReader) header(pos int64) (batchHeader, error) {
 	if length < batchHeaderLen-12 || length > maxBatchSize || pos+12+length > r.end || h[offMagic] != 2 || h.lastOffsetDelta() < 0 || h.baseOffset() < 0 {
 		return batchHeader{}, errTorn
 	}
+	r.last = 12 + length
 	return batchHeader{base: h.baseOffset(), last: h.lastOffset(), size: 12 + length, maxTs: h.maxTimestamp(), epoch: h.leaderEpoch()}, nil
 }
 

@@ -304,24 +304,36 @@ type fetchSession struct {
 
 // update applies an incremental request: added or changed partitions, and
 // forgotten ones.
+// Maps keep it linear: a consumer of 10,000 partitions names them all.
 func (s *fetchSession) update(reqParts []*fetchPart, forgotten []kmsg.FetchRequestForgottenTopic, v13 bool) {
-	for _, ft := range forgotten {
-		for _, p := range ft.Partitions {
-			k := fetchKey{partition: p}
-			if v13 {
-				k.id = ft.TopicID
-			} else {
-				k.topic = ft.Topic
+	if len(forgotten) > 0 {
+		gone := make(map[fetchKey]bool)
+		for _, ft := range forgotten {
+			for _, p := range ft.Partitions {
+				k := fetchKey{partition: p}
+				if v13 {
+					k.id = ft.TopicID
+				} else {
+					k.topic = ft.Topic
+				}
+				gone[k] = true
 			}
-			s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return fp.key == k })
 		}
+		s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return gone[fp.key] })
+	}
+	if len(reqParts) == 0 {
+		return
+	}
+	at := make(map[fetchKey]int, len(s.parts))
+	for i, fp := range s.parts {
+		at[fp.key] = i
 	}
 	for _, rp := range reqParts {
-		i := slices.IndexFunc(s.parts, func(fp *fetchPart) bool { return fp.key == rp.key })
-		if i < 0 {
-			s.parts = append(s.parts, rp)
-		} else {
+		if i, ok := at[rp.key]; ok {
 			s.parts[i].req = rp.req
+		} else {
+			at[rp.key] = len(s.parts)
+			s.parts = append(s.parts, rp)
 		}
 	}
 }
@@ -332,7 +344,11 @@ func (s *fetchSession) rotate(got []*fetchPart) {
 	if len(got) == 0 || len(got) == len(s.parts) {
 		return
 	}
-	s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return slices.Contains(got, fp) })
+	moved := make(map[*fetchPart]bool, len(got))
+	for _, fp := range got {
+		moved[fp] = true
+	}
+	s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return moved[fp] })
 	s.parts = append(s.parts, got...)
 }
 
