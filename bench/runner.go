@@ -82,6 +82,9 @@ type Runner struct {
 	// MirrorRate is the offered load of mirror workloads in records/s; 0:
 	// half the median rate of the matching produce workload on Tandem.
 	MirrorRate float64
+	// RestartBytes, when set, measures a Tandem broker's restart after a
+	// SIGKILL with a log of this size on disk (after the workloads).
+	RestartBytes int64
 }
 
 // Report is everything a run produced.
@@ -95,6 +98,7 @@ type Report struct {
 	Against  string
 	Started  time.Time
 	Duration time.Duration
+	Restart  *RestartResult // with Runner.RestartBytes
 }
 
 func (r *Runner) backlog() int64 {
@@ -211,6 +215,13 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
+	}
+	if r.RestartBytes > 0 && r.Against == "" {
+		res, err := r.measureRestart(ctx, filepath.Join(dir, "restart"), r.RestartBytes)
+		if err != nil {
+			return rep, fmt.Errorf("restart: %w", err)
+		}
+		rep.Restart = res
 	}
 	return rep, nil
 }
