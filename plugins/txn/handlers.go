@@ -45,7 +45,7 @@ func (p *Plugin) InitTransactionalProducerID(ctx context.Context, rc *server.Req
 				if err != nil {
 					return err
 				}
-				n := &txnMeta{id: id, pid: pid, timeoutMs: req.TransactionTimeoutMillis, state: stEmpty, startMs: -1, nextPid: -1, lastEpoch: -1}
+				n := &txnMeta{id: id, pid: pid, timeoutMs: req.TransactionTimeoutMillis, state: stEmpty, startMs: -1, nextPid: -1}
 				if err := s.put(n); err != nil {
 					return err
 				}
@@ -80,7 +80,7 @@ func (p *Plugin) InitTransactionalProducerID(ctx context.Context, rc *server.Req
 			} else {
 				n.epoch++
 			}
-			n.timeoutMs, n.state, n.parts, n.startMs, n.lastEpoch = req.TransactionTimeoutMillis, stEmpty, nil, -1, -1
+			n.timeoutMs, n.state, n.parts, n.startMs = req.TransactionTimeoutMillis, stEmpty, nil, -1
 			n.tv = 0 // the new producer's requests say which version it speaks
 			if err := s.put(n); err != nil {
 				return err
@@ -132,7 +132,6 @@ func (s *shardState) addPartitions(id string, pid int64, epoch int16, version, f
 	n := m.clone()
 	if n.state != stOngoing {
 		n.state, n.startMs, n.parts, n.tv = stOngoing, s.p.now().UnixMilli(), map[server.TopicPartition]bool{}, tv
-		n.lastEpoch = -1 // the producer has moved on: no EndTxn to retry
 	}
 	n.tv = max(n.tv, tv)
 	for _, tp := range parts {
@@ -326,8 +325,12 @@ func (p *Plugin) handleEndTxn(ctx context.Context, rc *server.RequestContext, re
 		if m == nil || m.pid != req.ProducerID {
 			return kerr.InvalidProducerIDMapping
 		}
-		// A retry of the EndTxn that bumped the epoch carries the old one.
-		retry := tv2 && m.lastEpoch >= 0 && req.ProducerEpoch == m.lastEpoch
+		// A retry of the EndTxn that bumped the epoch carries the one
+		// before, and finds the transaction ending or ended. As in Kafka
+		// (retryOnEpochBump) the stored epoch alone says so, so that a
+		// retry is still one after the coordinator restarted or moved.
+		ending := m.state == stPrepareCommit || m.state == stPrepareAbort || m.state == stCompleteCommt || m.state == stCompleteAbort
+		retry := tv2 && ending && req.ProducerEpoch+1 == m.epoch
 		if req.ProducerEpoch != m.epoch && !retry {
 			return fenced(req.Version, 2)
 		}
@@ -389,7 +392,7 @@ func (s *shardState) endTxn(m *txnMeta, commit, tv2, retry bool, end **ending) e
 		}
 		n.state, n.parts, n.startMs = stCompleteAbort, map[server.TopicPartition]bool{}, -1
 		if n.nextPid >= 0 {
-			n.pid, n.epoch, n.nextPid, n.lastEpoch = n.nextPid, 0, -1, -1
+			n.pid, n.epoch, n.nextPid = n.nextPid, 0, -1
 		}
 		return s.put(n)
 	}

@@ -304,7 +304,7 @@ func (p *Plugin) complete(ctx context.Context, e ending) error {
 		if n.nextPid >= 0 {
 			// The epoch bump exhausted the epochs: the producer goes on
 			// with the new producer id (transaction.version 2).
-			n.pid, n.epoch, n.nextPid, n.lastEpoch = n.nextPid, 0, -1, -1
+			n.pid, n.epoch, n.nextPid = n.nextPid, 0, -1
 		}
 		return s.put(n)
 	})

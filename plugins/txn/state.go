@@ -51,11 +51,6 @@ type txnMeta struct {
 	// producer moves to when its epoch is exhausted by a bump, -1 if none.
 	tv      int16
 	nextPid int64
-	// lastEpoch is the epoch before a transaction.version 2 end bumped
-	// it, so that a retried EndTxn with it is recognized; -1 otherwise.
-	// Kafka does not persist it either: after a coordinator move a retry
-	// is fenced.
-	lastEpoch int16
 }
 
 func (m *txnMeta) clone() *txnMeta {
@@ -123,7 +118,7 @@ func decodeTxn(key, value []byte) (*txnMeta, string, error) {
 	}
 	m := &txnMeta{id: k.TransactionalID, pid: v.ProducerID, epoch: v.ProducerEpoch, timeoutMs: v.TimeoutMillis,
 		state: v.State, parts: map[server.TopicPartition]bool{}, startMs: v.StartTimestamp, updateMs: v.LastUpdateTimestamp,
-		tv: v.ClientTransactionVersion, nextPid: v.NextProducerID, lastEpoch: -1}
+		tv: v.ClientTransactionVersion, nextPid: v.NextProducerID}
 	for _, t := range v.Topics {
 		for _, p := range t.Partitions {
 			m.parts[server.TopicPartition{Topic: t.Topic, Partition: p}] = true
@@ -214,7 +209,6 @@ func (s *shardState) prepareEnd(m *txnMeta, commit, fence, bump bool) (ending, e
 	if commit {
 		n.state = stPrepareCommit
 	}
-	n.lastEpoch = -1
 	switch {
 	case bump:
 		if err := s.bumpEpoch(n); err != nil {
@@ -236,7 +230,7 @@ func (s *shardState) prepareEnd(m *txnMeta, commit, fence, bump bool) (ending, e
 // An exhausted epoch moves the producer to a new producer id once the
 // transaction completes (the markers still carry the old id).
 func (s *shardState) bumpEpoch(n *txnMeta) error {
-	n.lastEpoch, n.tv = n.epoch, 2
+	n.tv = 2
 	n.epoch++
 	if n.epoch >= maxEpoch && n.nextPid < 0 {
 		pid, err := s.p.producerID(s.sh.Context())

@@ -302,7 +302,7 @@ func TestEndTxnV5EpochBump(t *testing.T) {
 	// producer goes on: a version 2 transaction bumps again, the
 	// pre-bump epoch stays fenced.
 	stop()
-	b, _ = startBroker(t, dir)
+	b, stop = startBroker(t, dir)
 	r.c = tandemtest.Dial(t, b.Addr())
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		err := r.produce("raw", 0, r.epoch, 1, "four")
@@ -321,6 +321,23 @@ func TestEndTxnV5EpochBump(t *testing.T) {
 	}
 	if got := consumeAll(t, b.Addr(), "raw", true); !slices.Equal(got, []string{"four", "one", "three"}) {
 		t.Fatalf("read_committed after restart: %v", got)
+	}
+
+	// The broker went down before the producer read that EndTxn's answer:
+	// its retry, with the pre-bump epoch, is still a retry for the
+	// restarted coordinator (Kafka recognises one epoch below the stored
+	// one, retryOnEpochBump), not a fenced producer.
+	stop()
+	b, _ = startBroker(t, dir)
+	r.c = tandemtest.Dial(t, b.Addr())
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp := r.end(5, r.epoch, true)
+		if resp.ErrorCode == 0 && resp.ProducerEpoch == r.epoch+1 {
+			break
+		}
+		if err := kerr.ErrorForCode(resp.ErrorCode); err == nil || !err.(*kerr.Error).Retriable || time.Now().After(deadline) {
+			t.Fatalf("EndTxn v5 retried after a restart: %v, epoch %d", err, resp.ProducerEpoch)
+		}
 	}
 }
 
