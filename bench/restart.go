@@ -23,13 +23,9 @@ type RestartResult struct {
 // on 6 partitions, acks=all), kills it with SIGKILL while a producer is
 // writing, and times its restart on the same data directory.
 func (r *Runner) measureRestart(ctx context.Context, dir string, bytes int64) (*RestartResult, error) {
-	argv := r.BrokerCommand
-	if len(argv) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		argv = []string{exe, "bench", "broker"}
+	argv, err := r.brokerArgv()
+	if err != nil {
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	b, err := spawnBroker(ctx, argv, "tandem", dir, r.Sync, r.Props, "")

@@ -239,13 +239,9 @@ func (r *Runner) runOne(ctx context.Context, target, dir string, w Workload, off
 	res = Result{Workload: w, Target: target}
 	addr, pid, rf := r.Against, 0, int16(-1)
 	if r.Against == "" {
-		argv := r.BrokerCommand
-		if len(argv) == 0 {
-			exe, err := os.Executable()
-			if err != nil {
-				return res, err
-			}
-			argv = []string{exe, "bench", "broker"}
+		argv, err := r.brokerArgv()
+		if err != nil {
+			return res, err
 		}
 		b, err := spawnBroker(ctx, argv, target, dir, r.Sync, r.Props, r.ProfileDir)
 		if err != nil {

@@ -251,37 +251,47 @@ func (e *Engine) formatVersion() (uint32, error) {
 	return formatVersion, it.Error()
 }
 
-func (e *Engine) load() error {
+// eachStored calls fn with a new Partition (not loaded) for every
+// partition state in the store.
+func (e *Engine) eachStored(fn func(p *Partition) error) error {
 	lo := []byte{nsEngine, kindState}
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
 	if err != nil {
-		return fmt.Errorf("engine: load: %w", err)
+		return err
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
 		k := it.Key()
 		if len(k) != 22 {
-			return fmt.Errorf("engine: load: bad state key %x", k)
+			return fmt.Errorf("bad state key %x", k)
 		}
 		var id TopicID
 		copy(id[:], k[2:18])
-		part := keySuffix32(k)
 		var st persistedState
 		if err := json.Unmarshal(it.Value(), &st); err != nil {
-			return fmt.Errorf("engine: load %s-%d state: %w", id, part, err)
+			return fmt.Errorf("%s-%d state: %w", id, keySuffix32(k), err)
 		}
-		p := newPartition(e, st.Topic, id, part, st.Config)
+		p := newPartition(e, st.Topic, id, keySuffix32(k), st.Config)
 		p.logStart, p.leaderEpoch = st.LogStart, st.LeaderEpoch
-		p.mu.Lock()
-		err := p.loadLocked(nil)
-		p.mu.Unlock()
-		if err != nil {
-			return fmt.Errorf("engine: load %s (%s) partition %d: %w", st.Topic, id, part, err)
+		if err := fn(p); err != nil {
+			return fmt.Errorf("%s (%s) partition %d: %w", st.Topic, id, p.part, err)
 		}
-		e.parts[partKey{id, part}] = p
 	}
-	if err := it.Error(); err != nil {
-		return err
+	return it.Error()
+}
+
+func (e *Engine) load() error {
+	err := e.eachStored(func(p *Partition) error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err := p.loadLocked(nil); err != nil {
+			return err
+		}
+		e.parts[partKey{p.id, p.part}] = p
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("engine: load: %w", err)
 	}
 	return e.removeOrphans()
 }

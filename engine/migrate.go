@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -16,36 +15,16 @@ import (
 // leaves a partition with its batches still in Pebble, which the next
 // Open migrates again from scratch.
 func (e *Engine) migrateV1() error {
-	lo := []byte{nsEngine, kindState}
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
 	n := 0
-	for it.First(); it.Valid(); it.Next() {
-		k := it.Key()
-		if len(k) != 22 {
-			return fmt.Errorf("bad state key %x", k)
-		}
-		var id TopicID
-		copy(id[:], k[2:18])
-		var st persistedState
-		if err := json.Unmarshal(it.Value(), &st); err != nil {
-			return fmt.Errorf("%s-%d state: %w", id, keySuffix32(k), err)
-		}
-		p := newPartition(e, st.Topic, id, keySuffix32(k), st.Config)
-		p.logStart, p.leaderEpoch = st.LogStart, st.LeaderEpoch
+	err := e.eachStored(func(p *Partition) error {
 		moved, err := p.migrateV1()
-		if err != nil {
-			return fmt.Errorf("%s partition %d: %w", st.Topic, p.part, err)
-		}
-		if moved > 0 {
+		if moved > 0 && err == nil {
 			n++
-			e.log.Info("migrated a partition's batches to segment files", "topic", st.Topic, "partition", p.part, "bytes", moved)
+			e.log.Info("migrated a partition's batches to segment files", "topic", p.topic, "partition", p.part, "bytes", moved)
 		}
-	}
-	if err := it.Error(); err != nil {
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	e.log.Info("data directory migrated to format version 2 (segment files)", "dir", e.cfg.Dir, "partitions", n)

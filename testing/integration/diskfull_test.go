@@ -51,23 +51,15 @@ func TestDiskFull(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := kmsg.NewPtrProduceRequest()
-		req.Version, req.Acks, req.TimeoutMillis = 7, -1, 5000
-		rt := kmsg.NewProduceRequestTopic()
-		rt.Topic = topic
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Records = batch
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := c.Request(req)
+		res, err := c.Produce(topic, batch)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+		return res
 	}
-	health := func() (int, string) {
+	get := func(path string) (int, string) {
 		t.Helper()
-		resp, err := http.Get("http://" + p.HTTPAddr + "/healthz")
+		resp, err := http.Get("http://" + p.HTTPAddr + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,15 +67,11 @@ func TestDiskFull(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	health := func() (int, string) { return get("/healthz") }
 	metric := func(name string) string {
 		t.Helper()
-		resp, err := http.Get("http://" + p.HTTPAddr + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		for _, l := range strings.Split(string(b), "\n") {
+		_, b := get("/metrics")
+		for _, l := range strings.Split(b, "\n") {
 			if v, ok := strings.CutPrefix(l, name+" "); ok {
 				return v
 			}
