@@ -159,7 +159,9 @@ func (rep *Report) limitsTable() *table {
 
 // WriteText prints the tables for a terminal.
 func (rep *Report) WriteText(w io.Writer) {
-	rep.resultsTable().text(w)
+	if len(rep.Results) > 0 {
+		rep.resultsTable().text(w)
+	}
 	if mt := rep.mirrorTable(); len(mt.rows) > 0 {
 		fmt.Fprintln(w)
 		mt.text(w)

@@ -299,40 +299,36 @@ type fetchSession struct {
 	// epoch is the SessionEpoch the next request must carry.
 	epoch    int32
 	parts    []*fetchPart
+	byKey    map[fetchKey]*fetchPart // parts by key: a consumer of 10,000 partitions names them all
 	lastUsed time.Time
 }
 
 // update applies an incremental request: added or changed partitions, and
 // forgotten ones.
-// Maps keep it linear: a consumer of 10,000 partitions names them all.
 func (s *fetchSession) update(reqParts []*fetchPart, forgotten []kmsg.FetchRequestForgottenTopic, v13 bool) {
-	if len(forgotten) > 0 {
-		gone := make(map[fetchKey]bool)
-		for _, ft := range forgotten {
-			for _, p := range ft.Partitions {
-				k := fetchKey{partition: p}
-				if v13 {
-					k.id = ft.TopicID
-				} else {
-					k.topic = ft.Topic
-				}
-				gone[k] = true
+	gone := false
+	for _, ft := range forgotten {
+		for _, p := range ft.Partitions {
+			k := fetchKey{partition: p}
+			if v13 {
+				k.id = ft.TopicID
+			} else {
+				k.topic = ft.Topic
+			}
+			if s.byKey[k] != nil {
+				delete(s.byKey, k)
+				gone = true
 			}
 		}
-		s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return gone[fp.key] })
 	}
-	if len(reqParts) == 0 {
-		return
-	}
-	at := make(map[fetchKey]int, len(s.parts))
-	for i, fp := range s.parts {
-		at[fp.key] = i
+	if gone {
+		s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return s.byKey[fp.key] != fp })
 	}
 	for _, rp := range reqParts {
-		if i, ok := at[rp.key]; ok {
-			s.parts[i].req = rp.req
+		if fp := s.byKey[rp.key]; fp != nil {
+			fp.req = rp.req
 		} else {
-			at[rp.key] = len(s.parts)
+			s.byKey[rp.key] = rp
 			s.parts = append(s.parts, rp)
 		}
 	}
@@ -382,7 +378,10 @@ func (f *fetchSessions) create(parts []*fetchPart) *fetchSession {
 		}
 		delete(f.byID, lru.id)
 	}
-	s := &fetchSession{epoch: 1, parts: slices.Clone(parts), lastUsed: time.Now()}
+	s := &fetchSession{epoch: 1, parts: slices.Clone(parts), byKey: make(map[fetchKey]*fetchPart, len(parts)), lastUsed: time.Now()}
+	for _, fp := range parts {
+		s.byKey[fp.key] = fp
+	}
 	for s.id == 0 || f.byID[s.id] != nil {
 		s.id = rand.Int32()
 	}

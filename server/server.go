@@ -246,15 +246,16 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 func (b *Broker) DiskFull() bool { return b.engine != nil && b.engine.DiskFull() }
 
 // SetProcessMemoryLimit keeps the process within the broker's memory
-// budget (tandem.memory.budget): seven eighths of it become the Go
+// budget (tandem.memory.budget): three quarters of it become the Go
 // runtime's soft memory limit (the rest is for what the runtime does not
-// count: the binary's pages, the kernel's socket and file buffers),
+// count, such as the binary's pages, and for the runtime overshooting its
+// soft limit under a burst of requests),
 // unless the GOMEMLIMIT environment variable sets one. The limit is
 // process-wide: for processes that run one broker, such as tandem serve,
 // not for programs that embed several.
 func (b *Broker) SetProcessMemoryLimit() {
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(b.props.MemoryBudget / 8 * 7)
+		debug.SetMemoryLimit(b.props.MemoryBudget / 4 * 3)
 	}
 }
 
