@@ -1,10 +1,12 @@
 # The one test command (README.md, .ci/run): vet, then the race detector on
 # every package but the client-heavy integration suite, which runs against
-# the built binary without it.
+# the built binary without it, then FUZZTIME of fuzzing every request type
+# (a failing input is written to testdata/fuzz/FuzzRequests).
 GO ?= go
 INTEGRATION := ./testing/integration/...
+FUZZTIME ?= 30s
 
-.PHONY: test build vet
+.PHONY: test build vet fuzz
 
 build:
 	$(GO) build -o tandem ./cmd/tandem
@@ -16,3 +18,7 @@ vet:
 test: vet
 	$(GO) test -count=1 -race -timeout 20m $$($(GO) list ./... | grep -v /testing/integration)
 	$(GO) test -count=1 -timeout 20m -v $(INTEGRATION)
+	$(MAKE) fuzz
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzRequests$$' -fuzztime $(FUZZTIME) ./testing/fuzz

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,10 +22,10 @@ import (
 	"time"
 )
 
-const usage = `usage: tandem bench [flags]
-
-Runs benchmark workloads with franz-go against Tandem and kfake (each in a
+const usage = `Runs benchmark workloads with franz-go against Tandem and kfake (each in a
 child process) or against a running broker (--against), and prints a table.
+
+Usage: tandem bench [flags]
 
   tandem bench --quick                      reduced matrix, under 2 minutes
   tandem bench --out docs/benchmarks.md     full matrix, Markdown + SVG
@@ -45,7 +46,8 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 		return brokerMain(args[1:], plugins)
 	}
 	fs := flag.NewFlagSet("tandem bench", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	fs.SetOutput(io.Discard) // a bad flag is one line and --help goes to stdout, as in every tandem command
+	fs.Usage = func() {}
 	var (
 		quick       = fs.Bool("quick", false, "reduced matrix: 1 KiB and 100 B produce, consume backlog, e2e latency, mirror; 2s runs")
 		out         = fs.String("out", "", "write a Markdown report to this file (and a plot next to it, .svg)")
@@ -71,6 +73,13 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 	)
 	fs.Var(props, "set", "Tandem broker property key=value (repeatable)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(os.Stdout, usage)
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "tandem bench: %v (tandem bench --help lists the flags)\n", err)
 		return 2
 	}
 	if *profileDir != "" {

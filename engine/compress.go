@@ -53,6 +53,21 @@ var xerialHeader = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
 
 var errTooLarge = fmt.Errorf("decompressed records exceed the limit: %w", kerr.MessageTooLarge)
 
+// A batch is bounded as Apache Kafka bounds it, by its stored (compressed)
+// size against max.message.bytes: a 3 MiB record that compresses to 3 KiB
+// is accepted. What it inflates to is bounded by a fixed ceiling instead,
+// the defence against decompression bombs: validating a batch streams its
+// records, so the ceiling bounds the work a batch costs, not memory. It is
+// compaction's own limit, so that every batch accepted can be compacted.
+const maxDecompressedBatch = 64 << 20
+
+// maxStreamedKey bounds a record key read from a decompression stream,
+// the one field validation keeps in memory: larger keys are refused, so
+// that a small batch cannot make the broker allocate the ceiling.
+const maxStreamedKey = 1 << 20
+
+var errKeyTooLarge = fmt.Errorf("a record key in a compressed batch exceeds %d bytes: %w", maxStreamedKey, kerr.MessageTooLarge)
+
 // decompressor opens a streaming reader over a compressed records payload.
 // close must be called to return pooled state.
 func decompressor(codec int8, in []byte, limit int) (r io.Reader, close func(), err error) {
@@ -192,10 +207,21 @@ func (s *streamSource) next(n int, keep bool) ([]byte, error) {
 		s.n += d
 		return nil, streamErr(err)
 	}
-	s.buf = grow(s.buf[:0], n)
-	m, err := io.ReadFull(s.br, s.buf)
-	s.n += m
-	return s.buf, streamErr(err)
+	if n > maxStreamedKey {
+		return nil, errKeyTooLarge
+	}
+	// Grown as the bytes really come out of the decoder.
+	s.buf = s.buf[:0]
+	for len(s.buf) < n {
+		m := min(n-len(s.buf), 64<<10)
+		s.buf = grow(s.buf, m)
+		got, err := io.ReadFull(s.br, s.buf[len(s.buf)-m:])
+		s.n += got
+		if err != nil {
+			return nil, streamErr(err)
+		}
+	}
+	return s.buf, nil
 }
 
 func (s *streamSource) pos() int       { return s.n }

@@ -320,7 +320,9 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 		}
 	}
 	cfg := p.cfg.Load()
-	assign := req.Origin == OriginClient || req.Origin == OriginInternal
+	assign := !req.Origin.Copies()
+	// The batches alias req.Records, which is only read: prepareLocked
+	// copies them into the write buffer.
 	batches, err := splitBatches(req.Records)
 	if err != nil {
 		return fail(AppendResult{}, fmt.Errorf("%s-%d: %w", p.topic, p.part, err))
@@ -397,7 +399,7 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 // entry (offsets still relative).
 func validateBatch(b batch, cfg *LogConfig, origin Origin) (batchMeta, error) {
 	m := batchMeta{LastDelta: b.lastOffsetDelta(), Size: int32(len(b)), MaxTs: b.maxTimestamp(), MaxTsDelta: b.lastOffsetDelta()}
-	if origin == OriginMirror || origin == OriginReplica {
+	if origin.Copies() {
 		return m, nil // copied byte for byte: the source validated them
 	}
 	if len(b) > int(cfg.MaxMessageBytes) {
@@ -413,7 +415,7 @@ func validateBatch(b batch, cfg *LogConfig, origin Origin) (batchMeta, error) {
 		i     int32
 		maxTs = int64(-1 << 63)
 	)
-	err := walkBatch(b, int(cfg.MaxMessageBytes), func(r *record) error {
+	err := walkBatch(b, maxDecompressedBatch, func(r *record) error {
 		if r.OffsetDelta != i {
 			return fmt.Errorf("record %d has offset delta %d: %w", i, r.OffsetDelta, kerr.InvalidRecord)
 		}

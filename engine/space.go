@@ -62,12 +62,19 @@ func newSpace(fs vfs.FS, dir string, log *slog.Logger) *space {
 	return s
 }
 
-// allow says whether an append from origin may be written now.
+// allow says whether an append from origin may be written now. The
+// broker's own writes (coordinators, transaction markers that end
+// transactions, a mirror's failover markers) are small and go into the
+// reserve; clients and copies of other logs wait for space.
 func (s *space) allow(origin Origin) error {
 	if s.written.Load() >= s.due.Load() {
 		s.check()
 	}
-	if !s.full.Load() || origin == OriginInternal {
+	if !s.full.Load() {
+		return nil
+	}
+	switch origin {
+	case OriginInternal, OriginTxnMarker, OriginMirrorControl:
 		return nil
 	}
 	return storageError("disk full: %d bytes free in %s, below the %d kept for the broker's own writes; delete records or topics to free space",

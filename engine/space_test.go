@@ -41,6 +41,14 @@ func TestDiskFullRefusesClientWrites(t *testing.T) {
 	if got := recordsOf(t, fetchAll(t, p, 0)); len(got) != 2 || got[1] != "coordinator=x" {
 		t.Fatalf("log on a full disk: %v", got)
 	}
+	// Transaction markers end transactions and a mirror's failover
+	// markers end its partitions' transactions: both go into the reserve.
+	if off, err := p.WriteTxnMarkers(context.Background(), Marker{ProducerID: 7, ProducerEpoch: 0}); err != nil || off != 2 {
+		t.Fatalf("transaction marker on a full disk: %d, %v", off, err)
+	}
+	if off, err := p.WriteProducerBarrier(context.Background()); err != nil || off != 3 {
+		t.Fatalf("mirror barrier on a full disk: %d, %v", off, err)
+	}
 
 	fs.TestingSetDiskUsage(vfs.DiskUsage{TotalBytes: total, AvailBytes: total / 2})
 	deadline := time.Now().Add(30 * time.Second)
@@ -50,7 +58,7 @@ func TestDiskFullRefusesClientWrites(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if res := appendOK(t, p, OriginClient, mkBatch(t, batchOpts{}, kv("c", "3"))); res.BaseOffset != 2 {
+	if res := appendOK(t, p, OriginClient, mkBatch(t, batchOpts{}, kv("c", "3"))); res.BaseOffset != 4 {
 		t.Fatalf("append once space is back: %+v", res)
 	}
 }

@@ -15,9 +15,10 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // Config configures a Controller.
@@ -32,7 +33,10 @@ type Config struct {
 	// Join makes a node that joins an existing quorum (the leader adds it
 	// with AddVoter): it neither bootstraps nor waits for leadership, and
 	// its image follows the leader's log. Needs a RaftAddr.
-	Join   bool
+	Join bool
+	// Limits bound the partitions a decision may create; zero fields take
+	// the defaults.
+	Limits PartitionLimits
 	Logger *slog.Logger
 }
 
@@ -80,7 +84,7 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 	}
 	c := &Controller{
 		cfg:      cfg,
-		log:      cfg.Logger.With("component", "raftmeta", "node", cfg.NodeID),
+		log:      cfg.Logger.With("component", "raftmeta"),
 		leaderID: -1,
 		decide:   make(chan struct{}, 1),
 		stop:     make(chan struct{}),
@@ -89,10 +93,10 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 	empty.ensureMaps()
 	c.state.Store(&published{img: empty, changed: make(chan struct{})})
 
-	rlog := slog.NewLogLogger(c.log.Handler(), slog.LevelInfo)
+	rlog := newRaftLogger(cfg.Logger)
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(strconv.Itoa(int(cfg.NodeID)))
-	rc.Logger = hclog.FromStandardLogger(rlog, &hclog.LoggerOptions{Name: "raft", Level: hclog.Info})
+	rc.Logger = rlog
 
 	var trans raft.Transport
 	if cfg.RaftAddr == "" {
@@ -104,13 +108,13 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 		_, t := raft.NewInmemTransport(raft.ServerAddress("raftmeta-" + string(rc.LocalID)))
 		trans, c.trans = t, t
 	} else {
-		t, err := raft.NewTCPTransport(cfg.RaftAddr, nil, 3, 10*time.Second, rlog.Writer())
+		t, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 3, 10*time.Second, rlog)
 		if err != nil {
 			return nil, fmt.Errorf("raftmeta: raft transport on %s: %w", cfg.RaftAddr, err)
 		}
 		trans, c.trans = t, t
 	}
-	snaps, err := raft.NewFileSnapshotStore(filepath.Join(cfg.Dir, "raft-snapshots"), 2, rlog.Writer())
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.Dir, "raft-snapshots"), 2, rlog)
 	if err != nil {
 		c.trans.Close()
 		return nil, fmt.Errorf("raftmeta: snapshot store: %w", err)
@@ -175,7 +179,7 @@ func (c *Controller) awaitLeadership(ctx context.Context) error {
 	}
 	c.setLeader(c.cfg.NodeID)
 	if c.Image().ClusterID == "" {
-		id := RandomUUID()
+		id := uuid.Random()
 		if err := c.propose(ctx, Record{Type: RecordCluster, ClusterID: base64.RawURLEncoding.EncodeToString(id[:])}); err != nil {
 			return fmt.Errorf("raftmeta: writing cluster ID: %w", err)
 		}

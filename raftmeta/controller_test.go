@@ -13,6 +13,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // node is a controller on a Pebble instance that can be restarted.
@@ -161,7 +163,7 @@ func TestCreateTopicsValidation(t *testing.T) {
 
 	// Max-length name, valid characters, explicit ID, assignment, configs.
 	ok := string(long[:249])
-	id := RandomUUID()
+	id := uuid.Random()
 	specs = []TopicSpec{
 		{Name: ok, Partitions: 3, ReplicationFactor: 2},
 		{Name: "a.B_c-9", ID: id, Assignments: [][]int32{{2, 1}, {1, 2}}, Configs: map[string]string{"cleanup.policy": "compact"}},
@@ -220,7 +222,7 @@ func TestDeleteTopics(t *testing.T) {
 	mustCreate(t, c, TopicSpec{Name: "a", Partitions: 2, ReplicationFactor: 1}, TopicSpec{Name: "b", Partitions: 1, ReplicationFactor: 1})
 	old := c.Image()
 	a := old.Topics["a"]
-	errs := c.DeleteTopics(ctxT(t), []UUID{a.ID, RandomUUID()})
+	errs := c.DeleteTopics(ctxT(t), []UUID{a.ID, uuid.Random()})
 	if errs[0] != nil {
 		t.Fatal(errs[0])
 	}
@@ -394,7 +396,7 @@ func TestEpochs(t *testing.T) {
 	}
 	_, err := c.BumpLeaderEpoch(ctxT(t), id, 1, 0)
 	wantCode(t, err, kerr.UnknownTopicOrPartition)
-	_, err = c.BumpLeaderEpoch(ctxT(t), RandomUUID(), 0, 0)
+	_, err = c.BumpLeaderEpoch(ctxT(t), uuid.Random(), 0, 0)
 	wantCode(t, err, kerr.UnknownTopicID)
 
 	if err := c.ElectLeader(ctxT(t), id, 0, 2); err != nil {
@@ -455,9 +457,10 @@ func buildImage(t *testing.T, c *Controller) {
 	mustCreate(t, c,
 		TopicSpec{Name: "t1", Partitions: 3, ReplicationFactor: 2, Configs: map[string]string{"retention.ms": "10"}},
 		TopicSpec{Name: "t2", Partitions: 1, ReplicationFactor: 1, Internal: true},
+		TopicSpec{Name: "t3", Partitions: 1, ReplicationFactor: 1},
 		TopicSpec{Name: "gone", Partitions: 1, ReplicationFactor: 1})
 	img := c.Image()
-	if err := c.CreatePartitions(ctxT(t), "t2", 2, false); err != nil {
+	if err := c.CreatePartitions(ctxT(t), "t3", 2, false); err != nil {
 		t.Fatal(err)
 	}
 	if errs := c.DeleteTopics(ctxT(t), []UUID{img.Topics["gone"].ID}); errs[0] != nil {
@@ -574,7 +577,7 @@ func TestApplyRejectsStaleBatch(t *testing.T) {
 		recs []Record
 		want *kerr.Error
 	}{
-		{[]Record{{Type: RecordTopic, Topic: &TopicRecord{Name: "new", ID: RandomUUID()}}, {Type: RecordTopic, Topic: &TopicRecord{Name: "t", ID: RandomUUID()}}}, kerr.TopicAlreadyExists},
+		{[]Record{{Type: RecordTopic, Topic: &TopicRecord{Name: "new", ID: uuid.Random()}}, {Type: RecordTopic, Topic: &TopicRecord{Name: "t", ID: uuid.Random()}}}, kerr.TopicAlreadyExists},
 		{[]Record{{Type: RecordTopic, Topic: &TopicRecord{Name: "other", ID: id}}}, kerr.InvalidRequest},
 		{[]Record{{Type: RecordProducerIDs, ProducerIDs: &ProducerIDsRecord{First: 0, Next: 10}}}, kerr.InvalidRequest},
 		{[]Record{{Type: RecordPartition, Partition: &PartitionRecord{TopicID: id, Partition: 3, Replicas: []int32{1}}}}, kerr.InvalidRequest},

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // Controller decisions validate against the current image, choose IDs,
@@ -136,6 +138,10 @@ func partitionRecords(id UUID, first int, assignments [][]int32) []Record {
 // checkAssignment validates explicit replica lists against the brokers.
 func checkAssignment(img *Image, assignments [][]int32) error {
 	for p, reps := range assignments {
+		// Bounded before the duplicate check, which is quadratic.
+		if len(reps) > len(img.Brokers) {
+			return fmt.Errorf("partition %d has %d replicas but only %d brokers are registered: %w", p, len(reps), len(img.Brokers), kerr.InvalidReplicaAssignment)
+		}
 		if len(reps) == 0 || len(reps) != len(assignments[0]) {
 			return fmt.Errorf("partition %d has %d replicas, all partitions need the same non-zero count: %w", p, len(reps), kerr.InvalidReplicaAssignment)
 		}
@@ -166,6 +172,7 @@ func (c *Controller) CreateTopics(ctx context.Context, specs []TopicSpec, valida
 	defer c.unlock()
 
 	brokers := sortedBrokers(img)
+	budget := newPartitionBudget(img, c.cfg.Limits)
 	names := map[string]int{}
 	for _, s := range specs {
 		names[s.Name]++
@@ -194,7 +201,7 @@ func (c *Controller) CreateTopics(ctx context.Context, specs []TopicSpec, valida
 			}
 			id := s.ID
 			if id.IsZero() {
-				for id = RandomUUID(); img.TopicsByID[id] != nil || ids[id]; id = RandomUUID() {
+				for id = uuid.Random(); img.TopicsByID[id] != nil || ids[id]; id = uuid.Random() {
 				}
 			} else if img.TopicsByID[id] != nil || ids[id] {
 				return fmt.Errorf("topic %q: topic ID %s is already in use: %w", s.Name, id.Base64(), kerr.InvalidRequest)
@@ -203,6 +210,9 @@ func (c *Controller) CreateTopics(ctx context.Context, specs []TopicSpec, valida
 			if len(assignments) > 0 {
 				if s.Partitions > 0 && int(s.Partitions) != len(assignments) || s.ReplicationFactor > 0 && int(s.ReplicationFactor) != len(assignments[0]) {
 					return fmt.Errorf("topic %q: partitions or replication factor contradict the replica assignment: %w", s.Name, kerr.InvalidRequest)
+				}
+				if err := budget.check(s.Name, int64(len(assignments)), len(assignments[0]), len(brokers)); err != nil {
+					return err
 				}
 				if err := checkAssignment(img, assignments); err != nil {
 					return fmt.Errorf("topic %q: %w", s.Name, err)
@@ -214,7 +224,13 @@ func (c *Controller) CreateTopics(ctx context.Context, specs []TopicSpec, valida
 				if s.ReplicationFactor <= 0 || int(s.ReplicationFactor) > len(brokers) {
 					return fmt.Errorf("topic %q: replication factor %d, must be 1..%d (registered brokers): %w", s.Name, s.ReplicationFactor, len(brokers), kerr.InvalidReplicationFactor)
 				}
+				if err := budget.check(s.Name, int64(s.Partitions), int(s.ReplicationFactor), len(brokers)); err != nil {
+					return err
+				}
 				assignments = assign(brokers, len(img.Topics)+len(ok), 0, int(s.Partitions), int(s.ReplicationFactor))
+			}
+			if err := budget.add(s.Name, assignments); err != nil {
+				return err
 			}
 			ids[id] = true
 			pending[strings.ReplaceAll(s.Name, ".", "_")] = s.Name
@@ -283,6 +299,11 @@ func (c *Controller) CreatePartitions(ctx context.Context, name string, total in
 	if t == nil {
 		return fmt.Errorf("create partitions: topic %q: %w", name, kerr.UnknownTopicOrPartition)
 	}
+	if t.Internal {
+		// Coordinators find their partition by hashing a key over the
+		// partition count: more partitions would move every key.
+		return fmt.Errorf("create partitions: %q is an internal topic, whose partition count decides which coordinator owns which key: %w", name, kerr.PolicyViolation)
+	}
 	have := len(t.Partitions)
 	if int(total) <= have {
 		return fmt.Errorf("create partitions: topic %q has %d partitions, cannot go to %d: %w", name, have, total, kerr.InvalidPartitions)
@@ -292,12 +313,20 @@ func (c *Controller) CreatePartitions(ctx context.Context, name string, total in
 	if rf > len(brokers) {
 		return fmt.Errorf("create partitions: topic %q has replication factor %d but %d brokers are registered: %w", name, rf, len(brokers), kerr.InvalidReplicationFactor)
 	}
-	if validateOnly {
-		return nil
+	budget := newPartitionBudget(img, c.cfg.Limits)
+	if err := budget.check(name, int64(total)-int64(have), rf, len(brokers)); err != nil {
+		return fmt.Errorf("create partitions: %w", err)
 	}
 	// Continue the rotation where the topic's first partition started.
 	start := max(slices.Index(brokers, t.Partitions[0].Replicas[0]), 0)
-	recs := partitionRecords(t.ID, have, assign(brokers, start, have, int(total)-have, rf))
+	assignments := assign(brokers, start, have, int(total)-have, rf)
+	if err := budget.add(name, assignments); err != nil {
+		return fmt.Errorf("create partitions: %w", err)
+	}
+	if validateOnly {
+		return nil
+	}
+	recs := partitionRecords(t.ID, have, assignments)
 	if err := c.propose(ctx, recs...); err != nil {
 		return fmt.Errorf("create partitions of %q: %w", name, err)
 	}

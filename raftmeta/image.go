@@ -5,21 +5,14 @@
 package raftmeta
 
 import (
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/hex"
-	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
-// UUID is a Kafka UUID (topic IDs). It is the same shape as engine.TopicID.
-type UUID [16]byte
-
-func (u UUID) String() string { return hex.EncodeToString(u[:]) }
-
-// IsZero reports whether u is the all-zero UUID.
-func (u UUID) IsZero() bool { return u == UUID{} }
+// UUID is a Kafka UUID (topic IDs), the same type as engine.TopicID.
+type UUID = uuid.UUID
 
 // Broker is a registered broker and the listener clients reach it on.
 type Broker struct {
@@ -73,36 +66,6 @@ type Image struct {
 	securityImage
 	// Cluster mirrors (mirror.go).
 	mirrorImage
-}
-
-// MarshalText renders u as hex, so that JSON images and records stay readable.
-func (u UUID) MarshalText() ([]byte, error) { return []byte(u.String()), nil }
-
-// UnmarshalText parses the hex form written by MarshalText.
-func (u *UUID) UnmarshalText(b []byte) error {
-	if len(b) != 32 {
-		return fmt.Errorf("raftmeta: bad UUID %q", b)
-	}
-	_, err := hex.Decode(u[:], b)
-	return err
-}
-
-// Base64 is the form Kafka prints topic IDs and cluster IDs in.
-func (u UUID) Base64() string { return base64.RawURLEncoding.EncodeToString(u[:]) }
-
-// RandomUUID returns a random (version 4) UUID the way Kafka's
-// Uuid.randomUuid does: never zero and never starting with '-' in base64,
-// which would confuse command-line tools.
-func RandomUUID() UUID {
-	for {
-		var u UUID
-		rand.Read(u[:]) // never fails (crypto/rand since Go 1.24)
-		u[6] = u[6]&0x0f | 0x40
-		u[8] = u[8]&0x3f | 0x80
-		if !u.IsZero() && u.Base64()[0] != '-' {
-			return u
-		}
-	}
 }
 
 // Topic returns the topic with the given ID, or nil.

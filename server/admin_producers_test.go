@@ -9,6 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
 func initProducerID(t *testing.T, b *Broker, version int16, txnID *string, id int64, epoch int16) *kmsg.InitProducerIDResponse {
@@ -51,7 +53,7 @@ func TestInitProducerID(t *testing.T) {
 	}
 	b = startBrokerWith(t, Config{DataDir: dir})
 	r = initProducerID(t, b, 4, nil, -1, -1)
-	if r.ErrorCode != 0 || r.ProducerID < first.ProducerID+pidBlockSize {
+	if r.ErrorCode != 0 || r.ProducerID < first.ProducerID+raftmeta.ProducerIDBlock {
 		t.Fatalf("after restart: id %d, first block started at %d", r.ProducerID, first.ProducerID)
 	}
 }

@@ -24,7 +24,7 @@ func TestParsePropsDefaults(t *testing.T) {
 		RetentionCheckInterval: 5 * time.Minute, LogCleanupPolicy: []string{"delete"},
 		LogMessageTimestampType: "CreateTime", DeleteTopicEnable: true, SyncWrites: true,
 	}
-	p.static, p.pids = nil, nil
+	p.static = nil
 	if got := p; !propsEqual(got, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", got, want)
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 
@@ -104,6 +105,9 @@ func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic
 		if t.ReplicationFactor != -1 {
 			return spec, adminErrorf(kerr.InvalidRequest, "A manual partition assignment was specified, but replicationFactor was not set to -1.")
 		}
+		if err := b.props.PartitionLimits.CheckCount(t.Topic, int64(len(t.ReplicaAssignment))); err != nil {
+			return spec, err
+		}
 		assign := make([][]int32, len(t.ReplicaAssignment))
 		for _, a := range t.ReplicaAssignment {
 			if a.Partition < 0 || int(a.Partition) >= len(assign) || assign[a.Partition] != nil {
@@ -148,6 +152,9 @@ func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic
 		if err := validateTopicConfigs(spec.Configs); err != nil {
 			return spec, err
 		}
+		if err := CheckTopicChange(b.cfg.Plugins, TopicChange{Topic: t.Topic, Op: OpAlterConfigs, Keys: slices.Sorted(maps.Keys(spec.Configs))}); err != nil {
+			return spec, err
+		}
 	}
 	return spec, nil
 }
@@ -156,6 +163,9 @@ func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic
 func checkReplicas(img *raftmeta.Image, replicas []int32) error {
 	if len(replicas) == 0 {
 		return adminErrorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes an empty replica list.")
+	}
+	if len(replicas) > len(img.Brokers) { // bounds the quadratic duplicate check below
+		return adminErrorf(kerr.InvalidReplicaAssignment, "The manual partition assignment lists %d replicas but only %d broker(s) are registered.", len(replicas), len(img.Brokers))
 	}
 	for i, r := range replicas {
 		if slices.Contains(replicas[:i], r) {
@@ -272,6 +282,8 @@ func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req
 				err = adminErrorf(kerr.InvalidRequest, "Duplicate topic in the request.")
 			case t.Internal:
 				err = adminErrorf(kerr.InvalidTopicException, "Internal topic %s cannot be deleted.", t.Name)
+			default:
+				err = CheckTopicChange(b.cfg.Plugins, TopicChange{Topic: t.Name, Op: OpDeleteTopic})
 			}
 			seen[t.ID] = true
 		}
@@ -327,6 +339,9 @@ func (b *Broker) handleCreatePartitions(ctx context.Context, rc *RequestContext,
 		} else if !rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeTopic, t.Topic) {
 			err = adminErrorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
 		} else if err = checkCreatePartitions(img, &t); err == nil {
+			err = CheckTopicChange(b.cfg.Plugins, TopicChange{Topic: t.Topic, Op: OpCreatePartitions})
+		}
+		if err == nil {
 			err = b.meta.CreatePartitions(ctx, t.Topic, t.Count, req.ValidateOnly)
 			grew = grew || (err == nil && !req.ValidateOnly)
 		}

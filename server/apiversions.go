@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 const apiKeyApiVersions = 18
@@ -50,7 +52,11 @@ func apiName(key int16) string {
 // plugin's API gets its own name: key 94 is kmsg's UnregisterController
 // but the mirror plugin's CreateMirror.
 func requestName(req kmsg.Request) string {
-	return strings.TrimSuffix(reflect.TypeOf(req).Elem().Name(), "Request")
+	t := reflect.TypeOf(req)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return strings.TrimSuffix(t.Name(), "Request")
 }
 
 func (b *Broker) handleApiVersions(_ context.Context, _ *RequestContext, req *kmsg.ApiVersionsRequest) (kmsg.Response, error) {
@@ -64,7 +70,7 @@ func (b *Broker) handleApiVersions(_ context.Context, _ *RequestContext, req *km
 	}
 	// -1 says "no finalized features epoch": nothing to negotiate.
 	resp.FinalizedFeaturesEpoch = -1
-	if _, ok := b.txnCoordinator().(TxnPartitionAdder); ok {
+	if _, ok := b.txnCoordinator().(plugin.TxnPartitionAdder); ok {
 		// transaction.version 2 (KIP-890 part 2): clients skip
 		// AddPartitionsToTxn, Produce v12+ adds the partition, and EndTxn
 		// v5 bumps the epoch. The level is fixed by the code (one node,

@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
+	"net"
 	"slices"
 	"time"
 
@@ -41,12 +41,12 @@ const (
 
 // gate answers the SASL requests itself and refuses what a connection may
 // not send in its state; (nil, nil) lets the request through to dispatch.
-func (c *conn) gate(r *request) (kmsg.Response, error) {
+func (c *conn) gate(ctx context.Context, r *request) (kmsg.Response, error) {
 	switch req := r.req.(type) {
 	case *kmsg.SASLHandshakeRequest:
 		return c.saslHandshake(req), nil
 	case *kmsg.SASLAuthenticateRequest:
-		return c.saslAuthenticate(req), nil
+		return c.saslAuthenticate(ctx, req), nil
 	}
 	if r.badVersion || r.req.Key() == apiKeyApiVersions {
 		return nil, nil
@@ -88,28 +88,19 @@ func (c *conn) saslHandshake(req *kmsg.SASLHandshakeRequest) kmsg.Response {
 // readRawToken reads one bare SASL token (after SaslHandshake v0), under
 // the pre-authentication frame cap.
 func (c *conn) readRawToken(br *bufio.Reader, remote string) (*request, error) {
-	c.nc.SetReadDeadline(time.Now().Add(connIdleTimeout))
-	var sizeBuf [4]byte
-	if _, err := io.ReadFull(br, sizeBuf[:]); err != nil {
-		return nil, err
-	}
-	size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
-	if size < 0 || size > c.maxFrame() {
-		return nil, fmt.Errorf("SASL token of %d bytes outside [0, %d]", size, c.maxFrame())
-	}
-	token := make([]byte, size)
-	if _, err := io.ReadFull(br, token); err != nil {
-		return nil, fmt.Errorf("truncated SASL token: %w", err)
+	token, reserved, err := c.readFrame(br, 0)
+	if err != nil {
+		return nil, fmt.Errorf("SASL token: %w", err)
 	}
 	req := kmsg.NewPtrSASLAuthenticateRequest()
 	req.SASLAuthBytes = token
-	return &request{rc: RequestContext{ClientAddr: remote}, req: req, size: int(size) + 4, start: time.Now(), raw: true}, nil
+	return &request{rc: RequestContext{ClientAddr: remote}, req: req, size: len(token) + 4, start: time.Now(), raw: true, reserved: reserved}, nil
 }
 
 // handleRawToken answers a bare SASL token with a bare token; a failure
 // closes the connection without an answer, as Kafka does for v0.
-func (c *conn) handleRawToken(r *request) (failed bool) {
-	resp := c.saslAuthenticate(r.req.(*kmsg.SASLAuthenticateRequest)).(*kmsg.SASLAuthenticateResponse)
+func (c *conn) handleRawToken(ctx context.Context, r *request) (failed bool) {
+	resp := c.saslAuthenticate(ctx, r.req.(*kmsg.SASLAuthenticateRequest)).(*kmsg.SASLAuthenticateResponse)
 	if resp.ErrorCode != 0 {
 		c.nc.Close()
 		return true
@@ -125,25 +116,51 @@ func (c *conn) handleRawToken(r *request) (failed bool) {
 	return false
 }
 
-func (c *conn) saslAuthenticate(req *kmsg.SASLAuthenticateRequest) kmsg.Response {
+// saslAuthenticate runs one step of the exchange. A step that checks a
+// credential first waits for its slot in the broker's throttle (see
+// authThrottle); a failed authentication is answered after
+// connection.failed.authentication.delay.ms, as Kafka does, and the
+// connection closed.
+func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.SASLAuthenticateResponse)
 	fail := func(code *kerr.Error, msg string) kmsg.Response {
 		resp.ErrorCode, resp.ErrorMessage = code.Code, &msg
 		c.closeAfter = true
 		c.b.log.Info("SASL authentication failed", "client", c.nc.RemoteAddr(), "listener", c.l.name, "mechanism", c.sasl.mechName, "err", msg)
+		if code == kerr.SaslAuthenticationFailed {
+			c.b.m.authFailures.Inc()
+			sleep(ctx, c.b.props.FailedAuthDelay)
+		}
 		return resp
 	}
 	if !c.l.isSASL() || c.sasl.mech == nil {
 		return fail(kerr.IllegalSaslState, "SaslAuthenticate without a preceding SaslHandshake")
 	}
+	user, checks := c.sasl.mech.claimed(req.SASLAuthBytes)
+	addr := c.remoteHost()
+	if checks {
+		wait, err := c.b.throttle.admit(addr, user)
+		if err != nil {
+			c.b.m.authThrottled.Inc()
+			return fail(kerr.SaslAuthenticationFailed, fmt.Sprintf("Authentication failed with SASL mechanism %s: %v", c.sasl.mechName, err))
+		}
+		c.b.m.authThrottleWait.Add(wait.Seconds())
+		if err := sleep(ctx, wait); err != nil {
+			return fail(kerr.IllegalSaslState, "connection closing")
+		}
+	}
 	out, done, err := c.sasl.mech.step(req.SASLAuthBytes)
 	if err != nil {
+		if checks {
+			c.b.throttle.failed(addr, user)
+		}
 		return fail(kerr.SaslAuthenticationFailed, fmt.Sprintf("Authentication failed during authentication due to invalid credentials with SASL mechanism %s: %v", c.sasl.mechName, err))
 	}
 	resp.SASLAuthBytes = out
 	if !done {
 		return resp
 	}
+	c.b.throttle.succeeded(addr, user)
 	p, expiry := c.sasl.mech.principal(), c.sasl.mech.expiry()
 	c.sasl.mech = nil
 	if c.authenticated.Load() && p != c.principal {
@@ -162,6 +179,15 @@ func (c *conn) saslAuthenticate(req *kmsg.SASLAuthenticateRequest) kmsg.Response
 	}
 	c.authenticated.Store(true)
 	return resp
+}
+
+// remoteHost is the client's address without its port.
+func (c *conn) remoteHost() string {
+	addr := c.nc.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 // throttle records the request against the client's quotas and, when it

@@ -34,7 +34,7 @@ func (b *Broker) handleDescribeCluster(ctx context.Context, rc *RequestContext, 
 		resp.Brokers = append(resp.Brokers, rb)
 	}
 	if req.IncludeClusterAuthorizedOperations {
-		resp.ClusterAuthorizedOperations = rc.authorizedOps(kmsg.ACLResourceTypeCluster, clusterName, clusterOps...)
+		resp.ClusterAuthorizedOperations = rc.AuthorizedOps(kmsg.ACLResourceTypeCluster, clusterName, clusterOps...)
 	}
 	return resp, nil
 }

@@ -10,7 +10,7 @@ import (
 	"io"
 	"math/bits"
 	"net"
-	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,20 +22,6 @@ import (
 // preAuthMaxFrame is the frame cap before a connection has authenticated
 // on a SASL listener (Apache Kafka's fix for CVE-2022-34917).
 const preAuthMaxFrame = 512 << 10
-
-// RequestContext is what a handler knows about a request beyond its body.
-type RequestContext struct {
-	ClientID      string
-	Version       int16
-	CorrelationID int32
-	ClientAddr    string
-	// Principal is "User:<name>" from SASL or the TLS client
-	// certificate, "User:ANONYMOUS" without either.
-	Principal string
-	Listener  string // the name of the listener the client connected to
-
-	authz Authorizer // nil: no authorizer installed, everything allowed
-}
 
 // request is one decoded request waiting for its handler.
 type request struct {
@@ -51,6 +37,9 @@ type request struct {
 	raw bool
 	// frame is the buffer the request was decoded from (and aliases).
 	frame []byte
+	// reserved is what reading it took of queued.max.request.bytes,
+	// released once its handler returned.
+	reserved int64
 	// done, when set, is closed once the request is answered: before
 	// authentication the reader waits for it, so that the frame cap and
 	// the SASL state of the next request are those after this one.
@@ -173,12 +162,7 @@ func (c *conn) serve() {
 				inflight.Wait()
 			}
 			resp, f, err := c.handle(ctx, r)
-			if _, ok := r.req.(*kmsg.ProduceRequest); ok {
-				// The engine copied the records before the handler
-				// returned, and nothing else keeps them.
-				b.frames.put(r.frame)
-				r.frame = nil
-			}
+			c.handled(r)
 			if p, ok := resp.(*pendingResponse); ok && err == nil && !f {
 				if pipe {
 					inflight.Add(1)
@@ -195,10 +179,24 @@ func (c *conn) serve() {
 			if f {
 				failed.Store(true)
 			}
+		} else {
+			c.handled(r)
 		}
 		if r.done != nil {
 			close(r.done)
 		}
+	}
+}
+
+// handled frees what reading r took once its handler returned: its share
+// of queued.max.request.bytes and, for a produce request, its frame (the
+// engine copied the records, and nothing else keeps them).
+func (c *conn) handled(r *request) {
+	c.b.reqBytes.release(r.reserved)
+	r.reserved = 0
+	if _, ok := r.req.(*kmsg.ProduceRequest); ok {
+		c.b.frames.put(r.frame)
+		r.frame = nil
 	}
 }
 
@@ -224,8 +222,15 @@ func (c *conn) pipelines(r *request) bool {
 }
 
 // handle runs one request's handler; failed says the connection is closed.
+// A panic in the handler closes the connection (as an error does) and
+// leaves the broker serving.
 func (c *conn) handle(ctx context.Context, r *request) (resp kmsg.Response, failed bool, err error) {
 	b := c.b
+	defer func() {
+		if p := recover(); p != nil {
+			resp, err = nil, c.panicked(r.req.Key(), r.rc.Version, p)
+		}
+	}()
 	// A throttled connection is muted (KIP-219): a request read ahead
 	// waits as well, as Kafka reads none while muted.
 	if d := time.Until(time.Unix(0, c.muteUntil.Load())); d > 0 {
@@ -237,11 +242,11 @@ func (c *conn) handle(ctx context.Context, r *request) (resp kmsg.Response, fail
 			return nil, true, nil
 		}
 	}
-	r.rc.Principal, r.rc.Listener, r.rc.authz = c.principal, c.l.name, b.authz
+	r.rc.Principal, r.rc.Listener, r.rc.Authorizer = c.principal, c.l.name, b.authz
 	if r.raw {
-		return nil, c.handleRawToken(r), nil
+		return nil, c.handleRawToken(ctx, r), nil
 	}
-	resp, err = c.gate(r)
+	resp, err = c.gate(ctx, r)
 	if err == nil && resp == nil {
 		resp, err = b.dispatch(ctx, r)
 	}
@@ -252,6 +257,13 @@ func (c *conn) handle(ctx context.Context, r *request) (resp kmsg.Response, fail
 // with out as buffer; failed says the connection is closed.
 func (c *conn) respond(ctx context.Context, r *request, resp kmsg.Response, err error, out []byte) (_ []byte, failed bool) {
 	b := c.b
+	defer func() {
+		if p := recover(); p != nil { // encoding a malformed response
+			c.panicked(r.req.Key(), r.rc.Version, p)
+			c.nc.Close()
+			out, failed = nil, true
+		}
+	}()
 	elapsed := time.Since(r.start)
 	b.m.observe(r, elapsed)
 	if err != nil {
@@ -283,6 +295,16 @@ func (c *conn) respond(ctx context.Context, r *request, resp kmsg.Response, err 
 		return out, true
 	}
 	return out, false
+}
+
+// panicked logs a recovered panic of a request's decoding, handling or
+// encoding once, with its stack, counts it, and returns the error that
+// closes the connection.
+func (c *conn) panicked(key, version int16, p any) error {
+	c.b.m.panics.Inc()
+	c.b.log.Error("panic serving a request; closing its connection", "client", c.nc.RemoteAddr(), "api", apiName(key), "api_key", key,
+		"version", version, "panic", p, "stack", string(debug.Stack()))
+	return fmt.Errorf("panic serving %s v%d: %v", apiName(key), version, p)
 }
 
 // appendResponseHeader starts a response frame: a size placeholder, the
@@ -345,39 +367,34 @@ func (c *conn) maxFrame() int32 {
 }
 
 // connIdleTimeout is Kafka's connections.max.idle.ms: a connection that
-// sends nothing for this long is closed. It also bounds how long a slow
-// client may take to send one frame.
+// sends nothing for this long is closed.
 const connIdleTimeout = 10 * time.Minute
 
-func (c *conn) readRequest(br *bufio.Reader, remote string) (*request, error) {
-	c.nc.SetReadDeadline(time.Now().Add(connIdleTimeout))
-	var sizeBuf [4]byte
-	if _, err := io.ReadFull(br, sizeBuf[:]); err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, fmt.Errorf("idle for %v", connIdleTimeout)
-		}
-		return nil, err // EOF between requests is a normal close
+// readRequest reads and decodes one request. On error nothing of it is
+// kept: its reservation is released and its frame dropped.
+func (c *conn) readRequest(br *bufio.Reader, remote string) (r *request, err error) {
+	body, reserved, err := c.readFrame(br, 1)
+	if err != nil {
+		return nil, err
 	}
 	start := time.Now()
-	size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
-	// Check the size before allocating anything: a 2 GiB prefix must not
-	// cost 2 GiB.
-	if limit := c.maxFrame(); size <= 0 || size > limit {
-		return nil, fmt.Errorf("frame size %d outside (0, %d]", size, limit)
-	}
-	body := c.b.frames.get(int(size))
-	if _, err := io.ReadFull(br, body); err != nil {
-		return nil, fmt.Errorf("truncated frame of %d bytes: %w", size, err)
-	}
-	c.b.m.bytesIn.Add(int(size) + 4)
-
+	defer func() {
+		if err != nil {
+			c.b.reqBytes.release(reserved)
+		}
+	}()
 	rd := kbin.Reader{Src: body}
 	key, version, corr := rd.Int16(), rd.Int16(), rd.Int32()
 	clientID := rd.NullableString()
 	if !rd.Ok() {
 		return nil, errors.New("truncated request header")
 	}
-	r := &request{size: int(size) + 4, start: start, frame: body, rc: RequestContext{
+	defer func() {
+		if p := recover(); p != nil { // a plugin's request type failing to decode
+			r, err = nil, c.panicked(key, version, p)
+		}
+	}()
+	r = &request{size: len(body) + 4, start: start, frame: body, reserved: reserved, rc: RequestContext{
 		Version: version, CorrelationID: corr, ClientAddr: remote,
 	}}
 	if clientID != nil {
@@ -457,21 +474,21 @@ func (b *Broker) dispatch(ctx context.Context, r *request) (kmsg.Response, error
 	case *kmsg.FindCoordinatorRequest:
 		return b.handleFindCoordinator(ctx, rc, req)
 	}
-	if h := b.apis.plugins[r.req.Key()]; h != nil {
-		return h.HandleRequest(ctx, rc, r.req)
-	}
-	// newRequest only admits the keys above, so this is a bug, not input.
-	return nil, fmt.Errorf("no handler for api key %d", r.req.Key())
+	return b.handlePlugin(ctx, rc, r.req)
 }
 
 // framePool recycles the frame buffers of produce requests, whose records
 // the engine copies before the handler returns: under produce load the
 // broker would otherwise allocate, zero and collect every byte it receives.
-// Buffers come in power-of-two classes from 64 KiB; smaller frames are
-// cheap to allocate.
-type framePool struct{ classes [28]sync.Pool }
+// Buffers come in power-of-two classes from 64 KiB to 16 MiB; smaller
+// frames are cheap to allocate, and larger ones rare enough that rounding
+// them up to a power of two would waste more than pooling saves.
+type framePool struct{ classes [maxPooledFrame + 1]sync.Pool }
 
-const minPooledFrame = 16 // log2 of the smallest pooled buffer
+const (
+	minPooledFrame = 16 // log2 of the smallest pooled buffer
+	maxPooledFrame = 24 // log2 of the largest
+)
 
 func (p *framePool) get(n int) []byte {
 	c := bits.Len(uint(n - 1))

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 const apiKeyFindCoordinator = 10
@@ -22,18 +24,6 @@ var findCoordinatorVersions = kmsg.ApiVersionsResponseApiKey{ApiKey: apiKeyFindC
 // internal topic it just created to get a leader, before answering
 // COORDINATOR_NOT_AVAILABLE (clients retry that).
 const coordinatorTopicWait = 5 * time.Second
-
-func hasLocator(plugins []any) bool {
-	for _, p := range plugins {
-		if _, ok := p.(CoordinatorLocator); ok {
-			return true
-		}
-	}
-	return false
-}
-
-// Plugins implements Host.
-func (b *Broker) Plugins() []any { return b.cfg.Plugins }
 
 // handleFindCoordinator answers, per key, with the broker leading the
 // internal-topic partition a CoordinatorLocator plugin names.
@@ -48,12 +38,8 @@ func (b *Broker) handleFindCoordinator(ctx context.Context, rc *RequestContext, 
 		c.Key, c.NodeID, c.Port = key, -1, -1
 		node, err := b.findCoordinator(ctx, rc, req.CoordinatorType, key)
 		if err != nil {
-			var kerrErr *kerr.Error
-			if !errors.As(err, &kerrErr) {
-				kerrErr = kerr.CoordinatorNotAvailable
-			}
-			c.ErrorCode, c.ErrorMessage = kerrErr.Code, cfgStr(err.Error())
-			if kerrErr != kerr.CoordinatorNotAvailable {
+			c.ErrorCode, c.ErrorMessage = plugin.ErrorCode(err), cfgStr(err.Error())
+			if c.ErrorCode != kerr.CoordinatorNotAvailable.Code {
 				b.log.Debug("find coordinator", "key_type", req.CoordinatorType, "key", key, "err", err)
 			}
 		} else {
@@ -76,79 +62,80 @@ func (b *Broker) handleFindCoordinator(ctx context.Context, rc *RequestContext, 
 func (b *Broker) findCoordinator(ctx context.Context, rc *RequestContext, keyType int8, key string) (raftmeta.Broker, error) {
 	// Kafka checks DESCRIBE on the group or transactional id.
 	switch keyType {
-	case CoordinatorGroup:
+	case plugin.CoordinatorGroup:
 		if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeGroup, key) {
 			return raftmeta.Broker{}, kerr.GroupAuthorizationFailed
 		}
-	case CoordinatorTransaction:
+	case plugin.CoordinatorTransaction:
 		if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTransactionalId, key) {
 			return raftmeta.Broker{}, kerr.TransactionalIDAuthorizationFailed
 		}
 	}
-	var topic InternalTopic
+	var topic plugin.InternalTopic
 	var partition int32
-	found := false
-	for _, p := range b.cfg.Plugins {
-		if l, ok := p.(CoordinatorLocator); ok {
-			if topic, partition, found = l.LocateCoordinator(keyType, key); found {
-				break
-			}
+	var locator plugin.CoordinatorLocator
+	for _, l := range plugin.All[plugin.CoordinatorLocator](b.cfg.Plugins) {
+		var found bool
+		if topic, partition, found = l.LocateCoordinator(keyType, key); found {
+			locator = l
+			break
 		}
 	}
-	if !found {
+	if locator == nil {
 		return raftmeta.Broker{}, fmt.Errorf("no coordinator for key type %d: %w", keyType, kerr.InvalidRequest)
 	}
-	img := b.image()
-	t := img.Topics[topic.Name]
-	if t == nil {
-		b.createInternalTopic(ctx, topic)
-		img = b.awaitLeader(ctx, topic.Name, partition)
-		if t = img.Topics[topic.Name]; t == nil {
-			return raftmeta.Broker{}, fmt.Errorf("%s is being created: %w", topic.Name, kerr.CoordinatorNotAvailable)
+	if keyType != plugin.CoordinatorGroup && keyType != plugin.CoordinatorTransaction {
+		if a, ok := locator.(plugin.CoordinatorAuthorizer); ok {
+			if err := a.AuthorizeCoordinator(rc, keyType, key); err != nil {
+				return raftmeta.Broker{}, err
+			}
+		} else if !rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, clusterName) {
+			return raftmeta.Broker{}, kerr.ClusterAuthorizationFailed
 		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, coordinatorTopicWait)
+	defer cancel()
+	t, err := b.EnsureTopic(ctx, topic)
+	if err != nil {
+		if !errors.Is(err, kerr.CoordinatorNotAvailable) {
+			b.log.Warn("creating internal topic", "topic", topic.Name, "err", err)
+		}
+		return raftmeta.Broker{}, fmt.Errorf("%s: %v: %w", topic.Name, err, kerr.CoordinatorNotAvailable)
 	}
 	if int(partition) >= len(t.Partitions) {
 		return raftmeta.Broker{}, fmt.Errorf("%s has no partition %d: %w", topic.Name, partition, kerr.CoordinatorNotAvailable)
 	}
-	node, ok := img.Brokers[t.Partitions[partition].Leader]
+	node, ok := b.image().Brokers[t.Partitions[partition].Leader]
 	if !ok {
 		return raftmeta.Broker{}, fmt.Errorf("%s-%d has no live leader: %w", topic.Name, partition, kerr.CoordinatorNotAvailable)
 	}
 	return node, nil
 }
 
-func (b *Broker) createInternalTopic(ctx context.Context, topic InternalTopic) {
-	errs := b.meta.CreateTopics(ctx, []raftmeta.TopicSpec{{
-		Name: topic.Name, Partitions: topic.Partitions, ReplicationFactor: topic.ReplicationFactor,
-		Configs: topic.Configs, Internal: true,
-	}}, false)
-	if err := errs[0]; err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		b.log.Warn("creating internal topic", "topic", topic.Name, "err", err)
-	} else if err == nil {
-		b.log.Info("created internal topic", "topic", topic.Name, "partitions", topic.Partitions)
+// EnsureTopic implements plugin.Host: it returns internal topic t from
+// the applied image, creating it first if it does not exist.
+func (b *Broker) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*raftmeta.Topic, error) {
+	if cur := b.image().Topics[t.Name]; cur != nil {
+		return cur, nil
 	}
-}
-
-// awaitLeader waits, for a bounded time, until the applied image has a
-// leader for the partition of topic, and returns the latest applied image.
-func (b *Broker) awaitLeader(ctx context.Context, topic string, partition int32) *raftmeta.Image {
-	timer := time.NewTimer(coordinatorTopicWait)
-	defer timer.Stop()
-	for {
-		b.applied.mu.Lock()
-		img, ch := b.applied.image, b.applied.changed
-		b.applied.mu.Unlock()
-		if t := img.Topics[topic]; t != nil && int(partition) < len(t.Partitions) && t.Partitions[partition].Leader >= 0 {
-			return img
-		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			return img
-		case <-ctx.Done():
-			return img
-		case <-b.ctx.Done():
-			return img
+	if b.meta.Image().Topics[t.Name] == nil {
+		errs := b.meta.CreateTopics(ctx, []raftmeta.TopicSpec{{
+			Name: t.Name, Partitions: t.Partitions, ReplicationFactor: t.ReplicationFactor,
+			Configs: t.Configs, Internal: true,
+		}}, false)
+		switch err := errs[0]; {
+		case err == nil:
+			b.log.Info("created internal topic", "topic", t.Name, "partitions", t.Partitions)
+		case !errors.Is(err, kerr.TopicAlreadyExists):
+			return nil, fmt.Errorf("create internal topic %s: %w", t.Name, err)
 		}
 	}
+	img, err := b.awaitImage(ctx, func(img *raftmeta.Image) bool {
+		cur := img.Topics[t.Name]
+		return cur != nil && !slices.ContainsFunc(cur.Partitions, func(p raftmeta.Partition) bool { return p.Leader < 0 })
+	})
+	if err != nil {
+		return nil, fmt.Errorf("internal topic %s is being created (%v): %w", t.Name, err, kerr.CoordinatorNotAvailable)
+	}
+	return img.Topics[t.Name], nil
 }

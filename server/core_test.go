@@ -20,6 +20,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // createTopic creates a topic through the controller and waits until the
@@ -200,7 +201,7 @@ func TestProduceErrors(t *testing.T) {
 		t.Errorf("unknown partition: code %d", c)
 	}
 	legacy := makeBatch("a")
-	legacy[magicOffset] = 1
+	legacy[16] = 1 // the magic byte, where magic 0 and 1 messages keep it too
 	resp = rawRequest(t, b.Addr(), produceReq(3, "small", [16]byte{}, 0, 1, legacy)).(*kmsg.ProduceResponse)
 	if c := resp.Topics[0].Partitions[0].ErrorCode; c != kerr.UnsupportedForMessageFormat.Code {
 		t.Errorf("magic 1: code %d", c)
@@ -436,15 +437,15 @@ func TestFetchSessionEviction(t *testing.T) {
 // hookPlugin implements every hook and records what it sees.
 type hookPlugin struct {
 	mu       sync.Mutex
-	leaders  []LeaderChange
+	leaders  []plugin.LeaderChange
 	deltas   []raftmeta.Delta
 	appends  []engine.AppendInfo
-	started  Host
+	started  plugin.Host
 	stopped  bool
 	rejected int
 }
 
-func (h *hookPlugin) OnLeaderChange(c LeaderChange) {
+func (h *hookPlugin) OnLeaderChange(c plugin.LeaderChange) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.leaders = append(h.leaders, c)
@@ -472,7 +473,7 @@ func (h *hookPlugin) ValidateAppend(req *engine.AppendRequest) error {
 	return nil
 }
 
-func (h *hookPlugin) Start(_ context.Context, host Host) error {
+func (h *hookPlugin) Start(_ context.Context, host plugin.Host) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.started = host
@@ -528,7 +529,7 @@ func TestHooks(t *testing.T) {
 	})
 	h.mu.Lock()
 	for i, c := range h.leaders {
-		want := LeaderChange{Topic: "hooked", TopicID: engine.TopicID(tp.ID), Partition: int32(i), Leader: true, LeaderEpoch: 0}
+		want := plugin.LeaderChange{Topic: "hooked", TopicID: engine.TopicID(tp.ID), Partition: int32(i), Leader: true, LeaderEpoch: 0}
 		if c != want {
 			t.Errorf("leader change %d: got %+v want %+v", i, c, want)
 		}

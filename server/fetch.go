@@ -13,6 +13,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // fetchSessionSlots is max.incremental.fetch.session.cache.slots.
@@ -52,7 +53,7 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 
 	lookup := func(k fetchKey) *raftmeta.Topic {
 		if v13 {
-			return img.TopicsByID[raftmeta.UUID(k.id)]
+			return img.TopicsByID[k.id]
 		}
 		return img.Topics[k.topic]
 	}
@@ -264,7 +265,7 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		}
 		res, recs, err := ep.FetchRecords(fp.req.FetchOffset, limit, iso)
 		if err != nil {
-			o.ErrorCode = errCode(err)
+			o.ErrorCode = plugin.ErrorCode(err)
 			o.HighWatermark, o.LastStableOffset, o.LogStartOffset = -1, -1, -1
 			done = true
 			b.m.fetchErrors.Inc()

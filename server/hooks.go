@@ -5,45 +5,29 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
-)
 
-// APIHandler plugins serve API keys the broker itself does not: consumer
-// groups, ACLs, the mirror APIs. The broker advertises their versions in
-// ApiVersions and dispatches their requests to HandleRequest, with the same
-// conventions as its own handlers: the response's version is the request's,
-// a nil response sends nothing, and an error closes the connection.
-type APIHandler interface {
-	// APIVersions lists the keys and version ranges the plugin serves.
-	APIVersions() []kmsg.ApiVersionsResponseApiKey
-	// NewRequest returns an empty request for key; for keys kmsg knows
-	// it may return kmsg.RequestForKey(key).
-	NewRequest(key int16) kmsg.Request
-	HandleRequest(ctx context.Context, rc *RequestContext, req kmsg.Request) (kmsg.Response, error)
-}
+	"github.com/tandem-kafka/tandem/server/plugin"
+)
 
 // apiTable is what the broker serves: its own keys and its plugins', each
 // key served by exactly one of them.
 type apiTable struct {
 	versions []kmsg.ApiVersionsResponseApiKey
-	plugins  map[int16]APIHandler
+	plugins  map[int16]plugin.APIHandler
 }
 
 func newAPITable(plugins []any) (apiTable, error) {
-	t := apiTable{versions: append([]kmsg.ApiVersionsResponseApiKey(nil), apiVersions...), plugins: map[int16]APIHandler{}}
-	for _, p := range plugins {
-		h, ok := p.(APIHandler)
-		if !ok {
-			continue
-		}
+	t := apiTable{versions: append([]kmsg.ApiVersionsResponseApiKey(nil), apiVersions...), plugins: map[int16]plugin.APIHandler{}}
+	for _, h := range plugin.All[plugin.APIHandler](plugins) {
 		for _, k := range h.APIVersions() {
 			if _, dup := t.lookup(k.ApiKey); dup {
-				return t, fmt.Errorf("plugin %T: api key %d is already served", p, k.ApiKey)
+				return t, fmt.Errorf("plugin %T: api key %d is already served", h, k.ApiKey)
 			}
 			t.versions = append(t.versions, k)
 			t.plugins[k.ApiKey] = h
 		}
 	}
-	if hasLocator(plugins) {
+	if _, ok := plugin.Find[plugin.CoordinatorLocator](plugins); ok {
 		if _, dup := t.lookup(apiKeyFindCoordinator); dup {
 			return t, fmt.Errorf("api key %d is served by the broker for CoordinatorLocator plugins", apiKeyFindCoordinator)
 		}
@@ -70,4 +54,15 @@ func (t *apiTable) newRequest(key int16) kmsg.Request {
 		return kmsg.RequestForKey(key)
 	}
 	return nil
+}
+
+// handlePlugin dispatches a request for a plugin's API key. It cannot
+// meet a plugin that is not running: listeners accept once every plugin
+// has started, and Close stops plugins after the last request returned.
+func (b *Broker) handlePlugin(ctx context.Context, rc *RequestContext, req kmsg.Request) (kmsg.Response, error) {
+	if h := b.apis.plugins[req.Key()]; h != nil {
+		return h.HandleRequest(ctx, rc, req)
+	}
+	// newRequest only admits the keys served, so this is a bug, not input.
+	return nil, fmt.Errorf("no handler for api key %d", req.Key())
 }

@@ -2,256 +2,13 @@ package server
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"slices"
-	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
 )
-
-// appliedState is the last metadata image whose partitions the engine has
-// been brought in line with. Requests are served from it, never from a
-// newer image whose partitions may not exist in the engine yet.
-type appliedState struct {
-	mu      sync.Mutex
-	image   *raftmeta.Image
-	changed chan struct{} // closed when image advances
-}
-
-func (a *appliedState) init() {
-	a.image = &raftmeta.Image{}
-	a.changed = make(chan struct{})
-}
-
-func (a *appliedState) get() *raftmeta.Image {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.image
-}
-
-func (a *appliedState) set(img *raftmeta.Image) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.image = img
-	close(a.changed)
-	a.changed = make(chan struct{})
-}
-
-// image is the metadata image requests are served from.
-func (b *Broker) image() *raftmeta.Image { return b.applied.get() }
-
-// waitApplied returns once the metadata loop has applied an image with
-// Index >= index, so that partitions created by a request exist in the
-// engine before the request is answered.
-func (b *Broker) waitApplied(ctx context.Context, index uint64) error {
-	for {
-		b.applied.mu.Lock()
-		img, ch := b.applied.image, b.applied.changed
-		b.applied.mu.Unlock()
-		if img.Index >= index {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for metadata index %d (applied %d): %w", index, img.Index, ctx.Err())
-		case <-b.ctx.Done():
-			return fmt.Errorf("waiting for metadata index %d: broker closed", index)
-		}
-	}
-}
-
-// reconcile runs once at Start: it deletes stored partitions whose topic is
-// gone, elects this broker for partitions that have no live leader, and
-// applies the current image (creating partitions, firing OnLeaderChange for
-// every partition we lead).
-func (b *Broker) reconcile(ctx context.Context) error {
-	img := b.meta.Image()
-	for _, sp := range b.engine.Stored() {
-		t := img.TopicsByID[raftmeta.UUID(sp.TopicID)]
-		if t == nil || int(sp.Partition) >= len(t.Partitions) {
-			b.log.Info("deleting partition of a topic that no longer exists", "topic", sp.Topic, "topic_id", sp.TopicID, "partition", sp.Partition)
-			if err := b.engine.Delete(sp.TopicID, sp.Partition); err != nil {
-				return fmt.Errorf("server: delete stale partition %s-%d: %w", sp.Topic, sp.Partition, err)
-			}
-		}
-	}
-	for _, t := range img.Topics {
-		for p, part := range t.Partitions {
-			_, live := img.Brokers[part.Leader]
-			if (part.Leader == -1 || !live) && slices.Contains(part.Replicas, b.cfg.NodeID) {
-				if err := b.meta.ElectLeader(ctx, t.ID, int32(p), b.cfg.NodeID); err != nil {
-					return fmt.Errorf("server: elect leader of %s-%d: %w", t.Name, p, err)
-				}
-			}
-		}
-	}
-	b.apply(&raftmeta.Image{}, b.meta.Image())
-	return nil
-}
-
-// metadataLoop applies every new metadata image to the engine and the
-// plugins, outside of the raft FSM.
-func (b *Broker) metadataLoop() {
-	for {
-		ch := b.meta.Changed()
-		cur := b.image()
-		if next := b.meta.Image(); next != cur {
-			b.apply(cur, next)
-			continue
-		}
-		select {
-		case <-ch:
-		case <-b.ctx.Done():
-			return
-		}
-	}
-}
-
-// apply brings the engine in line with cur (coming from old), tells leader
-// observers what changed, queues the delta for metadata observers, and
-// publishes cur as the applied image.
-func (b *Broker) apply(old, cur *raftmeta.Image) {
-	delta := raftmeta.Diff(old, cur)
-	for _, t := range delta.DeletedTopics {
-		for p, part := range t.Partitions {
-			if part.Leader == b.cfg.NodeID {
-				b.leaderChange(t, int32(p), false, part.LeaderEpoch)
-			}
-			if err := b.engine.Delete(engine.TopicID(t.ID), int32(p)); err != nil {
-				b.log.Error("delete partition of deleted topic", "topic", t.Name, "partition", p, "err", err)
-			}
-		}
-	}
-	// Dynamic broker configs change the defaults under every topic.
-	ids := slices.Concat(delta.CreatedTopics, delta.ChangedTopics)
-	if delta.BrokerConfigsChanged {
-		ids = ids[:0]
-		for id := range cur.TopicsByID {
-			ids = append(ids, id)
-		}
-	}
-	for _, id := range ids {
-		t := cur.TopicsByID[id]
-		if t == nil {
-			continue
-		}
-		b.applyTopic(old.TopicsByID[id], t)
-	}
-	b.applied.set(cur)
-	for _, q := range b.metaObs {
-		q.push(old, cur)
-	}
-}
-
-// applyTopic creates or updates the engine partitions of t that this broker
-// hosts and reports leadership changes.
-func (b *Broker) applyTopic(old, t *raftmeta.Topic) {
-	cfg := b.topicLogConfig(t)
-	for i, part := range t.Partitions {
-		p := int32(i)
-		if !slices.Contains(part.Replicas, b.cfg.NodeID) {
-			// Reassigned away from us (multi-node, later): drop the data.
-			if b.engine.Partition(engine.TopicID(t.ID), p) != nil {
-				if err := b.engine.Delete(engine.TopicID(t.ID), p); err != nil {
-					b.log.Error("delete unassigned partition", "topic", t.Name, "partition", p, "err", err)
-				}
-			}
-		} else {
-			ep, err := b.engine.Create(t.Name, engine.TopicID(t.ID), p, cfg)
-			if err != nil {
-				b.log.Error("create partition", "topic", t.Name, "partition", p, "err", err)
-				continue
-			}
-			ep.SetConfig(cfg)
-			if part.Leader == b.cfg.NodeID && ep.Offsets().LeaderEpoch < part.LeaderEpoch {
-				if err := ep.SetLeaderEpoch(part.LeaderEpoch); err != nil {
-					b.log.Error("set leader epoch", "topic", t.Name, "partition", p, "epoch", part.LeaderEpoch, "err", err)
-				}
-			}
-		}
-		var was raftmeta.Partition
-		was.Leader = -1
-		if old != nil && i < len(old.Partitions) {
-			was = old.Partitions[i]
-		}
-		wasLeader, isLeader := was.Leader == b.cfg.NodeID, part.Leader == b.cfg.NodeID
-		switch {
-		case isLeader && (!wasLeader || was.LeaderEpoch != part.LeaderEpoch):
-			b.leaderChange(t, p, true, part.LeaderEpoch)
-		case wasLeader && !isLeader:
-			b.leaderChange(t, p, false, was.LeaderEpoch)
-		}
-	}
-}
-
-func (b *Broker) leaderChange(t *raftmeta.Topic, p int32, leader bool, epoch int32) {
-	ch := LeaderChange{Topic: t.Name, TopicID: engine.TopicID(t.ID), Partition: p, Leader: leader, LeaderEpoch: epoch}
-	for _, o := range b.leaderObs {
-		o.OnLeaderChange(ch)
-	}
-}
-
-// metaQueue delivers image changes to one MetadataObserver from its own
-// goroutine, so that a slow plugin never stalls the metadata loop. The
-// queue is bounded: when it is full, everything queued collapses into one
-// delta from the oldest undelivered image to the newest.
-type metaQueue struct {
-	obs    MetadataObserver
-	log    *slog.Logger
-	mu     sync.Mutex
-	items  []metaItem
-	notify chan struct{}
-}
-
-type metaItem struct{ old, cur *raftmeta.Image }
-
-const metaQueueCap = 64
-
-func newMetaQueue(o MetadataObserver, log *slog.Logger) *metaQueue {
-	return &metaQueue{obs: o, log: log, notify: make(chan struct{}, 1)}
-}
-
-func (q *metaQueue) push(old, cur *raftmeta.Image) {
-	q.mu.Lock()
-	if len(q.items) >= metaQueueCap {
-		q.log.Warn("metadata observer is behind; coalescing its updates", "plugin", fmt.Sprintf("%T", q.obs))
-		q.items = []metaItem{{q.items[0].old, cur}}
-	} else {
-		q.items = append(q.items, metaItem{old, cur})
-	}
-	q.mu.Unlock()
-	select {
-	case q.notify <- struct{}{}:
-	default:
-	}
-}
-
-func (q *metaQueue) run(ctx context.Context) {
-	for {
-		select {
-		case <-q.notify:
-		case <-ctx.Done():
-			return
-		}
-		for {
-			q.mu.Lock()
-			if len(q.items) == 0 {
-				q.mu.Unlock()
-				break
-			}
-			it := q.items[0]
-			q.items = q.items[1:]
-			q.mu.Unlock()
-			q.obs.OnMetadataUpdate(raftmeta.Diff(it.old, it.cur), it.cur)
-		}
-	}
-}
 
 // handleMetadata answers from the applied image. Missing topics are
 // auto-created when the request and the broker allow it.
@@ -296,14 +53,14 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 	resp.ClusterID = &img.ClusterID
 	resp.ControllerID = img.ControllerID
 	if req.Version >= 8 && req.Version <= 10 && req.IncludeClusterAuthorizedOperations {
-		resp.AuthorizedOperations = rc.authorizedOps(kmsg.ACLResourceTypeCluster, clusterName, clusterOps...)
+		resp.AuthorizedOperations = rc.AuthorizedOps(kmsg.ACLResourceTypeCluster, clusterName, clusterOps...)
 	}
 
 	addTopic := func(t *raftmeta.Topic) {
 		rt := kmsg.NewMetadataResponseTopic()
 		rt.Topic, rt.TopicID, rt.IsInternal = &t.Name, t.ID, t.Internal
 		if req.IncludeTopicAuthorizedOperations {
-			rt.AuthorizedOperations = rc.authorizedOps(kmsg.ACLResourceTypeTopic, t.Name, topicOps...)
+			rt.AuthorizedOperations = rc.AuthorizedOps(kmsg.ACLResourceTypeTopic, t.Name, topicOps...)
 		}
 		for p, part := range t.Partitions {
 			rp := kmsg.NewMetadataResponseTopicPartition()
@@ -343,7 +100,7 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 		switch {
 		case rt.Topic == nil && rt.TopicID != [16]byte{}:
 			// An unauthorized ID is answered as unknown, not to leak it.
-			if t := img.TopicsByID[raftmeta.UUID(rt.TopicID)]; t != nil && rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, t.Name) {
+			if t := img.TopicsByID[rt.TopicID]; t != nil && rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, t.Name) {
 				addTopic(t)
 			} else {
 				topicErr(nil, rt.TopicID, kerr.UnknownTopicID)
@@ -388,6 +145,3 @@ func sortedTopics(img *raftmeta.Image) []*raftmeta.Topic {
 	})
 	return out
 }
-
-// errCode is ErrorCode under the name produce.go and fetch.go still call.
-func errCode(err error) int16 { return ErrorCode(err) }

@@ -252,3 +252,7 @@ func (m *oauthMech) step(in []byte) ([]byte, bool, error) {
 
 func (m *oauthMech) principal() string { return m.sub }
 func (m *oauthMech) expiry() time.Time { return m.exp }
+
+// claimed: the token names its subject only once verified; the attempt is
+// throttled by the client's address.
+func (m *oauthMech) claimed([]byte) (string, bool) { return "", !m.done }

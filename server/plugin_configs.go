@@ -3,20 +3,21 @@ package server
 import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // configHandler returns the plugin serving configs of resource type typ,
 // nil if none does.
-func (b *Broker) configHandler(typ kmsg.ConfigResourceType) ConfigResourceHandler {
-	for _, p := range b.cfg.Plugins {
-		if h, ok := p.(ConfigResourceHandler); ok && h.ConfigResourceType() == typ {
+func (b *Broker) configHandler(typ kmsg.ConfigResourceType) plugin.ConfigResourceHandler {
+	for _, h := range plugin.All[plugin.ConfigResourceHandler](b.cfg.Plugins) {
+		if h.ConfigResourceType() == typ {
 			return h
 		}
 	}
 	return nil
 }
 
-// MetricsSet is the broker's metrics set (served at /metrics): plugins
-// that find it on their Host by type assertion register their metrics
-// there, so that each broker of a process has its own.
+// MetricsSet implements plugin.Host: the broker's metrics set, served at
+// /metrics.
 func (b *Broker) MetricsSet() *metrics.Set { return b.metrics }

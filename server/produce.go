@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"sync"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // ledPartition finds partition p of t if this broker leads it. The code is
@@ -24,7 +24,7 @@ func (b *Broker) ledPartition(t *raftmeta.Topic, p int32) (*engine.Partition, ra
 	if part.Leader != b.cfg.NodeID {
 		return nil, part, kerr.NotLeaderForPartition
 	}
-	ep := b.engine.Partition(engine.TopicID(t.ID), p)
+	ep := b.engine.Partition(t.ID, p)
 	if ep == nil {
 		// The image says we lead it but the engine has not created it:
 		// only possible for an image not yet applied, so ask for a retry.
@@ -57,7 +57,7 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 		var t *raftmeta.Topic
 		missing := kerr.UnknownTopicOrPartition
 		if req.Version >= 13 {
-			t, missing = img.TopicsByID[raftmeta.UUID(rt.TopicID)], kerr.UnknownTopicID
+			t, missing = img.TopicsByID[rt.TopicID], kerr.UnknownTopicID
 		} else {
 			t = img.Topics[rt.Topic]
 		}
@@ -94,7 +94,7 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 			case t.Internal && rc.ClientID != internalClientID:
 				fail(kerr.InvalidTopicException, "cannot produce to internal topic "+t.Name)
 				continue
-			case len(rp.Records) > magicOffset && rp.Records[magicOffset] < 2:
+			case legacyMessages(rp.Records):
 				// Message sets (magic 0 and 1) predate record batches; we
 				// store only batches, like Kafka 4.
 				fail(kerr.UnsupportedForMessageFormat, "record batches of magic 2 only")
@@ -109,7 +109,14 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				continue
 			}
 			if req.TransactionID != nil {
-				if err := b.verifyTxn(ctx, req.Version, *req.TransactionID, t.Name, rp.Partition, ep, rp.Records); err != nil {
+				// The guard before the coordinator adds the partition to
+				// the transaction (Produce v12+): a refused partition must
+				// not get the transaction's markers.
+				err := CheckTopicChange(b.cfg.Plugins, TopicChange{Topic: t.Name, Op: OpWrite})
+				if err == nil {
+					err = b.verifyTxn(ctx, req.Version, *req.TransactionID, t.Name, rp.Partition, ep, rp.Records)
+				}
+				if err != nil {
 					var kerrErr *kerr.Error
 					if !errors.As(err, &kerrErr) {
 						kerrErr = kerr.UnknownServerError
@@ -119,7 +126,7 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				}
 			}
 			areq := &engine.AppendRequest{
-				Topic: t.Name, TopicID: engine.TopicID(t.ID), Partition: rp.Partition,
+				Topic: t.Name, TopicID: t.ID, Partition: rp.Partition,
 				Origin: engine.OriginClient, Records: rp.Records, Acks: req.Acks,
 			}
 			// Partitions append concurrently so that Pebble groups their
@@ -133,7 +140,7 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				res, err := wait()
 				if err != nil {
 					b.log.Debug("produce rejected", "topic", t.Name, "partition", rp.Partition, "err", err)
-					sp.ErrorCode = errCode(err)
+					sp.ErrorCode = plugin.ErrorCode(err)
 					msg := err.Error()
 					sp.ErrorMessage = &msg
 					b.m.produceErrors.Inc()
@@ -183,32 +190,26 @@ type pendingResponse struct {
 // adds the partition instead: such clients skip AddPartitionsToTxn.
 func (b *Broker) verifyTxn(ctx context.Context, version int16, txnID, topic string, partition int32, ep *engine.Partition, records []byte) error {
 	tc := b.txnCoordinator()
-	if tc == nil || len(records) < 61 || binary.BigEndian.Uint16(records[21:])&0x10 == 0 {
+	h, err := engine.ParseBatchHeader(records)
+	if tc == nil || err != nil || !h.Transactional() {
 		return nil // not a transactional batch (or not one at all: the engine says so)
 	}
-	pid, epoch := int64(binary.BigEndian.Uint64(records[43:])), int16(binary.BigEndian.Uint16(records[51:]))
+	pid, epoch := h.ProducerID, h.ProducerEpoch
 	if cur, open := ep.OpenTxn(pid); open && cur == epoch {
 		return nil // verified when the transaction's first batch came
 	}
-	tp := TopicPartition{Topic: topic, Partition: partition}
-	if adder, ok := tc.(TxnPartitionAdder); ok && version >= 12 {
+	tp := plugin.TopicPartition{Topic: topic, Partition: partition}
+	if adder, ok := tc.(plugin.TxnPartitionAdder); ok && version >= 12 {
 		return adder.AddTxnPartition(ctx, txnID, pid, epoch, tp)
 	}
 	return tc.VerifyTxnPartition(ctx, txnID, pid, epoch, tp)
 }
 
-// TxnPartitionAdder is a TxnCoordinator that serves transaction.version 2
-// (KIP-890 part 2); the broker then finalizes that feature. Produce v12+
-// and TxnOffsetCommit v5+ of a transactional producer call it to add
-// their partition to the producer's transaction (starting one), which
-// AddPartitionsToTxn and AddOffsetsToTxn did before. Errors wrap kerr
-// codes: INVALID_PRODUCER_EPOCH for a fenced producer.
-type TxnPartitionAdder interface {
-	AddTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp TopicPartition) error
+// legacyMessages reports whether records start with a message set of
+// magic 0 or 1 rather than a record batch.
+func legacyMessages(records []byte) bool {
+	_, err := engine.ParseBatchHeader(records)
+	return errors.Is(err, kerr.UnsupportedForMessageFormat)
 }
-
-// magicOffset is where a record batch (and a legacy message) keeps its
-// magic byte: after baseOffset int64, length int32 and epoch/crc int32.
-const magicOffset = 16
 
 var errAcks0Failed = errors.New("acks=0 produce failed: closing the connection so that the client refreshes its metadata")

@@ -2,50 +2,17 @@ package server
 
 import (
 	"context"
-	"fmt"
-	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// pidBlockSize is how many producer ids a broker takes from the
-// controller at a time (Kafka's ProducerIdsRecord blocks are 1000).
-const pidBlockSize = 1000
-
-// pidBlock hands out producer ids from a block allocated by raftmeta, so
-// that InitProducerId costs a metadata write only once per block.
-type pidBlock struct {
-	mu        sync.Mutex
-	next, end int64 // [next, end) are still free
-}
-
-// producerID returns a producer id never handed out before, across
-// restarts and brokers: ids left in a block when a broker stops are lost.
-func (b *Broker) producerID(ctx context.Context) (int64, error) {
-	p := b.props.pids
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.next >= p.end {
-		first, err := b.meta.AllocateProducerIDs(ctx, pidBlockSize)
-		if err != nil {
-			return -1, fmt.Errorf("allocate producer ids: %w", err)
-		}
-		p.next, p.end = first, first+pidBlockSize
-	}
-	id := p.next
-	p.next++
-	return id, nil
-}
-
 // txnCoordinator is the plugin serving transactions, nil if none.
-func (b *Broker) txnCoordinator() TxnCoordinator {
-	for _, p := range b.cfg.Plugins {
-		if tc, ok := p.(TxnCoordinator); ok {
-			return tc
-		}
-	}
-	return nil
+func (b *Broker) txnCoordinator() plugin.TxnCoordinator {
+	tc, _ := plugin.Find[plugin.TxnCoordinator](b.cfg.Plugins)
+	return tc
 }
 
 // handleInitProducerID gives idempotent producers a new producer id with
@@ -76,7 +43,7 @@ func (b *Broker) handleInitProducerID(ctx context.Context, rc *RequestContext, r
 		resp.ErrorCode = kerr.InvalidRequest.Code
 		return resp, nil
 	}
-	id, err := b.producerID(ctx)
+	id, err := b.pids.Next(ctx, b.meta)
 	if err != nil {
 		b.log.Warn("InitProducerId", "err", err)
 		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Props are the broker properties the server acts on, parsed from
@@ -38,15 +38,25 @@ type Props struct {
 	DeleteTopicEnable       bool          // delete.topic.enable
 	SyncWrites              bool          // tandem.log.sync: fsync before acknowledging
 	MemoryBudget            int64         // tandem.memory.budget
+	// PartitionLimits are tandem.max.partitions.per.request and
+	// max.broker.partitions, which the controller enforces.
+	PartitionLimits raftmeta.PartitionLimits
+	// QueuedMaxRequestBytes bounds the bytes of requests being read or
+	// waiting for their handler (queued.max.request.bytes; <= 0:
+	// unbounded, as Kafka's -1).
+	QueuedMaxRequestBytes int64
+	// RequestReadTimeout is how long a client may take to send one
+	// frame once its size arrived (tandem.request.read.timeout.ms).
+	RequestReadTimeout time.Duration
+	// FailedAuthDelay delays the answer to a failed authentication and
+	// scales the throttling of repeated failures
+	// (connection.failed.authentication.delay.ms; 0 turns both off).
+	FailedAuthDelay time.Duration
 	// Unknown lists the keys of Config.Props that Tandem does not know;
 	// Kafka accepts them with a warning, and so does the broker.
 	Unknown []string
 
 	static map[string]string // Config.Props as given, for DescribeConfigs
-	// pids is the broker's cache of producer ids. It is per-broker run
-	// time state, carried here because Props is the one value ParseProps
-	// hands to the Broker.
-	pids *pidBlock
 }
 
 // ParseProps validates the known keys of m and returns the broker
@@ -76,8 +86,14 @@ func ParseProps(m map[string]string) (Props, error) {
 		DeleteTopicEnable:       l.bool("delete.topic.enable"),
 		SyncWrites:              l.bool("tandem.log.sync"),
 		MemoryBudget:            l.int("tandem.memory.budget"),
-		static:                  make(map[string]string, len(m)),
-		pids:                    &pidBlock{},
+		PartitionLimits: raftmeta.PartitionLimits{
+			PerRequest: int(l.int("tandem.max.partitions.per.request")),
+			PerBroker:  int(l.int("max.broker.partitions")),
+		},
+		QueuedMaxRequestBytes: l.int("queued.max.request.bytes"),
+		RequestReadTimeout:    time.Duration(l.int("tandem.request.read.timeout.ms")) * time.Millisecond,
+		FailedAuthDelay:       time.Duration(l.int("connection.failed.authentication.delay.ms")) * time.Millisecond,
+		static:                make(map[string]string, len(m)),
 	}
 	for k, v := range m {
 		p.static[k] = v
@@ -250,6 +266,8 @@ var topicConfigList = []*configDef{
 		doc: "The minimum time a message remains uncompacted."},
 	{name: "min.insync.replicas", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), synonyms: syn("min.insync.replicas"),
 		doc: "The minimum number of in-sync replicas for acks=all."},
+	{name: "mirror.name", typ: kmsg.ConfigTypeString, def: cfgStr(""),
+		doc: "The cluster mirror that manages this topic (KIP-1279). A topic with it set is read-only; only the mirror APIs set and clear it."},
 	{name: "preallocate", typ: kmsg.ConfigTypeBoolean, def: cfgStr("false"), synonyms: syn("log.preallocate"), doc: "Preallocate files on disk (no effect in Tandem)."},
 	{name: "remote.storage.enable", typ: kmsg.ConfigTypeBoolean, def: cfgStr("false"), valid: noTieredStorage, doc: "Tiered storage (not supported by Tandem)."},
 	{name: "retention.bytes", typ: kmsg.ConfigTypeLong, def: cfgStr("-1"), synonyms: syn("log.retention.bytes"),
@@ -293,6 +311,8 @@ var brokerConfigList = []*configDef{
 	{name: "compression.gzip.level", typ: kmsg.ConfigTypeInt, def: cfgStr("-1"), valid: gzipLevel, dynamic: true, doc: "The compression level for gzip."},
 	{name: "compression.lz4.level", typ: kmsg.ConfigTypeInt, def: cfgStr("9"), valid: between(1, 17), dynamic: true, doc: "The compression level for lz4."},
 	{name: "compression.zstd.level", typ: kmsg.ConfigTypeInt, def: cfgStr("3"), valid: between(-131072, 22), dynamic: true, doc: "The compression level for zstd."},
+	{name: "connection.failed.authentication.delay.ms", typ: kmsg.ConfigTypeInt, def: cfgStr("100"), valid: atLeast(0),
+		doc: "How long the answer to a failed authentication is delayed; repeated failures of one user or address are spaced out in proportion (0: neither)."},
 	{name: "default.replication.factor", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), doc: "The replication factor for automatically created topics."},
 	{name: "delete.topic.enable", typ: kmsg.ConfigTypeBoolean, def: cfgStr("true"), doc: "Enables topic deletion."},
 	{name: "log.cleaner.delete.retention.ms", typ: kmsg.ConfigTypeLong, def: cfgStr("86400000"), valid: atLeast(0), dynamic: true, doc: "How long delete tombstones are retained."},
@@ -321,10 +341,18 @@ var brokerConfigList = []*configDef{
 	{name: "log.roll.ms", typ: kmsg.ConfigTypeLong, dynamic: true, doc: "The maximum time before a new segment is rolled out (in ms)."},
 	{name: "log.segment.bytes", typ: kmsg.ConfigTypeInt, def: cfgStr("1073741824"), valid: atLeast(14), dynamic: true, doc: "The maximum size of a single log file."},
 	{name: "log.segment.delete.delay.ms", typ: kmsg.ConfigTypeLong, def: cfgStr("60000"), valid: atLeast(0), dynamic: true, doc: "The time to wait before deleting a file."},
+	{name: "max.broker.partitions", typ: kmsg.ConfigTypeInt, def: cfgStr(strconv.Itoa(raftmeta.DefaultMaxBrokerPartitions)), valid: atLeast(1),
+		doc: "The most partition replicas one broker may host (KIP-578); creations beyond it fail with POLICY_VIOLATION."},
 	{name: "message.max.bytes", typ: kmsg.ConfigTypeInt, def: cfgStr("1048588"), valid: atLeast(0), dynamic: true, doc: "The largest record batch size allowed."},
 	{name: "min.insync.replicas", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), dynamic: true, doc: "The minimum number of in-sync replicas for acks=all."},
 	{name: "num.partitions", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), doc: "The default number of partitions per topic."},
+	{name: "queued.max.request.bytes", typ: kmsg.ConfigTypeLong, def: cfgStr("134217728"), valid: atLeast(-1),
+		doc: "The bytes of requests being read or waiting for their handler before no more are read (-1: no limit)."},
 	{name: "socket.request.max.bytes", typ: kmsg.ConfigTypeInt, def: cfgStr("104857600"), valid: atLeast(1), doc: "The maximum number of bytes in a socket request."},
+	{name: "tandem.request.read.timeout.ms", typ: kmsg.ConfigTypeLong, def: cfgStr("60000"), valid: atLeast(1),
+		doc: "How long a client may take to send one request once its size arrived; slower connections are closed."},
+	{name: "tandem.max.partitions.per.request", typ: kmsg.ConfigTypeInt, def: cfgStr(strconv.Itoa(raftmeta.DefaultMaxPartitionsPerRequest)), valid: atLeast(1),
+		doc: "The most partitions one CreateTopics or CreatePartitions request may add."},
 	{name: "tandem.log.sync", typ: kmsg.ConfigTypeBoolean, def: cfgStr("true"), doc: "Fsync appended batches before acknowledging them (acks != 0)."},
 	{name: "tandem.memory.budget", typ: kmsg.ConfigTypeLong, def: cfgStr("268435456"), valid: atLeast(32 << 20),
 		doc: "Memory the broker sizes its caches to; tandem serve makes it the Go runtime's soft memory limit (unless GOMEMLIMIT is set)."},
@@ -546,21 +574,8 @@ func adminErrorf(code *kerr.Error, format string, args ...any) error {
 	return &adminErr{code, fmt.Sprintf(format, args...)}
 }
 
-// adminErrCode returns the Kafka error code of err (UNKNOWN_SERVER_ERROR
-// when it carries none) and a message for ErrorMessage fields.
+// adminErrCode returns the Kafka error code of err and a message for
+// ErrorMessage fields (plugin.ErrorCode, plugin.ErrorMessage).
 func adminErrCode(err error) (int16, *string) {
-	if err == nil {
-		return 0, nil
-	}
-	msg := err.Error()
-	var ke *kerr.Error
-	if !errors.As(err, &ke) {
-		return kerr.UnknownServerError.Code, &msg
-	}
-	// Errors wrapped as "context: %w" end with the kerr text: keep the
-	// context, which is what a client wants to read.
-	if m := strings.TrimSuffix(msg, ": "+ke.Error()); m != "" {
-		msg = m
-	}
-	return ke.Code, &msg
+	return plugin.ErrorCode(err), plugin.ErrorMessage(err)
 }

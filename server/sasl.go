@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"crypto/hmac"
-	"crypto/pbkdf2"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/sha512"
@@ -12,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
@@ -38,6 +39,7 @@ type saslConfig struct {
 	// user_<name>="<password>" options.
 	plain map[string]string
 	oauth *oauthConfig
+	fake  scramFaker
 }
 
 var jaasUser = regexp.MustCompile(`user_([^=\s]+)\s*=\s*"([^"]*)"`)
@@ -94,6 +96,10 @@ type saslMech interface {
 	// expiry is when the credential expires (zero: never), which bounds
 	// the session lifetime (KIP-368).
 	expiry() time.Time
+	// claimed says whether step(in) checks a credential, and whose ("":
+	// the message names no user), so that the attempt can be throttled
+	// before anything is checked.
+	claimed(in []byte) (user string, checks bool)
 }
 
 var errAuth = errors.New("authentication failed: invalid credentials")
@@ -103,9 +109,9 @@ func (c *saslConfig) start(mech string, img *raftmeta.Image) saslMech {
 	case mechPlain:
 		return &plainMech{users: c.plain}
 	case mechScram256:
-		return &scramMech{mech: mech, h: sha256.New, img: img}
+		return &scramMech{mech: mech, h: sha256.New, img: img, fake: &c.fake}
 	case mechScram512:
-		return &scramMech{mech: mech, h: sha512.New, img: img}
+		return &scramMech{mech: mech, h: sha512.New, img: img, fake: &c.fake}
 	case mechOAuthBearer:
 		return &oauthMech{cfg: c.oauth}
 	}
@@ -142,6 +148,14 @@ func (m *plainMech) step(in []byte) ([]byte, bool, error) {
 func (m *plainMech) principal() string { return "User:" + m.user }
 func (m *plainMech) expiry() time.Time { return time.Time{} }
 
+func (m *plainMech) claimed(in []byte) (string, bool) {
+	parts := bytes.SplitN(in, []byte{0}, 3)
+	if len(parts) < 2 {
+		return "", true
+	}
+	return string(parts[1]), true
+}
+
 // scramMech is the server side of RFC 5802 SCRAM (RFC 7677 for SHA-256),
 // without channel binding, against credentials stored in the metadata
 // quorum. It takes exactly two client messages; anything after the final
@@ -150,6 +164,7 @@ type scramMech struct {
 	mech string
 	h    func() hash.Hash
 	img  *raftmeta.Image
+	fake *scramFaker
 
 	state       int // 0: want client-first, 1: want client-final, 2: done
 	user        string
@@ -194,7 +209,7 @@ func (m *scramMech) first(msg string) ([]byte, bool, error) {
 	}
 	cred, ok := m.img.Scram[user][m.mech]
 	if !ok {
-		return nil, false, errAuth
+		cred = m.fake.credential(m.img, user, m.mech, m.h)
 	}
 	var nb [24]byte
 	rand.Read(nb[:])
@@ -250,6 +265,58 @@ func (m *scramMech) final(msg string) ([]byte, bool, error) {
 func (m *scramMech) principal() string { return "User:" + m.user }
 func (m *scramMech) expiry() time.Time { return time.Time{} }
 
+// claimed: only the final message checks the password; the first one
+// names the user but checks nothing (an unknown user gets a made-up
+// salt, see fakeScram).
+func (m *scramMech) claimed([]byte) (string, bool) { return m.user, m.state == 1 }
+
+// scramFaker makes up the credential of a user that does not exist, so
+// that SCRAM does not tell who does: the exchange goes on and fails at the
+// final message, exactly as a known user's with a wrong password. The
+// made-up salt and iteration count must not change between attempts (a
+// fresh salt each time would give the user away) and no client may be able
+// to compute them: they derive from a key hashed from every stored
+// credential, secret material that every broker of the cluster shares. The
+// iteration count and salt length are those of the mechanism's first
+// stored credential (by user name), else 4096 and 32 bytes.
+type scramFaker struct {
+	mu    sync.Mutex
+	img   *raftmeta.Image // the image key and typical were derived from
+	key   []byte
+	typic map[string]raftmeta.ScramCredential // by mechanism
+}
+
+func (f *scramFaker) credential(img *raftmeta.Image, user, mech string, h func() hash.Hash) raftmeta.ScramCredential {
+	f.mu.Lock()
+	if f.img != img {
+		sum, typic := sha256.New(), map[string]raftmeta.ScramCredential{}
+		for _, u := range slices.Sorted(maps.Keys(img.Scram)) {
+			for _, m := range slices.Sorted(maps.Keys(img.Scram[u])) {
+				c := img.Scram[u][m]
+				sum.Write(c.StoredKey)
+				sum.Write(c.ServerKey)
+				if _, ok := typic[m]; !ok {
+					typic[m] = c
+				}
+			}
+		}
+		f.img, f.key, f.typic = img, sum.Sum(nil), typic
+	}
+	key, typical := f.key, f.typic[mech]
+	f.mu.Unlock()
+	saltLen, iterations := 32, int32(4096)
+	if len(typical.Salt) > 0 {
+		saltLen, iterations = len(typical.Salt), typical.Iterations
+	}
+	derive := func(what string) []byte { return hmacSum(h, key, []byte(what+"\x00"+mech+"\x00"+user)) }
+	salt := derive("salt")
+	for len(salt) < saltLen {
+		salt = append(salt, derive("salt"+strconv.Itoa(len(salt)))...)
+	}
+	return raftmeta.ScramCredential{User: user, Mechanism: mech, Salt: salt[:saltLen], Iterations: iterations,
+		StoredKey: derive("stored"), ServerKey: derive("server")}
+}
+
 // scramAttrs splits "k=v,k=v"; values may contain '='.
 func scramAttrs(s string) (map[string]string, error) {
 	out := map[string]string{}
@@ -267,52 +334,4 @@ func hmacSum(h func() hash.Hash, key, msg []byte) []byte {
 	mac := hmac.New(h, key)
 	mac.Write(msg)
 	return mac.Sum(nil)
-}
-
-func scramHash(mechanism string) (func() hash.Hash, error) {
-	switch mechanism {
-	case mechScram256:
-		return sha256.New, nil
-	case mechScram512:
-		return sha512.New, nil
-	}
-	return nil, fmt.Errorf("SCRAM mechanism %q is not SCRAM-SHA-256 or SCRAM-SHA-512", mechanism)
-}
-
-// ScramMechanisms are the SCRAM mechanisms by Kafka's ScramMechanism code
-// (1 SCRAM-SHA-256, 2 SCRAM-SHA-512), as AlterUserScramCredentials uses.
-var ScramMechanisms = map[int8]string{1: mechScram256, 2: mechScram512}
-
-// NewScramCredential derives what the broker stores from the salted
-// password a client sends in AlterUserScramCredentials: the stored key
-// H(HMAC(salted, "Client Key")) and the server key HMAC(salted,
-// "Server Key"). The salted password itself is not kept.
-func NewScramCredential(user, mechanism string, salt, salted []byte, iterations int32) (raftmeta.ScramCredential, error) {
-	h, err := scramHash(mechanism)
-	if err != nil {
-		return raftmeta.ScramCredential{}, err
-	}
-	ck := hmacSum(h, salted, []byte("Client Key"))
-	sh := h()
-	sh.Write(ck)
-	return raftmeta.ScramCredential{
-		User: user, Mechanism: mechanism, Salt: slices.Clone(salt), Iterations: iterations,
-		StoredKey: sh.Sum(nil), ServerKey: hmacSum(h, salted, []byte("Server Key")),
-	}, nil
-}
-
-// ScramCredentialFromPassword salts password with a random salt (the way
-// kafka-configs.sh does for --add-config 'SCRAM-SHA-256=[password=...]').
-func ScramCredentialFromPassword(user, mechanism, password string, iterations int32) (raftmeta.ScramCredential, error) {
-	h, err := scramHash(mechanism)
-	if err != nil {
-		return raftmeta.ScramCredential{}, err
-	}
-	salt := make([]byte, 32)
-	rand.Read(salt)
-	salted, err := pbkdf2.Key(h, password, salt, int(iterations), h().Size())
-	if err != nil {
-		return raftmeta.ScramCredential{}, fmt.Errorf("salt password: %w", err)
-	}
-	return NewScramCredential(user, mechanism, salt, salted, iterations)
 }

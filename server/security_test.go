@@ -103,6 +103,8 @@ func TestOAuthBearer(t *testing.T) {
 		"sasl.oauthbearer.expected.issuer":    "https://issuer.test",
 		"sasl.oauthbearer.expected.audience":  "tandem",
 		"sasl.oauthbearer.clock.skew.seconds": "0",
+		// The refused tokens would otherwise space out the later attempts.
+		"connection.failed.authentication.delay.ms": "0",
 	}})
 	claims := func(mod func(map[string]any)) map[string]any {
 		c := map[string]any{"sub": "svc-orders", "iss": "https://issuer.test", "aud": []string{"tandem"}, "exp": time.Now().Add(time.Hour).Unix()}

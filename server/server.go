@@ -24,6 +24,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Config configures a Broker.
@@ -54,23 +55,28 @@ type Broker struct {
 	metrics  *metrics.Set
 	m        *brokerMetrics
 	sessions *fetchSessions
-	frames   framePool // produce request buffers, recycled
+	frames   framePool     // produce request buffers, recycled
+	reqBytes *requestBytes // queued.max.request.bytes
+	throttle *authThrottle // of failed SASL authentications
 
 	// Hooks found in cfg.Plugins.
-	leaderObs  []LeaderObserver
+	leaderObs  []plugin.LeaderObserver
 	metaObs    []*metaQueue
-	lifecycles []Lifecycle
-	started    []Lifecycle // lifecycles whose Start succeeded, stopped in Close
+	lifecycles []plugin.Lifecycle
+	started    []plugin.Lifecycle // lifecycles whose Start succeeded, stopped in Close
 
-	listeners []*listener // the first one's address is Addr
-	authz     Authorizer  // nil: everything is allowed
+	dirLock   *os.File          // held from Start to Close
+	listeners []*listener       // the first one's address is Addr
+	authz     plugin.Authorizer // nil: everything is allowed
 	quotas    *quotas
-	reauth    time.Duration // connections.max.reauth.ms
+	reauth    time.Duration        // connections.max.reauth.ms
+	pids      raftmeta.ProducerIDs // for idempotent producers
 
 	addr     string
 	ctx      context.Context // canceled by Close
 	cancel   context.CancelFunc
-	wg       sync.WaitGroup // accept loop, connections, metadata loop, observer queues
+	wg       sync.WaitGroup // accept loops and connections
+	loops    sync.WaitGroup // metadata loop and observer queues
 	applied  appliedState
 	closeMu  sync.Mutex
 	closed   bool
@@ -104,10 +110,7 @@ func New(cfg Config) (*Broker, error) {
 		conns:   make(map[net.Conn]struct{}),
 	}
 	props.Unknown = slices.DeleteFunc(props.Unknown, func(k string) bool {
-		return securityProps.MatchString(k) || slices.ContainsFunc(cfg.Plugins, func(p any) bool {
-			o, ok := p.(PropsOwner)
-			return ok && o.OwnsProp(k)
-		})
+		return securityProps.MatchString(k) || ownedProp(cfg.Plugins, k)
 	})
 	if b.listeners, err = parseListeners(cfg.Props, cfg.Listen, cfg.Advertise); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
@@ -118,38 +121,40 @@ func New(cfg Config) (*Broker, error) {
 	if b.quotas, err = newQuotas(cfg.Props); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	if len(props.Unknown) > 0 {
-		b.log.Warn("ignoring unknown broker properties", "keys", props.Unknown)
-	}
 	b.sessions = newFetchSessions(fetchSessionSlots)
+	b.reqBytes = newRequestBytes(props.QueuedMaxRequestBytes)
+	b.throttle = newAuthThrottle(props.FailedAuthDelay)
 	if b.apis, err = newAPITable(cfg.Plugins); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	if err := checkCapabilities(cfg.Props, cfg.Plugins, &b.apis); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if len(props.Unknown) > 0 {
+		b.log.Warn("ignoring unknown broker properties", "keys", props.Unknown)
+	}
 	b.applied.init()
 	b.m = newBrokerMetrics(b)
-	for _, p := range cfg.Plugins {
-		if o, ok := p.(LeaderObserver); ok {
-			b.leaderObs = append(b.leaderObs, o)
-		}
-		if o, ok := p.(MetadataObserver); ok {
-			b.metaObs = append(b.metaObs, newMetaQueue(o, b.log))
-		}
-		if l, ok := p.(Lifecycle); ok {
-			b.lifecycles = append(b.lifecycles, l)
-		}
-		if a, ok := p.(Authorizer); ok {
-			if b.authz != nil {
-				return nil, fmt.Errorf("server: two authorizers, %T and %T", b.authz, a)
-			}
-			b.authz = a
-		}
+	b.leaderObs = plugin.All[plugin.LeaderObserver](cfg.Plugins)
+	for _, o := range plugin.All[plugin.MetadataObserver](cfg.Plugins) {
+		b.metaObs = append(b.metaObs, newMetaQueue(o, b.log))
+	}
+	b.lifecycles = plugin.All[plugin.Lifecycle](cfg.Plugins)
+	switch authz := plugin.All[plugin.Authorizer](cfg.Plugins); len(authz) {
+	case 0:
+	case 1:
+		b.authz = authz[0]
+	default:
+		return nil, fmt.Errorf("server: two authorizers, %T and %T", authz[0], authz[1])
 	}
 	return b, nil
 }
 
-// Start opens the engine and the metadata quorum, registers this broker,
-// reconciles stored partitions with the metadata image, listens, and starts
-// the plugins. On error everything opened so far is closed again.
+// Start locks the data dir, binds the listeners, opens the engine and the
+// metadata quorum, registers this broker, starts the plugins, reconciles
+// stored partitions and leadership with the metadata image, and starts
+// serving (the order package plugin documents). On error everything
+// opened so far is closed again.
 func (b *Broker) Start(ctx context.Context) (err error) {
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -157,39 +162,15 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 			b.Close()
 		}
 	}()
-	var validators []engine.AppendValidator
-	var observers []engine.AppendObserver
-	for _, p := range b.cfg.Plugins {
-		if v, ok := p.(engine.AppendValidator); ok {
-			validators = append(validators, v)
-		}
-		if o, ok := p.(engine.AppendObserver); ok {
-			observers = append(observers, o)
-		}
+	// The data dir first: a dir in use or another node's must not be
+	// touched, and must be refused before raft would wait forever.
+	var meta dataDirMeta
+	if b.dirLock, meta, err = openDataDir(b.cfg.DataDir, b.cfg.NodeID); err != nil {
+		return err
 	}
-	b.engine, err = engine.Open(engine.Config{
-		Dir:                    filepath.Join(b.cfg.DataDir, "data"),
-		FS:                     b.cfg.FS,
-		SyncWrites:             b.props.SyncWrites,
-		Logger:                 b.log,
-		Validators:             validators,
-		Observers:              observers,
-		RetentionCheckInterval: b.props.RetentionCheckInterval,
-		MemoryBudget:           b.props.MemoryBudget,
-	})
-	if err != nil {
-		return fmt.Errorf("server: open engine: %w", err)
-	}
-	b.meta, err = raftmeta.Open(ctx, raftmeta.Config{
-		NodeID: b.cfg.NodeID,
-		Dir:    filepath.Join(b.cfg.DataDir, "meta"),
-		DB:     b.engine.DB(),
-		Logger: b.log,
-	})
-	if err != nil {
-		return fmt.Errorf("server: open metadata: %w", err)
-	}
-	// Listen before registering: the registration carries the bound ports.
+	// Listen before opening storage, so that a port in use fails at once,
+	// and before registering: the registration carries the bound ports.
+	// Connections wait in the backlog until the accept loops start.
 	var endpoints []string
 	for _, l := range b.listeners {
 		if l.ln, err = net.Listen("tcp", l.bind); err != nil {
@@ -214,27 +195,55 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("server: advertised port %q: %w", portStr, err)
 	}
+	b.engine, err = engine.Open(engine.Config{
+		Dir:                    filepath.Join(b.cfg.DataDir, "data"),
+		FS:                     b.cfg.FS,
+		SyncWrites:             b.props.SyncWrites,
+		Logger:                 b.log,
+		Validators:             plugin.All[plugin.AppendValidator](b.cfg.Plugins),
+		Observers:              plugin.All[plugin.AppendObserver](b.cfg.Plugins),
+		RetentionCheckInterval: b.props.RetentionCheckInterval,
+		MemoryBudget:           b.props.MemoryBudget,
+	})
+	if err != nil {
+		return fmt.Errorf("server: open engine: %w", err)
+	}
+	b.meta, err = raftmeta.Open(ctx, raftmeta.Config{
+		NodeID: b.cfg.NodeID,
+		Dir:    filepath.Join(b.cfg.DataDir, "meta"),
+		DB:     b.engine.DB(),
+		Limits: b.props.PartitionLimits,
+		Logger: b.log,
+	})
+	if err != nil {
+		return fmt.Errorf("server: open metadata: %w", err)
+	}
+	if err := checkClusterID(b.cfg.DataDir, meta, b.cfg.NodeID, b.meta.Image().ClusterID); err != nil {
+		return err
+	}
 	reg := raftmeta.Broker{ID: b.cfg.NodeID, Host: host, Port: int32(port), Endpoints: strings.Join(endpoints, ",")}
 	if err := b.meta.RegisterBroker(ctx, reg); err != nil {
 		return fmt.Errorf("server: register broker %d: %w", b.cfg.NodeID, err)
 	}
-	if err := b.reconcile(ctx); err != nil {
-		return err
-	}
-	for _, q := range b.metaObs {
-		b.wg.Add(1)
-		go func() { defer b.wg.Done(); q.run(b.ctx) }()
-	}
-	b.wg.Add(1 + len(b.listeners))
-	go func() { defer b.wg.Done(); b.metadataLoop() }()
-	for _, l := range b.listeners {
-		go func() { defer b.wg.Done(); b.acceptLoop(l) }()
-	}
+	// Plugins start before anything calls them: before leadership is
+	// reported and before a request can reach them.
 	for _, l := range b.lifecycles {
 		if err := l.Start(ctx, b); err != nil {
 			return fmt.Errorf("server: start plugin %T: %w", l, err)
 		}
 		b.started = append(b.started, l)
+	}
+	if err := b.reconcile(ctx); err != nil {
+		return err
+	}
+	b.loops.Add(1 + len(b.metaObs))
+	for _, q := range b.metaObs {
+		go func() { defer b.loops.Done(); q.run(b.ctx) }()
+	}
+	go func() { defer b.loops.Done(); b.metadataLoop() }()
+	b.wg.Add(len(b.listeners))
+	for _, l := range b.listeners {
+		go func() { defer b.wg.Done(); b.acceptLoop(l) }()
 	}
 	b.log.Info("broker started", "addr", b.addr, "advertised", adv, "cluster", b.meta.Image().ClusterID)
 	return nil
@@ -262,8 +271,10 @@ func (b *Broker) SetProcessMemoryLimit() {
 // Addr is the bound address of the first listener, host:port.
 func (b *Broker) Addr() string { return b.addr }
 
-// Close stops the listener, closes connections, stops the plugins, and
-// closes the metadata quorum and then the engine. It is safe to call twice.
+// Close stops the listeners, closes connections and waits for their
+// requests, waits for the metadata loop and the metadata observers, stops
+// the plugins, and closes the metadata quorum and then the engine. It is
+// safe to call twice.
 func (b *Broker) Close() error {
 	b.closeMu.Lock()
 	if b.closed {
@@ -281,6 +292,13 @@ func (b *Broker) Close() error {
 	}
 	b.closeMu.Unlock()
 
+	// Nothing calls a plugin once its Stop begins: requests and
+	// observers end first (canceling ctx ends their waits).
+	if b.cancel != nil {
+		b.cancel()
+	}
+	b.loops.Wait()
+	b.wg.Wait()
 	var errs []error
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -289,10 +307,7 @@ func (b *Broker) Close() error {
 			errs = append(errs, fmt.Errorf("stop plugin %T: %w", b.started[i], err))
 		}
 	}
-	if b.cancel != nil {
-		b.cancel()
-	}
-	b.wg.Wait()
+	b.reqBytes.stop()
 	if b.meta != nil {
 		if err := b.meta.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close metadata: %w", err))
@@ -303,20 +318,14 @@ func (b *Broker) Close() error {
 			errs = append(errs, fmt.Errorf("close engine: %w", err))
 		}
 	}
+	if b.dirLock != nil {
+		b.dirLock.Close()
+	}
 	b.closeMu.Lock()
 	b.closeErr = errors.Join(errs...)
 	b.closeMu.Unlock()
 	return b.closeErr
 }
-
-// NodeID implements Host.
-func (b *Broker) NodeID() int32 { return b.cfg.NodeID }
-
-// Engine implements Host.
-func (b *Broker) Engine() *engine.Engine { return b.engine }
-
-// Metadata implements Host.
-func (b *Broker) Metadata() *raftmeta.Controller { return b.meta }
 
 // WritePrometheus writes the broker's metrics in Prometheus text format.
 func (b *Broker) WritePrometheus(w io.Writer) { b.metrics.WritePrometheus(w) }
@@ -345,6 +354,10 @@ type brokerMetrics struct {
 	bytesIn, bytesOut          *metrics.Counter
 	produceBytes, fetchBytes   *metrics.Counter
 	produceErrors, fetchErrors *metrics.Counter
+	panics                     *metrics.Counter // recovered panics of request handling
+	authFailures               *metrics.Counter // failed SASL authentications
+	authThrottled              *metrics.Counter // attempts refused unchecked by the throttle
+	authThrottleWait           *metrics.FloatCounter
 	requests                   sync.Map // api name -> *apiMetrics
 }
 
@@ -375,6 +388,7 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 		return 0
 	})
 	engineGauge("tandem_engine_disk_usage_bytes", func(st engine.Stats) float64 { return float64(st.DiskUsage) })
+	s.NewGauge("tandem_server_queued_request_bytes", func() float64 { return float64(b.reqBytes.inUse()) })
 	return &brokerMetrics{
 		set:           s,
 		conns:         s.NewGauge("kafka_server_connections", nil),
@@ -384,6 +398,12 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 		fetchBytes:    s.NewCounter("kafka_server_fetch_bytes_total"),
 		produceErrors: s.NewCounter("kafka_server_produce_errors_total"),
 		fetchErrors:   s.NewCounter("kafka_server_fetch_errors_total"),
+		panics:        s.NewCounter("tandem_server_request_panics_total"),
+		// Kafka's failed-authentication-total; attempts the throttle
+		// refused without checking; seconds attempts waited for a slot.
+		authFailures:     s.NewCounter("kafka_server_failed_authentication_total"),
+		authThrottled:    s.NewCounter("tandem_server_authentication_throttled_total"),
+		authThrottleWait: s.NewFloatCounter("tandem_server_authentication_throttle_seconds_total"),
 	}
 }
 

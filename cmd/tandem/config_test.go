@@ -1,47 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 )
-
-func TestParseProperties(t *testing.T) {
-	in := `# a comment
-! another comment
-   auto.create.topics.enable = false
-num.partitions=6
-listeners=PLAINTEXT://127.0.0.1:9093
-log.retention.ms : 1000
-long.value=a,\
-    b,\
-    c
-path=C:\\dir\\
-empty=
-`
-	got, err := parseProperties(strings.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{
-		"auto.create.topics.enable": "false",
-		"num.partitions":            "6",
-		"listeners":                 "PLAINTEXT://127.0.0.1:9093",
-		"log.retention.ms":          "1000",
-		"long.value":                "a,b,c",
-		"path":                      `C:\\dir\\`,
-		"empty":                     "",
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("got %#v\nwant %#v", got, want)
-	}
-	if _, err := parseProperties(strings.NewReader("ok=1\nnot a pair\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
-		t.Fatalf("want an error naming line 2, got %v", err)
-	}
-}
 
 func TestBrokerConfigPrecedence(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "server.properties")
@@ -74,29 +39,5 @@ func TestBrokerConfigPrecedence(t *testing.T) {
 	bad := serveOptions{dataDir: "d", sets: []string{"node.id=x"}}
 	if _, err := bad.brokerConfig(nil); err == nil || !strings.Contains(err.Error(), "node.id") {
 		t.Fatalf("want an error naming node.id, got %v", err)
-	}
-}
-
-func TestRunUsage(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if code := run(nil, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "serve") {
-		t.Fatalf("no args: code %d, stderr %q", code, errOut.String())
-	}
-	out.Reset()
-	if code := run([]string{"help"}, &out, &errOut); code != 0 {
-		t.Fatalf("help: code %d", code)
-	}
-	for _, cmd := range []string{"serve", "bench", "version"} {
-		if !strings.Contains(out.String(), cmd) {
-			t.Errorf("usage does not list %q:\n%s", cmd, out.String())
-		}
-	}
-	out.Reset()
-	if code := run([]string{"version"}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "tandem ") {
-		t.Fatalf("version: code %d, out %q", code, out.String())
-	}
-	errOut.Reset()
-	if code := run([]string{"serve", "--set", "novalue"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "key=value") {
-		t.Fatalf("bad --set: code %d, stderr %q", code, errOut.String())
 	}
 }

@@ -1,65 +1,208 @@
-// Command tandem is the Tandem broker: a Kafka-compatible broker.
+// Command tandem is the Tandem broker: a Kafka-compatible broker with
+// Cluster Mirroring (KIP-1279).
 //
 //	tandem serve [flags]    run a broker
-//	tandem bench [flags]    run the benchmark harness
 //	tandem mirrors [flags]  manage cluster mirrors
 //	tandem demo [flags]     mirror a topic between two local clusters
+//	tandem bench [flags]    run the benchmark harness
 //	tandem version          print the version
+//	tandem help [command]   describe tandem or a command
+//
+// Every command follows one style: a failure is one line
+// "tandem <command>: <message>" on stderr, with exit code 2 when the
+// command line or the configuration is wrong (nothing was done) and 1
+// when the command failed while running; --help prints what the command
+// does and its flags on stdout and exits 0.
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
+	"strings"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run dispatches to a subcommand and returns the process exit code.
-func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		usage(stderr)
-		return 2
-	}
-	switch cmd, rest := args[0], args[1:]; cmd {
-	case "serve":
-		return serve(rest, stderr)
-	case "bench":
-		return runBench(rest)
-	case "mirrors":
-		return mirrors(rest, stdout, stderr)
-	case "demo":
-		return demo(rest, stdout, stderr)
-	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, versionString())
-		return 0
-	case "help", "-h", "-help", "--help":
-		usage(stdout)
-		return 0
-	default:
-		fmt.Fprintf(stderr, "tandem: unknown command %q\n\n", cmd)
-		usage(stderr)
-		return 2
+// A command is one `tandem <name>`. run returns the exit code.
+type command struct {
+	name    string
+	summary string // what it does, for `tandem help`
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+// commands are tandem's commands, in the order `tandem help` lists them.
+// (A function, not a variable: help refers to it.)
+func commands() []command {
+	return []command{
+		{"serve", "run a broker", serve},
+		{"mirrors", "manage cluster mirrors (KIP-1279's kafka-mirrors.sh)", mirrors},
+		{"demo", "mirror a topic between two local clusters and show the lag", demo},
+		{"bench", "run the benchmark harness", runBench},
+		{"version", "print the version", version},
+		{"help", "describe tandem or a command", help},
 	}
 }
 
-func usage(w io.Writer) {
-	fmt.Fprint(w, `Tandem is a Kafka-compatible broker.
+// run dispatches to a command and returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		return exit(stderr, "", usageErrorf("no command; tandem help lists them"))
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		name = "help"
+	case "-version", "--version":
+		name = "version"
+	}
+	for _, c := range commands() {
+		if c.name == name {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	return exit(stderr, "", usageErrorf("unknown command %q; tandem help lists the commands", name))
+}
 
-Usage:
-  tandem <command> [flags]
+// usageError is a mistake in the command line or in the configuration it
+// names: the command did nothing. It exits 2.
+type usageError struct{ error }
 
-Commands:
-  serve     run a broker (tandem serve -h for its flags)
-  bench     run the benchmark harness (tandem bench -h)
-  mirrors   manage cluster mirrors (tandem mirrors -h)
-  demo      mirror a topic between two local clusters and show the lag (tandem demo -h)
-  version   print the version
-  help      print this help
-`)
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// exit reports the outcome of `tandem <name>`: nothing for a nil err,
+// else the one line "tandem <name>: <message>" on stderr. It returns the
+// exit code: 0, 2 for a usageError, 1 for any other error.
+func exit(stderr io.Writer, name string, err error) int {
+	if err == nil {
+		return 0
+	}
+	prefix := "tandem"
+	if name != "" {
+		prefix += " " + name
+	}
+	// Joined errors and some clients' messages span lines.
+	msg := strings.Join(strings.FieldsFunc(err.Error(), func(r rune) bool { return r == '\n' || r == '\r' }), "; ")
+	fmt.Fprintf(stderr, "%s: %s\n", prefix, msg)
+	if errors.As(err, new(usageError)) {
+		return 2
+	}
+	return 1
+}
+
+// flags is a command's flag set, parsed the CLI's way (see parse).
+type flags struct {
+	*flag.FlagSet
+	doc string
+}
+
+// newFlags returns the flag set of `tandem <name>`. doc is its --help
+// text: what the command does, first, then its usage line and whatever
+// the flags do not say; the flags follow it.
+func newFlags(name, doc string) *flags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // parse reports errors and help itself
+	fs.Usage = func() {}
+	return &flags{FlagSet: fs, doc: doc}
+}
+
+// parse parses args. With done true the command returns code at once:
+// 0 after --help (printed on stdout), 2 after a bad flag (reported on
+// stderr as one line).
+func (f *flags) parse(args []string, stdout, stderr io.Writer) (code int, done bool) {
+	err := f.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		f.printHelp(stdout)
+		return 0, true
+	case err != nil:
+		return exit(stderr, f.Name(), usageErrorf("%v (tandem %s --help lists the flags)", err, f.Name())), true
+	}
+	return 0, false
+}
+
+// printHelp prints doc and the flags, written --name as README does.
+func (f *flags) printHelp(w io.Writer) {
+	fmt.Fprint(w, strings.TrimRight(f.doc, "\n")+"\n")
+	first := true
+	f.VisitAll(func(fl *flag.Flag) {
+		if first {
+			fmt.Fprint(w, "\nFlags:\n")
+			first = false
+		}
+		typ, usage := flag.UnquoteUsage(fl)
+		line := "  --" + fl.Name
+		if typ != "" {
+			line += " " + typ
+		}
+		fmt.Fprintf(w, "%s\n      %s", line, usage)
+		switch {
+		case fl.DefValue == "" || fl.DefValue == "false" || fl.DefValue == "0" && typ != "int":
+		case typ == "string":
+			fmt.Fprintf(w, " (default %q)", fl.DefValue)
+		default:
+			fmt.Fprintf(w, " (default %s)", fl.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+const helpDoc = `Describes tandem, or a command and its flags.
+
+Usage: tandem help [command]
+`
+
+func help(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("help", helpDoc)
+	if code, done := fs.parse(args, stdout, stderr); done {
+		return code
+	}
+	switch fs.NArg() {
+	case 0:
+		printUsage(stdout)
+		return 0
+	case 1:
+		for _, c := range commands() {
+			if c.name == fs.Arg(0) {
+				return c.run([]string{"--help"}, stdout, stderr)
+			}
+		}
+		return exit(stderr, "help", usageErrorf("unknown command %q; tandem help lists the commands", fs.Arg(0)))
+	}
+	return exit(stderr, "help", usageErrorf("one command at a time, not %q", fs.Args()))
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, "Tandem is a Kafka-compatible broker with Cluster Mirroring (KIP-1279).\n\nUsage: tandem <command> [flags]\n\nCommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s  %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "\n`tandem help <command>` or `tandem <command> --help` describes a command and its flags.\n")
+}
+
+const versionDoc = `Prints the version of tandem: the module version, the VCS revision it was
+built from (-dirty with uncommitted changes) and the Go version.
+
+Usage: tandem version
+`
+
+func version(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("version", versionDoc)
+	if code, done := fs.parse(args, stdout, stderr); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return exit(stderr, "version", usageErrorf("unexpected arguments %q", fs.Args()))
+	}
+	fmt.Fprintln(stdout, versionString())
+	return 0
 }
 
 // versionString reports the module version and VCS revision the binary was

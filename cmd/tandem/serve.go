@@ -19,6 +19,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/tandem-kafka/tandem"
 	"github.com/tandem-kafka/tandem/server"
 )
 
@@ -34,10 +35,10 @@ type serveOptions struct {
 	sets      []string
 }
 
-const serveUsage = `Usage: tandem serve [flags]
+const serveDoc = `Runs a broker. With no flags: data in ./tandem-data, Kafka on 127.0.0.1:9092,
+HTTP (/metrics, /healthz) on 127.0.0.1:9644. SIGTERM or Ctrl-C stops it.
 
-Runs a broker. With no flags: data in ./tandem-data, Kafka on 127.0.0.1:9092,
-HTTP (/metrics, /healthz) on 127.0.0.1:9644.
+Usage: tandem serve [flags]
 
 Broker properties use Kafka's names (auto.create.topics.enable,
 num.partitions, message.max.bytes, log.retention.ms, ...). They come from
@@ -52,63 +53,58 @@ ssl.client.auth, sasl.enabled.mechanisms, tandem.sasl.plain.users=u:pw,...)
 are passed to the broker as they are. Authorization is on when
 authorizer.class.name is set (super.users, allow.everyone.if.no.acl.found).
 
-Flags:
+Exit status: 0 after a clean stop, 2 when the command line or the
+configuration is invalid (nothing was started), 1 when the broker failed.
 `
 
-func serve(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), serveUsage)
-		fs.PrintDefaults()
-	}
+func serve(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("serve", serveDoc)
 	var o serveOptions
 	fs.StringVar(&o.dataDir, "data-dir", "tandem-data", "directory holding the broker's data")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:9092", "Kafka listener address (port 0 picks a free port)")
 	fs.StringVar(&o.advertise, "advertise", "", "host:port told to clients (default: the bound listener address)")
 	fs.IntVar(&o.nodeID, "node-id", 1, "this broker's node ID")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:9644", "HTTP address serving /metrics and /healthz (empty: none)")
-	fs.StringVar(&o.config, "config", "", "broker properties file (server.properties format)")
-	fs.StringVar(&o.readyFile, "ready-file", "", "once serving, write {\"kafka\":ADDR,\"http\":ADDR,\"pid\":N} as JSON to this file")
+	fs.StringVar(&o.config, "config", "", "broker properties `FILE` (server.properties format)")
+	fs.StringVar(&o.readyFile, "ready-file", "", "once serving, write {\"kafka\":ADDR,\"http\":ADDR,\"pid\":N} as JSON to this `FILE`")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.Func("set", "broker property key=value, overriding --config (repeatable)", func(s string) error {
-		_, _, err := parseSet(s)
-		o.sets = append(o.sets, s)
-		return err
-	})
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	fs.Func("set", "broker property `key=value`, overriding --config (repeatable)", func(s string) error {
+		if _, _, err := parseSet(s); err != nil {
+			return errors.New("want key=value")
 		}
-		return 2
+		o.sets = append(o.sets, s)
+		return nil
+	})
+	if code, done := fs.parse(args, stdout, stderr); done {
+		return code
 	}
+	return exit(stderr, "serve", o.run(fs, stderr))
+}
+
+// run runs `tandem serve` with the parsed options until SIGTERM or
+// SIGINT, logging to stderr.
+func (o *serveOptions) run(fs *flags, stderr io.Writer) error {
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tandem serve: unexpected arguments %q\n", fs.Args())
-		return 2
+		return usageErrorf("unexpected arguments %q", fs.Args())
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		fmt.Fprintf(stderr, "tandem serve: --log-level: %v\n", err)
-		return 2
+		return usageErrorf("--log-level: %v", err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-
 	explicit := make(map[string]bool)
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
 	cfg, err := o.brokerConfig(explicit)
 	if err != nil {
-		log.Error("invalid configuration", "err", err)
-		return 2
+		return usageError{err}
 	}
-	cfg.Logger = log
-
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	b, err := tandem.NewBroker(cfg)
+	if err != nil {
+		return usageError{err}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := runServer(ctx, stop, cfg, o.httpAddr, o.readyFile, log); err != nil {
-		log.Error("tandem serve failed", "err", err)
-		return 1
-	}
-	return 0
+	return runServer(ctx, stop, b, cfg, o.httpAddr, o.readyFile)
 }
 
 // brokerConfig merges the properties file, the --set overrides and the
@@ -120,7 +116,7 @@ func (o *serveOptions) brokerConfig(explicit map[string]bool) (server.Config, er
 		if err != nil {
 			return server.Config{}, fmt.Errorf("--config: %w", err)
 		}
-		props, err = parseProperties(f)
+		props, err = server.ReadProperties(f)
 		f.Close()
 		if err != nil {
 			return server.Config{}, fmt.Errorf("--config %s: %w", o.config, err)
@@ -148,30 +144,26 @@ func (o *serveOptions) brokerConfig(explicit map[string]bool) (server.Config, er
 		Listen:    o.listen,
 		Advertise: o.advertise,
 		Props:     props,
-		Plugins:   plugins(props),
 	}, nil
 }
 
 // runServer runs the broker and its HTTP endpoint until ctx is done, then
 // shuts both down. stop restores default signal handling once shutdown
 // begins, so that a second SIGTERM/SIGINT kills a stuck shutdown.
-func runServer(ctx context.Context, stop func(), cfg server.Config, httpAddr, readyFile string, log *slog.Logger) error {
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return fmt.Errorf("creating data dir: %w", err)
-	}
-	b, err := server.New(cfg)
-	if err != nil {
-		return fmt.Errorf("configuring broker: %w", err)
+func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Config, httpAddr, readyFile string) error {
+	log := cfg.Logger
+	// The HTTP endpoint listens before the broker starts, so that a busy
+	// port fails fast and /healthz can say "not yet"; but a second broker
+	// on a data dir in use hears of the data dir, not of the HTTP port.
+	if err := b.CheckDataDir(); err != nil {
+		return err
 	}
 	b.SetProcessMemoryLimit()
-
-	// The HTTP endpoint listens before the broker starts, so that a busy
-	// port fails fast and /healthz can say "not yet".
 	var started atomic.Bool
 	var httpLn net.Listener
 	if httpAddr != "" {
-		httpLn, err = net.Listen("tcp", httpAddr)
-		if err != nil {
+		var err error
+		if httpLn, err = net.Listen("tcp", httpAddr); err != nil {
 			return fmt.Errorf("http listener: %w", err)
 		}
 		hs := &http.Server{Handler: httpHandler(b, &started), ReadHeaderTimeout: 10 * time.Second}
@@ -184,8 +176,7 @@ func runServer(ctx context.Context, stop func(), cfg server.Config, httpAddr, re
 	}
 
 	if err := b.Start(ctx); err != nil {
-		b.Close()
-		return fmt.Errorf("starting broker: %w", err)
+		return err
 	}
 	started.Store(true)
 	attrs := []any{"kafka", b.Addr(), "data_dir", cfg.DataDir, "node_id", cfg.NodeID}

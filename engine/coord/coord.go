@@ -82,16 +82,7 @@ type Runtime struct {
 	eng     *engine.Engine // nil until Start
 	stopped bool
 	shards  map[int32]*Shard
-	// pending holds leadership reported before Start: the broker tells
-	// observers about partitions it leads before plugins start.
-	pending map[int32]leadership
-	wg      sync.WaitGroup // loaders
-}
-
-type leadership struct {
-	id     engine.TopicID
-	leader bool
-	epoch  int32
+	wg      sync.WaitGroup // loaders and unloaders
 }
 
 // New returns a runtime; it loads nothing until Start.
@@ -102,7 +93,7 @@ func New(cfg Config) *Runtime {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Runtime{cfg: cfg, log: cfg.Logger.With("coordinator", cfg.Topic), shards: map[int32]*Shard{}, pending: map[int32]leadership{}}
+	return &Runtime{cfg: cfg, log: cfg.Logger.With("coordinator", cfg.Topic), shards: map[int32]*Shard{}}
 }
 
 // Topic is the internal topic's name.
@@ -125,19 +116,16 @@ func PartitionFor(key string, partitions int32) int32 {
 	return (h & 0x7fffffff) % partitions
 }
 
-// Start begins serving: shards for partitions this broker already leads
-// start loading.
+// Start begins serving on eng: from now on SetLeader loads shards. The
+// broker reports leadership only once its plugins have started.
 func (r *Runtime) Start(eng *engine.Engine) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.eng = eng
-	for p, l := range r.pending {
-		r.setLeaderLocked(p, l)
-	}
-	clear(r.pending)
 }
 
-// Stop unloads every shard and waits for loaders to finish.
+// Stop unloads every shard and returns once every goroutine of the runtime
+// (loaders, unloaders, timers) has ended.
 func (r *Runtime) Stop() {
 	r.mu.Lock()
 	r.stopped = true
@@ -154,37 +142,34 @@ func (r *Runtime) Stop() {
 // SetLeader records that this broker gained (leader) or lost leadership of
 // a partition of the topic. Calls must be ordered per partition; each is
 // the partition's current state. A shard gained loads in the background.
+// Leadership reported before Start or after Stop is ignored.
 func (r *Runtime) SetLeader(id engine.TopicID, partition int32, leader bool, epoch int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stopped {
+	if r.eng == nil || r.stopped {
+		r.log.Warn("leadership reported while the coordinator is not running; ignored", "partition", partition, "leader", leader)
 		return
 	}
-	l := leadership{id, leader, epoch}
-	if r.eng == nil {
-		r.pending[partition] = l
-		return
-	}
-	r.setLeaderLocked(partition, l)
-}
-
-func (r *Runtime) setLeaderLocked(partition int32, l leadership) {
 	old := r.shards[partition]
-	if l.leader && old != nil && old.topicID == l.id {
+	if leader && old != nil && old.topicID == id {
 		// Still ours (a new epoch of our own leadership): the state in
 		// memory is still what the log says.
-		old.epoch.Store(l.epoch)
+		old.epoch.Store(epoch)
 		return
 	}
 	if old != nil {
 		delete(r.shards, partition)
 		old.dropped.Store(true) // before unload runs: waiting requests see it
-		go old.unload()
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			old.unload()
+		}()
 	}
-	if !l.leader {
+	if !leader {
 		return
 	}
-	sh := newShard(r, l.id, partition, l.epoch)
+	sh := newShard(r, id, partition, epoch)
 	r.shards[partition] = sh
 	r.wg.Add(1)
 	go func() {
@@ -213,12 +198,18 @@ func (r *Runtime) Shards() []*Shard {
 }
 
 // Do runs fn on the shard of partition with the shard's lock held, once it
-// has loaded. It fails with NOT_COORDINATOR when this broker does not lead
-// the partition (or stops leading it before fn runs), and with
+// has loaded. It fails with COORDINATOR_NOT_AVAILABLE before Start and
+// after Stop, with NOT_COORDINATOR when this broker does not lead the
+// partition (or stops leading it before fn runs), and with
 // COORDINATOR_LOAD_IN_PROGRESS if ctx ends while the shard loads.
 func (r *Runtime) Do(ctx context.Context, partition int32, fn func(sh *Shard) error) error {
-	sh := r.Shard(partition)
-	if sh == nil {
+	r.mu.Lock()
+	running, sh := r.eng != nil && !r.stopped, r.shards[partition]
+	r.mu.Unlock()
+	switch {
+	case !running:
+		return fmt.Errorf("%s coordinator is not running: %w", r.cfg.Topic, kerr.CoordinatorNotAvailable)
+	case sh == nil:
 		return fmt.Errorf("%s-%d is not led here: %w", r.cfg.Topic, partition, kerr.NotCoordinator)
 	}
 	return sh.Do(ctx, fn)
@@ -239,6 +230,10 @@ type Shard struct {
 	mu    sync.Mutex
 	sm    StateMachine
 	state shardState
+
+	tmu    sync.Mutex
+	timers map[*time.Timer]struct{} // pending AfterFunc timers; nil once unloaded
+	fired  sync.WaitGroup           // AfterFunc timers not yet stopped or finished
 }
 
 type shardState int8
@@ -251,7 +246,7 @@ const (
 )
 
 func newShard(r *Runtime, id engine.TopicID, partition, epoch int32) *Shard {
-	sh := &Shard{r: r, topicID: id, partition: partition, loaded: make(chan struct{}), sm: r.cfg.New(partition)}
+	sh := &Shard{r: r, topicID: id, partition: partition, loaded: make(chan struct{}), sm: r.cfg.New(partition), timers: map[*time.Timer]struct{}{}}
 	sh.epoch.Store(epoch)
 	sh.ctx, sh.cancel = context.WithCancel(context.Background())
 	sh.mu.Lock() // held until loaded: Do waits on it
@@ -260,6 +255,9 @@ func newShard(r *Runtime, id engine.TopicID, partition, epoch int32) *Shard {
 
 // Partition is the shard's partition of the internal topic.
 func (sh *Shard) Partition() int32 { return sh.partition }
+
+// TopicID is the ID of the internal topic.
+func (sh *Shard) TopicID() engine.TopicID { return sh.topicID }
 
 // Epoch is the leader epoch of the shard's leadership.
 func (sh *Shard) Epoch() int32 { return sh.epoch.Load() }
@@ -292,16 +290,38 @@ func (sh *Shard) Do(ctx context.Context, fn func(sh *Shard) error) error {
 }
 
 // AfterFunc runs fn with the shard's lock held after d, unless the shard
-// has been dropped by then or stop was called.
+// has been dropped by then or stop was called. Unloading the shard stops
+// its timers and waits for a callback already running.
 func (sh *Shard) AfterFunc(d time.Duration, fn func()) (stop func() bool) {
-	t := time.AfterFunc(d, func() {
+	sh.tmu.Lock()
+	defer sh.tmu.Unlock()
+	if sh.timers == nil {
+		return func() bool { return false } // unloaded
+	}
+	sh.fired.Add(1)
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		defer sh.fired.Done()
+		sh.tmu.Lock()
+		delete(sh.timers, t)
+		sh.tmu.Unlock()
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		if sh.state == serving && !sh.dropped.Load() {
 			fn()
 		}
 	})
-	return t.Stop
+	sh.timers[t] = struct{}{}
+	return func() bool {
+		sh.tmu.Lock()
+		defer sh.tmu.Unlock()
+		if _, ok := sh.timers[t]; !ok || !t.Stop() {
+			return false
+		}
+		delete(sh.timers, t)
+		sh.fired.Done()
+		return true
+	}
 }
 
 // Write appends records to the shard's partition as one batch (acks=all)
@@ -437,14 +457,23 @@ func (sh *Shard) replay() (int, error) {
 }
 
 // unload drops the shard's state: pending and future Do calls get
-// NOT_COORDINATOR.
+// NOT_COORDINATOR. It returns once no timer callback of the shard runs.
 func (sh *Shard) unload() {
 	sh.cancel()
 	<-sh.loaded
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	if sh.state == serving {
 		sh.sm.Unloaded()
 	}
 	sh.state = dead
+	sh.mu.Unlock()
+	sh.tmu.Lock()
+	for t := range sh.timers {
+		if t.Stop() {
+			sh.fired.Done()
+		}
+	}
+	sh.timers = nil
+	sh.tmu.Unlock()
+	sh.fired.Wait() // a callback that fired meanwhile sees the shard dead
 }

@@ -221,27 +221,90 @@ func TestLoadOnLeadership(t *testing.T) {
 	}
 }
 
-func TestLeadershipBeforeStart(t *testing.T) {
-	eng, err := engine.Open(engine.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+// TestNotRunning: before Start and after Stop the runtime answers
+// COORDINATOR_NOT_AVAILABLE and loads nothing (the broker reports
+// leadership only once its plugins have started).
+func TestNotRunning(t *testing.T) {
 	id := engine.TopicID{9}
-	if _, err := eng.Create("__t", id, 3, engine.DefaultLogConfig()); err != nil {
-		t.Fatal(err)
-	}
+	eng := openWith(t, "__t", id, 3)
 	var mu sync.Mutex
 	var unloaded bool
 	rt := New(Config{Topic: "__t", Partitions: 4, New: func(int32) StateMachine {
 		return &kv{mu: &mu, m: map[string]string{}, unloaded: &unloaded}
 	}})
-	defer rt.Stop()
-	rt.SetLeader(id, 3, true, 0) // the broker reports leadership before plugins start
+	noop := func(*Shard) error { return nil }
+	if err := rt.Do(context.Background(), 3, noop); !errors.Is(err, kerr.CoordinatorNotAvailable) {
+		t.Fatalf("before Start: %v", err)
+	}
+	rt.SetLeader(id, 3, true, 0) // ignored: not running
+	if rt.Shard(3) != nil {
+		t.Fatal("a shard loads before Start")
+	}
 	rt.Start(eng)
-	if err := rt.Do(context.Background(), 3, func(*Shard) error { return nil }); err != nil {
+	if err := rt.Do(context.Background(), 3, noop); !errors.Is(err, kerr.NotCoordinator) {
+		t.Fatalf("started, not leader: %v", err)
+	}
+	rt.SetLeader(id, 3, true, 0)
+	if err := rt.Do(context.Background(), 3, noop); err != nil {
 		t.Fatal(err)
 	}
+	rt.Stop()
+	if err := rt.Do(context.Background(), 3, noop); !errors.Is(err, kerr.CoordinatorNotAvailable) {
+		t.Fatalf("after Stop: %v", err)
+	}
+}
+
+// openWith opens an engine, closed when the test ends, holding partition
+// p of topic.
+func openWith(t *testing.T, topic string, id engine.TopicID, p int32) *engine.Engine {
+	t.Helper()
+	eng, err := engine.Open(engine.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	if _, err := eng.Create(topic, id, p, engine.DefaultLogConfig()); err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+// blockingUnload is a state machine whose Unloaded waits for release.
+type blockingUnload struct {
+	kv
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *blockingUnload) Unloaded() {
+	close(s.entered)
+	<-s.release
+}
+
+// TestStopWaitsForUnload: a shard dropped by a leadership change unloads
+// in the background, and Stop returns only once that has finished, so
+// that no goroutine of the runtime outlives it.
+func TestStopWaitsForUnload(t *testing.T) {
+	id := engine.TopicID{7}
+	eng := openWith(t, "__t", id, 0)
+	sm := &blockingUnload{kv: kv{m: map[string]string{}}, entered: make(chan struct{}), release: make(chan struct{})}
+	rt := New(Config{Topic: "__t", Partitions: 1, New: func(int32) StateMachine { return sm }})
+	rt.Start(eng)
+	rt.SetLeader(id, 0, true, 0)
+	if err := rt.Do(context.Background(), 0, func(*Shard) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	rt.SetLeader(id, 0, false, 0)
+	<-sm.entered // the unload runs, and waits
+	stopped := make(chan struct{})
+	go func() { rt.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while a shard was still unloading")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(sm.release)
+	<-stopped
 }
 
 func TestCompactionKeepsLatest(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
-	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Plugin is the security plugin; pass it in server.Config.Plugins, and
@@ -30,11 +30,11 @@ type Plugin struct {
 
 // Interfaces the broker and other plugins find by type assertion.
 var (
-	_ server.Authorizer    = authorizer{}
-	_ server.AnyAuthorizer = authorizer{}
-	_ server.APIHandler    = (*Plugin)(nil)
-	_ server.Lifecycle     = (*Plugin)(nil)
-	_ server.ACLStore      = (*Plugin)(nil)
+	_ plugin.Authorizer    = authorizer{}
+	_ plugin.AnyAuthorizer = authorizer{}
+	_ plugin.APIHandler    = (*Plugin)(nil)
+	_ plugin.Lifecycle     = (*Plugin)(nil)
+	_ plugin.ACLStore      = (*Plugin)(nil)
 )
 
 // New reads super.users (semicolon-separated principals, e.g.
@@ -60,14 +60,14 @@ func New(props map[string]string) (*Plugin, error) {
 	return p, nil
 }
 
-// Start implements server.Lifecycle: the plugin reads ACLs from the
+// Start implements plugin.Lifecycle: the plugin reads ACLs from the
 // controller's image, which reflects a CreateAcls as soon as it returns.
-func (p *Plugin) Start(_ context.Context, h server.Host) error {
+func (p *Plugin) Start(_ context.Context, h plugin.Host) error {
 	p.meta.Store(h.Metadata())
 	return nil
 }
 
-// Stop implements server.Lifecycle.
+// Stop implements plugin.Lifecycle.
 func (p *Plugin) Stop(context.Context) error { return nil }
 
 func (p *Plugin) image() *raftmeta.Image {
@@ -80,11 +80,11 @@ func (p *Plugin) image() *raftmeta.Image {
 // Authorizer returns the plugin's authorizer. Passing it in
 // Config.Plugins turns authorization on (Kafka's authorizer.class.name);
 // without it the ACL APIs still store ACLs but nothing checks them.
-func (p *Plugin) Authorizer() server.Authorizer { return authorizer{p} }
+func (p *Plugin) Authorizer() plugin.Authorizer { return authorizer{p} }
 
 type authorizer struct{ p *Plugin }
 
-// Authorize implements server.Authorizer with Kafka's rules: super users
+// Authorize implements plugin.Authorizer with Kafka's rules: super users
 // may do anything; a DENY binding for the operation (or ALL) wins; else an
 // ALLOW binding for the operation, for ALL, or for one that implies it
 // (READ, WRITE, DELETE and ALTER imply DESCRIBE; ALTER_CONFIGS implies
@@ -93,7 +93,7 @@ type authorizer struct{ p *Plugin }
 // resource is the literal name, the literal wildcard "*", or a prefix of
 // the name (PREFIXED); their principal is the request's or "User:*"; their
 // host is "*" or the client's IP.
-func (a authorizer) Authorize(rc *server.RequestContext, op kmsg.ACLOperation, typ kmsg.ACLResourceType, name string) bool {
+func (a authorizer) Authorize(rc *plugin.RequestContext, op kmsg.ACLOperation, typ kmsg.ACLResourceType, name string) bool {
 	p := a.p
 	if p.super[rc.Principal] {
 		return true
@@ -155,7 +155,7 @@ func implies(granted, op kmsg.ACLOperation) bool {
 	return false
 }
 
-// DescribeACLs implements server.ACLStore.
+// DescribeACLs implements plugin.ACLStore.
 func (p *Plugin) DescribeACLs(f raftmeta.ACLFilter) []raftmeta.ACL {
 	img := p.image()
 	if img == nil {
@@ -170,7 +170,7 @@ func (p *Plugin) DescribeACLs(f raftmeta.ACLFilter) []raftmeta.ACL {
 	return out
 }
 
-// CreateACLs implements server.ACLStore.
+// CreateACLs implements plugin.ACLStore.
 func (p *Plugin) CreateACLs(ctx context.Context, acls []raftmeta.ACL) error {
 	m := p.meta.Load()
 	if m == nil {
@@ -179,7 +179,7 @@ func (p *Plugin) CreateACLs(ctx context.Context, acls []raftmeta.ACL) error {
 	return m.CreateACLs(ctx, acls)
 }
 
-// DeleteACLs implements server.ACLStore.
+// DeleteACLs implements plugin.ACLStore.
 func (p *Plugin) DeleteACLs(ctx context.Context, filters []raftmeta.ACLFilter) ([]raftmeta.ACL, error) {
 	m := p.meta.Load()
 	if m == nil {
@@ -193,11 +193,11 @@ func (p *Plugin) DeleteACLs(ctx context.Context, filters []raftmeta.ACLFilter) (
 	return out, err
 }
 
-// AuthorizeAny implements server.AnyAuthorizer like Kafka's
+// AuthorizeAny implements plugin.AnyAuthorizer like Kafka's
 // authorizeByResourceType: true if some ALLOW binding of the principal for
 // op (or ALL) on the type is not covered by a DENY binding (the wildcard,
 // the same literal name, or a prefix of its name).
-func (a authorizer) AuthorizeAny(rc *server.RequestContext, op kmsg.ACLOperation, typ kmsg.ACLResourceType) bool {
+func (a authorizer) AuthorizeAny(rc *plugin.RequestContext, op kmsg.ACLOperation, typ kmsg.ACLResourceType) bool {
 	p := a.p
 	if p.super[rc.Principal] {
 		return true

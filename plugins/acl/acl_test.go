@@ -11,12 +11,13 @@ import (
 
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // start runs a broker with the plugin and its authorizer.
 type authz interface {
-	server.Authorizer
-	server.AnyAuthorizer
+	plugin.Authorizer
+	plugin.AnyAuthorizer
 }
 
 func start(t *testing.T, props map[string]string) (*Plugin, authz) {
@@ -67,8 +68,8 @@ func TestAuthorize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := func(principal, host string) *server.RequestContext {
-		return &server.RequestContext{Principal: principal, ClientAddr: host + ":5555"}
+	rc := func(principal, host string) *plugin.RequestContext {
+		return &plugin.RequestContext{Principal: principal, ClientAddr: host + ":5555"}
 	}
 	for _, c := range []struct {
 		what      string
@@ -133,7 +134,7 @@ func TestAuthorize(t *testing.T) {
 
 func TestAllowEveryoneIfNoACL(t *testing.T) {
 	p, a := start(t, map[string]string{"allow.everyone.if.no.acl.found": "true"})
-	rc := &server.RequestContext{Principal: "User:anyone", ClientAddr: "127.0.0.1:1"}
+	rc := &plugin.RequestContext{Principal: "User:anyone", ClientAddr: "127.0.0.1:1"}
 	if !a.Authorize(rc, kmsg.ACLOperationWrite, topic, "free") {
 		t.Fatal("no ACL and allow.everyone.if.no.acl.found: refused")
 	}

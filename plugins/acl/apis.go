@@ -12,10 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
-	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// APIVersions implements server.APIHandler.
+// APIVersions implements plugin.APIHandler.
 func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 	return []kmsg.ApiVersionsResponseApiKey{
 		{ApiKey: 29, MinVersion: 0, MaxVersion: 3}, // DescribeAcls
@@ -28,11 +28,11 @@ func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 	}
 }
 
-// NewRequest implements server.APIHandler.
+// NewRequest implements plugin.APIHandler.
 func (p *Plugin) NewRequest(key int16) kmsg.Request { return kmsg.RequestForKey(key) }
 
-// HandleRequest implements server.APIHandler.
-func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, req kmsg.Request) (kmsg.Response, error) {
+// HandleRequest implements plugin.APIHandler.
+func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
 	m := p.meta.Load()
 	if m == nil {
 		return nil, errors.New("acl plugin: request before Start")
@@ -56,8 +56,6 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 	return nil, fmt.Errorf("acl plugin: api key %d is not served", req.Key())
 }
 
-const clusterName = "kafka-cluster"
-
 func errMsg(err error) *string {
 	s := err.Error()
 	return &s
@@ -67,7 +65,7 @@ func errMsg(err error) *string {
 func validACL(a raftmeta.ACL) error {
 	bad := func(why string) error { return fmt.Errorf("invalid ACL binding: %s: %w", why, kerr.InvalidRequest) }
 	switch {
-	case a.ResourceType <= int8(kmsg.ACLResourceTypeAny) || a.ResourceType > int8(server.ACLResourceMirror):
+	case a.ResourceType <= int8(kmsg.ACLResourceTypeAny) || a.ResourceType > int8(plugin.ACLResourceMirror):
 		return bad("unknown resource type")
 	case a.PatternType != int8(kmsg.ACLResourcePatternTypeLiteral) && a.PatternType != int8(kmsg.ACLResourcePatternTypePrefixed):
 		return bad("pattern type must be LITERAL or PREFIXED")
@@ -81,16 +79,16 @@ func validACL(a raftmeta.ACL) error {
 		return bad("empty resource name")
 	case a.Host == "":
 		return bad("empty host")
-	case a.ResourceType == int8(kmsg.ACLResourceTypeCluster) && a.ResourceName != clusterName:
-		return bad("the CLUSTER resource is named " + clusterName)
+	case a.ResourceType == int8(kmsg.ACLResourceTypeCluster) && a.ResourceName != plugin.ClusterResource:
+		return bad("the CLUSTER resource is named " + plugin.ClusterResource)
 	}
 	return nil
 }
 
-func (p *Plugin) createACLs(ctx context.Context, m *raftmeta.Controller, rc *server.RequestContext, req *kmsg.CreateACLsRequest) kmsg.Response {
+func (p *Plugin) createACLs(ctx context.Context, m *raftmeta.Controller, rc *plugin.RequestContext, req *kmsg.CreateACLsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.CreateACLsResponse)
 	resp.Results = make([]kmsg.CreateACLsResponseResult, len(req.Creations))
-	allowed := rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, clusterName)
+	allowed := rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, plugin.ClusterResource)
 	for i, c := range req.Creations {
 		r := &resp.Results[i]
 		*r = kmsg.NewCreateACLsResponseResult()
@@ -105,7 +103,7 @@ func (p *Plugin) createACLs(ctx context.Context, m *raftmeta.Controller, rc *ser
 			err = m.CreateACLs(ctx, []raftmeta.ACL{a})
 		}
 		if err != nil {
-			r.ErrorCode, r.ErrorMessage = server.ErrorCode(err), errMsg(err)
+			r.ErrorCode, r.ErrorMessage = plugin.ErrorCode(err), errMsg(err)
 		}
 	}
 	return resp
@@ -115,9 +113,9 @@ func describeFilter(typ kmsg.ACLResourceType, name *string, pat kmsg.ACLResource
 	return raftmeta.ACLFilter{ResourceType: int8(typ), ResourceName: name, PatternType: int8(pat), Principal: principal, Host: host, Operation: int8(op), Permission: int8(perm)}
 }
 
-func (p *Plugin) describeACLs(rc *server.RequestContext, req *kmsg.DescribeACLsRequest) kmsg.Response {
+func (p *Plugin) describeACLs(rc *plugin.RequestContext, req *kmsg.DescribeACLsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeACLsResponse)
-	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, clusterName) {
+	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, plugin.ClusterResource) {
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return resp
 	}
@@ -149,13 +147,13 @@ func (p *Plugin) describeACLs(rc *server.RequestContext, req *kmsg.DescribeACLsR
 	return resp
 }
 
-func (p *Plugin) deleteACLs(ctx context.Context, m *raftmeta.Controller, rc *server.RequestContext, req *kmsg.DeleteACLsRequest) kmsg.Response {
+func (p *Plugin) deleteACLs(ctx context.Context, m *raftmeta.Controller, rc *plugin.RequestContext, req *kmsg.DeleteACLsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DeleteACLsResponse)
 	resp.Results = make([]kmsg.DeleteACLsResponseResult, len(req.Filters))
 	for i := range resp.Results {
 		resp.Results[i] = kmsg.NewDeleteACLsResponseResult()
 	}
-	if !rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, clusterName) {
+	if !rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, plugin.ClusterResource) {
 		for i := range resp.Results {
 			resp.Results[i].ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		}
@@ -169,7 +167,7 @@ func (p *Plugin) deleteACLs(ctx context.Context, m *raftmeta.Controller, rc *ser
 	for i := range resp.Results {
 		r := &resp.Results[i]
 		if err != nil {
-			r.ErrorCode, r.ErrorMessage = server.ErrorCode(err), errMsg(err)
+			r.ErrorCode, r.ErrorMessage = plugin.ErrorCode(err), errMsg(err)
 			continue
 		}
 		for _, a := range per[i] {
@@ -184,9 +182,9 @@ func (p *Plugin) deleteACLs(ctx context.Context, m *raftmeta.Controller, rc *ser
 
 // describeScram lists users' mechanisms and iterations (never the keys);
 // DESCRIBE on CLUSTER is required.
-func describeScram(img *raftmeta.Image, rc *server.RequestContext, req *kmsg.DescribeUserSCRAMCredentialsRequest) kmsg.Response {
+func describeScram(img *raftmeta.Image, rc *plugin.RequestContext, req *kmsg.DescribeUserSCRAMCredentialsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeUserSCRAMCredentialsResponse)
-	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, clusterName) {
+	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, plugin.ClusterResource) {
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return resp
 	}
@@ -219,7 +217,7 @@ func describeScram(img *raftmeta.Image, rc *server.RequestContext, req *kmsg.Des
 			r.ErrorCode, r.ErrorMessage = kerr.ResourceNotFound.Code, errMsg(fmt.Errorf("attempt to describe a user credential that does not exist: %s", u))
 		}
 		for _, mech := range []int8{1, 2} {
-			if c, ok := creds[server.ScramMechanisms[mech]]; ok {
+			if c, ok := creds[raftmeta.ScramMechanisms[mech]]; ok {
 				ci := kmsg.NewDescribeUserSCRAMCredentialsResponseResultCredentialInfo()
 				ci.Mechanism, ci.Iterations = mech, c.Iterations
 				r.CredentialInfos = append(r.CredentialInfos, ci)
@@ -232,9 +230,9 @@ func describeScram(img *raftmeta.Image, rc *server.RequestContext, req *kmsg.Des
 
 // alterScram upserts and deletes credentials, per user; ALTER on CLUSTER
 // is required. Iterations must be 4096..16384, as Kafka requires.
-func alterScram(ctx context.Context, m *raftmeta.Controller, rc *server.RequestContext, req *kmsg.AlterUserSCRAMCredentialsRequest) kmsg.Response {
+func alterScram(ctx context.Context, m *raftmeta.Controller, rc *plugin.RequestContext, req *kmsg.AlterUserSCRAMCredentialsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.AlterUserSCRAMCredentialsResponse)
-	allowed := rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, clusterName)
+	allowed := rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, plugin.ClusterResource)
 	changes := map[string][]raftmeta.ScramChange{}
 	errs := map[string]error{}
 	var order []string
@@ -256,7 +254,7 @@ func alterScram(ctx context.Context, m *raftmeta.Controller, rc *server.RequestC
 		}
 	}
 	for _, d := range req.Deletions {
-		mech, ok := server.ScramMechanisms[d.Mechanism]
+		mech, ok := raftmeta.ScramMechanisms[d.Mechanism]
 		var err error
 		if !ok {
 			err = fmt.Errorf("unknown SCRAM mechanism %d: %w", d.Mechanism, kerr.UnsupportedSaslMechanism)
@@ -264,7 +262,7 @@ func alterScram(ctx context.Context, m *raftmeta.Controller, rc *server.RequestC
 		add(d.Name, raftmeta.ScramChange{Credential: raftmeta.ScramCredential{User: d.Name, Mechanism: mech}, Delete: true}, err)
 	}
 	for _, u := range req.Upsertions {
-		mech, ok := server.ScramMechanisms[u.Mechanism]
+		mech, ok := raftmeta.ScramMechanisms[u.Mechanism]
 		var err error
 		var cred raftmeta.ScramCredential
 		switch {
@@ -275,7 +273,7 @@ func alterScram(ctx context.Context, m *raftmeta.Controller, rc *server.RequestC
 		case u.Name == "":
 			err = fmt.Errorf("empty user name: %w", kerr.UnacceptableCredential)
 		default:
-			cred, err = server.NewScramCredential(u.Name, mech, u.Salt, u.SaltedPassword, u.Iterations)
+			cred, err = raftmeta.NewScramCredential(u.Name, mech, u.Salt, u.SaltedPassword, u.Iterations)
 		}
 		add(u.Name, raftmeta.ScramChange{Credential: cred}, err)
 	}
@@ -290,7 +288,7 @@ func alterScram(ctx context.Context, m *raftmeta.Controller, rc *server.RequestC
 			err = m.AlterScram(ctx, changes[user])
 		}
 		if err != nil {
-			r.ErrorCode, r.ErrorMessage = server.ErrorCode(err), errMsg(err)
+			r.ErrorCode, r.ErrorMessage = plugin.ErrorCode(err), errMsg(err)
 		}
 		resp.Results = append(resp.Results, r)
 	}
@@ -318,9 +316,9 @@ func entityParts(e raftmeta.QuotaEntity) map[string]*string {
 // component matches its type exactly (a name), the default entity, or any
 // entity of the type; Strict excludes entities with other components.
 // DESCRIBE_CONFIGS on CLUSTER is required.
-func describeQuotas(img *raftmeta.Image, rc *server.RequestContext, req *kmsg.DescribeClientQuotasRequest) kmsg.Response {
+func describeQuotas(img *raftmeta.Image, rc *plugin.RequestContext, req *kmsg.DescribeClientQuotasRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeClientQuotasResponse)
-	if !rc.Allowed(kmsg.ACLOperationDescribeConfigs, kmsg.ACLResourceTypeCluster, clusterName) {
+	if !rc.Allowed(kmsg.ACLOperationDescribeConfigs, kmsg.ACLResourceTypeCluster, plugin.ClusterResource) {
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return resp
 	}
@@ -376,9 +374,9 @@ var quotaKeys = map[string]bool{
 
 // alterQuotas applies each entry's operations atomically; ALTER_CONFIGS on
 // CLUSTER is required.
-func alterQuotas(ctx context.Context, m *raftmeta.Controller, rc *server.RequestContext, req *kmsg.AlterClientQuotasRequest) kmsg.Response {
+func alterQuotas(ctx context.Context, m *raftmeta.Controller, rc *plugin.RequestContext, req *kmsg.AlterClientQuotasRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.AlterClientQuotasResponse)
-	allowed := rc.Allowed(kmsg.ACLOperationAlterConfigs, kmsg.ACLResourceTypeCluster, clusterName)
+	allowed := rc.Allowed(kmsg.ACLOperationAlterConfigs, kmsg.ACLResourceTypeCluster, plugin.ClusterResource)
 	for _, e := range req.Entries {
 		r := kmsg.NewAlterClientQuotasResponseEntry()
 		var ent raftmeta.QuotaEntity
@@ -423,7 +421,7 @@ func alterQuotas(ctx context.Context, m *raftmeta.Controller, rc *server.Request
 			err = m.AlterClientQuotas(ctx, changes)
 		}
 		if err != nil {
-			r.ErrorCode, r.ErrorMessage = server.ErrorCode(err), errMsg(err)
+			r.ErrorCode, r.ErrorMessage = plugin.ErrorCode(err), errMsg(err)
 		}
 		resp.Entries = append(resp.Entries, r)
 	}

@@ -292,3 +292,46 @@ func TestProtocolErrors(t *testing.T) {
 		t.Fatalf("delete deleted group: %v", dr["g"].Err)
 	}
 }
+
+// TestRoutingOverRealPartitionCount: offsets committed while
+// __consumer_offsets had 4 partitions are found after a restart whose
+// offsets.topic.num.partitions says 7, because groups are routed over the
+// partitions the topic has, as Kafka does.
+func TestRoutingOverRealPartitionCount(t *testing.T) {
+	dir := t.TempDir()
+	b, _ := startBroker(t, dir)
+	tandemtest.CreateTopic(t, b.Addr(), "r", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	adm := kadm.NewClient(tandemtest.Client(t, b.Addr()))
+	for i, g := range names {
+		var o kadm.Offsets
+		o.AddOffset("r", 0, int64(i+1), -1)
+		if resp, err := adm.CommitOffsets(ctx, g, o); err != nil || resp.Error() != nil {
+			t.Fatalf("commit %s: %v %v", g, err, resp.Error())
+		}
+	}
+	b.Close()
+
+	props := map[string]string{"offsets.topic.num.partitions": "7"}
+	p := groups.New(props, tandemtest.Logger(t))
+	b2, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", Props: props, Plugins: []any{p}, Logger: tandemtest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	adm = kadm.NewClient(tandemtest.Client(t, b2.Addr()))
+	for i, g := range names {
+		fetched, err := adm.FetchOffsets(ctx, g)
+		if err != nil {
+			t.Fatalf("fetch %s: %v", g, err)
+		}
+		if o, ok := fetched.Lookup("r", 0); !ok || o.At != int64(i+1) {
+			t.Errorf("group %s: offset %+v (found %v), want %d", g, o, ok, i+1)
+		}
+	}
+}

@@ -11,18 +11,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
-	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Authorization: each handler checks, in one place at its top, the ACL
 // operations Apache Kafka checks for it (rc.Allowed; everything is allowed
 // until the security plugin installs an authorizer).
 
-func (p *Plugin) handleJoin(ctx context.Context, rc *server.RequestContext, req *kmsg.JoinGroupRequest) kmsg.Response {
+func (p *Plugin) handleJoin(ctx context.Context, rc *plugin.RequestContext, req *kmsg.JoinGroupRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
 	resp.Generation, resp.MemberID = -1, req.MemberID
 	fail := func(err error) kmsg.Response {
-		resp.ErrorCode = server.ErrorCode(err)
+		resp.ErrorCode = plugin.ErrorCode(err)
 		return resp
 	}
 	if !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, req.Group) {
@@ -93,10 +93,10 @@ func hostOf(addr string) string {
 	return addr
 }
 
-func (p *Plugin) handleSync(ctx context.Context, rc *server.RequestContext, req *kmsg.SyncGroupRequest) kmsg.Response {
+func (p *Plugin) handleSync(ctx context.Context, rc *plugin.RequestContext, req *kmsg.SyncGroupRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.SyncGroupResponse)
 	fail := func(err error) kmsg.Response {
-		resp.ErrorCode = server.ErrorCode(err)
+		resp.ErrorCode = plugin.ErrorCode(err)
 		return resp
 	}
 	if !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, req.Group) {
@@ -138,19 +138,19 @@ func (p *Plugin) handleSync(ctx context.Context, rc *server.RequestContext, req 
 	return resp
 }
 
-func (p *Plugin) handleHeartbeat(ctx context.Context, rc *server.RequestContext, req *kmsg.HeartbeatRequest) kmsg.Response {
+func (p *Plugin) handleHeartbeat(ctx context.Context, rc *plugin.RequestContext, req *kmsg.HeartbeatRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
 	if !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, req.Group) {
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
 		return resp
 	}
-	resp.ErrorCode = server.ErrorCode(p.do(ctx, req.Group, func(s *shardState) error {
+	resp.ErrorCode = plugin.ErrorCode(p.do(ctx, req.Group, func(s *shardState) error {
 		return s.heartbeatReq(req.Group, req.MemberID, req.InstanceID, req.Generation)
 	}))
 	return resp
 }
 
-func (p *Plugin) handleLeave(ctx context.Context, rc *server.RequestContext, req *kmsg.LeaveGroupRequest) kmsg.Response {
+func (p *Plugin) handleLeave(ctx context.Context, rc *plugin.RequestContext, req *kmsg.LeaveGroupRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.LeaveGroupResponse)
 	if !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, req.Group) {
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
@@ -168,23 +168,23 @@ func (p *Plugin) handleLeave(ctx context.Context, rc *server.RequestContext, req
 		return nil
 	})
 	if err != nil {
-		resp.ErrorCode = server.ErrorCode(err)
+		resp.ErrorCode = plugin.ErrorCode(err)
 		return resp
 	}
 	if req.Version < 3 {
-		resp.ErrorCode = server.ErrorCode(errs[0])
+		resp.ErrorCode = plugin.ErrorCode(errs[0])
 		return resp
 	}
 	for i, m := range members {
 		rm := kmsg.NewLeaveGroupResponseMember()
-		rm.MemberID, rm.InstanceID, rm.ErrorCode = m.MemberID, m.InstanceID, server.ErrorCode(errs[i])
+		rm.MemberID, rm.InstanceID, rm.ErrorCode = m.MemberID, m.InstanceID, plugin.ErrorCode(errs[i])
 		resp.Members = append(resp.Members, rm)
 	}
 	return resp
 }
 
 func (p *Plugin) topicExists(topic string, partition int32) bool {
-	img := p.image()
+	img := p.Image()
 	if img == nil {
 		return false
 	}
@@ -192,7 +192,7 @@ func (p *Plugin) topicExists(topic string, partition int32) bool {
 	return t != nil && partition >= 0 && int(partition) < len(t.Partitions)
 }
 
-func (p *Plugin) handleOffsetCommit(ctx context.Context, rc *server.RequestContext, req *kmsg.OffsetCommitRequest) kmsg.Response {
+func (p *Plugin) handleOffsetCommit(ctx context.Context, rc *plugin.RequestContext, req *kmsg.OffsetCommitRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
 	codes := map[tp]int16{}
 	commits := map[tp]offset{}
@@ -223,7 +223,7 @@ func (p *Plugin) handleOffsetCommit(ctx context.Context, rc *server.RequestConte
 		if req.Version == 0 {
 			gen = -1
 		}
-		c := server.ErrorCode(p.do(ctx, req.Group, func(s *shardState) error {
+		c := plugin.ErrorCode(p.do(ctx, req.Group, func(s *shardState) error {
 			return s.commitOffsets(req.Group, req.MemberID, req.InstanceID, gen, commits)
 		}))
 		for k := range commits {
@@ -249,7 +249,7 @@ type fetchTopic struct {
 	partitions []int32
 }
 
-func (p *Plugin) handleOffsetFetch(ctx context.Context, rc *server.RequestContext, req *kmsg.OffsetFetchRequest) kmsg.Response {
+func (p *Plugin) handleOffsetFetch(ctx context.Context, rc *plugin.RequestContext, req *kmsg.OffsetFetchRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
 	groups := req.Groups
 	if req.Version < 8 {
@@ -299,7 +299,7 @@ func (p *Plugin) handleOffsetFetch(ctx context.Context, rc *server.RequestContex
 
 // fetchGroup answers OffsetFetch for one group; topics nil means all.
 // A group that never existed has no offsets: -1 and no error, as Kafka.
-func (p *Plugin) fetchGroup(ctx context.Context, rc *server.RequestContext, group string, topics []fetchTopic, requireStable bool) kmsg.OffsetFetchResponseGroup {
+func (p *Plugin) fetchGroup(ctx context.Context, rc *plugin.RequestContext, group string, topics []fetchTopic, requireStable bool) kmsg.OffsetFetchResponseGroup {
 	out := kmsg.NewOffsetFetchResponseGroup()
 	out.Group = group
 	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeGroup, group) {
@@ -349,11 +349,11 @@ func (p *Plugin) fetchGroup(ctx context.Context, rc *server.RequestContext, grou
 		}
 		return nil
 	})
-	out.ErrorCode = server.ErrorCode(err)
+	out.ErrorCode = plugin.ErrorCode(err)
 	return out
 }
 
-func (p *Plugin) handleDescribe(ctx context.Context, rc *server.RequestContext, req *kmsg.DescribeGroupsRequest) kmsg.Response {
+func (p *Plugin) handleDescribe(ctx context.Context, rc *plugin.RequestContext, req *kmsg.DescribeGroupsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
 	for _, name := range req.Groups {
 		rg := kmsg.NewDescribeGroupsResponseGroup()
@@ -364,7 +364,7 @@ func (p *Plugin) handleDescribe(ctx context.Context, rc *server.RequestContext, 
 			continue
 		}
 		rg.State = stateDead.String()
-		rg.ErrorCode = server.ErrorCode(p.do(ctx, name, func(s *shardState) error {
+		rg.ErrorCode = plugin.ErrorCode(p.do(ctx, name, func(s *shardState) error {
 			g := s.groups[name]
 			if g == nil {
 				return nil
@@ -393,13 +393,13 @@ func (p *Plugin) handleDescribe(ctx context.Context, rc *server.RequestContext, 
 	return resp
 }
 
-func (p *Plugin) handleList(ctx context.Context, rc *server.RequestContext, req *kmsg.ListGroupsRequest) kmsg.Response {
+func (p *Plugin) handleList(ctx context.Context, rc *plugin.RequestContext, req *kmsg.ListGroupsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
-	all := rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, "kafka-cluster")
+	all := rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, plugin.ClusterResource)
 	match := func(filter []string, v string) bool {
 		return len(filter) == 0 || slices.ContainsFunc(filter, func(f string) bool { return strings.EqualFold(f, v) })
 	}
-	for _, sh := range p.rt.Shards() {
+	for _, sh := range p.Runtime().Shards() {
 		err := sh.Do(ctx, func(sh *coord.Shard) error {
 			for _, g := range sh.State().(*shardState).groups {
 				if g.state == stateDead || !match(req.StatesFilter, g.state.String()) || !match(req.TypesFilter, "classic") {
@@ -414,7 +414,7 @@ func (p *Plugin) handleList(ctx context.Context, rc *server.RequestContext, req 
 			}
 			return nil
 		})
-		if c := server.ErrorCode(err); c != 0 && c != kerr.NotCoordinator.Code {
+		if c := plugin.ErrorCode(err); c != 0 && c != kerr.NotCoordinator.Code {
 			resp.ErrorCode = c // loading or failed: the list is partial
 		}
 	}
@@ -422,7 +422,7 @@ func (p *Plugin) handleList(ctx context.Context, rc *server.RequestContext, req 
 	return resp
 }
 
-func (p *Plugin) handleDeleteGroups(ctx context.Context, rc *server.RequestContext, req *kmsg.DeleteGroupsRequest) kmsg.Response {
+func (p *Plugin) handleDeleteGroups(ctx context.Context, rc *plugin.RequestContext, req *kmsg.DeleteGroupsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DeleteGroupsResponse)
 	for _, name := range req.Groups {
 		rg := kmsg.NewDeleteGroupsResponseGroup()
@@ -430,7 +430,7 @@ func (p *Plugin) handleDeleteGroups(ctx context.Context, rc *server.RequestConte
 		if !rc.Allowed(kmsg.ACLOperationDelete, kmsg.ACLResourceTypeGroup, name) {
 			rg.ErrorCode = kerr.GroupAuthorizationFailed.Code
 		} else {
-			rg.ErrorCode = server.ErrorCode(p.do(ctx, name, func(s *shardState) error { return s.deleteGroup(name) }))
+			rg.ErrorCode = plugin.ErrorCode(p.do(ctx, name, func(s *shardState) error { return s.deleteGroup(name) }))
 		}
 		resp.Groups = append(resp.Groups, rg)
 	}
@@ -457,7 +457,7 @@ func (s *shardState) deleteGroup(name string) error {
 	return nil
 }
 
-func (p *Plugin) handleOffsetDelete(ctx context.Context, rc *server.RequestContext, req *kmsg.OffsetDeleteRequest) kmsg.Response {
+func (p *Plugin) handleOffsetDelete(ctx context.Context, rc *plugin.RequestContext, req *kmsg.OffsetDeleteRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.OffsetDeleteResponse)
 	if !rc.Allowed(kmsg.ACLOperationDelete, kmsg.ACLResourceTypeGroup, req.Group) {
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
@@ -475,7 +475,7 @@ func (p *Plugin) handleOffsetDelete(ctx context.Context, rc *server.RequestConte
 			}
 		}
 	}
-	resp.ErrorCode = server.ErrorCode(p.do(ctx, req.Group, func(s *shardState) error {
+	resp.ErrorCode = plugin.ErrorCode(p.do(ctx, req.Group, func(s *shardState) error {
 		return s.deleteOffsets(req.Group, del, codes)
 	}))
 	for _, t := range req.Topics {

@@ -8,19 +8,17 @@ package groups
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
-	"github.com/tandem-kafka/tandem/raftmeta"
-	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Topic is the internal topic holding groups and committed offsets.
@@ -43,57 +41,42 @@ type Config struct {
 // ParseConfig reads the plugin's keys from broker properties, with Kafka's
 // defaults.
 func ParseConfig(props map[string]string) (Config, error) {
-	var errs []error
-	num := func(key string, def int64) int64 {
-		s, ok := props[key]
-		if !ok {
-			return def
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 {
-			errs = append(errs, fmt.Errorf("%s=%q: want a non-negative integer", key, s))
-			return def
-		}
-		return n
+	r := plugin.ReadProps(props)
+	ms := func(key string, def, min int64) time.Duration {
+		return time.Duration(r.Int(key, def, min, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond
 	}
 	c := Config{
-		Partitions:        int32(num("offsets.topic.num.partitions", 50)),
-		ReplicationFactor: int16(num("offsets.topic.replication.factor", 1)),
-		SegmentBytes:      num("offsets.topic.segment.bytes", 104857600),
-		Retention:         time.Duration(num("offsets.retention.minutes", 10080)) * time.Minute,
-		RetentionCheck:    time.Duration(num("offsets.retention.check.interval.ms", 600000)) * time.Millisecond,
-		InitialDelay:      time.Duration(num("group.initial.rebalance.delay.ms", 3000)) * time.Millisecond,
-		MinSession:        time.Duration(num("group.min.session.timeout.ms", 6000)) * time.Millisecond,
-		MaxSession:        time.Duration(num("group.max.session.timeout.ms", 1800000)) * time.Millisecond,
-		MaxSize:           int(num("group.max.size", 1<<31-1)),
-		MaxMetadata:       int(num("offset.metadata.max.bytes", 4096)),
+		Partitions:        int32(r.Int("offsets.topic.num.partitions", 50, 1, math.MaxInt32)),
+		ReplicationFactor: int16(r.Int("offsets.topic.replication.factor", 1, 1, math.MaxInt16)),
+		SegmentBytes:      r.Int("offsets.topic.segment.bytes", 104857600, 0, math.MaxInt32),
+		Retention:         time.Duration(r.Int("offsets.retention.minutes", 10080, 0, math.MaxInt64/int64(time.Minute))) * time.Minute,
+		RetentionCheck:    ms("offsets.retention.check.interval.ms", 600000, 1),
+		InitialDelay:      ms("group.initial.rebalance.delay.ms", 3000, 0),
+		MinSession:        ms("group.min.session.timeout.ms", 6000, 0),
+		MaxSession:        ms("group.max.session.timeout.ms", 1800000, 0),
+		MaxSize:           int(r.Int("group.max.size", math.MaxInt32, 1, math.MaxInt32)),
+		MaxMetadata:       int(r.Int("offset.metadata.max.bytes", 4096, 0, math.MaxInt32)),
 	}
-	if c.Partitions <= 0 || c.ReplicationFactor <= 0 || c.RetentionCheck <= 0 || c.MaxSize <= 0 {
-		errs = append(errs, errors.New("offsets.topic.num.partitions, offsets.topic.replication.factor, offsets.retention.check.interval.ms and group.max.size must be positive"))
-	}
-	return c, errors.Join(errs...)
+	return c, r.Err()
 }
 
-// Plugin is the consumer-groups plugin. It implements server.APIHandler,
-// server.CoordinatorLocator, server.LeaderObserver, server.Lifecycle and
-// server.GroupOffsets.
+// Plugin is the consumer-groups plugin: a plugin.APIHandler, and through
+// its plugin.Coordinator a plugin.Lifecycle, plugin.LeaderObserver and
+// plugin.CoordinatorLocator. It offers plugin.GroupOffsets and
+// plugin.TxnMarkerWriter to the other plugins.
 type Plugin struct {
-	cfg    Config
-	cfgErr error
-	log    *slog.Logger
-	rt     *coord.Runtime
-	now    func() time.Time
-
-	mu   sync.Mutex
-	host server.Host // nil until Start
+	*plugin.Coordinator
+	cfg Config
+	log *slog.Logger
+	now func() time.Time
 }
 
 var (
-	_ server.APIHandler         = (*Plugin)(nil)
-	_ server.CoordinatorLocator = (*Plugin)(nil)
-	_ server.LeaderObserver     = (*Plugin)(nil)
-	_ server.Lifecycle          = (*Plugin)(nil)
-	_ server.GroupOffsets       = (*Plugin)(nil)
+	_ plugin.APIHandler         = (*Plugin)(nil)
+	_ plugin.CoordinatorLocator = (*Plugin)(nil)
+	_ plugin.LeaderObserver     = (*Plugin)(nil)
+	_ plugin.Lifecycle          = (*Plugin)(nil)
+	_ plugin.GroupOffsets       = (*Plugin)(nil)
 )
 
 // New returns the plugin configured from broker properties. An invalid
@@ -103,75 +86,19 @@ func New(props map[string]string, log *slog.Logger) *Plugin {
 		log = slog.Default()
 	}
 	cfg, err := ParseConfig(props)
-	p := &Plugin{cfg: cfg, cfgErr: err, log: log.With("plugin", "groups"), now: time.Now}
-	p.rt = coord.New(coord.Config{Topic: Topic, Partitions: cfg.Partitions, Logger: p.log,
-		New: func(partition int32) coord.StateMachine { return newShardState(p, partition) }})
+	p := &Plugin{cfg: cfg, log: log.With("plugin", "groups"), now: time.Now}
+	p.Coordinator = plugin.NewCoordinator(plugin.CoordinatorConfig{
+		KeyType: plugin.CoordinatorGroup,
+		Topic: plugin.InternalTopic{Name: Topic, Partitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor,
+			Configs: map[string]string{"compression.type": "producer", "segment.bytes": strconv.FormatInt(cfg.SegmentBytes, 10)}},
+		New:    func(partition int32) coord.StateMachine { return newShardState(p, partition) },
+		Logger: p.log,
+		Err:    err,
+	})
 	return p
 }
 
-// Start implements server.Lifecycle.
-func (p *Plugin) Start(_ context.Context, host server.Host) error {
-	if p.cfgErr != nil {
-		return fmt.Errorf("groups: %w", p.cfgErr)
-	}
-	p.mu.Lock()
-	p.host = host
-	p.mu.Unlock()
-	p.rt.Start(host.Engine())
-	return nil
-}
-
-// Stop implements server.Lifecycle.
-func (p *Plugin) Stop(context.Context) error {
-	p.rt.Stop()
-	return nil
-}
-
-// OnLeaderChange implements server.LeaderObserver.
-func (p *Plugin) OnLeaderChange(c server.LeaderChange) {
-	if c.Topic == Topic {
-		p.rt.SetLeader(c.TopicID, c.Partition, c.Leader, c.LeaderEpoch)
-	}
-}
-
-func (p *Plugin) image() *raftmeta.Image {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.host == nil {
-		return nil
-	}
-	return p.host.Metadata().Image()
-}
-
-// partitionFor routes a group as Kafka does, over the partition count the
-// topic really has (it was created with the configured count, possibly
-// by an earlier run with other properties).
-func (p *Plugin) partitionFor(group string) int32 {
-	n := p.cfg.Partitions
-	if img := p.image(); img != nil {
-		if t := img.Topics[Topic]; t != nil && len(t.Partitions) > 0 {
-			n = int32(len(t.Partitions))
-		}
-	}
-	return coord.PartitionFor(group, n)
-}
-
-// LocateCoordinator implements server.CoordinatorLocator.
-func (p *Plugin) LocateCoordinator(keyType int8, key string) (server.InternalTopic, int32, bool) {
-	if keyType != server.CoordinatorGroup {
-		return server.InternalTopic{}, 0, false
-	}
-	return server.InternalTopic{
-		Name: Topic, Partitions: p.cfg.Partitions, ReplicationFactor: p.cfg.ReplicationFactor,
-		Configs: map[string]string{
-			"cleanup.policy":   "compact",
-			"compression.type": "producer",
-			"segment.bytes":    strconv.FormatInt(p.cfg.SegmentBytes, 10),
-		},
-	}, p.partitionFor(key), true
-}
-
-// APIVersions implements server.APIHandler.
+// APIVersions implements plugin.APIHandler.
 func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 	return []kmsg.ApiVersionsResponseApiKey{
 		{ApiKey: 8, MinVersion: 0, MaxVersion: 9},  // OffsetCommit
@@ -188,11 +115,11 @@ func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 	}
 }
 
-// NewRequest implements server.APIHandler.
+// NewRequest implements plugin.APIHandler.
 func (p *Plugin) NewRequest(key int16) kmsg.Request { return kmsg.RequestForKey(key) }
 
-// HandleRequest implements server.APIHandler.
-func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, req kmsg.Request) (kmsg.Response, error) {
+// HandleRequest implements plugin.APIHandler.
+func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
 	switch req := req.(type) {
 	case *kmsg.JoinGroupRequest:
 		return p.handleJoin(ctx, rc, req), nil
@@ -222,34 +149,34 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 
 // do runs fn on the group's shard. Errors carry Kafka codes.
 func (p *Plugin) do(ctx context.Context, group string, fn func(s *shardState) error) error {
-	return p.rt.Do(ctx, p.partitionFor(group), func(sh *coord.Shard) error {
+	return p.Do(ctx, group, func(sh *coord.Shard) error {
 		return fn(sh.State().(*shardState))
 	})
 }
 
-// --- server.GroupOffsets ---
+// --- plugin.GroupOffsets ---
 
-// CommittedOffsets implements server.GroupOffsets.
-func (p *Plugin) CommittedOffsets(ctx context.Context, group string) (map[server.TopicPartition]server.CommittedOffset, string, error) {
-	var out map[server.TopicPartition]server.CommittedOffset
+// CommittedOffsets implements plugin.GroupOffsets.
+func (p *Plugin) CommittedOffsets(ctx context.Context, group string) (map[plugin.TopicPartition]plugin.CommittedOffset, string, error) {
+	var out map[plugin.TopicPartition]plugin.CommittedOffset
 	state := stateDead.String()
 	err := p.do(ctx, group, func(s *shardState) error {
-		out = map[server.TopicPartition]server.CommittedOffset{}
+		out = map[plugin.TopicPartition]plugin.CommittedOffset{}
 		g := s.groups[group]
 		if g == nil {
 			return nil
 		}
 		state = g.state.String()
 		for t, o := range g.offsets {
-			out[server.TopicPartition{Topic: t.topic, Partition: t.partition}] = server.CommittedOffset{Offset: o.offset, LeaderEpoch: o.epoch, Metadata: o.metadata}
+			out[plugin.TopicPartition{Topic: t.topic, Partition: t.partition}] = plugin.CommittedOffset{Offset: o.offset, LeaderEpoch: o.epoch, Metadata: o.metadata}
 		}
 		return nil
 	})
 	return out, state, err
 }
 
-// CommitOffsets implements server.GroupOffsets.
-func (p *Plugin) CommitOffsets(ctx context.Context, group string, offsets map[server.TopicPartition]server.CommittedOffset) error {
+// CommitOffsets implements plugin.GroupOffsets.
+func (p *Plugin) CommitOffsets(ctx context.Context, group string, offsets map[plugin.TopicPartition]plugin.CommittedOffset) error {
 	return p.do(ctx, group, func(s *shardState) error {
 		commits := map[tp]offset{}
 		nowMs := p.now().UnixMilli()
@@ -264,7 +191,12 @@ func (p *Plugin) CommitOffsets(ctx context.Context, group string, offsets map[se
 	})
 }
 
-// GroupState implements server.GroupOffsets.
+// OffsetsPartition implements plugin.GroupOffsets.
+func (p *Plugin) OffsetsPartition(group string) plugin.TopicPartition {
+	return plugin.TopicPartition{Topic: Topic, Partition: p.PartitionFor(group)}
+}
+
+// GroupState implements plugin.GroupOffsets.
 func (p *Plugin) GroupState(ctx context.Context, group string) (string, error) {
 	state := stateDead.String()
 	err := p.do(ctx, group, func(s *shardState) error {

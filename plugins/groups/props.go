@@ -1,8 +1,10 @@
 package groups
 
-import "strings"
+import (
+	"strings"
+)
 
-// OwnsProp implements server.PropsOwner: the offsets.* and group.*
+// OwnsProp implements plugin.PropsOwner: the offsets.* and group.*
 // properties (and offset.metadata.max.bytes) are this plugin's.
 func (p *Plugin) OwnsProp(key string) bool {
 	return strings.HasPrefix(key, "offsets.") || strings.HasPrefix(key, "group.") || key == "offset.metadata.max.bytes"

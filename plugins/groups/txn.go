@@ -9,7 +9,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
-	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Transactional offset commits (TxnOffsetCommit) are written to
@@ -22,7 +22,7 @@ import (
 
 var (
 	_ coord.TxnStateMachine  = (*shardState)(nil)
-	_ server.TxnMarkerWriter = (*Plugin)(nil)
+	_ plugin.TxnMarkerWriter = (*Plugin)(nil)
 )
 
 // addPending records offsets pending in producer pid's transaction.
@@ -90,13 +90,13 @@ func (s *shardState) ReplayMarker(pid int64, commit bool) error {
 	return nil
 }
 
-// WriteTxnMarker implements server.TxnMarkerWriter: the marker is written
+// WriteTxnMarker implements plugin.TxnMarkerWriter: the marker is written
 // by the shard, which then applies or drops the pending offsets.
-func (p *Plugin) WriteTxnMarker(ctx context.Context, t server.TopicPartition, m engine.Marker) (bool, error) {
+func (p *Plugin) WriteTxnMarker(ctx context.Context, t plugin.TopicPartition, m engine.Marker) (bool, error) {
 	if t.Topic != Topic {
 		return false, nil
 	}
-	return true, p.rt.Do(ctx, t.Partition, func(sh *coord.Shard) error {
+	return true, p.Runtime().Do(ctx, t.Partition, func(sh *coord.Shard) error {
 		if err := sh.WriteMarker(ctx, m); err != nil {
 			return err
 		}
@@ -105,7 +105,26 @@ func (p *Plugin) WriteTxnMarker(ctx context.Context, t server.TopicPartition, m 
 	})
 }
 
-func (p *Plugin) handleTxnOffsetCommit(ctx context.Context, rc *server.RequestContext, req *kmsg.TxnOffsetCommitRequest) kmsg.Response {
+// OpenTxnPartitions implements plugin.TxnMarkerWriter: the partitions of
+// __consumer_offsets led here whose log has a transaction of producer pid
+// open.
+func (p *Plugin) OpenTxnPartitions(pid int64) []plugin.TopicPartition {
+	host := p.Host()
+	if host == nil {
+		return nil
+	}
+	var out []plugin.TopicPartition
+	for _, sh := range p.Runtime().Shards() {
+		if ep := host.Engine().Partition(sh.TopicID(), sh.Partition()); ep != nil {
+			if _, open := ep.OpenTxn(pid); open {
+				out = append(out, plugin.TopicPartition{Topic: Topic, Partition: sh.Partition()})
+			}
+		}
+	}
+	return out
+}
+
+func (p *Plugin) handleTxnOffsetCommit(ctx context.Context, rc *plugin.RequestContext, req *kmsg.TxnOffsetCommitRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
 	codes := map[tp]int16{}
 	commits := map[tp]offset{}
@@ -149,7 +168,7 @@ func (p *Plugin) handleTxnOffsetCommit(ctx context.Context, rc *server.RequestCo
 				return s.txnCommit(req, gen, commits)
 			})
 		}
-		c := server.ErrorCode(err)
+		c := plugin.ErrorCode(err)
 		for k := range commits {
 			codes[k] = c
 		}
@@ -194,17 +213,12 @@ func (p *Plugin) addTxnPartition(ctx context.Context, req *kmsg.TxnOffsetCommitR
 	if req.Version < 5 {
 		return nil
 	}
-	p.mu.Lock()
-	host := p.host
-	p.mu.Unlock()
+	host := p.Host()
 	if host == nil {
 		return kerr.CoordinatorNotAvailable
 	}
-	for _, pl := range host.Plugins() {
-		if adder, ok := pl.(server.TxnPartitionAdder); ok {
-			tp := server.TopicPartition{Topic: Topic, Partition: p.partitionFor(req.Group)}
-			return adder.AddTxnPartition(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, tp)
-		}
+	if adder, ok := plugin.Find[plugin.TxnPartitionAdder](host.Plugins()); ok {
+		return adder.AddTxnPartition(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, p.OffsetsPartition(req.Group))
 	}
 	return nil
 }

@@ -115,8 +115,9 @@ type tag struct {
 // are skipped.
 func (c *codec) tags(fields ...tag) {
 	if c.r != nil {
-		n := c.r.Uvarint()
-		for range n {
+		// Stop at the end of the input: a claimed count of 2^32 tags
+		// must not spin through 2^32 empty reads.
+		for n := c.r.Uvarint(); n > 0 && c.r.Ok(); n-- {
 			id, size := c.r.Uvarint(), c.r.Uvarint()
 			body := c.r.Span(int(size))
 			for _, f := range fields {

@@ -12,18 +12,18 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
-	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // errRetry asks InitProducerId to run again once a fenced transaction is
 // aborted.
 var errRetry = errors.New("retry")
 
-// InitTransactionalProducerID implements server.TxnCoordinator: the
+// InitTransactionalProducerID implements plugin.TxnCoordinator: the
 // broker has checked WRITE on the transactional id. A known id gets its
 // epoch bumped, which fences every older producer of the id; a
 // transaction the old producer left open is aborted first.
-func (p *Plugin) InitTransactionalProducerID(ctx context.Context, rc *server.RequestContext, req *kmsg.InitProducerIDRequest) *kmsg.InitProducerIDResponse {
+func (p *Plugin) InitTransactionalProducerID(ctx context.Context, rc *plugin.RequestContext, req *kmsg.InitProducerIDRequest) *kmsg.InitProducerIDResponse {
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	id := *req.TransactionalID
@@ -95,7 +95,7 @@ func (p *Plugin) InitTransactionalProducerID(ctx context.Context, rc *server.Req
 			}
 			continue
 		}
-		resp.ErrorCode = server.ErrorCode(err)
+		resp.ErrorCode = plugin.ErrorCode(err)
 		if err != nil {
 			p.log.Debug("InitProducerId", "transactional_id", id, "err", err)
 		}
@@ -121,17 +121,17 @@ func checkProducer(m *txnMeta, pid int64, epoch int16, version, fencedSince int1
 // addPartitions adds partitions to the id's transaction, starting one if
 // none is open. tv is the client's transaction.version (2 when the add
 // is implied by a Produce v12+).
-func (s *shardState) addPartitions(id string, pid int64, epoch int16, version, fencedSince, tv int16, parts []server.TopicPartition) error {
+func (s *shardState) addPartitions(id string, pid int64, epoch int16, version, fencedSince, tv int16, parts []plugin.TopicPartition) error {
 	m := s.txns[id]
 	if err := checkProducer(m, pid, epoch, version, fencedSince); err != nil {
 		return err
 	}
-	if m.state == stOngoing && m.tv >= tv && !slices.ContainsFunc(parts, func(tp server.TopicPartition) bool { return !m.parts[tp] }) {
+	if m.state == stOngoing && m.tv >= tv && !slices.ContainsFunc(parts, func(tp plugin.TopicPartition) bool { return !m.parts[tp] }) {
 		return nil
 	}
 	n := m.clone()
 	if n.state != stOngoing {
-		n.state, n.startMs, n.parts, n.tv = stOngoing, s.p.now().UnixMilli(), map[server.TopicPartition]bool{}, tv
+		n.state, n.startMs, n.parts, n.tv = stOngoing, s.p.now().UnixMilli(), map[plugin.TopicPartition]bool{}, tv
 	}
 	n.tv = max(n.tv, tv)
 	for _, tp := range parts {
@@ -140,9 +140,9 @@ func (s *shardState) addPartitions(id string, pid int64, epoch int16, version, f
 	return s.put(n)
 }
 
-// VerifyTxnPartition implements server.TxnCoordinator (KIP-890 part 1):
+// VerifyTxnPartition implements plugin.TxnCoordinator (KIP-890 part 1):
 // the partition must be in the producer's ongoing transaction.
-func (p *Plugin) VerifyTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp server.TopicPartition) error {
+func (p *Plugin) VerifyTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp plugin.TopicPartition) error {
 	return p.do(ctx, txnID, func(s *shardState) error {
 		m := s.txns[txnID]
 		switch {
@@ -157,14 +157,17 @@ func (p *Plugin) VerifyTxnPartition(ctx context.Context, txnID string, pid int64
 	})
 }
 
-// AddTxnPartition implements server.TxnPartitionAdder (KIP-890 part 2):
+// AddTxnPartition implements plugin.TxnPartitionAdder (KIP-890 part 2):
 // a Produce v12+ (or TxnOffsetCommit v5+) of a transaction.version 2
 // client adds its partition to the producer's transaction, starting one
 // if none is open, instead of AddPartitionsToTxn. A stale epoch is
 // INVALID_PRODUCER_EPOCH, as Kafka answers a produce.
-func (p *Plugin) AddTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp server.TopicPartition) error {
+func (p *Plugin) AddTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp plugin.TopicPartition) error {
+	if err := plugin.CheckTopicChange(p.Host().Plugins(), plugin.TopicChange{Topic: tp.Topic, Op: plugin.OpWrite}); err != nil {
+		return err
+	}
 	err := p.do(ctx, txnID, func(s *shardState) error {
-		return s.addPartitions(txnID, pid, epoch, 0, 1, 2, []server.TopicPartition{tp})
+		return s.addPartitions(txnID, pid, epoch, 0, 1, 2, []plugin.TopicPartition{tp})
 	})
 	if err != nil {
 		return fmt.Errorf("transactional id %s: add %s-%d: %w", txnID, tp.Topic, tp.Partition, err)
@@ -174,16 +177,20 @@ func (p *Plugin) AddTxnPartition(ctx context.Context, txnID string, pid int64, e
 
 // topicCheck is the per-partition error of AddPartitionsToTxn before the
 // coordinator is asked: authorization and existence.
-func (p *Plugin) topicCheck(rc *server.RequestContext, topic string, partition int32) *kerr.Error {
+func (p *Plugin) topicCheck(rc *plugin.RequestContext, topic string, partition int32) *kerr.Error {
 	if !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTopic, topic) {
 		return kerr.TopicAuthorizationFailed
 	}
-	img := p.image()
+	img := p.Image()
 	if img == nil {
 		return kerr.UnknownTopicOrPartition
 	}
 	if t := img.Topics[topic]; t == nil || partition < 0 || int(partition) >= len(t.Partitions) {
 		return kerr.UnknownTopicOrPartition
+	}
+	var ke *kerr.Error
+	if err := plugin.CheckTopicChange(p.Host().Plugins(), plugin.TopicChange{Topic: topic, Op: plugin.OpWrite}); errors.As(err, &ke) {
+		return ke // a read-only (mirror) topic: its transaction would end with a marker nobody may write
 	}
 	return nil
 }
@@ -195,7 +202,7 @@ type txnTopic struct {
 
 // addTxn answers one transaction of AddPartitionsToTxn: per topic, per
 // partition codes.
-func (p *Plugin) addTxn(ctx context.Context, rc *server.RequestContext, version int16, id string, pid int64, epoch int16, verify bool, topics []txnTopic) map[string]map[int32]int16 {
+func (p *Plugin) addTxn(ctx context.Context, rc *plugin.RequestContext, version int16, id string, pid int64, epoch int16, verify bool, topics []txnTopic) map[string]map[int32]int16 {
 	codes := map[string]map[int32]int16{}
 	set := func(t string, part int32, c int16) {
 		if codes[t] == nil {
@@ -203,7 +210,7 @@ func (p *Plugin) addTxn(ctx context.Context, rc *server.RequestContext, version 
 		}
 		codes[t][part] = c
 	}
-	var parts []server.TopicPartition
+	var parts []plugin.TopicPartition
 	failed := false
 	for _, t := range topics {
 		for _, part := range t.partitions {
@@ -212,7 +219,7 @@ func (p *Plugin) addTxn(ctx context.Context, rc *server.RequestContext, version 
 				failed = true
 				continue
 			}
-			parts = append(parts, server.TopicPartition{Topic: t.topic, Partition: part})
+			parts = append(parts, plugin.TopicPartition{Topic: t.topic, Partition: part})
 		}
 	}
 	if !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTransactionalId, id) {
@@ -231,11 +238,11 @@ func (p *Plugin) addTxn(ctx context.Context, rc *server.RequestContext, version 
 	}
 	if verify {
 		for _, tp := range parts {
-			set(tp.Topic, tp.Partition, server.ErrorCode(p.VerifyTxnPartition(ctx, id, pid, epoch, tp)))
+			set(tp.Topic, tp.Partition, plugin.ErrorCode(p.VerifyTxnPartition(ctx, id, pid, epoch, tp)))
 		}
 		return codes
 	}
-	c := server.ErrorCode(p.do(ctx, id, func(s *shardState) error {
+	c := plugin.ErrorCode(p.do(ctx, id, func(s *shardState) error {
 		return s.addPartitions(id, pid, epoch, version, 2, 0, parts)
 	}))
 	for _, tp := range parts {
@@ -244,7 +251,7 @@ func (p *Plugin) addTxn(ctx context.Context, rc *server.RequestContext, version 
 	return codes
 }
 
-func (p *Plugin) handleAddPartitions(ctx context.Context, rc *server.RequestContext, req *kmsg.AddPartitionsToTxnRequest) kmsg.Response {
+func (p *Plugin) handleAddPartitions(ctx context.Context, rc *plugin.RequestContext, req *kmsg.AddPartitionsToTxnRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
 	if req.Version < 4 {
 		topics := make([]txnTopic, len(req.Topics))
@@ -265,7 +272,7 @@ func (p *Plugin) handleAddPartitions(ctx context.Context, rc *server.RequestCont
 		return resp
 	}
 	// v4+ is broker to broker (KIP-890): batched, with a verify-only mode.
-	if !rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
+	if !rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, plugin.ClusterResource) {
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return resp
 	}
@@ -292,7 +299,7 @@ func (p *Plugin) handleAddPartitions(ctx context.Context, rc *server.RequestCont
 	return resp
 }
 
-func (p *Plugin) handleAddOffsets(ctx context.Context, rc *server.RequestContext, req *kmsg.AddOffsetsToTxnRequest) kmsg.Response {
+func (p *Plugin) handleAddOffsets(ctx context.Context, rc *plugin.RequestContext, req *kmsg.AddOffsetsToTxnRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
 	switch {
 	case !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTransactionalId, req.TransactionalID):
@@ -300,15 +307,29 @@ func (p *Plugin) handleAddOffsets(ctx context.Context, rc *server.RequestContext
 	case !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, req.Group):
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
 	default:
-		tp := server.TopicPartition{Topic: offsetsTopic, Partition: coord.PartitionFor(req.Group, p.partitionCount(offsetsTopic, p.cfg.OffsetsPartitions))}
-		resp.ErrorCode = server.ErrorCode(p.do(ctx, req.TransactionalID, func(s *shardState) error {
-			return s.addPartitions(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Version, 2, 0, []server.TopicPartition{tp})
+		groups, ok := p.groupOffsets()
+		if !ok {
+			resp.ErrorCode = kerr.InvalidRequest.Code
+			break
+		}
+		tp := groups.OffsetsPartition(req.Group)
+		resp.ErrorCode = plugin.ErrorCode(p.do(ctx, req.TransactionalID, func(s *shardState) error {
+			return s.addPartitions(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Version, 2, 0, []plugin.TopicPartition{tp})
 		}))
 	}
 	return resp
 }
 
-func (p *Plugin) handleEndTxn(ctx context.Context, rc *server.RequestContext, req *kmsg.EndTxnRequest) kmsg.Response {
+// groupOffsets is the consumer-groups plugin, which owns the partitions
+// AddOffsetsToTxn adds; a build without it has no offsets to commit.
+func (p *Plugin) groupOffsets() (plugin.GroupOffsets, bool) {
+	if h := p.Host(); h != nil {
+		return plugin.Find[plugin.GroupOffsets](h.Plugins())
+	}
+	return nil, false
+}
+
+func (p *Plugin) handleEndTxn(ctx context.Context, rc *plugin.RequestContext, req *kmsg.EndTxnRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.EndTxnResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTransactionalId, req.TransactionalID) {
@@ -325,12 +346,8 @@ func (p *Plugin) handleEndTxn(ctx context.Context, rc *server.RequestContext, re
 		if m == nil || m.pid != req.ProducerID {
 			return kerr.InvalidProducerIDMapping
 		}
-		// A retry of the EndTxn that bumped the epoch carries the one
-		// before, and finds the transaction ending or ended. As in Kafka
-		// (retryOnEpochBump) the stored epoch alone says so, so that a
-		// retry is still one after the coordinator restarted or moved.
-		ending := m.state == stPrepareCommit || m.state == stPrepareAbort || m.state == stCompleteCommt || m.state == stCompleteAbort
-		retry := tv2 && ending && req.ProducerEpoch+1 == m.epoch
+		// A retry of the EndTxn that bumped the epoch carries the old one.
+		retry := tv2 && m.endedWith(req.ProducerEpoch)
 		if req.ProducerEpoch != m.epoch && !retry {
 			return fenced(req.Version, 2)
 		}
@@ -346,7 +363,7 @@ func (p *Plugin) handleEndTxn(ctx context.Context, rc *server.RequestContext, re
 		// (on failure they are retried in the background).
 		p.complete(ctx, *end)
 	}
-	resp.ErrorCode = server.ErrorCode(err)
+	resp.ErrorCode = plugin.ErrorCode(err)
 	return resp
 }
 
@@ -390,7 +407,7 @@ func (s *shardState) endTxn(m *txnMeta, commit, tv2, retry bool, end **ending) e
 		if err := s.bumpEpoch(n); err != nil {
 			return err
 		}
-		n.state, n.parts, n.startMs = stCompleteAbort, map[server.TopicPartition]bool{}, -1
+		n.state, n.parts, n.startMs = stCompleteAbort, map[plugin.TopicPartition]bool{}, -1
 		if n.nextPid >= 0 {
 			n.pid, n.epoch, n.nextPid = n.nextPid, 0, -1
 		}
@@ -399,9 +416,9 @@ func (s *shardState) endTxn(m *txnMeta, commit, tv2, retry bool, end **ending) e
 	return fmt.Errorf("transactional id %s is %s: %w", m.id, stateName(m.state), kerr.InvalidTxnState)
 }
 
-func (p *Plugin) handleWriteTxnMarkers(ctx context.Context, rc *server.RequestContext, req *kmsg.WriteTxnMarkersRequest) kmsg.Response {
+func (p *Plugin) handleWriteTxnMarkers(ctx context.Context, rc *plugin.RequestContext, req *kmsg.WriteTxnMarkersRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
-	allowed := rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster")
+	allowed := rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, plugin.ClusterResource)
 	for _, rm := range req.Markers {
 		out := kmsg.NewWriteTxnMarkersResponseMarker()
 		out.ProducerID = rm.ProducerID
@@ -414,10 +431,12 @@ func (p *Plugin) handleWriteTxnMarkers(ctx context.Context, rc *server.RequestCo
 				op.Partition = part
 				if !allowed {
 					op.ErrorCode = kerr.ClusterAuthorizationFailed.Code
-				} else if img := p.image(); img == nil || img.Topics[rt.Topic] == nil || int(part) >= len(img.Topics[rt.Topic].Partitions) || part < 0 {
+				} else if img := p.Image(); img == nil || img.Topics[rt.Topic] == nil || int(part) >= len(img.Topics[rt.Topic].Partitions) || part < 0 {
 					op.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				} else if err := plugin.CheckTopicChange(p.Host().Plugins(), plugin.TopicChange{Topic: rt.Topic, Op: plugin.OpTxnMarkers}); err != nil {
+					op.ErrorCode = plugin.ErrorCode(err)
 				} else {
-					op.ErrorCode = server.ErrorCode(p.writeMarker(ctx, server.TopicPartition{Topic: rt.Topic, Partition: part}, m))
+					op.ErrorCode = plugin.ErrorCode(p.writeMarker(ctx, plugin.TopicPartition{Topic: rt.Topic, Partition: part}, m))
 				}
 				ot.Partitions = append(ot.Partitions, op)
 			}
@@ -444,7 +463,7 @@ func describeState(m *txnMeta) kmsg.DescribeTransactionsResponseTransactionState
 	return st
 }
 
-func (p *Plugin) handleDescribe(ctx context.Context, rc *server.RequestContext, req *kmsg.DescribeTransactionsRequest) kmsg.Response {
+func (p *Plugin) handleDescribe(ctx context.Context, rc *plugin.RequestContext, req *kmsg.DescribeTransactionsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeTransactionsResponse)
 	for _, id := range req.TransactionalIDs {
 		st := kmsg.NewDescribeTransactionsResponseTransactionState()
@@ -462,13 +481,13 @@ func (p *Plugin) handleDescribe(ctx context.Context, rc *server.RequestContext, 
 			st = describeState(m)
 			return nil
 		})
-		st.ErrorCode = server.ErrorCode(err)
+		st.ErrorCode = plugin.ErrorCode(err)
 		resp.TransactionStates = append(resp.TransactionStates, st)
 	}
 	return resp
 }
 
-func (p *Plugin) handleList(ctx context.Context, rc *server.RequestContext, req *kmsg.ListTransactionsRequest) kmsg.Response {
+func (p *Plugin) handleList(ctx context.Context, rc *plugin.RequestContext, req *kmsg.ListTransactionsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.ListTransactionsResponse)
 	states := map[string]bool{}
 	for _, s := range req.StateFilters {
@@ -491,7 +510,7 @@ func (p *Plugin) handleList(ctx context.Context, rc *server.RequestContext, req 
 		}
 	}
 	now := p.now().UnixMilli()
-	for _, sh := range p.rt.Shards() {
+	for _, sh := range p.Runtime().Shards() {
 		sh.Do(ctx, func(*coord.Shard) error {
 			for _, m := range sh.State().(*shardState).txns {
 				switch {

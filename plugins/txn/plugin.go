@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -23,15 +24,11 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/raftmeta"
-	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Topic is the internal topic holding transaction state.
 const Topic = "__transaction_state"
-
-// offsetsTopic is the consumer groups' topic: AddOffsetsToTxn adds its
-// partition of the group to the transaction.
-const offsetsTopic = "__consumer_offsets"
 
 // maxEpoch is the last producer epoch handed out for a producer id; the
 // next bump moves the transactional id to a new producer id (Kafka keeps
@@ -45,62 +42,49 @@ type Config struct {
 	SegmentBytes      int64         // transaction.state.log.segment.bytes (104857600)
 	MaxTimeout        time.Duration // transaction.max.timeout.ms (900000)
 	AbortInterval     time.Duration // transaction.abort.timed.out.transaction.cleanup.interval.ms (10000)
-	OffsetsPartitions int32         // offsets.topic.num.partitions (50), to route AddOffsetsToTxn
 }
 
 // ParseConfig reads the plugin's keys from broker properties, with Kafka's
 // defaults.
 func ParseConfig(props map[string]string) (Config, error) {
-	var errs []error
-	num := func(key string, def int64) int64 {
-		s, ok := props[key]
-		if !ok {
-			return def
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n <= 0 {
-			errs = append(errs, fmt.Errorf("%s=%q: want a positive integer", key, s))
-			return def
-		}
-		return n
+	r := plugin.ReadProps(props)
+	ms := func(key string, def int64) time.Duration {
+		return time.Duration(r.Int(key, def, 1, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond
 	}
 	c := Config{
-		Partitions:        int32(num("transaction.state.log.num.partitions", 50)),
-		ReplicationFactor: int16(num("transaction.state.log.replication.factor", 1)),
-		SegmentBytes:      num("transaction.state.log.segment.bytes", 104857600),
-		MaxTimeout:        time.Duration(num("transaction.max.timeout.ms", 900000)) * time.Millisecond,
-		AbortInterval:     time.Duration(num("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000)) * time.Millisecond,
-		OffsetsPartitions: int32(num("offsets.topic.num.partitions", 50)),
+		Partitions:        int32(r.Int("transaction.state.log.num.partitions", 50, 1, math.MaxInt32)),
+		ReplicationFactor: int16(r.Int("transaction.state.log.replication.factor", 1, 1, math.MaxInt16)),
+		SegmentBytes:      r.Int("transaction.state.log.segment.bytes", 104857600, 1, math.MaxInt32),
+		MaxTimeout:        ms("transaction.max.timeout.ms", 900000),
+		AbortInterval:     ms("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000),
 	}
-	return c, errors.Join(errs...)
+	return c, r.Err()
 }
 
-// Plugin is the transaction coordinator. It implements server.APIHandler,
-// server.CoordinatorLocator, server.LeaderObserver, server.Lifecycle and
-// server.TxnCoordinator.
+// Plugin is the transaction coordinator: a plugin.APIHandler,
+// plugin.TxnCoordinator and plugin.TxnPartitionAdder, and through its
+// plugin.Coordinator a plugin.Lifecycle, plugin.LeaderObserver and
+// plugin.CoordinatorLocator.
 type Plugin struct {
-	cfg    Config
-	cfgErr error
-	log    *slog.Logger
-	rt     *coord.Runtime
-	now    func() time.Time
+	*plugin.Coordinator
+	cfg Config
+	log *slog.Logger
+	now func() time.Time
 
-	mu      sync.Mutex
-	host    server.Host // nil until Start
-	pidNext int64       // [pidNext, pidEnd) allocated and unused
-	pidEnd  int64
-	ctx     context.Context // canceled by Stop: background completions end
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	pids   raftmeta.ProducerIDs
+	mu     sync.Mutex      // guards stop against wg.Add
+	ctx    context.Context // canceled by Stop: background completions end
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 var (
-	_ server.APIHandler         = (*Plugin)(nil)
-	_ server.CoordinatorLocator = (*Plugin)(nil)
-	_ server.LeaderObserver     = (*Plugin)(nil)
-	_ server.Lifecycle          = (*Plugin)(nil)
-	_ server.TxnCoordinator     = (*Plugin)(nil)
-	_ server.TxnPartitionAdder  = (*Plugin)(nil)
+	_ plugin.APIHandler         = (*Plugin)(nil)
+	_ plugin.CoordinatorLocator = (*Plugin)(nil)
+	_ plugin.LeaderObserver     = (*Plugin)(nil)
+	_ plugin.Lifecycle          = (*Plugin)(nil)
+	_ plugin.TxnCoordinator     = (*Plugin)(nil)
+	_ plugin.TxnPartitionAdder  = (*Plugin)(nil)
 )
 
 // New returns the plugin configured from broker properties. An invalid
@@ -110,86 +94,33 @@ func New(props map[string]string, log *slog.Logger) *Plugin {
 		log = slog.Default()
 	}
 	cfg, err := ParseConfig(props)
-	p := &Plugin{cfg: cfg, cfgErr: err, log: log.With("plugin", "txn"), now: time.Now}
+	p := &Plugin{cfg: cfg, log: log.With("plugin", "txn"), now: time.Now}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	p.rt = coord.New(coord.Config{Topic: Topic, Partitions: cfg.Partitions, Logger: p.log,
-		New: func(int32) coord.StateMachine { return &shardState{p: p, txns: map[string]*txnMeta{}} }})
+	p.Coordinator = plugin.NewCoordinator(plugin.CoordinatorConfig{
+		KeyType: plugin.CoordinatorTransaction,
+		Topic: plugin.InternalTopic{Name: Topic, Partitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor,
+			Configs: map[string]string{"compression.type": "uncompressed", "segment.bytes": strconv.FormatInt(cfg.SegmentBytes, 10)}},
+		New:    func(int32) coord.StateMachine { return &shardState{p: p, txns: map[string]*txnMeta{}} },
+		Logger: p.log,
+		Err:    err,
+	})
 	return p
 }
 
-// Start implements server.Lifecycle.
-func (p *Plugin) Start(_ context.Context, host server.Host) error {
-	if p.cfgErr != nil {
-		return fmt.Errorf("txn: %w", p.cfgErr)
-	}
+// Stop implements plugin.Lifecycle: background completions end first
+// (their transactions complete on the next leader of their partition),
+// then the shards unload.
+func (p *Plugin) Stop(ctx context.Context) error {
 	p.mu.Lock()
-	p.host = host
-	p.mu.Unlock()
-	p.rt.Start(host.Engine())
-	return nil
-}
-
-// Stop implements server.Lifecycle.
-func (p *Plugin) Stop(context.Context) error {
 	p.cancel()
-	p.rt.Stop()
+	p.mu.Unlock()
 	p.wg.Wait()
-	return nil
+	return p.Coordinator.Stop(ctx)
 }
 
-// OnLeaderChange implements server.LeaderObserver.
-func (p *Plugin) OnLeaderChange(c server.LeaderChange) {
-	if c.Topic == Topic {
-		p.rt.SetLeader(c.TopicID, c.Partition, c.Leader, c.LeaderEpoch)
-	}
-}
-
-func (p *Plugin) getHost() server.Host {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.host
-}
-
-func (p *Plugin) image() *raftmeta.Image {
-	if h := p.getHost(); h != nil {
-		return h.Metadata().Image()
-	}
-	return nil
-}
-
-// partitionCount is an internal topic's real partition count (it may have
-// been created by an earlier run with other properties), def if absent.
-func (p *Plugin) partitionCount(topic string, def int32) int32 {
-	if img := p.image(); img != nil {
-		if t := img.Topics[topic]; t != nil && len(t.Partitions) > 0 {
-			return int32(len(t.Partitions))
-		}
-	}
-	return def
-}
-
-func (p *Plugin) partitionFor(txnID string) int32 {
-	return coord.PartitionFor(txnID, p.partitionCount(Topic, p.cfg.Partitions))
-}
-
-// LocateCoordinator implements server.CoordinatorLocator.
-func (p *Plugin) LocateCoordinator(keyType int8, key string) (server.InternalTopic, int32, bool) {
-	if keyType != server.CoordinatorTransaction {
-		return server.InternalTopic{}, 0, false
-	}
-	return server.InternalTopic{
-		Name: Topic, Partitions: p.cfg.Partitions, ReplicationFactor: p.cfg.ReplicationFactor,
-		Configs: map[string]string{
-			"cleanup.policy":   "compact",
-			"compression.type": "uncompressed",
-			"segment.bytes":    strconv.FormatInt(p.cfg.SegmentBytes, 10),
-		},
-	}, p.partitionFor(key), true
-}
-
-// APIVersions implements server.APIHandler. EndTxn v5 is KIP-890 part 2
+// APIVersions implements plugin.APIHandler. EndTxn v5 is KIP-890 part 2
 // (transaction.version 2, which the broker finalizes because the plugin
-// is a server.TxnPartitionAdder): the epoch is bumped at every end.
+// is a plugin.TxnPartitionAdder): the epoch is bumped at every end.
 func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 	return []kmsg.ApiVersionsResponseApiKey{
 		{ApiKey: 24, MinVersion: 0, MaxVersion: 5}, // AddPartitionsToTxn
@@ -201,11 +132,11 @@ func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 	}
 }
 
-// NewRequest implements server.APIHandler.
+// NewRequest implements plugin.APIHandler.
 func (p *Plugin) NewRequest(key int16) kmsg.Request { return kmsg.RequestForKey(key) }
 
-// HandleRequest implements server.APIHandler.
-func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, req kmsg.Request) (kmsg.Response, error) {
+// HandleRequest implements plugin.APIHandler.
+func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
 	switch req := req.(type) {
 	case *kmsg.AddPartitionsToTxnRequest:
 		return p.handleAddPartitions(ctx, rc, req), nil
@@ -225,7 +156,7 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 
 // do runs fn on the transactional id's shard. Errors carry Kafka codes.
 func (p *Plugin) do(ctx context.Context, txnID string, fn func(s *shardState) error) error {
-	return p.rt.Do(ctx, p.partitionFor(txnID), func(sh *coord.Shard) error {
+	return p.Do(ctx, txnID, func(sh *coord.Shard) error {
 		return fn(sh.State().(*shardState))
 	})
 }
@@ -240,27 +171,27 @@ func fenced(version, since int16) *kerr.Error {
 	return kerr.InvalidProducerEpoch
 }
 
-// producerID allocates a producer id from blocks the metadata quorum hands
-// out, as the broker does for idempotent producers.
+// producerID allocates a producer id for a transactional id.
 func (p *Plugin) producerID(ctx context.Context) (int64, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.pidNext >= p.pidEnd {
-		const block = 1000
-		first, err := p.host.Metadata().AllocateProducerIDs(ctx, block)
-		if err != nil {
-			return -1, fmt.Errorf("allocate producer ids: %w: %w", err, kerr.CoordinatorNotAvailable)
-		}
-		p.pidNext, p.pidEnd = first, first+block
+	host := p.Host()
+	if host == nil {
+		return -1, kerr.CoordinatorNotAvailable
 	}
-	id := p.pidNext
-	p.pidNext++
+	id, err := p.pids.Next(ctx, host.Metadata())
+	if err != nil {
+		return -1, fmt.Errorf("%w: %w", err, kerr.CoordinatorNotAvailable)
+	}
 	return id, nil
 }
 
 // completeLater writes an ending transaction's markers and final state in
 // the background, after delay.
 func (p *Plugin) completeLater(e ending, delay time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ctx.Err() != nil {
+		return // stopping: the next coordinator completes it
+	}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -297,7 +228,7 @@ func (p *Plugin) complete(ctx context.Context, e ending) error {
 			return nil // completed already
 		}
 		n := m.clone()
-		n.state, n.parts, n.startMs = stCompleteAbort, map[server.TopicPartition]bool{}, -1
+		n.state, n.parts, n.startMs = stCompleteAbort, map[plugin.TopicPartition]bool{}, -1
 		if e.commit {
 			n.state = stCompleteCommt
 		}
@@ -315,6 +246,14 @@ func (p *Plugin) writeMarkers(ctx context.Context, e ending) error {
 	errs := make([]error, len(e.parts))
 	var wg sync.WaitGroup
 	for i, tp := range e.parts {
+		// A partition that turned read-only since it joined the
+		// transaction (a mirror topic again, after a failback) is not
+		// ours to write: the transaction ends without its marker there.
+		if err := plugin.CheckTopicChange(p.Host().Plugins(), plugin.TopicChange{Topic: tp.Topic, Op: plugin.OpTxnMarkers}); err != nil {
+			p.log.Info("transaction ends without a marker in a partition that refuses it", "transactional_id", e.id,
+				"topic", tp.Topic, "partition", tp.Partition, "reason", err)
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -326,15 +265,13 @@ func (p *Plugin) writeMarkers(ctx context.Context, e ending) error {
 }
 
 // writeMarker writes one marker: through the plugin that owns the
-// partition's topic (the groups plugin for __consumer_offsets), or
+// partition's topic (the groups plugin for its offsets topic), or
 // straight to the partition. A partition deleted meanwhile needs none.
-func (p *Plugin) writeMarker(ctx context.Context, tp server.TopicPartition, m engine.Marker) error {
-	h := p.getHost()
-	for _, pl := range h.Plugins() {
-		if w, ok := pl.(server.TxnMarkerWriter); ok {
-			if handled, err := w.WriteTxnMarker(ctx, tp, m); handled {
-				return err
-			}
+func (p *Plugin) writeMarker(ctx context.Context, tp plugin.TopicPartition, m engine.Marker) error {
+	h := p.Host()
+	for _, w := range plugin.All[plugin.TxnMarkerWriter](h.Plugins()) {
+		if handled, err := w.WriteTxnMarker(ctx, tp, m); handled {
+			return err
 		}
 	}
 	t := h.Metadata().Image().Topics[tp.Topic]
@@ -344,7 +281,7 @@ func (p *Plugin) writeMarker(ctx context.Context, tp server.TopicPartition, m en
 	if t.Partitions[tp.Partition].Leader != h.NodeID() {
 		return fmt.Errorf("%s-%d is led by broker %d: %w", tp.Topic, tp.Partition, t.Partitions[tp.Partition].Leader, kerr.NotLeaderForPartition)
 	}
-	ep := h.Engine().Partition(engine.TopicID(t.ID), tp.Partition)
+	ep := h.Engine().Partition(t.ID, tp.Partition)
 	if ep == nil {
 		return fmt.Errorf("%s-%d is not open yet: %w", tp.Topic, tp.Partition, kerr.NotLeaderForPartition)
 	}

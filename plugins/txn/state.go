@@ -9,9 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
-	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Transaction states, Kafka's (kmsg.TransactionState numbers them as
@@ -43,7 +42,7 @@ type txnMeta struct {
 	epoch     int16
 	timeoutMs int32
 	state     kmsg.TransactionState
-	parts     map[server.TopicPartition]bool
+	parts     map[plugin.TopicPartition]bool
 	startMs   int64 // start of the transaction, -1 when none
 	updateMs  int64
 	// tv is the transaction.version the client last used (2: KIP-890
@@ -53,17 +52,34 @@ type txnMeta struct {
 	nextPid int64
 }
 
+// endedWith reports whether m is what a transaction.version 2 EndTxn
+// with epoch left behind: the transaction ending or ended, the epoch one
+// above. Its producer may not have read the answer (the coordinator
+// stopped, the connection broke) and sends the same request again. As in
+// Kafka, the retry is recognized from the stored state alone, so that it
+// is still recognized after the coordinator restarted or moved; fencing
+// the producer there instead would be fatal to it. A fence bumps the
+// epoch twice (prepareEnd), so that a fenced producer's EndTxn is never
+// taken for a retry.
+func (m *txnMeta) endedWith(epoch int16) bool {
+	switch m.state {
+	case stPrepareCommit, stPrepareAbort, stCompleteCommt, stCompleteAbort:
+		return m.tv >= 2 && int32(epoch)+1 == int32(m.epoch)
+	}
+	return false
+}
+
 func (m *txnMeta) clone() *txnMeta {
 	c := *m
 	c.parts = maps.Clone(m.parts)
 	if c.parts == nil {
-		c.parts = map[server.TopicPartition]bool{}
+		c.parts = map[plugin.TopicPartition]bool{}
 	}
 	return &c
 }
 
-func (m *txnMeta) sortedParts() []server.TopicPartition {
-	return slices.SortedFunc(maps.Keys(m.parts), func(a, b server.TopicPartition) int {
+func (m *txnMeta) sortedParts() []plugin.TopicPartition {
+	return slices.SortedFunc(maps.Keys(m.parts), func(a, b plugin.TopicPartition) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
 			return c
 		}
@@ -117,11 +133,11 @@ func decodeTxn(key, value []byte) (*txnMeta, string, error) {
 		return nil, "", fmt.Errorf("transaction %s value: %w", k.TransactionalID, err)
 	}
 	m := &txnMeta{id: k.TransactionalID, pid: v.ProducerID, epoch: v.ProducerEpoch, timeoutMs: v.TimeoutMillis,
-		state: v.State, parts: map[server.TopicPartition]bool{}, startMs: v.StartTimestamp, updateMs: v.LastUpdateTimestamp,
+		state: v.State, parts: map[plugin.TopicPartition]bool{}, startMs: v.StartTimestamp, updateMs: v.LastUpdateTimestamp,
 		tv: v.ClientTransactionVersion, nextPid: v.NextProducerID}
 	for _, t := range v.Topics {
 		for _, p := range t.Partitions {
-			m.parts[server.TopicPartition{Topic: t.Topic, Partition: p}] = true
+			m.parts[plugin.TopicPartition{Topic: t.Topic, Partition: p}] = true
 		}
 	}
 	return m, k.TransactionalID, nil
@@ -190,7 +206,7 @@ type ending struct {
 	epoch      int16
 	coordEpoch int32
 	commit     bool
-	parts      []server.TopicPartition
+	parts      []plugin.TopicPartition
 }
 
 func (s *shardState) endOf(m *txnMeta) ending {
@@ -202,20 +218,23 @@ func (s *shardState) endOf(m *txnMeta) ending {
 // ran the transaction is fenced (a timed-out transaction, or a new
 // producer taking the transactional id over). bump is transaction.version
 // 2's epoch bump at the end of every transaction (KIP-890 part 2): the
-// markers carry the new epoch and the producer goes on with it.
+// markers carry the new epoch and the producer goes on with it. A fenced
+// version 2 transaction gets both bumps, as in Kafka (the fence, then the
+// end's): one alone would make the fenced producer's EndTxn look like a
+// retry of its own end (see endedWith).
 func (s *shardState) prepareEnd(m *txnMeta, commit, fence, bump bool) (ending, error) {
 	n := m.clone()
 	n.state = stPrepareAbort
 	if commit {
 		n.state = stPrepareCommit
 	}
-	switch {
-	case bump:
+	if fence && n.epoch < maxEpoch {
+		n.epoch++
+	}
+	if bump || fence && n.tv >= 2 {
 		if err := s.bumpEpoch(n); err != nil {
 			return ending{}, err
 		}
-	case fence && n.epoch < maxEpoch:
-		n.epoch++
 	}
 	for _, tp := range s.openOffsetPartitions(n.pid) {
 		n.parts[tp] = true
@@ -251,31 +270,22 @@ func (m *txnMeta) producerAfterEnd() (int64, int16) {
 	return m.pid, m.epoch
 }
 
-// openOffsetPartitions lists the partitions of __consumer_offsets led
-// here in which producer pid has a transaction open. Clients of
-// transaction.version 2 skip AddOffsetsToTxn and send TxnOffsetCommit v5,
-// whose handler (the groups plugin) is to add the partition itself
-// (server.TxnPartitionAdder); ending a transaction adds these too, so
-// that its offsets get their marker even where the handler does not.
-func (s *shardState) openOffsetPartitions(pid int64) []server.TopicPartition {
-	h := s.p.getHost()
+// openOffsetPartitions lists the partitions, led here, of the plugins
+// keeping transactional records (plugin.TxnMarkerWriter: the groups
+// plugin's offsets topic) in which producer pid has a transaction
+// open. Clients of transaction.version 2 skip AddOffsetsToTxn and send
+// TxnOffsetCommit v5, whose handler (the groups plugin) is to add the
+// partition itself (plugin.TxnPartitionAdder); ending a transaction adds
+// these too, so that its offsets get their marker even where the handler
+// does not.
+func (s *shardState) openOffsetPartitions(pid int64) []plugin.TopicPartition {
+	h := s.p.Host()
 	if h == nil {
 		return nil
 	}
-	t := h.Metadata().Image().Topics[offsetsTopic]
-	if t == nil {
-		return nil
-	}
-	var out []server.TopicPartition
-	for i, part := range t.Partitions {
-		if part.Leader != h.NodeID() {
-			continue
-		}
-		if ep := h.Engine().Partition(engine.TopicID(t.ID), int32(i)); ep != nil {
-			if _, open := ep.OpenTxn(pid); open {
-				out = append(out, server.TopicPartition{Topic: offsetsTopic, Partition: int32(i)})
-			}
-		}
+	var out []plugin.TopicPartition
+	for _, w := range plugin.All[plugin.TxnMarkerWriter](h.Plugins()) {
+		out = append(out, w.OpenTxnPartitions(pid)...)
 	}
 	return out
 }

@@ -107,11 +107,13 @@ func TestBadInput(t *testing.T) {
 
 	for _, codec := range []int8{tandemtest.CodecGzip, tandemtest.CodecZstd} {
 		t.Run(fmt.Sprintf("decompression bomb codec %d", codec), func(t *testing.T) {
-			one, err := tandemtest.RecordBatch(codec, tandemtest.KV{Value: make([]byte, 16<<20)})
+			// Past the 64 MiB Tandem lets a batch inflate to (its stored
+			// size is bounded by max.message.bytes, as in Kafka).
+			one, err := tandemtest.RecordBatch(codec, tandemtest.KV{Value: make([]byte, 80<<20)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			many := make([]tandemtest.KV, 20000)
+			many := make([]tandemtest.KV, 80000)
 			for i := range many {
 				many[i].Value = make([]byte, 1024)
 			}
@@ -125,7 +127,7 @@ func TestBadInput(t *testing.T) {
 				}
 				code, msg := rawProduce(t, p.Addr, victim, 0, batch)
 				if code != kerr.MessageTooLarge.Code {
-					t.Fatalf("batch of %d bytes inflating past max.message.bytes: error %v (%q), want MESSAGE_TOO_LARGE", len(batch), kerr.ErrorForCode(code), msg)
+					t.Fatalf("batch of %d bytes inflating past 64 MiB: error %v (%q), want MESSAGE_TOO_LARGE", len(batch), kerr.ErrorForCode(code), msg)
 				}
 			}
 			healthy(t)

@@ -75,6 +75,9 @@ func startSecure(t testing.TB, authz bool, extra map[string]string) *secureBroke
 		"tandem.sasl.plain.users": "alice:alice-secret,bob:bob-secret,eve:eve-secret,admin:admin-secret",
 		"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
 		"super.users":             "User:admin",
+		// Many tests fail authentications on purpose; the throttling of
+		// failures has its own test (TestSASLThrottle).
+		"connection.failed.authentication.delay.ms": "0",
 		// Small internal topics: this broker is started many times.
 		"mirror.topic.num.partitions":          "4",
 		"transaction.state.log.num.partitions": "4",
@@ -996,6 +999,20 @@ func saslRaw(t testing.TB, addr, user string) *rawConn {
 	return c
 }
 
+// servedAPIs asks the broker which keys and versions it serves.
+func servedAPIs(t testing.TB, c *rawConn) map[int16]kmsg.ApiVersionsResponseApiKey {
+	t.Helper()
+	av, err := c.roundTrip(kmsg.NewPtrApiVersionsRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[int16]kmsg.ApiVersionsResponseApiKey{}
+	for _, k := range av.(*kmsg.ApiVersionsResponse).ApiKeys {
+		served[k.ApiKey] = k
+	}
+	return served
+}
+
 // versioned sets req to the highest version both the broker and kmsg know.
 func versioned(req kmsg.Request, served map[int16]kmsg.ApiVersionsResponseApiKey) kmsg.Request {
 	req.SetVersion(min(served[req.Key()].MaxVersion, req.MaxVersion()))
@@ -1049,14 +1066,7 @@ func TestACLMatrix(t *testing.T) {
 	sb := startSecure(t, true, nil)
 	addr := sb.ListenerAddr("SASL_PLAINTEXT")
 	admin := saslRaw(t, addr, "admin") // a super user
-	av, err := admin.roundTrip(kmsg.NewPtrApiVersionsRequest())
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := map[int16]kmsg.ApiVersionsResponseApiKey{}
-	for _, k := range av.(*kmsg.ApiVersionsResponse).ApiKeys {
-		served[k.ApiKey] = k
-	}
+	served := servedAPIs(t, admin)
 
 	// Fixtures, made by the super user: the topic with a record, a group
 	// with a committed offset, a topic and a group to delete.
@@ -1123,11 +1133,7 @@ func TestACLSemantics(t *testing.T) {
 	sb := startSecure(t, true, nil)
 	addr := sb.ListenerAddr("SASL_PLAINTEXT")
 	admin := saslRaw(t, addr, "admin")
-	av, _ := admin.roundTrip(kmsg.NewPtrApiVersionsRequest())
-	served := map[int16]kmsg.ApiVersionsResponseApiKey{}
-	for _, k := range av.(*kmsg.ApiVersionsResponse).ApiKeys {
-		served[k.ApiKey] = k
-	}
+	served := servedAPIs(t, admin)
 	createTopicAs(t, addr, "admin", "pre-a", "pre-b", "other")
 	batch, _ := tandemtestBatch()
 	produce := func(c *rawConn, topic string) int16 {

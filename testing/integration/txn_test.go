@@ -230,7 +230,15 @@ func TestTxnGroupTransactSessionKill9(t *testing.T) {
 				committed.Add(recs)
 			}
 			// Errors while the broker is down abort the transaction:
-			// the session rewinds to the last committed offsets.
+			// the session rewinds to the last committed offsets. When
+			// the client could not even reach the broker to abort
+			// (its retries ran out while the broker restarted), it
+			// stays in the transaction; franz-go's documented way out
+			// is to end it again with TryAbort until that succeeds.
+			for err != nil && ctx.Err() == nil {
+				time.Sleep(100 * time.Millisecond)
+				_, err = sess.End(ctx, kgo.TryAbort)
+			}
 		}
 	}()
 

@@ -66,6 +66,25 @@ func TestInProcessRawProduce(t *testing.T) {
 	}
 }
 
+// TestInProcessPlugins checks that StartInProcess's broker has the plugins
+// of `tandem serve`: ApiVersions lists an API of each.
+func TestInProcessPlugins(t *testing.T) {
+	b := StartInProcess(t, nil)
+	resp, err := Dial(t, b.Addr()).Request(kmsg.NewPtrApiVersionsRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[int16]bool{}
+	for _, k := range resp.(*kmsg.ApiVersionsResponse).ApiKeys {
+		served[k.ApiKey] = true
+	}
+	for plugin, key := range map[string]int16{"groups": 11, "txn": 24, "acl": 30, "mirror": 94} { // JoinGroup, AddPartitionsToTxn, CreateAcls, CreateMirror
+		if !served[key] {
+			t.Errorf("ApiVersions does not list key %d: no %s plugin", key, plugin)
+		}
+	}
+}
+
 // TestProcessStopRestart checks the process helpers: SIGTERM exits 0, and a
 // restart comes back on the same address.
 func TestProcessStopRestart(t *testing.T) {

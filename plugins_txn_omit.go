@@ -1,7 +1,9 @@
 //go:build tandem_omit_txn
 
-package main
+package tandem
+
+import "log/slog"
 
 // withTxn: the transaction coordinator is compiled out; InitProducerId
 // with a transactional id answers INVALID_REQUEST.
-func withTxn(ps []any, _ map[string]string) []any { return ps }
+func withTxn(ps []any, _ map[string]string, _ *slog.Logger) ([]any, error) { return ps, nil }

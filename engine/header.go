@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// BatchHeaderLen is the size of a magic-2 record batch header: what comes
+// before its records.
+const BatchHeaderLen = batchHeaderLen
+
+// BatchHeader is the header of a magic-2 record batch, the one parse of
+// it for code outside the engine (the produce path, plugins). The engine
+// itself reads the same fields in place.
+type BatchHeader struct {
+	BaseOffset int64
+	// Length counts the bytes after the Length field: the batch is
+	// Length + 12 bytes long (Size).
+	Length               int32
+	PartitionLeaderEpoch int32
+	Magic                int8
+	CRC                  uint32 // CRC-32C of everything from Attributes on
+	Attributes           int16
+	LastOffsetDelta      int32
+	BaseTimestamp        int64
+	MaxTimestamp         int64
+	ProducerID           int64
+	ProducerEpoch        int16
+	BaseSequence         int32
+	NumRecords           int32
+}
+
+// ParseBatchHeader reads the header of the record batch at the start of b.
+// It checks the header only, not the records or the CRC (the engine
+// validates whole batches when they are appended). A legacy message set
+// (magic 0 or 1, whose magic byte sits at the same place) is
+// UNSUPPORTED_FOR_MESSAGE_FORMAT; anything else that is not a magic-2
+// header, such as too few bytes or a Length below the header's, is
+// CORRUPT_MESSAGE.
+func ParseBatchHeader(b []byte) (BatchHeader, error) {
+	if len(b) > offMagic && b[offMagic] < 2 {
+		return BatchHeader{}, fmt.Errorf("record batch magic %d: %w", b[offMagic], kerr.UnsupportedForMessageFormat)
+	}
+	if len(b) < batchHeaderLen {
+		return BatchHeader{}, corrupt("record batch header truncated: %d bytes, need %d", len(b), batchHeaderLen)
+	}
+	v := batch(b)
+	h := BatchHeader{
+		BaseOffset:           v.baseOffset(),
+		Length:               int32(binary.BigEndian.Uint32(b[offBatchLength:])),
+		PartitionLeaderEpoch: v.leaderEpoch(),
+		Magic:                int8(b[offMagic]),
+		CRC:                  binary.BigEndian.Uint32(b[offCRC:]),
+		Attributes:           v.attributes(),
+		LastOffsetDelta:      v.lastOffsetDelta(),
+		BaseTimestamp:        v.baseTimestamp(),
+		MaxTimestamp:         v.maxTimestamp(),
+		ProducerID:           v.producerID(),
+		ProducerEpoch:        v.producerEpoch(),
+		BaseSequence:         v.baseSequence(),
+		NumRecords:           v.recordCount(),
+	}
+	switch {
+	case h.Magic != 2:
+		return BatchHeader{}, corrupt("record batch magic %d, only 2 is supported", h.Magic)
+	case h.Length < batchHeaderLen-12:
+		return BatchHeader{}, corrupt("record batch length %d is shorter than its header", h.Length)
+	}
+	return h, nil
+}
+
+// Size is the whole batch's length in bytes, header included.
+func (h BatchHeader) Size() int64 { return int64(h.Length) + 12 }
+
+// LastOffset is the offset of the batch's last record.
+func (h BatchHeader) LastOffset() int64 { return h.BaseOffset + int64(h.LastOffsetDelta) }
+
+// Compression is the codec of the records: 0 none, 1 gzip, 2 snappy,
+// 3 lz4, 4 zstd.
+func (h BatchHeader) Compression() int8 { return int8(h.Attributes & attrCompression) }
+
+// Transactional reports whether the batch is part of a transaction.
+func (h BatchHeader) Transactional() bool { return h.Attributes&attrTransactional != 0 }
+
+// Control reports whether the batch holds a control record (a
+// transaction marker).
+func (h BatchHeader) Control() bool { return h.Attributes&attrControl != 0 }

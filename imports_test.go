@@ -1,0 +1,51 @@
+package tandem_test
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestPluginImports checks the seam of DESIGN.md with go list: no package
+// under plugins/ imports the server package (they import the plugin API,
+// server/plugin) nor another plugin, and the plugin API imports no
+// package of this module but engine, engine/coord and raftmeta.
+// plugins/mirror still imports server until it moves to server/plugin.
+func TestPluginImports(t *testing.T) {
+	const mod = "github.com/tandem-kafka/tandem/"
+	exceptions := map[string]bool{"plugins/mirror": true} // until it moves to server/plugin
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./plugins/...", "./server/plugin").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	seen := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg, imports := strings.TrimPrefix(fields[0], mod), fields[1:]
+		seen++
+		for _, imp := range imports {
+			dep, ours := strings.CutPrefix(imp, mod)
+			switch {
+			case !ours:
+			case pkg == "server/plugin":
+				if !slices.Contains([]string{"engine", "engine/coord", "raftmeta"}, dep) {
+					t.Errorf("server/plugin imports %s", dep)
+				}
+			case dep == "server" && !exceptions[pkg]:
+				t.Errorf("%s imports server; plugins import server/plugin", pkg)
+			case strings.HasPrefix(dep, "plugins/") && pluginOf(dep) != pluginOf(pkg):
+				t.Errorf("%s imports %s; plugins find each other through server/plugin", pkg, dep)
+			}
+		}
+	}
+	if seen < 5 {
+		t.Fatalf("go list named %d packages:\n%s", seen, out)
+	}
+}
+
+// pluginOf is the plugin a package under plugins/ belongs to.
+func pluginOf(pkg string) string {
+	parts := strings.SplitN(pkg, "/", 3)
+	return strings.Join(parts[:min(2, len(parts))], "/")
+}

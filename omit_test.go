@@ -1,0 +1,47 @@
+package tandem_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestOmitPlugins checks that each build tag really drops its plugin from
+// this package and from the tandem binary (DESIGN.md: compile-time
+// selection), that both still build without it, and that the default build
+// links every plugin.
+func TestOmitPlugins(t *testing.T) {
+	const mod = "github.com/tandem-kafka/tandem"
+	names := []string{"groups", "txn", "acl", "mirror"}
+	deps := func(t *testing.T, tags ...string) string {
+		t.Helper()
+		args := append([]string{"list", "-deps"}, tags...)
+		out, err := exec.Command("go", append(args, mod, mod+"/cmd/tandem")...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		if !strings.Contains(string(out), mod+"/server\n") {
+			t.Fatalf("go list output does not look like the dependencies of %s and cmd/tandem:\n%s", mod, out)
+		}
+		return string(out)
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			tag := "tandem_omit_" + name
+			for _, dep := range strings.Fields(deps(t, "-tags", tag)) {
+				if dep == mod+"/plugins/"+name || strings.HasPrefix(dep, mod+"/plugins/"+name+"/") {
+					t.Fatalf("-tags %s still links %s", tag, dep)
+				}
+			}
+			if out, err := exec.Command("go", "vet", "-tags", tag, mod, mod+"/cmd/tandem").CombinedOutput(); err != nil {
+				t.Fatalf("%s or cmd/tandem does not build with -tags %s: %v\n%s", mod, tag, err, out)
+			}
+		})
+	}
+	all := deps(t)
+	for _, name := range names {
+		if !strings.Contains(all, mod+"/plugins/"+name+"\n") {
+			t.Errorf("the default build does not link plugins/%s", name)
+		}
+	}
+}

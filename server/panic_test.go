@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// panicPlugin serves Heartbeat and panics: while decoding version 0, in
+// the handler for version 1, while encoding the response of version 2.
+type panicPlugin struct{}
+
+type panicRequest struct{ kmsg.HeartbeatRequest }
+
+func (r *panicRequest) ReadFrom(b []byte) error {
+	if r.Version == 0 {
+		panic("decoding")
+	}
+	return r.HeartbeatRequest.ReadFrom(b)
+}
+
+type panicResponse struct{ *kmsg.HeartbeatResponse }
+
+func (panicResponse) AppendTo([]byte) []byte { panic("encoding") }
+
+func (panicPlugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
+	return []kmsg.ApiVersionsResponseApiKey{{ApiKey: 12, MinVersion: 0, MaxVersion: 4}}
+}
+
+func (panicPlugin) NewRequest(int16) kmsg.Request {
+	return &panicRequest{kmsg.NewHeartbeatRequest()}
+}
+
+func (panicPlugin) HandleRequest(_ context.Context, _ *RequestContext, req kmsg.Request) (kmsg.Response, error) {
+	r := req.(*panicRequest)
+	switch r.Version {
+	case 1:
+		var m map[string]int
+		m["handler"]++ // a nil map write, as a real bug would panic
+	case 2:
+		return panicResponse{r.ResponseKind().(*kmsg.HeartbeatResponse)}, nil
+	}
+	return r.ResponseKind(), nil
+}
+
+// TestHandlerPanic: a panic while decoding, handling or encoding one
+// request closes that request's connection, is counted, and leaves the
+// broker serving other connections and later requests.
+func TestHandlerPanic(t *testing.T) {
+	// The stacks the broker logs would only clutter the test's output.
+	b := startBrokerWith(t, Config{Plugins: []any{panicPlugin{}}, Logger: slog.New(slog.DiscardHandler)})
+	createTopic(t, b, "after", 1, nil)
+	for version := range int16(3) {
+		c, err := net.DialTimeout("tcp", b.Addr(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hb := kmsg.NewPtrHeartbeatRequest()
+		hb.Version, hb.Group, hb.MemberID = version, "g", "m"
+		if err := writeRequest(c, hb, 1, "test-client"); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); err == nil || strings.Contains(err.Error(), "timeout") {
+			t.Fatalf("version %d: connection still open after a panic (read %d bytes, %v)", version, n, err)
+		}
+		c.Close()
+	}
+	hb := kmsg.NewPtrHeartbeatRequest()
+	hb.Version, hb.Group, hb.MemberID = 3, "g", "m"
+	if resp := rawRequest(t, b.Addr(), hb).(*kmsg.HeartbeatResponse); resp.ErrorCode != 0 {
+		t.Fatalf("heartbeat v3 after the panics: code %d", resp.ErrorCode)
+	}
+	rawRequest(t, b.Addr(), produceReq(9, "after", [16]byte{}, 0, -1, makeBatch("still serving")))
+	sameValues(t, "after the panics", consumeAll(t, b, "after", 1), []string{"still serving"})
+	var sb strings.Builder
+	b.WritePrometheus(&sb)
+	if !strings.Contains(sb.String(), "tandem_server_request_panics_total 3\n") {
+		t.Fatalf("panic metric:\n%s", sb.String())
+	}
+}

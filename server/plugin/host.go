@@ -1,0 +1,40 @@
+package plugin
+
+import (
+	"context"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/raftmeta"
+)
+
+// Host is what a plugin may use of the broker (server.Broker implements
+// it), from Lifecycle.Start until Stop returns. It is safe for concurrent
+// use.
+type Host interface {
+	// NodeID is this broker's node ID.
+	NodeID() int32
+	// Engine is the broker's storage. A partition this broker hosts is
+	// in it once LeaderObserver heard of it, or an image that has it was
+	// passed to MetadataObserver.
+	Engine() *engine.Engine
+	// Metadata is the metadata quorum: Image is the latest committed
+	// image (possibly ahead of what the broker applied), and its methods
+	// write metadata through the controller.
+	Metadata() *raftmeta.Controller
+	// MetricsSet is the broker's metrics set, served at /metrics: a
+	// plugin registers its metrics there, so that each broker of a
+	// process has its own.
+	MetricsSet() *metrics.Set
+	// EnsureTopic returns internal topic t as the broker serves it (in
+	// the applied image). A topic that does not exist yet is created,
+	// and EnsureTopic then waits until every partition of it has a
+	// leader, or ctx ends: COORDINATOR_NOT_AVAILABLE while it is being
+	// created. The wait needs leadership to be reconciled (step 3 of the
+	// order): do not call it from Start.
+	EnsureTopic(ctx context.Context, t InternalTopic) (*raftmeta.Topic, error)
+	// Plugins are the broker's plugins (server.Config.Plugins), to find
+	// another plugin's capability with Find or All.
+	Plugins() []any
+}
