@@ -78,6 +78,10 @@ func TestRetentionByBytes(t *testing.T) {
 	if err := e.EnforceRetention(time.Now()); err != nil || p.Offsets().LogStart != 7 {
 		t.Fatalf("log start %d (%v), want 7", p.Offsets().LogStart, err)
 	}
+	// Whole segments go: the files of batches 0 to 6 are deleted.
+	if names, _ := fs.List(p.dir); len(names) != 3 {
+		t.Fatalf("segment files after retention: %v, want those of batches 7 to 9", names)
+	}
 	e.Close()
 	e = openTest(t, fs)
 	p = e.Partition(testID, 0)

@@ -38,6 +38,7 @@ func TestDiskFull(t *testing.T) {
 	p := tandemtest.StartProcess(t, data, "--set", "log.segment.bytes=1048576")
 	tandemtest.CreateTopic(t, p.Addr, "fill", 1)
 	tandemtest.CreateTopic(t, p.Addr, "spare", 1)
+	tandemtest.CreateTopic(t, p.Addr, "doomed", 1)
 	ctx := context.Background()
 
 	value := func(i int) []byte {
@@ -181,6 +182,9 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("/healthz after a restart on a full disk: %d", code)
 	}
 	commit(7)
+	if r, err := adm.DeleteTopics(ctx, "doomed"); err != nil || r.Error() != nil {
+		t.Fatalf("DeleteTopics on a full disk: %v %v", err, r.Error())
+	}
 
 	// Free space through the Kafka API: writes come back.
 	var before kadm.Offsets
