@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kbin"
+
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // codec encodes or decodes a flexible (KIP-482) message with one
@@ -54,7 +56,7 @@ func (c *codec) boolean(v *bool) {
 	}
 }
 
-func (c *codec) uuid(v *[16]byte) {
+func (c *codec) uuid(v *uuid.UUID) {
 	if c.r != nil {
 		*v = c.r.Uuid()
 	} else {

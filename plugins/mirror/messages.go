@@ -4,6 +4,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // The mirror APIs and error codes. Apache Kafka has not fixed these
@@ -134,7 +136,7 @@ type AddTopicsToMirrorRequest struct {
 }
 
 type AddTopic struct {
-	TopicID    [16]byte
+	TopicID    uuid.UUID
 	TopicName  string
 	MirrorName *string
 }
@@ -157,7 +159,7 @@ func (r *AddTopicsToMirrorRequest) ResponseKind() kmsg.Response {
 type TopicResponse struct {
 	version
 	ThrottleTimeMs int32
-	TopicID        [16]byte
+	TopicID        uuid.UUID
 	ErrorCode      int16
 	ErrorMessage   *string
 	Truncations    []Truncation        // tag 0
@@ -272,7 +274,7 @@ func (r *RemoveTopicsFromMirrorRequest) Timeout() int32 {
 // RemoveTopic names a topic; TopicName may be a regular expression
 // (anchored) matching several topics of the mirror, e.g. ".*".
 type RemoveTopic struct {
-	TopicID   [16]byte
+	TopicID   uuid.UUID
 	TopicName string
 }
 
@@ -593,7 +595,7 @@ type StatePartition struct {
 	ErrorCode          int16 // responses only
 	LastMirrorEpoch    int32 // tag 0
 	Reason             string
-	TopicID            [16]byte
+	TopicID            uuid.UUID
 }
 
 func statesTopics(c *codec, v *[]StatesTopic, withErr bool) {
@@ -740,7 +742,7 @@ type BumpLeaderEpochsRequest struct {
 }
 
 type BumpTopic struct {
-	TopicID    [16]byte
+	TopicID    uuid.UUID
 	Partitions []BumpPartition
 }
 
