@@ -17,9 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/tandem-kafka/tandem"
+	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/server"
 )
 
@@ -218,7 +217,7 @@ func httpHandler(b *server.Broker, started *atomic.Bool) http.Handler {
 		if started.Load() {
 			b.WritePrometheus(w)
 		}
-		metrics.WriteProcessMetrics(w)
+		prom.WriteProcessMetrics(w)
 	})
 	return mux
 }
