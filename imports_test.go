@@ -12,10 +12,8 @@ import (
 // server/plugin) nor another plugin, and the plugin API imports no
 // package of this module but engine, engine/coord, raftmeta and prom (the
 // metrics set of Host).
-// plugins/mirror still imports server until it moves to server/plugin.
 func TestPluginImports(t *testing.T) {
 	const mod = "github.com/tandem-kafka/tandem/"
-	exceptions := map[string]bool{"plugins/mirror": true} // until it moves to server/plugin
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./plugins/...", "./server/plugin").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
@@ -33,7 +31,7 @@ func TestPluginImports(t *testing.T) {
 				if !slices.Contains([]string{"engine", "engine/coord", "raftmeta", "prom"}, dep) {
 					t.Errorf("server/plugin imports %s", dep)
 				}
-			case dep == "server" && !exceptions[pkg]:
+			case dep == "server":
 				t.Errorf("%s imports server; plugins import server/plugin", pkg)
 			case strings.HasPrefix(dep, "plugins/") && pluginOf(dep) != pluginOf(pkg):
 				t.Errorf("%s imports %s; plugins find each other through server/plugin", pkg, dep)

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // handleDescribeConfigs describes topics and brokers. A broker resource
@@ -363,11 +364,11 @@ func (b *Broker) applyConfigs(ctx context.Context, ct *configTarget, next map[st
 	}
 	changes := ct.changes(next)
 	if ct.topic != nil {
-		c := TopicChange{Topic: ct.name, Op: OpAlterConfigs}
+		c := plugin.TopicChange{Topic: ct.name, Op: plugin.OpAlterConfigs}
 		for _, ch := range changes {
 			c.Keys = append(c.Keys, ch.Key)
 		}
-		if err := CheckTopicChange(b.cfg.Plugins, c); err != nil {
+		if err := plugin.CheckTopicChange(b.cfg.Plugins, c); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // handleCreateTopics validates each topic as Kafka's controller does,
@@ -152,7 +153,7 @@ func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic
 		if err := validateTopicConfigs(spec.Configs); err != nil {
 			return spec, err
 		}
-		if err := CheckTopicChange(b.cfg.Plugins, TopicChange{Topic: t.Topic, Op: OpAlterConfigs, Keys: slices.Sorted(maps.Keys(spec.Configs))}); err != nil {
+		if err := plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Topic, Op: plugin.OpAlterConfigs, Keys: slices.Sorted(maps.Keys(spec.Configs))}); err != nil {
 			return spec, err
 		}
 	}
@@ -283,7 +284,7 @@ func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req
 			case t.Internal:
 				err = adminErrorf(kerr.InvalidTopicException, "Internal topic %s cannot be deleted.", t.Name)
 			default:
-				err = CheckTopicChange(b.cfg.Plugins, TopicChange{Topic: t.Name, Op: OpDeleteTopic})
+				err = plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Name, Op: plugin.OpDeleteTopic})
 			}
 			seen[t.ID] = true
 		}
@@ -339,7 +340,7 @@ func (b *Broker) handleCreatePartitions(ctx context.Context, rc *RequestContext,
 		} else if !rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeTopic, t.Topic) {
 			err = adminErrorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
 		} else if err = checkCreatePartitions(img, &t); err == nil {
-			err = CheckTopicChange(b.cfg.Plugins, TopicChange{Topic: t.Topic, Op: OpCreatePartitions})
+			err = plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Topic, Op: plugin.OpCreatePartitions})
 		}
 		if err == nil {
 			err = b.meta.CreatePartitions(ctx, t.Topic, t.Count, req.ValidateOnly)

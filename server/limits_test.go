@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 func createTopicsReq(validateOnly bool, topics ...kmsg.CreateTopicsRequestTopic) *kmsg.CreateTopicsRequest {
@@ -48,7 +50,7 @@ func createPartitionsReq(validateOnly bool, topic string, count int32, assign ..
 func TestPartitionLimits(t *testing.T) {
 	b := startBroker(t, map[string]string{"max.broker.partitions": "300", "num.partitions": "50"})
 	ctx := testCtx(t)
-	if _, err := b.EnsureTopic(ctx, InternalTopic{Name: "__transaction_state", Partitions: 4, ReplicationFactor: 1}); err != nil {
+	if _, err := b.EnsureTopic(ctx, plugin.InternalTopic{Name: "__transaction_state", Partitions: 4, ReplicationFactor: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if resp := rawRequest(t, b.Addr(), createTopicsReq(false, topicReq("small", 2, 1))).(*kmsg.CreateTopicsResponse); resp.Topics[0].ErrorCode != 0 {

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // ListOffsets special timestamps (KIP-734, KIP-1005, KIP-1023).
@@ -195,7 +196,7 @@ func (b *Broker) deleteRecords(t *raftmeta.Topic, partition int32, offset int64)
 	if cfg := ep.Config(); cfg.Compact && !cfg.Delete {
 		return -1, kerr.PolicyViolation
 	}
-	if err := CheckTopicChange(b.cfg.Plugins, TopicChange{Topic: t.Name, Op: OpDeleteRecords}); err != nil {
+	if err := plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Name, Op: plugin.OpDeleteRecords}); err != nil {
 		return -1, err
 	}
 	return ep.DeleteRecords(offset)

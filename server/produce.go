@@ -112,7 +112,7 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				// The guard before the coordinator adds the partition to
 				// the transaction (Produce v12+): a refused partition must
 				// not get the transaction's markers.
-				err := CheckTopicChange(b.cfg.Plugins, TopicChange{Topic: t.Name, Op: OpWrite})
+				err := plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Name, Op: plugin.OpWrite})
 				if err == nil {
 					err = b.verifyTxn(ctx, req.Version, *req.TransactionID, t.Name, rp.Partition, ep, rp.Records)
 				}

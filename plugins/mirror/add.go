@@ -17,8 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // sourceTimeout bounds what a mirror API waits for the source cluster.
@@ -113,8 +113,8 @@ func probeKafka(ctx context.Context, addr string, tc *tls.Config, timeout time.D
 // ID, all in one metadata batch per mirror, or none at all. The answer
 // says what LME and replication truncation will remove from topics that
 // exist here with records (a failback); validate-only, nothing is added.
-func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) ([16]byte, []Truncation, error) {
-	img := p.image()
+func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) (uuid.UUID, []Truncation, error) {
+	img := p.Image()
 	byMirror := map[string][]string{}
 	for _, t := range req.Topics {
 		if t.MirrorName == nil || img.Mirrors[*t.MirrorName] == nil {
@@ -122,22 +122,22 @@ func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) (
 			if t.MirrorName != nil {
 				name = *t.MirrorName
 			}
-			return [16]byte{}, nil, fmt.Errorf("mirror %s does not exist: %w", name, ErrMirrorNotFound)
+			return uuid.UUID{}, nil, fmt.Errorf("mirror %s does not exist: %w", name, ErrMirrorNotFound)
 		}
 		if other := img.MirrorOf(t.TopicName); other != "" {
-			return [16]byte{}, nil, fmt.Errorf("topic %s is already mirrored by mirror %s: %w", t.TopicName, other, ErrTopicAlreadyMirrored)
+			return uuid.UUID{}, nil, fmt.Errorf("topic %s is already mirrored by mirror %s: %w", t.TopicName, other, ErrTopicAlreadyMirrored)
 		}
 		byMirror[*t.MirrorName] = append(byMirror[*t.MirrorName], t.TopicName)
 	}
 	if err := p.ensureStateTopic(ctx); err != nil {
-		return [16]byte{}, nil, err
+		return uuid.UUID{}, nil, err
 	}
-	var first [16]byte
+	var first uuid.UUID
 	var plan []Truncation
 	for _, mirror := range slices.Sorted(maps.Keys(byMirror)) {
 		specs, truncs, err := p.sourceTopics(ctx, img.Mirrors[mirror], byMirror[mirror])
 		if err != nil {
-			return [16]byte{}, nil, err
+			return uuid.UUID{}, nil, err
 		}
 		plan = append(plan, truncs...)
 		first = specs[0].ID
@@ -150,12 +150,12 @@ func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) (
 			}
 			specs[i].Configs[mirrorNameConfig] = mirror // topics created here; existing ones below
 		}
-		if err := p.host.Metadata().AddMirrorTopics(ctx, mirror, specs); err != nil {
-			return [16]byte{}, nil, err
+		if err := p.Host().Metadata().AddMirrorTopics(ctx, mirror, specs); err != nil {
+			return uuid.UUID{}, nil, err
 		}
 		for _, s := range specs {
 			if err := p.setMirrorName(ctx, s.Name, mirror); err != nil {
-				return [16]byte{}, nil, err
+				return uuid.UUID{}, nil, err
 			}
 		}
 	}
@@ -188,7 +188,7 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []
 	if err != nil {
 		return nil, nil, unavailable("metadata", err)
 	}
-	img := p.image()
+	img := p.Image()
 	exclude := excludedProps(m.Configs)
 	creq := kmsg.NewPtrDescribeConfigsRequest()
 	var specs []raftmeta.TopicSpec
@@ -203,15 +203,15 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []
 		if isInternal(name, t.IsInternal) {
 			return nil, nil, fmt.Errorf("topic %s is internal to the source cluster and never mirrored: %w", name, kerr.InvalidRequest)
 		}
-		if here := img.Topics[name]; here != nil && (here.ID != raftmeta.UUID(t.TopicID) || len(here.Partitions) != len(t.Partitions)) {
+		if here := img.Topics[name]; here != nil && (here.ID != t.TopicID || len(here.Partitions) != len(t.Partitions)) {
 			return nil, nil, fmt.Errorf("topic %s exists here with ID %s and %d partitions, the source's has ID %s and %d: %w",
-				name, here.ID.Base64(), len(here.Partitions), raftmeta.UUID(t.TopicID).Base64(), len(t.Partitions), kerr.TopicAlreadyExists)
+				name, here.ID.Base64(), len(here.Partitions), uuid.UUID(t.TopicID).Base64(), len(t.Partitions), kerr.TopicAlreadyExists)
 		}
 		rf := int16(1)
 		if len(t.Partitions) > 0 {
 			rf = int16(len(t.Partitions[0].Replicas))
 		}
-		specs = append(specs, raftmeta.TopicSpec{Name: name, ID: raftmeta.UUID(t.TopicID), Partitions: int32(len(t.Partitions)), ReplicationFactor: rf})
+		specs = append(specs, raftmeta.TopicSpec{Name: name, ID: t.TopicID, Partitions: int32(len(t.Partitions)), ReplicationFactor: rf})
 		r := kmsg.NewDescribeConfigsRequestResource()
 		r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, name
 		creq.Resources = append(creq.Resources, r)
@@ -263,8 +263,8 @@ func mirrorLoop(here string, source *string, topic, sourceMirror string) error {
 // the source's last mirror epoch (LME) ends here (everything if the source
 // never mirrored the topic), then to where that epoch ends on the source.
 func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror string, specs []raftmeta.TopicSpec) ([]Truncation, error) {
-	img := p.image()
-	eng := p.host.Engine()
+	img := p.Image()
+	eng := p.Host().Engine()
 	lmeReq := &LastMirroredOffsetsRequest{MirrorName: mirror}
 	for _, s := range specs {
 		if img.Topics[s.Name] == nil {
@@ -333,7 +333,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 	for _, t := range lmeReq.Topics {
 		id := img.Topics[t.Name].ID
 		for _, i := range t.Partitions {
-			ep := eng.Partition(engine.TopicID(id), i)
+			ep := eng.Partition(id, i)
 			if ep == nil {
 				continue // not hosted here
 			}

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-
-	"github.com/tandem-kafka/tandem/engine"
 )
 
 // removeTopics is RemoveTopicsFromMirror (failover): the topics'
@@ -17,7 +15,7 @@ import (
 // they are STOPPED and writable. It reports where each partition was
 // left: the lag a forced failover gave up, or why a safe one refused.
 func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string, mode int8, timeout time.Duration) ([]string, []FailoverPartition, error) {
-	m := p.image().Mirrors[mirror]
+	m := p.Image().Mirrors[mirror]
 	if m == nil {
 		return nil, nil, fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
 	}
@@ -79,7 +77,7 @@ func (p *Plugin) awaitCaughtUp(ctx context.Context, mirror string, topics []stri
 // caughtUp lists the partitions of topics that are behind a source end
 // offset learned since start, and those whose source cannot tell.
 func (p *Plugin) caughtUp(mirror string, topics []string, start time.Time) (lagging, broken []string) {
-	img := p.image()
+	img := p.Image()
 	r := p.run(mirror)
 	for _, name := range topics {
 		t := img.Topics[name]
@@ -96,12 +94,12 @@ func (p *Plugin) caughtUp(mirror string, topics []string, start time.Time) (lagg
 				r.mu.Unlock()
 			}
 			leo := int64(-1)
-			if ep := p.host.Engine().Partition(engine.TopicID(t.ID), int32(i)); ep != nil {
+			if ep := p.Host().Engine().Partition(t.ID, int32(i)); ep != nil {
 				leo = ep.Offsets().LogEnd
 			}
 			fresh := found && pt.srcEnd >= 0 && !pt.srcEndAt.Before(start)
 			switch {
-			case t.Partitions[i].Leader != p.host.NodeID():
+			case t.Partitions[i].Leader != p.Host().NodeID():
 				broken = append(broken, fmt.Sprintf("%s is led by broker %d, not this one", id, t.Partitions[i].Leader))
 			case !found || leo < 0:
 				lagging = append(lagging, id+": not mirroring yet")
@@ -127,7 +125,7 @@ func (p *Plugin) caughtUp(mirror string, topics []string, start time.Time) (lagg
 // offset last learned and when, the end of the mirrored data (where a
 // stop left it), and the lag between them.
 func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []string) []FailoverPartition {
-	img := p.image()
+	img := p.Image()
 	r := p.run(mirror)
 	var out []FailoverPartition
 	for _, name := range topics {
@@ -136,7 +134,7 @@ func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []str
 			fp := FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1}
 			if st, err := p.readState(ctx, pkey{mirror, name, int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
-			} else if ep := p.host.Engine().Partition(engine.TopicID(t.ID), int32(i)); ep != nil {
+			} else if ep := p.Host().Engine().Partition(t.ID, int32(i)); ep != nil {
 				fp.DestinationOffset = ep.Offsets().LogEnd
 			}
 			if r != nil {

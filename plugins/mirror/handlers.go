@@ -14,14 +14,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/raftmeta"
-	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
-// HandleRequest implements server.APIHandler.
-func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, req kmsg.Request) (kmsg.Response, error) {
+// HandleRequest implements plugin.APIHandler.
+func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
 	resp := req.ResponseKind()
 	resp.SetVersion(req.GetVersion())
 	// Inter-broker and controller APIs need CLUSTER_ACTION, as Kafka's do.
@@ -79,7 +79,7 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 		r.Topics = p.lastMirrored(ctx, rc, req)
 	case *ListMirrorsRequest:
 		r := resp.(*ListMirrorsResponse)
-		img := p.image()
+		img := p.Image()
 		for _, name := range slices.Sorted(maps.Keys(img.Mirrors)) {
 			m := img.Mirrors[name]
 			if mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name) != nil {
@@ -157,8 +157,8 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 // 8); the matching cluster-wide binding (ALTER on CLUSTER for changes,
 // DESCRIBE for reads, DESCRIBE_CONFIGS and ALTER_CONFIGS for configs),
 // which administrators hold, also allows it.
-func mirrorAuthorized(rc *server.RequestContext, op kmsg.ACLOperation, name string) error {
-	if rc.Allowed(op, server.ACLResourceMirror, name) {
+func mirrorAuthorized(rc *plugin.RequestContext, op kmsg.ACLOperation, name string) error {
+	if rc.Allowed(op, plugin.ACLResourceMirror, name) {
 		return nil
 	}
 	cop := kmsg.ACLOperationAlter
@@ -182,19 +182,19 @@ func topicNames(ts []RemoveTopic) []string {
 
 // bumpLeaderEpoch is BumpLeaderEpochs: the controller sets the epoch to
 // max(minEpoch+1, current).
-func (p *Plugin) bumpLeaderEpoch(ctx context.Context, id [16]byte, partition, minEpoch int32) (int32, error) {
-	return p.host.Metadata().BumpLeaderEpoch(ctx, raftmeta.UUID(id), partition, minEpoch)
+func (p *Plugin) bumpLeaderEpoch(ctx context.Context, id uuid.UUID, partition, minEpoch int32) (int32, error) {
+	return p.Host().Metadata().BumpLeaderEpoch(ctx, id, partition, minEpoch)
 }
 
 // throttledRate is mirror.replication.throttled.rate: this broker's
 // dynamic value, the cluster default, or the static property.
 func (p *Plugin) throttledRate() int64 {
-	img := p.image()
+	img := p.Image()
 	if img == nil {
 		return p.cfg.ThrottledRate
 	}
 	const key = "mirror.replication.throttled.rate"
-	v, ok := img.NodeConfigs[p.host.NodeID()][key]
+	v, ok := img.NodeConfigs[p.Host().NodeID()][key]
 	if !ok {
 		v, ok = img.BrokerConfigs[key]
 	}
@@ -218,7 +218,7 @@ func (p *Plugin) createMirror(ctx context.Context, req *CreateMirrorRequest) err
 	if _, err := clientOpts(configs, p.cfg); err != nil {
 		return err
 	}
-	if p.image().Mirrors[name] != nil {
+	if p.Image().Mirrors[name] != nil {
 		return fmt.Errorf("mirror %s already exists: %w", name, ErrMirrorAlreadyExists)
 	}
 	if err := p.probeSource(ctx, configs); err != nil {
@@ -227,7 +227,7 @@ func (p *Plugin) createMirror(ctx context.Context, req *CreateMirrorRequest) err
 	if err := p.ensureStateTopic(ctx); err != nil {
 		return err
 	}
-	return p.host.Metadata().CreateMirror(ctx, name, configs)
+	return p.Host().Metadata().CreateMirror(ctx, name, configs)
 }
 
 // defaultExclude is mirror.topic.properties.exclude's default.
@@ -272,7 +272,7 @@ func mirrorTopics(m *raftmeta.Mirror, names []string) ([]string, error) {
 // setTopicStates moves every partition of topics to a state and wakes the
 // mirror's loop.
 func (p *Plugin) setTopicStates(ctx context.Context, mirror string, topics []string, update func(s *pstate) error) error {
-	img := p.image()
+	img := p.Image()
 	for _, name := range topics {
 		t := img.Topics[name]
 		if t == nil {
@@ -295,7 +295,7 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	for {
-		img := p.image()
+		img := p.Image()
 		ok := true
 		for _, name := range topics {
 			t := img.Topics[name]
@@ -317,7 +317,7 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 
 // pause pauses (or resumes) topics of a mirror; it answers once paused.
 func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause bool) error {
-	m := p.image().Mirrors[mirror]
+	m := p.Image().Mirrors[mirror]
 	if m == nil {
 		return fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
 	}
@@ -344,7 +344,7 @@ func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause
 
 // deleteMirror stops every topic of the mirror and deletes it.
 func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
-	m := p.image().Mirrors[mirror]
+	m := p.Image().Mirrors[mirror]
 	if m == nil {
 		return fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
 	}
@@ -353,14 +353,14 @@ func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
 			return err
 		}
 	}
-	return p.host.Metadata().DeleteMirror(ctx, mirror)
+	return p.Host().Metadata().DeleteMirror(ctx, mirror)
 }
 
 // lastMirrored answers LastMirroredOffsets from whichever mirror holds (or
 // held) each topic; the last mirror epoch is -1 for a partition never
 // mirrored here.
-func (p *Plugin) lastMirrored(ctx context.Context, rc *server.RequestContext, req *LastMirroredOffsetsRequest) []OffsetsTopic {
-	img := p.image()
+func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, req *LastMirroredOffsetsRequest) []OffsetsTopic {
+	img := p.Image()
 	var out []OffsetsTopic
 	for _, t := range req.Topics {
 		ot := OffsetsTopic{Name: t.Name}
@@ -385,7 +385,7 @@ func (p *Plugin) lastMirrored(ctx context.Context, rc *server.RequestContext, re
 					op.LastMirroredOffset, op.LastMirrorEpoch = st.LMO, st.LME
 				default:
 					// Still mirroring: the latest source epoch it holds.
-					if ep := p.host.Engine().Partition(engine.TopicID(mt.ID), idx); ep != nil {
+					if ep := p.Host().Engine().Partition(mt.ID, idx); ep != nil {
 						offs := ep.Offsets()
 						op.LastMirroredOffset = offs.LogEnd - 1
 						if offs.LogEnd > offs.LogStart {
@@ -401,8 +401,8 @@ func (p *Plugin) lastMirrored(ctx context.Context, rc *server.RequestContext, re
 	return out
 }
 
-func (p *Plugin) describe(ctx context.Context, rc *server.RequestContext, req *DescribeMirrorsRequest) []DescribedMirror {
-	img := p.image()
+func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *DescribeMirrorsRequest) []DescribedMirror {
+	img := p.Image()
 	names := req.MirrorNames
 	all := len(names) == 0
 	if all {
@@ -473,7 +473,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t
 	} else {
 		_, pd.Reason = code(err)
 	}
-	if ep := p.host.Engine().Partition(engine.TopicID(t.ID), i); ep != nil {
+	if ep := p.Host().Engine().Partition(t.ID, i); ep != nil {
 		pd.DestinationOffset = ep.Offsets().LogEnd
 	}
 	if r == nil {
@@ -499,7 +499,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t
 }
 
 func (p *Plugin) readStates(ctx context.Context, req *ReadMirrorStatesRequest) ([]StatesTopic, int16) {
-	img := p.image()
+	img := p.Image()
 	m := img.Mirrors[req.MirrorName]
 	if m == nil {
 		return nil, ErrMirrorNotFound.Code
@@ -536,7 +536,7 @@ func (p *Plugin) readStates(ctx context.Context, req *ReadMirrorStatesRequest) (
 // EPOCH_FENCING), else the first partition's.
 func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt raftmeta.MirrorTopic, ok bool) StatePartition {
 	sp := StatePartition{PartitionIndex: -1, LastMirroredOffset: -1, LastMirrorEpoch: -1, TopicID: mt.ID}
-	t := p.image().Topics[topic]
+	t := p.Image().Topics[topic]
 	if !ok || t == nil {
 		sp.ErrorCode = ErrTopicNotMirrored.Code
 		return sp
@@ -568,7 +568,7 @@ func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt raftme
 // states of RemovedTopics are deleted (tombstones), whatever partitions
 // they had.
 func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest) []ErrTopic {
-	img := p.image()
+	img := p.Image()
 	var out []ErrTopic
 	for _, name := range req.RemovedTopics {
 		et := ErrTopic{Name: name}
@@ -580,7 +580,7 @@ func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest)
 		et := ErrTopic{Name: t.Name}
 		for _, sp := range t.Partitions {
 			id := sp.TopicID
-			if tt := img.Topics[t.Name]; id == [16]byte{} && tt != nil {
+			if tt := img.Topics[t.Name]; id.IsZero() && tt != nil {
 				id = tt.ID
 			}
 			_, err := p.writeState(ctx, pkey{req.MirrorName, t.Name, sp.PartitionIndex}, id, func(s *pstate) error {
@@ -599,7 +599,7 @@ func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest)
 // __mirror_state shard this broker leads.
 func (p *Plugin) removeStates(ctx context.Context, mirror, topic string) error {
 	var errs []error
-	for _, sh := range p.rt.Shards() {
+	for _, sh := range p.Runtime().Shards() {
 		errs = append(errs, sh.Do(ctx, func(sh *coord.Shard) error {
 			s := sh.State().(*shard)
 			var recs []coord.Record
@@ -624,16 +624,16 @@ func (p *Plugin) removeStates(ctx context.Context, mirror, topic string) error {
 
 // --- the MIRROR config resource (type 64) ---
 
-// ConfigResourceType implements server.ConfigResourceHandler.
+// ConfigResourceType implements plugin.ConfigResourceHandler.
 func (p *Plugin) ConfigResourceType() kmsg.ConfigResourceType { return kmsg.ConfigResourceType(64) }
 
-// DescribeConfigResource implements server.ConfigResourceHandler. Secrets
+// DescribeConfigResource implements plugin.ConfigResourceHandler. Secrets
 // are reported as sensitive with a null value, never in clear.
-func (p *Plugin) DescribeConfigResource(_ context.Context, rc *server.RequestContext, name string, keys []string) ([]kmsg.DescribeConfigsResponseResourceConfig, error) {
+func (p *Plugin) DescribeConfigResource(_ context.Context, rc *plugin.RequestContext, name string, keys []string) ([]kmsg.DescribeConfigsResponseResourceConfig, error) {
 	if err := mirrorAuthorized(rc, kmsg.ACLOperationDescribeConfigs, name); err != nil {
 		return nil, err
 	}
-	m := p.image().Mirrors[name]
+	m := p.Image().Mirrors[name]
 	if m == nil {
 		return nil, fmt.Errorf("mirror %s does not exist: %w", name, ErrMirrorNotFound)
 	}
@@ -654,12 +654,12 @@ func (p *Plugin) DescribeConfigResource(_ context.Context, rc *server.RequestCon
 	return out, nil
 }
 
-// AlterConfigResource implements server.ConfigResourceHandler.
-func (p *Plugin) AlterConfigResource(ctx context.Context, rc *server.RequestContext, name string, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig, validateOnly bool) error {
+// AlterConfigResource implements plugin.ConfigResourceHandler.
+func (p *Plugin) AlterConfigResource(ctx context.Context, rc *plugin.RequestContext, name string, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig, validateOnly bool) error {
 	if err := mirrorAuthorized(rc, kmsg.ACLOperationAlterConfigs, name); err != nil {
 		return err
 	}
-	m := p.image().Mirrors[name]
+	m := p.Image().Mirrors[name]
 	if m == nil {
 		return fmt.Errorf("mirror %s does not exist: %w", name, ErrMirrorNotFound)
 	}
@@ -686,5 +686,5 @@ func (p *Plugin) AlterConfigResource(ctx context.Context, rc *server.RequestCont
 	if validateOnly {
 		return nil
 	}
-	return p.host.Metadata().AlterMirrorConfigs(ctx, name, next)
+	return p.Host().Metadata().AlterMirrorConfigs(ctx, name, next)
 }

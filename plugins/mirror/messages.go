@@ -1,9 +1,13 @@
 package mirror
 
 import (
+	"reflect"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // The mirror APIs and error codes. Apache Kafka has not fixed these
@@ -74,14 +78,9 @@ type MirrorConfig struct {
 	Value *string
 }
 
-func (r *CreateMirrorRequest) Key() int16 { return KeyCreateMirror }
-func (r *CreateMirrorRequest) fields(c *codec) {
-	c.nstr(&r.MirrorName)
-	array(c, &r.Configs, func(m *MirrorConfig) { c.str(&m.Name); c.nstr(&m.Value); c.tags() })
-	c.tags()
-}
-func (r *CreateMirrorRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *CreateMirrorRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *CreateMirrorRequest) Key() int16               { return KeyCreateMirror }
+func (r *CreateMirrorRequest) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *CreateMirrorRequest) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *CreateMirrorRequest) ResponseKind() kmsg.Response {
 	return &CreateMirrorResponse{ErrResponse{version: r.version}}
 }
@@ -103,14 +102,8 @@ func (r *CreateMirrorResponse) Key() int16 { return KeyCreateMirror }
 func (r *CreateMirrorResponse) RequestKind() kmsg.Request {
 	return &CreateMirrorRequest{version: r.version}
 }
-func (r *ErrResponse) fields(c *codec) {
-	c.i32(&r.ThrottleTimeMs)
-	c.i16(&r.ErrorCode)
-	c.nstr(&r.ErrorMessage)
-	c.tags()
-}
-func (r *ErrResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *ErrResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *ErrResponse) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *ErrResponse) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *ErrResponse) setErr(code int16, msg string) {
 	r.ErrorCode, r.ErrorMessage = code, nonEmpty(msg)
 }
@@ -134,18 +127,14 @@ type AddTopicsToMirrorRequest struct {
 }
 
 type AddTopic struct {
-	TopicID    [16]byte
+	TopicID    uuid.UUID
 	TopicName  string
 	MirrorName *string
 }
 
-func (r *AddTopicsToMirrorRequest) Key() int16 { return KeyAddTopicsToMirror }
-func (r *AddTopicsToMirrorRequest) fields(c *codec) {
-	array(c, &r.Topics, func(t *AddTopic) { c.uuid(&t.TopicID); c.str(&t.TopicName); c.nstr(&t.MirrorName); c.tags() })
-	c.tags(tag{0, r.ValidateOnly, func(c *codec) { c.boolean(&r.ValidateOnly) }})
-}
-func (r *AddTopicsToMirrorRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *AddTopicsToMirrorRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *AddTopicsToMirrorRequest) Key() int16               { return KeyAddTopicsToMirror }
+func (r *AddTopicsToMirrorRequest) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *AddTopicsToMirrorRequest) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *AddTopicsToMirrorRequest) ResponseKind() kmsg.Response {
 	return &AddTopicsToMirrorResponse{TopicResponse{version: r.version}}
 }
@@ -157,7 +146,7 @@ func (r *AddTopicsToMirrorRequest) ResponseKind() kmsg.Response {
 type TopicResponse struct {
 	version
 	ThrottleTimeMs int32
-	TopicID        [16]byte
+	TopicID        uuid.UUID
 	ErrorCode      int16
 	ErrorMessage   *string
 	Truncations    []Truncation        // tag 0
@@ -196,35 +185,8 @@ type Truncation struct {
 // Records is how many offsets the truncation removes.
 func (t Truncation) Records() int64 { return t.LogEnd - t.TruncateTo }
 
-func (r *TopicResponse) fields(c *codec) {
-	c.i32(&r.ThrottleTimeMs)
-	c.uuid(&r.TopicID)
-	c.i16(&r.ErrorCode)
-	c.nstr(&r.ErrorMessage)
-	c.tags(tag{0, len(r.Truncations) > 0, func(c *codec) {
-		array(c, &r.Truncations, func(t *Truncation) {
-			c.str(&t.Topic)
-			c.i32(&t.Partition)
-			c.i64(&t.LogEnd)
-			c.i64(&t.TruncateTo)
-			c.i32(&t.LastMirrorEpoch)
-			c.tags()
-		})
-	}}, tag{1, len(r.Failover) > 0, func(c *codec) {
-		array(c, &r.Failover, func(f *FailoverPartition) {
-			c.str(&f.Topic)
-			c.i32(&f.Partition)
-			c.i64(&f.SourceOffset)
-			c.i64(&f.SourceOffsetTime)
-			c.i64(&f.DestinationOffset)
-			c.i64(&f.Lag)
-			c.i64(&f.LagMs)
-			c.tags()
-		})
-	}})
-}
-func (r *TopicResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *TopicResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *TopicResponse) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *TopicResponse) ReadFrom(b []byte) error  { return decode(b, r) }
 
 type AddTopicsToMirrorResponse struct{ TopicResponse }
 
@@ -272,18 +234,13 @@ func (r *RemoveTopicsFromMirrorRequest) Timeout() int32 {
 // RemoveTopic names a topic; TopicName may be a regular expression
 // (anchored) matching several topics of the mirror, e.g. ".*".
 type RemoveTopic struct {
-	TopicID   [16]byte
+	TopicID   uuid.UUID
 	TopicName string
 }
 
-func (r *RemoveTopicsFromMirrorRequest) Key() int16 { return KeyRemoveTopicsFromMirror }
-func (r *RemoveTopicsFromMirrorRequest) fields(c *codec) {
-	c.str(&r.MirrorName)
-	array(c, &r.Topics, func(t *RemoveTopic) { c.uuid(&t.TopicID); c.str(&t.TopicName); c.tags() })
-	c.tags(tag{0, r.Mode != 0, func(c *codec) { c.i8(&r.Mode) }}, tag{1, r.TimeoutMs != 0, func(c *codec) { c.i32(&r.TimeoutMs) }})
-}
-func (r *RemoveTopicsFromMirrorRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *RemoveTopicsFromMirrorRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *RemoveTopicsFromMirrorRequest) Key() int16               { return KeyRemoveTopicsFromMirror }
+func (r *RemoveTopicsFromMirrorRequest) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *RemoveTopicsFromMirrorRequest) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *RemoveTopicsFromMirrorRequest) ResponseKind() kmsg.Response {
 	return &RemoveTopicsFromMirrorResponse{TopicResponse{version: r.version}}
 }
@@ -303,28 +260,15 @@ type PartitionsTopic struct {
 	Partitions []int32
 }
 
-func partitionsTopics(c *codec, v *[]PartitionsTopic) {
-	array(c, v, func(t *PartitionsTopic) {
-		c.str(&t.Name)
-		array(c, &t.Partitions, func(p *int32) { c.i32(p); c.tags() })
-		c.tags()
-	})
-}
-
 type LastMirroredOffsetsRequest struct {
 	version
 	MirrorName string
 	Topics     []PartitionsTopic
 }
 
-func (r *LastMirroredOffsetsRequest) Key() int16 { return KeyLastMirroredOffsets }
-func (r *LastMirroredOffsetsRequest) fields(c *codec) {
-	c.str(&r.MirrorName)
-	partitionsTopics(c, &r.Topics)
-	c.tags()
-}
-func (r *LastMirroredOffsetsRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *LastMirroredOffsetsRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *LastMirroredOffsetsRequest) Key() int16               { return KeyLastMirroredOffsets }
+func (r *LastMirroredOffsetsRequest) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *LastMirroredOffsetsRequest) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *LastMirroredOffsetsRequest) ResponseKind() kmsg.Response {
 	return &LastMirroredOffsetsResponse{version: r.version}
 }
@@ -351,27 +295,9 @@ type OffsetsPartition struct {
 	LastMirrorEpoch    int32 // tag 0
 }
 
-func (r *LastMirroredOffsetsResponse) Key() int16 { return KeyLastMirroredOffsets }
-func (r *LastMirroredOffsetsResponse) fields(c *codec) {
-	c.i32(&r.ThrottleTimeMs)
-	c.i16(&r.ErrorCode)
-	array(c, &r.Topics, func(t *OffsetsTopic) {
-		c.str(&t.Name)
-		array(c, &t.Partitions, func(p *OffsetsPartition) {
-			if c.r != nil {
-				p.LastMirrorEpoch = -1
-			}
-			c.i32(&p.PartitionIndex)
-			c.i64(&p.LastMirroredOffset)
-			c.i16(&p.ErrorCode)
-			c.tags(tag{0, true, func(c *codec) { c.i32(&p.LastMirrorEpoch) }})
-		})
-		c.tags()
-	})
-	c.tags()
-}
-func (r *LastMirroredOffsetsResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *LastMirroredOffsetsResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *LastMirroredOffsetsResponse) Key() int16               { return KeyLastMirroredOffsets }
+func (r *LastMirroredOffsetsResponse) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *LastMirroredOffsetsResponse) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *LastMirroredOffsetsResponse) RequestKind() kmsg.Request {
 	return &LastMirroredOffsetsRequest{version: r.version}
 }
@@ -381,9 +307,8 @@ func (r *LastMirroredOffsetsResponse) RequestKind() kmsg.Request {
 type ListMirrorsRequest struct{ version }
 
 func (r *ListMirrorsRequest) Key() int16               { return KeyListMirrors }
-func (r *ListMirrorsRequest) fields(c *codec)          { c.tags() }
-func (r *ListMirrorsRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *ListMirrorsRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *ListMirrorsRequest) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *ListMirrorsRequest) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *ListMirrorsRequest) ResponseKind() kmsg.Response {
 	return &ListMirrorsResponse{version: r.version}
 }
@@ -401,15 +326,9 @@ type ListedMirror struct {
 	TopicCount      int32
 }
 
-func (r *ListMirrorsResponse) Key() int16 { return KeyListMirrors }
-func (r *ListMirrorsResponse) fields(c *codec) {
-	c.i32(&r.ThrottleTimeMs)
-	c.i16(&r.ErrorCode)
-	array(c, &r.Mirrors, func(m *ListedMirror) { c.str(&m.MirrorName); c.str(&m.SourceBootstrap); c.i32(&m.TopicCount); c.tags() })
-	c.tags()
-}
-func (r *ListMirrorsResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *ListMirrorsResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *ListMirrorsResponse) Key() int16               { return KeyListMirrors }
+func (r *ListMirrorsResponse) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *ListMirrorsResponse) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *ListMirrorsResponse) RequestKind() kmsg.Request {
 	return &ListMirrorsRequest{version: r.version}
 }
@@ -422,14 +341,9 @@ type DescribeMirrorsRequest struct {
 	IncludeAuthorizedOperations bool
 }
 
-func (r *DescribeMirrorsRequest) Key() int16 { return KeyDescribeMirrors }
-func (r *DescribeMirrorsRequest) fields(c *codec) {
-	c.strs(&r.MirrorNames)
-	c.boolean(&r.IncludeAuthorizedOperations)
-	c.tags()
-}
-func (r *DescribeMirrorsRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *DescribeMirrorsRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *DescribeMirrorsRequest) Key() int16               { return KeyDescribeMirrors }
+func (r *DescribeMirrorsRequest) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *DescribeMirrorsRequest) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *DescribeMirrorsRequest) ResponseKind() kmsg.Response {
 	return &DescribeMirrorsResponse{version: r.version}
 }
@@ -501,56 +415,9 @@ type PartitionDetail struct {
 }
 
 func (r *DescribeMirrorsResponse) Key() int16 { return KeyDescribeMirrors }
-func (r *DescribeMirrorsResponse) fields(c *codec) {
-	c.i32(&r.ThrottleTimeMs)
-	array(c, &r.Mirrors, func(m *DescribedMirror) {
-		c.i16(&m.ErrorCode)
-		c.str(&m.MirrorName)
-		array(c, &m.Topics, func(t *DescribedTopic) {
-			c.str(&t.TopicName)
-			array(c, &t.Partitions, func(p *PartitionDetail) {
-				c.i32(&p.PartitionIndex)
-				c.i64(&p.SourceOffset)
-				c.i64(&p.DestinationOffset)
-				c.i64(&p.Lag)
-				c.str(&p.State)
-				c.tags(tag{0, p.Reason != "", func(c *codec) { c.str(&p.Reason) }},
-					tag{1, p.LagMs != 0, func(c *codec) { c.i64(&p.LagMs) }},
-					tag{2, p.SourceOffsetTime != 0, func(c *codec) { c.i64(&p.SourceOffsetTime) }})
-			})
-			c.tags()
-		})
-		c.i32(&m.AuthorizedOperations)
-		c.tags(tag{0, m.ErrorMessage != nil, func(c *codec) { c.nstr(&m.ErrorMessage) }},
-			tag{1, m.State != "", func(c *codec) { c.str(&m.State) }},
-			tag{2, m.ACLSync != "", func(c *codec) { c.str(&m.ACLSync) }},
-			tag{3, len(m.Diverged) > 0, func(c *codec) { array(c, &m.Diverged, divergedFields(c)) }})
-	})
-	c.tags()
-}
 
-// divergedFields codes the entries of a manifest.
-func divergedFields(c *codec) func(*DivergedRange) {
-	return func(d *DivergedRange) {
-		c.str(&d.Topic)
-		c.i32(&d.Partition)
-		c.i64(&d.FirstOffset)
-		c.i64(&d.LastOffset)
-		c.i32(&d.FirstEpoch)
-		c.i32(&d.LastEpoch)
-		c.i64(&d.Records)
-		c.i64(&d.FirstTimestamp)
-		c.i64(&d.LastTimestamp)
-		c.i64(&d.TruncatedAt)
-		c.str(&d.Cause)
-		c.i64(&d.CopyStart)
-		c.i64(&d.CopyEnd)
-		c.tags()
-	}
-}
-
-func (r *DescribeMirrorsResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *DescribeMirrorsResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *DescribeMirrorsResponse) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *DescribeMirrorsResponse) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *DescribeMirrorsResponse) RequestKind() kmsg.Request {
 	return &DescribeMirrorsRequest{version: r.version}
 }
@@ -564,15 +431,9 @@ type ReadMirrorStatesRequest struct {
 	NeedPartitionStates bool
 }
 
-func (r *ReadMirrorStatesRequest) Key() int16 { return KeyReadMirrorStates }
-func (r *ReadMirrorStatesRequest) fields(c *codec) {
-	c.str(&r.MirrorName)
-	partitionsTopics(c, &r.Topics)
-	c.boolean(&r.NeedPartitionStates)
-	c.tags()
-}
-func (r *ReadMirrorStatesRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *ReadMirrorStatesRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *ReadMirrorStatesRequest) Key() int16               { return KeyReadMirrorStates }
+func (r *ReadMirrorStatesRequest) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *ReadMirrorStatesRequest) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *ReadMirrorStatesRequest) ResponseKind() kmsg.Response {
 	return &ReadMirrorStatesResponse{version: r.version}
 }
@@ -593,28 +454,7 @@ type StatePartition struct {
 	ErrorCode          int16 // responses only
 	LastMirrorEpoch    int32 // tag 0
 	Reason             string
-	TopicID            [16]byte
-}
-
-func statesTopics(c *codec, v *[]StatesTopic, withErr bool) {
-	array(c, v, func(t *StatesTopic) {
-		c.str(&t.Name)
-		array(c, &t.Partitions, func(p *StatePartition) {
-			if c.r != nil {
-				p.LastMirrorEpoch = -1
-			}
-			c.i32(&p.PartitionIndex)
-			c.i64(&p.LastMirroredOffset)
-			c.i8(&p.State)
-			if withErr {
-				c.i16(&p.ErrorCode)
-			}
-			c.tags(tag{0, true, func(c *codec) { c.i32(&p.LastMirrorEpoch) }},
-				tag{1, p.Reason != "", func(c *codec) { c.str(&p.Reason) }},
-				tag{2, true, func(c *codec) { c.uuid(&p.TopicID) }})
-		})
-		c.tags()
-	})
+	TopicID            uuid.UUID
 }
 
 type ReadMirrorStatesResponse struct {
@@ -624,15 +464,9 @@ type ReadMirrorStatesResponse struct {
 	Topics         []StatesTopic
 }
 
-func (r *ReadMirrorStatesResponse) Key() int16 { return KeyReadMirrorStates }
-func (r *ReadMirrorStatesResponse) fields(c *codec) {
-	c.i32(&r.ThrottleTimeMs)
-	c.i16(&r.ErrorCode)
-	statesTopics(c, &r.Topics, true)
-	c.tags()
-}
-func (r *ReadMirrorStatesResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *ReadMirrorStatesResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *ReadMirrorStatesResponse) Key() int16               { return KeyReadMirrorStates }
+func (r *ReadMirrorStatesResponse) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *ReadMirrorStatesResponse) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *ReadMirrorStatesResponse) RequestKind() kmsg.Request {
 	return &ReadMirrorStatesRequest{version: r.version}
 }
@@ -646,15 +480,9 @@ type WriteMirrorStatesRequest struct {
 	RemovedTopics []string
 }
 
-func (r *WriteMirrorStatesRequest) Key() int16 { return KeyWriteMirrorStates }
-func (r *WriteMirrorStatesRequest) fields(c *codec) {
-	c.str(&r.MirrorName)
-	statesTopics(c, &r.TopicsUpdated, false)
-	c.strs(&r.RemovedTopics)
-	c.tags()
-}
-func (r *WriteMirrorStatesRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *WriteMirrorStatesRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *WriteMirrorStatesRequest) Key() int16               { return KeyWriteMirrorStates }
+func (r *WriteMirrorStatesRequest) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *WriteMirrorStatesRequest) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *WriteMirrorStatesRequest) ResponseKind() kmsg.Response {
 	return &WriteMirrorStatesResponse{version: r.version}
 }
@@ -676,19 +504,9 @@ type ErrPartition struct {
 	ErrorCode      int16
 }
 
-func (r *WriteMirrorStatesResponse) Key() int16 { return KeyWriteMirrorStates }
-func (r *WriteMirrorStatesResponse) fields(c *codec) {
-	c.i32(&r.ThrottleTimeMs)
-	c.i16(&r.ErrorCode)
-	array(c, &r.Topics, func(t *ErrTopic) {
-		c.str(&t.Name)
-		array(c, &t.Partitions, func(p *ErrPartition) { c.i32(&p.PartitionIndex); c.i16(&p.ErrorCode); c.tags() })
-		c.tags()
-	})
-	c.tags()
-}
-func (r *WriteMirrorStatesResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *WriteMirrorStatesResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *WriteMirrorStatesResponse) Key() int16               { return KeyWriteMirrorStates }
+func (r *WriteMirrorStatesResponse) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *WriteMirrorStatesResponse) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *WriteMirrorStatesResponse) RequestKind() kmsg.Request {
 	return &WriteMirrorStatesRequest{version: r.version}
 }
@@ -713,14 +531,9 @@ func NewResumeMirrorTopicsRequest() *MirrorTopicsRequest {
 }
 func NewDeleteMirrorRequest() *MirrorTopicsRequest { return &MirrorTopicsRequest{key: KeyDeleteMirror} }
 
-func (r *MirrorTopicsRequest) Key() int16 { return r.key }
-func (r *MirrorTopicsRequest) fields(c *codec) {
-	c.str(&r.MirrorName)
-	c.strs(&r.Topics)
-	c.tags()
-}
-func (r *MirrorTopicsRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *MirrorTopicsRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *MirrorTopicsRequest) Key() int16               { return r.key }
+func (r *MirrorTopicsRequest) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *MirrorTopicsRequest) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *MirrorTopicsRequest) ResponseKind() kmsg.Response {
 	return &MirrorTopicsResponse{ErrResponse: ErrResponse{version: r.version, key: r.key}}
 }
@@ -740,7 +553,7 @@ type BumpLeaderEpochsRequest struct {
 }
 
 type BumpTopic struct {
-	TopicID    [16]byte
+	TopicID    uuid.UUID
 	Partitions []BumpPartition
 }
 
@@ -751,17 +564,9 @@ type BumpPartition struct {
 	LeaderEpoch    int32 // response: the epoch now
 }
 
-func (r *BumpLeaderEpochsRequest) Key() int16 { return KeyBumpLeaderEpochs }
-func (r *BumpLeaderEpochsRequest) fields(c *codec) {
-	array(c, &r.Topics, func(t *BumpTopic) {
-		c.uuid(&t.TopicID)
-		array(c, &t.Partitions, func(p *BumpPartition) { c.i32(&p.PartitionIndex); c.i32(&p.MinLeaderEpoch); c.tags() })
-		c.tags()
-	})
-	c.tags()
-}
-func (r *BumpLeaderEpochsRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *BumpLeaderEpochsRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *BumpLeaderEpochsRequest) Key() int16               { return KeyBumpLeaderEpochs }
+func (r *BumpLeaderEpochsRequest) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *BumpLeaderEpochsRequest) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *BumpLeaderEpochsRequest) ResponseKind() kmsg.Response {
 	return &BumpLeaderEpochsResponse{version: r.version}
 }
@@ -772,23 +577,9 @@ type BumpLeaderEpochsResponse struct {
 	Topics         []BumpTopic
 }
 
-func (r *BumpLeaderEpochsResponse) Key() int16 { return KeyBumpLeaderEpochs }
-func (r *BumpLeaderEpochsResponse) fields(c *codec) {
-	c.i32(&r.ThrottleTimeMs)
-	array(c, &r.Topics, func(t *BumpTopic) {
-		c.uuid(&t.TopicID)
-		array(c, &t.Partitions, func(p *BumpPartition) {
-			c.i32(&p.PartitionIndex)
-			c.i16(&p.ErrorCode)
-			c.i32(&p.LeaderEpoch)
-			c.tags()
-		})
-		c.tags()
-	})
-	c.tags()
-}
-func (r *BumpLeaderEpochsResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
-func (r *BumpLeaderEpochsResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
+func (r *BumpLeaderEpochsResponse) Key() int16               { return KeyBumpLeaderEpochs }
+func (r *BumpLeaderEpochsResponse) AppendTo(b []byte) []byte { return encode(b, r) }
+func (r *BumpLeaderEpochsResponse) ReadFrom(b []byte) error  { return decode(b, r) }
 func (r *BumpLeaderEpochsResponse) RequestKind() kmsg.Request {
 	return &BumpLeaderEpochsRequest{version: r.version}
 }
@@ -830,3 +621,94 @@ func ClientVersions() *kversion.Versions {
 	}
 	return v
 }
+
+// The description of every mirror message: its fields in wire order, as
+// codec.go codes them (tagged fields at the end of their struct).
+var (
+	// PartitionsTopic: each partition index is followed by its own
+	// (empty) tagged fields, as the first Tandem release wrote them.
+	partitionsTopics = structs("Topics", str("Name"),
+		field{name: "Partitions", kind: kScalars, elemKind: kInt32, elemTags: true, tag: -1})
+
+	// StatePartition, in WriteMirrorStates requests; responses add the
+	// error code (statePartitionErr).
+	statePartition = []field{i32("PartitionIndex"), i64("LastMirroredOffset"), i8("State"),
+		alwaysTagged(0, i32("LastMirrorEpoch"), -1), tagged(1, str("Reason")), alwaysTagged(2, uid("TopicID"), 0)}
+	statePartitionErr = []field{i32("PartitionIndex"), i64("LastMirroredOffset"), i8("State"), i16("ErrorCode"),
+		alwaysTagged(0, i32("LastMirrorEpoch"), -1), tagged(1, str("Reason")), alwaysTagged(2, uid("TopicID"), 0)}
+
+	errResponse = []field{i32("ThrottleTimeMs"), i16("ErrorCode"), nstr("ErrorMessage")}
+)
+
+var schemas = map[reflect.Type][]field{
+	typeOf[CreateMirrorRequest](): {
+		nstr("MirrorName"),
+		structs("Configs", str("Name"), nstr("Value")),
+	},
+	typeOf[ErrResponse](): errResponse,
+	typeOf[AddTopicsToMirrorRequest](): {
+		structs("Topics", uid("TopicID"), str("TopicName"), nstr("MirrorName")),
+		tagged(0, boolean("ValidateOnly")),
+	},
+	typeOf[TopicResponse](): {
+		i32("ThrottleTimeMs"), uid("TopicID"), i16("ErrorCode"), nstr("ErrorMessage"),
+		tagged(0, structs("Truncations", str("Topic"), i32("Partition"), i64("LogEnd"), i64("TruncateTo"), i32("LastMirrorEpoch"))),
+		tagged(1, structs("Failover", str("Topic"), i32("Partition"), i64("SourceOffset"), i64("SourceOffsetTime"),
+			i64("DestinationOffset"), i64("Lag"), i64("LagMs"))),
+	},
+	typeOf[RemoveTopicsFromMirrorRequest](): {
+		str("MirrorName"),
+		structs("Topics", uid("TopicID"), str("TopicName")),
+		tagged(0, i8("Mode")),
+		tagged(1, i32("TimeoutMs")),
+	},
+	typeOf[LastMirroredOffsetsRequest](): {str("MirrorName"), partitionsTopics},
+	typeOf[LastMirroredOffsetsResponse](): {
+		i32("ThrottleTimeMs"), i16("ErrorCode"),
+		structs("Topics", str("Name"), structs("Partitions", i32("PartitionIndex"), i64("LastMirroredOffset"), i16("ErrorCode"),
+			alwaysTagged(0, i32("LastMirrorEpoch"), -1))),
+	},
+	typeOf[ListMirrorsRequest](): {},
+	typeOf[ListMirrorsResponse](): {
+		i32("ThrottleTimeMs"), i16("ErrorCode"),
+		structs("Mirrors", str("MirrorName"), str("SourceBootstrap"), i32("TopicCount")),
+	},
+	typeOf[DescribeMirrorsRequest](): {strs("MirrorNames"), boolean("IncludeAuthorizedOperations")},
+	typeOf[DescribeMirrorsResponse](): {
+		i32("ThrottleTimeMs"),
+		structs("Mirrors", i16("ErrorCode"), str("MirrorName"),
+			structs("Topics", str("TopicName"),
+				structs("Partitions", i32("PartitionIndex"), i64("SourceOffset"), i64("DestinationOffset"), i64("Lag"), str("State"),
+					tagged(0, str("Reason")), tagged(1, i64("LagMs")), tagged(2, i64("SourceOffsetTime")))),
+			i32("AuthorizedOperations"),
+			tagged(0, nstr("ErrorMessage")), tagged(1, str("State")), tagged(2, str("ACLSync")),
+			tagged(3, structs("Diverged", str("Topic"), i32("Partition"), i64("FirstOffset"), i64("LastOffset"),
+				i32("FirstEpoch"), i32("LastEpoch"), i64("Records"), i64("FirstTimestamp"), i64("LastTimestamp"),
+				i64("TruncatedAt"), str("Cause"), i64("CopyStart"), i64("CopyEnd")))),
+	},
+	typeOf[ReadMirrorStatesRequest](): {str("MirrorName"), partitionsTopics, boolean("NeedPartitionStates")},
+	typeOf[ReadMirrorStatesResponse](): {
+		i32("ThrottleTimeMs"), i16("ErrorCode"),
+		structs("Topics", str("Name"), structs("Partitions", statePartitionErr...)),
+	},
+	typeOf[WriteMirrorStatesRequest](): {
+		str("MirrorName"),
+		structs("TopicsUpdated", str("Name"), structs("Partitions", statePartition...)),
+		strs("RemovedTopics"),
+	},
+	typeOf[WriteMirrorStatesResponse](): {
+		i32("ThrottleTimeMs"), i16("ErrorCode"),
+		structs("Topics", str("Name"), structs("Partitions", i32("PartitionIndex"), i16("ErrorCode"))),
+	},
+	typeOf[MirrorTopicsRequest](): {str("MirrorName"), strs("Topics")},
+	typeOf[BumpLeaderEpochsRequest](): {
+		structs("Topics", uid("TopicID"), structs("Partitions", i32("PartitionIndex"), i32("MinLeaderEpoch"))),
+	},
+	typeOf[BumpLeaderEpochsResponse](): {
+		i32("ThrottleTimeMs"),
+		structs("Topics", uid("TopicID"), structs("Partitions", i32("PartitionIndex"), i16("ErrorCode"), i32("LeaderEpoch"))),
+	},
+}
+
+// typeOf is the type of a *T, the key of T's schema.
+func typeOf[T any]() reflect.Type { return reflect.TypeFor[*T]() }

@@ -19,9 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
-	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // metaManager is KIP-1279's MirrorMetadataManager: for every mirror whose
@@ -45,13 +45,11 @@ func newMetaManager(p *Plugin) *metaManager {
 // stops the others. Never called with p.mu held: stopping a loop waits
 // for it, and loops take p.mu.
 func (mm *metaManager) sync(img *raftmeta.Image) {
-	p := mm.p
-	p.mu.Lock()
-	host, ctx := p.host, p.ctx
-	p.mu.Unlock()
-	if host == nil || ctx.Err() != nil {
+	ctx := mm.p.started()
+	if ctx == nil {
 		return
 	}
+	host := mm.p.Host()
 	var stale []*metaSync
 	mm.mu.Lock()
 	for name, s := range mm.syncs {
@@ -75,9 +73,9 @@ func (mm *metaManager) sync(img *raftmeta.Image) {
 
 // coordinates reports whether this broker leads the __mirror_state
 // partition that mirror's metadata sync hashes to.
-func (mm *metaManager) coordinates(img *raftmeta.Image, host server.Host, mirror string) bool {
+func (mm *metaManager) coordinates(img *raftmeta.Image, host plugin.Host, mirror string) bool {
 	t := img.Topics[Topic]
-	i := mm.p.rt.PartitionFor(mirror)
+	i := mm.p.PartitionFor(mirror)
 	return t != nil && int(i) < len(t.Partitions) && t.Partitions[i].Leader == host.NodeID()
 }
 
@@ -182,7 +180,7 @@ func (s *metaSync) loop() {
 // interval is mirror.metadata.refresh.interval.ms: the mirror's own
 // (dynamic, through the MIRROR config resource), else the broker's.
 func (s *metaSync) interval() time.Duration {
-	if img := s.p.image(); img != nil && img.Mirrors[s.name] != nil {
+	if img := s.p.Image(); img != nil && img.Mirrors[s.name] != nil {
 		if n, err := strconv.ParseInt(img.Mirrors[s.name].Configs["mirror.metadata.refresh.interval.ms"], 10, 64); err == nil && n > 0 {
 			return time.Duration(n) * time.Millisecond
 		}
@@ -292,7 +290,7 @@ func excludedProps(c map[string]string) map[string]bool {
 
 // srcTopic is a topic as the source's Metadata describes it.
 type srcTopic struct {
-	id     [16]byte
+	id     uuid.UUID
 	epochs []int32 // leader epoch per partition
 	rf     int16
 	err    int16 // the topic's error code: its other fields are not to be trusted
@@ -313,7 +311,7 @@ func isInternal(name string, flagged bool) bool {
 // each failure counts in its metric.
 func (s *metaSync) cycle() error {
 	start := time.Now()
-	img := s.p.image()
+	img := s.p.Image()
 	m := img.Mirrors[s.name]
 	if m == nil {
 		return nil
@@ -437,7 +435,7 @@ func (s *metaSync) checkClusterID(ctx context.Context, m *raftmeta.Mirror, resp 
 	s.mu.Unlock()
 	s.mismatch.Set(0)
 	if m.SourceClusterID == "" && id != "" {
-		if err := s.p.host.Metadata().SetMirrorSync(ctx, s.name, id, m.ManagedACLs); err != nil {
+		if err := s.p.Host().Metadata().SetMirrorSync(ctx, s.name, id, m.ManagedACLs); err != nil {
 			return fmt.Errorf("record source cluster ID: %w", err)
 		}
 	}
@@ -491,7 +489,7 @@ func (s *metaSync) deleted(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirr
 // syncTopics discovers, creates, grows, reconfigures and stops mirror
 // topics, and bumps destination epochs the source is closing in on.
 func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirror, f filters, src map[string]srcTopic, deleted map[string]bool, paused map[tpKey]bool) error {
-	meta := s.p.host.Metadata()
+	meta := s.p.Host().Metadata()
 	img := meta.Image()
 	var errs []error
 	var stop, active, added []string
@@ -545,7 +543,7 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.M
 			c = map[string]string{}
 		}
 		c[mirrorNameConfig] = s.name
-		spec := raftmeta.TopicSpec{Name: name, ID: raftmeta.UUID(st.id), Partitions: int32(len(st.epochs)), ReplicationFactor: st.rf, Configs: c}
+		spec := raftmeta.TopicSpec{Name: name, ID: st.id, Partitions: int32(len(st.epochs)), ReplicationFactor: st.rf, Configs: c}
 		if err := meta.AddMirrorTopics(ctx, s.name, []raftmeta.TopicSpec{spec}); err != nil {
 			s.refreshErrs.Inc()
 			errs = append(errs, fmt.Errorf("create mirror topic %s: %w", name, err))
@@ -662,25 +660,14 @@ func configChanges(topic string, dest, src map[string]string, exclude map[string
 	return out
 }
 
-// pluginOf finds another plugin's registered interface.
-func pluginOf[T any](host server.Host) (T, bool) {
-	for _, p := range host.Plugins() {
-		if v, ok := p.(T); ok {
-			return v, true
-		}
-	}
-	var zero T
-	return zero, false
-}
-
 // syncGroups copies the committed offsets of the source's consumer groups
 // (classic and consumer protocol; share groups are not served by this
 // broker) for the mirror's active topics. Groups active here are skipped;
 // each offset is clamped to max(log start, min(source offset, log end))
 // of the destination partition and carries its leader epoch.
 func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, paused map[tpKey]bool) error {
-	host := s.p.host
-	gos, ok := pluginOf[server.GroupOffsets](host)
+	host := s.p.Host()
+	gos, ok := plugin.Find[plugin.GroupOffsets](host.Plugins())
 	if !ok {
 		return nil
 	}
@@ -703,7 +690,7 @@ func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, pa
 	if err != nil {
 		return fmt.Errorf("list source groups: %w", err)
 	}
-	if err := s.ensureGroupsTopic(ctx); err != nil {
+	if err := s.ensureGroupsTopic(ctx, gos); err != nil {
 		return err
 	}
 	var errs []error
@@ -718,7 +705,7 @@ func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, pa
 	return errors.Join(errs...)
 }
 
-func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos server.GroupOffsets, group string, mirrored map[string]*raftmeta.Topic, paused map[tpKey]bool) error {
+func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos plugin.GroupOffsets, group string, mirrored map[string]*raftmeta.Topic, paused map[tpKey]bool) error {
 	srcOffs, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
 		return fmt.Errorf("fetch source offsets: %w", err)
@@ -730,14 +717,14 @@ func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos server.G
 	if state != "Empty" && state != "Dead" {
 		return nil // active here: the destination's consumers own its offsets
 	}
-	eng := s.p.host.Engine()
-	commit := map[server.TopicPartition]server.CommittedOffset{}
+	eng := s.p.Host().Engine()
+	commit := map[plugin.TopicPartition]plugin.CommittedOffset{}
 	srcOffs.Each(func(o kadm.OffsetResponse) {
 		t := mirrored[o.Topic]
 		if o.Err != nil || t == nil || o.At < 0 || paused[tpKey{o.Topic, o.Partition}] {
 			return
 		}
-		ep := eng.Partition(engine.TopicID(t.ID), o.Partition)
+		ep := eng.Partition(t.ID, o.Partition)
 		if ep == nil {
 			return // not hosted here: a later cycle, or another broker's partition
 		}
@@ -749,8 +736,8 @@ func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos server.G
 				epoch = ep.EpochAt(at - 1)
 			}
 		}
-		tp := server.TopicPartition{Topic: o.Topic, Partition: o.Partition}
-		want := server.CommittedOffset{Offset: at, LeaderEpoch: epoch, Metadata: o.Metadata}
+		tp := plugin.TopicPartition{Topic: o.Topic, Partition: o.Partition}
+		want := plugin.CommittedOffset{Offset: at, LeaderEpoch: epoch, Metadata: o.Metadata}
 		if c, ok := cur[tp]; !ok || c != want {
 			commit[tp] = want
 		}
@@ -768,22 +755,16 @@ func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos server.G
 }
 
 // ensureGroupsTopic creates the consumer groups' internal topic if no
-// client has made the broker create it yet.
-func (s *metaSync) ensureGroupsTopic(ctx context.Context) error {
-	host := s.p.host
-	for _, pl := range host.Plugins() {
-		loc, ok := pl.(server.CoordinatorLocator)
-		if !ok {
-			continue
-		}
-		it, _, ok := loc.LocateCoordinator(server.CoordinatorGroup, "")
-		if !ok || host.Metadata().Image().Topics[it.Name] != nil {
-			continue
-		}
-		errs := host.Metadata().CreateTopics(ctx, []raftmeta.TopicSpec{{Name: it.Name, Partitions: it.Partitions,
-			ReplicationFactor: it.ReplicationFactor, Configs: it.Configs, Internal: true}}, false)
-		if err := errs[0]; err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("create %s: %w", it.Name, err)
+// client has made the broker create it yet (the groups plugin locates
+// it), so that committing offsets finds it.
+func (s *metaSync) ensureGroupsTopic(ctx context.Context, gos plugin.GroupOffsets) error {
+	loc, ok := gos.(plugin.CoordinatorLocator)
+	if !ok {
+		return nil
+	}
+	if it, _, ok := loc.LocateCoordinator(plugin.CoordinatorGroup, ""); ok {
+		if _, err := s.p.Host().EnsureTopic(ctx, it); err != nil {
+			return fmt.Errorf("consumer groups: %w", err)
 		}
 	}
 	return nil
@@ -792,8 +773,8 @@ func (s *metaSync) ensureGroupsTopic(ctx context.Context) error {
 // syncACLs copies the source's ACL bindings that mirror.acl.include
 // selects and deletes those it copied earlier that are gone.
 func (s *metaSync) syncACLs(ctx context.Context, cl *kgo.Client, f filters) error {
-	host := s.p.host
-	store, ok := pluginOf[server.ACLStore](host)
+	host := s.p.Host()
+	store, ok := plugin.Find[plugin.ACLStore](host.Plugins())
 	if !ok {
 		return nil
 	}

@@ -45,7 +45,9 @@ func roundTrip(t *testing.T, m interface {
 	}
 }
 
-func TestMessagesRoundTrip(t *testing.T) {
+// sampleMessages are a request and a response of every mirror API with
+// every field set, tagged fields included.
+func sampleMessages() ([]kmsg.Request, []kmsg.Response) {
 	id := [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 	reqs := []kmsg.Request{
 		&CreateMirrorRequest{MirrorName: sp("m"), Configs: []MirrorConfig{{Name: "bootstrap.servers", Value: sp("h:1")}, {Name: "x"}}},
@@ -84,6 +86,11 @@ func TestMessagesRoundTrip(t *testing.T) {
 		&MirrorTopicsResponse{ErrResponse{key: KeyPauseMirrorTopics, ErrorCode: 138, ErrorMessage: sp("no such mirror")}},
 		&BumpLeaderEpochsResponse{Topics: []BumpTopic{{TopicID: id, Partitions: []BumpPartition{{PartitionIndex: 3, LeaderEpoch: 51}}}}},
 	}
+	return reqs, resps
+}
+
+func TestMessagesRoundTrip(t *testing.T) {
+	reqs, resps := sampleMessages()
 	keys := map[int16]bool{}
 	for _, r := range reqs {
 		keys[r.Key()] = true
@@ -219,6 +226,7 @@ func TestBatchHelpers(t *testing.T) {
 		binary.BigEndian.PutUint64(b, uint64(base))
 		binary.BigEndian.PutUint32(b[8:], uint32(size-12))
 		binary.BigEndian.PutUint32(b[12:], uint32(epoch))
+		b[16] = 2 // magic
 		return b
 	}
 	b := append(append(batch(0, 3, 70), batch(1, 9, 61)...), batch(2, 4, 80)...)

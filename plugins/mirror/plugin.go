@@ -11,22 +11,20 @@ package mirror
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
+	"maps"
+	"math"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/raftmeta"
-	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Topic is the internal topic holding mirror partition states.
@@ -62,54 +60,41 @@ type Config struct {
 
 // ParseConfig reads the plugin's keys from broker properties.
 func ParseConfig(props map[string]string) (Config, error) {
-	var errs []error
-	num := func(key string, def int64) int64 {
-		s, ok := props[key]
-		if !ok {
-			return def
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 {
-			errs = append(errs, fmt.Errorf("%s=%q: want a non-negative integer", key, s))
-			return def
-		}
-		return n
+	r := plugin.ReadProps(props)
+	num := func(key string, def, min int64) int64 { return r.Int(key, def, min, math.MaxInt32) }
+	ms := func(key string, def, min int64) time.Duration {
+		return time.Duration(num(key, def, min)) * time.Millisecond
 	}
-	ms := func(key string, def int64) time.Duration { return time.Duration(num(key, def)) * time.Millisecond }
 	c := Config{
-		Partitions:        int32(num("mirror.topic.num.partitions", 50)),
-		ReplicationFactor: int16(num("mirror.topic.replication.factor", 3)),
-		Fetchers:          int(num("mirror.num.replica.fetchers", 1)),
-		RefreshInterval:   ms("mirror.metadata.refresh.interval.ms", 30000),
-		RequestTimeout:    ms("mirror.request.timeout.ms", 30000),
-		ConnectTimeout:    ms("mirror.socket.connection.setup.timeout.ms", 10000),
-		ReconnectBackoff:  ms("mirror.reconnect.backoff.ms", 50),
-		Backoff:           ms("mirror.replica.fetch.backoff.ms", 1000),
-		FetchMaxBytes:     int32(num("replica.fetch.max.bytes", 1048576)),
-		FetchMinBytes:     int32(num("replica.fetch.min.bytes", 1)),
-		FetchRespMaxBytes: int32(num("replica.fetch.response.max.bytes", 10485760)),
-		FetchMaxWait:      ms("replica.fetch.wait.max.ms", 500),
-		ThrottledRate:     num("mirror.replication.throttled.rate", 0),
+		Partitions:        int32(num("mirror.topic.num.partitions", 50, 1)),
+		ReplicationFactor: int16(r.Int("mirror.topic.replication.factor", 3, 1, math.MaxInt16)),
+		Fetchers:          int(num("mirror.num.replica.fetchers", 1, 0)),
+		RefreshInterval:   ms("mirror.metadata.refresh.interval.ms", 30000, 1),
+		RequestTimeout:    ms("mirror.request.timeout.ms", 30000, 0),
+		ConnectTimeout:    ms("mirror.socket.connection.setup.timeout.ms", 10000, 0),
+		ReconnectBackoff:  ms("mirror.reconnect.backoff.ms", 50, 0),
+		Backoff:           ms("mirror.replica.fetch.backoff.ms", 1000, 0),
+		FetchMaxBytes:     int32(num("replica.fetch.max.bytes", 1048576, 0)),
+		FetchMinBytes:     int32(num("replica.fetch.min.bytes", 1, 0)),
+		FetchRespMaxBytes: int32(num("replica.fetch.response.max.bytes", 10485760, 0)),
+		FetchMaxWait:      ms("replica.fetch.wait.max.ms", 500, 0),
+		ThrottledRate:     r.Int("mirror.replication.throttled.rate", 0, 0, math.MaxInt64),
 	}
-	if c.Partitions <= 0 || c.ReplicationFactor <= 0 || c.RefreshInterval <= 0 {
-		errs = append(errs, errors.New("mirror.topic.num.partitions, mirror.topic.replication.factor and mirror.metadata.refresh.interval.ms must be positive"))
-	}
-	return c, errors.Join(errs...)
+	return c, r.Err()
 }
 
-// Plugin is the cluster mirroring plugin. It implements server.APIHandler,
-// server.CoordinatorLocator, server.LeaderObserver,
-// server.MetadataObserver, server.Lifecycle, server.ConfigResourceHandler,
-// server.TopicGuard and engine.AppendValidator.
+// Plugin is the cluster mirroring plugin: a plugin.APIHandler,
+// plugin.MetadataObserver, plugin.ConfigResourceHandler,
+// plugin.TopicGuard and engine.AppendValidator, and through its
+// plugin.Coordinator (over __mirror_state) a plugin.Lifecycle,
+// plugin.LeaderObserver and plugin.CoordinatorLocator.
 type Plugin struct {
-	cfg    Config
-	cfgErr error
-	log    *slog.Logger
-	rt     *coord.Runtime
+	*plugin.Coordinator
+	cfg Config
+	log *slog.Logger
 
 	mu      sync.Mutex
-	host    server.Host // nil until Start
-	ctx     context.Context
+	ctx     context.Context // nil until Start, canceled by Stop
 	cancel  context.CancelFunc
 	runs    map[string]*run // by mirror name
 	metrics *pluginMetrics
@@ -129,14 +114,15 @@ func WithStopHook(fn func(topic string, partition int32, step StopStep)) Option 
 }
 
 var (
-	_ server.APIHandler            = (*Plugin)(nil)
-	_ server.CoordinatorLocator    = (*Plugin)(nil)
-	_ server.LeaderObserver        = (*Plugin)(nil)
-	_ server.MetadataObserver      = (*Plugin)(nil)
-	_ server.Lifecycle             = (*Plugin)(nil)
-	_ server.ConfigResourceHandler = (*Plugin)(nil)
-	_ server.PropsOwner            = (*Plugin)(nil)
-	_ server.TopicGuard            = (*Plugin)(nil)
+	_ plugin.APIHandler            = (*Plugin)(nil)
+	_ plugin.CoordinatorLocator    = (*Plugin)(nil)
+	_ plugin.CoordinatorAuthorizer = (*Plugin)(nil)
+	_ plugin.LeaderObserver        = (*Plugin)(nil)
+	_ plugin.MetadataObserver      = (*Plugin)(nil)
+	_ plugin.Lifecycle             = (*Plugin)(nil)
+	_ plugin.ConfigResourceHandler = (*Plugin)(nil)
+	_ plugin.PropsOwner            = (*Plugin)(nil)
+	_ plugin.TopicGuard            = (*Plugin)(nil)
 	_ engine.AppendValidator       = (*Plugin)(nil)
 )
 
@@ -147,37 +133,45 @@ func New(props map[string]string, log *slog.Logger, opts ...Option) *Plugin {
 		log = slog.Default()
 	}
 	cfg, err := ParseConfig(props)
-	p := &Plugin{cfg: cfg, cfgErr: err, log: log.With("plugin", "mirror"), runs: map[string]*run{},
+	p := &Plugin{cfg: cfg, log: log.With("plugin", "mirror"), runs: map[string]*run{},
 		stopHook: func(string, int32, StopStep) {}}
 	for _, o := range opts {
 		o(p)
 	}
 	p.meta = newMetaManager(p)
-	p.rt = coord.New(coord.Config{Topic: Topic, Partitions: cfg.Partitions, Logger: p.log,
+	if err != nil {
+		err = fmt.Errorf("mirror: %w", err)
+	}
+	p.Coordinator = plugin.NewCoordinator(plugin.CoordinatorConfig{
+		KeyType: plugin.CoordinatorMirror,
+		Topic:   plugin.InternalTopic{Name: Topic, Partitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor},
 		New: func(int32) coord.StateMachine {
 			return &shard{parts: map[pkey]*pstate{}, diverged: map[dkey]*manifestEntry{}}
-		}})
+		},
+		Logger: p.log,
+		Err:    err,
+	})
 	return p
 }
 
-// Start implements server.Lifecycle.
-func (p *Plugin) Start(_ context.Context, host server.Host) error {
-	if p.cfgErr != nil {
-		return fmt.Errorf("mirror: %w", p.cfgErr)
+// Start implements plugin.Lifecycle.
+func (p *Plugin) Start(ctx context.Context, host plugin.Host) error {
+	if err := p.Coordinator.Start(ctx, host); err != nil {
+		return err
 	}
 	p.mu.Lock()
-	p.host = host
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.metrics = newPluginMetrics(p, host.MetricsSet())
 	p.mu.Unlock()
-	p.rt.Start(host.Engine())
-	p.sync(host.Metadata().Image())
-	p.meta.sync(host.Metadata().Image())
+	img := host.Metadata().Image()
+	p.sync(img)
+	p.meta.sync(img)
 	return nil
 }
 
-// Stop implements server.Lifecycle.
-func (p *Plugin) Stop(context.Context) error {
+// Stop implements plugin.Lifecycle: the fetch loops, the metadata syncs
+// and the coordinator runtime have ended when it returns.
+func (p *Plugin) Stop(ctx context.Context) error {
 	p.mu.Lock()
 	if p.cancel != nil {
 		p.cancel()
@@ -189,32 +183,34 @@ func (p *Plugin) Stop(context.Context) error {
 		r.stop()
 	}
 	p.meta.stop()
-	p.rt.Stop()
-	return nil
+	return p.Coordinator.Stop(ctx)
 }
 
-// OnLeaderChange implements server.LeaderObserver.
-func (p *Plugin) OnLeaderChange(c server.LeaderChange) {
+// OnLeaderChange implements plugin.LeaderObserver: the shards of
+// __mirror_state follow leadership, and the fetch loops look again at
+// the partitions they serve.
+func (p *Plugin) OnLeaderChange(c plugin.LeaderChange) {
 	if c.Topic == Topic {
-		p.rt.SetLeader(c.TopicID, c.Partition, c.Leader, c.LeaderEpoch)
+		p.Coordinator.OnLeaderChange(c)
 		return
 	}
 	p.poke()
 }
 
-// OnMetadataUpdate implements server.MetadataObserver.
+// OnMetadataUpdate implements plugin.MetadataObserver.
 func (p *Plugin) OnMetadataUpdate(_ raftmeta.Delta, img *raftmeta.Image) {
 	p.sync(img)
 	p.meta.sync(img)
 }
 
-func (p *Plugin) image() *raftmeta.Image {
+// started is the plugin's context, nil before Start and done after Stop.
+func (p *Plugin) started() context.Context {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.host == nil {
+	if p.ctx == nil || p.ctx.Err() != nil {
 		return nil
 	}
-	return p.host.Metadata().Image()
+	return p.ctx
 }
 
 // sync starts a fetch loop for every mirror of img and stops those of
@@ -228,12 +224,12 @@ func (p *Plugin) sync(img *raftmeta.Image) {
 	}()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.host == nil || p.ctx.Err() != nil {
+	if p.ctx == nil || p.ctx.Err() != nil {
 		return
 	}
 	for name, r := range p.runs {
 		m := img.Mirrors[name]
-		if m == nil || !equalConfigs(m.Configs, r.configs) {
+		if m == nil || !maps.Equal(m.Configs, r.configs) {
 			stale = append(stale, r)
 			delete(p.runs, name)
 		}
@@ -264,77 +260,39 @@ func (p *Plugin) run(name string) *run {
 	return p.runs[name]
 }
 
-func equalConfigs(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-// LocateCoordinator implements server.CoordinatorLocator: MIRROR keys are
+// LocateCoordinator implements plugin.CoordinatorLocator: MIRROR keys are
 // coordKey strings (or a mirror name for its metadata sync).
-func (p *Plugin) LocateCoordinator(keyType int8, key string) (server.InternalTopic, int32, bool) {
-	if keyType != server.CoordinatorMirror {
-		return server.InternalTopic{}, 0, false
-	}
-	return p.internalTopic(), p.rt.PartitionFor(key), true
+func (p *Plugin) LocateCoordinator(keyType int8, key string) (plugin.InternalTopic, int32, bool) {
+	_, partition, ok := p.Coordinator.LocateCoordinator(keyType, key)
+	return p.stateTopic(), partition, ok
 }
 
-// AuthorizeCoordinator implements server.CoordinatorAuthorizer: finding
+// AuthorizeCoordinator implements plugin.CoordinatorAuthorizer: finding
 // the coordinator of a mirror's key needs DESCRIBE on the mirror, as
 // describing the mirror does.
-func (p *Plugin) AuthorizeCoordinator(rc *server.RequestContext, _ int8, key string) error {
+func (p *Plugin) AuthorizeCoordinator(rc *plugin.RequestContext, _ int8, key string) error {
 	name, _, _ := strings.Cut(key, ":") // coordKey: mirror:topic-id:partition, or the mirror's name
 	return mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name)
 }
 
-// internalTopic is __mirror_state as it is created: its replication
-// factor capped at the brokers registered (a single broker gets 1, as
-// Kafka's offsets.topic.replication.factor is in a one-broker setup).
-func (p *Plugin) internalTopic() server.InternalTopic {
-	rf := p.cfg.ReplicationFactor
-	if img := p.image(); img != nil {
-		rf = min(rf, int16(max(1, len(img.Brokers))))
+// stateTopic is __mirror_state as it is created: its replication factor
+// capped at the brokers registered (a single broker gets 1, as Kafka's
+// offsets.topic.replication.factor is in a one-broker setup).
+func (p *Plugin) stateTopic() plugin.InternalTopic {
+	t := p.Topic()
+	if img := p.Image(); img != nil {
+		t.ReplicationFactor = min(t.ReplicationFactor, int16(max(1, len(img.Brokers))))
 	}
-	return server.InternalTopic{Name: Topic, Partitions: p.cfg.Partitions, ReplicationFactor: rf,
-		Configs: map[string]string{"cleanup.policy": "compact"}}
+	return t
 }
 
-// ensureStateTopic creates __mirror_state if needed and waits until this
-// broker serves its shards (single-node: it leads them all).
+// ensureStateTopic creates __mirror_state if needed and returns once
+// every partition has a leader, whose shard then loads on its first use.
 func (p *Plugin) ensureStateTopic(ctx context.Context) error {
-	host := p.host
-	img := host.Metadata().Image()
-	if img.Topics[Topic] == nil {
-		it := p.internalTopic()
-		errs := host.Metadata().CreateTopics(ctx, []raftmeta.TopicSpec{{Name: it.Name, Partitions: it.Partitions,
-			ReplicationFactor: it.ReplicationFactor, Configs: it.Configs, Internal: true}}, false)
-		if err := errs[0]; err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("create %s: %w", Topic, err)
-		}
+	if _, err := p.Host().EnsureTopic(ctx, p.stateTopic()); err != nil {
+		return fmt.Errorf("mirror state: %w", err)
 	}
-	for {
-		ok := true
-		for i := range p.cfg.Partitions {
-			if err := p.rt.Do(ctx, i, func(*coord.Shard) error { return nil }); err != nil {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s to load: %w", Topic, kerr.CoordinatorLoadInProgress)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return nil
 }
 
 // epochCheck applies the KIP's rules to a mirrored batch's source leader
@@ -354,27 +312,38 @@ func bumpMinEpoch(sle int32) int32 { return sle + bumpIncrement - 1 }
 // batches in b (-1 if none).
 func maxBatchEpoch(b []byte) int32 {
 	e := int32(-1)
-	for len(b) >= 61 {
-		n := int(binary.BigEndian.Uint32(b[8:])) + 12
-		e = max(e, int32(binary.BigEndian.Uint32(b[12:])))
-		if n > len(b) || n < 12 {
-			break
-		}
-		b = b[n:]
-	}
+	eachHeader(b, func(h engine.BatchHeader) bool {
+		e = max(e, h.PartitionLeaderEpoch)
+		return true
+	})
 	return e
 }
 
-// code is err's Kafka error code (UNKNOWN_SERVER_ERROR without one), 0 for
-// nil, and its message.
+// eachHeader calls fn with the header of each whole record batch of b,
+// in order, until fn returns false; it stops at the first bytes that are
+// not a whole magic-2 batch (a fetch response may end in a partial one),
+// and returns how many bytes the batches it accepted take.
+func eachHeader(b []byte, fn func(engine.BatchHeader) bool) int {
+	n := 0
+	for {
+		h, err := engine.ParseBatchHeader(b[n:])
+		if err != nil || h.Size() > int64(len(b)-n) || !fn(h) {
+			return n
+		}
+		n += int(h.Size())
+	}
+}
+
+// code is err's Kafka error code (plugin.ErrorCode), 0 for nil, and its
+// message.
 func code(err error) (int16, string) {
 	if err == nil {
 		return 0, ""
 	}
-	return server.ErrorCode(err), err.Error()
+	return plugin.ErrorCode(err), err.Error()
 }
 
-// APIVersions implements server.APIHandler.
+// APIVersions implements plugin.APIHandler.
 func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 	var out []kmsg.ApiVersionsResponseApiKey
 	for k := KeyCreateMirror; k <= KeyBumpLeaderEpochs; k++ {
@@ -383,10 +352,10 @@ func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 	return out
 }
 
-// NewRequest implements server.APIHandler.
+// NewRequest implements plugin.APIHandler.
 func (p *Plugin) NewRequest(key int16) kmsg.Request { return NewRequest(key) }
 
-// OwnsProp implements server.PropsOwner: the mirror.* properties and the
+// OwnsProp implements plugin.PropsOwner: the mirror.* properties and the
 // replica.fetch.* ones the mirror fetchers use.
 func (p *Plugin) OwnsProp(key string) bool {
 	return strings.HasPrefix(key, "mirror.") || strings.HasPrefix(key, "replica.fetch.")

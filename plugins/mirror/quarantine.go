@@ -3,7 +3,6 @@ package mirror
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // Divergence quarantine: whatever a truncation (LME, epoch divergence, a
@@ -51,25 +51,37 @@ type batchInfo struct {
 	crc        uint32
 }
 
+// infoOf reads the header of a batch that eachBatch passed on, which
+// checked it.
 func infoOf(b []byte) batchInfo {
-	bi := batchInfo{base: int64(binary.BigEndian.Uint64(b)), epoch: int32(binary.BigEndian.Uint32(b[12:])),
-		crc: binary.BigEndian.Uint32(b[17:]), firstTs: int64(binary.BigEndian.Uint64(b[27:])), maxTs: int64(binary.BigEndian.Uint64(b[35:]))}
-	bi.last = bi.base + int64(binary.BigEndian.Uint32(b[23:]))
-	if binary.BigEndian.Uint16(b[21:])&0x20 == 0 { // not a control batch
-		bi.records = int32(binary.BigEndian.Uint32(b[57:]))
+	h, _ := engine.ParseBatchHeader(b)
+	bi := batchInfo{base: h.BaseOffset, last: h.LastOffset(), epoch: h.PartitionLeaderEpoch,
+		firstTs: h.BaseTimestamp, maxTs: h.MaxTimestamp, crc: h.CRC}
+	if !h.Control() {
+		bi.records = h.NumRecords
 	}
 	return bi
 }
 
 // eachBatch calls fn with the batches of ep from the one holding offset
-// to the log end, at most about copyChunk bytes at a time.
+// to the log end, at most about copyChunk bytes at a time, each with a
+// valid header (infoOf reads it).
 func eachBatch(ep *engine.Partition, offset int64, fn func([][]byte) error) error {
 	for offset < ep.Offsets().LogEnd {
 		res, err := ep.Fetch(offset, copyChunk, engine.ReadUncommitted)
 		if err != nil {
 			return err
 		}
-		bs := slices.DeleteFunc(res.Batches, func(b []byte) bool { return infoOf(b).last < offset })
+		var bs [][]byte
+		for _, b := range res.Batches {
+			h, err := engine.ParseBatchHeader(b)
+			if err != nil {
+				return fmt.Errorf("%s-%d at %d: %w", ep.Topic(), ep.Index(), offset, err)
+			}
+			if h.LastOffset() >= offset {
+				bs = append(bs, b)
+			}
+		}
 		if len(bs) == 0 {
 			return nil
 		}
@@ -184,7 +196,7 @@ func copiedUpTo(dp *engine.Partition, copyStart int64, ep *engine.Partition, off
 // the mirror topic's) or its missing partitions on first use.
 func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition int32, ep *engine.Partition) (*engine.Partition, error) {
 	name := topic + divergedSuffix
-	meta := p.host.Metadata()
+	meta := p.Host().Metadata()
 	img := meta.Image()
 	if img.MirrorOf(name) != "" {
 		return nil, fmt.Errorf("%s is a mirror topic: %w", name, ErrReadOnlyTopic)
@@ -210,8 +222,8 @@ func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition 
 	defer cancel()
 	for {
 		img := meta.Image()
-		if t := img.Topics[name]; t != nil && int(partition) < len(t.Partitions) && t.Partitions[partition].Leader == p.host.NodeID() {
-			if dp := p.host.Engine().Partition(engine.TopicID(t.ID), partition); dp != nil {
+		if t := img.Topics[name]; t != nil && int(partition) < len(t.Partitions) && t.Partitions[partition].Leader == p.Host().NodeID() {
+			if dp := p.Host().Engine().Partition(t.ID, partition); dp != nil {
 				return dp, nil
 			}
 		}
@@ -224,15 +236,15 @@ func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition 
 }
 
 // shardOf runs fn on the __mirror_state shard of a mirror partition.
-func (p *Plugin) shardOf(ctx context.Context, k pkey, id [16]byte, fn func(*coord.Shard, *shard) error) error {
-	return p.rt.Do(ctx, p.rt.PartitionFor(coordKey(k.mirror, id, k.partition)), func(sh *coord.Shard) error {
+func (p *Plugin) shardOf(ctx context.Context, k pkey, id uuid.UUID, fn func(*coord.Shard, *shard) error) error {
+	return p.Do(ctx, coordKey(k.mirror, id, k.partition), func(sh *coord.Shard) error {
 		return fn(sh, sh.State().(*shard))
 	})
 }
 
 // pendingEntry returns the partition's manifest entry whose copy is not
 // done, nil if none.
-func (p *Plugin) pendingEntry(ctx context.Context, k pkey, id [16]byte) (*manifestEntry, error) {
+func (p *Plugin) pendingEntry(ctx context.Context, k pkey, id uuid.UUID) (*manifestEntry, error) {
 	var out *manifestEntry
 	err := p.shardOf(ctx, k, id, func(_ *coord.Shard, s *shard) error {
 		for dk, e := range s.diverged {
@@ -247,7 +259,7 @@ func (p *Plugin) pendingEntry(ctx context.Context, k pkey, id [16]byte) (*manife
 }
 
 // writeEntry persists a manifest entry.
-func (p *Plugin) writeEntry(ctx context.Context, k pkey, id [16]byte, e *manifestEntry) error {
+func (p *Plugin) writeEntry(ctx context.Context, k pkey, id uuid.UUID, e *manifestEntry) error {
 	return p.shardOf(ctx, k, id, func(sh *coord.Shard, s *shard) error {
 		dk := dkey{k, e.CopyStart}
 		if err := sh.Write(ctx, coord.Record{Key: divergedKey(dk), Value: divergedValue(e)}); err != nil {
@@ -263,7 +275,7 @@ func (p *Plugin) writeEntry(ctx context.Context, k pkey, id [16]byte, e *manifes
 // on the shards this broker leads, oldest first.
 func (p *Plugin) manifest(ctx context.Context, mirror string) []DivergedRange {
 	var out []DivergedRange
-	for _, sh := range p.rt.Shards() {
+	for _, sh := range p.Runtime().Shards() {
 		sh.Do(ctx, func(sh *coord.Shard) error { //nolint:errcheck // a shard that is going away has nothing to add
 			for dk, e := range sh.State().(*shard).diverged {
 				if dk.mirror == mirror && e.done {

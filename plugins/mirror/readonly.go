@@ -10,7 +10,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
-	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // The one-writer rule: the only writer of a mirror partition is its
@@ -34,7 +34,7 @@ func (p *Plugin) ValidateAppend(req *engine.AppendRequest) error {
 	if req.Origin == engine.OriginReplica {
 		return nil // a follower copies its leader, which obeys the rule
 	}
-	img := p.image()
+	img := p.Image()
 	if img == nil {
 		return nil
 	}
@@ -95,32 +95,32 @@ func (p *Plugin) checkEpochs(img *raftmeta.Image, mirror string, req *engine.App
 	return nil
 }
 
-var opNames = map[server.TopicOp]string{
-	server.OpWrite:            "writing records",
-	server.OpTxnMarkers:       "writing transaction markers",
-	server.OpDeleteRecords:    "DeleteRecords",
-	server.OpCreatePartitions: "CreatePartitions",
-	server.OpDeleteTopic:      "DeleteTopics",
-	server.OpAlterConfigs:     "altering configs",
+var opNames = map[plugin.TopicOp]string{
+	plugin.OpWrite:            "writing records",
+	plugin.OpTxnMarkers:       "writing transaction markers",
+	plugin.OpDeleteRecords:    "DeleteRecords",
+	plugin.OpCreatePartitions: "CreatePartitions",
+	plugin.OpDeleteTopic:      "DeleteTopics",
+	plugin.OpAlterConfigs:     "altering configs",
 }
 
-// CheckTopicChange implements server.TopicGuard: a mirror topic refuses
+// CheckTopicChange implements plugin.TopicGuard: a mirror topic refuses
 // every change but those of configs the mirror does not sync (its
 // mirror.topic.properties.exclude), with READ_ONLY_TOPIC naming the
 // mirror.
-func (p *Plugin) CheckTopicChange(c server.TopicChange) error {
-	img := p.image()
+func (p *Plugin) CheckTopicChange(c plugin.TopicChange) error {
+	img := p.Image()
 	if img == nil {
 		return nil
 	}
 	m := img.MirrorOf(c.Topic)
 	if m == "" {
-		if c.Op == server.OpAlterConfigs && slices.Contains(c.Keys, mirrorNameConfig) {
+		if c.Op == plugin.OpAlterConfigs && slices.Contains(c.Keys, mirrorNameConfig) {
 			return fmt.Errorf("topic %s: %s is set by the mirror APIs only (AddTopicsToMirror): %w", c.Topic, mirrorNameConfig, kerr.InvalidConfig)
 		}
 		return nil
 	}
-	if c.Op == server.OpAlterConfigs {
+	if c.Op == plugin.OpAlterConfigs {
 		excluded := excludedProps(img.Mirrors[m].Configs)
 		for _, k := range c.Keys {
 			if k == mirrorNameConfig || !excluded[k] {
@@ -140,7 +140,7 @@ const mirrorNameConfig = "mirror.name"
 
 // setMirrorName sets (mirror != "") or clears a topic's mirror.name.
 func (p *Plugin) setMirrorName(ctx context.Context, topic, mirror string) error {
-	t := p.image().Topics[topic]
+	t := p.Image().Topics[topic]
 	if t == nil || t.Configs[mirrorNameConfig] == mirror {
 		return nil
 	}
@@ -148,7 +148,7 @@ func (p *Plugin) setMirrorName(ctx context.Context, topic, mirror string) error 
 	if mirror != "" {
 		c.Value = kmsg.StringPtr(mirror)
 	}
-	if err := p.host.Metadata().AlterConfigs(ctx, []raftmeta.ConfigChange{c}); err != nil {
+	if err := p.Host().Metadata().AlterConfigs(ctx, []raftmeta.ConfigChange{c}); err != nil {
 		return fmt.Errorf("set %s of %s: %w", mirrorNameConfig, topic, err)
 	}
 	return nil

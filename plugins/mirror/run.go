@@ -16,6 +16,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // run is one mirror's work on this broker, in goroutines that never wait
@@ -64,7 +65,7 @@ type tpKey struct {
 // part is a mirror partition this broker leads.
 type part struct {
 	tpKey
-	id       [16]byte
+	id       uuid.UUID
 	state    State
 	reason   string // of a FAILED state
 	stopDone bool   // STOPPING work done; waits for the topic's other partitions
@@ -174,7 +175,7 @@ func (r *run) controlLoop() {
 // controlStep does one round of the local work: follow the persisted
 // states, pause, fence, bump and stop.
 func (r *run) controlStep() error {
-	img := r.p.image()
+	img := r.p.Image()
 	m := img.Mirrors[r.name]
 	if m == nil {
 		return nil
@@ -225,8 +226,8 @@ func (r *run) release() {
 // syncParts brings r.parts in line with the mirror's topics and the
 // partitions this broker leads, and reads each one's persisted state.
 func (r *run) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
-	host := r.p.host
-	want := map[tpKey][16]byte{}
+	host := r.p.Host()
+	want := map[tpKey]uuid.UUID{}
 	for name, mt := range m.Topics {
 		t := img.Topics[name]
 		if t == nil || t.ID != mt.ID {
@@ -276,7 +277,7 @@ func (r *run) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
 			pt.stopDone = false
 		}
 		pt.state, pt.reason = st.State, st.Reason
-		if ep := host.Engine().Partition(engine.TopicID(id), k.partition); ep != nil {
+		if ep := host.Engine().Partition(id, k.partition); ep != nil {
 			pt.dstLEO = ep.Offsets().LogEnd
 		}
 		r.mu.Unlock()
@@ -315,7 +316,7 @@ func (r *run) fail(pt *part, err error) error {
 }
 
 func (r *run) partition(pt *part) (*engine.Partition, error) {
-	ep := r.p.host.Engine().Partition(engine.TopicID(pt.id), pt.partition)
+	ep := r.p.Host().Engine().Partition(pt.id, pt.partition)
 	if ep == nil {
 		return nil, fmt.Errorf("%s-%d is not hosted here: %w", pt.topic, pt.partition, kerr.NotLeaderForPartition)
 	}

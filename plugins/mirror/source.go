@@ -2,7 +2,6 @@ package mirror
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -148,7 +147,7 @@ func (r *run) client() (*kgo.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, kgo.ClientID(fmt.Sprintf("broker-%d-fetcher-0-mirror-%s", r.p.host.NodeID(), r.name)))
+	opts = append(opts, kgo.ClientID(fmt.Sprintf("broker-%d-fetcher-0-mirror-%s", r.p.Host().NodeID(), r.name)))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("mirror %s: source client: %w", r.name, err)
@@ -265,7 +264,7 @@ func (r *run) refresh(topics []string) error {
 	if m.ClusterID != nil {
 		id = *m.ClusterID
 	}
-	if want := r.p.image().Mirrors[r.name]; want != nil && want.SourceClusterID != "" {
+	if want := r.p.Image().Mirrors[r.name]; want != nil && want.SourceClusterID != "" {
 		r.src.clusterID = want.SourceClusterID // recorded by the metadata sync: survives restarts and config changes
 	}
 	if r.src.clusterID != "" && id != r.src.clusterID {
@@ -639,7 +638,7 @@ func (r *run) applyPartition(pt *part, rp *kmsg.FetchResponseTopicPartition, req
 	batches := notAbove(completeBatches(rp.RecordBatches), reqEpoch)
 	n := len(batches)
 	if n > 0 {
-		_, err := ep.Append(r.ctx, &engine.AppendRequest{Topic: pt.topic, TopicID: engine.TopicID(pt.id), Partition: pt.partition,
+		_, err := ep.Append(r.ctx, &engine.AppendRequest{Topic: pt.topic, TopicID: pt.id, Partition: pt.partition,
 			Origin: engine.OriginMirror, Records: batches, Acks: -1})
 		switch {
 		case errors.Is(err, ErrMirrorLeaderEpochExceeded):
@@ -681,15 +680,7 @@ func notAbove(b []byte, epoch int32) []byte {
 	if epoch < 0 {
 		return b
 	}
-	n := 0
-	for n+61 <= len(b) {
-		size := int(binary.BigEndian.Uint32(b[n+8:])) + 12
-		if int32(binary.BigEndian.Uint32(b[n+12:])) > epoch {
-			break
-		}
-		n += size
-	}
-	return b[:n]
+	return b[:eachHeader(b, func(h engine.BatchHeader) bool { return h.PartitionLeaderEpoch <= epoch })]
 }
 
 // listOffsets asks a source broker for one timestamp's offsets of parts.
@@ -859,15 +850,7 @@ func (r *run) measureLagMs(broker int32, parts []*part) {
 // completeBatches returns the leading complete record batches of b: a
 // fetch response may end with a partial batch.
 func completeBatches(b []byte) []byte {
-	n := 0
-	for n+12 <= len(b) {
-		size := int(binary.BigEndian.Uint32(b[n+8:])) + 12
-		if size < 61 || n+size > len(b) {
-			break
-		}
-		n += size
-	}
-	return b[:n]
+	return b[:eachHeader(b, func(engine.BatchHeader) bool { return true })]
 }
 
 // throttle sleeps as long as n bytes take at mirror.replication.throttled.rate.

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // State is a mirror partition's state (KIP-1279). The numbers are what
@@ -78,7 +79,7 @@ type pkey struct {
 type pstate struct {
 	State   State
 	Reason  string
-	TopicID [16]byte
+	TopicID uuid.UUID
 	LMO     int64 // last mirrored offset (-1: none)
 	LME     int32 // last mirror epoch (-1: none)
 	// StopAt and StopEpoch are the failover's first step, persisted: the
@@ -236,14 +237,14 @@ func (s *shard) Unloaded()           {}
 // coordKey is the string a mirror partition is routed by: its mirror,
 // topic ID and partition, so that a mirror's partitions spread over the
 // coordinators (FindCoordinator type MIRROR takes the same string).
-func coordKey(mirror string, id [16]byte, partition int32) string {
+func coordKey(mirror string, id uuid.UUID, partition int32) string {
 	return mirror + ":" + base64.RawURLEncoding.EncodeToString(id[:]) + ":" + strconv.Itoa(int(partition))
 }
 
 // readState returns a mirror partition's state from the local shard.
-func (p *Plugin) readState(ctx context.Context, k pkey, id [16]byte) (pstate, error) {
+func (p *Plugin) readState(ctx context.Context, k pkey, id uuid.UUID) (pstate, error) {
 	var out pstate
-	err := p.rt.Do(ctx, p.rt.PartitionFor(coordKey(k.mirror, id, k.partition)), func(sh *coord.Shard) error {
+	err := p.Do(ctx, coordKey(k.mirror, id, k.partition), func(sh *coord.Shard) error {
 		if st := sh.State().(*shard).parts[k]; st != nil {
 			out = *st
 		} else {
@@ -258,9 +259,9 @@ func (p *Plugin) readState(ctx context.Context, k pkey, id [16]byte) (pstate, er
 // writeState persists a partition's new state (and offsets, when they
 // changed) on the local shard, refusing transitions the KIP does not
 // allow.
-func (p *Plugin) writeState(ctx context.Context, k pkey, id [16]byte, update func(st *pstate) error) (pstate, error) {
+func (p *Plugin) writeState(ctx context.Context, k pkey, id uuid.UUID, update func(st *pstate) error) (pstate, error) {
 	var out pstate
-	err := p.rt.Do(ctx, p.rt.PartitionFor(coordKey(k.mirror, id, k.partition)), func(sh *coord.Shard) error {
+	err := p.Do(ctx, coordKey(k.mirror, id, k.partition), func(sh *coord.Shard) error {
 		s := sh.State().(*shard)
 		cur := newPState()
 		if st := s.parts[k]; st != nil {

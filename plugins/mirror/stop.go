@@ -125,10 +125,14 @@ func hasBarrier(ep *engine.Partition, from int64) (bool, error) {
 			return false, nil
 		}
 		for _, b := range res.Batches {
+			h, err := engine.ParseBatchHeader(b)
+			if err != nil {
+				return false, fmt.Errorf("looking for the barrier: %w", err)
+			}
 			if isBarrier(b) {
 				return true, nil
 			}
-			off = int64(binary.BigEndian.Uint64(b)) + int64(binary.BigEndian.Uint32(b[23:])) + 1
+			off = h.LastOffset() + 1
 		}
 	}
 	return false, nil
@@ -138,14 +142,14 @@ func hasBarrier(ep *engine.Partition, from int64) (bool, error) {
 // a control batch of producer id -1 whose record key has type
 // engine.ControlPIDReset.
 func isBarrier(b []byte) bool {
-	const attrControl = 0x20
-	if len(b) < 61+6 || binary.BigEndian.Uint16(b[21:])&attrControl == 0 || int64(binary.BigEndian.Uint64(b[43:])) != -1 {
+	h, err := engine.ParseBatchHeader(b)
+	if err != nil || !h.Control() || h.ProducerID != -1 {
 		return false
 	}
 	// The one record: length (varint), attributes (one byte), timestamp
 	// and offset deltas (varints), key length (varint), key = version
 	// int16, type int16.
-	rec := b[61:]
+	rec := b[engine.BatchHeaderLen:]
 	for i := range 4 {
 		if len(rec) == 0 {
 			return false
@@ -177,7 +181,7 @@ func (r *run) finishStops(parts []*part) error {
 		}
 	}
 	r.mu.Unlock()
-	img := r.p.image()
+	img := r.p.Image()
 	for topic, pts := range byTopic {
 		t := img.Topics[topic]
 		r.mu.Lock()
@@ -189,7 +193,7 @@ func (r *run) finishStops(parts []*part) error {
 		if err := r.p.setMirrorName(r.ctx, topic, ""); err != nil {
 			return err
 		}
-		if err := r.p.host.Metadata().StopMirrorTopic(r.ctx, r.name, topic); err != nil {
+		if err := r.p.Host().Metadata().StopMirrorTopic(r.ctx, r.name, topic); err != nil {
 			return err
 		}
 		r.p.stopHook(topic, -1, StepWritable)

@@ -20,6 +20,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/txn"
 	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -78,7 +79,7 @@ func startTarget(dir string) (*target, error) {
 	tg := &target{b: b, plain: b.ListenerAddr("PLAINTEXT"), sasl: b.ListenerAddr("SASL_PLAINTEXT"), errs: errs,
 		apis: map[int16]kmsg.ApiVersionsResponseApiKey{}, newRequest: map[int16]func() kmsg.Request{}}
 	for _, p := range plugins {
-		if h, ok := p.(server.APIHandler); ok {
+		if h, ok := p.(plugin.APIHandler); ok {
 			for _, k := range h.APIVersions() {
 				tg.newRequest[k.ApiKey] = func() kmsg.Request { return h.NewRequest(k.ApiKey) }
 			}

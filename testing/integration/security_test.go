@@ -50,6 +50,7 @@ import (
 	mirroradmin "github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/txn"
 	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -1369,7 +1370,7 @@ func TestServeSecurity(t *testing.T) {
 }
 
 func mirrorG(name string, op kmsg.ACLOperation) grant {
-	return grant{server.ACLResourceMirror, name, op}
+	return grant{plugin.ACLResourceMirror, name, op}
 }
 
 // txnMirrorMatrix has the entries of the transactions and mirror APIs.
