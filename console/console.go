@@ -16,11 +16,14 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
@@ -119,7 +122,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "the broker is starting", http.StatusServiceUnavailable)
 			return
 		}
-		if _, err := c.b.Authenticate(r.Context(), r.RemoteAddr, user, pw); err != nil {
+		if _, err := c.b.Authenticate(r.Context(), r.RemoteAddr, user, pw); errors.Is(err, kerr.ClusterAuthorizationFailed) {
+			http.Error(w, "the console needs DESCRIBE on the cluster", http.StatusForbidden)
+			return
+		} else if err != nil {
 			c.log.Info("console: authentication failed", "client", r.RemoteAddr, "user", user, "err", err)
 			unauthorized(w)
 			return

@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
@@ -23,8 +24,9 @@ func (b *Broker) Authorizing() bool { return b.authz != nil }
 // Authenticate checks an HTTP Basic user and password from remoteAddr
 // against the broker's SASL users, PLAIN (every SASL listener's) and SCRAM
 // (the metadata quorum's credentials), under the same throttle as SASL
-// logins, and that the user may Describe the cluster. It returns the
-// principal, "User:<name>".
+// logins, and that the user may Describe the cluster (else the error
+// wraps kerr.ClusterAuthorizationFailed). It returns the principal,
+// "User:<name>".
 func (b *Broker) Authenticate(ctx context.Context, remoteAddr, user, password string) (string, error) {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
@@ -48,7 +50,7 @@ func (b *Broker) Authenticate(ctx context.Context, remoteAddr, user, password st
 	principal := "User:" + user
 	rc := &RequestContext{Principal: principal, ClientAddr: remoteAddr, Authorizer: b.authz}
 	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, clusterName) {
-		return "", fmt.Errorf("%s may not describe the cluster", principal)
+		return "", fmt.Errorf("%s may not describe the cluster: %w", principal, kerr.ClusterAuthorizationFailed)
 	}
 	return principal, nil
 }
