@@ -42,6 +42,28 @@ func chromium(t *testing.T, url string, args ...string) string {
 	return string(out)
 }
 
+// startMirroringProcess starts a destination broker, the built binary
+// with its HTTP address, that mirrors topics of src as mirror name.
+func startMirroringProcess(t *testing.T, src *mirrorCluster, name string, topics ...string) (*tandemtest.Proc, *admin.Client) {
+	t.Helper()
+	dst := tandemtest.StartProcess(t, t.TempDir(), "--set", "mirror.topic.num.partitions=4",
+		"--set", "offsets.topic.num.partitions=4", "--set", "replica.fetch.wait.max.ms=200")
+	adm := admin.New(tandemtest.Client(t, dst.Addr, admin.Opt()))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := adm.CreateMirror(ctx, name, map[string]string{"bootstrap.servers": src.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	add := map[string]string{}
+	for _, topic := range topics {
+		add[topic] = name
+	}
+	if err := adm.AddTopicsToMirror(ctx, add); err != nil {
+		t.Fatal(err)
+	}
+	return dst, adm
+}
+
 // consoleRow is a partition row of the mirrors page.
 var consoleRow = regexp.MustCompile(`<tr data-partition="([^"]+)" data-state="([^"]+)" data-lag="(-?\d+)">`)
 
@@ -75,17 +97,9 @@ func TestConsoleMirrorsPage(t *testing.T) {
 	produceN(t, src.addr(), "orders", 3, 200)
 	produceN(t, src.addr(), "payments", 2, 50)
 
-	dst := tandemtest.StartProcess(t, t.TempDir(), "--set", "mirror.topic.num.partitions=4",
-		"--set", "offsets.topic.num.partitions=4", "--set", "replica.fetch.wait.max.ms=200")
-	adm := admin.New(tandemtest.Client(t, dst.Addr, admin.Opt()))
+	dst, adm := startMirroringProcess(t, src, "dr-east", "orders", "payments")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := adm.CreateMirror(ctx, "dr-east", map[string]string{"bootstrap.servers": src.addr()}); err != nil {
-		t.Fatal(err)
-	}
-	if err := adm.AddTopicsToMirror(ctx, map[string]string{"orders": "dr-east", "payments": "dr-east"}); err != nil {
-		t.Fatal(err)
-	}
 
 	url := "http://" + dst.HTTPAddr + "/#mirrors"
 	want := []string{"orders/0", "orders/1", "orders/2", "payments/0", "payments/1"}
