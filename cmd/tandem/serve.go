@@ -17,10 +17,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/tandem-kafka/tandem"
 	"github.com/tandem-kafka/tandem/console"
+	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/server"
 )
 
@@ -232,7 +231,7 @@ func httpHandler(b *server.Broker, started *atomic.Bool, con http.Handler) http.
 		if started.Load() {
 			b.WritePrometheus(w)
 		}
-		metrics.WriteProcessMetrics(w)
+		prom.WriteProcessMetrics(w)
 	})
 	return mux
 }
