@@ -58,8 +58,10 @@ func TestMetricsPromtool(t *testing.T) {
 		}
 		return true
 	})
-	// A consumer of the mirror topic, so that Fetch has its figures.
-	consumer := tandemtest.Client(t, dst.Addr, kgo.ConsumeTopics("orders"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	// A consumer group reading the mirror topic, so that Fetch and the
+	// group's lag have their figures.
+	consumer := tandemtest.Client(t, dst.Addr, kgo.ConsumeTopics("orders"), kgo.ConsumerGroup("billing"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for n := 0; n < 100; {
@@ -68,6 +70,9 @@ func TestMetricsPromtool(t *testing.T) {
 			t.Fatalf("consume the mirror topic: %v", err)
 		}
 		n += fs.NumRecords()
+	}
+	if err := consumer.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
 	}
 
 	text := scrape(t, dst.HTTPAddr)
@@ -81,6 +86,8 @@ func TestMetricsPromtool(t *testing.T) {
 		`tandem_mirror_partitions\{mirror="m1",state="MIRRORING"\} 2`,
 		`tandem_mirror_max_lag_records\{mirror="m1"\} 0`,
 		`tandem_server_requests_total\{api="AddTopicsToMirror"\} [1-9]\d*`,
+		`tandem_group_lag_records\{group="billing",topic="orders",partition="1"\} 0`,
+		`tandem_server_offline_partitions 0`,
 	} {
 		if !regexp.MustCompile(`(?m)^` + want + `$`).MatchString(text) {
 			t.Errorf("/metrics lacks %s", want)
