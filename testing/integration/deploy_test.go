@@ -30,7 +30,7 @@ func promtool(t *testing.T) string {
 		if os.Getenv("TANDEM_REQUIRE_PROMTOOL") != "" {
 			t.Fatalf("promtool is required here: %v", err)
 		}
-		t.Skip("no promtool (Debian's prometheus package has it); .ci/run installs it")
+		t.Skip("promtool is not installed (Debian: apt-get install prometheus); .ci/run installs it")
 	}
 	return path
 }

@@ -27,13 +27,7 @@ import (
 // is the one docs/metrics.md lists, with the same type and labels, and
 // docs/metrics.md lists nothing else.
 func TestMetricsPromtool(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("TANDEM_REQUIRE_PROMTOOL") != "" {
-			t.Fatal("promtool is not installed (Debian: apt-get install prometheus); .ci/run installs it")
-		}
-		t.Skip("promtool is not installed (Debian: apt-get install prometheus): the exposition is not checked")
-	}
+	bin := promtool(t)
 	props := []string{"--set", "mirror.topic.num.partitions=2", "--set", "offsets.topic.num.partitions=2",
 		"--set", "transaction.state.log.num.partitions=2", "--set", "mirror.metadata.refresh.interval.ms=500"}
 	src := tandemtest.StartProcess(t, t.TempDir(), props...)
@@ -76,7 +70,7 @@ func TestMetricsPromtool(t *testing.T) {
 	}
 
 	text := scrape(t, dst.HTTPAddr)
-	cmd := exec.Command(promtool, "check", "metrics")
+	cmd := exec.Command(bin, "check", "metrics")
 	cmd.Stdin = strings.NewReader(text)
 	if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("promtool check metrics: %v\n%s", err, out)
