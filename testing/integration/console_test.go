@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -103,16 +104,40 @@ func TestConsoleMirrorsPage(t *testing.T) {
 
 	url := "http://" + dst.HTTPAddr + "/#mirrors"
 	want := []string{"orders/0", "orders/1", "orders/2", "payments/0", "payments/1"}
-	var dom string
-	waitFor(t, 90*time.Second, "the mirrors page to show every partition MIRRORING with lag 0", func() bool {
-		dom = chromium(t, url, "--dump-dom")
-		rows := mirrorRows(dom, "dr-east")
+	// Each phase waits for the broker first (DescribeMirrors), then for
+	// the page: a browser start costs seconds on a loaded machine.
+	phase := func(what string, describe func(map[string]mirror.PartitionDetail) bool, page func(rows map[string][2]string, dom string) bool) string {
+		t.Helper()
+		waitFor(t, 90*time.Second, what+" (DescribeMirrors)", func() bool {
+			st, _ := states(t, adm, "dr-east")
+			return len(st) == len(want) && describe(st)
+		})
+		var dom string
+		waitFor(t, 90*time.Second, what+" (the mirrors page)", func() bool {
+			dom = chromium(t, url, "--dump-dom")
+			rows := mirrorRows(dom, "dr-east")
+			return len(rows) == len(want) && page(rows, dom)
+		})
+		return dom
+	}
+	every := func(st map[string]mirror.PartitionDetail, ok func(mirror.PartitionDetail) bool) bool {
+		for _, p := range st {
+			if !ok(p) {
+				return false
+			}
+		}
+		return true
+	}
+
+	dom := phase("every partition MIRRORING with lag 0", func(st map[string]mirror.PartitionDetail) bool {
+		return every(st, func(p mirror.PartitionDetail) bool { return p.State == "MIRRORING" && p.Lag == 0 })
+	}, func(rows map[string][2]string, _ string) bool {
 		for _, p := range want {
 			if rows[p] != [2]string{"MIRRORING", "0"} {
 				return false
 			}
 		}
-		return len(rows) == len(want)
+		return true
 	})
 	for _, s := range []string{`data-page="mirrors"`, src.addr(), `data-rpo-ms="0"`, `data-rpo-records="0"`, "Divergence manifest", "<svg"} {
 		if !strings.Contains(dom, s) {
@@ -138,21 +163,19 @@ func TestConsoleMirrorsPage(t *testing.T) {
 	if err := adm.PauseMirror(ctx, "dr-east"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 90*time.Second, "the mirrors page to show PAUSED", func() bool {
-		dom = chromium(t, url, "--dump-dom")
-		rows := mirrorRows(dom, "dr-east")
+	waitFor(t, 90*time.Second, "PAUSED (DescribeMirrors)", func() bool {
+		st, _ := states(t, adm, "dr-east")
+		return every(st, func(p mirror.PartitionDetail) bool { return p.State == "PAUSED" })
+	})
+	produceN(t, src.addr(), "payments", 2, 30)
+	phase("PAUSED with the lag built up since", func(st map[string]mirror.PartitionDetail) bool {
+		return st["payments/0"].Lag == 30 && st["payments/1"].Lag == 30
+	}, func(rows map[string][2]string, dom string) bool {
 		for _, p := range want {
 			if rows[p][0] != "PAUSED" {
 				return false
 			}
 		}
-		return true
-	})
-	produceN(t, src.addr(), "payments", 2, 30)
-	waitFor(t, 90*time.Second, "the mirrors page to show the paused mirror's lag", func() bool {
-		dom = chromium(t, url, "--dump-dom")
-		rows := mirrorRows(dom, "dr-east")
-		return rows["payments/0"] == [2]string{"PAUSED", "30"} && rows["payments/1"] == [2]string{"PAUSED", "30"} &&
-			strings.Contains(dom, `data-rpo-records="60"`)
+		return rows["payments/0"][1] == "30" && rows["payments/1"][1] == "30" && strings.Contains(dom, `data-rpo-records="60"`)
 	})
 }
