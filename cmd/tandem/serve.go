@@ -182,7 +182,12 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 	// The console samples its lag history until the broker closes.
 	sctx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
-	go func() { defer close(sampled); con.Run(sctx) }()
+	go func() {
+		defer close(sampled)
+		if httpLn != nil {
+			con.Run(sctx)
+		}
+	}()
 	closeBroker := func() error {
 		stopSampling()
 		<-sampled
