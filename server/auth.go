@@ -221,11 +221,9 @@ func (c *conn) throttle(ctx context.Context, r *request, resp kmsg.Response, ela
 		d = q.record(img, quotaProduce, user, cid, float64(r.size), now)
 	case *fetchResponse:
 		n := 0
-		for _, t := range resp.batches {
-			for _, p := range t {
-				for _, b := range p {
-					n += len(b)
-				}
+		for _, t := range resp.records {
+			for _, recs := range t {
+				n += recs.Len()
 			}
 		}
 		d = q.record(img, quotaFetch, user, cid, float64(n), now)

@@ -36,10 +36,10 @@ type fetchPart struct {
 	// replica, lacks CLUSTER_ACTION).
 	denied bool
 	out    kmsg.FetchResponseTopicPartition
-	// batches are the engine's record batches for out, written to the
-	// socket as they are (see fetchResponse).
-	batches [][]byte
-	nbytes  int
+	// recs are the engine's record batches for out, written to the socket
+	// from their files (see fetchResponse); whoever drops them closes them.
+	recs   *engine.Records
+	nbytes int
 	// sent is the state last sent to a session's client, for deciding
 	// whether an incremental response must include the partition.
 	sentHWM, sentLSO, sentLogStart int64
@@ -150,6 +150,10 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 		}
 		chosen, _, _ := reflect.Select(cases)
 		if chosen == 1 {
+			for _, fp := range parts {
+				fp.recs.Close()
+				fp.recs = nil
+			}
 			return nil, nil // the client is gone or the broker is closing: no one to answer
 		}
 		if chosen == 0 {
@@ -177,12 +181,12 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 			rt := kmsg.NewFetchResponseTopic()
 			rt.Topic, rt.TopicID = fp.key.topic, fp.key.id
 			resp.Topics = append(resp.Topics, rt)
-			resp.batches = append(resp.batches, nil)
+			resp.records = append(resp.records, nil)
 			n++
 		}
 		resp.Topics[n-1].Partitions = append(resp.Topics[n-1].Partitions, *o)
-		resp.batches[n-1] = append(resp.batches[n-1], fp.batches)
-		fp.batches = nil // the session must not pin them
+		resp.records[n-1] = append(resp.records[n-1], fp.recs)
+		fp.recs = nil // the response owns them; the session must not pin them
 	}
 	if sess != nil {
 		sess.rotate(got)
@@ -200,7 +204,8 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		*o = kmsg.NewFetchResponseTopicPartition()
 		o.Partition = fp.key.partition
 		o.HighWatermark = -1
-		fp.batches, fp.nbytes = nil, 0
+		fp.recs.Close() // from an earlier read of this fetch
+		fp.recs, fp.nbytes = nil, 0
 		fail := func(err *kerr.Error) {
 			o.ErrorCode = err.Code
 			done = true
@@ -258,7 +263,7 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		if limit <= 0 {
 			continue // the response is full; report positions only
 		}
-		res, err := ep.Fetch(fp.req.FetchOffset, limit, iso)
+		res, recs, err := ep.FetchRecords(fp.req.FetchOffset, limit, iso)
 		if err != nil {
 			o.ErrorCode = plugin.ErrorCode(err)
 			o.HighWatermark, o.LastStableOffset, o.LogStartOffset = -1, -1, -1
@@ -267,16 +272,14 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 			continue
 		}
 		o.HighWatermark, o.LastStableOffset, o.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
-		n := 0
-		for _, bt := range res.Batches {
-			n += len(bt)
-		}
+		n := recs.Len()
 		// KIP-74: only the first batch of the response may exceed the
 		// limits, so that a large batch never blocks a consumer.
 		if total > 0 && n > limit {
+			recs.Close()
 			continue
 		}
-		fp.batches, fp.nbytes = res.Batches, n
+		fp.recs, fp.nbytes = recs, n
 		for _, a := range res.AbortedTxns {
 			o.AbortedTransactions = append(o.AbortedTransactions, kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
 		}
@@ -297,12 +300,14 @@ type fetchSession struct {
 	// epoch is the SessionEpoch the next request must carry.
 	epoch    int32
 	parts    []*fetchPart
+	byKey    map[fetchKey]*fetchPart // parts by key: a consumer of 10,000 partitions names them all
 	lastUsed time.Time
 }
 
 // update applies an incremental request: added or changed partitions, and
 // forgotten ones.
 func (s *fetchSession) update(reqParts []*fetchPart, forgotten []kmsg.FetchRequestForgottenTopic, v13 bool) {
+	gone := false
 	for _, ft := range forgotten {
 		for _, p := range ft.Partitions {
 			k := fetchKey{partition: p}
@@ -311,15 +316,21 @@ func (s *fetchSession) update(reqParts []*fetchPart, forgotten []kmsg.FetchReque
 			} else {
 				k.topic = ft.Topic
 			}
-			s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return fp.key == k })
+			if s.byKey[k] != nil {
+				delete(s.byKey, k)
+				gone = true
+			}
 		}
 	}
+	if gone {
+		s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return s.byKey[fp.key] != fp })
+	}
 	for _, rp := range reqParts {
-		i := slices.IndexFunc(s.parts, func(fp *fetchPart) bool { return fp.key == rp.key })
-		if i < 0 {
-			s.parts = append(s.parts, rp)
+		if fp := s.byKey[rp.key]; fp != nil {
+			fp.req = rp.req
 		} else {
-			s.parts[i].req = rp.req
+			s.byKey[rp.key] = rp
+			s.parts = append(s.parts, rp)
 		}
 	}
 }
@@ -330,7 +341,11 @@ func (s *fetchSession) rotate(got []*fetchPart) {
 	if len(got) == 0 || len(got) == len(s.parts) {
 		return
 	}
-	s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return slices.Contains(got, fp) })
+	moved := make(map[*fetchPart]bool, len(got))
+	for _, fp := range got {
+		moved[fp] = true
+	}
+	s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return moved[fp] })
 	s.parts = append(s.parts, got...)
 }
 
@@ -364,7 +379,10 @@ func (f *fetchSessions) create(parts []*fetchPart) *fetchSession {
 		}
 		delete(f.byID, lru.id)
 	}
-	s := &fetchSession{epoch: 1, parts: slices.Clone(parts), lastUsed: time.Now()}
+	s := &fetchSession{epoch: 1, parts: slices.Clone(parts), byKey: make(map[fetchKey]*fetchPart, len(parts)), lastUsed: time.Now()}
+	for _, fp := range parts {
+		s.byKey[fp.key] = fp
+	}
 	for s.id == 0 || f.byID[s.id] != nil {
 		s.id = rand.Int32()
 	}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -204,6 +205,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		Validators:             plugin.All[plugin.AppendValidator](b.cfg.Plugins),
 		Observers:              plugin.All[plugin.AppendObserver](b.cfg.Plugins),
 		RetentionCheckInterval: b.props.RetentionCheckInterval,
+		MemoryBudget:           b.props.MemoryBudget,
 	})
 	if err != nil {
 		return fmt.Errorf("server: open engine: %w", err)
@@ -247,6 +249,25 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	}
 	b.log.Info("broker started", "addr", b.addr, "advertised", adv, "cluster", b.meta.Image().ClusterID)
 	return nil
+}
+
+// DiskFull reports whether the data directory is short of space: writes
+// from clients and mirrors are refused with KAFKA_STORAGE_ERROR, while
+// reads, metadata, coordinators, DeleteRecords and DeleteTopics go on.
+func (b *Broker) DiskFull() bool { return b.engine != nil && b.engine.DiskFull() }
+
+// SetProcessMemoryLimit keeps the process within the broker's memory
+// budget (tandem.memory.budget): three quarters of it become the Go
+// runtime's soft memory limit (the rest is for what the runtime does not
+// count, such as the binary's pages, and for the runtime overshooting its
+// soft limit under a burst of requests),
+// unless the GOMEMLIMIT environment variable sets one. The limit is
+// process-wide: for processes that run one broker, such as tandem serve,
+// not for programs that embed several.
+func (b *Broker) SetProcessMemoryLimit() {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(b.props.MemoryBudget / 4 * 3)
+	}
 }
 
 // Addr is the bound address of the first listener, host:port.
@@ -367,8 +388,10 @@ var brokerFamilies = []prom.Family{
 	{Name: "tandem_engine_written_bytes_total", Type: prom.Counter, Help: "Bytes of record batches appended to partition logs."},
 	{Name: "tandem_engine_appends_total", Type: prom.Counter, Help: "Appends to partition logs (duplicates excluded)."},
 	{Name: "tandem_engine_partitions", Type: prom.Gauge, Help: "Partitions open on this broker."},
-	{Name: "tandem_engine_tail_bytes", Type: prom.Gauge, Help: "Bytes of recent batches held in memory for readers at the head of a log."},
-	{Name: "tandem_engine_disk_usage_bytes", Type: prom.Gauge, Help: "Bytes the storage engine's files take on disk."},
+	{Name: "tandem_engine_open_segment_files", Type: prom.Gauge, Help: "Segment files open (bounded by half the process's open-file limit)."},
+	{Name: "tandem_engine_disk_usage_bytes", Type: prom.Gauge, Help: "Bytes the storage engine's files take on disk (segment files and Pebble)."},
+	{Name: "tandem_engine_disk_free_bytes", Type: prom.Gauge, Help: "Bytes free on the data directory's filesystem, as last measured."},
+	{Name: "tandem_engine_disk_full", Type: prom.Gauge, Help: "1 while client writes are refused because the data directory's filesystem is below its reserve of free space, else 0."},
 }
 
 func newBrokerMetrics(b *Broker) *brokerMetrics {
@@ -385,7 +408,14 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 	engineGauge("tandem_engine_written_bytes_total", func(st engine.Stats) float64 { return float64(st.BytesWritten) })
 	engineGauge("tandem_engine_appends_total", func(st engine.Stats) float64 { return float64(st.Appends) })
 	engineGauge("tandem_engine_partitions", func(st engine.Stats) float64 { return float64(st.Partitions) })
-	engineGauge("tandem_engine_tail_bytes", func(st engine.Stats) float64 { return float64(st.TailBytes) })
+	engineGauge("tandem_engine_open_segment_files", func(st engine.Stats) float64 { return float64(st.OpenFiles) })
+	engineGauge("tandem_engine_disk_free_bytes", func(st engine.Stats) float64 { return float64(st.DiskFree) })
+	s.NewGauge("tandem_engine_disk_full", func() float64 {
+		if b.DiskFull() {
+			return 1
+		}
+		return 0
+	})
 	engineGauge("tandem_engine_disk_usage_bytes", func(st engine.Stats) float64 { return float64(st.DiskUsage) })
 	s.NewGauge("tandem_server_queued_request_bytes", func() float64 { return float64(b.reqBytes.inUse()) })
 	return &brokerMetrics{

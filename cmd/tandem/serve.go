@@ -158,6 +158,7 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 	if err := b.CheckDataDir(); err != nil {
 		return err
 	}
+	b.SetProcessMemoryLimit()
 	var started atomic.Bool
 	var httpLn net.Listener
 	con := console.New(b, log, started.Load)
@@ -227,6 +228,12 @@ func httpHandler(b *server.Broker, started *atomic.Bool, con http.Handler) http.
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !started.Load() {
 			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		if b.DiskFull() {
+			// Not a reason to restart it: reads go on, and writes resume
+			// once space is freed (DeleteRecords, DeleteTopics, disk).
+			http.Error(w, "disk full: writes refused, reads served", http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ok")
