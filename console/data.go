@@ -27,6 +27,8 @@ type clusterView struct {
 	UnderReplicated int          `json:"underReplicatedPartitions"`
 	LocalPartitions int          `json:"localPartitions"`
 	DiskUsage       int64        `json:"diskUsageBytes"`
+	DiskFree        int64        `json:"diskFreeBytes"` // 0: unknown
+	DiskFull        bool         `json:"diskFull"`
 	Mirrors         int          `json:"mirrors"`
 	Alarms          []string     `json:"alarms"`
 	Time            int64        `json:"time"`
@@ -38,10 +40,6 @@ type brokerView struct {
 	Port int32  `json:"port"`
 	Rack string `json:"rack,omitempty"`
 }
-
-// diskFuller is implemented by brokers whose engine refuses writes on a
-// full disk.
-type diskFuller interface{ DiskFull() bool }
 
 func (c *Console) cluster(ctx context.Context) any {
 	img := c.b.Metadata().Image()
@@ -64,8 +62,8 @@ func (c *Console) cluster(ctx context.Context) any {
 		}
 	}
 	st := c.b.Engine().Metrics()
-	v.LocalPartitions, v.DiskUsage = st.Partitions, int64(st.DiskUsage)
-	if d, ok := c.b.(diskFuller); ok && d.DiskFull() {
+	v.LocalPartitions, v.DiskUsage, v.DiskFree, v.DiskFull = st.Partitions, int64(st.DiskUsage), int64(st.DiskFree), st.DiskFull
+	if st.DiskFull {
 		v.Alarms = append(v.Alarms, "the data directory is full: client writes are refused")
 	}
 	if v.Offline > 0 {

@@ -75,7 +75,8 @@ function drawCluster(c) {
     tile("This broker", c.nodeId), tile("Controller", c.controllerId), tile("Brokers", c.brokers.length),
     tile("Topics", c.topics), tile("Partitions", c.partitions), tile("Offline partitions", c.offlinePartitions),
     tile("Under-replicated", c.underReplicatedPartitions), tile("Partitions here", c.localPartitions),
-    tile("Disk used here", bytes(c.diskUsageBytes)), tile("Mirrors", c.mirrors)));
+    tile("Disk used here", bytes(c.diskUsageBytes)), tile("Disk free here", c.diskFreeBytes ? bytes(c.diskFreeBytes) : "unknown"),
+    tile("Mirrors", c.mirrors)));
   const rows = c.brokers.map((b) => cells([b.id, b.host + ":" + b.port, b.rack || "", b.id === c.controllerId ? "controller" : ""]));
   out.push(el("div", { class: "card" }, el("h2", {}, "Brokers"), table(["ID", "Address", "Rack", "Role"], rows)));
   return out;
