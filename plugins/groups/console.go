@@ -25,11 +25,13 @@ func (p *Plugin) DescribeGroups(ctx context.Context) []plugin.GroupView {
 				v := plugin.GroupView{Name: g.name, State: g.state.String(), ProtocolType: g.protocolType, Protocol: g.protocol,
 					Generation: g.generation, Offsets: map[plugin.TopicPartition]plugin.CommittedOffset{}}
 				for _, m := range g.members {
-					mv := plugin.GroupMemberView{MemberID: m.id, ClientID: m.clientID, ClientHost: m.clientHost}
-					if m.instanceID != nil {
-						mv.InstanceID = *m.instanceID
+					v.Members = append(v.Members, memberView(m.id, m.instanceID, m.clientID, m.clientHost))
+				}
+				if g.m != nil { // a consumer (KIP-848) or share group
+					v.State, v.ProtocolType, v.Generation = g.modernState(), g.kind.String(), g.m.epoch
+					for _, m := range g.m.members {
+						v.Members = append(v.Members, memberView(m.id, m.instanceID, m.clientID, m.clientHost))
 					}
-					v.Members = append(v.Members, mv)
 				}
 				slices.SortFunc(v.Members, func(a, b plugin.GroupMemberView) int { return strings.Compare(a.MemberID, b.MemberID) })
 				for t, o := range g.offsets {
@@ -42,4 +44,12 @@ func (p *Plugin) DescribeGroups(ctx context.Context) []plugin.GroupView {
 	}
 	slices.SortFunc(out, func(a, b plugin.GroupView) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+func memberView(id string, instanceID *string, clientID, clientHost string) plugin.GroupMemberView {
+	mv := plugin.GroupMemberView{MemberID: id, ClientID: clientID, ClientHost: clientHost}
+	if instanceID != nil {
+		mv.InstanceID = *instanceID
+	}
+	return mv
 }
