@@ -136,6 +136,7 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.applied.init()
 	b.m = newBrokerMetrics(b)
+	registerHealthMetrics(b)
 	b.leaderObs = plugin.All[plugin.LeaderObserver](cfg.Plugins)
 	for _, o := range plugin.All[plugin.MetadataObserver](cfg.Plugins) {
 		b.metaObs = append(b.metaObs, newMetaQueue(o, b.log))

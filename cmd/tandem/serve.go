@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tandem-kafka/tandem"
+	"github.com/tandem-kafka/tandem/console"
 	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/server"
 )
@@ -160,12 +161,13 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 	b.SetProcessMemoryLimit()
 	var started atomic.Bool
 	var httpLn net.Listener
+	con := console.New(b, log, started.Load)
 	if httpAddr != "" {
 		var err error
 		if httpLn, err = net.Listen("tcp", httpAddr); err != nil {
 			return fmt.Errorf("http listener: %w", err)
 		}
-		hs := &http.Server{Handler: httpHandler(b, &started), ReadHeaderTimeout: 10 * time.Second}
+		hs := &http.Server{Handler: httpHandler(b, &started, con), ReadHeaderTimeout: 10 * time.Second}
 		go hs.Serve(httpLn)
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -178,6 +180,20 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 		return err
 	}
 	started.Store(true)
+	// The console samples its lag history until the broker closes.
+	sctx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		if httpLn != nil {
+			con.Run(sctx)
+		}
+	}()
+	closeBroker := func() error {
+		stopSampling()
+		<-sampled
+		return b.Close()
+	}
 	attrs := []any{"kafka", b.Addr(), "data_dir", cfg.DataDir, "node_id", cfg.NodeID}
 	ready := readyInfo{Kafka: b.Addr(), PID: os.Getpid()}
 	if httpLn != nil {
@@ -187,7 +203,7 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 	log.Info("tandem serving", attrs...)
 	if readyFile != "" {
 		if err := writeReadyFile(readyFile, ready); err != nil {
-			b.Close()
+			closeBroker()
 			return err
 		}
 		defer os.Remove(readyFile)
@@ -197,15 +213,18 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 	stop()
 	log.Info("shutting down")
 	started.Store(false)
-	if err := b.Close(); err != nil {
+	if err := closeBroker(); err != nil {
 		return fmt.Errorf("closing broker: %w", err)
 	}
 	log.Info("stopped")
 	return nil
 }
 
-func httpHandler(b *server.Broker, started *atomic.Bool) http.Handler {
+// httpHandler serves /healthz and /metrics, open to whoever reaches the
+// address (as Kafka's JMX exporters are), and the console at "/".
+func httpHandler(b *server.Broker, started *atomic.Bool, con http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("/", con)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !started.Load() {
 			http.Error(w, "starting", http.StatusServiceUnavailable)
