@@ -12,7 +12,7 @@ var _ plugin.MirrorDescriber = (*Plugin)(nil)
 // answers for every mirror, to a caller allowed everything (the console
 // checks its users itself).
 func (p *Plugin) DescribeMirrors(ctx context.Context) []plugin.MirrorView {
-	img := p.image()
+	img := p.Image()
 	if img == nil { // not started
 		return nil
 	}
