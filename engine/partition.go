@@ -101,6 +101,8 @@ type Partition struct {
 
 	cleanedUpTo  int64 // compaction has processed the batches below this offset
 	tombstoneDue int64 // unix ms when a kept tombstone becomes removable
+
+	repl replState // replication between brokers (replica.go)
 }
 
 func newPartition(e *Engine, topic string, id TopicID, part int32, cfg LogConfig) *Partition {
@@ -407,6 +409,7 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 		return fail(AppendResult{}, fmt.Errorf("%s-%d: write: %w", p.topic, p.part, err))
 	}
 	p.commitLocked(batches, metas)
+	p.notifyEndLocked()
 	p.mu.Unlock()
 
 	// closeMu stays held until the sync is done: Close waits for it.
@@ -625,10 +628,7 @@ func (p *Partition) dropTail(n int) {
 func (p *Partition) advance(end int64) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if end = min(end, p.leo); end > p.hwm {
-		p.hwm = end
-		p.notifyLocked()
-	}
+	p.advanceLocked(end)
 	return p.hwm
 }
 

@@ -1,0 +1,149 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/uuid"
+)
+
+// A broker joins a cluster when controller.quorum.voters is set: it
+// registers with the active controller (waiting for a majority of the
+// voters, and saying which it waits for), is unfenced once it has caught
+// up with the metadata, heartbeats, and on Close moves its leaderships
+// away before it stops (controlled shutdown).
+
+// metaConfig is the metadata quorum's configuration for this broker.
+func (b *Broker) metaConfig(meta dataDirMeta, host string) raftmeta.Config {
+	cp := b.props.Cluster
+	cfg := raftmeta.Config{
+		NodeID:                b.cfg.NodeID,
+		Dir:                   filepath.Join(b.cfg.DataDir, "meta"),
+		DB:                    b.engine.DB(),
+		Limits:                b.props.PartitionLimits,
+		Logger:                b.log,
+		Voters:                cp.Voters,
+		ListenAddr:            b.controllerAddr,
+		ClusterID:             meta.ClusterID,
+		Dial:                  b.cfg.Dial,
+		ElectionTimeout:       cp.ElectionTimeout,
+		FetchTimeout:          cp.FetchTimeout,
+		SessionTimeout:        cp.SessionTimeout,
+		HeartbeatInterval:     cp.HeartbeatInterval,
+		UncleanLeaderElection: cp.UncleanElection,
+	}
+	if len(cp.Voters) > 0 && cfg.ListenAddr == "" &&
+		!slices.ContainsFunc(cp.Voters, func(v raftmeta.Voter) bool { return v.ID == b.cfg.NodeID }) {
+		// A broker that is not a voter receives the metadata log on a
+		// port of its own, on the host it advertises to other brokers.
+		cfg.ListenAddr = net.JoinHostPort(host, "0")
+	}
+	if b.props.Cluster.RebalanceInterval > 0 {
+		cfg.LeaderImbalanceInterval = b.props.Cluster.RebalanceInterval
+	}
+	return cfg
+}
+
+// join registers this broker with the cluster's controller and waits
+// until it is unfenced.
+func (b *Broker) join(ctx context.Context, meta dataDirMeta, reg raftmeta.Broker) error {
+	reg.Rack = b.props.Cluster.Rack
+	reg.Incarnation = uuid.Random()
+	s, err := b.meta.Register(ctx, reg)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	b.session = s
+	if err := checkClusterID(b.cfg.DataDir, meta, b.cfg.NodeID, b.meta.Image().ClusterID); err != nil {
+		return err
+	}
+	// Fenced brokers lead nothing; the controller unfences this one once
+	// its heartbeats show it has applied its own registration.
+	last := time.Now()
+	for {
+		img, ch := b.meta.Watch()
+		if br, ok := img.Brokers[b.cfg.NodeID]; ok && br.Epoch == s.Epoch() && !br.Fenced {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-time.After(time.Second):
+			if time.Since(last) > 5*time.Second {
+				b.log.Info("waiting for the controller to unfence this broker", "controller", img.ControllerID)
+				last = time.Now()
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("server: waiting for the controller to unfence broker %d: %w", b.cfg.NodeID, ctx.Err())
+		}
+	}
+}
+
+// controlledShutdown asks the controller to move this broker's
+// leaderships away and waits until it has (at most 30s), while the
+// broker still serves: followers finish fetching and clients are told
+// where the partitions went.
+func (b *Broker) controlledShutdown() {
+	b.shutdownOnce.Do(func() {
+		b.closeMu.Lock()
+		skip := b.session == nil || b.aborting || b.closed || !b.props.Cluster.ControlledShutdown
+		b.closeMu.Unlock()
+		if skip || !b.othersLive() {
+			// With no other live broker there is nowhere to move
+			// leaderships to (nor, often, a controller to ask).
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := b.session.Shutdown(ctx); err != nil {
+			b.log.Warn("controlled shutdown did not complete; stopping anyway", "err", err)
+			return
+		}
+		b.log.Info("controlled shutdown: leaderships moved", "took", time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// Abort stops the broker as a crash would for the rest of the cluster:
+// no controlled shutdown, connections dropped. What was synced stays.
+// Tests use it to kill a broker in process.
+func (b *Broker) Abort() error {
+	b.closeMu.Lock()
+	b.aborting = true
+	b.closeMu.Unlock()
+	return b.Close()
+}
+
+// Health lists what keeps this broker from a healthy cluster: voters that
+// cannot be reached or have another configuration, no active controller,
+// a fenced registration. Empty for a healthy or standalone broker.
+func (b *Broker) Health() []string {
+	if b.meta == nil {
+		return nil
+	}
+	out := append(b.meta.Health(), b.peerHealth()...)
+	if b.session != nil {
+		if br, ok := b.image().Brokers[b.cfg.NodeID]; ok && br.Fenced {
+			out = append(out, fmt.Sprintf("broker %d is fenced by the controller", b.cfg.NodeID))
+		}
+	}
+	return out
+}
+
+// AppliedImage is the last metadata image whose partitions this broker
+// has applied: what its answers to clients reflect.
+func (b *Broker) AppliedImage() *raftmeta.Image { return b.image() }
+
+// othersLive reports whether another broker of the cluster is live.
+func (b *Broker) othersLive() bool {
+	for id, br := range b.meta.Image().Brokers {
+		if id != b.cfg.NodeID && br.Live() {
+			return true
+		}
+	}
+	return false
+}
