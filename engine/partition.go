@@ -365,7 +365,7 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 		}
 	}
 	cfg := p.cfg.Load()
-	assign := req.Origin == OriginClient || req.Origin == OriginInternal
+	assign := !req.Origin.Copies()
 	// The batches alias req.Records, which is only read: prepareLocked
 	// copies them into the Pebble batch.
 	batches, err := splitBatches(req.Records)
@@ -447,7 +447,7 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 // entry (offsets still relative).
 func validateBatch(b batch, cfg *LogConfig, origin Origin) (batchMeta, error) {
 	m := batchMeta{LastDelta: b.lastOffsetDelta(), Size: int32(len(b)), MaxTs: b.maxTimestamp(), MaxTsDelta: b.lastOffsetDelta()}
-	if origin == OriginMirror || origin == OriginReplica {
+	if origin.Copies() {
 		return m, nil // copied byte for byte: the source validated them
 	}
 	if len(b) > int(cfg.MaxMessageBytes) {

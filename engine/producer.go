@@ -128,7 +128,7 @@ func inSequence(last, first int32) bool {
 func (t *producerTxn) check(b batch, origin Origin) (*seqBatch, error) {
 	pid, epoch := b.producerID(), b.producerEpoch()
 	cur := t.get(pid)
-	if cur != nil && origin == OriginInternal && b.isControl() && epoch < cur.Epoch {
+	if cur != nil && (origin == OriginInternal || origin == OriginTxnMarker) && b.isControl() && epoch < cur.Epoch {
 		// A transaction marker from a coordinator that lost a fencing race.
 		return nil, fmt.Errorf("marker for producer %d epoch %d is older than %d: %w", pid, epoch, cur.Epoch, kerr.InvalidProducerEpoch)
 	}

@@ -62,6 +62,10 @@ type Marker struct {
 // at every end) becomes the producer's epoch, which fences the old one.
 // It returns the offset of the last marker.
 func (p *Partition) WriteTxnMarkers(ctx context.Context, markers ...Marker) (int64, error) {
+	return p.writeMarkers(ctx, OriginTxnMarker, markers)
+}
+
+func (p *Partition) writeMarkers(ctx context.Context, origin Origin, markers []Marker) (int64, error) {
 	if len(markers) == 0 {
 		return -1, nil
 	}
@@ -75,7 +79,7 @@ func (p *Partition) WriteTxnMarkers(ctx context.Context, markers ...Marker) (int
 		recs = append(recs, controlBatch(m.ProducerID, m.ProducerEpoch, typ, m.CoordinatorEpoch, now)...)
 	}
 	res, err := p.Append(ctx, &AppendRequest{Topic: p.topic, TopicID: p.id, Partition: p.part,
-		Origin: OriginInternal, Records: recs, Acks: -1})
+		Origin: origin, Records: recs, Acks: -1})
 	if err != nil {
 		return -1, fmt.Errorf("write transaction markers: %w", err)
 	}
@@ -98,7 +102,7 @@ func (p *Partition) AbortOpenTransactions(ctx context.Context) ([]int64, error) 
 	}
 	p.mu.Unlock()
 	sort.Slice(markers, func(i, j int) bool { return markers[i].ProducerID < markers[j].ProducerID })
-	if _, err := p.WriteTxnMarkers(ctx, markers...); err != nil {
+	if _, err := p.writeMarkers(ctx, OriginMirrorControl, markers); err != nil {
 		return nil, fmt.Errorf("%s-%d: abort open transactions: %w", p.topic, p.part, err)
 	}
 	pids := make([]int64, len(markers))
@@ -115,7 +119,7 @@ func (p *Partition) AbortOpenTransactions(ctx context.Context) ([]int64, error) 
 // treated as aborted (call AbortOpenTransactions first so that consumers
 // also see its ABORT marker).
 func (p *Partition) WriteProducerBarrier(ctx context.Context) (int64, error) {
-	res, err := p.Append(ctx, &AppendRequest{Topic: p.topic, TopicID: p.id, Partition: p.part, Origin: OriginInternal,
+	res, err := p.Append(ctx, &AppendRequest{Topic: p.topic, TopicID: p.id, Partition: p.part, Origin: OriginMirrorControl,
 		Records: controlBatch(-1, -1, ControlPIDReset, 0, time.Now()), Acks: -1})
 	if err != nil {
 		return -1, fmt.Errorf("%s-%d: write producer barrier: %w", p.topic, p.part, err)

@@ -19,7 +19,8 @@ import (
 type TopicID = uuid.UUID
 
 // Origin says who is appending to a log. Validators use it: the mirror
-// plugin refuses client produce to mirror topics but accepts its fetchers.
+// plugin lets nothing but its own fetcher write to a mirror partition,
+// whatever the origin of the append.
 type Origin int8
 
 const (
@@ -30,9 +31,23 @@ const (
 	OriginMirror
 	// OriginReplica is an in-cluster follower copying from its leader.
 	OriginReplica
-	// OriginInternal is the broker itself: coordinators, markers.
+	// OriginInternal is the broker itself: a coordinator writing its
+	// internal topic.
 	OriginInternal
+	// OriginTxnMarker is a transaction marker written for a transaction
+	// coordinator (WriteTxnMarkers: from this broker's coordinator or
+	// from a client).
+	OriginTxnMarker
+	// OriginMirrorControl is the mirror plugin's own writes: the failover
+	// sequence's ABORT markers and barrier, and the copies of records a
+	// truncation removes.
+	OriginMirrorControl
 )
+
+// Copies reports whether appends of this origin are copies of another
+// log that keep their base offsets and partition leader epochs; the
+// engine assigns and stamps them for the other origins.
+func (o Origin) Copies() bool { return o == OriginMirror || o == OriginReplica }
 
 func (o Origin) String() string {
 	switch o {
@@ -44,6 +59,10 @@ func (o Origin) String() string {
 		return "replica"
 	case OriginInternal:
 		return "internal"
+	case OriginTxnMarker:
+		return "transaction marker"
+	case OriginMirrorControl:
+		return "mirror control"
 	}
 	return "unknown"
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 )
@@ -338,10 +337,4 @@ func (c *Controller) SetMirrorSync(ctx context.Context, mirror, sourceClusterID 
 	}
 	return c.propose(ctx, Record{Type: RecordMirrorSync, mirrorRecords: mirrorRecords{MirrorSync: &MirrorSyncRecord{
 		Mirror: mirror, SourceClusterID: sourceClusterID, ManagedACLs: managed}}})
-}
-
-// MirrorConfigKeyIsSecret reports whether a mirror config holds a secret
-// that is never returned in clear.
-func MirrorConfigKeyIsSecret(key string) bool {
-	return strings.Contains(key, "password") || key == "sasl.jaas.config" || key == "ssl.keystore.key"
 }

@@ -362,6 +362,15 @@ func (b *Broker) applyConfigs(ctx context.Context, ct *configTarget, next map[st
 		return err
 	}
 	changes := ct.changes(next)
+	if ct.topic != nil {
+		c := TopicChange{Topic: ct.name, Op: OpAlterConfigs}
+		for _, ch := range changes {
+			c.Keys = append(c.Keys, ch.Key)
+		}
+		if err := CheckTopicChange(b.cfg.Plugins, c); err != nil {
+			return err
+		}
+	}
 	if validateOnly || len(changes) == 0 {
 		return nil
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 
@@ -151,6 +152,9 @@ func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic
 		if err := validateTopicConfigs(spec.Configs); err != nil {
 			return spec, err
 		}
+		if err := CheckTopicChange(b.cfg.Plugins, TopicChange{Topic: t.Topic, Op: OpAlterConfigs, Keys: slices.Sorted(maps.Keys(spec.Configs))}); err != nil {
+			return spec, err
+		}
 	}
 	return spec, nil
 }
@@ -278,6 +282,8 @@ func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req
 				err = adminErrorf(kerr.InvalidRequest, "Duplicate topic in the request.")
 			case t.Internal:
 				err = adminErrorf(kerr.InvalidTopicException, "Internal topic %s cannot be deleted.", t.Name)
+			default:
+				err = CheckTopicChange(b.cfg.Plugins, TopicChange{Topic: t.Name, Op: OpDeleteTopic})
 			}
 			seen[t.ID] = true
 		}
@@ -333,6 +339,9 @@ func (b *Broker) handleCreatePartitions(ctx context.Context, rc *RequestContext,
 		} else if !rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeTopic, t.Topic) {
 			err = adminErrorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
 		} else if err = checkCreatePartitions(img, &t); err == nil {
+			err = CheckTopicChange(b.cfg.Plugins, TopicChange{Topic: t.Topic, Op: OpCreatePartitions})
+		}
+		if err == nil {
 			err = b.meta.CreatePartitions(ctx, t.Topic, t.Count, req.ValidateOnly)
 			grew = grew || (err == nil && !req.ValidateOnly)
 		}

@@ -195,5 +195,8 @@ func (b *Broker) deleteRecords(t *raftmeta.Topic, partition int32, offset int64)
 	if cfg := ep.Config(); cfg.Compact && !cfg.Delete {
 		return -1, kerr.PolicyViolation
 	}
+	if err := CheckTopicChange(b.cfg.Plugins, TopicChange{Topic: t.Name, Op: OpDeleteRecords}); err != nil {
+		return -1, err
+	}
 	return ep.DeleteRecords(offset)
 }

@@ -49,16 +49,28 @@ type (
 	APIHandler            = plugin.APIHandler
 	ACLStore              = plugin.ACLStore
 	CoordinatorAuthorizer = plugin.CoordinatorAuthorizer
+	TopicGuard            = plugin.TopicGuard
+	TopicChange           = plugin.TopicChange
+	TopicOp               = plugin.TopicOp
 )
 
 // Deprecated: for plugins/mirror until it moves to package plugin.
 const (
-	CoordinatorGroup  = plugin.CoordinatorGroup
-	CoordinatorMirror = plugin.CoordinatorMirror
-	ACLResourceMirror = plugin.ACLResourceMirror
+	CoordinatorGroup   = plugin.CoordinatorGroup
+	CoordinatorMirror  = plugin.CoordinatorMirror
+	ACLResourceMirror  = plugin.ACLResourceMirror
+	OpWrite            = plugin.OpWrite
+	OpTxnMarkers       = plugin.OpTxnMarkers
+	OpDeleteRecords    = plugin.OpDeleteRecords
+	OpCreatePartitions = plugin.OpCreatePartitions
+	OpDeleteTopic      = plugin.OpDeleteTopic
+	OpAlterConfigs     = plugin.OpAlterConfigs
 )
 
 // ErrorCode is plugin.ErrorCode.
 //
 // Deprecated: for plugins/mirror until it moves to package plugin.
 func ErrorCode(err error) int16 { return plugin.ErrorCode(err) }
+
+// CheckTopicChange is plugin.CheckTopicChange.
+func CheckTopicChange(plugins []any, c TopicChange) error { return plugin.CheckTopicChange(plugins, c) }

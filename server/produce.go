@@ -115,7 +115,14 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				continue
 			}
 			if req.TransactionID != nil {
-				if err := b.verifyTxn(ctx, req.Version, *req.TransactionID, t.Name, rp.Partition, ep, rp.Records); err != nil {
+				// The guard before the coordinator adds the partition to
+				// the transaction (Produce v12+): a refused partition must
+				// not get the transaction's markers.
+				err := CheckTopicChange(b.cfg.Plugins, TopicChange{Topic: t.Name, Op: OpWrite})
+				if err == nil {
+					err = b.verifyTxn(ctx, req.Version, *req.TransactionID, t.Name, rp.Partition, ep, rp.Records)
+				}
+				if err != nil {
 					var kerrErr *kerr.Error
 					if !errors.As(err, &kerrErr) {
 						kerrErr = kerr.UnknownServerError

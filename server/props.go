@@ -270,6 +270,8 @@ var topicConfigList = []*configDef{
 		doc: "The minimum time a message remains uncompacted."},
 	{name: "min.insync.replicas", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), synonyms: syn("min.insync.replicas"),
 		doc: "The minimum number of in-sync replicas for acks=all."},
+	{name: "mirror.name", typ: kmsg.ConfigTypeString, def: cfgStr(""),
+		doc: "The cluster mirror that manages this topic (KIP-1279). A topic with it set is read-only; only the mirror APIs set and clear it."},
 	{name: "preallocate", typ: kmsg.ConfigTypeBoolean, def: cfgStr("false"), synonyms: syn("log.preallocate"), doc: "Preallocate files on disk (no effect in Tandem)."},
 	{name: "remote.storage.enable", typ: kmsg.ConfigTypeBoolean, def: cfgStr("false"), valid: noTieredStorage, doc: "Tiered storage (not supported by Tandem)."},
 	{name: "retention.bytes", typ: kmsg.ConfigTypeLong, def: cfgStr("-1"), synonyms: syn("log.retention.bytes"),

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,9 +16,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tandem-kafka/tandem"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/server"
 )
+
+const demoDoc = `Shows Cluster Mirroring on one machine: starts a source and a destination
+cluster in this process, produces a topic on the source while the
+destination mirrors it, and prints tandem mirrors --describe until the lag
+is 0. Nothing is left behind.
+
+Usage: tandem demo [flags]
+`
 
 // demo is `tandem demo`: a source and a destination cluster in this
 // process (temporary directories, free 127.0.0.1 ports), a topic produced
@@ -28,19 +36,20 @@ import (
 // topic added with the same code as the two `tandem mirrors` commands it
 // prints.
 func demo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("demo", demoDoc)
 	records := fs.Int("records", 50000, "records to produce on the source")
 	size := fs.Int("record-bytes", 200, "bytes per record value")
 	rate := fs.Int64("rate", 1<<20, "mirror.replication.throttled.rate of the destination, bytes/s (0: unlimited), so that the lag is visible")
 	interval := fs.Duration("interval", time.Second, "time between two --describe")
 	duration := fs.Duration("duration", 2*time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := fs.parse(args, stdout, stderr); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return exit(stderr, "demo", usageErrorf("unexpected arguments %q", fs.Args()))
 	}
 	if err := runDemo(stdout, stderr, *records, *size, *rate, *interval, *duration); err != nil {
-		fmt.Fprintln(stderr, "tandem demo:", err)
-		return 1
+		return exit(stderr, "demo", err)
 	}
 	return 0
 }
@@ -65,7 +74,7 @@ func runDemo(stdout, stderr io.Writer, records, size int, rate int64, interval, 
 		for k, v := range extra {
 			props[k] = v
 		}
-		b, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", Props: props, Plugins: plugins(props), Logger: log})
+		b, err := tandem.NewBroker(server.Config{DataDir: dir, Listen: "127.0.0.1:0", Props: props, Logger: log})
 		if err == nil {
 			err = b.Start(ctx)
 		}

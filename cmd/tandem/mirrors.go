@@ -5,15 +5,19 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 )
 
@@ -23,155 +27,493 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
+// mirrorsCmd is one run of `tandem mirrors`: its flags and its client.
+type mirrorsCmd struct {
+	stdout, stderr io.Writer
+	stdin          io.Reader
+	interactive    bool // stdin is a terminal: ask before truncating
+	a              *admin.Client
+	bootstrap      string
+	name, source   string
+	topics         multiFlag
+	configs        multiFlag
+	deleteConfigs  multiFlag
+	asJSON, yes    bool
+	force          bool
+	timeout        time.Duration
+}
+
+// mirrorsOp is one operation of `tandem mirrors`, chosen by its flag.
+type mirrorsOp struct {
+	name, usage string
+	run         func(context.Context) error
+	on          bool
+}
+
+// errUnhealthy makes --describe exit 1 after printing: a partition is
+// FAILED or cannot be copied (its source unreachable, say).
+var errUnhealthy = errors.New("")
+
+const mirrorsDoc = `Manages Cluster Mirroring (KIP-1279) on the destination cluster named by
+--bootstrap-server: creates mirrors of a source cluster, adds topics to them
+(byte-for-byte copies with the same offsets and topic IDs), shows their lag,
+fails them over and back. The flags are those of Apache Kafka's
+kafka-mirrors.sh, plus --failover, --failback and --diverged.
+
+Usage: tandem mirrors --bootstrap-server HOST:PORT --OPERATION [flags]
+`
+
 // mirrors is `tandem mirrors`, the KIP's kafka-mirrors.sh.
 func mirrors(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("mirrors", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	bootstrap := fs.String("bootstrap-server", "127.0.0.1:9092", "destination cluster `HOST:PORT`")
-	create := fs.Bool("create", false, "create a mirror (--mirror, --source-bootstrap, --config)")
-	add := fs.Bool("add", false, "add --topic to --mirror")
-	remove := fs.Bool("remove", false, "remove --topic (a regular expression) from --mirror: failover")
-	pause := fs.Bool("pause", false, "pause --mirror (optionally only --topic)")
-	resume := fs.Bool("resume", false, "resume --mirror (optionally only --topic)")
-	del := fs.Bool("delete", false, "delete --mirror with its topics")
-	list := fs.Bool("list", false, "list mirrors")
-	describe := fs.Bool("describe", false, "describe mirrors (or --mirror) with their lag")
-	asJSON := fs.Bool("json", false, "print JSON")
-	name := fs.String("mirror", "", "mirror `NAME`")
-	source := fs.String("source-bootstrap", "", "source cluster `HOST:PORT`")
+	c := &mirrorsCmd{stdout: stdout, stderr: stderr, stdin: os.Stdin}
+	if out, ok := stdout.(*os.File); ok {
+		c.interactive = isTerminal(os.Stdin) && isTerminal(out)
+	}
+	fs := newFlags("mirrors", mirrorsDoc)
+	fs.StringVar(&c.bootstrap, "bootstrap-server", "127.0.0.1:9092", "destination cluster `HOST:PORT`")
+	ops := []*mirrorsOp{
+		{name: "create", run: c.create, usage: "create --mirror from --source-bootstrap with --config k=v; with --add, add --topic to it too"},
+		{name: "add", run: c.add, usage: "add --topic to --mirror; a topic that exists here with records is truncated to the source's log: what that removes is shown first, and needs --yes"},
+		{name: "remove", run: c.remove, usage: "remove --topic (a regular expression) from --mirror at once: failover, the KIP's raw meaning"},
+		{name: "failover", run: c.failover, usage: "safe promote of --mirror (or only --topic): wait up to --timeout for lag 0 against the source, then fail over; refuses if that does not happen or the source is unreachable, unless --force, which reports the lag given up"},
+		{name: "failback", run: c.failback, usage: "on the old primary (--bootstrap-server): mirror --mirror's topics back from the new one (--source-bootstrap, --config), showing what truncation removes first"},
+		{name: "pause", run: func(ctx context.Context) error { return c.pauseResume(ctx, true) }, usage: "pause --mirror (optionally only --topic)"},
+		{name: "resume", run: func(ctx context.Context) error { return c.pauseResume(ctx, false) }, usage: "resume --mirror (optionally only --topic)"},
+		{name: "delete", run: c.deleteMirror, usage: "delete --mirror: each of its topics fails over first (becomes writable, keeps its data), then the mirror is gone"},
+		{name: "list", run: c.list, usage: "list mirrors"},
+		{name: "describe", run: c.describe, usage: "describe mirrors (or --mirror, --topic) with their lag; exits 1 if a partition is FAILED or cannot reach its source"},
+		{name: "describe-config", run: c.describeConfig, usage: "print the configs of --mirror (secrets masked)"},
+		{name: "alter", run: c.alter, usage: "alter the configs of --mirror: --config k=v sets, --delete-config k removes"},
+		{name: "diverged", run: c.diverged, usage: "print the divergence manifest of --mirror: records truncations removed, copied to <topic>.diverged"},
+	}
+	for _, op := range ops {
+		fs.BoolVar(&op.on, op.name, false, op.usage)
+	}
+	fs.BoolVar(&c.asJSON, "json", false, "print JSON (--list, --describe, --describe-config, --diverged)")
+	fs.StringVar(&c.name, "mirror", "", "mirror `NAME`")
+	fs.StringVar(&c.source, "source-bootstrap", "", "source cluster `HOST:PORT`")
 	allTopics := fs.Bool("all-topics", false, "with --remove, --pause or --resume: every topic of the mirror")
-	var topics, configs multiFlag
-	fs.Var(&topics, "topic", "topic `NAME` (repeatable)")
-	fs.Var(&configs, "config", "mirror config `k=v` (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	fs.BoolVar(&c.yes, "yes", false, "proceed without asking, also when records would be truncated")
+	fs.BoolVar(&c.force, "force", false, "with --failover: fail over even if the source is unreachable or the lag is not 0 in time")
+	fs.DurationVar(&c.timeout, "timeout", time.Minute, "with --failover: how long to wait for lag 0")
+	fs.Var(&c.topics, "topic", "topic `NAME` or regular expression (repeatable)")
+	fs.Var(&c.configs, "config", "mirror config `k=v` (repeatable)")
+	fs.Var(&c.deleteConfigs, "delete-config", "with --alter: mirror config `k` to remove (repeatable)")
+	if code, done := fs.parse(args, stdout, stderr); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return exit(stderr, "mirrors", usageErrorf("unexpected arguments %q (every option is a flag: tandem mirrors --help)", fs.Args()))
+	}
+	if *allTopics {
+		c.topics = multiFlag{".*"}
+	}
+	var chosen []*mirrorsOp
+	for _, op := range ops {
+		if op.on {
+			chosen = append(chosen, op)
+		}
+	}
+	if len(chosen) == 2 && chosen[0].name == "create" && chosen[1].name == "add" {
+		create, add := chosen[0], chosen[1]
+		chosen = []*mirrorsOp{{name: "create --add", run: func(ctx context.Context) error {
+			if err := create.run(ctx); err != nil {
+				return err
+			}
+			return add.run(ctx)
+		}}}
+	}
+	if len(chosen) != 1 {
+		fs.Usage()
+		var names []string
+		for _, op := range ops {
+			names = append(names, "--"+op.name)
+		}
+		fmt.Fprintf(stderr, "tandem mirrors: choose one of %s (--create --add does both)\n", strings.Join(names, ", "))
 		return 2
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(*bootstrap), admin.Opt(), kgo.RetryTimeout(30*time.Second))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.bootstrap), admin.Opt(), kgo.RetryTimeout(30*time.Second))
 	if err != nil {
 		fmt.Fprintln(stderr, "tandem mirrors:", err)
 		return 1
 	}
 	defer cl.Close()
-	a := admin.New(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	c.a = admin.New(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+c.timeout)
 	defer cancel()
-	if *allTopics {
-		topics = multiFlag{".*"}
+	err = c.a.Supported(ctx)
+	if err == nil {
+		err = chosen[0].run(ctx)
 	}
-	need := func(what string, ok bool) error {
-		if !ok {
-			return fmt.Errorf("%s is required", what)
-		}
-		return nil
-	}
-	err = func() error {
-		switch {
-		case *create:
-			if err := need("--mirror and --source-bootstrap", *name != "" && *source != ""); err != nil {
-				return err
-			}
-			cfg := map[string]string{"bootstrap.servers": *source}
-			for _, kv := range configs {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok {
-					return fmt.Errorf("--config %q: want k=v", kv)
-				}
-				cfg[k] = v
-			}
-			if err := a.CreateMirror(ctx, *name, cfg); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "Created mirror %s.\n", *name)
-		case *add:
-			if err := need("--mirror and --topic", *name != "" && len(topics) > 0); err != nil {
-				return err
-			}
-			m := map[string]string{}
-			for _, t := range topics {
-				m[t] = *name
-			}
-			if err := a.AddTopicsToMirror(ctx, m); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "Added %d topic(s) to mirror %s: %v\n", len(topics), *name, []string(topics))
-		case *remove:
-			if err := need("--mirror and --topic", *name != "" && len(topics) > 0); err != nil {
-				return err
-			}
-			msg, err := a.RemoveTopicsFromMirror(ctx, *name, topics)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout, msg)
-		case *pause, *resume:
-			if err := need("--mirror", *name != ""); err != nil {
-				return err
-			}
-			if *pause {
-				err = a.PauseMirror(ctx, *name, topics...)
-			} else {
-				err = a.ResumeMirror(ctx, *name, topics...)
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "Mirror %s: done.\n", *name)
-		case *del:
-			if err := need("--mirror", *name != ""); err != nil {
-				return err
-			}
-			if err := a.DeleteMirror(ctx, *name); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "Deleted mirror %s.\n", *name)
-		case *list:
-			ms, err := a.ListMirrors(ctx)
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return json.NewEncoder(stdout).Encode(ms)
-			}
-			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "MIRROR\tSOURCE\tTOPICS")
-			for _, m := range ms {
-				fmt.Fprintf(tw, "%s\t%s\t%d\n", m.MirrorName, m.SourceBootstrap, m.TopicCount)
-			}
-			return tw.Flush()
-		case *describe:
-			var names []string
-			if *name != "" {
-				names = []string{*name}
-			}
-			ms, err := a.DescribeMirrors(ctx, names...)
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return json.NewEncoder(stdout).Encode(ms)
-			}
-			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "MIRROR\tTOPIC\tPARTITION\tSOURCE-OFFSET\tDESTINATION-OFFSET\tLAG\tSTATE")
-			for _, m := range ms {
-				if m.ErrorMessage != nil {
-					fmt.Fprintf(stderr, "mirror %s: %s: %s\n", m.MirrorName, m.State, *m.ErrorMessage)
-				}
-				for _, t := range m.Topics {
-					for _, p := range t.Partitions {
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", m.MirrorName, t.TopicName, p.PartitionIndex, p.SourceOffset, p.DestinationOffset, p.Lag, p.State)
-					}
-				}
-			}
-			return tw.Flush()
-		default:
-			fs.Usage()
-			return fmt.Errorf("one of --create, --add, --remove, --pause, --resume, --delete, --list, --describe is required")
-		}
-		return nil
-	}()
-	if err != nil {
+	switch {
+	case errors.Is(err, errUnhealthy):
+		return 1
+	case err != nil:
 		fmt.Fprintln(stderr, "tandem mirrors:", err)
 		return 1
 	}
 	return 0
+}
+
+// isTerminal reports whether f is a character device (a terminal, or
+// /dev/null: with stdout a terminal as well, someone is there to ask).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func need(what string, ok bool) error {
+	if !ok {
+		return fmt.Errorf("%s is required", what)
+	}
+	return nil
+}
+
+// keyValues parses --config k=v flags.
+func keyValues(kvs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--config %q: want k=v", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// mirrorConfigs are the configs of the mirror --mirror from
+// --source-bootstrap that --config describes.
+func (c *mirrorsCmd) mirrorConfigs() (map[string]string, error) {
+	if err := need("--mirror and --source-bootstrap", c.name != "" && c.source != ""); err != nil {
+		return nil, err
+	}
+	cfg, err := keyValues(c.configs)
+	if err != nil {
+		return nil, err
+	}
+	cfg["bootstrap.servers"] = c.source
+	return cfg, nil
+}
+
+func (c *mirrorsCmd) create(ctx context.Context) error {
+	cfg, err := c.mirrorConfigs()
+	if err != nil {
+		return err
+	}
+	if err := c.a.CreateMirror(ctx, c.name, cfg); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "Created mirror %s.\n", c.name)
+	return nil
+}
+
+func (c *mirrorsCmd) add(ctx context.Context) error {
+	if err := need("--mirror and --topic", c.name != "" && len(c.topics) > 0); err != nil {
+		return err
+	}
+	m := map[string]string{}
+	for _, t := range c.topics {
+		m[t] = c.name
+	}
+	plan, err := c.a.PlanAddTopics(ctx, m)
+	if err != nil {
+		return err
+	}
+	if err := c.confirmTruncation(plan, "--add"); err != nil {
+		return err
+	}
+	if err := c.a.AddTopicsToMirror(ctx, m); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "Added %d topic(s) to mirror %s: %v\n", len(c.topics), c.name, []string(c.topics))
+	return nil
+}
+
+// confirmTruncation shows what adding topics removes from their logs here
+// and goes on with --yes, or when the operator says so at a terminal.
+func (c *mirrorsCmd) confirmTruncation(plan []mirror.Truncation, op string) error {
+	var total int64
+	for _, t := range plan {
+		total += t.Records()
+	}
+	if total == 0 {
+		return nil
+	}
+	printTruncations(c.stdout, plan)
+	fmt.Fprintf(c.stdout, "%s truncates %d record(s) here to converge with the source; each is first copied to <topic>.diverged (see --diverged).\n", op, total)
+	if c.yes {
+		return nil
+	}
+	if c.interactive {
+		fmt.Fprint(c.stdout, "Proceed? [y/N] ")
+		var answer string
+		fmt.Fscanln(c.stdin, &answer) //nolint:errcheck // no answer is no
+		if a := strings.ToLower(strings.TrimSpace(answer)); a == "y" || a == "yes" {
+			return nil
+		}
+		return fmt.Errorf("%s: not confirmed; nothing changed", op)
+	}
+	return fmt.Errorf("%s would truncate %d record(s): run it again with --yes to proceed", op, total)
+}
+
+func printTruncations(w io.Writer, plan []mirror.Truncation) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tLOG-END\tTRUNCATE-TO\tRECORDS\tSOURCE-LAST-MIRROR-EPOCH")
+	for _, t := range plan {
+		lme := fmt.Sprint(t.LastMirrorEpoch)
+		if t.LastMirrorEpoch < 0 {
+			lme = "none (never mirrored there: everything goes)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", t.Topic, t.Partition, t.LogEnd, t.TruncateTo, t.Records(), lme)
+	}
+	tw.Flush()
+}
+
+func (c *mirrorsCmd) remove(ctx context.Context) error {
+	if err := need("--mirror and --topic", c.name != "" && len(c.topics) > 0); err != nil {
+		return err
+	}
+	msg, err := c.a.RemoveTopicsFromMirror(ctx, c.name, c.topics)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(c.stdout, msg)
+	return nil
+}
+
+func (c *mirrorsCmd) pauseResume(ctx context.Context, pause bool) error {
+	if err := need("--mirror", c.name != ""); err != nil {
+		return err
+	}
+	var err error
+	if pause {
+		err = c.a.PauseMirror(ctx, c.name, c.topics...)
+	} else {
+		err = c.a.ResumeMirror(ctx, c.name, c.topics...)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "Mirror %s: done.\n", c.name)
+	return nil
+}
+
+func (c *mirrorsCmd) deleteMirror(ctx context.Context) error {
+	if err := need("--mirror", c.name != ""); err != nil {
+		return err
+	}
+	if err := c.a.DeleteMirror(ctx, c.name); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "Deleted mirror %s; its topics are writable here.\n", c.name)
+	return nil
+}
+
+func (c *mirrorsCmd) list(ctx context.Context) error {
+	ms, err := c.a.ListMirrors(ctx)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		return json.NewEncoder(c.stdout).Encode(ms)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MIRROR\tSOURCE\tTOPICS")
+	for _, m := range ms {
+		fmt.Fprintf(tw, "%s\t%s\t%d\n", m.MirrorName, m.SourceBootstrap, m.TopicCount)
+	}
+	return tw.Flush()
+}
+
+// describedMirror is a mirror as --describe --json prints it: unknown
+// offsets and lags are null, never 0.
+type describedMirror struct {
+	Mirror     string               `json:"mirror"`
+	State      string               `json:"state"`
+	Error      string               `json:"error,omitempty"`
+	ACLSync    string               `json:"aclSync,omitempty"`
+	Partitions []describedPartition `json:"partitions"`
+	Diverged   []divergedRange      `json:"diverged"`
+}
+
+type describedPartition struct {
+	Topic             string     `json:"topic"`
+	Partition         int32      `json:"partition"`
+	SourceOffset      *int64     `json:"sourceOffset"`
+	SourceOffsetTime  *time.Time `json:"sourceOffsetTime"`
+	DestinationOffset *int64     `json:"destinationOffset"`
+	Lag               *int64     `json:"lag"`
+	LagMs             *int64     `json:"lagMs"`
+	State             string     `json:"state"`
+	Reason            string     `json:"reason,omitempty"`
+}
+
+func known(v int64) *int64 {
+	if v < 0 {
+		return nil
+	}
+	return &v
+}
+
+// topicFilter matches the --topic flags (anchored regular expressions;
+// none matches every topic).
+func (c *mirrorsCmd) topicFilter() (func(string) bool, error) {
+	var res []*regexp.Regexp
+	for _, t := range c.topics {
+		re, err := regexp.Compile("^(?:" + t + ")$")
+		if err != nil {
+			return nil, fmt.Errorf("--topic %q: %w", t, err)
+		}
+		res = append(res, re)
+	}
+	return func(topic string) bool {
+		return len(res) == 0 || slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(topic) })
+	}, nil
+}
+
+// described fetches the mirrors --describe shows. A mirror named with
+// --mirror that cannot be described (it does not exist, or may not be
+// seen) is an error; one whose source fails is shown with its error.
+func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
+	match, err := c.topicFilter()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	if c.name != "" {
+		names = []string{c.name}
+	}
+	ms, err := c.a.DescribeMirrors(ctx, names...)
+	if err != nil {
+		return nil, err
+	}
+	var out []describedMirror
+	for _, m := range ms {
+		if m.ErrorCode != 0 && m.State == "" {
+			return nil, admin.ErrorOf(m.ErrorCode, m.ErrorMessage)
+		}
+		dm := describedMirror{Mirror: m.MirrorName, State: m.State, ACLSync: m.ACLSync, Partitions: []describedPartition{},
+			Diverged: []divergedRange{}}
+		for _, d := range m.Diverged {
+			if match(d.Topic) {
+				dm.Diverged = append(dm.Diverged, divergedOf(d))
+			}
+		}
+		if m.ErrorMessage != nil {
+			dm.Error = *m.ErrorMessage
+		}
+		for _, t := range m.Topics {
+			if !match(t.TopicName) {
+				continue
+			}
+			for _, p := range t.Partitions {
+				dp := describedPartition{Topic: t.TopicName, Partition: p.PartitionIndex, SourceOffset: known(p.SourceOffset),
+					DestinationOffset: known(p.DestinationOffset), Lag: known(p.Lag), LagMs: known(p.LagMs), State: p.State, Reason: p.Reason}
+				if p.SourceOffsetTime > 0 {
+					at := time.UnixMilli(p.SourceOffsetTime).UTC()
+					dp.SourceOffsetTime = &at
+				}
+				dm.Partitions = append(dm.Partitions, dp)
+			}
+		}
+		out = append(out, dm)
+	}
+	return out, nil
+}
+
+// unhealthy reports whether a mirror's source fails or one of its
+// partitions is FAILED or cannot be copied now.
+func (m describedMirror) unhealthy() bool {
+	return m.State == "FAILED" || slices.ContainsFunc(m.Partitions, func(p describedPartition) bool {
+		return p.State == "FAILED" || p.Reason != "" && p.State != "STOPPED"
+	})
+}
+
+func (c *mirrorsCmd) describe(ctx context.Context) error {
+	ms, err := c.described(ctx)
+	if err != nil {
+		return err
+	}
+	unhealthy := slices.ContainsFunc(ms, describedMirror.unhealthy)
+	if c.asJSON {
+		if err := json.NewEncoder(c.stdout).Encode(ms); err != nil {
+			return err
+		}
+	} else {
+		printDescribed(c.stdout, ms)
+		for _, m := range ms {
+			if m.Error != "" {
+				fmt.Fprintf(c.stderr, "mirror %s: %s: %s\n", m.Mirror, m.State, m.Error)
+			}
+			if m.ACLSync != "" {
+				fmt.Fprintf(c.stderr, "mirror %s: ACL sync: %s\n", m.Mirror, m.ACLSync)
+			}
+		}
+	}
+	if unhealthy {
+		return errUnhealthy
+	}
+	return nil
+}
+
+// printDescribed prints the KIP's table, then the lag in milliseconds,
+// how old the source offset is, and why a partition cannot be copied;
+// "-" is unknown.
+func printDescribed(w io.Writer, ms []describedMirror) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MIRROR\tTOPIC\tPARTITION\tSOURCE-OFFSET\tDESTINATION-OFFSET\tLAG\tSTATE\tLAG-MS\tSOURCE-AGE\tREASON")
+	opt := func(v *int64) string {
+		if v == nil {
+			return "-"
+		}
+		return fmt.Sprint(*v)
+	}
+	for _, m := range ms {
+		for _, p := range m.Partitions {
+			age := "-"
+			if p.SourceOffsetTime != nil {
+				age = time.Since(*p.SourceOffsetTime).Truncate(100 * time.Millisecond).String()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Mirror, p.Topic, p.Partition, opt(p.SourceOffset),
+				opt(p.DestinationOffset), opt(p.Lag), p.State, opt(p.LagMs), age, p.Reason)
+		}
+	}
+	tw.Flush()
+}
+
+func (c *mirrorsCmd) describeConfig(ctx context.Context) error {
+	if err := need("--mirror", c.name != ""); err != nil {
+		return err
+	}
+	cfgs, err := c.a.DescribeMirrorConfigs(ctx, c.name)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		return json.NewEncoder(c.stdout).Encode(cfgs)
+	}
+	for _, cf := range cfgs {
+		v := "(sensitive)"
+		if cf.Value != nil {
+			v = *cf.Value
+		}
+		fmt.Fprintf(c.stdout, "%s=%s\n", cf.Name, v)
+	}
+	return nil
+}
+
+func (c *mirrorsCmd) alter(ctx context.Context) error {
+	if err := need("--mirror and --config or --delete-config", c.name != "" && len(c.configs)+len(c.deleteConfigs) > 0); err != nil {
+		return err
+	}
+	set, err := keyValues(c.configs)
+	if err != nil {
+		return err
+	}
+	if err := c.a.AlterMirrorConfigs(ctx, c.name, set, c.deleteConfigs); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "Altered the configs of mirror %s.\n", c.name)
+	return nil
 }

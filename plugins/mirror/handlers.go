@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -11,10 +12,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server"
 )
@@ -50,8 +51,8 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 			r.ErrorCode, _ = code(denied)
 			break
 		}
-		id, err := p.addTopics(ctx, req)
-		r.TopicID = id
+		id, plan, err := p.addTopics(ctx, req)
+		r.TopicID, r.Truncations = id, plan
 		c, msg := code(err)
 		r.ErrorCode, r.ErrorMessage = c, nonEmpty(msg)
 	case *RemoveTopicsFromMirrorRequest:
@@ -60,7 +61,12 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *server.RequestContext, r
 			r.ErrorCode, _ = code(err)
 			break
 		}
-		removed, err := p.removeTopics(ctx, req.MirrorName, topicNames(req.Topics))
+		timeout := time.Duration(req.TimeoutMs) * time.Millisecond
+		if timeout <= 0 {
+			timeout = p.cfg.RequestTimeout
+		}
+		removed, report, err := p.removeTopics(ctx, req.MirrorName, topicNames(req.Topics), req.Mode, timeout)
+		r.Failover = report
 		c, msg := code(err)
 		if err == nil {
 			msg = fmt.Sprintf("Removed %d topic(s) from mirror %s: [%s]", len(removed), req.MirrorName, strings.Join(removed, ", "))
@@ -215,6 +221,9 @@ func (p *Plugin) createMirror(ctx context.Context, req *CreateMirrorRequest) err
 	if p.image().Mirrors[name] != nil {
 		return fmt.Errorf("mirror %s already exists: %w", name, ErrMirrorAlreadyExists)
 	}
+	if err := p.probeSource(ctx, configs); err != nil {
+		return err
+	}
 	if err := p.ensureStateTopic(ctx); err != nil {
 		return err
 	}
@@ -224,113 +233,6 @@ func (p *Plugin) createMirror(ctx context.Context, req *CreateMirrorRequest) err
 // defaultExclude is mirror.topic.properties.exclude's default.
 const defaultExclude = "follower.replication.throttled.replicas,leader.replication.throttled.replicas,message.timestamp.difference.max.ms," +
 	"log.message.timestamp.before.max.ms,log.message.timestamp.after.max.ms,message.timestamp.type,unclean.leader.election.enable,min.insync.replicas,mirror.name"
-
-// addTopics is AddTopicsToMirror: every topic is checked on the source
-// (ID, partition count, configs) and then created here with the source's
-// ID, all in one metadata batch per mirror, or none at all.
-func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) ([16]byte, error) {
-	img := p.image()
-	byMirror := map[string][]string{}
-	for _, t := range req.Topics {
-		if t.MirrorName == nil || img.Mirrors[*t.MirrorName] == nil {
-			name := "<null>"
-			if t.MirrorName != nil {
-				name = *t.MirrorName
-			}
-			return [16]byte{}, fmt.Errorf("mirror %s does not exist: %w", name, ErrMirrorNotFound)
-		}
-		if other := img.MirrorOf(t.TopicName); other != "" {
-			return [16]byte{}, fmt.Errorf("topic %s is already mirrored by mirror %s: %w", t.TopicName, other, ErrTopicAlreadyMirrored)
-		}
-		byMirror[*t.MirrorName] = append(byMirror[*t.MirrorName], t.TopicName)
-	}
-	if err := p.ensureStateTopic(ctx); err != nil {
-		return [16]byte{}, err
-	}
-	var first [16]byte
-	for mirror, topics := range byMirror {
-		specs, err := p.sourceTopics(ctx, img.Mirrors[mirror], topics)
-		if err != nil {
-			return [16]byte{}, err
-		}
-		if err := p.host.Metadata().AddMirrorTopics(ctx, mirror, specs); err != nil {
-			return [16]byte{}, err
-		}
-		first = specs[0].ID
-	}
-	p.poke()
-	return first, nil
-}
-
-// sourceTopics describes topics on a mirror's source cluster.
-func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []string) ([]raftmeta.TopicSpec, error) {
-	opts, err := clientOpts(m.Configs, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, min(p.cfg.RequestTimeout, 15*time.Second))
-	defer cancel()
-	mreq := kmsg.NewPtrMetadataRequest()
-	for _, t := range topics {
-		mt := kmsg.NewMetadataRequestTopic()
-		mt.Topic = kmsg.StringPtr(t)
-		mreq.Topics = append(mreq.Topics, mt)
-	}
-	resp, err := mreq.RequestWith(ctx, cl)
-	if err != nil {
-		return nil, fmt.Errorf("source cluster %s of mirror %s: %v: %w", m.Configs["bootstrap.servers"], m.Name, err, ErrMirrorSourceUnavailable)
-	}
-	exclude := map[string]bool{"mirror.name": true}
-	ex, ok := m.Configs["mirror.topic.properties.exclude"]
-	if !ok {
-		ex = defaultExclude
-	}
-	for _, k := range strings.Split(ex, ",") {
-		exclude[strings.TrimSpace(k)] = true
-	}
-	creq := kmsg.NewPtrDescribeConfigsRequest()
-	var specs []raftmeta.TopicSpec
-	for _, t := range resp.Topics {
-		name := ""
-		if t.Topic != nil {
-			name = *t.Topic
-		}
-		if t.ErrorCode != 0 {
-			return nil, fmt.Errorf("topic %s on the source cluster of mirror %s: %w", name, m.Name, kerr.ErrorForCode(t.ErrorCode))
-		}
-		rf := int16(1)
-		if len(t.Partitions) > 0 {
-			rf = int16(len(t.Partitions[0].Replicas))
-		}
-		specs = append(specs, raftmeta.TopicSpec{Name: name, ID: raftmeta.UUID(t.TopicID), Partitions: int32(len(t.Partitions)), ReplicationFactor: rf})
-		r := kmsg.NewDescribeConfigsRequestResource()
-		r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, name
-		creq.Resources = append(creq.Resources, r)
-	}
-	cresp, err := creq.RequestWith(ctx, cl)
-	if err != nil {
-		return nil, fmt.Errorf("describe topic configs on the source: %v: %w", err, ErrMirrorSourceUnavailable)
-	}
-	for i, r := range cresp.Resources {
-		if r.ErrorCode != 0 || i >= len(specs) {
-			continue
-		}
-		for _, c := range r.Configs {
-			if c.Source == kmsg.ConfigSourceDynamicTopicConfig && c.Value != nil && !exclude[c.Name] {
-				if specs[i].Configs == nil {
-					specs[i].Configs = map[string]string{}
-				}
-				specs[i].Configs[c.Name] = *c.Value
-			}
-		}
-	}
-	return specs, nil
-}
 
 // mirrorTopics resolves topic names (anchored regular expressions) to the
 // mirror's active topics; none means all of them.
@@ -413,29 +315,6 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 	}
 }
 
-// removeTopics is RemoveTopicsFromMirror (failover): the topics' partitions
-// go STOPPING, and the answer comes once they are STOPPED and writable.
-func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string) ([]string, error) {
-	m := p.image().Mirrors[mirror]
-	if m == nil {
-		return nil, fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
-	}
-	if len(names) == 0 {
-		return nil, fmt.Errorf("no topic named: %w", kerr.InvalidRequest)
-	}
-	topics, err := mirrorTopics(m, names)
-	if err != nil {
-		return nil, err
-	}
-	if err := p.setTopicStates(ctx, mirror, topics, func(s *pstate) error {
-		s.State, s.Reason = Stopping, ""
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	return topics, p.waitStates(ctx, mirror, topics, Stopped)
-}
-
 // pause pauses (or resumes) topics of a mirror; it answers once paused.
 func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause bool) error {
 	m := p.image().Mirrors[mirror]
@@ -470,7 +349,7 @@ func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
 		return fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
 	}
 	if topics, _ := mirrorTopics(m, nil); len(topics) > 0 {
-		if _, err := p.removeTopics(ctx, mirror, topics); err != nil {
+		if _, _, err := p.removeTopics(ctx, mirror, topics, FailoverNow, 0); err != nil {
 			return err
 		}
 	}
@@ -564,9 +443,12 @@ func (p *Plugin) describe(ctx context.Context, rc *server.RequestContext, req *D
 				}
 				r.mu.Unlock()
 			}
-			if halt := p.meta.halted(name); halt != "" {
+			halt, aclSync := p.meta.status(name)
+			if halt != "" {
 				dm.ErrorCode, dm.ErrorMessage, dm.State = kerr.InconsistentClusterID.Code, nonEmpty(halt), "FAILED"
 			}
+			dm.ACLSync = aclSync
+			dm.Diverged = p.manifest(ctx, name)
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
 				t := img.Topics[tn]
 				if t == nil {
@@ -585,7 +467,7 @@ func (p *Plugin) describe(ctx context.Context, rc *server.RequestContext, req *D
 }
 
 func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t *raftmeta.Topic, i int32) PartitionDetail {
-	pd := PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, State: Unknown.String()}
+	pd := PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: Unknown.String()}
 	if st, err := p.readState(ctx, pkey{mirror, t.Name, i}, t.ID); err == nil {
 		pd.State, pd.Reason = st.State.String(), st.Reason
 	} else {
@@ -594,16 +476,24 @@ func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t
 	if ep := p.host.Engine().Partition(engine.TopicID(t.ID), i); ep != nil {
 		pd.DestinationOffset = ep.Offsets().LogEnd
 	}
-	if r != nil {
-		r.mu.Lock()
-		if pt := r.parts[tpKey{t.Name, i}]; pt != nil {
-			pd.SourceOffset = pt.srcHWM
-			pd.LagMs = pt.lagMs
-		}
-		r.mu.Unlock()
+	if r == nil {
+		return pd
 	}
-	if pd.SourceOffset >= 0 && pd.DestinationOffset >= 0 {
-		pd.Lag = max(0, pd.SourceOffset-pd.DestinationOffset)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pt := r.parts[tpKey{t.Name, i}]
+	if pt == nil || !needsSource(pt.state) {
+		return pd // not copied here (any more): the source side is not ours to tell
+	}
+	if pt.srcEnd >= 0 && pd.DestinationOffset >= 0 {
+		pd.SourceOffset, pd.SourceOffsetTime = pt.srcEnd, pt.srcEndAt.UnixMilli()
+		pd.Lag, pd.LagMs = max(0, pt.srcEnd-pd.DestinationOffset), pt.lagMs
+		if pd.Lag == 0 {
+			pd.LagMs = 0
+		}
+	}
+	if pt.trouble != "" && pd.Reason == "" {
+		pd.Reason = fmt.Sprintf("%s (since %s)", pt.trouble, pt.troubleAt.UTC().Format(time.RFC3339))
 	}
 	return pd
 }
@@ -618,6 +508,11 @@ func (p *Plugin) readStates(ctx context.Context, req *ReadMirrorStatesRequest) (
 	for _, t := range req.Topics {
 		mt, ok := m.Topics[t.Name]
 		st := StatesTopic{Name: t.Name}
+		if !req.NeedPartitionStates {
+			st.Partitions = []StatePartition{p.topicState(ctx, req.MirrorName, t.Name, mt, ok)}
+			out = append(out, st)
+			continue
+		}
 		for _, idx := range t.Partitions {
 			sp := StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1}
 			if !ok {
@@ -634,9 +529,53 @@ func (p *Plugin) readStates(ctx context.Context, req *ReadMirrorStatesRequest) (
 	return out, 0
 }
 
+// topicState is ReadMirrorStates without NeedPartitionStates: one entry
+// per topic (partition index -1, no offsets) whose state is its
+// partitions' when they agree; when they differ, FAILED if one failed,
+// else the transition some are still in (STOPPING, PAUSING, PREPARING,
+// EPOCH_FENCING), else the first partition's.
+func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt raftmeta.MirrorTopic, ok bool) StatePartition {
+	sp := StatePartition{PartitionIndex: -1, LastMirroredOffset: -1, LastMirrorEpoch: -1, TopicID: mt.ID}
+	t := p.image().Topics[topic]
+	if !ok || t == nil {
+		sp.ErrorCode = ErrTopicNotMirrored.Code
+		return sp
+	}
+	var states []State
+	for i := range t.Partitions {
+		s, err := p.readState(ctx, pkey{mirror, topic, int32(i)}, mt.ID)
+		if err != nil {
+			sp.ErrorCode, _ = code(err)
+			return sp
+		}
+		states = append(states, s.State)
+	}
+	st := Unknown
+	if len(states) > 0 {
+		st = states[0]
+	}
+	for _, s := range []State{Failed, Stopping, Pausing, Preparing, EpochFencing} {
+		if slices.Contains(states, s) && slices.ContainsFunc(states, func(o State) bool { return o != s }) {
+			st = s
+			break
+		}
+	}
+	sp.State = int8(st)
+	return sp
+}
+
+// writeStates is WriteMirrorStates: TopicsUpdated are persisted; the
+// states of RemovedTopics are deleted (tombstones), whatever partitions
+// they had.
 func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest) []ErrTopic {
 	img := p.image()
 	var out []ErrTopic
+	for _, name := range req.RemovedTopics {
+		et := ErrTopic{Name: name}
+		c, _ := code(p.removeStates(ctx, req.MirrorName, name))
+		et.Partitions = append(et.Partitions, ErrPartition{PartitionIndex: -1, ErrorCode: c})
+		out = append(out, et)
+	}
 	for _, t := range req.TopicsUpdated {
 		et := ErrTopic{Name: t.Name}
 		for _, sp := range t.Partitions {
@@ -654,6 +593,33 @@ func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest)
 		out = append(out, et)
 	}
 	return out
+}
+
+// removeStates deletes the states a mirror keeps for a topic, on every
+// __mirror_state shard this broker leads.
+func (p *Plugin) removeStates(ctx context.Context, mirror, topic string) error {
+	var errs []error
+	for _, sh := range p.rt.Shards() {
+		errs = append(errs, sh.Do(ctx, func(sh *coord.Shard) error {
+			s := sh.State().(*shard)
+			var recs []coord.Record
+			for k := range s.parts {
+				if k.mirror == mirror && k.topic == topic {
+					recs = append(recs, coord.Record{Key: recordKey(recPartState, k)}, coord.Record{Key: recordKey(recLastMirrored, k)})
+				}
+			}
+			if err := sh.Write(ctx, recs...); err != nil {
+				return err
+			}
+			for k := range s.parts {
+				if k.mirror == mirror && k.topic == topic {
+					delete(s.parts, k)
+				}
+			}
+			return nil
+		}))
+	}
+	return errors.Join(errs...)
 }
 
 // --- the MIRROR config resource (type 64) ---
@@ -678,7 +644,7 @@ func (p *Plugin) DescribeConfigResource(_ context.Context, rc *server.RequestCon
 		}
 		c := kmsg.NewDescribeConfigsResponseResourceConfig()
 		c.Name, c.Source, c.ConfigType = k, kmsg.ConfigSourceDynamicTopicConfig, kmsg.ConfigTypeString
-		c.IsSensitive = raftmeta.MirrorConfigKeyIsSecret(k)
+		c.IsSensitive = secretKey(k)
 		if !c.IsSensitive {
 			v := m.Configs[k]
 			c.Value = &v

@@ -124,9 +124,13 @@ func nonEmpty(s string) *string {
 
 // --- 95 AddTopicsToMirror ---
 
+// AddTopicsToMirrorRequest adds topics to mirrors. Tagged field 0,
+// ValidateOnly, checks the request against both clusters and reports
+// what truncation would remove here without adding anything.
 type AddTopicsToMirrorRequest struct {
 	version
-	Topics []AddTopic
+	Topics       []AddTopic
+	ValidateOnly bool // tag 0
 }
 
 type AddTopic struct {
@@ -138,7 +142,7 @@ type AddTopic struct {
 func (r *AddTopicsToMirrorRequest) Key() int16 { return KeyAddTopicsToMirror }
 func (r *AddTopicsToMirrorRequest) fields(c *codec) {
 	array(c, &r.Topics, func(t *AddTopic) { c.uuid(&t.TopicID); c.str(&t.TopicName); c.nstr(&t.MirrorName); c.tags() })
-	c.tags()
+	c.tags(tag{0, r.ValidateOnly, func(c *codec) { c.boolean(&r.ValidateOnly) }})
 }
 func (r *AddTopicsToMirrorRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
 func (r *AddTopicsToMirrorRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
@@ -148,21 +152,76 @@ func (r *AddTopicsToMirrorRequest) ResponseKind() kmsg.Response {
 
 // TopicResponse is the response of AddTopicsToMirror and
 // RemoveTopicsFromMirror: one error for the whole request, which is
-// applied all or nothing.
+// applied all or nothing. Tagged field 0, Truncations, says what adding
+// topics removes (or, validate-only, would remove) from their logs here.
 type TopicResponse struct {
 	version
 	ThrottleTimeMs int32
 	TopicID        [16]byte
 	ErrorCode      int16
 	ErrorMessage   *string
+	Truncations    []Truncation        // tag 0
+	Failover       []FailoverPartition // tag 1
 }
+
+// FailoverPartition is where a failover (RemoveTopicsFromMirror) left a
+// partition: the source end offset last learned, when, and the lag then,
+// in records and in milliseconds of record time (-1: unknown) — what a
+// failover with the source gone gave up. DestinationOffset is the end of
+// the mirrored data. A refused safe failover reports the partitions as
+// they were.
+type FailoverPartition struct {
+	Topic             string
+	Partition         int32
+	SourceOffset      int64
+	SourceOffsetTime  int64 // Unix milliseconds, 0 unknown
+	DestinationOffset int64
+	Lag               int64
+	LagMs             int64
+}
+
+// Truncation is what adding a topic to a mirror cuts from one partition
+// of it that exists here with records (a failback): [TruncateTo, LogEnd),
+// where the source's last mirror epoch and the source's own log for that
+// epoch leave no room for them. LastMirrorEpoch -1 means the source never
+// mirrored the topic (the KIP's scenario A): everything goes.
+type Truncation struct {
+	Topic           string
+	Partition       int32
+	LogEnd          int64
+	TruncateTo      int64
+	LastMirrorEpoch int32
+}
+
+// Records is how many offsets the truncation removes.
+func (t Truncation) Records() int64 { return t.LogEnd - t.TruncateTo }
 
 func (r *TopicResponse) fields(c *codec) {
 	c.i32(&r.ThrottleTimeMs)
 	c.uuid(&r.TopicID)
 	c.i16(&r.ErrorCode)
 	c.nstr(&r.ErrorMessage)
-	c.tags()
+	c.tags(tag{0, len(r.Truncations) > 0, func(c *codec) {
+		array(c, &r.Truncations, func(t *Truncation) {
+			c.str(&t.Topic)
+			c.i32(&t.Partition)
+			c.i64(&t.LogEnd)
+			c.i64(&t.TruncateTo)
+			c.i32(&t.LastMirrorEpoch)
+			c.tags()
+		})
+	}}, tag{1, len(r.Failover) > 0, func(c *codec) {
+		array(c, &r.Failover, func(f *FailoverPartition) {
+			c.str(&f.Topic)
+			c.i32(&f.Partition)
+			c.i64(&f.SourceOffset)
+			c.i64(&f.SourceOffsetTime)
+			c.i64(&f.DestinationOffset)
+			c.i64(&f.Lag)
+			c.i64(&f.LagMs)
+			c.tags()
+		})
+	}})
 }
 func (r *TopicResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
 func (r *TopicResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
@@ -176,10 +235,38 @@ func (r *AddTopicsToMirrorResponse) RequestKind() kmsg.Request {
 
 // --- 96 RemoveTopicsFromMirror ---
 
+// RemoveTopicsFromMirrorRequest stops mirroring topics: they fail over.
+// Tagged fields: 0 Mode (FailoverNow, the KIP's; FailoverSafe;
+// FailoverForce), 1 TimeoutMs, how long the broker may wait (0: its
+// mirror.request.timeout.ms).
 type RemoveTopicsFromMirrorRequest struct {
 	version
 	MirrorName string
 	Topics     []RemoveTopic
+	Mode       int8  // tag 0
+	TimeoutMs  int32 // tag 1
+}
+
+// Failover modes of RemoveTopicsFromMirror.
+const (
+	// FailoverNow stops the topics at once (the KIP's remove).
+	FailoverNow int8 = 0
+	// FailoverSafe waits until every partition has lag 0 against a
+	// source end offset learned after the request came, then stops
+	// them; it refuses when the source is unreachable or the time is up.
+	FailoverSafe int8 = 1
+	// FailoverForce waits like FailoverSafe while the source answers,
+	// and stops the topics anyway when it does not or the time is up.
+	FailoverForce int8 = 2
+)
+
+// Timeout implements kmsg.TimeoutRequest, so that clients wait for the
+// broker as long as it may take.
+func (r *RemoveTopicsFromMirrorRequest) Timeout() int32 {
+	if r.TimeoutMs > 0 {
+		return r.TimeoutMs + 30000 // the wait, then the stop itself
+	}
+	return 30000
 }
 
 // RemoveTopic names a topic; TopicName may be a regular expression
@@ -193,7 +280,7 @@ func (r *RemoveTopicsFromMirrorRequest) Key() int16 { return KeyRemoveTopicsFrom
 func (r *RemoveTopicsFromMirrorRequest) fields(c *codec) {
 	c.str(&r.MirrorName)
 	array(c, &r.Topics, func(t *RemoveTopic) { c.uuid(&t.TopicID); c.str(&t.TopicName); c.tags() })
-	c.tags()
+	c.tags(tag{0, r.Mode != 0, func(c *codec) { c.i8(&r.Mode) }}, tag{1, r.TimeoutMs != 0, func(c *codec) { c.i32(&r.TimeoutMs) }})
 }
 func (r *RemoveTopicsFromMirrorRequest) AppendTo(b []byte) []byte { return encode(b, r.fields) }
 func (r *RemoveTopicsFromMirrorRequest) ReadFrom(b []byte) error  { return decode(b, r.fields) }
@@ -355,14 +442,39 @@ type DescribeMirrorsResponse struct {
 
 // DescribedMirror is one mirror. Tagged fields: 0 ErrorMessage (why the
 // mirror fails, e.g. its source is unreachable), 1 State (the mirror's
-// own state: MIRRORING or FAILED).
+// own state: MIRRORING or FAILED), 2 ACLSync (how the ACL sync fares:
+// "" when it works or is not configured, "unsupported by source" for a
+// source without DescribeAcls, else its last error), 3 Diverged (the
+// divergence manifest).
 type DescribedMirror struct {
 	ErrorCode            int16
 	MirrorName           string
 	Topics               []DescribedTopic
 	AuthorizedOperations int32
-	ErrorMessage         *string // tag 0
-	State                string  // tag 1
+	ErrorMessage         *string         // tag 0
+	State                string          // tag 1
+	ACLSync              string          // tag 2
+	Diverged             []DivergedRange // tag 3
+}
+
+// DivergedRange is an entry of a mirror's divergence manifest: records a
+// truncation removed from a mirror partition (the old primary's writes
+// after a split, say), which were first copied byte for byte into
+// partition Partition of Topic + ".diverged", at [CopyStart, CopyEnd).
+type DivergedRange struct {
+	Topic          string
+	Partition      int32
+	FirstOffset    int64 // the first and last offsets removed
+	LastOffset     int64
+	FirstEpoch     int32 // the leader epochs of the first and last batches
+	LastEpoch      int32
+	Records        int64 // data records (transaction markers excluded)
+	FirstTimestamp int64 // Unix milliseconds
+	LastTimestamp  int64
+	TruncatedAt    int64 // Unix milliseconds
+	Cause          string
+	CopyStart      int64
+	CopyEnd        int64
 }
 
 type DescribedTopic struct {
@@ -370,9 +482,13 @@ type DescribedTopic struct {
 	Partitions []PartitionDetail
 }
 
-// PartitionDetail is one mirrored partition. Tagged field 0 is the reason
-// of a FAILED state, 1 the lag in milliseconds (age of the newest
-// unmirrored record; 0 when caught up).
+// PartitionDetail is one mirrored partition. SourceOffset is the source's
+// end offset as last learned, -1 when unknown, and Lag is then -1 too:
+// unknown is never 0. Tagged fields: 0 Reason (why the partition is
+// FAILED, or why it cannot be copied now: the source unreachable, its
+// partition leaderless), 1 the lag in milliseconds in record time (0
+// when caught up, -1 unknown), 2 SourceOffsetTime, when SourceOffset was
+// learned (Unix milliseconds; 0 when unknown).
 type PartitionDetail struct {
 	PartitionIndex    int32
 	SourceOffset      int64
@@ -381,6 +497,7 @@ type PartitionDetail struct {
 	State             string
 	Reason            string // tag 0
 	LagMs             int64  // tag 1
+	SourceOffsetTime  int64  // tag 2
 }
 
 func (r *DescribeMirrorsResponse) Key() int16 { return KeyDescribeMirrors }
@@ -398,16 +515,40 @@ func (r *DescribeMirrorsResponse) fields(c *codec) {
 				c.i64(&p.Lag)
 				c.str(&p.State)
 				c.tags(tag{0, p.Reason != "", func(c *codec) { c.str(&p.Reason) }},
-					tag{1, p.LagMs != 0, func(c *codec) { c.i64(&p.LagMs) }})
+					tag{1, p.LagMs != 0, func(c *codec) { c.i64(&p.LagMs) }},
+					tag{2, p.SourceOffsetTime != 0, func(c *codec) { c.i64(&p.SourceOffsetTime) }})
 			})
 			c.tags()
 		})
 		c.i32(&m.AuthorizedOperations)
 		c.tags(tag{0, m.ErrorMessage != nil, func(c *codec) { c.nstr(&m.ErrorMessage) }},
-			tag{1, m.State != "", func(c *codec) { c.str(&m.State) }})
+			tag{1, m.State != "", func(c *codec) { c.str(&m.State) }},
+			tag{2, m.ACLSync != "", func(c *codec) { c.str(&m.ACLSync) }},
+			tag{3, len(m.Diverged) > 0, func(c *codec) { array(c, &m.Diverged, divergedFields(c)) }})
 	})
 	c.tags()
 }
+
+// divergedFields codes the entries of a manifest.
+func divergedFields(c *codec) func(*DivergedRange) {
+	return func(d *DivergedRange) {
+		c.str(&d.Topic)
+		c.i32(&d.Partition)
+		c.i64(&d.FirstOffset)
+		c.i64(&d.LastOffset)
+		c.i32(&d.FirstEpoch)
+		c.i32(&d.LastEpoch)
+		c.i64(&d.Records)
+		c.i64(&d.FirstTimestamp)
+		c.i64(&d.LastTimestamp)
+		c.i64(&d.TruncatedAt)
+		c.str(&d.Cause)
+		c.i64(&d.CopyStart)
+		c.i64(&d.CopyEnd)
+		c.tags()
+	}
+}
+
 func (r *DescribeMirrorsResponse) AppendTo(b []byte) []byte { return encode(b, r.fields) }
 func (r *DescribeMirrorsResponse) ReadFrom(b []byte) error  { return decode(b, r.fields) }
 func (r *DescribeMirrorsResponse) RequestKind() kmsg.Request {

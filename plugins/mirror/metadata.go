@@ -91,17 +91,18 @@ func (mm *metaManager) stop() {
 	}
 }
 
-// halted returns why a mirror's metadata sync is halted ("" if it is not).
-func (mm *metaManager) halted(mirror string) string {
+// status returns why a mirror's metadata sync is halted ("" if it is
+// not) and how its ACL sync fares ("" when well or not configured).
+func (mm *metaManager) status(mirror string) (halt, aclSync string) {
 	mm.mu.Lock()
 	s := mm.syncs[mirror]
 	mm.mu.Unlock()
 	if s == nil {
-		return ""
+		return "", ""
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.halt
+	return s.halt, s.aclSync
 }
 
 // metaSync is the metadata sync loop of one mirror.
@@ -116,9 +117,15 @@ type metaSync struct {
 
 	cl     *kgo.Client // to the source, created lazily
 	clConf map[string]string
+	// gone counts, per mirror topic, the consecutive refreshes in which
+	// the source said its topic ID is unknown: two mean deleted.
+	gone map[string]int
+	// noACLs is set once the source is found not to serve DescribeAcls.
+	noACLs bool
 
-	mu   sync.Mutex
-	halt string // why sync is halted (a changed source cluster ID)
+	mu      sync.Mutex
+	halt    string // why sync is halted (a changed source cluster ID)
+	aclSync string // how the ACL sync fares, for DescribeMirrors
 
 	refreshErrs, configErrs, groupErrs, aclErrs *metrics.Counter
 	duration                                    *metrics.Histogram
@@ -129,7 +136,8 @@ type metaSync struct {
 const metricPrefix = "kafka_server_mirror_MirrorMetadataManager_"
 
 func newMetaSync(mm *metaManager, parent context.Context, name string) *metaSync {
-	s := &metaSync{mm: mm, p: mm.p, name: name, log: mm.p.log.With("mirror", name, "component", "metadata"), done: make(chan struct{})}
+	s := &metaSync{mm: mm, p: mm.p, name: name, log: mm.p.log.With("mirror", name, "component", "metadata"), done: make(chan struct{}),
+		gone: map[string]int{}}
 	s.ctx, s.cancel = context.WithCancel(parent)
 	set := mm.p.metrics.set
 	label := fmt.Sprintf("{mirror=%q}", name)
@@ -289,6 +297,17 @@ type srcTopic struct {
 	id     [16]byte
 	epochs []int32 // leader epoch per partition
 	rf     int16
+	err    int16 // the topic's error code: its other fields are not to be trusted
+}
+
+// internalTopics are the internal topics of Kafka and Tandem: never
+// mirrored, whatever the source says of them. Other names starting with
+// "__" are ordinary topics.
+var internalTopics = []string{"__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata",
+	"__remote_log_metadata", Topic}
+
+func isInternal(name string, flagged bool) bool {
+	return flagged || slices.Contains(internalTopics, name)
 }
 
 // cycle is one refresh. A changed source cluster ID halts it before it
@@ -298,8 +317,12 @@ func (s *metaSync) cycle() error {
 	start := time.Now()
 	img := s.p.image()
 	m := img.Mirrors[s.name]
-	if m == nil || s.paused(img, m) {
+	if m == nil {
 		return nil
+	}
+	paused, all := s.paused(img, m)
+	if all {
+		return nil // a PAUSED mirror has no metadata sync at all
 	}
 	f, err := parseFilters(m.Configs)
 	if err != nil {
@@ -325,10 +348,10 @@ func (s *metaSync) cycle() error {
 	}
 	src := map[string]srcTopic{}
 	for _, t := range resp.Topics {
-		if t.Topic == nil || t.ErrorCode != 0 || t.IsInternal || strings.HasPrefix(*t.Topic, "__") {
+		if t.Topic == nil || isInternal(*t.Topic, t.IsInternal) {
 			continue
 		}
-		st := srcTopic{id: t.TopicID, epochs: make([]int32, len(t.Partitions)), rf: 1}
+		st := srcTopic{id: t.TopicID, epochs: make([]int32, len(t.Partitions)), rf: 1, err: t.ErrorCode}
 		if len(t.Partitions) > 0 {
 			st.rf = int16(max(1, len(t.Partitions[0].Replicas))) // the controller caps it at the brokers here
 		}
@@ -340,16 +363,17 @@ func (s *metaSync) cycle() error {
 		src[*t.Topic] = st
 	}
 	var errs []error
-	if err := s.syncTopics(ctx, cl, m, f, src); err != nil {
+	if err := s.syncTopics(ctx, cl, m, f, src, s.deleted(ctx, cl, m, src), paused); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.syncGroups(ctx, cl, f); err != nil {
+	if err := s.syncGroups(ctx, cl, f, paused); err != nil {
 		s.groupErrs.Inc()
 		errs = append(errs, err)
 	}
 	if err := s.syncACLs(ctx, cl, f); err != nil {
 		s.aclErrs.Inc()
 		errs = append(errs, err)
+		s.setACLSync(err.Error())
 	}
 	s.duration.UpdateDuration(start)
 	if len(errs) == 0 {
@@ -358,24 +382,37 @@ func (s *metaSync) cycle() error {
 	return errors.Join(errs...)
 }
 
-// paused reports whether every active topic of the mirror is paused: a
-// PAUSED mirror does no metadata sync.
-func (s *metaSync) paused(img *raftmeta.Image, m *raftmeta.Mirror) bool {
-	some := false
+// paused returns the mirror's PAUSED (or PAUSING) partitions, which get
+// no metadata sync (configs, partitions, epochs, group offsets), and
+// whether every active partition is paused: then the mirror gets none at
+// all, ACLs and discovery included.
+func (s *metaSync) paused(img *raftmeta.Image, m *raftmeta.Mirror) (map[tpKey]bool, bool) {
+	paused, active := map[tpKey]bool{}, 0
 	for name, mt := range m.Topics {
 		t := img.Topics[name]
 		if mt.Stopped || t == nil {
 			continue
 		}
 		for i := range t.Partitions {
+			active++
 			st, err := s.p.readState(s.ctx, pkey{s.name, name, int32(i)}, t.ID)
-			if err != nil || st.State != Paused && st.State != Pausing {
-				return false
+			if err == nil && (st.State == Paused || st.State == Pausing) {
+				paused[tpKey{name, int32(i)}] = true
 			}
-			some = true
 		}
 	}
-	return some
+	return paused, active > 0 && len(paused) == active
+}
+
+// topicPaused reports whether any partition of topic is paused: the
+// topic-wide sync (configs, growth, deletion) leaves it alone.
+func topicPaused(paused map[tpKey]bool, topic string) bool {
+	for k := range paused {
+		if k.topic == topic {
+			return true
+		}
+	}
+	return false
 }
 
 // checkClusterID compares the source's cluster ID with the one recorded
@@ -409,9 +446,53 @@ func (s *metaSync) checkClusterID(ctx context.Context, m *raftmeta.Mirror, resp 
 	return nil
 }
 
+// deleted returns the mirror topics the source says are gone: their
+// topic ID unknown (UNKNOWN_TOPIC_ID or UNKNOWN_TOPIC_OR_PARTITION when
+// asked by ID) on two consecutive refreshes. A topic the full listing
+// shows with its ID is there; any other answer (an error, a timeout, a
+// leaderless topic) proves nothing and resets nothing.
+func (s *metaSync) deleted(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirror, src map[string]srcTopic) map[string]bool {
+	req := kmsg.NewPtrMetadataRequest()
+	var asked []string
+	for name, mt := range m.Topics {
+		if st, ok := src[name]; mt.Stopped || ok && st.err == 0 && st.id == mt.ID {
+			delete(s.gone, name)
+			continue
+		}
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.TopicID = mt.ID
+		req.Topics = append(req.Topics, rt)
+		asked = append(asked, name)
+	}
+	out := map[string]bool{}
+	if len(asked) == 0 {
+		return out
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return out
+	}
+	for _, name := range asked {
+		id := m.Topics[name].ID
+		i := slices.IndexFunc(resp.Topics, func(t kmsg.MetadataResponseTopic) bool { return t.TopicID == id })
+		if i < 0 {
+			continue
+		}
+		switch resp.Topics[i].ErrorCode {
+		case kerr.UnknownTopicID.Code, kerr.UnknownTopicOrPartition.Code:
+			if s.gone[name]++; s.gone[name] >= 2 {
+				out[name] = true
+			}
+		case 0:
+			delete(s.gone, name) // there, under this ID (renamed, or filtered from the listing)
+		}
+	}
+	return out
+}
+
 // syncTopics discovers, creates, grows, reconfigures and stops mirror
 // topics, and bumps destination epochs the source is closing in on.
-func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirror, f filters, src map[string]srcTopic) error {
+func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirror, f filters, src map[string]srcTopic, deleted map[string]bool, paused map[tpKey]bool) error {
 	meta := s.p.host.Metadata()
 	img := meta.Image()
 	var errs []error
@@ -422,18 +503,21 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.M
 		}
 		st, ok := src[name]
 		switch {
-		case !ok || st.id != mt.ID:
+		case topicPaused(paused, name):
+		case deleted[name]:
 			s.log.Warn("source topic deleted: stopping its mirror partitions; the destination topic is kept", "topic", name)
 			stop = append(stop, name)
 		case anyMatch(f.topicsEx, name):
 			s.log.Info("topic excluded by mirror.topics.exclude: stopping its mirror", "topic", name)
 			stop = append(stop, name)
-		default:
+		case ok && st.err == 0 && st.id == mt.ID:
 			active = append(active, name)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(src)) {
-		if _, known := m.Topics[name]; known || !anyMatch(f.topicsIn, name) || anyMatch(f.topicsEx, name) || img.MirrorOf(name) != "" {
+		st := src[name]
+		if _, known := m.Topics[name]; known || st.err != 0 || !anyMatch(f.topicsIn, name) || anyMatch(f.topicsEx, name) ||
+			img.MirrorOf(name) != "" || strings.HasSuffix(name, divergedSuffix) {
 			continue
 		}
 		added = append(added, name)
@@ -441,7 +525,7 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.M
 	slices.Sort(stop)
 	for _, name := range stop {
 		reason := "source topic deleted"
-		if _, ok := src[name]; ok {
+		if !deleted[name] {
 			reason = "excluded by mirror.topics.exclude"
 		}
 		if err := s.stopTopic(name, reason); err != nil {
@@ -458,7 +542,12 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.M
 	// configs in the same metadata batch as its mirror membership.
 	for _, name := range added {
 		st := src[name]
-		spec := raftmeta.TopicSpec{Name: name, ID: raftmeta.UUID(st.id), Partitions: int32(len(st.epochs)), ReplicationFactor: st.rf, Configs: configs[name]}
+		c := maps.Clone(configs[name])
+		if c == nil {
+			c = map[string]string{}
+		}
+		c[mirrorNameConfig] = s.name
+		spec := raftmeta.TopicSpec{Name: name, ID: raftmeta.UUID(st.id), Partitions: int32(len(st.epochs)), ReplicationFactor: st.rf, Configs: c}
 		if err := meta.AddMirrorTopics(ctx, s.name, []raftmeta.TopicSpec{spec}); err != nil {
 			s.refreshErrs.Inc()
 			errs = append(errs, fmt.Errorf("create mirror topic %s: %w", name, err))
@@ -484,7 +573,11 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.M
 				s.p.poke()
 			}
 		}
-		if changes := configChanges(name, t.Configs, configs[name], f.propsEx); len(changes) > 0 {
+		changes := configChanges(name, t.Configs, configs[name], f.propsEx)
+		if t.Configs[mirrorNameConfig] != s.name { // added, and the broker died before it was named
+			changes = append(changes, raftmeta.ConfigChange{Resource: raftmeta.ConfigResourceTopic, Name: name, Key: mirrorNameConfig, Value: kmsg.StringPtr(s.name)})
+		}
+		if len(changes) > 0 {
 			if err := meta.AlterConfigs(ctx, changes); err != nil {
 				s.configErrs.Inc()
 				errs = append(errs, fmt.Errorf("sync configs of %s: %w", name, err))
@@ -587,7 +680,7 @@ func pluginOf[T any](host server.Host) (T, bool) {
 // broker) for the mirror's active topics. Groups active here are skipped;
 // each offset is clamped to max(log start, min(source offset, log end))
 // of the destination partition and carries its leader epoch.
-func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters) error {
+func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, paused map[tpKey]bool) error {
 	host := s.p.host
 	gos, ok := pluginOf[server.GroupOffsets](host)
 	if !ok {
@@ -620,14 +713,14 @@ func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters) er
 		if g.GroupType == "share" || g.GroupType == "streams" || !anyMatch(f.groupsIn, g.Group) || anyMatch(f.groupsEx, g.Group) {
 			continue
 		}
-		if err := s.syncGroup(ctx, adm, gos, g.Group, mirrored); err != nil {
+		if err := s.syncGroup(ctx, adm, gos, g.Group, mirrored, paused); err != nil {
 			errs = append(errs, fmt.Errorf("group %s: %w", g.Group, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos server.GroupOffsets, group string, mirrored map[string]*raftmeta.Topic) error {
+func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos server.GroupOffsets, group string, mirrored map[string]*raftmeta.Topic, paused map[tpKey]bool) error {
 	srcOffs, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
 		return fmt.Errorf("fetch source offsets: %w", err)
@@ -643,7 +736,7 @@ func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos server.G
 	commit := map[server.TopicPartition]server.CommittedOffset{}
 	srcOffs.Each(func(o kadm.OffsetResponse) {
 		t := mirrored[o.Topic]
-		if o.Err != nil || t == nil || o.At < 0 {
+		if o.Err != nil || t == nil || o.At < 0 || paused[tpKey{o.Topic, o.Partition}] {
 			return
 		}
 		ep := eng.Partition(engine.TopicID(t.ID), o.Partition)
@@ -706,15 +799,26 @@ func (s *metaSync) syncACLs(ctx context.Context, cl *kgo.Client, f filters) erro
 	if !ok {
 		return nil
 	}
+	if s.noACLs {
+		return nil
+	}
 	req := kmsg.NewPtrDescribeACLsRequest()
 	req.ResourceType, req.ResourcePatternType = kmsg.ACLResourceTypeAny, kmsg.ACLResourcePatternTypeAny
 	req.Operation, req.PermissionType = kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
 	resp, err := req.RequestWith(ctx, cl)
+	if err == nil && resp.ErrorCode != 0 {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil && (errors.Is(err, kerr.SecurityDisabled) || !s.servesACLs(ctx, cl)) {
+		// A source without ACLs (klite, kfake, a Kafka without an
+		// authorizer): nothing to copy, now or later.
+		s.noACLs = true
+		s.setACLSync(aclUnsupported)
+		s.log.Info("the source does not serve DescribeAcls: ACL sync is off for this mirror")
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("describe source ACLs: %w", err)
-	}
-	if resp.ErrorCode != 0 {
-		return fmt.Errorf("describe source ACLs: %w", kerr.ErrorForCode(resp.ErrorCode))
 	}
 	m := host.Metadata().Image().Mirrors[s.name]
 	if m == nil {
@@ -751,5 +855,24 @@ func (s *metaSync) syncACLs(ctx context.Context, cl *kgo.Client, f filters) erro
 	if len(plan.create)+len(plan.delete) > 0 {
 		s.log.Info("mirror ACLs synced", "created", len(plan.create), "deleted", len(plan.delete))
 	}
+	s.setACLSync("")
 	return nil
+}
+
+const aclUnsupported = "unsupported by source"
+
+func (s *metaSync) setACLSync(status string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.aclSync = status
+}
+
+// servesACLs reports whether the source advertises DescribeAcls (an
+// unanswered ApiVersions says yes: the next cycle asks again).
+func (s *metaSync) servesACLs(ctx context.Context, cl *kgo.Client) bool {
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	if err != nil || resp.ErrorCode != 0 {
+		return true
+	}
+	return slices.ContainsFunc(resp.ApiKeys, func(k kmsg.ApiVersionsResponseApiKey) bool { return k.ApiKey == int16(kmsg.DescribeACLs) })
 }

@@ -1,76 +1,73 @@
 package mirror
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 )
 
-// pluginMetrics are the KIP's mirror metrics, in Prometheus form on the
-// broker's metrics set: kafka_server_mirror_<Name>{clientId="MirrorReplica"}
-// for the fetcher manager, kafka_server_FetcherLagMetrics_ConsumerLag per
-// partition (plus ConsumerLagMs, in record time: see run.measureLagMs),
-// kafka_server_FetcherStats_{BytesPerSec,RequestsPerSec} per mirror as
-// counters, and kafka_server_mirror_<State>PartitionState gauges.
+// pluginMetrics are the KIP's mirror metrics on the broker's metrics set,
+// named domain_type_name after their JMX beans (as
+// kafka_server_FetcherLagMetrics_ConsumerLag is):
+//
+//   - kafka_server_mirror_MirrorFetcherManager_{MaxLag,MinFetchRate,
+//     DeadThreadCount,FailedPartitionsCount}{clientId="MirrorReplica"};
+//   - kafka_server_FetcherLagMetrics_ConsumerLag per partition, labelled
+//     with the fetcher's client ID MirrorFetcherThread-{source broker}-
+//     {fetcher}-{mirror} (plus ConsumerLagMs, in record time);
+//   - kafka_server_FetcherStats_{BytesPerSec,RequestsPerSec} per fetcher,
+//     one-minute rates as Kafka's meters report them;
+//   - kafka_server_mirror_MirrorMetadataManager_{State}PartitionState;
+//   - kafka_server_MirrorReplication_byte_rate, the mirrored bytes/s;
+//   - kafka_server_mirror_LastSourceContactAgeSeconds per mirror;
+//   - kafka_server_mirror_Diverged{Records,Ranges} per mirror: the
+//     divergence manifest (Tandem's).
+//
+// A lag that is not known (the source's end offset never learned) is NaN,
+// never 0.
 type pluginMetrics struct {
 	p   *Plugin
 	set *metrics.Set
 
-	mu        sync.Mutex
-	partNames map[*run]map[tpKey][]string
-	runNames  map[*run][]string
-	lastReqs  map[*run]int64
-	lastAt    time.Time
-	minRate   float64
+	mu       sync.Mutex // taken after run.mu, never before
+	parts    map[*run]map[tpKey]partMetrics
+	runNames map[*run][]string
+	fetchers map[*run]map[fetcherKey]*fetcherStats
+	bytes    *meter // every mirror's bytes, for byte-rate
 }
 
+type partMetrics struct {
+	fetcher fetcherKey
+	names   []string
+}
+
+const mgrLabels = `{clientId="MirrorReplica"}`
+
 func newPluginMetrics(p *Plugin, set *metrics.Set) *pluginMetrics {
-	m := &pluginMetrics{p: p, set: set, partNames: map[*run]map[tpKey][]string{}, runNames: map[*run][]string{}, lastReqs: map[*run]int64{}}
-	const mgr = `{clientId="MirrorReplica"}`
-	set.GetOrCreateGauge("kafka_server_mirror_MaxLag"+mgr, func() float64 {
+	m := &pluginMetrics{p: p, set: set, parts: map[*run]map[tpKey]partMetrics{}, runNames: map[*run][]string{},
+		fetchers: map[*run]map[fetcherKey]*fetcherStats{}, bytes: newMeter()}
+	const mgr = "kafka_server_mirror_MirrorFetcherManager_"
+	set.GetOrCreateGauge(mgr+"MaxLag"+mgrLabels, func() float64 {
 		var lag int64
-		m.eachPart(func(_ *run, pt *part) {
-			if pt.srcHWM >= 0 {
-				lag = max(lag, pt.srcHWM-pt.dstLEO)
-			}
-		})
+		m.eachPart(func(_ *run, pt *part) { lag = max(lag, pt.lag()) })
 		return float64(lag)
 	})
-	set.GetOrCreateGauge("kafka_server_mirror_MinFetchRate"+mgr, m.minFetchRate)
-	set.GetOrCreateGauge("kafka_server_mirror_DeadThreadCount"+mgr, func() float64 {
-		dead := 0
-		for _, r := range p.allRuns() {
-			select {
-			case <-r.done:
-				dead++
-			default:
-			}
-		}
-		return float64(dead)
-	})
-	set.GetOrCreateGauge("kafka_server_mirror_FailedPartitionsCount"+mgr, m.stateCount(Failed))
+	set.GetOrCreateGauge(mgr+"MinFetchRate"+mgrLabels, m.minFetchRate)
+	set.GetOrCreateGauge(mgr+"DeadThreadCount"+mgrLabels, func() float64 { return 0 }) // fetchers end only when stopped
+	set.GetOrCreateGauge(mgr+"FailedPartitionsCount"+mgrLabels, m.stateCount(Failed))
 	for _, s := range []State{Failed, Stopped, Stopping, Mirroring, Preparing, Paused, Pausing, EpochFencing} {
-		set.GetOrCreateGauge(fmt.Sprintf("kafka_server_mirror_%sPartitionState", pascal(s)), m.stateCount(s))
+		set.GetOrCreateGauge(fmt.Sprintf("kafka_server_mirror_MirrorMetadataManager_%sPartitionState", pascal(s)), m.stateCount(s))
 	}
-	set.GetOrCreateGauge("kafka_server_mirror_MetadataRefreshError", func() float64 {
-		n := 0
-		for _, r := range p.allRuns() {
-			r.mu.Lock()
-			if r.failed != "" {
-				n++
-			}
-			r.mu.Unlock()
-		}
-		return float64(n)
-	})
+	set.GetOrCreateGauge("kafka_server_MirrorReplication_byte_rate", m.bytes.rate)
 	return m
 }
 
 func pascal(s State) string {
-	switch s {
-	case EpochFencing:
+	if s == EpochFencing {
 		return "EpochFencing"
 	}
 	n := s.String()
@@ -119,91 +116,202 @@ func (m *pluginMetrics) stateCount(s State) func() float64 {
 	}
 }
 
-// minFetchRate is the lowest fetch request rate of the mirrors' fetchers
-// since the previous scrape.
+// minFetchRate is the lowest fetch request rate of the fetchers.
 func (m *pluginMetrics) minFetchRate() float64 {
-	counts := map[*run]int64{}
-	for _, r := range m.p.allRuns() {
-		r.mu.Lock()
-		counts[r] = r.stats.requests
-		r.mu.Unlock()
-	}
-	m.mu.Lock() // after r.mu: trackPart takes r.mu, then m.mu
+	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := time.Now()
-	secs := now.Sub(m.lastAt).Seconds()
-	rate := -1.0
-	for r, reqs := range counts {
-		if secs > 0 && !m.lastAt.IsZero() {
-			rr := float64(reqs-m.lastReqs[r]) / secs
-			if rate < 0 || rr < rate {
-				rate = rr
+	rate := math.NaN()
+	for _, fs := range m.fetchers {
+		for _, f := range fs {
+			if r := f.requests.rate(); math.IsNaN(rate) || r < rate {
+				rate = r
 			}
 		}
-		m.lastReqs[r] = reqs
 	}
-	m.lastAt = now
-	if rate < 0 {
-		return m.minRate
+	if math.IsNaN(rate) {
+		return 0
 	}
-	m.minRate = rate
 	return rate
 }
 
-// trackPart registers a partition's lag gauges; r.mu is held.
+func clientID(r *run, k fetcherKey) string {
+	return fmt.Sprintf("MirrorFetcherThread-%d-%d-%s", k.broker, k.id, r.name)
+}
+
+// trackPart registers a partition's lag gauges under its fetcher's client
+// ID, again whenever the partition moves to another fetcher (its source
+// leader changed); r.mu is held.
 func (m *pluginMetrics) trackPart(r *run, pt *part) {
+	k := r.fetcherOf(pt)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.partNames[r] == nil {
-		m.partNames[r] = map[tpKey][]string{}
-		id := fmt.Sprintf(`clientId="MirrorFetcherThread-0-%s",mirror_name=%q`, r.name, r.name)
-		names := []string{"kafka_server_FetcherStats_BytesPerSec{" + id + "}", "kafka_server_FetcherStats_RequestsPerSec{" + id + "}"}
-		m.set.GetOrCreateGauge(names[0], func() float64 { r.mu.Lock(); defer r.mu.Unlock(); return float64(r.stats.bytes) })
-		m.set.GetOrCreateGauge(names[1], func() float64 { r.mu.Lock(); defer r.mu.Unlock(); return float64(r.stats.requests) })
-		m.runNames[r] = names
+	if m.parts[r] == nil {
+		m.parts[r] = map[tpKey]partMetrics{}
+		name := fmt.Sprintf("kafka_server_mirror_LastSourceContactAgeSeconds{mirror=%q}", r.name)
+		m.set.GetOrCreateGauge(name, func() float64 {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.contact.IsZero() {
+				return math.NaN()
+			}
+			return time.Since(r.contact).Seconds()
+		})
+		m.runNames[r] = []string{name}
+		// The divergence manifest: what truncations took from the
+		// mirror's partitions (copied to <topic>.diverged first).
+		for _, g := range []struct {
+			name string
+			of   func(DivergedRange) float64
+		}{
+			{"kafka_server_mirror_DivergedRecords", func(d DivergedRange) float64 { return float64(d.Records) }},
+			{"kafka_server_mirror_DivergedRanges", func(DivergedRange) float64 { return 1 }},
+		} {
+			name := fmt.Sprintf("%s{mirror=%q}", g.name, r.name)
+			m.set.GetOrCreateGauge(name, func() float64 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				var n float64
+				for _, d := range m.p.manifest(ctx, r.name) {
+					n += g.of(d)
+				}
+				return n
+			})
+			m.runNames[r] = append(m.runNames[r], name)
+		}
 	}
-	labels := fmt.Sprintf(`{clientId="MirrorFetcherThread-0-%s",topic=%q,partition="%d"}`, r.name, pt.topic, pt.partition)
+	if old, ok := m.parts[r][pt.tpKey]; ok {
+		if old.fetcher == k {
+			return
+		}
+		m.unregister(old.names)
+	}
+	labels := fmt.Sprintf(`{clientId=%q,topic=%q,partition="%d"}`, clientID(r, k), pt.topic, pt.partition)
 	lag := "kafka_server_FetcherLagMetrics_ConsumerLag" + labels
 	lagMs := "kafka_server_FetcherLagMetrics_ConsumerLagMs" + labels
 	m.set.GetOrCreateGauge(lag, func() float64 {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if pt.srcHWM < 0 {
-			return 0
+		if l := pt.lag(); l >= 0 {
+			return float64(l)
 		}
-		return float64(max(0, pt.srcHWM-pt.dstLEO))
+		return math.NaN()
 	})
 	m.set.GetOrCreateGauge(lagMs, func() float64 {
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		if pt.lagMs < 0 {
+			return math.NaN()
+		}
 		return float64(pt.lagMs)
 	})
-	m.partNames[r][pt.tpKey] = []string{lag, lagMs}
+	m.parts[r][pt.tpKey] = partMetrics{fetcher: k, names: []string{lag, lagMs}}
+}
+
+func (m *pluginMetrics) unregister(names []string) {
+	for _, n := range names {
+		m.set.UnregisterMetric(n)
+	}
 }
 
 // forgetPart unregisters a partition's gauges; r.mu is held.
 func (m *pluginMetrics) forgetPart(r *run, k tpKey) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, n := range m.partNames[r][k] {
-		m.set.UnregisterMetric(n)
+	m.unregister(m.parts[r][k].names)
+	delete(m.parts[r], k)
+}
+
+// fetcherStats registers a fetcher's rates; r.mu is held.
+func (m *pluginMetrics) fetcherStats(r *run, k fetcherKey, host string, port int32) *fetcherStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fetchers[r] == nil {
+		m.fetchers[r] = map[fetcherKey]*fetcherStats{}
 	}
-	delete(m.partNames[r], k)
+	if f := m.fetchers[r][k]; f != nil {
+		return f
+	}
+	f := &fetcherStats{all: m.bytes, byteRate: newMeter(), requests: newMeter()}
+	labels := fmt.Sprintf(`{clientId=%q,brokerHost=%q,brokerPort="%d",mirror_name=%q}`, clientID(r, k), host, port, r.name)
+	f.names = []string{"kafka_server_FetcherStats_BytesPerSec" + labels, "kafka_server_FetcherStats_RequestsPerSec" + labels}
+	m.set.GetOrCreateGauge(f.names[0], f.byteRate.rate)
+	m.set.GetOrCreateGauge(f.names[1], f.requests.rate)
+	m.fetchers[r][k] = f
+	return f
 }
 
 // forget unregisters a stopped run's gauges.
 func (m *pluginMetrics) forget(r *run) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, names := range m.partNames[r] {
-		for _, n := range names {
-			m.set.UnregisterMetric(n)
-		}
+	for _, pm := range m.parts[r] {
+		m.unregister(pm.names)
 	}
-	for _, n := range m.runNames[r] {
-		m.set.UnregisterMetric(n)
+	for _, f := range m.fetchers[r] {
+		m.unregister(f.names)
 	}
-	delete(m.partNames, r)
+	m.unregister(m.runNames[r])
+	delete(m.parts, r)
+	delete(m.fetchers, r)
 	delete(m.runNames, r)
-	delete(m.lastReqs, r)
+}
+
+// fetcherStats are one fetcher's rates.
+type fetcherStats struct {
+	names              []string
+	all                *meter
+	byteRate, requests *meter
+}
+
+func (f *fetcherStats) request() { f.requests.mark(1) }
+
+func (f *fetcherStats) bytes(n int) {
+	f.byteRate.mark(int64(n))
+	f.all.mark(int64(n))
+}
+
+// meter is a one-minute exponentially weighted moving rate, ticked every
+// five seconds, as the Yammer meters behind Kafka's *PerSec metrics.
+type meter struct {
+	mu      sync.Mutex
+	pending int64
+	ewma    float64
+	started bool
+	last    time.Time
+}
+
+const meterTick = 5 * time.Second
+
+var meterAlpha = 1 - math.Exp(-meterTick.Seconds()/60)
+
+func newMeter() *meter { return &meter{last: time.Now()} }
+
+func (m *meter) mark(n int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tickLocked()
+	m.pending += n
+}
+
+func (m *meter) tickLocked() {
+	if time.Since(m.last) > time.Hour { // idle for long: nothing left of the average
+		m.pending, m.ewma, m.last = 0, 0, time.Now()
+	}
+	for time.Since(m.last) >= meterTick {
+		inst := float64(m.pending) / meterTick.Seconds()
+		m.pending = 0
+		if m.started {
+			m.ewma += meterAlpha * (inst - m.ewma)
+		} else {
+			m.ewma, m.started = inst, true
+		}
+		m.last = m.last.Add(meterTick)
+	}
+}
+
+func (m *meter) rate() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tickLocked()
+	return m.ewma
 }

@@ -11,10 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/server"
 )
 
@@ -46,8 +49,8 @@ func TestMessagesRoundTrip(t *testing.T) {
 	id := [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 	reqs := []kmsg.Request{
 		&CreateMirrorRequest{MirrorName: sp("m"), Configs: []MirrorConfig{{Name: "bootstrap.servers", Value: sp("h:1")}, {Name: "x"}}},
-		&AddTopicsToMirrorRequest{Topics: []AddTopic{{TopicID: id, TopicName: "t", MirrorName: sp("m")}, {TopicName: "u"}}},
-		&RemoveTopicsFromMirrorRequest{MirrorName: "m", Topics: []RemoveTopic{{TopicID: id, TopicName: ".*"}}},
+		&AddTopicsToMirrorRequest{Topics: []AddTopic{{TopicID: id, TopicName: "t", MirrorName: sp("m")}, {TopicName: "u"}}, ValidateOnly: true},
+		&RemoveTopicsFromMirrorRequest{MirrorName: "m", Topics: []RemoveTopic{{TopicID: id, TopicName: ".*"}}, Mode: FailoverForce, TimeoutMs: 5000},
 		&LastMirroredOffsetsRequest{MirrorName: "m", Topics: []PartitionsTopic{{Name: "t", Partitions: []int32{0, 5}}}},
 		&ListMirrorsRequest{},
 		&DescribeMirrorsRequest{MirrorNames: []string{"a", "b"}, IncludeAuthorizedOperations: true},
@@ -61,14 +64,19 @@ func TestMessagesRoundTrip(t *testing.T) {
 	}
 	resps := []kmsg.Response{
 		&CreateMirrorResponse{ErrResponse{ThrottleTimeMs: 1, ErrorCode: 139, ErrorMessage: sp("exists")}},
-		&AddTopicsToMirrorResponse{TopicResponse{ThrottleTimeMs: 2, TopicID: id, ErrorCode: 140, ErrorMessage: sp("taken")}},
-		&RemoveTopicsFromMirrorResponse{TopicResponse{TopicID: id}},
+		&AddTopicsToMirrorResponse{TopicResponse{ThrottleTimeMs: 2, TopicID: id, ErrorCode: 140, ErrorMessage: sp("taken"),
+			Truncations: []Truncation{{Topic: "t", Partition: 1, LogEnd: 90, TruncateTo: 40, LastMirrorEpoch: -1}}}},
+		&RemoveTopicsFromMirrorResponse{TopicResponse{TopicID: id, Failover: []FailoverPartition{
+			{Topic: "t", Partition: 0, SourceOffset: 90, SourceOffsetTime: 1700000000000, DestinationOffset: 80, Lag: 10, LagMs: 900},
+			{Topic: "t", Partition: 1, SourceOffset: -1, DestinationOffset: 7, Lag: -1, LagMs: -1}}}},
 		&LastMirroredOffsetsResponse{ErrorCode: 0, Topics: []OffsetsTopic{{Name: "t", Partitions: []OffsetsPartition{
 			{PartitionIndex: 0, LastMirroredOffset: 10, LastMirrorEpoch: 3}, {PartitionIndex: 1, LastMirroredOffset: -1, ErrorCode: 29, LastMirrorEpoch: -1}}}}},
 		&ListMirrorsResponse{Mirrors: []ListedMirror{{MirrorName: "m", SourceBootstrap: "h:1", TopicCount: 2}}},
 		&DescribeMirrorsResponse{Mirrors: []DescribedMirror{{ErrorCode: 143, MirrorName: "m", AuthorizedOperations: 12,
-			ErrorMessage: sp("unreachable"), State: "FAILED", Topics: []DescribedTopic{{TopicName: "t", Partitions: []PartitionDetail{
-				{PartitionIndex: 0, SourceOffset: 10, DestinationOffset: 8, Lag: 2, State: "FAILED", Reason: "boom", LagMs: 1500},
+			ErrorMessage: sp("unreachable"), State: "FAILED", ACLSync: aclUnsupported, Diverged: []DivergedRange{{Topic: "t", Partition: 1,
+				FirstOffset: 40, LastOffset: 89, FirstEpoch: 0, LastEpoch: 2, Records: 48, FirstTimestamp: 1, LastTimestamp: 2, TruncatedAt: 3,
+				Cause: "diverging epoch 0", CopyStart: 0, CopyEnd: 50}}, Topics: []DescribedTopic{{TopicName: "t", Partitions: []PartitionDetail{
+				{PartitionIndex: 0, SourceOffset: 10, DestinationOffset: 8, Lag: 2, State: "FAILED", Reason: "boom", LagMs: 1500, SourceOffsetTime: 1700000000000},
 				{PartitionIndex: 1, SourceOffset: -1, DestinationOffset: -1, State: "PREPARING"}}}}}}},
 		&ReadMirrorStatesResponse{Topics: []StatesTopic{{Name: "t", Partitions: []StatePartition{
 			{PartitionIndex: 0, LastMirroredOffset: 5, State: int8(Mirroring), ErrorCode: 0, LastMirrorEpoch: -1, TopicID: id}}}}},
@@ -226,6 +234,50 @@ func TestBatchHelpers(t *testing.T) {
 	if got := completeBatches(b); len(got) != len(b) {
 		t.Fatalf("completeBatches dropped complete bytes")
 	}
+	// KAFKA-18723: nothing from the first batch above the fetch's epoch.
+	for _, c := range []struct {
+		epoch int32
+		n     int
+	}{{-1, len(b)}, {2, 0}, {3, 70}, {8, 70}, {9, len(b)}} {
+		if got := notAbove(b, c.epoch); len(got) != c.n {
+			t.Errorf("notAbove(epoch %d) kept %d bytes, want %d", c.epoch, len(got), c.n)
+		}
+	}
+}
+
+// TestIsBarrier tells the engine's producer-state barrier from the other
+// batches of a log.
+func TestIsBarrier(t *testing.T) {
+	e, err := engine.Open(engine.Config{Dir: "/data", FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ep, err := e.Create("t", engine.TopicID{1}, 0, engine.DefaultLogConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := ep.WriteTxnMarkers(ctx, engine.Marker{ProducerID: 7, ProducerEpoch: 0}); err != nil {
+		t.Fatal(err)
+	}
+	at, err := ep.WriteProducerBarrier(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ep.Fetch(0, 1<<20, engine.ReadUncommitted)
+	if err != nil || len(res.Batches) != 2 {
+		t.Fatalf("fetch: %v, %d batches", err, len(res.Batches))
+	}
+	if isBarrier(res.Batches[0]) || !isBarrier(res.Batches[1]) || at != 1 {
+		t.Fatalf("isBarrier: marker %v, barrier %v (at %d)", isBarrier(res.Batches[0]), isBarrier(res.Batches[1]), at)
+	}
+	if has, err := hasBarrier(ep, 0); err != nil || !has {
+		t.Fatalf("hasBarrier(0) = %v, %v", has, err)
+	}
+	if has, err := hasBarrier(ep, 2); err != nil || has {
+		t.Fatalf("hasBarrier(2) = %v, %v", has, err)
+	}
 }
 
 func TestParseConfig(t *testing.T) {
@@ -233,8 +285,8 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Partitions != 50 || c.ReplicationFactor != 1 || c.RefreshInterval != 30*time.Second || c.FetchMaxBytes != 1<<20 ||
-		c.FetchMaxWait != 500*time.Millisecond || c.Backoff != time.Second || c.ThrottledRate != 0 {
+	if c.Partitions != 50 || c.ReplicationFactor != 3 || c.RefreshInterval != 30*time.Second || c.FetchMaxBytes != 1<<20 ||
+		c.FetchMaxWait != 500*time.Millisecond || c.Backoff != time.Second || c.ReconnectBackoff != 50*time.Millisecond || c.ThrottledRate != 0 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	c, err = ParseConfig(map[string]string{"mirror.topic.num.partitions": "4", "replica.fetch.wait.max.ms": "200", "mirror.replication.throttled.rate": "1000"})
@@ -270,7 +322,14 @@ func TestClientOpts(t *testing.T) {
 	}{
 		{map[string]string{"bootstrap.servers": "a:1, b:2"}, true},
 		{map[string]string{}, false},
-		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512"}, true},
+		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+			"sasl.jaas.config": `x required username="u" password="p";`}, true},
+		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512"}, false},
+		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.token": "t"}, true},
+		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "BOGUS"}, false},
+		{map[string]string{"bootstrap.servers": "a:1", "ssl.key.password": "x"}, false},
+		{map[string]string{"bootstrap.servers": "a:1", "unknown": "x"}, false},
+		{map[string]string{"bootstrap.servers": "a"}, false},
 		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI"}, false},
 		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SSL", "ssl.truststore.certificates": "not a pem"}, false},
 		{map[string]string{"bootstrap.servers": "a:1", "security.protocol": "SSL", "ssl.truststore.location": "/nonexistent"}, false},
@@ -305,7 +364,7 @@ func TestConfigSecretsRedacted(t *testing.T) {
 	defer cl.Close()
 	jaas := `org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2";`
 	create := &CreateMirrorRequest{MirrorName: sp("m"), Configs: []MirrorConfig{{Name: "bootstrap.servers", Value: sp("127.0.0.1:1")},
-		{Name: "security.protocol", Value: sp("SASL_PLAINTEXT")}, {Name: "sasl.jaas.config", Value: &jaas}, {Name: "ssl.key.password", Value: sp("k3y")}}}
+		{Name: "security.protocol", Value: sp("SASL_PLAINTEXT")}, {Name: "sasl.jaas.config", Value: &jaas}, {Name: "sasl.oauthbearer.token", Value: sp("k3y")}}}
 	resp, err := cl.Request(ctx, create)
 	if err != nil || resp.(*CreateMirrorResponse).ErrorCode != 0 {
 		t.Fatalf("create mirror: %v %+v", err, resp)
@@ -323,7 +382,7 @@ func TestConfigSecretsRedacted(t *testing.T) {
 			t.Fatalf("secret in clear: %s=%s", c.Name, *c.Value)
 		}
 	}
-	for _, k := range []string{"sasl.jaas.config", "ssl.key.password"} {
+	for _, k := range []string{"sasl.jaas.config", "sasl.oauthbearer.token"} {
 		if c, ok := got[k]; !ok || !c.IsSensitive || c.Value != nil {
 			t.Fatalf("%s: %+v, want sensitive with a null value", k, c)
 		}
@@ -337,5 +396,46 @@ func TestConfigSecretsRedacted(t *testing.T) {
 	aresp, err := alter.RequestWith(ctx, cl)
 	if err != nil || aresp.Resources[0].ErrorCode == 0 {
 		t.Fatalf("altering to an unsupported SASL mechanism: %v %+v", err, aresp)
+	}
+}
+
+// TestCopiedUpTo: an interrupted quarantine copy resumes after the
+// batches the diverged partition already holds, recognized by CRC.
+func TestCopiedUpTo(t *testing.T) {
+	e, err := engine.Open(engine.Config{Dir: "/data", FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	src, err := e.Create("t", engine.TopicID{1}, 0, engine.DefaultLogConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := e.Create("t.diverged", engine.TopicID{2}, 0, engine.DefaultLogConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var stored [][]byte
+	for i := range 5 {
+		raw := coord.EncodeBatch(time.Now(), []coord.Record{{Value: []byte{byte(i)}}, {Value: []byte{byte(i), 1}}})
+		if _, err := src.Append(ctx, &engine.AppendRequest{Topic: "t", TopicID: engine.TopicID{1}, Records: raw, Acks: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := eachBatch(src, 0, func(bs [][]byte) error { stored = append(stored, bs...); return nil }); err != nil || len(stored) != 5 {
+		t.Fatalf("read back %d batches: %v", len(stored), err)
+	}
+	// Two batches copied before the crash (from offset 2: batches 1 and 2).
+	for _, b := range stored[1:3] {
+		if _, err := dst.Append(ctx, &engine.AppendRequest{Topic: "t.diverged", TopicID: engine.TopicID{2}, Origin: engine.OriginMirrorControl, Records: b, Acks: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if next, err := copiedUpTo(dst, 0, src, 2); err != nil || next != 6 {
+		t.Fatalf("copiedUpTo = %d, %v; want 6 (after the second copied batch)", next, err)
+	}
+	if next, err := copiedUpTo(dst, 4, src, 2); err != nil || next != 2 {
+		t.Fatalf("copiedUpTo from the end of the copies = %d, %v; want 2 (nothing copied yet)", next, err)
 	}
 }

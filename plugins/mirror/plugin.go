@@ -33,6 +33,10 @@ import (
 // Topic is the internal topic holding mirror partition states.
 const Topic = "__mirror_state"
 
+// divergedSuffix names the topic that keeps the records a truncation took
+// from a mirror topic: <topic>.diverged.
+const divergedSuffix = ".diverged"
+
 // Leader epoch bump constants of the KIP: the destination epoch is set to
 // SLE + bumpIncrement whenever SLE > DLE - bumpThreshold.
 const (
@@ -43,12 +47,13 @@ const (
 // Config is the plugin's part of the broker properties.
 type Config struct {
 	Partitions        int32         // mirror.topic.num.partitions (50)
-	ReplicationFactor int16         // mirror.topic.replication.factor (1 here; the KIP's is 3)
+	ReplicationFactor int16         // mirror.topic.replication.factor (3, capped at the brokers registered)
 	Fetchers          int           // mirror.num.replica.fetchers (1)
 	RefreshInterval   time.Duration // mirror.metadata.refresh.interval.ms (30000)
 	RequestTimeout    time.Duration // mirror.request.timeout.ms (30000)
 	ConnectTimeout    time.Duration // mirror.socket.connection.setup.timeout.ms (10000)
-	Backoff           time.Duration // mirror.replica.fetch.backoff.ms (1000)
+	ReconnectBackoff  time.Duration // mirror.reconnect.backoff.ms (50), doubled per failure up to 1 s
+	Backoff           time.Duration // mirror.replica.fetch.backoff.ms (1000): after a failed fetch
 	FetchMaxBytes     int32         // replica.fetch.max.bytes (1048576)
 	FetchMinBytes     int32         // replica.fetch.min.bytes (1)
 	FetchRespMaxBytes int32         // replica.fetch.response.max.bytes (10485760)
@@ -74,11 +79,12 @@ func ParseConfig(props map[string]string) (Config, error) {
 	ms := func(key string, def int64) time.Duration { return time.Duration(num(key, def)) * time.Millisecond }
 	c := Config{
 		Partitions:        int32(num("mirror.topic.num.partitions", 50)),
-		ReplicationFactor: int16(num("mirror.topic.replication.factor", 1)),
+		ReplicationFactor: int16(num("mirror.topic.replication.factor", 3)),
 		Fetchers:          int(num("mirror.num.replica.fetchers", 1)),
 		RefreshInterval:   ms("mirror.metadata.refresh.interval.ms", 30000),
 		RequestTimeout:    ms("mirror.request.timeout.ms", 30000),
 		ConnectTimeout:    ms("mirror.socket.connection.setup.timeout.ms", 10000),
+		ReconnectBackoff:  ms("mirror.reconnect.backoff.ms", 50),
 		Backoff:           ms("mirror.replica.fetch.backoff.ms", 1000),
 		FetchMaxBytes:     int32(num("replica.fetch.max.bytes", 1048576)),
 		FetchMinBytes:     int32(num("replica.fetch.min.bytes", 1)),
@@ -94,8 +100,8 @@ func ParseConfig(props map[string]string) (Config, error) {
 
 // Plugin is the cluster mirroring plugin. It implements server.APIHandler,
 // server.CoordinatorLocator, server.LeaderObserver,
-// server.MetadataObserver, server.Lifecycle, server.ConfigResourceHandler
-// and engine.AppendValidator.
+// server.MetadataObserver, server.Lifecycle, server.ConfigResourceHandler,
+// server.TopicGuard and engine.AppendValidator.
 type Plugin struct {
 	cfg    Config
 	cfgErr error
@@ -107,9 +113,20 @@ type Plugin struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	runs    map[string]*run // by mirror name
-	wg      sync.WaitGroup
 	metrics *pluginMetrics
 	meta    *metaManager // metadata sync of the mirrors this broker coordinates
+
+	stopHook func(topic string, partition int32, step StopStep)
+}
+
+// Option configures a Plugin beyond the broker properties.
+type Option func(*Plugin)
+
+// WithStopHook calls fn after each durable step of a partition's failover
+// sequence (STOPPING), on the goroutine that runs it; fn may block it.
+// Tests use it to kill a broker between two steps.
+func WithStopHook(fn func(topic string, partition int32, step StopStep)) Option {
+	return func(p *Plugin) { p.stopHook = fn }
 }
 
 var (
@@ -120,20 +137,27 @@ var (
 	_ server.Lifecycle             = (*Plugin)(nil)
 	_ server.ConfigResourceHandler = (*Plugin)(nil)
 	_ server.PropsOwner            = (*Plugin)(nil)
+	_ server.TopicGuard            = (*Plugin)(nil)
 	_ engine.AppendValidator       = (*Plugin)(nil)
 )
 
 // New returns the plugin configured from broker properties; an invalid
-// property makes Start fail.
-func New(props map[string]string, log *slog.Logger) *Plugin {
+// property makes Start fail. log is the broker's logger.
+func New(props map[string]string, log *slog.Logger, opts ...Option) *Plugin {
 	if log == nil {
 		log = slog.Default()
 	}
 	cfg, err := ParseConfig(props)
-	p := &Plugin{cfg: cfg, cfgErr: err, log: log.With("plugin", "mirror"), runs: map[string]*run{}}
+	p := &Plugin{cfg: cfg, cfgErr: err, log: log.With("plugin", "mirror"), runs: map[string]*run{},
+		stopHook: func(string, int32, StopStep) {}}
+	for _, o := range opts {
+		o(p)
+	}
 	p.meta = newMetaManager(p)
 	p.rt = coord.New(coord.Config{Topic: Topic, Partitions: cfg.Partitions, Logger: p.log,
-		New: func(int32) coord.StateMachine { return &shard{parts: map[pkey]*pstate{}} }})
+		New: func(int32) coord.StateMachine {
+			return &shard{parts: map[pkey]*pstate{}, diverged: map[dkey]*manifestEntry{}}
+		}})
 	return p
 }
 
@@ -172,7 +196,6 @@ func (p *Plugin) Stop(context.Context) error {
 	for _, r := range runs {
 		r.stop()
 	}
-	p.wg.Wait()
 	p.meta.stop()
 	p.rt.Stop()
 	return nil
@@ -227,8 +250,7 @@ func (p *Plugin) sync(img *raftmeta.Image) {
 		if p.runs[name] == nil {
 			r := newRun(p, m)
 			p.runs[name] = r
-			p.wg.Add(1)
-			go func() { defer p.wg.Done(); r.loop() }()
+			r.start()
 		}
 	}
 	for _, r := range p.runs {
@@ -279,8 +301,15 @@ func (p *Plugin) AuthorizeCoordinator(rc *server.RequestContext, _ int8, key str
 	return mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name)
 }
 
+// internalTopic is __mirror_state as it is created: its replication
+// factor capped at the brokers registered (a single broker gets 1, as
+// Kafka's offsets.topic.replication.factor is in a one-broker setup).
 func (p *Plugin) internalTopic() server.InternalTopic {
-	return server.InternalTopic{Name: Topic, Partitions: p.cfg.Partitions, ReplicationFactor: p.cfg.ReplicationFactor,
+	rf := p.cfg.ReplicationFactor
+	if img := p.image(); img != nil {
+		rf = min(rf, int16(max(1, len(img.Brokers))))
+	}
+	return server.InternalTopic{Name: Topic, Partitions: p.cfg.Partitions, ReplicationFactor: rf,
 		Configs: map[string]string{"cleanup.policy": "compact"}}
 }
 
@@ -314,40 +343,6 @@ func (p *Plugin) ensureStateTopic(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-// ValidateAppend implements engine.AppendValidator. Clients may not
-// produce to a mirror topic; mirrored batches may not carry a leader
-// epoch above the destination's (the partition must be fenced and its
-// epoch bumped first), and one close to it schedules a bump.
-func (p *Plugin) ValidateAppend(req *engine.AppendRequest) error {
-	img := p.image()
-	if img == nil || len(img.Mirrors) == 0 {
-		return nil
-	}
-	switch req.Origin {
-	case engine.OriginClient:
-		if m := img.MirrorOf(req.Topic); m != "" {
-			return fmt.Errorf("topic %s is a mirror topic of mirror %s and is read-only: %w", req.Topic, m, ErrReadOnlyTopic)
-		}
-	case engine.OriginMirror:
-		t := img.Topics[req.Topic]
-		if t == nil || int(req.Partition) >= len(t.Partitions) {
-			return nil
-		}
-		dle := t.Partitions[req.Partition].LeaderEpoch
-		sle := maxBatchEpoch(req.Records)
-		fence, bump := epochCheck(sle, dle)
-		if fence {
-			return fmt.Errorf("%s-%d: batch leader epoch %d above destination epoch %d: %w", req.Topic, req.Partition, sle, dle, ErrMirrorLeaderEpochExceeded)
-		}
-		if bump {
-			if r := p.run(img.MirrorOf(req.Topic)); r != nil {
-				r.scheduleBump(req.Topic, req.Partition, sle)
-			}
-		}
-	}
-	return nil
 }
 
 // epochCheck applies the KIP's rules to a mirrored batch's source leader

@@ -81,15 +81,26 @@ type pstate struct {
 	TopicID [16]byte
 	LMO     int64 // last mirrored offset (-1: none)
 	LME     int32 // last mirror epoch (-1: none)
+	// StopAt and StopEpoch are the failover's first step, persisted: the
+	// log end offset and leader epoch when the fetcher let go of the
+	// partition (-1 before). Everything below StopAt is mirrored data;
+	// a resumed STOPPING starts from them, whatever it wrote since.
+	StopAt    int64
+	StopEpoch int32
 }
+
+// newPState is the state of a partition nothing was recorded for.
+func newPState() pstate { return pstate{LMO: -1, LME: -1, StopAt: -1, StopEpoch: -1} }
 
 // Records of __mirror_state. Keys start with an int16 type, as Kafka's
 // coordinator records do: 1 LastMirroredOffsets, 2 MirrorPartitionState,
 // each keyed by (mirror, topic, partition) so that compaction keeps one
-// record per partition. Values start with an int16 version (0).
+// record per partition. Values start with an int16 version: state values
+// are version 1 (version 0 lacks the stop fields).
 const (
 	recLastMirrored int16 = 1
 	recPartState    int16 = 2
+	recDiverged     int16 = 3 // Tandem's: a divergence manifest entry, keyed also by its copy's start
 )
 
 func recordKey(typ int16, k pkey) []byte {
@@ -100,10 +111,12 @@ func recordKey(typ int16, k pkey) []byte {
 }
 
 func stateValue(s pstate) []byte {
-	b := kbin.AppendInt16(nil, 0)
+	b := kbin.AppendInt16(nil, 1)
 	b = kbin.AppendInt8(b, int8(s.State))
 	b = kbin.AppendUuid(b, s.TopicID)
-	return kbin.AppendString(b, s.Reason)
+	b = kbin.AppendString(b, s.Reason)
+	b = kbin.AppendInt64(b, s.StopAt)
+	return kbin.AppendInt32(b, s.StopEpoch)
 }
 
 func offsetsValue(s pstate) []byte {
@@ -114,13 +127,49 @@ func offsetsValue(s pstate) []byte {
 
 // shard is the state machine of one __mirror_state partition.
 type shard struct {
-	parts map[pkey]*pstate
+	parts    map[pkey]*pstate
+	diverged map[dkey]*manifestEntry
+}
+
+// dkey names a divergence manifest entry: a partition and where the copy
+// of its removed records starts in <topic>.diverged.
+type dkey struct {
+	pkey
+	copyStart int64
+}
+
+// manifestEntry is a persisted divergence manifest entry; done once the
+// records are all copied (before that, a resumed truncation finishes the
+// copy).
+type manifestEntry struct {
+	DivergedRange
+	done bool
+}
+
+func divergedKey(k dkey) []byte {
+	return kbin.AppendInt64(recordKey(recDiverged, k.pkey), k.copyStart)
+}
+
+func divergedValue(e *manifestEntry) []byte {
+	b := kbin.AppendInt16(nil, 0)
+	b = kbin.AppendInt64(b, e.FirstOffset)
+	b = kbin.AppendInt64(b, e.LastOffset)
+	b = kbin.AppendInt32(b, e.FirstEpoch)
+	b = kbin.AppendInt32(b, e.LastEpoch)
+	b = kbin.AppendInt64(b, e.Records)
+	b = kbin.AppendInt64(b, e.FirstTimestamp)
+	b = kbin.AppendInt64(b, e.LastTimestamp)
+	b = kbin.AppendInt64(b, e.TruncatedAt)
+	b = kbin.AppendString(b, e.Cause)
+	b = kbin.AppendInt64(b, e.CopyEnd)
+	return kbin.AppendBool(b, e.done)
 }
 
 func (s *shard) get(k pkey) *pstate {
 	p := s.parts[k]
 	if p == nil {
-		p = &pstate{LMO: -1, LME: -1}
+		st := newPState()
+		p = &st
 		s.parts[k] = p
 	}
 	return p
@@ -131,21 +180,44 @@ func (s *shard) Replay(key, value []byte) error {
 	r := kbin.Reader{Src: key}
 	typ := r.Int16()
 	k := pkey{r.String(), r.String(), r.Int32()}
+	var dk dkey
+	if typ == recDiverged {
+		dk = dkey{k, r.Int64()}
+	}
 	if err := r.Complete(); err != nil {
 		return fmt.Errorf("mirror state key: %w", err)
 	}
-	if value == nil {
+	v := kbin.Reader{Src: value}
+	switch {
+	case typ == recDiverged && value == nil:
+		delete(s.diverged, dk)
+		return nil
+	case typ == recDiverged:
+		v.Int16()
+		e := &manifestEntry{DivergedRange: DivergedRange{Topic: k.topic, Partition: k.partition, CopyStart: dk.copyStart}}
+		e.FirstOffset, e.LastOffset, e.FirstEpoch, e.LastEpoch = v.Int64(), v.Int64(), v.Int32(), v.Int32()
+		e.Records, e.FirstTimestamp, e.LastTimestamp, e.TruncatedAt = v.Int64(), v.Int64(), v.Int64(), v.Int64()
+		e.Cause, e.CopyEnd, e.done = v.String(), v.Int64(), v.Bool()
+		if err := v.Complete(); err != nil {
+			return fmt.Errorf("mirror manifest value: %w", err)
+		}
+		s.diverged[dk] = e
+		return nil
+	case value == nil:
 		delete(s.parts, k)
 		return nil
 	}
-	v := kbin.Reader{Src: value}
-	v.Int16()
+	version := v.Int16()
 	p := s.get(k)
 	switch typ {
 	case recPartState:
 		p.State = State(v.Int8())
 		p.TopicID = v.Uuid()
 		p.Reason = v.String()
+		p.StopAt, p.StopEpoch = -1, -1
+		if version >= 1 {
+			p.StopAt, p.StopEpoch = v.Int64(), v.Int32()
+		}
 	case recLastMirrored:
 		p.LMO = v.Int64()
 		p.LME = v.Int32()
@@ -175,7 +247,8 @@ func (p *Plugin) readState(ctx context.Context, k pkey, id [16]byte) (pstate, er
 		if st := sh.State().(*shard).parts[k]; st != nil {
 			out = *st
 		} else {
-			out = pstate{LMO: -1, LME: -1, TopicID: id}
+			out = newPState()
+			out.TopicID = id
 		}
 		return nil
 	})
@@ -189,7 +262,7 @@ func (p *Plugin) writeState(ctx context.Context, k pkey, id [16]byte, update fun
 	var out pstate
 	err := p.rt.Do(ctx, p.rt.PartitionFor(coordKey(k.mirror, id, k.partition)), func(sh *coord.Shard) error {
 		s := sh.State().(*shard)
-		cur := pstate{LMO: -1, LME: -1}
+		cur := newPState()
 		if st := s.parts[k]; st != nil {
 			cur = *st
 		}
@@ -202,7 +275,8 @@ func (p *Plugin) writeState(ctx context.Context, k pkey, id [16]byte, update fun
 			return fmt.Errorf("mirror %s topic %s partition %d: %s cannot move to %s", k.mirror, k.topic, k.partition, cur.State, next.State)
 		}
 		var recs []coord.Record
-		if next.State != cur.State || next.Reason != cur.Reason || next.TopicID != cur.TopicID {
+		if next.State != cur.State || next.Reason != cur.Reason || next.TopicID != cur.TopicID ||
+			next.StopAt != cur.StopAt || next.StopEpoch != cur.StopEpoch {
 			recs = append(recs, coord.Record{Key: recordKey(recPartState, k), Value: stateValue(next)})
 		}
 		if next.LMO != cur.LMO || next.LME != cur.LME {

@@ -45,7 +45,7 @@ func (p *Plugin) InitTransactionalProducerID(ctx context.Context, rc *plugin.Req
 				if err != nil {
 					return err
 				}
-				n := &txnMeta{id: id, pid: pid, timeoutMs: req.TransactionTimeoutMillis, state: stEmpty, startMs: -1, nextPid: -1, lastEpoch: -1}
+				n := &txnMeta{id: id, pid: pid, timeoutMs: req.TransactionTimeoutMillis, state: stEmpty, startMs: -1, nextPid: -1}
 				if err := s.put(n); err != nil {
 					return err
 				}
@@ -80,7 +80,7 @@ func (p *Plugin) InitTransactionalProducerID(ctx context.Context, rc *plugin.Req
 			} else {
 				n.epoch++
 			}
-			n.timeoutMs, n.state, n.parts, n.startMs, n.lastEpoch = req.TransactionTimeoutMillis, stEmpty, nil, -1, -1
+			n.timeoutMs, n.state, n.parts, n.startMs = req.TransactionTimeoutMillis, stEmpty, nil, -1
 			n.tv = 0 // the new producer's requests say which version it speaks
 			if err := s.put(n); err != nil {
 				return err
@@ -132,7 +132,6 @@ func (s *shardState) addPartitions(id string, pid int64, epoch int16, version, f
 	n := m.clone()
 	if n.state != stOngoing {
 		n.state, n.startMs, n.parts, n.tv = stOngoing, s.p.now().UnixMilli(), map[plugin.TopicPartition]bool{}, tv
-		n.lastEpoch = -1 // the producer has moved on: no EndTxn to retry
 	}
 	n.tv = max(n.tv, tv)
 	for _, tp := range parts {
@@ -164,6 +163,9 @@ func (p *Plugin) VerifyTxnPartition(ctx context.Context, txnID string, pid int64
 // if none is open, instead of AddPartitionsToTxn. A stale epoch is
 // INVALID_PRODUCER_EPOCH, as Kafka answers a produce.
 func (p *Plugin) AddTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp plugin.TopicPartition) error {
+	if err := plugin.CheckTopicChange(p.Host().Plugins(), plugin.TopicChange{Topic: tp.Topic, Op: plugin.OpWrite}); err != nil {
+		return err
+	}
 	err := p.do(ctx, txnID, func(s *shardState) error {
 		return s.addPartitions(txnID, pid, epoch, 0, 1, 2, []plugin.TopicPartition{tp})
 	})
@@ -185,6 +187,10 @@ func (p *Plugin) topicCheck(rc *plugin.RequestContext, topic string, partition i
 	}
 	if t := img.Topics[topic]; t == nil || partition < 0 || int(partition) >= len(t.Partitions) {
 		return kerr.UnknownTopicOrPartition
+	}
+	var ke *kerr.Error
+	if err := plugin.CheckTopicChange(p.Host().Plugins(), plugin.TopicChange{Topic: topic, Op: plugin.OpWrite}); errors.As(err, &ke) {
+		return ke // a read-only (mirror) topic: its transaction would end with a marker nobody may write
 	}
 	return nil
 }
@@ -341,7 +347,7 @@ func (p *Plugin) handleEndTxn(ctx context.Context, rc *plugin.RequestContext, re
 			return kerr.InvalidProducerIDMapping
 		}
 		// A retry of the EndTxn that bumped the epoch carries the old one.
-		retry := tv2 && m.lastEpoch >= 0 && req.ProducerEpoch == m.lastEpoch
+		retry := tv2 && m.endedWith(req.ProducerEpoch)
 		if req.ProducerEpoch != m.epoch && !retry {
 			return fenced(req.Version, 2)
 		}
@@ -403,7 +409,7 @@ func (s *shardState) endTxn(m *txnMeta, commit, tv2, retry bool, end **ending) e
 		}
 		n.state, n.parts, n.startMs = stCompleteAbort, map[plugin.TopicPartition]bool{}, -1
 		if n.nextPid >= 0 {
-			n.pid, n.epoch, n.nextPid, n.lastEpoch = n.nextPid, 0, -1, -1
+			n.pid, n.epoch, n.nextPid = n.nextPid, 0, -1
 		}
 		return s.put(n)
 	}
@@ -427,6 +433,8 @@ func (p *Plugin) handleWriteTxnMarkers(ctx context.Context, rc *plugin.RequestCo
 					op.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 				} else if img := p.Image(); img == nil || img.Topics[rt.Topic] == nil || int(part) >= len(img.Topics[rt.Topic].Partitions) || part < 0 {
 					op.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				} else if err := plugin.CheckTopicChange(p.Host().Plugins(), plugin.TopicChange{Topic: rt.Topic, Op: plugin.OpTxnMarkers}); err != nil {
+					op.ErrorCode = plugin.ErrorCode(err)
 				} else {
 					op.ErrorCode = plugin.ErrorCode(p.writeMarker(ctx, plugin.TopicPartition{Topic: rt.Topic, Partition: part}, m))
 				}

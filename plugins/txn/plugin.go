@@ -235,7 +235,7 @@ func (p *Plugin) complete(ctx context.Context, e ending) error {
 		if n.nextPid >= 0 {
 			// The epoch bump exhausted the epochs: the producer goes on
 			// with the new producer id (transaction.version 2).
-			n.pid, n.epoch, n.nextPid, n.lastEpoch = n.nextPid, 0, -1, -1
+			n.pid, n.epoch, n.nextPid = n.nextPid, 0, -1
 		}
 		return s.put(n)
 	})
@@ -246,6 +246,14 @@ func (p *Plugin) writeMarkers(ctx context.Context, e ending) error {
 	errs := make([]error, len(e.parts))
 	var wg sync.WaitGroup
 	for i, tp := range e.parts {
+		// A partition that turned read-only since it joined the
+		// transaction (a mirror topic again, after a failback) is not
+		// ours to write: the transaction ends without its marker there.
+		if err := plugin.CheckTopicChange(p.Host().Plugins(), plugin.TopicChange{Topic: tp.Topic, Op: plugin.OpTxnMarkers}); err != nil {
+			p.log.Info("transaction ends without a marker in a partition that refuses it", "transactional_id", e.id,
+				"topic", tp.Topic, "partition", tp.Partition, "reason", err)
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

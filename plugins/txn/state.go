@@ -50,11 +50,23 @@ type txnMeta struct {
 	// producer moves to when its epoch is exhausted by a bump, -1 if none.
 	tv      int16
 	nextPid int64
-	// lastEpoch is the epoch before a transaction.version 2 end bumped
-	// it, so that a retried EndTxn with it is recognized; -1 otherwise.
-	// Kafka does not persist it either: after a coordinator move a retry
-	// is fenced.
-	lastEpoch int16
+}
+
+// endedWith reports whether m is what a transaction.version 2 EndTxn
+// with epoch left behind: the transaction ending or ended, the epoch one
+// above. Its producer may not have read the answer (the coordinator
+// stopped, the connection broke) and sends the same request again. As in
+// Kafka, the retry is recognized from the stored state alone, so that it
+// is still recognized after the coordinator restarted or moved; fencing
+// the producer there instead would be fatal to it. A fence bumps the
+// epoch twice (prepareEnd), so that a fenced producer's EndTxn is never
+// taken for a retry.
+func (m *txnMeta) endedWith(epoch int16) bool {
+	switch m.state {
+	case stPrepareCommit, stPrepareAbort, stCompleteCommt, stCompleteAbort:
+		return m.tv >= 2 && int32(epoch)+1 == int32(m.epoch)
+	}
+	return false
 }
 
 func (m *txnMeta) clone() *txnMeta {
@@ -122,7 +134,7 @@ func decodeTxn(key, value []byte) (*txnMeta, string, error) {
 	}
 	m := &txnMeta{id: k.TransactionalID, pid: v.ProducerID, epoch: v.ProducerEpoch, timeoutMs: v.TimeoutMillis,
 		state: v.State, parts: map[plugin.TopicPartition]bool{}, startMs: v.StartTimestamp, updateMs: v.LastUpdateTimestamp,
-		tv: v.ClientTransactionVersion, nextPid: v.NextProducerID, lastEpoch: -1}
+		tv: v.ClientTransactionVersion, nextPid: v.NextProducerID}
 	for _, t := range v.Topics {
 		for _, p := range t.Partitions {
 			m.parts[plugin.TopicPartition{Topic: t.Topic, Partition: p}] = true
@@ -206,21 +218,23 @@ func (s *shardState) endOf(m *txnMeta) ending {
 // ran the transaction is fenced (a timed-out transaction, or a new
 // producer taking the transactional id over). bump is transaction.version
 // 2's epoch bump at the end of every transaction (KIP-890 part 2): the
-// markers carry the new epoch and the producer goes on with it.
+// markers carry the new epoch and the producer goes on with it. A fenced
+// version 2 transaction gets both bumps, as in Kafka (the fence, then the
+// end's): one alone would make the fenced producer's EndTxn look like a
+// retry of its own end (see endedWith).
 func (s *shardState) prepareEnd(m *txnMeta, commit, fence, bump bool) (ending, error) {
 	n := m.clone()
 	n.state = stPrepareAbort
 	if commit {
 		n.state = stPrepareCommit
 	}
-	n.lastEpoch = -1
-	switch {
-	case bump:
+	if fence && n.epoch < maxEpoch {
+		n.epoch++
+	}
+	if bump || fence && n.tv >= 2 {
 		if err := s.bumpEpoch(n); err != nil {
 			return ending{}, err
 		}
-	case fence && n.epoch < maxEpoch:
-		n.epoch++
 	}
 	for _, tp := range s.openOffsetPartitions(n.pid) {
 		n.parts[tp] = true
@@ -235,7 +249,7 @@ func (s *shardState) prepareEnd(m *txnMeta, commit, fence, bump bool) (ending, e
 // An exhausted epoch moves the producer to a new producer id once the
 // transaction completes (the markers still carry the old id).
 func (s *shardState) bumpEpoch(n *txnMeta) error {
-	n.lastEpoch, n.tv = n.epoch, 2
+	n.tv = 2
 	n.epoch++
 	if n.epoch >= maxEpoch && n.nextPid < 0 {
 		pid, err := s.p.producerID(s.sh.Context())

@@ -1,6 +1,7 @@
 package txn_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"hash/crc32"
@@ -169,11 +170,12 @@ func txnBatch(t *testing.T, pid int64, epoch int16, seq int32, value string) []b
 
 // rawTxn drives the transaction APIs by hand on one connection.
 type rawTxn struct {
-	t     *testing.T
-	c     *tandemtest.Conn
-	id    string
-	pid   int64
-	epoch int16
+	t         *testing.T
+	c         *tandemtest.Conn
+	id        string
+	timeoutMs int32 // transaction timeout; 0 is a minute
+	pid       int64
+	epoch     int16
 }
 
 // init runs InitProducerId, after FindCoordinator has created
@@ -185,7 +187,7 @@ func (r *rawTxn) init() {
 	r.do(find)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		req := kmsg.NewPtrInitProducerIDRequest()
-		req.Version, req.TransactionalID, req.TransactionTimeoutMillis = 5, &r.id, 60000
+		req.Version, req.TransactionalID, req.TransactionTimeoutMillis = 5, &r.id, cmp.Or(r.timeoutMs, 60000)
 		resp := r.do(req).(*kmsg.InitProducerIDResponse)
 		err := kerr.ErrorForCode(resp.ErrorCode)
 		if err == nil {
@@ -227,6 +229,138 @@ func (r *rawTxn) end(version int16, epoch int16, commit bool) *kmsg.EndTxnRespon
 	req := kmsg.NewPtrEndTxnRequest()
 	req.Version, req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = version, r.id, r.pid, epoch, commit
 	return r.do(req).(*kmsg.EndTxnResponse)
+}
+
+// endAfterRestart sends an EndTxn to a broker that has just restarted:
+// while the coordinator loads and completes what it replayed, it answers
+// with retriable errors, which are retried as a client does.
+func (r *rawTxn) endAfterRestart(version int16, epoch int16, commit bool) *kmsg.EndTxnResponse {
+	r.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp := r.end(version, epoch, commit)
+		switch resp.ErrorCode {
+		case kerr.NotCoordinator.Code, kerr.CoordinatorLoadInProgress.Code, kerr.ConcurrentTransactions.Code:
+			if time.Now().Before(deadline) {
+				continue
+			}
+		}
+		return resp
+	}
+}
+
+// TestEndTxnV5RetryAfterRestart: the coordinator writes the outcome of an
+// EndTxn v5 (and its epoch bump) and stops before the producer reads the
+// answer; the producer sends the same EndTxn again to the restarted
+// coordinator, which must recognize the retry from the state it replayed
+// (the epoch is the request's plus one), as Kafka's does, and answer with
+// the bumped epoch. Fencing the producer instead is fatal to it.
+func TestEndTxnV5RetryAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	b, stop := startBroker(t, dir)
+	tandemtest.CreateTopic(t, b.Addr(), "retry", 1)
+	r := &rawTxn{t: t, c: tandemtest.Dial(t, b.Addr()), id: "tx-retry"}
+	r.init()
+	restart := func() {
+		t.Helper()
+		stop()
+		b, stop = startBroker(t, dir)
+		r.c = tandemtest.Dial(t, b.Addr())
+	}
+
+	// A commit whose answer is lost.
+	e := r.epoch
+	if err := r.produce("retry", 0, e, 0, "committed"); err != nil {
+		t.Fatal(err)
+	}
+	if resp := r.end(5, e, true); resp.ErrorCode != 0 || resp.ProducerEpoch != e+1 {
+		t.Fatalf("EndTxn v5 commit: %v, epoch %d", kerr.ErrorForCode(resp.ErrorCode), resp.ProducerEpoch)
+	}
+	restart()
+	if resp := r.endAfterRestart(5, e, true); resp.ErrorCode != 0 || resp.ProducerID != r.pid || resp.ProducerEpoch != e+1 {
+		t.Fatalf("EndTxn v5 commit retried after a restart: %v, producer %d epoch %d; want %d/%d",
+			kerr.ErrorForCode(resp.ErrorCode), resp.ProducerID, resp.ProducerEpoch, r.pid, e+1)
+	}
+
+	// An abort whose answer is lost; retried as a commit it is the
+	// wrong outcome, not a fenced producer.
+	e++
+	if err := r.produce("retry", 0, e, 0, "aborted"); err != nil {
+		t.Fatal(err)
+	}
+	if resp := r.end(5, e, false); resp.ErrorCode != 0 || resp.ProducerEpoch != e+1 {
+		t.Fatalf("EndTxn v5 abort: %v, epoch %d", kerr.ErrorForCode(resp.ErrorCode), resp.ProducerEpoch)
+	}
+	restart()
+	if resp := r.endAfterRestart(5, e, false); resp.ErrorCode != 0 || resp.ProducerEpoch != e+1 {
+		t.Fatalf("EndTxn v5 abort retried after a restart: %v, epoch %d; want %d", kerr.ErrorForCode(resp.ErrorCode), resp.ProducerEpoch, e+1)
+	}
+	if resp := r.end(5, e, true); resp.ErrorCode != kerr.InvalidTxnState.Code {
+		t.Fatalf("commit retried for an aborted transaction: %v, want INVALID_TXN_STATE", kerr.ErrorForCode(resp.ErrorCode))
+	}
+
+	// The producer goes on with the bumped epoch; the retried ends
+	// wrote nothing twice.
+	e++
+	if err := r.produce("retry", 0, e, 0, "next"); err != nil {
+		t.Fatalf("produce with the bumped epoch: %v", err)
+	}
+	if resp := r.end(5, e, true); resp.ErrorCode != 0 || resp.ProducerEpoch != e+1 {
+		t.Fatalf("next EndTxn v5: %v, epoch %d", kerr.ErrorForCode(resp.ErrorCode), resp.ProducerEpoch)
+	}
+	if got := consumeAll(t, b.Addr(), "retry", true); !slices.Equal(got, []string{"committed", "next"}) {
+		t.Fatalf("read_committed: %v", got)
+	}
+	_, batches := rawFetch(t, b.Addr(), "retry", 0, 0)
+	var markers []int16
+	for _, bt := range batches {
+		if bt.Attributes&0x20 != 0 {
+			markers = append(markers, bt.ProducerEpoch)
+		}
+	}
+	if want := []int16{e - 1, e, e + 1}; !slices.Equal(markers, want) {
+		t.Fatalf("marker epochs %v, want %v (one marker per transaction)", markers, want)
+	}
+}
+
+// TestTimedOutTV2ProducerFenced: the coordinator aborts a version 2
+// transaction that outlived its timeout; its producer's EndTxn, with the
+// epoch it began with, is fenced, before and after a restart: the
+// coordinator's abort is not taken for one of the producer's own.
+func TestTimedOutTV2ProducerFenced(t *testing.T) {
+	dir := t.TempDir()
+	b, stop := startBroker(t, dir)
+	tandemtest.CreateTopic(t, b.Addr(), "slow", 1)
+	r := &rawTxn{t: t, c: tandemtest.Dial(t, b.Addr()), id: "tx-slow2", timeoutMs: 500}
+	r.init()
+	if err := r.produce("slow", 0, r.epoch, 0, "slow"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		req := kmsg.NewPtrDescribeTransactionsRequest()
+		req.TransactionalIDs = []string{r.id}
+		if st := r.do(req).(*kmsg.DescribeTransactionsResponse).TransactionStates[0]; st.State == "CompleteAbort" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the timed-out transaction was not aborted")
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, commit := range []bool{true, false} {
+			if resp := r.endAfterRestart(5, r.epoch, commit); resp.ErrorCode != kerr.ProducerFenced.Code {
+				t.Fatalf("%s: EndTxn v5 (commit %v) of the timed-out producer: %v, want PRODUCER_FENCED", when, commit, kerr.ErrorForCode(resp.ErrorCode))
+			}
+		}
+	}
+	check("before a restart")
+	stop()
+	b, _ = startBroker(t, dir)
+	r.c = tandemtest.Dial(t, b.Addr())
+	check("after a restart")
+	if got := consumeAll(t, b.Addr(), "slow", true); len(got) != 0 {
+		t.Fatalf("read_committed: %v", got)
+	}
 }
 
 // TestEndTxnV5EpochBump: with raw requests, Produce v12 starts the

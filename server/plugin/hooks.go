@@ -217,3 +217,45 @@ const ACLResourceMirror kmsg.ACLResourceType = 8
 
 // ClusterResource is the name of the one CLUSTER resource of ACLs.
 const ClusterResource = "kafka-cluster"
+
+// TopicChange is a change to a topic that a TopicGuard may refuse.
+type TopicChange struct {
+	Topic string
+	Op    TopicOp
+	Keys  []string // the config keys an OpAlterConfigs sets or deletes
+}
+
+// TopicOp is what a TopicChange does.
+type TopicOp int8
+
+const (
+	OpWrite            TopicOp = iota // a client's records: a transactional produce, AddPartitionsToTxn
+	OpTxnMarkers                      // transaction markers: a coordinator ending a transaction, or WriteTxnMarkers
+	OpDeleteRecords                   // DeleteRecords
+	OpCreatePartitions                // CreatePartitions
+	OpDeleteTopic                     // DeleteTopics
+	OpAlterConfigs                    // AlterConfigs, IncrementalAlterConfigs
+)
+
+// TopicGuard plugins own some topics' contents and refuse changes to them
+// from anyone else (the mirror plugin: the only writer of a mirror topic
+// is its mirror fetcher, and only the mirror APIs change it). The broker's
+// admin handlers and the transaction coordinator ask CheckTopicChange
+// before they change anything; appends are checked by
+// engine.AppendValidator whatever their origin. Called on request
+// goroutines, concurrently; it must not block or do I/O. Errors wrap a
+// kerr code.
+type TopicGuard interface {
+	CheckTopicChange(c TopicChange) error
+}
+
+// CheckTopicChange asks each TopicGuard among plugins (Config.Plugins, or
+// Host.Plugins in a plugin); the first refusal wins.
+func CheckTopicChange(plugins []any, c TopicChange) error {
+	for _, g := range All[TopicGuard](plugins) {
+		if err := g.CheckTopicChange(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

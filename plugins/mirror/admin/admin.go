@@ -6,10 +6,14 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -27,16 +31,56 @@ func New(cl *kgo.Client) *Client { return &Client{cl: cl} }
 // Opt lets a franz-go client send the mirror requests.
 func Opt() kgo.Opt { return kgo.MaxVersions(mirror.ClientVersions()) }
 
-// errOf turns a response's error code and message into an error.
-func errOf(code int16, msg *string) error {
+// Error is an error a broker answered a mirror request with: a Kafka
+// error code (errors.Is works on it) and the broker's message.
+type Error struct {
+	Code    *kerr.Error
+	Message string // the broker's, often naming the code already
+}
+
+func (e *Error) Error() string {
+	switch {
+	case e.Message == "":
+		return e.Code.Error()
+	case strings.Contains(e.Message, e.Code.Message):
+		return e.Message
+	}
+	return e.Message + " (" + e.Code.Message + ")"
+}
+
+func (e *Error) Unwrap() error { return e.Code }
+
+// ErrorOf turns an error code and message of a response into an error
+// (nil for code 0).
+func ErrorOf(code int16, msg *string) error {
 	if code == 0 {
 		return nil
 	}
-	err := mirror.ErrorForCode(code)
-	if msg != nil && *msg != "" {
-		return fmt.Errorf("%s: %w", *msg, err)
+	e := &Error{Code: kerr.UnknownServerError}
+	errors.As(mirror.ErrorForCode(code), &e.Code)
+	if msg != nil {
+		e.Message = *msg
 	}
-	return err
+	return e
+}
+
+// ErrUnsupported is returned by Supported for a broker without the mirror
+// APIs.
+var ErrUnsupported = errors.New("this broker does not support Cluster Mirroring (API 98 not advertised)")
+
+// Supported returns nil if the broker serves the mirror APIs, and
+// ErrUnsupported if it does not advertise them (ListMirrors, 98).
+func (c *Client) Supported(ctx context.Context) error {
+	resp, err := c.do(ctx, kmsg.NewPtrApiVersionsRequest())
+	if err != nil {
+		return err
+	}
+	for _, k := range resp.(*kmsg.ApiVersionsResponse).ApiKeys {
+		if k.ApiKey == mirror.KeyListMirrors {
+			return nil
+		}
+	}
+	return ErrUnsupported
 }
 
 func (c *Client) do(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
@@ -60,22 +104,34 @@ func (c *Client) CreateMirror(ctx context.Context, name string, configs map[stri
 		return err
 	}
 	r := resp.(*mirror.CreateMirrorResponse)
-	return errOf(r.ErrorCode, r.ErrorMessage)
+	return ErrorOf(r.ErrorCode, r.ErrorMessage)
 }
 
 // AddTopicsToMirror adds topics (topic → mirror name), all or none.
 func (c *Client) AddTopicsToMirror(ctx context.Context, topicToMirror map[string]string) error {
-	req := &mirror.AddTopicsToMirrorRequest{}
+	_, err := c.addTopics(ctx, topicToMirror, false)
+	return err
+}
+
+// PlanAddTopics is AddTopicsToMirror validated against both clusters but
+// not done: it returns what truncation would remove from topics that
+// exist here with records (a failback).
+func (c *Client) PlanAddTopics(ctx context.Context, topicToMirror map[string]string) ([]mirror.Truncation, error) {
+	return c.addTopics(ctx, topicToMirror, true)
+}
+
+func (c *Client) addTopics(ctx context.Context, topicToMirror map[string]string, validateOnly bool) ([]mirror.Truncation, error) {
+	req := &mirror.AddTopicsToMirrorRequest{ValidateOnly: validateOnly}
 	for _, t := range slices.Sorted(maps.Keys(topicToMirror)) {
 		m := topicToMirror[t]
 		req.Topics = append(req.Topics, mirror.AddTopic{TopicName: t, MirrorName: &m})
 	}
 	resp, err := c.do(ctx, req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r := resp.(*mirror.AddTopicsToMirrorResponse)
-	return errOf(r.ErrorCode, r.ErrorMessage)
+	return r.Truncations, ErrorOf(r.ErrorCode, r.ErrorMessage)
 }
 
 // RemoveTopicsFromMirror stops mirroring topics (names are anchored
@@ -91,13 +147,45 @@ func (c *Client) RemoveTopicsFromMirror(ctx context.Context, name string, topics
 		return "", err
 	}
 	r := resp.(*mirror.RemoveTopicsFromMirrorResponse)
-	if err := errOf(r.ErrorCode, r.ErrorMessage); err != nil {
+	if err := ErrorOf(r.ErrorCode, r.ErrorMessage); err != nil {
 		return "", err
 	}
 	if r.ErrorMessage != nil {
 		return *r.ErrorMessage, nil
 	}
 	return "", nil
+}
+
+// FailoverOptions shape Failover.
+type FailoverOptions struct {
+	// Force stops the topics even when the source cannot confirm that
+	// nothing would be lost (it is unreachable) or the timeout is over.
+	Force bool
+	// Timeout bounds the wait for lag 0 (the broker's request timeout
+	// when 0).
+	Timeout time.Duration
+}
+
+// Failover is a safe promote: the broker waits until every partition of
+// topics (anchored regular expressions) has lag 0 against a source end
+// offset learned after the call, then stops them; it refuses, naming the
+// partitions, when the source is unreachable or the timeout passes,
+// unless Force. It returns where each partition was left: with Force,
+// the lag given up.
+func (c *Client) Failover(ctx context.Context, name string, topics []string, o FailoverOptions) ([]mirror.FailoverPartition, error) {
+	req := &mirror.RemoveTopicsFromMirrorRequest{MirrorName: name, Mode: mirror.FailoverSafe, TimeoutMs: int32(o.Timeout.Milliseconds())}
+	if o.Force {
+		req.Mode = mirror.FailoverForce
+	}
+	for _, t := range topics {
+		req.Topics = append(req.Topics, mirror.RemoveTopic{TopicName: t})
+	}
+	resp, err := c.do(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	r := resp.(*mirror.RemoveTopicsFromMirrorResponse)
+	return r.Failover, ErrorOf(r.ErrorCode, r.ErrorMessage)
 }
 
 // ListMirrors lists the mirrors.
@@ -107,7 +195,7 @@ func (c *Client) ListMirrors(ctx context.Context) ([]mirror.ListedMirror, error)
 		return nil, err
 	}
 	r := resp.(*mirror.ListMirrorsResponse)
-	return r.Mirrors, errOf(r.ErrorCode, nil)
+	return r.Mirrors, ErrorOf(r.ErrorCode, nil)
 }
 
 // DescribeMirrors describes mirrors (all if names is empty).
@@ -126,7 +214,7 @@ func (c *Client) topicsOp(ctx context.Context, req *mirror.MirrorTopicsRequest, 
 		return err
 	}
 	r := resp.(*mirror.MirrorTopicsResponse)
-	return errOf(r.ErrorCode, r.ErrorMessage)
+	return ErrorOf(r.ErrorCode, r.ErrorMessage)
 }
 
 // PauseMirror pauses topics of a mirror (all if none are named).
@@ -144,6 +232,70 @@ func (c *Client) DeleteMirror(ctx context.Context, name string) error {
 	return c.topicsOp(ctx, mirror.NewDeleteMirrorRequest(), name, nil)
 }
 
+// MirrorConfig is one config of a mirror as the broker describes it; a
+// secret has a nil Value.
+type MirrorConfig struct {
+	Name      string
+	Value     *string
+	Sensitive bool
+}
+
+// DescribeMirrorConfigs returns a mirror's configs (the MIRROR config
+// resource, type 64).
+func (c *Client) DescribeMirrorConfigs(ctx context.Context, name string) ([]MirrorConfig, error) {
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	r := kmsg.NewDescribeConfigsRequestResource()
+	r.ResourceType, r.ResourceName = mirrorResource, name
+	req.Resources = append(req.Resources, r)
+	resp, err := c.do(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	res := resp.(*kmsg.DescribeConfigsResponse).Resources
+	if len(res) != 1 {
+		return nil, fmt.Errorf("describe configs of mirror %s: %d resources in the answer", name, len(res))
+	}
+	if err := ErrorOf(res[0].ErrorCode, res[0].ErrorMessage); err != nil {
+		return nil, err
+	}
+	out := make([]MirrorConfig, len(res[0].Configs))
+	for i, cf := range res[0].Configs {
+		out[i] = MirrorConfig{Name: cf.Name, Value: cf.Value, Sensitive: cf.IsSensitive}
+	}
+	return out, nil
+}
+
+// AlterMirrorConfigs sets and deletes configs of a mirror, all or none;
+// the broker validates the result.
+func (c *Client) AlterMirrorConfigs(ctx context.Context, name string, set map[string]string, del []string) error {
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	r := kmsg.NewIncrementalAlterConfigsRequestResource()
+	r.ResourceType, r.ResourceName = mirrorResource, name
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		cf := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		cf.Name, cf.Value = k, kmsg.StringPtr(set[k])
+		r.Configs = append(r.Configs, cf)
+	}
+	for _, k := range del {
+		cf := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		cf.Name, cf.Op = k, kmsg.IncrementalAlterConfigOpDelete
+		r.Configs = append(r.Configs, cf)
+	}
+	req.Resources = append(req.Resources, r)
+	resp, err := c.do(ctx, req)
+	if err != nil {
+		return err
+	}
+	rr := resp.(*kmsg.IncrementalAlterConfigsResponse).Resources
+	if len(rr) != 1 {
+		return fmt.Errorf("alter configs of mirror %s: %d resources in the answer", name, len(rr))
+	}
+	return ErrorOf(rr[0].ErrorCode, rr[0].ErrorMessage)
+}
+
+// mirrorResource is KIP-1279's MIRROR config resource type.
+const mirrorResource = kmsg.ConfigResourceType(64)
+
 // LastMirroredOffsets returns, per topic and partition, the last mirrored
 // offset and the last mirror epoch.
 func (c *Client) LastMirroredOffsets(ctx context.Context, name string, topics map[string][]int32) ([]mirror.OffsetsTopic, error) {
@@ -156,5 +308,5 @@ func (c *Client) LastMirroredOffsets(ctx context.Context, name string, topics ma
 		return nil, err
 	}
 	r := resp.(*mirror.LastMirroredOffsetsResponse)
-	return r.Topics, errOf(r.ErrorCode, nil)
+	return r.Topics, ErrorOf(r.ErrorCode, nil)
 }

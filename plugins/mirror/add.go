@@ -1,0 +1,351 @@
+package mirror
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/raftmeta"
+)
+
+// sourceTimeout bounds what a mirror API waits for the source cluster.
+const sourceTimeout = 15 * time.Second
+
+// sourceClient is a client of a mirror's source cluster for one request
+// of the mirror APIs; the caller closes it.
+func (p *Plugin) sourceClient(m *raftmeta.Mirror) (*kgo.Client, error) {
+	opts, err := clientOpts(m.Configs, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return kgo.NewClient(append(opts, kgo.ClientID("mirror-admin-"+m.Name))...)
+}
+
+// probeSource asks each bootstrap server of a would-be source for its API
+// versions, over the mirror's transport (TLS or not; Kafka answers
+// ApiVersions before SASL). One broker answering is enough. A source that
+// cannot be reached now is accepted (it may be down: the mirror shows
+// FAILED until it is back); an address that answers, but not as a Kafka
+// broker, refuses the mirror, naming the address, within seconds.
+func (p *Plugin) probeSource(ctx context.Context, configs map[string]string) error {
+	var tc *tls.Config
+	if strings.HasSuffix(strings.ToUpper(configs["security.protocol"]), "SSL") {
+		var err error
+		if tc, err = tlsConfig(configs); err != nil {
+			return err
+		}
+	}
+	var notKafka []string
+	for _, addr := range strings.Split(configs["bootstrap.servers"], ",") {
+		addr = strings.TrimSpace(addr)
+		switch err := probeKafka(ctx, addr, tc, min(p.cfg.ConnectTimeout, 5*time.Second)); {
+		case err == nil:
+			return nil
+		case !errors.Is(err, errNotKafka):
+			// Unreachable now: the mirror will tell when it is back.
+		default:
+			notKafka = append(notKafka, fmt.Sprintf("%s (%v)", addr, err))
+		}
+	}
+	if len(notKafka) > 0 {
+		return fmt.Errorf("mirror config bootstrap.servers: no Kafka broker answers at %s: %w", strings.Join(notKafka, ", "), kerr.InvalidConfig)
+	}
+	return nil
+}
+
+var errNotKafka = errors.New("not a Kafka listener")
+
+// probeKafka sends an ApiVersions v0 request to addr and checks that what
+// comes back is its answer. A connection that cannot be made is a dial
+// error; anything else that goes wrong wraps errNotKafka.
+func probeKafka(ctx context.Context, addr string, tc *tls.Config, timeout time.Duration) error {
+	d := &net.Dialer{Timeout: timeout}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(timeout)) //nolint:errcheck // a failed read reports it
+	if tc != nil {
+		tc = tc.Clone()
+		if tc.ServerName == "" {
+			tc.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tconn := tls.Client(conn, tc)
+		if err := tconn.HandshakeContext(ctx); err != nil {
+			return fmt.Errorf("TLS handshake: %v: %w", err, errNotKafka)
+		}
+		conn = tconn
+	}
+	const corr = 0x7a6d
+	req := binary.BigEndian.AppendUint16(nil, 18)    // ApiVersions
+	req = binary.BigEndian.AppendUint16(req, 0)      // v0
+	req = binary.BigEndian.AppendUint32(req, corr)   // correlation ID
+	req = binary.BigEndian.AppendUint16(req, 0xffff) // null client ID
+	if _, err := conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(req))), req...)); err != nil {
+		return fmt.Errorf("%v: %w", err, errNotKafka)
+	}
+	var head [8]byte
+	if _, err := io.ReadFull(conn, head[:]); err != nil {
+		return fmt.Errorf("no answer to ApiVersions: %v: %w", err, errNotKafka)
+	}
+	if size := binary.BigEndian.Uint32(head[:]); size < 4 || size > 1<<20 || binary.BigEndian.Uint32(head[4:]) != corr {
+		return fmt.Errorf("the answer to ApiVersions starts with %q: %w", head[:], errNotKafka)
+	}
+	return nil
+}
+
+// addTopics is AddTopicsToMirror: every topic is checked on the source
+// (ID, partition count, configs) and then created here with the source's
+// ID, all in one metadata batch per mirror, or none at all. The answer
+// says what LME and replication truncation will remove from topics that
+// exist here with records (a failback); validate-only, nothing is added.
+func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) ([16]byte, []Truncation, error) {
+	img := p.image()
+	byMirror := map[string][]string{}
+	for _, t := range req.Topics {
+		if t.MirrorName == nil || img.Mirrors[*t.MirrorName] == nil {
+			name := "<null>"
+			if t.MirrorName != nil {
+				name = *t.MirrorName
+			}
+			return [16]byte{}, nil, fmt.Errorf("mirror %s does not exist: %w", name, ErrMirrorNotFound)
+		}
+		if other := img.MirrorOf(t.TopicName); other != "" {
+			return [16]byte{}, nil, fmt.Errorf("topic %s is already mirrored by mirror %s: %w", t.TopicName, other, ErrTopicAlreadyMirrored)
+		}
+		byMirror[*t.MirrorName] = append(byMirror[*t.MirrorName], t.TopicName)
+	}
+	if err := p.ensureStateTopic(ctx); err != nil {
+		return [16]byte{}, nil, err
+	}
+	var first [16]byte
+	var plan []Truncation
+	for _, mirror := range slices.Sorted(maps.Keys(byMirror)) {
+		specs, truncs, err := p.sourceTopics(ctx, img.Mirrors[mirror], byMirror[mirror])
+		if err != nil {
+			return [16]byte{}, nil, err
+		}
+		plan = append(plan, truncs...)
+		first = specs[0].ID
+		if req.ValidateOnly {
+			continue
+		}
+		for i := range specs {
+			if specs[i].Configs == nil {
+				specs[i].Configs = map[string]string{}
+			}
+			specs[i].Configs[mirrorNameConfig] = mirror // topics created here; existing ones below
+		}
+		if err := p.host.Metadata().AddMirrorTopics(ctx, mirror, specs); err != nil {
+			return [16]byte{}, nil, err
+		}
+		for _, s := range specs {
+			if err := p.setMirrorName(ctx, s.Name, mirror); err != nil {
+				return [16]byte{}, nil, err
+			}
+		}
+	}
+	if !req.ValidateOnly {
+		p.poke()
+	}
+	return first, plan, nil
+}
+
+// sourceTopics describes topics on a mirror's source cluster: their specs
+// here, and what truncation takes from those that exist here.
+func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []string) ([]raftmeta.TopicSpec, []Truncation, error) {
+	cl, err := p.sourceClient(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, min(p.cfg.RequestTimeout, sourceTimeout))
+	defer cancel()
+	unavailable := func(what string, err error) error {
+		return fmt.Errorf("source cluster %s of mirror %s: %s: %v: %w", m.Configs["bootstrap.servers"], m.Name, what, err, ErrMirrorSourceUnavailable)
+	}
+	mreq := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(t)
+		mreq.Topics = append(mreq.Topics, mt)
+	}
+	resp, err := mreq.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, nil, unavailable("metadata", err)
+	}
+	img := p.image()
+	exclude := excludedProps(m.Configs)
+	creq := kmsg.NewPtrDescribeConfigsRequest()
+	var specs []raftmeta.TopicSpec
+	for _, t := range resp.Topics {
+		name := ""
+		if t.Topic != nil {
+			name = *t.Topic
+		}
+		if t.ErrorCode != 0 {
+			return nil, nil, fmt.Errorf("topic %s on the source cluster of mirror %s: %w", name, m.Name, kerr.ErrorForCode(t.ErrorCode))
+		}
+		if isInternal(name, t.IsInternal) {
+			return nil, nil, fmt.Errorf("topic %s is internal to the source cluster and never mirrored: %w", name, kerr.InvalidRequest)
+		}
+		if here := img.Topics[name]; here != nil && (here.ID != raftmeta.UUID(t.TopicID) || len(here.Partitions) != len(t.Partitions)) {
+			return nil, nil, fmt.Errorf("topic %s exists here with ID %s and %d partitions, the source's has ID %s and %d: %w",
+				name, here.ID.Base64(), len(here.Partitions), raftmeta.UUID(t.TopicID).Base64(), len(t.Partitions), kerr.TopicAlreadyExists)
+		}
+		rf := int16(1)
+		if len(t.Partitions) > 0 {
+			rf = int16(len(t.Partitions[0].Replicas))
+		}
+		specs = append(specs, raftmeta.TopicSpec{Name: name, ID: raftmeta.UUID(t.TopicID), Partitions: int32(len(t.Partitions)), ReplicationFactor: rf})
+		r := kmsg.NewDescribeConfigsRequestResource()
+		r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, name
+		creq.Resources = append(creq.Resources, r)
+	}
+	cresp, err := creq.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, nil, unavailable("topic configs", err)
+	}
+	for i, r := range cresp.Resources {
+		if r.ErrorCode != 0 || i >= len(specs) {
+			continue
+		}
+		for _, c := range r.Configs {
+			if c.Source == kmsg.ConfigSourceDynamicTopicConfig && c.Value != nil && !exclude[c.Name] {
+				if specs[i].Configs == nil {
+					specs[i].Configs = map[string]string{}
+				}
+				specs[i].Configs[c.Name] = *c.Value
+			}
+		}
+	}
+	plan, err := p.truncationPlan(ctx, cl, m.Name, specs)
+	if err != nil {
+		return nil, nil, unavailable("last mirror epochs", err)
+	}
+	return specs, plan, nil
+}
+
+// truncationPlan predicts what adding topics to a mirror removes from the
+// partitions here that have records: the mirror will truncate to where
+// the source's last mirror epoch (LME) ends here (everything if the source
+// never mirrored the topic), then to where that epoch ends on the source.
+func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror string, specs []raftmeta.TopicSpec) ([]Truncation, error) {
+	img := p.image()
+	eng := p.host.Engine()
+	lmeReq := &LastMirroredOffsetsRequest{MirrorName: mirror}
+	for _, s := range specs {
+		if img.Topics[s.Name] == nil {
+			continue // created here: empty
+		}
+		pt := PartitionsTopic{Name: s.Name}
+		for i := range s.Partitions {
+			pt.Partitions = append(pt.Partitions, i)
+		}
+		lmeReq.Topics = append(lmeReq.Topics, pt)
+	}
+	if len(lmeReq.Topics) == 0 {
+		return nil, nil
+	}
+	lmes := map[tpKey]int32{}
+	served, err := servesKey(ctx, cl, KeyLastMirroredOffsets)
+	if err != nil {
+		return nil, err
+	}
+	if served {
+		resp, err := cl.Request(ctx, lmeReq)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range resp.(*LastMirroredOffsetsResponse).Topics {
+			for _, pp := range t.Partitions {
+				if pp.ErrorCode != 0 {
+					return nil, fmt.Errorf("%s-%d: %w", t.Name, pp.PartitionIndex, ErrorForCode(pp.ErrorCode))
+				}
+				lmes[tpKey{t.Name, pp.PartitionIndex}] = pp.LastMirrorEpoch
+			}
+		}
+	}
+	// Where each LME ends on the source.
+	ends := map[tpKey]int64{}
+	oreq := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	oreq.ReplicaID = -1
+	for _, t := range lmeReq.Topics {
+		ot := kmsg.NewOffsetForLeaderEpochRequestTopic()
+		ot.Topic = t.Name
+		for _, i := range t.Partitions {
+			if lme, ok := lmes[tpKey{t.Name, i}]; ok && lme >= 0 {
+				op := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+				op.Partition, op.CurrentLeaderEpoch, op.LeaderEpoch = i, -1, lme
+				ot.Partitions = append(ot.Partitions, op)
+			}
+		}
+		if len(ot.Partitions) > 0 {
+			oreq.Topics = append(oreq.Topics, ot)
+		}
+	}
+	if len(oreq.Topics) > 0 {
+		oresp, err := oreq.RequestWith(ctx, cl)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range oresp.Topics {
+			for _, pp := range t.Partitions {
+				if pp.ErrorCode == 0 && pp.EndOffset >= 0 {
+					ends[tpKey{t.Topic, pp.Partition}] = pp.EndOffset
+				}
+			}
+		}
+	}
+	var plan []Truncation
+	for _, t := range lmeReq.Topics {
+		id := img.Topics[t.Name].ID
+		for _, i := range t.Partitions {
+			ep := eng.Partition(engine.TopicID(id), i)
+			if ep == nil {
+				continue // not hosted here
+			}
+			k := tpKey{t.Name, i}
+			offs := ep.Offsets()
+			lme, to := int32(-1), offs.LogStart
+			if e, ok := lmes[k]; ok {
+				lme = e
+			}
+			if lme >= 0 {
+				if _, end := ep.EndOffsetForEpoch(lme); end >= 0 {
+					to = max(to, end)
+				}
+				if end, ok := ends[k]; ok {
+					to = max(offs.LogStart, min(to, end))
+				}
+			}
+			if to < offs.LogEnd {
+				plan = append(plan, Truncation{Topic: t.Name, Partition: i, LogEnd: offs.LogEnd, TruncateTo: to, LastMirrorEpoch: lme})
+			}
+		}
+	}
+	return plan, nil
+}
+
+// servesKey reports whether the cluster behind cl advertises an API key.
+func servesKey(ctx context.Context, cl *kgo.Client, key int16) (bool, error) {
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(resp.ApiKeys, func(k kmsg.ApiVersionsResponseApiKey) bool { return k.ApiKey == key }), nil
+}

@@ -1,0 +1,155 @@
+package mirror
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server"
+)
+
+// The one-writer rule: the only writer of a mirror partition is its
+// mirror fetcher, and only the mirror APIs change a mirror topic. It
+// lives here, in two hooks that share one notion of "mirror topic"
+// (a member of a mirror, not stopped):
+//
+//   - ValidateAppend sees every append, whatever its origin: client
+//     produce, a coordinator, transaction markers (the transaction
+//     coordinator's, or a client's WriteTxnMarkers), the mirror's own;
+//   - CheckTopicChange is asked by the broker's admin handlers
+//     (DeleteRecords, CreatePartitions, DeleteTopics, config changes) and
+//     by the transaction coordinator before they change a topic.
+
+// ValidateAppend implements engine.AppendValidator. On a mirror topic it
+// accepts only the mirror fetcher's batches while the partition is
+// MIRRORING (with the KIP's epoch checks), the failover sequence's
+// markers while it is STOPPING, and in-cluster replication; everything
+// else is READ_ONLY_TOPIC, and the log is left untouched.
+func (p *Plugin) ValidateAppend(req *engine.AppendRequest) error {
+	if req.Origin == engine.OriginReplica {
+		return nil // a follower copies its leader, which obeys the rule
+	}
+	img := p.image()
+	if img == nil {
+		return nil
+	}
+	mirror := img.MirrorOf(req.Topic)
+	switch req.Origin {
+	case engine.OriginMirror:
+		if st := p.partState(mirror, req.Topic, req.Partition); st != Mirroring {
+			return fmt.Errorf("%s-%d is not a MIRRORING partition (mirror %q, %s): a fetcher may not append: %w",
+				req.Topic, req.Partition, mirror, st, ErrReadOnlyTopic)
+		}
+		return p.checkEpochs(img, mirror, req)
+	case engine.OriginMirrorControl:
+		if st := p.partState(mirror, req.Topic, req.Partition); mirror != "" && st != Stopping {
+			return fmt.Errorf("%s-%d is %s, not STOPPING: %w", req.Topic, req.Partition, st, ErrReadOnlyTopic)
+		}
+		return nil
+	}
+	if mirror != "" {
+		return fmt.Errorf("topic %s is a mirror topic of mirror %s and is read-only (%s append refused): %w", req.Topic, mirror, req.Origin, ErrReadOnlyTopic)
+	}
+	return nil
+}
+
+// partState is a partition's state as the run of its mirror on this
+// broker knows it (UNKNOWN if none).
+func (p *Plugin) partState(mirror, topic string, partition int32) State {
+	if mirror == "" {
+		return Unknown
+	}
+	r := p.run(mirror)
+	if r == nil {
+		return Unknown
+	}
+	st, _ := r.state(tpKey{topic, partition})
+	return st
+}
+
+// checkEpochs applies the KIP's leader epoch rules to mirrored batches:
+// none may carry an epoch above the destination's (the partition must be
+// fenced and its epoch bumped first), and one close to it schedules a
+// bump.
+func (p *Plugin) checkEpochs(img *raftmeta.Image, mirror string, req *engine.AppendRequest) error {
+	t := img.Topics[req.Topic]
+	if t == nil || int(req.Partition) >= len(t.Partitions) {
+		return nil
+	}
+	dle := t.Partitions[req.Partition].LeaderEpoch
+	sle := maxBatchEpoch(req.Records)
+	fence, bump := epochCheck(sle, dle)
+	if fence {
+		return fmt.Errorf("%s-%d: batch leader epoch %d above destination epoch %d: %w", req.Topic, req.Partition, sle, dle, ErrMirrorLeaderEpochExceeded)
+	}
+	if bump {
+		if r := p.run(mirror); r != nil {
+			r.scheduleBump(req.Topic, req.Partition, sle)
+		}
+	}
+	return nil
+}
+
+var opNames = map[server.TopicOp]string{
+	server.OpWrite:            "writing records",
+	server.OpTxnMarkers:       "writing transaction markers",
+	server.OpDeleteRecords:    "DeleteRecords",
+	server.OpCreatePartitions: "CreatePartitions",
+	server.OpDeleteTopic:      "DeleteTopics",
+	server.OpAlterConfigs:     "altering configs",
+}
+
+// CheckTopicChange implements server.TopicGuard: a mirror topic refuses
+// every change but those of configs the mirror does not sync (its
+// mirror.topic.properties.exclude), with READ_ONLY_TOPIC naming the
+// mirror.
+func (p *Plugin) CheckTopicChange(c server.TopicChange) error {
+	img := p.image()
+	if img == nil {
+		return nil
+	}
+	m := img.MirrorOf(c.Topic)
+	if m == "" {
+		if c.Op == server.OpAlterConfigs && slices.Contains(c.Keys, mirrorNameConfig) {
+			return fmt.Errorf("topic %s: %s is set by the mirror APIs only (AddTopicsToMirror): %w", c.Topic, mirrorNameConfig, kerr.InvalidConfig)
+		}
+		return nil
+	}
+	if c.Op == server.OpAlterConfigs {
+		excluded := excludedProps(img.Mirrors[m].Configs)
+		for _, k := range c.Keys {
+			if k == mirrorNameConfig || !excluded[k] {
+				return fmt.Errorf("topic %s is a mirror topic of mirror %s: config %s is synced from the source (only keys in mirror.topic.properties.exclude may be set here): %w",
+					c.Topic, m, k, ErrReadOnlyTopic)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("topic %s is a mirror topic of mirror %s and is read-only: %s refused (remove it from the mirror first): %w", c.Topic, m, opNames[c.Op], ErrReadOnlyTopic)
+}
+
+// mirrorNameConfig is the topic config that names a topic's mirror (the
+// KIP's mirror.name): set while the topic is in a mirror, cleared when it
+// leaves it.
+const mirrorNameConfig = "mirror.name"
+
+// setMirrorName sets (mirror != "") or clears a topic's mirror.name.
+func (p *Plugin) setMirrorName(ctx context.Context, topic, mirror string) error {
+	t := p.image().Topics[topic]
+	if t == nil || t.Configs[mirrorNameConfig] == mirror {
+		return nil
+	}
+	c := raftmeta.ConfigChange{Resource: raftmeta.ConfigResourceTopic, Name: topic, Key: mirrorNameConfig}
+	if mirror != "" {
+		c.Value = kmsg.StringPtr(mirror)
+	}
+	if err := p.host.Metadata().AlterConfigs(ctx, []raftmeta.ConfigChange{c}); err != nil {
+		return fmt.Errorf("set %s of %s: %w", mirrorNameConfig, topic, err)
+	}
+	return nil
+}

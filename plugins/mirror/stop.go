@@ -1,0 +1,204 @@
+package mirror
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/tandem-kafka/tandem/engine"
+)
+
+// StopStep names a step of the failover sequence (STOPPING), in the
+// KIP's order. A step is durable once its hook runs: a broker killed
+// after it resumes with the next step.
+type StopStep string
+
+const (
+	StepFetcherRemoved StopStep = "fetcher-removed"      // StopAt and StopEpoch persisted
+	StepEpochBumped    StopStep = "epoch-bumped"         // destination epoch above every mirrored batch
+	StepTxnsAborted    StopStep = "transactions-aborted" // ABORT markers for the source's open transactions
+	StepLMEPersisted   StopStep = "lme-persisted"        // last mirror epoch and offset persisted
+	StepBarrierWritten StopStep = "barrier-written"      // the one MIRROR_PID_RESET barrier
+	StepWritable       StopStep = "writable"             // the topic left the mirror (partition -1)
+)
+
+// stopPartition is STOPPING (failover), an idempotent sequence that needs
+// nothing from the source: remove the fetcher, bump the epoch, abort the
+// transactions the source left open, persist the last mirror epoch, write
+// one barrier. Each step is skipped or repeated harmlessly when a crashed
+// broker resumes it: the first step persists where the mirrored data ends
+// (StopAt) and the epoch then, and the others derive from them.
+func (r *run) stopPartition(pt *part) error {
+	r.mu.Lock()
+	done := pt.stopDone
+	r.mu.Unlock()
+	if done {
+		return nil
+	}
+	ep, err := r.partition(pt)
+	if err != nil {
+		return err
+	}
+	k := pkey{r.name, pt.topic, pt.partition}
+	st, err := r.p.readState(r.ctx, k, pt.id)
+	if err != nil {
+		return err
+	}
+	// 1. Remove the fetcher. After release nothing else appends, so the
+	// log ends with mirrored data: StopAt is where it ends.
+	r.release()
+	if st.StopAt < 0 {
+		offs := ep.Offsets()
+		if st, err = r.p.writeState(r.ctx, k, pt.id, func(s *pstate) error {
+			s.StopAt, s.StopEpoch = offs.LogEnd, offs.LeaderEpoch
+			return nil
+		}); err != nil {
+			return err
+		}
+		r.p.stopHook(pt.topic, pt.partition, StepFetcherRemoved)
+	}
+	lme := int32(-1)
+	if st.StopAt > ep.Offsets().LogStart {
+		lme = ep.EpochAt(st.StopAt - 1)
+	}
+
+	// 2. Bump the epoch above every mirrored batch and above the epoch at
+	// the stop: new records carry an epoch the source never had. The
+	// controller makes it max(min+1, current), so a resumed stop does
+	// not bump again.
+	if err := r.bumpEpoch(pt, max(st.StopEpoch, lme)); err != nil {
+		return err
+	}
+	r.p.stopHook(pt.topic, pt.partition, StepEpochBumped)
+
+	// 3. Abort what the source's coordinators left open: they will never
+	// end those transactions here. Only open ones, so a resumed stop
+	// writes no second marker.
+	if _, err := ep.AbortOpenTransactions(r.ctx); err != nil {
+		return r.fail(pt, err)
+	}
+	r.p.stopHook(pt.topic, pt.partition, StepTxnsAborted)
+
+	// 4. Persist the last mirror epoch, twice: for the mirror, and for the
+	// topic alone (mirror name ""), which outlives the mirror's deletion
+	// so that a later failback still finds it.
+	for _, key := range []pkey{k, {"", pt.topic, pt.partition}} {
+		if _, err := r.p.writeState(r.ctx, key, pt.id, func(s *pstate) error {
+			s.LME, s.LMO = lme, st.StopAt-1
+			if key.mirror == "" {
+				s.State = Stopped
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	r.p.stopHook(pt.topic, pt.partition, StepLMEPersisted)
+
+	// 5. One producer-state barrier: unless a resumed stop wrote it.
+	has, err := hasBarrier(ep, st.StopAt)
+	if err != nil {
+		return err
+	}
+	if !has {
+		if _, err := ep.WriteProducerBarrier(r.ctx); err != nil {
+			return r.fail(pt, err)
+		}
+	}
+	r.p.stopHook(pt.topic, pt.partition, StepBarrierWritten)
+	r.mu.Lock()
+	pt.stopDone = true
+	r.mu.Unlock()
+	return nil
+}
+
+// hasBarrier reports whether the log holds a producer-state barrier at or
+// after offset. Above StopAt only the stop sequence writes (its ABORT
+// markers, then the barrier), so the scan is short.
+func hasBarrier(ep *engine.Partition, from int64) (bool, error) {
+	for off := from; off < ep.Offsets().LogEnd; {
+		res, err := ep.Fetch(off, 1<<20, engine.ReadUncommitted)
+		if err != nil {
+			return false, fmt.Errorf("looking for the barrier: %w", err)
+		}
+		if len(res.Batches) == 0 {
+			return false, nil
+		}
+		for _, b := range res.Batches {
+			if isBarrier(b) {
+				return true, nil
+			}
+			off = int64(binary.BigEndian.Uint64(b)) + int64(binary.BigEndian.Uint32(b[23:])) + 1
+		}
+	}
+	return false, nil
+}
+
+// isBarrier reports whether a stored batch is the producer-state barrier:
+// a control batch of producer id -1 whose record key has type
+// engine.ControlPIDReset.
+func isBarrier(b []byte) bool {
+	const attrControl = 0x20
+	if len(b) < 61+6 || binary.BigEndian.Uint16(b[21:])&attrControl == 0 || int64(binary.BigEndian.Uint64(b[43:])) != -1 {
+		return false
+	}
+	// The one record: length (varint), attributes (one byte), timestamp
+	// and offset deltas (varints), key length (varint), key = version
+	// int16, type int16.
+	rec := b[61:]
+	for i := range 4 {
+		if len(rec) == 0 {
+			return false
+		}
+		n := 1
+		if i != 1 {
+			if _, n = binary.Varint(rec); n <= 0 {
+				return false
+			}
+		}
+		rec = rec[n:]
+	}
+	keyLen, n := binary.Varint(rec)
+	if n <= 0 || keyLen < 4 || len(rec) < n+4 {
+		return false
+	}
+	return int16(binary.BigEndian.Uint16(rec[n+2:])) == engine.ControlPIDReset
+}
+
+// finishStops makes topics whose partitions all finished STOPPING
+// writable (the mirror membership is marked stopped in the metadata
+// quorum), then records STOPPED.
+func (r *run) finishStops(parts []*part) error {
+	byTopic := map[string][]*part{}
+	r.mu.Lock()
+	for _, pt := range parts {
+		if pt.state == Stopping {
+			byTopic[pt.topic] = append(byTopic[pt.topic], pt)
+		}
+	}
+	r.mu.Unlock()
+	img := r.p.image()
+	for topic, pts := range byTopic {
+		t := img.Topics[topic]
+		r.mu.Lock()
+		waiting := slices.ContainsFunc(pts, func(pt *part) bool { return !pt.stopDone })
+		r.mu.Unlock()
+		if t == nil || len(pts) != len(t.Partitions) || waiting {
+			continue
+		}
+		if err := r.p.setMirrorName(r.ctx, topic, ""); err != nil {
+			return err
+		}
+		if err := r.p.host.Metadata().StopMirrorTopic(r.ctx, r.name, topic); err != nil {
+			return err
+		}
+		r.p.stopHook(topic, -1, StepWritable)
+		for _, pt := range pts {
+			if err := r.setState(pt, Stopped, ""); err != nil {
+				return err
+			}
+		}
+		r.log.Info("mirror topic stopped: now writable", "topic", topic)
+	}
+	return nil
+}

@@ -1,0 +1,308 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/plugins/mirror"
+	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+)
+
+// TestMirrorReadOnlyHolds is defect 3: on a mirror topic every way of
+// changing it but the mirror's own is refused with READ_ONLY_TOPIC, the
+// log and the metadata untouched: DeleteRecords, CreatePartitions,
+// DeleteTopics, config changes of synced keys, AddPartitionsToTxn, a
+// transactional produce and its commit, and a client's WriteTxnMarkers
+// (after which mirroring goes on). The topic's config names its mirror.
+func TestMirrorReadOnlyHolds(t *testing.T) {
+	src, dst := startMirrorCluster(t, ""), startMirrorCluster(t, "")
+	createMirrorTopic(t, src, "ro", 2)
+	ends := produceN(t, src.addr(), "ro", 2, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	da := dst.admin()
+	if err := da.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{"ro": "m"}); err != nil {
+		t.Fatal(err)
+	}
+	waitMirrored(t, dst, "m", "ro", ends, 30*time.Second)
+	cl := dst.client()
+	readOnly := func(what string, code int16, msg *string) {
+		t.Helper()
+		if code != mirror.ErrReadOnlyTopic.Code {
+			t.Fatalf("%s on a mirror topic: error code %d (%v), want READ_ONLY_TOPIC", what, code, msg)
+		}
+		if msg != nil && !strings.Contains(*msg, "mirror m") {
+			t.Fatalf("%s on a mirror topic: message %q does not name the mirror", what, *msg)
+		}
+	}
+	untouched := func(what string) {
+		t.Helper()
+		for p, end := range ends {
+			if o := dst.partition("ro", p).Offsets(); o.LogStart != 0 || o.LogEnd != end {
+				t.Fatalf("after %s: ro-%d has log start %d end %d, want 0 and %d", what, p, o.LogStart, o.LogEnd, end)
+			}
+		}
+		if n := len(dst.topic("ro").Partitions); n != 2 {
+			t.Fatalf("after %s: %d partitions", what, n)
+		}
+	}
+
+	dr := kmsg.NewPtrDeleteRecordsRequest()
+	drt := kmsg.NewDeleteRecordsRequestTopic()
+	drt.Topic = "ro"
+	drt.Partitions = []kmsg.DeleteRecordsRequestTopicPartition{{Partition: 0, Offset: 3}}
+	dr.Topics, dr.TimeoutMillis = append(dr.Topics, drt), 5000
+	drr, err := dr.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly("DeleteRecords", drr.Topics[0].Partitions[0].ErrorCode, nil)
+	untouched("DeleteRecords")
+
+	cp := kmsg.NewPtrCreatePartitionsRequest()
+	cp.Topics, cp.TimeoutMillis = []kmsg.CreatePartitionsRequestTopic{{Topic: "ro", Count: 3}}, 5000
+	cpr, err := cp.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly("CreatePartitions", cpr.Topics[0].ErrorCode, cpr.Topics[0].ErrorMessage)
+	untouched("CreatePartitions")
+
+	dt := kmsg.NewPtrDeleteTopicsRequest()
+	dt.Topics = []kmsg.DeleteTopicsRequestTopic{{Topic: kmsg.StringPtr("ro")}}
+	dt.TimeoutMillis = 5000
+	dtr, err := dt.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly("DeleteTopics", dtr.Topics[0].ErrorCode, dtr.Topics[0].ErrorMessage)
+	untouched("DeleteTopics")
+
+	alter := func(key string) (int16, *string) {
+		req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+		r := kmsg.NewIncrementalAlterConfigsRequestResource()
+		r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, "ro"
+		r.Configs = []kmsg.IncrementalAlterConfigsRequestResourceConfig{{Name: key, Value: kmsg.StringPtr("1")}}
+		req.Resources = append(req.Resources, r)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Resources[0].ErrorCode, resp.Resources[0].ErrorMessage
+	}
+	code, msg := alter("retention.ms")
+	readOnly("IncrementalAlterConfigs retention.ms", code, msg)
+	code, msg = alter("mirror.name")
+	readOnly("IncrementalAlterConfigs mirror.name", code, msg)
+	if code, msg := alter("min.insync.replicas"); code != 0 { // not synced: the destination's own
+		t.Fatalf("altering min.insync.replicas (excluded from the sync) on a mirror topic: %d %v", code, msg)
+	}
+	ac := kmsg.NewPtrAlterConfigsRequest()
+	acr := kmsg.NewAlterConfigsRequestResource()
+	acr.ResourceType, acr.ResourceName = kmsg.ConfigResourceTypeTopic, "ro"
+	acr.Configs = []kmsg.AlterConfigsRequestResourceConfig{{Name: "retention.ms", Value: kmsg.StringPtr("1000")}}
+	ac.Resources = append(ac.Resources, acr)
+	acresp, err := ac.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly("AlterConfigs", acresp.Resources[0].ErrorCode, acresp.Resources[0].ErrorMessage)
+	if v, ok := dst.topic("ro").Configs["retention.ms"]; ok {
+		t.Fatalf("retention.ms of the mirror topic changed to %s", v)
+	}
+	desc, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, "ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := desc.On("ro", nil)
+	if err != nil || c.Err != nil {
+		t.Fatalf("describe ro: %v %v", err, c.Err)
+	}
+	var name string
+	for _, e := range c.Configs {
+		if e.Key == "mirror.name" && e.Value != nil {
+			name = *e.Value
+		}
+	}
+	if name != "m" {
+		t.Fatalf("mirror.name of a mirror topic: %q, want m", name)
+	}
+
+	// Transactions: AddPartitionsToTxn is refused; a transactional
+	// producer's batches and commit leave the log as it was.
+	ip := kmsg.NewPtrInitProducerIDRequest()
+	ip.TransactionalID, ip.TransactionTimeoutMillis = kmsg.StringPtr("t1"), 60000
+	ipr, err := ip.RequestWith(ctx, cl)
+	if err != nil || ipr.ErrorCode != 0 {
+		t.Fatalf("init producer id: %v %d", err, ipr.ErrorCode)
+	}
+	ap := kmsg.NewPtrAddPartitionsToTxnRequest()
+	ap.Version = 3
+	ap.TransactionalID, ap.ProducerID, ap.ProducerEpoch = "t1", ipr.ProducerID, ipr.ProducerEpoch
+	ap.Topics = []kmsg.AddPartitionsToTxnRequestTopic{{Topic: "ro", Partitions: []int32{0}}}
+	apr, err := ap.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly("AddPartitionsToTxn", apr.Topics[0].Partitions[0].ErrorCode, nil)
+	tx := dst.client(kgo.TransactionalID("t2"), kgo.DefaultProduceTopic("ro"), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RecordRetries(1))
+	if err := tx.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.ProduceSync(ctx, &kgo.Record{Value: []byte("txn")}).FirstErr(); err == nil {
+		t.Fatalf("a transactional produce to a mirror topic succeeded")
+	}
+	tx.EndTransaction(ctx, kgo.TryCommit) //nolint:errcheck // whatever it answers, the log must not change
+	time.Sleep(time.Second)               // markers are written after EndTxn is answered
+	untouched("a transactional produce and its commit")
+
+	// A client's WriteTxnMarkers: refused, and mirroring goes on.
+	wm := kmsg.NewPtrWriteTxnMarkersRequest()
+	wm.Markers = []kmsg.WriteTxnMarkersRequestMarker{{ProducerID: 4242, ProducerEpoch: 0, Committed: true, CoordinatorEpoch: 0,
+		Topics: []kmsg.WriteTxnMarkersRequestMarkerTopic{{Topic: "ro", Partitions: []int32{0}}}}}
+	wmr, err := wm.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly("WriteTxnMarkers", wmr.Markers[0].Topics[0].Partitions[0].ErrorCode, nil)
+	untouched("WriteTxnMarkers")
+	ends = produceN(t, src.addr(), "ro", 2, 5)
+	waitMirrored(t, dst, "m", "ro", ends, 30*time.Second)
+	for p := range int32(2) {
+		sameLog(t, "ro after the refused changes", src.partition("ro", p), dst.partition("ro", p))
+	}
+
+	// Failed over, it is an ordinary topic again.
+	if _, err := da.RemoveTopicsFromMirror(ctx, "m", []string{"ro"}); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := dst.topic("ro").Configs["mirror.name"]; ok {
+		t.Fatalf("mirror.name %q still set after failover", v)
+	}
+	drr, err = dr.RequestWith(ctx, cl)
+	if err != nil || drr.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("DeleteRecords after failover: %v %d", err, drr.Topics[0].Partitions[0].ErrorCode)
+	}
+}
+
+// TestMirrorFailbackWithOpenSourceTransaction is defect 4: the old
+// primary's transaction coordinator still holds a transaction open on a
+// topic that has become a mirror topic again (failback); when it aborts
+// it, it writes no marker into the mirror partition, and the old primary
+// ends byte-identical to the new one.
+func TestMirrorFailbackWithOpenSourceTransaction(t *testing.T) {
+	a := startMirrorClusterProps(t, "", map[string]string{"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"})
+	b := startMirrorCluster(t, "")
+	createMirrorTopic(t, a, "t", 1)
+	ends := produceN(t, a.addr(), "t", 1, 10)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ba := b.admin()
+	if err := ba.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": a.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ba.AddTopicsToMirror(ctx, map[string]string{"t": "m"}); err != nil {
+		t.Fatal(err)
+	}
+	waitMirrored(t, b, "m", "t", ends, 30*time.Second)
+	if _, err := ba.RemoveTopicsFromMirror(ctx, "m", []string{"t"}); err != nil {
+		t.Fatal(err)
+	}
+	produceN(t, b.addr(), "t", 1, 5) // the new primary moves on
+
+	// The old primary has a transaction open on t when it fails back.
+	tx := a.client(kgo.TransactionalID("zombie"), kgo.DefaultProduceTopic("t"), kgo.TransactionTimeout(3*time.Second))
+	if err := tx.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.ProduceSync(ctx, &kgo.Record{Value: []byte("open on the old primary")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	aa := a.admin()
+	if err := aa.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": b.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := aa.AddTopicsToMirror(ctx, map[string]string{"t": "m"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the old primary's coordinator to abort the timed-out transaction", func() bool {
+		ds, err := kadm.NewClient(a.client()).DescribeTransactions(ctx, "zombie")
+		if err != nil {
+			return false
+		}
+		d, ok := ds["zombie"]
+		return ok && d.Err == nil && d.State == "CompleteAbort"
+	})
+	produceN(t, b.addr(), "t", 1, 5)
+	caughtUp(t, b, a, "m", "t", 30*time.Second)
+	sameLog(t, "t on the old primary", b.partition("t", 0), a.partition("t", 0))
+}
+
+// TestMirrorSafeFailover: a planned failover waits for lag 0 against a
+// fresh source end offset and refuses, naming the partitions, when that
+// does not come in time; with the source unreachable it refuses unless
+// forced, and a forced one reports what it gave up.
+func TestMirrorSafeFailover(t *testing.T) {
+	src := startMirrorCluster(t, "")
+	// Slow: 2 kB/s of small fetches.
+	dst := startMirrorClusterProps(t, "", map[string]string{"mirror.replication.throttled.rate": "2000", "replica.fetch.max.bytes": "1000"})
+	for _, topic := range []string{"slow", "calm", "gone"} {
+		createMirrorTopic(t, src, topic, 1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pc := src.client(kgo.DefaultProduceTopic("slow"))
+	for i := range 200 { // one batch each: the throttled mirror copies a few per second
+		if err := pc.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "%0100d", i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	da := dst.admin()
+	if err := da.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{"slow": "m", "calm": "m", "gone": "m"}); err != nil {
+		t.Fatal(err)
+	}
+	report, err := da.Failover(ctx, "m", []string{"slow"}, admin.FailoverOptions{Timeout: time.Second})
+	if !errors.Is(err, kerr.RequestTimedOut) || !strings.Contains(err.Error(), "slow-0: lag") {
+		t.Fatalf("safe failover of a lagging topic: %v", err)
+	}
+	if len(report) != 1 || report[0].Lag <= 0 {
+		t.Fatalf("safe failover of a lagging topic reports %+v", report)
+	}
+	if st, _ := describe(t, dst, "m"); st["slow/0"].State != "MIRRORING" {
+		t.Fatalf("a refused failover stopped slow-0: %s", st["slow/0"].State)
+	}
+
+	// Caught up (nothing to copy), the safe failover goes through.
+	report, err = da.Failover(ctx, "m", []string{"calm"}, admin.FailoverOptions{Timeout: time.Minute})
+	if err != nil || len(report) != 1 || report[0].Lag != 0 || report[0].SourceOffset != 0 {
+		t.Fatalf("safe failover of a caught-up topic: %v %+v", err, report)
+	}
+
+	// The source gone: refused unless forced; forced, the lag is reported.
+	src.b.Close()
+	if _, err := da.Failover(ctx, "m", []string{"gone"}, admin.FailoverOptions{Timeout: time.Minute}); !errors.Is(err, mirror.ErrMirrorSourceUnavailable) {
+		t.Fatalf("safe failover with the source gone: %v", err)
+	}
+	report, err = da.Failover(ctx, "m", []string{"gone", "slow"}, admin.FailoverOptions{Force: true, Timeout: time.Minute})
+	if err != nil || len(report) != 2 || report[0].Lag != 0 || report[1].Lag <= 0 || report[1].SourceOffset != 200 {
+		t.Fatalf("forced failover with the source gone: %v %+v", err, report)
+	}
+	if err := produceOne(t, dst, "slow", 0, "after a forced failover"); err != nil {
+		t.Fatal(err)
+	}
+}
