@@ -31,12 +31,8 @@ type ControllerMetrics struct {
 	FencedBrokers      atomic.Int64 // brokers fenced by this node as controller
 	UncleanElections   atomic.Int64 // leaders elected from outside the ISR
 	LeaderElections    atomic.Int64 // leader changes decided here
-	OfflinePartitions  atomic.Int64 // partitions without a leader, in the last image this controller saw
-	ActiveController   atomic.Int64 // 1 while this node leads the quorum
 	PreferredElections atomic.Int64 // leaderships moved back to the preferred replica
 }
-
-func (m *ControllerMetrics) init() {}
 
 // Metrics returns the controller's counters.
 func (c *Controller) Metrics() *ControllerMetrics { return &c.metrics }
@@ -335,8 +331,9 @@ type Session struct {
 // Register registers this node's broker with the controller, waiting for
 // the quorum as long as ctx allows and saying which voters it waits for,
 // then heartbeats in the background until the session is closed. A
-// configuration conflict (another cluster, another voter list, a node ID
-// in use by a running broker) is returned at once.
+// configuration conflict (another cluster, another voter list) is
+// returned at once; a node ID in use by a running broker once that
+// broker has heartbeated for longer than the session timeout since.
 func (c *Controller) Register(ctx context.Context, b Broker) (*Session, error) {
 	s := &Session{c: c, req: RegisterRequest{Broker: b, ClusterID: c.cfg.ClusterID},
 		stopping: make(chan struct{}), changed: make(chan struct{}), done: make(chan struct{})}
@@ -363,6 +360,7 @@ func (s *Session) Epoch() int64 {
 func (s *Session) register(ctx context.Context, waiting bool) error {
 	c := s.c
 	lastLog := time.Time{}
+	var dupSince time.Time // when the controller first said the ID is in use
 	for {
 		if c.stream != nil && waiting && time.Since(lastLog) >= 5*time.Second {
 			if err := s.logWaiting(ctx); err != nil {
@@ -385,7 +383,19 @@ func (s *Session) register(ctx context.Context, waiting bool) error {
 			s.mu.Unlock()
 			return nil
 		}
-		if isFatal(err) {
+		if errors.Is(err, kerr.DuplicateBrokerRegistration) {
+			// This node's previous process may have stopped moments ago
+			// without the controller noticing (it was the controller
+			// itself): its session runs out within the session timeout.
+			// A registration still refused after that belongs to another
+			// running node.
+			if dupSince.IsZero() {
+				dupSince = time.Now()
+			}
+			if time.Since(dupSince) > c.sessionTimeout()+cmpOr(c.cfg.HeartbeatInterval, 2*time.Second) {
+				return fmt.Errorf("node %d cannot join the cluster: %w", s.req.Broker.ID, err)
+			}
+		} else if isFatal(err) {
 			return fmt.Errorf("node %d cannot join the cluster: %w", s.req.Broker.ID, err)
 		}
 		if ctx.Err() != nil {
@@ -399,7 +409,7 @@ func (s *Session) register(ctx context.Context, waiting bool) error {
 }
 
 func isFatal(err error) bool {
-	for _, ke := range []*kerr.Error{kerr.InconsistentClusterID, kerr.DuplicateBrokerRegistration, kerr.InvalidRequest} {
+	for _, ke := range []*kerr.Error{kerr.InconsistentClusterID, kerr.InvalidRequest} {
 		if errors.Is(err, ke) {
 			return true
 		}

@@ -122,7 +122,6 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 		stop:     make(chan struct{}),
 	}
 	c.rpcs.c = c
-	c.metrics.init()
 	empty := &Image{ControllerID: -1}
 	empty.ensureMaps()
 	c.state.Store(&published{img: empty, changed: make(chan struct{})})

@@ -167,10 +167,12 @@ func call[R any](c *Controller, ctx context.Context, op string, args any) (R, er
 						return zero, fmt.Errorf("raftmeta: %s: undecodable answer: %w", op, err)
 					}
 				}
-				if werr := c.awaitIndex(ctx, resp.Index); werr != nil && resp.Err == nil {
-					return r, werr
+				if resp.Err != nil {
+					// A refused op wrote nothing worth waiting for (and a
+					// node not in the quorum yet would wait in vain).
+					return r, resp.Err.err()
 				}
-				return r, resp.Err.err()
+				return r, c.awaitIndex(ctx, resp.Index)
 			}
 			if err != nil && ctx.Err() == nil {
 				c.log.Debug("forwarding to the controller failed; retrying", "op", op, "controller", id, "err", err)

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -146,4 +148,66 @@ func (b *Broker) othersLive() bool {
 		}
 	}
 	return false
+}
+
+// clusterMetrics are Kafka's controller and replica manager gauges, as
+// this broker sees them: the controller's counters count the decisions
+// taken while this node led the quorum.
+func clusterMetrics(b *Broker, s *metrics.Set) {
+	ctrl := func(name string, f func(m *raftmeta.ControllerMetrics) int64) {
+		s.NewGauge(name, func() float64 {
+			if b.meta == nil {
+				return 0
+			}
+			return float64(f(b.meta.Metrics()))
+		})
+	}
+	ctrl("kafka_controller_unclean_leader_elections_total", func(m *raftmeta.ControllerMetrics) int64 { return m.UncleanElections.Load() })
+	ctrl("kafka_controller_leader_elections_total", func(m *raftmeta.ControllerMetrics) int64 { return m.LeaderElections.Load() })
+	ctrl("kafka_controller_fenced_brokers_total", func(m *raftmeta.ControllerMetrics) int64 { return m.FencedBrokers.Load() })
+	image := func(name string, f func(img *raftmeta.Image) int) {
+		s.NewGauge(name, func() float64 {
+			if b.meta == nil {
+				return 0
+			}
+			return float64(f(b.image()))
+		})
+	}
+	image("kafka_controller_active_controller_count", func(img *raftmeta.Image) int {
+		if img.ControllerID == b.cfg.NodeID {
+			return 1
+		}
+		return 0
+	})
+	image("kafka_controller_fenced_broker_count", func(img *raftmeta.Image) int {
+		n := 0
+		for _, br := range img.Brokers {
+			if br.Fenced {
+				n++
+			}
+		}
+		return n
+	})
+	image("kafka_controller_offline_partitions_count", func(img *raftmeta.Image) int {
+		n := 0
+		for _, t := range img.Topics {
+			for _, p := range t.Partitions {
+				if p.Leader < 0 {
+					n++
+				}
+			}
+		}
+		return n
+	})
+	image("kafka_server_under_replicated_partitions", func(img *raftmeta.Image) int {
+		n := 0 // of the partitions this broker leads
+		for _, t := range img.Topics {
+			for _, p := range t.Partitions {
+				if p.Leader == b.cfg.NodeID && len(p.ISR) < len(p.Replicas) {
+					n++
+				}
+			}
+		}
+		return n
+	})
 }
