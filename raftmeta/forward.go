@@ -46,10 +46,16 @@ type mirrorArgs struct {
 func callErrs(c *Controller, ctx context.Context, op string, args any, n int) []error {
 	errs, err := call[errList](c, ctx, op, args)
 	if err != nil {
-		errs = make(errList, n)
-		for i := range errs {
-			errs[i] = err
-		}
+		return sameErr(n, err)
+	}
+	return errs
+}
+
+// sameErr is n times err.
+func sameErr(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
 	}
 	return errs
 }

@@ -414,14 +414,11 @@ func (c *Controller) AlterPartitionReassignments(ctx context.Context, reqs []Rea
 	if c.remote() {
 		return callErrs(c, ctx, "AlterPartitionReassignments", reqs, len(reqs))
 	}
-	errs := make([]error, len(reqs))
 	img, err := c.lock(ctx)
 	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
+		return sameErr(len(reqs), err)
 	}
+	errs := make([]error, len(reqs))
 	defer c.unlock()
 	var recs []Record
 	var ok []int

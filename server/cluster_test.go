@@ -3,12 +3,14 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -207,4 +209,49 @@ func engineHeader(b []byte) (int64, error) {
 		return 0, err
 	}
 	return rb.FirstOffset + int64(rb.LastOffsetDelta), nil
+}
+
+// TestClusterElectLeaders: a broker stopped cleanly hands its leadership
+// over (controlled shutdown) and does not get it back on restart;
+// ElectLeaders moves it back to the preferred replica, and a second
+// election is not needed.
+func TestClusterElectLeaders(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, nil)
+	ctx := ctxFor(t, time.Minute)
+	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
+	if _, err := adm.CreateTopic(ctx, 1, 3, nil, "pref"); err != nil {
+		t.Fatal(err)
+	}
+	preferred := c.Leader("pref", 0)
+	if r := c.Image().Topics["pref"].Partitions[0].Replicas[0]; r != preferred {
+		t.Fatalf("leader %d is not the preferred replica %d", preferred, r)
+	}
+	c.Broker(preferred).Stop()
+	if l := c.Leader("pref", 0); l == preferred {
+		t.Fatalf("the stopped broker %d still leads", preferred)
+	}
+	c.Broker(preferred).Restart()
+	c.WaitFor("the restarted broker in the ISR", func(img *raftmeta.Image) bool {
+		return len(img.Topics["pref"].Partitions[0].ISR) == 3
+	})
+	if l := c.Leader("pref", 0); l == preferred {
+		t.Fatalf("broker %d leads again without an election", preferred)
+	}
+	res, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{"pref": {0: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res["pref"][0]; r.Err != nil {
+		t.Fatalf("preferred election: %v", r.Err)
+	}
+	c.WaitFor("the preferred replica leading", func(img *raftmeta.Image) bool {
+		return img.Topics["pref"].Partitions[0].Leader == preferred
+	})
+	res, err = adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{"pref": {0: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res["pref"][0]; !errors.Is(r.Err, kerr.ElectionNotNeeded) {
+		t.Fatalf("second election: %v, want ELECTION_NOT_NEEDED", r.Err)
+	}
 }
