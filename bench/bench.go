@@ -6,6 +6,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -67,6 +68,7 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 		dir         = fs.String("dir", "", "scratch directory (default: a temporary one)")
 		profileDir  = fs.String("profile-dir", "", "write CPU and heap profiles of every broker process to this directory")
 		mirrorRate  = fs.Float64("mirror-rate", 0, "offered load of the mirror workload, records/s (0: 50% of the matching produce max)")
+		restart     = fs.Int64("restart-bytes", 0, "also time a Tandem restart after kill -9 under produce load with this many log bytes on disk (--workloads '' for only that)")
 		props       = kvFlag{}
 	)
 	fs.Var(props, "set", "Tandem broker property key=value (repeatable)")
@@ -94,7 +96,7 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 	r := &Runner{
 		Against: *against, Targets: splitList(*targets), Props: props, Sync: *sync,
 		LimitDuration: *limitDur, Dir: *dir, Seed: *seed, Backlog: *backlog, Progress: os.Stderr,
-		ProfileDir: *profileDir, MirrorRate: *mirrorRate,
+		ProfileDir: *profileDir, MirrorRate: *mirrorRate, RestartBytes: *restart,
 	}
 	var err error
 	if *quick {
@@ -239,20 +241,45 @@ func writeReports(rep *Report, out, svg string) error {
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 			return err
 		}
-		f, err := os.Create(out)
-		if err != nil {
-			return err
-		}
 		name := ""
 		if svg != "" {
 			if rel, err := filepath.Rel(filepath.Dir(out), svg); err == nil {
 				name = rel
 			}
 		}
-		rep.WriteMarkdown(f, name)
-		return f.Close()
+		var md bytes.Buffer
+		rep.WriteMarkdown(&md, name)
+		return writeGenerated(out, md.Bytes())
 	}
 	return nil
+}
+
+// The generated part of a report file lives between these lines; what is
+// written by hand around them stays when the report is regenerated.
+const (
+	generatedBegin = "<!-- tandem bench: generated from here; edit outside these markers -->\n"
+	generatedEnd   = "<!-- tandem bench: generated up to here -->\n"
+)
+
+// writeGenerated puts md between the markers of the file at path (a new
+// file gets just the markers and md). A file without the markers is left
+// untouched, with an error saying what to do.
+func writeGenerated(path string, md []byte) error {
+	block := append(append([]byte(generatedBegin), md...), generatedEnd...)
+	old, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return os.WriteFile(path, block, 0o644)
+	}
+	if err != nil {
+		return err
+	}
+	i, j := bytes.Index(old, []byte(generatedBegin)), bytes.Index(old, []byte(generatedEnd))
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no generated-part markers: put %q and %q around the part to regenerate, or write to a new file", path,
+			strings.TrimSpace(generatedBegin), strings.TrimSpace(generatedEnd))
+	}
+	out := append(append(old[:i:i], block...), old[j+len(generatedEnd):]...)
+	return os.WriteFile(path, out, 0o644)
 }
 
 func splitList(s string) []string {

@@ -51,6 +51,7 @@ func TestHarness(t *testing.T) {
 	r := &Runner{
 		Workloads: shortWorkloads(), Targets: []string{"kfake", "tandem"}, Sync: true,
 		LimitDuration: 200 * time.Millisecond, Dir: t.TempDir(), Seed: 7, Backlog: 8 << 20, Progress: &progress,
+		RestartBytes: 4 << 20,
 	}
 	rep, err := r.Run(ctx)
 	t.Log(progress.String())
@@ -73,6 +74,9 @@ func TestHarness(t *testing.T) {
 		if res.Workload.Kind == EndToEnd && res.Latency.OfferedRecsPerSec <= 0 {
 			t.Errorf("e2e %s on %s: no offered load", res.Workload.Name(), res.Target)
 		}
+	}
+	if rs := rep.Restart; rs == nil || rs.DiskBytes < 4<<20 || rs.Serving <= 0 || rs.FirstAck < rs.Serving {
+		t.Fatalf("restart not measured: %+v", rs)
 	}
 	l := rep.Limits
 	if l == nil || l.LoopbackTCP <= 0 || l.FileAppend <= 0 || l.FileAppendSync <= 0 || l.PebbleAppend <= 0 {
@@ -219,5 +223,33 @@ func TestMatrix(t *testing.T) {
 	}
 	if code := Main([]string{"--no-such-flag"}); code != 2 {
 		t.Errorf("bad flag: exit %d, want 2", code)
+	}
+}
+
+// TestWriteGeneratedKeepsHandWritten regenerates a report file: only the
+// part between the markers changes; a file without markers is refused
+// and left as it was.
+func TestWriteGeneratedKeepsHandWritten(t *testing.T) {
+	path := t.TempDir() + "/b.md"
+	if err := writeGenerated(path, []byte("first\n")); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := os.ReadFile(path)
+	os.WriteFile(path, append(append([]byte("# notes above\n"), old...), "## hand-written below\n"...), 0o644)
+	if err := writeGenerated(path, []byte("second\n")); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	want := "# notes above\n" + generatedBegin + "second\n" + generatedEnd + "## hand-written below\n"
+	if string(got) != want {
+		t.Fatalf("regenerated file:\n%s\nwant:\n%s", got, want)
+	}
+	bare := t.TempDir() + "/bare.md"
+	os.WriteFile(bare, []byte("hand-written only\n"), 0o644)
+	if err := writeGenerated(bare, []byte("x\n")); err == nil {
+		t.Fatal("a file without markers was overwritten")
+	}
+	if got, _ := os.ReadFile(bare); string(got) != "hand-written only\n" {
+		t.Fatalf("file without markers changed: %q", got)
 	}
 }

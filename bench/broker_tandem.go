@@ -23,6 +23,7 @@ func startTandem(spec brokerSpec, log *slog.Logger) (string, func(), error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("tandem: %w", err)
 	}
+	b.SetProcessMemoryLimit() // as tandem serve: one broker per process
 	if err := b.Start(context.Background()); err != nil {
 		b.Close()
 		return "", nil, fmt.Errorf("tandem start: %w", err)

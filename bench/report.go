@@ -159,7 +159,9 @@ func (rep *Report) limitsTable() *table {
 
 // WriteText prints the tables for a terminal.
 func (rep *Report) WriteText(w io.Writer) {
-	rep.resultsTable().text(w)
+	if len(rep.Results) > 0 {
+		rep.resultsTable().text(w)
+	}
 	if mt := rep.mirrorTable(); len(mt.rows) > 0 {
 		fmt.Fprintln(w)
 		mt.text(w)
@@ -171,6 +173,10 @@ func (rep *Report) WriteText(w io.Writer) {
 	if rep.comparable() {
 		fmt.Fprintln(w)
 		rep.relativeTable().text(w)
+	}
+	if rep.Restart != nil {
+		fmt.Fprintln(w)
+		rep.restartTable().text(w)
 	}
 	fmt.Fprintf(w, "\n%d CPUs (%s), %s, %s, %s; took %v\n", rep.Machine.NumCPU, rep.Machine.CPUModel,
 		rep.Machine.MemTotal, rep.Machine.Kernel, rep.Machine.GoVersion, rep.Duration.Round(time.Second))
@@ -228,6 +234,14 @@ func (rep *Report) WriteMarkdown(w io.Writer, svgName string) {
 		fmt.Fprintln(w, "\n## Tandem relative to kfake and to the limits")
 		fmt.Fprintln(w)
 		rep.relativeTable().markdown(w)
+	}
+	if rep.Restart != nil {
+		fmt.Fprintln(w, "\n## Restart after kill -9")
+		fmt.Fprintln(w)
+		fmt.Fprint(w, "A Tandem broker filled with 1 KiB records on 6 partitions, then killed with SIGKILL while a producer "+
+			"writes; restarted on the same data directory: the time until its listener serves, and until a produce is "+
+			"acknowledged (from the process's start).\n\n")
+		rep.restartTable().markdown(w)
 	}
 	if svgName != "" {
 		fmt.Fprintf(w, "\n![throughput and latency](%s)\n", svgName)

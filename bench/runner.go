@@ -82,6 +82,9 @@ type Runner struct {
 	// MirrorRate is the offered load of mirror workloads in records/s; 0:
 	// half the median rate of the matching produce workload on Tandem.
 	MirrorRate float64
+	// RestartBytes, when set, measures a Tandem broker's restart after a
+	// SIGKILL with a log of this size on disk (after the workloads).
+	RestartBytes int64
 }
 
 // Report is everything a run produced.
@@ -95,6 +98,7 @@ type Report struct {
 	Against  string
 	Started  time.Time
 	Duration time.Duration
+	Restart  *RestartResult // with Runner.RestartBytes
 }
 
 func (r *Runner) backlog() int64 {
@@ -212,6 +216,13 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 			return rep, err
 		}
 	}
+	if r.RestartBytes > 0 && r.Against == "" {
+		res, err := r.measureRestart(ctx, filepath.Join(dir, "restart"), r.RestartBytes)
+		if err != nil {
+			return rep, fmt.Errorf("restart: %w", err)
+		}
+		rep.Restart = res
+	}
 	return rep, nil
 }
 
@@ -228,13 +239,9 @@ func (r *Runner) runOne(ctx context.Context, target, dir string, w Workload, off
 	res = Result{Workload: w, Target: target}
 	addr, pid, rf := r.Against, 0, int16(-1)
 	if r.Against == "" {
-		argv := r.BrokerCommand
-		if len(argv) == 0 {
-			exe, err := os.Executable()
-			if err != nil {
-				return res, err
-			}
-			argv = []string{exe, "bench", "broker"}
+		argv, err := r.brokerArgv()
+		if err != nil {
+			return res, err
 		}
 		b, err := spawnBroker(ctx, argv, target, dir, r.Sync, r.Props, r.ProfileDir)
 		if err != nil {

@@ -2,39 +2,84 @@ package engine
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 const defaultDeleteRetention = 24 * time.Hour
 
+// cleanSeg is a sealed segment as compaction sees it.
+type cleanSeg struct {
+	seg  *segment
+	sf   *segFile // seg.file when read: compaction replaces it
+	f    vfs.File
+	size int64
+	next int64 // the next segment's base: the end of this one's offsets
+}
+
 // compact keeps the latest record of every key, as Kafka's log cleaner
-// does: it rewrites batches below the high watermark (never the last one)
-// older than min.compaction.lag with only their live records, keeping
+// does: it rewrites the sealed segments wholly below the high watermark,
+// each into a new file renamed over it, with only their live records at
 // their offsets, and drops tombstones older than delete.retention.
-// Control and transactional batches are kept as they are.
+// Segments with records younger than min.compaction.lag are left for a
+// later pass, as is the active segment. Control and transactional batches
+// are kept as they are.
 func (p *Partition) compact(now time.Time, cfg *LogConfig) error {
-	unlock, err := p.lock()
-	if err != nil {
+	p.e.closeMu.RLock()
+	defer p.e.closeMu.RUnlock()
+	if p.e.closed {
 		return nil
 	}
+	p.mu.Lock()
 	nowMs := now.UnixMilli()
-	// Like Kafka's min.cleanable.dirty.ratio (0.5): clean when at least
-	// half of the log was written since the last pass, or a kept
-	// tombstone has expired.
-	var dirty int64
-	for i := len(p.index) - 1; i >= 0 && p.index[i].Base >= p.cleanedUpTo; i-- {
-		dirty += int64(p.index[i].Size)
+	// Sealed segments wholly below the high watermark can be cleaned.
+	var segs []cleanSeg
+	var total, dirty int64
+	firstDirty := -1
+	for i := 0; i+1 < len(p.segs) && p.segs[i+1].base <= p.hwm; i++ {
+		s := p.segs[i]
+		segs = append(segs, cleanSeg{seg: s, sf: s.file, size: s.size, next: p.segs[i+1].base})
+		total += s.size
+		if s.base >= p.cleanedUpTo {
+			dirty += s.size
+			if firstDirty < 0 {
+				firstDirty = i
+			}
+		}
 	}
-	if len(p.index) < 2 || (2*dirty < p.indexBytes || dirty == int64(p.index[len(p.index)-1].Size)) && nowMs < p.tombstoneDue {
-		unlock()
+	if firstDirty < 0 {
+		firstDirty = 0 // all clean: a pass for expired tombstones maps everything
+	}
+	// Like Kafka's min.cleanable.dirty.ratio: clean when enough of the
+	// log was written since the last pass, or a kept tombstone expired.
+	if total == 0 || float64(dirty) < cfg.dirtyRatio()*float64(total) && nowMs < p.tombstoneDue {
+		p.mu.Unlock()
 		return nil
 	}
-	gen, hwm := p.gen, p.hwm
-	index := append([]batchMeta(nil), p.index...)
-	unlock()
+	gen := p.gen
+	for i := range segs {
+		f, err := p.e.files.acquire(segs[i].sf)
+		if err != nil {
+			for _, s := range segs[:i] {
+				p.e.files.release(s.sf)
+			}
+			p.mu.Unlock()
+			return err
+		}
+		segs[i].f = f
+	}
+	p.mu.Unlock()
+	defer func(all []cleanSeg) {
+		for _, s := range all {
+			p.e.files.release(s.sf)
+		}
+	}(segs)
 
 	deleteRetention := cfg.DeleteRetention
 	if deleteRetention == 0 {
@@ -43,156 +88,282 @@ func (p *Partition) compact(now time.Time, cfg *LogConfig) error {
 	lagCutoff := nowMs - cfg.MinCompactionLag.Milliseconds()
 	tombCutoff := nowMs - deleteRetention.Milliseconds()
 
-	// Pass 1: the latest offset of every key. The read uses one Pebble
-	// snapshot, so the map matches what pass 2 sees.
-	p.e.closeMu.RLock()
-	if p.e.closed {
-		p.e.closeMu.RUnlock()
-		return nil
-	}
-	snap := p.e.db.NewSnapshot()
-	p.e.closeMu.RUnlock()
-	defer snap.Close()
-	read := func(base int64) (batch, error) {
-		v, closer, err := snap.Get(logKey(p.id, p.part, base))
-		if err != nil {
-			return nil, fmt.Errorf("compaction read %d: %w", base, err)
-		}
-		defer closer.Close()
-		return append(batch(nil), v...), nil
-	}
+	// Pass 1: the latest offset of every key of the dirty segments (those
+	// written since the last pass), over as many as the map may take of
+	// the memory budget (Kafka's dedupe buffer); the segments after those
+	// wait for the next pass. Every segment up to them is then cleaned
+	// against the map.
 	latest := make(map[string]int64)
 	var buf []byte
-	for _, m := range index {
-		if m.Base >= hwm {
-			break
-		}
-		b, err := read(m.Base)
-		if err != nil {
-			return err
+	mapBytes, mapLimit, scanned := int64(0), p.e.cfg.MemoryBudget/8, len(segs)
+	err := eachBatch(segs[firstDirty:], func(s *cleanSeg, _ int64, b batch) error {
+		if mapBytes > mapLimit {
+			scanned = indexOfSeg(segs, s)
+			return errMapFull
 		}
 		if b.isControl() || b.isTransactional() {
-			continue
+			return nil
 		}
+		var err error
 		if buf, err = decompressAll(buf, b, compactDecompressLimit); err != nil {
-			continue // unreadable: kept as is, and it supersedes nothing
+			return nil // unreadable: kept as is, and it supersedes nothing
 		}
 		_ = walkRecords(&sliceSource{b: buf}, b.recordCount(), func(r *record) error {
 			if !r.KeyNull {
-				latest[string(r.Key)] = m.Base + int64(r.OffsetDelta)
+				if _, ok := latest[string(r.Key)]; !ok {
+					mapBytes += int64(len(r.Key)) + 64 // the key and a map entry's overhead
+				}
+				latest[string(r.Key)] = b.baseOffset() + int64(r.OffsetDelta)
 			}
 			return nil
 		})
+		return nil
+	})
+	if err != nil && err != errMapFull {
+		return err
 	}
+	// A segment only partly in the map is not cleaned: its later records
+	// might supersede nothing that was seen.
+	segs = segs[:scanned]
 
-	// Pass 2: rewrite what has dead records.
-	type change struct {
-		i    int
-		data batch // nil: delete the batch
-	}
-	var changes []change
-	tombstoneDue := int64(math64Max)
+	// Pass 2: rewrite, segment by segment, those with dead records.
+	tombstoneDue := int64(math.MaxInt64)
 	cleanedUpTo := int64(0)
-	for i, m := range index[:len(index)-1] {
-		if m.last() >= hwm || m.MaxTs > lagCutoff {
-			break
+	for i := range segs {
+		s := &segs[i]
+		if s.seg.maxTs > lagCutoff {
+			break // too recent: this and later segments wait
 		}
-		cleanedUpTo = m.last() + 1
-		b, err := read(m.Base)
+		cleanedUpTo = s.next
+		w, err := p.rewriteSegment(s, func(b batch) (batch, error) {
+			if b.isControl() || b.isTransactional() {
+				return b, nil
+			}
+			var err error
+			if buf, err = decompressAll(buf, b, compactDecompressLimit); err != nil {
+				return b, nil
+			}
+			var kept []byte
+			n := int32(0)
+			err = walkRecords(&sliceSource{b: buf}, b.recordCount(), func(r *record) error {
+				// A key not in the map has no later record: the map covers
+				// every record after the segments cleaned before.
+				if off, ok := latest[string(r.Key)]; r.KeyNull || ok && off != b.baseOffset()+int64(r.OffsetDelta) {
+					return nil
+				}
+				if r.ValueNull {
+					if b.maxTimestamp() < tombCutoff {
+						return nil
+					}
+					tombstoneDue = min(tombstoneDue, b.maxTimestamp()+deleteRetention.Milliseconds())
+				}
+				kept = append(kept, r.Raw...)
+				n++
+				return nil
+			})
+			switch {
+			case err != nil || n == b.recordCount():
+				return b, nil
+			case n == 0:
+				return nil, nil
+			default:
+				return rebuildBatch(b, kept, n)
+			}
+		})
 		if err != nil {
 			return err
 		}
-		if b.isControl() || b.isTransactional() {
-			continue
+		if w == nil {
+			continue // nothing to remove
 		}
-		if buf, err = decompressAll(buf, b, compactDecompressLimit); err != nil {
-			continue
+		if gen, err = p.installSegment(s, w, gen); err != nil {
+			return err
 		}
-		var kept []byte
-		n := int32(0)
-		err = walkRecords(&sliceSource{b: buf}, b.recordCount(), func(r *record) error {
-			if r.KeyNull || latest[string(r.Key)] != m.Base+int64(r.OffsetDelta) {
-				return nil
-			}
-			if r.ValueNull {
-				if m.MaxTs < tombCutoff {
-					return nil
-				}
-				tombstoneDue = min(tombstoneDue, m.MaxTs+deleteRetention.Milliseconds())
-			}
-			kept = append(kept, r.Raw...)
-			n++
-			return nil
-		})
-		switch {
-		case err != nil || n == b.recordCount():
-		case n == 0:
-			changes = append(changes, change{i, nil})
-		default:
-			nb, err := rebuildBatch(b, kept, n)
-			if err != nil {
-				return err
-			}
-			changes = append(changes, change{i, nb})
+		if gen == 0 {
+			return nil // truncated or trimmed meanwhile: the next pass redoes it
 		}
 	}
-
-	unlock, err = p.lock()
-	if err != nil {
-		return nil
+	p.mu.Lock()
+	if p.gen == gen {
+		p.cleanedUpTo, p.tombstoneDue = cleanedUpTo, tombstoneDue
 	}
-	defer unlock()
-	if p.gen != gen {
-		return nil // truncated or trimmed meanwhile: the next pass redoes it
-	}
-	p.cleanedUpTo, p.tombstoneDue = cleanedUpTo, tombstoneDue
-	if len(changes) == 0 {
-		return nil
-	}
-	wb := p.e.db.NewBatch()
-	defer wb.Close()
-	for _, c := range changes {
-		m := &index[c.i]
-		if c.data == nil {
-			wb.Delete(logKey(p.id, p.part, m.Base), nil)
-			wb.Delete(metaKey(p.id, p.part, m.Base), nil)
-			continue
-		}
-		m.Size = int32(len(c.data))
-		wb.Set(logKey(p.id, p.part, m.Base), c.data, nil)
-		wb.Set(metaKey(p.id, p.part, m.Base), m.encode(), nil)
-	}
-	if err := wb.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("compaction write: %w", err)
-	}
-	// p.index may have grown since the snapshot; its prefix is index's.
-	newIndex := make([]batchMeta, 0, len(p.index))
-	next, lastChanged := 0, int64(-1)
-	for i, m := range p.index {
-		if next < len(changes) && changes[next].i == i {
-			c := changes[next]
-			next++
-			lastChanged = m.Base
-			p.indexBytes -= int64(m.Size)
-			if c.data == nil {
-				continue
-			}
-			m = index[i]
-			p.indexBytes += int64(m.Size)
-		}
-		newIndex = append(newIndex, m)
-	}
-	p.index = newIndex
-	t := 0
-	for t < len(p.tail) && p.tail[t].base <= lastChanged {
-		t++
-	}
-	p.dropTail(t)
-	p.gen++
+	p.mu.Unlock()
 	return nil
 }
 
-const math64Max = 1<<63 - 1
+var errMapFull = errors.New("compaction map full")
+
+func indexOfSeg(segs []cleanSeg, s *cleanSeg) int {
+	for i := range segs {
+		if &segs[i] == s {
+			return i
+		}
+	}
+	return len(segs)
+}
+
+// eachBatch calls fn with every batch of the segments, read whole.
+func eachBatch(segs []cleanSeg, fn func(s *cleanSeg, pos int64, b batch) error) error {
+	var buf []byte
+	for i := range segs {
+		s := &segs[i]
+		hr := headerReader{f: s.f, end: s.size}
+		for pos := int64(0); ; {
+			h, err := hr.header(pos)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("compaction read of segment %d at %d: %w", s.seg.base, pos, err)
+			}
+			b, err := readBatch(s.f, pos, h, buf)
+			if err != nil {
+				return fmt.Errorf("compaction read of segment %d at %d: %w", s.seg.base, pos, err)
+			}
+			buf = b
+			if err := fn(s, pos, b); err != nil {
+				return err
+			}
+			pos += h.size
+		}
+	}
+	return nil
+}
+
+// cleaned is a compacted copy of a segment, written and synced.
+type cleaned struct {
+	path  string
+	size  int64
+	index []cleanedIndex
+	sum   segment
+}
+
+type cleanedIndex struct{ offset, pos, before int64 }
+
+// rewriteSegment writes the segment's batches, as keep returns them (nil:
+// dropped), to a new file next to it. It returns nil when keep changed
+// nothing (and removes the copy).
+func (p *Partition) rewriteSegment(s *cleanSeg, keep func(batch) (batch, error)) (*cleaned, error) {
+	fs := p.e.fs
+	out := &cleaned{path: s.sf.path + cleanedSuffix}
+	out.sum = segment{base: s.seg.base, next: s.seg.base, created: s.seg.created}
+	f, err := fs.Create(out.path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, fmt.Errorf("compaction of segment %d: %w", s.seg.base, err)
+	}
+	var (
+		changed bool
+		lastIdx = int64(-indexInterval)
+		w       []byte // write buffer
+	)
+	err = eachBatch([]cleanSeg{*s}, func(_ *cleanSeg, _ int64, b batch) error {
+		nb, err := keep(b)
+		if err != nil {
+			return err
+		}
+		if nb == nil || len(nb) != len(b) {
+			changed = true
+		}
+		if nb == nil {
+			return nil
+		}
+		pos := out.sum.size
+		if pos-lastIdx >= indexInterval {
+			before := int64(math.MinInt64)
+			if pos > 0 {
+				before = out.sum.maxTs
+			}
+			out.index = append(out.index, cleanedIndex{nb.baseOffset(), pos, before})
+			lastIdx = pos
+		}
+		out.sum.noteBatch(batchMeta{Base: nb.baseOffset(), LastDelta: nb.lastOffsetDelta(), Size: int32(len(nb)),
+			MaxTs: nb.maxTimestamp(), MaxTsDelta: maxTimestampDelta(nb), Epoch: nb.leaderEpoch()})
+		if w = append(w, nb...); len(w) >= 1<<20 {
+			_, err = f.Write(w)
+			w = w[:0]
+		}
+		return err
+	})
+	if err == nil && changed {
+		if _, err = f.Write(w); err == nil {
+			err = f.Sync()
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || !changed {
+		fs.Remove(out.path)
+		if err != nil {
+			return nil, fmt.Errorf("compaction of segment %d: %w", s.seg.base, err)
+		}
+		return nil, nil
+	}
+	out.size = out.sum.size
+	return out, nil
+}
+
+// installSegment renames the compacted copy over the segment and replaces
+// its index entries and summary. A marker in Pebble spans the rename: a
+// crash between it and the new index makes the next Open rebuild the
+// segment's index from the file. It returns the partition's new
+// generation, or 0 when the partition changed since gen (the copy is
+// then dropped).
+func (p *Partition) installSegment(s *cleanSeg, c *cleaned, gen uint64) (uint64, error) {
+	fs := p.e.fs
+	unlock, err := p.lock()
+	if err != nil {
+		fs.Remove(c.path)
+		return 0, nil
+	}
+	defer unlock()
+	if p.gen != gen {
+		fs.Remove(c.path)
+		return 0, nil
+	}
+	// Entries still pending may describe the segment's batches (rolled
+	// since the last sync round): applied first, never over the new ones.
+	if err := p.flushLocked(); err != nil {
+		fs.Remove(c.path)
+		return 0, fmt.Errorf("compaction: %w", err)
+	}
+	marker := compactKey(p.id, p.part, s.seg.base)
+	if err := p.e.db.Set(marker, nil, pebble.Sync); err != nil {
+		fs.Remove(c.path)
+		return 0, fmt.Errorf("compaction marker: %w", err)
+	}
+	p.e.hook("compact:marked")
+	if err := fs.Rename(c.path, s.sf.path); err != nil {
+		return 0, fmt.Errorf("compaction rename: %w", err)
+	}
+	if err := syncDir(fs, p.dir); err != nil {
+		return 0, err
+	}
+	p.e.hook("compact:renamed")
+	b := p.e.db.NewBatch()
+	defer b.Close()
+	b.DeleteRange(indexKey(p.id, p.part, s.seg.base), indexKey(p.id, p.part, s.next), nil)
+	for _, x := range c.index {
+		b.Set(indexKey(p.id, p.part, x.offset), indexEntry(x.pos, x.before), nil)
+	}
+	b.Set(segmentKey(p.id, p.part, s.seg.base), c.sum.summary(), nil)
+	b.Delete(marker, nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return 0, fmt.Errorf("compaction index: %w", err)
+	}
+	seg := s.seg
+	old := seg.file
+	seg.file = &segFile{path: old.path}
+	p.e.files.retire(old)
+	seg.size, seg.next = c.size, c.sum.next
+	seg.maxTs, seg.maxTsOff, seg.maxTsEpoch = c.sum.maxTs, c.sum.maxTsOff, c.sum.maxTsEpoch
+	if seg.next == seg.base {
+		seg.next = s.next // emptied: its offsets end where the next segment starts
+	}
+	p.gen++
+	p.e.space.freed()
+	return p.gen, nil
+}
 
 // rebuildBatch makes a batch with the header of b and the given records
 // (re-compressed with b's codec), keeping base offset and last offset

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,14 +15,18 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Config configures an Engine.
 type Config struct {
-	Dir string // Pebble directory
+	// Dir is the engine's directory: the Pebble store, and the segment
+	// files under Dir/segments.
+	Dir string
 	FS  vfs.FS // nil: the real disk
-	// SyncWrites makes appends with acks != 0 wait for the WAL fsync
-	// (grouped across concurrent appends) before they are acknowledged.
+	// SyncWrites makes appends with acks != 0 wait for the fdatasync of
+	// their segment file (grouped across concurrent appends) before they
+	// are acknowledged.
 	SyncWrites bool
 	Logger     *slog.Logger
 	// Validators are called in order before every append, any origin.
@@ -31,7 +36,16 @@ type Config struct {
 	// RetentionCheckInterval is how often retention and compaction run:
 	// 0 means 30s (log.retention.check.interval.ms), < 0 disables the loop.
 	RetentionCheckInterval time.Duration
+	// MemoryBudget is the memory the engine sizes its caches to
+	// (tandem.memory.budget); 0 means DefaultMemoryBudget.
+	MemoryBudget int64
+	// MaxOpenFiles bounds the segment files kept open; 0 derives it from
+	// the process's file descriptor limit.
+	MaxOpenFiles int
 }
+
+// DefaultMemoryBudget is tandem.memory.budget's default.
+const DefaultMemoryBudget = 256 << 20
 
 // StoredPartition is a partition found on disk.
 type StoredPartition struct {
@@ -45,30 +59,33 @@ type Stats struct {
 	BytesWritten int64  // record batch bytes appended
 	Appends      int64  // successful appends (duplicates excluded)
 	Partitions   int    // partitions open
-	TailBytes    int64  // bytes held by the in-memory tails
-	DiskUsage    uint64 // Pebble's disk space usage
+	DiskUsage    uint64 // segment files and Pebble
+	OpenFiles    int    // segment files open
+	// DiskFull is set while the data directory's free space is below the
+	// reserve (or a write failed for lack of space): appends other than
+	// the broker's own are refused with KAFKA_STORAGE_ERROR.
+	DiskFull bool
+	// DiskFree is the filesystem's free space at the last check (0 when
+	// unknown).
+	DiskFree uint64
 }
-
-// Memory bounds of the in-memory tails of recent batches. A consumer at
-// the head reads batches appended milliseconds ago, so 1 MiB per partition
-// serves it at hundreds of MB/s; the global bound keeps a broker with
-// thousands of partitions within its memory budget (Pebble's memtables
-// serve the rest of the recent log).
-const (
-	tailPartitionBytes = 1 << 20
-	tailGlobalBytes    = 64 << 20
-)
 
 type partKey struct {
 	id TopicID
 	p  int32
 }
 
-// Engine is one broker's storage: every partition in one Pebble instance.
+// Engine is one broker's storage: every partition's segment files and one
+// Pebble instance for their metadata.
 type Engine struct {
-	cfg Config
-	log *slog.Logger
-	db  *pebble.DB
+	cfg    Config
+	log    *slog.Logger
+	db     *pebble.DB
+	fs     vfs.FS // cfg.FS, calling space.onDiskFull on ENOSPC
+	segDir string
+	files  *fileTable
+	syncer *syncer
+	space  *space
 
 	// closeMu is held shared by every operation that writes to Pebble, and
 	// exclusively by Close, so that nothing writes to a closed DB.
@@ -80,82 +97,64 @@ type Engine struct {
 
 	bytesWritten atomic.Int64
 	appends      atomic.Int64
-	tailBytes    atomic.Int64
-	numParts     atomic.Int64 // len(parts), read without e.mu by appends
 
-	stop     chan struct{}
-	stopOnce sync.Once
-	wg       sync.WaitGroup
-}
+	stop       chan struct{}
+	stopOnce   sync.Once
+	wg         sync.WaitGroup
+	syncStop   chan struct{}
+	syncerDone chan struct{}
 
-// persistedState is the value of a partition's state key. It changes
-// rarely, so JSON keeps it readable.
-type persistedState struct {
-	Topic       string
-	LogStart    int64
-	LeaderEpoch int32
-	Config      LogConfig
+	// testHook, set by tests, is called at named points of the write
+	// path (where a crash is interesting).
+	testHook func(point string)
 }
 
 var errClosed = errors.New("engine: closed")
 
-// Open opens (or creates) the Pebble store and loads every partition
-// found in it.
+// Open opens (or creates) the store, migrating a data directory of an
+// older format, and loads every partition found in it, recovering what a
+// crash left unsynced.
 func Open(cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
 	if cfg.RetentionCheckInterval == 0 {
 		cfg.RetentionCheckInterval = 30 * time.Second
 	}
-	opts := &pebble.Options{
-		FS: cfg.FS,
-		// Memtables hold the log until it is flushed to blob files. Two
-		// of 48 MiB (96 MiB at most) keep the broker within its memory
-		// budget; measured with BenchmarkAppend they append as fast as
-		// 2 x 64 MiB, while 3 x 32 MiB was 10-20% slower (more flushes,
-		// each with fixed costs).
-		MemTableSize:                48 << 20,
-		MemTableStopWritesThreshold: 2,
-		FormatMajorVersion:          pebble.FormatNewest,
-		Logger:                      pebbleLogger{cfg.Logger},
+	if cfg.MemoryBudget <= 0 {
+		cfg.MemoryBudget = DefaultMemoryBudget
 	}
-	// Record batches are large values read in order: keep them out of the
-	// LSM's sstables so that compactions do not rewrite them.
-	opts.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
-		return pebble.ValueSeparationPolicy{
-			Enabled:               true,
-			MinimumSize:           1024,
-			MaxBlobReferenceDepth: 10,
-			RewriteMinimumAge:     5 * time.Minute,
-			TargetGarbageRatio:    0.2,
-		}
+	if cfg.MaxOpenFiles <= 0 {
+		cfg.MaxOpenFiles = defaultMaxOpenFiles()
 	}
-	// A write stall holds every produce of the broker: say so, with how
-	// long it lasted, since it shows as latency nowhere else.
-	var stallStart atomic.Int64
-	opts.EventListener = &pebble.EventListener{
-		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
-			stallStart.Store(time.Now().UnixNano())
-			cfg.Logger.Warn("pebble write stall", "reason", info.Reason)
-		},
-		WriteStallEnd: func() {
-			cfg.Logger.Warn("pebble write stall ended", "after", time.Since(time.Unix(0, stallStart.Load())))
-		},
+	e := &Engine{cfg: cfg, log: cfg.Logger, parts: make(map[partKey]*Partition), stop: make(chan struct{}),
+		syncStop: make(chan struct{}), syncerDone: make(chan struct{})}
+	if err := cfg.FS.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("engine: create %s: %w", cfg.Dir, err)
 	}
-	// Batches arrive compressed by producers (or chose not to be): Kafka
-	// stores them as they are, and compressing them again costs CPU for
-	// little gain.
-	opts.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
-	db, err := pebble.Open(cfg.Dir, opts)
+	// Before Pebble opens: on a full disk, the reserve file makes room for
+	// Pebble's recovery and the metadata a start writes.
+	e.space = newSpace(cfg.FS, cfg.Dir, cfg.Logger)
+	e.fs = vfs.OnDiskFull(cfg.FS, e.space.onDiskFull)
+	e.segDir = e.fs.PathJoin(cfg.Dir, segmentsDir)
+	e.files = newFileTable(e.fs, cfg.MaxOpenFiles)
+	db, err := pebble.Open(cfg.Dir, e.pebbleOptions())
 	if err != nil {
 		return nil, fmt.Errorf("engine: open pebble at %q: %w", cfg.Dir, err)
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger, db: db, parts: make(map[partKey]*Partition), stop: make(chan struct{})}
-	if err := e.load(); err != nil {
+	e.db = db
+	if err := e.openStore(); err != nil {
 		db.Close()
+		e.files.closeAll()
 		return nil, err
 	}
+	e.syncer = newSyncer(e)
+	go func() { defer close(e.syncerDone); e.syncer.run(e.syncStop) }()
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); e.space.run(e.stop) }()
 	if cfg.RetentionCheckInterval > 0 {
 		e.wg.Add(1)
 		go e.retentionLoop(cfg.RetentionCheckInterval)
@@ -163,38 +162,164 @@ func Open(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-func (e *Engine) load() error {
+func (e *Engine) pebbleOptions() *pebble.Options {
+	// Pebble holds the log's metadata and raftmeta's log, never record
+	// batches: small memtables and cache, within the memory budget.
+	memtable := min(max(e.cfg.MemoryBudget/32, 1<<20), 16<<20)
+	opts := &pebble.Options{
+		FS:                          e.fs,
+		MemTableSize:                uint64(memtable),
+		MemTableStopWritesThreshold: 4,
+		FormatMajorVersion:          pebble.FormatNewest,
+		Logger:                      pebbleLogger{e.log},
+	}
+	opts.CacheSize = min(max(e.cfg.MemoryBudget/32, 1<<20), 64<<20)
+	// A write stall holds every metadata write of the broker: say so, with
+	// how long it lasted, since it shows as latency nowhere else.
+	var stallStart atomic.Int64
+	opts.EventListener = &pebble.EventListener{
+		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+			stallStart.Store(time.Now().UnixNano())
+			e.log.Warn("pebble write stall", "reason", info.Reason)
+		},
+		WriteStallEnd: func() {
+			e.log.Warn("pebble write stall ended", "after", time.Since(time.Unix(0, stallStart.Load())))
+		},
+		BackgroundError: e.space.backgroundError,
+		FlushEnd:        func(pebble.FlushInfo) { e.space.backgroundOK() },
+	}
+	return opts
+}
+
+// openStore checks the data directory's format, migrating an older one,
+// and loads the partitions.
+func (e *Engine) openStore() error {
+	version, err := e.formatVersion()
+	if err != nil {
+		return err
+	}
+	if version > formatVersion {
+		return fmt.Errorf("engine: %s has data-dir format version %d, and this broker reads versions 1 and %d: run a newer broker", e.cfg.Dir, version, formatVersion)
+	}
+	if err := e.fs.MkdirAll(e.segDir, 0o755); err != nil {
+		return fmt.Errorf("engine: create %s: %w", e.segDir, err)
+	}
+	if err := syncDir(e.fs, e.cfg.Dir); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	if version == 1 {
+		if err := e.migrateV1(); err != nil {
+			return fmt.Errorf("engine: migrate %s from data-dir format version 1 to %d: %w", e.cfg.Dir, formatVersion, err)
+		}
+	}
+	if err := e.load(); err != nil {
+		return err
+	}
+	// One sync for the metadata every partition's recovery wrote, and the
+	// format version.
+	v := binary.BigEndian.AppendUint32(nil, formatVersion)
+	if err := e.db.Set(versionKey, v, pebble.Sync); err != nil {
+		return fmt.Errorf("engine: write format version: %w", err)
+	}
+	return nil
+}
+
+// formatVersion is the store's data-dir format: its version key, or 1
+// for a store with partitions and no version key (written before segment
+// files), or the current version for a new store.
+func (e *Engine) formatVersion() (uint32, error) {
+	v, closer, err := e.db.Get(versionKey)
+	if err == nil {
+		defer closer.Close()
+		if len(v) != 4 {
+			return 0, fmt.Errorf("engine: malformed format version %x", v)
+		}
+		return binary.BigEndian.Uint32(v), nil
+	}
+	if !errors.Is(err, pebble.ErrNotFound) {
+		return 0, fmt.Errorf("engine: read format version: %w", err)
+	}
 	lo := []byte{nsEngine, kindState}
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
 	if err != nil {
-		return fmt.Errorf("engine: load: %w", err)
+		return 0, err
+	}
+	defer it.Close()
+	if it.First() {
+		return 1, nil
+	}
+	return formatVersion, it.Error()
+}
+
+// eachStored calls fn with a new Partition (not loaded) for every
+// partition state in the store.
+func (e *Engine) eachStored(fn func(p *Partition) error) error {
+	lo := []byte{nsEngine, kindState}
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	if err != nil {
+		return err
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
 		k := it.Key()
 		if len(k) != 22 {
-			return fmt.Errorf("engine: load: bad state key %x", k)
+			return fmt.Errorf("bad state key %x", k)
 		}
 		var id TopicID
 		copy(id[:], k[2:18])
-		part := keySuffix32(k)
 		var st persistedState
 		if err := json.Unmarshal(it.Value(), &st); err != nil {
-			return fmt.Errorf("engine: load %s-%d state: %w", id, part, err)
+			return fmt.Errorf("%s-%d state: %w", id, keySuffix32(k), err)
 		}
-		p := newPartition(e, st.Topic, id, part, st.Config)
+		p := newPartition(e, st.Topic, id, keySuffix32(k), st.Config)
 		p.logStart, p.leaderEpoch = st.LogStart, st.LeaderEpoch
-		if err := p.load(); err != nil {
-			return fmt.Errorf("engine: load %s (%s) partition %d: %w", st.Topic, id, part, err)
+		if err := fn(p); err != nil {
+			return fmt.Errorf("%s (%s) partition %d: %w", st.Topic, id, p.part, err)
 		}
-		e.parts[partKey{id, part}] = p
 	}
-	e.numParts.Store(int64(len(e.parts)))
 	return it.Error()
 }
 
-// Close stops the retention loop and closes Pebble. Appends in flight
-// finish first; later calls fail.
+func (e *Engine) load() error {
+	err := e.eachStored(func(p *Partition) error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err := p.loadLocked(nil); err != nil {
+			return err
+		}
+		e.parts[partKey{p.id, p.part}] = p
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("engine: load: %w", err)
+	}
+	return e.removeOrphans()
+}
+
+// removeOrphans deletes segment directories of partitions that have no
+// state: a Delete committed before a crash, its files not yet removed.
+func (e *Engine) removeOrphans() error {
+	names, err := e.fs.List(e.segDir)
+	if err != nil {
+		return fmt.Errorf("engine: list %s: %w", e.segDir, err)
+	}
+	known := make(map[string]bool, len(e.parts))
+	for k := range e.parts {
+		known[partitionDirName(k.id, k.p)] = true
+	}
+	for _, n := range names {
+		if !known[n] {
+			e.log.Info("removing the segments of a deleted partition", "dir", n)
+			if err := e.fs.RemoveAll(e.fs.PathJoin(e.segDir, n)); err != nil {
+				return fmt.Errorf("engine: remove %s: %w", n, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Close syncs what was appended, stops the background work and closes
+// the store. Appends in flight finish first; later calls fail.
 func (e *Engine) Close() error {
 	// The retention loop stops first: it takes closeMu itself.
 	e.stopOnce.Do(func() { close(e.stop) })
@@ -205,6 +330,10 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.closed = true
+	// A last sync round: a clean shutdown leaves nothing to replay.
+	close(e.syncStop)
+	<-e.syncerDone
+	e.files.closeAll()
 	if err := e.db.Close(); err != nil {
 		return fmt.Errorf("engine: close pebble: %w", err)
 	}
@@ -237,7 +366,6 @@ func (e *Engine) Create(topic string, id TopicID, partition int32, cfg LogConfig
 		return nil, fmt.Errorf("engine: create %s partition %d: %w", topic, partition, err)
 	}
 	e.parts[partKey{id, partition}] = p
-	e.numParts.Store(int64(len(e.parts)))
 	return p, nil
 }
 
@@ -259,12 +387,23 @@ func (e *Engine) Delete(id TopicID, partition int32) error {
 	e.mu.Lock()
 	p := e.parts[partKey{id, partition}]
 	delete(e.parts, partKey{id, partition})
-	e.numParts.Store(int64(len(e.parts)))
 	e.mu.Unlock()
+	dir := e.fs.PathJoin(e.segDir, partitionDirName(id, partition))
 	if p != nil {
+		// metaMu: a sync round holding the partition's metadata applies it
+		// before the range deletion below.
+		p.metaMu.Lock()
+		defer p.metaMu.Unlock()
 		p.mu.Lock()
 		p.deleted = true
-		p.dropTail(len(p.tail))
+		if p.pending != nil {
+			p.pending.Close()
+			p.pending = nil
+		}
+		for _, s := range p.segs {
+			e.files.retire(s.file)
+		}
+		p.segs = nil
 		p.notifyLocked()
 		p.mu.Unlock()
 	}
@@ -276,6 +415,12 @@ func (e *Engine) Delete(id TopicID, partition int32) error {
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("engine: delete %s partition %d: %w", id, partition, err)
 	}
+	// A crash before the files are gone leaves a directory without state,
+	// which the next Open removes.
+	if err := e.fs.RemoveAll(dir); err != nil {
+		return fmt.Errorf("engine: delete %s partition %d: %w", id, partition, err)
+	}
+	e.space.freed()
 	return nil
 }
 
@@ -336,21 +481,46 @@ func (e *Engine) retentionLoop(every time.Duration) {
 
 // Metrics returns the engine's counters.
 func (e *Engine) Metrics() Stats {
-	e.mu.RLock()
-	n := len(e.parts)
-	e.mu.RUnlock()
 	s := Stats{
 		BytesWritten: e.bytesWritten.Load(),
 		Appends:      e.appends.Load(),
-		Partitions:   n,
-		TailBytes:    e.tailBytes.Load(),
+		DiskFull:     e.space.isFull(),
+		DiskFree:     e.space.free(),
 	}
+	parts := e.partitions()
+	s.Partitions = len(parts)
+	for _, p := range parts {
+		p.mu.Lock()
+		for _, seg := range p.segs {
+			s.DiskUsage += uint64(seg.size)
+		}
+		p.mu.Unlock()
+	}
+	e.files.mu.Lock()
+	s.OpenFiles = e.files.open
+	e.files.mu.Unlock()
 	e.closeMu.RLock()
 	if !e.closed {
-		s.DiskUsage = e.db.Metrics().DiskSpaceUsage()
+		s.DiskUsage += e.db.Metrics().DiskSpaceUsage()
 	}
 	e.closeMu.RUnlock()
 	return s
+}
+
+// DiskFull reports whether appends from clients are refused for lack of
+// space (see Stats.DiskFull).
+func (e *Engine) DiskFull() bool { return e.space.isFull() }
+
+func (e *Engine) hook(point string) {
+	if e.testHook != nil {
+		e.testHook(point)
+	}
+}
+
+// storageError is the error of a write refused or failed for lack of
+// space or an I/O error: KAFKA_STORAGE_ERROR, which clients retry.
+func storageError(format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, kerr.KafkaStorageError)...)
 }
 
 // pebbleLogger sends Pebble's logs to slog.

@@ -1,18 +1,19 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -21,55 +22,17 @@ import (
 // end offset. Forward gaps are accepted, as compacted sources have them.
 var ErrUnexpectedAppendOffset = errors.New("append offset below the log end offset")
 
-// batchMeta is the in-memory index entry of one stored batch; the whole
-// index of a partition is kept in memory (about 40 bytes per batch) so
-// that retention, timestamps and epochs never scan the log.
-type batchMeta struct {
-	Base       int64
-	LastDelta  int32
-	Size       int32
-	MaxTs      int64
-	MaxTsDelta int32 // offset delta of the record holding MaxTs
-	Epoch      int32
-}
-
-func (m batchMeta) last() int64 { return m.Base + int64(m.LastDelta) }
-
-func (m batchMeta) encode() []byte {
-	b := make([]byte, 0, 24)
-	b = binary.BigEndian.AppendUint32(b, uint32(m.LastDelta))
-	b = binary.BigEndian.AppendUint32(b, uint32(m.Size))
-	b = binary.BigEndian.AppendUint64(b, uint64(m.MaxTs))
-	b = binary.BigEndian.AppendUint32(b, uint32(m.MaxTsDelta))
-	return binary.BigEndian.AppendUint32(b, uint32(m.Epoch))
-}
-
-func decodeMeta(base int64, b []byte) (batchMeta, error) {
-	if len(b) != 24 {
-		return batchMeta{}, fmt.Errorf("batch index entry at %d has %d bytes", base, len(b))
-	}
-	return batchMeta{
-		Base:       base,
-		LastDelta:  int32(binary.BigEndian.Uint32(b)),
-		Size:       int32(binary.BigEndian.Uint32(b[4:])),
-		MaxTs:      int64(binary.BigEndian.Uint64(b[8:])),
-		MaxTsDelta: int32(binary.BigEndian.Uint32(b[16:])),
-		Epoch:      int32(binary.BigEndian.Uint32(b[20:])),
-	}, nil
-}
-
-func metaKey(id TopicID, p int32, base int64) []byte {
-	return binary.BigEndian.AppendUint64(subPrefix(id, p, subMeta), uint64(base))
-}
-
 type epochEntry struct {
 	Epoch int32
 	Start int64
 }
 
-type tailBatch struct {
-	base, last int64
-	data       []byte
+// cursor remembers where a fetch ended, so that the next fetch of a
+// sequential consumer starts there without an index lookup.
+type cursor struct {
+	offset   int64 // the next offset to read
+	seg, pos int64 // segment base and position of the batch holding it
+	gen      uint64
 }
 
 // Partition is one partition's log.
@@ -78,26 +41,48 @@ type Partition struct {
 	topic string
 	id    TopicID
 	part  int32
+	dir   string // the segment files' directory
 	cfg   atomic.Pointer[LogConfig]
 
-	// mu orders appends (offset assignment and Pebble's commit order) and
-	// guards everything below. It is not held while waiting for fsync.
+	// metaMu orders the partition's metadata writes to Pebble: a sync
+	// round holds it from taking the pending entries until it has applied
+	// them, and every other writer (truncation, retention, compaction)
+	// takes it first, so that nothing commits between. Taken before mu.
+	metaMu sync.Mutex
+
+	// mu orders appends (offset assignment and file position) and guards
+	// everything below. It is not held while waiting for fsync.
 	mu          sync.Mutex
 	deleted     bool
 	logStart    int64
 	leo         int64 // log end offset: next offset to assign
 	hwm         int64
 	leaderEpoch int32
-	index       []batchMeta
-	indexBytes  int64
+	segs        []*segment // by base; the last one is active
 	epochs      []epochEntry
 	producers   map[int64]*producerEntry
 	aborted     []abortedTxn // by Last
 	openTxns    int          // producers with an open transaction
-	tail        []tailBatch  // recent batches, a contiguous suffix of the log
-	tailSize    int64
 	waitCh      chan struct{}
 	gen         uint64 // bumped by anything that removes or rewrites batches
+
+	// What was appended since the last sync round took it: entries in the
+	// order they must be applied, and producers whose state changed.
+	pending   *pebble.Batch
+	dirtyPIDs map[int64]struct{}
+	// lastIndexPos is the position of the active segment's last index
+	// entry (-1: none yet).
+	lastIndexPos int64
+	// synced is the last point known durable with its metadata in
+	// Pebble: where a failed sync rolls the log back to.
+	synced recoveryPoint
+	// failed is set when the partition could not be rolled back after a
+	// failed write or sync: appends fail until the broker restarts.
+	failed error
+	dirty  bool // in the syncer's list; guarded by syncer.mu
+
+	cursors    [4]cursor
+	nextCursor int
 
 	cleanedUpTo  int64 // compaction has processed the batches below this offset
 	tombstoneDue int64 // unix ms when a kept tombstone becomes removable
@@ -105,9 +90,22 @@ type Partition struct {
 	repl replState // replication between brokers (replica.go)
 }
 
+// persistedState is the value of a partition's state key. It changes
+// rarely, so JSON keeps it readable.
+type persistedState struct {
+	Topic       string
+	LogStart    int64
+	LeaderEpoch int32
+	Config      LogConfig
+}
+
 func newPartition(e *Engine, topic string, id TopicID, part int32, cfg LogConfig) *Partition {
 	p := &Partition{e: e, topic: topic, id: id, part: part, producers: make(map[int64]*producerEntry),
-		waitCh: make(chan struct{})}
+		waitCh: make(chan struct{}), lastIndexPos: -1,
+		dir: e.fs.PathJoin(e.segDir, partitionDirName(id, part))}
+	for i := range p.cursors {
+		p.cursors[i].offset = -1
+	}
 	p.cfg.Store(&cfg)
 	return p
 }
@@ -115,57 +113,6 @@ func newPartition(e *Engine, topic string, id TopicID, part int32, cfg LogConfig
 func (p *Partition) encodeState() []byte {
 	b, _ := json.Marshal(persistedState{Topic: p.topic, LogStart: p.logStart, LeaderEpoch: p.leaderEpoch, Config: *p.cfg.Load()})
 	return b
-}
-
-// load reads the index, epoch cache and producer state from Pebble.
-func (p *Partition) load() error {
-	pre := dataPrefix(p.id, p.part)
-	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: pre, UpperBound: prefixEnd(pre)})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	// Only the small keys are read: the 'L' range (batches) is skipped.
-	for it.First(); it.Valid(); {
-		k := it.Key()
-		switch k[len(pre)] {
-		case subLog:
-			it.SeekGE(subPrefix(p.id, p.part, subLog+1))
-			continue
-		case subMeta:
-			m, err := decodeMeta(keySuffix64(k), it.Value())
-			if err != nil {
-				return err
-			}
-			p.index = append(p.index, m)
-			p.indexBytes += int64(m.Size)
-		case subEpoch:
-			p.epochs = append(p.epochs, epochEntry{keySuffix32(k), int64(binary.BigEndian.Uint64(it.Value()))})
-		case subAborted:
-			v := it.Value()
-			if len(v) != 16 {
-				return fmt.Errorf("aborted transaction entry of %d bytes", len(v))
-			}
-			p.aborted = append(p.aborted, abortedTxn{int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:])), keySuffix64(k[:len(k)-8])})
-		case subProduce:
-			pe, err := decodeProducer(it.Value())
-			if err != nil {
-				return err
-			}
-			p.producers[keySuffix64(k)] = pe
-		}
-		it.Next()
-	}
-	if err := it.Error(); err != nil {
-		return err
-	}
-	p.countOpenTxnsLocked()
-	p.leo = p.logStart
-	if n := len(p.index); n > 0 {
-		p.leo = max(p.leo, p.index[n-1].last()+1)
-	}
-	p.hwm = p.leo // everything Pebble recovered is durable
-	return nil
 }
 
 // Config returns the partition's log configuration.
@@ -340,10 +287,20 @@ func (p *Partition) Producers() []ProducerState {
 	return out
 }
 
+func (p *Partition) active() *segment {
+	if n := len(p.segs); n > 0 {
+		return p.segs[n-1]
+	}
+	return nil
+}
+
 // Append validates and appends record batches. See AppendRequest.
 func (p *Partition) Append(ctx context.Context, req *AppendRequest) (AppendResult, error) {
 	return p.AppendAsync(ctx, req)()
 }
+
+// writeBufs recycles the buffers appends are copied into.
+var writeBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // AppendAsync is Append for callers that pipeline appends (one client
 // connection's produce requests): it returns once the batches are in the
@@ -367,7 +324,7 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 	cfg := p.cfg.Load()
 	assign := !req.Origin.Copies()
 	// The batches alias req.Records, which is only read: prepareLocked
-	// copies them into the Pebble batch.
+	// copies them into the write buffer.
 	batches, err := splitBatches(req.Records)
 	if err != nil {
 		return fail(AppendResult{}, fmt.Errorf("%s-%d: %w", p.topic, p.part, err))
@@ -378,6 +335,9 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 			return fail(AppendResult{}, fmt.Errorf("%s-%d batch %d: %w", p.topic, p.part, i, err))
 		}
 	}
+	if err := p.e.space.allow(req.Origin); err != nil {
+		return fail(AppendResult{}, fmt.Errorf("%s-%d: %w", p.topic, p.part, err))
+	}
 
 	p.e.closeMu.RLock()
 	if p.e.closed {
@@ -385,51 +345,45 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 		return fail(AppendResult{}, errClosed)
 	}
 	p.mu.Lock()
+	unlock := func() { p.mu.Unlock(); p.e.closeMu.RUnlock() }
 	if p.deleted {
-		p.mu.Unlock()
-		p.e.closeMu.RUnlock()
+		unlock()
 		return fail(AppendResult{}, fmt.Errorf("%s-%d: partition deleted: %w", p.topic, p.part, kerr.UnknownTopicOrPartition))
 	}
-	res, pb, err := p.prepareLocked(req, batches, metas, assign, cfg)
+	if p.failed != nil {
+		unlock()
+		return fail(AppendResult{}, fmt.Errorf("%s-%d: log unavailable after a storage error (%v): %w", p.topic, p.part, p.failed, kerr.KafkaStorageError))
+	}
+	bufp := writeBufs.Get().(*[]byte)
+	defer writeBufs.Put(bufp)
+	res, buf, err := p.prepareLocked(req, batches, metas, assign, cfg, (*bufp)[:0])
+	*bufp = buf[:0]
+	if err == nil && !res.Duplicate {
+		err = p.writeLocked(buf, metas, cfg, p.applyLocked)
+	}
 	if err != nil || res.Duplicate {
-		p.mu.Unlock()
-		p.e.closeMu.RUnlock()
+		unlock()
 		return fail(res, err)
 	}
-	sync := p.e.cfg.SyncWrites && req.Acks != 0
-	if sync {
-		err = p.e.db.ApplyNoSyncWait(pb, pebble.Sync)
-	} else {
-		err = p.e.db.Apply(pb, pebble.NoSync)
-	}
-	if err != nil {
-		p.mu.Unlock()
-		pb.Close()
-		p.e.closeMu.RUnlock()
-		return fail(AppendResult{}, fmt.Errorf("%s-%d: write: %w", p.topic, p.part, err))
-	}
-	p.commitLocked(batches, metas)
 	p.notifyEndLocked()
+	sync := p.e.cfg.SyncWrites && req.Acks != 0
+	round := p.e.syncer.register(p, sync)
+	if !sync {
+		p.advanceLocked(p.leo)
+	}
 	p.mu.Unlock()
 
 	// closeMu stays held until the sync is done: Close waits for it.
-	// pb is not closed: Close would recycle its buffer, which holds the
-	// batches the tail serves. The garbage collector frees it.
 	return func() (AppendResult, error) {
 		defer p.e.closeMu.RUnlock()
 		if sync {
-			// Pebble syncs its WAL in commit order, so once this batch is
-			// durable every earlier append of this partition is too: the
-			// high watermark may move to our end.
-			if err := pb.SyncWait(); err != nil {
-				return AppendResult{}, fmt.Errorf("%s-%d: sync: %w", p.topic, p.part, err)
+			<-round.done
+			if err := round.failed[p]; err != nil {
+				return AppendResult{}, fmt.Errorf("%s-%d: sync: %v: %w", p.topic, p.part, err, kerr.KafkaStorageError)
 			}
 		}
 		hwm := p.advance(res.LastOffset + 1)
-		n := 0
-		for _, b := range batches {
-			n += len(b)
-		}
+		n := len(buf)
 		p.e.bytesWritten.Add(int64(n))
 		p.e.appends.Add(1)
 		if len(p.e.cfg.Observers) > 0 {
@@ -482,23 +436,23 @@ func validateBatch(b batch, cfg *LogConfig, origin Origin) (batchMeta, error) {
 	return m, nil
 }
 
-// prepareLocked checks producer state, assigns offsets and builds the
-// Pebble batch. Nothing in p changes until commitLocked.
-func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []batchMeta, assign bool, cfg *LogConfig) (AppendResult, *pebble.Batch, error) {
+// prepareLocked checks producer state, copies the batches into buf and
+// assigns their offsets there. Nothing in p changes.
+func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []batchMeta, assign bool, cfg *LogConfig, buf []byte) (AppendResult, []byte, error) {
 	res := AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: p.logStart}
 	txn := producerTxn{base: p.producers}
 	next := p.leo
 	now := time.Now().UnixMilli()
-	latestEpoch := p.latestEpochLocked()
 	size := 0
 	for _, b := range batches {
-		size += len(b) + 256 // the batch, its index entry, their keys, producer and epoch entries
+		size += len(b)
 	}
 	// Sized up front: growing would copy every batch again.
-	pb := p.e.db.NewBatchWithSize(size, pebble.WithInitialSizeBytes(size))
-	fail := func(err error) (AppendResult, *pebble.Batch, error) {
-		pb.Close()
-		return AppendResult{}, nil, fmt.Errorf("%s-%d: %w", p.topic, p.part, err)
+	if cap(buf) < size {
+		buf = make([]byte, 0, size)
+	}
+	fail := func(err error) (AppendResult, []byte, error) {
+		return AppendResult{}, buf, fmt.Errorf("%s-%d: %w", p.topic, p.part, err)
 	}
 	for i, b := range batches {
 		if b.producerID() >= 0 {
@@ -507,18 +461,14 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 				return fail(err)
 			}
 			if dup != nil {
-				pb.Close()
 				return AppendResult{BaseOffset: dup.FirstOffset, LastOffset: dup.LastOffset, LogAppendTime: -1,
-					LogStartOffset: p.logStart, Duplicate: true}, nil, nil
+					LogStartOffset: p.logStart, Duplicate: true}, buf, nil
 			}
 		}
-		// The batch is copied once, into the Pebble batch, and its offsets
-		// are set in that copy, which the tail keeps (so pb is never
-		// recycled). Key and value are complete before the next operation
-		// on pb, which may move its buffer.
-		op := pb.SetDeferred(logKeyLen, len(b))
-		copy(op.Value, b)
-		b = batch(op.Value)
+		// The batch is copied once, into buf, and its offsets are set
+		// in the copy: the caller's records are only read.
+		buf = append(buf, b...)
+		b = batch(buf[len(buf)-len(b):])
 		batches[i] = b
 		if assign {
 			b.setBaseOffset(next)
@@ -533,63 +483,111 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 		} else if b.baseOffset() < next {
 			return fail(fmt.Errorf("batch %d at offset %d, log end offset is %d: %w", i, b.baseOffset(), next, ErrUnexpectedAppendOffset))
 		}
-		copy(op.Key, logKey(p.id, p.part, b.baseOffset()))
-		op.Finish()
 		if res.BaseOffset < 0 {
 			res.BaseOffset = b.baseOffset()
 		}
 		metas[i].Base, metas[i].Epoch = b.baseOffset(), b.leaderEpoch()
 		next = b.lastOffset() + 1
 		res.LastOffset = b.lastOffset()
-		var aborted []abortedTxn
+		// Later batches of this append see this one's producer state.
 		if isBarrier(b) {
-			aborted = txn.resetAll(b.baseOffset())
-			pb.DeleteRange(subPrefix(p.id, p.part, subProduce), prefixEnd(subPrefix(p.id, p.part, subProduce)), nil)
+			txn.resetAll(b.baseOffset())
 		} else if b.producerID() >= 0 {
-			if a := txn.update(b); a != nil {
-				aborted = append(aborted, *a)
-			}
+			txn.update(b)
 		}
-		for _, a := range aborted {
-			pb.Set(abortedEntryKey(p.id, p.part, a), binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(a.PID)), uint64(a.First)), nil)
-		}
-		if e := b.leaderEpoch(); e > latestEpoch {
-			latestEpoch = e
-			pb.Set(epochKey(p.id, p.part, e), binary.BigEndian.AppendUint64(nil, uint64(b.baseOffset())), nil)
-		}
-		pb.Set(metaKey(p.id, p.part, b.baseOffset()), metas[i].encode(), nil)
 	}
-	for pid, pe := range txn.changed {
-		pb.Set(producerKey(p.id, p.part, pid), pe.encode(), nil)
-	}
-	return res, pb, nil
+	return res, buf, nil
 }
 
-// commitLocked updates the in-memory state after the Pebble batch is
-// applied; it repeats prepareLocked's decisions, which cannot fail now.
-func (p *Partition) commitLocked(batches []batch, metas []batchMeta) {
-	txn := producerTxn{base: p.producers}
-	for i, b := range batches {
-		if isBarrier(b) {
-			p.aborted = append(p.aborted, txn.resetAll(b.baseOffset())...)
-		} else if b.producerID() >= 0 {
-			if a := txn.update(b); a != nil {
-				p.aborted = append(p.aborted, *a)
-			}
+// writeLocked writes the prepared batches at the end of the active
+// segment (rolling first when it is full or old) and calls apply for each
+// (applyLocked: they enter the partition's state). On a failed write
+// nothing changes.
+func (p *Partition) writeLocked(buf []byte, metas []batchMeta, cfg *LogConfig, apply func(*segment, int64, batch, batchMeta)) error {
+	now := time.Now()
+	seg := p.active()
+	if seg == nil || seg.size > 0 && (seg.size+int64(len(buf)) > cfg.segmentBytes() || now.UnixMilli()-seg.created >= cfg.segmentMs()) {
+		var err error
+		if seg, err = p.rollLocked(p.leo, now); err != nil {
+			return p.storageErr(err)
 		}
-		if e := b.leaderEpoch(); e > p.latestEpochLocked() {
-			p.epochs = append(p.epochs, epochEntry{e, b.baseOffset()})
-		}
-		p.index = append(p.index, metas[i])
-		p.indexBytes += int64(len(b))
-		p.tail = append(p.tail, tailBatch{b.baseOffset(), b.lastOffset(), b})
-		p.tailSize += int64(len(b))
-		p.e.tailBytes.Add(int64(len(b)))
-		p.leo = b.lastOffset() + 1
 	}
-	if txn.reset {
-		p.producers = make(map[int64]*producerEntry, len(txn.changed))
+	f, err := p.e.files.acquire(seg.file)
+	if err != nil {
+		return p.storageErr(err)
+	}
+	n, err := f.WriteAt(buf, seg.size)
+	p.e.files.release(seg.file)
+	if err != nil || n != len(buf) {
+		if err == nil {
+			err = fmt.Errorf("short write: %d of %d bytes", n, len(buf))
+		}
+		p.e.space.noteWriteError(err)
+		p.rollBackWriteLocked(seg)
+		return p.storageErr(err)
+	}
+	p.e.space.wrote(len(buf))
+	for i, start := 0, seg.size; i < len(metas); i++ {
+		pos := seg.size // applyLocked moves it past each batch
+		apply(seg, pos, batch(buf[pos-start:pos-start+int64(metas[i].Size)]), metas[i])
+	}
+	return nil
+}
+
+func (p *Partition) storageErr(err error) error {
+	return fmt.Errorf("%s-%d: write: %v: %w", p.topic, p.part, err, kerr.KafkaStorageError)
+}
+
+// rollBackWriteLocked cuts what a failed write may have left past the
+// segment's end, so that no part of it is ever read or recovered.
+func (p *Partition) rollBackWriteLocked(seg *segment) {
+	if err := p.truncateSegmentLocked(seg, seg.size); err != nil {
+		p.failed = err
+		p.e.log.Error("partition unavailable: cannot cut a failed write", "topic", p.topic, "partition", p.part, "err", err)
+	}
+}
+
+// truncateSegmentLocked cuts the segment's file at size.
+func (p *Partition) truncateSegmentLocked(seg *segment, size int64) error {
+	f, err := p.e.files.acquire(seg.file)
+	if err != nil {
+		return err
+	}
+	replaced, err := truncateFile(p.e.fs, f, seg.file.path, size)
+	p.e.files.release(seg.file)
+	if err != nil {
+		return err
+	}
+	if replaced {
+		old := seg.file
+		seg.file = &segFile{path: old.path, rw: old.rw}
+		p.e.files.retire(old)
+	}
+	return nil
+}
+
+// applyLocked adds a batch written at pos of seg to the partition's state
+// and its metadata to the pending entries (appends and recovery).
+func (p *Partition) applyLocked(seg *segment, pos int64, b batch, m batchMeta) {
+	if p.pending == nil {
+		p.pending = p.e.db.NewBatch()
+	}
+	txn := producerTxn{base: p.producers}
+	var aborted []abortedTxn
+	if isBarrier(b) {
+		aborted = txn.resetAll(b.baseOffset())
+		p.pending.DeleteRange(subPrefix(p.id, p.part, subProduce), prefixEnd(subPrefix(p.id, p.part, subProduce)), nil)
+		p.producers = make(map[int64]*producerEntry)
+		clear(p.dirtyPIDs)
 		p.openTxns = 0
+	} else if b.producerID() >= 0 {
+		if a := txn.update(b); a != nil {
+			aborted = append(aborted, *a)
+		}
+	}
+	for _, a := range aborted {
+		p.aborted = append(p.aborted, a)
+		p.pending.Set(abortedEntryKey(p.id, p.part, a), binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(a.PID)), uint64(a.First)), nil)
 	}
 	for pid, pe := range txn.changed {
 		if old := p.producers[pid]; old != nil && old.TxnStart >= 0 {
@@ -599,28 +597,193 @@ func (p *Partition) commitLocked(batches []batch, metas []batchMeta) {
 			p.openTxns++
 		}
 		p.producers[pid] = pe
+		if p.dirtyPIDs == nil {
+			p.dirtyPIDs = make(map[int64]struct{})
+		}
+		p.dirtyPIDs[pid] = struct{}{}
 	}
-	// Keep the tail within its share of memory: every partition gets an
-	// equal share of the global bound, at most tailPartitionBytes. The
-	// newest batch stays even above the share (a consumer at the head
-	// reads it next), unless the global bound is exceeded: a thousand
-	// partitions may not each keep a large batch.
-	share := min(tailPartitionBytes, tailGlobalBytes/max(1, p.e.numParts.Load()))
-	for len(p.tail) > 0 && (p.e.tailBytes.Load() > tailGlobalBytes || p.tailSize > share && len(p.tail) > 1) {
-		p.dropTail(1)
+	if e := b.leaderEpoch(); e > p.latestEpochLocked() {
+		p.epochs = append(p.epochs, epochEntry{e, b.baseOffset()})
+		p.pending.Set(epochKey(p.id, p.part, e), epochValue(b.baseOffset()), nil)
+	}
+	p.indexLocked(seg, pos, b, m)
+}
+
+// indexLocked adds a batch written at pos of seg to the segment's summary
+// and the sparse index, and moves the log end past it.
+func (p *Partition) indexLocked(seg *segment, pos int64, b batch, m batchMeta) {
+	if p.pending == nil {
+		p.pending = p.e.db.NewBatch()
+	}
+	if p.lastIndexPos < 0 || pos-p.lastIndexPos >= indexInterval {
+		before := int64(math.MinInt64)
+		if seg.size > 0 {
+			before = seg.maxTs
+		}
+		p.pending.Set(indexKey(p.id, p.part, b.baseOffset()), indexEntry(pos, before), nil)
+		p.lastIndexPos = pos
+	}
+	seg.noteBatch(m)
+	p.leo = b.lastOffset() + 1
+}
+
+// rollLocked makes a new active segment starting at next. The old one is
+// synced first: only the last segment of a log can have a torn tail.
+func (p *Partition) rollLocked(next int64, now time.Time) (*segment, error) {
+	fs := p.e.fs
+	if old := p.active(); old != nil {
+		if old.size == 0 && old.base == next {
+			return old, nil
+		}
+		f, err := p.e.files.acquire(old.file)
+		if err != nil {
+			return nil, err
+		}
+		err = f.SyncData()
+		p.e.files.release(old.file)
+		if err != nil {
+			return nil, fmt.Errorf("sync segment %d before roll: %w", old.base, err)
+		}
+		if p.pending == nil {
+			p.pending = p.e.db.NewBatch()
+		}
+		p.pending.Set(segmentKey(p.id, p.part, old.base), old.summary(), nil)
+	} else {
+		if err := fs.MkdirAll(p.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create %s: %w", p.dir, err)
+		}
+		if err := syncDir(fs, p.e.segDir); err != nil {
+			return nil, err
+		}
+	}
+	path := fs.PathJoin(p.dir, segmentName(next))
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, fmt.Errorf("create segment: %w", err)
+	}
+	p.e.hook("roll:created")
+	if err := syncDir(fs, p.dir); err != nil {
+		f.Close()
+		return nil, err
+	}
+	seg := &segment{base: next, next: next, created: now.UnixMilli(), file: p.e.files.adopt(path, f)}
+	p.segs = append(p.segs, seg)
+	p.lastIndexPos = -1
+	return seg, nil
+}
+
+// pendingMeta is what a sync round takes from a partition: the file to
+// sync and the metadata to apply once it is durable.
+type pendingMeta struct {
+	batch *pebble.Batch
+	file  *segFile // referenced until synced
+	f     vfs.File
+	point recoveryPoint
+	end   int64 // the log end offset the sync makes durable
+}
+
+// sync fsyncs the file and drops the reference to it.
+func (w pendingMeta) sync(e *Engine) error {
+	defer e.files.release(w.file)
+	e.hook("sync:before")
+	return w.f.SyncData()
+}
+
+// takePendingLocked hands the pending metadata to a sync round, completed
+// with the producers' current states, the active segment's summary and
+// the recovery point after the last batch. ok is false when there is
+// nothing to take.
+func (p *Partition) takePendingLocked() (w pendingMeta, ok bool) {
+	seg := p.active()
+	if p.deleted || seg == nil || p.pending == nil && len(p.dirtyPIDs) == 0 {
+		return w, false
+	}
+	f, err := p.e.files.acquire(seg.file)
+	if err != nil {
+		p.e.log.Warn("sync: segment unavailable", "topic", p.topic, "partition", p.part, "err", err)
+		return w, false
+	}
+	b := p.pending
+	if b == nil {
+		b = p.e.db.NewBatch()
+	}
+	for pid := range p.dirtyPIDs {
+		if pe := p.producers[pid]; pe != nil {
+			b.Set(producerKey(p.id, p.part, pid), pe.encode(), nil)
+		} else {
+			b.Delete(producerKey(p.id, p.part, pid), nil)
+		}
+	}
+	clear(p.dirtyPIDs)
+	b.Set(segmentKey(p.id, p.part, seg.base), seg.summary(), nil)
+	point := recoveryPoint{seg: seg.base, pos: seg.size, next: p.leo}
+	b.Set(recoveryKey(p.id, p.part), point.encode(), nil)
+	p.pending = nil
+	return pendingMeta{batch: b, file: seg.file, f: f, point: point, end: p.leo}, true
+}
+
+// applyPending writes a sync round's metadata to Pebble. If that fails,
+// the entries go back in front of the pending ones for the next round.
+// The caller holds p.metaMu.
+func (p *Partition) applyPending(w pendingMeta, opts *pebble.WriteOptions) {
+	err := p.e.db.Apply(w.batch, opts)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err == nil {
+		w.batch.Close()
+		p.synced = w.point
+		return
+	}
+	p.e.log.Warn("writing log metadata failed; retrying with the next sync", "topic", p.topic, "partition", p.part, "err", err)
+	if p.pending != nil {
+		w.batch.Apply(p.pending, nil)
+		p.pending.Close()
+	}
+	p.pending = w.batch
+	p.e.syncer.register(p, false)
+}
+
+// syncFailed handles a failed fsync of the partition's active segment:
+// what was written since the last good sync may be lost whatever later
+// syncs say (Linux drops the failed pages), so the log is rolled back to
+// that point and its state reloaded from Pebble. The caller holds
+// p.metaMu.
+func (p *Partition) syncFailed(w pendingMeta, err error) {
+	w.batch.Close()
+	p.e.space.noteWriteError(err)
+	p.e.log.Error("segment sync failed; rolling the log back to its last durable point", "topic", p.topic, "partition", p.part, "err", err)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.deleted {
+		return
+	}
+	if err := p.reloadLocked(); err != nil {
+		p.failed = err
+		p.e.log.Error("partition unavailable until restart", "topic", p.topic, "partition", p.part, "err", err)
 	}
 }
 
-// dropTail removes the first n tail batches.
-func (p *Partition) dropTail(n int) {
-	for _, t := range p.tail[:n] {
-		p.tailSize -= int64(len(t.data))
-		p.e.tailBytes.Add(-int64(len(t.data)))
+// flushLocked makes everything appended durable and its metadata applied,
+// before a change that rewrites metadata (truncation, retention,
+// compaction). The caller holds p.metaMu and p.mu.
+func (p *Partition) flushLocked() error {
+	w, ok := p.takePendingLocked()
+	if !ok {
+		return nil
 	}
-	p.tail = p.tail[n:]
-	if len(p.tail) == 0 {
-		p.tail = nil
+	if err := w.sync(p.e); err != nil {
+		w.batch.Close()
+		return err
 	}
+	if err := p.e.db.Apply(w.batch, pebble.NoSync); err != nil {
+		// Back in front of what comes next, for the next round.
+		p.pending = w.batch
+		return err
+	}
+	w.batch.Close()
+	p.synced = w.point
+	p.advanceLocked(w.end)
+	return nil
 }
 
 // advance moves the high watermark to end (bounded by the log end offset)
@@ -630,83 +793,4 @@ func (p *Partition) advance(end int64) int64 {
 	defer p.mu.Unlock()
 	p.advanceLocked(end)
 	return p.hwm
-}
-
-// Fetch reads batches from offset: at least one whole batch (even larger
-// than maxBytes), then more while the total stays within maxBytes, never
-// past the high watermark (the last stable offset for read_committed).
-func (p *Partition) Fetch(offset int64, maxBytes int, iso Isolation) (FetchResult, error) {
-	p.mu.Lock()
-	res := FetchResult{HighWatermark: p.hwm, LastStableOffset: p.lastStableLocked(), LogStartOffset: p.logStart}
-	leo, tail, deleted, aborted := p.leo, p.tail, p.deleted, p.aborted
-	p.mu.Unlock()
-	if deleted {
-		return res, fmt.Errorf("%s-%d: partition deleted: %w", p.topic, p.part, kerr.UnknownTopicOrPartition)
-	}
-	res, err := p.read(res, leo, tail, offset, maxBytes, iso)
-	if iso == ReadCommitted && len(res.Batches) > 0 {
-		// The aborted transactions overlapping what is returned.
-		end := batch(res.Batches[len(res.Batches)-1]).lastOffset()
-		for _, a := range aborted[sort.Search(len(aborted), func(i int) bool { return aborted[i].Last >= offset }):] {
-			if a.First <= end {
-				res.AbortedTxns = append(res.AbortedTxns, AbortedTxn{ProducerID: a.PID, FirstOffset: a.First})
-			}
-		}
-	}
-	return res, err
-}
-
-func (p *Partition) read(res FetchResult, leo int64, tail []tailBatch, offset int64, maxBytes int, iso Isolation) (FetchResult, error) {
-	if offset < res.LogStartOffset || offset > leo {
-		return res, fmt.Errorf("%s-%d: fetch offset %d outside [%d, %d]: %w", p.topic, p.part, offset, res.LogStartOffset, leo, kerr.OffsetOutOfRange)
-	}
-	upper := res.HighWatermark
-	if iso == ReadCommitted {
-		upper = res.LastStableOffset
-	}
-	if offset >= upper {
-		return res, nil
-	}
-	total := 0
-	add := func(b []byte) bool {
-		if len(res.Batches) > 0 && total+len(b) > maxBytes {
-			return false
-		}
-		res.Batches = append(res.Batches, b)
-		total += len(b)
-		return true
-	}
-	if len(tail) > 0 && offset >= tail[0].base {
-		i := sort.Search(len(tail), func(i int) bool { return tail[i].last >= offset })
-		for ; i < len(tail) && tail[i].base < upper && add(tail[i].data); i++ {
-		}
-		return res, nil
-	}
-	p.e.closeMu.RLock()
-	defer p.e.closeMu.RUnlock()
-	if p.e.closed {
-		return res, errClosed
-	}
-	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: logKey(p.id, p.part, 0), UpperBound: logKey(p.id, p.part, upper)})
-	if err != nil {
-		return res, fmt.Errorf("%s-%d: fetch: %w", p.topic, p.part, err)
-	}
-	defer it.Close()
-	if !it.SeekLT(logKey(p.id, p.part, offset+1)) || batch(it.Value()).lastOffset() < offset {
-		// offset falls in a gap (compaction, or before the first batch):
-		// start at the next batch.
-		if !it.SeekGE(logKey(p.id, p.part, offset)) {
-			return res, it.Error()
-		}
-	}
-	for ; it.Valid(); it.Next() {
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return res, fmt.Errorf("%s-%d: fetch: %w", p.topic, p.part, err)
-		}
-		if !add(bytes.Clone(v)) {
-			break
-		}
-	}
-	return res, it.Error()
 }

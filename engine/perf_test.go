@@ -7,11 +7,8 @@ import (
 )
 
 // TestAppendCopiesOnce checks that an append leaves the caller's records
-// untouched and that the tail serves the stored copy, with offsets set.
+// untouched and that the log holds the stored copy, with offsets set.
 func TestAppendCopiesOnce(t *testing.T) {
-	if n := len(logKey(testID, 1, 2)); n != logKeyLen {
-		t.Fatalf("logKeyLen %d, keys have %d bytes", logKeyLen, n)
-	}
 	e := openTest(t, nil)
 	cfg := DefaultLogConfig()
 	cfg.LogAppendTime = true
@@ -27,7 +24,7 @@ func TestAppendCopiesOnce(t *testing.T) {
 	}
 	got := fetchAll(t, p, 0)
 	if len(got) != 3 || &got[1][0] == &records[0] {
-		t.Fatalf("%d batches; the tail aliases the caller's records: %v", len(got), len(got) == 3)
+		t.Fatalf("%d batches; a read aliases the caller's records: %v", len(got), len(got) == 3)
 	}
 	for i, want := range []int64{0, 1, 2} {
 		b := batch(got[i])
@@ -44,28 +41,31 @@ func TestAppendCopiesOnce(t *testing.T) {
 }
 
 // TestAppendAsyncPipelined runs two appends before waiting for either: the
-// second is ordered after the first, nothing is visible before a wait, and
-// waiting for the later one covers the earlier one too (Pebble syncs in
-// commit order).
+// second is ordered after the first, both are in the log before a wait,
+// and waiting for the later one covers the earlier one too (one sync round
+// takes both). Both waits run before any check: an append not waited for
+// keeps the engine from closing.
 func TestAppendAsyncPipelined(t *testing.T) {
 	e := openTest(t, nil)
 	p := mkPart(t, e, DefaultLogConfig())
 	ctx := context.Background()
 	w1 := p.AppendAsync(ctx, &AppendRequest{Origin: OriginClient, Records: mkBatch(t, batchOpts{}, kv("a", "1"), kv("b", "2")), Acks: -1})
 	w2 := p.AppendAsync(ctx, &AppendRequest{Origin: OriginClient, Records: mkBatch(t, batchOpts{}, kv("c", "3")), Acks: -1})
-	if o := p.Offsets(); o.LogEnd != 3 || o.HighWatermark != 0 {
-		t.Fatalf("before the waits: %+v", o)
+	before := p.Offsets() // a sync round may already have made one or both visible
+	r2, err2 := w2()
+	hwm := p.Offsets().HighWatermark
+	r1, err1 := w1()
+	if h := before.HighWatermark; before.LogEnd != 3 || h != 0 && h != 2 && h != 3 {
+		t.Fatalf("before the waits: %+v", before)
 	}
-	r2, err := w2()
-	if err != nil || r2.BaseOffset != 2 || r2.LastOffset != 2 {
-		t.Fatalf("second append: %+v %v", r2, err)
+	if err2 != nil || r2.BaseOffset != 2 || r2.LastOffset != 2 {
+		t.Fatalf("second append: %+v %v", r2, err2)
 	}
-	if hwm := p.Offsets().HighWatermark; hwm != 3 {
+	if hwm != 3 {
 		t.Fatalf("high watermark %d after the second sync", hwm)
 	}
-	r1, err := w1()
-	if err != nil || r1.BaseOffset != 0 || r1.LastOffset != 1 {
-		t.Fatalf("first append: %+v %v", r1, err)
+	if err1 != nil || r1.BaseOffset != 0 || r1.LastOffset != 1 {
+		t.Fatalf("first append: %+v %v", r1, err1)
 	}
 	// A rejected append reports its error from wait, and changes nothing.
 	if _, err := p.AppendAsync(ctx, &AppendRequest{Origin: OriginClient, Records: []byte{1, 2, 3}, Acks: -1})(); err == nil {
@@ -73,30 +73,5 @@ func TestAppendAsyncPipelined(t *testing.T) {
 	}
 	if m := recordsOf(t, fetchAll(t, p, 0)); len(m) != 3 || m[2] != "c=3" {
 		t.Fatalf("records %v", m)
-	}
-}
-
-// TestTailGlobalBound fills many partitions with one large batch each: the
-// tails together stay within the global bound, though each partition
-// would keep its newest batch below it.
-func TestTailGlobalBound(t *testing.T) {
-	e := openTest(t, nil)
-	val := bytes.Repeat([]byte("x"), 512<<10)
-	n := 2 * tailGlobalBytes / len(val)
-	for i := range n {
-		p, err := e.Create("many", testID, int32(i), DefaultLogConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		appendOK(t, p, OriginClient, mkBatch(t, batchOpts{}, rec{key: []byte("k"), val: val}))
-	}
-	if tb := e.Metrics().TailBytes; tb > tailGlobalBytes {
-		t.Fatalf("tails hold %d bytes, bound %d", tb, tailGlobalBytes)
-	}
-	// Every batch is still readable, from Pebble where the tail dropped it.
-	for i := range n {
-		if got := fetchAll(t, e.Partition(testID, int32(i)), 0); len(got) != 1 || len(got[0]) < len(val) {
-			t.Fatalf("partition %d: %d batches", i, len(got))
-		}
 	}
 }

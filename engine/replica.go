@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Replication between brokers. A partition with one replica advances its
@@ -17,9 +16,9 @@ import (
 // high watermark never passes this broker's own durable log end, and
 // never goes down but by truncation.
 //
-// Followers read the leader's log up to its end (ReplicaFetch), append
+// Followers read the leader's log up to its end (ReadLogEnd), append
 // what they read with OriginReplica at the leader's offsets and epochs,
-// and truncate where their log diverged (TruncateTo, StartAt).
+// and truncate where their log diverged (TruncateTo).
 //
 // The high watermark of a replicated partition is checkpointed under
 //
@@ -146,30 +145,19 @@ func (p *Partition) checkpointLocked(opts *pebble.WriteOptions) error {
 	return nil
 }
 
-// ReplicaFetch reads batches from offset for a follower: as Fetch, but up
-// to the log end offset rather than the high watermark.
-func (p *Partition) ReplicaFetch(offset int64, maxBytes int) (FetchResult, error) {
-	p.mu.Lock()
-	res := FetchResult{HighWatermark: p.leo, LastStableOffset: p.lastStableLocked(), LogStartOffset: p.logStart}
-	hwm, leo, tail, deleted := p.hwm, p.leo, p.tail, p.deleted
-	p.mu.Unlock()
-	if deleted {
-		return res, fmt.Errorf("%s-%d: partition deleted: %w", p.topic, p.part, kerr.UnknownTopicOrPartition)
-	}
-	res, err := p.read(res, leo, tail, offset, maxBytes, ReadUncommitted)
-	res.HighWatermark = hwm
-	return res, err
-}
+// ReadLogEnd is the isolation of a follower's read (Fetch with a
+// ReplicaId): up to the log end offset rather than the high watermark.
+const ReadLogEnd Isolation = -1
 
 // LastFetchedEpoch is the leader epoch of the last batch in the log, -1
 // for an empty log: what a follower sends as Fetch's LastFetchedEpoch.
 func (p *Partition) LastFetchedEpoch() int32 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.index) == 0 {
+	if p.leo <= p.logStart {
 		return -1
 	}
-	return p.index[len(p.index)-1].Epoch
+	return p.latestEpochLocked()
 }
 
 // TruncateTo removes everything at or above offset, as Truncate, for a
@@ -182,30 +170,6 @@ func (p *Partition) TruncateTo(offset int64) error {
 	defer p.mu.Unlock()
 	p.repl.durable = min(p.repl.durable, p.leo)
 	p.repl.target = min(p.repl.target, p.leo)
-	return nil
-}
-
-// StartAt empties the log and starts it again at offset, for a follower
-// whose log end is below its leader's log start (retention removed what
-// it would fetch next).
-func (p *Partition) StartAt(offset int64) error {
-	if err := p.Truncate(p.LogStart()); err != nil {
-		return err
-	}
-	unlock, err := p.lock()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	old := p.logStart
-	p.logStart, p.leo, p.hwm = offset, offset, offset
-	p.repl.durable, p.repl.target = offset, offset
-	if err := p.persistStateLocked(); err != nil {
-		p.logStart = old
-		return fmt.Errorf("%s-%d: start at %d: %w", p.topic, p.part, offset, err)
-	}
-	p.gen++
-	p.notifyLocked()
 	return nil
 }
 

@@ -28,7 +28,7 @@ func TestReplicatedHighWatermark(t *testing.T) {
 	if got := recordsOf(t, fetchAll(t, p, 0)); len(got) != 2 {
 		t.Fatalf("consumers read above the high watermark: %v", got)
 	}
-	res, err := p.ReplicaFetch(2, 1<<20)
+	res, err := p.Fetch(2, 1<<20, ReadLogEnd)
 	if err != nil || len(res.Batches) != 2 || res.HighWatermark != 2 {
 		t.Fatalf("follower read: %d batches, hwm %d, err %v", len(res.Batches), res.HighWatermark, err)
 	}
@@ -67,14 +67,5 @@ func TestReplicatedHighWatermark(t *testing.T) {
 	}
 	if o := p.Offsets(); o.LogEnd != 6 || o.HighWatermark != 6 {
 		t.Fatalf("after truncation: %+v", o)
-	}
-	if err := p.StartAt(100); err != nil {
-		t.Fatal(err)
-	}
-	if o := p.Offsets(); o.LogStart != 100 || o.LogEnd != 100 || o.HighWatermark != 100 {
-		t.Fatalf("after StartAt: %+v", o)
-	}
-	if res := appendOK(t, p, OriginClient, b()); res.BaseOffset != 100 {
-		t.Fatalf("append after StartAt at %d", res.BaseOffset)
 	}
 }

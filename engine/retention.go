@@ -3,11 +3,13 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"sort"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -19,24 +21,27 @@ const producerExpiration = 24 * time.Hour
 // larger batches (possible only from mirrors) are kept as they are.
 const compactDecompressLimit = 64 << 20
 
-// lock takes the locks in their order: engine close lock, then p.mu.
+// lock takes the locks for a change that rewrites the log or its
+// metadata, in their order: engine close lock, metaMu, p.mu.
 func (p *Partition) lock() (unlock func(), err error) {
 	p.e.closeMu.RLock()
 	if p.e.closed {
 		p.e.closeMu.RUnlock()
 		return nil, errClosed
 	}
+	p.metaMu.Lock()
 	p.mu.Lock()
 	if p.deleted {
 		p.mu.Unlock()
+		p.metaMu.Unlock()
 		p.e.closeMu.RUnlock()
 		return nil, fmt.Errorf("%s-%d: partition deleted: %w", p.topic, p.part, kerr.UnknownTopicOrPartition)
 	}
-	return func() { p.mu.Unlock(); p.e.closeMu.RUnlock() }, nil
+	return func() { p.mu.Unlock(); p.metaMu.Unlock(); p.e.closeMu.RUnlock() }, nil
 }
 
 // DeleteRecords moves the log start offset to before (-1: the high
-// watermark) and deletes the batches wholly below it.
+// watermark) and deletes the segments wholly below it.
 func (p *Partition) DeleteRecords(before int64) (int64, error) {
 	unlock, err := p.lock()
 	if err != nil {
@@ -52,26 +57,32 @@ func (p *Partition) DeleteRecords(before int64) (int64, error) {
 	if before <= p.logStart {
 		return p.logStart, nil
 	}
-	n := sort.Search(len(p.index), func(i int) bool { return p.index[i].last() >= before })
-	n = min(n, len(p.index)-1) // the last batch stays so that offsets continue
-	if err := p.removeBelowLocked(max(n, 0), before); err != nil {
+	n := 0
+	for n+1 < len(p.segs) && p.segs[n+1].base <= before {
+		n++
+	}
+	if err := p.removeBelowLocked(n, before); err != nil {
 		return -1, err
 	}
 	return p.logStart, nil
 }
 
-// removeBelowLocked deletes the first n batches and sets the log start
-// offset to logStart.
+// removeBelowLocked deletes the first n segments and sets the log start
+// offset to logStart. The metadata goes first: a crash before the files
+// are deleted leaves segments below the log start, which the next Open
+// deletes.
 func (p *Partition) removeBelowLocked(n int, logStart int64) error {
+	if n > 0 {
+		if err := p.flushLocked(); err != nil {
+			return fmt.Errorf("%s-%d: delete below %d: %w", p.topic, p.part, logStart, err)
+		}
+	}
 	b := p.e.db.NewBatch()
 	defer b.Close()
 	if n > 0 {
-		end := p.index[n-1].last() + 1
-		if n < len(p.index) {
-			end = p.index[n].Base
-		}
-		b.DeleteRange(logKey(p.id, p.part, 0), logKey(p.id, p.part, end), nil)
-		b.DeleteRange(metaKey(p.id, p.part, 0), metaKey(p.id, p.part, end), nil)
+		end := p.segs[n].base
+		b.DeleteRange(indexKey(p.id, p.part, 0), indexKey(p.id, p.part, end), nil)
+		b.DeleteRange(segmentKey(p.id, p.part, 0), segmentKey(p.id, p.part, end), nil)
 	}
 	// Epoch cache: entries wholly below the new start go, the one in
 	// force at it now starts there (Kafka's truncateFromStart).
@@ -82,7 +93,7 @@ func (p *Partition) removeBelowLocked(n int, logStart int64) error {
 			b.Delete(epochKey(p.id, p.part, en.Epoch), nil)
 		}
 		epochs = append([]epochEntry{{epochs[k-1].Epoch, logStart}}, epochs[k:]...)
-		b.Set(epochKey(p.id, p.part, epochs[0].Epoch), binary.BigEndian.AppendUint64(nil, uint64(logStart)), nil)
+		b.Set(epochKey(p.id, p.part, epochs[0].Epoch), epochValue(logStart), nil)
 	}
 	a := sort.Search(len(p.aborted), func(i int) bool { return p.aborted[i].Last >= logStart })
 	b.DeleteRange(abortedKey(p.id, p.part, 0), abortedKey(p.id, p.part, logStart), nil)
@@ -93,21 +104,28 @@ func (p *Partition) removeBelowLocked(n int, logStart int64) error {
 		p.logStart = old
 		return fmt.Errorf("%s-%d: delete below %d: %w", p.topic, p.part, logStart, err)
 	}
+	p.e.hook("retention:committed")
 	p.epochs = epochs
 	p.aborted = p.aborted[a:]
-	for _, m := range p.index[:n] {
-		p.indexBytes -= int64(m.Size)
+	for _, s := range p.segs[:n] {
+		p.e.files.retire(s.file)
+		if err := p.e.fs.Remove(s.file.path); err != nil {
+			p.e.log.Warn("deleting a segment below the log start", "path", s.file.path, "err", err)
+		}
 	}
-	p.index = append([]batchMeta(nil), p.index[n:]...)
-	t := sort.Search(len(p.tail), func(i int) bool { return p.tail[i].last >= logStart })
-	p.dropTail(t)
+	p.segs = append([]*segment(nil), p.segs[n:]...)
 	p.gen++
+	p.e.space.freed()
 	return nil
 }
 
 // Truncate removes everything at or above offset. A batch that straddles
 // offset goes whole (the log end offset becomes its base); truncating
 // below the log start empties the log and restarts it at offset.
+//
+// The metadata is committed first with an exact recovery point: a crash
+// before the files are cut makes the next Open cut them, instead of
+// recovering the batches as if they had been appended.
 func (p *Partition) Truncate(offset int64) error {
 	unlock, err := p.lock()
 	if err != nil {
@@ -117,24 +135,41 @@ func (p *Partition) Truncate(offset int64) error {
 	if offset >= p.leo {
 		return nil
 	}
-	i := sort.Search(len(p.index), func(i int) bool { return p.index[i].last() >= offset })
-	leo, logStart := offset, p.logStart
-	if i < len(p.index) && p.index[i].Base < leo {
-		leo = p.index[i].Base
+	if err := p.flushLocked(); err != nil {
+		return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, err)
 	}
+	// Where the log is cut: segment i at position pos; leo becomes the
+	// base of the batch holding offset (or offset, in a gap).
+	i, pos, from, leo, logStart := -1, int64(0), offset, offset, p.logStart
+	var sum segment
 	if offset < p.logStart {
-		i, leo, logStart = 0, offset, offset
-	} else if leo < logStart {
-		leo = logStart // the batch holding the log start went: the log is empty
+		leo, logStart = offset, offset
+	} else if len(p.segs) > 0 {
+		i = max(sort.Search(len(p.segs), func(i int) bool { return p.segs[i].base > offset })-1, 0)
+		if pos, from, sum, err = p.scanToLocked(p.segs[i], offset); err != nil {
+			return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, err)
+		}
+		leo = min(leo, from)
+		if leo < logStart {
+			leo = logStart // the batch holding the log start went: the log is empty
+		}
 	}
 	b := p.e.db.NewBatch()
 	defer b.Close()
-	from := leo
-	if i < len(p.index) {
-		from = min(from, p.index[i].Base)
+	point := recoveryPoint{seg: leo, next: leo, exact: true}
+	if i >= 0 {
+		point.seg, point.pos = p.segs[i].base, pos
+		sum.base, sum.created, sum.size = p.segs[i].base, p.segs[i].created, pos
+		b.Set(segmentKey(p.id, p.part, sum.base), sum.summary(), nil)
+		for _, s := range p.segs[i+1:] {
+			b.Delete(segmentKey(p.id, p.part, s.base), nil)
+		}
+	} else {
+		b.DeleteRange(segmentKey(p.id, p.part, 0), prefixEnd(subPrefix(p.id, p.part, subSegment)), nil)
+		from = 0
 	}
-	b.DeleteRange(logKey(p.id, p.part, from), prefixEnd(subPrefix(p.id, p.part, subLog)), nil)
-	b.DeleteRange(metaKey(p.id, p.part, from), prefixEnd(subPrefix(p.id, p.part, subMeta)), nil)
+	b.Set(recoveryKey(p.id, p.part), point.encode(), nil)
+	b.DeleteRange(indexKey(p.id, p.part, min(from, leo)), prefixEnd(subPrefix(p.id, p.part, subIndex)), nil)
 	b.DeleteRange(abortedKey(p.id, p.part, leo), prefixEnd(subPrefix(p.id, p.part, subAborted)), nil)
 	a := sort.Search(len(p.aborted), func(j int) bool { return p.aborted[j].Last >= leo })
 	k := sort.Search(len(p.epochs), func(j int) bool { return p.epochs[j].Start >= leo })
@@ -145,7 +180,7 @@ func (p *Partition) Truncate(offset int64) error {
 	changed := map[int64]*producerEntry{}
 	for pid, pe := range p.producers {
 		j := sort.Search(len(pe.Batches), func(j int) bool { return pe.Batches[j].LastOffset >= leo })
-		if j < len(pe.Batches) {
+		if j < len(pe.Batches) || pe.TxnStart >= leo {
 			c := pe.clone()
 			c.Batches = c.Batches[:j]
 			if c.TxnStart >= leo {
@@ -162,86 +197,165 @@ func (p *Partition) Truncate(offset int64) error {
 		p.logStart = oldStart
 		return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, err)
 	}
-	for _, m := range p.index[i:] {
-		p.indexBytes -= int64(m.Size)
+	p.e.hook("truncate:committed")
+	if i >= 0 {
+		err = p.cutLocked(i, pos)
+		if err == nil {
+			seg := p.segs[i]
+			seg.maxTs, seg.maxTsOff, seg.maxTsEpoch, seg.next = sum.maxTs, sum.maxTsOff, sum.maxTsEpoch, sum.next
+		}
+	} else {
+		err = p.dropSegmentsLocked(0)
 	}
-	p.index = p.index[:i:i]
+	if err != nil {
+		// The exact recovery point finishes the cut at the next start.
+		p.failed = err
+		return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, storageError("%v", err))
+	}
 	p.epochs = p.epochs[:k:k]
 	for pid, pe := range changed {
 		p.producers[pid] = pe
 	}
 	p.countOpenTxnsLocked()
 	p.aborted = p.aborted[:a:a]
-	t := sort.Search(len(p.tail), func(j int) bool { return p.tail[j].last >= leo })
-	for _, tb := range p.tail[t:] {
-		p.tailSize -= int64(len(tb.data))
-		p.e.tailBytes.Add(-int64(len(tb.data)))
-	}
-	p.tail = p.tail[:t:t]
 	p.leo = leo
 	p.hwm = min(p.hwm, leo)
 	p.cleanedUpTo = min(p.cleanedUpTo, leo)
+	p.lastIndexPos = -1
+	p.synced = recoveryPoint{seg: point.seg, pos: point.pos, next: leo}
 	p.gen++
 	p.notifyLocked()
 	return nil
 }
 
-// readBatchLocked returns the stored batch at base (from the tail if
-// there). The caller holds the close lock.
-func (p *Partition) readBatch(tail []tailBatch, base int64) (batch, error) {
-	if i := sort.Search(len(tail), func(i int) bool { return tail[i].base >= base }); i < len(tail) && tail[i].base == base {
-		return tail[i].data, nil
-	}
-	v, closer, err := p.e.db.Get(logKey(p.id, p.part, base))
+// scanToLocked walks seg from its start to the first batch whose last
+// offset is at or above offset: its position and base offset (the
+// segment's end and offset when there is none), and the summary of the
+// segment before it.
+func (p *Partition) scanToLocked(seg *segment, offset int64) (pos, base int64, sum segment, err error) {
+	f, err := p.e.files.acquire(seg.file)
 	if err != nil {
-		return nil, fmt.Errorf("%s-%d: read batch %d: %w", p.topic, p.part, base, err)
+		return 0, 0, sum, err
 	}
-	defer closer.Close()
-	return append(batch(nil), v...), nil
+	defer p.e.files.release(seg.file)
+	hr := headerReader{f: f, end: seg.size}
+	sum.next = seg.base
+	var top batchHeader
+	topPos := int64(-1)
+	for {
+		h, err := hr.header(pos)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, 0, sum, err
+		}
+		if h.last >= offset {
+			base = h.base
+			break
+		}
+		if topPos < 0 || h.maxTs > top.maxTs {
+			top, topPos = h, pos
+		}
+		sum.next = h.last + 1
+		pos += h.size
+	}
+	if pos == seg.size {
+		base = offset
+	}
+	if topPos >= 0 {
+		// The record with the largest timestamp, as appends record it.
+		b, err := readBatch(f, topPos, top, nil)
+		if err != nil {
+			return 0, 0, sum, err
+		}
+		sum.maxTs, sum.maxTsOff, sum.maxTsEpoch = top.maxTs, top.base+int64(maxTimestampDelta(b)), top.epoch
+	}
+	return pos, base, sum, nil
 }
 
 // OffsetForTimestamp finds the first record with timestamp >= ts below
 // the high watermark (ListOffsets by timestamp).
 func (p *Partition) OffsetForTimestamp(ts int64) (offset, timestamp int64, epoch int32, ok bool) {
-	unlock, err := p.lock()
-	if err != nil {
-		return -1, -1, -1, false
-	}
-	defer unlock()
-	// The lock is held while reading: ListOffsets by time is rare, and it
-	// keeps retention from deleting the batch under us.
-	for _, m := range p.index {
-		if m.MaxTs < ts || m.last() < p.logStart {
+	for i := 0; ; i++ {
+		p.mu.Lock()
+		if p.deleted || i >= len(p.segs) {
+			p.mu.Unlock()
+			return -1, -1, -1, false
+		}
+		seg, logStart, hwm := p.segs[i], p.logStart, p.hwm
+		if seg.size == 0 || seg.maxTs < ts || seg.next <= logStart {
+			p.mu.Unlock()
 			continue
 		}
-		if m.Base >= p.hwm {
-			break
+		if seg.base >= hwm {
+			p.mu.Unlock()
+			return -1, -1, -1, false
 		}
-		b, err := p.readBatch(p.tail, m.Base)
+		sf, size := seg.file, seg.size
+		f, err := p.e.files.acquire(sf)
+		p.mu.Unlock()
 		if err != nil {
 			p.e.log.Warn("offset for timestamp", "err", err)
 			return -1, -1, -1, false
 		}
-		if b.logAppendTime() {
-			return max(m.Base, p.logStart), m.MaxTs, m.Epoch, true
-		}
-		found := false
-		werr := walkBatch(b, compactDecompressLimit, func(r *record) error {
-			o, t := m.Base+int64(r.OffsetDelta), b.baseTimestamp()+r.TimestampDelta
-			if !found && o >= p.logStart && t >= ts {
-				offset, timestamp, found = o, t, true
-			}
-			return nil
-		})
-		if werr != nil {
-			p.e.log.Warn("offset for timestamp: unreadable batch", "topic", p.topic, "partition", p.part, "base", m.Base, "err", werr)
-			continue
-		}
-		if found {
-			return offset, timestamp, m.Epoch, true
+		offset, timestamp, epoch, ok = p.searchTimestamp(f, seg.base, size, ts, logStart, hwm)
+		p.e.files.release(sf)
+		if ok {
+			return offset, timestamp, epoch, true
 		}
 	}
-	return -1, -1, -1, false
+}
+
+// searchTimestamp looks for the first record with timestamp >= ts in the
+// segment at base, starting at the last index entry below ts.
+func (p *Partition) searchTimestamp(f vfs.File, base, size, ts, logStart, hwm int64) (offset, timestamp int64, epoch int32, ok bool) {
+	pos := int64(0)
+	p.e.closeMu.RLock()
+	if !p.e.closed {
+		it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: indexKey(p.id, p.part, base), UpperBound: prefixEnd(subPrefix(p.id, p.part, subIndex))})
+		if err == nil {
+			for it.First(); it.Valid(); it.Next() {
+				v := it.Value()
+				if len(v) != 16 || be64(v[8:]) >= ts || be64(v) >= size {
+					break
+				}
+				pos = be64(v)
+			}
+			it.Close()
+		}
+	}
+	p.e.closeMu.RUnlock()
+	hr := headerReader{f: f, end: size}
+	for {
+		h, err := hr.header(pos)
+		if err != nil || h.base >= hwm {
+			return -1, -1, -1, false
+		}
+		if h.maxTs >= ts && h.last >= logStart {
+			b, err := readBatch(f, pos, h, nil)
+			if err != nil {
+				return -1, -1, -1, false
+			}
+			if b.logAppendTime() {
+				return max(h.base, logStart), h.maxTs, h.epoch, true
+			}
+			found := false
+			werr := walkBatch(b, compactDecompressLimit, func(r *record) error {
+				o, t := h.base+int64(r.OffsetDelta), b.baseTimestamp()+r.TimestampDelta
+				if !found && o >= logStart && t >= ts {
+					offset, timestamp, found = o, t, true
+				}
+				return nil
+			})
+			if werr != nil {
+				p.e.log.Warn("offset for timestamp: unreadable batch", "topic", p.topic, "partition", p.part, "base", h.base, "err", werr)
+			} else if found {
+				return offset, timestamp, h.epoch, true
+			}
+		}
+		pos += h.size
+	}
 }
 
 // MaxTimestamp returns the record with the largest timestamp below the
@@ -250,12 +364,12 @@ func (p *Partition) MaxTimestamp() (offset, timestamp int64, epoch int32, ok boo
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	timestamp = math.MinInt64
-	for _, m := range p.index {
-		if m.Base >= p.hwm {
+	for _, s := range p.segs {
+		if s.base >= p.hwm {
 			break
 		}
-		if m.MaxTs > timestamp && m.last() >= p.logStart {
-			offset, timestamp, epoch, ok = max(m.Base+int64(m.MaxTsDelta), p.logStart), m.MaxTs, m.Epoch, true
+		if s.size > 0 && s.maxTs > timestamp && s.next > p.logStart {
+			offset, timestamp, epoch, ok = max(s.maxTsOff, p.logStart), s.maxTs, s.maxTsEpoch, true
 		}
 	}
 	if !ok {
@@ -264,7 +378,11 @@ func (p *Partition) MaxTimestamp() (offset, timestamp int64, epoch int32, ok boo
 	return offset, timestamp, epoch, true
 }
 
-// enforceRetention applies the delete and compact policies.
+// enforceRetention applies the delete and compact policies: the oldest
+// segments go while they are older than retention.ms or the log is larger
+// than retention.bytes without them, as in Kafka. The active segment goes
+// too once it is expired and wholly durable: a new empty one is rolled
+// first, so that offsets continue.
 func (p *Partition) enforceRetention(now time.Time) error {
 	cfg := p.cfg.Load()
 	unlock, err := p.lock()
@@ -273,18 +391,31 @@ func (p *Partition) enforceRetention(now time.Time) error {
 	}
 	nowMs := now.UnixMilli()
 	if cfg.Delete {
-		size, n := p.indexBytes, 0
-		for ; n < len(p.index)-1 && p.index[n].last() < p.hwm; n++ {
-			m := p.index[n]
-			byTime := cfg.RetentionMs >= 0 && m.MaxTs < nowMs-cfg.RetentionMs
-			bySize := cfg.RetentionBytes >= 0 && size-int64(m.Size) >= cfg.RetentionBytes
+		var size int64
+		for _, s := range p.segs {
+			size += s.size
+		}
+		n := 0
+		for ; n < len(p.segs); n++ {
+			s := p.segs[n]
+			if n+1 < len(p.segs) && p.segs[n+1].base > p.hwm || n+1 == len(p.segs) && (s.size == 0 || p.leo > p.hwm) {
+				break // not wholly below the high watermark
+			}
+			byTime := cfg.RetentionMs >= 0 && s.maxTs < nowMs-cfg.RetentionMs
+			bySize := cfg.RetentionBytes >= 0 && size-s.size >= cfg.RetentionBytes
 			if !byTime && !bySize {
 				break
 			}
-			size -= int64(m.Size)
+			size -= s.size
+		}
+		if n == len(p.segs) && n > 0 {
+			if _, err := p.rollLocked(p.leo, now); err != nil {
+				unlock()
+				return err
+			}
 		}
 		if n > 0 {
-			if err := p.removeBelowLocked(n, max(p.logStart, p.index[n].Base)); err != nil {
+			if err := p.removeBelowLocked(n, max(p.logStart, p.segs[n].base)); err != nil {
 				unlock()
 				return err
 			}
@@ -298,25 +429,25 @@ func (p *Partition) enforceRetention(now time.Time) error {
 	return nil
 }
 
+// expireProducersLocked forgets idle producers; the next sync round
+// deletes their state from Pebble.
 func (p *Partition) expireProducersLocked(now time.Time) {
 	cutoff := now.Add(-producerExpiration).UnixMilli()
-	b := p.e.db.NewBatch()
-	defer b.Close()
-	var gone []int64
+	gone := false
 	for pid, pe := range p.producers {
 		if pe.LastTimestamp < cutoff && pe.TxnStart < 0 {
-			gone = append(gone, pid)
-			b.Delete(producerKey(p.id, p.part, pid), nil)
+			delete(p.producers, pid)
+			if p.dirtyPIDs == nil {
+				p.dirtyPIDs = make(map[int64]struct{})
+			}
+			p.dirtyPIDs[pid] = struct{}{}
+			gone = true
 		}
 	}
-	if len(gone) == 0 {
-		return
-	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		p.e.log.Warn("expiring producer state", "topic", p.topic, "partition", p.part, "err", err)
-		return
-	}
-	for _, pid := range gone {
-		delete(p.producers, pid)
+	if gone && p.active() != nil {
+		p.e.syncer.register(p, false)
 	}
 }
+
+// epochValue encodes an epoch cache entry's start offset.
+func epochValue(start int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(start)) }

@@ -1,6 +1,8 @@
 // Package engine is Tandem's log-structured storage core: partitions of
-// Kafka record batches kept in one Pebble instance, with offsets, leader
-// epochs, high watermarks, retention, compaction and producer state.
+// Kafka record batches in append-only segment files, with their sparse
+// offset index, leader epochs, producer state and aborted transactions in
+// one Pebble instance; offsets, high watermarks, retention and
+// compaction.
 //
 // The engine knows nothing of the wire protocol or of metadata: the server
 // creates partitions as the metadata image says, and hands the engine the
@@ -189,15 +191,49 @@ type LogConfig struct {
 	// DeleteRetention is how long compaction keeps tombstones
 	// (delete.retention.ms); 0 means Kafka's default of one day.
 	DeleteRetention time.Duration
+	// SegmentBytes is the size at which the active segment file is
+	// rolled (segment.bytes); 0 means Kafka's default of 1 GiB.
+	SegmentBytes int64
+	// SegmentMs is the age at which the active segment is rolled
+	// (segment.ms); 0 means Kafka's default of 7 days.
+	SegmentMs int64
+	// MinCleanableDirtyRatio is how much of a compacted log must have
+	// been written since the last compaction before the next one
+	// (min.cleanable.dirty.ratio); 0 means Kafka's default of 0.5.
+	MinCleanableDirtyRatio float64
 }
 
 // DefaultLogConfig is Kafka's default topic configuration.
 func DefaultLogConfig() LogConfig {
 	return LogConfig{
-		RetentionMs:     7 * 24 * 3600 * 1000,
-		RetentionBytes:  -1,
-		MaxMessageBytes: 1048588,
-		Delete:          true,
-		DeleteRetention: 24 * time.Hour,
+		RetentionMs:            7 * 24 * 3600 * 1000,
+		RetentionBytes:         -1,
+		MaxMessageBytes:        1048588,
+		Delete:                 true,
+		DeleteRetention:        24 * time.Hour,
+		SegmentBytes:           1 << 30,
+		SegmentMs:              7 * 24 * 3600 * 1000,
+		MinCleanableDirtyRatio: 0.5,
 	}
+}
+
+func (c *LogConfig) segmentBytes() int64 {
+	if c.SegmentBytes <= 0 {
+		return 1 << 30
+	}
+	return c.SegmentBytes
+}
+
+func (c *LogConfig) segmentMs() int64 {
+	if c.SegmentMs <= 0 {
+		return 7 * 24 * 3600 * 1000
+	}
+	return c.SegmentMs
+}
+
+func (c *LogConfig) dirtyRatio() float64 {
+	if c.MinCleanableDirtyRatio <= 0 {
+		return 0.5
+	}
+	return c.MinCleanableDirtyRatio
 }

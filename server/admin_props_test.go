@@ -140,7 +140,8 @@ func TestLogConfigLayers(t *testing.T) {
 		static:  map[string]string{"log.retention.hours": "1", "message.max.bytes": "700", "log.message.timestamp.type": "LogAppendTime", "log.cleaner.min.compaction.lag.ms": "250"},
 	}
 	got := logConfigFrom(l)
-	want := engine.LogConfig{RetentionMs: 1000, RetentionBytes: -1, MaxMessageBytes: 500, Compact: true, LogAppendTime: true, MinCompactionLag: 250 * time.Millisecond, DeleteRetention: 24 * time.Hour}
+	want := engine.LogConfig{RetentionMs: 1000, RetentionBytes: -1, MaxMessageBytes: 500, Compact: true, LogAppendTime: true, MinCompactionLag: 250 * time.Millisecond, DeleteRetention: 24 * time.Hour,
+		SegmentBytes: 1 << 30, SegmentMs: 7 * 24 * 3600 * 1000, MinCleanableDirtyRatio: 0.5}
 	if got != want {
 		t.Fatalf("got %+v\nwant %+v", got, want)
 	}

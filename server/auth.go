@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -123,10 +124,12 @@ func (c *conn) handleRawToken(ctx context.Context, r *request) (failed bool) {
 // connection closed.
 func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.SASLAuthenticateResponse)
-	fail := func(code *kerr.Error, msg string) kmsg.Response {
+	// fail answers msg to the client and logs the failure once, with
+	// its reason alone: the line names the mechanism in its own field.
+	fail := func(code *kerr.Error, msg, reason string) kmsg.Response {
 		resp.ErrorCode, resp.ErrorMessage = code.Code, &msg
 		c.closeAfter = true
-		c.b.log.Info("SASL authentication failed", "client", c.nc.RemoteAddr(), "listener", c.l.name, "mechanism", c.sasl.mechName, "err", msg)
+		c.b.log.Info("SASL authentication failed", "client", c.nc.RemoteAddr(), "listener", c.l.name, "mechanism", c.sasl.mechName, "reason", reason)
 		if code == kerr.SaslAuthenticationFailed {
 			c.b.m.authFailures.Inc()
 			sleep(ctx, c.b.props.FailedAuthDelay)
@@ -134,7 +137,7 @@ func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateR
 		return resp
 	}
 	if !c.l.isSASL() || c.sasl.mech == nil {
-		return fail(kerr.IllegalSaslState, "SaslAuthenticate without a preceding SaslHandshake")
+		return fail(kerr.IllegalSaslState, "SaslAuthenticate without a preceding SaslHandshake", "no SaslHandshake first")
 	}
 	user, checks := c.sasl.mech.claimed(req.SASLAuthBytes)
 	addr := c.remoteHost()
@@ -142,11 +145,11 @@ func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateR
 		wait, err := c.b.throttle.admit(addr, user)
 		if err != nil {
 			c.b.m.authThrottled.Inc()
-			return fail(kerr.SaslAuthenticationFailed, fmt.Sprintf("Authentication failed with SASL mechanism %s: %v", c.sasl.mechName, err))
+			return fail(kerr.SaslAuthenticationFailed, fmt.Sprintf("Authentication failed with SASL mechanism %s: %v", c.sasl.mechName, err), err.Error())
 		}
 		c.b.m.authThrottleWait.Add(wait.Seconds())
 		if err := sleep(ctx, wait); err != nil {
-			return fail(kerr.IllegalSaslState, "connection closing")
+			return fail(kerr.IllegalSaslState, "connection closing", "connection closing")
 		}
 	}
 	out, done, err := c.sasl.mech.step(req.SASLAuthBytes)
@@ -154,7 +157,12 @@ func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateR
 		if checks {
 			c.b.throttle.failed(addr, user)
 		}
-		return fail(kerr.SaslAuthenticationFailed, fmt.Sprintf("Authentication failed during authentication due to invalid credentials with SASL mechanism %s: %v", c.sasl.mechName, err))
+		// Kafka's words; other reasons than a wrong credential follow them.
+		msg := "Authentication failed during authentication due to invalid credentials with SASL mechanism " + c.sasl.mechName
+		if !errors.Is(err, errAuth) {
+			msg += ": " + err.Error()
+		}
+		return fail(kerr.SaslAuthenticationFailed, msg, err.Error())
 	}
 	resp.SASLAuthBytes = out
 	if !done {
@@ -164,7 +172,8 @@ func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateR
 	p, expiry := c.sasl.mech.principal(), c.sasl.mech.expiry()
 	c.sasl.mech = nil
 	if c.authenticated.Load() && p != c.principal {
-		return fail(kerr.SaslAuthenticationFailed, fmt.Sprintf("re-authentication as %s on a connection of %s", p, c.principal))
+		msg := fmt.Sprintf("re-authentication as %s on a connection of %s", p, c.principal)
+		return fail(kerr.SaslAuthenticationFailed, msg, msg)
 	}
 	c.principal = p
 	now := time.Now()
@@ -212,11 +221,9 @@ func (c *conn) throttle(ctx context.Context, r *request, resp kmsg.Response, ela
 		d = q.record(img, quotaProduce, user, cid, float64(r.size), now)
 	case *fetchResponse:
 		n := 0
-		for _, t := range resp.batches {
-			for _, p := range t {
-				for _, b := range p {
-					n += len(b)
-				}
+		for _, t := range resp.records {
+			for _, recs := range t {
+				n += recs.Len()
 			}
 		}
 		d = q.record(img, quotaFetch, user, cid, float64(n), now)

@@ -8,8 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-
+	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -150,10 +149,21 @@ func (b *Broker) othersLive() bool {
 	return false
 }
 
-// clusterMetrics are Kafka's controller and replica manager gauges, as
+// clusterFamilies are Kafka's controller and replica manager metrics, as
 // this broker sees them: the controller's counters count the decisions
 // taken while this node led the quorum.
-func clusterMetrics(b *Broker, s *metrics.Set) {
+var clusterFamilies = []prom.Family{
+	{Name: "tandem_controller_unclean_leader_elections_total", Type: prom.Counter, Help: "Leaders this node elected from outside the ISR while it was the active controller (each may have lost acknowledged records)."},
+	{Name: "tandem_controller_leader_elections_total", Type: prom.Counter, Help: "Partition leader changes this node decided while it was the active controller."},
+	{Name: "tandem_controller_fenced_brokers_total", Type: prom.Counter, Help: "Brokers this node fenced while it was the active controller (session expired or connection closed)."},
+	{Name: "tandem_controller_active", Type: prom.Gauge, Help: "1 while this node is the active controller, else 0."},
+	{Name: "tandem_controller_fenced_brokers", Type: prom.Gauge, Help: "Registered brokers that are fenced, in this broker's metadata."},
+	{Name: "tandem_controller_offline_partitions", Type: prom.Gauge, Help: "Partitions without a leader, in this broker's metadata."},
+	{Name: "tandem_server_under_replicated_partitions", Type: prom.Gauge, Help: "Partitions this broker leads whose ISR is smaller than their replica set."},
+}
+
+func clusterMetrics(b *Broker, s *prom.Set) {
+	s.Describe(clusterFamilies...)
 	ctrl := func(name string, f func(m *raftmeta.ControllerMetrics) int64) {
 		s.NewGauge(name, func() float64 {
 			if b.meta == nil {
@@ -162,9 +172,9 @@ func clusterMetrics(b *Broker, s *metrics.Set) {
 			return float64(f(b.meta.Metrics()))
 		})
 	}
-	ctrl("kafka_controller_unclean_leader_elections_total", func(m *raftmeta.ControllerMetrics) int64 { return m.UncleanElections.Load() })
-	ctrl("kafka_controller_leader_elections_total", func(m *raftmeta.ControllerMetrics) int64 { return m.LeaderElections.Load() })
-	ctrl("kafka_controller_fenced_brokers_total", func(m *raftmeta.ControllerMetrics) int64 { return m.FencedBrokers.Load() })
+	ctrl("tandem_controller_unclean_leader_elections_total", func(m *raftmeta.ControllerMetrics) int64 { return m.UncleanElections.Load() })
+	ctrl("tandem_controller_leader_elections_total", func(m *raftmeta.ControllerMetrics) int64 { return m.LeaderElections.Load() })
+	ctrl("tandem_controller_fenced_brokers_total", func(m *raftmeta.ControllerMetrics) int64 { return m.FencedBrokers.Load() })
 	image := func(name string, f func(img *raftmeta.Image) int) {
 		s.NewGauge(name, func() float64 {
 			if b.meta == nil {
@@ -173,13 +183,13 @@ func clusterMetrics(b *Broker, s *metrics.Set) {
 			return float64(f(b.image()))
 		})
 	}
-	image("kafka_controller_active_controller_count", func(img *raftmeta.Image) int {
-		if img.ControllerID == b.cfg.NodeID {
+	image("tandem_controller_active", func(img *raftmeta.Image) int {
+		if b.meta.IsLeader() {
 			return 1
 		}
 		return 0
 	})
-	image("kafka_controller_fenced_broker_count", func(img *raftmeta.Image) int {
+	image("tandem_controller_fenced_brokers", func(img *raftmeta.Image) int {
 		n := 0
 		for _, br := range img.Brokers {
 			if br.Fenced {
@@ -188,7 +198,7 @@ func clusterMetrics(b *Broker, s *metrics.Set) {
 		}
 		return n
 	})
-	image("kafka_controller_offline_partitions_count", func(img *raftmeta.Image) int {
+	image("tandem_controller_offline_partitions", func(img *raftmeta.Image) int {
 		n := 0
 		for _, t := range img.Topics {
 			for _, p := range t.Partitions {
@@ -199,7 +209,7 @@ func clusterMetrics(b *Broker, s *metrics.Set) {
 		}
 		return n
 	})
-	image("kafka_server_under_replicated_partitions", func(img *raftmeta.Image) int {
+	image("tandem_server_under_replicated_partitions", func(img *raftmeta.Image) int {
 		n := 0 // of the partitions this broker leads
 		for _, t := range img.Topics {
 			for _, p := range t.Partitions {

@@ -277,16 +277,10 @@ func (c *conn) respond(ctx context.Context, r *request, resp kmsg.Response, err 
 	}
 	c.throttle(ctx, r, resp, elapsed)
 	var err2 error
-	if v, ok := resp.(vectored); ok {
-		out = appendResponseHeader(out[:0], r.rc.CorrelationID, resp)
-		bufs := v.appendBuffers(out)
-		n := 0
-		for _, b := range bufs {
-			n += len(b)
-		}
-		binary.BigEndian.PutUint32(bufs[0], uint32(n-4))
-		b.m.bytesOut.Add(n)
-		_, err2 = bufs.WriteTo(c.nc)
+	if f, ok := resp.(framed); ok {
+		var n int64
+		n, err2 = f.writeFrame(c.nc, appendResponseHeader(out[:0], r.rc.CorrelationID, resp))
+		b.m.bytesOut.Add(int(n))
 	} else {
 		out = resp.AppendTo(appendResponseHeader(out[:0], r.rc.CorrelationID, resp))
 		binary.BigEndian.PutUint32(out, uint32(len(out)-4))

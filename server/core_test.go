@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -837,16 +838,30 @@ func TestBadFrames(t *testing.T) {
 	}
 }
 
+// TestMetrics: the broker's exposition passes Prometheus' linter (HELP
+// and TYPE for every family, conventional names) and counts what it
+// served.
 func TestMetrics(t *testing.T) {
 	b := startBroker(t, nil)
 	createTopic(t, b, "m", 1, nil)
-	rawRequest(t, b.Addr(), produceReq(9, "m", [16]byte{}, 0, -1, makeBatch("a")))
+	batch := makeBatch("a")
+	rawRequest(t, b.Addr(), produceReq(9, "m", [16]byte{}, 0, -1, batch))
 	var sb strings.Builder
 	b.WritePrometheus(&sb)
 	out := sb.String()
-	for _, want := range []string{`kafka_server_requests_total{api="Produce"} 1`, "kafka_server_request_duration_seconds_bucket", "kafka_server_produce_bytes_total", "tandem_engine_partitions 1"} {
-		if !strings.Contains(out, want) {
+	problems, err := promlint.New(strings.NewReader(out)).Lint()
+	if err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v\n%s", err, problems, out)
+	}
+	for _, want := range []string{`tandem_server_requests_total{api="Produce"} 1`, `tandem_server_request_duration_seconds_count{api="Produce"} 1`,
+		fmt.Sprintf("tandem_server_produce_bytes_total %d", len(batch)), "tandem_engine_partitions 1"} {
+		if !strings.Contains(out, want+"\n") {
 			t.Errorf("metrics lack %q:\n%s", want, out)
+		}
+	}
+	for _, f := range brokerFamilies {
+		if !strings.Contains(out, "# TYPE "+f.Name+" "+string(f.Type)+"\n") {
+			t.Errorf("family %s not written", f.Name)
 		}
 	}
 }

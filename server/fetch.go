@@ -36,10 +36,10 @@ type fetchPart struct {
 	// replica, lacks CLUSTER_ACTION).
 	denied bool
 	out    kmsg.FetchResponseTopicPartition
-	// batches are the engine's record batches for out, written to the
-	// socket as they are (see fetchResponse).
-	batches [][]byte
-	nbytes  int
+	// recs are the engine's record batches for out, written to the socket
+	// from their files (see fetchResponse); whoever drops them closes them.
+	recs   *engine.Records
+	nbytes int
 	// replicaSeen: this request's fetch offset was recorded as the
 	// follower's log end (once per request, not per long-poll read).
 	replicaSeen bool
@@ -156,6 +156,10 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 		}
 		chosen, _, _ := reflect.Select(cases)
 		if chosen == 1 {
+			for _, fp := range parts {
+				fp.recs.Close()
+				fp.recs = nil
+			}
 			return nil, nil // the client is gone or the broker is closing: no one to answer
 		}
 		if chosen == 0 {
@@ -183,12 +187,12 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 			rt := kmsg.NewFetchResponseTopic()
 			rt.Topic, rt.TopicID = fp.key.topic, fp.key.id
 			resp.Topics = append(resp.Topics, rt)
-			resp.batches = append(resp.batches, nil)
+			resp.records = append(resp.records, nil)
 			n++
 		}
 		resp.Topics[n-1].Partitions = append(resp.Topics[n-1].Partitions, *o)
-		resp.batches[n-1] = append(resp.batches[n-1], fp.batches)
-		fp.batches = nil // the session must not pin them
+		resp.records[n-1] = append(resp.records[n-1], fp.recs)
+		fp.recs = nil // the response owns them; the session must not pin them
 	}
 	if sess != nil {
 		sess.rotate(got)
@@ -206,7 +210,8 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		*o = kmsg.NewFetchResponseTopicPartition()
 		o.Partition = fp.key.partition
 		o.HighWatermark = -1
-		fp.batches, fp.nbytes = nil, 0
+		fp.recs.Close() // from an earlier read of this fetch
+		fp.recs, fp.nbytes = nil, 0
 		fail := func(err *kerr.Error) {
 			o.ErrorCode = err.Code
 			done = true
@@ -266,13 +271,11 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		if limit <= 0 {
 			continue // the response is full; report positions only
 		}
-		var res engine.FetchResult
-		var err error
+		readIso := iso
 		if replica.id >= 0 {
-			res, err = ep.ReplicaFetch(fp.req.FetchOffset, limit)
-		} else {
-			res, err = ep.Fetch(fp.req.FetchOffset, limit, iso)
+			readIso = engine.ReadLogEnd // a follower reads up to the log end
 		}
+		res, recs, err := ep.FetchRecords(fp.req.FetchOffset, limit, readIso)
 		if err != nil {
 			o.ErrorCode = plugin.ErrorCode(err)
 			o.HighWatermark, o.LastStableOffset, o.LogStartOffset = -1, -1, -1
@@ -281,16 +284,14 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 			continue
 		}
 		o.HighWatermark, o.LastStableOffset, o.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
-		n := 0
-		for _, bt := range res.Batches {
-			n += len(bt)
-		}
+		n := recs.Len()
 		// KIP-74: only the first batch of the response may exceed the
 		// limits, so that a large batch never blocks a consumer.
 		if total > 0 && n > limit {
+			recs.Close()
 			continue
 		}
-		fp.batches, fp.nbytes = res.Batches, n
+		fp.recs, fp.nbytes = recs, n
 		for _, a := range res.AbortedTxns {
 			o.AbortedTransactions = append(o.AbortedTransactions, kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
 		}
@@ -311,12 +312,14 @@ type fetchSession struct {
 	// epoch is the SessionEpoch the next request must carry.
 	epoch    int32
 	parts    []*fetchPart
+	byKey    map[fetchKey]*fetchPart // parts by key: a consumer of 10,000 partitions names them all
 	lastUsed time.Time
 }
 
 // update applies an incremental request: added or changed partitions, and
 // forgotten ones.
 func (s *fetchSession) update(reqParts []*fetchPart, forgotten []kmsg.FetchRequestForgottenTopic, v13 bool) {
+	gone := false
 	for _, ft := range forgotten {
 		for _, p := range ft.Partitions {
 			k := fetchKey{partition: p}
@@ -325,15 +328,21 @@ func (s *fetchSession) update(reqParts []*fetchPart, forgotten []kmsg.FetchReque
 			} else {
 				k.topic = ft.Topic
 			}
-			s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return fp.key == k })
+			if s.byKey[k] != nil {
+				delete(s.byKey, k)
+				gone = true
+			}
 		}
 	}
+	if gone {
+		s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return s.byKey[fp.key] != fp })
+	}
 	for _, rp := range reqParts {
-		i := slices.IndexFunc(s.parts, func(fp *fetchPart) bool { return fp.key == rp.key })
-		if i < 0 {
-			s.parts = append(s.parts, rp)
+		if fp := s.byKey[rp.key]; fp != nil {
+			fp.req = rp.req
 		} else {
-			s.parts[i].req = rp.req
+			s.byKey[rp.key] = rp
+			s.parts = append(s.parts, rp)
 		}
 	}
 }
@@ -344,7 +353,11 @@ func (s *fetchSession) rotate(got []*fetchPart) {
 	if len(got) == 0 || len(got) == len(s.parts) {
 		return
 	}
-	s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return slices.Contains(got, fp) })
+	moved := make(map[*fetchPart]bool, len(got))
+	for _, fp := range got {
+		moved[fp] = true
+	}
+	s.parts = slices.DeleteFunc(s.parts, func(fp *fetchPart) bool { return moved[fp] })
 	s.parts = append(s.parts, got...)
 }
 
@@ -378,7 +391,10 @@ func (f *fetchSessions) create(parts []*fetchPart) *fetchSession {
 		}
 		delete(f.byID, lru.id)
 	}
-	s := &fetchSession{epoch: 1, parts: slices.Clone(parts), lastUsed: time.Now()}
+	s := &fetchSession{epoch: 1, parts: slices.Clone(parts), byKey: make(map[fetchKey]*fetchPart, len(parts)), lastUsed: time.Now()}
+	for _, fp := range parts {
+		s.byKey[fp.key] = fp
+	}
 	for s.id == 0 || f.byID[s.id] != nil {
 		s.id = rand.Int32()
 	}

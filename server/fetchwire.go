@@ -1,74 +1,146 @@
 package server
 
 import (
+	"encoding/binary"
+	"io"
 	"net"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine"
 )
 
 // fetchResponse is a Fetch response whose record batches go to the socket
-// as the engine's own slices, in one vectored write, instead of being
-// copied into a contiguous response: consumers at the head read batches
-// that the engine keeps in memory, and the broker never touches their
-// bytes. The kmsg fields hold everything else; RecordBatches stay empty.
+// from the engine's segment files, without being copied into the response
+// (with sendfile on plain TCP connections): the kmsg fields hold
+// everything else; RecordBatches stay empty.
 type fetchResponse struct {
 	*kmsg.FetchResponse
-	// batches[i][j] are the record batches of Topics[i].Partitions[j].
-	batches [][][][]byte
+	// records[i][j] are the record batches of Topics[i].Partitions[j]
+	// (nil: none). The response owns them: writeFrame closes them.
+	records [][]*engine.Records
 }
 
-// vectored is a response that encodes itself as several buffers.
-type vectored interface {
-	// appendBuffers encodes the body after head (the frame header).
-	appendBuffers(head []byte) net.Buffers
+// framed is a response that writes its frame itself.
+type framed interface {
+	// writeFrame writes the response to w after head (the frame header,
+	// starting with a size placeholder, which it fills in) and releases
+	// what the response holds. It returns the bytes written.
+	writeFrame(w io.Writer, head []byte) (int64, error)
 }
 
-// AppendTo flattens the response into one buffer, for callers that need one.
+// AppendTo flattens the response into one buffer, for callers that need
+// one. It releases the records.
 func (r *fetchResponse) AppendTo(dst []byte) []byte {
-	for _, b := range r.appendBuffers(nil) {
-		dst = append(dst, b...)
+	defer r.release()
+	for _, s := range r.encode(nil) {
+		if s.recs == nil {
+			dst = append(dst, s.b...)
+			continue
+		}
+		start := len(dst)
+		var err error
+		if dst, err = s.recs.AppendTo(dst); err != nil {
+			// A file cut under the read: zeros keep the length the frame
+			// announces, and the client's CRC check refuses the batch.
+			dst = append(dst[:start], make([]byte, s.recs.Len())...)
+		}
 	}
 	return dst
 }
 
-// bufs builds net.Buffers out of one growing buffer of encoded fields and
-// external slices spliced in between.
-type bufs struct {
-	b    []byte
-	mark int     // start of the fields not yet cut into a segment
-	segs [][]int // [start, end) of b, or {-1, i} for ext[i]
-	ext  [][]byte
+func (r *fetchResponse) writeFrame(w io.Writer, head []byte) (int64, error) {
+	defer r.release()
+	segs := r.encode(head)
+	var size int64
+	for _, s := range segs {
+		if s.recs != nil {
+			size += int64(s.recs.Len())
+		} else {
+			size += int64(len(s.b))
+		}
+	}
+	binary.BigEndian.PutUint32(segs[0].b, uint32(size-4))
+	var (
+		written int64
+		pending net.Buffers
+	)
+	flush := func() error {
+		n, err := pending.WriteTo(w)
+		written += n
+		pending = nil
+		return err
+	}
+	for _, s := range segs {
+		if s.recs == nil {
+			pending = append(pending, s.b)
+			continue
+		}
+		if err := flush(); err != nil {
+			return written, err
+		}
+		n, err := s.recs.WriteTo(w)
+		written += n
+		if err != nil {
+			return written, err
+		}
+	}
+	return written, flush()
 }
 
-func (v *bufs) splice(ext []byte) {
-	if len(ext) == 0 {
+func (r *fetchResponse) release() {
+	for _, t := range r.records {
+		for _, recs := range t {
+			recs.Close()
+		}
+	}
+	r.records = nil
+}
+
+// frameSeg is a part of an encoded frame: encoded fields, or records.
+type frameSeg struct {
+	b    []byte
+	recs *engine.Records
+}
+
+// segs builds a frame out of one growing buffer of encoded fields and
+// records spliced in between.
+type segs struct {
+	b    []byte
+	mark int // start of the fields not yet cut into a segment
+	out  []frameSeg
+	cuts [][2]int
+}
+
+func (v *segs) splice(recs *engine.Records) {
+	if recs.Len() == 0 {
 		return
 	}
-	v.segs = append(v.segs, []int{v.mark, len(v.b)}, []int{-1, len(v.ext)})
-	v.ext = append(v.ext, ext)
+	v.cuts = append(v.cuts, [2]int{v.mark, len(v.b)})
+	v.out = append(v.out, frameSeg{recs: recs})
 	v.mark = len(v.b)
 }
 
-func (v *bufs) done() net.Buffers {
-	v.segs = append(v.segs, []int{v.mark, len(v.b)})
-	out := make(net.Buffers, 0, len(v.segs))
-	for _, s := range v.segs {
-		switch {
-		case s[0] < 0:
-			out = append(out, v.ext[s[1]])
-		case s[1] > s[0] || len(out) == 0:
-			out = append(out, v.b[s[0]:s[1]:s[1]])
+func (v *segs) done() []frameSeg {
+	v.cuts = append(v.cuts, [2]int{v.mark, len(v.b)})
+	out := make([]frameSeg, 0, 2*len(v.cuts))
+	for i, c := range v.cuts {
+		if c[1] > c[0] || len(out) == 0 {
+			out = append(out, frameSeg{b: v.b[c[0]:c[1]:c[1]]})
+		}
+		if i < len(v.out) {
+			out = append(out, v.out[i])
 		}
 	}
 	return out
 }
 
-// appendBuffers encodes the response as kmsg's FetchResponse.AppendTo does,
-// for versions 4 to 18, except that records are never null (an empty
+// encode encodes the response as kmsg's FetchResponse.AppendTo does, for
+// versions 4 to 18, except that records are never null (an empty
 // partition has zero-length records, as Kafka sends and librdkafka needs)
 // and NodeEndpoints are never sent.
-func (r *fetchResponse) appendBuffers(head []byte) net.Buffers {
+func (r *fetchResponse) encode(head []byte) []frameSeg {
 	v := r.Version
 	flex := v >= 12
 	arrayLen := func(b []byte, n int) []byte {
@@ -77,7 +149,7 @@ func (r *fetchResponse) appendBuffers(head []byte) net.Buffers {
 		}
 		return kbin.AppendArrayLen(b, n)
 	}
-	w := &bufs{b: head}
+	w := &segs{b: head}
 	b := head
 	if v >= 1 {
 		b = kbin.AppendInt32(b, r.ThrottleMillis)
@@ -127,14 +199,11 @@ func (r *fetchResponse) appendBuffers(head []byte) net.Buffers {
 			if v >= 11 {
 				b = kbin.AppendInt32(b, p.PreferredReadReplica)
 			}
-			var batches [][]byte
-			if i < len(r.batches) && j < len(r.batches[i]) {
-				batches = r.batches[i][j]
+			var recs *engine.Records
+			if i < len(r.records) && j < len(r.records[i]) {
+				recs = r.records[i][j]
 			}
-			n := len(p.RecordBatches)
-			for _, bt := range batches {
-				n += len(bt)
-			}
+			n := len(p.RecordBatches) + recs.Len()
 			if flex {
 				b = kbin.AppendUvarint(b, uint32(n)+1)
 			} else {
@@ -142,9 +211,7 @@ func (r *fetchResponse) appendBuffers(head []byte) net.Buffers {
 			}
 			b = append(b, p.RecordBatches...)
 			w.b = b
-			for _, bt := range batches {
-				w.splice(bt)
-			}
+			w.splice(recs)
 			b = w.b
 			if flex {
 				diverging := p.DivergingEpoch.Epoch != -1 || p.DivergingEpoch.EndOffset != -1

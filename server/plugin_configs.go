@@ -1,9 +1,9 @@
 package server
 
 import (
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -20,4 +20,4 @@ func (b *Broker) configHandler(typ kmsg.ConfigResourceType) plugin.ConfigResourc
 
 // MetricsSet implements plugin.Host: the broker's metrics set, served at
 // /metrics.
-func (b *Broker) MetricsSet() *metrics.Set { return b.metrics }
+func (b *Broker) MetricsSet() *prom.Set { return b.metrics }

@@ -37,6 +37,7 @@ type Props struct {
 	LogMessageTimestampType string        // log.message.timestamp.type
 	DeleteTopicEnable       bool          // delete.topic.enable
 	SyncWrites              bool          // tandem.log.sync: fsync before acknowledging
+	MemoryBudget            int64         // tandem.memory.budget
 	// PartitionLimits are tandem.max.partitions.per.request and
 	// max.broker.partitions, which the controller enforces.
 	PartitionLimits raftmeta.PartitionLimits
@@ -86,6 +87,7 @@ func ParseProps(m map[string]string) (Props, error) {
 		LogMessageTimestampType: l.str("log.message.timestamp.type"),
 		DeleteTopicEnable:       l.bool("delete.topic.enable"),
 		SyncWrites:              l.bool("tandem.log.sync"),
+		MemoryBudget:            l.int("tandem.memory.budget"),
 		PartitionLimits: raftmeta.PartitionLimits{
 			PerRequest: int(l.int("tandem.max.partitions.per.request")),
 			PerBroker:  int(l.int("max.broker.partitions")),
@@ -372,6 +374,8 @@ var brokerConfigList = []*configDef{
 	{name: "tandem.max.partitions.per.request", typ: kmsg.ConfigTypeInt, def: cfgStr(strconv.Itoa(raftmeta.DefaultMaxPartitionsPerRequest)), valid: atLeast(1),
 		doc: "The most partitions one CreateTopics or CreatePartitions request may add."},
 	{name: "tandem.log.sync", typ: kmsg.ConfigTypeBoolean, def: cfgStr("true"), doc: "Fsync appended batches before acknowledging them (acks != 0)."},
+	{name: "tandem.memory.budget", typ: kmsg.ConfigTypeLong, def: cfgStr("268435456"), valid: atLeast(32 << 20),
+		doc: "Memory the broker sizes its caches to; tandem serve makes it the Go runtime's soft memory limit (unless GOMEMLIMIT is set)."},
 	{name: "unclean.leader.election.enable", typ: kmsg.ConfigTypeBoolean, def: cfgStr("false"), dynamic: true, doc: "Whether replicas not in the ISR may be elected leader as a last resort."},
 }
 
@@ -541,6 +545,11 @@ func (l configLayers) int(name string) int64 {
 
 func (l configLayers) bool(name string) bool { return strings.EqualFold(l.str(name), "true") }
 
+func (l configLayers) float(name string) float64 {
+	f, _ := strconv.ParseFloat(l.str(name), 64) // validated as a double when set
+	return f
+}
+
 // layers returns the config layers of topic t (nil for broker configs)
 // in the latest metadata image.
 func (b *Broker) layers(t *raftmeta.Topic) configLayers { return b.layersOf(b.meta.Image(), t) }
@@ -557,14 +566,17 @@ func logConfigFrom(l configLayers) engine.LogConfig {
 	}
 	policy := configList(l.str("cleanup.policy"))
 	return engine.LogConfig{
-		RetentionMs:      l.int("retention.ms"),
-		RetentionBytes:   l.int("retention.bytes"),
-		MaxMessageBytes:  int32(l.int("max.message.bytes")),
-		Compact:          slices.Contains(policy, engine.CleanupCompact),
-		Delete:           slices.Contains(policy, engine.CleanupDelete),
-		LogAppendTime:    l.str("message.timestamp.type") == "LogAppendTime",
-		MinCompactionLag: time.Duration(l.int("min.compaction.lag.ms")) * time.Millisecond,
-		DeleteRetention:  time.Duration(l.int("delete.retention.ms")) * time.Millisecond,
+		RetentionMs:            l.int("retention.ms"),
+		RetentionBytes:         l.int("retention.bytes"),
+		MaxMessageBytes:        int32(l.int("max.message.bytes")),
+		Compact:                slices.Contains(policy, engine.CleanupCompact),
+		Delete:                 slices.Contains(policy, engine.CleanupDelete),
+		LogAppendTime:          l.str("message.timestamp.type") == "LogAppendTime",
+		MinCompactionLag:       time.Duration(l.int("min.compaction.lag.ms")) * time.Millisecond,
+		DeleteRetention:        time.Duration(l.int("delete.retention.ms")) * time.Millisecond,
+		SegmentBytes:           l.int("segment.bytes"),
+		SegmentMs:              l.int("segment.ms"),
+		MinCleanableDirtyRatio: l.float("min.cleanable.dirty.ratio"),
 	}
 }
 

@@ -354,10 +354,12 @@ func (f *fetcher) handle(ctx context.Context, fp *followed, rp *kmsg.FetchRespon
 	case errors.Is(err, kerr.OffsetOutOfRange):
 		offs := fp.ep.Offsets()
 		if offs.LogEnd < rp.LogStartOffset {
-			// Retention removed what we would fetch next: start over
-			// at the leader's log start.
-			f.b.log.Info("follower starts over at its leader's log start", "topic", fp.topic, "partition", fp.key.p, "from", offs.LogEnd, "to", rp.LogStartOffset)
-			return fp.ep.StartAt(rp.LogStartOffset)
+			// Retention removed what we would fetch next. Kafka starts
+			// the follower's log over at the leader's log start; the
+			// segment engine cannot move an empty log's start forward
+			// yet, so the follower stays out of the ISR and says why.
+			return fmt.Errorf("%s-%d: the follower's log ends at %d, below its leader's log start %d: it cannot catch up: %w",
+				fp.topic, fp.key.p, offs.LogEnd, rp.LogStartOffset, err)
 		}
 		fp.truncated = false // our end is past the leader's: find where we diverge
 		return nil

@@ -102,7 +102,7 @@ type saslMech interface {
 	claimed(in []byte) (user string, checks bool)
 }
 
-var errAuth = errors.New("authentication failed: invalid credentials")
+var errAuth = errors.New("invalid credentials")
 
 func (c *saslConfig) start(mech string, img *raftmeta.Image) saslMech {
 	switch mech {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -55,7 +57,7 @@ type Broker struct {
 	meta   *raftmeta.Controller
 
 	apis     apiTable
-	metrics  *metrics.Set
+	metrics  *prom.Set
 	m        *brokerMetrics
 	sessions *fetchSessions
 	frames   framePool     // produce request buffers, recycled
@@ -118,7 +120,7 @@ func New(cfg Config) (*Broker, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.With("node", cfg.NodeID),
 		props:   props,
-		metrics: metrics.NewSet(),
+		metrics: prom.NewSet(),
 		conns:   make(map[net.Conn]struct{}),
 	}
 	props.Unknown = slices.DeleteFunc(props.Unknown, func(k string) bool {
@@ -226,6 +228,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		Validators:             plugin.All[plugin.AppendValidator](b.cfg.Plugins),
 		Observers:              plugin.All[plugin.AppendObserver](b.cfg.Plugins),
 		RetentionCheckInterval: b.props.RetentionCheckInterval,
+		MemoryBudget:           b.props.MemoryBudget,
 	})
 	if err != nil {
 		return fmt.Errorf("server: open engine: %w", err)
@@ -273,6 +276,25 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	}
 	b.log.Info("broker started", "addr", b.addr, "advertised", adv, "cluster", b.meta.Image().ClusterID)
 	return nil
+}
+
+// DiskFull reports whether the data directory is short of space: writes
+// from clients and mirrors are refused with KAFKA_STORAGE_ERROR, while
+// reads, metadata, coordinators, DeleteRecords and DeleteTopics go on.
+func (b *Broker) DiskFull() bool { return b.engine != nil && b.engine.DiskFull() }
+
+// SetProcessMemoryLimit keeps the process within the broker's memory
+// budget (tandem.memory.budget): three quarters of it become the Go
+// runtime's soft memory limit (the rest is for what the runtime does not
+// count, such as the binary's pages, and for the runtime overshooting its
+// soft limit under a burst of requests),
+// unless the GOMEMLIMIT environment variable sets one. The limit is
+// process-wide: for processes that run one broker, such as tandem serve,
+// not for programs that embed several.
+func (b *Broker) SetProcessMemoryLimit() {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(b.props.MemoryBudget / 4 * 3)
+	}
 }
 
 // Addr is the bound address of the first listener, host:port.
@@ -360,10 +382,10 @@ func (b *Broker) trackConn(c net.Conn, add bool) bool {
 	return true
 }
 
-// brokerMetrics are the broker's own metrics, in its own metrics.Set so
-// that many brokers can run in one process.
+// brokerMetrics are the broker's own metrics, in its own set so that
+// many brokers can run in one process.
 type brokerMetrics struct {
-	set                        *metrics.Set
+	set                        *prom.Set
 	conns                      *metrics.Gauge
 	bytesIn, bytesOut          *metrics.Counter
 	produceBytes, fetchBytes   *metrics.Counter
@@ -380,8 +402,35 @@ type apiMetrics struct {
 	duration *metrics.PrometheusHistogram
 }
 
+// brokerFamilies are the families of brokerMetrics and of the engine's
+// figures (docs/metrics.md).
+var brokerFamilies = []prom.Family{
+	{Name: "tandem_server_connections", Type: prom.Gauge, Help: "Open client connections."},
+	{Name: "tandem_server_received_bytes_total", Type: prom.Counter, Help: "Bytes of request frames read from client connections."},
+	{Name: "tandem_server_sent_bytes_total", Type: prom.Counter, Help: "Bytes of response frames written to client connections."},
+	{Name: "tandem_server_produce_bytes_total", Type: prom.Counter, Help: "Bytes of record batches appended by Produce requests."},
+	{Name: "tandem_server_fetch_bytes_total", Type: prom.Counter, Help: "Bytes of record batches returned by Fetch requests."},
+	{Name: "tandem_server_produce_errors_total", Type: prom.Counter, Help: "Partitions of Produce requests answered with an error."},
+	{Name: "tandem_server_fetch_errors_total", Type: prom.Counter, Help: "Partitions of Fetch requests answered with an error."},
+	{Name: "tandem_server_requests_total", Type: prom.Counter, Help: "Requests handled, by API (label api)."},
+	{Name: "tandem_server_request_duration_seconds", Type: prom.Histogram, Help: "Time from reading a request to writing its response, by API (label api), in seconds."},
+	{Name: "tandem_server_request_panics_total", Type: prom.Counter, Help: "Requests whose handling panicked; each closed its connection."},
+	{Name: "tandem_server_failed_authentication_total", Type: prom.Counter, Help: "Failed SASL authentications."},
+	{Name: "tandem_server_authentication_throttled_total", Type: prom.Counter, Help: "SASL authentications refused unchecked because too many were waiting for the throttle."},
+	{Name: "tandem_server_authentication_throttle_seconds_total", Type: prom.Counter, Help: "Seconds SASL authentications waited for the throttle."},
+	{Name: "tandem_server_queued_request_bytes", Type: prom.Gauge, Help: "Bytes of requests read and not yet handled (bounded by queued.max.request.bytes)."},
+	{Name: "tandem_engine_written_bytes_total", Type: prom.Counter, Help: "Bytes of record batches appended to partition logs."},
+	{Name: "tandem_engine_appends_total", Type: prom.Counter, Help: "Appends to partition logs (duplicates excluded)."},
+	{Name: "tandem_engine_partitions", Type: prom.Gauge, Help: "Partitions open on this broker."},
+	{Name: "tandem_engine_open_segment_files", Type: prom.Gauge, Help: "Segment files open (bounded by half the process's open-file limit)."},
+	{Name: "tandem_engine_disk_usage_bytes", Type: prom.Gauge, Help: "Bytes the storage engine's files take on disk (segment files and Pebble)."},
+	{Name: "tandem_engine_disk_free_bytes", Type: prom.Gauge, Help: "Bytes free on the data directory's filesystem, as last measured."},
+	{Name: "tandem_engine_disk_full", Type: prom.Gauge, Help: "1 while client writes are refused because the data directory's filesystem is below its reserve of free space, else 0."},
+}
+
 func newBrokerMetrics(b *Broker) *brokerMetrics {
 	s := b.metrics
+	s.Describe(brokerFamilies...)
 	engineGauge := func(name string, f func(engine.Stats) float64) {
 		s.NewGauge(name, func() float64 {
 			if b.engine == nil {
@@ -390,26 +439,31 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 			return f(b.engine.Metrics())
 		})
 	}
-	engineGauge("tandem_engine_bytes_written_total", func(st engine.Stats) float64 { return float64(st.BytesWritten) })
+	engineGauge("tandem_engine_written_bytes_total", func(st engine.Stats) float64 { return float64(st.BytesWritten) })
 	engineGauge("tandem_engine_appends_total", func(st engine.Stats) float64 { return float64(st.Appends) })
 	engineGauge("tandem_engine_partitions", func(st engine.Stats) float64 { return float64(st.Partitions) })
-	engineGauge("tandem_engine_tail_bytes", func(st engine.Stats) float64 { return float64(st.TailBytes) })
+	engineGauge("tandem_engine_open_segment_files", func(st engine.Stats) float64 { return float64(st.OpenFiles) })
+	engineGauge("tandem_engine_disk_free_bytes", func(st engine.Stats) float64 { return float64(st.DiskFree) })
+	s.NewGauge("tandem_engine_disk_full", func() float64 {
+		if b.DiskFull() {
+			return 1
+		}
+		return 0
+	})
 	engineGauge("tandem_engine_disk_usage_bytes", func(st engine.Stats) float64 { return float64(st.DiskUsage) })
 	s.NewGauge("tandem_server_queued_request_bytes", func() float64 { return float64(b.reqBytes.inUse()) })
 	clusterMetrics(b, s)
 	return &brokerMetrics{
-		set:           s,
-		conns:         s.NewGauge("kafka_server_connections", nil),
-		bytesIn:       s.NewCounter("kafka_server_bytes_in_total"),
-		bytesOut:      s.NewCounter("kafka_server_bytes_out_total"),
-		produceBytes:  s.NewCounter("kafka_server_produce_bytes_total"),
-		fetchBytes:    s.NewCounter("kafka_server_fetch_bytes_total"),
-		produceErrors: s.NewCounter("kafka_server_produce_errors_total"),
-		fetchErrors:   s.NewCounter("kafka_server_fetch_errors_total"),
-		panics:        s.NewCounter("tandem_server_request_panics_total"),
-		// Kafka's failed-authentication-total; attempts the throttle
-		// refused without checking; seconds attempts waited for a slot.
-		authFailures:     s.NewCounter("kafka_server_failed_authentication_total"),
+		set:              s,
+		conns:            s.NewGauge("tandem_server_connections", nil),
+		bytesIn:          s.NewCounter("tandem_server_received_bytes_total"),
+		bytesOut:         s.NewCounter("tandem_server_sent_bytes_total"),
+		produceBytes:     s.NewCounter("tandem_server_produce_bytes_total"),
+		fetchBytes:       s.NewCounter("tandem_server_fetch_bytes_total"),
+		produceErrors:    s.NewCounter("tandem_server_produce_errors_total"),
+		fetchErrors:      s.NewCounter("tandem_server_fetch_errors_total"),
+		panics:           s.NewCounter("tandem_server_request_panics_total"),
+		authFailures:     s.NewCounter("tandem_server_failed_authentication_total"),
 		authThrottled:    s.NewCounter("tandem_server_authentication_throttled_total"),
 		authThrottleWait: s.NewFloatCounter("tandem_server_authentication_throttle_seconds_total"),
 	}
@@ -421,8 +475,8 @@ func (m *brokerMetrics) observe(r *request, d time.Duration) {
 	am, ok := m.requests.Load(name)
 	if !ok {
 		am, _ = m.requests.LoadOrStore(name, &apiMetrics{
-			count:    m.set.GetOrCreateCounter(`kafka_server_requests_total{api="` + name + `"}`),
-			duration: m.set.GetOrCreatePrometheusHistogram(`kafka_server_request_duration_seconds{api="` + name + `"}`),
+			count:    m.set.GetOrCreateCounter(`tandem_server_requests_total{api="` + name + `"}`),
+			duration: m.set.GetOrCreatePrometheusHistogram(`tandem_server_request_duration_seconds{api="` + name + `"}`),
 		})
 	}
 	a := am.(*apiMetrics)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
@@ -40,6 +41,7 @@ type mirrorsCmd struct {
 	deleteConfigs  multiFlag
 	asJSON, yes    bool
 	force          bool
+	noValidate     bool
 	timeout        time.Duration
 }
 
@@ -94,6 +96,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.source, "source-bootstrap", "", "source cluster `HOST:PORT`")
 	allTopics := fs.Bool("all-topics", false, "with --remove, --pause or --resume: every topic of the mirror")
 	fs.BoolVar(&c.yes, "yes", false, "proceed without asking, also when records would be truncated")
+	fs.BoolVar(&c.noValidate, "no-validate", false, "with --create: do not check first that the source answers as a Kafka cluster")
 	fs.BoolVar(&c.force, "force", false, "with --failover: fail over even if the source is unreachable or the lag is not 0 in time")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "with --failover: how long to wait for lag 0")
 	fs.Var(&c.topics, "topic", "topic `NAME` or regular expression (repeatable)")
@@ -201,10 +204,37 @@ func (c *mirrorsCmd) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if !c.noValidate {
+		if err := probeSource(ctx, cfg); err != nil {
+			return err
+		}
+	}
 	if err := c.a.CreateMirror(ctx, c.name, cfg); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.stdout, "Created mirror %s.\n", c.name)
+	return nil
+}
+
+// probeSource checks, from here and with the mirror's security configs,
+// that the source answers ApiVersions. The broker accepts a source that
+// is down (it may come back; the mirror shows FAILED meanwhile), so
+// without this a mistyped address would only show later, as FAILED.
+func probeSource(ctx context.Context, cfg map[string]string) error {
+	opts, err := mirror.ClientOpts(cfg)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.DialTimeout(5*time.Second))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl); err != nil {
+		return fmt.Errorf("source cluster %s does not answer as a Kafka cluster: %v (--no-validate creates the mirror anyway)", cfg["bootstrap.servers"], err)
+	}
 	return nil
 }
 
@@ -316,7 +346,11 @@ func (c *mirrorsCmd) list(ctx context.Context) error {
 		return err
 	}
 	if c.asJSON {
-		return json.NewEncoder(c.stdout).Encode(ms)
+		out := []describedMirror{}
+		for _, m := range ms {
+			out = append(out, describedMirror{Mirror: m.MirrorName, SourceBootstrap: m.SourceBootstrap, TopicCount: m.TopicCount})
+		}
+		return json.NewEncoder(c.stdout).Encode(out)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MIRROR\tSOURCE\tTOPICS")
@@ -326,27 +360,30 @@ func (c *mirrorsCmd) list(ctx context.Context) error {
 	return tw.Flush()
 }
 
-// describedMirror is a mirror as --describe --json prints it: unknown
-// offsets and lags are null, never 0.
+// describedMirror is a mirror as --list --json and --describe --json print
+// it (README.md, "--json"): --list fills the first three fields,
+// --describe all. Unknown offsets and lags are null, never 0.
 type describedMirror struct {
-	Mirror     string               `json:"mirror"`
-	State      string               `json:"state"`
-	Error      string               `json:"error,omitempty"`
-	ACLSync    string               `json:"aclSync,omitempty"`
-	Partitions []describedPartition `json:"partitions"`
-	Diverged   []divergedRange      `json:"diverged"`
+	Mirror          string               `json:"mirror"`
+	SourceBootstrap string               `json:"source_bootstrap"`
+	TopicCount      int32                `json:"topic_count"`
+	State           string               `json:"state,omitzero"`
+	Error           string               `json:"error,omitzero"`
+	ACLSync         string               `json:"acl_sync,omitzero"`
+	Partitions      []describedPartition `json:"partitions,omitzero"`
+	Diverged        []divergedRange      `json:"diverged,omitzero"`
 }
 
 type describedPartition struct {
 	Topic             string     `json:"topic"`
 	Partition         int32      `json:"partition"`
-	SourceOffset      *int64     `json:"sourceOffset"`
-	SourceOffsetTime  *time.Time `json:"sourceOffsetTime"`
-	DestinationOffset *int64     `json:"destinationOffset"`
-	Lag               *int64     `json:"lag"`
-	LagMs             *int64     `json:"lagMs"`
 	State             string     `json:"state"`
-	Reason            string     `json:"reason,omitempty"`
+	SourceOffset      *int64     `json:"source_offset"`
+	SourceOffsetTime  *time.Time `json:"source_offset_time"`
+	DestinationOffset *int64     `json:"destination_offset"`
+	Lag               *int64     `json:"lag"`
+	LagMs             *int64     `json:"lag_ms"`
+	Reason            string     `json:"reason,omitzero"`
 }
 
 func known(v int64) *int64 {
@@ -388,6 +425,10 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 	if err != nil {
 		return nil, err
 	}
+	listed, err := c.a.ListMirrors(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []describedMirror
 	for _, m := range ms {
 		if m.ErrorCode != 0 && m.State == "" {
@@ -395,6 +436,9 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 		}
 		dm := describedMirror{Mirror: m.MirrorName, State: m.State, ACLSync: m.ACLSync, Partitions: []describedPartition{},
 			Diverged: []divergedRange{}}
+		if i := slices.IndexFunc(listed, func(l mirror.ListedMirror) bool { return l.MirrorName == m.MirrorName }); i >= 0 {
+			dm.SourceBootstrap, dm.TopicCount = listed[i].SourceBootstrap, listed[i].TopicCount
+		}
 		for _, d := range m.Diverged {
 			if match(d.Topic) {
 				dm.Diverged = append(dm.Diverged, divergedOf(d))
@@ -491,7 +535,16 @@ func (c *mirrorsCmd) describeConfig(ctx context.Context) error {
 		return err
 	}
 	if c.asJSON {
-		return json.NewEncoder(c.stdout).Encode(cfgs)
+		type config struct {
+			Name      string  `json:"name"`
+			Value     *string `json:"value"` // null when sensitive
+			Sensitive bool    `json:"sensitive"`
+		}
+		out := []config{}
+		for _, cf := range cfgs {
+			out = append(out, config{Name: cf.Name, Value: cf.Value, Sensitive: cf.Sensitive})
+		}
+		return json.NewEncoder(c.stdout).Encode(out)
 	}
 	for _, cf := range cfgs {
 		v := "(sensitive)"

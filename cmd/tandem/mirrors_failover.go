@@ -188,18 +188,18 @@ func (c *mirrorsCmd) failedOverTopics(ctx context.Context, cfg map[string]string
 type divergedRange struct {
 	Topic          string    `json:"topic"`
 	Partition      int32     `json:"partition"`
-	FirstOffset    int64     `json:"firstOffset"`
-	LastOffset     int64     `json:"lastOffset"`
-	FirstEpoch     int32     `json:"firstEpoch"`
-	LastEpoch      int32     `json:"lastEpoch"`
+	FirstOffset    int64     `json:"first_offset"`
+	LastOffset     int64     `json:"last_offset"`
+	FirstEpoch     int32     `json:"first_epoch"`
+	LastEpoch      int32     `json:"last_epoch"`
 	Records        int64     `json:"records"`
-	FirstTimestamp time.Time `json:"firstTimestamp"`
-	LastTimestamp  time.Time `json:"lastTimestamp"`
-	TruncatedAt    time.Time `json:"truncatedAt"`
+	FirstTimestamp time.Time `json:"first_timestamp"`
+	LastTimestamp  time.Time `json:"last_timestamp"`
+	TruncatedAt    time.Time `json:"truncated_at"`
 	Cause          string    `json:"cause"`
-	CopiedTo       string    `json:"copiedTo"`
-	CopyStart      int64     `json:"copyStart"`
-	CopyEnd        int64     `json:"copyEnd"`
+	CopiedTo       string    `json:"copied_to"`
+	CopyStart      int64     `json:"copy_start"`
+	CopyEnd        int64     `json:"copy_end"`
 }
 
 func divergedOf(d mirror.DivergedRange) divergedRange {

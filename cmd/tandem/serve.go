@@ -17,9 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/tandem-kafka/tandem"
+	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/server"
 )
 
@@ -158,6 +157,7 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 	if err := b.CheckDataDir(); err != nil {
 		return err
 	}
+	b.SetProcessMemoryLimit()
 	var started atomic.Bool
 	var httpLn net.Listener
 	if httpAddr != "" {
@@ -211,6 +211,12 @@ func httpHandler(b *server.Broker, started *atomic.Bool) http.Handler {
 			http.Error(w, "starting", http.StatusServiceUnavailable)
 			return
 		}
+		if b.DiskFull() {
+			// Not a reason to restart it: reads go on, and writes resume
+			// once space is freed (DeleteRecords, DeleteTopics, disk).
+			http.Error(w, "disk full: writes refused, reads served", http.StatusServiceUnavailable)
+			return
+		}
 		// A cluster member stays serving while peers are unreachable or
 		// refuse it; it says so, once per problem, under "ok".
 		io.WriteString(w, "ok")
@@ -223,7 +229,7 @@ func httpHandler(b *server.Broker, started *atomic.Bool) http.Handler {
 		if started.Load() {
 			b.WritePrometheus(w)
 		}
-		metrics.WriteProcessMetrics(w)
+		prom.WriteProcessMetrics(w)
 	})
 	return mux
 }

@@ -225,6 +225,9 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []
 			continue
 		}
 		for _, c := range r.Configs {
+			if c.Name == mirrorNameConfig && c.Value != nil && *c.Value != "" && img.Topics[specs[i].Name] != nil {
+				return nil, nil, mirrorLoop(img.ClusterID, resp.ClusterID, specs[i].Name, *c.Value)
+			}
 			if c.Source == kmsg.ConfigSourceDynamicTopicConfig && c.Value != nil && !exclude[c.Name] {
 				if specs[i].Configs == nil {
 					specs[i].Configs = map[string]string{}
@@ -238,6 +241,21 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []
 		return nil, nil, unavailable("last mirror epochs", err)
 	}
 	return specs, plan, nil
+}
+
+// mirrorLoop is the refusal of a mirror loop: the source's topic is a
+// mirror topic (mirror.name set there) with the ID of the topic here
+// (checked before), so its records come from this cluster, directly or
+// through others, and mirroring it back would copy it onto itself. Once
+// the source has failed it over (mirror.name cleared), adding it is a
+// failback.
+func mirrorLoop(here string, source *string, topic, sourceMirror string) error {
+	src := "<unknown>"
+	if source != nil {
+		src = *source
+	}
+	return fmt.Errorf("mirror loop: topic %s on source cluster %s is mirrored by its mirror %s from this cluster %s; fail it over there first: %w",
+		topic, src, sourceMirror, here, ErrTopicAlreadyMirrored)
 }
 
 // truncationPlan predicts what adding topics to a mirror removes from the

@@ -128,12 +128,10 @@ type metaSync struct {
 	aclSync string // how the ACL sync fares, for DescribeMirrors
 
 	refreshErrs, configErrs, groupErrs, aclErrs *metrics.Counter
-	duration                                    *metrics.Histogram
+	duration                                    *metrics.PrometheusHistogram
 	lastSuccess, mismatch                       *metrics.Gauge
 	names                                       []string
 }
-
-const metricPrefix = "kafka_server_mirror_MirrorMetadataManager_"
 
 func newMetaSync(mm *metaManager, parent context.Context, name string) *metaSync {
 	s := &metaSync{mm: mm, p: mm.p, name: name, log: mm.p.log.With("mirror", name, "component", "metadata"), done: make(chan struct{}),
@@ -141,17 +139,17 @@ func newMetaSync(mm *metaManager, parent context.Context, name string) *metaSync
 	s.ctx, s.cancel = context.WithCancel(parent)
 	set := mm.p.metrics.set
 	label := fmt.Sprintf("{mirror=%q}", name)
-	metric := func(n string) string {
-		s.names = append(s.names, metricPrefix+n+label)
-		return metricPrefix + n + label
+	metric := func(family string) string {
+		s.names = append(s.names, family+label)
+		return family + label
 	}
-	s.refreshErrs = set.GetOrCreateCounter(metric("MetadataRefreshError"))
-	s.configErrs = set.GetOrCreateCounter(metric("TopicConfigMetadataSyncError"))
-	s.groupErrs = set.GetOrCreateCounter(metric("ConsumerGroupOffsetSyncError"))
-	s.aclErrs = set.GetOrCreateCounter(metric("AclSyncError"))
-	s.duration = set.GetOrCreateHistogram(metric("SyncCycleSeconds"))
-	s.lastSuccess = set.GetOrCreateGauge(metric("LastSuccessTimestampSeconds"), nil)
-	s.mismatch = set.GetOrCreateGauge(metric("SourceClusterIdMismatch"), nil)
+	s.refreshErrs = set.GetOrCreateCounter(metric("tandem_mirror_metadata_refresh_errors_total"))
+	s.configErrs = set.GetOrCreateCounter(metric("tandem_mirror_topic_config_sync_errors_total"))
+	s.groupErrs = set.GetOrCreateCounter(metric("tandem_mirror_group_offset_sync_errors_total"))
+	s.aclErrs = set.GetOrCreateCounter(metric("tandem_mirror_acl_sync_errors_total"))
+	s.duration = set.GetOrCreatePrometheusHistogram(metric("tandem_mirror_metadata_sync_duration_seconds"))
+	s.lastSuccess = set.GetOrCreateGauge(metric("tandem_mirror_metadata_sync_last_success_timestamp_seconds"), nil)
+	s.mismatch = set.GetOrCreateGauge(metric("tandem_mirror_source_cluster_id_mismatch"), nil)
 	return s
 }
 

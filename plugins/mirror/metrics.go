@@ -8,36 +8,45 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/tandem-kafka/tandem/prom"
 )
 
-// pluginMetrics are the KIP's mirror metrics on the broker's metrics set,
-// named domain_type_name after their JMX beans (as
-// kafka_server_FetcherLagMetrics_ConsumerLag is):
-//
-//   - kafka_server_mirror_MirrorFetcherManager_{MaxLag,MinFetchRate,
-//     DeadThreadCount,FailedPartitionsCount}{clientId="MirrorReplica"};
-//   - kafka_server_FetcherLagMetrics_ConsumerLag per partition, labelled
-//     with the fetcher's client ID MirrorFetcherThread-{source broker}-
-//     {fetcher}-{mirror} (plus ConsumerLagMs, in record time);
-//   - kafka_server_FetcherStats_{BytesPerSec,RequestsPerSec} per fetcher,
-//     one-minute rates as Kafka's meters report them;
-//   - kafka_server_mirror_MirrorMetadataManager_{State}PartitionState;
-//   - kafka_server_MirrorReplication_byte_rate, the mirrored bytes/s;
-//   - kafka_server_mirror_LastSourceContactAgeSeconds per mirror;
-//   - kafka_server_mirror_Diverged{Records,Ranges} per mirror: the
-//     divergence manifest (Tandem's).
-//
-// A lag that is not known (the source's end offset never learned) is NaN,
+// mirrorFamilies are the mirror plugin's metric families, labelled with
+// mirror, topic, partition and client_id (the KIP's fetcher client ID,
+// MirrorFetcherThread-{source broker}-{fetcher}-{mirror}) as they apply.
+// docs/metrics.md maps the KIP's metrics onto them: the KIP's per-second
+// rates are rate() of the counters here, its broker-wide counts sums.
+var mirrorFamilies = []prom.Family{
+	{Name: "tandem_mirror_partitions", Type: prom.Gauge, Help: "Partitions of the mirror this broker leads, by state (label state)."},
+	{Name: "tandem_mirror_lag_records", Type: prom.Gauge, Help: "Records the partition is behind the source's end offset as last learned; NaN while that is unknown."},
+	{Name: "tandem_mirror_lag_seconds", Type: prom.Gauge, Help: "How far the partition is behind the source in record time, in seconds; NaN while unknown."},
+	{Name: "tandem_mirror_max_lag_records", Type: prom.Gauge, Help: "The largest lag in records of the mirror's partitions on this broker; NaN while one is unknown."},
+	{Name: "tandem_mirror_fetch_requests_total", Type: prom.Counter, Help: "Fetch requests a mirror fetcher sent to its source broker."},
+	{Name: "tandem_mirror_fetch_bytes_total", Type: prom.Counter, Help: "Bytes of record batches a mirror fetcher appended."},
+	{Name: "tandem_mirror_source_contact_age_seconds", Type: prom.Gauge, Help: "Seconds since the mirror's source cluster last answered; NaN if it never did."},
+	{Name: "tandem_mirror_diverged_records", Type: prom.Gauge, Help: "Records truncations removed from the mirror's partitions (copied to <topic>.diverged first), per the divergence manifest."},
+	{Name: "tandem_mirror_diverged_ranges", Type: prom.Gauge, Help: "Entries of the mirror's divergence manifest."},
+	{Name: "tandem_mirror_metadata_refresh_errors_total", Type: prom.Counter, Help: "Metadata refreshes from the mirror's source that failed."},
+	{Name: "tandem_mirror_topic_config_sync_errors_total", Type: prom.Counter, Help: "Topic config syncs of the mirror that failed."},
+	{Name: "tandem_mirror_group_offset_sync_errors_total", Type: prom.Counter, Help: "Consumer and share group offset syncs of the mirror that failed."},
+	{Name: "tandem_mirror_acl_sync_errors_total", Type: prom.Counter, Help: "ACL syncs of the mirror that failed."},
+	{Name: "tandem_mirror_metadata_sync_duration_seconds", Type: prom.Histogram, Help: "Time one metadata sync cycle of the mirror took, in seconds."},
+	{Name: "tandem_mirror_metadata_sync_last_success_timestamp_seconds", Type: prom.Gauge, Help: "When a metadata sync cycle of the mirror last succeeded, in seconds since the Unix epoch."},
+	{Name: "tandem_mirror_source_cluster_id_mismatch", Type: prom.Gauge, Help: "1 when the mirror's source answers with another cluster ID than it first had (its sync is halted), else 0."},
+}
+
+// pluginMetrics are the mirror metrics on the broker's metrics set. A
+// lag that is not known (the source's end offset never learned) is NaN,
 // never 0.
 type pluginMetrics struct {
 	p   *Plugin
-	set *metrics.Set
+	set *prom.Set
 
 	mu       sync.Mutex // taken after run.mu, never before
 	parts    map[*run]map[tpKey]partMetrics
 	runNames map[*run][]string
 	fetchers map[*run]map[fetcherKey]*fetcherStats
-	bytes    *meter // every mirror's bytes, for byte-rate
 }
 
 type partMetrics struct {
@@ -45,93 +54,80 @@ type partMetrics struct {
 	names   []string
 }
 
-const mgrLabels = `{clientId="MirrorReplica"}`
-
-func newPluginMetrics(p *Plugin, set *metrics.Set) *pluginMetrics {
-	m := &pluginMetrics{p: p, set: set, parts: map[*run]map[tpKey]partMetrics{}, runNames: map[*run][]string{},
-		fetchers: map[*run]map[fetcherKey]*fetcherStats{}, bytes: newMeter()}
-	const mgr = "kafka_server_mirror_MirrorFetcherManager_"
-	set.GetOrCreateGauge(mgr+"MaxLag"+mgrLabels, func() float64 {
-		var lag int64
-		m.eachPart(func(_ *run, pt *part) { lag = max(lag, pt.lag()) })
-		return float64(lag)
-	})
-	set.GetOrCreateGauge(mgr+"MinFetchRate"+mgrLabels, m.minFetchRate)
-	set.GetOrCreateGauge(mgr+"DeadThreadCount"+mgrLabels, func() float64 { return 0 }) // fetchers end only when stopped
-	set.GetOrCreateGauge(mgr+"FailedPartitionsCount"+mgrLabels, m.stateCount(Failed))
-	for _, s := range []State{Failed, Stopped, Stopping, Mirroring, Preparing, Paused, Pausing, EpochFencing} {
-		set.GetOrCreateGauge(fmt.Sprintf("kafka_server_mirror_MirrorMetadataManager_%sPartitionState", pascal(s)), m.stateCount(s))
-	}
-	set.GetOrCreateGauge("kafka_server_MirrorReplication_byte_rate", m.bytes.rate)
-	return m
+func newPluginMetrics(p *Plugin, set *prom.Set) *pluginMetrics {
+	set.Describe(mirrorFamilies...)
+	return &pluginMetrics{p: p, set: set, parts: map[*run]map[tpKey]partMetrics{}, runNames: map[*run][]string{},
+		fetchers: map[*run]map[fetcherKey]*fetcherStats{}}
 }
 
-func pascal(s State) string {
-	if s == EpochFencing {
-		return "EpochFencing"
-	}
-	n := s.String()
-	return n[:1] + toLower(n[1:])
-}
+// metricStates are the states tandem_mirror_partitions counts, each
+// written (0 included) so that a query by state always finds a series.
+var metricStates = []State{Preparing, Mirroring, EpochFencing, Pausing, Paused, Stopping, Stopped, Failed}
 
-func toLower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c >= 'A' && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
-}
-
-func (p *Plugin) allRuns() []*run {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]*run, 0, len(p.runs))
-	for _, r := range p.runs {
-		out = append(out, r)
-	}
-	return out
-}
-
-func (m *pluginMetrics) eachPart(fn func(*run, *part)) {
-	for _, r := range m.p.allRuns() {
-		r.mu.Lock()
-		for _, pt := range r.parts {
-			fn(r, pt)
-		}
-		r.mu.Unlock()
-	}
-}
-
-func (m *pluginMetrics) stateCount(s State) func() float64 {
-	return func() float64 {
-		n := 0
-		m.eachPart(func(_ *run, pt *part) {
-			if pt.state == s {
-				n++
+// trackRun registers a mirror's own gauges as its run starts.
+func (m *pluginMetrics) trackRun(r *run) {
+	label := fmt.Sprintf("{mirror=%q}", r.name)
+	gauges := map[string]func() float64{
+		"tandem_mirror_max_lag_records" + label: func() float64 {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			lag := int64(0)
+			for _, pt := range r.parts {
+				if !needsSource(pt.state) {
+					continue
+				}
+				l := pt.lag()
+				if l < 0 {
+					return math.NaN()
+				}
+				lag = max(lag, l)
 			}
-		})
-		return float64(n)
+			return float64(lag)
+		},
+		"tandem_mirror_source_contact_age_seconds" + label: func() float64 {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.contact.IsZero() {
+				return math.NaN()
+			}
+			return time.Since(r.contact).Seconds()
+		},
+		// The divergence manifest: what truncations took from the
+		// mirror's partitions (copied to <topic>.diverged first).
+		"tandem_mirror_diverged_records" + label: m.diverged(r, func(d DivergedRange) float64 { return float64(d.Records) }),
+		"tandem_mirror_diverged_ranges" + label:  m.diverged(r, func(DivergedRange) float64 { return 1 }),
 	}
-}
-
-// minFetchRate is the lowest fetch request rate of the fetchers.
-func (m *pluginMetrics) minFetchRate() float64 {
+	for _, s := range metricStates {
+		gauges[fmt.Sprintf("tandem_mirror_partitions{mirror=%q,state=%q}", r.name, s)] = func() float64 {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			n := 0
+			for _, pt := range r.parts {
+				if pt.state == s {
+					n++
+				}
+			}
+			return float64(n)
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	rate := math.NaN()
-	for _, fs := range m.fetchers {
-		for _, f := range fs {
-			if r := f.requests.rate(); math.IsNaN(rate) || r < rate {
-				rate = r
-			}
+	for name, f := range gauges {
+		m.set.GetOrCreateGauge(name, f)
+		m.runNames[r] = append(m.runNames[r], name)
+	}
+}
+
+func (m *pluginMetrics) diverged(r *run, of func(DivergedRange) float64) func() float64 {
+	return func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var n float64
+		for _, d := range m.p.manifest(ctx, r.name) {
+			n += of(d)
 		}
+		return n
 	}
-	if math.IsNaN(rate) {
-		return 0
-	}
-	return rate
 }
 
 func clientID(r *run, k fetcherKey) string {
@@ -147,37 +143,6 @@ func (m *pluginMetrics) trackPart(r *run, pt *part) {
 	defer m.mu.Unlock()
 	if m.parts[r] == nil {
 		m.parts[r] = map[tpKey]partMetrics{}
-		name := fmt.Sprintf("kafka_server_mirror_LastSourceContactAgeSeconds{mirror=%q}", r.name)
-		m.set.GetOrCreateGauge(name, func() float64 {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			if r.contact.IsZero() {
-				return math.NaN()
-			}
-			return time.Since(r.contact).Seconds()
-		})
-		m.runNames[r] = []string{name}
-		// The divergence manifest: what truncations took from the
-		// mirror's partitions (copied to <topic>.diverged first).
-		for _, g := range []struct {
-			name string
-			of   func(DivergedRange) float64
-		}{
-			{"kafka_server_mirror_DivergedRecords", func(d DivergedRange) float64 { return float64(d.Records) }},
-			{"kafka_server_mirror_DivergedRanges", func(DivergedRange) float64 { return 1 }},
-		} {
-			name := fmt.Sprintf("%s{mirror=%q}", g.name, r.name)
-			m.set.GetOrCreateGauge(name, func() float64 {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				var n float64
-				for _, d := range m.p.manifest(ctx, r.name) {
-					n += g.of(d)
-				}
-				return n
-			})
-			m.runNames[r] = append(m.runNames[r], name)
-		}
 	}
 	if old, ok := m.parts[r][pt.tpKey]; ok {
 		if old.fetcher == k {
@@ -185,9 +150,9 @@ func (m *pluginMetrics) trackPart(r *run, pt *part) {
 		}
 		m.unregister(old.names)
 	}
-	labels := fmt.Sprintf(`{clientId=%q,topic=%q,partition="%d"}`, clientID(r, k), pt.topic, pt.partition)
-	lag := "kafka_server_FetcherLagMetrics_ConsumerLag" + labels
-	lagMs := "kafka_server_FetcherLagMetrics_ConsumerLagMs" + labels
+	labels := fmt.Sprintf(`{mirror=%q,topic=%q,partition="%d",client_id=%q}`, r.name, pt.topic, pt.partition, clientID(r, k))
+	lag := "tandem_mirror_lag_records" + labels
+	lagSeconds := "tandem_mirror_lag_seconds" + labels
 	m.set.GetOrCreateGauge(lag, func() float64 {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -196,15 +161,15 @@ func (m *pluginMetrics) trackPart(r *run, pt *part) {
 		}
 		return math.NaN()
 	})
-	m.set.GetOrCreateGauge(lagMs, func() float64 {
+	m.set.GetOrCreateGauge(lagSeconds, func() float64 {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if pt.lagMs < 0 {
 			return math.NaN()
 		}
-		return float64(pt.lagMs)
+		return float64(pt.lagMs) / 1000
 	})
-	m.parts[r][pt.tpKey] = partMetrics{fetcher: k, names: []string{lag, lagMs}}
+	m.parts[r][pt.tpKey] = partMetrics{fetcher: k, names: []string{lag, lagSeconds}}
 }
 
 func (m *pluginMetrics) unregister(names []string) {
@@ -221,7 +186,7 @@ func (m *pluginMetrics) forgetPart(r *run, k tpKey) {
 	delete(m.parts[r], k)
 }
 
-// fetcherStats registers a fetcher's rates; r.mu is held.
+// fetcherStats registers a fetcher's counters; r.mu is held.
 func (m *pluginMetrics) fetcherStats(r *run, k fetcherKey, host string, port int32) *fetcherStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -231,16 +196,15 @@ func (m *pluginMetrics) fetcherStats(r *run, k fetcherKey, host string, port int
 	if f := m.fetchers[r][k]; f != nil {
 		return f
 	}
-	f := &fetcherStats{all: m.bytes, byteRate: newMeter(), requests: newMeter()}
-	labels := fmt.Sprintf(`{clientId=%q,brokerHost=%q,brokerPort="%d",mirror_name=%q}`, clientID(r, k), host, port, r.name)
-	f.names = []string{"kafka_server_FetcherStats_BytesPerSec" + labels, "kafka_server_FetcherStats_RequestsPerSec" + labels}
-	m.set.GetOrCreateGauge(f.names[0], f.byteRate.rate)
-	m.set.GetOrCreateGauge(f.names[1], f.requests.rate)
+	labels := fmt.Sprintf(`{mirror=%q,client_id=%q,broker_host=%q,broker_port="%d"}`, r.name, clientID(r, k), host, port)
+	f := &fetcherStats{names: []string{"tandem_mirror_fetch_requests_total" + labels, "tandem_mirror_fetch_bytes_total" + labels}}
+	f.requests = m.set.GetOrCreateCounter(f.names[0])
+	f.bytes = m.set.GetOrCreateCounter(f.names[1])
 	m.fetchers[r][k] = f
 	return f
 }
 
-// forget unregisters a stopped run's gauges.
+// forget unregisters a stopped run's metrics.
 func (m *pluginMetrics) forget(r *run) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -256,62 +220,8 @@ func (m *pluginMetrics) forget(r *run) {
 	delete(m.runNames, r)
 }
 
-// fetcherStats are one fetcher's rates.
+// fetcherStats are one fetcher's counters.
 type fetcherStats struct {
-	names              []string
-	all                *meter
-	byteRate, requests *meter
-}
-
-func (f *fetcherStats) request() { f.requests.mark(1) }
-
-func (f *fetcherStats) bytes(n int) {
-	f.byteRate.mark(int64(n))
-	f.all.mark(int64(n))
-}
-
-// meter is a one-minute exponentially weighted moving rate, ticked every
-// five seconds, as the Yammer meters behind Kafka's *PerSec metrics.
-type meter struct {
-	mu      sync.Mutex
-	pending int64
-	ewma    float64
-	started bool
-	last    time.Time
-}
-
-const meterTick = 5 * time.Second
-
-var meterAlpha = 1 - math.Exp(-meterTick.Seconds()/60)
-
-func newMeter() *meter { return &meter{last: time.Now()} }
-
-func (m *meter) mark(n int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.tickLocked()
-	m.pending += n
-}
-
-func (m *meter) tickLocked() {
-	if time.Since(m.last) > time.Hour { // idle for long: nothing left of the average
-		m.pending, m.ewma, m.last = 0, 0, time.Now()
-	}
-	for time.Since(m.last) >= meterTick {
-		inst := float64(m.pending) / meterTick.Seconds()
-		m.pending = 0
-		if m.started {
-			m.ewma += meterAlpha * (inst - m.ewma)
-		} else {
-			m.ewma, m.started = inst, true
-		}
-		m.last = m.last.Add(meterTick)
-	}
-}
-
-func (m *meter) rate() float64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.tickLocked()
-	return m.ewma
+	names           []string
+	requests, bytes *metrics.Counter
 }

@@ -20,7 +20,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -161,22 +160,15 @@ func New(props map[string]string, log *slog.Logger, opts ...Option) *Plugin {
 	return p
 }
 
-// metricsHost is implemented by brokers that share their metrics set.
-type metricsHost interface{ MetricsSet() *metrics.Set }
-
 // Start implements server.Lifecycle.
 func (p *Plugin) Start(_ context.Context, host server.Host) error {
 	if p.cfgErr != nil {
 		return fmt.Errorf("mirror: %w", p.cfgErr)
 	}
-	set := metrics.NewSet()
-	if mh, ok := host.(metricsHost); ok {
-		set = mh.MetricsSet()
-	}
 	p.mu.Lock()
 	p.host = host
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	p.metrics = newPluginMetrics(p, set)
+	p.metrics = newPluginMetrics(p, host.MetricsSet())
 	p.mu.Unlock()
 	p.rt.Start(host.Engine())
 	p.sync(host.Metadata().Image())

@@ -100,6 +100,7 @@ func newRun(p *Plugin, m *raftmeta.Mirror) *run {
 
 // start runs the loops; stop ends them.
 func (r *run) start() {
+	r.p.metrics.trackRun(r)
 	r.wg.Add(2)
 	go func() { defer r.wg.Done(); r.controlLoop() }()
 	go func() { defer r.wg.Done(); r.sourceLoop() }()

@@ -519,7 +519,7 @@ func (f *fetcher) fetch(parts []*part) (int, error) {
 		return 0, errors.New("no partition of this fetcher is open here yet") // nothing to wait for at the source
 	}
 	resp, err := r.request(f.key.broker, req)
-	f.stats.request()
+	f.stats.requests.Inc()
 	if err != nil {
 		err = r.sourceErr(fmt.Sprintf("a fetch from broker %d", f.key.broker), err)
 		r.setTrouble(parts, err)
@@ -552,7 +552,7 @@ func (f *fetcher) fetch(parts []*part) (int, error) {
 			}
 		}
 	}
-	f.stats.bytes(total)
+	f.stats.bytes.Add(total)
 	r.throttle(total)
 	return total, errors.Join(errs...)
 }

@@ -3,9 +3,8 @@ package plugin
 import (
 	"context"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
@@ -25,8 +24,9 @@ type Host interface {
 	Metadata() *raftmeta.Controller
 	// MetricsSet is the broker's metrics set, served at /metrics: a
 	// plugin registers its metrics there, so that each broker of a
-	// process has its own.
-	MetricsSet() *metrics.Set
+	// process has its own, and describes their families (prom.Family:
+	// type and help), which docs/metrics.md lists.
+	MetricsSet() *prom.Set
 	// EnsureTopic returns internal topic t as the broker serves it (in
 	// the applied image). A topic that does not exist yet is created,
 	// and EnsureTopic then waits until every partition of it has a

@@ -55,7 +55,7 @@ func TestSASLThrottle(t *testing.T) {
 			t.Fatalf("guess %d: %v %+v", i, err, resp)
 		}
 	}
-	if n := metric(t, sb, "kafka_server_failed_authentication_total"); n != 8 {
+	if n := metric(t, sb, "tandem_server_failed_authentication_total"); n != 8 {
 		t.Fatalf("%v failed authentications counted, want 8", n)
 	}
 	if w := metric(t, sb, "tandem_server_authentication_throttle_seconds_total"); w <= 0 {

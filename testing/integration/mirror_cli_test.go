@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,8 +38,8 @@ func runMirrors(t *testing.T, args ...string) (int, string, string) {
 // TestMirrorsCLI is the CLI as a new user meets it (issue 11): one clear
 // line per error, --describe filters and exit codes, --create --add,
 // --alter and --describe-config, the truncation a re-add would do shown
-// and gated by --yes, a broker without the mirror APIs, and a source
-// address that is no Kafka listener.
+// and gated by --yes, a broker without the mirror APIs, a source address
+// that is no Kafka listener and one that cannot be reached.
 func TestMirrorsCLI(t *testing.T) {
 	src, dst := startMirrorCluster(t, ""), startMirrorCluster(t, "")
 	for _, topic := range []string{"a", "b"} {
@@ -126,6 +127,8 @@ func TestMirrorsCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(ok("--describe", "--mirror", "m", "--json")), &ms); err != nil || len(ms) != 1 || len(ms[0].Partitions) != 2 {
 		t.Fatalf("--describe --json: %v %+v", err, ms)
 	}
+	checkMirrorsJSON(t, ok("--list", "--json"), ok("--describe", "--json"), ok("--describe-config", "--mirror", "m", "--json"))
+	srcAddr := src.addr()
 	src.b.Close()
 	waitFor(t, 30*time.Second, "--describe to exit 1 with the source down", func() bool {
 		code, _, _ := runMirrors(t, append(d, "--describe", "--mirror", "m")...)
@@ -142,5 +145,64 @@ func TestMirrorsCLI(t *testing.T) {
 	webAddr := strings.TrimPrefix(web.URL, "http://")
 	if errOut := fails(1, "--create", "--mirror", "w", "--source-bootstrap", webAddr); !strings.Contains(errOut, webAddr) {
 		t.Fatalf("a source that is no Kafka listener: %s", errOut)
+	}
+	// A source that cannot be reached: refused, naming it, unless
+	// --no-validate (it may be down for now).
+	if errOut := fails(1, "--create", "--mirror", "u", "--source-bootstrap", srcAddr); !strings.Contains(errOut, srcAddr) || !strings.Contains(errOut, "--no-validate") {
+		t.Fatalf("--create with an unreachable source: %s", errOut)
+	}
+	if out := ok("--list"); strings.Contains(out, "u ") {
+		t.Fatalf("a refused --create left mirror u:\n%s", out)
+	}
+	ok("--create", "--mirror", "u", "--source-bootstrap", srcAddr, "--no-validate")
+	if out := ok("--list"); !strings.Contains(out, srcAddr) {
+		t.Fatalf("--create --no-validate did not create mirror u:\n%s", out)
+	}
+}
+
+// checkMirrorsJSON checks the documented schema of --json (README.md):
+// snake_case keys, --list's objects the first fields of --describe's, no
+// protocol internals.
+func checkMirrorsJSON(t *testing.T, list, describe, configs string) {
+	t.Helper()
+	objects := func(what, text string) []map[string]any {
+		var out []map[string]any
+		if err := json.Unmarshal([]byte(text), &out); err != nil || len(out) == 0 {
+			t.Fatalf("%s: %v\n%s", what, err, text)
+		}
+		return out
+	}
+	keys := func(what string, o map[string]any, want, optional []string) {
+		t.Helper()
+		var got []string
+		for k := range o {
+			if !slices.Contains(optional, k) {
+				got = append(got, k)
+			}
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: keys %v, want %v (and optionally %v)", what, got, want, optional)
+		}
+	}
+	listed := objects("--list --json", list)
+	summary := []string{"mirror", "source_bootstrap", "topic_count"}
+	for _, m := range listed {
+		keys("--list --json", m, summary, nil)
+	}
+	for _, m := range objects("--describe --json", describe) {
+		keys("--describe --json", m, append(slices.Clone(summary), "state", "partitions", "diverged"), []string{"error", "acl_sync"})
+		i := slices.IndexFunc(listed, func(l map[string]any) bool { return l["mirror"] == m["mirror"] })
+		if i < 0 || listed[i]["source_bootstrap"] != m["source_bootstrap"] || listed[i]["topic_count"] != m["topic_count"] {
+			t.Fatalf("--list and --describe disagree on mirror %v: %v vs %v", m["mirror"], listed, m)
+		}
+		for _, p := range m["partitions"].([]any) {
+			keys("a partition of --describe --json", p.(map[string]any),
+				[]string{"topic", "partition", "state", "source_offset", "source_offset_time", "destination_offset", "lag", "lag_ms"}, []string{"reason"})
+		}
+	}
+	for _, c := range objects("--describe-config --json", configs) {
+		keys("--describe-config --json", c, []string{"name", "value", "sensitive"}, nil)
 	}
 }

@@ -306,3 +306,45 @@ func TestMirrorSafeFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMirrorLoopRefused: a cluster cannot mirror a topic from a cluster
+// that mirrors it from this one. A mirrors t from B while B mirrors it
+// from A is refused, naming both cluster IDs, and A's t stays as it was;
+// once B has failed over, the same request is a failback and works.
+func TestMirrorLoopRefused(t *testing.T) {
+	a, b := startMirrorCluster(t, ""), startMirrorCluster(t, "")
+	createMirrorTopic(t, a, "t", 1)
+	ends := produceN(t, a.addr(), "t", 1, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ba, aa := b.admin(), a.admin()
+	if err := ba.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": a.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ba.AddTopicsToMirror(ctx, map[string]string{"t": "m"}); err != nil {
+		t.Fatal(err)
+	}
+	waitMirrored(t, b, "m", "t", ends, 30*time.Second)
+
+	if err := aa.CreateMirror(ctx, "back", map[string]string{"bootstrap.servers": b.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	err := aa.AddTopicsToMirror(ctx, map[string]string{"t": "back"})
+	idA, idB := a.b.Metadata().Image().ClusterID, b.b.Metadata().Image().ClusterID
+	if err == nil || !strings.Contains(err.Error(), idA) || !strings.Contains(err.Error(), idB) {
+		t.Fatalf("mirroring t back from the cluster that mirrors it from here: %v, want a refusal naming clusters %s and %s", err, idA, idB)
+	}
+	if m := a.b.Metadata().Image().MirrorOf("t"); m != "" {
+		t.Fatalf("after the refusal t is mirrored by %s here", m)
+	}
+	ends = produceN(t, a.addr(), "t", 1, 5) // still writable here
+	waitMirrored(t, b, "m", "t", ends, 30*time.Second)
+
+	// B fails over: A mirroring t from B is now a failback.
+	if _, err := ba.RemoveTopicsFromMirror(ctx, "m", []string{"t"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := aa.AddTopicsToMirror(ctx, map[string]string{"t": "back"}); err != nil {
+		t.Fatalf("failing back after B's failover: %v", err)
+	}
+}

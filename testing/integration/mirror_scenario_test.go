@@ -260,11 +260,11 @@ func TestMirrorDisasterScenario(t *testing.T) {
 		Diverged []struct {
 			Topic       string `json:"topic"`
 			Partition   int32  `json:"partition"`
-			FirstOffset int64  `json:"firstOffset"`
-			LastOffset  int64  `json:"lastOffset"`
+			FirstOffset int64  `json:"first_offset"`
+			LastOffset  int64  `json:"last_offset"`
 			Records     int64  `json:"records"`
-			CopyStart   int64  `json:"copyStart"`
-			CopyEnd     int64  `json:"copyEnd"`
+			CopyStart   int64  `json:"copy_start"`
+			CopyEnd     int64  `json:"copy_end"`
 		} `json:"diverged"`
 	}
 	if err := json.Unmarshal([]byte(ok(a.Addr, "--describe", "--mirror", "M", "--json")), &manifest); err != nil || len(manifest) != 1 {
@@ -311,8 +311,8 @@ func TestMirrorDisasterScenario(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if v, _ := metricValue(string(body), `kafka_server_mirror_DivergedRecords{mirror="M"}`); int(v) != total {
-		t.Fatalf("kafka_server_mirror_DivergedRecords %v, want %d", v, total)
+	if v, _ := metricValue(string(body), `tandem_mirror_diverged_records{mirror="M"}`); int(v) != total {
+		t.Fatalf("tandem_mirror_diverged_records %v, want %d", v, total)
 	}
 	t.Logf("diverged: %d records quarantined in %s.diverged", total, topic)
 }

@@ -482,8 +482,8 @@ func TestMirrorMetadataSync(t *testing.T) {
 			return m.ErrorCode == kerr.InconsistentClusterID.Code && m.ErrorMessage != nil && strings.Contains(*m.ErrorMessage, "cluster ID changed")
 		})
 		time.Sleep(3 * syncInterval)
-		if !strings.Contains(dst.metrics(), `kafka_server_mirror_MirrorMetadataManager_SourceClusterIdMismatch{mirror="topics"} 1`) {
-			t.Fatalf("no SourceClusterIdMismatch metric for mirror topics")
+		if !strings.Contains(dst.metrics(), `tandem_mirror_source_cluster_id_mismatch{mirror="topics"} 1`) {
+			t.Fatalf("no tandem_mirror_source_cluster_id_mismatch of 1 for mirror topics")
 		}
 		if dst.topic("sync.new") != nil {
 			t.Fatalf("a topic of the other cluster was created")
@@ -498,8 +498,8 @@ func TestMirrorMetadataSync(t *testing.T) {
 				t.Fatalf("%s went from %s to %s", k, st[k].State, pd.State)
 			}
 		}
-		for _, m := range []string{"MetadataRefreshError", "SyncCycleSeconds", "LastSuccessTimestampSeconds"} {
-			if !strings.Contains(dst.metrics(), "kafka_server_mirror_MirrorMetadataManager_"+m) {
+		for _, m := range []string{"metadata_refresh_errors_total", "metadata_sync_duration_seconds_count", "metadata_sync_last_success_timestamp_seconds"} {
+			if !strings.Contains(dst.metrics(), "tandem_mirror_"+m+`{mirror="topics"}`) {
 				t.Fatalf("metric %s missing", m)
 			}
 		}

@@ -383,7 +383,8 @@ func TestMirrorEndToEnd(t *testing.T) {
 	}
 	var metricsText bytes.Buffer
 	dst.b.WritePrometheus(&metricsText)
-	for _, m := range []string{"kafka_server_mirror_MirrorFetcherManager_MaxLag", "kafka_server_FetcherLagMetrics_ConsumerLag{", "kafka_server_mirror_MirrorMetadataManager_MirroringPartitionState", `kafka_server_requests_total{api="CreateMirror"}`, `kafka_server_requests_total{api="AddTopicsToMirror"}`} {
+	for _, m := range []string{`tandem_mirror_max_lag_records{mirror="m1"}`, `tandem_mirror_lag_records{mirror="m1",topic="` + topic + `",partition="0",client_id="MirrorFetcherThread-`,
+		`tandem_mirror_partitions{mirror="m1",state="MIRRORING"} 6`, `tandem_server_requests_total{api="CreateMirror"} 1`, `tandem_server_requests_total{api="AddTopicsToMirror"}`} {
 		if !strings.Contains(metricsText.String(), m) {
 			t.Fatalf("metric %s missing from /metrics", m)
 		}
@@ -491,7 +492,7 @@ func fetchRequests(c *mirrorCluster) string {
 	var b bytes.Buffer
 	c.b.WritePrometheus(&b)
 	for _, l := range strings.Split(b.String(), "\n") {
-		if strings.HasPrefix(l, `kafka_server_requests_total{api="Fetch"}`) {
+		if strings.HasPrefix(l, `tandem_server_requests_total{api="Fetch"}`) {
 			return l
 		}
 	}

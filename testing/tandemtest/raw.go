@@ -83,6 +83,24 @@ func (c *Conn) Request(req kmsg.Request) (kmsg.Response, error) {
 	return resp, nil
 }
 
+// Produce sends records (one or more batches) to partition 0 of topic
+// with acks=all (Produce v7) and returns the partition's answer.
+func (c *Conn) Produce(topic string, records []byte) (kmsg.ProduceResponseTopicPartition, error) {
+	req := kmsg.NewPtrProduceRequest()
+	req.Version, req.Acks, req.TimeoutMillis = 7, -1, 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = records
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := c.Request(req)
+	if err != nil {
+		return kmsg.ProduceResponseTopicPartition{}, err
+	}
+	return resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0], nil
+}
+
 // ReadFrame reads one size-prefixed frame and returns what follows the size.
 func (c *Conn) ReadFrame() ([]byte, error) {
 	var size [4]byte

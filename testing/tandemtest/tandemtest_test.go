@@ -28,19 +28,11 @@ func TestInProcessRawProduce(t *testing.T) {
 
 	produce := func(batch []byte) kmsg.ProduceResponseTopicPartition {
 		t.Helper()
-		req := kmsg.NewPtrProduceRequest()
-		req.Version, req.Acks, req.TimeoutMillis = 7, -1, 5000
-		rt := kmsg.NewProduceRequestTopic()
-		rt.Topic = "raw"
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Records = batch
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := c.Request(req)
+		res, err := c.Produce("raw", batch)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+		return res
 	}
 	for i, codec := range []int8{CodecNone, CodecGzip, CodecZstd} {
 		batch, err := RecordBatch(codec, KV{Key: []byte("k"), Value: []byte("v")}, KV{Value: []byte("w")})

@@ -1,0 +1,317 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// Records is the result of FetchRecords: whole record batches, left in
+// their segment files until written. Each segment read contributes one
+// contiguous byte range; the files stay open (even if retention deletes
+// them meanwhile) until Close.
+type Records struct {
+	e      *Engine
+	chunks []chunk
+	n      int64
+}
+
+type chunk struct {
+	sf  *segFile
+	f   vfs.File
+	off int64
+	n   int64
+}
+
+// Len is the number of bytes of the batches.
+func (r *Records) Len() int {
+	if r == nil {
+		return 0
+	}
+	return int(r.n)
+}
+
+// Close releases the files. It may be called more than once.
+func (r *Records) Close() {
+	if r == nil {
+		return
+	}
+	for _, c := range r.chunks {
+		r.e.files.release(c.sf)
+	}
+	r.chunks, r.n = nil, 0
+}
+
+// WriteTo writes the batches to w: from the file to the socket without a
+// copy through user space (sendfile) when w is a plain TCP connection and
+// the file is on disk, through a buffer otherwise. A file cut shorter
+// since the read (a truncation) fails the write with
+// io.ErrUnexpectedEOF: the caller must close the connection, as the frame
+// announced more bytes.
+func (r *Records) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for _, c := range r.chunks {
+		n, handled, err := sendFile(w, c.f, c.off, c.n)
+		if !handled {
+			n, err = io.Copy(w, io.NewSectionReader(c.f, c.off, c.n))
+			if err == nil && n < c.n {
+				err = io.ErrUnexpectedEOF
+			}
+		}
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// AppendTo reads the batches into dst.
+func (r *Records) AppendTo(dst []byte) ([]byte, error) {
+	if r == nil {
+		return dst, nil
+	}
+	for _, c := range r.chunks {
+		start := len(dst)
+		dst = append(dst, make([]byte, c.n)...)
+		if _, err := c.f.ReadAt(dst[start:], c.off); err != nil {
+			return dst[:start], err
+		}
+	}
+	return dst, nil
+}
+
+func (r *Records) add(sf *segFile, f vfs.File, off, n int64) {
+	if n == 0 {
+		r.e.files.release(sf)
+		return
+	}
+	r.chunks = append(r.chunks, chunk{sf, f, off, n})
+	r.n += n
+}
+
+// Fetch reads batches from offset: at least one whole batch (even larger
+// than maxBytes), then more while the total stays within maxBytes, never
+// past the high watermark (the last stable offset for read_committed).
+// The batches are copies; see FetchRecords for a read without copies.
+func (p *Partition) Fetch(offset int64, maxBytes int, iso Isolation) (FetchResult, error) {
+	res, recs, err := p.FetchRecords(offset, maxBytes, iso)
+	if recs == nil {
+		return res, err
+	}
+	buf, rerr := recs.AppendTo(make([]byte, 0, recs.Len()))
+	recs.Close()
+	for len(buf) >= 12 {
+		n := 12 + int(binary.BigEndian.Uint32(buf[offBatchLength:]))
+		res.Batches = append(res.Batches, buf[:n:n])
+		buf = buf[n:]
+	}
+	if err == nil && rerr != nil {
+		err = fmt.Errorf("%s-%d: fetch: %w", p.topic, p.part, rerr)
+	}
+	return res, err
+}
+
+// FetchRecords is Fetch without copies: the batches stay in their files
+// and go to the client with Records.WriteTo. The caller must Close the
+// Records (nil when there is nothing to read).
+func (p *Partition) FetchRecords(offset int64, maxBytes int, iso Isolation) (FetchResult, *Records, error) {
+	for attempt := 0; ; attempt++ {
+		res, recs, gen, err := p.read(offset, maxBytes, iso)
+		if err != nil || recs == nil {
+			return res, nil, err
+		}
+		p.mu.Lock()
+		same := p.gen == gen
+		p.mu.Unlock()
+		// A truncation or compaction may have changed the files under the
+		// read: read again, which is rare enough to be cheap.
+		if same || attempt == 2 {
+			return res, recs, nil
+		}
+		recs.Close()
+	}
+}
+
+func (p *Partition) read(offset int64, maxBytes int, iso Isolation) (res FetchResult, recs *Records, gen uint64, err error) {
+	p.mu.Lock()
+	res = FetchResult{HighWatermark: p.hwm, LastStableOffset: p.lastStableLocked(), LogStartOffset: p.logStart}
+	gen = p.gen
+	if p.deleted {
+		p.mu.Unlock()
+		return res, nil, gen, fmt.Errorf("%s-%d: partition deleted: %w", p.topic, p.part, kerr.UnknownTopicOrPartition)
+	}
+	if offset < p.logStart || offset > p.leo {
+		err := fmt.Errorf("%s-%d: fetch offset %d outside [%d, %d]: %w", p.topic, p.part, offset, p.logStart, p.leo, kerr.OffsetOutOfRange)
+		p.mu.Unlock()
+		return res, nil, gen, err
+	}
+	upper := res.HighWatermark
+	switch iso {
+	case ReadCommitted:
+		upper = res.LastStableOffset
+	case ReadLogEnd: // a follower (replica.go)
+		upper = p.leo
+	}
+	if offset >= upper || len(p.segs) == 0 {
+		p.mu.Unlock()
+		return res, nil, gen, nil
+	}
+	aborted := p.aborted
+	i := max(sort.Search(len(p.segs), func(i int) bool { return p.segs[i].base > offset })-1, 0)
+	pos := int64(-1)
+	if c, ok := p.cursorLocked(offset); ok && c.seg == p.segs[i].base {
+		pos = c.pos
+	}
+	seg, sf, f, end, err := p.openSegLocked(i)
+	p.mu.Unlock()
+	if err != nil {
+		return res, nil, gen, err
+	}
+	recs = &Records{e: p.e}
+	defer func() {
+		if err != nil || recs.n == 0 {
+			recs.Close()
+			recs = nil
+		}
+	}()
+	if pos < 0 && offset <= seg.base {
+		pos = 0 // the segment's first batch (a consumer from the start)
+	}
+	if pos < 0 {
+		if pos, err = p.indexLookup(seg.base, offset); err != nil {
+			p.e.files.release(sf)
+			return res, recs, gen, err
+		}
+	}
+	lastOff := int64(-1)
+	total := int64(0)
+	for {
+		hr := headerReader{f: f, end: end}
+		// Skip to the batch holding offset (or the first after it: a
+		// compacted gap, or the start of the next segment).
+		var h batchHeader
+		for {
+			if h, err = hr.header(pos); err != nil || h.last >= offset {
+				break
+			}
+			pos += h.size
+		}
+		start := pos
+		full := false
+		for err == nil {
+			if h.base >= upper || total > 0 && total+h.size > int64(maxBytes) {
+				full = true
+				break
+			}
+			total += h.size
+			lastOff = h.last
+			pos += h.size
+			h, err = hr.header(pos)
+		}
+		hr.release()
+		recs.add(sf, f, start, pos-start)
+		if err != nil && err != io.EOF {
+			// A batch being cut by a truncation under the read: what was
+			// read before it is good.
+			p.e.log.Warn("fetch: unreadable batch", "topic", p.topic, "partition", p.part, "segment", seg.base, "position", pos, "err", err)
+			err = nil
+			break
+		}
+		if full {
+			break
+		}
+		// The end of this segment: on to the next one.
+		p.mu.Lock()
+		if p.gen != gen || i+1 >= len(p.segs) || p.segs[i] != seg {
+			p.mu.Unlock()
+			err = nil
+			break
+		}
+		i++
+		seg, sf, f, end, err = p.openSegLocked(i)
+		p.mu.Unlock()
+		if err != nil {
+			break
+		}
+		pos = 0
+	}
+	if lastOff >= 0 {
+		p.mu.Lock()
+		if p.gen == gen {
+			p.setCursorLocked(cursor{offset: lastOff + 1, seg: seg.base, pos: pos, gen: gen})
+		}
+		p.mu.Unlock()
+		if iso == ReadCommitted {
+			// The aborted transactions overlapping what is returned.
+			for _, a := range aborted[sort.Search(len(aborted), func(i int) bool { return aborted[i].Last >= offset }):] {
+				if a.First <= lastOff {
+					res.AbortedTxns = append(res.AbortedTxns, AbortedTxn{ProducerID: a.PID, FirstOffset: a.First})
+				}
+			}
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("%s-%d: fetch: %w", p.topic, p.part, err)
+	}
+	return res, recs, gen, err
+}
+
+// openSegLocked references segment i's file and returns it with the
+// number of its bytes that are whole batches.
+func (p *Partition) openSegLocked(i int) (*segment, *segFile, vfs.File, int64, error) {
+	seg := p.segs[i]
+	f, err := p.e.files.acquire(seg.file)
+	if err != nil {
+		return nil, nil, nil, 0, fmt.Errorf("%s-%d: fetch: %w", p.topic, p.part, err)
+	}
+	return seg, seg.file, f, seg.size, nil
+}
+
+// indexLookup returns the position in segment base of the last indexed
+// batch at or below offset (0 when there is none).
+func (p *Partition) indexLookup(base, offset int64) (int64, error) {
+	p.e.closeMu.RLock()
+	defer p.e.closeMu.RUnlock()
+	if p.e.closed {
+		return 0, errClosed
+	}
+	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: indexKey(p.id, p.part, base), UpperBound: indexKey(p.id, p.part, offset+1)})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	if !it.Last() {
+		return 0, it.Error()
+	}
+	if v := it.Value(); len(v) == 16 {
+		return be64(v), nil
+	}
+	return 0, errors.New("malformed index entry")
+}
+
+func (p *Partition) cursorLocked(offset int64) (cursor, bool) {
+	for _, c := range p.cursors {
+		if c.offset == offset && c.gen == p.gen {
+			return c, true
+		}
+	}
+	return cursor{}, false
+}
+
+func (p *Partition) setCursorLocked(c cursor) {
+	for i := range p.cursors {
+		if p.cursors[i].offset == c.offset && p.cursors[i].gen == c.gen {
+			p.cursors[i] = c
+			return
+		}
+	}
+	p.cursors[p.nextCursor] = c
+	p.nextCursor = (p.nextCursor + 1) % len(p.cursors)
+}
