@@ -12,7 +12,7 @@ import (
 // links every plugin.
 func TestOmitPlugins(t *testing.T) {
 	const mod = "github.com/tandem-kafka/tandem"
-	names := []string{"groups", "txn", "acl", "mirror"}
+	names := []string{"groups", "share", "txn", "acl", "mirror"}
 	deps := func(t *testing.T, tags ...string) string {
 		t.Helper()
 		args := append([]string{"list", "-deps"}, tags...)

@@ -1,10 +1,11 @@
 // Package tandem builds a Tandem broker, a Kafka-compatible broker with
 // Cluster Mirroring (KIP-1279), with the plugins that `tandem serve` runs:
-// consumer groups, transactions, ACLs with SCRAM credentials and quotas,
-// and mirroring.
+// consumer groups, share groups, transactions, ACLs with SCRAM credentials
+// and quotas, and mirroring.
 //
 // Each plugin can be left out at compile time with a build tag:
-// tandem_omit_groups, tandem_omit_txn, tandem_omit_acl, tandem_omit_mirror.
+// tandem_omit_groups, tandem_omit_share, tandem_omit_txn, tandem_omit_acl,
+// tandem_omit_mirror.
 // A program that wires plugins of its own calls server.New, which builds a
 // broker with exactly the plugins it is given.
 package tandem
@@ -43,7 +44,7 @@ func Plugins(props map[string]string, log *slog.Logger) ([]any, error) {
 	}
 	var ps []any
 	for _, with := range []func([]any, map[string]string, *slog.Logger) ([]any, error){
-		withGroups, withTxn, withACL, withMirror,
+		withGroups, withShare, withTxn, withACL, withMirror,
 	} {
 		var err error
 		if ps, err = with(ps, props, log); err != nil {

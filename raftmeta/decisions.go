@@ -399,8 +399,8 @@ func (c *Controller) CreatePartitions(ctx context.Context, name string, total in
 }
 
 // ConfigChange sets (Value non-nil) or deletes (Value nil) one dynamic
-// config. Name is the topic name, or for a broker "" (cluster default) or
-// the broker's ID in decimal.
+// config. Name is the topic name, the group ID, or for a broker ""
+// (cluster default) or the broker's ID in decimal.
 type ConfigChange struct {
 	Resource ConfigResource
 	Name     string
@@ -431,6 +431,10 @@ func (c *Controller) AlterConfigs(ctx context.Context, changes []ConfigChange) e
 				if id, err := strconv.ParseInt(ch.Name, 10, 32); err != nil || id < 0 {
 					return fmt.Errorf("alter configs: broker resource name %q is not a broker ID: %w", ch.Name, kerr.InvalidRequest)
 				}
+			}
+		case ConfigResourceGroup:
+			if ch.Name == "" {
+				return fmt.Errorf("alter configs: empty group name: %w", kerr.InvalidRequest)
 			}
 		default:
 			return fmt.Errorf("alter configs: resource type %d: %w", ch.Resource, kerr.InvalidRequest)

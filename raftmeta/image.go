@@ -93,6 +93,8 @@ type Image struct {
 	securityImage
 	// Cluster mirrors (mirror.go).
 	mirrorImage
+	// Group configs (groups.go).
+	groupImage
 }
 
 // Topic returns the topic with the given ID, or nil.

@@ -329,6 +329,11 @@ func (b *builder) apply(r *Record) error {
 			} else {
 				delete(img.NodeConfigs, int32(id))
 			}
+		case ConfigResourceGroup:
+			if cr.ResourceName == "" {
+				return bad("empty group name")
+			}
+			b.setGroupConfig(cr)
 		default:
 			return bad("resource type %d", cr.ResourceType)
 		}

@@ -21,6 +21,11 @@ var testProps = map[string]string{
 	"offsets.topic.num.partitions":     "4",
 	"group.initial.rebalance.delay.ms": "50",
 	"group.min.session.timeout.ms":     "500",
+
+	"group.consumer.heartbeat.interval.ms":     "250",
+	"group.consumer.min.heartbeat.interval.ms": "100",
+	"group.consumer.session.timeout.ms":        "6000",
+	"group.consumer.min.session.timeout.ms":    "1000",
 }
 
 // startBroker runs a broker with the groups plugin on dir (a restart

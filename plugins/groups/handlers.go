@@ -2,6 +2,7 @@ package groups
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -271,7 +272,7 @@ func (p *Plugin) handleOffsetFetch(ctx context.Context, rc *plugin.RequestContex
 				topics = append(topics, fetchTopic{t.Topic, t.Partitions})
 			}
 		}
-		resp.Groups = append(resp.Groups, p.fetchGroup(ctx, rc, rg.Group, topics, req.RequireStable))
+		resp.Groups = append(resp.Groups, p.fetchGroup(ctx, rc, rg.Group, rg.MemberID, rg.MemberEpoch, topics, req.RequireStable))
 	}
 	if req.Version < 8 {
 		g := resp.Groups[0]
@@ -299,7 +300,9 @@ func (p *Plugin) handleOffsetFetch(ctx context.Context, rc *plugin.RequestContex
 
 // fetchGroup answers OffsetFetch for one group; topics nil means all.
 // A group that never existed has no offsets: -1 and no error, as Kafka.
-func (p *Plugin) fetchGroup(ctx context.Context, rc *plugin.RequestContext, group string, topics []fetchTopic, requireStable bool) kmsg.OffsetFetchResponseGroup {
+// A consumer-group member (OffsetFetch v9) sends its id and epoch: a
+// stale epoch answers STALE_MEMBER_EPOCH, as in Kafka.
+func (p *Plugin) fetchGroup(ctx context.Context, rc *plugin.RequestContext, group string, memberID *string, memberEpoch int32, topics []fetchTopic, requireStable bool) kmsg.OffsetFetchResponseGroup {
 	out := kmsg.NewOffsetFetchResponseGroup()
 	out.Group = group
 	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeGroup, group) {
@@ -311,6 +314,11 @@ func (p *Plugin) fetchGroup(ctx context.Context, rc *plugin.RequestContext, grou
 	}
 	err := p.do(ctx, group, func(s *shardState) error {
 		var offsets map[tp]offset
+		if g := s.groups[group]; g != nil && g.kind == kindConsumer && memberID != nil && memberEpoch >= 0 {
+			if err := g.checkModernCommit(*memberID, memberEpoch); err != nil {
+				return err
+			}
+		}
 		if g := s.groups[group]; g != nil {
 			offsets = g.offsets
 		}
@@ -364,9 +372,15 @@ func (p *Plugin) handleDescribe(ctx context.Context, rc *plugin.RequestContext, 
 			continue
 		}
 		rg.State = stateDead.String()
-		rg.ErrorCode = plugin.ErrorCode(p.do(ctx, name, func(s *shardState) error {
+		err := p.do(ctx, name, func(s *shardState) error {
 			g := s.groups[name]
-			if g == nil {
+			switch {
+			case g == nil:
+				return nil
+			case g.kind == kindShare:
+				return fmt.Errorf("group %s is not a classic group: %w", name, kerr.GroupIDNotFound)
+			case g.kind == kindConsumer:
+				p.describeConsumerGroup(g, &rg)
 				return nil
 			}
 			rg.State, rg.ProtocolType, rg.Protocol = g.state.String(), g.protocolType, g.protocol
@@ -379,7 +393,11 @@ func (p *Plugin) handleDescribe(ctx context.Context, rc *plugin.RequestContext, 
 				rg.Members = append(rg.Members, dm)
 			}
 			return nil
-		}))
+		})
+		rg.ErrorCode = plugin.ErrorCode(err)
+		if err != nil && req.Version >= 6 {
+			rg.ErrorMessage = plugin.ErrorMessage(err)
+		}
 		if req.IncludeAuthorizedOperations {
 			rg.AuthorizedOperations = 0
 			for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationRead, kmsg.ACLOperationDescribe, kmsg.ACLOperationDelete} {
@@ -402,14 +420,15 @@ func (p *Plugin) handleList(ctx context.Context, rc *plugin.RequestContext, req 
 	for _, sh := range p.Runtime().Shards() {
 		err := sh.Do(ctx, func(sh *coord.Shard) error {
 			for _, g := range sh.State().(*shardState).groups {
-				if g.state == stateDead || !match(req.StatesFilter, g.state.String()) || !match(req.TypesFilter, "classic") {
+				state := g.stateName()
+				if state == stateDead.String() || !match(req.StatesFilter, state) || !match(req.TypesFilter, g.kind.String()) {
 					continue
 				}
 				if !all && !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeGroup, g.name) {
 					continue
 				}
 				lg := kmsg.NewListGroupsResponseGroup()
-				lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = g.name, g.protocolType, g.state.String(), "classic"
+				lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = g.name, g.protocolTypeName(), state, g.kind.String()
 				resp.Groups = append(resp.Groups, lg)
 			}
 			return nil
@@ -442,10 +461,18 @@ func (s *shardState) deleteGroup(name string) error {
 	if g == nil {
 		return kerr.GroupIDNotFound
 	}
-	if g.state != stateEmpty {
+	if g.kind == kindClassic && g.state != stateEmpty || !g.isEmpty() {
 		return kerr.NonEmptyGroup
 	}
 	recs := []coord.Record{{Key: groupKey(name)}}
+	if g.kind != kindClassic {
+		recs = modernTombstones(g)
+	}
+	if g.kind == kindShare {
+		if err := s.p.deleteShareStates(s.sh.Context(), name, sharePartitions(g.m.initialized)); err != nil {
+			return err
+		}
+	}
 	for t := range g.offsets {
 		recs = append(recs, coord.Record{Key: offsetKey(name, t)})
 	}
@@ -496,7 +523,18 @@ func (s *shardState) deleteOffsets(name string, del []tp, codes map[tp]int16) er
 		return kerr.GroupIDNotFound
 	}
 	subscribed := map[string]bool{}
-	if g.state != stateEmpty {
+	if g.kind != kindClassic {
+		for _, mm := range g.m.members {
+			for _, t := range mm.topics {
+				subscribed[t] = true
+			}
+			if mm.regex != nil {
+				for _, t := range g.m.regexes[*mm.regex].topics {
+					subscribed[t] = true
+				}
+			}
+		}
+	} else if g.state != stateEmpty {
 		if g.protocolType != "consumer" {
 			return kerr.NonEmptyGroup
 		}

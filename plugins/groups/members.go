@@ -1,6 +1,7 @@
 package groups
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -24,6 +25,20 @@ type joinArgs struct {
 func (s *shardState) join(a joinArgs) (chan joinResult, error) {
 	ch := make(chan joinResult, 1)
 	g := s.groups[a.group]
+	if g != nil && g.kind != kindClassic {
+		if g.kind != kindConsumer || !g.isEmpty() || !s.p.allowsMigration(kindClassic) {
+			return nil, fmt.Errorf("group %s is a %s group: %w", a.group, g.kind, kerr.InconsistentGroupProtocol)
+		}
+		// KIP-848's downgrade of an empty consumer group: its records
+		// go, its committed offsets stay with the classic group.
+		if err := s.write(modernTombstones(g)...); err != nil {
+			return nil, err
+		}
+		s.p.log.Info("converting an empty consumer group", "group", a.group, "to", kindClassic)
+		ng := newGroup(a.group, s.nowMs())
+		ng.offsets = g.offsets
+		s.groups[a.group], g = ng, ng
+	}
 	if g == nil {
 		if a.memberID != "" {
 			return nil, kerr.UnknownMemberID
@@ -298,6 +313,12 @@ func (s *shardState) leave(group, memberID string, instanceID *string) error {
 // no members.
 func (s *shardState) commitOffsets(group, memberID string, instanceID *string, generation int32, offsets map[tp]offset) error {
 	g := s.groups[group]
+	if g != nil && g.kind != kindClassic {
+		if err := g.checkModernCommit(memberID, generation); err != nil {
+			return err
+		}
+		return s.commit(group, offsets)
+	}
 	switch {
 	case g == nil && generation < 0:
 		return s.commit(group, offsets)

@@ -8,10 +8,12 @@ package groups
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -36,6 +38,32 @@ type Config struct {
 	MaxSession        time.Duration // group.max.session.timeout.ms (1800000)
 	MaxSize           int           // group.max.size (unlimited)
 	MaxMetadata       int           // offset.metadata.max.bytes (4096)
+
+	Consumer Modern // group.consumer.*: KIP-848 consumer groups
+	Share    Modern // group.share.*: KIP-932 share groups
+	// Assignors are group.consumer.assignors ("uniform,range"): the
+	// server assignors consumers may name; the first is the default.
+	Assignors []string
+	// Migration is group.consumer.migration.policy: which conversions
+	// of an empty group between the classic and the consumer protocol
+	// are allowed ("bidirectional", "upgrade", "downgrade", "disabled").
+	Migration string
+	// Share-partition defaults, which share groups may override within
+	// the bounds: group.share.record.lock.duration.ms (30000, from
+	// group.share.min.record.lock.duration.ms 15000 to
+	// group.share.max.record.lock.duration.ms 60000),
+	// group.share.delivery.count.limit (5, from 2 to 10) and
+	// group.share.partition.max.record.locks (2000).
+	RecordLock, MinRecordLock, MaxRecordLock time.Duration
+	DeliveryLimit                            int
+	MaxRecordLocks                           int
+}
+
+// Modern is the configuration of one kind of heartbeat-driven group.
+type Modern struct {
+	Session, MinSession, MaxSession       time.Duration // *.session.timeout.ms (45000, 45000, 60000)
+	Heartbeat, MinHeartbeat, MaxHeartbeat time.Duration // *.heartbeat.interval.ms (5000, 5000, 15000)
+	MaxSize                               int           // *.max.size (consumer: unlimited, share: 200)
 }
 
 // ParseConfig reads the plugin's keys from broker properties, with Kafka's
@@ -44,6 +72,15 @@ func ParseConfig(props map[string]string) (Config, error) {
 	r := plugin.ReadProps(props)
 	ms := func(key string, def, min int64) time.Duration {
 		return time.Duration(r.Int(key, def, min, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond
+	}
+	modern := func(prefix string, maxSize int64) Modern {
+		return Modern{
+			Session: ms(prefix+"session.timeout.ms", 45000, 1), MinSession: ms(prefix+"min.session.timeout.ms", 45000, 1),
+			MaxSession: ms(prefix+"max.session.timeout.ms", 60000, 1),
+			Heartbeat:  ms(prefix+"heartbeat.interval.ms", 5000, 1), MinHeartbeat: ms(prefix+"min.heartbeat.interval.ms", 5000, 1),
+			MaxHeartbeat: ms(prefix+"max.heartbeat.interval.ms", 15000, 1),
+			MaxSize:      int(r.Int(prefix+"max.size", maxSize, 1, math.MaxInt32)),
+		}
 	}
 	c := Config{
 		Partitions:        int32(r.Int("offsets.topic.num.partitions", 50, 1, math.MaxInt32)),
@@ -56,8 +93,54 @@ func ParseConfig(props map[string]string) (Config, error) {
 		MaxSession:        ms("group.max.session.timeout.ms", 1800000, 0),
 		MaxSize:           int(r.Int("group.max.size", math.MaxInt32, 1, math.MaxInt32)),
 		MaxMetadata:       int(r.Int("offset.metadata.max.bytes", 4096, 0, math.MaxInt32)),
+		Consumer:          modern("group.consumer.", math.MaxInt32),
+		Share:             modern("group.share.", 200),
+		RecordLock:        ms("group.share.record.lock.duration.ms", 30000, 1),
+		MinRecordLock:     ms("group.share.min.record.lock.duration.ms", 15000, 1),
+		MaxRecordLock:     ms("group.share.max.record.lock.duration.ms", 60000, 1),
+		DeliveryLimit:     int(r.Int("group.share.delivery.count.limit", 5, 2, 10)),
+		MaxRecordLocks:    int(r.Int("group.share.partition.max.record.locks", 2000, 100, 10000)),
+		Assignors:         []string{"uniform", "range"},
+		Migration:         "bidirectional",
 	}
-	return c, r.Err()
+	var errs []error
+	if v, ok := props["group.consumer.assignors"]; ok {
+		c.Assignors = nil
+		for _, a := range strings.Split(v, ",") {
+			name, known := assignorName(strings.TrimSpace(a))
+			if !known {
+				errs = append(errs, fmt.Errorf("group.consumer.assignors=%q: unknown assignor %q (uniform and range are served)", v, a))
+				continue
+			}
+			c.Assignors = append(c.Assignors, name)
+		}
+		if len(c.Assignors) == 0 && len(errs) == 0 {
+			errs = append(errs, fmt.Errorf("group.consumer.assignors=%q: empty", v))
+		}
+	}
+	if v, ok := props["group.consumer.migration.policy"]; ok {
+		switch p := strings.ToLower(strings.TrimSpace(v)); p {
+		case "bidirectional", "upgrade", "downgrade", "disabled":
+			c.Migration = p
+		default:
+			errs = append(errs, fmt.Errorf("group.consumer.migration.policy=%q: want bidirectional, upgrade, downgrade or disabled", v))
+		}
+	}
+	for _, m := range []struct {
+		name string
+		m    Modern
+	}{{"group.consumer.", c.Consumer}, {"group.share.", c.Share}} {
+		if m.m.Session < m.m.MinSession || m.m.Session > m.m.MaxSession {
+			errs = append(errs, fmt.Errorf("%ssession.timeout.ms=%d: want from %d to %d", m.name, m.m.Session.Milliseconds(), m.m.MinSession.Milliseconds(), m.m.MaxSession.Milliseconds()))
+		}
+		if m.m.Heartbeat < m.m.MinHeartbeat || m.m.Heartbeat > m.m.MaxHeartbeat || m.m.Heartbeat >= m.m.Session {
+			errs = append(errs, fmt.Errorf("%sheartbeat.interval.ms=%d: want from %d to %d and below the session timeout", m.name, m.m.Heartbeat.Milliseconds(), m.m.MinHeartbeat.Milliseconds(), m.m.MaxHeartbeat.Milliseconds()))
+		}
+	}
+	if c.RecordLock < c.MinRecordLock || c.RecordLock > c.MaxRecordLock {
+		errs = append(errs, fmt.Errorf("group.share.record.lock.duration.ms=%d: want from %d to %d", c.RecordLock.Milliseconds(), c.MinRecordLock.Milliseconds(), c.MaxRecordLock.Milliseconds()))
+	}
+	return c, errors.Join(append([]error{r.Err()}, errs...)...)
 }
 
 // Plugin is the consumer-groups plugin: a plugin.APIHandler, and through
@@ -107,11 +190,13 @@ func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 		{ApiKey: 12, MinVersion: 0, MaxVersion: 4}, // Heartbeat
 		{ApiKey: 13, MinVersion: 0, MaxVersion: 5}, // LeaveGroup
 		{ApiKey: 14, MinVersion: 0, MaxVersion: 5}, // SyncGroup
-		{ApiKey: 15, MinVersion: 0, MaxVersion: 5}, // DescribeGroups
+		{ApiKey: 15, MinVersion: 0, MaxVersion: 6}, // DescribeGroups
 		{ApiKey: 16, MinVersion: 0, MaxVersion: 5}, // ListGroups
 		{ApiKey: 42, MinVersion: 0, MaxVersion: 2}, // DeleteGroups
 		{ApiKey: 28, MinVersion: 0, MaxVersion: 5}, // TxnOffsetCommit (v6 names topics by ID)
 		{ApiKey: 47, MinVersion: 0, MaxVersion: 0}, // OffsetDelete
+		{ApiKey: 68, MinVersion: 0, MaxVersion: 1}, // ConsumerGroupHeartbeat
+		{ApiKey: 69, MinVersion: 0, MaxVersion: 1}, // ConsumerGroupDescribe
 	}
 }
 
@@ -143,6 +228,10 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 		return p.handleOffsetDelete(ctx, rc, req), nil
 	case *kmsg.TxnOffsetCommitRequest:
 		return p.handleTxnOffsetCommit(ctx, rc, req), nil
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		return p.handleConsumerGroupHeartbeat(ctx, rc, req), nil
+	case *kmsg.ConsumerGroupDescribeRequest:
+		return p.handleConsumerGroupDescribe(ctx, rc, req), nil
 	}
 	return nil, fmt.Errorf("groups: unexpected request %T", req)
 }
@@ -166,7 +255,7 @@ func (p *Plugin) CommittedOffsets(ctx context.Context, group string) (map[plugin
 		if g == nil {
 			return nil
 		}
-		state = g.state.String()
+		state = g.stateName()
 		for t, o := range g.offsets {
 			out[plugin.TopicPartition{Topic: t.topic, Partition: t.partition}] = plugin.CommittedOffset{Offset: o.offset, LeaderEpoch: o.epoch, Metadata: o.metadata}
 		}
@@ -184,7 +273,7 @@ func (p *Plugin) CommitOffsets(ctx context.Context, group string, offsets map[pl
 			commits[tp{t.Topic, t.Partition}] = offset{offset: o.Offset, epoch: o.LeaderEpoch, metadata: o.Metadata, commitMs: nowMs}
 		}
 		g := s.groups[group]
-		if g != nil && len(g.members) > 0 {
+		if g != nil && !g.isEmpty() {
 			return fmt.Errorf("group %s has active members: %w", group, kerr.UnknownMemberID)
 		}
 		return s.commit(group, commits)
@@ -201,7 +290,7 @@ func (p *Plugin) GroupState(ctx context.Context, group string) (string, error) {
 	state := stateDead.String()
 	err := p.do(ctx, group, func(s *shardState) error {
 		if g := s.groups[group]; g != nil {
-			state = g.state.String()
+			state = g.stateName()
 		}
 		return nil
 	})

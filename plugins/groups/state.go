@@ -91,6 +91,8 @@ func (m *member) sameProtocols(ps []protocol) bool {
 
 type group struct {
 	name         string
+	kind         groupKind
+	m            *modern // consumer and share groups
 	state        groupState
 	stateMs      int64 // when the state last changed
 	protocolType string
@@ -141,11 +143,17 @@ func (s *shardState) nowMs() int64 { return s.p.now().UnixMilli() }
 
 // Replay implements coord.StateMachine.
 func (s *shardState) Replay(key, value []byte) error {
+	if isModernKey(key) {
+		if err := s.replayModern(key, value); err != nil {
+			s.p.log.Warn("skipping undecodable record of "+Topic, "partition", s.partition, "err", err)
+		}
+		return nil
+	}
 	d, err := decodeRecord(key, value)
 	if err != nil {
-		// Records of newer Kafka versions (KIP-848 groups, share
-		// groups) are not ours to load: skip them, as Kafka skips
-		// unknown record types.
+		// Records of types Tandem does not know (streams groups,
+		// newer versions) are skipped, as Kafka skips unknown record
+		// types.
 		s.p.log.Warn("skipping undecodable record of "+Topic, "partition", s.partition, "err", err)
 		return nil
 	}
@@ -154,6 +162,9 @@ func (s *shardState) Replay(key, value []byte) error {
 		if d.offset == nil {
 			if g != nil {
 				delete(g.offsets, d.tp)
+				if g.kind == kindClassic && g.protocolType == "" && len(g.members) == 0 && len(g.offsets) == 0 {
+					delete(s.groups, d.group) // a simple group whose last offset went
+				}
 			}
 			return nil
 		}
@@ -164,9 +175,15 @@ func (s *shardState) Replay(key, value []byte) error {
 		g.offsets[d.tp] = offset{offset: d.offset.Offset, epoch: d.offset.LeaderEpoch, metadata: d.offset.Metadata, commitMs: d.offset.CommitTimestamp}
 		return nil
 	}
-	if d.meta == nil { // the group was deleted
-		if g != nil {
-			delete(s.groups, d.group)
+	if d.meta == nil { // the classic group was deleted or converted
+		if g != nil && g.kind == kindClassic {
+			if len(g.offsets) == 0 {
+				delete(s.groups, d.group)
+			} else { // a simple group holding the offsets, as Kafka keeps them
+				ng := newGroup(d.group, s.nowMs())
+				ng.offsets = g.offsets
+				s.groups[d.group] = ng
+			}
 		}
 		return nil
 	}
@@ -206,6 +223,10 @@ func (s *shardState) Replay(key, value []byte) error {
 func (s *shardState) Loaded(sh *coord.Shard) {
 	s.sh = sh
 	for _, g := range s.groups {
+		if g.kind != kindClassic {
+			s.loadedModern(g)
+			continue
+		}
 		for _, m := range g.members {
 			s.heartbeat(g, m)
 		}
@@ -222,6 +243,11 @@ func (s *shardState) Loaded(sh *coord.Shard) {
 // NOT_COORDINATOR and finds the new coordinator.
 func (s *shardState) Unloaded() {
 	for _, g := range s.groups {
+		if g.m != nil {
+			for _, mm := range g.m.members {
+				stopTimers(mm)
+			}
+		}
 		for _, m := range g.members {
 			s.answerJoin(m, joinResult{err: kerr.NotCoordinator})
 			s.answerSync(m, syncResult{err: kerr.NotCoordinator})
@@ -534,14 +560,14 @@ func (s *shardState) expireOffsets() {
 	now := s.nowMs()
 	ret := s.p.cfg.Retention.Milliseconds()
 	for name, g := range s.groups {
-		if g.state != stateEmpty {
+		if g.kind == kindClassic && g.state != stateEmpty || !g.isEmpty() || g.kind == kindShare {
 			continue
 		}
 		var recs []coord.Record
 		var expired []tp
 		for t, o := range g.offsets {
 			since := o.commitMs
-			if g.protocolType != "" {
+			if g.protocolType != "" || g.kind != kindClassic {
 				since = max(g.stateMs, o.commitMs)
 			}
 			if now-since >= ret {
@@ -550,8 +576,10 @@ func (s *shardState) expireOffsets() {
 			}
 		}
 		dead := len(expired) == len(g.offsets)
-		if dead {
+		if dead && g.kind == kindClassic {
 			recs = append(recs, coord.Record{Key: groupKey(name)})
+		} else if dead {
+			recs = append(recs, modernTombstones(g)...)
 		}
 		if len(recs) == 0 {
 			continue

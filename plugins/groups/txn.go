@@ -190,7 +190,11 @@ func (p *Plugin) handleTxnOffsetCommit(ctx context.Context, rc *plugin.RequestCo
 // a live group must be current (v3+ requests carry the consumer's group
 // metadata, KIP-447); generation -1 skips the check, as in Kafka.
 func (s *shardState) txnCommit(req *kmsg.TxnOffsetCommitRequest, generation int32, offsets map[tp]offset) error {
-	if g := s.groups[req.Group]; g != nil && generation >= 0 && len(g.members) > 0 {
+	if g := s.groups[req.Group]; g != nil && g.kind != kindClassic && generation >= 0 {
+		if err := g.checkModernCommit(req.MemberID, generation); err != nil {
+			return err
+		}
+	} else if g != nil && generation >= 0 && len(g.members) > 0 {
 		if _, err := s.checkMember(g, req.MemberID, req.InstanceID, generation); err != nil {
 			return err
 		}

@@ -18,12 +18,18 @@ import (
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
-// groupArgs keep group tests fast: a short initial rebalance delay and
-// sessions as short as the clients allow.
+// groupArgs keep group tests fast: a short initial rebalance delay,
+// sessions as short as the clients allow, frequent KIP-848 and share
+// group heartbeats.
 var groupArgs = []string{
 	"--set", "group.initial.rebalance.delay.ms=100",
 	"--set", "group.min.session.timeout.ms=1000",
 	"--set", "offsets.topic.num.partitions=10",
+	"--set", "group.consumer.heartbeat.interval.ms=500",
+	"--set", "group.consumer.min.heartbeat.interval.ms=100",
+	"--set", "group.share.heartbeat.interval.ms=500",
+	"--set", "group.share.min.heartbeat.interval.ms=100",
+	"--set", "share.coordinator.state.topic.num.partitions=4",
 }
 
 // collector counts every value consumed, by every member.
@@ -170,9 +176,14 @@ type kgoMember struct {
 }
 
 func startKgo(t *testing.T, addr, group, topic string, c *collector) groupMember {
-	cl := tandemtest.Client(t, addr, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.SessionTimeout(6*time.Second),
-		kgo.HeartbeatInterval(500*time.Millisecond))
+	return runKgo(t, addr, group, topic, c, kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(500*time.Millisecond))
+}
+
+// runKgo starts a franz-go group member that commits what it consumed
+// after every poll.
+func runKgo(t *testing.T, addr, group, topic string, c *collector, opts ...kgo.Opt) *kgoMember {
+	cl := tandemtest.Client(t, addr, append([]kgo.Opt{kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, opts...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &kgoMember{cl: cl, done: make(chan struct{}), quit: cancel}
 	go func() {

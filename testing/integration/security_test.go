@@ -825,6 +825,18 @@ func aclMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry {
 			}
 			return kerr.GroupAuthorizationFailed.Code // hidden
 		}},
+		68: {need: []grant{{kmsg.ACLResourceTypeGroup, mGroup + "-848", kmsg.ACLOperationRead}, topicG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+			r.Group, r.MemberID, r.RebalanceTimeoutMillis = mGroup+"-848", "m848-"+seq(), 10000
+			r.SubscribedTopicNames = []string{mTopic}
+			r.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{} // a joining member owns nothing
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.ConsumerGroupHeartbeatResponse).ErrorCode }},
+		69: {need: []grant{groupG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrConsumerGroupDescribeRequest()
+			r.Groups = []string{mGroup}
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.ConsumerGroupDescribeResponse).Groups[0].ErrorCode }, ok: []int16{kerr.GroupIDNotFound.Code}},
 		17: {open: true, req: func() kmsg.Request {
 			r := kmsg.NewPtrSASLHandshakeRequest()
 			r.Mechanism = "PLAIN"

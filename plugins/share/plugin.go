@@ -1,0 +1,209 @@
+// Package share is Tandem's share-groups plugin (KIP-932, queues for
+// Kafka): the share APIs (ShareGroupHeartbeat, ShareGroupDescribe,
+// ShareFetch, ShareAcknowledge, the admin APIs on share-group offsets and
+// the share-group state APIs), the share-partitions kept by each
+// partition's leader, and the share coordinator over the internal topic
+// __share_group_state. Share groups' membership lives with the other
+// groups in the consumer-groups plugin (plugins/groups), which this
+// plugin reaches through plugin.ShareGroupCoordinator.
+package share
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/server/plugin"
+)
+
+// Topic is the internal topic of share-partition states.
+const Topic = "__share_group_state"
+
+// Config is the plugin's part of the broker properties.
+type Config struct {
+	Partitions        int32 // share.coordinator.state.topic.num.partitions (50)
+	ReplicationFactor int16 // share.coordinator.state.topic.replication.factor (1 here; Kafka's is 3)
+	SegmentBytes      int64 // share.coordinator.state.topic.segment.bytes (104857600)
+	MaxSessions       int   // group.share.max.share.sessions (2000): share sessions of the broker
+}
+
+// ParseConfig reads the plugin's keys from broker properties, with Kafka's
+// defaults.
+func ParseConfig(props map[string]string) (Config, error) {
+	r := plugin.ReadProps(props)
+	c := Config{
+		Partitions:        int32(r.Int("share.coordinator.state.topic.num.partitions", 50, 1, math.MaxInt32)),
+		ReplicationFactor: int16(r.Int("share.coordinator.state.topic.replication.factor", 1, 1, math.MaxInt16)),
+		SegmentBytes:      r.Int("share.coordinator.state.topic.segment.bytes", 104857600, 0, math.MaxInt32),
+		MaxSessions:       int(r.Int("group.share.max.share.sessions", 2000, 1, math.MaxInt32)),
+	}
+	return c, r.Err()
+}
+
+// Plugin is the share-groups plugin: a plugin.APIHandler, through its
+// plugin.Coordinator a plugin.Lifecycle and plugin.LeaderObserver, and
+// the plugin.ShareStateStore, plugin.ShareMemberListener and
+// plugin.ShareGroupOffsets of the other plugins.
+type Plugin struct {
+	*plugin.Coordinator
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	stopped  bool
+	groups   plugin.ShareGroupCoordinator // found at Start
+	parts    map[stateKey]*sharePartition
+	sessions map[sessionKey]*session
+	wg       sync.WaitGroup // lock timers and releases
+}
+
+var (
+	_ plugin.APIHandler     = (*Plugin)(nil)
+	_ plugin.Lifecycle      = (*Plugin)(nil)
+	_ plugin.LeaderObserver = (*Plugin)(nil)
+	_ plugin.PropsOwner     = (*Plugin)(nil)
+)
+
+// New returns the plugin configured from broker properties. An invalid
+// property makes Start fail.
+func New(props map[string]string, log *slog.Logger) *Plugin {
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg, err := ParseConfig(props)
+	p := &Plugin{cfg: cfg, log: log.With("plugin", "share"), parts: map[stateKey]*sharePartition{}, sessions: map[sessionKey]*session{}}
+	p.Coordinator = plugin.NewCoordinator(plugin.CoordinatorConfig{
+		Topic: plugin.InternalTopic{Name: Topic, Partitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor,
+			Configs: map[string]string{"segment.bytes": strconv.FormatInt(cfg.SegmentBytes, 10)}},
+		New:    func(int32) coord.StateMachine { return &states{p: p, m: map[stateKey]*shareState{}} },
+		Logger: p.log,
+		Err:    err,
+	})
+	return p
+}
+
+// Start implements plugin.Lifecycle: share groups need the consumer-groups
+// plugin, which keeps their membership.
+func (p *Plugin) Start(ctx context.Context, host plugin.Host) error {
+	g, ok := plugin.Find[plugin.ShareGroupCoordinator](host.Plugins())
+	if !ok {
+		return errors.New("share groups need the consumer-groups plugin")
+	}
+	p.groups = g
+	return p.Coordinator.Start(ctx, host)
+}
+
+// Stop implements plugin.Lifecycle: lock timers and releases end before
+// the coordinator stops.
+func (p *Plugin) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	p.stopped = true
+	parts := p.parts
+	p.parts = map[stateKey]*sharePartition{}
+	p.mu.Unlock()
+	for _, sp := range parts {
+		sp.mu.Lock()
+		sp.drop()
+		sp.mu.Unlock()
+	}
+	p.wg.Wait()
+	return p.Coordinator.Stop(ctx)
+}
+
+// LocateCoordinator implements plugin.CoordinatorLocator: no key type is
+// served. Kafka's SHARE key type (2) is KIP-1279's MIRROR here, and the
+// share coordinator is found by the broker from the metadata image.
+func (p *Plugin) LocateCoordinator(int8, string) (plugin.InternalTopic, int32, bool) {
+	return plugin.InternalTopic{}, 0, false
+}
+
+// OnLeaderChange implements plugin.LeaderObserver: coordinator shards
+// follow __share_group_state, and share-partitions of a partition this
+// broker no longer leads are dropped (the new leader loads their state).
+func (p *Plugin) OnLeaderChange(ch plugin.LeaderChange) {
+	p.Coordinator.OnLeaderChange(ch)
+	if ch.Leader || ch.Topic == Topic {
+		return
+	}
+	p.mu.Lock()
+	var drop []stateKey
+	for k := range p.parts {
+		if k.topic == ch.TopicID && k.partition == ch.Partition {
+			drop = append(drop, k)
+		}
+	}
+	p.mu.Unlock()
+	for _, k := range drop {
+		p.evict(k)
+	}
+}
+
+// OwnsProp implements plugin.PropsOwner.
+func (p *Plugin) OwnsProp(key string) bool {
+	return strings.HasPrefix(key, "share.coordinator.") || key == "group.share.max.share.sessions"
+}
+
+// groupConfig is a share group's configuration.
+func (p *Plugin) groupConfig(group string) plugin.ShareGroupConfig {
+	return p.groups.ShareGroupConfig(group)
+}
+
+// APIVersions implements plugin.APIHandler.
+func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
+	return []kmsg.ApiVersionsResponseApiKey{
+		{ApiKey: 76, MinVersion: 1, MaxVersion: 1}, // ShareGroupHeartbeat
+		{ApiKey: 77, MinVersion: 1, MaxVersion: 1}, // ShareGroupDescribe
+		{ApiKey: 78, MinVersion: 1, MaxVersion: 2}, // ShareFetch
+		{ApiKey: 79, MinVersion: 1, MaxVersion: 2}, // ShareAcknowledge
+		{ApiKey: 83, MinVersion: 0, MaxVersion: 0}, // InitializeShareGroupState
+		{ApiKey: 84, MinVersion: 0, MaxVersion: 0}, // ReadShareGroupState
+		{ApiKey: 85, MinVersion: 0, MaxVersion: 1}, // WriteShareGroupState
+		{ApiKey: 86, MinVersion: 0, MaxVersion: 0}, // DeleteShareGroupState
+		{ApiKey: 87, MinVersion: 0, MaxVersion: 1}, // ReadShareGroupStateSummary
+		{ApiKey: 90, MinVersion: 0, MaxVersion: 1}, // DescribeShareGroupOffsets
+		{ApiKey: 91, MinVersion: 0, MaxVersion: 0}, // AlterShareGroupOffsets
+		{ApiKey: 92, MinVersion: 0, MaxVersion: 0}, // DeleteShareGroupOffsets
+	}
+}
+
+// NewRequest implements plugin.APIHandler.
+func (p *Plugin) NewRequest(key int16) kmsg.Request { return kmsg.RequestForKey(key) }
+
+// HandleRequest implements plugin.APIHandler.
+func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
+	switch req := req.(type) {
+	case *kmsg.ShareGroupHeartbeatRequest:
+		return p.groups.ShareGroupHeartbeat(ctx, rc, req), nil
+	case *kmsg.ShareGroupDescribeRequest:
+		return p.groups.ShareGroupDescribe(ctx, rc, req), nil
+	case *kmsg.ShareFetchRequest:
+		return p.handleShareFetch(ctx, rc, req), nil
+	case *kmsg.ShareAcknowledgeRequest:
+		return p.handleShareAcknowledge(ctx, rc, req), nil
+	case *kmsg.InitializeShareGroupStateRequest:
+		return p.handleInitializeState(ctx, rc, req), nil
+	case *kmsg.ReadShareGroupStateRequest:
+		return p.handleReadState(ctx, rc, req), nil
+	case *kmsg.WriteShareGroupStateRequest:
+		return p.handleWriteState(ctx, rc, req), nil
+	case *kmsg.DeleteShareGroupStateRequest:
+		return p.handleDeleteState(ctx, rc, req), nil
+	case *kmsg.ReadShareGroupStateSummaryRequest:
+		return p.handleReadStateSummary(ctx, rc, req), nil
+	case *kmsg.DescribeShareGroupOffsetsRequest:
+		return p.handleDescribeOffsets(ctx, rc, req), nil
+	case *kmsg.AlterShareGroupOffsetsRequest:
+		return p.handleAlterOffsets(ctx, rc, req), nil
+	case *kmsg.DeleteShareGroupOffsetsRequest:
+		return p.handleDeleteOffsets(ctx, rc, req), nil
+	}
+	return nil, fmt.Errorf("share: unexpected request %T", req)
+}
