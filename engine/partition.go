@@ -86,6 +86,8 @@ type Partition struct {
 
 	cleanedUpTo  int64 // compaction has processed the batches below this offset
 	tombstoneDue int64 // unix ms when a kept tombstone becomes removable
+
+	repl replState // replication between brokers (replica.go)
 }
 
 // persistedState is the value of a partition's state key. It changes
@@ -363,11 +365,11 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 		unlock()
 		return fail(res, err)
 	}
+	p.notifyEndLocked()
 	sync := p.e.cfg.SyncWrites && req.Acks != 0
 	round := p.e.syncer.register(p, sync)
 	if !sync {
-		p.hwm = p.leo
-		p.notifyLocked()
+		p.advanceLocked(p.leo)
 	}
 	p.mu.Unlock()
 
@@ -780,10 +782,7 @@ func (p *Partition) flushLocked() error {
 	}
 	w.batch.Close()
 	p.synced = w.point
-	if w.end > p.hwm {
-		p.hwm = w.end
-		p.notifyLocked()
-	}
+	p.advanceLocked(w.end)
 	return nil
 }
 
@@ -792,9 +791,6 @@ func (p *Partition) flushLocked() error {
 func (p *Partition) advance(end int64) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if end = min(end, p.leo); end > p.hwm {
-		p.hwm = end
-		p.notifyLocked()
-	}
+	p.advanceLocked(end)
 	return p.hwm
 }

@@ -153,8 +153,11 @@ func (p *Partition) read(offset int64, maxBytes int, iso Isolation) (res FetchRe
 		return res, nil, gen, err
 	}
 	upper := res.HighWatermark
-	if iso == ReadCommitted {
+	switch iso {
+	case ReadCommitted:
 		upper = res.LastStableOffset
+	case ReadLogEnd: // a follower (replica.go)
+		upper = p.leo
 	}
 	if offset >= upper || len(p.segs) == 0 {
 		p.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -26,14 +27,36 @@ type Config struct {
 	NodeID int32
 	Dir    string     // for snapshots (Dir/raft-snapshots)
 	DB     *pebble.DB // log + stable store live here under prefix {0x01,'m'}; not closed by Close
-	// RaftAddr: "" = single voter with an in-memory transport (no extra
-	// port); otherwise a TCP transport bound there, so that more voters
-	// can join later with AddVoter.
-	RaftAddr string
-	// Join makes a node that joins an existing quorum (the leader adds it
-	// with AddVoter): it neither bootstraps nor waits for leadership, and
-	// its image follows the leader's log. Needs a RaftAddr.
-	Join bool
+	// Voters is controller.quorum.voters. Empty runs the quorum of a
+	// standalone broker: one voter on an in-memory transport, no port.
+	// Otherwise this node is a voter if it is listed, and a broker that
+	// observes the metadata log (a raft non-voter) if not.
+	Voters []Voter
+	// ListenAddr is where the controller port binds: by default a
+	// voter's own entry; a node that is not a voter must give one (port
+	// 0 picks a free port), and registers the address it got.
+	ListenAddr string
+	// ClusterID is the cluster this node's data dir belongs to, "" for a
+	// new one: a peer of another cluster is refused.
+	ClusterID string
+	// Dial opens the connections to other nodes (nil: net.Dialer).
+	// Tests cut the network between nodes here.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ElectionTimeout and FetchTimeout are Kafka's
+	// controller.quorum.election.timeout.ms and
+	// controller.quorum.fetch.timeout.ms: how long a follower waits for
+	// the leader before it starts an election (0: 1s and 2s).
+	ElectionTimeout, FetchTimeout time.Duration
+	// SessionTimeout and HeartbeatInterval are broker.session.timeout.ms
+	// and broker.heartbeat.interval.ms (0: 9s and 2s).
+	SessionTimeout, HeartbeatInterval time.Duration
+	// LeaderImbalanceInterval is how often the controller moves
+	// leadership back to preferred replicas (auto.leader.rebalance.enable
+	// with leader.imbalance.check.interval.seconds); 0 turns it off.
+	LeaderImbalanceInterval time.Duration
+	// UncleanLeaderElection is the static unclean.leader.election.enable;
+	// topic configs and dynamic broker configs override it.
+	UncleanLeaderElection bool
 	// Limits bound the partitions a decision may create; zero fields take
 	// the defaults.
 	Limits PartitionLimits
@@ -41,12 +64,14 @@ type Config struct {
 }
 
 // Controller owns this node's raft instance and the metadata image, and
-// makes the controller's decisions when this node leads.
+// makes the controller's decisions when this node leads. On a cluster's
+// other nodes its decision methods are forwarded to the node that leads.
 type Controller struct {
 	cfg      Config
 	log      *slog.Logger
 	raft     *raft.Raft
 	trans    io.Closer
+	stream   *streamLayer // nil for a standalone broker
 	raftAddr raft.ServerAddress
 
 	// state is the published image and the channel closed when a newer
@@ -56,6 +81,12 @@ type Controller struct {
 	leaderID int32      // guarded by pubMu; -1 when unknown
 
 	decide chan struct{} // a one-slot semaphore: one decision at a time
+
+	peers    peers     // reachability of other nodes' controller ports
+	rpcs     rpcClient // connections to the leader for forwarded calls
+	rpcConns sync.Map  // net.Conn -> struct{}: accepted RPC connections
+	sessions sessions  // brokers' heartbeats, while this node leads
+	metrics  ControllerMetrics
 
 	observer *raft.Observer
 	stop     chan struct{}
@@ -68,16 +99,17 @@ type published struct {
 	changed chan struct{}
 }
 
-// Open starts raft on cfg.DB. On first start it bootstraps a single-voter
-// cluster and writes a new cluster ID; on restart it restores the latest
-// snapshot and replays the log. It returns once this node leads and the
-// image reflects every committed entry; ctx bounds the wait.
+// Open starts raft on cfg.DB. A standalone broker (no Voters) bootstraps
+// a single-voter quorum on first start and writes a new cluster ID; on
+// restart it restores the latest snapshot and replays the log; Open
+// returns once this node leads and the image reflects every committed
+// entry, ctx bounding the wait. A cluster node (Voters set) binds its
+// controller port and starts raft, a voter bootstrapping the voters'
+// quorum on first start; it returns at once: Register waits for the
+// quorum.
 func Open(ctx context.Context, cfg Config) (*Controller, error) {
 	if cfg.DB == nil || cfg.Dir == "" {
 		return nil, errors.New("raftmeta: Config.DB and Config.Dir are required")
-	}
-	if cfg.Join && cfg.RaftAddr == "" {
-		return nil, errors.New("raftmeta: Config.Join needs a RaftAddr")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -89,6 +121,7 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 		decide:   make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 	}
+	c.rpcs.c = c
 	empty := &Image{ControllerID: -1}
 	empty.ensureMaps()
 	c.state.Store(&published{img: empty, changed: make(chan struct{})})
@@ -99,46 +132,56 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 	rc.Logger = rlog
 
 	var trans raft.Transport
-	if cfg.RaftAddr == "" {
+	var boot raft.Configuration
+	if len(cfg.Voters) == 0 {
 		// A lone voter needs no network, and short timeouts make it lead
 		// (and so open) quickly.
 		rc.HeartbeatTimeout = 50 * time.Millisecond
 		rc.ElectionTimeout = 50 * time.Millisecond
 		rc.LeaderLeaseTimeout = 50 * time.Millisecond
-		_, t := raft.NewInmemTransport(raft.ServerAddress("raftmeta-" + string(rc.LocalID)))
+		_, t := raft.NewInmemTransport(raft.ServerAddress(standaloneAddr(cfg.NodeID)))
 		trans, c.trans = t, t
+		boot.Servers = []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: t.LocalAddr()}}
 	} else {
-		t, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 3, 10*time.Second, rlog)
+		t, err := c.openClusterTransport(rc, rlog)
 		if err != nil {
-			return nil, fmt.Errorf("raftmeta: raft transport on %s: %w", cfg.RaftAddr, err)
+			return nil, err
 		}
 		trans, c.trans = t, t
+		if c.isVoter(cfg.NodeID) {
+			for _, v := range cfg.Voters {
+				boot.Servers = append(boot.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(strconv.Itoa(int(v.ID))), Address: raft.ServerAddress(v.Addr)})
+			}
+		}
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.Dir, "raft-snapshots"), 2, rlog)
 	if err != nil {
-		c.trans.Close()
+		c.closeTransport()
 		return nil, fmt.Errorf("raftmeta: snapshot store: %w", err)
 	}
 	store := NewStore(cfg.DB)
 	existing, err := raft.HasExistingState(store, store, snaps)
 	if err != nil {
-		c.trans.Close()
+		c.closeTransport()
 		return nil, fmt.Errorf("raftmeta: inspect raft state: %w", err)
 	}
-	if !existing && !cfg.Join {
-		boot := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr()}}}
+	if !existing && len(boot.Servers) > 0 {
 		if err := raft.BootstrapCluster(rc, store, store, snaps, trans, boot); err != nil {
-			c.trans.Close()
+			c.closeTransport()
 			return nil, fmt.Errorf("raftmeta: bootstrap: %w", err)
 		}
 	}
 	c.raftAddr = trans.LocalAddr()
 	r, err := raft.NewRaft(rc, (*fsm)(c), store, store, snaps, trans)
 	if err != nil {
-		c.trans.Close()
+		c.closeTransport()
 		return nil, fmt.Errorf("raftmeta: start raft: %w", err)
 	}
 	c.raft = r
+	if err := c.checkStoredVoters(); err != nil {
+		c.Close()
+		return nil, err
+	}
 
 	obs := make(chan raft.Observation, 16)
 	c.observer = raft.NewObserver(obs, false, func(o *raft.Observation) bool {
@@ -152,7 +195,7 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 	c.wg.Add(1)
 	go c.watchLeader(obs)
 
-	if cfg.Join {
+	if c.stream != nil {
 		return c, nil
 	}
 	if err := c.awaitLeadership(ctx); err != nil {
@@ -199,6 +242,9 @@ func (c *Controller) watchLeader(obs chan raft.Observation) {
 			// covered by the next one.
 			_, leader := c.raft.LeaderWithID()
 			c.setLeader(nodeID(leader))
+			if c.stream != nil {
+				c.leadership(nodeID(leader) == c.cfg.NodeID && c.IsLeader())
+			}
 		}
 	}
 }
@@ -241,14 +287,28 @@ func (c *Controller) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	if c.stream != nil && c.IsLeader() {
+		// Hand the quorum over rather than leaving the others to notice
+		// the silence: elections take seconds, a transfer a round trip.
+		f := c.raft.LeadershipTransfer()
+		done := make(chan struct{})
+		go func() { f.Error(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+		}
+	}
 	var err error
+	close(c.stop)
+	c.leadership(false)
 	if c.raft != nil {
-		c.raft.DeregisterObserver(c.observer)
+		if c.observer != nil {
+			c.raft.DeregisterObserver(c.observer)
+		}
 		err = c.raft.Shutdown().Error()
 	}
-	close(c.stop)
 	c.wg.Wait()
-	if cerr := c.trans.Close(); err == nil {
+	if cerr := c.closeTransport(); err == nil {
 		err = cerr
 	}
 	if err != nil {
@@ -273,21 +333,12 @@ func (c *Controller) Watch() (*Image, <-chan struct{}) {
 	return s.img, s.changed
 }
 
-// RaftAddr returns the address raft listens on (the in-memory address
-// when Config.RaftAddr is empty).
+// RaftAddr returns the address of this node's controller port (an
+// in-memory address for a standalone broker).
 func (c *Controller) RaftAddr() string { return string(c.raftAddr) }
 
 // IsLeader reports whether this node currently leads the quorum.
 func (c *Controller) IsLeader() bool { return c.raft.State() == raft.Leader }
-
-// AddVoter adds a voter to the quorum (only with a TCP RaftAddr).
-func (c *Controller) AddVoter(ctx context.Context, nodeID int32, raftAddr string) error {
-	f := c.raft.AddVoter(raft.ServerID(strconv.Itoa(int(nodeID))), raft.ServerAddress(raftAddr), 0, 0)
-	if err := wait(ctx, f); err != nil {
-		return fmt.Errorf("raftmeta: add voter %d at %s: %w", nodeID, raftAddr, err)
-	}
-	return nil
-}
 
 // Snapshot forces a raft snapshot of the image (and log truncation).
 func (c *Controller) Snapshot() error {
@@ -345,7 +396,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		c.log.Error("undecodable metadata batch skipped", "index", l.Index, "err", err)
 		return fmt.Errorf("raftmeta: decode batch %d: %v: %w", l.Index, err, kerr.CorruptMessage)
 	}
-	img, err := applyBatch(c.Image(), b.Records)
+	img, err := applyBatch(c.Image(), b.Records, l.Index)
 	if err != nil {
 		return err
 	}

@@ -45,8 +45,11 @@ func (c *Controller) RegisterBroker(ctx context.Context, b Broker) error {
 		return err
 	}
 	defer c.unlock()
-	if old, ok := img.Brokers[b.ID]; ok && old == b {
-		return nil
+	if old, ok := img.Brokers[b.ID]; ok {
+		old.Epoch = b.Epoch
+		if old == b {
+			return nil
+		}
 	}
 	return c.propose(ctx, Record{Type: RecordRegisterBroker, Broker: &b})
 }
@@ -107,17 +110,70 @@ func sortedBrokers(img *Image) []int32 {
 	return slices.Sorted(maps.Keys(img.Brokers))
 }
 
-// assign returns round-robin replica lists for partitions first..first+n-1
-// over the registered brokers, starting at broker start: leaders spread
-// over brokers and each partition's replicas are consecutive brokers.
-func assign(brokers []int32, start, first, n int, rf int) [][]int32 {
+// placeable returns the brokers new replicas may go to: the live ones
+// (unfenced, not shutting down), by ID.
+func placeable(img *Image) []Broker {
+	var out []Broker
+	for _, id := range sortedBrokers(img) {
+		if b := img.Brokers[id]; b.Live() {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// assign returns replica lists for partitions first..first+n-1 over
+// brokers, starting at broker start: leaders spread over the brokers,
+// and each partition's replicas are the brokers that follow its leader,
+// skipping those on a rack the partition already has until every rack
+// has one (Kafka's rack-aware assignment). Without racks the replicas are
+// consecutive brokers.
+func assign(brokers []Broker, start, first, n int, rf int) [][]int32 {
+	arr := rackAlternating(brokers)
 	out := make([][]int32, n)
 	for i := range n {
-		reps := make([]int32, rf)
-		for r := range rf {
-			reps[r] = brokers[(start+first+i+r)%len(brokers)]
+		li := (start + first + i) % len(arr)
+		reps := make([]int32, 0, rf)
+		racks := map[string]bool{}
+		for len(reps) < rf {
+			for k := range len(arr) {
+				b := arr[(li+k)%len(arr)]
+				if len(reps) == rf || slices.Contains(reps, b.ID) || b.Rack != "" && racks[b.Rack] {
+					continue
+				}
+				reps = append(reps, b.ID)
+				racks[b.Rack] = true
+			}
+			racks = map[string]bool{} // every rack has a replica: start over
 		}
 		out[i] = reps
+	}
+	return out
+}
+
+// rackAlternating orders brokers so that consecutive ones are on
+// different racks where possible: the first broker of each rack, then
+// the second of each, and so on. Brokers without a rack keep ID order.
+func rackAlternating(brokers []Broker) []Broker {
+	byRack := map[string][]Broker{}
+	var racks []string
+	for _, b := range brokers {
+		if b.Rack == "" {
+			return brokers
+		}
+		if _, ok := byRack[b.Rack]; !ok {
+			racks = append(racks, b.Rack)
+		}
+		byRack[b.Rack] = append(byRack[b.Rack], b)
+	}
+	slices.Sort(racks)
+	out := make([]Broker, 0, len(brokers))
+	for i := 0; len(out) < len(brokers); i++ {
+		for _, r := range racks {
+			if i < len(byRack[r]) {
+				out = append(out, byRack[r][i])
+			}
+		}
 	}
 	return out
 }
@@ -161,6 +217,9 @@ func checkAssignment(img *Image, assignments [][]int32) error {
 // success). Valid specs are written in one atomic batch; with
 // validateOnly nothing is written.
 func (c *Controller) CreateTopics(ctx context.Context, specs []TopicSpec, validateOnly bool) []error {
+	if c.remote() {
+		return callErrs(c, ctx, "CreateTopics", createTopicsArgs{specs, validateOnly}, len(specs))
+	}
 	errs := make([]error, len(specs))
 	img, err := c.lock(ctx)
 	if err != nil {
@@ -171,7 +230,7 @@ func (c *Controller) CreateTopics(ctx context.Context, specs []TopicSpec, valida
 	}
 	defer c.unlock()
 
-	brokers := sortedBrokers(img)
+	brokers := placeable(img)
 	budget := newPartitionBudget(img, c.cfg.Limits)
 	names := map[string]int{}
 	for _, s := range specs {
@@ -222,7 +281,7 @@ func (c *Controller) CreateTopics(ctx context.Context, specs []TopicSpec, valida
 					return fmt.Errorf("topic %q: %d partitions, must be positive: %w", s.Name, s.Partitions, kerr.InvalidPartitions)
 				}
 				if s.ReplicationFactor <= 0 || int(s.ReplicationFactor) > len(brokers) {
-					return fmt.Errorf("topic %q: replication factor %d, must be 1..%d (registered brokers): %w", s.Name, s.ReplicationFactor, len(brokers), kerr.InvalidReplicationFactor)
+					return fmt.Errorf("topic %q: replication factor %d, must be 1..%d (live brokers): %w", s.Name, s.ReplicationFactor, len(brokers), kerr.InvalidReplicationFactor)
 				}
 				if err := budget.check(s.Name, int64(s.Partitions), int(s.ReplicationFactor), len(brokers)); err != nil {
 					return err
@@ -253,6 +312,9 @@ func (c *Controller) CreateTopics(ctx context.Context, specs []TopicSpec, valida
 
 // DeleteTopics deletes topics by ID, returning one error per ID.
 func (c *Controller) DeleteTopics(ctx context.Context, ids []UUID) []error {
+	if c.remote() {
+		return callErrs(c, ctx, "DeleteTopics", ids, len(ids))
+	}
 	errs := make([]error, len(ids))
 	img, err := c.lock(ctx)
 	if err != nil {
@@ -290,6 +352,9 @@ func (c *Controller) DeleteTopics(ctx context.Context, ids []UUID) []error {
 // CreatePartitions grows topic name to total partitions, with the
 // replication factor of its first partition.
 func (c *Controller) CreatePartitions(ctx context.Context, name string, total int32, validateOnly bool) error {
+	if c.remote() {
+		return callErr(c, ctx, "CreatePartitions", createPartitionsArgs{name, total, validateOnly})
+	}
 	img, err := c.lock(ctx)
 	if err != nil {
 		return err
@@ -308,17 +373,17 @@ func (c *Controller) CreatePartitions(ctx context.Context, name string, total in
 	if int(total) <= have {
 		return fmt.Errorf("create partitions: topic %q has %d partitions, cannot go to %d: %w", name, have, total, kerr.InvalidPartitions)
 	}
-	brokers := sortedBrokers(img)
-	rf := len(t.Partitions[0].Replicas)
+	brokers := placeable(img)
+	rf := len(t.Partitions[0].target())
 	if rf > len(brokers) {
-		return fmt.Errorf("create partitions: topic %q has replication factor %d but %d brokers are registered: %w", name, rf, len(brokers), kerr.InvalidReplicationFactor)
+		return fmt.Errorf("create partitions: topic %q has replication factor %d but %d brokers are live: %w", name, rf, len(brokers), kerr.InvalidReplicationFactor)
 	}
 	budget := newPartitionBudget(img, c.cfg.Limits)
 	if err := budget.check(name, int64(total)-int64(have), rf, len(brokers)); err != nil {
 		return fmt.Errorf("create partitions: %w", err)
 	}
 	// Continue the rotation where the topic's first partition started.
-	start := max(slices.Index(brokers, t.Partitions[0].Replicas[0]), 0)
+	start := max(slices.IndexFunc(brokers, func(b Broker) bool { return b.ID == t.Partitions[0].Replicas[0] }), 0)
 	assignments := assign(brokers, start, have, int(total)-have, rf)
 	if err := budget.add(name, assignments); err != nil {
 		return fmt.Errorf("create partitions: %w", err)
@@ -346,6 +411,9 @@ type ConfigChange struct {
 // AlterConfigs applies all changes atomically in one batch. Values are
 // stored as given: validating them is the server's job.
 func (c *Controller) AlterConfigs(ctx context.Context, changes []ConfigChange) error {
+	if c.remote() {
+		return callErr(c, ctx, "AlterConfigs", changes)
+	}
 	img, err := c.lock(ctx)
 	if err != nil {
 		return err
@@ -390,6 +458,9 @@ func (c *Controller) AlterConfigs(ctx context.Context, changes []ConfigChange) e
 // AllocateProducerIDs hands out count consecutive producer ids, never
 // handed out before (also across restarts), and returns the first.
 func (c *Controller) AllocateProducerIDs(ctx context.Context, count int64) (int64, error) {
+	if c.remote() {
+		return call[int64](c, ctx, "AllocateProducerIds", count)
+	}
 	if count <= 0 {
 		return 0, fmt.Errorf("allocate producer ids: count %d: %w", count, kerr.InvalidRequest)
 	}
@@ -428,6 +499,9 @@ func (c *Controller) partition(img *Image, id UUID, partition int32) (*Partition
 // current epoch is already above minEpoch nothing is written. The leader
 // does not change.
 func (c *Controller) BumpLeaderEpoch(ctx context.Context, id UUID, partition int32, minEpoch int32) (int32, error) {
+	if c.remote() {
+		return call[int32](c, ctx, "BumpLeaderEpoch", bumpArgs{id, partition, minEpoch})
+	}
 	img, err := c.lock(ctx)
 	if err != nil {
 		return 0, err

@@ -23,7 +23,26 @@ type Broker struct {
 	// Endpoints lists every advertised listener, "NAME://host:port,...";
 	// Host and Port are the inter-broker listener's.
 	Endpoints string `json:"endpoints,omitempty"`
+	// Epoch is the broker epoch: the raft index of the registration
+	// record, as in Kafka. A replica fetch must carry it (KIP-903).
+	Epoch int64 `json:"epoch,omitempty"`
+	// Incarnation is chosen by each start of the broker process, so that
+	// a second process with the same node ID is told apart.
+	Incarnation UUID `json:"incarnation,omitzero"`
+	// Fenced brokers lead nothing and are not in any ISR: registered
+	// brokers start fenced until they have caught up with the metadata,
+	// and are fenced again when their session expires.
+	Fenced bool `json:"fenced,omitempty"`
+	// ShuttingDown: a controlled shutdown is in progress; leaderships
+	// move away and the broker joins no ISR.
+	ShuttingDown bool `json:"shuttingDown,omitempty"`
+	// MetadataAddr is where a broker that is not a voter receives the
+	// metadata log (a raft non-voter's address).
+	MetadataAddr string `json:"metadataAddr,omitempty"`
 }
+
+// Live reports whether the broker may lead and be in an ISR.
+func (b Broker) Live() bool { return !b.Fenced && !b.ShuttingDown }
 
 // Partition is one partition's assignment and leadership.
 type Partition struct {
@@ -31,6 +50,14 @@ type Partition struct {
 	ISR         []int32 `json:"isr"`
 	Leader      int32   `json:"leader"` // -1 when offline
 	LeaderEpoch int32   `json:"leaderEpoch"`
+	// PartitionEpoch goes up with every change of the partition; an
+	// AlterPartition must name the current one (Kafka's partition epoch).
+	PartitionEpoch int32 `json:"partitionEpoch,omitempty"`
+	// AddingReplicas and RemovingReplicas describe a reassignment in
+	// progress: Replicas holds both the old and the new replicas until
+	// every added replica is in the ISR.
+	AddingReplicas   []int32 `json:"addingReplicas,omitempty"`
+	RemovingReplicas []int32 `json:"removingReplicas,omitempty"`
 }
 
 // Topic is a topic in the image.
@@ -109,6 +136,8 @@ func (t *Topic) clone() *Topic {
 	for i, p := range t.Partitions {
 		p.Replicas = slices.Clone(p.Replicas)
 		p.ISR = slices.Clone(p.ISR)
+		p.AddingReplicas = slices.Clone(p.AddingReplicas)
+		p.RemovingReplicas = slices.Clone(p.RemovingReplicas)
 		c.Partitions[i] = p
 	}
 	c.Configs = maps.Clone(t.Configs)

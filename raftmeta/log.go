@@ -42,12 +42,29 @@ func raftLevel(level hclog.Level, msg string, args []any) slog.Level {
 	case hclog.Debug, hclog.Info, hclog.NoLevel, hclog.DefaultLevel:
 		return slog.LevelDebug
 	case hclog.Warn:
-		if msg == "heartbeat timeout reached, starting election" && startupElection(args) {
+		if msg == "heartbeat timeout reached, starting election" && startupElection(args) || peerContact[msg] {
 			return slog.LevelDebug
 		}
 		return slog.LevelWarn
 	}
+	if peerContact[msg] {
+		return slog.LevelDebug
+	}
 	return slog.LevelError
+}
+
+// peerContact are raft's lines about a peer it cannot reach, repeated at
+// every retry while the peer is down: the controller port logs each peer's
+// state once instead (transport.go), and Health reports it.
+var peerContact = map[string]bool{
+	"failed to appendEntries to":        true,
+	"failed to heartbeat to":            true,
+	"failed to make requestVote RPC":    true,
+	"failed to make requestPreVote RPC": true,
+	"failed to contact":                 true,
+	"failed to decode incoming command": true,
+	"failed to pipeline appendEntries":  true,
+	"failed to get log":                 true,
 }
 
 // startupElection reports whether an election's arguments say that no

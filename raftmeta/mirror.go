@@ -179,6 +179,9 @@ func (b *builder) applyMirror(r *Record) (ok bool, err error) {
 // CreateMirror defines a mirror. It fails with INVALID_REQUEST if the name
 // is taken or invalid.
 func (c *Controller) CreateMirror(ctx context.Context, name string, configs map[string]string) error {
+	if c.remote() {
+		return callErr(c, ctx, "CreateMirror", mirrorArgs{Name: name, Configs: configs})
+	}
 	img, err := c.lock(ctx)
 	if err != nil {
 		return err
@@ -195,6 +198,9 @@ func (c *Controller) CreateMirror(ctx context.Context, name string, configs map[
 
 // AlterMirrorConfigs replaces a mirror's configs.
 func (c *Controller) AlterMirrorConfigs(ctx context.Context, name string, configs map[string]string) error {
+	if c.remote() {
+		return callErr(c, ctx, "AlterMirrorConfigs", mirrorArgs{Name: name, Configs: configs})
+	}
 	img, err := c.lock(ctx)
 	if err != nil {
 		return err
@@ -208,6 +214,9 @@ func (c *Controller) AlterMirrorConfigs(ctx context.Context, name string, config
 
 // DeleteMirror removes a mirror definition.
 func (c *Controller) DeleteMirror(ctx context.Context, name string) error {
+	if c.remote() {
+		return callErr(c, ctx, "DeleteMirror", mirrorArgs{Name: name})
+	}
 	img, err := c.lock(ctx)
 	if err != nil {
 		return err
@@ -225,6 +234,9 @@ func (c *Controller) DeleteMirror(ctx context.Context, name string) error {
 // partition count (failback: the old source becomes a destination). A
 // topic actively mirrored by another mirror is refused.
 func (c *Controller) AddMirrorTopics(ctx context.Context, mirror string, specs []TopicSpec) error {
+	if c.remote() {
+		return callErr(c, ctx, "AddMirrorTopics", mirrorArgs{Name: mirror, Specs: specs})
+	}
 	img, err := c.lock(ctx)
 	if err != nil {
 		return err
@@ -233,7 +245,7 @@ func (c *Controller) AddMirrorTopics(ctx context.Context, mirror string, specs [
 	if img.Mirrors[mirror] == nil {
 		return fmt.Errorf("add mirror topics: no mirror %q: %w", mirror, kerr.InvalidRequest)
 	}
-	brokers := sortedBrokers(img)
+	brokers := placeable(img)
 	var recs []Record
 	seen := map[string]bool{}
 	for i, s := range specs {
@@ -283,6 +295,9 @@ func (c *Controller) AddMirrorTopics(ctx context.Context, mirror string, specs [
 // StopMirrorTopic marks a topic's membership of mirror stopped: the topic
 // becomes writable.
 func (c *Controller) StopMirrorTopic(ctx context.Context, mirror, topic string) error {
+	if c.remote() {
+		return callErr(c, ctx, "StopMirrorTopic", mirrorArgs{Name: mirror, Topic: topic})
+	}
 	img, err := c.lock(ctx)
 	if err != nil {
 		return err
@@ -305,6 +320,9 @@ func (c *Controller) StopMirrorTopic(ctx context.Context, mirror, topic string) 
 // SetMirrorSync records what the metadata sync of a mirror remembers: the
 // source cluster ID and the ACLs it created.
 func (c *Controller) SetMirrorSync(ctx context.Context, mirror, sourceClusterID string, managed []ACL) error {
+	if c.remote() {
+		return callErr(c, ctx, "SetMirrorSync", mirrorArgs{Name: mirror, SourceClusterID: sourceClusterID, ACLs: managed})
+	}
 	img, err := c.lock(ctx)
 	if err != nil {
 		return err

@@ -2,77 +2,268 @@ package raftmeta
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
-func openTCP(t *testing.T, id int32, join bool) *Controller {
+// freeAddrs reserves n loopback addresses for controller ports.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ln.Addr().String())
+		ln.Close()
+	}
+	return out
+}
+
+// clusterNode is one node of a test quorum on its own in-memory Pebble.
+type clusterNode struct {
+	t   *testing.T
+	cfg Config
+	db  *pebble.DB
+	c   *Controller
+	s   *Session
+}
+
+func testVoters(addrs []string) []Voter {
+	vs := make([]Voter, len(addrs))
+	for i, a := range addrs {
+		vs[i] = Voter{ID: int32(i + 1), Addr: a}
+	}
+	return vs
+}
+
+func openNode(t *testing.T, id int32, voters []Voter, mod func(*Config)) *clusterNode {
 	t.Helper()
 	db, err := pebble.Open("db", &pebble.Options{FS: vfs.NewMem()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := Open(ctx, Config{
-		NodeID: id, Dir: t.TempDir(), DB: db, RaftAddr: "127.0.0.1:0", Join: join,
+	n := &clusterNode{t: t, db: db, cfg: Config{
+		NodeID: id, Dir: t.TempDir(), DB: db, Voters: voters,
+		SessionTimeout: 2 * time.Second, HeartbeatInterval: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}}
+	if mod != nil {
+		mod(&n.cfg)
+	}
+	n.c, err = Open(ctxT(t), n.cfg)
 	if err != nil {
 		db.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Error(err)
-		}
-		db.Close()
-	})
-	return c
+	t.Cleanup(n.close)
+	return n
+}
+
+func (n *clusterNode) register(ctx context.Context) error {
+	var err error
+	n.s, err = n.c.Register(ctx, Broker{ID: n.cfg.NodeID, Host: "127.0.0.1", Port: 9000 + n.cfg.NodeID, Incarnation: uuid.Random()})
+	return err
+}
+
+func (n *clusterNode) close() {
+	if n.c == nil {
+		return
+	}
+	if n.s != nil {
+		n.s.Close()
+	}
+	if err := n.c.Close(); err != nil {
+		n.t.Error(err)
+	}
+	n.db.Close()
+	n.c = nil
 }
 
 // waitImage waits until cond holds for c's image.
 func waitImage(t *testing.T, c *Controller, what string, cond func(*Image) bool) *Image {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond) // leadership changes publish too
+	defer tick.Stop()
 	for {
-		ch := c.Changed()
-		if img := c.Image(); cond(img) {
+		img, ch := c.Watch()
+		if cond(img) {
 			return img
 		}
 		select {
 		case <-ch:
+		case <-tick.C:
 		case <-deadline:
 			t.Fatalf("timed out waiting for %s; image %+v", what, c.Image())
 		}
 	}
 }
 
-// TestTCPQuorum runs a TCP voter, lets a second node join it, and checks
-// that the follower builds the same image and refuses decisions.
-func TestTCPQuorum(t *testing.T) {
-	leader := openTCP(t, 1, false)
-	registerBrokers(t, leader, 1, 2)
-	mustCreate(t, leader, TopicSpec{Name: "before", Partitions: 2, ReplicationFactor: 2})
+func startCluster(t *testing.T, n int) []*clusterNode {
+	t.Helper()
+	voters := testVoters(freeAddrs(t, n))
+	nodes := make([]*clusterNode, n)
+	for i := range nodes {
+		nodes[i] = openNode(t, int32(i+1), voters, nil)
+	}
+	errs := make(chan error, n)
+	for _, nd := range nodes {
+		go func() { errs <- nd.register(ctxT(t)) }()
+	}
+	for range nodes {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, nd := range nodes {
+		waitImage(t, nd.c, "every broker unfenced", func(img *Image) bool {
+			for _, v := range voters {
+				if b, ok := img.Brokers[v.ID]; !ok || b.Fenced {
+					return false
+				}
+			}
+			return img.ControllerID >= 0
+		})
+	}
+	return nodes
+}
 
-	follower := openTCP(t, 2, true)
-	if err := leader.AddVoter(ctxT(t), 2, follower.RaftAddr()); err != nil {
+// TestClusterQuorum forms a three-voter quorum, writes through a node that
+// does not lead (forwarding), and checks that every node has the same
+// image with replicas on every broker.
+func TestClusterQuorum(t *testing.T) {
+	nodes := startCluster(t, 3)
+	var follower *clusterNode
+	for _, n := range nodes {
+		if !n.c.IsLeader() {
+			follower = n
+		}
+	}
+	mustCreate(t, follower.c, TopicSpec{Name: "replicated", Partitions: 3, ReplicationFactor: 3})
+	img := follower.c.Image() // a forwarded write is applied locally before it returns
+	top := img.Topics["replicated"]
+	if top == nil {
+		t.Fatalf("the forwarded CreateTopics is not in the forwarding node's image")
+	}
+	leaders := map[int32]bool{}
+	for i, p := range top.Partitions {
+		if len(p.Replicas) != 3 || len(p.ISR) != 3 || p.Leader != p.Replicas[0] {
+			t.Fatalf("partition %d: %+v", i, p)
+		}
+		leaders[p.Leader] = true
+	}
+	if len(leaders) != 3 {
+		t.Fatalf("leaders %v: not spread over the brokers", leaders)
+	}
+	for _, n := range nodes {
+		got := waitImage(t, n.c, "the topic", func(img *Image) bool { return img.Topics["replicated"] != nil })
+		if got.Topics["replicated"].ID != top.ID || got.ClusterID != img.ClusterID {
+			t.Fatalf("node %d has another image", n.cfg.NodeID)
+		}
+	}
+	_, err := follower.c.AllocateProducerIDs(ctxT(t), 10)
+	if err != nil {
+		t.Fatalf("forwarded AllocateProducerIDs: %v", err)
+	}
+	if errs := follower.c.CreateTopics(ctxT(t), []TopicSpec{{Name: "replicated", Partitions: 1, ReplicationFactor: 1}}, false); !errors.Is(errs[0], kerr.TopicAlreadyExists) {
+		t.Fatalf("a forwarded error comes back with its code: %v", errs[0])
+	}
+}
+
+// TestClusterFencesAndElects closes a broker's session abruptly: the
+// controller fences it at once, moves its leaderships to the other ISR
+// members with a new leader epoch and takes it out of the ISRs; when it
+// registers again it is unfenced and leads again where it is the only
+// choice.
+func TestClusterFencesAndElects(t *testing.T) {
+	nodes := startCluster(t, 3)
+	mustCreate(t, nodes[0].c, TopicSpec{Name: "t", Partitions: 3, ReplicationFactor: 3})
+	var victim *clusterNode
+	for _, n := range nodes {
+		if !n.c.IsLeader() {
+			victim = n
+			break
+		}
+	}
+	id := victim.cfg.NodeID
+	before := waitImage(t, victim.c, "the topic", func(img *Image) bool { return img.Topics["t"] != nil }).Topics["t"]
+	victim.s.Close() // as kill -9 does: the session connection ends
+	victim.s = nil
+	other := nodes[0]
+	if other == victim {
+		other = nodes[1]
+	}
+	img := waitImage(t, other.c, "the broker fenced", func(img *Image) bool { return img.Brokers[id].Fenced })
+	for i, p := range img.Topics["t"].Partitions {
+		old := before.Partitions[i]
+		if p.Leader == id || p.Leader < 0 {
+			t.Fatalf("partition %d still led by %d: %+v", i, p.Leader, p)
+		}
+		if old.Leader == id && p.LeaderEpoch != old.LeaderEpoch+1 {
+			t.Fatalf("partition %d: leader epoch %d after %d", i, p.LeaderEpoch, old.LeaderEpoch)
+		}
+		if slices.Contains(p.ISR, id) {
+			t.Fatalf("partition %d: fenced broker %d still in ISR %v", i, id, p.ISR)
+		}
+	}
+	if err := victim.register(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	mustCreate(t, leader, TopicSpec{Name: "after", Partitions: 1, ReplicationFactor: 1})
-	want := leader.Image()
-	got := waitImage(t, follower, "replicated image", func(img *Image) bool { return img.Index >= want.Index && img.ControllerID == 1 })
-	if got.ClusterID != want.ClusterID || len(got.Topics) != 2 || got.Topics["before"].ID != want.Topics["before"].ID ||
-		len(got.TopicsByID) != 2 || len(got.Brokers) != 2 {
-		t.Fatalf("follower image %+v, leader %+v", got, want)
+	waitImage(t, other.c, "the broker unfenced", func(img *Image) bool { return !img.Brokers[id].Fenced })
+}
+
+// TestClusterRefusesMisconfiguredNodes: a node started with another
+// voter list, a second broker with a running broker's node ID, and a node
+// of another cluster are refused at once, naming the conflict, and the
+// cluster's metadata is untouched.
+func TestClusterRefusesMisconfiguredNodes(t *testing.T) {
+	nodes := startCluster(t, 3)
+	voters := nodes[0].cfg.Voters
+
+	// Another voter list: node 4 thinks the quorum is 1, 2 and itself.
+	other := append(append([]Voter(nil), voters[:2]...), Voter{ID: 4, Addr: freeAddrs(t, 1)[0]})
+	n4 := openNode(t, 4, other, nil)
+	err := n4.register(ctxT(t))
+	if err == nil || !strings.Contains(err.Error(), "controller.quorum.voters") {
+		t.Fatalf("a node with another voter list: %v", err)
 	}
-	wantCode(t, follower.CreateTopics(ctxT(t), []TopicSpec{{Name: "x", Partitions: 1, ReplicationFactor: 1}}, false)[0], kerr.NotController)
-	_, err := follower.AllocateProducerIDs(ctxT(t), 1)
-	wantCode(t, err, kerr.NotController)
+
+	// A second broker-only node 5 while the first runs.
+	n5 := openNode(t, 5, voters, func(c *Config) { c.ListenAddr = "127.0.0.1:0" })
+	if err := n5.register(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	n5b := openNode(t, 5, voters, func(c *Config) { c.ListenAddr = "127.0.0.1:0" })
+	err = n5b.register(ctxT(t))
+	if !errors.Is(err, kerr.DuplicateBrokerRegistration) {
+		t.Fatalf("a second node 5: %v", err)
+	}
+
+	// A node whose data dir belongs to another cluster.
+	n6 := openNode(t, 6, voters, func(c *Config) { c.ListenAddr = "127.0.0.1:0"; c.ClusterID = "another-cluster" })
+	err = n6.register(ctxT(t))
+	if err == nil || !strings.Contains(err.Error(), "another-cluster") {
+		t.Fatalf("a node of another cluster: %v", err)
+	}
+	img := nodes[0].c.Image()
+	if _, ok := img.Brokers[6]; ok {
+		t.Fatal("the node of another cluster was registered")
+	}
+	if _, ok := img.Brokers[4]; ok {
+		t.Fatal("the node with another voter list was registered")
+	}
 }

@@ -25,17 +25,22 @@ import (
 //     of a new cluster (Kafka keeps it in meta.properties; here it is
 //     replicated so that every voter agrees).
 //   - RegisterBroker {broker}: adds or replaces a broker registration
-//     (Kafka's RegisterBrokerRecord).
+//     (Kafka's RegisterBrokerRecord). The broker's epoch becomes the raft
+//     index of the record.
+//   - BrokerChange {id, epoch, fenced?, shuttingDown?}: fences, unfences
+//     or marks a controlled shutdown of the registration with that epoch
+//     (Fence-, UnfenceBroker- and BrokerRegistrationChangeRecord).
 //   - Topic {name, id, configs, internal}: creates a topic without
 //     partitions (TopicRecord; the initial configs ride along instead of
 //     separate ConfigRecords). The name and the ID must both be unused.
 //   - Partition {topicId, partition, replicas, isr, leader, leaderEpoch}:
 //     adds the next partition of a topic (PartitionRecord); partition must
 //     equal the topic's current partition count.
-//   - PartitionChange {topicId, partition, leader?, leaderEpoch?, isr?}:
-//     changes leadership or ISR of an existing partition
-//     (PartitionChangeRecord). Unlike Kafka, the new epoch is explicit;
-//     it may never go down.
+//   - PartitionChange {topicId, partition, leader?, leaderEpoch?, isr?,
+//     replicas?, reassignment?}: changes leadership, ISR or assignment of
+//     an existing partition (PartitionChangeRecord). Unlike Kafka, the new
+//     leader epoch is explicit; it may never go down. The partition epoch
+//     goes up by one.
 //   - Config {resourceType, resourceName, key, value}: sets (value non-nil)
 //     or deletes (value null) one dynamic config (ConfigRecord). Resource
 //     type 2 is a topic (by name), 4 a broker: name "" is the cluster-wide
@@ -50,6 +55,7 @@ type RecordType string
 const (
 	RecordCluster         RecordType = "Cluster"
 	RecordRegisterBroker  RecordType = "RegisterBroker"
+	RecordBrokerChange    RecordType = "BrokerChange"
 	RecordTopic           RecordType = "Topic"
 	RecordPartition       RecordType = "Partition"
 	RecordPartitionChange RecordType = "PartitionChange"
@@ -63,6 +69,7 @@ type Record struct {
 	Type            RecordType             `json:"type"`
 	ClusterID       string                 `json:"clusterId,omitempty"`
 	Broker          *Broker                `json:"broker,omitempty"`
+	BrokerChange    *BrokerChangeRecord    `json:"brokerChange,omitempty"`
 	Topic           *TopicRecord           `json:"topic,omitempty"`
 	Partition       *PartitionRecord       `json:"partition,omitempty"`
 	PartitionChange *PartitionChangeRecord `json:"partitionChange,omitempty"`
@@ -98,6 +105,25 @@ type PartitionChangeRecord struct {
 	Leader      *int32  `json:"leader,omitempty"`
 	LeaderEpoch *int32  `json:"leaderEpoch,omitempty"`
 	ISR         []int32 `json:"isr,omitempty"`
+	Replicas    []int32 `json:"replicas,omitempty"`
+	// Reassignment, when set, replaces the adding and removing replicas
+	// (both empty: no reassignment in progress).
+	Reassignment *Reassignment `json:"reassignment,omitempty"`
+}
+
+// Reassignment is the part of a partition a reassignment changes.
+type Reassignment struct {
+	Adding   []int32 `json:"adding,omitempty"`
+	Removing []int32 `json:"removing,omitempty"`
+}
+
+// BrokerChangeRecord changes a broker registration's state; nil fields
+// stay. It applies only to the registration of that epoch.
+type BrokerChangeRecord struct {
+	ID           int32 `json:"id"`
+	Epoch        int64 `json:"epoch"`
+	Fenced       *bool `json:"fenced,omitempty"`
+	ShuttingDown *bool `json:"shuttingDown,omitempty"`
 }
 
 // ConfigResource is the kind of resource a config belongs to; the values
@@ -133,6 +159,7 @@ type recordBatch struct {
 type builder struct {
 	img   *Image
 	owned map[*Topic]bool
+	index uint64 // the raft index of the batch
 }
 
 func newBuilder(old *Image) *builder {
@@ -184,7 +211,26 @@ func (b *builder) apply(r *Record) error {
 		if r.Broker == nil || r.Broker.ID < 0 {
 			return bad("missing or negative broker")
 		}
-		img.Brokers[r.Broker.ID] = *r.Broker
+		br := *r.Broker
+		br.Epoch = int64(b.index)
+		img.Brokers[br.ID] = br
+
+	case RecordBrokerChange:
+		bc := r.BrokerChange
+		if bc == nil {
+			return bad("missing change")
+		}
+		br, ok := img.Brokers[bc.ID]
+		if !ok || br.Epoch != bc.Epoch {
+			return fmt.Errorf("broker %d epoch %d is not registered (current epoch %d): %w", bc.ID, bc.Epoch, br.Epoch, kerr.StaleBrokerEpoch)
+		}
+		if bc.Fenced != nil {
+			br.Fenced = *bc.Fenced
+		}
+		if bc.ShuttingDown != nil {
+			br.ShuttingDown = *bc.ShuttingDown
+		}
+		img.Brokers[br.ID] = br
 
 	case RecordTopic:
 		tr := r.Topic
@@ -248,6 +294,13 @@ func (b *builder) apply(r *Record) error {
 		if pc.ISR != nil {
 			p.ISR = slices.Clone(pc.ISR)
 		}
+		if pc.Replicas != nil {
+			p.Replicas = slices.Clone(pc.Replicas)
+		}
+		if ra := pc.Reassignment; ra != nil {
+			p.AddingReplicas, p.RemovingReplicas = slices.Clone(ra.Adding), slices.Clone(ra.Removing)
+		}
+		p.PartitionEpoch++
 
 	case RecordConfig:
 		cr := r.Config
@@ -333,8 +386,9 @@ func setConfig(m map[string]string, key string, value *string) map[string]string
 
 // applyBatch returns the image that results from applying recs to old, or
 // an error and no image if any record does not apply.
-func applyBatch(old *Image, recs []Record) (*Image, error) {
+func applyBatch(old *Image, recs []Record, index uint64) (*Image, error) {
 	b := newBuilder(old)
+	b.index = index
 	for i := range recs {
 		if err := b.apply(&recs[i]); err != nil {
 			return nil, err

@@ -233,6 +233,9 @@ func (b *builder) applySecurity(r *Record) (ok bool, err error) {
 
 // CreateACLs adds the bindings; existing ones are left as they are.
 func (c *Controller) CreateACLs(ctx context.Context, acls []ACL) error {
+	if c.remote() {
+		return callErr(c, ctx, "CreateAcls", acls)
+	}
 	recs := make([]Record, 0, len(acls))
 	for i := range acls {
 		a := acls[i]
@@ -248,6 +251,9 @@ func (c *Controller) CreateACLs(ctx context.Context, acls []ACL) error {
 // DeleteACLs removes the bindings matched by filters (all in one batch)
 // and returns, per filter, the bindings it matched.
 func (c *Controller) DeleteACLs(ctx context.Context, filters []ACLFilter) ([][]ACL, error) {
+	if c.remote() {
+		return call[[][]ACL](c, ctx, "DeleteAcls", filters)
+	}
 	img, err := c.lock(ctx)
 	if err != nil {
 		return nil, err
@@ -284,6 +290,9 @@ type ScramChange struct {
 // AlterScram applies the changes in one batch. Deleting a credential that
 // does not exist is kerr.ResourceNotFound, as Kafka answers.
 func (c *Controller) AlterScram(ctx context.Context, changes []ScramChange) error {
+	if c.remote() {
+		return callErr(c, ctx, "AlterScram", changes)
+	}
 	img := c.Image()
 	recs := make([]Record, 0, len(changes))
 	for i := range changes {
@@ -304,6 +313,9 @@ func (c *Controller) AlterScram(ctx context.Context, changes []ScramChange) erro
 
 // AlterClientQuotas applies the changes in one batch.
 func (c *Controller) AlterClientQuotas(ctx context.Context, changes []ClientQuotaRecord) error {
+	if c.remote() {
+		return callErr(c, ctx, "AlterClientQuotas", changes)
+	}
 	recs := make([]Record, 0, len(changes))
 	for i := range changes {
 		q := changes[i]

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -94,6 +95,9 @@ func (b *Broker) reconcile(ctx context.Context) error {
 		}
 	}
 	for _, t := range img.Topics {
+		if b.meta.Clustered() {
+			break // the controller elects leaders as brokers come and go
+		}
 		for p, part := range t.Partitions {
 			_, live := img.Brokers[part.Leader]
 			if (part.Leader == -1 || !live) && slices.Contains(part.Replicas, b.cfg.NodeID) {
@@ -132,6 +136,8 @@ func (b *Broker) apply(old, cur *raftmeta.Image) {
 	delta := raftmeta.Diff(old, cur)
 	for _, t := range delta.DeletedTopics {
 		for p, part := range t.Partitions {
+			b.repl.unlead(t.ID, int32(p))
+			b.repl.unfollow(partKey{t.ID, int32(p)})
 			if part.Leader == b.cfg.NodeID {
 				b.leaderChange(t, int32(p), false, part.LeaderEpoch)
 			}
@@ -140,9 +146,10 @@ func (b *Broker) apply(old, cur *raftmeta.Image) {
 			}
 		}
 	}
-	// Dynamic broker configs change the defaults under every topic.
+	// Dynamic broker configs change the defaults under every topic, and
+	// broker changes where partitions' leaders are.
 	ids := slices.Concat(delta.CreatedTopics, delta.ChangedTopics)
-	if delta.BrokerConfigsChanged {
+	if delta.BrokerConfigsChanged || delta.BrokersChanged {
 		ids = ids[:0]
 		for id := range cur.TopicsByID {
 			ids = append(ids, id)
@@ -153,7 +160,7 @@ func (b *Broker) apply(old, cur *raftmeta.Image) {
 		if t == nil {
 			continue
 		}
-		b.applyTopic(old.TopicsByID[id], t)
+		b.applyTopic(old.TopicsByID[id], t, cur)
 	}
 	b.applied.set(cur)
 	for _, q := range b.metaObs {
@@ -163,12 +170,14 @@ func (b *Broker) apply(old, cur *raftmeta.Image) {
 
 // applyTopic creates or updates the engine partitions of t that this broker
 // hosts and reports leadership changes.
-func (b *Broker) applyTopic(old, t *raftmeta.Topic) {
+func (b *Broker) applyTopic(old, t *raftmeta.Topic, img *raftmeta.Image) {
 	cfg := b.topicLogConfig(t)
 	for i, part := range t.Partitions {
 		p := int32(i)
 		if !slices.Contains(part.Replicas, b.cfg.NodeID) {
-			// Reassigned away from us (multi-node, later): drop the data.
+			// Reassigned away from us: drop the data.
+			b.repl.unlead(t.ID, p)
+			b.repl.unfollow(partKey{t.ID, p})
 			if b.engine.Partition(t.ID, p) != nil {
 				if err := b.engine.Delete(t.ID, p); err != nil {
 					b.log.Error("delete unassigned partition", "topic", t.Name, "partition", p, "err", err)
@@ -186,6 +195,7 @@ func (b *Broker) applyTopic(old, t *raftmeta.Topic) {
 					b.log.Error("set leader epoch", "topic", t.Name, "partition", p, "epoch", part.LeaderEpoch, "err", err)
 				}
 			}
+			b.replicate(t, p, part, ep, img)
 		}
 		var was raftmeta.Partition
 		was.Leader = -1
@@ -262,5 +272,34 @@ func (q *metaQueue) run(ctx context.Context) {
 			q.mu.Unlock()
 			q.obs.OnMetadataUpdate(raftmeta.Diff(it.old, it.cur), it.cur)
 		}
+	}
+}
+
+// replicate starts or stops leading or following partition p of t as
+// this broker's role in it says. A partition with one replica is not
+// replicated: its high watermark follows its durable end.
+func (b *Broker) replicate(t *raftmeta.Topic, p int32, part raftmeta.Partition, ep *engine.Partition, img *raftmeta.Image) {
+	if b.session == nil {
+		return // standalone: every partition has one replica
+	}
+	k := partKey{t.ID, p}
+	replicated := len(part.Replicas) > 1
+	if err := ep.SetReplicated(replicated); err != nil {
+		b.log.Error("replication state", "topic", t.Name, "partition", p, "err", err)
+	}
+	switch {
+	case part.Leader == b.cfg.NodeID:
+		b.repl.unfollow(k)
+		if replicated {
+			b.repl.lead(t, p, part, ep)
+		} else {
+			b.repl.unlead(t.ID, p)
+		}
+	case part.Leader >= 0:
+		b.repl.unlead(t.ID, p)
+		b.repl.follow(t, p, part, ep, img)
+	default:
+		b.repl.unlead(t.ID, p)
+		b.repl.unfollow(k)
 	}
 }

@@ -453,6 +453,8 @@ func (b *Broker) dispatch(ctx context.Context, r *request) (kmsg.Response, error
 		return b.handleDeleteTopics(ctx, rc, req)
 	case *kmsg.CreatePartitionsRequest:
 		return b.handleCreatePartitions(ctx, rc, req)
+	case *kmsg.ElectLeadersRequest:
+		return b.handleElectLeaders(ctx, rc, req)
 	case *kmsg.DescribeConfigsRequest:
 		return b.handleDescribeConfigs(ctx, rc, req)
 	case *kmsg.AlterConfigsRequest:

@@ -40,6 +40,9 @@ type fetchPart struct {
 	// from their files (see fetchResponse); whoever drops them closes them.
 	recs   *engine.Records
 	nbytes int
+	// replicaSeen: this request's fetch offset was recorded as the
+	// follower's log end (once per request, not per long-poll read).
+	replicaSeen bool
 	// sent is the state last sent to a session's client, for deciding
 	// whether an incremental response must include the partition.
 	sentHWM, sentLSO, sentLogStart int64
@@ -119,9 +122,12 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 	if req.IsolationLevel == 1 {
 		iso = engine.ReadCommitted
 	}
-	replica := req.ReplicaID
+	replica := replicaFetch{id: req.ReplicaID, epoch: -1}
 	if req.Version >= 15 {
-		replica = req.ReplicaState.ID
+		replica = replicaFetch{id: req.ReplicaState.ID, epoch: req.ReplicaState.Epoch}
+	}
+	for _, fp := range parts {
+		fp.replicaSeen = false
 	}
 	maxBytes := int(req.MaxBytes)
 	if maxBytes <= 0 {
@@ -198,7 +204,7 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 // bytes read; done is true when the fetch must be answered now (an error or
 // a diverging epoch); waits are channels that close when a read partition's
 // high watermark moves.
-func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolation, replica int32, version int16) (total int, done bool, waits []<-chan struct{}) {
+func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolation, replica replicaFetch, version int16) (total int, done bool, waits []<-chan struct{}) {
 	for _, fp := range parts {
 		o := &fp.out
 		*o = kmsg.NewFetchResponseTopicPartition()
@@ -223,12 +229,6 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 			}
 			continue
 		}
-		if replica >= 0 {
-			// Followers do not exist yet; a client claiming to be one
-			// must not read past the high watermark.
-			fail(kerr.NotLeaderForPartition)
-			continue
-		}
 		ep, part, kerrErr := b.ledPartition(fp.topic, fp.key.partition)
 		if kerrErr != nil {
 			fail(kerrErr)
@@ -246,7 +246,15 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 			o.CurrentLeader.LeaderID, o.CurrentLeader.LeaderEpoch = part.Leader, part.LeaderEpoch
 			continue
 		}
-		waits = append(waits, ep.Wait()) // before reading: no missed wakeup
+		if replica.id >= 0 {
+			if err := b.checkReplica(fp, replica, part); err != nil {
+				fail(err)
+				continue
+			}
+			waits = append(waits, ep.WaitEnd()) // followers wait for new data, not for the hwm
+		} else {
+			waits = append(waits, ep.Wait()) // before reading: no missed wakeup
+		}
 		offs := ep.Offsets()
 		o.HighWatermark, o.LastStableOffset, o.LogStartOffset = offs.HighWatermark, offs.LastStable, offs.LogStart
 		if fp.req.LastFetchedEpoch >= 0 && version >= 12 {
@@ -263,7 +271,11 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		if limit <= 0 {
 			continue // the response is full; report positions only
 		}
-		res, recs, err := ep.FetchRecords(fp.req.FetchOffset, limit, iso)
+		readIso := iso
+		if replica.id >= 0 {
+			readIso = engine.ReadLogEnd // a follower reads up to the log end
+		}
+		res, recs, err := ep.FetchRecords(fp.req.FetchOffset, limit, readIso)
 		if err != nil {
 			o.ErrorCode = plugin.ErrorCode(err)
 			o.HighWatermark, o.LastStableOffset, o.LogStartOffset = -1, -1, -1

@@ -42,6 +42,9 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 	}
 
 	for _, br := range sortedBrokers(img) {
+		if br.Fenced {
+			continue // Kafka lists the brokers clients can use
+		}
 		rb := kmsg.NewMetadataResponseBroker()
 		rb.NodeID = br.ID
 		rb.Host, rb.Port = endpointFor(br, rc.Listener)
@@ -68,11 +71,7 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 			rp.Leader, rp.LeaderEpoch = part.Leader, part.LeaderEpoch
 			rp.Replicas, rp.ISR = part.Replicas, part.ISR
 			rp.OfflineReplicas = []int32{}
-			for _, r := range part.Replicas {
-				if _, ok := img.Brokers[r]; !ok {
-					rp.OfflineReplicas = append(rp.OfflineReplicas, r)
-				}
-			}
+			rp.OfflineReplicas = offlineReplicas(img, part)
 			if part.Leader == -1 {
 				rp.ErrorCode = kerr.LeaderNotAvailable.Code
 			}
@@ -143,5 +142,17 @@ func sortedTopics(img *raftmeta.Image) []*raftmeta.Topic {
 		}
 		return 0
 	})
+	return out
+}
+
+// offlineReplicas are the replicas of part whose broker is fenced or not
+// registered.
+func offlineReplicas(img *raftmeta.Image, part raftmeta.Partition) []int32 {
+	out := []int32{}
+	for _, r := range part.Replicas {
+		if br, ok := img.Brokers[r]; !ok || br.Fenced {
+			out = append(out, r)
+		}
+	}
 	return out
 }

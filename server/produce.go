@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -108,6 +110,10 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				}
 				continue
 			}
+			if req.Acks == -1 && len(part.ISR) < b.minISR(t) {
+				fail(kerr.NotEnoughReplicas, fmt.Sprintf("the ISR %v of %s-%d is smaller than min.insync.replicas %d", part.ISR, t.Name, rp.Partition, b.minISR(t)))
+				continue
+			}
 			if req.TransactionID != nil {
 				// The guard before the coordinator adds the partition to
 				// the transaction (Produce v12+): a refused partition must
@@ -138,6 +144,10 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				wait := ep.AppendAsync(ctx, areq)
 				applied.Done()
 				res, err := wait()
+				if err == nil && req.Acks == -1 && len(part.Replicas) > 1 {
+					// acks=all: answered once every ISR member has it.
+					err = b.awaitReplicated(ctx, t, rp.Partition, part.LeaderEpoch, ep, res.LastOffset, time.Duration(req.TimeoutMillis)*time.Millisecond)
+				}
 				if err != nil {
 					b.log.Debug("produce rejected", "topic", t.Name, "partition", rp.Partition, "err", err)
 					sp.ErrorCode = plugin.ErrorCode(err)

@@ -52,6 +52,8 @@ type Props struct {
 	// scales the throttling of repeated failures
 	// (connection.failed.authentication.delay.ms; 0 turns both off).
 	FailedAuthDelay time.Duration
+	// Cluster holds the keys of multi-broker clusters.
+	Cluster ClusterProps
 	// Unknown lists the keys of Config.Props that Tandem does not know;
 	// Kafka accepts them with a warning, and so does the broker.
 	Unknown []string
@@ -94,6 +96,10 @@ func ParseProps(m map[string]string) (Props, error) {
 		RequestReadTimeout:    time.Duration(l.int("tandem.request.read.timeout.ms")) * time.Millisecond,
 		FailedAuthDelay:       time.Duration(l.int("connection.failed.authentication.delay.ms")) * time.Millisecond,
 		static:                make(map[string]string, len(m)),
+	}
+	var err error
+	if p.Cluster, err = parseClusterProps(l); err != nil {
+		return Props{}, err
 	}
 	for k, v := range m {
 		p.static[k] = v
@@ -307,6 +313,15 @@ func noTieredStorage(v string) string {
 // brokerConfigList is every broker config Tandem knows or reports.
 var brokerConfigList = []*configDef{
 	{name: "auto.create.topics.enable", typ: kmsg.ConfigTypeBoolean, def: cfgStr("true"), doc: "Enable auto creation of topics on the server."},
+	{name: "auto.leader.rebalance.enable", typ: kmsg.ConfigTypeBoolean, def: cfgStr("true"), doc: "Move leadership back to preferred replicas when brokers lead too few of theirs."},
+	{name: "broker.heartbeat.interval.ms", typ: kmsg.ConfigTypeInt, def: cfgStr("2000"), valid: atLeast(1), doc: "How often a broker heartbeats to the active controller."},
+	{name: "broker.rack", typ: kmsg.ConfigTypeString, doc: "The rack of the broker, for rack-aware replica placement."},
+	{name: "broker.session.timeout.ms", typ: kmsg.ConfigTypeInt, def: cfgStr("9000"), valid: atLeast(1), doc: "A broker that has not heartbeated for this long is fenced and its leaderships move."},
+	{name: "controller.listener.names", typ: kmsg.ConfigTypeString, doc: "The listener (in listeners) the controller port binds to; by default a voter binds its controller.quorum.voters entry."},
+	{name: "controller.quorum.election.timeout.ms", typ: kmsg.ConfigTypeInt, def: cfgStr("1000"), valid: atLeast(1), doc: "How long a candidate waits for votes."},
+	{name: "controller.quorum.fetch.timeout.ms", typ: kmsg.ConfigTypeInt, def: cfgStr("2000"), valid: atLeast(1), doc: "How long a voter waits for the leader before it starts an election."},
+	{name: "controller.quorum.voters", typ: kmsg.ConfigTypeList, def: cfgStr(""), valid: validVoters, doc: "The metadata quorum, id@host:port,...; unset: a standalone broker."},
+	{name: "controlled.shutdown.enable", typ: kmsg.ConfigTypeBoolean, def: cfgStr("true"), doc: "On shutdown, move leaderships away before stopping."},
 	{name: "compression.type", typ: kmsg.ConfigTypeString, def: cfgStr("producer"), valid: oneOf(compressionTypes...), dynamic: true, doc: "The default compression type for topics."},
 	{name: "compression.gzip.level", typ: kmsg.ConfigTypeInt, def: cfgStr("-1"), valid: gzipLevel, dynamic: true, doc: "The compression level for gzip."},
 	{name: "compression.lz4.level", typ: kmsg.ConfigTypeInt, def: cfgStr("9"), valid: between(1, 17), dynamic: true, doc: "The compression level for lz4."},
@@ -315,6 +330,7 @@ var brokerConfigList = []*configDef{
 		doc: "How long the answer to a failed authentication is delayed; repeated failures of one user or address are spaced out in proportion (0: neither)."},
 	{name: "default.replication.factor", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), doc: "The replication factor for automatically created topics."},
 	{name: "delete.topic.enable", typ: kmsg.ConfigTypeBoolean, def: cfgStr("true"), doc: "Enables topic deletion."},
+	{name: "leader.imbalance.check.interval.seconds", typ: kmsg.ConfigTypeLong, def: cfgStr("300"), valid: atLeast(1), doc: "How often the controller checks for leader imbalance."},
 	{name: "log.cleaner.delete.retention.ms", typ: kmsg.ConfigTypeLong, def: cfgStr("86400000"), valid: atLeast(0), dynamic: true, doc: "How long delete tombstones are retained."},
 	{name: "log.cleaner.max.compaction.lag.ms", typ: kmsg.ConfigTypeLong, def: cfgStr(maxLong), valid: atLeast(1), dynamic: true, doc: "The maximum time a message remains ineligible for compaction."},
 	{name: "log.cleaner.min.cleanable.ratio", typ: kmsg.ConfigTypeDouble, def: cfgStr("0.5"), valid: between(0, 1), dynamic: true, doc: "The minimum ratio of dirty log to total log for a log to be compacted."},
@@ -348,6 +364,10 @@ var brokerConfigList = []*configDef{
 	{name: "num.partitions", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), doc: "The default number of partitions per topic."},
 	{name: "queued.max.request.bytes", typ: kmsg.ConfigTypeLong, def: cfgStr("134217728"), valid: atLeast(-1),
 		doc: "The bytes of requests being read or waiting for their handler before no more are read (-1: no limit)."},
+	{name: "replica.fetch.max.bytes", typ: kmsg.ConfigTypeInt, def: cfgStr("1048576"), valid: atLeast(0), doc: "The bytes a follower fetches per partition."},
+	{name: "replica.fetch.response.max.bytes", typ: kmsg.ConfigTypeInt, def: cfgStr("10485760"), valid: atLeast(0), doc: "The bytes of one replica fetch response."},
+	{name: "replica.fetch.wait.max.ms", typ: kmsg.ConfigTypeInt, def: cfgStr("500"), valid: atLeast(0), doc: "How long a follower's fetch waits for data."},
+	{name: "replica.lag.time.max.ms", typ: kmsg.ConfigTypeLong, def: cfgStr("30000"), valid: atLeast(1), doc: "A follower that has not caught up for this long leaves the ISR."},
 	{name: "socket.request.max.bytes", typ: kmsg.ConfigTypeInt, def: cfgStr("104857600"), valid: atLeast(1), doc: "The maximum number of bytes in a socket request."},
 	{name: "tandem.request.read.timeout.ms", typ: kmsg.ConfigTypeLong, def: cfgStr("60000"), valid: atLeast(1),
 		doc: "How long a client may take to send one request once its size arrived; slower connections are closed."},

@@ -41,6 +41,10 @@ type Config struct {
 	Plugins   []any             // hook implementations, found by type assertion
 	Logger    *slog.Logger
 	FS        vfs.FS // nil = disk; tests may pass a Pebble mem FS
+	// Dial opens every connection this broker makes to other nodes of
+	// its cluster (the controller port, replica fetches); nil is
+	// net.Dialer. Tests cut the network between brokers here.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Broker is one Kafka broker: a listener, a storage engine and a member of
@@ -72,6 +76,15 @@ type Broker struct {
 	quotas    *quotas
 	reauth    time.Duration        // connections.max.reauth.ms
 	pids      raftmeta.ProducerIDs // for idempotent producers
+
+	// A cluster member's state (cluster_*.go); zero for a standalone
+	// broker.
+	controllerAddr string            // where the controller port binds
+	session        *raftmeta.Session // registration and heartbeats
+	repl           *replication      // partitions led and followed
+	peerErrs       peerErrors        // failing inter-broker requests
+	shutdownOnce   sync.Once
+	aborting       bool // Abort: no controlled shutdown
 
 	addr     string
 	ctx      context.Context // canceled by Close
@@ -116,6 +129,16 @@ func New(cfg Config) (*Broker, error) {
 	if b.listeners, err = parseListeners(cfg.Props, cfg.Listen, cfg.Advertise); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	if name := props.Cluster.ControllerListener; name != "" {
+		// Kafka's controller listener is the controller port, not a
+		// listener for clients.
+		i := slices.IndexFunc(b.listeners, func(l *listener) bool { return l.name == name })
+		if i < 0 || len(b.listeners) == 1 {
+			return nil, fmt.Errorf("server: controller.listener.names %s must name one of several listeners", name)
+		}
+		b.controllerAddr = b.listeners[i].bind
+		b.listeners = slices.Delete(b.listeners, i, i+1)
+	}
 	if b.reauth, err = reauthMs(cfg.Props); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -135,6 +158,7 @@ func New(cfg Config) (*Broker, error) {
 		b.log.Warn("ignoring unknown broker properties", "keys", props.Unknown)
 	}
 	b.applied.init()
+	b.repl = newReplication(b)
 	b.m = newBrokerMetrics(b)
 	registerHealthMetrics(b)
 	b.leaderObs = plugin.All[plugin.LeaderObserver](cfg.Plugins)
@@ -210,22 +234,22 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("server: open engine: %w", err)
 	}
-	b.meta, err = raftmeta.Open(ctx, raftmeta.Config{
-		NodeID: b.cfg.NodeID,
-		Dir:    filepath.Join(b.cfg.DataDir, "meta"),
-		DB:     b.engine.DB(),
-		Limits: b.props.PartitionLimits,
-		Logger: b.log,
-	})
+	b.meta, err = raftmeta.Open(ctx, b.metaConfig(meta, host))
 	if err != nil {
 		return fmt.Errorf("server: open metadata: %w", err)
 	}
-	if err := checkClusterID(b.cfg.DataDir, meta, b.cfg.NodeID, b.meta.Image().ClusterID); err != nil {
-		return err
-	}
 	reg := raftmeta.Broker{ID: b.cfg.NodeID, Host: host, Port: int32(port), Endpoints: strings.Join(endpoints, ",")}
-	if err := b.meta.RegisterBroker(ctx, reg); err != nil {
-		return fmt.Errorf("server: register broker %d: %w", b.cfg.NodeID, err)
+	if b.meta.Clustered() {
+		if err := b.join(ctx, meta, reg); err != nil {
+			return err
+		}
+	} else {
+		if err := checkClusterID(b.cfg.DataDir, meta, b.cfg.NodeID, b.meta.Image().ClusterID); err != nil {
+			return err
+		}
+		if err := b.meta.RegisterBroker(ctx, reg); err != nil {
+			return fmt.Errorf("server: register broker %d: %w", b.cfg.NodeID, err)
+		}
 	}
 	// Plugins start before anything calls them: before leadership is
 	// reported and before a request can reach them.
@@ -243,6 +267,10 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		go func() { defer b.loops.Done(); q.run(b.ctx) }()
 	}
 	go func() { defer b.loops.Done(); b.metadataLoop() }()
+	if b.session != nil {
+		b.loops.Add(1)
+		go func() { defer b.loops.Done(); b.repl.isrLoop(b.ctx) }()
+	}
 	b.wg.Add(len(b.listeners))
 	for _, l := range b.listeners {
 		go func() { defer b.wg.Done(); b.acceptLoop(l) }()
@@ -278,6 +306,7 @@ func (b *Broker) Addr() string { return b.addr }
 // the plugins, and closes the metadata quorum and then the engine. It is
 // safe to call twice.
 func (b *Broker) Close() error {
+	b.controlledShutdown()
 	b.closeMu.Lock()
 	if b.closed {
 		b.closeMu.Unlock()
@@ -301,6 +330,9 @@ func (b *Broker) Close() error {
 	}
 	b.loops.Wait()
 	b.wg.Wait()
+	if b.session != nil {
+		b.repl.checkpoint()
+	}
 	var errs []error
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -310,6 +342,9 @@ func (b *Broker) Close() error {
 		}
 	}
 	b.reqBytes.stop()
+	if b.session != nil {
+		b.session.Close()
+	}
 	if b.meta != nil {
 		if err := b.meta.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close metadata: %w", err))
@@ -418,6 +453,7 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 	})
 	engineGauge("tandem_engine_disk_usage_bytes", func(st engine.Stats) float64 { return float64(st.DiskUsage) })
 	s.NewGauge("tandem_server_queued_request_bytes", func() float64 { return float64(b.reqBytes.inUse()) })
+	clusterMetrics(b, s)
 	return &brokerMetrics{
 		set:              s,
 		conns:            s.NewGauge("tandem_server_connections", nil),

@@ -236,7 +236,12 @@ func httpHandler(b *server.Broker, started *atomic.Bool, con http.Handler) http.
 			http.Error(w, "disk full: writes refused, reads served", http.StatusServiceUnavailable)
 			return
 		}
+		// A cluster member stays serving while peers are unreachable or
+		// refuse it; it says so, once per problem, under "ok".
 		io.WriteString(w, "ok")
+		for _, h := range b.Health() {
+			fmt.Fprintf(w, "\nwarning: %s", h)
+		}
 	})
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")

@@ -81,7 +81,7 @@ func TestMetricsPromtool(t *testing.T) {
 		`tandem_mirror_max_lag_records\{mirror="m1"\} 0`,
 		`tandem_server_requests_total\{api="AddTopicsToMirror"\} [1-9]\d*`,
 		`tandem_group_lag_records\{group="billing",topic="orders",partition="1"\} 0`,
-		`tandem_server_offline_partitions 0`,
+		`tandem_controller_offline_partitions 0`,
 	} {
 		if !regexp.MustCompile(`(?m)^` + want + `$`).MatchString(text) {
 			t.Errorf("/metrics lacks %s", want)

@@ -938,6 +938,18 @@ func aclMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry {
 			r.Topics = []kmsg.CreatePartitionsRequestTopic{{Topic: mTopic, Count: 2}}
 			return r
 		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.CreatePartitionsResponse).Topics[0].ErrorCode }},
+		43: {need: []grant{clusterG(kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrElectLeadersRequest()
+			r.TimeoutMillis = 5000
+			r.Topics = []kmsg.ElectLeadersRequestTopic{{Topic: mTopic, Partitions: []int32{0}}}
+			return r
+		}, code: func(r kmsg.Response) int16 {
+			resp := r.(*kmsg.ElectLeadersResponse)
+			if resp.ErrorCode != 0 {
+				return resp.ErrorCode
+			}
+			return resp.Topics[0].Partitions[0].ErrorCode
+		}, ok: []int16{kerr.ElectionNotNeeded.Code}}, // authorized: the only replica leads
 		42: {need: []grant{{kmsg.ACLResourceTypeGroup, "m-del-group", kmsg.ACLOperationDelete}}, req: func() kmsg.Request {
 			r := kmsg.NewPtrDeleteGroupsRequest()
 			r.Groups = []string{"m-del-group"}

@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"math"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// TestReplicatedHighWatermark: a replicated partition's high watermark
+// goes only as far as the replication layer allows and no further than
+// the durable end; followers read past it; a restart starts from the
+// checkpoint, not from the log end.
+func TestReplicatedHighWatermark(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openTest(t, fs)
+	p := mkPart(t, e, DefaultLogConfig())
+	b := func() []byte { return mkBatch(t, batchOpts{}, kv("a", "1"), kv("b", "2")) }
+	appendOK(t, p, OriginClient, b()) // 0-1, committed alone
+	if err := p.SetReplicated(true); err != nil {
+		t.Fatal(err)
+	}
+	appendOK(t, p, OriginClient, b()) // 2-3
+	appendOK(t, p, OriginClient, b()) // 4-5
+	if o := p.Offsets(); o.HighWatermark != 2 || o.LogEnd != 6 {
+		t.Fatalf("appends moved the high watermark of a replicated partition: %+v", o)
+	}
+	if got := recordsOf(t, fetchAll(t, p, 0)); len(got) != 2 {
+		t.Fatalf("consumers read above the high watermark: %v", got)
+	}
+	res, err := p.Fetch(2, 1<<20, ReadLogEnd)
+	if err != nil || len(res.Batches) != 2 || res.HighWatermark != 2 {
+		t.Fatalf("follower read: %d batches, hwm %d, err %v", len(res.Batches), res.HighWatermark, err)
+	}
+	if got := p.SetHighWatermark(4); got != 4 {
+		t.Fatalf("high watermark %d, want 4", got)
+	}
+	if got := p.SetHighWatermark(math.MaxInt64); got != 6 {
+		t.Fatalf("high watermark %d, want the durable end 6", got)
+	}
+	if got := p.SetHighWatermark(3); got != 6 {
+		t.Fatalf("high watermark went down to %d", got)
+	}
+	if p.LastFetchedEpoch() != 0 {
+		t.Fatalf("last fetched epoch %d", p.LastFetchedEpoch())
+	}
+	// The checkpoint is what a restart starts from.
+	p.SetHighWatermark(4) // nothing: 6 stays
+	if err := p.CheckpointHighWatermark(); err != nil {
+		t.Fatal(err)
+	}
+	appendOK(t, p, OriginClient, b()) // 6-7, never committed
+	e.Close()
+	e = openTest(t, fs)
+	p = e.Partition(testID, 0)
+	if o := p.Offsets(); o.HighWatermark != 8 {
+		t.Fatalf("reopened, not replicated yet: %+v", o)
+	}
+	if err := p.SetReplicated(true); err != nil {
+		t.Fatal(err)
+	}
+	if o := p.Offsets(); o.HighWatermark != 6 || o.LogEnd != 8 {
+		t.Fatalf("restarted replica: %+v, want the checkpointed high watermark 6", o)
+	}
+	if err := p.TruncateTo(6); err != nil {
+		t.Fatal(err)
+	}
+	if o := p.Offsets(); o.LogEnd != 6 || o.HighWatermark != 6 {
+		t.Fatalf("after truncation: %+v", o)
+	}
+}

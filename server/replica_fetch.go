@@ -1,0 +1,391 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/raftmeta"
+)
+
+// The follower's side of replication, as Kafka's ReplicaFetcherThread
+// does it: one fetcher per leader broker copies every partition this
+// broker follows there. When it starts following a partition (a new
+// leader or leader epoch) it first asks the leader, with
+// OffsetForLeaderEpoch, where its last epoch ends, and truncates what the
+// leader does not have (KIP-101, KIP-279); then it fetches with Fetch v15+
+// (ReplicaState: its node ID and broker epoch; LastFetchedEpoch, so that
+// the leader answers a divergence found later with DivergingEpoch),
+// appends what it gets at the leader's offsets, waits for it to be
+// durable before asking for more (the offset it asks for is what the
+// leader counts as replicated), and takes the leader's high watermark.
+
+// followed is a partition this broker follows.
+type followed struct {
+	topic       string
+	key         partKey
+	ep          *engine.Partition
+	leaderEpoch int32
+	truncated   bool // OffsetForLeaderEpoch done for leaderEpoch
+}
+
+// fetcher copies partitions from one leader.
+type fetcher struct {
+	b      *Broker
+	leader int32
+	addr   string
+	mu     sync.Mutex
+	parts  map[partKey]*followed
+	wake   chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// follow makes this broker follow partition p of t, led by leader.
+func (r *replication) follow(t *raftmeta.Topic, p int32, part raftmeta.Partition, ep *engine.Partition, img *raftmeta.Image) {
+	k := partKey{t.ID, p}
+	br, ok := img.Brokers[part.Leader]
+	if !ok {
+		r.unfollow(k)
+		return
+	}
+	addr := net.JoinHostPort(br.Host, strconv.Itoa(int(br.Port)))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, f := range r.fetchers {
+		if id != part.Leader || f.addr != addr {
+			f.remove(k)
+		}
+	}
+	f := r.fetchers[part.Leader]
+	if f != nil && f.addr != addr { // the leader restarted elsewhere
+		f.stop()
+		f = nil
+	}
+	if f == nil {
+		f = r.newFetcher(part.Leader, addr)
+		r.fetchers[part.Leader] = f
+	}
+	f.add(&followed{topic: t.Name, key: k, ep: ep, leaderEpoch: part.LeaderEpoch})
+}
+
+// unfollow stops fetching a partition.
+func (r *replication) unfollow(k partKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.fetchers {
+		f.remove(k)
+	}
+}
+
+// stop stops every fetcher.
+func (r *replication) stop() {
+	r.mu.Lock()
+	fs := r.fetchers
+	r.fetchers = map[int32]*fetcher{}
+	r.mu.Unlock()
+	for _, f := range fs {
+		f.stop()
+	}
+}
+
+func (r *replication) newFetcher(leader int32, addr string) *fetcher {
+	ctx, cancel := context.WithCancel(r.b.ctx)
+	f := &fetcher{b: r.b, leader: leader, addr: addr, parts: map[partKey]*followed{},
+		wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+	r.b.loops.Add(1)
+	go func() {
+		defer r.b.loops.Done()
+		defer close(f.done)
+		f.run(ctx)
+	}()
+	return f
+}
+
+func (f *fetcher) add(fp *followed) {
+	f.mu.Lock()
+	if cur := f.parts[fp.key]; cur != nil && cur.ep == fp.ep && cur.leaderEpoch == fp.leaderEpoch {
+		f.mu.Unlock()
+		return
+	}
+	f.parts[fp.key] = fp
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (f *fetcher) remove(k partKey) {
+	f.mu.Lock()
+	delete(f.parts, k)
+	f.mu.Unlock()
+}
+
+func (f *fetcher) stop() {
+	f.cancel()
+	<-f.done
+}
+
+func (f *fetcher) snapshot() []*followed {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]*followed, 0, len(f.parts))
+	for _, fp := range f.parts {
+		out = append(out, fp)
+	}
+	return out
+}
+
+// current reports whether fp is still what this fetcher follows.
+func (f *fetcher) current(fp *followed) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.parts[fp.key] == fp
+}
+
+func (f *fetcher) run(ctx context.Context) {
+	b := f.b
+	cl, err := b.interBrokerClient(f.addr)
+	if err != nil {
+		b.log.Error("replica fetcher: client", "leader", f.leader, "err", err)
+		return
+	}
+	defer cl.Close()
+	conn := cl.SeedBrokers()[0]
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		if backoff > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+		}
+		parts := f.snapshot()
+		if len(parts) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.wake:
+			}
+			continue
+		}
+		if err := f.truncate(ctx, conn, parts); err != nil {
+			backoff = f.failed(err, backoff)
+			continue
+		}
+		if err := f.fetch(ctx, conn, parts); err != nil {
+			backoff = f.failed(err, backoff)
+			continue
+		}
+		backoff = 0
+	}
+}
+
+// failed logs a failed exchange with the leader (once per kind, not at
+// every retry) and returns the next backoff.
+func (f *fetcher) failed(err error, backoff time.Duration) time.Duration {
+	if f.b.ctx.Err() == nil {
+		f.b.interBrokerFailed(f.leader, f.addr, err)
+	}
+	return min(max(backoff*2, 50*time.Millisecond), time.Second)
+}
+
+// truncate runs OffsetForLeaderEpoch for the partitions that have not
+// done it under their current leader epoch, and truncates them.
+func (f *fetcher) truncate(ctx context.Context, conn *kgo.Broker, parts []*followed) error {
+	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	req.ReplicaID = f.b.cfg.NodeID
+	var todo []*followed
+	byTopic := map[string]int{}
+	for _, fp := range parts {
+		if fp.truncated {
+			continue
+		}
+		last := fp.ep.LastFetchedEpoch()
+		if last < 0 {
+			fp.truncated = true // nothing to truncate
+			continue
+		}
+		i, ok := byTopic[fp.topic]
+		if !ok {
+			i = len(req.Topics)
+			byTopic[fp.topic] = i
+			rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+			rt.Topic = fp.topic
+			req.Topics = append(req.Topics, rt)
+		}
+		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+		rp.Partition, rp.CurrentLeaderEpoch, rp.LeaderEpoch = fp.key.p, fp.leaderEpoch, last
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+		todo = append(todo, fp)
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(rctx, conn)
+	if err != nil {
+		return fmt.Errorf("OffsetForLeaderEpoch to broker %d: %w", f.leader, err)
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			for _, fp := range todo {
+				if fp.topic != rt.Topic || fp.key.p != rp.Partition || !f.current(fp) {
+					continue
+				}
+				if rp.ErrorCode != 0 {
+					f.b.log.Debug("OffsetForLeaderEpoch", "topic", fp.topic, "partition", fp.key.p, "err", kerr.ErrorForCode(rp.ErrorCode))
+					continue
+				}
+				if err := f.truncateTo(fp, rp.LeaderEpoch, rp.EndOffset); err != nil {
+					return err
+				}
+				fp.truncated = true
+			}
+		}
+	}
+	return nil
+}
+
+// truncateTo truncates fp's log where it diverges from the leader's,
+// which says its epoch ends at end (KIP-279): at end, or where the
+// follower's own log of that epoch ends if that is lower. An undefined
+// epoch (-1) means the leader has nothing of ours: truncate to our high
+// watermark.
+func (f *fetcher) truncateTo(fp *followed, epoch int32, end int64) error {
+	offs := fp.ep.Offsets()
+	at := offs.HighWatermark
+	if epoch >= 0 {
+		myEpoch, myEnd := fp.ep.EndOffsetForEpoch(epoch)
+		at = end
+		if myEpoch == epoch || myEnd >= 0 {
+			at = min(end, myEnd)
+		}
+	}
+	if at >= offs.LogEnd {
+		return nil
+	}
+	f.b.log.Info("truncating a follower's log to its leader's", "topic", fp.topic, "partition", fp.key.p,
+		"leader", f.leader, "from", offs.LogEnd, "to", at, "leader_epoch", epoch)
+	if err := fp.ep.TruncateTo(at); err != nil {
+		return fmt.Errorf("truncate %s-%d to %d: %w", fp.topic, fp.key.p, at, err)
+	}
+	return nil
+}
+
+// fetch sends one Fetch and appends what it brings.
+func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed) error {
+	b := f.b
+	cp := b.props.Cluster
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = b.cfg.NodeID
+	req.ReplicaState.ID, req.ReplicaState.Epoch = b.cfg.NodeID, b.session.Epoch()
+	req.MaxWaitMillis = int32(cp.FetchWait.Milliseconds())
+	req.MinBytes = 1
+	req.MaxBytes = cp.FetchResponseBytes
+	req.SessionEpoch = -1
+	byID := map[[16]byte]int{}
+	fetching := map[partKey]*followed{}
+	for _, fp := range parts {
+		if !fp.truncated {
+			continue
+		}
+		i, ok := byID[fp.key.id]
+		if !ok {
+			i = len(req.Topics)
+			byID[fp.key.id] = i
+			rt := kmsg.NewFetchRequestTopic()
+			rt.Topic, rt.TopicID = fp.topic, fp.key.id
+			req.Topics = append(req.Topics, rt)
+		}
+		offs := fp.ep.Offsets()
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.CurrentLeaderEpoch = fp.key.p, fp.leaderEpoch
+		rp.FetchOffset, rp.LogStartOffset = offs.LogEnd, offs.LogStart
+		rp.LastFetchedEpoch = fp.ep.LastFetchedEpoch()
+		rp.PartitionMaxBytes = cp.FetchMaxBytes
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+		fetching[fp.key] = fp
+	}
+	if len(fetching) == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, cp.FetchWait+30*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(rctx, conn)
+	if err != nil {
+		return fmt.Errorf("Fetch from broker %d: %w", f.leader, err)
+	}
+	if resp.ErrorCode != 0 {
+		return fmt.Errorf("Fetch from broker %d: %w", f.leader, kerr.ErrorForCode(resp.ErrorCode))
+	}
+	b.interBrokerOK(f.leader)
+	var firstErr error
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			fp := fetching[partKey{rt.TopicID, rp.Partition}]
+			if fp == nil || !f.current(fp) {
+				continue
+			}
+			if err := f.handle(ctx, fp, &rp); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	return firstErr
+}
+
+// handle applies one partition of a fetch response.
+func (f *fetcher) handle(ctx context.Context, fp *followed, rp *kmsg.FetchResponseTopicPartition) error {
+	switch err := kerr.ErrorForCode(rp.ErrorCode); {
+	case err == nil:
+	case errors.Is(err, kerr.OffsetOutOfRange):
+		offs := fp.ep.Offsets()
+		if offs.LogEnd < rp.LogStartOffset {
+			// Retention removed what we would fetch next. Kafka starts
+			// the follower's log over at the leader's log start; the
+			// segment engine cannot move an empty log's start forward
+			// yet, so the follower stays out of the ISR and says why.
+			return fmt.Errorf("%s-%d: the follower's log ends at %d, below its leader's log start %d: it cannot catch up: %w",
+				fp.topic, fp.key.p, offs.LogEnd, rp.LogStartOffset, err)
+		}
+		fp.truncated = false // our end is past the leader's: find where we diverge
+		return nil
+	default:
+		// NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH,
+		// STALE_BROKER_EPOCH: one of us has not applied the latest
+		// metadata yet; the next image moves the partition.
+		return fmt.Errorf("%s-%d: %w", fp.topic, fp.key.p, err)
+	}
+	if rp.DivergingEpoch.Epoch >= 0 || rp.DivergingEpoch.EndOffset >= 0 {
+		return f.truncateTo(fp, rp.DivergingEpoch.Epoch, rp.DivergingEpoch.EndOffset)
+	}
+	if len(rp.RecordBatches) > 0 {
+		_, err := fp.ep.Append(ctx, &engine.AppendRequest{
+			Topic: fp.topic, TopicID: fp.key.id, Partition: fp.key.p,
+			Origin: engine.OriginReplica, Records: rp.RecordBatches, Acks: -1,
+		})
+		if err != nil {
+			return fmt.Errorf("%s-%d: append replicated batches: %w", fp.topic, fp.key.p, err)
+		}
+	}
+	fp.ep.SetHighWatermark(rp.HighWatermark)
+	if offs := fp.ep.Offsets(); rp.LogStartOffset > offs.LogStart && rp.LogStartOffset <= offs.HighWatermark {
+		if _, err := fp.ep.DeleteRecords(rp.LogStartOffset); err != nil {
+			f.b.log.Debug("follower log start", "topic", fp.topic, "partition", fp.key.p, "err", err)
+		}
+	}
+	return nil
+}
