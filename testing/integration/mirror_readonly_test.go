@@ -276,6 +276,13 @@ func TestMirrorSafeFailover(t *testing.T) {
 	if err := da.AddTopicsToMirror(ctx, map[string]string{"slow": "m", "calm": "m", "gone": "m"}); err != nil {
 		t.Fatal(err)
 	}
+	// The refusal needs a lag to report: wait until the source's end offset
+	// is known (on a loaded machine the first fetch can take longer than the
+	// failover's timeout). At 2 kB/s the 200 records take seconds to copy.
+	waitFor(t, time.Minute, "slow-0's source offset", func() bool {
+		st, _ := describe(t, dst, "m")
+		return st["slow/0"].SourceOffset > 0
+	})
 	report, err := da.Failover(ctx, "m", []string{"slow"}, admin.FailoverOptions{Timeout: time.Second})
 	if !errors.Is(err, kerr.RequestTimedOut) || !strings.Contains(err.Error(), "slow-0: lag") {
 		t.Fatalf("safe failover of a lagging topic: %v", err)
