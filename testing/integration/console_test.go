@@ -90,6 +90,9 @@ func mirrorRows(dom, name string) map[string][2]string {
 // names a file to copy it to, as docs/console-mirrors.png was made).
 func TestConsoleMirrorsPage(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("TANDEM_REQUIRE_CHROMIUM") != "" {
+			t.Fatalf("no headless browser: %s is missing, and TANDEM_REQUIRE_CHROMIUM is set", chromiumPath)
+		}
 		t.Skipf("no headless browser: %s is missing (apt-get install chromium); .ci/run installs it", chromiumPath)
 	}
 	src := startMirrorCluster(t, "")
