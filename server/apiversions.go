@@ -37,6 +37,8 @@ var apiVersions = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 37, MinVersion: 0, MaxVersion: 3}, // CreatePartitions
 	{ApiKey: 43, MinVersion: 0, MaxVersion: 2}, // ElectLeaders
 	{ApiKey: 44, MinVersion: 0, MaxVersion: 1}, // IncrementalAlterConfigs
+	{ApiKey: 45, MinVersion: 0, MaxVersion: 1}, // AlterPartitionReassignments
+	{ApiKey: 46, MinVersion: 0, MaxVersion: 0}, // ListPartitionReassignments
 	{ApiKey: 60, MinVersion: 0, MaxVersion: 1}, // DescribeCluster
 	{ApiKey: 61, MinVersion: 0, MaxVersion: 0}, // DescribeProducers
 }

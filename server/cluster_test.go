@@ -255,3 +255,98 @@ func TestClusterElectLeaders(t *testing.T) {
 		t.Fatalf("second election: %v, want ELECTION_NOT_NEEDED", r.Err)
 	}
 }
+
+// TestClusterReassignPartitions moves a partition to another broker with
+// AlterPartitionReassignments: while the new replica is down the move is
+// listed in progress, with the old replica still leading; once it is back
+// it catches up, the old replica leaves, and the records produced before
+// the move are read back from the new one.
+func TestClusterReassignPartitions(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, nil)
+	ctx := ctxFor(t, 2*time.Minute)
+	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...))
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "move"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "move", Value: fmt.Appendf(nil, "v%04d", i)}).FirstErr(); err != nil {
+			t.Fatalf("produce %d: %v", i, err)
+		}
+	}
+	from := c.Leader("move", 0)
+	to := from%3 + 1
+	c.Broker(to).Stop()
+
+	// Kafka refuses a change of replication factor unless asked for it.
+	rf := kmsg.NewPtrAlterPartitionAssignmentsRequest()
+	rf.AllowReplicationFactorChange = false
+	rf.Topics = []kmsg.AlterPartitionAssignmentsRequestTopic{{Topic: "move",
+		Partitions: []kmsg.AlterPartitionAssignmentsRequestTopicPartition{{Partition: 0, Replicas: []int32{from, to}}}}}
+	raw, err := rf.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := raw.Topics[0].Partitions[0].ErrorCode; code != kerr.InvalidReplicationFactor.Code {
+		t.Fatalf("replication factor change: error %d, want INVALID_REPLICATION_FACTOR", code)
+	}
+
+	var req kadm.AlterPartitionAssignmentsReq
+	req.Assign("move", 0, []int32{to})
+	res, err := adm.AlterPartitionAssignments(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res["move"][0]; r.Err != nil {
+		t.Fatalf("reassign: %v", r.Err)
+	}
+	listed, err := adm.ListPartitionReassignments(ctx, kadm.TopicsSet{"move": {0: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := listed["move"][0]
+	if !slices.Equal(got.Replicas, []int32{to, from}) || !slices.Equal(got.AddingReplicas, []int32{to}) || !slices.Equal(got.RemovingReplicas, []int32{from}) {
+		t.Fatalf("listed in progress: %+v", got)
+	}
+	// No topics lists every reassignment in progress.
+	all, err := kmsg.NewPtrListPartitionReassignmentsRequest().RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Topics) != 1 || all.Topics[0].Topic != "move" || len(all.Topics[0].Partitions) != 1 {
+		t.Fatalf("every reassignment: %+v", all.Topics)
+	}
+	if l := c.Leader("move", 0); l != from {
+		t.Fatalf("leader %d during the move, want %d", l, from)
+	}
+
+	c.Broker(to).Restart()
+	c.WaitFor("the new replica set", func(img *raftmeta.Image) bool {
+		p := img.Topics["move"].Partitions[0]
+		return slices.Equal(p.Replicas, []int32{to}) && p.Leader == to && len(p.AddingReplicas) == 0 && len(p.RemovingReplicas) == 0
+	})
+	listed, err = adm.ListPartitionReassignments(ctx, kadm.TopicsSet{"move": {0: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed["move"]) != 0 {
+		t.Fatalf("reassignments listed after the move: %+v", listed)
+	}
+	if n := countRecords(t, replicaLogs(t, c, "move", 0)[to]); n != 50 {
+		t.Fatalf("the new replica holds %d records, want 50", n)
+	}
+	cons := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics("move"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var vals []string
+	for len(vals) < 50 {
+		fs := cons.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		fs.EachRecord(func(r *kgo.Record) { vals = append(vals, string(r.Value)) })
+	}
+	for i, v := range vals {
+		if want := fmt.Sprintf("v%04d", i); v != want {
+			t.Fatalf("record %d: %q, want %q", i, v, want)
+		}
+	}
+}
