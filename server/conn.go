@@ -459,6 +459,8 @@ func (b *Broker) dispatch(ctx context.Context, r *request) (kmsg.Response, error
 		return b.handleAlterPartitionReassignments(ctx, rc, req)
 	case *kmsg.ListPartitionReassignmentsRequest:
 		return b.handleListPartitionReassignments(ctx, rc, req)
+	case *kmsg.DescribeLogDirsRequest:
+		return b.handleDescribeLogDirs(ctx, rc, req)
 	case *kmsg.DescribeConfigsRequest:
 		return b.handleDescribeConfigs(ctx, rc, req)
 	case *kmsg.AlterConfigsRequest:

@@ -929,6 +929,9 @@ func aclMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry {
 				Configs: []kmsg.AlterConfigsRequestResourceConfig{{Name: "retention.ms", Value: kmsg.StringPtr("100000")}}}}
 			return r
 		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.AlterConfigsResponse).Resources[0].ErrorCode }},
+		35: {need: []grant{clusterG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return kmsg.NewPtrDescribeLogDirsRequest()
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.DescribeLogDirsResponse).ErrorCode }},
 		36: {open: true, req: func() kmsg.Request {
 			return kmsg.NewPtrSASLAuthenticateRequest() // without a handshake: ILLEGAL_SASL_STATE, not an ACL matter
 		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.SASLAuthenticateResponse).ErrorCode }, ok: []int16{kerr.IllegalSaslState.Code}},
