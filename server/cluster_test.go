@@ -174,9 +174,16 @@ func TestClusterReplication(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// A consumer reads each acknowledged value once, in order.
-	cons := tandemtest.Client(t, c.Addrs()[1], kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics("rep"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	consumeValues(t, ctx, c, "rep", 100)
+}
+
+// consumeValues reads topic from the start through the cluster and
+// checks it holds the values v0000 to v<n-1>, once each and in order.
+func consumeValues(t *testing.T, ctx context.Context, c *tandemtest.Cluster, topic string, n int) {
+	t.Helper()
+	cons := tandemtest.Client(t, c.Addrs()[1], kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	var got []string
-	for len(got) < 100 {
+	for len(got) < n {
 		fs := cons.PollFetches(ctx)
 		if err := fs.Err0(); err != nil {
 			t.Fatal(err)
@@ -269,11 +276,7 @@ func TestClusterReassignPartitions(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "move"); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 50 {
-		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "move", Value: fmt.Appendf(nil, "v%04d", i)}).FirstErr(); err != nil {
-			t.Fatalf("produce %d: %v", i, err)
-		}
-	}
+	produceN(t, ctx, cl, "move", 50)
 	from := c.Leader("move", 0)
 	to := from%3 + 1
 	c.Broker(to).Stop()
@@ -319,6 +322,20 @@ func TestClusterReassignPartitions(t *testing.T) {
 	if l := c.Leader("move", 0); l != from {
 		t.Fatalf("leader %d during the move, want %d", l, from)
 	}
+	// Cancelled, the partition is back on its replica; moved again, it
+	// waits for the new one as before.
+	var cancel kadm.AlterPartitionAssignmentsReq
+	cancel.CancelAssign("move", 0)
+	if res, err = adm.AlterPartitionAssignments(ctx, cancel); err != nil || res["move"][0].Err != nil {
+		t.Fatalf("cancel: %v %+v", err, res)
+	}
+	c.WaitFor("the cancelled move undone", func(img *raftmeta.Image) bool {
+		p := img.Topics["move"].Partitions[0]
+		return slices.Equal(p.Replicas, []int32{from}) && len(p.AddingReplicas) == 0 && len(p.RemovingReplicas) == 0
+	})
+	if res, err = adm.AlterPartitionAssignments(ctx, req); err != nil || res["move"][0].Err != nil {
+		t.Fatalf("reassign again: %v %+v", err, res)
+	}
 
 	c.Broker(to).Restart()
 	c.WaitFor("the new replica set", func(img *raftmeta.Image) bool {
@@ -335,18 +352,5 @@ func TestClusterReassignPartitions(t *testing.T) {
 	if n := countRecords(t, replicaLogs(t, c, "move", 0)[to]); n != 50 {
 		t.Fatalf("the new replica holds %d records, want 50", n)
 	}
-	cons := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics("move"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	var vals []string
-	for len(vals) < 50 {
-		fs := cons.PollFetches(ctx)
-		if err := fs.Err0(); err != nil {
-			t.Fatal(err)
-		}
-		fs.EachRecord(func(r *kgo.Record) { vals = append(vals, string(r.Value)) })
-	}
-	for i, v := range vals {
-		if want := fmt.Sprintf("v%04d", i); v != want {
-			t.Fatalf("record %d: %q, want %q", i, v, want)
-		}
-	}
+	consumeValues(t, ctx, c, "move", 50)
 }
