@@ -490,11 +490,7 @@ func (e *Engine) Metrics() Stats {
 	parts := e.partitions()
 	s.Partitions = len(parts)
 	for _, p := range parts {
-		p.mu.Lock()
-		for _, seg := range p.segs {
-			s.DiskUsage += uint64(seg.size)
-		}
-		p.mu.Unlock()
+		s.DiskUsage += uint64(p.Size())
 	}
 	e.files.mu.Lock()
 	s.OpenFiles = e.files.open

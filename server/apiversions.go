@@ -32,11 +32,14 @@ var apiVersions = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 22, MinVersion: 0, MaxVersion: 5}, // InitProducerId
 	{ApiKey: 23, MinVersion: 2, MaxVersion: 4}, // OffsetForLeaderEpoch
 	{ApiKey: 32, MinVersion: 1, MaxVersion: 4}, // DescribeConfigs
+	{ApiKey: 35, MinVersion: 1, MaxVersion: 4}, // DescribeLogDirs
 	{ApiKey: 36, MinVersion: 0, MaxVersion: 2}, // SaslAuthenticate
 	{ApiKey: 33, MinVersion: 0, MaxVersion: 2}, // AlterConfigs
 	{ApiKey: 37, MinVersion: 0, MaxVersion: 3}, // CreatePartitions
 	{ApiKey: 43, MinVersion: 0, MaxVersion: 2}, // ElectLeaders
 	{ApiKey: 44, MinVersion: 0, MaxVersion: 1}, // IncrementalAlterConfigs
+	{ApiKey: 45, MinVersion: 0, MaxVersion: 1}, // AlterPartitionReassignments
+	{ApiKey: 46, MinVersion: 0, MaxVersion: 0}, // ListPartitionReassignments
 	{ApiKey: 60, MinVersion: 0, MaxVersion: 1}, // DescribeCluster
 	{ApiKey: 61, MinVersion: 0, MaxVersion: 0}, // DescribeProducers
 }

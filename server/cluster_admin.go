@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -80,6 +82,119 @@ func (b *Broker) handleElectLeaders(ctx context.Context, rc *RequestContext, req
 	if elected {
 		if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
 			b.log.Warn("elect leaders: waiting for the new leaders", "err", err)
+		}
+	}
+	return resp, nil
+}
+
+// handleAlterPartitionReassignments starts or cancels (no replicas)
+// partition reassignments through the controller; it needs ALTER on the
+// cluster. Without AllowReplicationFactorChange (v1, KIP-860) a target
+// with another number of replicas is refused, as in Kafka.
+func (b *Broker) handleAlterPartitionReassignments(ctx context.Context, rc *RequestContext, req *kmsg.AlterPartitionAssignmentsRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.AlterPartitionAssignmentsResponse)
+	resp.AllowReplicationFactorChange = req.AllowReplicationFactorChange
+	type at struct{ t, p int }
+	var reqs []raftmeta.ReassignRequest
+	var where []at
+	img := b.image()
+	allowed := rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, clusterName)
+	if !allowed {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+	}
+	for i, t := range req.Topics {
+		rt := kmsg.NewAlterPartitionAssignmentsResponseTopic()
+		rt.Topic = t.Topic
+		for j, p := range t.Partitions {
+			rp := kmsg.NewAlterPartitionAssignmentsResponseTopicPartition()
+			rp.Partition = p.Partition
+			switch {
+			case !allowed:
+				rp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+			case p.Replicas != nil && !req.AllowReplicationFactorChange && changesRF(img, t.Topic, p.Partition, len(p.Replicas)):
+				rp.ErrorCode = kerr.InvalidReplicationFactor.Code
+				rp.ErrorMessage = kmsg.StringPtr("the reassignment changes the replication factor and AllowReplicationFactorChange is false")
+			default:
+				reqs = append(reqs, raftmeta.ReassignRequest{Topic: t.Topic, Partition: p.Partition, Replicas: p.Replicas})
+				where = append(where, at{i, j})
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	if len(reqs) == 0 {
+		return resp, nil
+	}
+	started := false
+	for n, err := range b.meta.AlterPartitionReassignments(ctx, reqs) {
+		rp := &resp.Topics[where[n].t].Partitions[where[n].p]
+		rp.ErrorCode, rp.ErrorMessage = adminErrCode(err)
+		started = started || err == nil
+	}
+	if started {
+		if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
+			b.log.Warn("reassign partitions: waiting for the new assignment", "err", err)
+		}
+	}
+	return resp, nil
+}
+
+// changesRF reports whether n replicas differ in number from the
+// partition's replicas before any reassignment in progress. An unknown
+// partition does not: the controller answers for it.
+func changesRF(img *raftmeta.Image, topic string, partition int32, n int) bool {
+	t := img.Topics[topic]
+	if t == nil || partition < 0 || int(partition) >= len(t.Partitions) {
+		return false
+	}
+	p := t.Partitions[partition]
+	return n != len(p.Replicas)-len(p.AddingReplicas)
+}
+
+// handleListPartitionReassignments answers the reassignments in progress
+// from the applied image: of the partitions named, or of every partition
+// when none are. It needs DESCRIBE on the cluster.
+func (b *Broker) handleListPartitionReassignments(_ context.Context, rc *RequestContext, req *kmsg.ListPartitionReassignmentsRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.ListPartitionReassignmentsResponse)
+	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, clusterName) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp, nil
+	}
+	img := b.image()
+	add := func(name string, t *raftmeta.Topic, parts []int32) {
+		rt := kmsg.NewListPartitionReassignmentsResponseTopic()
+		rt.Topic = name
+		for _, i := range parts {
+			if i < 0 || int(i) >= len(t.Partitions) {
+				continue
+			}
+			p := t.Partitions[i]
+			if len(p.AddingReplicas) == 0 && len(p.RemovingReplicas) == 0 {
+				continue
+			}
+			rp := kmsg.NewListPartitionReassignmentsResponseTopicPartition()
+			rp.Partition, rp.Replicas = i, p.Replicas
+			rp.AddingReplicas, rp.RemovingReplicas = p.AddingReplicas, p.RemovingReplicas
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		if len(rt.Partitions) > 0 {
+			resp.Topics = append(resp.Topics, rt)
+		}
+	}
+	if req.Topics == nil {
+		for _, name := range slices.Sorted(maps.Keys(img.Topics)) {
+			t := img.Topics[name]
+			all := make([]int32, len(t.Partitions))
+			for i := range all {
+				all[i] = int32(i)
+			}
+			add(name, t, all)
+		}
+		return resp, nil
+	}
+	for _, rt := range req.Topics {
+		if t := img.Topics[rt.Topic]; t != nil {
+			add(rt.Topic, t, rt.Partitions)
 		}
 	}
 	return resp, nil

@@ -174,9 +174,16 @@ func TestClusterReplication(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// A consumer reads each acknowledged value once, in order.
-	cons := tandemtest.Client(t, c.Addrs()[1], kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics("rep"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	consumeValues(t, ctx, c, "rep", 100)
+}
+
+// consumeValues reads topic from the start through the cluster and
+// checks it holds the values v0000 to v<n-1>, once each and in order.
+func consumeValues(t *testing.T, ctx context.Context, c *tandemtest.Cluster, topic string, n int) {
+	t.Helper()
+	cons := tandemtest.Client(t, c.Addrs()[1], kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	var got []string
-	for len(got) < 100 {
+	for len(got) < n {
 		fs := cons.PollFetches(ctx)
 		if err := fs.Err0(); err != nil {
 			t.Fatal(err)
@@ -254,4 +261,96 @@ func TestClusterElectLeaders(t *testing.T) {
 	if r := res["pref"][0]; !errors.Is(r.Err, kerr.ElectionNotNeeded) {
 		t.Fatalf("second election: %v, want ELECTION_NOT_NEEDED", r.Err)
 	}
+}
+
+// TestClusterReassignPartitions moves a partition to another broker with
+// AlterPartitionReassignments: while the new replica is down the move is
+// listed in progress, with the old replica still leading; once it is back
+// it catches up, the old replica leaves, and the records produced before
+// the move are read back from the new one.
+func TestClusterReassignPartitions(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, nil)
+	ctx := ctxFor(t, 2*time.Minute)
+	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...))
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "move"); err != nil {
+		t.Fatal(err)
+	}
+	produceN(t, ctx, cl, "move", 50)
+	from := c.Leader("move", 0)
+	to := from%3 + 1
+	c.Broker(to).Stop()
+
+	// Kafka refuses a change of replication factor unless asked for it.
+	rf := kmsg.NewPtrAlterPartitionAssignmentsRequest()
+	rf.AllowReplicationFactorChange = false
+	rf.Topics = []kmsg.AlterPartitionAssignmentsRequestTopic{{Topic: "move",
+		Partitions: []kmsg.AlterPartitionAssignmentsRequestTopicPartition{{Partition: 0, Replicas: []int32{from, to}}}}}
+	raw, err := rf.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := raw.Topics[0].Partitions[0].ErrorCode; code != kerr.InvalidReplicationFactor.Code {
+		t.Fatalf("replication factor change: error %d, want INVALID_REPLICATION_FACTOR", code)
+	}
+
+	var req kadm.AlterPartitionAssignmentsReq
+	req.Assign("move", 0, []int32{to})
+	res, err := adm.AlterPartitionAssignments(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res["move"][0]; r.Err != nil {
+		t.Fatalf("reassign: %v", r.Err)
+	}
+	listed, err := adm.ListPartitionReassignments(ctx, kadm.TopicsSet{"move": {0: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := listed["move"][0]
+	if !slices.Equal(got.Replicas, []int32{to, from}) || !slices.Equal(got.AddingReplicas, []int32{to}) || !slices.Equal(got.RemovingReplicas, []int32{from}) {
+		t.Fatalf("listed in progress: %+v", got)
+	}
+	// No topics lists every reassignment in progress.
+	all, err := kmsg.NewPtrListPartitionReassignmentsRequest().RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Topics) != 1 || all.Topics[0].Topic != "move" || len(all.Topics[0].Partitions) != 1 {
+		t.Fatalf("every reassignment: %+v", all.Topics)
+	}
+	if l := c.Leader("move", 0); l != from {
+		t.Fatalf("leader %d during the move, want %d", l, from)
+	}
+	// Cancelled, the partition is back on its replica; moved again, it
+	// waits for the new one as before.
+	var cancel kadm.AlterPartitionAssignmentsReq
+	cancel.CancelAssign("move", 0)
+	if res, err = adm.AlterPartitionAssignments(ctx, cancel); err != nil || res["move"][0].Err != nil {
+		t.Fatalf("cancel: %v %+v", err, res)
+	}
+	c.WaitFor("the cancelled move undone", func(img *raftmeta.Image) bool {
+		p := img.Topics["move"].Partitions[0]
+		return slices.Equal(p.Replicas, []int32{from}) && len(p.AddingReplicas) == 0 && len(p.RemovingReplicas) == 0
+	})
+	if res, err = adm.AlterPartitionAssignments(ctx, req); err != nil || res["move"][0].Err != nil {
+		t.Fatalf("reassign again: %v %+v", err, res)
+	}
+
+	c.Broker(to).Restart()
+	c.WaitFor("the new replica set", func(img *raftmeta.Image) bool {
+		p := img.Topics["move"].Partitions[0]
+		return slices.Equal(p.Replicas, []int32{to}) && p.Leader == to && len(p.AddingReplicas) == 0 && len(p.RemovingReplicas) == 0
+	})
+	listed, err = adm.ListPartitionReassignments(ctx, kadm.TopicsSet{"move": {0: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed["move"]) != 0 {
+		t.Fatalf("reassignments listed after the move: %+v", listed)
+	}
+	if n := countRecords(t, replicaLogs(t, c, "move", 0)[to]); n != 50 {
+		t.Fatalf("the new replica holds %d records, want 50", n)
+	}
+	consumeValues(t, ctx, c, "move", 50)
 }

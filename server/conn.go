@@ -455,6 +455,12 @@ func (b *Broker) dispatch(ctx context.Context, r *request) (kmsg.Response, error
 		return b.handleCreatePartitions(ctx, rc, req)
 	case *kmsg.ElectLeadersRequest:
 		return b.handleElectLeaders(ctx, rc, req)
+	case *kmsg.AlterPartitionAssignmentsRequest:
+		return b.handleAlterPartitionReassignments(ctx, rc, req)
+	case *kmsg.ListPartitionReassignmentsRequest:
+		return b.handleListPartitionReassignments(ctx, rc, req)
+	case *kmsg.DescribeLogDirsRequest:
+		return b.handleDescribeLogDirs(ctx, rc, req)
 	case *kmsg.DescribeConfigsRequest:
 		return b.handleDescribeConfigs(ctx, rc, req)
 	case *kmsg.AlterConfigsRequest:

@@ -929,6 +929,9 @@ func aclMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry {
 				Configs: []kmsg.AlterConfigsRequestResourceConfig{{Name: "retention.ms", Value: kmsg.StringPtr("100000")}}}}
 			return r
 		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.AlterConfigsResponse).Resources[0].ErrorCode }},
+		35: {need: []grant{clusterG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return kmsg.NewPtrDescribeLogDirsRequest()
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.DescribeLogDirsResponse).ErrorCode }},
 		36: {open: true, req: func() kmsg.Request {
 			return kmsg.NewPtrSASLAuthenticateRequest() // without a handshake: ILLEGAL_SASL_STATE, not an ACL matter
 		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.SASLAuthenticateResponse).ErrorCode }, ok: []int16{kerr.IllegalSaslState.Code}},
@@ -962,6 +965,18 @@ func aclMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry {
 				Configs: []kmsg.IncrementalAlterConfigsRequestResourceConfig{{Name: "retention.ms", Value: kmsg.StringPtr("100000")}}}}
 			return r
 		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.IncrementalAlterConfigsResponse).Resources[0].ErrorCode }},
+		45: {need: []grant{clusterG(kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrAlterPartitionAssignmentsRequest()
+			r.Topics = []kmsg.AlterPartitionAssignmentsRequestTopic{{Topic: mTopic,
+				Partitions: []kmsg.AlterPartitionAssignmentsRequestTopicPartition{{Partition: 0}}}} // no replicas: cancel
+			return r
+		}, code: func(r kmsg.Response) int16 {
+			resp := r.(*kmsg.AlterPartitionAssignmentsResponse)
+			return first(resp.ErrorCode, resp.Topics[0].Partitions[0].ErrorCode)
+		}, ok: []int16{kerr.NoReassignmentInProgress.Code}}, // authorized: nothing to cancel
+		46: {need: []grant{clusterG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return kmsg.NewPtrListPartitionReassignmentsRequest()
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.ListPartitionReassignmentsResponse).ErrorCode }},
 		47: {need: []grant{groupG(kmsg.ACLOperationDelete), topicG(kmsg.ACLOperationRead)}, req: func() kmsg.Request {
 			r := kmsg.NewPtrOffsetDeleteRequest()
 			r.Group = mGroup
