@@ -354,3 +354,31 @@ func TestClusterReassignPartitions(t *testing.T) {
 	}
 	consumeValues(t, ctx, c, "move", 50)
 }
+
+// TestClusterSend sends a request from one broker to another through
+// Host.Send, the path coordinators use for inter-broker APIs, and gets the
+// peer's answer; a node that is not registered is a clear error.
+func TestClusterSend(t *testing.T) {
+	c := tandemtest.StartCluster(t, 2, nil)
+	ctx := ctxFor(t, 30*time.Second)
+	c.WaitFor("both brokers registered", func(img *raftmeta.Image) bool { return len(img.Brokers) == 2 })
+	b1 := c.Broker(1).Broker()
+	resp, err := b1.Send(ctx, 2, kmsg.NewPtrApiVersionsRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if av := resp.(*kmsg.ApiVersionsResponse); av.ErrorCode != 0 || len(av.ApiKeys) == 0 {
+		t.Fatalf("ApiVersions from broker 2: %+v", av)
+	}
+	md := kmsg.NewPtrMetadataRequest()
+	resp, err = b1.Send(ctx, 2, md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(resp.(*kmsg.MetadataResponse).Brokers); n != 2 {
+		t.Fatalf("broker 2 answers %d brokers", n)
+	}
+	if _, err := b1.Send(ctx, 9, kmsg.NewPtrApiVersionsRequest()); !errors.Is(err, kerr.BrokerNotAvailable) {
+		t.Fatalf("send to an unknown node: %v", err)
+	}
+}

@@ -83,6 +83,7 @@ type Broker struct {
 	session        *raftmeta.Session // registration and heartbeats
 	repl           *replication      // partitions led and followed
 	peerErrs       peerErrors        // failing inter-broker requests
+	peers          peerClients       // Send's connections to other brokers
 	shutdownOnce   sync.Once
 	aborting       bool // Abort: no controlled shutdown
 
@@ -333,6 +334,7 @@ func (b *Broker) Close() error {
 	if b.session != nil {
 		b.repl.checkpoint()
 	}
+	defer b.peers.close() // plugins may Send while they stop
 	var errs []error
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

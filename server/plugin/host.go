@@ -3,6 +3,8 @@ package plugin
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
@@ -34,6 +36,12 @@ type Host interface {
 	// created. The wait needs leadership to be reconciled (step 3 of the
 	// order): do not call it from Start.
 	EnsureTopic(ctx context.Context, t InternalTopic) (*raftmeta.Topic, error)
+	// Send sends req to broker node (a node ID of the image's Brokers)
+	// over the inter-broker listener, authenticated as this broker, as
+	// Kafka's brokers send WriteTxnMarkers or the mirror state APIs to
+	// each other. Errors are the connection's or the request's, not the
+	// response's error codes.
+	Send(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error)
 	// Plugins are the broker's plugins (server.Config.Plugins), to find
 	// another plugin's capability with Find or All.
 	Plugins() []any
