@@ -2,6 +2,7 @@ package raftmeta
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -119,6 +120,9 @@ func (c *Controller) openClusterTransport(rc *raft.Config, rlog *raftLogger) (*r
 			return nil, fmt.Errorf("node %d cannot listen on its controller.quorum.voters entry %s (is another node %d running, or is the address not this host's?): %w", cfg.NodeID, bind, cfg.NodeID, err)
 		}
 		return nil, fmt.Errorf("raftmeta: controller port on %s: %w", bind, err)
+	}
+	if cfg.ServerTLS != nil {
+		ln = tls.NewListener(ln, cfg.ServerTLS)
 	}
 	adv := own
 	if adv == "" {

@@ -2,6 +2,7 @@ package raftmeta
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -42,6 +43,10 @@ type Config struct {
 	// Dial opens the connections to other nodes (nil: net.Dialer).
 	// Tests cut the network between nodes here.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ServerTLS and ClientTLS, when set, make the controller port speak
+	// TLS: ServerTLS on accepted connections, ClientTLS (its ServerName
+	// set to each peer's host) on dialed ones.
+	ServerTLS, ClientTLS *tls.Config
 	// ElectionTimeout and FetchTimeout are Kafka's
 	// controller.quorum.election.timeout.ms and
 	// controller.quorum.fetch.timeout.ms: how long a follower waits for

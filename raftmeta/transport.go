@@ -2,6 +2,7 @@ package raftmeta
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -298,11 +299,26 @@ func (c *Controller) dialPeer(ctx context.Context, addr, kind string) (net.Conn,
 }
 
 func (c *Controller) dial(ctx context.Context, addr string) (net.Conn, error) {
-	if c.cfg.Dial != nil {
-		return c.cfg.Dial(ctx, "tcp", addr)
+	dial := c.cfg.Dial
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
 	}
-	var d net.Dialer
-	return d.DialContext(ctx, "tcp", addr)
+	conn, err := dial(ctx, "tcp", addr)
+	if err != nil || c.cfg.ClientTLS == nil {
+		return conn, err
+	}
+	cfg := c.cfg.ClientTLS.Clone()
+	if cfg.ServerName, _, err = net.SplitHostPort(addr); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("TLS handshake with the controller port at %s: %w", addr, err)
+	}
+	return tc, nil
 }
 
 // checkPeer is the acceptor's check of a dialer's hello.

@@ -38,6 +38,11 @@ func (b *Broker) metaConfig(meta dataDirMeta, host string) raftmeta.Config {
 		HeartbeatInterval:     cp.HeartbeatInterval,
 		UncleanLeaderElection: cp.UncleanElection,
 	}
+	if b.ibAuth.tls != nil {
+		// The controller port is as private as the inter-broker
+		// listener: TLS with the same keystore and truststore.
+		cfg.ServerTLS, cfg.ClientTLS = b.ibAuth.ctrlTLS, b.ibAuth.tls
+	}
 	if len(cp.Voters) > 0 && cfg.ListenAddr == "" &&
 		!slices.ContainsFunc(cp.Voters, func(v raftmeta.Voter) bool { return v.ID == b.cfg.NodeID }) {
 		// A broker that is not a voter receives the metadata log on a

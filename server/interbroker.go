@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -28,14 +27,7 @@ func (b *Broker) interBrokerClient(addr string) (*kgo.Client, error) {
 		kgo.FetchMaxBytes(max(b.props.Cluster.FetchResponseBytes, 1<<20)),
 		kgo.BrokerMaxReadBytes(max(b.props.Cluster.FetchResponseBytes, 1<<20) + 1<<20),
 	}
-	if b.cfg.Dial != nil {
-		opts = append(opts, kgo.Dialer(b.cfg.Dial))
-	}
-	sec, err := b.interBrokerSecurity()
-	if err != nil {
-		return nil, err
-	}
-	return kgo.NewClient(append(opts, sec...)...)
+	return kgo.NewClient(append(opts, b.ibAuth.opts(b.cfg.Dial)...)...)
 }
 
 // Send implements plugin.Host: it sends req to broker node over the
@@ -112,8 +104,7 @@ type peerErrors struct {
 
 func (b *Broker) interBrokerFailed(peer int32, addr string, err error) {
 	msg := err.Error()
-	auth := errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) ||
-		errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.IllegalSaslState) || errors.Is(err, kerr.UnsupportedSaslMechanism)
+	auth := errAuthFailure(err)
 	b.peerErrs.mu.Lock()
 	if b.peerErrs.last == nil {
 		b.peerErrs.last = map[int32]string{}
@@ -159,7 +150,3 @@ func sortedKeys[V any](m map[int32]V) []int32 {
 	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
 	return slices.Clip(ks)
 }
-
-// interBrokerSecurity returns the client options that authenticate this
-// broker to the others (step by step: plaintext for now).
-func (b *Broker) interBrokerSecurity() ([]kgo.Opt, error) { return nil, nil }

@@ -198,6 +198,10 @@ func (f *fetcher) failed(err error, backoff time.Duration) time.Duration {
 	if f.b.ctx.Err() == nil {
 		f.b.interBrokerFailed(f.leader, f.addr, err)
 	}
+	if errAuthFailure(err) {
+		// Refused credentials stay refused until an operator acts.
+		return min(max(backoff*2, time.Second), 10*time.Second)
+	}
 	return min(max(backoff*2, 50*time.Millisecond), time.Second)
 }
 

@@ -72,6 +72,7 @@ type Broker struct {
 
 	dirLock   *os.File          // held from Start to Close
 	listeners []*listener       // the first one's address is Addr
+	ibAuth    *interBrokerAuth  // how this broker connects to the others
 	authz     plugin.Authorizer // nil: everything is allowed
 	quotas    *quotas
 	reauth    time.Duration        // connections.max.reauth.ms
@@ -139,6 +140,13 @@ func New(cfg Config) (*Broker, error) {
 		}
 		b.controllerAddr = b.listeners[i].bind
 		b.listeners = slices.Delete(b.listeners, i, i+1)
+	}
+	if b.ibAuth, err = parseInterBrokerAuth(interBroker(b.listeners, cfg.Props), cfg.Props); err != nil {
+		if len(props.Cluster.Voters) > 0 {
+			return nil, fmt.Errorf("server: inter-broker security: %w", err)
+		}
+		// A standalone broker has no peers to log in to.
+		b.ibAuth = &interBrokerAuth{}
 	}
 	if b.reauth, err = reauthMs(cfg.Props); err != nil {
 		return nil, fmt.Errorf("server: %w", err)

@@ -2,11 +2,13 @@ package tandemtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +35,11 @@ type ClusterBroker struct {
 	ID   int32
 	Dir  string
 	Addr string // the Kafka listener
+	// ControllerAddr is its controller.quorum.voters entry.
+	ControllerAddr string
+	// Props override the cluster's properties for this broker from its
+	// next start (Restart) on.
+	Props map[string]string
 
 	mu sync.Mutex
 	b  *server.Broker // nil while stopped
@@ -51,7 +58,28 @@ var clusterDefaults = map[string]string{
 // `tandem serve` and the given properties, each on a fresh data dir, and
 // returns once every broker is registered and unfenced. Every broker is
 // closed at the end of the test.
+//
+// A "listeners" property names the protocol of the one Kafka listener
+// (e.g. "SASL_PLAINTEXT://127.0.0.1:0"): each broker gets it on its own
+// address. The addresses are picked free and closed again before the
+// brokers bind them, so a parallel test may take one in between: the
+// whole start is then retried on fresh addresses and data dirs.
 func StartCluster(t testing.TB, n int, props map[string]string) *Cluster {
+	t.Helper()
+	var err error
+	for attempt := 1; ; attempt++ {
+		var c *Cluster
+		if c, err = startCluster(t, n, props); err == nil {
+			return c
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 5 {
+			t.Fatal(err)
+		}
+		t.Logf("cluster start, attempt %d: %v; retrying on other ports", attempt, err)
+	}
+}
+
+func startCluster(t testing.TB, n int, props map[string]string) (*Cluster, error) {
 	t.Helper()
 	c := &Cluster{t: t, props: maps.Clone(clusterDefaults), net: newNetwork()}
 	maps.Copy(c.props, props)
@@ -65,9 +93,9 @@ func StartCluster(t testing.TB, n int, props map[string]string) *Cluster {
 	}
 	c.props["controller.quorum.voters"] = strings.Join(voters, ",")
 	for i := range n {
-		c.Brokers = append(c.Brokers, &ClusterBroker{c: c, ID: int32(i + 1), Dir: t.TempDir(), Addr: kafka[i]})
+		c.Brokers = append(c.Brokers, &ClusterBroker{c: c, ID: int32(i + 1), Dir: t.TempDir(), Addr: kafka[i], ControllerAddr: ctrl[i]})
 	}
-	t.Cleanup(func() {
+	stopAll := func() {
 		// All at once, as a crash: a controlled shutdown of the last
 		// brokers would wait for a quorum that is gone.
 		c.net.heal()
@@ -77,16 +105,22 @@ func StartCluster(t testing.TB, n int, props map[string]string) *Cluster {
 			go func() { defer wg.Done(); b.stop(true) }()
 		}
 		wg.Wait()
-	})
+	}
 	errs := make(chan error, n)
 	for _, b := range c.Brokers {
 		go func() { errs <- b.start() }()
 	}
+	var err error
 	for range n {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+		if e := <-errs; e != nil && (err == nil || errors.Is(e, syscall.EADDRINUSE)) {
+			err = e
 		}
 	}
+	if err != nil {
+		stopAll()
+		return nil, err
+	}
+	t.Cleanup(stopAll)
 	c.WaitFor("every broker unfenced", func(img *raftmeta.Image) bool {
 		for _, b := range c.Brokers {
 			if br, ok := img.Brokers[b.ID]; !ok || br.Fenced {
@@ -95,7 +129,7 @@ func StartCluster(t testing.TB, n int, props map[string]string) *Cluster {
 		}
 		return true
 	})
-	return c
+	return c, nil
 }
 
 // freeAddrs reserves n loopback addresses: each was free a moment ago.
@@ -118,11 +152,17 @@ func freeAddrs(t testing.TB, n int) []string {
 }
 
 func (b *ClusterBroker) start() error {
+	props := maps.Clone(b.c.props)
+	maps.Copy(props, b.Props)
+	if l := props["listeners"]; l != "" {
+		name, _, _ := strings.Cut(l, "://")
+		props["listeners"] = name + "://" + b.Addr
+	}
 	br, err := tandem.NewBroker(server.Config{
 		NodeID:  b.ID,
 		DataDir: b.Dir,
 		Listen:  b.Addr,
-		Props:   b.c.props,
+		Props:   props,
 		Logger:  Logger(b.c.t).With("broker", b.ID),
 		Dial:    b.c.net.dialer(b.ID),
 	})
