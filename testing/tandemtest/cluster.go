@@ -83,8 +83,8 @@ func startCluster(t testing.TB, n int, props map[string]string) (*Cluster, error
 	t.Helper()
 	c := &Cluster{t: t, props: maps.Clone(clusterDefaults), net: newNetwork()}
 	maps.Copy(c.props, props)
-	ctrl := freeAddrs(t, n)
-	kafka := freeAddrs(t, n)
+	ctrl := pickAddrs(t, n)
+	kafka := pickAddrs(t, n)
 	var voters []string
 	for i := range n {
 		voters = append(voters, fmt.Sprintf("%d@%s", i+1, ctrl[i]))
@@ -131,6 +131,9 @@ func startCluster(t testing.TB, n int, props map[string]string) (*Cluster, error
 	})
 	return c, nil
 }
+
+// pickAddrs is freeAddrs; a test replaces it to force a port clash.
+var pickAddrs = freeAddrs
 
 // freeAddrs reserves n loopback addresses: each was free a moment ago.
 func freeAddrs(t testing.TB, n int) []string {

@@ -1,6 +1,7 @@
 package tandemtest
 
 import (
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -109,4 +110,38 @@ func TestProcessStopRestart(t *testing.T) {
 	if rss, peak, err := p.Mem(); err != nil || rss <= 0 || peak < rss {
 		t.Fatalf("Mem: rss %d peak %d err %v", rss, peak, err)
 	}
+}
+
+// TestStartClusterPortTaken: a port StartCluster picked is taken by
+// someone else before the broker binds it (a parallel test can); the
+// start is retried on fresh ports instead of failing the test.
+func TestStartClusterPortTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	calls := 0
+	pickAddrs = func(t testing.TB, n int) []string {
+		calls++
+		out := freeAddrs(t, n)
+		if calls == 2 { // the first Kafka listeners of the first attempt
+			out[1] = taken.Addr().String()
+		}
+		return out
+	}
+	defer func() { pickAddrs = freeAddrs }()
+	c := StartCluster(t, 3, nil)
+	if calls != 4 {
+		t.Fatalf("addresses picked %d times, want 4 (two attempts)", calls)
+	}
+	for _, b := range c.Brokers {
+		if b.Addr == taken.Addr().String() {
+			t.Fatalf("broker %d on the taken address %s", b.ID, b.Addr)
+		}
+		if b.Broker() == nil {
+			t.Fatalf("broker %d not running", b.ID)
+		}
+	}
+	CreateTopic(t, c.Addrs()[0], "after-retry", 1)
 }
