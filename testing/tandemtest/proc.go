@@ -34,6 +34,8 @@ type Proc struct {
 	cmd     *exec.Cmd
 	logPath string
 	done    chan struct{} // closed when the process has exited
+	ready   string        // the --ready-file
+	args    []string      // of the current process
 	waitErr error
 	starts  int
 }
@@ -53,19 +55,32 @@ func StartProcess(t testing.TB, dataDir string, extraArgs ...string) *Proc {
 
 func (p *Proc) start() {
 	p.t.Helper()
+	if err := p.launch(); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := p.await(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// launch starts the process; await waits until it serves. They are
+// apart so that the nodes of a cluster, which wait for each other, start
+// together.
+func (p *Proc) launch() error {
 	p.starts++
-	ready := filepath.Join(p.dir, "ready.json")
-	os.Remove(ready)
+	p.ready = filepath.Join(p.dir, "ready.json")
+	os.Remove(p.ready)
 	args := []string{"serve", "--data-dir", p.dataDir, "--listen", "127.0.0.1:0",
-		"--http", "127.0.0.1:0", "--ready-file", ready}
+		"--http", "127.0.0.1:0", "--ready-file", p.ready}
 	args = append(args, p.extra...)
 	if p.Addr != "" { // a restart keeps the address, so that clients reconnect
 		args = append(args, "--listen", p.Addr)
 	}
+	p.args = args
 	p.logPath = filepath.Join(p.dir, fmt.Sprintf("tandem-%d.log", p.starts))
 	logFile, err := os.Create(p.logPath)
 	if err != nil {
-		p.t.Fatal(err)
+		return err
 	}
 	defer logFile.Close() // the child has its own descriptor
 	p.cmd = exec.Command(p.bin, args...)
@@ -73,20 +88,24 @@ func (p *Proc) start() {
 	// If the test process dies, the broker must not outlive it.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
-		p.t.Fatalf("starting %s: %v", p.bin, err)
+		return fmt.Errorf("starting %s: %v", p.bin, err)
 	}
 	done, cmd := make(chan struct{}), p.cmd
 	p.done = done
 	go func() { p.waitErr = cmd.Wait(); close(done) }()
+	return nil
+}
 
-	info, err := p.waitReady(ready, 60*time.Second)
+func (p *Proc) await() error {
+	info, err := p.waitReady(p.ready, 60*time.Second)
 	if err != nil {
-		p.t.Fatalf("tandem serve %s: %v\n%s", strings.Join(args, " "), err, p.Logs())
+		return fmt.Errorf("tandem serve %s: %v\n%s", strings.Join(p.args, " "), err, p.Logs())
 	}
 	p.Addr, p.HTTPAddr = info.Kafka, info.HTTP
 	if err := p.ping(); err != nil {
-		p.t.Fatalf("tandem at %s does not answer ApiVersions: %v\n%s", p.Addr, err, p.Logs())
+		return fmt.Errorf("tandem at %s does not answer ApiVersions: %v\n%s", p.Addr, err, p.Logs())
 	}
+	return nil
 }
 
 func (p *Proc) waitReady(path string, timeout time.Duration) (info struct{ Kafka, HTTP string }, err error) {
@@ -148,6 +167,23 @@ func (p *Proc) Kill9() {
 	}
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
+}
+
+// Pause stops the process with SIGSTOP: it keeps its sockets open but
+// answers nothing, as a process stuck in a long GC pause or a frozen VM.
+func (p *Proc) Pause() {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		p.t.Fatalf("SIGSTOP: %v", err)
+	}
+}
+
+// Resume continues a paused process with SIGCONT.
+func (p *Proc) Resume() {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		p.t.Fatalf("SIGCONT: %v", err)
+	}
 }
 
 // Stop sends SIGTERM and waits up to timeout for the process to exit. It

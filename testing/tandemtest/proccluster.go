@@ -1,0 +1,176 @@
+package tandemtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ProcCluster is a multi-broker cluster of `tandem serve` processes:
+// node IDs 1..n, every node a voter of controller.quorum.voters. Unlike
+// the in-process Cluster, its brokers can be paused (SIGSTOP) and killed
+// with SIGKILL.
+type ProcCluster struct {
+	t testing.TB
+	// Brokers[i] is node i+1; each keeps its Kafka address across
+	// restarts.
+	Brokers []*Proc
+}
+
+// procClusterDefaults make failures show quickly; props override them.
+var procClusterDefaults = map[string]string{
+	"broker.session.timeout.ms":    "3000",
+	"broker.heartbeat.interval.ms": "500",
+	"replica.lag.time.max.ms":      "5000",
+	"default.replication.factor":   "3",
+}
+
+// StartProcCluster starts n `tandem serve` processes on fresh data dirs
+// with the given properties (--set) and returns once every broker serves
+// (`tandem serve` is ready once it is registered and unfenced). Every
+// process is killed at the end of the test. A controller port taken
+// between picking and binding it restarts the whole cluster on fresh
+// ports.
+func StartProcCluster(t testing.TB, n int, props map[string]string) *ProcCluster {
+	t.Helper()
+	bin := BuildBinary(t)
+	for attempt := 1; ; attempt++ {
+		c, err := startProcCluster(t, bin, n, props)
+		if err == nil {
+			return c
+		}
+		if !strings.Contains(err.Error(), "address already in use") || attempt == 5 {
+			t.Fatal(err)
+		}
+		t.Logf("cluster start, attempt %d: port taken; retrying on other ports", attempt)
+	}
+}
+
+func startProcCluster(t testing.TB, bin string, n int, props map[string]string) (*ProcCluster, error) {
+	all := maps.Clone(procClusterDefaults)
+	maps.Copy(all, props)
+	ctrl := pickAddrs(t, n)
+	var voters []string
+	for i := range n {
+		voters = append(voters, fmt.Sprintf("%d@%s", i+1, ctrl[i]))
+	}
+	all["controller.quorum.voters"] = strings.Join(voters, ",")
+	keys := slices.Sorted(maps.Keys(all))
+	c := &ProcCluster{t: t}
+	for i := range n {
+		extra := []string{"--node-id", fmt.Sprint(i + 1)}
+		for _, k := range keys {
+			extra = append(extra, "--set", k+"="+all[k])
+		}
+		p := &Proc{t: t, bin: bin, dataDir: t.TempDir(), extra: extra, dir: t.TempDir()}
+		c.Brokers = append(c.Brokers, p)
+	}
+	var err error
+	for _, p := range c.Brokers {
+		if e := p.launch(); e != nil {
+			err = errors.Join(err, e)
+		}
+	}
+	errs := make(chan error, n)
+	for _, p := range c.Brokers {
+		go func() {
+			if p.cmd == nil {
+				errs <- nil
+				return
+			}
+			errs <- p.await()
+		}()
+	}
+	for range n {
+		err = errors.Join(err, <-errs)
+	}
+	if err != nil {
+		for _, p := range c.Brokers {
+			p.cleanup()
+		}
+		return nil, err
+	}
+	for _, p := range c.Brokers {
+		t.Cleanup(p.cleanup)
+	}
+	return c, nil
+}
+
+// Addrs are the brokers' Kafka addresses, as seed brokers.
+func (c *ProcCluster) Addrs() []string {
+	out := make([]string, len(c.Brokers))
+	for i, p := range c.Brokers {
+		out[i] = p.Addr
+	}
+	return out
+}
+
+// Broker returns node id.
+func (c *ProcCluster) Broker(id int32) *Proc { return c.Brokers[id-1] }
+
+// PartitionState is a partition as the cluster's Metadata answers it.
+type PartitionState struct {
+	Leader   int32
+	Replicas []int32
+	ISR      []int32
+	Offline  []int32
+}
+
+// Partitions asks the brokers in seeds (node IDs; all when empty) for the
+// topic's partitions until one answers, waiting up to a minute for cond
+// to hold for what it answers.
+func (c *ProcCluster) Partitions(topic string, cond func(map[int32]PartitionState) bool, seeds ...int32) map[int32]PartitionState {
+	c.t.Helper()
+	if len(seeds) == 0 {
+		for i := range c.Brokers {
+			seeds = append(seeds, int32(i+1))
+		}
+	}
+	var addrs []string
+	for _, id := range seeds {
+		addrs = append(addrs, c.Broker(id).Addr)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RequestTimeoutOverhead(2*time.Second), kgo.RetryTimeout(3*time.Second))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(time.Minute)
+	var last map[int32]PartitionState
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		md, err := adm.Metadata(ctx, topic)
+		cancel()
+		if err == nil {
+			if td, ok := md.Topics[topic]; ok && td.Err == nil {
+				last = map[int32]PartitionState{}
+				for _, p := range td.Partitions {
+					last[p.Partition] = PartitionState{Leader: p.Leader, Replicas: sorted(p.Replicas), ISR: sorted(p.ISR), Offline: sorted(p.OfflineReplicas)}
+				}
+				if cond(last) {
+					return last
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s: condition not met within a minute; last seen %+v (err %v)", topic, last, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func sorted(s []int32) []int32 {
+	s = slices.Clone(s)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s
+}
