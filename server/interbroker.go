@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // Brokers talk to each other over the inter-broker listener
@@ -18,8 +19,9 @@ import (
 // cluster when there is an authorizer.
 
 // interBrokerClient returns a client for the broker at addr, on which a
-// fetcher sends its requests (SeedBrokers()[0]).
-func (b *Broker) interBrokerClient(addr string) (*kgo.Client, error) {
+// fetcher sends its requests (SeedBrokers()[0]); extra options come
+// last.
+func (b *Broker) interBrokerClient(addr string, extra ...kgo.Opt) (*kgo.Client, error) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(addr),
 		kgo.ClientID(fmt.Sprintf("tandem-broker-%d", b.cfg.NodeID)),
@@ -27,7 +29,22 @@ func (b *Broker) interBrokerClient(addr string) (*kgo.Client, error) {
 		kgo.FetchMaxBytes(max(b.props.Cluster.FetchResponseBytes, 1<<20)),
 		kgo.BrokerMaxReadBytes(max(b.props.Cluster.FetchResponseBytes, 1<<20) + 1<<20),
 	}
-	return kgo.NewClient(append(opts, b.ibAuth.opts(b.cfg.Dial)...)...)
+	return kgo.NewClient(slices.Concat(opts, b.ibAuth.opts(b.cfg.Dial), extra)...)
+}
+
+// sendVersions are the versions Send may use: franz-go's stable ones
+// with the plugins' API keys at the plugins' versions (the mirror state
+// APIs): franz-go refuses to send a key it does not know, and sends a
+// key it knows (94, UnregisterController to franz-go, CreateMirror to
+// Tandem) at its own version otherwise.
+func (b *Broker) sendVersions() *kversion.Versions {
+	v := kversion.Stable()
+	for _, k := range b.apis.versions {
+		if b.apis.plugins[k.ApiKey] != nil { // a peer with the same plugins serves it
+			v.SetMaxKeyVersion(k.ApiKey, k.MaxVersion)
+		}
+	}
+	return v
 }
 
 // Send implements plugin.Host: it sends req to broker node over the
@@ -51,7 +68,7 @@ func (b *Broker) Send(ctx context.Context, node int32, req kmsg.Request) (kmsg.R
 		p = nil
 	}
 	if p == nil {
-		cl, err := b.interBrokerClient(addr)
+		cl, err := b.interBrokerClient(addr, kgo.MaxVersions(b.sendVersions()))
 		if err != nil {
 			b.peers.mu.Unlock()
 			return nil, fmt.Errorf("client for broker %d: %w", node, err)

@@ -114,7 +114,13 @@ func probeKafka(ctx context.Context, addr string, tc *tls.Config, timeout time.D
 // says what LME and replication truncation will remove from topics that
 // exist here with records (a failback); validate-only, nothing is added.
 func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) (uuid.UUID, []Truncation, error) {
-	img := p.Image()
+	var names []string
+	for _, t := range req.Topics {
+		if t.MirrorName != nil {
+			names = append(names, *t.MirrorName)
+		}
+	}
+	img := p.awaitMirrors(ctx, names...)
 	byMirror := map[string][]string{}
 	for _, t := range req.Topics {
 		if t.MirrorName == nil || img.Mirrors[*t.MirrorName] == nil {

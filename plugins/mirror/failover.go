@@ -15,7 +15,7 @@ import (
 // they are STOPPED and writable. It reports where each partition was
 // left: the lag a forced failover gave up, or why a safe one refused.
 func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string, mode int8, timeout time.Duration) ([]string, []FailoverPartition, error) {
-	m := p.Image().Mirrors[mirror]
+	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
 	if m == nil {
 		return nil, nil, fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
 	}

@@ -317,7 +317,7 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 
 // pause pauses (or resumes) topics of a mirror; it answers once paused.
 func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause bool) error {
-	m := p.Image().Mirrors[mirror]
+	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
 	if m == nil {
 		return fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
 	}
@@ -344,7 +344,7 @@ func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause
 
 // deleteMirror stops every topic of the mirror and deletes it.
 func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
-	m := p.Image().Mirrors[mirror]
+	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
 	if m == nil {
 		return fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
 	}
@@ -501,32 +501,57 @@ func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t
 func (p *Plugin) readStates(ctx context.Context, req *ReadMirrorStatesRequest) ([]StatesTopic, int16) {
 	img := p.Image()
 	m := img.Mirrors[req.MirrorName]
-	if m == nil {
-		return nil, ErrMirrorNotFound.Code
-	}
 	var out []StatesTopic
 	for _, t := range req.Topics {
-		mt, ok := m.Topics[t.Name]
 		st := StatesTopic{Name: t.Name}
+		if !t.TopicID.IsZero() && req.NeedPartitionStates {
+			// Another broker asks this coordinator for the states it
+			// keeps: they are answered whatever this broker's image says
+			// of the mirror (it may not have it yet, or any more).
+			for _, idx := range t.Partitions {
+				sp := StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
+				if s, err := p.readStateLocal(ctx, pkey{req.MirrorName, t.Name, idx}, t.TopicID); err != nil {
+					sp.ErrorCode, _ = code(err)
+				} else {
+					sp.setState(s)
+				}
+				st.Partitions = append(st.Partitions, sp)
+			}
+			out = append(out, st)
+			continue
+		}
+		if m == nil {
+			return nil, ErrMirrorNotFound.Code
+		}
+		mt, ok := m.Topics[t.Name]
 		if !req.NeedPartitionStates {
 			st.Partitions = []StatePartition{p.topicState(ctx, req.MirrorName, t.Name, mt, ok)}
 			out = append(out, st)
 			continue
 		}
 		for _, idx := range t.Partitions {
-			sp := StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1}
+			sp := StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
 			if !ok {
 				sp.ErrorCode = ErrTopicNotMirrored.Code
 			} else if s, err := p.readState(ctx, pkey{req.MirrorName, t.Name, idx}, mt.ID); err != nil {
 				sp.ErrorCode, _ = code(err)
 			} else {
-				sp.LastMirroredOffset, sp.State, sp.LastMirrorEpoch, sp.Reason, sp.TopicID = s.LMO, int8(s.State), s.LME, s.Reason, s.TopicID
+				sp.setState(s)
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}
 		out = append(out, st)
 	}
+	if len(req.Topics) == 0 && m == nil {
+		return nil, ErrMirrorNotFound.Code
+	}
 	return out, 0
+}
+
+// setState fills a response's partition with a persisted state.
+func (sp *StatePartition) setState(s pstate) {
+	sp.LastMirroredOffset, sp.State, sp.LastMirrorEpoch, sp.Reason, sp.TopicID = s.LMO, int8(s.State), s.LME, s.Reason, s.TopicID
+	sp.StopOffset, sp.StopEpoch = s.StopAt, s.StopEpoch
 }
 
 // topicState is ReadMirrorStates without NeedPartitionStates: one entry
@@ -572,7 +597,7 @@ func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest)
 	var out []ErrTopic
 	for _, name := range req.RemovedTopics {
 		et := ErrTopic{Name: name}
-		c, _ := code(p.removeStates(ctx, req.MirrorName, name))
+		c, _ := code(p.removeStatesLocal(ctx, req.MirrorName, name))
 		et.Partitions = append(et.Partitions, ErrPartition{PartitionIndex: -1, ErrorCode: c})
 		out = append(out, et)
 	}
@@ -583,8 +608,12 @@ func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest)
 			if tt := img.Topics[t.Name]; id.IsZero() && tt != nil {
 				id = tt.ID
 			}
-			_, err := p.writeState(ctx, pkey{req.MirrorName, t.Name, sp.PartitionIndex}, id, func(s *pstate) error {
+			// Written on this broker's shard only: WriteMirrorStates is
+			// what the other brokers send to the coordinator, which
+			// answers NOT_COORDINATOR when it is not (any more).
+			_, err := p.writeStateLocal(ctx, pkey{req.MirrorName, t.Name, sp.PartitionIndex}, id, func(s *pstate) error {
 				s.State, s.LMO, s.LME, s.Reason = State(sp.State), sp.LastMirroredOffset, sp.LastMirrorEpoch, sp.Reason
+				s.StopAt, s.StopEpoch = sp.StopOffset, sp.StopEpoch
 				return nil
 			})
 			c, _ := code(err)
@@ -595,9 +624,9 @@ func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest)
 	return out
 }
 
-// removeStates deletes the states a mirror keeps for a topic, on every
-// __mirror_state shard this broker leads.
-func (p *Plugin) removeStates(ctx context.Context, mirror, topic string) error {
+// removeStatesLocal deletes the states a mirror keeps for a topic, on
+// every __mirror_state shard this broker leads.
+func (p *Plugin) removeStatesLocal(ctx context.Context, mirror, topic string) error {
 	var errs []error
 	for _, sh := range p.Runtime().Shards() {
 		errs = append(errs, sh.Do(ctx, func(sh *coord.Shard) error {

@@ -258,6 +258,11 @@ func (r *RemoveTopicsFromMirrorResponse) RequestKind() kmsg.Request {
 type PartitionsTopic struct {
 	Name       string
 	Partitions []int32
+	// TopicID (tag 0, written when set) names the topic of a mirror
+	// partition whose state one broker reads from the coordinator on
+	// another: the coordinator then needs neither the mirror nor the
+	// topic in its own image, which may lag the asker's.
+	TopicID uuid.UUID
 }
 
 type LastMirroredOffsetsRequest struct {
@@ -446,7 +451,11 @@ type StatesTopic struct {
 }
 
 // StatePartition is a partition's persisted mirror state. Tagged fields:
-// 0 the last mirror epoch, 1 the reason of a FAILED state, 2 the topic ID.
+// 0 the last mirror epoch, 1 the reason of a FAILED state, 2 the topic ID,
+// 3 and 4 the failover's persisted first step (the log end offset and
+// leader epoch when the fetcher let go; -1 before), so that a broker
+// running the failover of a partition whose state another broker
+// coordinates resumes it from the same point.
 type StatePartition struct {
 	PartitionIndex     int32
 	LastMirroredOffset int64
@@ -455,6 +464,8 @@ type StatePartition struct {
 	LastMirrorEpoch    int32 // tag 0
 	Reason             string
 	TopicID            uuid.UUID
+	StopOffset         int64 // tag 3
+	StopEpoch          int32 // tag 4
 }
 
 type ReadMirrorStatesResponse struct {
@@ -628,14 +639,17 @@ var (
 	// PartitionsTopic: each partition index is followed by its own
 	// (empty) tagged fields, as the first Tandem release wrote them.
 	partitionsTopics = structs("Topics", str("Name"),
-		field{name: "Partitions", kind: kScalars, elemKind: kInt32, elemTags: true, tag: -1})
+		field{name: "Partitions", kind: kScalars, elemKind: kInt32, elemTags: true, tag: -1},
+		tagged(0, uid("TopicID")))
 
 	// StatePartition, in WriteMirrorStates requests; responses add the
 	// error code (statePartitionErr).
 	statePartition = []field{i32("PartitionIndex"), i64("LastMirroredOffset"), i8("State"),
-		alwaysTagged(0, i32("LastMirrorEpoch"), -1), tagged(1, str("Reason")), alwaysTagged(2, uid("TopicID"), 0)}
+		alwaysTagged(0, i32("LastMirrorEpoch"), -1), tagged(1, str("Reason")), alwaysTagged(2, uid("TopicID"), 0),
+		alwaysTagged(3, i64("StopOffset"), -1), alwaysTagged(4, i32("StopEpoch"), -1)}
 	statePartitionErr = []field{i32("PartitionIndex"), i64("LastMirroredOffset"), i8("State"), i16("ErrorCode"),
-		alwaysTagged(0, i32("LastMirrorEpoch"), -1), tagged(1, str("Reason")), alwaysTagged(2, uid("TopicID"), 0)}
+		alwaysTagged(0, i32("LastMirrorEpoch"), -1), tagged(1, str("Reason")), alwaysTagged(2, uid("TopicID"), 0),
+		alwaysTagged(3, i64("StopOffset"), -1), alwaysTagged(4, i32("StopEpoch"), -1)}
 
 	errResponse = []field{i32("ThrottleTimeMs"), i16("ErrorCode"), nstr("ErrorMessage")}
 )

@@ -241,8 +241,9 @@ func coordKey(mirror string, id uuid.UUID, partition int32) string {
 	return mirror + ":" + base64.RawURLEncoding.EncodeToString(id[:]) + ":" + strconv.Itoa(int(partition))
 }
 
-// readState returns a mirror partition's state from the local shard.
-func (p *Plugin) readState(ctx context.Context, k pkey, id uuid.UUID) (pstate, error) {
+// readStateLocal returns a mirror partition's state from the local
+// shard: NOT_COORDINATOR if this broker does not lead it.
+func (p *Plugin) readStateLocal(ctx context.Context, k pkey, id uuid.UUID) (pstate, error) {
 	var out pstate
 	err := p.Do(ctx, coordKey(k.mirror, id, k.partition), func(sh *coord.Shard) error {
 		if st := sh.State().(*shard).parts[k]; st != nil {
@@ -256,10 +257,10 @@ func (p *Plugin) readState(ctx context.Context, k pkey, id uuid.UUID) (pstate, e
 	return out, err
 }
 
-// writeState persists a partition's new state (and offsets, when they
-// changed) on the local shard, refusing transitions the KIP does not
-// allow.
-func (p *Plugin) writeState(ctx context.Context, k pkey, id uuid.UUID, update func(st *pstate) error) (pstate, error) {
+// writeStateLocal persists a partition's new state (and offsets, when
+// they changed) on the local shard, refusing transitions the KIP does not
+// allow: NOT_COORDINATOR if this broker does not lead it.
+func (p *Plugin) writeStateLocal(ctx context.Context, k pkey, id uuid.UUID, update func(st *pstate) error) (pstate, error) {
 	var out pstate
 	err := p.Do(ctx, coordKey(k.mirror, id, k.partition), func(sh *coord.Shard) error {
 		s := sh.State().(*shard)

@@ -1,0 +1,227 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/uuid"
+)
+
+// A mirror partition's state lives on the broker that leads its
+// __mirror_state partition (coordKey). Any other broker, the
+// destination leader that runs the partition's fetcher included, reads
+// and writes it there with ReadMirrorStates and WriteMirrorStates over
+// the inter-broker listener (Host.Send), as Kafka's brokers reach a
+// group or transaction coordinator. A read-modify-write from another
+// broker is not atomic across the two requests; the coordinator still
+// refuses every transition the KIP does not allow (State.canMove), which
+// is what keeps two writers apart: a fetcher's EPOCH_FENCING cannot
+// overwrite a failover's STOPPING, whichever broker each runs on.
+
+// stateLeader is the broker leading key's __mirror_state partition in
+// the latest image, -1 when it has none (yet); exists is false when
+// there is no such partition at all (no mirror state was ever kept).
+func (p *Plugin) stateLeader(key string) (leader int32, exists bool) {
+	img := p.Image()
+	if img == nil {
+		return -1, false
+	}
+	t := img.Topics[Topic]
+	i := p.PartitionFor(key)
+	if t == nil || int(i) >= len(t.Partitions) {
+		return -1, false
+	}
+	return t.Partitions[i].Leader, true
+}
+
+// coordRetriable reports whether an error of a coordinator call is worth
+// another try once leadership settles: the coordinator moved, is
+// loading, or its broker cannot be reached (it died and the controller
+// has not moved its leaderships yet).
+func coordRetriable(err error) bool {
+	return errors.Is(err, kerr.NotCoordinator) || errors.Is(err, kerr.CoordinatorLoadInProgress) ||
+		errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.BrokerNotAvailable) ||
+		errors.Is(err, errUnreachable)
+}
+
+// errUnreachable marks a request to the coordinator that got no answer.
+var errUnreachable = errors.New("coordinator unreachable")
+
+// coordinated runs local when this broker coordinates key, else remote
+// with the coordinator's node ID, and again while the answer says the
+// coordinator moved (not when __mirror_state does not exist: a cluster
+// that never mirrored has no state to wait for), for up to mirror.request.timeout.ms (at least a few
+// seconds: a killed coordinator's partitions move after the broker
+// session timeout) or until ctx ends.
+func (p *Plugin) coordinated(ctx context.Context, key string, local func() error, remote func(node int32) error) error {
+	deadline := time.Now().Add(max(p.cfg.RequestTimeout, 5*time.Second))
+	backoff := 20 * time.Millisecond
+	for {
+		var err error
+		leader, exists := p.stateLeader(key)
+		if leader < 0 || leader == p.Host().NodeID() {
+			err = local()
+		} else {
+			err = remote(leader)
+		}
+		if err == nil || !exists || !coordRetriable(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// send sends a mirror state request to node, bounded by the request
+// timeout; no answer is errUnreachable (retriable).
+func (p *Plugin) send(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
+	if t := p.cfg.RequestTimeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	resp, err := p.Host().Send(ctx, node, req)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, fmt.Errorf("%w: %w", errUnreachable, err)
+		}
+		return nil, fmt.Errorf("mirror state coordinator %d: %w: %w", node, errUnreachable, err)
+	}
+	return resp, nil
+}
+
+// readState returns a mirror partition's state from its coordinator.
+func (p *Plugin) readState(ctx context.Context, k pkey, id uuid.UUID) (pstate, error) {
+	var out pstate
+	err := p.coordinated(ctx, coordKey(k.mirror, id, k.partition), func() error {
+		var err error
+		out, err = p.readStateLocal(ctx, k, id)
+		return err
+	}, func(node int32) error {
+		var err error
+		out, err = p.readStateRemote(ctx, node, k, id)
+		return err
+	})
+	return out, err
+}
+
+func (p *Plugin) readStateRemote(ctx context.Context, node int32, k pkey, id uuid.UUID) (pstate, error) {
+	req := &ReadMirrorStatesRequest{MirrorName: k.mirror, NeedPartitionStates: true,
+		Topics: []PartitionsTopic{{Name: k.topic, Partitions: []int32{k.partition}, TopicID: id}}}
+	resp, err := p.send(ctx, node, req)
+	if err != nil {
+		return pstate{}, err
+	}
+	r := resp.(*ReadMirrorStatesResponse)
+	if r.ErrorCode != 0 {
+		return pstate{}, fmt.Errorf("reading mirror state on broker %d: %w", node, ErrorForCode(r.ErrorCode))
+	}
+	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
+		return pstate{}, fmt.Errorf("reading mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
+	}
+	sp := r.Topics[0].Partitions[0]
+	if sp.ErrorCode != 0 {
+		return pstate{}, fmt.Errorf("reading mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, ErrorForCode(sp.ErrorCode))
+	}
+	st := pstate{State: State(sp.State), Reason: sp.Reason, TopicID: sp.TopicID, LMO: sp.LastMirroredOffset, LME: sp.LastMirrorEpoch,
+		StopAt: sp.StopOffset, StopEpoch: sp.StopEpoch}
+	if st.TopicID.IsZero() {
+		st.TopicID = id
+	}
+	return st, nil
+}
+
+// writeState persists a partition's new state (and offsets, when they
+// changed) on its coordinator, refusing transitions the KIP does not
+// allow. On another broker's coordinator it reads the state, applies
+// update here and writes the whole result back.
+func (p *Plugin) writeState(ctx context.Context, k pkey, id uuid.UUID, update func(st *pstate) error) (pstate, error) {
+	var out pstate
+	err := p.coordinated(ctx, coordKey(k.mirror, id, k.partition), func() error {
+		var err error
+		out, err = p.writeStateLocal(ctx, k, id, update)
+		return err
+	}, func(node int32) error {
+		cur, err := p.readStateRemote(ctx, node, k, id)
+		if err != nil {
+			return err
+		}
+		next := cur
+		next.TopicID = id
+		if err := update(&next); err != nil {
+			return err
+		}
+		if !cur.State.canMove(next.State) {
+			return fmt.Errorf("mirror %s topic %s partition %d: %s cannot move to %s", k.mirror, k.topic, k.partition, cur.State, next.State)
+		}
+		if next == cur {
+			out = next
+			return nil
+		}
+		req := &WriteMirrorStatesRequest{MirrorName: k.mirror, TopicsUpdated: []StatesTopic{{Name: k.topic, Partitions: []StatePartition{{
+			PartitionIndex: k.partition, LastMirroredOffset: next.LMO, State: int8(next.State), LastMirrorEpoch: next.LME,
+			Reason: next.Reason, TopicID: id, StopOffset: next.StopAt, StopEpoch: next.StopEpoch,
+		}}}}}
+		resp, err := p.send(ctx, node, req)
+		if err != nil {
+			return err
+		}
+		r := resp.(*WriteMirrorStatesResponse)
+		if r.ErrorCode != 0 {
+			return fmt.Errorf("writing mirror state on broker %d: %w", node, ErrorForCode(r.ErrorCode))
+		}
+		if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
+			return fmt.Errorf("writing mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
+		}
+		if c := r.Topics[0].Partitions[0].ErrorCode; c != 0 {
+			return fmt.Errorf("writing mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, ErrorForCode(c))
+		}
+		out = next
+		return nil
+	})
+	return out, err
+}
+
+// StatePartitionFor is the __mirror_state partition (of n) whose leader
+// coordinates a mirror partition's state: tests use it to find the
+// broker to kill.
+func StatePartitionFor(mirror string, topicID uuid.UUID, partition, n int32) int32 {
+	return coord.PartitionFor(coordKey(mirror, topicID, partition), n)
+}
+
+// imageWait bounds how long a request naming a mirror waits for this
+// broker's metadata to show it: a mirror created through another broker
+// a moment ago reaches this one's image a few milliseconds later.
+const imageWait = 2 * time.Second
+
+// awaitMirrors returns the latest image once it has every mirror of
+// names, or the latest image when imageWait passes or ctx ends first.
+func (p *Plugin) awaitMirrors(ctx context.Context, names ...string) *raftmeta.Image {
+	md := p.Host().Metadata()
+	deadline := time.After(imageWait)
+	for {
+		img, changed := md.Watch()
+		if !slices.ContainsFunc(names, func(n string) bool { return img.Mirrors[n] == nil }) {
+			return img
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return img
+		case <-deadline:
+			return img
+		}
+	}
+}
