@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
@@ -209,5 +210,59 @@ func TestMirrorFollowersSourceEpochs(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestBumpLeaderEpochsForwarded sends BumpLeaderEpochs (key 105) to a
+// broker of a three-node cluster that is not the controller: the bump
+// reaches the controller, every broker applies the new epoch, and a
+// minimum below the current epoch changes nothing.
+func TestBumpLeaderEpochsForwarded(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, nil)
+	const topic = "bumped"
+	createClusterTopic(t, c, topic, 2)
+	var other *tandemtest.ClusterBroker
+	for _, b := range c.Brokers {
+		if !b.Broker().Metadata().IsLeader() {
+			other = b
+			break
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(other.Addr), admin.Opt())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	tp := c.Image().Topics[topic]
+	before := tp.Partitions[1].LeaderEpoch
+	bump := func(minEpoch int32) mirror.BumpPartition {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		req := &mirror.BumpLeaderEpochsRequest{Topics: []mirror.BumpTopic{{TopicID: tp.ID, Partitions: []mirror.BumpPartition{{PartitionIndex: 1, MinLeaderEpoch: minEpoch}}}}}
+		resp, err := cl.SeedBrokers()[0].Request(ctx, req)
+		if err != nil {
+			t.Fatalf("BumpLeaderEpochs to broker %d: %v", other.ID, err)
+		}
+		r := resp.(*mirror.BumpLeaderEpochsResponse)
+		if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
+			t.Fatalf("BumpLeaderEpochs answered %+v", r)
+		}
+		return r.Topics[0].Partitions[0]
+	}
+	got := bump(before + 25)
+	if got.ErrorCode != 0 || got.LeaderEpoch != before+26 {
+		t.Fatalf("bump to above %d on non-controller broker %d: error %d, epoch %d", before+25, other.ID, got.ErrorCode, got.LeaderEpoch)
+	}
+	c.WaitFor("the bumped epoch on every broker", func(img *raftmeta.Image) bool {
+		ps := img.Topics[topic].Partitions
+		return ps[1].LeaderEpoch == before+26 && ps[0].LeaderEpoch == tp.Partitions[0].LeaderEpoch
+	})
+	leader := c.Leader(topic, 1)
+	waitFor(t, 10*time.Second, "the leader's log at the new epoch", func() bool {
+		return c.Broker(leader).Broker().Engine().Partition(engine.TopicID(tp.ID), 1).Offsets().LeaderEpoch == before+26
+	})
+	if got := bump(before + 3); got.ErrorCode != 0 || got.LeaderEpoch != before+26 {
+		t.Fatalf("bump below the current epoch: error %d, epoch %d; want none and %d", got.ErrorCode, got.LeaderEpoch, before+26)
 	}
 }
