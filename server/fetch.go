@@ -284,6 +284,12 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 			continue
 		}
 		o.HighWatermark, o.LastStableOffset, o.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
+		if replica.id >= 0 && mirrorLeaderEpoch(&fp.req.UnknownTags) >= 0 {
+			// A follower of a mirror partition: the latest epoch in
+			// the log, read after the records so that it bounds them
+			// (mirror_epoch.go).
+			setMirrorLeaderEpoch(&o.UnknownTags, ep.LastFetchedEpoch())
+		}
 		n := recs.Len()
 		// KIP-74: only the first batch of the response may exceed the
 		// limits, so that a large batch never blocks a consumer.

@@ -139,7 +139,8 @@ func (v *segs) done() []frameSeg {
 // encode encodes the response as kmsg's FetchResponse.AppendTo does, for
 // versions 4 to 18, except that records are never null (an empty
 // partition has zero-length records, as Kafka sends and librdkafka needs)
-// and NodeEndpoints are never sent.
+// and NodeEndpoints are never sent; a partition's unknown tags (Tandem's
+// MirrorLeaderEpoch, tag 1279) follow tags 0 and 1.
 func (r *fetchResponse) encode(head []byte) []frameSeg {
 	v := r.Version
 	flex := v >= 12
@@ -216,7 +217,7 @@ func (r *fetchResponse) encode(head []byte) []frameSeg {
 			if flex {
 				diverging := p.DivergingEpoch.Epoch != -1 || p.DivergingEpoch.EndOffset != -1
 				leader := p.CurrentLeader.LeaderID != -1 || p.CurrentLeader.LeaderEpoch != -1
-				tags := 0
+				tags := p.UnknownTags.Len() // MirrorLeaderEpoch (tag 1279), after ours
 				for _, set := range []bool{diverging, leader} {
 					if set {
 						tags++
@@ -235,6 +236,7 @@ func (r *fetchResponse) encode(head []byte) []frameSeg {
 					b = kbin.AppendInt32(b, p.CurrentLeader.LeaderEpoch)
 					b = append(b, 0)
 				}
+				b = p.UnknownTags.AppendEach(b)
 			}
 		}
 		if flex {

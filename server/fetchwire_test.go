@@ -74,6 +74,9 @@ func testFetchResponse(t *testing.T, v int16, src *recordsSource) (want *kmsg.Fe
 				p.ErrorCode = 74
 				p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = 1, 3
 				p.DivergingEpoch.Epoch, p.DivergingEpoch.EndOffset = 2, 8
+				setMirrorLeaderEpoch(&p.UnknownTags, 42) // after tags 0 and 1
+			case 2: // a tag of Tandem's own only
+				setMirrorLeaderEpoch(&p.UnknownTags, 7)
 			}
 			recs = append(recs, r)
 			rt.Partitions = append(rt.Partitions, p)

@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -36,6 +38,10 @@ type followed struct {
 	ep          *engine.Partition
 	leaderEpoch int32
 	truncated   bool // OffsetForLeaderEpoch done for leaderEpoch
+	// mirrorEpoch is the latest epoch in the leader's log as this
+	// follower of a mirror partition knows it: its MirrorLeaderEpoch
+	// (see mirror_epoch.go), -1 until it fetches the partition as one.
+	mirrorEpoch int32
 }
 
 // fetcher copies partitions from one leader.
@@ -75,7 +81,7 @@ func (r *replication) follow(t *raftmeta.Topic, p int32, part raftmeta.Partition
 		f = r.newFetcher(part.Leader, addr)
 		r.fetchers[part.Leader] = f
 	}
-	f.add(&followed{topic: t.Name, key: k, ep: ep, leaderEpoch: part.LeaderEpoch})
+	f.add(&followed{topic: t.Name, key: k, ep: ep, leaderEpoch: part.LeaderEpoch, mirrorEpoch: -1})
 }
 
 // unfollow stops fetching a partition.
@@ -302,6 +308,8 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 	req.SessionEpoch = -1
 	byID := map[[16]byte]int{}
 	fetching := map[partKey]*followed{}
+	bounds := map[partKey]int32{} // KAFKA-18723: the highest batch epoch each partition may take
+	img := b.image()
 	for _, fp := range parts {
 		if !fp.truncated {
 			continue
@@ -320,6 +328,16 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 		rp.FetchOffset, rp.LogStartOffset = offs.LogEnd, offs.LogStart
 		rp.LastFetchedEpoch = fp.ep.LastFetchedEpoch()
 		rp.PartitionMaxBytes = cp.FetchMaxBytes
+		bounds[fp.key] = fp.leaderEpoch
+		if img.MirrorOf(fp.topic) != "" {
+			if fp.mirrorEpoch < 0 {
+				// The leader's log continues ours, whose latest epoch
+				// is the least it can have.
+				fp.mirrorEpoch = max(rp.LastFetchedEpoch, 0)
+			}
+			setMirrorLeaderEpoch(&rp.UnknownTags, fp.mirrorEpoch)
+			bounds[fp.key] = fp.mirrorEpoch
+		}
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 		fetching[fp.key] = fp
 	}
@@ -343,7 +361,7 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 			if fp == nil || !f.current(fp) {
 				continue
 			}
-			if err := f.handle(ctx, fp, &rp); err != nil && firstErr == nil {
+			if err := f.handle(ctx, fp, &rp, bounds[fp.key]); err != nil && firstErr == nil {
 				firstErr = err
 			}
 		}
@@ -351,8 +369,9 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 	return firstErr
 }
 
-// handle applies one partition of a fetch response.
-func (f *fetcher) handle(ctx context.Context, fp *followed, rp *kmsg.FetchResponseTopicPartition) error {
+// handle applies one partition of a fetch response, whose batches may
+// carry epochs up to bound.
+func (f *fetcher) handle(ctx context.Context, fp *followed, rp *kmsg.FetchResponseTopicPartition, bound int32) error {
 	switch err := kerr.ErrorForCode(rp.ErrorCode); {
 	case err == nil:
 	case errors.Is(err, kerr.OffsetOutOfRange):
@@ -376,10 +395,34 @@ func (f *fetcher) handle(ctx context.Context, fp *followed, rp *kmsg.FetchRespon
 	if rp.DivergingEpoch.Epoch >= 0 || rp.DivergingEpoch.EndOffset >= 0 {
 		return f.truncateTo(fp, rp.DivergingEpoch.Epoch, rp.DivergingEpoch.EndOffset)
 	}
-	if len(rp.RecordBatches) > 0 {
+	recs := rp.RecordBatches
+	n, above, err := batchEpochAbove(recs, bound)
+	if err != nil {
+		return fmt.Errorf("%s-%d: replicated batches: %w", fp.topic, fp.key.p, err)
+	}
+	if above >= 0 {
+		recs = recs[:n]
+	}
+	if mle := mirrorLeaderEpoch(&rp.UnknownTags); mle > fp.mirrorEpoch && fp.mirrorEpoch >= 0 {
+		fp.mirrorEpoch = mle // the bound of the next fetch
+	}
+	if above >= 0 {
+		// Kafka appends the batches up to the bound and fetches the
+		// rest again (KAFKA-18723); so does Tandem. On a mirror
+		// partition a new source epoch arrives this way once; on
+		// another partition it means a read that raced the leader's
+		// truncation.
+		lvl := slog.LevelWarn
+		if fp.mirrorEpoch >= 0 {
+			lvl = slog.LevelDebug
+		}
+		f.b.log.Log(ctx, lvl, "replica fetch: batches above the leader epoch bound refused", "topic", fp.topic, "partition", fp.key.p,
+			"leader", f.leader, "bound", bound, "batch_epoch", above, "batch_offset", int64(binary.BigEndian.Uint64(rp.RecordBatches[n:])))
+	}
+	if len(recs) > 0 {
 		_, err := fp.ep.Append(ctx, &engine.AppendRequest{
 			Topic: fp.topic, TopicID: fp.key.id, Partition: fp.key.p,
-			Origin: engine.OriginReplica, Records: rp.RecordBatches, Acks: -1,
+			Origin: engine.OriginReplica, Records: recs, Acks: -1,
 		})
 		if err != nil {
 			return fmt.Errorf("%s-%d: append replicated batches: %w", fp.topic, fp.key.p, err)

@@ -1,0 +1,157 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine"
+)
+
+// epochBatch is a batch of values at offset base with leader epoch epoch
+// (neither is under the batch CRC).
+func epochBatch(base int64, epoch int32, values ...string) []byte {
+	b := makeBatch(values...)
+	binary.BigEndian.PutUint64(b, uint64(base))
+	binary.BigEndian.PutUint32(b[12:], uint32(epoch))
+	return b
+}
+
+func TestBatchEpochAbove(t *testing.T) {
+	a, b, c := epochBatch(0, 3, "a"), epochBatch(1, 5, "b", "c"), epochBatch(3, 9, "d")
+	recs := bytes.Join([][]byte{a, b, c}, nil)
+	for _, tc := range []struct {
+		bound int32
+		n     int
+		epoch int32
+	}{
+		{9, len(recs), -1},
+		{100, len(recs), -1},
+		{8, len(a) + len(b), 9},
+		{5, len(a) + len(b), 9},
+		{4, len(a), 5},
+		{2, 0, 3},
+	} {
+		n, e, err := batchEpochAbove(recs, tc.bound)
+		if err != nil || n != tc.n || e != tc.epoch {
+			t.Errorf("bound %d: got (%d, %d, %v), want (%d, %d)", tc.bound, n, e, err, tc.n, tc.epoch)
+		}
+	}
+	// A partial batch at the end is left to the append.
+	if n, e, err := batchEpochAbove(append(bytes.Clone(a), c[:10]...), 3); err != nil || n != len(a) || e != -1 {
+		t.Errorf("partial batch: got (%d, %d, %v)", n, e, err)
+	}
+	if _, _, err := batchEpochAbove(append(bytes.Clone(a), 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0), 3); err == nil {
+		t.Error("a negative batch length passed")
+	}
+}
+
+// TestMirrorLeaderEpochWire sends MirrorLeaderEpoch in a Fetch request and
+// response as kmsg reads them: the tag survives both ways, next to
+// Kafka's own tags.
+func TestMirrorLeaderEpochWire(t *testing.T) {
+	rp := kmsg.NewFetchRequestTopicPartition()
+	setMirrorLeaderEpoch(&rp.UnknownTags, 17)
+	req := kmsg.NewPtrFetchRequest()
+	req.Version = 16
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	var back kmsg.FetchRequest
+	back.Version = 16
+	if err := back.ReadFrom(req.AppendTo(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if e := mirrorLeaderEpoch(&back.Topics[0].Partitions[0].UnknownTags); e != 17 {
+		t.Fatalf("request MirrorLeaderEpoch = %d, want 17", e)
+	}
+	if e := mirrorLeaderEpoch(&kmsg.Tags{}); e != -1 {
+		t.Fatalf("absent MirrorLeaderEpoch = %d, want -1", e)
+	}
+
+	src := newRecordsSource(t, vfs.NewMem(), "db")
+	_, got := testFetchResponse(t, 16, src)
+	var resp kmsg.FetchResponse
+	resp.Version = 16
+	if err := resp.ReadFrom(got.AppendTo(nil)); err != nil {
+		t.Fatal(err)
+	}
+	ps := resp.Topics[0].Partitions
+	if e := mirrorLeaderEpoch(&ps[1].UnknownTags); e != 42 || ps[1].DivergingEpoch.EndOffset != 8 || ps[1].CurrentLeader.LeaderEpoch != 3 {
+		t.Fatalf("partition 1: MirrorLeaderEpoch %d, diverging %+v, leader %+v", e, ps[1].DivergingEpoch, ps[1].CurrentLeader)
+	}
+	if e := mirrorLeaderEpoch(&ps[2].UnknownTags); e != 7 {
+		t.Fatalf("partition 2: MirrorLeaderEpoch %d, want 7", e)
+	}
+	if e := mirrorLeaderEpoch(&ps[0].UnknownTags); e != -1 {
+		t.Fatalf("partition 0: MirrorLeaderEpoch %d, want none", e)
+	}
+}
+
+// TestFollowerRefusesBatchAboveEpochBound is the KAFKA-18723 check on the
+// follower: of a fetch response, the batches up to the first one whose
+// epoch is above the bound are appended, the rest are not; a follower of
+// a mirror partition learns its next bound from the response's
+// MirrorLeaderEpoch and then takes the batch.
+func TestFollowerRefusesBatchAboveEpochBound(t *testing.T) {
+	e, err := engine.Open(engine.Config{Dir: "db", FS: vfs.NewMem(), SyncWrites: true, RetentionCheckInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	f := &fetcher{b: &Broker{log: testLogger()}, leader: 1}
+	ctx := context.Background()
+	handle := func(fp *followed, bound, mle int32, batches ...[]byte) {
+		t.Helper()
+		rp := kmsg.NewFetchResponseTopicPartition()
+		rp.HighWatermark, rp.RecordBatches = 0, bytes.Join(batches, nil)
+		if mle >= 0 {
+			setMirrorLeaderEpoch(&rp.UnknownTags, mle)
+		}
+		if err := f.handle(ctx, fp, &rp, bound); err != nil {
+			t.Fatal(err)
+		}
+	}
+	values := func(p *engine.Partition) []string {
+		t.Helper()
+		res, err := p.Fetch(0, 1<<20, engine.ReadLogEnd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, vals := batchValues(t, bytes.Join(res.Batches, nil))
+		return vals
+	}
+
+	// An ordinary partition followed at leader epoch 5: a forged batch
+	// of epoch 6 and what follows it stay out.
+	p, err := e.Create("plain", engine.TopicID{1}, 0, engine.DefaultLogConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := &followed{topic: "plain", key: partKey{engine.TopicID{1}, 0}, ep: p, leaderEpoch: 5, truncated: true, mirrorEpoch: -1}
+	handle(fp, fp.leaderEpoch, -1, epochBatch(0, 4, "a"), epochBatch(1, 5, "b"), epochBatch(2, 6, "forged"), epochBatch(3, 5, "c"))
+	if got := values(p); len(got) != 2 || got[0] != "a" || got[1] != "b" || p.Offsets().LogEnd != 2 || p.LastFetchedEpoch() != 5 {
+		t.Fatalf("plain partition holds %q (log end %d, epoch %d), want a, b", got, p.Offsets().LogEnd, p.LastFetchedEpoch())
+	}
+
+	// A mirror partition followed at local epoch 2 whose leader holds
+	// source epochs 7 and 12: the batch of epoch 12 waits for the
+	// follower to learn it; the local epoch plays no part.
+	m, err := e.Create("mirrored", engine.TopicID{2}, 0, engine.DefaultLogConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp := &followed{topic: "mirrored", key: partKey{engine.TopicID{2}, 0}, ep: m, leaderEpoch: 2, truncated: true, mirrorEpoch: 7}
+	handle(mp, mp.mirrorEpoch, 12, epochBatch(0, 7, "x"), epochBatch(1, 12, "y"))
+	if got := values(m); len(got) != 1 || got[0] != "x" || mp.mirrorEpoch != 12 {
+		t.Fatalf("mirror partition holds %q, bound %d; want x, 12", got, mp.mirrorEpoch)
+	}
+	handle(mp, mp.mirrorEpoch, 12, epochBatch(1, 12, "y"), epochBatch(2, 13, "forged"))
+	if got := values(m); len(got) != 2 || got[1] != "y" || m.LastFetchedEpoch() != 12 || m.Offsets().LogEnd != 2 {
+		t.Fatalf("mirror partition holds %q (log end %d, epoch %d), want x, y", got, m.Offsets().LogEnd, m.LastFetchedEpoch())
+	}
+}
