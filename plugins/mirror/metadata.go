@@ -366,6 +366,10 @@ func (s *metaSync) cycle() error {
 		s.groupErrs.Inc()
 		errs = append(errs, err)
 	}
+	if err := s.syncShareGroups(ctx, cl, f, paused); err != nil { // metadata_share.go
+		s.groupErrs.Inc()
+		errs = append(errs, err)
+	}
 	if err := s.syncACLs(ctx, cl, f); err != nil {
 		s.aclErrs.Inc()
 		errs = append(errs, err)
@@ -661,8 +665,8 @@ func configChanges(topic string, dest, src map[string]string, exclude map[string
 }
 
 // syncGroups copies the committed offsets of the source's consumer groups
-// (classic and consumer protocol; share groups are not served by this
-// broker) for the mirror's active topics. Groups active here are skipped;
+// (classic and consumer protocol; share groups' start offsets are
+// syncShareGroups') for the mirror's active topics. Groups active here are skipped;
 // each offset is clamped to max(log start, min(source offset, log end))
 // of the destination partition and carries its leader epoch.
 func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, paused map[tpKey]bool) error {

@@ -186,9 +186,9 @@ type shareResult struct {
 	acquired    []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord
 }
 
-func (p *Plugin) handleShareFetch(ctx context.Context, rc *plugin.RequestContext, req *kmsg.ShareFetchRequest) kmsg.Response {
+func (p *Plugin) handleShareFetch(ctx context.Context, rc *plugin.RequestContext, req *kmsg.ShareFetchRequest) *kmsg.ShareFetchResponse {
 	resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
-	fail := func(err error) kmsg.Response {
+	fail := func(err error) *kmsg.ShareFetchResponse {
 		resp.ErrorCode, resp.ErrorMessage = plugin.ErrorCode(err), plugin.ErrorMessage(err)
 		return resp
 	}
@@ -393,9 +393,9 @@ func (p *Plugin) addEndpoint(img *raftmeta.Image, resp *kmsg.ShareFetchResponse,
 	resp.NodeEndpoints = append(resp.NodeEndpoints, e)
 }
 
-func (p *Plugin) handleShareAcknowledge(ctx context.Context, rc *plugin.RequestContext, req *kmsg.ShareAcknowledgeRequest) kmsg.Response {
+func (p *Plugin) handleShareAcknowledge(ctx context.Context, rc *plugin.RequestContext, req *kmsg.ShareAcknowledgeRequest) *kmsg.ShareAcknowledgeResponse {
 	resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
-	fail := func(err error) kmsg.Response {
+	fail := func(err error) *kmsg.ShareAcknowledgeResponse {
 		resp.ErrorCode, resp.ErrorMessage = plugin.ErrorCode(err), plugin.ErrorMessage(err)
 		return resp
 	}

@@ -82,11 +82,13 @@ func (p *Plugin) withPartition(ctx context.Context, k stateKey, topic string, fn
 			continue
 		}
 		if !sp.loaded {
+			start := time.Now()
 			if err := sp.load(ctx); err != nil {
 				sp.mu.Unlock()
 				p.evict(k)
 				return err
 			}
+			p.stats().loads.UpdateDuration(start)
 		}
 		err := fn(sp)
 		sp.mu.Unlock()
@@ -361,6 +363,7 @@ func (sp *sharePartition) acquire(member string, lim fetchLimits, now time.Time)
 	}
 	sp.advance()
 	if len(acquired) > 0 {
+		sp.p.stats().acquired.Add(len(acquired))
 		sp.arm()
 	}
 	return raws, ranges(acquired, sp.recs), nil
@@ -420,11 +423,15 @@ func (sp *sharePartition) ack(ctx context.Context, member string, batches []ackB
 	}
 	released, changed := false, false
 	now := time.Now()
+	stats := sp.p.stats()
 	for _, b := range batches {
 		for o := b.first; o <= b.last; o++ {
 			t := b.types[0]
 			if len(b.types) > 1 {
 				t = b.types[o-b.first]
+			}
+			if c := stats.acked[t]; c != nil { // gaps are no records
+				c.Inc()
 			}
 			r := sp.recs[o]
 			switch t {
@@ -457,6 +464,7 @@ func (sp *sharePartition) release(r *inflight, cfg plugin.ShareGroupConfig) bool
 	r.member = ""
 	if int(r.count) >= cfg.DeliveryLimit {
 		r.state = stateArchived
+		sp.p.stats().limitArchived.Inc()
 		return false
 	}
 	r.state = stateAvailable
@@ -518,6 +526,7 @@ func (sp *sharePartition) expire(t *lockTimer) {
 	changed := false
 	for o := sp.start; o < sp.end; o++ {
 		if r := sp.recs[o]; r.state == stateAcquired && !r.deadline.After(now) {
+			sp.p.stats().expired.Inc()
 			sp.release(r, cfg)
 			changed = true
 		}
@@ -555,7 +564,11 @@ func (sp *sharePartition) persist(ctx context.Context) error {
 		batches = append(batches, stateBatch{first: o, last: o, state: state, count: r.count})
 	}
 	k := sp.key
-	return sp.p.onState(ctx, k, func(s *states) error {
+	err := sp.p.onState(ctx, k, func(s *states) error {
 		return s.write(k, sp.stateEpoch, sp.leaderEpoch, sp.start, batches)
 	})
+	if err == nil {
+		sp.p.stats().writes.Inc()
+	}
+	return err
 }

@@ -17,10 +17,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -63,6 +65,8 @@ type Plugin struct {
 	parts    map[stateKey]*sharePartition
 	sessions map[sessionKey]*session
 	wg       sync.WaitGroup // lock timers and releases
+
+	m atomic.Pointer[shareMetrics]
 }
 
 var (
@@ -80,6 +84,7 @@ func New(props map[string]string, log *slog.Logger) *Plugin {
 	}
 	cfg, err := ParseConfig(props)
 	p := &Plugin{cfg: cfg, log: log.With("plugin", "share"), parts: map[stateKey]*sharePartition{}, sessions: map[sessionKey]*session{}}
+	p.m.Store(newShareMetrics(prom.NewSet()))
 	p.Coordinator = plugin.NewCoordinator(plugin.CoordinatorConfig{
 		Topic: plugin.InternalTopic{Name: Topic, Partitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor,
 			Configs: map[string]string{"segment.bytes": strconv.FormatInt(cfg.SegmentBytes, 10)}},
@@ -98,7 +103,11 @@ func (p *Plugin) Start(ctx context.Context, host plugin.Host) error {
 		return errors.New("share groups need the consumer-groups plugin")
 	}
 	p.groups = g
-	return p.Coordinator.Start(ctx, host)
+	if err := p.Coordinator.Start(ctx, host); err != nil {
+		return err
+	}
+	p.startMetrics(host.MetricsSet())
+	return nil
 }
 
 // Stop implements plugin.Lifecycle: lock timers and releases end before
@@ -185,9 +194,13 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 	case *kmsg.ShareGroupDescribeRequest:
 		return p.groups.ShareGroupDescribe(ctx, rc, req), nil
 	case *kmsg.ShareFetchRequest:
-		return p.handleShareFetch(ctx, rc, req), nil
+		resp := p.handleShareFetch(ctx, rc, req)
+		p.stats().countFetch(resp)
+		return resp, nil
 	case *kmsg.ShareAcknowledgeRequest:
-		return p.handleShareAcknowledge(ctx, rc, req), nil
+		resp := p.handleShareAcknowledge(ctx, rc, req)
+		p.stats().countAcknowledge(resp)
+		return resp, nil
 	case *kmsg.InitializeShareGroupStateRequest:
 		return p.handleInitializeState(ctx, rc, req), nil
 	case *kmsg.ReadShareGroupStateRequest:
