@@ -40,8 +40,9 @@ var apiVersions = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 44, MinVersion: 0, MaxVersion: 1}, // IncrementalAlterConfigs
 	{ApiKey: 45, MinVersion: 0, MaxVersion: 1}, // AlterPartitionReassignments
 	{ApiKey: 46, MinVersion: 0, MaxVersion: 0}, // ListPartitionReassignments
-	{ApiKey: 60, MinVersion: 0, MaxVersion: 1}, // DescribeCluster
+	{ApiKey: 60, MinVersion: 0, MaxVersion: 2}, // DescribeCluster (v2: fenced brokers)
 	{ApiKey: 61, MinVersion: 0, MaxVersion: 0}, // DescribeProducers
+	{ApiKey: 75, MinVersion: 0, MaxVersion: 0}, // DescribeTopicPartitions
 }
 
 // apiName names a key for logs and metric labels.

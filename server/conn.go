@@ -479,6 +479,8 @@ func (b *Broker) dispatch(ctx context.Context, r *request) (kmsg.Response, error
 		return b.handleDescribeProducers(ctx, rc, req)
 	case *kmsg.DescribeClusterRequest:
 		return b.handleDescribeCluster(ctx, rc, req)
+	case *kmsg.DescribeTopicPartitionsRequest:
+		return b.handleDescribeTopicPartitions(ctx, rc, req)
 	case *kmsg.FindCoordinatorRequest:
 		return b.handleFindCoordinator(ctx, rc, req)
 	}

@@ -1,0 +1,228 @@
+package server_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
+)
+
+// TestClusterAutoLeaderRebalance: with auto.leader.rebalance.enable and
+// a one-second leader.imbalance.check.interval.seconds, a preferred
+// leader that was killed and came back gets its leaderships back without
+// an ElectLeaders request.
+func TestClusterAutoLeaderRebalance(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, map[string]string{
+		"auto.leader.rebalance.enable":            "true",
+		"leader.imbalance.check.interval.seconds": "1",
+	})
+	ctx := ctxFor(t, time.Minute)
+	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
+	if _, err := adm.CreateTopic(ctx, 3, 3, nil, "rebalanced"); err != nil {
+		t.Fatal(err)
+	}
+	preferred := func(img *raftmeta.Image) bool {
+		if img.Topics["rebalanced"] == nil {
+			return false
+		}
+		for _, p := range img.Topics["rebalanced"].Partitions {
+			if p.Leader != p.Replicas[0] || len(p.ISR) != 3 {
+				return false
+			}
+		}
+		return true
+	}
+	c.WaitFor("every partition led by its preferred replica", preferred)
+	victim := c.Leader("rebalanced", 0)
+	c.Broker(victim).Kill()
+	if l := c.Leader("rebalanced", 0); l == victim {
+		t.Fatalf("the killed broker %d still leads", victim)
+	}
+	c.Broker(victim).Restart()
+	c.WaitFor("the preferred leaders back", preferred)
+}
+
+// TestClusterDescribeBrokerDown: with one broker killed, DescribeCluster
+// lists the live brokers (and, when v2 asks, the fenced one, marked), and
+// DescribeTopicPartitions (key 75) answers every partition's replicas,
+// ISR and offline replicas as the controller decided them, page by page.
+func TestClusterDescribeBrokerDown(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, nil)
+	ctx := ctxFor(t, time.Minute)
+	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...))
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 3, 3, nil, "described"); err != nil {
+		t.Fatal(err)
+	}
+	down := int32(3)
+	if c.Image().ControllerID == down {
+		down = 2
+	}
+	c.Broker(down).Kill()
+	c.WaitFor("the killed broker fenced and out of every ISR", func(img *raftmeta.Image) bool {
+		if !img.Brokers[down].Fenced || img.Topics["described"] == nil {
+			return false
+		}
+		for _, p := range img.Topics["described"].Partitions {
+			if slices.Contains(p.ISR, down) || p.Leader == down {
+				return false
+			}
+		}
+		return true
+	})
+	live := c.Broker(down%3 + 1)
+	raw := tandemtest.Client(t, live.Addr)
+
+	dc := kmsg.NewPtrDescribeClusterRequest()
+	dc.Version = 2
+	resp, err := dc.RequestWith(ctx, raw)
+	if err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("DescribeCluster: %v %+v", err, resp)
+	}
+	var ids []int32
+	for _, b := range resp.Brokers {
+		ids = append(ids, b.NodeID)
+		if b.NodeID == down || b.IsFenced {
+			t.Fatalf("DescribeCluster lists the fenced broker %d: %+v", down, b)
+		}
+	}
+	if len(ids) != 2 {
+		t.Fatalf("DescribeCluster brokers %v, want the two live ones", ids)
+	}
+	dc.IncludeFencedBrokers = true
+	if resp, err = dc.RequestWith(ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	fenced := map[int32]bool{}
+	for _, b := range resp.Brokers {
+		fenced[b.NodeID] = b.IsFenced
+	}
+	if len(fenced) != 3 || !fenced[down] || fenced[live.ID] {
+		t.Fatalf("DescribeCluster with fenced brokers: %+v", resp.Brokers)
+	}
+
+	// DescribeTopicPartitions, one partition per answer, following the
+	// cursor; an unknown topic is named with its error.
+	req := kmsg.NewPtrDescribeTopicPartitionsRequest()
+	for _, name := range []string{"described", "missing"} {
+		rt := kmsg.NewDescribeTopicPartitionsRequestTopic()
+		rt.Topic = name
+		req.Topics = append(req.Topics, rt)
+	}
+	req.ResponsePartitionLimit = 1
+	img := live.Broker().AppliedImage()
+	var seen []int32
+	for page := 0; ; page++ {
+		if page > 5 {
+			t.Fatal("DescribeTopicPartitions: the cursor does not advance")
+		}
+		resp, err := req.RequestWith(ctx, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rt := range resp.Topics {
+			if *rt.Topic == "missing" {
+				if rt.ErrorCode != kerr.UnknownTopicOrPartition.Code {
+					t.Fatalf("missing topic: error %v", kerr.ErrorForCode(rt.ErrorCode))
+				}
+				continue
+			}
+			if rt.ErrorCode != 0 || rt.TopicID != img.Topics["described"].ID {
+				t.Fatalf("described: %+v", rt)
+			}
+			if len(rt.Partitions) != 1 {
+				t.Fatalf("page %d: %d partitions, limit 1", page, len(rt.Partitions))
+			}
+			for _, rp := range rt.Partitions {
+				want := img.Topics["described"].Partitions[rp.Partition]
+				if rp.ErrorCode != 0 || rp.LeaderID != want.Leader || rp.LeaderEpoch != want.LeaderEpoch ||
+					!slices.Equal(rp.Replicas, want.Replicas) || !slices.Equal(rp.ISR, want.ISR) ||
+					!slices.Equal(rp.OfflineReplicas, []int32{down}) || len(rp.Replicas) != 3 || slices.Contains(rp.ISR, down) {
+					t.Fatalf("partition %d: %+v, want %+v with %d offline", rp.Partition, rp, want, down)
+				}
+				seen = append(seen, rp.Partition)
+			}
+		}
+		if resp.NextCursor == nil {
+			break
+		}
+		req.Cursor = &kmsg.DescribeTopicPartitionsRequestCursor{Topic: resp.NextCursor.Topic, Partition: resp.NextCursor.Partition}
+	}
+	if !slices.Equal(seen, []int32{0, 1, 2}) {
+		t.Fatalf("partitions seen over the pages: %v", seen)
+	}
+}
+
+// TestClusterQuorumLost: with two of three voters gone, metadata writes
+// fail with a retriable error, while the remaining broker keeps serving
+// produce and fetch for the partition it leads alone.
+func TestClusterQuorumLost(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, nil)
+	ctx := ctxFor(t, 2*time.Minute)
+	survivor := c.Broker(1)
+	cl := tandemtest.Client(t, survivor.Addr, kgo.RecordRetries(2))
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 10000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "alone", -1, -1
+	ra := kmsg.NewCreateTopicsRequestTopicReplicaAssignment()
+	ra.Replicas = []int32{survivor.ID}
+	rt.ReplicaAssignment = append(rt.ReplicaAssignment, ra)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil || resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("create: %v %+v", err, resp)
+	}
+	c.WaitFor("the topic led by the survivor", func(img *raftmeta.Image) bool {
+		return img.Topics["alone"] != nil && img.Topics["alone"].Partitions[0].Leader == survivor.ID
+	})
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "alone", Value: []byte("before")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	c.Broker(2).Kill()
+	c.Broker(3).Kill()
+
+	// A metadata write: retriable, not a hang and not a crash.
+	rt.Topic, rt.ReplicaAssignment, rt.NumPartitions, rt.ReplicationFactor = "new", nil, 1, 1
+	req.Topics = []kmsg.CreateTopicsRequestTopic{rt}
+	start := time.Now()
+	// Straight to the survivor: a client routes CreateTopics to the
+	// controller, and there is none.
+	kr, err := cl.Broker(int(survivor.ID)).Request(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp = kr.(*kmsg.CreateTopicsResponse)
+	cerr := kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	var ke *kerr.Error
+	if !errors.As(cerr, &ke) || !ke.Retriable {
+		t.Fatalf("CreateTopics without a quorum: %v, want a retriable error", cerr)
+	}
+	t.Logf("CreateTopics without a quorum: %v after %v", cerr, time.Since(start).Round(time.Millisecond))
+
+	// Produce and fetch on the survivor's partition go on.
+	for _, v := range []string{"after-1", "after-2"} {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "alone", Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatalf("produce %s without a quorum: %v", v, err)
+		}
+	}
+	cons := tandemtest.Client(t, survivor.Addr, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"alone": {0: kgo.NewOffset().AtStart()}}))
+	var got []string
+	for len(got) < 3 {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read back %v: %v", got, ctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+	}
+	if !slices.Equal(got, []string{"before", "after-1", "after-2"}) {
+		t.Fatalf("read back %v", got)
+	}
+}
