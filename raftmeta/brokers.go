@@ -152,7 +152,10 @@ func (c *Controller) register(ctx context.Context, req RegisterRequest) (Registe
 		return RegisterResult{}, fmt.Errorf("node %d's data dir belongs to cluster %s, but this is cluster %s: %w", b.ID, req.ClusterID, img.ClusterID, kerr.InconsistentClusterID)
 	}
 	old, exists := img.Brokers[b.ID]
-	if exists && old.Incarnation != b.Incarnation && !old.Fenced && c.sessions.alive(b.ID, old.Epoch, time.Now(), c.sessionTimeout()) {
+	// A registration whose broker asked for a controlled shutdown is
+	// going away: its node restarting now is not a second node with
+	// the same ID, and need not wait for the old session to expire.
+	if exists && old.Incarnation != b.Incarnation && !old.Fenced && !old.ShuttingDown && c.sessions.alive(b.ID, old.Epoch, time.Now(), c.sessionTimeout()) {
 		return RegisterResult{}, fmt.Errorf("node %d is already registered by a running broker (at %s:%d, heartbeating): two nodes have the same node.id: %w",
 			b.ID, old.Host, old.Port, kerr.DuplicateBrokerRegistration)
 	}
@@ -212,16 +215,27 @@ func (c *Controller) heartbeat(ctx context.Context, req HeartbeatRequest) (Heart
 	b = img.Brokers[req.ID]
 	res.Fenced = b.Fenced
 	if req.WantShutdown {
-		res.ShouldShutdown = b.Fenced || !leadsAny(img, req.ID)
+		res.ShouldShutdown = b.Fenced || !leadsMovable(img, req.ID)
 	}
 	return res, nil
 }
 
-func leadsAny(img *Image, id int32) bool {
+// leadsMovable reports whether broker id leads a partition that another
+// live ISR member could lead. What it still leads once its shutdown has
+// been recorded has no such member (the shutdown record moved the rest
+// away): waiting would not move it, and when every broker stops at once
+// the last ones would wait for brokers that are stopping too, until the
+// quorum is gone. Kafka lets such a broker go as well.
+func leadsMovable(img *Image, id int32) bool {
 	for _, t := range img.Topics {
 		for _, p := range t.Partitions {
-			if p.Leader == id {
-				return true
+			if p.Leader != id {
+				continue
+			}
+			for _, r := range p.ISR {
+				if br, ok := img.Brokers[r]; ok && r != id && br.Live() {
+					return true
+				}
 			}
 		}
 	}
@@ -549,11 +563,28 @@ func (s *Session) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.shutdown = true
 	s.mu.Unlock()
-	select {
-	case <-s.stopping:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("controlled shutdown: %w", ctx.Err())
+	// Without an active controller nothing can move: when every broker
+	// stops at once, the last ones lose the quorum to the first ones
+	// that leave. Waiting for the timeout would not help them.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var leaderless time.Time
+	for {
+		select {
+		case <-s.stopping:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("controlled shutdown: %w", ctx.Err())
+		case now := <-tick.C:
+			if _, id := s.c.raft.LeaderWithID(); id != "" {
+				leaderless = time.Time{}
+			} else if leaderless.IsZero() {
+				leaderless = now
+			} else if now.Sub(leaderless) >= time.Second {
+				return fmt.Errorf("controlled shutdown: no active controller for %v (the quorum of controller.quorum.voters is gone): %w",
+					now.Sub(leaderless).Round(100*time.Millisecond), kerr.NotController)
+			}
+		}
 	}
 }
 

@@ -200,6 +200,7 @@ func (c *Controller) leadership(lead bool) {
 		return
 	}
 	if !lead {
+		c.caughtUp.Store(false)
 		c.sessions.cancel()
 		c.sessions.cancel = nil
 		return
@@ -221,6 +222,11 @@ func (c *Controller) lead(ctx context.Context) {
 	if err := wait(ctx, c.raft.Barrier(0)); err != nil {
 		return
 	}
+	// Under the lock leadership takes to step down: a step-down either
+	// came first (ctx is done) or clears the flag after.
+	c.sessions.mu.Lock()
+	c.caughtUp.Store(ctx.Err() == nil)
+	c.sessions.mu.Unlock()
 	if c.Image().ClusterID == "" {
 		id := c.cfg.ClusterID
 		if id == "" {

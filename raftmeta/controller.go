@@ -91,6 +91,11 @@ type Controller struct {
 	rpcs     rpcClient // connections to the leader for forwarded calls
 	rpcConns sync.Map  // net.Conn -> struct{}: accepted RPC connections
 	sessions sessions  // brokers' heartbeats, while this node leads
+	// caughtUp: this cluster node leads and its image holds every entry
+	// committed before its term (lead's barrier). Until then a decision
+	// would be made on a stale image: a restarted node's image is empty
+	// until raft commits in the new term.
+	caughtUp atomic.Bool
 	metrics  ControllerMetrics
 
 	observer *raft.Observer

@@ -30,6 +30,10 @@ func (c *Controller) lock(ctx context.Context) (*Image, error) {
 		<-c.decide
 		return nil, fmt.Errorf("raftmeta: node %d is not the controller: %w", c.cfg.NodeID, kerr.NotController)
 	}
+	if c.stream != nil && !c.caughtUp.Load() {
+		<-c.decide
+		return nil, fmt.Errorf("raftmeta: node %d leads but has not applied the metadata log yet: %w", c.cfg.NodeID, kerr.NotController)
+	}
 	return c.Image(), nil
 }
 

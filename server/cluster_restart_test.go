@@ -1,0 +1,85 @@
+package server_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
+)
+
+// TestClusterStopAllAndRestart stops every broker of a cluster at once
+// with a controlled shutdown, as `tandem cluster` does on Ctrl-C, and
+// starts them all again on their data dirs, twice. Each stop must end
+// without waiting for its controlled shutdown to time out (the last
+// brokers used to wait 30 s for brokers that were stopping too, until the
+// quorum was gone); each restart must form the cluster again (a node that
+// won the first election of its term used to judge a registration on its
+// empty image, before applying the log, and refuse it with
+// INCONSISTENT_CLUSTER_ID); and the records acknowledged before are all
+// read back.
+func TestClusterStopAllAndRestart(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, nil)
+	ctx := ctxFor(t, 3*time.Minute)
+	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.DefaultProduceTopic("kept"))
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 3, 3, nil, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	produceN(t, ctx, cl, "kept", 60)
+	cl.Close()
+
+	for round := range 2 {
+		var wg sync.WaitGroup
+		took := make([]time.Duration, len(c.Brokers))
+		for i, b := range c.Brokers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				b.Stop()
+				took[i] = time.Since(start)
+			}()
+		}
+		wg.Wait()
+		for i, d := range took {
+			// Not a speed bound: a controlled shutdown gives up after
+			// 30 s, and one that reached that limit was stuck.
+			if d >= 25*time.Second {
+				t.Errorf("round %d: broker %d took %v to stop: its controlled shutdown waited for brokers that were stopping too", round, i+1, d)
+			}
+		}
+		for _, b := range c.Brokers {
+			wg.Add(1)
+			go func() { defer wg.Done(); b.Restart() }()
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		c.WaitFor("every broker unfenced after the restart", func(img *raftmeta.Image) bool {
+			for _, b := range c.Brokers {
+				if br, ok := img.Brokers[b.ID]; !ok || br.Fenced {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	cons := tandemtest.Client(t, c.Addrs()[2], kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics("kept"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	got := 0
+	for got < 60 {
+		fs := cons.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("after %d records: %v", got, err)
+		}
+		got += fs.NumRecords()
+	}
+	if got != 60 {
+		t.Fatalf("read %d records back, produced 60", got)
+	}
+}
