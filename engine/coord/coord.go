@@ -62,6 +62,24 @@ type TxnStateMachine interface {
 	ReplayMarker(pid int64, commit bool) error
 }
 
+// Replicas is the broker's acks=all, which a shard's writes go through so
+// that a coordinator answers only once the ISR has what it wrote
+// (plugin.Host implements it).
+type Replicas interface {
+	// CheckWritable is checked before an append: this broker leads the
+	// partition and its ISR is large enough. It returns the leader
+	// epoch to wait in.
+	CheckWritable(id engine.TopicID, partition int32) (leaderEpoch int32, err error)
+	// AwaitReplicated returns once the high watermark covers last.
+	AwaitReplicated(ctx context.Context, id engine.TopicID, partition int32, leaderEpoch int32, last int64, timeout time.Duration) error
+}
+
+// WriteTimeout bounds how long a shard write waits for the ISR to have
+// it: Kafka's offsets.commit.timeout.ms (5000), which its transaction
+// coordinator's appends share in effect (request.timeout.ms). The shard
+// is locked meanwhile.
+const WriteTimeout = 5 * time.Second
+
 // Config configures a Runtime.
 type Config struct {
 	Topic      string // the internal topic, e.g. __consumer_offsets
@@ -80,6 +98,7 @@ type Runtime struct {
 
 	mu      sync.Mutex
 	eng     *engine.Engine // nil until Start
+	repl    Replicas       // nil: writes are acknowledged once in the local log
 	stopped bool
 	shards  map[int32]*Shard
 	wg      sync.WaitGroup // loaders and unloaders
@@ -117,11 +136,12 @@ func PartitionFor(key string, partitions int32) int32 {
 }
 
 // Start begins serving on eng: from now on SetLeader loads shards. The
-// broker reports leadership only once its plugins have started.
-func (r *Runtime) Start(eng *engine.Engine) {
+// broker reports leadership only once its plugins have started. Writes
+// wait for repl (nil: only for the local log).
+func (r *Runtime) Start(eng *engine.Engine, repl Replicas) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.eng = eng
+	r.eng, r.repl = eng, repl
 }
 
 // Stop unloads every shard and returns once every goroutine of the runtime
@@ -340,20 +360,45 @@ func (sh *Shard) append(ctx context.Context, records []byte) error {
 	if sh.state != serving || sh.dropped.Load() {
 		return fmt.Errorf("%s-%d is no longer led here: %w", sh.r.cfg.Topic, sh.partition, kerr.NotCoordinator)
 	}
+	return sh.replicated(ctx, "write", func(p *engine.Partition) (int64, error) {
+		res, err := p.Append(ctx, &engine.AppendRequest{
+			Topic: sh.r.cfg.Topic, TopicID: sh.topicID, Partition: sh.partition,
+			Origin: engine.OriginInternal, Acks: -1, Records: records,
+		})
+		return res.LastOffset, err
+	})
+}
+
+// replicated runs an append to the shard's partition with acks=all: the
+// ISR is checked before it and the high watermark awaited after it.
+// Errors are mapped as Kafka's coordinators map them: leadership lost
+// (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION) is
+// NOT_COORDINATOR; NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+// REQUEST_TIMED_OUT and the rest COORDINATOR_NOT_AVAILABLE, both of
+// which clients retry after finding the coordinator again.
+func (sh *Shard) replicated(ctx context.Context, what string, appendFn func(p *engine.Partition) (last int64, err error)) error {
 	p := sh.r.eng.Partition(sh.topicID, sh.partition)
 	if p == nil {
 		return fmt.Errorf("%s-%d is gone: %w", sh.r.cfg.Topic, sh.partition, kerr.NotCoordinator)
 	}
-	_, err := p.Append(ctx, &engine.AppendRequest{
-		Topic: sh.r.cfg.Topic, TopicID: sh.topicID, Partition: sh.partition,
-		Origin: engine.OriginInternal, Acks: -1, Records: records,
-	})
+	epoch := int32(-1)
+	var err error
+	if sh.r.repl != nil {
+		epoch, err = sh.r.repl.CheckWritable(sh.topicID, sh.partition)
+	}
+	var last int64
+	if err == nil {
+		last, err = appendFn(p)
+	}
+	if err == nil && sh.r.repl != nil {
+		err = sh.r.repl.AwaitReplicated(ctx, sh.topicID, sh.partition, epoch, last, WriteTimeout)
+	}
 	if err != nil {
 		code := kerr.CoordinatorNotAvailable
 		if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.NotLeaderForPartition) {
 			code = kerr.NotCoordinator
 		}
-		return fmt.Errorf("%s-%d: write: %v: %w", sh.r.cfg.Topic, sh.partition, err, code)
+		return fmt.Errorf("%s-%d: %s: %v: %w", sh.r.cfg.Topic, sh.partition, what, err, code)
 	}
 	return nil
 }
@@ -372,17 +417,16 @@ func (sh *Shard) WriteMarker(ctx context.Context, m engine.Marker) error {
 	if sh.state != serving || sh.dropped.Load() {
 		return fmt.Errorf("%s-%d is no longer led here: %w", sh.r.cfg.Topic, sh.partition, kerr.NotCoordinator)
 	}
-	p := sh.r.eng.Partition(sh.topicID, sh.partition)
-	if p == nil {
-		return fmt.Errorf("%s-%d is gone: %w", sh.r.cfg.Topic, sh.partition, kerr.NotCoordinator)
-	}
-	if _, err := p.WriteTxnMarkers(ctx, m); err != nil {
-		return fmt.Errorf("%s-%d: %w", sh.r.cfg.Topic, sh.partition, err)
-	}
-	return nil
+	return sh.replicated(ctx, "write marker", func(p *engine.Partition) (int64, error) {
+		return p.WriteTxnMarkers(ctx, m)
+	})
 }
 
-// load replays the partition from its log start to its high watermark.
+// load replays the partition from its log start to its log end, as
+// Kafka's coordinator loader does: a new leader's log is the partition's
+// from now on, records it has beyond the high watermark included (they
+// become committed as the followers catch up, and a coordinator that
+// left them out would contradict its own log).
 // The lock is held since newShard.
 func (sh *Shard) load() {
 	defer close(sh.loaded)
@@ -409,8 +453,8 @@ func (sh *Shard) replay() (int, error) {
 	}
 	offs := p.Offsets()
 	n := 0
-	for off := offs.LogStart; off < offs.HighWatermark; {
-		res, err := p.Fetch(off, 1<<20, engine.ReadUncommitted)
+	for off := offs.LogStart; off < offs.LogEnd; {
+		res, err := p.Fetch(off, 1<<20, engine.ReadLogEnd)
 		var kerrErr *kerr.Error
 		if errors.As(err, &kerrErr) && kerrErr == kerr.OffsetOutOfRange && off < res.LogStartOffset {
 			off = res.LogStartOffset // retention moved the start meanwhile

@@ -29,7 +29,8 @@ const Topic = "__consumer_offsets"
 // Config is the plugin's part of the broker properties.
 type Config struct {
 	Partitions        int32         // offsets.topic.num.partitions (50)
-	ReplicationFactor int16         // offsets.topic.replication.factor (1 here; Kafka's is 3)
+	ReplicationFactor int16         // offsets.topic.replication.factor (3, capped at the live brokers)
+	BrokerMinISR      int           // min.insync.replicas (1), the broker's, which the offsets topic follows
 	SegmentBytes      int64         // offsets.topic.segment.bytes (104857600)
 	Retention         time.Duration // offsets.retention.minutes (10080)
 	RetentionCheck    time.Duration // offsets.retention.check.interval.ms (600000)
@@ -84,7 +85,8 @@ func ParseConfig(props map[string]string) (Config, error) {
 	}
 	c := Config{
 		Partitions:        int32(r.Int("offsets.topic.num.partitions", 50, 1, math.MaxInt32)),
-		ReplicationFactor: int16(r.Int("offsets.topic.replication.factor", 1, 1, math.MaxInt16)),
+		ReplicationFactor: int16(r.Int("offsets.topic.replication.factor", 3, 1, math.MaxInt16)),
+		BrokerMinISR:      int(r.Int("min.insync.replicas", 1, 1, math.MaxInt16)),
 		SegmentBytes:      r.Int("offsets.topic.segment.bytes", 104857600, 0, math.MaxInt32),
 		Retention:         time.Duration(r.Int("offsets.retention.minutes", 10080, 0, math.MaxInt64/int64(time.Minute))) * time.Minute,
 		RetentionCheck:    ms("offsets.retention.check.interval.ms", 600000, 1),
@@ -171,7 +173,8 @@ func New(props map[string]string, log *slog.Logger) *Plugin {
 	cfg, err := ParseConfig(props)
 	p := &Plugin{cfg: cfg, log: log.With("plugin", "groups"), now: time.Now}
 	p.Coordinator = plugin.NewCoordinator(plugin.CoordinatorConfig{
-		KeyType: plugin.CoordinatorGroup,
+		KeyType:      plugin.CoordinatorGroup,
+		BrokerMinISR: cfg.BrokerMinISR,
 		Topic: plugin.InternalTopic{Name: Topic, Partitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor,
 			Configs: map[string]string{"compression.type": "producer", "segment.bytes": strconv.FormatInt(cfg.SegmentBytes, 10)}},
 		New:    func(partition int32) coord.StateMachine { return newShardState(p, partition) },

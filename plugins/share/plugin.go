@@ -32,7 +32,8 @@ const Topic = "__share_group_state"
 // Config is the plugin's part of the broker properties.
 type Config struct {
 	Partitions        int32 // share.coordinator.state.topic.num.partitions (50)
-	ReplicationFactor int16 // share.coordinator.state.topic.replication.factor (1 here; Kafka's is 3)
+	ReplicationFactor int16 // share.coordinator.state.topic.replication.factor (3, capped at the live brokers)
+	MinISR            int   // share.coordinator.state.topic.min.isr (2, capped at the replication factor)
 	SegmentBytes      int64 // share.coordinator.state.topic.segment.bytes (104857600)
 	MaxSessions       int   // group.share.max.share.sessions (2000): share sessions of the broker
 }
@@ -43,7 +44,8 @@ func ParseConfig(props map[string]string) (Config, error) {
 	r := plugin.ReadProps(props)
 	c := Config{
 		Partitions:        int32(r.Int("share.coordinator.state.topic.num.partitions", 50, 1, math.MaxInt32)),
-		ReplicationFactor: int16(r.Int("share.coordinator.state.topic.replication.factor", 1, 1, math.MaxInt16)),
+		ReplicationFactor: int16(r.Int("share.coordinator.state.topic.replication.factor", 3, 1, math.MaxInt16)),
+		MinISR:            int(r.Int("share.coordinator.state.topic.min.isr", 2, 1, math.MaxInt16)),
 		SegmentBytes:      r.Int("share.coordinator.state.topic.segment.bytes", 104857600, 0, math.MaxInt32),
 		MaxSessions:       int(r.Int("group.share.max.share.sessions", 2000, 1, math.MaxInt32)),
 	}
@@ -87,7 +89,8 @@ func New(props map[string]string, log *slog.Logger) *Plugin {
 	p.m.Store(newShareMetrics(prom.NewSet()))
 	p.Coordinator = plugin.NewCoordinator(plugin.CoordinatorConfig{
 		Topic: plugin.InternalTopic{Name: Topic, Partitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor,
-			Configs: map[string]string{"segment.bytes": strconv.FormatInt(cfg.SegmentBytes, 10)}},
+			Configs: map[string]string{"segment.bytes": strconv.FormatInt(cfg.SegmentBytes, 10),
+				"min.insync.replicas": strconv.Itoa(cfg.MinISR)}},
 		New:    func(int32) coord.StateMachine { return &states{p: p, m: map[stateKey]*shareState{}} },
 		Logger: p.log,
 		Err:    err,

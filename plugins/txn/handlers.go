@@ -143,6 +143,13 @@ func (s *shardState) addPartitions(id string, pid int64, epoch int16, version, f
 // VerifyTxnPartition implements plugin.TxnCoordinator (KIP-890 part 1):
 // the partition must be in the producer's ongoing transaction.
 func (p *Plugin) VerifyTxnPartition(ctx context.Context, txnID string, pid int64, epoch int16, tp plugin.TopicPartition) error {
+	if node, ok := p.remoteCoordinator(txnID); ok {
+		return p.sendAddPartition(ctx, node, txnID, pid, epoch, tp, true)
+	}
+	return p.verifyLocal(ctx, txnID, pid, epoch, tp)
+}
+
+func (p *Plugin) verifyLocal(ctx context.Context, txnID string, pid int64, epoch int16, tp plugin.TopicPartition) error {
 	return p.do(ctx, txnID, func(s *shardState) error {
 		m := s.txns[txnID]
 		switch {
@@ -166,6 +173,13 @@ func (p *Plugin) AddTxnPartition(ctx context.Context, txnID string, pid int64, e
 	if err := plugin.CheckTopicChange(p.Host().Plugins(), plugin.TopicChange{Topic: tp.Topic, Op: plugin.OpWrite}); err != nil {
 		return err
 	}
+	if node, ok := p.remoteCoordinator(txnID); ok {
+		return p.sendAddPartition(ctx, node, txnID, pid, epoch, tp, false)
+	}
+	return p.addLocal(ctx, txnID, pid, epoch, tp)
+}
+
+func (p *Plugin) addLocal(ctx context.Context, txnID string, pid int64, epoch int16, tp plugin.TopicPartition) error {
 	err := p.do(ctx, txnID, func(s *shardState) error {
 		return s.addPartitions(txnID, pid, epoch, 0, 1, 2, []plugin.TopicPartition{tp})
 	})
@@ -173,6 +187,61 @@ func (p *Plugin) AddTxnPartition(ctx context.Context, txnID string, pid int64, e
 		return fmt.Errorf("transactional id %s: add %s-%d: %w", txnID, tp.Topic, tp.Partition, err)
 	}
 	return nil
+}
+
+// remoteCoordinator is the broker that coordinates txnID when it is not
+// this one: the leader of its partition of __transaction_state.
+func (p *Plugin) remoteCoordinator(txnID string) (int32, bool) {
+	h, img := p.Host(), p.Image()
+	if h == nil || img == nil {
+		return -1, false
+	}
+	t := img.Topics[Topic]
+	part := p.PartitionFor(txnID)
+	if t == nil || int(part) >= len(t.Partitions) {
+		return -1, false // not created yet: the local coordinator answers
+	}
+	leader := t.Partitions[part].Leader
+	return leader, leader >= 0 && leader != h.NodeID()
+}
+
+// sendAddPartition asks the broker coordinating txnID, with
+// AddPartitionsToTxn v4+ (Kafka's AddPartitionsToTxnManager, KIP-890),
+// to verify that tp is in the producer's transaction (verifyOnly) or to
+// add it (transaction.version 2). The answer is the partition's error.
+func (p *Plugin) sendAddPartition(ctx context.Context, node int32, txnID string, pid int64, epoch int16, tp plugin.TopicPartition, verifyOnly bool) error {
+	req := kmsg.NewPtrAddPartitionsToTxnRequest()
+	tx := kmsg.NewAddPartitionsToTxnRequestTransaction()
+	tx.TransactionalID, tx.ProducerID, tx.ProducerEpoch, tx.VerifyOnly = txnID, pid, epoch, verifyOnly
+	rt := kmsg.NewAddPartitionsToTxnRequestTransactionTopic()
+	rt.Topic, rt.Partitions = tp.Topic, []int32{tp.Partition}
+	tx.Topics = append(tx.Topics, rt)
+	req.Transactions = append(req.Transactions, tx)
+	ctx, cancel := context.WithTimeout(ctx, markerTimeout)
+	defer cancel()
+	kresp, err := p.Host().Send(ctx, node, req)
+	if err != nil {
+		// The coordinator is unreachable (it may have just died):
+		// the client retries once it finds the new one.
+		return fmt.Errorf("transactional id %s: coordinator %d: %v: %w", txnID, node, err, kerr.NotCoordinator)
+	}
+	resp := kresp.(*kmsg.AddPartitionsToTxnResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return fmt.Errorf("transactional id %s: coordinator %d: %w", txnID, node, err)
+	}
+	for _, rtx := range resp.Transactions {
+		for _, t := range rtx.Topics {
+			for _, part := range t.Partitions {
+				if t.Topic == tp.Topic && part.Partition == tp.Partition {
+					if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
+						return fmt.Errorf("transactional id %s: %s-%d on coordinator %d: %w", txnID, tp.Topic, tp.Partition, node, err)
+					}
+					return nil
+				}
+			}
+		}
+	}
+	return fmt.Errorf("transactional id %s: coordinator %d did not answer for %s-%d: %w", txnID, node, tp.Topic, tp.Partition, kerr.UnknownServerError)
 }
 
 // topicCheck is the per-partition error of AddPartitionsToTxn before the
@@ -202,7 +271,7 @@ type txnTopic struct {
 
 // addTxn answers one transaction of AddPartitionsToTxn: per topic, per
 // partition codes.
-func (p *Plugin) addTxn(ctx context.Context, rc *plugin.RequestContext, version int16, id string, pid int64, epoch int16, verify bool, topics []txnTopic) map[string]map[int32]int16 {
+func (p *Plugin) addTxn(ctx context.Context, rc *plugin.RequestContext, version int16, id string, pid int64, epoch int16, topics []txnTopic) map[string]map[int32]int16 {
 	codes := map[string]map[int32]int16{}
 	set := func(t string, part int32, c int16) {
 		if codes[t] == nil {
@@ -214,7 +283,7 @@ func (p *Plugin) addTxn(ctx context.Context, rc *plugin.RequestContext, version 
 	failed := false
 	for _, t := range topics {
 		for _, part := range t.partitions {
-			if e := p.topicCheck(rc, t.topic, part); e != nil && !verify {
+			if e := p.topicCheck(rc, t.topic, part); e != nil {
 				set(t.topic, part, e.Code)
 				failed = true
 				continue
@@ -236,17 +305,35 @@ func (p *Plugin) addTxn(ctx context.Context, rc *plugin.RequestContext, version 
 		}
 		return codes
 	}
-	if verify {
-		for _, tp := range parts {
-			set(tp.Topic, tp.Partition, plugin.ErrorCode(p.VerifyTxnPartition(ctx, id, pid, epoch, tp)))
-		}
-		return codes
-	}
 	c := plugin.ErrorCode(p.do(ctx, id, func(s *shardState) error {
 		return s.addPartitions(id, pid, epoch, version, 2, 0, parts)
 	}))
 	for _, tp := range parts {
 		set(tp.Topic, tp.Partition, c)
+	}
+	return codes
+}
+
+// addTxnBroker answers one transaction of AddPartitionsToTxn v4+, which
+// only brokers send (CLUSTER_ACTION is checked, not the client's ACLs,
+// which the sending broker checked): verifyOnly is KIP-890 part 1's
+// check of a produce, otherwise it is the implicit add of part 2
+// (transaction.version 2), as the sending broker's own coordinator
+// would do it (VerifyTxnPartition, AddTxnPartition).
+func (p *Plugin) addTxnBroker(ctx context.Context, id string, pid int64, epoch int16, verifyOnly bool, topics []txnTopic) map[string]map[int32]int16 {
+	codes := map[string]map[int32]int16{}
+	for _, t := range topics {
+		codes[t.topic] = map[int32]int16{}
+		for _, part := range t.partitions {
+			tp := plugin.TopicPartition{Topic: t.topic, Partition: part}
+			var err error
+			if verifyOnly {
+				err = p.verifyLocal(ctx, id, pid, epoch, tp)
+			} else {
+				err = p.addLocal(ctx, id, pid, epoch, tp)
+			}
+			codes[t.topic][part] = plugin.ErrorCode(err)
+		}
 	}
 	return codes
 }
@@ -258,7 +345,7 @@ func (p *Plugin) handleAddPartitions(ctx context.Context, rc *plugin.RequestCont
 		for i, t := range req.Topics {
 			topics[i] = txnTopic{t.Topic, t.Partitions}
 		}
-		codes := p.addTxn(ctx, rc, req.Version, req.TransactionalID, req.ProducerID, req.ProducerEpoch, false, topics)
+		codes := p.addTxn(ctx, rc, req.Version, req.TransactionalID, req.ProducerID, req.ProducerEpoch, topics)
 		for _, t := range req.Topics {
 			rt := kmsg.NewAddPartitionsToTxnResponseTopic()
 			rt.Topic = t.Topic
@@ -281,7 +368,7 @@ func (p *Plugin) handleAddPartitions(ctx context.Context, rc *plugin.RequestCont
 		for i, t := range tx.Topics {
 			topics[i] = txnTopic{t.Topic, t.Partitions}
 		}
-		codes := p.addTxn(ctx, rc, req.Version, tx.TransactionalID, tx.ProducerID, tx.ProducerEpoch, tx.VerifyOnly, topics)
+		codes := p.addTxnBroker(ctx, tx.TransactionalID, tx.ProducerID, tx.ProducerEpoch, tx.VerifyOnly, topics)
 		rtx := kmsg.NewAddPartitionsToTxnResponseTransaction()
 		rtx.TransactionalID = tx.TransactionalID
 		for _, t := range tx.Topics {
@@ -436,7 +523,7 @@ func (p *Plugin) handleWriteTxnMarkers(ctx context.Context, rc *plugin.RequestCo
 				} else if err := plugin.CheckTopicChange(p.Host().Plugins(), plugin.TopicChange{Topic: rt.Topic, Op: plugin.OpTxnMarkers}); err != nil {
 					op.ErrorCode = plugin.ErrorCode(err)
 				} else {
-					op.ErrorCode = plugin.ErrorCode(p.writeMarker(ctx, plugin.TopicPartition{Topic: rt.Topic, Partition: part}, m))
+					op.ErrorCode = plugin.ErrorCode(p.writeLocalMarker(ctx, plugin.TopicPartition{Topic: rt.Topic, Partition: part}, m))
 				}
 				ot.Partitions = append(ot.Partitions, op)
 			}

@@ -38,7 +38,8 @@ const maxEpoch = 32766
 // Config is the plugin's part of the broker properties.
 type Config struct {
 	Partitions        int32         // transaction.state.log.num.partitions (50)
-	ReplicationFactor int16         // transaction.state.log.replication.factor (1 here; Kafka's is 3)
+	ReplicationFactor int16         // transaction.state.log.replication.factor (3, capped at the live brokers)
+	MinISR            int           // transaction.state.log.min.isr (2, capped at the replication factor)
 	SegmentBytes      int64         // transaction.state.log.segment.bytes (104857600)
 	MaxTimeout        time.Duration // transaction.max.timeout.ms (900000)
 	AbortInterval     time.Duration // transaction.abort.timed.out.transaction.cleanup.interval.ms (10000)
@@ -53,7 +54,8 @@ func ParseConfig(props map[string]string) (Config, error) {
 	}
 	c := Config{
 		Partitions:        int32(r.Int("transaction.state.log.num.partitions", 50, 1, math.MaxInt32)),
-		ReplicationFactor: int16(r.Int("transaction.state.log.replication.factor", 1, 1, math.MaxInt16)),
+		ReplicationFactor: int16(r.Int("transaction.state.log.replication.factor", 3, 1, math.MaxInt16)),
+		MinISR:            int(r.Int("transaction.state.log.min.isr", 2, 1, math.MaxInt16)),
 		SegmentBytes:      r.Int("transaction.state.log.segment.bytes", 104857600, 1, math.MaxInt32),
 		MaxTimeout:        ms("transaction.max.timeout.ms", 900000),
 		AbortInterval:     ms("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000),
@@ -99,7 +101,8 @@ func New(props map[string]string, log *slog.Logger) *Plugin {
 	p.Coordinator = plugin.NewCoordinator(plugin.CoordinatorConfig{
 		KeyType: plugin.CoordinatorTransaction,
 		Topic: plugin.InternalTopic{Name: Topic, Partitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor,
-			Configs: map[string]string{"compression.type": "uncompressed", "segment.bytes": strconv.FormatInt(cfg.SegmentBytes, 10)}},
+			Configs: map[string]string{"compression.type": "uncompressed", "segment.bytes": strconv.FormatInt(cfg.SegmentBytes, 10),
+				"min.insync.replicas": strconv.Itoa(cfg.MinISR)}},
 		New:    func(int32) coord.StateMachine { return &shardState{p: p, txns: map[string]*txnMeta{}} },
 		Logger: p.log,
 		Err:    err,
@@ -208,23 +211,31 @@ func (p *Plugin) completeLater(e ending, delay time.Duration) {
 
 // complete writes the markers of an ending transaction to every partition
 // it touched, then its CompleteCommit or CompleteAbort state. A failure
-// leaves it in its Prepare state and retries later: the outcome is
-// already decided and the markers are idempotent for consumers.
+// leaves it in its Prepare state and retries later the partitions whose
+// marker is missing: the outcome is already decided and the markers are
+// idempotent for consumers.
 func (p *Plugin) complete(ctx context.Context, e ending) error {
-	if err := p.writeMarkers(ctx, e); err != nil {
-		if ctx.Err() == nil {
+	// Only while this broker coordinates the transaction, still being
+	// ended: a new coordinator completes it from its log (Loaded), and
+	// a retry must not outlive our leadership.
+	pending := false
+	if err := p.do(ctx, e.id, func(s *shardState) error {
+		pending = s.txns[e.id].ending(e)
+		return nil
+	}); err != nil || !pending {
+		return err
+	}
+	if failed, err := p.writeMarkers(ctx, e); err != nil {
+		if p.ctx.Err() == nil {
 			p.log.Warn("writing transaction markers; retrying", "transactional_id", e.id, "err", err)
-			p.completeLater(e, time.Second)
+			e.parts = failed
+			p.completeLater(e, markerRetry)
 		}
 		return err
 	}
 	return p.do(ctx, e.id, func(s *shardState) error {
 		m := s.txns[e.id]
-		want := stPrepareAbort
-		if e.commit {
-			want = stPrepareCommit
-		}
-		if m == nil || m.pid != e.pid || m.epoch != e.epoch || m.state != want {
+		if !m.ending(e) {
 			return nil // completed already
 		}
 		n := m.clone()
@@ -241,33 +252,134 @@ func (p *Plugin) complete(ctx context.Context, e ending) error {
 	})
 }
 
-func (p *Plugin) writeMarkers(ctx context.Context, e ending) error {
+// markerRetry is the pause before markers that could not be written are
+// sent again; markerTimeout bounds one attempt to one broker, so that a
+// broker that died holds nothing up for long (its partitions get a new
+// leader, which the next attempt finds in the image).
+const (
+	markerRetry   = 500 * time.Millisecond
+	markerTimeout = 10 * time.Second
+)
+
+// writeMarkers writes the markers of e to its partitions: those led here
+// directly, those led by other brokers with one WriteTxnMarkers request
+// per broker (Kafka's TransactionMarkerChannelManager). It returns the
+// partitions whose marker is not written.
+func (p *Plugin) writeMarkers(ctx context.Context, e ending) ([]plugin.TopicPartition, error) {
+	h := p.Host()
 	m := engine.Marker{ProducerID: e.pid, ProducerEpoch: e.epoch, CoordinatorEpoch: e.coordEpoch, Commit: e.commit}
-	errs := make([]error, len(e.parts))
-	var wg sync.WaitGroup
-	for i, tp := range e.parts {
+	img := h.Metadata().Image()
+	var local []plugin.TopicPartition
+	remote := map[int32][]plugin.TopicPartition{}
+	var failed []plugin.TopicPartition
+	var errs []error
+	for _, tp := range e.parts {
 		// A partition that turned read-only since it joined the
 		// transaction (a mirror topic again, after a failback) is not
 		// ours to write: the transaction ends without its marker there.
-		if err := plugin.CheckTopicChange(p.Host().Plugins(), plugin.TopicChange{Topic: tp.Topic, Op: plugin.OpTxnMarkers}); err != nil {
+		if err := plugin.CheckTopicChange(h.Plugins(), plugin.TopicChange{Topic: tp.Topic, Op: plugin.OpTxnMarkers}); err != nil {
 			p.log.Info("transaction ends without a marker in a partition that refuses it", "transactional_id", e.id,
 				"topic", tp.Topic, "partition", tp.Partition, "reason", err)
 			continue
 		}
+		t := img.Topics[tp.Topic]
+		if t == nil || tp.Partition < 0 || int(tp.Partition) >= len(t.Partitions) {
+			continue // deleted: no marker is needed
+		}
+		switch leader := t.Partitions[tp.Partition].Leader; {
+		case leader == h.NodeID():
+			local = append(local, tp)
+		case leader < 0:
+			failed = append(failed, tp)
+			errs = append(errs, fmt.Errorf("%s-%d has no leader: %w", tp.Topic, tp.Partition, kerr.LeaderNotAvailable))
+		default:
+			remote[leader] = append(remote[leader], tp)
+		}
+	}
+	var mu sync.Mutex
+	fail := func(tp plugin.TopicPartition, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		failed = append(failed, tp)
+		errs = append(errs, err)
+	}
+	var wg sync.WaitGroup
+	for _, tp := range local {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = p.writeMarker(ctx, tp, m)
+			if err := p.writeLocalMarker(ctx, tp, m); err != nil {
+				fail(tp, err)
+			}
+		}()
+	}
+	for node, parts := range remote {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for tp, err := range p.sendMarkers(ctx, node, parts, e) {
+				fail(tp, err)
+			}
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return failed, errors.Join(errs...)
 }
 
-// writeMarker writes one marker: through the plugin that owns the
-// partition's topic (the groups plugin for its offsets topic), or
-// straight to the partition. A partition deleted meanwhile needs none.
-func (p *Plugin) writeMarker(ctx context.Context, tp plugin.TopicPartition, m engine.Marker) error {
+// sendMarkers sends e's markers for parts to broker node, their leader,
+// and returns the partitions that failed.
+func (p *Plugin) sendMarkers(ctx context.Context, node int32, parts []plugin.TopicPartition, e ending) map[plugin.TopicPartition]error {
+	req := kmsg.NewPtrWriteTxnMarkersRequest()
+	rm := kmsg.NewWriteTxnMarkersRequestMarker()
+	rm.ProducerID, rm.ProducerEpoch, rm.Committed, rm.CoordinatorEpoch = e.pid, e.epoch, e.commit, e.coordEpoch
+	byTopic := map[string]int{}
+	for _, tp := range parts {
+		i, ok := byTopic[tp.Topic]
+		if !ok {
+			i = len(rm.Topics)
+			byTopic[tp.Topic] = i
+			rt := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
+			rt.Topic = tp.Topic
+			rm.Topics = append(rm.Topics, rt)
+		}
+		rm.Topics[i].Partitions = append(rm.Topics[i].Partitions, tp.Partition)
+	}
+	req.Markers = append(req.Markers, rm)
+	failed := map[plugin.TopicPartition]error{}
+	ctx, cancel := context.WithTimeout(ctx, markerTimeout)
+	defer cancel()
+	kresp, err := p.Host().Send(ctx, node, req)
+	if err != nil {
+		for _, tp := range parts {
+			failed[tp] = fmt.Errorf("markers to broker %d: %w", node, err)
+		}
+		return failed
+	}
+	resp := kresp.(*kmsg.WriteTxnMarkersResponse)
+	done := map[plugin.TopicPartition]bool{}
+	for _, m := range resp.Markers {
+		for _, t := range m.Topics {
+			for _, part := range t.Partitions {
+				tp := plugin.TopicPartition{Topic: t.Topic, Partition: part.Partition}
+				done[tp] = true
+				if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
+					failed[tp] = fmt.Errorf("%s-%d on broker %d: %w", tp.Topic, tp.Partition, node, err)
+				}
+			}
+		}
+	}
+	for _, tp := range parts {
+		if !done[tp] {
+			failed[tp] = fmt.Errorf("%s-%d: broker %d did not answer for it", tp.Topic, tp.Partition, node)
+		}
+	}
+	return failed
+}
+
+// writeLocalMarker writes one marker to a partition this broker leads,
+// with acks=all: through the plugin that owns the partition's topic (the
+// groups plugin for its offsets topic), or straight to the partition.
+func (p *Plugin) writeLocalMarker(ctx context.Context, tp plugin.TopicPartition, m engine.Marker) error {
 	h := p.Host()
 	for _, w := range plugin.All[plugin.TxnMarkerWriter](h.Plugins()) {
 		if handled, err := w.WriteTxnMarker(ctx, tp, m); handled {
@@ -278,14 +390,19 @@ func (p *Plugin) writeMarker(ctx context.Context, tp plugin.TopicPartition, m en
 	if t == nil || int(tp.Partition) >= len(t.Partitions) {
 		return nil
 	}
-	if t.Partitions[tp.Partition].Leader != h.NodeID() {
-		return fmt.Errorf("%s-%d is led by broker %d: %w", tp.Topic, tp.Partition, t.Partitions[tp.Partition].Leader, kerr.NotLeaderForPartition)
+	epoch, err := h.CheckWritable(t.ID, tp.Partition)
+	if err != nil {
+		return fmt.Errorf("%s-%d: %w", tp.Topic, tp.Partition, err)
 	}
 	ep := h.Engine().Partition(t.ID, tp.Partition)
 	if ep == nil {
 		return fmt.Errorf("%s-%d is not open yet: %w", tp.Topic, tp.Partition, kerr.NotLeaderForPartition)
 	}
-	if _, err := ep.WriteTxnMarkers(ctx, m); err != nil {
+	last, err := ep.WriteTxnMarkers(ctx, m)
+	if err == nil {
+		err = h.AwaitReplicated(ctx, t.ID, tp.Partition, epoch, last, markerTimeout)
+	}
+	if err != nil {
 		return fmt.Errorf("%s-%d: %w", tp.Topic, tp.Partition, err)
 	}
 	return nil

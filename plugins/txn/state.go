@@ -209,6 +209,15 @@ type ending struct {
 	parts      []plugin.TopicPartition
 }
 
+// ending reports whether m is still being ended as e says (m may be nil).
+func (m *txnMeta) ending(e ending) bool {
+	want := stPrepareAbort
+	if e.commit {
+		want = stPrepareCommit
+	}
+	return m != nil && m.pid == e.pid && m.epoch == e.epoch && m.state == want
+}
+
 func (s *shardState) endOf(m *txnMeta) ending {
 	return ending{id: m.id, pid: m.pid, epoch: m.epoch, coordEpoch: s.sh.Epoch(), commit: m.state == stPrepareCommit, parts: m.sortedParts()}
 }

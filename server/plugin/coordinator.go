@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"math"
+	"strconv"
 	"sync/atomic"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
@@ -22,11 +24,12 @@ import (
 // CoordinatorLocator. A plugin that does more in Start or Stop defines
 // its own and calls these.
 type Coordinator struct {
-	err     error
-	keyType int8
-	topic   InternalTopic
-	rt      *coord.Runtime
-	host    atomic.Pointer[Host] // nil until Start
+	err          error
+	keyType      int8
+	topic        InternalTopic
+	brokerMinISR int
+	rt           *coord.Runtime
+	host         atomic.Pointer[Host] // nil until Start
 }
 
 // CoordinatorConfig configures a Coordinator.
@@ -41,8 +44,12 @@ type CoordinatorConfig struct {
 	// have chosen.
 	Topic InternalTopic
 	// New returns the empty state machine of a partition's shard.
-	New    func(partition int32) coord.StateMachine
-	Logger *slog.Logger
+	// BrokerMinISR is the broker's min.insync.replicas, which the topic
+	// follows when Topic.Configs does not set its own: it is capped at
+	// the replication factor like the topic's own (see ForCluster).
+	BrokerMinISR int
+	New          func(partition int32) coord.StateMachine
+	Logger       *slog.Logger
 	// Err, a bad property of the plugin, makes Start fail, so that the
 	// broker refuses to run with it.
 	Err error
@@ -56,7 +63,7 @@ func NewCoordinator(cfg CoordinatorConfig) *Coordinator {
 		topic.Configs = map[string]string{}
 	}
 	topic.Configs["cleanup.policy"] = "compact" // the state is the latest record per key
-	return &Coordinator{err: cfg.Err, keyType: cfg.KeyType, topic: topic, rt: coord.New(coord.Config{
+	return &Coordinator{err: cfg.Err, keyType: cfg.KeyType, topic: topic, brokerMinISR: cfg.BrokerMinISR, rt: coord.New(coord.Config{
 		Topic: topic.Name, Partitions: topic.Partitions, New: cfg.New, Logger: cfg.Logger,
 	})}
 }
@@ -67,7 +74,7 @@ func (c *Coordinator) Start(_ context.Context, host Host) error {
 		return c.err
 	}
 	c.host.Store(&host)
-	c.rt.Start(host.Engine())
+	c.rt.Start(host.Engine(), host)
 	return nil
 }
 
@@ -91,11 +98,50 @@ func (c *Coordinator) LocateCoordinator(keyType int8, key string) (InternalTopic
 	if keyType != c.keyType {
 		return InternalTopic{}, 0, false
 	}
-	return c.topic, c.PartitionFor(key), true
+	return c.Topic(), c.PartitionFor(key), true
 }
 
-// Topic is the internal topic's spec.
-func (c *Coordinator) Topic() InternalTopic { return c.topic }
+// Topic is the internal topic's spec as it would be created now: with
+// its replication factor and min.insync.replicas capped at the live
+// brokers (ForCluster).
+func (c *Coordinator) Topic() InternalTopic {
+	return c.topic.ForCluster(c.Image(), c.brokerMinISR)
+}
+
+// ForCluster returns t as it is to be created on the cluster img
+// describes: its replication factor capped at the live (registered,
+// unfenced) brokers, at least 1, so that a one- or two-node cluster can
+// create it where Kafka would refuse to (Kafka's default of 3 is kept
+// for larger clusters); and its min.insync.replicas (its own config, or
+// else brokerMinISR, the broker's default it would follow, if above 1)
+// capped at that replication factor, so that every replica being in
+// sync is always enough to write. The cap applies at creation only: a
+// topic that exists keeps what it was created with. A nil img leaves t
+// as it is.
+func (t InternalTopic) ForCluster(img *raftmeta.Image, brokerMinISR int) InternalTopic {
+	if img == nil {
+		return t
+	}
+	live := 0
+	for _, b := range img.Brokers {
+		if b.Live() {
+			live++
+		}
+	}
+	t.ReplicationFactor = max(1, min(t.ReplicationFactor, int16(min(live, math.MaxInt16))))
+	minISR := brokerMinISR
+	if v, ok := t.Configs["min.insync.replicas"]; ok {
+		minISR, _ = strconv.Atoi(v)
+	}
+	if capped := min(minISR, int(t.ReplicationFactor)); capped != minISR || t.Configs["min.insync.replicas"] != "" {
+		t.Configs = maps.Clone(t.Configs)
+		if t.Configs == nil {
+			t.Configs = map[string]string{}
+		}
+		t.Configs["min.insync.replicas"] = strconv.Itoa(max(capped, 1))
+	}
+	return t
+}
 
 // Host is the broker, nil before Start.
 func (c *Coordinator) Host() Host {

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -42,6 +43,20 @@ type Host interface {
 	// each other. Errors are the connection's or the request's, not the
 	// response's error codes.
 	Send(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error)
+	// CheckWritable is the check of an acks=all append before it is
+	// made to partition p of topic id: this broker leads the partition
+	// in its applied image (NOT_LEADER_OR_FOLLOWER, or
+	// UNKNOWN_TOPIC_OR_PARTITION) and its ISR has min.insync.replicas
+	// members (NOT_ENOUGH_REPLICAS). It returns the leader epoch to
+	// pass to AwaitReplicated once the records are appended.
+	CheckWritable(id engine.TopicID, p int32) (leaderEpoch int32, err error)
+	// AwaitReplicated is the rest of acks=all: it returns once the high
+	// watermark of partition p covers offset last, which this broker
+	// appended as leader in leaderEpoch. NOT_LEADER_OR_FOLLOWER if
+	// leadership moved meanwhile, NOT_ENOUGH_REPLICAS_AFTER_APPEND if
+	// the ISR shrank below min.insync.replicas, REQUEST_TIMED_OUT after
+	// timeout (0: 30 s), or ctx's error.
+	AwaitReplicated(ctx context.Context, id engine.TopicID, p int32, leaderEpoch int32, last int64, timeout time.Duration) error
 	// Plugins are the broker's plugins (server.Config.Plugins), to find
 	// another plugin's capability with Find or All.
 	Plugins() []any

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
 func TestReadProps(t *testing.T) {
@@ -68,5 +70,45 @@ func TestFind(t *testing.T) {
 	}
 	if _, ok := Find[Lifecycle](plugins); ok {
 		t.Error("Find found a Lifecycle")
+	}
+}
+
+// TestInternalTopicForCluster: replication factor and min.insync.replicas
+// of an internal topic are Kafka's defaults capped at the live brokers.
+func TestInternalTopicForCluster(t *testing.T) {
+	img := func(live, fenced int) *raftmeta.Image {
+		im := &raftmeta.Image{Brokers: map[int32]raftmeta.Broker{}}
+		for i := range live + fenced {
+			im.Brokers[int32(i)] = raftmeta.Broker{ID: int32(i), Fenced: i >= live}
+		}
+		return im
+	}
+	txn := InternalTopic{Name: "__transaction_state", ReplicationFactor: 3, Configs: map[string]string{"min.insync.replicas": "2"}}
+	offsets := InternalTopic{Name: "__consumer_offsets", ReplicationFactor: 3}
+	for _, c := range []struct {
+		t            InternalTopic
+		live, fenced int
+		brokerMinISR int
+		rf           int16
+		minISR       string // "" = not set: the broker's applies
+	}{
+		{txn, 1, 0, 1, 1, "1"},
+		{txn, 2, 0, 1, 2, "2"},
+		{txn, 3, 0, 1, 3, "2"},
+		{txn, 5, 0, 1, 3, "2"},
+		{txn, 2, 3, 1, 2, "2"}, // fenced brokers do not count
+		{offsets, 1, 0, 1, 1, ""},
+		{offsets, 3, 0, 2, 3, ""},
+		{offsets, 1, 0, 2, 1, "1"}, // the broker's 2 cannot be met by 1 replica
+		{offsets, 0, 0, 1, 1, ""},
+	} {
+		got := c.t.ForCluster(img(c.live, c.fenced), c.brokerMinISR)
+		if got.ReplicationFactor != c.rf || got.Configs["min.insync.replicas"] != c.minISR {
+			t.Errorf("%s with %d live brokers (%d fenced), broker min ISR %d: RF %d, min ISR %q; want %d, %q",
+				c.t.Name, c.live, c.fenced, c.brokerMinISR, got.ReplicationFactor, got.Configs["min.insync.replicas"], c.rf, c.minISR)
+		}
+	}
+	if txn.Configs["min.insync.replicas"] != "2" {
+		t.Error("ForCluster modified the spec's configs")
 	}
 }

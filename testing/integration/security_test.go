@@ -1407,7 +1407,9 @@ func txnMirrorMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry 
 	txnG := func(op kmsg.ACLOperation) grant { return grant{kmsg.ACLResourceTypeTransactionalId, "m-txn", op} }
 	const mm = "m-mirror"
 	return map[int16]matrixEntry{
-		24: {need: []grant{clusterG(kmsg.ACLOperationClusterAction), txnG(kmsg.ACLOperationWrite), topicG(kmsg.ACLOperationWrite)}, req: func() kmsg.Request {
+		// v4+ is broker to broker: Kafka checks CLUSTER_ACTION only (the
+		// sending broker checked the client's ACLs).
+		24: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
 			r := kmsg.NewPtrAddPartitionsToTxnRequest() // v4+: broker to broker
 			tx := kmsg.NewAddPartitionsToTxnRequestTransaction()
 			tx.TransactionalID, tx.ProducerID = "m-txn", 1

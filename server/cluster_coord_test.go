@@ -1,0 +1,497 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
+)
+
+// coordProps keep the internal topics small, so that a cluster creates
+// them quickly.
+var coordProps = map[string]string{
+	"offsets.topic.num.partitions":         "3",
+	"transaction.state.log.num.partitions": "3",
+	"group.initial.rebalance.delay.ms":     "0",
+}
+
+// liveAddrs are the Kafka addresses of the brokers other than skip.
+func liveAddrs(c *tandemtest.Cluster, skip ...int32) []string {
+	var out []string
+	for _, b := range c.Brokers {
+		if !slices.Contains(skip, b.ID) {
+			out = append(out, b.Addr)
+		}
+	}
+	return out
+}
+
+// produceValues produces v<from> to v<to-1> (acks=all) to topic.
+func produceValues(t *testing.T, ctx context.Context, cl *kgo.Client, topic string, from, to int) {
+	t.Helper()
+	var rs []*kgo.Record
+	for i := from; i < to; i++ {
+		rs = append(rs, &kgo.Record{Topic: topic, Value: []byte(fmt.Sprintf("v%04d", i))})
+	}
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+// internalTopicReplicated checks that every partition of an internal
+// topic has three replicas, all in sync.
+func internalTopicReplicated(t *testing.T, c *tandemtest.Cluster, topic string) {
+	t.Helper()
+	c.WaitFor(topic+" replicated three times", func(img *raftmeta.Image) bool {
+		tp := img.Topics[topic]
+		if tp == nil {
+			return false
+		}
+		for _, p := range tp.Partitions {
+			if len(p.Replicas) != 3 || len(p.ISR) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestClusterGroupCoordinatorFailover: a consumer group commits on a
+// three-node cluster; __consumer_offsets has three replicas, so when the
+// group coordinator is killed, the new leader of the group's partition
+// has every acknowledged commit, and the consumer, which stays in the
+// group across the kill, finds the new coordinator and goes on from its
+// committed offsets.
+func TestClusterGroupCoordinatorFailover(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, coordProps)
+	ctx := ctxFor(t, 2*time.Minute)
+	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 3, 3, nil, "in"); err != nil {
+		t.Fatal(err)
+	}
+	produceValues(t, ctx, cl, "in", 0, 300)
+
+	cons := tandemtest.Client(t, c.Addrs()[1], kgo.SeedBrokers(c.Addrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("in"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.SessionTimeout(10*time.Second))
+	consume := func(n int) []string {
+		var got []string
+		for len(got) < n {
+			fs := cons.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("consumed %d of %d: %v", len(got), n, ctx.Err())
+			}
+			fs.EachError(func(topic string, p int32, err error) { t.Logf("fetch %s-%d: %v", topic, p, err) })
+			fs.EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+		}
+		if err := cons.CommitUncommittedOffsets(ctx); err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+		return got
+	}
+	if got := consume(300); len(got) != 300 {
+		t.Fatalf("consumed %d records, want 300", len(got))
+	}
+	internalTopicReplicated(t, c, "__consumer_offsets")
+
+	old := coordinatorOf(t, adm.FindGroupCoordinators(ctx, "g"), "g")
+	c.Broker(old).Kill()
+	waitLeadersMoved(c, old)
+
+	// Every offset the consumer committed is on the new coordinator.
+	adm2 := kadm.NewClient(tandemtest.Client(t, liveAddrs(c, old)[0], kgo.SeedBrokers(liveAddrs(c, old)...)))
+	ends := eventually(t, ctx, func() (kadm.ListedOffsets, error) { return adm2.ListEndOffsets(ctx, "in") })
+	offs := eventually(t, ctx, func() (kadm.OffsetResponses, error) { return fetchOffsets(ctx, adm2, "g") })
+	ends.Each(func(o kadm.ListedOffset) {
+		got, ok := offs.Lookup("in", o.Partition)
+		if !ok || got.At != o.Offset {
+			t.Errorf("in-%d: committed %+v, want %d", o.Partition, got, o.Offset)
+		}
+	})
+	n := eventually(t, ctx, func() (int32, error) {
+		rs := adm2.FindGroupCoordinators(ctx, "g")
+		return rs["g"].NodeID, rs.Error()
+	})
+	if n == old {
+		t.Fatalf("the group's coordinator is still the killed broker %d", old)
+	}
+
+	// The consumer goes on from its commits: it gets the new records only,
+	// and commits them to the new coordinator.
+	produceValues(t, ctx, cl, "in", 300, 330)
+	got := consume(30)
+	slices.Sort(got)
+	for i, v := range got {
+		if want := fmt.Sprintf("v%04d", 300+i); v != want {
+			t.Fatalf("after the failover, record %d is %q, want %q (all: %v)", i, v, want, got)
+		}
+	}
+	ends = eventually(t, ctx, func() (kadm.ListedOffsets, error) { return adm2.ListEndOffsets(ctx, "in") })
+	offs = eventually(t, ctx, func() (kadm.OffsetResponses, error) { return fetchOffsets(ctx, adm2, "g") })
+	ends.Each(func(o kadm.ListedOffset) {
+		if got, _ := offs.Lookup("in", o.Partition); got.At != o.Offset {
+			t.Errorf("in-%d after the failover: committed %+v, want %d", o.Partition, got, o.Offset)
+		}
+	})
+}
+
+// eventually retries fn until it succeeds: right after a kill, a
+// client's metadata may still name the dead broker for a moment.
+func eventually[T any](t *testing.T, ctx context.Context, fn func() (T, error)) T {
+	t.Helper()
+	for {
+		v, err := fn()
+		if err == nil {
+			return v
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%v (last error: %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func fetchOffsets(ctx context.Context, adm *kadm.Client, group string) (kadm.OffsetResponses, error) {
+	offs, err := adm.FetchOffsets(ctx, group)
+	if err == nil {
+		err = offs.Error()
+	}
+	return offs, err
+}
+
+func describeTxn(ctx context.Context, adm *kadm.Client, id string) (kadm.DescribedTransactions, error) {
+	d, err := adm.DescribeTransactions(ctx, id)
+	if err == nil {
+		err = d[id].Err
+	}
+	return d, err
+}
+
+// waitLeadersMoved waits until the killed broker dead leads no partition
+// (it is fenced and its leaderships moved): a client that asks for a
+// coordinator before then is told the dead one, and franz-go's admin
+// requests keep it.
+func waitLeadersMoved(c *tandemtest.Cluster, dead int32) {
+	c.WaitFor(fmt.Sprintf("broker %d's leaderships moved", dead), func(img *raftmeta.Image) bool {
+		for _, t := range img.Topics {
+			for _, p := range t.Partitions {
+				if p.Leader == dead {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// coordinatorOf is the node ID FindCoordinator answered for key.
+func coordinatorOf(t *testing.T, rs kadm.FindCoordinatorResponses, key string) int32 {
+	t.Helper()
+	if err := rs.Error(); err != nil {
+		t.Fatal(err)
+	}
+	return rs[key].NodeID
+}
+
+// readCommitted reads topic from the start with read_committed until
+// it has n values, then for as long as more keep coming (a duplicate
+// would), and returns the values read.
+func readCommitted(t *testing.T, ctx context.Context, addrs []string, topic string, n int) []string {
+	t.Helper()
+	cons := tandemtest.Client(t, addrs[0], kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	var got []string
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		fs := cons.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			t.Fatalf("read %d records of %s: %v", len(got), topic, ctx.Err())
+		}
+		before := len(got)
+		fs.EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+		if len(got) >= n && len(got) == before {
+			return got
+		}
+	}
+}
+
+// checkOnce fails unless got holds v<0> to v<n-1> once each.
+func checkOnce(t *testing.T, got []string, n int) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, v := range got {
+		seen[v]++
+	}
+	for i := range n {
+		if v := fmt.Sprintf("v%04d", i); seen[v] != 1 {
+			t.Errorf("%s read %d times", v, seen[v])
+		}
+		delete(seen, fmt.Sprintf("v%04d", i))
+	}
+	if len(seen) > 0 || len(got) != n {
+		t.Fatalf("read %d values, want %d; unexpected: %v", len(got), n, seen)
+	}
+}
+
+// TestClusterTxnRemoteMarkers: a transaction over partitions led by
+// every broker commits: the partitions led by other brokers than the
+// transaction coordinator get their markers through WriteTxnMarkers
+// (and their first batch is verified with AddPartitionsToTxn at the
+// coordinator); the LSO reaches the log end and read_committed sees the
+// committed records, not the aborted ones.
+func TestClusterTxnRemoteMarkers(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, coordProps)
+	ctx := ctxFor(t, 2*time.Minute)
+	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
+	if _, err := adm.CreateTopic(ctx, 3, 3, nil, "tx"); err != nil {
+		t.Fatal(err)
+	}
+	prod := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.TransactionalID("tx-remote"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	txn := func(from, to int, commit kgo.TransactionEndTry) {
+		if err := prod.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		var rs []*kgo.Record
+		for i := from; i < to; i++ {
+			rs = append(rs, &kgo.Record{Topic: "tx", Partition: int32(i % 3), Value: []byte(fmt.Sprintf("v%04d", i))})
+		}
+		if err := prod.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := prod.EndTransaction(ctx, commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	txn(0, 30, kgo.TryCommit)
+	txn(1000, 1030, kgo.TryAbort)
+
+	coord := coordinatorOf(t, adm.FindTxnCoordinators(ctx, "tx-remote"), "tx-remote")
+	remote := 0
+	for p := range int32(3) {
+		if c.Leader("tx", p) != coord {
+			remote++
+		}
+	}
+	if remote == 0 {
+		t.Fatalf("every partition of tx is led by the coordinator %d: nothing is remote", coord)
+	}
+	internalTopicReplicated(t, c, "__transaction_state")
+	if got := c.Image().Topics["__transaction_state"].Configs["min.insync.replicas"]; got != "2" {
+		t.Errorf("__transaction_state min.insync.replicas = %q, want 2", got)
+	}
+
+	ends, err := adm.ListEndOffsets(ctx, "tx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lso, err := adm.ListCommittedOffsets(ctx, "tx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		// 10 committed records and their marker, 10 aborted ones and theirs.
+		if l, _ := lso.Lookup("tx", o.Partition); o.Offset != 22 || l.Offset != o.Offset {
+			t.Errorf("tx-%d: end %d, LSO %d; want both 22", o.Partition, o.Offset, l.Offset)
+		}
+	})
+	checkOnce(t, readCommitted(t, ctx, c.Addrs(), "tx", 30), 30)
+	described, err := adm.DescribeTransactions(ctx, "tx-remote")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := described["tx-remote"]; d.State != "CompleteAbort" {
+		t.Errorf("transaction state %q, want CompleteAbort", d.State)
+	}
+}
+
+// TestClusterTxnPreparedCompletesAfterFailover: a transaction whose
+// commit is decided (PrepareCommit written) but whose markers cannot be
+// written yet (the partitions refuse them: min.insync.replicas above
+// their ISR) when its coordinator is killed is completed by the new
+// coordinator, which loads PrepareCommit from the replicated
+// __transaction_state and writes the markers once they are accepted.
+func TestClusterTxnPreparedCompletesAfterFailover(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, coordProps)
+	ctx := ctxFor(t, 2*time.Minute)
+	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
+	if _, err := adm.CreateTopic(ctx, 3, 3, nil, "tp"); err != nil {
+		t.Fatal(err)
+	}
+	prod := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.TransactionalID("tx-prepared"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := prod.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	var rs []*kgo.Record
+	for i := range 30 {
+		rs = append(rs, &kgo.Record{Topic: "tp", Partition: int32(i % 3), Value: []byte(fmt.Sprintf("v%04d", i))})
+	}
+	if err := prod.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	setMinISR := func(adm *kadm.Client, v string) {
+		t.Helper()
+		res, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "min.insync.replicas", Value: kadm.StringPtr(v)}}, "tp")
+		if err == nil {
+			_, err = res.On("tp", nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.WaitFor("min.insync.replicas "+v, func(img *raftmeta.Image) bool { return img.Topics["tp"].Configs["min.insync.replicas"] == v })
+	}
+	setMinISR(adm, "4") // more than the replicas: markers are refused
+	if err := prod.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	old := coordinatorOf(t, adm.FindTxnCoordinators(ctx, "tx-prepared"), "tx-prepared")
+	described, err := adm.DescribeTransactions(ctx, "tx-prepared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := described["tx-prepared"]; d.State != "PrepareCommit" {
+		t.Fatalf("transaction state %q before the kill, want PrepareCommit", d.State)
+	}
+	lso, err := adm.ListCommittedOffsets(ctx, "tp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lso.Each(func(o kadm.ListedOffset) {
+		if o.Offset != 0 {
+			t.Fatalf("tp-%d: LSO %d before the markers, want 0", o.Partition, o.Offset)
+		}
+	})
+
+	c.Broker(old).Kill()
+	waitLeadersMoved(c, old)
+	live := liveAddrs(c, old)
+	adm2 := kadm.NewClient(tandemtest.Client(t, live[0], kgo.SeedBrokers(live...)))
+	described = eventually(t, ctx, func() (kadm.DescribedTransactions, error) { return describeTxn(ctx, adm2, "tx-prepared") })
+	if d := described["tx-prepared"]; d.State != "PrepareCommit" || d.Coordinator == old {
+		t.Fatalf("after the kill: state %q on coordinator %d, want PrepareCommit on another than %d", d.State, d.Coordinator, old)
+	}
+	setMinISR(adm2, "2")
+	for {
+		described = eventually(t, ctx, func() (kadm.DescribedTransactions, error) { return describeTxn(ctx, adm2, "tx-prepared") })
+		if described["tx-prepared"].State == "CompleteCommit" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("transaction still %q", described["tx-prepared"].State)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	ends := eventually(t, ctx, func() (kadm.ListedOffsets, error) { return adm2.ListEndOffsets(ctx, "tp") })
+	lso = eventually(t, ctx, func() (kadm.ListedOffsets, error) { return adm2.ListCommittedOffsets(ctx, "tp") })
+	ends.Each(func(o kadm.ListedOffset) {
+		if l, _ := lso.Lookup("tp", o.Partition); o.Offset != 11 || l.Offset != 11 {
+			t.Errorf("tp-%d: end %d, LSO %d; want both 11", o.Partition, o.Offset, l.Offset)
+		}
+	})
+	checkOnce(t, readCommitted(t, ctx, live, "tp", 30), 30)
+}
+
+// TestClusterExactlyOnceAcrossCoordinatorKill runs franz-go's
+// GroupTransactSession consume-transform-produce from an RF=3 input to
+// an RF=3 output topic and kills, a third of the way through, the
+// transaction coordinator (and in the second case the group
+// coordinator): every input record is in the output exactly once for
+// read_committed, and the group's committed offsets are the input's end.
+func TestClusterExactlyOnceAcrossCoordinatorKill(t *testing.T) {
+	for _, kill := range []string{"txn", "group"} {
+		t.Run(kill, func(t *testing.T) { exactlyOnceAcrossKill(t, kill) })
+	}
+}
+
+func exactlyOnceAcrossKill(t *testing.T, kill string) {
+	const n = 600
+	c := tandemtest.StartCluster(t, 3, coordProps)
+	ctx := ctxFor(t, 3*time.Minute)
+	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopics(ctx, 3, 3, nil, "eos-in", "eos-out"); err != nil {
+		t.Fatal(err)
+	}
+	produceValues(t, ctx, cl, "eos-in", 0, n)
+
+	sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(c.Addrs()...), kgo.TransactionalID("eos"),
+		kgo.ConsumerGroup("eos-g"), kgo.ConsumeTopics("eos-in"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(),
+		kgo.SessionTimeout(10*time.Second), kgo.TransactionTimeout(20*time.Second),
+		kgo.WithLogger(kgo.BasicLogger(testWriter{t}, kgo.LogLevelWarn, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+
+	committed, killed := 0, int32(-1)
+	for committed < n {
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d records committed: %v", committed, n, ctx.Err())
+		}
+		if killed < 0 && committed >= n/3 {
+			if kill == "txn" {
+				killed = coordinatorOf(t, adm.FindTxnCoordinators(ctx, "eos"), "eos")
+			} else {
+				killed = coordinatorOf(t, adm.FindGroupCoordinators(ctx, "eos-g"), "eos-g")
+			}
+			t.Logf("killing the %s coordinator, broker %d, after %d records", kill, killed, committed)
+			c.Broker(killed).Kill()
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		fs := sess.PollRecords(pctx, 50)
+		cancel()
+		fs.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Logf("poll %s-%d: %v", topic, p, err)
+			}
+		})
+		recs := fs.Records()
+		if err := sess.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			sess.Produce(ctx, &kgo.Record{Topic: "eos-out", Value: r.Value}, nil)
+		}
+		ok, err := sess.End(ctx, kgo.TryCommit)
+		if err != nil {
+			t.Logf("end: %v", err)
+		}
+		if ok {
+			committed += len(recs)
+		}
+	}
+	if killed < 0 {
+		t.Fatal("nothing was killed")
+	}
+	live := liveAddrs(c, killed)
+	checkOnce(t, readCommitted(t, ctx, live, "eos-out", n), n)
+	adm2 := kadm.NewClient(tandemtest.Client(t, live[0], kgo.SeedBrokers(live...)))
+	offs := eventually(t, ctx, func() (kadm.OffsetResponses, error) { return fetchOffsets(ctx, adm2, "eos-g") })
+	ends := eventually(t, ctx, func() (kadm.ListedOffsets, error) { return adm2.ListEndOffsets(ctx, "eos-in") })
+	ends.Each(func(o kadm.ListedOffset) {
+		if got, _ := offs.Lookup("eos-in", o.Partition); got.At != o.Offset {
+			t.Errorf("eos-in-%d: committed %d, want %d", o.Partition, got.At, o.Offset)
+		}
+	})
+}
+
+// testWriter sends a client's log to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
