@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,9 +12,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/raftmeta"
@@ -186,8 +189,9 @@ func sameOnEveryReplica(t *testing.T, src, dst *tandemtest.Cluster, topic string
 // design: two three-node clusters, a mirror of a replication-factor-3
 // topic under a steady idempotent producer on the source; the
 // destination leader of a mirrored partition, the destination broker
-// coordinating its state and a source leader are killed in turn (each
-// restarted before the next); at the end every destination replica is
+// coordinating its state, a source leader and the destination broker
+// running the mirror's metadata sync are killed in turn (each restarted
+// before the next); at the end every destination replica is
 // byte-identical to the source, topic IDs equal, lag 0. Then a failover
 // with one destination broker down, and a failback.
 func TestMirrorAcrossClusters(t *testing.T) {
@@ -269,6 +273,25 @@ func TestMirrorAcrossClusters(t *testing.T) {
 	killed["source leader"] = time.Since(start)
 	src.Broker(victim).Restart()
 
+	// 4. The broker running the mirror's metadata sync (the leader of the
+	// __mirror_state partition the mirror's name hashes to): the sync
+	// moves, and a source config change still arrives.
+	n := int32(len(dst.Image().Topics[mirror.Topic].Partitions))
+	victim = dst.Leader(mirror.Topic, coord.PartitionFor(name, n))
+	start = time.Now()
+	dst.Broker(victim).Kill()
+	retention := "7200000"
+	sadm := kadm.NewClient(tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...)))
+	if _, err := sadm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: &retention}}, topic); err != nil {
+		t.Fatalf("alter source config: %v", err)
+	}
+	waitFor(t, 45*time.Second, fmt.Sprintf("the config change after killing metadata coordinator %d", victim), func() bool {
+		return dst.Image().Topics[topic].Configs["retention.ms"] == retention
+	})
+	killed["metadata coordinator (config synced)"] = time.Since(start)
+	waitProgress(fmt.Sprintf("killing metadata coordinator %d", victim))
+	dst.Broker(victim).Restart()
+
 	prod.stop()
 	if prod.acked.Load() == 0 {
 		t.Fatalf("the producer got nothing acknowledged (%d failed)", prod.failed.Load())
@@ -278,6 +301,7 @@ func TestMirrorAcrossClusters(t *testing.T) {
 		t.Fatalf("topic IDs differ: %s vs %s", s, d)
 	}
 	sameOnEveryReplica(t, src, dst, topic, parts)
+	checkStateCoordination(t, dst, name, topic, parts)
 	for _, k := range slices.Sorted(maps.Keys(killed)) {
 		t.Logf("mirroring resumed %v after killing the %s", killed[k].Round(time.Millisecond), k)
 	}
@@ -333,4 +357,155 @@ func TestMirrorAcrossClusters(t *testing.T) {
 		}
 	}
 	sameOnEveryReplica(t, dst, src, topic, parts)
+}
+
+// TestMirrorClusterFigures measures mirroring between two three-node
+// clusters: mirrored records/s and lag under a steady idempotent
+// producer, and the time mirroring takes to resume after the destination
+// leader of a partition is killed. It asserts correctness only (the copy
+// catches up, byte-identical); the figures are printed for
+// docs/benchmarks.md. It runs only with TANDEM_MIRROR_FIGURES=1:
+//
+//	TANDEM_MIRROR_FIGURES=1 go test -count=1 -v -run TestMirrorClusterFigures ./testing/integration/
+func TestMirrorClusterFigures(t *testing.T) {
+	if os.Getenv("TANDEM_MIRROR_FIGURES") == "" {
+		t.Skip("set TANDEM_MIRROR_FIGURES=1 to measure")
+	}
+	src := tandemtest.StartCluster(t, 3, clusterMirrorProps)
+	dst := tandemtest.StartCluster(t, 3, clusterMirrorProps)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const topic, name, parts = "load", "m1", int32(3)
+	if _, err := kadm.NewClient(tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...))).CreateTopic(ctx, parts, 3, nil, topic); err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	src.WaitFor("the topic", func(img *raftmeta.Image) bool { return img.Topics[topic] != nil })
+	// A backlog to copy: 300,000 records of 100 bytes, acks=all.
+	const backlog = 300_000
+	pcl := tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
+		kgo.ProducerLinger(5*time.Millisecond))
+	value := make([]byte, 100)
+	var failed atomic.Int64
+	for range backlog {
+		pcl.Produce(ctx, &kgo.Record{Topic: topic, Value: value}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				failed.Add(1)
+			}
+		})
+	}
+	if err := pcl.Flush(ctx); err != nil || failed.Load() > 0 {
+		t.Fatalf("backlog: %v, %d failed", err, failed.Load())
+	}
+	da := admin.New(tandemtest.Client(t, dst.Addrs()[0], kgo.SeedBrokers(dst.Addrs()...), admin.Opt()))
+	if err := da.CreateMirror(ctx, name, map[string]string{"bootstrap.servers": src.Addrs()[0]}); err != nil {
+		t.Fatalf("create mirror: %v", err)
+	}
+	copyStart := time.Now()
+	if err := da.AddTopicsToMirror(ctx, map[string]string{topic: name}); err != nil {
+		t.Fatalf("add topic: %v", err)
+	}
+	dst.WaitFor("the mirror topic", func(img *raftmeta.Image) bool { return img.Topics[topic] != nil })
+
+	ends := func(c *tandemtest.Cluster) (sum int64, per []int64) {
+		for p := range parts {
+			e := int64(-1)
+			if ep := clusterPartition(c, c.Leader(topic, p), topic, p); ep != nil {
+				e = ep.Offsets().HighWatermark
+			}
+			per = append(per, e)
+			sum += max(e, 0)
+		}
+		return sum, per
+	}
+	srcEnd, _ := ends(src)
+	waitFor(t, 2*time.Minute, "the backlog to be copied", func() bool { d, _ := ends(dst); return d == srcEnd })
+	took := time.Since(copyStart)
+	t.Logf("FIGURES backlog: %d records (100-byte values) copied in %v = %.0f records/s, %.1f MB/s of values",
+		srcEnd, took.Round(time.Millisecond), float64(srcEnd)/took.Seconds(), float64(srcEnd)*100/took.Seconds()/1e6)
+
+	// Steady load for a fixed time, the lag sampled every 100 ms.
+	prod := startSteadyProducer(t, src.Addrs(), topic)
+	time.Sleep(2 * time.Second) // the producer and the fetchers start
+	d0, _ := ends(dst)
+	t0 := time.Now()
+	var lags []int64
+	for time.Since(t0) < 20*time.Second {
+		s, _ := ends(src)
+		d, _ := ends(dst)
+		lags = append(lags, max(0, s-d))
+		time.Sleep(100 * time.Millisecond)
+	}
+	prod.stop()
+	srcEnd, _ = ends(src)
+	waitFor(t, time.Minute, "the mirror to catch up", func() bool { d, _ := ends(dst); return d == srcEnd })
+	mirrored := srcEnd - d0
+	elapsed := time.Since(t0)
+	slices.Sort(lags)
+	pct := func(q float64) int64 { return lags[min(len(lags)-1, int(q*float64(len(lags))))] }
+	t.Logf("FIGURES steady load: %d records mirrored in %v = %.0f records/s; lag in records p50 %d p99 %d max %d (%d samples)",
+		mirrored, elapsed.Round(time.Millisecond), float64(mirrored)/elapsed.Seconds(), pct(0.5), pct(0.99), lags[len(lags)-1], len(lags))
+
+	// Resume after the destination leader dies, three times: from the
+	// kill until the new leader holds records the source had after it.
+	prod = startSteadyProducer(t, src.Addrs(), topic)
+	var resumes []time.Duration
+	for i := range 3 {
+		p := int32(i) % parts
+		time.Sleep(time.Second)
+		victim := dst.Leader(topic, p)
+		at := clusterPartition(src, src.Leader(topic, p), topic, p).Offsets().HighWatermark
+		start := time.Now()
+		dst.Broker(victim).Kill()
+		waitFor(t, time.Minute, "mirroring to resume", func() bool {
+			ep := clusterPartition(dst, dst.Leader(topic, p), topic, p)
+			return ep != nil && ep.Offsets().LogEnd > at
+		})
+		resumes = append(resumes, time.Since(start))
+		dst.Broker(victim).Restart()
+	}
+	prod.stop()
+	slices.Sort(resumes)
+	t.Logf("FIGURES resume after the destination leader is killed: %v (median %v)", resumes, resumes[1])
+	srcEnd, _ = ends(src)
+	waitFor(t, time.Minute, "the mirror to catch up", func() bool { d, _ := ends(dst); return d == srcEnd })
+	sameOnEveryReplica(t, src, dst, topic, parts)
+}
+
+// checkStateCoordination checks where the mirror partitions' states
+// live: each partition's coordinator answers ReadMirrorStates with
+// MIRRORING, the other brokers with NOT_COORDINATOR, and DescribeMirrors
+// on any broker shows every partition MIRRORING with lag 0 (the leaders'
+// view, asked by the broker described).
+func checkStateCoordination(t *testing.T, dst *tandemtest.Cluster, name, topic string, parts int32) {
+	t.Helper()
+	id := dst.Image().Topics[topic].ID
+	for p := range parts {
+		coordinator := mirrorStateLeader(t, dst, name, topic, p)
+		for _, b := range dst.Brokers {
+			resp, err := tandemtest.Dial(t, b.Addr).Request(&mirror.ReadMirrorStatesRequest{MirrorName: name, NeedPartitionStates: true,
+				Topics: []mirror.PartitionsTopic{{Name: topic, Partitions: []int32{p}, TopicID: id}}})
+			if err != nil {
+				t.Fatalf("ReadMirrorStates on broker %d: %v", b.ID, err)
+			}
+			r := resp.(*mirror.ReadMirrorStatesResponse)
+			if r.ErrorCode != 0 || len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
+				t.Fatalf("ReadMirrorStates on broker %d: %+v", b.ID, r)
+			}
+			sp := r.Topics[0].Partitions[0]
+			switch {
+			case b.ID == coordinator && (sp.ErrorCode != 0 || sp.State != 2 || sp.TopicID != id):
+				t.Fatalf("%s-%d on its coordinator %d: %+v, want MIRRORING", topic, p, b.ID, sp)
+			case b.ID != coordinator && sp.ErrorCode != kerr.NotCoordinator.Code:
+				t.Fatalf("%s-%d on broker %d (coordinator %d): error %d, want NOT_COORDINATOR", topic, p, b.ID, coordinator, sp.ErrorCode)
+			}
+		}
+	}
+	for _, b := range dst.Brokers {
+		d := describeOn(t, b.Addr, name)
+		for p := range parts {
+			if pd := d[fmt.Sprintf("%s/%d", topic, p)]; pd.State != "MIRRORING" || pd.Lag != 0 || pd.SourceOffset < 0 {
+				t.Fatalf("DescribeMirrors on broker %d: %s-%d %+v, want MIRRORING with lag 0", b.ID, topic, p, pd)
+			}
+		}
+	}
 }
