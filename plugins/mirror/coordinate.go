@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -136,7 +137,7 @@ func (p *Plugin) readStateRemote(ctx context.Context, node int32, k pkey, id uui
 		return pstate{}, fmt.Errorf("reading mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, ErrorForCode(sp.ErrorCode))
 	}
 	st := pstate{State: State(sp.State), Reason: sp.Reason, TopicID: sp.TopicID, LMO: sp.LastMirroredOffset, LME: sp.LastMirrorEpoch,
-		StopAt: sp.StopOffset, StopEpoch: sp.StopEpoch}
+		StopAt: sp.StopOffset, StopEpoch: sp.StopEpoch, StopDone: sp.StopDone}
 	if st.TopicID.IsZero() {
 		st.TopicID = id
 	}
@@ -172,7 +173,7 @@ func (p *Plugin) writeState(ctx context.Context, k pkey, id uuid.UUID, update fu
 		}
 		req := &WriteMirrorStatesRequest{MirrorName: k.mirror, TopicsUpdated: []StatesTopic{{Name: k.topic, Partitions: []StatePartition{{
 			PartitionIndex: k.partition, LastMirroredOffset: next.LMO, State: int8(next.State), LastMirrorEpoch: next.LME,
-			Reason: next.Reason, TopicID: id, StopOffset: next.StopAt, StopEpoch: next.StopEpoch,
+			Reason: next.Reason, TopicID: id, StopOffset: next.StopAt, StopEpoch: next.StopEpoch, StopDone: next.StopDone,
 		}}}}}
 		resp, err := p.send(ctx, node, req)
 		if err != nil {
@@ -224,4 +225,53 @@ func (p *Plugin) awaitMirrors(ctx context.Context, names ...string) *raftmeta.Im
 			return img
 		}
 	}
+}
+
+// remoteDetails asks the leaders of a mirror's partitions that other
+// brokers lead for their view of them (DescribeMirrors, Local): only a
+// partition's leader runs its fetcher, so only it knows the source end
+// offset and the lag. A leader that does not answer leaves its
+// partitions out (unknown, never 0).
+func (p *Plugin) remoteDetails(ctx context.Context, mirror string) map[tpKey]PartitionDetail {
+	img := p.Image()
+	m := img.Mirrors[mirror]
+	if m == nil {
+		return nil
+	}
+	self := p.Host().NodeID()
+	led := map[int32][]tpKey{}
+	for name := range m.Topics {
+		t := img.Topics[name]
+		for i := 0; t != nil && i < len(t.Partitions); i++ {
+			if l := t.Partitions[i].Leader; l >= 0 && l != self {
+				led[l] = append(led[l], tpKey{name, int32(i)})
+			}
+		}
+	}
+	out := map[tpKey]PartitionDetail{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for node, keys := range led {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := p.send(ctx, node, &DescribeMirrorsRequest{MirrorNames: []string{mirror}, Local: true})
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, dm := range resp.(*DescribeMirrorsResponse).Mirrors {
+				for _, dt := range dm.Topics {
+					for _, pd := range dt.Partitions {
+						if k := (tpKey{dt.TopicName, pd.PartitionIndex}); dm.ErrorCode == 0 && slices.Contains(keys, k) {
+							out[k] = pd
+						}
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out
 }

@@ -3,10 +3,13 @@ package mirror
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
 // removeTopics is RemoveTopicsFromMirror (failover): the topics'
@@ -28,9 +31,12 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 	}
 	if mode != FailoverNow {
 		if err := p.awaitCaughtUp(ctx, mirror, topics, mode, timeout); err != nil {
-			return nil, p.failoverReport(ctx, mirror, topics), err
+			return nil, p.failoverReport(ctx, mirror, topics, p.remoteDetails(ctx, mirror)), err
 		}
 	}
+	// What the other leaders know of the source side, before their
+	// fetchers let go of it.
+	before := p.remoteDetails(ctx, mirror)
 	if err := p.setTopicStates(ctx, mirror, topics, func(s *pstate) error {
 		s.State, s.Reason = Stopping, ""
 		return nil
@@ -38,7 +44,7 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 		return nil, nil, err
 	}
 	err = p.waitStates(ctx, mirror, topics, Stopped)
-	return topics, p.failoverReport(ctx, mirror, topics), err
+	return topics, p.failoverReport(ctx, mirror, topics, before), err
 }
 
 // awaitCaughtUp waits until every partition of topics has lag 0 against a
@@ -51,7 +57,7 @@ func (p *Plugin) awaitCaughtUp(ctx context.Context, mirror string, topics []stri
 	start := time.Now()
 	deadline := start.Add(timeout)
 	for {
-		lagging, broken := p.caughtUp(mirror, topics, start)
+		lagging, broken := p.caughtUp(ctx, mirror, topics, start)
 		switch {
 		case len(lagging) == 0 && len(broken) == 0:
 			return nil
@@ -75,10 +81,18 @@ func (p *Plugin) awaitCaughtUp(ctx context.Context, mirror string, topics []stri
 }
 
 // caughtUp lists the partitions of topics that are behind a source end
-// offset learned since start, and those whose source cannot tell.
-func (p *Plugin) caughtUp(mirror string, topics []string, start time.Time) (lagging, broken []string) {
+// offset learned since start, and those whose source cannot tell. The
+// partitions other brokers lead are as their leaders describe them.
+func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, start time.Time) (lagging, broken []string) {
 	img := p.Image()
 	r := p.run(mirror)
+	var remote map[tpKey]PartitionDetail
+	for _, name := range topics {
+		if t := img.Topics[name]; t != nil && slices.ContainsFunc(t.Partitions, func(pp raftmeta.Partition) bool { return pp.Leader != p.Host().NodeID() }) {
+			remote = p.remoteDetails(ctx, mirror)
+			break
+		}
+	}
 	for _, name := range topics {
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
@@ -98,9 +112,30 @@ func (p *Plugin) caughtUp(mirror string, topics []string, start time.Time) (lagg
 				leo = ep.Offsets().LogEnd
 			}
 			fresh := found && pt.srcEnd >= 0 && !pt.srcEndAt.Before(start)
+			if l := t.Partitions[i].Leader; l != p.Host().NodeID() {
+				pd, ok := remote[k]
+				rfresh := ok && pd.SourceOffset >= 0 && pd.SourceOffsetTime >= start.UnixMilli()
+				switch {
+				case l < 0:
+					broken = append(broken, id+" has no leader")
+				case !ok:
+					lagging = append(lagging, fmt.Sprintf("%s: its leader, broker %d, did not answer", id, l))
+				case rfresh && pd.Lag == 0:
+					// caught up
+				case pd.State == Failed.String() || pd.State == Stopping.String() || pd.State == Stopped.String():
+					broken = append(broken, fmt.Sprintf("%s is %s", id, pd.State))
+				case pd.State == Paused.String() || pd.State == Pausing.String():
+					broken = append(broken, fmt.Sprintf("%s is %s with lag %d (resume it first)", id, pd.State, pd.Lag))
+				case !rfresh && pd.Reason != "":
+					broken = append(broken, fmt.Sprintf("%s: %s", id, pd.Reason))
+				case !rfresh:
+					lagging = append(lagging, id+": no source end offset learned yet")
+				default:
+					lagging = append(lagging, fmt.Sprintf("%s: lag %d", id, pd.Lag))
+				}
+				continue
+			}
 			switch {
-			case t.Partitions[i].Leader != p.Host().NodeID():
-				broken = append(broken, fmt.Sprintf("%s is led by broker %d, not this one", id, t.Partitions[i].Leader))
 			case !found || leo < 0:
 				lagging = append(lagging, id+": not mirroring yet")
 			case fresh && leo >= pt.srcEnd:
@@ -123,8 +158,9 @@ func (p *Plugin) caughtUp(mirror string, topics []string, start time.Time) (lagg
 
 // failoverReport says where each partition of topics is: the source end
 // offset last learned and when, the end of the mirrored data (where a
-// stop left it), and the lag between them.
-func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []string) []FailoverPartition {
+// stop left it), and the lag between them. remote is what the leaders of
+// the partitions other brokers lead knew of their source side.
+func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []string, remote map[tpKey]PartitionDetail) []FailoverPartition {
 	img := p.Image()
 	r := p.run(mirror)
 	var out []FailoverPartition
@@ -137,7 +173,13 @@ func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []str
 			} else if ep := p.Host().Engine().Partition(t.ID, int32(i)); ep != nil {
 				fp.DestinationOffset = ep.Offsets().LogEnd
 			}
-			if r != nil {
+			if rd, ok := remote[tpKey{name, int32(i)}]; ok && rd.SourceOffset >= 0 && fp.DestinationOffset >= 0 {
+				fp.SourceOffset, fp.SourceOffsetTime = rd.SourceOffset, rd.SourceOffsetTime
+				fp.Lag, fp.LagMs = max(0, rd.SourceOffset-fp.DestinationOffset), rd.LagMs
+				if fp.Lag == 0 {
+					fp.LagMs = 0
+				}
+			} else if r != nil {
 				r.mu.Lock()
 				if pt := r.parts[tpKey{name, int32(i)}]; pt != nil && pt.srcEnd >= 0 && fp.DestinationOffset >= 0 {
 					fp.SourceOffset, fp.SourceOffsetTime = pt.srcEnd, pt.srcEndAt.UnixMilli()

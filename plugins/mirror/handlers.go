@@ -449,6 +449,10 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 			}
 			dm.ACLSync = aclSync
 			dm.Diverged = p.manifest(ctx, name)
+			var remote map[tpKey]PartitionDetail
+			if !req.Local {
+				remote = p.remoteDetails(ctx, name)
+			}
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
 				t := img.Topics[tn]
 				if t == nil {
@@ -456,7 +460,17 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 				}
 				dt := DescribedTopic{TopicName: tn}
 				for i := range t.Partitions {
-					dt.Partitions = append(dt.Partitions, p.describePartition(ctx, r, name, t, int32(i)))
+					pd := p.describePartition(ctx, r, name, t, int32(i))
+					if rd, ok := remote[tpKey{tn, int32(i)}]; ok {
+						// The leader's view of the source side; the state
+						// is the coordinator's either way.
+						pd.SourceOffset, pd.SourceOffsetTime, pd.DestinationOffset = rd.SourceOffset, rd.SourceOffsetTime, rd.DestinationOffset
+						pd.Lag, pd.LagMs = rd.Lag, rd.LagMs
+						if pd.Reason == "" {
+							pd.Reason = rd.Reason
+						}
+					}
+					dt.Partitions = append(dt.Partitions, pd)
 				}
 				dm.Topics = append(dm.Topics, dt)
 			}
@@ -551,7 +565,7 @@ func (p *Plugin) readStates(ctx context.Context, req *ReadMirrorStatesRequest) (
 // setState fills a response's partition with a persisted state.
 func (sp *StatePartition) setState(s pstate) {
 	sp.LastMirroredOffset, sp.State, sp.LastMirrorEpoch, sp.Reason, sp.TopicID = s.LMO, int8(s.State), s.LME, s.Reason, s.TopicID
-	sp.StopOffset, sp.StopEpoch = s.StopAt, s.StopEpoch
+	sp.StopOffset, sp.StopEpoch, sp.StopDone = s.StopAt, s.StopEpoch, s.StopDone
 }
 
 // topicState is ReadMirrorStates without NeedPartitionStates: one entry
@@ -613,7 +627,7 @@ func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest)
 			// answers NOT_COORDINATOR when it is not (any more).
 			_, err := p.writeStateLocal(ctx, pkey{req.MirrorName, t.Name, sp.PartitionIndex}, id, func(s *pstate) error {
 				s.State, s.LMO, s.LME, s.Reason = State(sp.State), sp.LastMirroredOffset, sp.LastMirrorEpoch, sp.Reason
-				s.StopAt, s.StopEpoch = sp.StopOffset, sp.StopEpoch
+				s.StopAt, s.StopEpoch, s.StopDone = sp.StopOffset, sp.StopEpoch, sp.StopDone
 				return nil
 			})
 			c, _ := code(err)

@@ -344,6 +344,10 @@ type DescribeMirrorsRequest struct {
 	version
 	MirrorNames                 []string
 	IncludeAuthorizedOperations bool
+	// Local (tag 0) asks for the answering broker's own view only: the
+	// source side of the partitions it leads. A broker describing a
+	// mirror asks the leaders of the other partitions so.
+	Local bool
 }
 
 func (r *DescribeMirrorsRequest) Key() int16               { return KeyDescribeMirrors }
@@ -455,7 +459,7 @@ type StatesTopic struct {
 // 3 and 4 the failover's persisted first step (the log end offset and
 // leader epoch when the fetcher let go; -1 before), so that a broker
 // running the failover of a partition whose state another broker
-// coordinates resumes it from the same point.
+// coordinates resumes it from the same point; 5 its last step done.
 type StatePartition struct {
 	PartitionIndex     int32
 	LastMirroredOffset int64
@@ -466,6 +470,7 @@ type StatePartition struct {
 	TopicID            uuid.UUID
 	StopOffset         int64 // tag 3
 	StopEpoch          int32 // tag 4
+	StopDone           bool  // tag 5
 }
 
 type ReadMirrorStatesResponse struct {
@@ -646,10 +651,10 @@ var (
 	// error code (statePartitionErr).
 	statePartition = []field{i32("PartitionIndex"), i64("LastMirroredOffset"), i8("State"),
 		alwaysTagged(0, i32("LastMirrorEpoch"), -1), tagged(1, str("Reason")), alwaysTagged(2, uid("TopicID"), 0),
-		alwaysTagged(3, i64("StopOffset"), -1), alwaysTagged(4, i32("StopEpoch"), -1)}
+		alwaysTagged(3, i64("StopOffset"), -1), alwaysTagged(4, i32("StopEpoch"), -1), tagged(5, boolean("StopDone"))}
 	statePartitionErr = []field{i32("PartitionIndex"), i64("LastMirroredOffset"), i8("State"), i16("ErrorCode"),
 		alwaysTagged(0, i32("LastMirrorEpoch"), -1), tagged(1, str("Reason")), alwaysTagged(2, uid("TopicID"), 0),
-		alwaysTagged(3, i64("StopOffset"), -1), alwaysTagged(4, i32("StopEpoch"), -1)}
+		alwaysTagged(3, i64("StopOffset"), -1), alwaysTagged(4, i32("StopEpoch"), -1), tagged(5, boolean("StopDone"))}
 
 	errResponse = []field{i32("ThrottleTimeMs"), i16("ErrorCode"), nstr("ErrorMessage")}
 )
@@ -687,7 +692,7 @@ var schemas = map[reflect.Type][]field{
 		i32("ThrottleTimeMs"), i16("ErrorCode"),
 		structs("Mirrors", str("MirrorName"), str("SourceBootstrap"), i32("TopicCount")),
 	},
-	typeOf[DescribeMirrorsRequest](): {strs("MirrorNames"), boolean("IncludeAuthorizedOperations")},
+	typeOf[DescribeMirrorsRequest](): {strs("MirrorNames"), boolean("IncludeAuthorizedOperations"), tagged(0, boolean("Local"))},
 	typeOf[DescribeMirrorsResponse](): {
 		i32("ThrottleTimeMs"),
 		structs("Mirrors", i16("ErrorCode"), str("MirrorName"),

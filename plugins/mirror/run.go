@@ -261,7 +261,7 @@ func (r *run) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
 		if stopped := m.Topics[k.topic].Stopped; !stopped && (st.State == Unknown || st.State == Stopped) {
 			// A new mirror partition, or one added again (failback).
 			if st, err = r.p.writeState(r.ctx, pkey{r.name, k.topic, k.partition}, id, func(s *pstate) error {
-				s.State, s.Reason, s.StopAt, s.StopEpoch = Preparing, "", -1, -1
+				s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone = Preparing, "", -1, -1, false
 				return nil
 			}); err != nil {
 				return err
@@ -275,6 +275,9 @@ func (r *run) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
 		}
 		if pt.state != st.State {
 			pt.stopDone = false
+		}
+		if st.State == Stopping && st.StopDone {
+			pt.stopDone = true // done by this partition's earlier leader
 		}
 		pt.state, pt.reason = st.State, st.Reason
 		if ep := host.Engine().Partition(id, k.partition); ep != nil {

@@ -134,9 +134,10 @@ func (r *run) markStale() {
 	signal(r.srcWake)
 }
 
-// client returns the franz-go client to the source, built from the
-// mirror's configs (bootstrap.servers, security.protocol, SASL, TLS). Its
-// client ID is the KIP's, so that the source can set a quota on it.
+// client returns the franz-go client to the source for the source loop
+// (metadata, LastMirroredOffsets, ListOffsets), built from the mirror's
+// configs (bootstrap.servers, security.protocol, SASL, TLS). The
+// fetchers have their own (fetcher.client).
 func (r *run) client() (*kgo.Client, error) {
 	r.src.mu.Lock()
 	defer r.src.mu.Unlock()
@@ -147,7 +148,7 @@ func (r *run) client() (*kgo.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, kgo.ClientID(fmt.Sprintf("broker-%d-fetcher-0-mirror-%s", r.p.Host().NodeID(), r.name)))
+	opts = append(opts, kgo.ClientID(fmt.Sprintf("broker-%d-mirror-%s", r.p.Host().NodeID(), r.name)))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("mirror %s: source client: %w", r.name, err)
@@ -447,7 +448,8 @@ type fetcher struct {
 	done   chan struct{}
 	stats  *fetcherStats
 	// The fetcher goroutine's own:
-	endsAt time.Time // last refresh of end offsets and lag in ms
+	endsAt time.Time   // last refresh of end offsets and lag in ms
+	cl     *kgo.Client // to the source, nil until the first fetch or after a failure
 }
 
 func newFetcher(r *run, k fetcherKey) *fetcher {
@@ -469,6 +471,59 @@ func (f *fetcher) stop() {
 	<-f.done
 }
 
+// client returns the fetcher's own client to the source: its client ID
+// is the KIP's, broker-<id>-fetcher-<n>-mirror-<name>, so that the
+// source can set a quota on each fetcher. A new one learns the source's
+// brokers with a metadata request first.
+func (f *fetcher) client() (*kgo.Client, error) {
+	if f.cl != nil {
+		return f.cl, nil
+	}
+	r := f.r
+	opts, err := clientOpts(r.configs, r.p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, kgo.ClientID(fmt.Sprintf("broker-%d-fetcher-%d-mirror-%s", r.p.Host().NodeID(), f.key.id, r.name)))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("mirror %s: fetcher client: %w", r.name, err)
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, r.p.cfg.RequestTimeout)
+	defer cancel()
+	md := kmsg.NewPtrMetadataRequest()
+	md.Topics = []kmsg.MetadataRequestTopic{}
+	if _, err := cl.Request(ctx, md); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	f.cl = cl
+	return cl, nil
+}
+
+// request sends req to the fetcher's source broker; a failure closes the
+// client, so that the next request reconnects (and relearns brokers).
+func (f *fetcher) request(req kmsg.Request) (kmsg.Response, error) {
+	cl, err := f.client()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, f.r.p.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := cl.Broker(int(f.key.broker)).Request(ctx, req)
+	if err != nil {
+		f.closeClient()
+	}
+	return resp, err
+}
+
+func (f *fetcher) closeClient() {
+	if f.cl != nil {
+		f.cl.Close()
+		f.cl = nil
+	}
+}
+
 // mine reports whether pt is this fetcher's.
 func (f *fetcher) mine(pt *part) bool {
 	return pt.leader >= 0 && f.r.fetcherOf(pt) == f.key && needsSource(pt.state)
@@ -476,6 +531,7 @@ func (f *fetcher) mine(pt *part) bool {
 
 func (f *fetcher) loop() {
 	defer close(f.done)
+	defer f.closeClient()
 	r := f.r
 	for f.ctx.Err() == nil {
 		parts := r.sortedParts(f.mine)
@@ -517,7 +573,7 @@ func (f *fetcher) fetch(parts []*part) (int, error) {
 	if len(req.Topics) == 0 {
 		return 0, errors.New("no partition of this fetcher is open here yet") // nothing to wait for at the source
 	}
-	resp, err := r.request(f.key.broker, req)
+	resp, err := f.request(req)
 	f.stats.requests.Inc()
 	if err != nil {
 		err = r.sourceErr(fmt.Sprintf("a fetch from broker %d", f.key.broker), err)

@@ -88,6 +88,11 @@ type pstate struct {
 	// a resumed STOPPING starts from them, whatever it wrote since.
 	StopAt    int64
 	StopEpoch int32
+	// StopDone is the failover's last step, persisted: every step of
+	// STOPPING is done for this partition, and the topic becomes
+	// writable once all its partitions have it (whichever brokers lead
+	// them).
+	StopDone bool
 }
 
 // newPState is the state of a partition nothing was recorded for.
@@ -97,7 +102,7 @@ func newPState() pstate { return pstate{LMO: -1, LME: -1, StopAt: -1, StopEpoch:
 // coordinator records do: 1 LastMirroredOffsets, 2 MirrorPartitionState,
 // each keyed by (mirror, topic, partition) so that compaction keeps one
 // record per partition. Values start with an int16 version: state values
-// are version 1 (version 0 lacks the stop fields).
+// are version 2 (version 0 lacks the stop fields, 1 StopDone).
 const (
 	recLastMirrored int16 = 1
 	recPartState    int16 = 2
@@ -112,12 +117,13 @@ func recordKey(typ int16, k pkey) []byte {
 }
 
 func stateValue(s pstate) []byte {
-	b := kbin.AppendInt16(nil, 1)
+	b := kbin.AppendInt16(nil, 2)
 	b = kbin.AppendInt8(b, int8(s.State))
 	b = kbin.AppendUuid(b, s.TopicID)
 	b = kbin.AppendString(b, s.Reason)
 	b = kbin.AppendInt64(b, s.StopAt)
-	return kbin.AppendInt32(b, s.StopEpoch)
+	b = kbin.AppendInt32(b, s.StopEpoch)
+	return kbin.AppendBool(b, s.StopDone)
 }
 
 func offsetsValue(s pstate) []byte {
@@ -215,9 +221,12 @@ func (s *shard) Replay(key, value []byte) error {
 		p.State = State(v.Int8())
 		p.TopicID = v.Uuid()
 		p.Reason = v.String()
-		p.StopAt, p.StopEpoch = -1, -1
+		p.StopAt, p.StopEpoch, p.StopDone = -1, -1, false
 		if version >= 1 {
 			p.StopAt, p.StopEpoch = v.Int64(), v.Int32()
+		}
+		if version >= 2 {
+			p.StopDone = v.Bool()
 		}
 	case recLastMirrored:
 		p.LMO = v.Int64()
@@ -278,7 +287,7 @@ func (p *Plugin) writeStateLocal(ctx context.Context, k pkey, id uuid.UUID, upda
 		}
 		var recs []coord.Record
 		if next.State != cur.State || next.Reason != cur.Reason || next.TopicID != cur.TopicID ||
-			next.StopAt != cur.StopAt || next.StopEpoch != cur.StopEpoch {
+			next.StopAt != cur.StopAt || next.StopEpoch != cur.StopEpoch || next.StopDone != cur.StopDone {
 			recs = append(recs, coord.Record{Key: recordKey(recPartState, k), Value: stateValue(next)})
 		}
 		if next.LMO != cur.LMO || next.LME != cur.LME {

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
 // StopStep names a step of the failover sequence (STOPPING), in the
@@ -106,6 +107,14 @@ func (r *run) stopPartition(pt *part) error {
 		}
 	}
 	r.p.stopHook(pt.topic, pt.partition, StepBarrierWritten)
+	// Persisted, so that whichever broker finishes the topic (the leader
+	// of its partition 0) knows this partition is done.
+	if _, err := r.p.writeState(r.ctx, k, pt.id, func(s *pstate) error {
+		s.StopDone = true
+		return nil
+	}); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	pt.stopDone = true
 	r.mu.Unlock()
@@ -171,7 +180,10 @@ func isBarrier(b []byte) bool {
 
 // finishStops makes topics whose partitions all finished STOPPING
 // writable (the mirror membership is marked stopped in the metadata
-// quorum), then records STOPPED.
+// quorum), then records STOPPED. The partitions' leaders may be several
+// brokers: the one leading partition 0 finishes the topic, from the
+// persisted states of the others (StopDone), so that exactly one broker
+// changes the metadata, and another takes over if it dies.
 func (r *run) finishStops(parts []*part) error {
 	byTopic := map[string][]*part{}
 	r.mu.Lock()
@@ -184,11 +196,12 @@ func (r *run) finishStops(parts []*part) error {
 	img := r.p.Image()
 	for topic, pts := range byTopic {
 		t := img.Topics[topic]
-		r.mu.Lock()
-		waiting := slices.ContainsFunc(pts, func(pt *part) bool { return !pt.stopDone })
-		r.mu.Unlock()
-		if t == nil || len(pts) != len(t.Partitions) || waiting {
+		if t == nil || len(t.Partitions) == 0 || t.Partitions[0].Leader != r.p.Host().NodeID() {
 			continue
+		}
+		done, err := r.topicStopDone(t, pts)
+		if err != nil || !done {
+			return err
 		}
 		if err := r.p.setMirrorName(r.ctx, topic, ""); err != nil {
 			return err
@@ -197,12 +210,49 @@ func (r *run) finishStops(parts []*part) error {
 			return err
 		}
 		r.p.stopHook(topic, -1, StepWritable)
-		for _, pt := range pts {
-			if err := r.setState(pt, Stopped, ""); err != nil {
+		for i := range t.Partitions {
+			k := tpKey{topic, int32(i)}
+			if j := slices.IndexFunc(pts, func(pt *part) bool { return pt.tpKey == k }); j >= 0 {
+				if err := r.setState(pts[j], Stopped, ""); err != nil {
+					return err
+				}
+				continue
+			}
+			if _, err := r.p.writeState(r.ctx, pkey{r.name, topic, int32(i)}, t.ID, func(s *pstate) error {
+				s.State, s.Reason = Stopped, ""
+				return nil
+			}); err != nil {
 				return err
 			}
 		}
 		r.log.Info("mirror topic stopped: now writable", "topic", topic)
 	}
 	return nil
+}
+
+// topicStopDone reports whether every partition of t finished its
+// STOPPING work: those led here as this run knows them (local), the
+// others as their coordinator persisted it.
+func (r *run) topicStopDone(t *raftmeta.Topic, local []*part) (bool, error) {
+	for i := range t.Partitions {
+		k := tpKey{t.Name, int32(i)}
+		r.mu.Lock()
+		j := slices.IndexFunc(local, func(pt *part) bool { return pt.tpKey == k })
+		done := j >= 0 && local[j].stopDone
+		r.mu.Unlock()
+		if j >= 0 {
+			if !done {
+				return false, nil
+			}
+			continue
+		}
+		st, err := r.p.readState(r.ctx, pkey{r.name, t.Name, int32(i)}, t.ID)
+		if err != nil {
+			return false, err
+		}
+		if !(st.State == Stopping && st.StopDone) && st.State != Stopped {
+			return false, nil
+		}
+	}
+	return true, nil
 }
