@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
@@ -195,7 +196,7 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 	case *kmsg.ShareGroupHeartbeatRequest:
 		return p.groups.ShareGroupHeartbeat(ctx, rc, req), nil
 	case *kmsg.ShareGroupDescribeRequest:
-		return p.groups.ShareGroupDescribe(ctx, rc, req), nil
+		return redactUnauthorizedTopics(rc, p.groups.ShareGroupDescribe(ctx, rc, req)), nil
 	case *kmsg.ShareFetchRequest:
 		resp := p.handleShareFetch(ctx, rc, req)
 		p.stats().countFetch(resp)
@@ -222,4 +223,33 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 		return p.handleDeleteOffsets(ctx, rc, req), nil
 	}
 	return nil, fmt.Errorf("share: unexpected request %T", req)
+}
+
+// redactUnauthorizedTopics answers TOPIC_AUTHORIZATION_FAILED, and
+// nothing else, for a described share group whose members are assigned a
+// topic the principal may not DESCRIBE, as Kafka's KafkaApis does after
+// its group coordinator answered: all or nothing, so that the group's
+// state leaks no topic names.
+func redactUnauthorizedTopics(rc *plugin.RequestContext, resp *kmsg.ShareGroupDescribeResponse) *kmsg.ShareGroupDescribeResponse {
+	for i, g := range resp.Groups {
+		if g.ErrorCode != 0 {
+			continue
+		}
+		denied := false
+		for _, m := range g.Members {
+			for _, tp := range m.Assignment.TopicPartitions {
+				if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, tp.Topic) {
+					denied = true
+				}
+			}
+		}
+		if denied {
+			r := kmsg.NewShareGroupDescribeResponseGroup()
+			r.GroupID, r.AuthorizedOperations = g.GroupID, -2147483648
+			r.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			r.ErrorMessage = kmsg.StringPtr("The group has described topic(s) that the client is not authorized to describe.")
+			resp.Groups[i] = r
+		}
+	}
+	return resp
 }

@@ -48,6 +48,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/groups"
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	mirroradmin "github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/share"
 	"github.com/tandem-kafka/tandem/plugins/txn"
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/server/plugin"
@@ -92,7 +93,7 @@ func startSecure(t testing.TB, authz bool, extra map[string]string) *secureBroke
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	plugins := []any{p, groups.New(props, quiet), txn.New(props, quiet), mirror.New(props, quiet)}
+	plugins := []any{p, groups.New(props, quiet), share.New(props, quiet), txn.New(props, quiet), mirror.New(props, quiet)}
 	if authz {
 		plugins = append(plugins, p.Authorizer())
 	}
@@ -663,6 +664,9 @@ type matrixEntry struct {
 	// authorized it must be 0 or one of ok.
 	code func(kmsg.Response) int16
 	ok   []int16
+	// each: without any one of need (the others granted) the request
+	// is refused too.
+	each bool
 }
 
 func authFailure(code int16) bool {
@@ -1136,6 +1140,8 @@ func TestACLMatrix(t *testing.T) {
 	matrix := aclMatrix(topicID, seq)
 	maps.Copy(matrix, txnMirrorMatrix(topicID, seq))
 	txnMirrorFixtures(t, addr, adminOpts)
+	maps.Copy(matrix, shareMatrix(t, cl, topicID, seq))
+	shareMatrixFixtures(t, cl)
 
 	for key := range served {
 		e, ok := matrix[key]
@@ -1155,6 +1161,17 @@ func TestACLMatrix(t *testing.T) {
 			if !e.open {
 				if code := do(); !authFailure(code) {
 					t.Fatalf("without ACLs: error %v, want an authorization failure", kerr.ErrorForCode(code))
+				}
+				for i := range e.need {
+					if !e.each {
+						break
+					}
+					others := slices.Delete(slices.Clone(e.need), i, i+1)
+					aclRequest(t, admin, served, "User:bob", kmsg.ACLPermissionTypeAllow, kmsg.ACLResourcePatternTypeLiteral, others)
+					if code := do(); !authFailure(code) {
+						t.Fatalf("without %+v: error %v, want an authorization failure", e.need[i], kerr.ErrorForCode(code))
+					}
+					dropACLs(t, admin, served, "User:bob")
 				}
 				aclRequest(t, admin, served, "User:bob", kmsg.ACLPermissionTypeAllow, kmsg.ACLResourcePatternTypeLiteral, e.need)
 				defer dropACLs(t, admin, served, "User:bob")
