@@ -122,9 +122,9 @@ func createClusterTopic(t *testing.T, c *tandemtest.Cluster, topic string, parti
 	}
 }
 
-// sameOnEveryReplica waits until every running replica of each partition
+// replicasMatchSource waits until every running replica of each partition
 // of topic on dst holds the batches of its leader on src, byte for byte.
-func sameOnEveryReplica(t *testing.T, src, dst *tandemtest.Cluster, topic string, d time.Duration) {
+func replicasMatchSource(t *testing.T, src, dst *tandemtest.Cluster, topic string, d time.Duration) {
 	t.Helper()
 	st := src.Image().Topics[topic]
 	deadline := time.Now().Add(d)
@@ -190,12 +190,12 @@ func TestMirrorFollowersSourceEpochs(t *testing.T) {
 		tp := img.Topics[topic]
 		return tp != nil && len(tp.Partitions) == 2 && len(tp.Partitions[0].Replicas) == 3
 	})
-	sameOnEveryReplica(t, src, dst, topic, time.Minute)
+	replicasMatchSource(t, src, dst, topic, time.Minute)
 
 	// More source epochs while mirroring: the followers learn them.
 	bumpEpochs(t, src, topic, 60)
 	produceRange(t, src, topic, 900, 300)
-	sameOnEveryReplica(t, src, dst, topic, time.Minute)
+	replicasMatchSource(t, src, dst, topic, time.Minute)
 
 	tp := dst.Image().Topics[topic]
 	for p := range tp.Partitions {
