@@ -9,8 +9,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -191,6 +194,105 @@ func waitLeadersMoved(c *tandemtest.Cluster, dead int32) {
 		}
 		return true
 	})
+}
+
+// TestClusterGroupCoordinatorMovesBack: leadership of a group's
+// __consumer_offsets partition moves away with a clean stop and back with
+// a preferred election once the broker has caught up as a follower. Each
+// move unloads the shard on the broker that resigns (it answers
+// NOT_COORDINATOR) and loads it on the new leader from its own replica,
+// commits made meanwhile included.
+func TestClusterGroupCoordinatorMovesBack(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, coordProps)
+	ctx := ctxFor(t, 2*time.Minute)
+	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
+	if _, err := adm.CreateTopic(ctx, 1, 3, nil, "mv"); err != nil {
+		t.Fatal(err)
+	}
+	commit := func(adm *kadm.Client, at int64) {
+		t.Helper()
+		var os kadm.Offsets
+		os.Add(kadm.Offset{Topic: "mv", Partition: 0, At: at, LeaderEpoch: -1})
+		eventually(t, ctx, func() (kadm.OffsetResponses, error) {
+			r, err := adm.CommitOffsets(ctx, "h", os)
+			if err == nil {
+				err = r.Error()
+			}
+			return r, err
+		})
+	}
+	committed := func(adm *kadm.Client) int64 {
+		t.Helper()
+		offs := eventually(t, ctx, func() (kadm.OffsetResponses, error) { return fetchOffsets(ctx, adm, "h") })
+		o, _ := offs.Lookup("mv", 0)
+		return o.At
+	}
+	// fetchCode asks broker id itself for the group's offsets.
+	fetchCode := func(id int32) int16 {
+		cl := tandemtest.Client(t, c.Broker(id).Addr)
+		req := kmsg.NewPtrOffsetFetchRequest() // v8+: the client picks the version
+		g := kmsg.NewOffsetFetchRequestGroup()
+		g.Group = "h"
+		req.Groups = append(req.Groups, g)
+		resp, err := cl.SeedBrokers()[0].Request(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups := resp.(*kmsg.OffsetFetchResponse).Groups
+		if len(groups) != 1 {
+			t.Fatalf("OffsetFetch v%d answered %d groups", req.Version, len(groups))
+		}
+		return groups[0].ErrorCode
+	}
+	commit(adm, 5)
+	first := coordinatorOf(t, adm.FindGroupCoordinators(ctx, "h"), "h")
+	part := c.Image().Topics["__consumer_offsets"].Partitions
+	p := coord.PartitionFor("h", int32(len(part)))
+	if part[p].Leader != first || part[p].Replicas[0] != first {
+		t.Fatalf("the coordinator %d is not the preferred replica of %v", first, part[p])
+	}
+	internalTopicReplicated(t, c, "__consumer_offsets")
+
+	c.Broker(first).Stop()
+	waitLeadersMoved(c, first)
+	live := liveAddrs(c, first)
+	adm2 := kadm.NewClient(tandemtest.Client(t, live[0], kgo.SeedBrokers(live...)))
+	second := eventually(t, ctx, func() (int32, error) {
+		rs := adm2.FindGroupCoordinators(ctx, "h")
+		return rs["h"].NodeID, rs.Error()
+	})
+	if second == first {
+		t.Fatalf("broker %d still coordinates after its clean stop", first)
+	}
+	if got := committed(adm2); got != 5 {
+		t.Fatalf("committed %d on the second coordinator, want 5", got)
+	}
+	commit(adm2, 9)
+
+	c.Broker(first).Restart()
+	c.WaitFor("the restarted broker back in the ISR", func(img *raftmeta.Image) bool {
+		return len(img.Topics["__consumer_offsets"].Partitions[p].ISR) == 3
+	})
+	res, err := adm2.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{"__consumer_offsets": {p: {}}})
+	if err == nil {
+		err = res["__consumer_offsets"][p].Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitFor("the preferred replica leading", func(img *raftmeta.Image) bool {
+		return img.Topics["__consumer_offsets"].Partitions[p].Leader == first
+	})
+	adm3 := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
+	if got := committed(adm3); got != 9 {
+		t.Fatalf("committed %d back on broker %d, want 9 (committed on broker %d while it followed)", got, first, second)
+	}
+	if code := fetchCode(second); code != kerr.NotCoordinator.Code {
+		t.Fatalf("broker %d answers %v after it resigned, want NOT_COORDINATOR", second, kerr.ErrorForCode(code))
+	}
+	if code := fetchCode(first); code != 0 {
+		t.Fatalf("broker %d answers %v for the group it leads again", first, kerr.ErrorForCode(code))
+	}
 }
 
 // coordinatorOf is the node ID FindCoordinator answered for key.
