@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -295,6 +296,75 @@ func TestClusterGroupCoordinatorMovesBack(t *testing.T) {
 	}
 }
 
+// TestClusterOffsetCommitNeedsMinISR: a coordinator's writes are
+// acks=all. With the broker's min.insync.replicas at 3, which
+// __consumer_offsets follows, an offset commit is refused with
+// COORDINATOR_NOT_AVAILABLE (Kafka's answer for NOT_ENOUGH_REPLICAS) while
+// a replica of the group's partition is down, and nothing of it is
+// applied; once the replica is back in the ISR the commit goes through.
+func TestClusterOffsetCommitNeedsMinISR(t *testing.T) {
+	props := maps.Clone(coordProps)
+	props["min.insync.replicas"] = "3"
+	c := tandemtest.StartCluster(t, 3, props)
+	ctx := ctxFor(t, 2*time.Minute)
+	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
+	if _, err := adm.CreateTopic(ctx, 1, 3, nil, "isr"); err != nil {
+		t.Fatal(err)
+	}
+	commitCode := func(node int32, at int64) int16 {
+		t.Helper()
+		cl := tandemtest.Client(t, c.Broker(node).Addr)
+		req := kmsg.NewPtrOffsetCommitRequest()
+		req.Group, req.Generation = "m", -1
+		rt := kmsg.NewOffsetCommitRequestTopic()
+		rt.Topic = "isr"
+		rp := kmsg.NewOffsetCommitRequestTopicPartition()
+		rp.Partition, rp.Offset, rp.LeaderEpoch = 0, at, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := cl.SeedBrokers()[0].Request(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode
+	}
+	coordinator := eventually(t, ctx, func() (int32, error) {
+		rs := adm.FindGroupCoordinators(ctx, "m")
+		return rs["m"].NodeID, rs.Error()
+	})
+	internalTopicReplicated(t, c, "__consumer_offsets")
+	if code := commitCode(coordinator, 7); code != 0 {
+		t.Fatalf("commit with every replica in sync: %v", kerr.ErrorForCode(code))
+	}
+	p := coord.PartitionFor("m", int32(len(c.Image().Topics["__consumer_offsets"].Partitions)))
+	down := coordinator%3 + 1 // another replica (every broker has one)
+	c.Broker(down).Kill()
+	c.WaitFor("the killed replica out of the ISR", func(img *raftmeta.Image) bool {
+		return !slices.Contains(img.Topics["__consumer_offsets"].Partitions[p].ISR, down)
+	})
+	if code := commitCode(coordinator, 8); code != kerr.CoordinatorNotAvailable.Code {
+		t.Fatalf("commit with 2 replicas in sync of min.insync.replicas 3: %v, want COORDINATOR_NOT_AVAILABLE", kerr.ErrorForCode(code))
+	}
+	committed := func() int64 {
+		offs := eventually(t, ctx, func() (kadm.OffsetResponses, error) { return fetchOffsets(ctx, adm, "m") })
+		o, _ := offs.Lookup("isr", 0)
+		return o.At
+	}
+	if got := committed(); got != 7 {
+		t.Fatalf("committed %d after the refused commit, want 7", got)
+	}
+	c.Broker(down).Restart()
+	c.WaitFor("the replica back in the ISR", func(img *raftmeta.Image) bool {
+		return len(img.Topics["__consumer_offsets"].Partitions[p].ISR) == 3
+	})
+	if code := commitCode(coordinator, 9); code != 0 {
+		t.Fatalf("commit with the replica back: %v", kerr.ErrorForCode(code))
+	}
+	if got := committed(); got != 9 {
+		t.Fatalf("committed %d, want 9", got)
+	}
+}
+
 // coordinatorOf is the node ID FindCoordinator answered for key.
 func coordinatorOf(t *testing.T, rs kadm.FindCoordinatorResponses, key string) int32 {
 	t.Helper()
@@ -511,6 +581,8 @@ func TestClusterTxnPreparedCompletesAfterFailover(t *testing.T) {
 // transaction coordinator (and in the second case the group
 // coordinator): every input record is in the output exactly once for
 // read_committed, and the group's committed offsets are the input's end.
+// The group and the transaction have different coordinators, so the
+// group's offsets are committed by markers from another broker.
 func TestClusterExactlyOnceAcrossCoordinatorKill(t *testing.T) {
 	for _, kill := range []string{"txn", "group"} {
 		t.Run(kill, func(t *testing.T) { exactlyOnceAcrossKill(t, kill) })
@@ -528,8 +600,23 @@ func exactlyOnceAcrossKill(t *testing.T, kill string) {
 	}
 	produceValues(t, ctx, cl, "eos-in", 0, n)
 
+	// A group coordinated by another broker than the transaction: its
+	// offsets get their markers through WriteTxnMarkers, and each kill
+	// below takes one coordinator, not both.
+	find := func(rs func() kadm.FindCoordinatorResponses, key string) int32 {
+		return eventually(t, ctx, func() (int32, error) { r := rs(); return r[key].NodeID, r.Error() })
+	}
+	txnCoord := find(func() kadm.FindCoordinatorResponses { return adm.FindTxnCoordinators(ctx, "eos") }, "eos")
+	group := ""
+	for i := 0; group == ""; i++ {
+		g := fmt.Sprintf("eos-g%d", i)
+		if find(func() kadm.FindCoordinatorResponses { return adm.FindGroupCoordinators(ctx, g) }, g) != txnCoord {
+			group = g
+		}
+	}
+
 	sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(c.Addrs()...), kgo.TransactionalID("eos"),
-		kgo.ConsumerGroup("eos-g"), kgo.ConsumeTopics("eos-in"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.ConsumerGroup(group), kgo.ConsumeTopics("eos-in"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(),
 		kgo.SessionTimeout(10*time.Second), kgo.TransactionTimeout(20*time.Second),
 		kgo.WithLogger(kgo.BasicLogger(testWriter{t}, kgo.LogLevelWarn, nil)))
@@ -547,7 +634,7 @@ func exactlyOnceAcrossKill(t *testing.T, kill string) {
 			if kill == "txn" {
 				killed = coordinatorOf(t, adm.FindTxnCoordinators(ctx, "eos"), "eos")
 			} else {
-				killed = coordinatorOf(t, adm.FindGroupCoordinators(ctx, "eos-g"), "eos-g")
+				killed = coordinatorOf(t, adm.FindGroupCoordinators(ctx, group), group)
 			}
 			t.Logf("killing the %s coordinator, broker %d, after %d records", kill, killed, committed)
 			c.Broker(killed).Kill()
@@ -581,7 +668,7 @@ func exactlyOnceAcrossKill(t *testing.T, kill string) {
 	live := liveAddrs(c, killed)
 	checkOnce(t, readCommitted(t, ctx, live, "eos-out", n), n)
 	adm2 := kadm.NewClient(tandemtest.Client(t, live[0], kgo.SeedBrokers(live...)))
-	offs := eventually(t, ctx, func() (kadm.OffsetResponses, error) { return fetchOffsets(ctx, adm2, "eos-g") })
+	offs := eventually(t, ctx, func() (kadm.OffsetResponses, error) { return fetchOffsets(ctx, adm2, group) })
 	ends := eventually(t, ctx, func() (kadm.ListedOffsets, error) { return adm2.ListEndOffsets(ctx, "eos-in") })
 	ends.Each(func(o kadm.ListedOffset) {
 		if got, _ := offs.Lookup("eos-in", o.Partition); got.At != o.Offset {
