@@ -684,3 +684,101 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
 }
+
+// TestClusterShareGroupConsume: a share group on a three-node cluster,
+// whose share-partitions are led by other brokers than the ones keeping
+// their state in __share_group_state (which the share-partition leaders
+// read and write with the share-group state APIs): every record is
+// delivered and accepted, and the group's start offsets, read from the
+// state wherever it is kept, reach the log end.
+func TestClusterShareGroupConsume(t *testing.T) {
+	props := maps.Clone(coordProps)
+	// Two partitions of state over three brokers: the broker that leads
+	// none of them leads a share-partition whose state is elsewhere.
+	props["share.coordinator.state.topic.num.partitions"] = "2"
+	props["group.share.heartbeat.interval.ms"] = "200"
+	props["group.share.min.heartbeat.interval.ms"] = "100"
+	c := tandemtest.StartCluster(t, 3, props)
+	ctx := ctxFor(t, 2*time.Minute)
+	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 3, 3, nil, "sq"); err != nil {
+		t.Fatal(err)
+	}
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	earliest := "earliest"
+	req.Resources = append(req.Resources, kmsg.IncrementalAlterConfigsRequestResource{ResourceType: kmsg.ConfigResourceTypeGroupConfig, ResourceName: "sg",
+		Configs: []kmsg.IncrementalAlterConfigsRequestResourceConfig{{Name: "share.auto.offset.reset", Op: kmsg.IncrementalAlterConfigOpSet, Value: &earliest}}})
+	if resp, err := req.RequestWith(ctx, cl); err != nil || resp.Resources[0].ErrorCode != 0 {
+		t.Fatalf("share.auto.offset.reset: %v %+v", err, resp)
+	}
+	produceValues(t, ctx, cl, "sq", 0, 300)
+
+	// Where each share-partition's state is kept: at least one is kept
+	// by another broker than the partition's leader.
+	eventually(t, ctx, func() (int32, error) {
+		rs := adm.FindGroupCoordinators(ctx, "sg") // creates the internal topics
+		return rs["sg"].NodeID, rs.Error()
+	})
+	img := c.Image()
+	sq := img.Topics["sq"]
+	remote := 0
+	cons := tandemtest.Client(t, c.Addrs()[1], kgo.SeedBrokers(c.Addrs()...), kgo.ShareGroup("sg"), kgo.ConsumeTopics("sq"),
+		kgo.FetchMaxWait(200*time.Millisecond))
+	seen := map[string]int{}
+	for len(seen) < 300 {
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of 300 records", len(seen))
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cons.PollFetches(pctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) {
+			seen[string(r.Value)]++
+			r.Ack(kgo.AckAccept)
+		})
+	}
+	state := c.Image().Topics["__share_group_state"]
+	for i, p := range sq.Partitions {
+		sp := coord.PartitionFor("sg:"+sq.ID.Base64()+":"+fmt.Sprint(i), int32(len(state.Partitions)))
+		if state.Partitions[sp].Leader != p.Leader {
+			remote++
+		}
+	}
+	if remote == 0 {
+		t.Fatal("every share-partition's state is kept by its leader: nothing is remote")
+	}
+	for i := range 300 {
+		if v := fmt.Sprintf("v%04d", i); seen[v] == 0 {
+			t.Fatalf("%s never delivered", v)
+		}
+	}
+	cons.Close() // sends the acknowledgements not sent yet
+	ends := eventually(t, ctx, func() (kadm.ListedOffsets, error) { return adm.ListEndOffsets(ctx, "sq") })
+	for {
+		req := kmsg.NewPtrDescribeShareGroupOffsetsRequest()
+		req.Groups = []kmsg.DescribeShareGroupOffsetsRequestGroup{{GroupID: "sg"}}
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := 0
+		for _, rg := range resp.Groups {
+			for _, rt := range rg.Topics {
+				for _, rp := range rt.Partitions {
+					if e, _ := ends.Lookup("sq", rp.Partition); rp.ErrorCode == 0 && rp.StartOffset == e.Offset {
+						done++
+					}
+				}
+			}
+		}
+		if done == 3 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("start offsets %+v, want the log ends %+v", resp.Groups, ends)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
