@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -191,6 +195,174 @@ func waitLeadersMoved(c *tandemtest.Cluster, dead int32) {
 		}
 		return true
 	})
+}
+
+// TestClusterGroupCoordinatorMovesBack: leadership of a group's
+// __consumer_offsets partition moves away with a clean stop and back with
+// a preferred election once the broker has caught up as a follower. Each
+// move unloads the shard on the broker that resigns (it answers
+// NOT_COORDINATOR) and loads it on the new leader from its own replica,
+// commits made meanwhile included.
+func TestClusterGroupCoordinatorMovesBack(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, coordProps)
+	ctx := ctxFor(t, 2*time.Minute)
+	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
+	if _, err := adm.CreateTopic(ctx, 1, 3, nil, "mv"); err != nil {
+		t.Fatal(err)
+	}
+	commit := func(adm *kadm.Client, at int64) {
+		t.Helper()
+		var os kadm.Offsets
+		os.Add(kadm.Offset{Topic: "mv", Partition: 0, At: at, LeaderEpoch: -1})
+		eventually(t, ctx, func() (kadm.OffsetResponses, error) {
+			r, err := adm.CommitOffsets(ctx, "h", os)
+			if err == nil {
+				err = r.Error()
+			}
+			return r, err
+		})
+	}
+	committed := func(adm *kadm.Client) int64 {
+		t.Helper()
+		offs := eventually(t, ctx, func() (kadm.OffsetResponses, error) { return fetchOffsets(ctx, adm, "h") })
+		o, _ := offs.Lookup("mv", 0)
+		return o.At
+	}
+	// fetchCode asks broker id itself for the group's offsets.
+	fetchCode := func(id int32) int16 {
+		cl := tandemtest.Client(t, c.Broker(id).Addr)
+		req := kmsg.NewPtrOffsetFetchRequest() // v8+: the client picks the version
+		g := kmsg.NewOffsetFetchRequestGroup()
+		g.Group = "h"
+		req.Groups = append(req.Groups, g)
+		resp, err := cl.SeedBrokers()[0].Request(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups := resp.(*kmsg.OffsetFetchResponse).Groups
+		if len(groups) != 1 {
+			t.Fatalf("OffsetFetch v%d answered %d groups", req.Version, len(groups))
+		}
+		return groups[0].ErrorCode
+	}
+	commit(adm, 5)
+	first := coordinatorOf(t, adm.FindGroupCoordinators(ctx, "h"), "h")
+	part := c.Image().Topics["__consumer_offsets"].Partitions
+	p := coord.PartitionFor("h", int32(len(part)))
+	if part[p].Leader != first || part[p].Replicas[0] != first {
+		t.Fatalf("the coordinator %d is not the preferred replica of %v", first, part[p])
+	}
+	internalTopicReplicated(t, c, "__consumer_offsets")
+
+	c.Broker(first).Stop()
+	waitLeadersMoved(c, first)
+	live := liveAddrs(c, first)
+	adm2 := kadm.NewClient(tandemtest.Client(t, live[0], kgo.SeedBrokers(live...)))
+	second := eventually(t, ctx, func() (int32, error) {
+		rs := adm2.FindGroupCoordinators(ctx, "h")
+		return rs["h"].NodeID, rs.Error()
+	})
+	if second == first {
+		t.Fatalf("broker %d still coordinates after its clean stop", first)
+	}
+	if got := committed(adm2); got != 5 {
+		t.Fatalf("committed %d on the second coordinator, want 5", got)
+	}
+	commit(adm2, 9)
+
+	c.Broker(first).Restart()
+	c.WaitFor("the restarted broker back in the ISR", func(img *raftmeta.Image) bool {
+		return len(img.Topics["__consumer_offsets"].Partitions[p].ISR) == 3
+	})
+	res, err := adm2.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{"__consumer_offsets": {p: {}}})
+	if err == nil {
+		err = res["__consumer_offsets"][p].Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitFor("the preferred replica leading", func(img *raftmeta.Image) bool {
+		return img.Topics["__consumer_offsets"].Partitions[p].Leader == first
+	})
+	adm3 := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
+	if got := committed(adm3); got != 9 {
+		t.Fatalf("committed %d back on broker %d, want 9 (committed on broker %d while it followed)", got, first, second)
+	}
+	if code := fetchCode(second); code != kerr.NotCoordinator.Code {
+		t.Fatalf("broker %d answers %v after it resigned, want NOT_COORDINATOR", second, kerr.ErrorForCode(code))
+	}
+	if code := fetchCode(first); code != 0 {
+		t.Fatalf("broker %d answers %v for the group it leads again", first, kerr.ErrorForCode(code))
+	}
+}
+
+// TestClusterOffsetCommitNeedsMinISR: a coordinator's writes are
+// acks=all. With the broker's min.insync.replicas at 3, which
+// __consumer_offsets follows, an offset commit is refused with
+// COORDINATOR_NOT_AVAILABLE (Kafka's answer for NOT_ENOUGH_REPLICAS) while
+// a replica of the group's partition is down, and nothing of it is
+// applied; once the replica is back in the ISR the commit goes through.
+func TestClusterOffsetCommitNeedsMinISR(t *testing.T) {
+	props := maps.Clone(coordProps)
+	props["min.insync.replicas"] = "3"
+	c := tandemtest.StartCluster(t, 3, props)
+	ctx := ctxFor(t, 2*time.Minute)
+	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
+	if _, err := adm.CreateTopic(ctx, 1, 3, nil, "isr"); err != nil {
+		t.Fatal(err)
+	}
+	commitCode := func(node int32, at int64) int16 {
+		t.Helper()
+		cl := tandemtest.Client(t, c.Broker(node).Addr)
+		req := kmsg.NewPtrOffsetCommitRequest()
+		req.Group, req.Generation = "m", -1
+		rt := kmsg.NewOffsetCommitRequestTopic()
+		rt.Topic = "isr"
+		rp := kmsg.NewOffsetCommitRequestTopicPartition()
+		rp.Partition, rp.Offset, rp.LeaderEpoch = 0, at, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := cl.SeedBrokers()[0].Request(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode
+	}
+	coordinator := eventually(t, ctx, func() (int32, error) {
+		rs := adm.FindGroupCoordinators(ctx, "m")
+		return rs["m"].NodeID, rs.Error()
+	})
+	internalTopicReplicated(t, c, "__consumer_offsets")
+	if code := commitCode(coordinator, 7); code != 0 {
+		t.Fatalf("commit with every replica in sync: %v", kerr.ErrorForCode(code))
+	}
+	p := coord.PartitionFor("m", int32(len(c.Image().Topics["__consumer_offsets"].Partitions)))
+	down := coordinator%3 + 1 // another replica (every broker has one)
+	c.Broker(down).Kill()
+	c.WaitFor("the killed replica out of the ISR", func(img *raftmeta.Image) bool {
+		return !slices.Contains(img.Topics["__consumer_offsets"].Partitions[p].ISR, down)
+	})
+	if code := commitCode(coordinator, 8); code != kerr.CoordinatorNotAvailable.Code {
+		t.Fatalf("commit with 2 replicas in sync of min.insync.replicas 3: %v, want COORDINATOR_NOT_AVAILABLE", kerr.ErrorForCode(code))
+	}
+	committed := func() int64 {
+		offs := eventually(t, ctx, func() (kadm.OffsetResponses, error) { return fetchOffsets(ctx, adm, "m") })
+		o, _ := offs.Lookup("isr", 0)
+		return o.At
+	}
+	if got := committed(); got != 7 {
+		t.Fatalf("committed %d after the refused commit, want 7", got)
+	}
+	c.Broker(down).Restart()
+	c.WaitFor("the replica back in the ISR", func(img *raftmeta.Image) bool {
+		return len(img.Topics["__consumer_offsets"].Partitions[p].ISR) == 3
+	})
+	if code := commitCode(coordinator, 9); code != 0 {
+		t.Fatalf("commit with the replica back: %v", kerr.ErrorForCode(code))
+	}
+	if got := committed(); got != 9 {
+		t.Fatalf("committed %d, want 9", got)
+	}
 }
 
 // coordinatorOf is the node ID FindCoordinator answered for key.
@@ -409,6 +581,8 @@ func TestClusterTxnPreparedCompletesAfterFailover(t *testing.T) {
 // transaction coordinator (and in the second case the group
 // coordinator): every input record is in the output exactly once for
 // read_committed, and the group's committed offsets are the input's end.
+// The group and the transaction have different coordinators, so the
+// group's offsets are committed by markers from another broker.
 func TestClusterExactlyOnceAcrossCoordinatorKill(t *testing.T) {
 	for _, kill := range []string{"txn", "group"} {
 		t.Run(kill, func(t *testing.T) { exactlyOnceAcrossKill(t, kill) })
@@ -426,8 +600,23 @@ func exactlyOnceAcrossKill(t *testing.T, kill string) {
 	}
 	produceValues(t, ctx, cl, "eos-in", 0, n)
 
+	// A group coordinated by another broker than the transaction: its
+	// offsets get their markers through WriteTxnMarkers, and each kill
+	// below takes one coordinator, not both.
+	find := func(rs func() kadm.FindCoordinatorResponses, key string) int32 {
+		return eventually(t, ctx, func() (int32, error) { r := rs(); return r[key].NodeID, r.Error() })
+	}
+	txnCoord := find(func() kadm.FindCoordinatorResponses { return adm.FindTxnCoordinators(ctx, "eos") }, "eos")
+	group := ""
+	for i := 0; group == ""; i++ {
+		g := fmt.Sprintf("eos-g%d", i)
+		if find(func() kadm.FindCoordinatorResponses { return adm.FindGroupCoordinators(ctx, g) }, g) != txnCoord {
+			group = g
+		}
+	}
+
 	sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(c.Addrs()...), kgo.TransactionalID("eos"),
-		kgo.ConsumerGroup("eos-g"), kgo.ConsumeTopics("eos-in"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.ConsumerGroup(group), kgo.ConsumeTopics("eos-in"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(),
 		kgo.SessionTimeout(10*time.Second), kgo.TransactionTimeout(20*time.Second),
 		kgo.WithLogger(kgo.BasicLogger(testWriter{t}, kgo.LogLevelWarn, nil)))
@@ -445,7 +634,7 @@ func exactlyOnceAcrossKill(t *testing.T, kill string) {
 			if kill == "txn" {
 				killed = coordinatorOf(t, adm.FindTxnCoordinators(ctx, "eos"), "eos")
 			} else {
-				killed = coordinatorOf(t, adm.FindGroupCoordinators(ctx, "eos-g"), "eos-g")
+				killed = coordinatorOf(t, adm.FindGroupCoordinators(ctx, group), group)
 			}
 			t.Logf("killing the %s coordinator, broker %d, after %d records", kill, killed, committed)
 			c.Broker(killed).Kill()
@@ -479,7 +668,7 @@ func exactlyOnceAcrossKill(t *testing.T, kill string) {
 	live := liveAddrs(c, killed)
 	checkOnce(t, readCommitted(t, ctx, live, "eos-out", n), n)
 	adm2 := kadm.NewClient(tandemtest.Client(t, live[0], kgo.SeedBrokers(live...)))
-	offs := eventually(t, ctx, func() (kadm.OffsetResponses, error) { return fetchOffsets(ctx, adm2, "eos-g") })
+	offs := eventually(t, ctx, func() (kadm.OffsetResponses, error) { return fetchOffsets(ctx, adm2, group) })
 	ends := eventually(t, ctx, func() (kadm.ListedOffsets, error) { return adm2.ListEndOffsets(ctx, "eos-in") })
 	ends.Each(func(o kadm.ListedOffset) {
 		if got, _ := offs.Lookup("eos-in", o.Partition); got.At != o.Offset {
@@ -494,4 +683,102 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
+}
+
+// TestClusterShareGroupConsume: a share group on a three-node cluster,
+// whose share-partitions are led by other brokers than the ones keeping
+// their state in __share_group_state (which the share-partition leaders
+// read and write with the share-group state APIs): every record is
+// delivered and accepted, and the group's start offsets, read from the
+// state wherever it is kept, reach the log end.
+func TestClusterShareGroupConsume(t *testing.T) {
+	props := maps.Clone(coordProps)
+	// Two partitions of state over three brokers: the broker that leads
+	// none of them leads a share-partition whose state is elsewhere.
+	props["share.coordinator.state.topic.num.partitions"] = "2"
+	props["group.share.heartbeat.interval.ms"] = "200"
+	props["group.share.min.heartbeat.interval.ms"] = "100"
+	c := tandemtest.StartCluster(t, 3, props)
+	ctx := ctxFor(t, 2*time.Minute)
+	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 3, 3, nil, "sq"); err != nil {
+		t.Fatal(err)
+	}
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	earliest := "earliest"
+	req.Resources = append(req.Resources, kmsg.IncrementalAlterConfigsRequestResource{ResourceType: kmsg.ConfigResourceTypeGroupConfig, ResourceName: "sg",
+		Configs: []kmsg.IncrementalAlterConfigsRequestResourceConfig{{Name: "share.auto.offset.reset", Op: kmsg.IncrementalAlterConfigOpSet, Value: &earliest}}})
+	if resp, err := req.RequestWith(ctx, cl); err != nil || resp.Resources[0].ErrorCode != 0 {
+		t.Fatalf("share.auto.offset.reset: %v %+v", err, resp)
+	}
+	produceValues(t, ctx, cl, "sq", 0, 300)
+
+	// Where each share-partition's state is kept: at least one is kept
+	// by another broker than the partition's leader.
+	eventually(t, ctx, func() (int32, error) {
+		rs := adm.FindGroupCoordinators(ctx, "sg") // creates the internal topics
+		return rs["sg"].NodeID, rs.Error()
+	})
+	img := c.Image()
+	sq := img.Topics["sq"]
+	remote := 0
+	cons := tandemtest.Client(t, c.Addrs()[1], kgo.SeedBrokers(c.Addrs()...), kgo.ShareGroup("sg"), kgo.ConsumeTopics("sq"),
+		kgo.FetchMaxWait(200*time.Millisecond))
+	seen := map[string]int{}
+	for len(seen) < 300 {
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of 300 records", len(seen))
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cons.PollFetches(pctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) {
+			seen[string(r.Value)]++
+			r.Ack(kgo.AckAccept)
+		})
+	}
+	state := c.Image().Topics["__share_group_state"]
+	for i, p := range sq.Partitions {
+		sp := coord.PartitionFor("sg:"+sq.ID.Base64()+":"+fmt.Sprint(i), int32(len(state.Partitions)))
+		if state.Partitions[sp].Leader != p.Leader {
+			remote++
+		}
+	}
+	if remote == 0 {
+		t.Fatal("every share-partition's state is kept by its leader: nothing is remote")
+	}
+	for i := range 300 {
+		if v := fmt.Sprintf("v%04d", i); seen[v] == 0 {
+			t.Fatalf("%s never delivered", v)
+		}
+	}
+	cons.Close() // sends the acknowledgements not sent yet
+	ends := eventually(t, ctx, func() (kadm.ListedOffsets, error) { return adm.ListEndOffsets(ctx, "sq") })
+	for {
+		req := kmsg.NewPtrDescribeShareGroupOffsetsRequest()
+		req.Groups = []kmsg.DescribeShareGroupOffsetsRequestGroup{{GroupID: "sg"}}
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := 0
+		for _, rg := range resp.Groups {
+			for _, rt := range rg.Topics {
+				for _, rp := range rt.Partitions {
+					if e, _ := ends.Lookup("sq", rp.Partition); rp.ErrorCode == 0 && rp.StartOffset == e.Offset {
+						done++
+					}
+				}
+			}
+		}
+		if done == 3 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("start offsets %+v, want the log ends %+v", resp.Groups, ends)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

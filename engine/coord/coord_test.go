@@ -376,3 +376,26 @@ func TestResignationDropsState(t *testing.T) {
 	case <-time.After(30 * time.Millisecond):
 	}
 }
+
+// TestLoadToLogEnd: a new leader's shard replays its log to the log end,
+// records above the high watermark included (what the previous leader
+// wrote and this replica copied before the followers had it), as Kafka's
+// coordinator loader does: its log is the partition's from now on.
+func TestLoadToLogEnd(t *testing.T) {
+	f := newFixture(t, engine.DefaultLogConfig())
+	p := f.eng.Partition(f.id, 0)
+	if err := p.SetReplicated(true); err != nil {
+		t.Fatal(err)
+	}
+	f.rt.SetLeader(f.id, 0, true, 1)
+	f.put(t, "a", "1")
+	f.put(t, "b", "2")
+	if offs := p.Offsets(); offs.HighWatermark != 0 || offs.LogEnd != 2 {
+		t.Fatalf("offsets %+v: want the records above the high watermark", offs)
+	}
+	f.rt.SetLeader(f.id, 0, false, 1)
+	f.rt.SetLeader(f.id, 0, true, 2)
+	if got := f.get(t); got["a"] != "1" || got["b"] != "2" || len(got) != 2 {
+		t.Fatalf("loaded %v, want a=1 b=2", got)
+	}
+}

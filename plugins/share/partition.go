@@ -156,7 +156,31 @@ func (sp *sharePartition) load(ctx context.Context) error {
 	k := sp.key
 	cfg := sp.p.groupConfig(k.group)
 	var st *shareState
-	err = sp.p.onState(ctx, k, func(s *states) error {
+	node, remote, err := sp.p.stateCoordinator(ctx, k)
+	switch {
+	case err != nil:
+	case remote:
+		// Read, and initialize first if there is nothing to read.
+		st, err = sp.p.remoteRead(ctx, node, k, ep.Offsets().LeaderEpoch)
+		if err == nil && st.start < 0 {
+			if err = sp.p.remoteInitialize(ctx, node, k, st.stateEpoch, resetOffset(cfg, ep)); err == nil {
+				st, err = sp.p.remoteRead(ctx, node, k, ep.Offsets().LeaderEpoch)
+			}
+		}
+	default:
+		err = sp.loadLocal(ctx, k, cfg, ep, &st)
+	}
+	if err != nil {
+		return fmt.Errorf("share state of %s-%d: %w", sp.topic, k.partition, err)
+	}
+	sp.apply(st, ep)
+	return nil
+}
+
+// loadLocal reads k's state from the shard here, initializing it first
+// if it has none.
+func (sp *sharePartition) loadLocal(ctx context.Context, k stateKey, cfg plugin.ShareGroupConfig, ep *engine.Partition, out **shareState) error {
+	return sp.p.onState(ctx, k, func(s *states) error {
 		cur := s.m[k]
 		if cur == nil || cur.start < 0 {
 			start := resetOffset(cfg, ep)
@@ -171,12 +195,13 @@ func (sp *sharePartition) load(ctx context.Context) error {
 		}
 		c := *cur
 		c.batches = slices.Clone(cur.batches)
-		st = &c
+		*out = &c
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("share state of %s-%d: %w", sp.topic, k.partition, err)
-	}
+}
+
+// apply makes st, just read, the share-partition's state in memory.
+func (sp *sharePartition) apply(st *shareState, ep *engine.Partition) {
 	sp.stateEpoch, sp.leaderEpoch = st.stateEpoch, ep.Offsets().LeaderEpoch
 	sp.start, sp.end = st.start, st.start
 	sp.recs = map[int64]*inflight{}
@@ -197,7 +222,6 @@ func (sp *sharePartition) load(ctx context.Context) error {
 	}
 	sp.advance()
 	sp.loaded = true
-	return nil
 }
 
 // resetOffset is where a share-partition without state starts.
@@ -564,9 +588,17 @@ func (sp *sharePartition) persist(ctx context.Context) error {
 		batches = append(batches, stateBatch{first: o, last: o, state: state, count: r.count})
 	}
 	k := sp.key
-	err := sp.p.onState(ctx, k, func(s *states) error {
-		return s.write(k, sp.stateEpoch, sp.leaderEpoch, sp.start, batches)
-	})
+	node, remote, err := sp.p.stateCoordinator(ctx, k)
+	if err != nil {
+		return err
+	}
+	if remote {
+		err = sp.p.remoteWrite(ctx, node, k, sp.stateEpoch, sp.leaderEpoch, sp.start, batches)
+	} else {
+		err = sp.p.onState(ctx, k, func(s *states) error {
+			return s.write(k, sp.stateEpoch, sp.leaderEpoch, sp.start, batches)
+		})
+	}
 	if err == nil {
 		sp.p.stats().writes.Inc()
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/server/plugin"
@@ -311,7 +312,15 @@ var _ plugin.ShareStateStore = (*Plugin)(nil)
 func (p *Plugin) InitializeShareState(ctx context.Context, group string, starts map[plugin.SharePartition]int64) error {
 	for sp, start := range starts {
 		k := stateKey{group, sp.TopicID, sp.Partition}
-		if err := p.onState(ctx, k, func(s *states) error { return s.initialize(k, 0, start) }); err != nil {
+		node, remote, err := p.stateCoordinator(ctx, k)
+		switch {
+		case err != nil:
+		case remote:
+			err = p.remoteInitialize(ctx, node, k, 0, start)
+		default:
+			err = p.onState(ctx, k, func(s *states) error { return s.initialize(k, 0, start) })
+		}
+		if err != nil {
 			return fmt.Errorf("initialize %s-%d: %w", sp.Topic, sp.Partition, err)
 		}
 		p.evict(k)
@@ -323,7 +332,20 @@ func (p *Plugin) InitializeShareState(ctx context.Context, group string, starts 
 func (p *Plugin) ReadShareStates(ctx context.Context, group string, parts []plugin.SharePartition) (map[plugin.SharePartition]plugin.ShareState, error) {
 	out := map[plugin.SharePartition]plugin.ShareState{}
 	for _, sp := range parts {
-		st, err := p.readState(ctx, stateKey{group, sp.TopicID, sp.Partition})
+		k := stateKey{group, sp.TopicID, sp.Partition}
+		node, remote, err := p.stateCoordinator(ctx, k)
+		if err == nil && remote {
+			var sum kmsg.ReadShareGroupStateSummaryResponseTopicPartition
+			if sum, err = p.remoteSummary(ctx, node, k); err == nil {
+				out[sp] = plugin.ShareState{StateEpoch: sum.StateEpoch, LeaderEpoch: sum.LeaderEpoch, StartOffset: sum.StartOffset,
+					DoneAbove: int64(sum.DeliveryCompleteCount)}
+				continue
+			}
+		}
+		var st *shareState
+		if err == nil {
+			st, err = p.readState(ctx, k)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read %s-%d: %w", sp.Topic, sp.Partition, err)
 		}
@@ -340,7 +362,15 @@ func (p *Plugin) ReadShareStates(ctx context.Context, group string, parts []plug
 func (p *Plugin) DeleteShareStates(ctx context.Context, group string, parts []plugin.SharePartition) error {
 	for _, sp := range parts {
 		k := stateKey{group, sp.TopicID, sp.Partition}
-		if err := p.onState(ctx, k, func(s *states) error { return s.remove(k) }); err != nil {
+		node, remote, err := p.stateCoordinator(ctx, k)
+		switch {
+		case err != nil:
+		case remote:
+			err = p.remoteDelete(ctx, node, k)
+		default:
+			err = p.onState(ctx, k, func(s *states) error { return s.remove(k) })
+		}
+		if err != nil {
 			return fmt.Errorf("delete %s-%d: %w", sp.Topic, sp.Partition, err)
 		}
 		p.evict(k)

@@ -227,8 +227,15 @@ func (p *Plugin) complete(ctx context.Context, e ending) error {
 	}
 	if failed, err := p.writeMarkers(ctx, e); err != nil {
 		if p.ctx.Err() == nil {
-			p.log.Warn("writing transaction markers; retrying", "transactional_id", e.id, "err", err)
+			// Once at warning level, then every 10 s: a partition may
+			// refuse markers for long (min.insync.replicas not met).
+			level := slog.LevelDebug
+			if e.attempts%20 == 0 {
+				level = slog.LevelWarn
+			}
+			p.log.Log(ctx, level, "writing transaction markers; retrying", "transactional_id", e.id, "attempts", e.attempts+1, "err", err)
 			e.parts = failed
+			e.attempts++
 			p.completeLater(e, markerRetry)
 		}
 		return err

@@ -207,6 +207,7 @@ type ending struct {
 	coordEpoch int32
 	commit     bool
 	parts      []plugin.TopicPartition
+	attempts   int // at writing its markers, so far
 }
 
 // ending reports whether m is still being ended as e says (m may be nil).
