@@ -1,8 +1,12 @@
 package server_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -225,4 +231,91 @@ func TestClusterQuorumLost(t *testing.T) {
 	if !slices.Equal(got, []string{"before", "after-1", "after-2"}) {
 		t.Fatalf("read back %v", got)
 	}
+}
+
+// TestClusterMisconfiguredNodes: next to a running three-node cluster, a
+// second node 2, a node with another voter list and a node on another
+// cluster's data dir are each refused at start with an error naming the
+// conflict, and the cluster's metadata is untouched: its broker 3 comes
+// back on its own data dir afterwards.
+func TestClusterMisconfiguredNodes(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, nil)
+	ctx := ctxFor(t, 2*time.Minute)
+	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
+	if _, err := adm.CreateTopic(ctx, 1, 3, nil, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	var voters []string
+	for _, b := range c.Brokers {
+		voters = append(voters, fmt.Sprintf("%d@%s", b.ID, b.ControllerAddr))
+	}
+	c.Leader("kept", 0)
+	before := c.Image()
+	start := func(id int32, dir string, voters string) error {
+		t.Helper()
+		br, err := tandem.NewBroker(server.Config{NodeID: id, DataDir: dir, Listen: "127.0.0.1:0",
+			Props:  map[string]string{"controller.quorum.voters": voters, "broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "500"},
+			Logger: tandemtest.Logger(t).With("misconfigured", id)})
+		if err != nil {
+			return err
+		}
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		began := time.Now()
+		err = br.Start(sctx)
+		if err == nil {
+			br.Close()
+			return nil
+		}
+		if time.Since(began) > 15*time.Second {
+			t.Errorf("node %d refused only after %v", id, time.Since(began).Round(time.Second))
+		}
+		return err
+	}
+
+	// A second node 2.
+	err := start(2, t.TempDir(), strings.Join(voters, ","))
+	if err == nil || !strings.Contains(err.Error(), "is another node 2 running") {
+		t.Fatalf("a second node 2: %v", err)
+	}
+	// Node 4 with another voter list: 1, 2 and itself.
+	other := strings.Join(append(voters[:2:2], "4@"+freeAddr(t)), ",")
+	err = start(4, t.TempDir(), other)
+	if err == nil || !strings.Contains(err.Error(), "controller.quorum.voters") {
+		t.Fatalf("a node with another voter list: %v", err)
+	}
+	t.Logf("another voter list: %v", err)
+	// Node 3 on the data dir of another cluster's node 3.
+	// Its quorum's voter list is the first thing that differs.
+	b := tandemtest.StartCluster(t, 3, nil)
+	var bVoters []string
+	for _, br := range b.Brokers {
+		bVoters = append(bVoters, fmt.Sprintf("%d@%s", br.ID, br.ControllerAddr))
+		br.Kill()
+	}
+	c.Broker(3).Kill()
+	err = start(3, b.Broker(3).Dir, strings.Join(voters, ","))
+	if want := "the data dir's quorum has controller.quorum.voters=" + strings.Join(bVoters, ","); err == nil ||
+		!strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), strings.Join(voters, ",")) {
+		t.Fatalf("node 3 on another cluster's data dir: %v, want %q and this cluster's voters", err, want)
+	}
+	t.Logf("another cluster's data dir: %v", err)
+
+	c.Broker(3).Restart()
+	c.WaitFor("broker 3 back in the ISR", func(img *raftmeta.Image) bool {
+		return len(img.Topics["kept"].Partitions[0].ISR) == 3
+	})
+	img := c.Image()
+	if img.ClusterID != before.ClusterID || img.Topics["kept"].ID != before.Topics["kept"].ID || len(img.Brokers) != 3 {
+		t.Fatalf("the cluster's metadata changed: %+v", img.Brokers)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

@@ -106,16 +106,18 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 		}
 	}
 	// A fetch with a replica id is a follower's: clients may not pose as
-	// one (CVE-2018-1288), so it needs CLUSTER_ACTION on the cluster.
-	replicaDenied := (req.ReplicaID >= 0 || req.Version >= 15 && req.ReplicaState.ID >= 0) &&
-		!rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, clusterName)
+	// one (CVE-2018-1288), so it needs CLUSTER_ACTION on the cluster, and
+	// only that, as in Kafka: a broker's principal needs no READ on
+	// every topic.
+	fromReplica := req.ReplicaID >= 0 || req.Version >= 15 && req.ReplicaState.ID >= 0
+	replicaDenied := fromReplica && !rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, clusterName)
 	for _, fp := range parts {
 		fp.topic = lookup(fp.key)
 		name := fp.key.topic
 		if fp.topic != nil {
 			name = fp.topic.Name
 		}
-		fp.denied = replicaDenied || (fp.topic != nil || !v13) && !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeTopic, name)
+		fp.denied = replicaDenied || !fromReplica && (fp.topic != nil || !v13) && !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeTopic, name)
 	}
 
 	iso := engine.ReadUncommitted

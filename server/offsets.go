@@ -121,9 +121,14 @@ func (b *Broker) handleOffsetForLeaderEpoch(ctx context.Context, rc *RequestCont
 		st := kmsg.NewOffsetForLeaderEpochResponseTopic()
 		st.Topic = rt.Topic
 		t := img.Topics[rt.Topic]
-		// Followers need CLUSTER_ACTION, consumers DESCRIBE on the topic.
-		denied := !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, rt.Topic) ||
-			req.ReplicaID >= 0 && !rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, clusterName)
+		// Followers need CLUSTER_ACTION (and only that, as in Kafka),
+		// consumers DESCRIBE on the topic.
+		var denied bool
+		if req.ReplicaID >= 0 {
+			denied = !rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, clusterName)
+		} else {
+			denied = !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, rt.Topic)
+		}
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 			sp.Partition, sp.LeaderEpoch, sp.EndOffset = rp.Partition, -1, -1

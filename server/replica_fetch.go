@@ -186,14 +186,21 @@ func (f *fetcher) run(ctx context.Context) {
 			}
 			continue
 		}
-		if err := f.truncate(ctx, conn, parts); err != nil {
+		refused, err := f.truncate(ctx, conn, parts)
+		if err == nil {
+			err = f.fetch(ctx, conn, parts)
+		}
+		if err == nil && refused != nil {
+			// The other partitions were fetched; those the leader
+			// refused are retried soon, not in a hot loop.
+			backoff = min(f.failed(refused, backoff), 500*time.Millisecond)
+			continue
+		}
+		if err != nil {
 			backoff = f.failed(err, backoff)
 			continue
 		}
-		if err := f.fetch(ctx, conn, parts); err != nil {
-			backoff = f.failed(err, backoff)
-			continue
-		}
+		b.interBrokerOK(f.leader)
 		backoff = 0
 	}
 }
@@ -212,8 +219,10 @@ func (f *fetcher) failed(err error, backoff time.Duration) time.Duration {
 }
 
 // truncate runs OffsetForLeaderEpoch for the partitions that have not
-// done it under their current leader epoch, and truncates them.
-func (f *fetcher) truncate(ctx context.Context, conn *kgo.Broker, parts []*followed) error {
+// done it under their current leader epoch, and truncates them. refused
+// is the first partition the leader answered with an error (it is
+// retried); err is an exchange that failed.
+func (f *fetcher) truncate(ctx context.Context, conn *kgo.Broker, parts []*followed) (refused, err error) {
 	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
 	req.ReplicaID = f.b.cfg.NodeID
 	var todo []*followed
@@ -241,13 +250,13 @@ func (f *fetcher) truncate(ctx context.Context, conn *kgo.Broker, parts []*follo
 		todo = append(todo, fp)
 	}
 	if len(todo) == 0 {
-		return nil
+		return nil, nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	resp, err := req.RequestWith(rctx, conn)
 	if err != nil {
-		return fmt.Errorf("OffsetForLeaderEpoch to broker %d: %w", f.leader, err)
+		return nil, fmt.Errorf("OffsetForLeaderEpoch to broker %d: %w", f.leader, err)
 	}
 	for _, rt := range resp.Topics {
 		for _, rp := range rt.Partitions {
@@ -256,17 +265,19 @@ func (f *fetcher) truncate(ctx context.Context, conn *kgo.Broker, parts []*follo
 					continue
 				}
 				if rp.ErrorCode != 0 {
-					f.b.log.Debug("OffsetForLeaderEpoch", "topic", fp.topic, "partition", fp.key.p, "err", kerr.ErrorForCode(rp.ErrorCode))
+					if refused == nil {
+						refused = fmt.Errorf("OffsetForLeaderEpoch %s-%d to broker %d: %w", fp.topic, fp.key.p, f.leader, kerr.ErrorForCode(rp.ErrorCode))
+					}
 					continue
 				}
 				if err := f.truncateTo(fp, rp.LeaderEpoch, rp.EndOffset); err != nil {
-					return err
+					return refused, err
 				}
 				fp.truncated = true
 			}
 		}
 	}
-	return nil
+	return refused, nil
 }
 
 // truncateTo truncates fp's log where it diverges from the leader's,
@@ -353,7 +364,6 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 	if resp.ErrorCode != 0 {
 		return fmt.Errorf("Fetch from broker %d: %w", f.leader, kerr.ErrorForCode(resp.ErrorCode))
 	}
-	b.interBrokerOK(f.leader)
 	var firstErr error
 	for _, rt := range resp.Topics {
 		for _, rp := range rt.Partitions {

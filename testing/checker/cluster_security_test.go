@@ -19,8 +19,9 @@ import (
 
 // TestClusterInterBrokerSASL runs a three-broker cluster whose only
 // listener, also the inter-broker one, is SASL_PLAINTEXT with an
-// authorizer: clients log in with PLAIN, brokers with SCRAM-SHA-256 as a
-// super user whose credential lives in the cluster metadata. An RF=3
+// authorizer: clients log in with PLAIN, brokers with SCRAM-SHA-256, whose
+// credential lives in the cluster metadata, as a principal that is not a
+// super user but has CLUSTER_ACTION on the cluster. An RF=3
 // topic replicates (every ISR full), survives the kill of a leader, and a
 // broker restarted with a wrong inter-broker password reports the
 // refusal per peer in Health and stays out of the ISR until it is
@@ -39,7 +40,7 @@ func TestClusterInterBrokerSASL(t *testing.T) {
 		"listener.name.sasl_plaintext.plain.sasl.jaas.config":         `org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="admin-secret";`,
 		"listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": fmt.Sprintf(jaasScram, "broker-secret"),
 		"authorizer.class.name":                                       "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-		"super.users":                                                 "User:broker;User:admin",
+		"super.users":                                                 "User:admin",
 		"replica.lag.time.max.ms":                                     "3000",
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -55,9 +56,15 @@ func TestClusterInterBrokerSASL(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	c.WaitFor("the brokers' SCRAM credential", func(img *raftmeta.Image) bool {
+	// Not a super user: replica fetches need CLUSTER_ACTION.
+	acl := kadm.NewACLs().Allow("User:broker").AllowHosts().Clusters().
+		Operations(kadm.OpClusterAction).ResourcePatternType(kadm.ACLPatternLiteral)
+	if res, err := adm.CreateACLs(ctx, acl); err != nil || res[0].Err != nil {
+		t.Fatalf("CLUSTER_ACTION for the brokers: %v %+v", err, res)
+	}
+	c.WaitFor("the brokers' SCRAM credential and ACL", func(img *raftmeta.Image) bool {
 		_, ok := img.Scram["broker"]["SCRAM-SHA-256"]
-		return ok
+		return ok && len(img.ACLs) == 1
 	})
 	const topic = "secured"
 	resp, err := adm.CreateTopic(ctx, 2, 3, map[string]*string{"min.insync.replicas": kadm.StringPtr("2")}, topic)

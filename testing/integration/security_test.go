@@ -1024,6 +1024,11 @@ func aclMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry {
 		}, code: func(r kmsg.Response) int16 {
 			return r.(*kmsg.DescribeProducersResponse).Topics[0].Partitions[0].ErrorCode
 		}},
+		75: {need: []grant{topicG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			r := kmsg.NewPtrDescribeTopicPartitionsRequest()
+			r.Topics = []kmsg.DescribeTopicPartitionsRequestTopic{{Topic: mTopic}}
+			return r
+		}, code: func(r kmsg.Response) int16 { return r.(*kmsg.DescribeTopicPartitionsResponse).Topics[0].ErrorCode }},
 	}
 }
 
