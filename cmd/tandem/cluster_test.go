@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,14 +30,14 @@ func TestMain(m *testing.M) {
 
 // startClusterCommand runs `tandem cluster ARGS --ready-file ...` as a
 // child process and waits until it reports the cluster serving.
-func startClusterCommand(t *testing.T, dir string, args ...string) (*exec.Cmd, clusterReady, *bytes.Buffer, <-chan error) {
+func startClusterCommand(t *testing.T, dir string, args ...string) (*exec.Cmd, clusterReady, *lockedBuffer, <-chan error) {
 	t.Helper()
 	args = append(args, "--data-dir", dir)
 	ready := filepath.Join(t.TempDir(), "ready.json")
 	cmd := exec.Command(os.Args[0], append([]string{"cluster", "--ready-file", ready, "--log-level", "info"}, args...)...)
 	cmd.Env = append(os.Environ(), clusterChildEnv+"=1")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := new(lockedBuffer)
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func startClusterCommand(t *testing.T, dir string, args ...string) (*exec.Cmd, c
 			if err := json.Unmarshal(data, &r); err != nil {
 				t.Fatalf("ready file %q: %v", data, err)
 			}
-			return cmd, r, &out, done
+			return cmd, r, out, done
 		}
 		select {
 		case err := <-done:
@@ -69,6 +70,24 @@ func startClusterCommand(t *testing.T, dir string, args ...string) (*exec.Cmd, c
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// lockedBuffer is a child's output, read while the child writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // nodeLogs is the end of each broker's log in dir, for a failure.
@@ -87,7 +106,7 @@ func nodeLogs(dir string) string {
 
 // stopClusterCommand sends SIGTERM and checks the exit status and that
 // every broker process is gone.
-func stopClusterCommand(t *testing.T, cmd *exec.Cmd, r clusterReady, out *bytes.Buffer, done <-chan error) {
+func stopClusterCommand(t *testing.T, cmd *exec.Cmd, r clusterReady, out *lockedBuffer, done <-chan error) {
 	t.Helper()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
