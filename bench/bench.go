@@ -69,6 +69,9 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 		profileDir  = fs.String("profile-dir", "", "write CPU and heap profiles of every broker process to this directory")
 		mirrorRate  = fs.Float64("mirror-rate", 0, "offered load of the mirror workload, records/s (0: 50% of the matching produce max)")
 		restart     = fs.Int64("restart-bytes", 0, "also time a Tandem restart after kill -9 under produce load with this many log bytes on disk (--workloads '' for only that)")
+		cluster     = fs.Bool("cluster", false, "also measure replication: produce 1 KiB acks=all RF=3 on three brokers vs RF=1 on one, follower catch-up, leader failover (--workloads '' for only that)")
+		catchUp     = fs.Int64("cluster-catchup-bytes", 256<<20, "with --cluster: bytes a stopped follower falls behind before it returns (0: skip)")
+		failovers   = fs.Int("cluster-failovers", 20, "with --cluster: leader kills to time (0: skip)")
 		props       = kvFlag{}
 	)
 	fs.Var(props, "set", "Tandem broker property key=value (repeatable)")
@@ -97,6 +100,9 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 		Against: *against, Targets: splitList(*targets), Props: props, Sync: *sync,
 		LimitDuration: *limitDur, Dir: *dir, Seed: *seed, Backlog: *backlog, Progress: os.Stderr,
 		ProfileDir: *profileDir, MirrorRate: *mirrorRate, RestartBytes: *restart,
+		Cluster: *cluster, ClusterCatchUpBytes: *catchUp, ClusterFailovers: *failovers,
+		ClusterWorkload: Workload{Kind: Produce, RecordSize: 1024, Partitions: 6, Acks: -1, Compression: "none",
+			Duration: *duration, Runs: *runs, Seed: *seed},
 	}
 	var err error
 	if *quick {

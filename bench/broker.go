@@ -47,6 +47,7 @@ func (f kvFlag) Set(s string) error {
 // brokerSpec says which broker to run in this process.
 type brokerSpec struct {
 	Kind    string // "tandem" or "kfake"
+	NodeID  int32  // tandem only
 	Dir     string
 	Listen  string
 	Sync    bool              // fsync before acknowledging
@@ -62,6 +63,7 @@ func brokerMain(args []string, plugins func() []any) int {
 	kind := fs.String("kind", "tandem", "tandem or kfake")
 	dir := fs.String("data-dir", "", "data directory")
 	listen := fs.String("listen", "127.0.0.1:0", "listen address")
+	nodeID := fs.Int("node-id", 1, "node ID (tandem only)")
 	ready := fs.String("ready-file", "", "file that receives the bound address once serving")
 	sync := fs.Bool("sync", true, "fsync before acknowledging (tandem.log.sync; kfake SyncWrites)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the broker's whole life to this file")
@@ -85,7 +87,7 @@ func brokerMain(args []string, plugins func() []any) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	addr, stop, err := startBroker(brokerSpec{Kind: *kind, Dir: *dir, Listen: *listen, Sync: *sync, Props: props, Plugins: plugins}, log)
+	addr, stop, err := startBroker(brokerSpec{Kind: *kind, NodeID: int32(*nodeID), Dir: *dir, Listen: *listen, Sync: *sync, Props: props, Plugins: plugins}, log)
 	if err != nil {
 		log.Error("bench broker", "kind", *kind, "err", err)
 		return 1
@@ -169,7 +171,8 @@ type brokerProc struct {
 // serves. Its stderr goes to dir/broker.log.
 // With profileDir set, the broker writes CPU and heap profiles there,
 // named after dir's last element.
-func spawnBroker(ctx context.Context, argv []string, kind, dir string, sync bool, props map[string]string, profileDir string) (*brokerProc, error) {
+// extra flags follow the others (a repeated flag's last value counts).
+func spawnBroker(ctx context.Context, argv []string, kind, dir string, sync bool, props map[string]string, profileDir string, extra ...string) (*brokerProc, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -179,6 +182,7 @@ func spawnBroker(ctx context.Context, argv []string, kind, dir string, sync bool
 	for k, v := range props {
 		args = append(args, "--set", k+"="+v)
 	}
+	args = append(args, extra...)
 	if profileDir != "" {
 		name := filepath.Join(profileDir, filepath.Base(dir))
 		args = append(args, "--cpuprofile", name+".cpu.pprof", "--memprofile", name+".heap.pprof")

@@ -19,7 +19,7 @@ func startTandem(spec brokerSpec, log *slog.Logger) (string, func(), error) {
 	if spec.Plugins != nil {
 		plugins = spec.Plugins()
 	}
-	b, err := server.New(server.Config{DataDir: spec.Dir, Listen: spec.Listen, Props: p, Plugins: plugins, Logger: log})
+	b, err := server.New(server.Config{NodeID: spec.NodeID, DataDir: spec.Dir, Listen: spec.Listen, Props: p, Plugins: plugins, Logger: log})
 	if err != nil {
 		return "", nil, fmt.Errorf("tandem: %w", err)
 	}

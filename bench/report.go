@@ -178,6 +178,13 @@ func (rep *Report) WriteText(w io.Writer) {
 		fmt.Fprintln(w)
 		rep.restartTable().text(w)
 	}
+	if rep.Cluster != nil {
+		t, f := rep.clusterTables()
+		fmt.Fprintln(w)
+		t.text(w)
+		fmt.Fprintln(w)
+		f.text(w)
+	}
 	fmt.Fprintf(w, "\n%d CPUs (%s), %s, %s, %s; took %v\n", rep.Machine.NumCPU, rep.Machine.CPUModel,
 		rep.Machine.MemTotal, rep.Machine.Kernel, rep.Machine.GoVersion, rep.Duration.Round(time.Second))
 }
@@ -242,6 +249,21 @@ func (rep *Report) WriteMarkdown(w io.Writer, svgName string) {
 			"writes; restarted on the same data directory: the time until its listener serves, and until a produce is "+
 			"acknowledged (from the process's start).\n\n")
 		rep.restartTable().markdown(w)
+	}
+	if rep.Cluster != nil {
+		t, f := rep.clusterTables()
+		fmt.Fprintln(w, "\n## Replication")
+		fmt.Fprintln(w)
+		fmt.Fprint(w, "Produce with acks=all (idempotent) to a topic of replication factor 1 on one standalone Tandem, then of "+
+			"replication factor 3 on three Tandem brokers forming one cluster (each a child process, every one a voter), in the same run. "+
+			"Catch-up: one of the three stops cleanly, the given bytes of records are produced to a replicated topic, and the broker "+
+			"restarts: the time from its serving again until it is back in the ISR of every partition. Failover: the leader of a "+
+			"single-partition topic of replication factor 3 is killed with SIGKILL; the time from the kill until a producer that "+
+			"already knew the old leader has a record acknowledged with acks=all by the new one (default broker.session.timeout.ms; "+
+			"a killed broker's closed connection fences it at once). The broker is restarted and back in the ISR before the next kill.\n\n")
+		t.markdown(w)
+		fmt.Fprintln(w)
+		f.markdown(w)
 	}
 	if svgName != "" {
 		fmt.Fprintf(w, "\n![throughput and latency](%s)\n", svgName)

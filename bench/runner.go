@@ -85,6 +85,14 @@ type Runner struct {
 	// RestartBytes, when set, measures a Tandem broker's restart after a
 	// SIGKILL with a log of this size on disk (after the workloads).
 	RestartBytes int64
+	// Cluster, when set, measures replication after the workloads:
+	// produce acks=all with RF=1 on one broker and RF=3 on three, a
+	// follower's catch-up after ClusterCatchUpBytes (0: skipped) and
+	// ClusterFailovers leader kills.
+	Cluster             bool
+	ClusterCatchUpBytes int64
+	ClusterFailovers    int
+	ClusterWorkload     Workload // the produce workload of the RF comparison
 }
 
 // Report is everything a run produced.
@@ -99,6 +107,7 @@ type Report struct {
 	Started  time.Time
 	Duration time.Duration
 	Restart  *RestartResult // with Runner.RestartBytes
+	Cluster  *ClusterResult // with Runner.Cluster
 }
 
 func (r *Runner) backlog() int64 {
@@ -222,6 +231,13 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 			return rep, fmt.Errorf("restart: %w", err)
 		}
 		rep.Restart = res
+	}
+	if r.Cluster && r.Against == "" {
+		res, err := r.measureCluster(ctx, filepath.Join(dir, "cluster"), r.ClusterCatchUpBytes, r.ClusterFailovers, r.ClusterWorkload)
+		if err != nil {
+			return rep, fmt.Errorf("cluster: %w", err)
+		}
+		rep.Cluster = res
 	}
 	return rep, nil
 }

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -240,6 +241,11 @@ func (c *Controller) lead(ctx context.Context) {
 	}
 	c.sessions.reset(c.Image(), time.Now())
 	c.log.Info("this node is the active controller", "node", c.cfg.NodeID, "index", c.Image().Index)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.fenceGone(ctx)
+	}()
 	tick := time.NewTicker(cmpOr(c.cfg.HeartbeatInterval, 2*time.Second) / 4)
 	defer tick.Stop()
 	var rebalance <-chan time.Time
@@ -303,6 +309,37 @@ func (c *Controller) Health() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// fenceGone fences, at the start of a leadership, the brokers whose
+// listener refuses connections: their process is gone. The fresh sessions
+// a new controller hands out would otherwise keep a broker killed with
+// the old controller (often the same process) leading its partitions for
+// a whole session timeout. Only a refusal counts: a broker that does not
+// answer at all (a partition, a stopped host) waits for its session to
+// expire as before. The dial is a plain one, not Config.Dial: it asks
+// whether a process listens, not whether this node can reach it.
+func (c *Controller) fenceGone(ctx context.Context) {
+	img := c.Image()
+	for _, id := range sortedBrokers(img) {
+		b := img.Brokers[id]
+		if b.Fenced || id == c.cfg.NodeID || b.Host == "" {
+			continue
+		}
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		conn, err := new(net.Dialer).DialContext(dctx, "tcp", net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))))
+		cancel()
+		if err == nil {
+			conn.Close()
+			continue
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			continue
+		}
+		if err := c.fence(ctx, id, b.Epoch, "its listener refuses connections (the process is gone)"); err != nil && ctx.Err() == nil {
+			c.log.Warn("fencing a broker", "broker", id, "err", err)
+		}
+	}
 }
 
 // probeVoters dials every other voter's controller port once and reports

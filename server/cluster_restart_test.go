@@ -83,3 +83,51 @@ func TestClusterStopAllAndRestart(t *testing.T) {
 		t.Fatalf("read %d records back, produced 60", got)
 	}
 }
+
+// TestClusterKillController kills the broker that is both the active
+// controller and a partition leader. The new controller hands every broker
+// a fresh session, so with a long broker.session.timeout.ms the dead one
+// used to keep its leaderships (and acks=all produce to them failed) for
+// the whole timeout; its listener refuses connections, and the new
+// controller fences it at once. Records produced to that partition after
+// the kill are read back.
+func TestClusterKillController(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, map[string]string{"broker.session.timeout.ms": "300000"})
+	ctx := ctxFor(t, 2*time.Minute)
+	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.DefaultProduceTopic("led"))
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 3, 3, nil, "led"); err != nil {
+		t.Fatal(err)
+	}
+	ctrl := c.Image().ControllerID
+	var part int32 = -1
+	for p := range int32(3) {
+		if c.Leader("led", p) == ctrl {
+			part = p
+		}
+	}
+	if part < 0 {
+		t.Fatalf("the controller %d leads no partition of led", ctrl)
+	}
+	c.Broker(ctrl).Kill()
+	c.WaitFor("the killed controller fenced and its partition led by another broker", func(img *raftmeta.Image) bool {
+		p := img.Topics["led"].Partitions[part]
+		return img.Brokers[ctrl].Fenced && p.Leader >= 0 && p.Leader != ctrl
+	})
+	for i := range 10 {
+		r := &kgo.Record{Partition: part, Value: []byte{byte(i)}}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatalf("produce %d after the kill: %v", i, err)
+		}
+	}
+	cons := tandemtest.Client(t, c.Addrs()[(ctrl)%3], kgo.SeedBrokers(c.Addrs()...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"led": {part: kgo.NewOffset().AtStart()}}))
+	got := 0
+	for got < 10 {
+		fs := cons.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		got += fs.NumRecords()
+	}
+}

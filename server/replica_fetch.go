@@ -364,18 +364,36 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 	if resp.ErrorCode != 0 {
 		return fmt.Errorf("Fetch from broker %d: %w", f.leader, kerr.ErrorForCode(resp.ErrorCode))
 	}
-	var firstErr error
+	// The partitions are applied together: each append waits for its
+	// segment file's sync, and one after the other a response of n
+	// partitions cost n syncs in a row before the next fetch could tell
+	// the leader (and so acks=all) how far this replica got.
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
 	for _, rt := range resp.Topics {
-		for _, rp := range rt.Partitions {
+		for i := range rt.Partitions {
+			rp := &rt.Partitions[i]
 			fp := fetching[partKey{rt.TopicID, rp.Partition}]
 			if fp == nil || !f.current(fp) {
 				continue
 			}
-			if err := f.handle(ctx, fp, &rp, bounds[fp.key]); err != nil && firstErr == nil {
-				firstErr = err
-			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := f.handle(ctx, fp, rp, bounds[fp.key]); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}()
 		}
 	}
+	wg.Wait()
 	return firstErr
 }
 

@@ -31,6 +31,12 @@ func TestCLIStyle(t *testing.T) {
 	tandemtest.StartInProcessIn(t, inUse, nil)
 	tandemtest.StartInProcessIn(t, node1, nil).Close()
 
+	// A data dir that recorded a cluster of three brokers.
+	clusterDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(clusterDir, "cluster.json"),
+		[]byte(`{"brokers":3,"kafka":["127.0.0.1:1","127.0.0.1:2","127.0.0.1:3"],"controller":["127.0.0.1:4","127.0.0.1:5","127.0.0.1:6"]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	serve := func(args ...string) []string {
 		return append([]string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http", ""}, args...)
 	}
@@ -58,6 +64,13 @@ func TestCLIStyle(t *testing.T) {
 		{[]string{"demo", "--help"}, 0, "", "Shows Cluster Mirroring on one machine"},
 		{[]string{"demo", "--records", "x"}, 2, `^tandem demo: invalid value "x" for flag -records`, ""},
 		{[]string{"demo", "extra"}, 2, `^tandem demo: unexpected arguments`, ""},
+		{[]string{"demo", "--brokers", "0"}, 2, `^tandem demo: --brokers 0: want 1 to 9$`, ""},
+		{[]string{"help", "cluster"}, 0, "", "Starts a local cluster of N brokers"},
+		{[]string{"cluster", "--brokers", "0"}, 2, `^tandem cluster: --brokers 0: want 1 to 50$`, ""},
+		{[]string{"cluster", "extra"}, 2, `^tandem cluster: unexpected arguments \["extra"\]$`, ""},
+		{[]string{"cluster", "--set", "node.id=2"}, 2, `^tandem cluster: --set node.id: tandem cluster sets it for each broker$`, ""},
+		{[]string{"cluster", "--listen-base", "nohost"}, 2, `^tandem cluster: --listen-base: address nohost: missing port`, ""},
+		{[]string{"cluster", "--data-dir", clusterDir, "--brokers", "5"}, 2, `^tandem cluster: --data-dir .* holds a cluster of 3 brokers, not 5; use another --data-dir$`, ""},
 		{[]string{"version"}, 0, "", "tandem "},
 		{[]string{"version", "--help"}, 0, "", "Prints the version"},
 		{[]string{"version", "extra"}, 2, `^tandem version: unexpected arguments`, ""},

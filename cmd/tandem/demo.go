@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -25,6 +26,11 @@ const demoDoc = `Shows Cluster Mirroring on one machine: starts a source and a d
 cluster in this process, produces a topic on the source while the
 destination mirrors it, and prints tandem mirrors --describe until the lag
 is 0. Nothing is left behind.
+
+With --brokers N the source cluster has N brokers (a metadata quorum of
+N voters) and the topic replication factor min(3, N). The destination
+stays one broker: mirroring into a multi-broker cluster is not served
+yet.
 
 Usage: tandem demo [flags]
 `
@@ -42,19 +48,23 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	rate := fs.Int64("rate", 1<<20, "mirror.replication.throttled.rate of the destination, bytes/s (0: unlimited), so that the lag is visible")
 	interval := fs.Duration("interval", time.Second, "time between two --describe")
 	duration := fs.Duration("duration", 2*time.Minute, "give up after this long")
+	brokers := fs.Int("brokers", 1, "brokers in the source cluster (1 to 9)")
 	if code, done := fs.parse(args, stdout, stderr); done {
 		return code
 	}
 	if fs.NArg() > 0 {
 		return exit(stderr, "demo", usageErrorf("unexpected arguments %q", fs.Args()))
 	}
-	if err := runDemo(stdout, stderr, *records, *size, *rate, *interval, *duration); err != nil {
+	if *brokers < 1 || *brokers > 9 {
+		return exit(stderr, "demo", usageErrorf("--brokers %d: want 1 to 9", *brokers))
+	}
+	if err := runDemo(stdout, stderr, *brokers, *records, *size, *rate, *interval, *duration); err != nil {
 		return exit(stderr, "demo", err)
 	}
 	return 0
 }
 
-func runDemo(stdout, stderr io.Writer, records, size int, rate int64, interval, duration time.Duration) error {
+func runDemo(stdout, stderr io.Writer, brokers, records, size int, rate int64, interval, duration time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
@@ -64,44 +74,86 @@ func runDemo(stdout, stderr io.Writer, records, size int, rate int64, interval, 
 			stop()
 		}
 	}()
-	start := func(name string, extra map[string]string) (*server.Broker, error) {
-		dir, err := os.MkdirTemp("", "tandem-demo-"+name+"-")
-		if err != nil {
-			return nil, err
-		}
+	rf := min(3, brokers)
+	// start starts one cluster of the demo, of brokers brokers, and
+	// returns its bootstrap servers, node 1 first.
+	start := func(name string, brokers int, extra map[string]string) ([]string, error) {
 		props := map[string]string{"mirror.topic.num.partitions": "3", "offsets.topic.num.partitions": "3",
 			"transaction.state.log.num.partitions": "3", "replica.fetch.wait.max.ms": "100", "mirror.replica.fetch.backoff.ms": "200"}
+		listen := []string{"127.0.0.1:0"}
+		if brokers > 1 {
+			addrs, err := freeLoopbackAddrs(2 * brokers)
+			if err != nil {
+				return nil, err
+			}
+			listen = addrs[:brokers]
+			voters := make([]string, brokers)
+			for i, a := range addrs[brokers:] {
+				voters[i] = fmt.Sprintf("%d@%s", i+1, a)
+			}
+			props["controller.quorum.voters"] = strings.Join(voters, ",")
+			for _, k := range []string{"default.replication.factor", "offsets.topic.replication.factor", "transaction.state.log.replication.factor", "mirror.topic.replication.factor"} {
+				props[k] = strconv.Itoa(rf)
+			}
+		}
 		for k, v := range extra {
 			props[k] = v
 		}
-		b, err := tandem.NewBroker(server.Config{DataDir: dir, Listen: "127.0.0.1:0", Props: props, Logger: log})
-		if err == nil {
-			err = b.Start(ctx)
+		// A cluster's voters start together: each waits for a majority.
+		bs, dirs := make([]*server.Broker, brokers), make([]string, brokers)
+		errs := make(chan error, brokers)
+		for i := range brokers {
+			go func() {
+				dir, err := os.MkdirTemp("", fmt.Sprintf("tandem-demo-%s-%d-", name, i+1))
+				if err != nil {
+					errs <- err
+					return
+				}
+				b, err := tandem.NewBroker(server.Config{NodeID: int32(i + 1), DataDir: dir, Listen: listen[i], Props: props, Logger: log})
+				if err == nil {
+					err = b.Start(ctx)
+				}
+				if err != nil {
+					os.RemoveAll(dir)
+					errs <- fmt.Errorf("start the %s cluster: %w", name, err)
+					return
+				}
+				bs[i], dirs[i] = b, dir
+				errs <- nil
+			}()
 		}
+		var err error
+		for range brokers {
+			err = cmpErr(err, <-errs)
+		}
+		stops = append(stops, func() { closeAll(bs, dirs) })
 		if err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("start the %s cluster: %w", name, err)
+			return nil, err
 		}
-		stops = append(stops, func() { b.Close(); os.RemoveAll(dir) })
-		return b, nil
+		addrs := make([]string, brokers)
+		for i, b := range bs {
+			addrs[i] = b.Addr()
+		}
+		return addrs, nil
 	}
-	src, err := start("source", nil)
+	srcAddrs, err := start("source", brokers, nil)
 	if err != nil {
 		return err
 	}
-	dst, err := start("destination", map[string]string{"mirror.replication.throttled.rate": strconv.FormatInt(rate, 10)})
+	dstAddrs, err := start("destination", 1, map[string]string{"mirror.replication.throttled.rate": strconv.FormatInt(rate, 10)})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "source cluster      %s\ndestination cluster %s\n\n", src.Addr(), dst.Addr())
+	srcList, dstList := strings.Join(srcAddrs, ","), strings.Join(dstAddrs, ",")
+	fmt.Fprintf(stdout, "source cluster      %s\ndestination cluster %s\n\n", srcList, dstList)
 
 	const topic, name = "demo", "demo"
-	cl, err := kgo.NewClient(kgo.SeedBrokers(src.Addr()), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(kgo.ZstdCompression()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(srcAddrs...), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(kgo.ZstdCompression()))
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 3, 1, nil, topic); err != nil {
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 3, int16(rf), nil, topic); err != nil {
 		return fmt.Errorf("create topic %s on the source: %w", topic, err)
 	}
 	// A first half before the mirror exists, the rest while it mirrors.
@@ -119,11 +171,11 @@ func runDemo(stdout, stderr io.Writer, records, size int, rate int64, interval, 
 	if err := produce(0, records/2); err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}
-	fmt.Fprintf(stdout, "produced %d records to topic %s on the source\n\n", records/2, topic)
+	fmt.Fprintf(stdout, "produced %d records to topic %s (replication factor %d) on the source\n\n", records/2, topic, rf)
 
 	for _, cmd := range [][]string{
-		{"--bootstrap-server", dst.Addr(), "--create", "--mirror", name, "--source-bootstrap", src.Addr()},
-		{"--bootstrap-server", dst.Addr(), "--add", "--topic", topic, "--mirror", name},
+		{"--bootstrap-server", dstAddrs[0], "--create", "--mirror", name, "--source-bootstrap", srcList},
+		{"--bootstrap-server", dstAddrs[0], "--add", "--topic", topic, "--mirror", name},
 	} {
 		fmt.Fprintf(stdout, "$ tandem mirrors %s\n", strings.Join(cmd, " "))
 		if code := mirrors(cmd, stdout, stderr); code != 0 {
@@ -133,13 +185,13 @@ func runDemo(stdout, stderr io.Writer, records, size int, rate int64, interval, 
 	produced := make(chan error, 1)
 	go func() { produced <- produce(records/2, records) }()
 
-	acl, err := kgo.NewClient(kgo.SeedBrokers(dst.Addr()), admin.Opt())
+	acl, err := kgo.NewClient(kgo.SeedBrokers(dstAddrs...), admin.Opt())
 	if err != nil {
 		return err
 	}
 	defer acl.Close()
 	a := admin.New(acl)
-	describe := []string{"--bootstrap-server", dst.Addr(), "--describe", "--mirror", name}
+	describe := []string{"--bootstrap-server", dstAddrs[0], "--describe", "--mirror", name}
 	done := false
 	for !done {
 		select {
@@ -166,6 +218,37 @@ func runDemo(stdout, stderr io.Writer, records, size int, rate int64, interval, 
 	}
 	fmt.Fprintf(stdout, "\nthe mirror caught up: lag 0 on every partition; stopping both clusters\n")
 	return nil
+}
+
+// closeAll stops a demo cluster's brokers together (each moves its
+// leaderships away first) and removes their data.
+func closeAll(bs []*server.Broker, dirs []string) {
+	var wg sync.WaitGroup
+	for i, b := range bs {
+		if b == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.Close()
+			os.RemoveAll(dirs[i])
+		}()
+	}
+	wg.Wait()
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// freeLoopbackAddrs reserves n 127.0.0.1 addresses: each was free a
+// moment ago.
+func freeLoopbackAddrs(n int) ([]string, error) {
+	return portRange("127.0.0.1:0", 0, n)
 }
 
 // caughtUp reports whether every partition of the mirror is MIRRORING

@@ -2,6 +2,7 @@
 // Cluster Mirroring (KIP-1279).
 //
 //	tandem serve [flags]    run a broker
+//	tandem cluster [flags]  run a local multi-broker cluster
 //	tandem mirrors [flags]  manage cluster mirrors
 //	tandem demo [flags]     mirror a topic between two local clusters
 //	tandem bench [flags]    run the benchmark harness
@@ -41,6 +42,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run a broker", serve},
+		{"cluster", "run a local cluster of N brokers, one process each", cluster},
 		{"mirrors", "manage cluster mirrors (KIP-1279's kafka-mirrors.sh)", mirrors},
 		{"demo", "mirror a topic between two local clusters and show the lag", demo},
 		{"bench", "run the benchmark harness", runBench},

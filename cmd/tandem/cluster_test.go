@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestMain lets this test binary stand in for tandem: `tandem cluster`
+// runs its own executable's `serve` for each broker.
+func TestMain(m *testing.M) {
+	if os.Getenv(clusterChildEnv) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// startClusterCommand runs `tandem cluster ARGS --ready-file ...` as a
+// child process and waits until it reports the cluster serving.
+func startClusterCommand(t *testing.T, dir string, args ...string) (*exec.Cmd, clusterReady, *lockedBuffer, <-chan error) {
+	t.Helper()
+	args = append(args, "--data-dir", dir)
+	ready := filepath.Join(t.TempDir(), "ready.json")
+	cmd := exec.Command(os.Args[0], append([]string{"cluster", "--ready-file", ready, "--log-level", "info"}, args...)...)
+	cmd.Env = append(os.Environ(), clusterChildEnv+"=1")
+	out := new(lockedBuffer)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				cmd.Process.Kill()
+			}
+		}
+	})
+	deadline := time.After(2 * time.Minute)
+	for {
+		if data, err := os.ReadFile(ready); err == nil {
+			var r clusterReady
+			if err := json.Unmarshal(data, &r); err != nil {
+				t.Fatalf("ready file %q: %v", data, err)
+			}
+			return cmd, r, out, done
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("tandem cluster exited before serving: %v\n%s%s", err, out.String(), nodeLogs(dir))
+		case <-deadline:
+			t.Fatalf("tandem cluster not serving after 2 minutes:\n%s%s", out.String(), nodeLogs(dir))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// lockedBuffer is a child's output, read while the child writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// nodeLogs is the end of each broker's log in dir, for a failure.
+func nodeLogs(dir string) string {
+	var b strings.Builder
+	logs, _ := filepath.Glob(filepath.Join(dir, "node-*.log"))
+	for _, l := range logs {
+		data, _ := os.ReadFile(l)
+		if len(data) > 3000 {
+			data = data[len(data)-3000:]
+		}
+		fmt.Fprintf(&b, "\n== %s\n%s", l, data)
+	}
+	return b.String()
+}
+
+// stopClusterCommand sends SIGTERM and checks the exit status and that
+// every broker process is gone.
+func stopClusterCommand(t *testing.T, cmd *exec.Cmd, r clusterReady, out *lockedBuffer, done <-chan error) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("tandem cluster after SIGTERM: %v\n%s", err, out.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("tandem cluster still running a minute after SIGTERM:\n%s", out.String())
+	}
+	for i, pid := range r.PIDs {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("broker %d (pid %d) still exists after tandem cluster exited: %v", i+1, pid, err)
+		}
+	}
+}
+
+// TestClusterCommand starts `tandem cluster --brokers 3`, produces with
+// acks=all to a topic of replication factor 3 through the bootstrap it
+// reports and reads the records back; SIGTERM stops every broker. A
+// second run on the same --data-dir is the same cluster: the records are
+// still there.
+func TestClusterCommand(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cluster")
+	cmd, r, out, done := startClusterCommand(t, dir, "--brokers", "3", "--listen-base", "127.0.0.1:0", "--http-base", "")
+	if !strings.Contains(out.String(), "bootstrap servers  "+r.Bootstrap+"\n") || len(r.PIDs) != 3 || r.DataDir != dir {
+		t.Fatalf("ready %+v; output:\n%s", r, out.String())
+	}
+	seeds := strings.Split(r.Bootstrap, ",")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic("rf3"), kgo.RequiredAcks(kgo.AllISRAcks()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 3, -1, nil, "rf3"); err != nil { // the cluster's default: 3
+		t.Fatal(err)
+	}
+	md, err := adm.Metadata(ctx, "rf3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(md.Brokers) != 3 {
+		t.Fatalf("brokers %v, want 3", md.Brokers)
+	}
+	for _, p := range md.Topics["rf3"].Partitions {
+		if len(p.Replicas) != 3 {
+			t.Fatalf("partition %d: replicas %v, want 3", p.Partition, p.Replicas)
+		}
+	}
+	const n = 30
+	for i := range n {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "v%02d", i)}).FirstErr(); err != nil {
+			t.Fatalf("produce %d: %v", i, err)
+		}
+	}
+	consume := func(seeds []string) {
+		t.Helper()
+		c, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics("rf3"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		got := map[string]bool{}
+		for len(got) < n {
+			fs := c.PollFetches(ctx)
+			if err := fs.Err0(); err != nil {
+				t.Fatalf("after %d records: %v", len(got), err)
+			}
+			fs.EachRecord(func(r *kgo.Record) { got[string(r.Value)] = true })
+		}
+		for i := range n {
+			if v := fmt.Sprintf("v%02d", i); !got[v] {
+				t.Fatalf("%s not read back", v)
+			}
+		}
+	}
+	consume(seeds)
+	cl.Close()
+	stopClusterCommand(t, cmd, r, out, done)
+
+	// The same cluster again, from its data dir alone.
+	cmd, r2, out, done := startClusterCommand(t, dir)
+	if r2.Bootstrap != r.Bootstrap {
+		t.Fatalf("second run: bootstrap %s, the first had %s", r2.Bootstrap, r.Bootstrap)
+	}
+	consume(seeds)
+	stopClusterCommand(t, cmd, r2, out, done)
+}
+
+// TestDemoBrokers runs tandem demo with a three-broker source cluster to
+// the end: the mirror catches up.
+func TestDemoBrokers(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"demo", "--brokers", "3", "--records", "3000", "--rate", "0", "--interval", "500ms", "--duration", "90s"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr: %s\nstdout: %s", code, stderr.String(), stdout.String())
+	}
+	for _, want := range []string{"replication factor 3", "the mirror caught up"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Fatalf("stdout lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}
