@@ -59,7 +59,8 @@ var errUnreachable = errors.New("coordinator unreachable")
 // coordinated runs local when this broker coordinates key, else remote
 // with the coordinator's node ID, and again while the answer says the
 // coordinator moved (not when __mirror_state does not exist: a cluster
-// that never mirrored has no state to wait for), for up to mirror.request.timeout.ms (at least a few
+// that never mirrored has no state to wait for), for up to
+// mirror.request.timeout.ms (at least a few
 // seconds: a killed coordinator's partitions move after the broker
 // session timeout) or until ctx ends.
 func (p *Plugin) coordinated(ctx context.Context, key string, local func() error, remote func(node int32) error) error {
@@ -118,23 +119,33 @@ func (p *Plugin) readState(ctx context.Context, k pkey, id uuid.UUID) (pstate, e
 	return out, err
 }
 
-func (p *Plugin) readStateRemote(ctx context.Context, node int32, k pkey, id uuid.UUID) (pstate, error) {
+// readPartitionRemote asks coordinator node for a partition's state and
+// manifest entries.
+func (p *Plugin) readPartitionRemote(ctx context.Context, node int32, k pkey, id uuid.UUID) (StatePartition, error) {
 	req := &ReadMirrorStatesRequest{MirrorName: k.mirror, NeedPartitionStates: true,
 		Topics: []PartitionsTopic{{Name: k.topic, Partitions: []int32{k.partition}, TopicID: id}}}
 	resp, err := p.send(ctx, node, req)
 	if err != nil {
-		return pstate{}, err
+		return StatePartition{}, err
 	}
 	r := resp.(*ReadMirrorStatesResponse)
 	if r.ErrorCode != 0 {
-		return pstate{}, fmt.Errorf("reading mirror state on broker %d: %w", node, ErrorForCode(r.ErrorCode))
+		return StatePartition{}, fmt.Errorf("reading mirror state on broker %d: %w", node, ErrorForCode(r.ErrorCode))
 	}
 	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
-		return pstate{}, fmt.Errorf("reading mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
+		return StatePartition{}, fmt.Errorf("reading mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
 	}
 	sp := r.Topics[0].Partitions[0]
 	if sp.ErrorCode != 0 {
-		return pstate{}, fmt.Errorf("reading mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, ErrorForCode(sp.ErrorCode))
+		return StatePartition{}, fmt.Errorf("reading mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, ErrorForCode(sp.ErrorCode))
+	}
+	return sp, nil
+}
+
+func (p *Plugin) readStateRemote(ctx context.Context, node int32, k pkey, id uuid.UUID) (pstate, error) {
+	sp, err := p.readPartitionRemote(ctx, node, k, id)
+	if err != nil {
+		return pstate{}, err
 	}
 	st := pstate{State: State(sp.State), Reason: sp.Reason, TopicID: sp.TopicID, LMO: sp.LastMirroredOffset, LME: sp.LastMirrorEpoch,
 		StopAt: sp.StopOffset, StopEpoch: sp.StopEpoch, StopDone: sp.StopDone}
@@ -171,28 +182,37 @@ func (p *Plugin) writeState(ctx context.Context, k pkey, id uuid.UUID, update fu
 			out = next
 			return nil
 		}
-		req := &WriteMirrorStatesRequest{MirrorName: k.mirror, TopicsUpdated: []StatesTopic{{Name: k.topic, Partitions: []StatePartition{{
+		if err := p.writeRemote(ctx, node, k, StatePartition{
 			PartitionIndex: k.partition, LastMirroredOffset: next.LMO, State: int8(next.State), LastMirrorEpoch: next.LME,
 			Reason: next.Reason, TopicID: id, StopOffset: next.StopAt, StopEpoch: next.StopEpoch, StopDone: next.StopDone,
-		}}}}}
-		resp, err := p.send(ctx, node, req)
-		if err != nil {
+		}); err != nil {
 			return err
-		}
-		r := resp.(*WriteMirrorStatesResponse)
-		if r.ErrorCode != 0 {
-			return fmt.Errorf("writing mirror state on broker %d: %w", node, ErrorForCode(r.ErrorCode))
-		}
-		if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
-			return fmt.Errorf("writing mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
-		}
-		if c := r.Topics[0].Partitions[0].ErrorCode; c != 0 {
-			return fmt.Errorf("writing mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, ErrorForCode(c))
 		}
 		out = next
 		return nil
 	})
 	return out, err
+}
+
+// writeRemote sends one partition's WriteMirrorStates to coordinator
+// node.
+func (p *Plugin) writeRemote(ctx context.Context, node int32, k pkey, sp StatePartition) error {
+	req := &WriteMirrorStatesRequest{MirrorName: k.mirror, TopicsUpdated: []StatesTopic{{Name: k.topic, Partitions: []StatePartition{sp}}}}
+	resp, err := p.send(ctx, node, req)
+	if err != nil {
+		return err
+	}
+	r := resp.(*WriteMirrorStatesResponse)
+	if r.ErrorCode != 0 {
+		return fmt.Errorf("writing mirror state on broker %d: %w", node, ErrorForCode(r.ErrorCode))
+	}
+	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
+		return fmt.Errorf("writing mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
+	}
+	if c := r.Topics[0].Partitions[0].ErrorCode; c != 0 {
+		return fmt.Errorf("writing mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, ErrorForCode(c))
+	}
+	return nil
 }
 
 // StatePartitionFor is the __mirror_state partition (of n) whose leader
@@ -227,16 +247,18 @@ func (p *Plugin) awaitMirrors(ctx context.Context, names ...string) *raftmeta.Im
 	}
 }
 
-// remoteDetails asks the leaders of a mirror's partitions that other
-// brokers lead for their view of them (DescribeMirrors, Local): only a
-// partition's leader runs its fetcher, so only it knows the source end
-// offset and the lag. A leader that does not answer leaves its
-// partitions out (unknown, never 0).
-func (p *Plugin) remoteDetails(ctx context.Context, mirror string) map[tpKey]PartitionDetail {
+// remoteView asks the other brokers for their view of a mirror
+// (DescribeMirrors, Local): the leaders of its partitions for the source
+// side of those (only a partition's leader runs its fetcher, so only it
+// knows the source end offset and the lag), and the leaders of
+// __mirror_state partitions for the divergence manifest entries their
+// shards keep. A broker that does not answer leaves its partitions out
+// (lag unknown, never 0).
+func (p *Plugin) remoteView(ctx context.Context, mirror string) (map[tpKey]PartitionDetail, []DivergedRange) {
 	img := p.Image()
 	m := img.Mirrors[mirror]
 	if m == nil {
-		return nil
+		return nil, nil
 	}
 	self := p.Host().NodeID()
 	led := map[int32][]tpKey{}
@@ -248,7 +270,15 @@ func (p *Plugin) remoteDetails(ctx context.Context, mirror string) map[tpKey]Par
 			}
 		}
 	}
-	out := map[tpKey]PartitionDetail{}
+	if t := img.Topics[Topic]; t != nil {
+		for _, pp := range t.Partitions {
+			if l := pp.Leader; l >= 0 && l != self && led[l] == nil {
+				led[l] = []tpKey{}
+			}
+		}
+	}
+	details := map[tpKey]PartitionDetail{}
+	var diverged []DivergedRange
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for node, keys := range led {
@@ -262,10 +292,14 @@ func (p *Plugin) remoteDetails(ctx context.Context, mirror string) map[tpKey]Par
 			mu.Lock()
 			defer mu.Unlock()
 			for _, dm := range resp.(*DescribeMirrorsResponse).Mirrors {
+				if dm.ErrorCode != 0 {
+					continue
+				}
+				diverged = append(diverged, dm.Diverged...)
 				for _, dt := range dm.Topics {
 					for _, pd := range dt.Partitions {
-						if k := (tpKey{dt.TopicName, pd.PartitionIndex}); dm.ErrorCode == 0 && slices.Contains(keys, k) {
-							out[k] = pd
+						if k := (tpKey{dt.TopicName, pd.PartitionIndex}); slices.Contains(keys, k) {
+							details[k] = pd
 						}
 					}
 				}
@@ -273,5 +307,11 @@ func (p *Plugin) remoteDetails(ctx context.Context, mirror string) map[tpKey]Par
 		}()
 	}
 	wg.Wait()
-	return out
+	return details, diverged
+}
+
+// remoteDetailsOnly is remoteView's partition details.
+func (p *Plugin) remoteDetailsOnly(ctx context.Context, mirror string) map[tpKey]PartitionDetail {
+	d, _ := p.remoteView(ctx, mirror)
+	return d
 }

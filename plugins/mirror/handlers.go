@@ -451,7 +451,9 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 			dm.Diverged = p.manifest(ctx, name)
 			var remote map[tpKey]PartitionDetail
 			if !req.Local {
-				remote = p.remoteDetails(ctx, name)
+				var diverged []DivergedRange
+				remote, diverged = p.remoteView(ctx, name)
+				dm.Diverged = mergeManifests(dm.Diverged, diverged)
 			}
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
 				t := img.Topics[tn]
@@ -524,11 +526,13 @@ func (p *Plugin) readStates(ctx context.Context, req *ReadMirrorStatesRequest) (
 			// of the mirror (it may not have it yet, or any more).
 			for _, idx := range t.Partitions {
 				sp := StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
-				if s, err := p.readStateLocal(ctx, pkey{req.MirrorName, t.Name, idx}, t.TopicID); err != nil {
-					sp.ErrorCode, _ = code(err)
-				} else {
+				k := pkey{req.MirrorName, t.Name, idx}
+				s, err := p.readStateLocal(ctx, k, t.TopicID)
+				if err == nil {
 					sp.setState(s)
+					sp.Diverged, err = p.entriesLocal(ctx, k, t.TopicID)
 				}
+				sp.ErrorCode, _ = code(err)
 				st.Partitions = append(st.Partitions, sp)
 			}
 			out = append(out, st)
@@ -624,7 +628,13 @@ func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest)
 			}
 			// Written on this broker's shard only: WriteMirrorStates is
 			// what the other brokers send to the coordinator, which
-			// answers NOT_COORDINATOR when it is not (any more).
+			// answers NOT_COORDINATOR when it is not (any more). A
+			// partition with manifest entries carries only them.
+			if len(sp.Diverged) > 0 {
+				c, _ := code(p.writeEntriesLocal(ctx, pkey{req.MirrorName, t.Name, sp.PartitionIndex}, id, sp.Diverged))
+				et.Partitions = append(et.Partitions, ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
+				continue
+			}
 			_, err := p.writeStateLocal(ctx, pkey{req.MirrorName, t.Name, sp.PartitionIndex}, id, func(s *pstate) error {
 				s.State, s.LMO, s.LME, s.Reason = State(sp.State), sp.LastMirroredOffset, sp.LastMirrorEpoch, sp.Reason
 				s.StopAt, s.StopEpoch, s.StopDone = sp.StopOffset, sp.StopEpoch, sp.StopDone

@@ -339,10 +339,21 @@ func TestMirrorAcrossClusters(t *testing.T) {
 		}
 	}
 	dst.Broker(down).Restart()
+	// The old source took writes after the failover too (clients that
+	// had not moved yet): a record per partition that the failback
+	// removes, after copying it to orders.diverged.
+	scl := tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for p := range parts {
+		if err := scl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: p, Value: []byte("diverged on the source")}).FirstErr(); err != nil {
+			t.Fatalf("produce to the old source %s-%d: %v", topic, p, err)
+		}
+	}
 
-	// Failback: the source mirrors from the destination again; it has
-	// nothing the destination lacks, so nothing is truncated, and it
-	// receives what was written on the destination after the failover.
+	// Failback: the source mirrors from the destination again; it
+	// truncates what it took after the failover (copied first to
+	// orders.diverged, on whichever broker leads each partition and
+	// whichever coordinates its state) and receives what was written on
+	// the destination after the failover.
 	sa := admin.New(tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...), admin.Opt()))
 	if err := sa.CreateMirror(ctx, "back", map[string]string{"bootstrap.servers": dst.Addrs()[0] + "," + dst.Addrs()[1]}); err != nil {
 		t.Fatalf("create failback mirror: %v", err)
@@ -355,8 +366,30 @@ func TestMirrorAcrossClusters(t *testing.T) {
 		if e := clusterPartition(src, src.Leader(topic, p), topic, p).Offsets().LogEnd; e < srcEnds[p]+1 {
 			t.Fatalf("%s-%d on the source ends at %d after failback, want past %d", topic, p, e, srcEnds[p])
 		}
+		if sl, sc := src.Leader(topic, p), mirrorStateLeader(t, src, "back", topic, p); sl != sc {
+			t.Logf("%s-%d: truncated on broker %d, its state coordinated on broker %d", topic, p, sl, sc)
+		}
 	}
 	sameOnEveryReplica(t, dst, src, topic, parts)
+	// Every removed record is in orders.diverged, and the manifest lists
+	// one range per partition on any broker.
+	for p := range parts {
+		vals := map[string]int{}
+		for _, b := range batches(t, clusterPartition(src, src.Leader(topic+".diverged", p), topic+".diverged", p)) {
+			for _, v := range batchValues(t, b) {
+				vals[v]++
+			}
+		}
+		if vals["diverged on the source"] != 1 {
+			t.Fatalf("%s.diverged-%d holds %v, want the record the failback removed", topic, p, vals)
+		}
+	}
+	for _, b := range src.Brokers {
+		ms, err := admin.New(tandemtest.Client(t, b.Addr, admin.Opt())).DescribeMirrors(ctx, "back")
+		if err != nil || len(ms) != 1 || len(ms[0].Diverged) != int(parts) {
+			t.Fatalf("DescribeMirrors back on broker %d: %v, %+v, want %d diverged ranges", b.ID, err, ms, parts)
+		}
+	}
 }
 
 // TestMirrorClusterFigures measures mirroring between two three-node
