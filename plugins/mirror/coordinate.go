@@ -147,12 +147,18 @@ func (p *Plugin) readStateRemote(ctx context.Context, node int32, k pkey, id uui
 	if err != nil {
 		return pstate{}, err
 	}
+	return sp.state(id), nil
+}
+
+// state is the persisted state a coordinator answered; id is the topic
+// ID asked for, for an answer without one.
+func (sp *StatePartition) state(id uuid.UUID) pstate {
 	st := pstate{State: State(sp.State), Reason: sp.Reason, TopicID: sp.TopicID, LMO: sp.LastMirroredOffset, LME: sp.LastMirrorEpoch,
 		StopAt: sp.StopOffset, StopEpoch: sp.StopEpoch, StopDone: sp.StopDone}
 	if st.TopicID.IsZero() {
 		st.TopicID = id
 	}
-	return st, nil
+	return st
 }
 
 // writeState persists a partition's new state (and offsets, when they
@@ -314,4 +320,50 @@ func (p *Plugin) remoteView(ctx context.Context, mirror string) (map[tpKey]Parti
 func (p *Plugin) remoteDetailsOnly(ctx context.Context, mirror string) map[tpKey]PartitionDetail {
 	d, _ := p.remoteView(ctx, mirror)
 	return d
+}
+
+// readStatesBatch reads the states of a mirror's partitions with one
+// ReadMirrorStates per coordinating broker (the control loop reads every
+// partition this broker leads each round). Partitions it could not read
+// so (a coordinator that moved or did not answer) are left out: the
+// caller reads those one by one, with readState's retries.
+func (p *Plugin) readStatesBatch(ctx context.Context, mirror string, parts map[tpKey]uuid.UUID) map[tpKey]pstate {
+	out := map[tpKey]pstate{}
+	byNode := map[int32][]tpKey{}
+	for k, id := range parts {
+		leader, _ := p.stateLeader(coordKey(mirror, id, k.partition))
+		if leader < 0 || leader == p.Host().NodeID() {
+			if st, err := p.readStateLocal(ctx, pkey{mirror, k.topic, k.partition}, id); err == nil {
+				out[k] = st
+			}
+			continue
+		}
+		byNode[leader] = append(byNode[leader], k)
+	}
+	for node, keys := range byNode {
+		req := &ReadMirrorStatesRequest{MirrorName: mirror, NeedPartitionStates: true}
+		for _, k := range keys {
+			i := slices.IndexFunc(req.Topics, func(t PartitionsTopic) bool { return t.Name == k.topic })
+			if i < 0 {
+				req.Topics = append(req.Topics, PartitionsTopic{Name: k.topic, TopicID: parts[k]})
+				i = len(req.Topics) - 1
+			}
+			req.Topics[i].Partitions = append(req.Topics[i].Partitions, k.partition)
+		}
+		resp, err := p.send(ctx, node, req)
+		if err != nil {
+			continue
+		}
+		for _, t := range resp.(*ReadMirrorStatesResponse).Topics {
+			for _, sp := range t.Partitions {
+				k := tpKey{t.Name, sp.PartitionIndex}
+				id, ok := parts[k]
+				if !ok || sp.ErrorCode != 0 {
+					continue
+				}
+				out[k] = sp.state(id)
+			}
+		}
+	}
+	return out
 }
