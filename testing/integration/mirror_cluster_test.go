@@ -35,6 +35,7 @@ var clusterMirrorProps = map[string]string{
 	"mirror.socket.connection.setup.timeout.ms": "1000",
 	"mirror.metadata.refresh.interval.ms":       "1000",
 	"replica.fetch.wait.max.ms":                 "100",
+	"mirror.num.replica.fetchers":               "2", // per source broker: partitions spread over two
 }
 
 // steadyProducer produces to every partition of a topic with an
