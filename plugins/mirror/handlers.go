@@ -296,12 +296,24 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 	defer cancel()
 	for {
 		img := p.Image()
-		ok := true
+		want := map[tpKey]uuid.UUID{}
 		for _, name := range topics {
 			t := img.Topics[name]
-			for i := 0; t != nil && i < len(t.Partitions) && ok; i++ {
-				st, err := p.readState(ctx, pkey{mirror, name, int32(i)}, t.ID)
-				ok = err == nil && st.State == s
+			for i := 0; t != nil && i < len(t.Partitions); i++ {
+				want[tpKey{name, int32(i)}] = t.ID
+			}
+		}
+		states := p.readStatesBatch(ctx, mirror, want) // one request per coordinating broker
+		ok := true
+		for k, id := range want {
+			st, read := states[k]
+			if !read {
+				var err error
+				st, err = p.readState(ctx, pkey{mirror, k.topic, k.partition}, id)
+				read = err == nil
+			}
+			if ok = read && st.State == s; !ok {
+				break
 			}
 		}
 		if ok {
@@ -310,7 +322,7 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for mirror %s topics %v to reach %s: %w", mirror, topics, s, kerr.RequestTimedOut)
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
@@ -455,6 +467,15 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 				remote, diverged = p.remoteView(ctx, name)
 				dm.Diverged = mergeManifests(dm.Diverged, diverged)
 			}
+			want := map[tpKey]uuid.UUID{}
+			for tn := range m.Topics {
+				if t := img.Topics[tn]; t != nil {
+					for i := range t.Partitions {
+						want[tpKey{tn, int32(i)}] = t.ID
+					}
+				}
+			}
+			states := p.readStatesBatch(ctx, name, want) // one request per coordinating broker
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
 				t := img.Topics[tn]
 				if t == nil {
@@ -462,7 +483,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 				}
 				dt := DescribedTopic{TopicName: tn}
 				for i := range t.Partitions {
-					pd := p.describePartition(ctx, r, name, t, int32(i))
+					pd := p.describePartition(ctx, r, name, t, int32(i), states)
 					if rd, ok := remote[tpKey{tn, int32(i)}]; ok {
 						// The leader's view of the source side; the state
 						// is the coordinator's either way.
@@ -482,9 +503,11 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 	return out
 }
 
-func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t *raftmeta.Topic, i int32) PartitionDetail {
+func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t *raftmeta.Topic, i int32, states map[tpKey]pstate) PartitionDetail {
 	pd := PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: Unknown.String()}
-	if st, err := p.readState(ctx, pkey{mirror, t.Name, i}, t.ID); err == nil {
+	if st, ok := states[tpKey{t.Name, i}]; ok {
+		pd.State, pd.Reason = st.State.String(), st.Reason
+	} else if st, err := p.readState(ctx, pkey{mirror, t.Name, i}, t.ID); err == nil {
 		pd.State, pd.Reason = st.State.String(), st.Reason
 	} else {
 		_, pd.Reason = code(err)
