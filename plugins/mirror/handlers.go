@@ -425,6 +425,9 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 		dm := DescribedMirror{MirrorName: name, AuthorizedOperations: -2147483648}
 		m := img.Mirrors[name]
 		denied := mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name)
+		if denied != nil && req.Local && rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
+			denied = nil // another broker gathering a description (remoteView), as it reads states
+		}
 		if denied != nil && all {
 			continue // describing every mirror shows those the principal may see
 		}
