@@ -12,12 +12,14 @@ import (
 
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // handleCreateTopics validates each topic as Kafka's controller does,
 // hands the valid ones to raftmeta, and waits until the engine has the new
-// partitions before answering.
-func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req *kmsg.CreateTopicsRequest) (kmsg.Response, error) {
+// partitions before answering. mirrorIDs (version 8) are the topics'
+// MirrorInfo topic IDs, zero where there is none.
+func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req *kmsg.CreateTopicsRequest, mirrorIDs []uuid.UUID) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
 	img := b.meta.Image()
 	counts := map[string]int{}
@@ -27,7 +29,7 @@ func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req
 	var specs []raftmeta.TopicSpec
 	var specAt []int // response index of each spec
 	clusterCreate := rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, clusterName)
-	for _, t := range req.Topics {
+	for i, t := range req.Topics {
 		if counts[t.Topic] < 0 {
 			continue // duplicate already answered
 		}
@@ -40,8 +42,8 @@ func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req
 			err = adminErrorf(kerr.InvalidRequest, "Duplicate topic name.")
 		} else if !clusterCreate && !rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeTopic, t.Topic) {
 			err = adminErrorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
-		} else {
-			spec, err = b.topicSpec(img, &t)
+		} else if spec, err = b.topicSpec(img, &t); err == nil && i < len(mirrorIDs) && !mirrorIDs[i].IsZero() {
+			err = mirrorTopicSpec(img, &spec, mirrorIDs[i])
 		}
 		if err != nil {
 			rt.ErrorCode, rt.ErrorMessage = adminErrCode(err)

@@ -26,7 +26,7 @@ var apiVersions = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 3, MinVersion: 0, MaxVersion: 13}, // Metadata
 	{ApiKey: 17, MinVersion: 0, MaxVersion: 1}, // SaslHandshake
 	{ApiKey: 18, MinVersion: 0, MaxVersion: 5}, // ApiVersions (v5: KIP-1242 cluster/node check)
-	{ApiKey: 19, MinVersion: 2, MaxVersion: 7}, // CreateTopics
+	{ApiKey: 19, MinVersion: 2, MaxVersion: 8}, // CreateTopics (8: KIP-1279's MirrorInfo)
 	{ApiKey: 20, MinVersion: 1, MaxVersion: 6}, // DeleteTopics
 	{ApiKey: 21, MinVersion: 0, MaxVersion: 2}, // DeleteRecords
 	{ApiKey: 22, MinVersion: 0, MaxVersion: 5}, // InitProducerId

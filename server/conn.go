@@ -401,6 +401,9 @@ func (c *conn) readRequest(br *bufio.Reader, remote string) (r *request, err err
 		r.rc.ClientID = *clientID
 	}
 	r.req = c.b.apis.newRequest(key)
+	if _, ok := r.req.(*kmsg.CreateTopicsRequest); ok && version >= createTopicsMirrorVersion {
+		r.req = new(createTopicsRequest) // MirrorInfo, which kmsg does not know
+	}
 	vr, _ := c.b.apis.lookup(key)
 	if r.req == nil {
 		return nil, fmt.Errorf("unsupported api key %d (client id %q)", key, r.rc.ClientID)
@@ -448,7 +451,9 @@ func (b *Broker) dispatch(ctx context.Context, r *request) (kmsg.Response, error
 	case *kmsg.FetchRequest:
 		return b.handleFetch(ctx, rc, req)
 	case *kmsg.CreateTopicsRequest:
-		return b.handleCreateTopics(ctx, rc, req)
+		return b.handleCreateTopics(ctx, rc, req, nil)
+	case *createTopicsRequest:
+		return b.handleCreateTopics(ctx, rc, &req.CreateTopicsRequest, req.mirrorIDs)
 	case *kmsg.DeleteTopicsRequest:
 		return b.handleDeleteTopics(ctx, rc, req)
 	case *kmsg.CreatePartitionsRequest:

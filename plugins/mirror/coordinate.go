@@ -59,7 +59,8 @@ var errUnreachable = errors.New("coordinator unreachable")
 // coordinated runs local when this broker coordinates key, else remote
 // with the coordinator's node ID, and again while the answer says the
 // coordinator moved (not when __mirror_state does not exist: a cluster
-// that never mirrored has no state to wait for), for up to mirror.request.timeout.ms (at least a few
+// that never mirrored has no state to wait for), for up to
+// mirror.request.timeout.ms (at least a few
 // seconds: a killed coordinator's partitions move after the broker
 // session timeout) or until ctx ends.
 func (p *Plugin) coordinated(ctx context.Context, key string, local func() error, remote func(node int32) error) error {
@@ -118,30 +119,46 @@ func (p *Plugin) readState(ctx context.Context, k pkey, id uuid.UUID) (pstate, e
 	return out, err
 }
 
-func (p *Plugin) readStateRemote(ctx context.Context, node int32, k pkey, id uuid.UUID) (pstate, error) {
+// readPartitionRemote asks coordinator node for a partition's state and
+// manifest entries.
+func (p *Plugin) readPartitionRemote(ctx context.Context, node int32, k pkey, id uuid.UUID) (StatePartition, error) {
 	req := &ReadMirrorStatesRequest{MirrorName: k.mirror, NeedPartitionStates: true,
 		Topics: []PartitionsTopic{{Name: k.topic, Partitions: []int32{k.partition}, TopicID: id}}}
 	resp, err := p.send(ctx, node, req)
 	if err != nil {
-		return pstate{}, err
+		return StatePartition{}, err
 	}
 	r := resp.(*ReadMirrorStatesResponse)
 	if r.ErrorCode != 0 {
-		return pstate{}, fmt.Errorf("reading mirror state on broker %d: %w", node, ErrorForCode(r.ErrorCode))
+		return StatePartition{}, fmt.Errorf("reading mirror state on broker %d: %w", node, ErrorForCode(r.ErrorCode))
 	}
 	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
-		return pstate{}, fmt.Errorf("reading mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
+		return StatePartition{}, fmt.Errorf("reading mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
 	}
 	sp := r.Topics[0].Partitions[0]
 	if sp.ErrorCode != 0 {
-		return pstate{}, fmt.Errorf("reading mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, ErrorForCode(sp.ErrorCode))
+		return StatePartition{}, fmt.Errorf("reading mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, ErrorForCode(sp.ErrorCode))
 	}
+	return sp, nil
+}
+
+func (p *Plugin) readStateRemote(ctx context.Context, node int32, k pkey, id uuid.UUID) (pstate, error) {
+	sp, err := p.readPartitionRemote(ctx, node, k, id)
+	if err != nil {
+		return pstate{}, err
+	}
+	return sp.state(id), nil
+}
+
+// state is the persisted state a coordinator answered; id is the topic
+// ID asked for, for an answer without one.
+func (sp *StatePartition) state(id uuid.UUID) pstate {
 	st := pstate{State: State(sp.State), Reason: sp.Reason, TopicID: sp.TopicID, LMO: sp.LastMirroredOffset, LME: sp.LastMirrorEpoch,
 		StopAt: sp.StopOffset, StopEpoch: sp.StopEpoch, StopDone: sp.StopDone}
 	if st.TopicID.IsZero() {
 		st.TopicID = id
 	}
-	return st, nil
+	return st
 }
 
 // writeState persists a partition's new state (and offsets, when they
@@ -171,28 +188,37 @@ func (p *Plugin) writeState(ctx context.Context, k pkey, id uuid.UUID, update fu
 			out = next
 			return nil
 		}
-		req := &WriteMirrorStatesRequest{MirrorName: k.mirror, TopicsUpdated: []StatesTopic{{Name: k.topic, Partitions: []StatePartition{{
+		if err := p.writeRemote(ctx, node, k, StatePartition{
 			PartitionIndex: k.partition, LastMirroredOffset: next.LMO, State: int8(next.State), LastMirrorEpoch: next.LME,
 			Reason: next.Reason, TopicID: id, StopOffset: next.StopAt, StopEpoch: next.StopEpoch, StopDone: next.StopDone,
-		}}}}}
-		resp, err := p.send(ctx, node, req)
-		if err != nil {
+		}); err != nil {
 			return err
-		}
-		r := resp.(*WriteMirrorStatesResponse)
-		if r.ErrorCode != 0 {
-			return fmt.Errorf("writing mirror state on broker %d: %w", node, ErrorForCode(r.ErrorCode))
-		}
-		if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
-			return fmt.Errorf("writing mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
-		}
-		if c := r.Topics[0].Partitions[0].ErrorCode; c != 0 {
-			return fmt.Errorf("writing mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, ErrorForCode(c))
 		}
 		out = next
 		return nil
 	})
 	return out, err
+}
+
+// writeRemote sends one partition's WriteMirrorStates to coordinator
+// node.
+func (p *Plugin) writeRemote(ctx context.Context, node int32, k pkey, sp StatePartition) error {
+	req := &WriteMirrorStatesRequest{MirrorName: k.mirror, TopicsUpdated: []StatesTopic{{Name: k.topic, Partitions: []StatePartition{sp}}}}
+	resp, err := p.send(ctx, node, req)
+	if err != nil {
+		return err
+	}
+	r := resp.(*WriteMirrorStatesResponse)
+	if r.ErrorCode != 0 {
+		return fmt.Errorf("writing mirror state on broker %d: %w", node, ErrorForCode(r.ErrorCode))
+	}
+	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
+		return fmt.Errorf("writing mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
+	}
+	if c := r.Topics[0].Partitions[0].ErrorCode; c != 0 {
+		return fmt.Errorf("writing mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, ErrorForCode(c))
+	}
+	return nil
 }
 
 // StatePartitionFor is the __mirror_state partition (of n) whose leader
@@ -227,16 +253,18 @@ func (p *Plugin) awaitMirrors(ctx context.Context, names ...string) *raftmeta.Im
 	}
 }
 
-// remoteDetails asks the leaders of a mirror's partitions that other
-// brokers lead for their view of them (DescribeMirrors, Local): only a
-// partition's leader runs its fetcher, so only it knows the source end
-// offset and the lag. A leader that does not answer leaves its
-// partitions out (unknown, never 0).
-func (p *Plugin) remoteDetails(ctx context.Context, mirror string) map[tpKey]PartitionDetail {
+// remoteView asks the other brokers for their view of a mirror
+// (DescribeMirrors, Local): the leaders of its partitions for the source
+// side of those (only a partition's leader runs its fetcher, so only it
+// knows the source end offset and the lag), and the leaders of
+// __mirror_state partitions for the divergence manifest entries their
+// shards keep. A broker that does not answer leaves its partitions out
+// (lag unknown, never 0).
+func (p *Plugin) remoteView(ctx context.Context, mirror string) (map[tpKey]PartitionDetail, []DivergedRange) {
 	img := p.Image()
 	m := img.Mirrors[mirror]
 	if m == nil {
-		return nil
+		return nil, nil
 	}
 	self := p.Host().NodeID()
 	led := map[int32][]tpKey{}
@@ -248,7 +276,15 @@ func (p *Plugin) remoteDetails(ctx context.Context, mirror string) map[tpKey]Par
 			}
 		}
 	}
-	out := map[tpKey]PartitionDetail{}
+	if t := img.Topics[Topic]; t != nil {
+		for _, pp := range t.Partitions {
+			if l := pp.Leader; l >= 0 && l != self && led[l] == nil {
+				led[l] = []tpKey{}
+			}
+		}
+	}
+	details := map[tpKey]PartitionDetail{}
+	var diverged []DivergedRange
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for node, keys := range led {
@@ -262,10 +298,14 @@ func (p *Plugin) remoteDetails(ctx context.Context, mirror string) map[tpKey]Par
 			mu.Lock()
 			defer mu.Unlock()
 			for _, dm := range resp.(*DescribeMirrorsResponse).Mirrors {
+				if dm.ErrorCode != 0 {
+					continue
+				}
+				diverged = append(diverged, dm.Diverged...)
 				for _, dt := range dm.Topics {
 					for _, pd := range dt.Partitions {
-						if k := (tpKey{dt.TopicName, pd.PartitionIndex}); dm.ErrorCode == 0 && slices.Contains(keys, k) {
-							out[k] = pd
+						if k := (tpKey{dt.TopicName, pd.PartitionIndex}); slices.Contains(keys, k) {
+							details[k] = pd
 						}
 					}
 				}
@@ -273,5 +313,57 @@ func (p *Plugin) remoteDetails(ctx context.Context, mirror string) map[tpKey]Par
 		}()
 	}
 	wg.Wait()
+	return details, diverged
+}
+
+// remoteDetailsOnly is remoteView's partition details.
+func (p *Plugin) remoteDetailsOnly(ctx context.Context, mirror string) map[tpKey]PartitionDetail {
+	d, _ := p.remoteView(ctx, mirror)
+	return d
+}
+
+// readStatesBatch reads the states of a mirror's partitions with one
+// ReadMirrorStates per coordinating broker (the control loop reads every
+// partition this broker leads each round). Partitions it could not read
+// so (a coordinator that moved or did not answer) are left out: the
+// caller reads those one by one, with readState's retries.
+func (p *Plugin) readStatesBatch(ctx context.Context, mirror string, parts map[tpKey]uuid.UUID) map[tpKey]pstate {
+	out := map[tpKey]pstate{}
+	byNode := map[int32][]tpKey{}
+	for k, id := range parts {
+		leader, _ := p.stateLeader(coordKey(mirror, id, k.partition))
+		if leader < 0 || leader == p.Host().NodeID() {
+			if st, err := p.readStateLocal(ctx, pkey{mirror, k.topic, k.partition}, id); err == nil {
+				out[k] = st
+			}
+			continue
+		}
+		byNode[leader] = append(byNode[leader], k)
+	}
+	for node, keys := range byNode {
+		req := &ReadMirrorStatesRequest{MirrorName: mirror, NeedPartitionStates: true}
+		for _, k := range keys {
+			i := slices.IndexFunc(req.Topics, func(t PartitionsTopic) bool { return t.Name == k.topic })
+			if i < 0 {
+				req.Topics = append(req.Topics, PartitionsTopic{Name: k.topic, TopicID: parts[k]})
+				i = len(req.Topics) - 1
+			}
+			req.Topics[i].Partitions = append(req.Topics[i].Partitions, k.partition)
+		}
+		resp, err := p.send(ctx, node, req)
+		if err != nil {
+			continue
+		}
+		for _, t := range resp.(*ReadMirrorStatesResponse).Topics {
+			for _, sp := range t.Partitions {
+				k := tpKey{t.Name, sp.PartitionIndex}
+				id, ok := parts[k]
+				if !ok || sp.ErrorCode != 0 {
+					continue
+				}
+				out[k] = sp.state(id)
+			}
+		}
+	}
 	return out
 }

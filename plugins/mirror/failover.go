@@ -31,12 +31,12 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 	}
 	if mode != FailoverNow {
 		if err := p.awaitCaughtUp(ctx, mirror, topics, mode, timeout); err != nil {
-			return nil, p.failoverReport(ctx, mirror, topics, p.remoteDetails(ctx, mirror)), err
+			return nil, p.failoverReport(ctx, mirror, topics, p.remoteDetailsOnly(ctx, mirror)), err
 		}
 	}
 	// What the other leaders know of the source side, before their
 	// fetchers let go of it.
-	before := p.remoteDetails(ctx, mirror)
+	before := p.remoteDetailsOnly(ctx, mirror)
 	if err := p.setTopicStates(ctx, mirror, topics, func(s *pstate) error {
 		s.State, s.Reason = Stopping, ""
 		return nil
@@ -89,7 +89,7 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 	var remote map[tpKey]PartitionDetail
 	for _, name := range topics {
 		if t := img.Topics[name]; t != nil && slices.ContainsFunc(t.Partitions, func(pp raftmeta.Partition) bool { return pp.Leader != p.Host().NodeID() }) {
-			remote = p.remoteDetails(ctx, mirror)
+			remote, _ = p.remoteView(ctx, mirror)
 			break
 		}
 	}

@@ -296,12 +296,24 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 	defer cancel()
 	for {
 		img := p.Image()
-		ok := true
+		want := map[tpKey]uuid.UUID{}
 		for _, name := range topics {
 			t := img.Topics[name]
-			for i := 0; t != nil && i < len(t.Partitions) && ok; i++ {
-				st, err := p.readState(ctx, pkey{mirror, name, int32(i)}, t.ID)
-				ok = err == nil && st.State == s
+			for i := 0; t != nil && i < len(t.Partitions); i++ {
+				want[tpKey{name, int32(i)}] = t.ID
+			}
+		}
+		states := p.readStatesBatch(ctx, mirror, want) // one request per coordinating broker
+		ok := true
+		for k, id := range want {
+			st, read := states[k]
+			if !read {
+				var err error
+				st, err = p.readState(ctx, pkey{mirror, k.topic, k.partition}, id)
+				read = err == nil
+			}
+			if ok = read && st.State == s; !ok {
+				break
 			}
 		}
 		if ok {
@@ -310,7 +322,7 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for mirror %s topics %v to reach %s: %w", mirror, topics, s, kerr.RequestTimedOut)
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
@@ -413,6 +425,9 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 		dm := DescribedMirror{MirrorName: name, AuthorizedOperations: -2147483648}
 		m := img.Mirrors[name]
 		denied := mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name)
+		if denied != nil && req.Local && rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
+			denied = nil // another broker gathering a description (remoteView), as it reads states
+		}
 		if denied != nil && all {
 			continue // describing every mirror shows those the principal may see
 		}
@@ -451,8 +466,19 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 			dm.Diverged = p.manifest(ctx, name)
 			var remote map[tpKey]PartitionDetail
 			if !req.Local {
-				remote = p.remoteDetails(ctx, name)
+				var diverged []DivergedRange
+				remote, diverged = p.remoteView(ctx, name)
+				dm.Diverged = mergeManifests(dm.Diverged, diverged)
 			}
+			want := map[tpKey]uuid.UUID{}
+			for tn := range m.Topics {
+				if t := img.Topics[tn]; t != nil {
+					for i := range t.Partitions {
+						want[tpKey{tn, int32(i)}] = t.ID
+					}
+				}
+			}
+			states := p.readStatesBatch(ctx, name, want) // one request per coordinating broker
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
 				t := img.Topics[tn]
 				if t == nil {
@@ -460,7 +486,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 				}
 				dt := DescribedTopic{TopicName: tn}
 				for i := range t.Partitions {
-					pd := p.describePartition(ctx, r, name, t, int32(i))
+					pd := p.describePartition(ctx, r, name, t, int32(i), states)
 					if rd, ok := remote[tpKey{tn, int32(i)}]; ok {
 						// The leader's view of the source side; the state
 						// is the coordinator's either way.
@@ -480,9 +506,11 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 	return out
 }
 
-func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t *raftmeta.Topic, i int32) PartitionDetail {
+func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t *raftmeta.Topic, i int32, states map[tpKey]pstate) PartitionDetail {
 	pd := PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: Unknown.String()}
-	if st, err := p.readState(ctx, pkey{mirror, t.Name, i}, t.ID); err == nil {
+	if st, ok := states[tpKey{t.Name, i}]; ok {
+		pd.State, pd.Reason = st.State.String(), st.Reason
+	} else if st, err := p.readState(ctx, pkey{mirror, t.Name, i}, t.ID); err == nil {
 		pd.State, pd.Reason = st.State.String(), st.Reason
 	} else {
 		_, pd.Reason = code(err)
@@ -524,11 +552,13 @@ func (p *Plugin) readStates(ctx context.Context, req *ReadMirrorStatesRequest) (
 			// of the mirror (it may not have it yet, or any more).
 			for _, idx := range t.Partitions {
 				sp := StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
-				if s, err := p.readStateLocal(ctx, pkey{req.MirrorName, t.Name, idx}, t.TopicID); err != nil {
-					sp.ErrorCode, _ = code(err)
-				} else {
+				k := pkey{req.MirrorName, t.Name, idx}
+				s, err := p.readStateLocal(ctx, k, t.TopicID)
+				if err == nil {
 					sp.setState(s)
+					sp.Diverged, err = p.entriesLocal(ctx, k, t.TopicID)
 				}
+				sp.ErrorCode, _ = code(err)
 				st.Partitions = append(st.Partitions, sp)
 			}
 			out = append(out, st)
@@ -624,7 +654,13 @@ func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest)
 			}
 			// Written on this broker's shard only: WriteMirrorStates is
 			// what the other brokers send to the coordinator, which
-			// answers NOT_COORDINATOR when it is not (any more).
+			// answers NOT_COORDINATOR when it is not (any more). A
+			// partition with manifest entries carries only them.
+			if len(sp.Diverged) > 0 {
+				c, _ := code(p.writeEntriesLocal(ctx, pkey{req.MirrorName, t.Name, sp.PartitionIndex}, id, sp.Diverged))
+				et.Partitions = append(et.Partitions, ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
+				continue
+			}
 			_, err := p.writeStateLocal(ctx, pkey{req.MirrorName, t.Name, sp.PartitionIndex}, id, func(s *pstate) error {
 				s.State, s.LMO, s.LME, s.Reason = State(sp.State), sp.LastMirroredOffset, sp.LastMirrorEpoch, sp.Reason
 				s.StopAt, s.StopEpoch, s.StopDone = sp.StopOffset, sp.StopEpoch, sp.StopDone

@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"reflect"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -459,7 +460,8 @@ type StatesTopic struct {
 // 3 and 4 the failover's persisted first step (the log end offset and
 // leader epoch when the fetcher let go; -1 before), so that a broker
 // running the failover of a partition whose state another broker
-// coordinates resumes it from the same point; 5 its last step done.
+// coordinates resumes it from the same point; 5 its last step done; 6
+// the partition's divergence manifest entries (between brokers).
 type StatePartition struct {
 	PartitionIndex     int32
 	LastMirroredOffset int64
@@ -471,6 +473,18 @@ type StatePartition struct {
 	StopOffset         int64 // tag 3
 	StopEpoch          int32 // tag 4
 	StopDone           bool  // tag 5
+	// Diverged (tag 6) are the partition's divergence manifest entries,
+	// between brokers only: a coordinator answers them to a
+	// ReadMirrorStates that names the topic ID, and a WriteMirrorStates
+	// partition that carries them persists them and nothing else.
+	Diverged []DivergedEntry
+}
+
+// DivergedEntry is a divergence manifest entry as the coordinator keeps
+// it: Done once every removed record was copied.
+type DivergedEntry struct {
+	DivergedRange
+	Done bool
 }
 
 type ReadMirrorStatesResponse struct {
@@ -651,10 +665,17 @@ var (
 	// error code (statePartitionErr).
 	statePartition = []field{i32("PartitionIndex"), i64("LastMirroredOffset"), i8("State"),
 		alwaysTagged(0, i32("LastMirrorEpoch"), -1), tagged(1, str("Reason")), alwaysTagged(2, uid("TopicID"), 0),
-		alwaysTagged(3, i64("StopOffset"), -1), alwaysTagged(4, i32("StopEpoch"), -1), tagged(5, boolean("StopDone"))}
+		alwaysTagged(3, i64("StopOffset"), -1), alwaysTagged(4, i32("StopEpoch"), -1), tagged(5, boolean("StopDone")),
+		tagged(6, divergedEntries)}
 	statePartitionErr = []field{i32("PartitionIndex"), i64("LastMirroredOffset"), i8("State"), i16("ErrorCode"),
 		alwaysTagged(0, i32("LastMirrorEpoch"), -1), tagged(1, str("Reason")), alwaysTagged(2, uid("TopicID"), 0),
-		alwaysTagged(3, i64("StopOffset"), -1), alwaysTagged(4, i32("StopEpoch"), -1), tagged(5, boolean("StopDone"))}
+		alwaysTagged(3, i64("StopOffset"), -1), alwaysTagged(4, i32("StopEpoch"), -1), tagged(5, boolean("StopDone")),
+		tagged(6, divergedEntries)}
+
+	divergedRange = []field{str("Topic"), i32("Partition"), i64("FirstOffset"), i64("LastOffset"),
+		i32("FirstEpoch"), i32("LastEpoch"), i64("Records"), i64("FirstTimestamp"), i64("LastTimestamp"),
+		i64("TruncatedAt"), str("Cause"), i64("CopyStart"), i64("CopyEnd")}
+	divergedEntries = structs("Diverged", append(slices.Clone(divergedRange), boolean("Done"))...)
 
 	errResponse = []field{i32("ThrottleTimeMs"), i16("ErrorCode"), nstr("ErrorMessage")}
 )

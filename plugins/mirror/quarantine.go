@@ -208,7 +208,19 @@ func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition 
 	n, rf := int32(len(src.Partitions)), int16(max(1, len(src.Partitions[0].Replicas)))
 	switch t := img.Topics[name]; {
 	case t == nil:
-		errs := meta.CreateTopics(ctx, []raftmeta.TopicSpec{{Name: name, Partitions: n, ReplicationFactor: rf,
+		// Each partition's replicas are the mirror topic partition's,
+		// its current leader first (the preferred leader): the broker
+		// that truncates a partition is the one that leads it and copies
+		// to the same partition of <topic>.diverged.
+		var assign [][]int32
+		for _, sp := range src.Partitions {
+			r := slices.Clone(sp.Replicas)
+			if i := slices.Index(r, sp.Leader); i > 0 {
+				r[0], r[i] = r[i], r[0]
+			}
+			assign = append(assign, r)
+		}
+		errs := meta.CreateTopics(ctx, []raftmeta.TopicSpec{{Name: name, Partitions: n, ReplicationFactor: rf, Assignments: assign,
 			Configs: map[string]string{"retention.ms": "-1", "max.message.bytes": strconv.Itoa(int(ep.Config().MaxMessageBytes))}}}, false)
 		if err := errs[0]; err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 			return nil, fmt.Errorf("create %s: %w", name, err)
@@ -243,30 +255,72 @@ func (p *Plugin) shardOf(ctx context.Context, k pkey, id uuid.UUID, fn func(*coo
 }
 
 // pendingEntry returns the partition's manifest entry whose copy is not
-// done, nil if none.
+// done, nil if none, from the partition's coordinator.
 func (p *Plugin) pendingEntry(ctx context.Context, k pkey, id uuid.UUID) (*manifestEntry, error) {
-	var out *manifestEntry
+	var entries []DivergedEntry
+	err := p.coordinated(ctx, coordKey(k.mirror, id, k.partition), func() error {
+		var err error
+		entries, err = p.entriesLocal(ctx, k, id)
+		return err
+	}, func(node int32) error {
+		sp, err := p.readPartitionRemote(ctx, node, k, id)
+		entries = sp.Diverged
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if !e.Done {
+			return &manifestEntry{DivergedRange: e.DivergedRange}, nil
+		}
+	}
+	return nil, nil
+}
+
+// entriesLocal returns the partition's manifest entries from the local
+// shard.
+func (p *Plugin) entriesLocal(ctx context.Context, k pkey, id uuid.UUID) ([]DivergedEntry, error) {
+	var out []DivergedEntry
 	err := p.shardOf(ctx, k, id, func(_ *coord.Shard, s *shard) error {
 		for dk, e := range s.diverged {
-			if dk.pkey == k && !e.done {
-				c := *e
-				out = &c
+			if dk.pkey == k {
+				out = append(out, DivergedEntry{DivergedRange: e.DivergedRange, Done: e.done})
 			}
 		}
 		return nil
 	})
+	slices.SortFunc(out, func(a, b DivergedEntry) int { return cmp.Compare(a.CopyStart, b.CopyStart) })
 	return out, err
 }
 
-// writeEntry persists a manifest entry.
+// writeEntry persists a manifest entry on the partition's coordinator.
 func (p *Plugin) writeEntry(ctx context.Context, k pkey, id uuid.UUID, e *manifestEntry) error {
+	entry := DivergedEntry{DivergedRange: e.DivergedRange, Done: e.done}
+	return p.coordinated(ctx, coordKey(k.mirror, id, k.partition), func() error {
+		return p.writeEntriesLocal(ctx, k, id, []DivergedEntry{entry})
+	}, func(node int32) error {
+		return p.writeRemote(ctx, node, k, StatePartition{PartitionIndex: k.partition, TopicID: id, Diverged: []DivergedEntry{entry}})
+	})
+}
+
+// writeEntriesLocal persists manifest entries on the local shard.
+func (p *Plugin) writeEntriesLocal(ctx context.Context, k pkey, id uuid.UUID, entries []DivergedEntry) error {
 	return p.shardOf(ctx, k, id, func(sh *coord.Shard, s *shard) error {
-		dk := dkey{k, e.CopyStart}
-		if err := sh.Write(ctx, coord.Record{Key: divergedKey(dk), Value: divergedValue(e)}); err != nil {
+		var recs []coord.Record
+		for _, e := range entries {
+			me := &manifestEntry{DivergedRange: e.DivergedRange, done: e.Done}
+			me.Topic, me.Partition = k.topic, k.partition
+			recs = append(recs, coord.Record{Key: divergedKey(dkey{k, e.CopyStart}), Value: divergedValue(me)})
+		}
+		if err := sh.Write(ctx, recs...); err != nil {
 			return err
 		}
-		c := *e
-		s.diverged[dk] = &c
+		for _, e := range entries {
+			me := &manifestEntry{DivergedRange: e.DivergedRange, done: e.Done}
+			me.Topic, me.Partition = k.topic, k.partition
+			s.diverged[dkey{k, e.CopyStart}] = me
+		}
 		return nil
 	})
 }
@@ -284,6 +338,28 @@ func (p *Plugin) manifest(ctx context.Context, mirror string) []DivergedRange {
 			}
 			return nil
 		})
+	}
+	slices.SortFunc(out, func(a, b DivergedRange) int {
+		return cmp.Or(cmp.Compare(a.TruncatedAt, b.TruncatedAt), strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	return out
+}
+
+// mergeManifests merges manifest entries gathered from several brokers
+// (a shard that moved may be answered twice), oldest first.
+func mergeManifests(a, b []DivergedRange) []DivergedRange {
+	type key struct {
+		topic     string
+		partition int32
+		copyStart int64
+	}
+	seen := map[key]bool{}
+	var out []DivergedRange
+	for _, d := range slices.Concat(a, b) {
+		if k := (key{d.Topic, d.Partition, d.CopyStart}); !seen[k] {
+			seen[k] = true
+			out = append(out, d)
+		}
 	}
 	slices.SortFunc(out, func(a, b DivergedRange) int {
 		return cmp.Or(cmp.Compare(a.TruncatedAt, b.TruncatedAt), strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))

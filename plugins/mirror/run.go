@@ -253,10 +253,14 @@ func (r *run) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
 	if err := r.p.ensureStateTopic(r.ctx); err != nil {
 		return err
 	}
+	states := r.p.readStatesBatch(r.ctx, r.name, want)
 	for k, id := range want {
-		st, err := r.p.readState(r.ctx, pkey{r.name, k.topic, k.partition}, id)
-		if err != nil {
-			return err
+		st, ok := states[k]
+		var err error
+		if !ok {
+			if st, err = r.p.readState(r.ctx, pkey{r.name, k.topic, k.partition}, id); err != nil {
+				return err
+			}
 		}
 		if stopped := m.Topics[k.topic].Stopped; !stopped && (st.State == Unknown || st.State == Stopped) {
 			// A new mirror partition, or one added again (failback).

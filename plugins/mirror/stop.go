@@ -210,7 +210,10 @@ func (r *run) finishStops(parts []*part) error {
 			return err
 		}
 		r.p.stopHook(topic, -1, StepWritable)
-		for i := range t.Partitions {
+		// Partition 0 last: until it is STOPPED its leader finishes the
+		// topic, so a finisher that dies half way is followed by the
+		// partition's next leader.
+		for i := len(t.Partitions) - 1; i >= 0; i-- {
 			k := tpKey{topic, int32(i)}
 			if j := slices.IndexFunc(pts, func(pt *part) bool { return pt.tpKey == k }); j >= 0 {
 				if err := r.setState(pts[j], Stopped, ""); err != nil {

@@ -35,6 +35,7 @@ var clusterMirrorProps = map[string]string{
 	"mirror.socket.connection.setup.timeout.ms": "1000",
 	"mirror.metadata.refresh.interval.ms":       "1000",
 	"replica.fetch.wait.max.ms":                 "100",
+	"mirror.num.replica.fetchers":               "2", // per source broker: partitions spread over two
 }
 
 // steadyProducer produces to every partition of a topic with an
@@ -339,10 +340,21 @@ func TestMirrorAcrossClusters(t *testing.T) {
 		}
 	}
 	dst.Broker(down).Restart()
+	// The old source took writes after the failover too (clients that
+	// had not moved yet): a record per partition that the failback
+	// removes, after copying it to orders.diverged.
+	scl := tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for p := range parts {
+		if err := scl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: p, Value: []byte("diverged on the source")}).FirstErr(); err != nil {
+			t.Fatalf("produce to the old source %s-%d: %v", topic, p, err)
+		}
+	}
 
-	// Failback: the source mirrors from the destination again; it has
-	// nothing the destination lacks, so nothing is truncated, and it
-	// receives what was written on the destination after the failover.
+	// Failback: the source mirrors from the destination again; it
+	// truncates what it took after the failover (copied first to
+	// orders.diverged, on whichever broker leads each partition and
+	// whichever coordinates its state) and receives what was written on
+	// the destination after the failover.
 	sa := admin.New(tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...), admin.Opt()))
 	if err := sa.CreateMirror(ctx, "back", map[string]string{"bootstrap.servers": dst.Addrs()[0] + "," + dst.Addrs()[1]}); err != nil {
 		t.Fatalf("create failback mirror: %v", err)
@@ -355,8 +367,30 @@ func TestMirrorAcrossClusters(t *testing.T) {
 		if e := clusterPartition(src, src.Leader(topic, p), topic, p).Offsets().LogEnd; e < srcEnds[p]+1 {
 			t.Fatalf("%s-%d on the source ends at %d after failback, want past %d", topic, p, e, srcEnds[p])
 		}
+		if sl, sc := src.Leader(topic, p), mirrorStateLeader(t, src, "back", topic, p); sl != sc {
+			t.Logf("%s-%d: truncated on broker %d, its state coordinated on broker %d", topic, p, sl, sc)
+		}
 	}
 	sameOnEveryReplica(t, dst, src, topic, parts)
+	// Every removed record is in orders.diverged, and the manifest lists
+	// one range per partition on any broker.
+	for p := range parts {
+		vals := map[string]int{}
+		for _, b := range batches(t, clusterPartition(src, src.Leader(topic+".diverged", p), topic+".diverged", p)) {
+			for _, v := range batchValues(t, b) {
+				vals[v]++
+			}
+		}
+		if vals["diverged on the source"] != 1 {
+			t.Fatalf("%s.diverged-%d holds %v, want the record the failback removed", topic, p, vals)
+		}
+	}
+	for _, b := range src.Brokers {
+		ms, err := admin.New(tandemtest.Client(t, b.Addr, admin.Opt())).DescribeMirrors(ctx, "back")
+		if err != nil || len(ms) != 1 || len(ms[0].Diverged) != int(parts) {
+			t.Fatalf("DescribeMirrors back on broker %d: %v, %+v, want %d diverged ranges", b.ID, err, ms, parts)
+		}
+	}
 }
 
 // TestMirrorClusterFigures measures mirroring between two three-node
@@ -448,24 +482,30 @@ func TestMirrorClusterFigures(t *testing.T) {
 	// Resume after the destination leader dies, three times: from the
 	// kill until the new leader holds records the source had after it.
 	prod = startSteadyProducer(t, src.Addrs(), topic)
-	var resumes []time.Duration
-	for i := range 3 {
+	var resumes, elections []time.Duration
+	for i := range 5 {
 		p := int32(i) % parts
 		time.Sleep(time.Second)
 		victim := dst.Leader(topic, p)
 		at := clusterPartition(src, src.Leader(topic, p), topic, p).Offsets().HighWatermark
 		start := time.Now()
 		dst.Broker(victim).Kill()
+		elected := time.Duration(0)
 		waitFor(t, time.Minute, "mirroring to resume", func() bool {
+			img := dst.Image()
+			if l := img.Topics[topic].Partitions[p].Leader; elected == 0 && l != victim && l >= 0 {
+				elected = time.Since(start)
+			}
 			ep := clusterPartition(dst, dst.Leader(topic, p), topic, p)
 			return ep != nil && ep.Offsets().LogEnd > at
 		})
-		resumes = append(resumes, time.Since(start))
+		resumes, elections = append(resumes, time.Since(start)), append(elections, elected)
 		dst.Broker(victim).Restart()
 	}
 	prod.stop()
+	t.Logf("FIGURES destination leader killed: new leader elected after %v; mirroring resumed after %v", elections, resumes)
 	slices.Sort(resumes)
-	t.Logf("FIGURES resume after the destination leader is killed: %v (median %v)", resumes, resumes[1])
+	t.Logf("FIGURES resume after the destination leader is killed: median %v, max %v", resumes[len(resumes)/2], resumes[len(resumes)-1])
 	srcEnd, _ = ends(src)
 	waitFor(t, time.Minute, "the mirror to catch up", func() bool { d, _ := ends(dst); return d == srcEnd })
 	sameOnEveryReplica(t, src, dst, topic, parts)
@@ -508,4 +548,94 @@ func checkStateCoordination(t *testing.T, dst *tandemtest.Cluster, name, topic s
 			}
 		}
 	}
+}
+
+// TestMirrorFailoverFinisherKilled fails a topic over and kills, at once,
+// the destination broker that finishes it (the leader of partition 0):
+// the partitions' STOPPING work is persisted on their coordinators, the
+// next leader of partition 0 finishes the topic, every partition ends
+// STOPPED, the topic is writable, and the mirrored records are all there.
+//
+// It needs __mirror_state writes acknowledged only once replicated (issue
+// 14's coordinator change, helper i14a's branch): without it, a state
+// the killed broker coordinated and acknowledged can be lost with it
+// (seen: a partition back to MIRRORING after its STOPPING was
+// acknowledged). Until that is merged it runs only with
+// TANDEM_COORD_WRITES_REPLICATED=1.
+func TestMirrorFailoverFinisherKilled(t *testing.T) {
+	if os.Getenv("TANDEM_COORD_WRITES_REPLICATED") == "" {
+		t.Skip("needs coordinator writes acknowledged at the high watermark (i14a); set TANDEM_COORD_WRITES_REPLICATED=1 once merged")
+	}
+	src := tandemtest.StartCluster(t, 3, clusterMirrorProps)
+	dst := tandemtest.StartCluster(t, 3, clusterMirrorProps)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const topic, name, parts = "orders", "m1", int32(3)
+	// Replication factor 3 on the source, hence on the destination.
+	if _, err := kadm.NewClient(tandemtest.Client(t, src.Addrs()[0])).CreateTopic(ctx, parts, 3, nil, topic); err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	src.WaitFor("the topic", func(img *raftmeta.Image) bool { return img.Topics[topic] != nil })
+	scl := tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	for i := range 3000 {
+		scl.Produce(ctx, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, "v%05d", i)}, nil)
+	}
+	if err := scl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	da := admin.New(tandemtest.Client(t, dst.Addrs()[0], kgo.SeedBrokers(dst.Addrs()...), admin.Opt()))
+	if err := da.CreateMirror(ctx, name, map[string]string{"bootstrap.servers": src.Addrs()[0]}); err != nil {
+		t.Fatalf("create mirror: %v", err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{topic: name}); err != nil {
+		t.Fatalf("add topic: %v", err)
+	}
+	waitClusterCaughtUp(t, src, dst, name, topic, parts, 60*time.Second)
+
+	finisher := dst.Leader(topic, 0)
+	asked := dst.Broker(finisher%3 + 1) // another broker takes the request
+	failed := make(chan error, 1)
+	go func() {
+		_, err := admin.New(tandemtest.Client(t, asked.Addr, admin.Opt())).RemoveTopicsFromMirror(ctx, name, []string{topic})
+		failed <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	dst.Broker(finisher).Kill()
+	err := <-failed // the answer may time out while partition 0 moves
+	t.Logf("failover request with broker %d killed: %v", finisher, err)
+	defer func() {
+		if t.Failed() {
+			for _, b := range dst.Brokers {
+				if b.Broker() != nil {
+					t.Logf("broker %d: %+v", b.ID, describeOn(t, b.Addr, name))
+				}
+			}
+			t.Logf("leaders: %d %d %d", dst.Leader(topic, 0), dst.Leader(topic, 1), dst.Leader(topic, 2))
+		}
+	}()
+	waitFor(t, 45*time.Second, "every partition STOPPED", func() bool {
+		d := describeOn(t, asked.Addr, name)
+		for p := range parts {
+			if d[fmt.Sprintf("%s/%d", topic, p)].State != "STOPPED" {
+				return false
+			}
+		}
+		return true
+	})
+	dst.WaitFor("the topic writable", func(img *raftmeta.Image) bool { return img.Topics[topic].Configs["mirror.name"] == "" })
+	dcl := tandemtest.Client(t, asked.Addr, kgo.SeedBrokers(dst.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for p := range parts {
+		if err := dcl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: p, Value: []byte("after failover")}).FirstErr(); err != nil {
+			t.Fatalf("produce to %s-%d after failover: %v", topic, p, err)
+		}
+		want := batches(t, clusterPartition(src, src.Leader(topic, p), topic, p))
+		got := batches(t, clusterPartition(dst, dst.Leader(topic, p), topic, p))
+		if len(got) < len(want) {
+			t.Fatalf("%s-%d: %d batches on the destination, %d on the source", topic, p, len(got), len(want))
+		}
+		if err := diffLogs(want, got[:len(want)]); err != nil {
+			t.Fatalf("%s-%d: the mirrored records: %v", topic, p, err)
+		}
+	}
+	dst.Broker(finisher).Restart()
 }
