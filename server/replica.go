@@ -34,14 +34,18 @@ type partKey struct {
 // replication is the broker's replication state: the partitions it
 // leads and the fetchers that copy the partitions it follows.
 type replication struct {
-	b *Broker
-	// seq stamps replica fetches in the order their reads start, so
-	// that AwaitISRTruncated can tell a fetch that saw a truncation from
-	// one that did not.
-	seq      atomic.Int64
+	b        *Broker
 	mu       sync.Mutex
 	led      map[partKey]*ledPartition
 	fetchers map[int32]*fetcher // by leader
+
+	// seq stamps replica fetches in the order their reads start, so
+	// that AwaitISRTruncated can tell a fetch that saw a truncation from
+	// one that did not.
+	seq atomic.Int64
+	// mirrorQuota is mirror.replication.throttled.rate, shared by the
+	// fetchers (replica_throttle.go).
+	mirrorQuota replicaQuota
 }
 
 // ledPartition is a partition this broker leads with more than one

@@ -160,7 +160,7 @@ func produceRange(t *testing.T, c *tandemtest.Cluster, topic string, from, n int
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(time.Millisecond),
-		kgo.RetryTimeout(30*time.Second))
+		kgo.RetryTimeout(30*time.Second), kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerBatchMaxBytes(16<<10))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,4 +513,124 @@ func TestMirrorFailbackTruncatesEveryReplica(t *testing.T) {
 	a.WaitFor("the restarted follower back in the ISR", func(img *raftmeta.Image) bool {
 		return slices.Contains(img.Topics[topic].Partitions[0].ISR, down.ID)
 	})
+}
+
+// alterErr is the first error of an alteration's responses.
+func alterErr(rs kadm.AlterConfigsResponses) error {
+	for _, r := range rs {
+		if r.Err != nil {
+			return fmt.Errorf("%s: %w (%s)", r.Name, r.Err, r.ErrMessage)
+		}
+	}
+	return nil
+}
+
+// logBytes is the size of a replica's log, batch bytes up to its end.
+func logBytes(t *testing.T, ep *engine.Partition) int {
+	t.Helper()
+	n := 0
+	for _, b := range logToEnd(t, ep) {
+		n += len(b)
+	}
+	return n
+}
+
+// TestMirrorFollowerThrottle throttles one follower of a mirror
+// partition with mirror.replication.throttled.replicas and its broker's
+// mirror.replication.throttled.rate (dynamic configs, described as
+// set): while the leader and the other follower have everything, the
+// throttled follower replicates near the rate, and once the throttle is
+// removed it ends byte-identical.
+func TestMirrorFollowerThrottle(t *testing.T) {
+	src, dst := mirrorClusterPair(t, nil)
+	const topic = "slow"
+	createClusterTopic(t, src, topic, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	a := clusterAdmin(t, dst)
+	if err := a.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": strings.Join(src.Addrs(), ",")}); err != nil {
+		t.Fatalf("create mirror: %v", err)
+	}
+	dst.WaitFor("the mirror on every broker", func(img *raftmeta.Image) bool { return img.Mirrors["m"] != nil })
+	retryCoord(t, "add topic", func() error { return a.AddTopicsToMirror(ctx, map[string]string{topic: "m"}) })
+	dst.WaitFor("the mirror topic", func(img *raftmeta.Image) bool { return img.Topics[topic] != nil })
+	alignMirrorLeader(t, dst, topic)
+	leader := dst.Leader(topic, 0)
+	var slow, fast int32
+	for _, id := range dst.Image().Topics[topic].Partitions[0].Replicas {
+		switch {
+		case id == leader:
+		case slow == 0:
+			slow = id
+		default:
+			fast = id
+		}
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(dst.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	const rate = 100_000
+	rs, err := adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Name: "mirror.replication.throttled.rate", Value: kmsg.StringPtr(fmt.Sprint(rate))}}, slow)
+	if err == nil {
+		err = alterErr(rs)
+	}
+	if err != nil {
+		t.Fatalf("set the rate of broker %d: %v", slow, err)
+	}
+	rs, err = adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "mirror.replication.throttled.replicas", Value: kmsg.StringPtr(fmt.Sprintf("0:%d", slow))}}, topic)
+	if err == nil {
+		err = alterErr(rs)
+	}
+	if err != nil {
+		t.Fatalf("throttle follower %d of the mirror topic: %v", slow, err)
+	}
+	bad, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "mirror.replication.throttled.replicas", Value: kmsg.StringPtr("0-2")}}, topic)
+	if err == nil && alterErr(bad) == nil {
+		t.Fatal("a malformed throttled replicas list was accepted")
+	}
+	described, err := adm.DescribeBrokerConfigs(ctx, slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := described.On(fmt.Sprint(slow), nil); err != nil || !slices.ContainsFunc(c.Configs, func(c kadm.Config) bool {
+		return c.Key == "mirror.replication.throttled.rate" && c.MaybeValue() == fmt.Sprint(rate)
+	}) {
+		t.Fatalf("broker %d does not describe its mirror.replication.throttled.rate as %d: %v", slow, rate, err)
+	}
+	dst.WaitFor("the throttle configs", func(img *raftmeta.Image) bool {
+		return img.Topics[topic].Configs["mirror.replication.throttled.replicas"] != "" && img.NodeConfigs[slow]["mirror.replication.throttled.rate"] != ""
+	})
+
+	produceRange(t, src, topic, 0, 2000) // about 1.1 MB
+	want := logBytes(t, leaderLog(t, src, topic, 0))
+	tid := engine.TopicID(dst.Image().Topics[topic].ID)
+	replica := func(id int32) *engine.Partition { return dst.Broker(id).Broker().Engine().Partition(tid, 0) }
+	waitFor(t, time.Minute, "the leader and the unthrottled follower to have everything", func() bool {
+		return logBytes(t, replica(leader)) == want && logBytes(t, replica(fast)) == want
+	})
+	b0 := logBytes(t, replica(slow))
+	start := time.Now()
+	time.Sleep(3 * time.Second)
+	b1 := logBytes(t, replica(slow))
+	window := time.Since(start).Seconds()
+	got := float64(b1-b0) / window
+	t.Logf("throttled follower: %d bytes in %.1fs (%.0f B/s at a rate of %d B/s); leader has %d", b1-b0, window, got, rate, want)
+	// Generous bounds: a one-second burst and a fetch round either way.
+	if got > 2*rate || got < 0.3*rate || b1 >= want {
+		t.Fatalf("throttled follower replicated %.0f B/s (%d of %d bytes), want about %d B/s", got, b1, want, rate)
+	}
+
+	// Throttle off: it catches up, byte for byte.
+	rs, err = adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.DeleteConfig, Name: "mirror.replication.throttled.replicas"}}, topic)
+	if err == nil {
+		err = alterErr(rs)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameOnEveryReplica(t, src, dst, topic, time.Minute)
 }
