@@ -248,11 +248,15 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 			o.CurrentLeader.LeaderID, o.CurrentLeader.LeaderEpoch = part.Leader, part.LeaderEpoch
 			continue
 		}
+		var seq int64
 		if replica.id >= 0 {
 			if err := b.checkReplica(fp, replica, part); err != nil {
 				fail(err)
 				continue
 			}
+			// Stamped before the read, which sees every truncation
+			// that happened before the stamp.
+			seq = b.repl.seq.Add(1)
 			waits = append(waits, ep.WaitEnd()) // followers wait for new data, not for the hwm
 		} else {
 			waits = append(waits, ep.Wait()) // before reading: no missed wakeup
@@ -268,6 +272,9 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 				done = true
 				continue
 			}
+		}
+		if replica.id >= 0 && fp.req.FetchOffset <= offs.LogEnd {
+			b.replicaFetched(fp, replica, seq)
 		}
 		limit := min(int(fp.req.PartitionMaxBytes), maxBytes-total)
 		if limit <= 0 {

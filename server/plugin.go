@@ -11,7 +11,10 @@ import (
 // finds a plugin's hooks in Config.Plugins by type assertion (see New)
 // and is the plugins' Host.
 
-var _ plugin.Host = (*Broker)(nil)
+var (
+	_ plugin.Host               = (*Broker)(nil)
+	_ plugin.ReplicaConvergence = (*Broker)(nil)
+)
 
 // RequestContext is what a handler knows of its request; handlers of the
 // broker and of plugins share it.

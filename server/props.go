@@ -204,6 +204,15 @@ func oneOf(values ...string) func(string) string {
 	}
 }
 
+// throttledReplicas accepts Kafka's throttled replicas list: empty, "*",
+// or partition:broker pairs separated by commas.
+func throttledReplicas(v string) string {
+	if _, err := parseThrottledReplicas(v); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
 // listOf accepts a non-empty comma-separated list of the given values.
 func listOf(values ...string) func(string) string {
 	return func(v string) string {
@@ -274,6 +283,8 @@ var topicConfigList = []*configDef{
 		doc: "The minimum number of in-sync replicas for acks=all."},
 	{name: "mirror.name", typ: kmsg.ConfigTypeString, def: cfgStr(""),
 		doc: "The cluster mirror that manages this topic (KIP-1279). A topic with it set is read-only; only the mirror APIs set and clear it."},
+	{name: "mirror.replication.throttled.replicas", typ: kmsg.ConfigTypeList, def: cfgStr(""), valid: throttledReplicas,
+		doc: "The followers whose replication of this mirror topic is throttled to their broker's mirror.replication.throttled.rate: partition:broker,... or * (KIP-1279)."},
 	{name: "preallocate", typ: kmsg.ConfigTypeBoolean, def: cfgStr("false"), synonyms: syn("log.preallocate"), doc: "Preallocate files on disk (no effect in Tandem)."},
 	{name: "remote.storage.enable", typ: kmsg.ConfigTypeBoolean, def: cfgStr("false"), valid: noTieredStorage, doc: "Tiered storage (not supported by Tandem)."},
 	{name: "retention.bytes", typ: kmsg.ConfigTypeLong, def: cfgStr("-1"), synonyms: syn("log.retention.bytes"),
@@ -361,6 +372,8 @@ var brokerConfigList = []*configDef{
 		doc: "The most partition replicas one broker may host (KIP-578); creations beyond it fail with POLICY_VIOLATION."},
 	{name: "message.max.bytes", typ: kmsg.ConfigTypeInt, def: cfgStr("1048588"), valid: atLeast(0), dynamic: true, doc: "The largest record batch size allowed."},
 	{name: "min.insync.replicas", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), dynamic: true, doc: "The minimum number of in-sync replicas for acks=all."},
+	{name: "mirror.replication.throttled.rate", typ: kmsg.ConfigTypeLong, def: cfgStr("0"), valid: atLeast(0), dynamic: true,
+		doc: "Bytes per second this broker replicates, as a follower, of the mirror partitions named in their topic's mirror.replication.throttled.replicas; 0: unlimited (KIP-1279)."},
 	{name: "num.partitions", typ: kmsg.ConfigTypeInt, def: cfgStr("1"), valid: atLeast(1), doc: "The default number of partitions per topic."},
 	{name: "queued.max.request.bytes", typ: kmsg.ConfigTypeLong, def: cfgStr("134217728"), valid: atLeast(-1),
 		doc: "The bytes of requests being read or waiting for their handler before no more are read (-1: no limit)."},

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -37,6 +38,14 @@ type replication struct {
 	mu       sync.Mutex
 	led      map[partKey]*ledPartition
 	fetchers map[int32]*fetcher // by leader
+
+	// seq stamps replica fetches in the order their reads start, so
+	// that AwaitISRTruncated can tell a fetch that saw a truncation from
+	// one that did not.
+	seq atomic.Int64
+	// mirrorQuota is mirror.replication.throttled.rate, shared by the
+	// fetchers (replica_throttle.go).
+	mirrorQuota replicaQuota
 }
 
 // ledPartition is a partition this broker leads with more than one
@@ -58,6 +67,9 @@ type follower struct {
 	lastCaughtUp time.Time // the last time it had everything the leader had
 	prevLeo      int64     // the leader's log end at its previous fetch
 	prevFetch    time.Time
+	// seq is the stamp of its latest fetch whose log matched the
+	// leader's (replication.seq).
+	seq int64
 }
 
 func newReplication(b *Broker) *replication {
@@ -133,9 +145,10 @@ func (lp *ledPartition) updateHWM(self int32) {
 	lp.ep.SetHighWatermark(hwm)
 }
 
-// fetched records a follower's fetch from offset and returns whether it
-// should join the ISR.
-func (lp *ledPartition) fetched(self, id int32, offset int64, now time.Time) (expand bool) {
+// fetched records a follower's fetch from offset, whose read (stamped
+// seq) found the follower's log to match the leader's up to offset, and
+// returns whether it should join the ISR.
+func (lp *ledPartition) fetched(self, id int32, offset, seq int64, now time.Time) (expand bool) {
 	offs := lp.ep.Offsets()
 	lp.mu.Lock()
 	f := lp.followers[id]
@@ -144,6 +157,7 @@ func (lp *ledPartition) fetched(self, id int32, offset int64, now time.Time) (ex
 		return false
 	}
 	f.logEnd = offset
+	f.seq = max(f.seq, seq)
 	// Kafka's rule: caught up now if it asks for the leader's end; else
 	// caught up as of its previous fetch if it asks for what the leader
 	// had then.
@@ -343,8 +357,7 @@ type replicaFetch struct {
 // checkReplica refuses a replica fetch from a broker that is not a
 // replica of the partition or whose broker epoch is not its registered
 // one (a client posing as a follower, KIP-903; CVE-2018-1288 asks in
-// addition for CLUSTER_ACTION, checked with the request), and records
-// the fetch of a follower.
+// addition for CLUSTER_ACTION, checked with the request).
 func (b *Broker) checkReplica(fp *fetchPart, r replicaFetch, part raftmeta.Partition) *kerr.Error {
 	img := b.image()
 	br, ok := img.Brokers[r.id]
@@ -354,15 +367,70 @@ func (b *Broker) checkReplica(fp *fetchPart, r replicaFetch, part raftmeta.Parti
 	case !ok || r.epoch != br.Epoch:
 		return kerr.StaleBrokerEpoch
 	}
-	lp := b.repl.leading(fp.topic.ID, fp.key.partition)
-	if lp == nil {
+	if b.repl.leading(fp.topic.ID, fp.key.partition) == nil {
 		return kerr.NotLeaderForPartition
 	}
-	if !fp.replicaSeen {
-		fp.replicaSeen = true
-		if lp.fetched(b.cfg.NodeID, r.id, fp.req.FetchOffset, time.Now()) && br.Live() {
-			b.repl.expand(lp, r.id)
+	return nil
+}
+
+// replicaFetched records the fetch of a follower whose log matched ours
+// up to its fetch offset (read stamped seq), once per request. As in
+// Kafka, a fetch answered with a diverging epoch or out of range is not
+// recorded: a follower with a divergent suffix neither counts for the
+// high watermark nor rejoins the ISR before it truncated.
+func (b *Broker) replicaFetched(fp *fetchPart, r replicaFetch, seq int64) {
+	if fp.replicaSeen {
+		return
+	}
+	fp.replicaSeen = true
+	lp := b.repl.leading(fp.topic.ID, fp.key.partition)
+	if lp == nil {
+		return
+	}
+	if lp.fetched(b.cfg.NodeID, r.id, fp.req.FetchOffset, seq, time.Now()) && b.image().Brokers[r.id].Live() {
+		b.repl.expand(lp, r.id)
+	}
+}
+
+// AwaitISRTruncated implements plugin.ReplicaConvergence: it waits until
+// every follower in the ISR of a partition this broker leads has fetched,
+// since the call, with a log that matches the leader's: one that had
+// records the leader truncated away has truncated them (answered with a
+// diverging epoch, it is not counted until a later fetch matches). A
+// follower that stops fetching leaves the ISR after
+// replica.lag.time.max.ms, which ends the wait too.
+func (b *Broker) AwaitISRTruncated(ctx context.Context, id raftmeta.UUID, partition int32) error {
+	start := b.repl.seq.Add(1)
+	for {
+		lp := b.repl.leading(id, partition)
+		if lp == nil {
+			t := b.image().TopicsByID[id]
+			if t != nil && int(partition) < len(t.Partitions) {
+				if part := t.Partitions[partition]; part.Leader == b.cfg.NodeID && len(part.Replicas) <= 1 {
+					return nil // one replica: nothing to wait for
+				}
+			}
+			return fmt.Errorf("partition %d of topic %s is not led by broker %d: %w", partition, id.Base64(), b.cfg.NodeID, kerr.NotLeaderForPartition)
+		}
+		lp.mu.Lock()
+		var waiting []int32
+		for _, f := range lp.part.ISR {
+			if f != b.cfg.NodeID && (lp.followers[f] == nil || lp.followers[f].seq <= start) {
+				waiting = append(waiting, f)
+			}
+		}
+		lp.mu.Unlock()
+		if len(waiting) == 0 {
+			return nil
+		}
+		// Polled: the ISR changes with images and fetches, and a wait
+		// lasts a fetch round or two.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s-%d: ISR followers %v have not fetched since the truncation: %w", lp.topic, partition, waiting, ctx.Err())
+		case <-b.ctx.Done():
+			return fmt.Errorf("broker closing: %w", kerr.NotLeaderForPartition)
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return nil
 }

@@ -321,9 +321,19 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 	fetching := map[partKey]*followed{}
 	bounds := map[partKey]int32{} // KAFKA-18723: the highest batch epoch each partition may take
 	img := b.image()
+	rate := b.mirrorThrottleRate()
+	throttled := map[partKey]bool{}
+	var quotaWait time.Duration // > 0: a throttled partition was left out
 	for _, fp := range parts {
 		if !fp.truncated {
 			continue
+		}
+		if rate > 0 && b.mirrorThrottled(img, fp) {
+			if w := b.repl.mirrorQuota.wait(rate, time.Now()); w > 0 {
+				quotaWait = max(quotaWait, w)
+				continue
+			}
+			throttled[fp.key] = true
 		}
 		i, ok := byID[fp.key.id]
 		if !ok {
@@ -339,6 +349,9 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 		rp.FetchOffset, rp.LogStartOffset = offs.LogEnd, offs.LogStart
 		rp.LastFetchedEpoch = fp.ep.LastFetchedEpoch()
 		rp.PartitionMaxBytes = cp.FetchMaxBytes
+		if throttled[fp.key] {
+			rp.PartitionMaxBytes = int32(min(int64(cp.FetchMaxBytes), rate)) // a second's worth
+		}
 		bounds[fp.key] = fp.leaderEpoch
 		if img.MirrorOf(fp.topic) != "" {
 			if fp.mirrorEpoch < 0 {
@@ -353,6 +366,12 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 		fetching[fp.key] = fp
 	}
 	if len(fetching) == 0 {
+		if quotaWait > 0 { // only throttled partitions, over their quota
+			select {
+			case <-ctx.Done():
+			case <-time.After(min(quotaWait, time.Second)):
+			}
+		}
 		return nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, cp.FetchWait+30*time.Second)
@@ -379,6 +398,9 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 			fp := fetching[partKey{rt.TopicID, rp.Partition}]
 			if fp == nil || !f.current(fp) {
 				continue
+			}
+			if throttled[fp.key] {
+				b.repl.mirrorQuota.record(len(rp.RecordBatches), rate, time.Now())
 			}
 			wg.Add(1)
 			go func() {

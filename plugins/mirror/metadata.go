@@ -279,7 +279,7 @@ func excludedProps(c map[string]string) map[string]bool {
 	if !ok {
 		ex = defaultExclude
 	}
-	out := map[string]bool{"mirror.name": true}
+	out := map[string]bool{"mirror.name": true, "mirror.replication.throttled.replicas": true} // this cluster's own
 	for _, k := range strings.Split(ex, ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			out[k] = true

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // source is the source loop's state: the client to the source cluster
@@ -388,9 +389,29 @@ func (r *run) prepare(pt *part) error {
 			return r.fail(pt, fmt.Errorf("LME truncation to %d: %w", to, err))
 		}
 	}
+	// The KIP's MIRRORING: every ISR member has truncated too. Waited
+	// for without applyMu, so that the mirror's other partitions keep
+	// being copied; nothing appends to this one while it is PREPARING.
+	if rc, ok := r.p.Host().(plugin.ReplicaConvergence); ok {
+		r.applyMu.Unlock()
+		ctx, cancel := context.WithTimeout(r.ctx, isrTruncationWait)
+		err := rc.AwaitISRTruncated(ctx, pt.id, pt.partition)
+		cancel()
+		r.applyMu.Lock()
+		if err != nil {
+			return fmt.Errorf("waiting for the ISR to truncate to the last mirror epoch: %w", err)
+		}
+		if st, _ := r.state(pt.tpKey); st != Preparing {
+			return nil
+		}
+	}
 	r.setTrouble([]*part{pt}, nil)
 	return r.setState(pt, Mirroring, "")
 }
+
+// isrTruncationWait bounds one wait for the ISR to truncate; PREPARING
+// is retried after it (a silent follower leaves the ISR meanwhile).
+const isrTruncationWait = 5 * time.Second
 
 // --- fetchers ---
 
