@@ -154,7 +154,7 @@ func (p *Plugin) readStateRemote(ctx context.Context, node int32, k pkey, id uui
 // ID asked for, for an answer without one.
 func (sp *StatePartition) state(id uuid.UUID) pstate {
 	st := pstate{State: State(sp.State), Reason: sp.Reason, TopicID: sp.TopicID, LMO: sp.LastMirroredOffset, LME: sp.LastMirrorEpoch,
-		StopAt: sp.StopOffset, StopEpoch: sp.StopEpoch, StopDone: sp.StopDone}
+		StopAt: sp.StopOffset, StopEpoch: sp.StopEpoch, StopDone: sp.StopDone, StopIndex: sp.StopIndex}
 	if st.TopicID.IsZero() {
 		st.TopicID = id
 	}
@@ -190,7 +190,7 @@ func (p *Plugin) writeState(ctx context.Context, k pkey, id uuid.UUID, update fu
 		}
 		if err := p.writeRemote(ctx, node, k, StatePartition{
 			PartitionIndex: k.partition, LastMirroredOffset: next.LMO, State: int8(next.State), LastMirrorEpoch: next.LME,
-			Reason: next.Reason, TopicID: id, StopOffset: next.StopAt, StopEpoch: next.StopEpoch, StopDone: next.StopDone,
+			Reason: next.Reason, TopicID: id, StopOffset: next.StopAt, StopEpoch: next.StopEpoch, StopDone: next.StopDone, StopIndex: next.StopIndex,
 		}); err != nil {
 			return err
 		}

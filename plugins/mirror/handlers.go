@@ -595,7 +595,7 @@ func (p *Plugin) readStates(ctx context.Context, req *ReadMirrorStatesRequest) (
 // setState fills a response's partition with a persisted state.
 func (sp *StatePartition) setState(s pstate) {
 	sp.LastMirroredOffset, sp.State, sp.LastMirrorEpoch, sp.Reason, sp.TopicID = s.LMO, int8(s.State), s.LME, s.Reason, s.TopicID
-	sp.StopOffset, sp.StopEpoch, sp.StopDone = s.StopAt, s.StopEpoch, s.StopDone
+	sp.StopOffset, sp.StopEpoch, sp.StopDone, sp.StopIndex = s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex
 }
 
 // topicState is ReadMirrorStates without NeedPartitionStates: one entry
@@ -663,7 +663,7 @@ func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest)
 			}
 			_, err := p.writeStateLocal(ctx, pkey{req.MirrorName, t.Name, sp.PartitionIndex}, id, func(s *pstate) error {
 				s.State, s.LMO, s.LME, s.Reason = State(sp.State), sp.LastMirroredOffset, sp.LastMirrorEpoch, sp.Reason
-				s.StopAt, s.StopEpoch, s.StopDone = sp.StopOffset, sp.StopEpoch, sp.StopDone
+				s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex = sp.StopOffset, sp.StopEpoch, sp.StopDone, sp.StopIndex
 				return nil
 			})
 			c, _ := code(err)

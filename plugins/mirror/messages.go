@@ -461,7 +461,8 @@ type StatesTopic struct {
 // leader epoch when the fetcher let go; -1 before), so that a broker
 // running the failover of a partition whose state another broker
 // coordinates resumes it from the same point; 5 its last step done; 6
-// the partition's divergence manifest entries (between brokers).
+// the partition's divergence manifest entries (between brokers); 7 the
+// metadata index of the topic's stop (with STOPPED).
 type StatePartition struct {
 	PartitionIndex     int32
 	LastMirroredOffset int64
@@ -473,6 +474,7 @@ type StatePartition struct {
 	StopOffset         int64 // tag 3
 	StopEpoch          int32 // tag 4
 	StopDone           bool  // tag 5
+	StopIndex          int64 // tag 7
 	// Diverged (tag 6) are the partition's divergence manifest entries,
 	// between brokers only: a coordinator answers them to a
 	// ReadMirrorStates that names the topic ID, and a WriteMirrorStates
@@ -666,11 +668,11 @@ var (
 	statePartition = []field{i32("PartitionIndex"), i64("LastMirroredOffset"), i8("State"),
 		alwaysTagged(0, i32("LastMirrorEpoch"), -1), tagged(1, str("Reason")), alwaysTagged(2, uid("TopicID"), 0),
 		alwaysTagged(3, i64("StopOffset"), -1), alwaysTagged(4, i32("StopEpoch"), -1), tagged(5, boolean("StopDone")),
-		tagged(6, divergedEntries)}
+		tagged(6, divergedEntries), tagged(7, i64("StopIndex"))}
 	statePartitionErr = []field{i32("PartitionIndex"), i64("LastMirroredOffset"), i8("State"), i16("ErrorCode"),
 		alwaysTagged(0, i32("LastMirrorEpoch"), -1), tagged(1, str("Reason")), alwaysTagged(2, uid("TopicID"), 0),
 		alwaysTagged(3, i64("StopOffset"), -1), alwaysTagged(4, i32("StopEpoch"), -1), tagged(5, boolean("StopDone")),
-		tagged(6, divergedEntries)}
+		tagged(6, divergedEntries), tagged(7, i64("StopIndex"))}
 
 	divergedRange = []field{str("Topic"), i32("Partition"), i64("FirstOffset"), i64("LastOffset"),
 		i32("FirstEpoch"), i32("LastEpoch"), i64("Records"), i64("FirstTimestamp"), i64("LastTimestamp"),

@@ -262,10 +262,12 @@ func (r *run) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
 				return err
 			}
 		}
-		if stopped := m.Topics[k.topic].Stopped; !stopped && (st.State == Unknown || st.State == Stopped) {
-			// A new mirror partition, or one added again (failback).
+		if stopped := m.Topics[k.topic].Stopped; !stopped && (st.State == Unknown || st.State == Stopped && int64(img.Index) >= st.StopIndex) {
+			// A new mirror partition, or one added again (failback). A
+			// STOPPED partition whose stop this image does not show yet
+			// (another broker finished the topic a moment ago) is not.
 			if st, err = r.p.writeState(r.ctx, pkey{r.name, k.topic, k.partition}, id, func(s *pstate) error {
-				s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone = Preparing, "", -1, -1, false
+				s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex = Preparing, "", -1, -1, false, 0
 				return nil
 			}); err != nil {
 				return err

@@ -93,6 +93,11 @@ type pstate struct {
 	// writable once all its partitions have it (whichever brokers lead
 	// them).
 	StopDone bool
+	// StopIndex is the metadata index (raft log index) at which the
+	// topic's membership was stopped, recorded with STOPPED: a broker
+	// whose image is older has not seen the stop yet, and must not take
+	// STOPPED with a live membership for the topic added again.
+	StopIndex int64
 }
 
 // newPState is the state of a partition nothing was recorded for.
@@ -102,7 +107,8 @@ func newPState() pstate { return pstate{LMO: -1, LME: -1, StopAt: -1, StopEpoch:
 // coordinator records do: 1 LastMirroredOffsets, 2 MirrorPartitionState,
 // each keyed by (mirror, topic, partition) so that compaction keeps one
 // record per partition. Values start with an int16 version: state values
-// are version 2 (version 0 lacks the stop fields, 1 StopDone).
+// are version 3 (version 0 lacks the stop fields, 1 StopDone, 2
+// StopIndex).
 const (
 	recLastMirrored int16 = 1
 	recPartState    int16 = 2
@@ -117,13 +123,14 @@ func recordKey(typ int16, k pkey) []byte {
 }
 
 func stateValue(s pstate) []byte {
-	b := kbin.AppendInt16(nil, 2)
+	b := kbin.AppendInt16(nil, 3)
 	b = kbin.AppendInt8(b, int8(s.State))
 	b = kbin.AppendUuid(b, s.TopicID)
 	b = kbin.AppendString(b, s.Reason)
 	b = kbin.AppendInt64(b, s.StopAt)
 	b = kbin.AppendInt32(b, s.StopEpoch)
-	return kbin.AppendBool(b, s.StopDone)
+	b = kbin.AppendBool(b, s.StopDone)
+	return kbin.AppendInt64(b, s.StopIndex)
 }
 
 func offsetsValue(s pstate) []byte {
@@ -221,12 +228,15 @@ func (s *shard) Replay(key, value []byte) error {
 		p.State = State(v.Int8())
 		p.TopicID = v.Uuid()
 		p.Reason = v.String()
-		p.StopAt, p.StopEpoch, p.StopDone = -1, -1, false
+		p.StopAt, p.StopEpoch, p.StopDone, p.StopIndex = -1, -1, false, 0
 		if version >= 1 {
 			p.StopAt, p.StopEpoch = v.Int64(), v.Int32()
 		}
 		if version >= 2 {
 			p.StopDone = v.Bool()
+		}
+		if version >= 3 {
+			p.StopIndex = v.Int64()
 		}
 	case recLastMirrored:
 		p.LMO = v.Int64()
@@ -287,7 +297,7 @@ func (p *Plugin) writeStateLocal(ctx context.Context, k pkey, id uuid.UUID, upda
 		}
 		var recs []coord.Record
 		if next.State != cur.State || next.Reason != cur.Reason || next.TopicID != cur.TopicID ||
-			next.StopAt != cur.StopAt || next.StopEpoch != cur.StopEpoch || next.StopDone != cur.StopDone {
+			next.StopAt != cur.StopAt || next.StopEpoch != cur.StopEpoch || next.StopDone != cur.StopDone || next.StopIndex != cur.StopIndex {
 			recs = append(recs, coord.Record{Key: recordKey(recPartState, k), Value: stateValue(next)})
 		}
 		if next.LMO != cur.LMO || next.LME != cur.LME {

@@ -209,23 +209,26 @@ func (r *run) finishStops(parts []*part) error {
 		if err := r.p.Host().Metadata().StopMirrorTopic(r.ctx, r.name, topic); err != nil {
 			return err
 		}
+		// The image here has the stop (StopMirrorTopic waits for it):
+		// its index tells other brokers whether theirs does.
+		stopIndex := int64(r.p.Image().Index)
 		r.p.stopHook(topic, -1, StepWritable)
 		// Partition 0 last: until it is STOPPED its leader finishes the
 		// topic, so a finisher that dies half way is followed by the
 		// partition's next leader.
 		for i := len(t.Partitions) - 1; i >= 0; i-- {
 			k := tpKey{topic, int32(i)}
-			if j := slices.IndexFunc(pts, func(pt *part) bool { return pt.tpKey == k }); j >= 0 {
-				if err := r.setState(pts[j], Stopped, ""); err != nil {
-					return err
-				}
-				continue
-			}
-			if _, err := r.p.writeState(r.ctx, pkey{r.name, topic, int32(i)}, t.ID, func(s *pstate) error {
-				s.State, s.Reason = Stopped, ""
+			st, err := r.p.writeState(r.ctx, pkey{r.name, topic, int32(i)}, t.ID, func(s *pstate) error {
+				s.State, s.Reason, s.StopIndex = Stopped, "", stopIndex
 				return nil
-			}); err != nil {
+			})
+			if err != nil {
 				return err
+			}
+			if j := slices.IndexFunc(pts, func(pt *part) bool { return pt.tpKey == k }); j >= 0 {
+				r.mu.Lock()
+				pts[j].state, pts[j].reason = st.State, st.Reason
+				r.mu.Unlock()
 			}
 		}
 		r.log.Info("mirror topic stopped: now writable", "topic", topic)
