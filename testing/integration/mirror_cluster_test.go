@@ -556,16 +556,11 @@ func checkStateCoordination(t *testing.T, dst *tandemtest.Cluster, name, topic s
 // next leader of partition 0 finishes the topic, every partition ends
 // STOPPED, the topic is writable, and the mirrored records are all there.
 //
-// It needs __mirror_state writes acknowledged only once replicated (issue
-// 14's coordinator change, helper i14a's branch): without it, a state
-// the killed broker coordinated and acknowledged can be lost with it
-// (seen: a partition back to MIRRORING after its STOPPING was
-// acknowledged). Until that is merged it runs only with
-// TANDEM_COORD_WRITES_REPLICATED=1.
+// It relies on __mirror_state writes being acknowledged only once
+// replicated: otherwise a state the killed broker coordinated and
+// acknowledged can be lost with it (seen: a partition back to MIRRORING
+// after its STOPPING was acknowledged).
 func TestMirrorFailoverFinisherKilled(t *testing.T) {
-	if os.Getenv("TANDEM_COORD_WRITES_REPLICATED") == "" {
-		t.Skip("needs coordinator writes acknowledged at the high watermark (i14a); set TANDEM_COORD_WRITES_REPLICATED=1 once merged")
-	}
 	src := tandemtest.StartCluster(t, 3, clusterMirrorProps)
 	dst := tandemtest.StartCluster(t, 3, clusterMirrorProps)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
