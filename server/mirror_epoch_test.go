@@ -155,3 +155,37 @@ func TestFollowerRefusesBatchAboveEpochBound(t *testing.T) {
 		t.Fatalf("mirror partition holds %q (log end %d, epoch %d), want x, y", got, m.Offsets().LogEnd, m.LastFetchedEpoch())
 	}
 }
+
+// TestEpochStartOfMirrorPartition: the leader of a mirror partition,
+// whose batches keep their source's epochs, puts the start of its own
+// epoch at its log end when elected, not at its moving log end, so that
+// a follower can rejoin the ISR while the mirror copies.
+func TestEpochStartOfMirrorPartition(t *testing.T) {
+	e, err := engine.Open(engine.Config{Dir: "db", FS: vfs.NewMem(), SyncWrites: true, RetentionCheckInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	p, err := e.Create("mirrored", engine.TopicID{3}, 0, engine.DefaultLogConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendAt := func(base int64, epoch int32) {
+		t.Helper()
+		if _, err := p.Append(context.Background(), &engine.AppendRequest{Origin: engine.OriginReplica, Records: epochBatch(base, epoch, "v"), Acks: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendAt(0, 7)
+	appendAt(1, 7)
+	if err := p.SetLeaderEpoch(25); err != nil {
+		t.Fatal(err)
+	}
+	lp := &ledPartition{ep: p, electedEnd: p.Offsets().LogEnd}
+	lp.part.LeaderEpoch = 25
+	appendAt(2, 12) // the mirror fetcher copies on, in source epochs
+	appendAt(3, 12)
+	if got := lp.epochStart(); got != 2 {
+		t.Fatalf("epoch 25 starts at %d, want 2 (the log end at the election)", got)
+	}
+}

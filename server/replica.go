@@ -59,6 +59,9 @@ type ledPartition struct {
 	part      raftmeta.Partition // as of the last applied image
 	followers map[int32]*follower
 	altering  bool // an AlterPartition is in flight
+	// electedEnd is the log end when this broker became leader in
+	// part.LeaderEpoch (Kafka's leaderEpochStartOffset).
+	electedEnd int64
 }
 
 // follower is what the leader knows of one follower.
@@ -89,6 +92,9 @@ func (r *replication) lead(t *raftmeta.Topic, p int32, part raftmeta.Partition, 
 	r.mu.Unlock()
 	lp.mu.Lock()
 	newEpoch := lp.part.LeaderEpoch != part.LeaderEpoch || lp.part.Replicas == nil
+	if newEpoch {
+		lp.electedEnd = ep.Offsets().LogEnd
+	}
 	lp.part = part
 	now := time.Now()
 	for _, id := range part.Replicas {
@@ -179,10 +185,14 @@ func (lp *ledPartition) fetched(self, id int32, offset, seq int64, now time.Time
 
 // epochStart is where the current leader epoch begins in the leader's
 // log: a follower joins the ISR only once it has reached it (Kafka's
-// leaderEpochStartOffset).
+// leaderEpochStartOffset). That is the log end at the election: the
+// first batch of the epoch starts there, and a mirror partition, whose
+// batches keep their source's epochs, never has a batch of it (its epoch
+// cache would put the start at the moving log end, and a follower could
+// never catch it while the mirror copies).
 func (lp *ledPartition) epochStart() int64 {
 	_, end := lp.ep.EndOffsetForEpoch(lp.part.LeaderEpoch - 1)
-	return max(end, 0)
+	return max(min(end, lp.electedEnd), 0)
 }
 
 // laggards are the ISR followers that have not caught up within lag.
