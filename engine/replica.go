@@ -160,18 +160,9 @@ func (p *Partition) LastFetchedEpoch() int32 {
 	return p.latestEpochLocked()
 }
 
-// TruncateTo removes everything at or above offset, as Truncate, for a
+// TruncateTo removes everything at or above offset (Truncate), for a
 // follower whose log diverged from its leader's.
-func (p *Partition) TruncateTo(offset int64) error {
-	if err := p.Truncate(offset); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.repl.durable = min(p.repl.durable, p.leo)
-	p.repl.target = min(p.repl.target, p.leo)
-	return nil
-}
+func (p *Partition) TruncateTo(offset int64) error { return p.Truncate(offset) }
 
 // LogStart is the log start offset.
 func (p *Partition) LogStart() int64 {

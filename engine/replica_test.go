@@ -69,3 +69,29 @@ func TestReplicatedHighWatermark(t *testing.T) {
 		t.Fatalf("after truncation: %+v", o)
 	}
 }
+
+// TestReplicatedTruncateBelowHighWatermark: a leader's log cut below its
+// high watermark (a mirror partition's failback truncation) does not get
+// the old high watermark back at the next advance: a high watermark above
+// the log end kept a follower that had everything out of the ISR.
+func TestReplicatedTruncateBelowHighWatermark(t *testing.T) {
+	e := openTest(t, vfs.NewMem())
+	p := mkPart(t, e, DefaultLogConfig())
+	if err := p.SetReplicated(true); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		appendOK(t, p, OriginClient, mkBatch(t, batchOpts{}, kv("a", "1"), kv("b", "2")))
+	}
+	if got := p.SetHighWatermark(6); got != 6 {
+		t.Fatalf("high watermark %d, want 6", got)
+	}
+	if err := p.Truncate(2); err != nil {
+		t.Fatal(err)
+	}
+	appendOK(t, p, OriginClient, mkBatch(t, batchOpts{}, kv("c", "3"))) // 2
+	p.SetHighWatermark(3)
+	if o := p.Offsets(); o.LogEnd != 3 || o.HighWatermark != 3 {
+		t.Fatalf("after truncating to 2 and appending one record: %+v, want log end and high watermark 3", o)
+	}
+}

@@ -220,6 +220,10 @@ func (p *Partition) Truncate(offset int64) error {
 	p.aborted = p.aborted[:a:a]
 	p.leo = leo
 	p.hwm = min(p.hwm, leo)
+	// What replication had allowed went with the records: the next
+	// advance must not bring a high watermark above the new end back.
+	p.repl.durable = min(p.repl.durable, leo)
+	p.repl.target = min(p.repl.target, leo)
 	p.cleanedUpTo = min(p.cleanedUpTo, leo)
 	p.lastIndexPos = -1
 	p.synced = recoveryPoint{seg: point.seg, pos: point.pos, next: leo}

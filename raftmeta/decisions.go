@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -20,22 +21,41 @@ import (
 // waiting while its batch was still in flight.
 
 // lock takes the decision semaphore and checks that this node leads.
+//
+// A node that has just been elected applies the log before it decides
+// anything (its image may still be empty); that takes milliseconds, so
+// a decision waits for it, up to catchUpWait, rather than failing: a
+// caller would only retry.
 func (c *Controller) lock(ctx context.Context) (*Image, error) {
-	select {
-	case c.decide <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if !c.IsLeader() {
+	deadline := time.Now().Add(catchUpWait)
+	for {
+		select {
+		case c.decide <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if !c.IsLeader() {
+			<-c.decide
+			return nil, fmt.Errorf("raftmeta: node %d is not the controller: %w", c.cfg.NodeID, kerr.NotController)
+		}
+		if c.stream == nil || c.caughtUp.Load() {
+			return c.Image(), nil
+		}
 		<-c.decide
-		return nil, fmt.Errorf("raftmeta: node %d is not the controller: %w", c.cfg.NodeID, kerr.NotController)
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("raftmeta: node %d leads but has not applied the metadata log yet: %w", c.cfg.NodeID, kerr.NotController)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	if c.stream != nil && !c.caughtUp.Load() {
-		<-c.decide
-		return nil, fmt.Errorf("raftmeta: node %d leads but has not applied the metadata log yet: %w", c.cfg.NodeID, kerr.NotController)
-	}
-	return c.Image(), nil
 }
+
+// catchUpWait bounds how long a decision waits for a new controller to
+// apply the log.
+const catchUpWait = 5 * time.Second
 
 func (c *Controller) unlock() { <-c.decide }
 
