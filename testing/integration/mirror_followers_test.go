@@ -57,11 +57,10 @@ func mirrorClusterPair(t *testing.T, extra map[string]string) (src, dst *tandemt
 }
 
 // alignMirrorLeader moves the leadership of every partition of topic to
-// the broker that leads __mirror_state: on main, a broker reads and
-// writes only the mirror partition states of the state partitions it
-// leads (forwarding them is issue 14's state coordination), so the
-// mirror fetcher must run there for these tests, which are about the
-// followers. It reorders the replicas and elects the preferred leader.
+// the broker that leads __mirror_state, so that these tests, which are
+// about the followers, know where the fetcher and its state coordinator
+// run (one broker; TestMirrorAcrossClusters has them apart). It reorders
+// the replicas and elects the preferred leader.
 func alignMirrorLeader(t *testing.T, c *tandemtest.Cluster, topic string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -192,11 +191,9 @@ func createClusterTopic(t *testing.T, c *tandemtest.Cluster, topic string, parti
 	}
 }
 
-// retryCoord retries a mirror admin call that reached a broker not
-// leading the mirror state partition (NOT_COORDINATOR) or a source broker
-// that does not (MIRROR_SOURCE_UNAVAILABLE): on main, mirror states are
-// served only where their state partition is led (see
-// alignMirrorLeader), and the admin client picks any broker.
+// retryCoord retries a mirror admin call answered NOT_COORDINATOR or
+// MIRROR_SOURCE_UNAVAILABLE while a coordinator or a source leader moves
+// (the tests move leaderships on purpose).
 func retryCoord(t *testing.T, what string, fn func() error) {
 	t.Helper()
 	for i := 0; ; i++ {
