@@ -24,7 +24,11 @@ import (
 //
 // Mirror topics themselves are ordinary Topic and Partition records,
 // written in the same batch as their MirrorTopic records so that a topic
-// never exists half-added.
+// never exists half-added. So is the topic's mirror.name config: set with
+// the membership and cleared with its stop, so that no image shows a
+// writable topic that names a mirror, or a mirrored one that does not
+// (a failback checks it on the other cluster to tell a loop from a
+// failed-over topic).
 
 const (
 	RecordMirror       RecordType = "Mirror"
@@ -35,6 +39,19 @@ const (
 
 // ConfigResourceMirror is the MIRROR config resource type of KIP-1279.
 const ConfigResourceMirror ConfigResource = 64
+
+// MirrorNameConfig is the KIP's topic config naming the mirror that
+// actively mirrors the topic; only the mirror records here change it.
+const MirrorNameConfig = "mirror.name"
+
+// mirrorNameRecord sets (mirror != "") or clears topic's mirror.name.
+func mirrorNameRecord(topic, mirror string) Record {
+	var v *string
+	if mirror != "" {
+		v = &mirror
+	}
+	return Record{Type: RecordConfig, Config: &ConfigRecord{ResourceType: ConfigResourceTopic, ResourceName: topic, Key: MirrorNameConfig, Value: v}}
+}
 
 // Mirror is a cluster mirror in the image.
 type Mirror struct {
@@ -281,7 +298,8 @@ func (c *Controller) AddMirrorTopics(ctx context.Context, mirror string, specs [
 			recs = append(recs, Record{Type: RecordTopic, Topic: &TopicRecord{Name: s.Name, ID: s.ID, Configs: s.Configs}})
 			recs = append(recs, partitionRecords(s.ID, 0, assign(brokers, len(img.Topics)+i, 0, int(s.Partitions), rf))...)
 		}
-		recs = append(recs, Record{Type: RecordMirrorTopic, mirrorRecords: mirrorRecords{MirrorTopic: &MirrorTopicRecord{Mirror: mirror, Topic: s.Name, ID: s.ID}}})
+		recs = append(recs, mirrorNameRecord(s.Name, mirror),
+			Record{Type: RecordMirrorTopic, mirrorRecords: mirrorRecords{MirrorTopic: &MirrorTopicRecord{Mirror: mirror, Topic: s.Name, ID: s.ID}}})
 	}
 	if len(recs) == 0 {
 		return nil
@@ -292,8 +310,8 @@ func (c *Controller) AddMirrorTopics(ctx context.Context, mirror string, specs [
 	return nil
 }
 
-// StopMirrorTopic marks a topic's membership of mirror stopped: the topic
-// becomes writable.
+// StopMirrorTopic marks a topic's membership of mirror stopped and clears
+// its mirror.name, in one batch: the topic becomes writable.
 func (c *Controller) StopMirrorTopic(ctx context.Context, mirror, topic string) error {
 	if c.remote() {
 		return callErr(c, ctx, "StopMirrorTopic", mirrorArgs{Name: mirror, Topic: topic})
@@ -311,10 +329,17 @@ func (c *Controller) StopMirrorTopic(ctx context.Context, mirror, topic string) 
 	if !ok {
 		return fmt.Errorf("stop mirror topic: topic %q is not in mirror %q: %w", topic, mirror, kerr.InvalidRequest)
 	}
-	if mt.Stopped {
+	var recs []Record
+	if t := img.Topics[topic]; t != nil && t.Configs[MirrorNameConfig] != "" {
+		recs = append(recs, mirrorNameRecord(topic, "")) // also after a stop of older versions, which cleared it apart
+	}
+	if !mt.Stopped {
+		recs = append(recs, Record{Type: RecordMirrorTopic, mirrorRecords: mirrorRecords{MirrorTopic: &MirrorTopicRecord{Mirror: mirror, Topic: topic, ID: mt.ID, Stopped: true}}})
+	}
+	if len(recs) == 0 {
 		return nil
 	}
-	return c.propose(ctx, Record{Type: RecordMirrorTopic, mirrorRecords: mirrorRecords{MirrorTopic: &MirrorTopicRecord{Mirror: mirror, Topic: topic, ID: mt.ID, Stopped: true}}})
+	return c.propose(ctx, recs...)
 }
 
 // SetMirrorSync records what the metadata sync of a mirror remembers: the

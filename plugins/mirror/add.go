@@ -150,19 +150,10 @@ func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) (
 		if req.ValidateOnly {
 			continue
 		}
-		for i := range specs {
-			if specs[i].Configs == nil {
-				specs[i].Configs = map[string]string{}
-			}
-			specs[i].Configs[mirrorNameConfig] = mirror // topics created here; existing ones below
-		}
+		// The controller names the topics' mirror (mirror.name) in the
+		// same batch.
 		if err := p.Host().Metadata().AddMirrorTopics(ctx, mirror, specs); err != nil {
 			return uuid.UUID{}, nil, err
-		}
-		for _, s := range specs {
-			if err := p.setMirrorName(ctx, s.Name, mirror); err != nil {
-				return uuid.UUID{}, nil, err
-			}
 		}
 	}
 	if !req.ValidateOnly {

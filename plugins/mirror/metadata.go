@@ -279,7 +279,7 @@ func excludedProps(c map[string]string) map[string]bool {
 	if !ok {
 		ex = defaultExclude
 	}
-	out := map[string]bool{"mirror.name": true, "mirror.replication.throttled.replicas": true} // this cluster's own
+	out := map[string]bool{mirrorNameConfig: true, "mirror.replication.throttled.replicas": true} // this cluster's own
 	for _, k := range strings.Split(ex, ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			out[k] = true
@@ -542,12 +542,7 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.M
 	// configs in the same metadata batch as its mirror membership.
 	for _, name := range added {
 		st := src[name]
-		c := maps.Clone(configs[name])
-		if c == nil {
-			c = map[string]string{}
-		}
-		c[mirrorNameConfig] = s.name
-		spec := raftmeta.TopicSpec{Name: name, ID: st.id, Partitions: int32(len(st.epochs)), ReplicationFactor: st.rf, Configs: c}
+		spec := raftmeta.TopicSpec{Name: name, ID: st.id, Partitions: int32(len(st.epochs)), ReplicationFactor: st.rf, Configs: maps.Clone(configs[name])}
 		if err := meta.AddMirrorTopics(ctx, s.name, []raftmeta.TopicSpec{spec}); err != nil {
 			s.refreshErrs.Inc()
 			errs = append(errs, fmt.Errorf("create mirror topic %s: %w", name, err))
@@ -573,10 +568,10 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.M
 				s.p.poke()
 			}
 		}
+		// mirror.name is the controller's, set and cleared with the
+		// membership: a cycle that began before a failover finished
+		// must not name the topic again.
 		changes := configChanges(name, t.Configs, configs[name], f.propsEx)
-		if t.Configs[mirrorNameConfig] != s.name { // added, and the broker died before it was named
-			changes = append(changes, raftmeta.ConfigChange{Resource: raftmeta.ConfigResourceTopic, Name: name, Key: mirrorNameConfig, Value: kmsg.StringPtr(s.name)})
-		}
 		if len(changes) > 0 {
 			if err := meta.AlterConfigs(ctx, changes); err != nil {
 				s.configErrs.Inc()

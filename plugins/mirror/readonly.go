@@ -1,12 +1,10 @@
 package mirror
 
 import (
-	"context"
 	"fmt"
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
@@ -134,22 +132,6 @@ func (p *Plugin) CheckTopicChange(c plugin.TopicChange) error {
 }
 
 // mirrorNameConfig is the topic config that names a topic's mirror (the
-// KIP's mirror.name): set while the topic is in a mirror, cleared when it
-// leaves it.
-const mirrorNameConfig = "mirror.name"
-
-// setMirrorName sets (mirror != "") or clears a topic's mirror.name.
-func (p *Plugin) setMirrorName(ctx context.Context, topic, mirror string) error {
-	t := p.Image().Topics[topic]
-	if t == nil || t.Configs[mirrorNameConfig] == mirror {
-		return nil
-	}
-	c := raftmeta.ConfigChange{Resource: raftmeta.ConfigResourceTopic, Name: topic, Key: mirrorNameConfig}
-	if mirror != "" {
-		c.Value = kmsg.StringPtr(mirror)
-	}
-	if err := p.Host().Metadata().AlterConfigs(ctx, []raftmeta.ConfigChange{c}); err != nil {
-		return fmt.Errorf("set %s of %s: %w", mirrorNameConfig, topic, err)
-	}
-	return nil
-}
+// KIP's mirror.name): the controller sets it with the topic's membership
+// and clears it with the membership's stop.
+const mirrorNameConfig = raftmeta.MirrorNameConfig

@@ -203,9 +203,7 @@ func (r *run) finishStops(parts []*part) error {
 		if err != nil || !done {
 			return err
 		}
-		if err := r.p.setMirrorName(r.ctx, topic, ""); err != nil {
-			return err
-		}
+		// The membership's stop clears mirror.name in the same batch.
 		if err := r.p.Host().Metadata().StopMirrorTopic(r.ctx, r.name, topic); err != nil {
 			return err
 		}
