@@ -1,12 +1,14 @@
 # The one test command (README.md, .ci/run): vet, then the race detector on
 # every package but the client-heavy integration suite, which runs against
-# the built binary without it, then FUZZTIME of fuzzing every request type
-# (a failing input is written to testdata/fuzz/FuzzRequests).
+# the built binary without it, then franz-go's own kgo integration suite
+# against a three-broker cluster (KGO_TEST_RF=3), then FUZZTIME of fuzzing
+# every request type (a failing input is written to
+# testdata/fuzz/FuzzRequests).
 GO ?= go
 INTEGRATION := ./testing/integration/...
 FUZZTIME ?= 30s
 
-.PHONY: test build vet fuzz
+.PHONY: test build vet kgo fuzz
 
 build:
 	$(GO) build -o tandem ./cmd/tandem
@@ -18,7 +20,11 @@ vet:
 test: vet
 	$(GO) test -count=1 -race -timeout 20m $$($(GO) list ./... | grep -v /testing/integration)
 	$(GO) test -count=1 -timeout 20m -v $(INTEGRATION)
+	$(MAKE) kgo
 	$(MAKE) fuzz
+
+kgo:
+	KGO_BROKERS=3 sh testing/kgosuite.sh
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRequests$$' -fuzztime $(FUZZTIME) ./testing/fuzz

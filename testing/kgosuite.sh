@@ -14,10 +14,9 @@
 #
 #	sh testing/kgosuite.sh                  # about a minute, plus the build
 #	KGO_TEST_RECORDS=500000 sh testing/kgosuite.sh   # franz-go's default size
-#	KGO_BROKERS=3 sh testing/kgosuite.sh    # the whole suite on three brokers: 10 to 15 minutes
+#	KGO_BROKERS=3 sh testing/kgosuite.sh    # the whole suite on three brokers: about 3 minutes
 #
-# Not part of make test: compiling franz-go's test package alone takes
-# minutes on a loaded CI machine.
+# make test runs the three-broker form (make kgo).
 set -eu
 cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
@@ -50,9 +49,24 @@ done
 
 if [ "$brokers" -gt 1 ]; then
 	seeds=$(sed 's/.*"bootstrap":"\([^"]*\)".*/\1/' "$dir/ready")
-	KGO_SEEDS=$seeds KGO_TEST_RF=$((brokers < 3 ? brokers : 3)) KGO_TEST_RECORDS=${KGO_TEST_RECORDS:-20000} \
-		KGO_LOG_LEVEL=${KGO_LOG_LEVEL:-none} \
-		go test -count=1 -timeout 30m -v -run "${KGO_RUN:-.}" github.com/twmb/franz-go/pkg/kgo
+	export KGO_SEEDS=$seeds KGO_TEST_RF=$((brokers < 3 ? brokers : 3)) KGO_TEST_RECORDS=${KGO_TEST_RECORDS:-20000} \
+		KGO_LOG_LEVEL=${KGO_LOG_LEVEL:-none}
+	go test -c -o "$dir/kgo.test" github.com/twmb/franz-go/pkg/kgo
+	# The test binary runs in its package's directory (testdata).
+	kgodir=$(go list -f '{{.Dir}}' github.com/twmb/franz-go/pkg/kgo)
+	if (cd "$kgodir" && "$dir/kgo.test" -test.count=1 -test.timeout 30m -test.v -test.run "${KGO_RUN:-.}") >"$dir/kgo.log" 2>&1; then
+		echo "kgo suite: $(grep -c -- '--- PASS' "$dir/kgo.log") passed, $(grep -c -- '--- SKIP' "$dir/kgo.log") skipped, on $brokers brokers"
+		exit 0
+	fi
+	cat "$dir/kgo.log"
+	failed=$(sed -n 's/^--- FAIL: \([^ ]*\) .*/\1/p' "$dir/kgo.log" | sort -u | paste -sd'|' -)
+	[ -n "$failed" ] || { echo "kgo suite failed outside any test" >&2; exit 1; }
+	# A few of franz-go's tests race with themselves (see
+	# docs/decisions.md, "franz-go's suite in make test"): the failed
+	# ones run once more, alone, and must pass then. Both runs are in
+	# the log.
+	echo "kgo suite: retrying, alone: $failed"
+	(cd "$kgodir" && "$dir/kgo.test" -test.count=1 -test.timeout 10m -test.v -test.run "^($failed)\$")
 	exit
 fi
 
