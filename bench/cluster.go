@@ -8,10 +8,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -26,6 +28,13 @@ type ClusterResult struct {
 	// and MB/s, acks=all.
 	RF1, RF3         Stat
 	RF1MBps, RF3MBps Stat
+	// RF1CPU and RF3CPU are the CPU seconds the brokers and this
+	// harness's producer spent per GB produced; RF1Busy and RF3Busy the
+	// share of the machine's CPUs they kept busy. All brokers share the
+	// machine: when both sides keep it busy, RF=3's throughput can reach
+	// RF=1's only in the ratio of their costs (CPUBound).
+	RF1CPU, RF3CPU   float64
+	RF1Busy, RF3Busy float64
 
 	// CatchUp: a broker stopped cleanly, CatchUpBytes of 1 KiB records
 	// produced meanwhile, restarted: from serving again to back in the
@@ -45,6 +54,15 @@ func (c *ClusterResult) Ratio() float64 {
 		return 0
 	}
 	return c.RF3.Median / c.RF1.Median
+}
+
+// CPUBound is what RF=3 throughput can be of RF=1's on a machine that
+// both keep busy: RF=1's CPU cost per GB over RF=3's.
+func (c *ClusterResult) CPUBound() float64 {
+	if c.RF3CPU == 0 {
+		return 0
+	}
+	return c.RF1CPU / c.RF3CPU
 }
 
 // cluster is three Tandem broker processes forming one cluster.
@@ -204,34 +222,52 @@ func (r *Runner) measureCluster(ctx context.Context, dir string, catchUpBytes in
 	defer os.RemoveAll(dir)
 	res := &ClusterResult{Workload: w}
 	p := newPayloads(r.Seed, w.RecordSize)
-	runs := func(addr, topic string) (recs, mbps Stat, err error) {
+	// runs measures the produce runs, and the CPU the brokers (pids) and
+	// this process spent on them per GB and as a share of the machine.
+	runs := func(addr, topic string, pids []int) (recs, mbps Stat, cpuPerGB, busy float64, err error) {
+		pids = append(slices.Clone(pids), os.Getpid())
+		cpu := func() (d time.Duration) {
+			for _, pid := range pids {
+				st, _ := readProc(pid)
+				d += st.CPU
+			}
+			return d
+		}
 		var rs, ms []float64
+		var bytes int64
+		start, cpu0 := time.Now(), cpu()
 		for i := range w.Runs {
 			st, err := produce(ctx, addr, topic, w, p, produceOpts{})
 			if err != nil {
-				return recs, mbps, err
+				return recs, mbps, 0, 0, err
 			}
 			if st.Errors > 0 {
-				return recs, mbps, fmt.Errorf("%d produce errors, first: %v", st.Errors, st.FirstErr)
+				return recs, mbps, 0, 0, fmt.Errorf("%d produce errors, first: %v", st.Errors, st.FirstErr)
 			}
 			secs := st.Elapsed.Seconds()
 			rs, ms = append(rs, float64(st.Records)/secs), append(ms, float64(st.Bytes)/secs)
+			bytes += st.PBytes
 			r.logf("cluster: %s run %d: %.0f records/s", topic, i+1, rs[len(rs)-1])
 		}
-		return statOf(rs), statOf(ms), nil
+		used := (cpu() - cpu0).Seconds()
+		busy = used / (time.Since(start).Seconds() * float64(runtime.NumCPU()))
+		return statOf(rs), statOf(ms), used / (float64(bytes) / 1e9), busy, nil
 	}
 
-	// RF=1 on one standalone broker.
+	// RF=1 on one standalone broker. Both sides start from a disk with
+	// nothing left to write back: the page cache another side dirtied
+	// would slow this one's fsyncs.
 	argv, err := r.brokerArgv()
 	if err != nil {
 		return nil, err
 	}
+	syscall.Sync()
 	one, err := spawnBroker(ctx, argv, "tandem", filepath.Join(dir, "single"), r.Sync, r.Props, r.ProfileDir)
 	if err != nil {
 		return nil, err
 	}
 	if err = createTopic(ctx, one.Addr, "rf1", w.Partitions, 1); err == nil {
-		res.RF1, res.RF1MBps, err = runs(one.Addr, "rf1")
+		res.RF1, res.RF1MBps, res.RF1CPU, res.RF1Busy, err = runs(one.Addr, "rf1", []int{one.Pid})
 	}
 	if serr := one.Stop(); err == nil {
 		err = serr
@@ -239,6 +275,8 @@ func (r *Runner) measureCluster(ctx context.Context, dir string, catchUpBytes in
 	if err != nil {
 		return nil, fmt.Errorf("RF=1: %w", err)
 	}
+	os.RemoveAll(filepath.Join(dir, "single"))
+	syscall.Sync()
 
 	// RF=3 on three brokers.
 	c, err := r.startBenchCluster(ctx, filepath.Join(dir, "cluster"), 3)
@@ -249,10 +287,15 @@ func (r *Runner) measureCluster(ctx context.Context, dir string, catchUpBytes in
 	if err := createTopic(ctx, c.kafka[0], "rf3", w.Partitions, 3); err != nil {
 		return nil, err
 	}
-	if res.RF3, res.RF3MBps, err = runs(c.kafka[0], "rf3"); err != nil {
+	var pids []int
+	for _, b := range c.brokers {
+		pids = append(pids, b.Pid)
+	}
+	if res.RF3, res.RF3MBps, res.RF3CPU, res.RF3Busy, err = runs(c.kafka[0], "rf3", pids); err != nil {
 		return nil, fmt.Errorf("RF=3: %w", err)
 	}
-	r.logf("cluster: RF=3 at %.0f%% of RF=1", 100*res.Ratio())
+	r.logf("cluster: RF=3 at %.0f%% of RF=1; CPU per GB %.2f s vs %.2f s (bound %.2f), machine busy %.0f%% vs %.0f%%",
+		100*res.Ratio(), res.RF3CPU, res.RF1CPU, res.CPUBound(), 100*res.RF3Busy, 100*res.RF1Busy)
 
 	// Catch-up: node 3 stops cleanly, the others take catchUpBytes.
 	if catchUpBytes > 0 {
@@ -311,13 +354,22 @@ func (r *Runner) measureCluster(ctx context.Context, dir string, catchUpBytes in
 // until a produce with acks=all was acknowledged again; then it restarts
 // the killed broker.
 func (c *benchCluster) failover(ctx context.Context, p *payloads, seq int64) (time.Duration, error) {
-	md, err := c.metadata(ctx, "failover")
-	if err != nil {
-		return 0, err
-	}
-	leader := md.Topics["failover"].Partitions[0].Leader
-	if leader < 1 || int(leader) > len(c.brokers) {
-		return 0, fmt.Errorf("no leader (%d)", leader)
+	// Any broker answers Metadata; one that restarted a moment ago may not
+	// know the topic yet.
+	var leader int32
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		md, err := c.metadata(ctx, "failover")
+		if err != nil {
+			return 0, err
+		}
+		if p, ok := md.Topics["failover"].Partitions[0]; ok && p.Leader >= 1 && int(p.Leader) <= len(c.brokers) {
+			leader = p.Leader
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, errors.New("failover-0 has no leader in the metadata")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	i := int(leader) - 1
 	others := slices.Delete(slices.Clone(c.kafka), i, i+1)
@@ -370,9 +422,12 @@ func freeAddrs(n int) ([]string, error) {
 
 func (rep *Report) clusterTables() (*table, *table) {
 	c := rep.Cluster
-	t := &table{head: []string{"produce " + c.Workload.Name(), "records/s (min-max)", "MB/s", "vs RF=1"}}
-	t.add("RF=1, one broker", fmt.Sprintf("%.0f (%.0f-%.0f)", c.RF1.Median, c.RF1.Min, c.RF1.Max), mb(c.RF1MBps.Median), "1.00")
-	t.add("RF=3, three brokers", fmt.Sprintf("%.0f (%.0f-%.0f)", c.RF3.Median, c.RF3.Min, c.RF3.Max), mb(c.RF3MBps.Median), fmt.Sprintf("%.2f", c.Ratio()))
+	t := &table{head: []string{"produce " + c.Workload.Name(), "records/s (min-max)", "MB/s", "vs RF=1",
+		"CPU s/GB (brokers + producer)", "machine CPU busy", "CPU bound vs RF=1"}}
+	t.add("RF=1, one broker", fmt.Sprintf("%.0f (%.0f-%.0f)", c.RF1.Median, c.RF1.Min, c.RF1.Max), mb(c.RF1MBps.Median), "1.00",
+		fmt.Sprintf("%.2f", c.RF1CPU), fmt.Sprintf("%.0f%%", 100*c.RF1Busy), "1.00")
+	t.add("RF=3, three brokers", fmt.Sprintf("%.0f (%.0f-%.0f)", c.RF3.Median, c.RF3.Min, c.RF3.Max), mb(c.RF3MBps.Median), fmt.Sprintf("%.2f", c.Ratio()),
+		fmt.Sprintf("%.2f", c.RF3CPU), fmt.Sprintf("%.0f%%", 100*c.RF3Busy), fmt.Sprintf("%.2f", c.CPUBound()))
 	f := &table{head: []string{"figure", "value"}}
 	if c.CatchUp > 0 {
 		secs := c.CatchUp.Seconds()

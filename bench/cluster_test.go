@@ -31,6 +31,9 @@ func TestClusterFigures(t *testing.T) {
 	if c == nil || c.RF1.Median <= 0 || c.RF3.Median <= 0 || c.RF3MBps.Median <= 0 || c.Ratio() <= 0 {
 		t.Fatalf("produce figures missing: %+v", c)
 	}
+	if c.RF1CPU <= 0 || c.RF3CPU <= 0 || c.RF1Busy <= 0 || c.RF3Busy <= 0 || c.CPUBound() <= 0 {
+		t.Fatalf("CPU figures missing: %+v", c)
+	}
 	if c.CatchUpBytes < 2<<20 || c.CatchUpRecords < (2<<20)/1024 || c.CatchUp <= 0 {
 		t.Fatalf("catch-up not measured: %+v", c)
 	}
@@ -40,7 +43,7 @@ func TestClusterFigures(t *testing.T) {
 	var text, md bytes.Buffer
 	rep.WriteText(&text)
 	rep.WriteMarkdown(&md, "")
-	for _, want := range []string{"RF=3, three brokers", "follower catch-up, 2 MiB behind", "(2 kills)"} {
+	for _, want := range []string{"RF=3, three brokers", "follower catch-up, 2 MiB behind", "(2 kills)", "CPU bound vs RF=1"} {
 		if !strings.Contains(text.String(), want) || !strings.Contains(md.String(), want) {
 			t.Errorf("reports lack %q:\n%s", want, text.String())
 		}
