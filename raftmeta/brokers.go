@@ -48,6 +48,36 @@ type sessions struct {
 type session struct {
 	epoch int64
 	at    time.Time
+	// bound: the broker heartbeats on a connection to this controller,
+	// whose end fences it (serveRPC). Until then only its listener tells
+	// whether its process is still there (fenceGone).
+	bound bool
+}
+
+// bind records that broker id of epoch heartbeats on a connection to
+// this controller (on is false when that connection ended).
+func (s *sessions) bind(id int32, epoch int64, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.last[id]; ok && l.epoch == epoch {
+		l.bound = on
+		s.last[id] = l
+	}
+}
+
+// unbound returns the unfenced brokers other than self that have no
+// session connection to this controller.
+func (s *sessions) unbound(img *Image, self int32) []Broker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Broker
+	for _, id := range sortedBrokers(img) {
+		b := img.Brokers[id]
+		if l := s.last[id]; id != self && !b.Fenced && b.Host != "" && !(l.bound && l.epoch == b.Epoch) {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 func (s *sessions) touch(id int32, epoch int64, now time.Time) {
@@ -56,7 +86,8 @@ func (s *sessions) touch(id int32, epoch int64, now time.Time) {
 	if s.last == nil {
 		s.last = map[int32]session{}
 	}
-	s.last[id] = session{epoch, now}
+	l := s.last[id]
+	s.last[id] = session{epoch: epoch, at: now, bound: l.bound && l.epoch == epoch}
 }
 
 // reset gives every registered broker a fresh session: a new controller
@@ -66,7 +97,7 @@ func (s *sessions) reset(img *Image, now time.Time) {
 	defer s.mu.Unlock()
 	s.last = map[int32]session{}
 	for id, b := range img.Brokers {
-		s.last[id] = session{b.Epoch, now}
+		s.last[id] = session{epoch: b.Epoch, at: now}
 	}
 }
 
@@ -90,7 +121,7 @@ func (s *sessions) expired(img *Image, now time.Time, timeout time.Duration) []B
 		}
 		l, ok := s.last[b]
 		if !ok || l.epoch != br.Epoch {
-			s.last[b] = session{br.Epoch, now} // registered since the reset
+			s.last[b] = session{epoch: br.Epoch, at: now} // registered since the reset
 			continue
 		}
 		if now.Sub(l.at) >= timeout {
@@ -462,14 +493,17 @@ func (s *Session) run(ctx context.Context) {
 			conn.close()
 		}
 	}()
+	retry := time.Duration(0) // after a failed beat: 100ms, doubling up to the interval
 	for {
 		s.mu.Lock()
 		req := HeartbeatRequest{ID: s.req.Broker.ID, Epoch: s.epoch, Applied: c.Image().Index, WantShutdown: s.shutdown}
 		s.mu.Unlock()
+		controller := c.Image().ControllerID
 		res, err := s.beat(ctx, &conn, req)
 		switch {
 		case err == nil:
 			s.answered(res)
+			retry = 0
 		case errors.Is(err, kerr.StaleBrokerEpoch) || errors.Is(err, kerr.BrokerIDNotRegistered):
 			c.log.Warn("the controller lost this broker's registration; registering again", "err", err)
 			if err := s.register(ctx, false); err != nil && ctx.Err() == nil {
@@ -478,15 +512,40 @@ func (s *Session) run(ctx context.Context) {
 			continue
 		case ctx.Err() == nil:
 			c.log.Debug("heartbeat failed", "err", err)
+			retry = min(max(2*retry, 100*time.Millisecond), interval)
 		}
 		wait := interval
 		if req.WantShutdown || (err == nil && res.Fenced) {
 			wait = min(interval, 100*time.Millisecond) // catching up or shutting down: ask often
 		}
+		if retry > 0 {
+			wait = min(wait, retry)
+		}
+		if !s.sleep(ctx, wait, controller) {
+			return
+		}
+	}
+}
+
+// sleep waits d, or less if the active controller changes from the one a
+// beat went to: the new controller knows a broker's process is there
+// only once it heartbeats on a connection to it (until then a kill -9
+// waits for the session timeout, or for the controller's probe of the
+// listener). It returns false when ctx ends.
+func (s *Session) sleep(ctx context.Context, d time.Duration, controller int32) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		img, changed := s.c.Watch()
+		if img.ControllerID != controller && img.ControllerID >= 0 {
+			return true
+		}
 		select {
 		case <-ctx.Done():
-			return
-		case <-time.After(wait):
+			return false
+		case <-timer.C:
+			return true
+		case <-changed:
 		}
 	}
 }

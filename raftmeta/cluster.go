@@ -99,10 +99,12 @@ func standaloneAddr(id int32) string { return "raftmeta-" + strconv.Itoa(int(id)
 // unless ListenAddr says otherwise, else ListenAddr.
 func (c *Controller) openClusterTransport(rc *raft.Config, rlog *raftLogger) (*raft.NetworkTransport, error) {
 	cfg := c.cfg
-	// raft's heartbeat timeout is how long a follower waits for its
-	// leader (Kafka's fetch timeout); its election timeout, how long a
-	// candidate waits, may not be shorter.
-	rc.HeartbeatTimeout = cmpOr(cfg.FetchTimeout, 2*time.Second)
+	// Kafka's fetch timeout is the longest a voter waits for its leader
+	// before it starts an election. raft waits a random time between its
+	// heartbeat timeout and twice that, so the heartbeat timeout is half
+	// of it. raft's election timeout, how long a candidate waits, may not
+	// be shorter.
+	rc.HeartbeatTimeout = cmpOr(cfg.FetchTimeout, 2*time.Second) / 2
 	rc.ElectionTimeout = max(cmpOr(cfg.ElectionTimeout, time.Second), rc.HeartbeatTimeout)
 	rc.LeaderLeaseTimeout = min(rc.HeartbeatTimeout, 500*time.Millisecond)
 	var own string
@@ -311,21 +313,34 @@ func (c *Controller) Health() []string {
 	return out
 }
 
-// fenceGone fences, at the start of a leadership, the brokers whose
-// listener refuses connections: their process is gone. The fresh sessions
-// a new controller hands out would otherwise keep a broker killed with
-// the old controller (often the same process) leading its partitions for
-// a whole session timeout. Only a refusal counts: a broker that does not
-// answer at all (a partition, a stopped host) waits for its session to
-// expire as before. The dial is a plain one, not Config.Dial: it asks
-// whether a process listens, not whether this node can reach it.
+// fenceGone fences, while this node leads, the brokers without a session
+// connection to it whose listener refuses connections: their process is
+// gone. A broker's death is otherwise seen when its session connection
+// ends; one that has none here yet (the fresh sessions a new controller
+// hands out cover brokers killed with the old controller, often the same
+// process, and brokers killed before their first heartbeat reached this
+// one) would lead its partitions for a whole session timeout. Only a
+// refusal counts: a broker that does not answer at all (a partition, a
+// stopped host) waits for its session to expire as before. The dial is a
+// plain one, not Config.Dial: it asks whether a process listens, not
+// whether this node can reach it.
 func (c *Controller) fenceGone(ctx context.Context) {
-	img := c.Image()
-	for _, id := range sortedBrokers(img) {
-		b := img.Brokers[id]
-		if b.Fenced || id == c.cfg.NodeID || b.Host == "" {
-			continue
+	tick := time.NewTicker(cmpOr(c.cfg.HeartbeatInterval, 2*time.Second) / 4)
+	defer tick.Stop()
+	for {
+		c.probeUnbound(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
+	}
+}
+
+// probeUnbound is one pass of fenceGone.
+func (c *Controller) probeUnbound(ctx context.Context) {
+	for _, b := range c.sessions.unbound(c.Image(), c.cfg.NodeID) {
+		id := b.ID
 		dctx, cancel := context.WithTimeout(ctx, time.Second)
 		conn, err := new(net.Dialer).DialContext(dctx, "tcp", net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))))
 		cancel()

@@ -221,7 +221,11 @@ func (c *Controller) serveRPC(conn net.Conn, from int32) {
 		// -9 closes sockets at once) or it lost the network. Fence it
 		// now rather than after the session timeout, unless it has
 		// registered again meanwhile (another epoch).
-		if boundID < 0 || c.closed.Load() || !c.IsLeader() {
+		if boundID < 0 {
+			return
+		}
+		c.sessions.bind(boundID, boundEpoch, false)
+		if c.closed.Load() || !c.IsLeader() {
 			return
 		}
 		c.wg.Add(1)
@@ -244,7 +248,12 @@ func (c *Controller) serveRPC(conn net.Conn, from int32) {
 			return
 		}
 		if resp.bind != nil {
-			boundID, boundEpoch = resp.bind.session()
+			id, epoch := resp.bind.session()
+			if boundID >= 0 && (id != boundID || epoch != boundEpoch) {
+				c.sessions.bind(boundID, boundEpoch, false)
+			}
+			boundID, boundEpoch = id, epoch
+			c.sessions.bind(id, epoch, true)
 		}
 	}
 }

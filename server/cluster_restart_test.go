@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -129,5 +130,70 @@ func TestClusterKillController(t *testing.T) {
 			t.Fatal(err)
 		}
 		got += fs.NumRecords()
+	}
+}
+
+// TestClusterKillBrokerAfterControllerChange kills the active controller
+// and then, as soon as another node has taken over, a broker that leads
+// a partition. With a long broker.heartbeat.interval.ms that broker's
+// next heartbeat was still ahead, so the new controller had no session
+// connection of it whose end would fence it, and its one look at the
+// listeners came before the kill: the dead broker kept its leadership
+// for the whole broker.session.timeout.ms. Now a broker heartbeats as
+// soon as the controller changes, and the controller probes the
+// listener of every broker not yet heartbeating to it. Records produced
+// to the partition afterwards are read back.
+func TestClusterKillBrokerAfterControllerChange(t *testing.T) {
+	// Five voters: two can be down and the quorum still decides.
+	c := tandemtest.StartCluster(t, 5, map[string]string{
+		"broker.session.timeout.ms":    "300000",
+		"broker.heartbeat.interval.ms": "5000",
+	})
+	ctx := ctxFor(t, 2*time.Minute)
+	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.DefaultProduceTopic("led"))
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 5, 3, nil, "led"); err != nil {
+		t.Fatal(err)
+	}
+	leaders := map[int32]int32{}
+	for p := range int32(5) {
+		leaders[p] = c.Leader("led", p)
+	}
+	old := c.Image().ControllerID
+	c.Broker(old).Kill()
+	var ctrl int32
+	c.WaitFor("a new controller", func(img *raftmeta.Image) bool {
+		ctrl = img.ControllerID
+		return ctrl >= 0 && ctrl != old && img.Brokers[old].Fenced
+	})
+	victim := int32(-1)
+	for p := range int32(5) {
+		if l := leaders[p]; l != old && l != ctrl {
+			victim = l
+		}
+	}
+	if victim < 0 {
+		t.Fatalf("no broker but %d and %d leads a partition: %v", old, ctrl, leaders)
+	}
+	c.Broker(victim).Kill()
+	c.WaitFor(fmt.Sprintf("broker %d, killed after controller %d took over, fenced", victim, ctrl), func(img *raftmeta.Image) bool {
+		return img.Brokers[victim].Fenced
+	})
+	for p := range int32(5) {
+		for i := range 5 {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Partition: p, Value: []byte{byte(p), byte(i)}}).FirstErr(); err != nil {
+				t.Fatalf("produce to led-%d after the kills: %v", p, err)
+			}
+		}
+	}
+	cons := tandemtest.Client(t, c.Broker(ctrl).Addr, kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics("led"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seen := map[[2]byte]bool{}
+	for len(seen) < 25 {
+		fs := cons.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		fs.EachRecord(func(r *kgo.Record) { seen[[2]byte(r.Value)] = true })
 	}
 }

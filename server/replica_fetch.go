@@ -170,11 +170,17 @@ func (f *fetcher) run(ctx context.Context) {
 	conn := cl.SeedBrokers()[0]
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
+		// A partition to follow anew (a new leader or epoch: add wakes
+		// the fetcher) ends the backoff: the failures it grew from were
+		// for what the fetcher followed before, often a leader that
+		// died and now came back on the same address to lead again.
 		if backoff > 0 {
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(backoff):
+			case <-f.wake:
+				backoff = 0
 			}
 		}
 		parts := f.snapshot()
@@ -183,6 +189,7 @@ func (f *fetcher) run(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-f.wake:
+				backoff = 0
 			}
 			continue
 		}
