@@ -330,7 +330,7 @@ var brokerConfigList = []*configDef{
 	{name: "broker.session.timeout.ms", typ: kmsg.ConfigTypeInt, def: cfgStr("9000"), valid: atLeast(1), doc: "A broker that has not heartbeated for this long is fenced and its leaderships move."},
 	{name: "controller.listener.names", typ: kmsg.ConfigTypeString, doc: "The listener (in listeners) the controller port binds to; by default a voter binds its controller.quorum.voters entry."},
 	{name: "controller.quorum.election.timeout.ms", typ: kmsg.ConfigTypeInt, def: cfgStr("1000"), valid: atLeast(1), doc: "How long a candidate waits for votes."},
-	{name: "controller.quorum.fetch.timeout.ms", typ: kmsg.ConfigTypeInt, def: cfgStr("2000"), valid: atLeast(1), doc: "How long a voter waits for the leader before it starts an election."},
+	{name: "controller.quorum.fetch.timeout.ms", typ: kmsg.ConfigTypeInt, def: cfgStr("2000"), valid: atLeast(1), doc: "The longest a voter waits for the leader before it starts an election (it starts one after a random time between half of this and all of it)."},
 	{name: "controller.quorum.voters", typ: kmsg.ConfigTypeList, def: cfgStr(""), valid: validVoters, doc: "The metadata quorum, id@host:port,...; unset: a standalone broker."},
 	{name: "controlled.shutdown.enable", typ: kmsg.ConfigTypeBoolean, def: cfgStr("true"), doc: "On shutdown, move leaderships away before stopping."},
 	{name: "compression.type", typ: kmsg.ConfigTypeString, def: cfgStr("producer"), valid: oneOf(compressionTypes...), dynamic: true, doc: "The default compression type for topics."},
