@@ -87,3 +87,38 @@ func (h BatchHeader) Transactional() bool { return h.Attributes&attrTransactiona
 // Control reports whether the batch holds a control record (a
 // transaction marker).
 func (h BatchHeader) Control() bool { return h.Attributes&attrControl != 0 }
+
+// EpochPrefix finds the first record batch in records whose partition
+// leader epoch is above bound (KAFKA-18723: a leader at epoch E never has
+// such a batch; one in a fetch response is a read that raced a
+// truncation and a newer leader's appends). It returns the length of the
+// prefix of batches within the bound and the epoch found above it (-1:
+// none). A partial batch at the end ends the prefix without an error:
+// the append that follows drops it, as it drops any partial batch.
+func EpochPrefix(records []byte, bound int32) (n int, epoch int32, err error) {
+	for n < len(records) {
+		rest := records[n:]
+		if len(rest) < offLeaderEpoch+4 {
+			return n, -1, nil
+		}
+		size := int(int32(binary.BigEndian.Uint32(rest[offBatchLength:])))
+		if size < 0 {
+			return n, -1, fmt.Errorf("record batch at byte %d has length %d", n, size)
+		}
+		if e := int32(binary.BigEndian.Uint32(rest[offLeaderEpoch:])); e > bound {
+			return n, e, nil
+		}
+		n += offLeaderEpoch + size
+	}
+	return n, -1, nil
+}
+
+// IsProducerBarrier reports whether b, a stored record batch, is the
+// producer-state barrier (a control batch of no producer whose record
+// has type ControlPIDReset; see WriteProducerBarrier).
+func IsProducerBarrier(b []byte) bool {
+	if _, err := ParseBatchHeader(b); err != nil {
+		return false
+	}
+	return isBarrier(batch(b))
+}

@@ -46,3 +46,45 @@ func TestParseBatchHeader(t *testing.T) {
 		}
 	}
 }
+
+// epochBatch is a batch of one record per value at offset base with
+// leader epoch epoch (neither is under the batch CRC).
+func epochBatch(t *testing.T, base int64, epoch int32, values ...string) []byte {
+	var recs []rec
+	for _, v := range values {
+		recs = append(recs, kv("k", v))
+	}
+	b := mkBatch(t, batchOpts{}, recs...)
+	binary.BigEndian.PutUint64(b[offBaseOffset:], uint64(base))
+	binary.BigEndian.PutUint32(b[offLeaderEpoch:], uint32(epoch))
+	return b
+}
+
+func TestEpochPrefix(t *testing.T) {
+	a, b, c := epochBatch(t, 0, 3, "a"), epochBatch(t, 1, 5, "b", "c"), epochBatch(t, 3, 9, "d")
+	recs := slices.Concat(a, b, c)
+	for _, tc := range []struct {
+		bound int32
+		n     int
+		epoch int32
+	}{
+		{9, len(recs), -1},
+		{100, len(recs), -1},
+		{8, len(a) + len(b), 9},
+		{5, len(a) + len(b), 9},
+		{4, len(a), 5},
+		{2, 0, 3},
+	} {
+		n, e, err := EpochPrefix(recs, tc.bound)
+		if err != nil || n != tc.n || e != tc.epoch {
+			t.Errorf("bound %d: got (%d, %d, %v), want (%d, %d)", tc.bound, n, e, err, tc.n, tc.epoch)
+		}
+	}
+	// A partial batch at the end is left to the append.
+	if n, e, err := EpochPrefix(slices.Concat(a, c[:10]), 3); err != nil || n != len(a) || e != -1 {
+		t.Errorf("partial batch: got (%d, %d, %v)", n, e, err)
+	}
+	if _, _, err := EpochPrefix(slices.Concat(a, []byte{0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}), 3); err == nil {
+		t.Error("a negative batch length passed")
+	}
+}

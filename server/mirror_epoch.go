@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/binary"
-	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -45,31 +44,4 @@ func mirrorLeaderEpoch(tags *kmsg.Tags) int32 {
 // setMirrorLeaderEpoch sets MirrorLeaderEpoch in tags.
 func setMirrorLeaderEpoch(tags *kmsg.Tags, epoch int32) {
 	tags.Set(mirrorLeaderEpochTag, kbin.AppendInt32(nil, epoch))
-}
-
-// batchEpochAbove finds the first record batch in records whose leader
-// epoch is above bound (KAFKA-18723: a leader at epoch E never has such a
-// batch; one in a fetch response is a read that raced a truncation and
-// a newer leader's appends). It returns the length of the prefix of
-// batches within the bound and the epoch found above it (-1: none).
-func batchEpochAbove(records []byte, bound int32) (n int, epoch int32, err error) {
-	const (
-		offLength = 8  // after the base offset
-		offEpoch  = 12 // after the batch length
-	)
-	for n < len(records) {
-		rest := records[n:]
-		if len(rest) < offEpoch+4 {
-			return n, -1, nil // a partial batch at the end: the engine's append drops it
-		}
-		size := int(int32(binary.BigEndian.Uint32(rest[offLength:])))
-		if size < 0 {
-			return n, -1, fmt.Errorf("record batch at byte %d has length %d", n, size)
-		}
-		if e := int32(binary.BigEndian.Uint32(rest[offEpoch:])); e > bound {
-			return n, e, nil
-		}
-		n += offEpoch + size
-	}
-	return n, -1, nil
 }

@@ -21,35 +21,6 @@ func epochBatch(base int64, epoch int32, values ...string) []byte {
 	return b
 }
 
-func TestBatchEpochAbove(t *testing.T) {
-	a, b, c := epochBatch(0, 3, "a"), epochBatch(1, 5, "b", "c"), epochBatch(3, 9, "d")
-	recs := bytes.Join([][]byte{a, b, c}, nil)
-	for _, tc := range []struct {
-		bound int32
-		n     int
-		epoch int32
-	}{
-		{9, len(recs), -1},
-		{100, len(recs), -1},
-		{8, len(a) + len(b), 9},
-		{5, len(a) + len(b), 9},
-		{4, len(a), 5},
-		{2, 0, 3},
-	} {
-		n, e, err := batchEpochAbove(recs, tc.bound)
-		if err != nil || n != tc.n || e != tc.epoch {
-			t.Errorf("bound %d: got (%d, %d, %v), want (%d, %d)", tc.bound, n, e, err, tc.n, tc.epoch)
-		}
-	}
-	// A partial batch at the end is left to the append.
-	if n, e, err := batchEpochAbove(append(bytes.Clone(a), c[:10]...), 3); err != nil || n != len(a) || e != -1 {
-		t.Errorf("partial batch: got (%d, %d, %v)", n, e, err)
-	}
-	if _, _, err := batchEpochAbove(append(bytes.Clone(a), 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0), 3); err == nil {
-		t.Error("a negative batch length passed")
-	}
-}
-
 // TestMirrorLeaderEpochWire sends MirrorLeaderEpoch in a Fetch request and
 // response as kmsg reads them: the tag survives both ways, next to
 // Kafka's own tags.

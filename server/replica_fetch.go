@@ -453,7 +453,7 @@ func (f *fetcher) handle(ctx context.Context, fp *followed, rp *kmsg.FetchRespon
 		return f.truncateTo(fp, rp.DivergingEpoch.Epoch, rp.DivergingEpoch.EndOffset)
 	}
 	recs := rp.RecordBatches
-	n, above, err := batchEpochAbove(recs, bound)
+	n, above, err := engine.EpochPrefix(recs, bound)
 	if err != nil {
 		return fmt.Errorf("%s-%d: replicated batches: %w", fp.topic, fp.key.p, err)
 	}

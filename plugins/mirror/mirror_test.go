@@ -277,8 +277,8 @@ func TestIsBarrier(t *testing.T) {
 	if err != nil || len(res.Batches) != 2 {
 		t.Fatalf("fetch: %v, %d batches", err, len(res.Batches))
 	}
-	if isBarrier(res.Batches[0]) || !isBarrier(res.Batches[1]) || at != 1 {
-		t.Fatalf("isBarrier: marker %v, barrier %v (at %d)", isBarrier(res.Batches[0]), isBarrier(res.Batches[1]), at)
+	if engine.IsProducerBarrier(res.Batches[0]) || !engine.IsProducerBarrier(res.Batches[1]) || at != 1 {
+		t.Fatalf("isBarrier: marker %v, barrier %v (at %d)", engine.IsProducerBarrier(res.Batches[0]), engine.IsProducerBarrier(res.Batches[1]), at)
 	}
 	if has, err := hasBarrier(ep, 0); err != nil || !has {
 		t.Fatalf("hasBarrier(0) = %v, %v", has, err)

@@ -1,7 +1,6 @@
 package mirror
 
 import (
-	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -138,44 +137,13 @@ func hasBarrier(ep *engine.Partition, from int64) (bool, error) {
 			if err != nil {
 				return false, fmt.Errorf("looking for the barrier: %w", err)
 			}
-			if isBarrier(b) {
+			if engine.IsProducerBarrier(b) {
 				return true, nil
 			}
 			off = h.LastOffset() + 1
 		}
 	}
 	return false, nil
-}
-
-// isBarrier reports whether a stored batch is the producer-state barrier:
-// a control batch of producer id -1 whose record key has type
-// engine.ControlPIDReset.
-func isBarrier(b []byte) bool {
-	h, err := engine.ParseBatchHeader(b)
-	if err != nil || !h.Control() || h.ProducerID != -1 {
-		return false
-	}
-	// The one record: length (varint), attributes (one byte), timestamp
-	// and offset deltas (varints), key length (varint), key = version
-	// int16, type int16.
-	rec := b[engine.BatchHeaderLen:]
-	for i := range 4 {
-		if len(rec) == 0 {
-			return false
-		}
-		n := 1
-		if i != 1 {
-			if _, n = binary.Varint(rec); n <= 0 {
-				return false
-			}
-		}
-		rec = rec[n:]
-	}
-	keyLen, n := binary.Varint(rec)
-	if n <= 0 || keyLen < 4 || len(rec) < n+4 {
-		return false
-	}
-	return int16(binary.BigEndian.Uint16(rec[n+2:])) == engine.ControlPIDReset
 }
 
 // finishStops makes topics whose partitions all finished STOPPING
