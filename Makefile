@@ -1,3 +1,8 @@
+# `make check` is the quick tier for the edit loop (a few minutes): vet and
+# every package's tests without the race detector, in -short mode, which
+# skips the tests that run the built binary and the few slow in-process
+# ones (tandemtest.Long). `make test` runs everything.
+#
 # The one test command (README.md, .ci/run): vet, then the race detector on
 # every package but the client-heavy integration suite, which runs against
 # the built binary without it, then franz-go's own kgo integration suite
@@ -8,7 +13,7 @@ GO ?= go
 INTEGRATION := ./testing/integration/...
 FUZZTIME ?= 30s
 
-.PHONY: test build vet kgo fuzz
+.PHONY: test check build vet kgo fuzz
 
 build:
 	$(GO) build -o tandem ./cmd/tandem
@@ -16,6 +21,9 @@ build:
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+
+check: vet
+	$(GO) test -count=1 -short -timeout 10m ./...
 
 test: vet
 	$(GO) test -count=1 -race -timeout 20m $$($(GO) list ./... | grep -v /testing/integration)

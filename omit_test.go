@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
 // TestOmitPlugins checks that each build tag really drops its plugin from
@@ -11,6 +13,7 @@ import (
 // selection), that both still build without it, and that the default build
 // links every plugin.
 func TestOmitPlugins(t *testing.T) {
+	tandemtest.Long(t)
 	const mod = "github.com/tandem-kafka/tandem"
 	names := []string{"groups", "share", "txn", "acl", "mirror"}
 	deps := func(t *testing.T, tags ...string) string {

@@ -27,6 +27,7 @@ import (
 // connection nor a crash, with what a running broker answers or with a
 // retriable error: a request never reaches a plugin that is not ready.
 func TestRequestsWhileStarting(t *testing.T) {
+	tandemtest.Long(t)
 	dir := t.TempDir()
 	props := map[string]string{}
 	plugins, err := tandem.Plugins(nil, nil)

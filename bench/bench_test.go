@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
 // TestMain lets the test binary serve as the broker executable: the harness
@@ -45,6 +47,7 @@ func shortWorkloads() []Workload {
 // processes and checks that every figure is there and consistent. It
 // asserts no speed.
 func TestHarness(t *testing.T) {
+	tandemtest.Long(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer

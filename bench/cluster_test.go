@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
 // TestClusterFigures runs a very short --cluster measurement: a standalone
@@ -13,6 +15,7 @@ import (
 // falls behind and catches up, two leader kills. It checks that every
 // figure is there and reported, not how fast.
 func TestClusterFigures(t *testing.T) {
+	tandemtest.Long(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer

@@ -35,6 +35,7 @@ func Main(m *testing.M) int {
 // use instead.
 func BuildBinary(t testing.TB) string {
 	t.Helper()
+	Long(t)
 	build.once.Do(func() {
 		if p := os.Getenv("TANDEM_BINARY"); p != "" {
 			build.path, build.err = filepath.Abs(p)
@@ -54,4 +55,15 @@ func BuildBinary(t testing.TB) string {
 		t.Fatal(build.err)
 	}
 	return build.path
+}
+
+// Long marks a test of the full tier only: the quick tier (`make check`,
+// `go test -short ./...`) skips it. Tests that run the built binary are
+// long (BuildBinary calls Long), and so are the few in-process tests that
+// take tens of seconds; `make test` runs them all.
+func Long(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("full tier only (make test); the quick tier, go test -short, skips it")
+	}
 }
