@@ -2,8 +2,11 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -181,4 +184,189 @@ func TestMirrorTopicReplicationFactor(t *testing.T) {
 	produceRange(t, src, other, 100, 100)
 	waitClusterCaughtUp(t, src, dst, "m2", other, 1, time.Minute)
 	sameOnEveryReplica(t, src, dst, other, 1)
+}
+
+// describeJSON runs `tandem mirrors --describe --json` and returns its
+// exit code and the mirrors it printed, as generic JSON (so that a key
+// that is missing reads as missing, not as false).
+func describeJSON(t *testing.T, addr string, args ...string) (int, []map[string]any, string) {
+	t.Helper()
+	code, out, errOut := runMirrors(t, append([]string{"--bootstrap-server", addr, "--describe", "--json"}, args...)...)
+	var ms []map[string]any
+	if out != "" {
+		if err := json.Unmarshal([]byte(out), &ms); err != nil {
+			t.Fatalf("--describe --json: %v\n%s", err, out)
+		}
+	}
+	return code, ms, errOut
+}
+
+// jsonPartitions are the partitions of a described mirror.
+func jsonPartitions(m map[string]any) []map[string]any {
+	var out []map[string]any
+	ps, _ := m["partitions"].([]any)
+	for _, p := range ps {
+		out = append(out, p.(map[string]any))
+	}
+	return out
+}
+
+// consoleMirror is one mirror of a broker's /api/mirrors.
+func consoleMirror(t *testing.T, httpAddr, name string) map[string]any {
+	t.Helper()
+	_, body := httpGet(t, "http://"+httpAddr+"/api/mirrors")
+	var ms []map[string]any
+	if err := json.Unmarshal([]byte(body), &ms); err != nil {
+		t.Fatalf("/api/mirrors: %v\n%s", err, body)
+	}
+	for _, m := range ms {
+		if m["name"] == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// TestMirrorViewsWithTheSourceDown kills the source of a caught-up mirror
+// and asks every view: --describe (and --json) says the source is
+// unreachable, that the lag is a lower bound (rpo_known false) and why,
+// and exits 1; the console says "at least" rather than an RPO of 0, and
+// its partition badges are not green under a FAILED mirror; /healthz
+// names the source. A forced failover says that what it gave up is a
+// lower bound; afterwards the mirror and its partitions are STOPPED and
+// /healthz is quiet; a second failover answers where the first left each
+// partition, with exit 0. A --topic that matches nothing is an error.
+func TestMirrorViewsWithTheSourceDown(t *testing.T) {
+	src := tandemtest.StartProcess(t, t.TempDir(), "--set", "offsets.topic.num.partitions=2", "--set", "mirror.topic.num.partitions=2")
+	createTopicOn(t, src.Addr, "orders", 2)
+	produceN(t, src.Addr, "orders", 2, 100)
+	dst := tandemtest.StartProcess(t, t.TempDir(), "--set", "mirror.topic.num.partitions=2", "--set", "offsets.topic.num.partitions=2",
+		"--set", "replica.fetch.wait.max.ms=200", "--set", "mirror.replica.fetch.backoff.ms=200", "--set", "mirror.request.timeout.ms=3000",
+		"--set", "mirror.socket.connection.setup.timeout.ms=1000")
+	if code, out, errOut := runMirrors(t, "--bootstrap-server", dst.Addr, "--create", "--add", "--mirror", "m1",
+		"--source-bootstrap", src.Addr, "--topic", "orders"); code != 0 {
+		t.Fatalf("--create --add: exit %d\n%s%s", code, out, errOut)
+	}
+	waitFor(t, 60*time.Second, "the mirror caught up, with a known RPO", func() bool {
+		code, ms, _ := describeJSON(t, dst.Addr, "--mirror", "m1")
+		if code != 0 || len(ms) != 1 || ms[0]["source_reachable"] != true {
+			return false
+		}
+		ps := jsonPartitions(ms[0])
+		for _, p := range ps {
+			if p["state"] != "MIRRORING" || p["lag"] != 0.0 || p["rpo_known"] != true {
+				return false
+			}
+		}
+		return len(ps) == 2
+	})
+	if m := consoleMirror(t, dst.HTTPAddr, "m1"); m == nil || m["rpo"].(map[string]any)["known"] != true {
+		t.Fatalf("console: %v, want an RPO known", m)
+	}
+
+	// A --topic that matches nothing is an error, not an empty table.
+	code, out, errOut := runMirrors(t, "--bootstrap-server", dst.Addr, "--describe", "--mirror", "m1", "--topic", "nosuch")
+	if code != 1 || !strings.Contains(errOut, "nosuch") {
+		t.Fatalf("--describe --topic nosuch: exit %d, stdout %q, stderr %q; want exit 1 naming nosuch", code, out, errOut)
+	}
+
+	src.Kill9()
+	var last string
+	waitFor(t, 60*time.Second, "--describe to say the source is unreachable and the RPO not known", func() bool {
+		code, ms, _ := describeJSON(t, dst.Addr, "--mirror", "m1")
+		last = fmt.Sprint(code, ms)
+		if code != 1 || len(ms) != 1 || ms[0]["source_reachable"] != false || ms[0]["state"] != "FAILED" {
+			return false
+		}
+		for _, p := range jsonPartitions(ms[0]) {
+			if p["rpo_known"] != false || p["reason"] == nil || p["lag"] == nil {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("source down: %s", last)
+	m := consoleMirror(t, dst.HTTPAddr, "m1")
+	rpo := m["rpo"].(map[string]any)
+	if m["state"] != "FAILED" || rpo["known"] != false || rpo["asOf"] == 0.0 {
+		t.Fatalf("console with the source down: state %v, rpo %v; want FAILED, not known, as of when last learned", m["state"], rpo)
+	}
+	for _, p := range m["partitions"].([]any) {
+		if pp := p.(map[string]any); pp["sourceStale"] != true || pp["reason"] == "" {
+			t.Fatalf("console partition %v with the source down: want sourceStale and a reason", pp)
+		}
+	}
+	_, health := httpGet(t, "http://"+dst.HTTPAddr+"/healthz")
+	if !strings.Contains(health, "\nwarning: mirror m1: source "+src.Addr) {
+		t.Fatalf("/healthz with the source down:\n%s\nwant a warning naming mirror m1's source %s", health, src.Addr)
+	}
+	if _, err := os.Stat(chromiumPath); err == nil {
+		t.Logf("the mirrors page in %s", chromiumPath)
+		var dom string
+		waitFor(t, 90*time.Second, "the mirrors page to show the source down", func() bool {
+			dom = chromium(t, "http://"+dst.HTTPAddr+"/#mirrors", "--dump-dom")
+			return strings.Contains(dom, `data-rpo-known="false"`)
+		})
+		if !strings.Contains(dom, "at least") || strings.Contains(dom, `class="badge ok" data-state="MIRRORING"`) ||
+			!strings.Contains(dom, `data-problem="source unreachable"`) {
+			t.Fatalf("the mirrors page with the source down shows a green partition or an RPO without \"at least\":\n%s", dom)
+		}
+	}
+
+	// Forced failover: what it gave up is a lower bound.
+	code, out, errOut = runMirrors(t, "--bootstrap-server", dst.Addr, "--describe", "--mirror", "m1")
+	t.Logf("--describe with the source down: exit %d\n%s%s", code, out, errOut)
+	code, out, errOut = runMirrors(t, "--bootstrap-server", dst.Addr, "--failover", "--mirror", "m1", "--force", "--timeout", "5s")
+	if code != 0 || !strings.Contains(out, "last learned") || !strings.Contains(out, ">=") {
+		t.Fatalf("--failover --force with the source down: exit %d\n%s%s\nwant the lag as a lower bound, with when the source end was last learned", code, out, errOut)
+	}
+	t.Logf("--failover --force:\n%s", out)
+	stops := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 7 && f[0] == "orders" {
+			stops[f[1]] = f[len(f)-3] // DESTINATION-OFFSET
+		}
+	}
+	if len(stops) != 2 {
+		t.Fatalf("--failover --force: no destination offset of both partitions in\n%s", out)
+	}
+	waitFor(t, 30*time.Second, "the failed-over mirror to show STOPPED", func() bool {
+		code, ms, _ := describeJSON(t, dst.Addr, "--mirror", "m1")
+		if code != 0 || len(ms) != 1 || ms[0]["state"] != "STOPPED" {
+			return false
+		}
+		for _, p := range jsonPartitions(ms[0]) {
+			if p["state"] != "STOPPED" {
+				return false
+			}
+		}
+		return true
+	})
+	if m := consoleMirror(t, dst.HTTPAddr, "m1"); m["state"] != "STOPPED" {
+		t.Fatalf("console after the failover: mirror %v, want STOPPED", m["state"])
+	}
+	if _, health := httpGet(t, "http://"+dst.HTTPAddr+"/healthz"); strings.Contains(health, "mirror m1") {
+		t.Fatalf("/healthz after the failover still warns of m1's source:\n%s", health)
+	}
+
+	// Again: it was done, here is where.
+	code, out, errOut = runMirrors(t, "--bootstrap-server", dst.Addr, "--failover", "--mirror", "m1", "--force")
+	if code != 0 || !strings.Contains(out, "failed over already") {
+		t.Fatalf("a second --failover: exit %d\n%s%s\nwant exit 0 saying it was failed over already", code, out, errOut)
+	}
+	for p, at := range stops {
+		if !strings.Contains(out, fmt.Sprintf("partition %s at offset %s", p, at)) {
+			t.Fatalf("a second --failover does not say partition %s stopped at offset %s:\n%s", p, at, out)
+		}
+	}
+}
+
+// createTopicOn creates a topic of one replica on the cluster at addr.
+func createTopicOn(t *testing.T, addr, topic string, partitions int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(tandemtest.Client(t, addr)).CreateTopic(ctx, partitions, 1, nil, topic); err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
 }
