@@ -77,14 +77,20 @@ func (c *Console) cluster(ctx context.Context) any {
 			if m.State == "FAILED" {
 				v.Alarms = append(v.Alarms, fmt.Sprintf("mirror %s failed: %s", m.Name, m.Error))
 			}
-			failed := 0
+			failed, unsafe := 0, 0
 			for _, p := range m.Partitions {
 				if p.State == "FAILED" {
 					failed++
 				}
+				if p.DestinationIssue != "" {
+					unsafe++
+				}
 			}
 			if failed > 0 {
 				v.Alarms = append(v.Alarms, fmt.Sprintf("mirror %s: %d partitions FAILED", m.Name, failed))
+			}
+			if unsafe > 0 {
+				v.Alarms = append(v.Alarms, fmt.Sprintf("mirror %s: %d partitions here have no leader or fewer in-sync replicas than min.insync.replicas", m.Name, unsafe))
 			}
 		}
 	}
@@ -210,14 +216,20 @@ type mirrorView struct {
 // its partitions are behind their source and the largest lag in record
 // time; -1 when a partition's lag is unknown (its source end offset
 // never learned). A paused partition counts: its source is still
-// followed, so its lag grows while it is paused.
+// followed, so its lag grows while it is paused. Known is false when a
+// partition's source end offset is not current (plugin
+// MirrorPartitionView.SourceStale: the source unreachable or silent):
+// Records and Ms are then lower bounds, as of AsOf, the oldest time a
+// source end offset among them was learned (Unix ms).
 type rpo struct {
 	Records int64 `json:"records"`
 	Ms      int64 `json:"ms"`
+	Known   bool  `json:"known"`
+	AsOf    int64 `json:"asOf"`
 }
 
 func rpoOf(parts []plugin.MirrorPartitionView) rpo {
-	var r rpo
+	r := rpo{Known: true}
 	for _, p := range parts {
 		switch p.State {
 		case "STOPPING", "STOPPED": // failed over already
@@ -229,7 +241,14 @@ func rpoOf(parts []plugin.MirrorPartitionView) rpo {
 		} else {
 			r.Ms = -1
 		}
+		if p.SourceStale {
+			r.Known = false
+		}
+		if p.SourceOffsetTime > 0 && (r.AsOf == 0 || p.SourceOffsetTime < r.AsOf) {
+			r.AsOf = p.SourceOffsetTime
+		}
 	}
+	r.Known = r.Known && r.Records >= 0 && r.Ms >= 0
 	return r
 }
 

@@ -294,7 +294,13 @@ func (c *Controller) AddMirrorTopics(ctx context.Context, mirror string, specs [
 			if s.Partitions <= 0 {
 				return fmt.Errorf("topic %q: %d partitions: %w", s.Name, s.Partitions, kerr.InvalidPartitions)
 			}
-			rf := int(min(max(s.ReplicationFactor, 1), int16(len(brokers))))
+			// The destination's replication factor, as CreateTopics
+			// checks it: more replicas than live brokers is refused,
+			// not silently cut to a copy fewer than asked.
+			rf := int(s.ReplicationFactor)
+			if rf <= 0 || rf > len(brokers) {
+				return fmt.Errorf("topic %q: replication factor %d, must be 1..%d (live brokers): %w", s.Name, rf, len(brokers), kerr.InvalidReplicationFactor)
+			}
 			recs = append(recs, Record{Type: RecordTopic, Topic: &TopicRecord{Name: s.Name, ID: s.ID, Configs: s.Configs}})
 			recs = append(recs, partitionRecords(s.ID, 0, assign(brokers, len(img.Topics)+i, 0, int(s.Partitions), rf))...)
 		}

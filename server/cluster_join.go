@@ -10,6 +10,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -126,12 +127,17 @@ func (b *Broker) Abort() error {
 
 // Health lists what keeps this broker from a healthy cluster: voters that
 // cannot be reached or have another configuration, no active controller,
-// a fenced registration. Empty for a healthy or standalone broker.
+// a fenced registration, and what plugins report (plugin.HealthReporter:
+// a mirror whose source cannot be reached). Empty for a healthy or
+// standalone broker.
 func (b *Broker) Health() []string {
 	if b.meta == nil {
 		return nil
 	}
 	out := append(b.meta.Health(), b.peerHealth()...)
+	for _, h := range plugin.All[plugin.HealthReporter](b.cfg.Plugins) {
+		out = append(out, h.Health()...)
+	}
 	if b.session != nil {
 		if br, ok := b.image().Brokers[b.cfg.NodeID]; ok && br.Fenced {
 			out = append(out, fmt.Sprintf("broker %d is fenced by the controller", b.cfg.NodeID))

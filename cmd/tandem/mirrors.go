@@ -370,6 +370,8 @@ type describedMirror struct {
 	State           string               `json:"state,omitzero"`
 	Error           string               `json:"error,omitzero"`
 	ACLSync         string               `json:"acl_sync,omitzero"`
+	SourceReachable *bool                `json:"source_reachable,omitzero"`  // --describe: false while the source cannot be reached
+	SourceClusterID string               `json:"source_cluster_id,omitzero"` // as the mirror recorded it
 	Partitions      []describedPartition `json:"partitions,omitzero"`
 	Diverged        []divergedRange      `json:"diverged,omitzero"`
 }
@@ -383,7 +385,13 @@ type describedPartition struct {
 	DestinationOffset *int64     `json:"destination_offset"`
 	Lag               *int64     `json:"lag"`
 	LagMs             *int64     `json:"lag_ms"`
-	Reason            string     `json:"reason,omitzero"`
+	// RPOKnown: lag and lag_ms are what a failover now would give up;
+	// false while unknown, or stale (lower bounds: the source's end
+	// offset was not learned lately or the source cannot be asked).
+	RPOKnown         bool   `json:"rpo_known"`
+	Reason           string `json:"reason,omitzero"`
+	DestinationIssue string `json:"destination_issue,omitzero"` // no leader here, an ISR below min.insync.replicas
+	stale            bool   // the source offset is not the source's end now
 }
 
 func known(v int64) *int64 {
@@ -430,12 +438,14 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 		return nil, err
 	}
 	var out []describedMirror
+	matched := false
 	for _, m := range ms {
 		if m.ErrorCode != 0 && m.State == "" {
 			return nil, admin.ErrorOf(m.ErrorCode, m.ErrorMessage)
 		}
-		dm := describedMirror{Mirror: m.MirrorName, State: m.State, ACLSync: m.ACLSync, Partitions: []describedPartition{},
-			Diverged: []divergedRange{}}
+		reachable := m.ErrorCode != mirror.ErrMirrorSourceUnavailable.Code
+		dm := describedMirror{Mirror: m.MirrorName, State: m.State, ACLSync: m.ACLSync, SourceReachable: &reachable,
+			SourceClusterID: m.SourceClusterID, Partitions: []describedPartition{}, Diverged: []divergedRange{}}
 		if i := slices.IndexFunc(listed, func(l mirror.ListedMirror) bool { return l.MirrorName == m.MirrorName }); i >= 0 {
 			dm.SourceBootstrap, dm.TopicCount = listed[i].SourceBootstrap, listed[i].TopicCount
 		}
@@ -451,9 +461,11 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 			if !match(t.TopicName) {
 				continue
 			}
+			matched = true
 			for _, p := range t.Partitions {
 				dp := describedPartition{Topic: t.TopicName, Partition: p.PartitionIndex, SourceOffset: known(p.SourceOffset),
-					DestinationOffset: known(p.DestinationOffset), Lag: known(p.Lag), LagMs: known(p.LagMs), State: p.State, Reason: p.Reason}
+					DestinationOffset: known(p.DestinationOffset), Lag: known(p.Lag), LagMs: known(p.LagMs), State: p.State, Reason: p.Reason,
+					RPOKnown: p.Lag >= 0 && p.LagMs >= 0 && !p.SourceStale, DestinationIssue: p.DestinationIssue, stale: p.SourceStale}
 				if p.SourceOffsetTime > 0 {
 					at := time.UnixMilli(p.SourceOffsetTime).UTC()
 					dp.SourceOffsetTime = &at
@@ -463,14 +475,24 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 		}
 		out = append(out, dm)
 	}
+	if len(c.topics) > 0 && !matched {
+		// A script waiting for lag 0 must not pass on a typo.
+		where := "no mirror's topic"
+		if c.name != "" {
+			where = "no topic of mirror " + c.name
+		}
+		return nil, fmt.Errorf("%s matches --topic %s", where, strings.Join(c.topics, ", --topic "))
+	}
 	return out, nil
 }
 
-// unhealthy reports whether a mirror's source fails or one of its
-// partitions is FAILED or cannot be copied now.
+// unhealthy reports whether a mirror's source fails, or one of its
+// partitions is FAILED, cannot be copied now, knows the source's end
+// only as it was a while ago, or is not held safely here (no leader, an
+// ISR below min.insync.replicas).
 func (m describedMirror) unhealthy() bool {
 	return m.State == "FAILED" || slices.ContainsFunc(m.Partitions, func(p describedPartition) bool {
-		return p.State == "FAILED" || p.Reason != "" && p.State != "STOPPED"
+		return p.State == "FAILED" || p.Reason != "" && p.State != "STOPPED" || p.stale || p.DestinationIssue != ""
 	})
 }
 
@@ -519,8 +541,20 @@ func printDescribed(w io.Writer, ms []describedMirror) {
 			if p.SourceOffsetTime != nil {
 				age = time.Since(*p.SourceOffsetTime).Truncate(100 * time.Millisecond).String()
 			}
+			lag, lagMs := opt(p.Lag), opt(p.LagMs)
+			if p.stale && p.Lag != nil {
+				lag = ">=" + lag // a stale source end: at least this much
+				if p.LagMs != nil {
+					lagMs = ">=" + lagMs
+				}
+			}
+			reason := p.Reason
+			if p.DestinationIssue != "" {
+				reason = strings.TrimPrefix(p.DestinationIssue+"; "+reason, "; ")
+				reason = strings.TrimSuffix(reason, "; ")
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Mirror, p.Topic, p.Partition, opt(p.SourceOffset),
-				opt(p.DestinationOffset), opt(p.Lag), p.State, opt(p.LagMs), age, p.Reason)
+				opt(p.DestinationOffset), lag, p.State, lagMs, age, reason)
 		}
 	}
 	tw.Flush()

@@ -10,10 +10,12 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
@@ -32,27 +34,56 @@ func (c *mirrorsCmd) failover(ctx context.Context) error {
 		topics = multiFlag{".*"}
 	}
 	report, err := c.a.Failover(ctx, c.name, topics, admin.FailoverOptions{Force: c.force, Timeout: c.timeout})
-	if len(report) > 0 {
-		printFailover(c.stdout, report)
+	var now, before []mirror.FailoverPartition
+	for _, p := range report {
+		if p.AlreadyStopped {
+			before = append(before, p)
+		} else {
+			now = append(now, p)
+		}
+	}
+	if len(now) > 0 {
+		printFailover(c.stdout, now)
 	}
 	if err != nil {
 		return err
 	}
-	var lost, lostMs int64
-	unknown := 0
-	for _, p := range report {
+	printFailedOverBefore(c.stdout, c.name, before)
+	if len(now) == 0 {
+		fmt.Fprintf(c.stdout, "Mirror %s: nothing left to fail over.\n", c.name)
+		return nil
+	}
+	var lost, lostMs, learned int64
+	unknown, stale := 0, 0
+	for _, p := range now {
 		switch {
 		case p.Lag < 0:
 			unknown++
 		default:
 			lost += p.Lag
 			lostMs = max(lostMs, p.LagMs)
+			if p.SourceStale {
+				stale++
+				if learned == 0 || p.SourceOffsetTime < learned {
+					learned = p.SourceOffsetTime
+				}
+			}
 		}
 	}
-	fmt.Fprintf(c.stdout, "Failed over mirror %s: %d partition(s) writable here.\n", c.name, len(report))
+	fmt.Fprintf(c.stdout, "Failed over mirror %s: %d partition(s) writable here.\n", c.name, len(now))
 	switch {
 	case unknown > 0:
 		fmt.Fprintf(c.stdout, "The source's end offset was never learned for %d partition(s): what they gave up is unknown.\n", unknown)
+	case stale > 0:
+		// What the source acknowledged after it was last heard of is not
+		// in the figure: it is a lower bound.
+		ago := time.Since(time.UnixMilli(learned)).Truncate(100 * time.Millisecond)
+		if lost == 0 {
+			fmt.Fprintf(c.stdout, "Nothing the source was last known to have was given up, but its end offset was last learned %s ago and the source could not be asked since: records it acknowledged after that are not here.\n", ago)
+			break
+		}
+		fmt.Fprintf(c.stdout, "This failover gave up at least %d record(s) (at least %d ms of data, in record time): the source's end offset was last learned %s ago, and the source could not be asked since.\n",
+			lost, lostMs, ago)
 	case lost > 0:
 		fmt.Fprintf(c.stdout, "This failover gave up %d record(s) the source was last known to have (up to %d ms of data, in record time).\n", lost, lostMs)
 	default:
@@ -61,13 +92,34 @@ func (c *mirrorsCmd) failover(ctx context.Context) error {
 	return nil
 }
 
-// printFailover prints where a failover left each partition.
+// printFailedOverBefore says which partitions had failed over before, and
+// where their mirrored data ends: a failover repeated (by a script, after
+// a timeout) answers what was done, not an error.
+func printFailedOverBefore(w io.Writer, name string, before []mirror.FailoverPartition) {
+	byTopic := map[string][]string{}
+	for _, p := range before {
+		at := "an offset not recorded"
+		if p.DestinationOffset >= 0 {
+			at = fmt.Sprintf("offset %d", p.DestinationOffset)
+		}
+		byTopic[p.Topic] = append(byTopic[p.Topic], fmt.Sprintf("partition %d at %s", p.Partition, at))
+	}
+	for _, t := range slices.Sorted(maps.Keys(byTopic)) {
+		fmt.Fprintf(w, "Topic %s of mirror %s was failed over already: its mirrored data ends at %s.\n", t, name, strings.Join(byTopic[t], ", "))
+	}
+}
+
+// printFailover prints where a failover left each partition; a lag from a
+// source end offset that was not current is a lower bound (">=").
 func printFailover(w io.Writer, report []mirror.FailoverPartition) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tSOURCE-OFFSET\tLEARNED\tDESTINATION-OFFSET\tLAG\tLAG-MS")
-	opt := func(v int64) string {
-		if v < 0 {
+	opt := func(v int64, stale bool) string {
+		switch {
+		case v < 0:
 			return "-"
+		case stale:
+			return fmt.Sprintf(">=%d", v)
 		}
 		return fmt.Sprint(v)
 	}
@@ -76,7 +128,8 @@ func printFailover(w io.Writer, report []mirror.FailoverPartition) {
 		if p.SourceOffsetTime > 0 {
 			learned = time.Since(time.UnixMilli(p.SourceOffsetTime)).Truncate(100*time.Millisecond).String() + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Topic, p.Partition, opt(p.SourceOffset), learned, opt(p.DestinationOffset), opt(p.Lag), opt(p.LagMs))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Topic, p.Partition, opt(p.SourceOffset, false), learned, opt(p.DestinationOffset, false),
+			opt(p.Lag, p.SourceStale), opt(p.LagMs, p.SourceStale))
 	}
 	tw.Flush()
 }
@@ -84,32 +137,33 @@ func printFailover(w io.Writer, report []mirror.FailoverPartition) {
 // failback is --failback, run against the old primary: it reads mirror
 // --mirror's topics from the new primary (--source-bootstrap, with the
 // mirror's --config for its security), creates the reverse mirror here
-// under the same name (unless it exists, with that source), shows what
+// under the same name (unless it exists with a source of that cluster ID), shows what
 // truncation will remove, and on confirmation adds the topics.
 func (c *mirrorsCmd) failback(ctx context.Context) error {
 	cfg, err := c.mirrorConfigs()
 	if err != nil {
 		return err
 	}
+	newID, err := clusterIDOf(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("the new primary %s: %w", c.source, err)
+	}
+	ms, err := c.a.DescribeMirrors(ctx, c.name)
+	if err != nil {
+		return err
+	}
+	exists := len(ms) == 1 && (ms[0].ErrorCode == 0 || ms[0].State != "") // it exists (its source may fail)
+	if exists {
+		if err := c.sameSource(ctx, ms[0], cfg, newID); err != nil {
+			return err
+		}
+	}
 	topics, err := c.failedOverTopics(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	created := false
-	ms, err := c.a.DescribeMirrors(ctx, c.name)
-	switch {
-	case err != nil:
-		return err
-	case len(ms) == 1 && (ms[0].ErrorCode == 0 || ms[0].State != ""): // it exists (its source may fail)
-		described, err := c.a.DescribeMirrorConfigs(ctx, c.name)
-		if err != nil {
-			return err
-		}
-		i := slices.IndexFunc(described, func(mc admin.MirrorConfig) bool { return mc.Name == "bootstrap.servers" })
-		if i < 0 || described[i].Value == nil || *described[i].Value != c.source {
-			return fmt.Errorf("mirror %s already exists here with another source: delete it first, or fail back under another name", c.name)
-		}
-	default:
+	if !exists {
 		if err := c.a.CreateMirror(ctx, c.name, cfg); err != nil {
 			return err
 		}
@@ -137,6 +191,61 @@ func (c *mirrorsCmd) failback(ctx context.Context) error {
 	}
 	fmt.Fprintf(c.stdout, "Failing back: mirror %s here now copies %d topic(s) from %s: %v\n", c.name, len(topics), c.source, topics)
 	return nil
+}
+
+// sameSource checks that the mirror m that exists here copies from the
+// cluster --source-bootstrap names (cluster ID newID): the cluster ID the
+// mirror recorded, or else the one its configured bootstrap servers
+// answer with, whatever addresses either is spelled with.
+func (c *mirrorsCmd) sameSource(ctx context.Context, m mirror.DescribedMirror, cfg map[string]string, newID string) error {
+	described, err := c.a.DescribeMirrorConfigs(ctx, c.name)
+	if err != nil {
+		return err
+	}
+	configured := "?"
+	if i := slices.IndexFunc(described, func(mc admin.MirrorConfig) bool { return mc.Name == "bootstrap.servers" }); i >= 0 && described[i].Value != nil {
+		configured = *described[i].Value
+	}
+	id := m.SourceClusterID
+	if id == "" { // never synced: ask its source
+		asked := maps.Clone(cfg)
+		asked["bootstrap.servers"] = configured
+		if id, err = clusterIDOf(ctx, asked); err != nil {
+			return fmt.Errorf("mirror %s exists here with source %s, which does not answer (%v) and whose cluster ID it never learned: cannot tell whether it is %s (cluster %s)",
+				c.name, configured, err, c.source, newID)
+		}
+	}
+	if id != newID {
+		return fmt.Errorf("mirror %s exists here with source %s (cluster %s), not %s (cluster %s): delete it first, or fail back under another name",
+			c.name, configured, id, c.source, newID)
+	}
+	return nil
+}
+
+// clusterIDOf asks the cluster of cfg's bootstrap.servers, with cfg's
+// security, for its cluster ID.
+func clusterIDOf(ctx context.Context, cfg map[string]string) (string, error) {
+	opts, err := mirror.ClientOpts(cfg)
+	if err != nil {
+		return "", err
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.DialTimeout(5*time.Second))...)
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = []kmsg.MetadataRequestTopic{}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return "", err
+	}
+	if resp.ClusterID == nil {
+		return "", fmt.Errorf("it answers with no cluster ID")
+	}
+	return *resp.ClusterID, nil
 }
 
 // failedOverTopics reads, on the new primary, the topics of mirror

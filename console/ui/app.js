@@ -55,6 +55,30 @@ function stateBadge(s) {
   return el("span", { class: cls, "data-state": s }, s || "unknown");
 }
 
+// partBadge is a mirror partition's state as a badge that agrees with its
+// mirror: green only while the partition is copied now and held safely
+// here. A MIRRORING partition whose source is unreachable, silent or
+// leaderless, or whose copy here has no leader or too few in-sync
+// replicas, is red, saying which.
+function partBadge(p, m) {
+  let problem = "";
+  if (p.destinationIssue) problem = "destination degraded";
+  else if (p.state === "MIRRORING" && m.state === "FAILED") problem = "source unreachable";
+  else if (p.state === "MIRRORING" && p.reason) problem = "not copying";
+  else if (p.state === "MIRRORING" && p.sourceStale) problem = "source silent";
+  if (!problem) return stateBadge(p.state);
+  return el("span", { class: "badge bad", "data-state": p.state, "data-problem": problem }, p.state + " · " + problem);
+}
+
+// rpoText is what a failover now would give up: exact while every source
+// end offset is current, "at least" with their age when one is not.
+function rpoText(r) {
+  if (r.known) return [duration(r.ms), num(r.records) + " records"];
+  const atLeast = (s) => (s === "unknown" ? s : "at least " + s);
+  const seen = r.asOf ? " · source end last learned " + duration(Date.now() - r.asOf) + " ago" : "";
+  return [atLeast(duration(r.ms)), atLeast(num(r.records)) + " records" + seen];
+}
+
 function table(headers, rows, numeric) {
   const head = el("tr", {}, ...headers.map((h, i) => el("th", numeric && numeric[i] ? { class: "num" } : {}, h)));
   return el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows));
@@ -168,20 +192,20 @@ function drawMirrors(ms) {
   if (!ms.length) out.push(el("p", { class: "muted" }, "No mirrors. Create one with tandem mirrors --create."));
   for (const m of ms) {
     const parts = m.partitions.map((p) => el("tr", { "data-partition": p.topic + "/" + p.partition, "data-state": p.state, "data-lag": p.lag },
-      el("td", {}, p.topic), el("td", { class: "num" }, p.partition), el("td", {}, stateBadge(p.state)),
+      el("td", {}, p.topic), el("td", { class: "num" }, p.partition), el("td", {}, partBadge(p, m)),
       el("td", { class: "num" }, num(p.sourceOffset)), el("td", { class: "num" }, num(p.destinationOffset)),
       el("td", { class: "num", "data-lag-records": "" }, num(p.lag)), el("td", { class: "num" }, duration(p.lagMs)),
-      el("td", { class: "reason" }, p.reason)));
+      el("td", { class: "reason" }, [p.destinationIssue, p.reason].filter(Boolean).join("; "))));
     const diverged = m.diverged.map((d) => cells([d.topic + "/" + d.partition, d.firstOffset + "–" + d.lastOffset, num(d.records),
       time(d.truncatedAt), d.cause, d.topic + ".diverged/" + d.partition + " @ " + d.copyStart + "–" + d.copyEnd]));
     out.push(el("div", { class: "card", "data-mirror": m.name },
       el("div", { class: "card-head" }, el("h2", {}, m.name), stateBadge(m.state),
         el("span", { class: "kv" }, "source ", el("b", {}, m.source || "unknown")),
         m.aclSync ? el("span", { class: "badge warn" }, "ACL sync: " + m.aclSync) : null,
-        el("div", { class: "rpo", "data-rpo-ms": m.rpo.ms, "data-rpo-records": m.rpo.records },
+        el("div", { class: "rpo", "data-rpo-ms": m.rpo.ms, "data-rpo-records": m.rpo.records, "data-rpo-known": m.rpo.known },
           el("div", { class: "label muted" }, "RPO of a failover now"),
-          el("div", { class: "value" }, duration(m.rpo.ms)),
-          el("div", { class: "muted" }, num(m.rpo.records) + " records"))),
+          el("div", { class: "value" }, rpoText(m.rpo)[0]),
+          el("div", { class: "muted" }, rpoText(m.rpo)[1]))),
       m.error ? el("div", { class: "alarm" }, m.error) : null,
       el("div", { class: "charts" },
         chart("Lag in record time, last hour", m.history, "ms", "line-ms", 1000, duration),

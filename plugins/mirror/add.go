@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -162,6 +163,18 @@ func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) (
 	return first, plan, nil
 }
 
+// topicRF is the replication factor of the topics mirror m creates here:
+// the mirror's mirror.topic.replication.factor, else this cluster's
+// default.replication.factor. The destination decides how many copies
+// it keeps, as it does for its own topics; the source's replication
+// factor says nothing about the brokers here.
+func (p *Plugin) topicRF(m *raftmeta.Mirror) int16 {
+	if n, err := strconv.ParseInt(m.Configs["mirror.topic.replication.factor"], 10, 16); err == nil && n > 0 {
+		return int16(n)
+	}
+	return p.cfg.TopicRF
+}
+
 // sourceTopics describes topics on a mirror's source cluster: their specs
 // here, and what truncation takes from those that exist here.
 func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []string) ([]raftmeta.TopicSpec, []Truncation, error) {
@@ -204,11 +217,7 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []
 			return nil, nil, fmt.Errorf("topic %s exists here with ID %s and %d partitions, the source's has ID %s and %d: %w",
 				name, here.ID.Base64(), len(here.Partitions), uuid.UUID(t.TopicID).Base64(), len(t.Partitions), kerr.TopicAlreadyExists)
 		}
-		rf := int16(1)
-		if len(t.Partitions) > 0 {
-			rf = int16(len(t.Partitions[0].Replicas))
-		}
-		specs = append(specs, raftmeta.TopicSpec{Name: name, ID: t.TopicID, Partitions: int32(len(t.Partitions)), ReplicationFactor: rf})
+		specs = append(specs, raftmeta.TopicSpec{Name: name, ID: t.TopicID, Partitions: int32(len(t.Partitions)), ReplicationFactor: p.topicRF(m)})
 		r := kmsg.NewDescribeConfigsRequestResource()
 		r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, name
 		creq.Resources = append(creq.Resources, r)

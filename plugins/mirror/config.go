@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"regexp"
@@ -49,6 +50,7 @@ var mirrorConfigs = map[string]func(v string, c map[string]string) error{
 	"mirror.acl.include":                    func(v string, _ map[string]string) error { _, err := parseACLRules(v); return err },
 	"mirror.topic.properties.exclude":       func(string, map[string]string) error { return nil },
 	"mirror.metadata.refresh.interval.ms":   positiveInt,
+	"mirror.topic.replication.factor":       validRF,
 }
 
 // unsupportedConfigs are keys of the KIP's mirror table Tandem does not
@@ -167,6 +169,14 @@ func required(what string) func(string, map[string]string) error {
 func positiveInt(v string, _ map[string]string) error {
 	if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err != nil || n <= 0 {
 		return fmt.Errorf("want a positive integer")
+	}
+	return nil
+}
+
+// validRF is a replication factor: 1 to 32767 (Kafka's int16).
+func validRF(v string, _ map[string]string) error {
+	if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 16); err != nil || n <= 0 {
+		return fmt.Errorf("want a replication factor from 1 to %d", math.MaxInt16)
 	}
 	return nil
 }

@@ -2,11 +2,57 @@ package mirror
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
 
+	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-var _ plugin.MirrorDescriber = (*Plugin)(nil)
+var (
+	_ plugin.MirrorDescriber = (*Plugin)(nil)
+	_ plugin.HealthReporter  = (*Plugin)(nil)
+)
+
+// Health implements plugin.HealthReporter: a line for each mirror with
+// topics still mirrored whose source this broker cannot use (unreachable,
+// refusing the mirror's credentials, another cluster), with how long ago
+// it last answered. It reads this broker's runs only, which learn of the
+// source at least every mirror.metadata.refresh.interval.ms (sooner on
+// the brokers that copy a partition).
+func (p *Plugin) Health() []string {
+	img := p.Image()
+	if img == nil {
+		return nil
+	}
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(img.Mirrors)) {
+		m := img.Mirrors[name]
+		if !slices.ContainsFunc(slices.Collect(maps.Values(m.Topics)), func(mt raftmeta.MirrorTopic) bool { return !mt.Stopped }) {
+			continue // failed over: its source does not matter any more
+		}
+		why, contact := "", time.Time{}
+		if r := p.run(name); r != nil {
+			r.mu.Lock()
+			why, contact = r.failed, r.contact
+			r.mu.Unlock()
+		}
+		if halt, _ := p.meta.status(name); halt != "" {
+			why = halt
+		}
+		if why == "" {
+			continue
+		}
+		seen := "never answered"
+		if !contact.IsZero() {
+			seen = fmt.Sprintf("last answered %s ago", time.Since(contact).Truncate(time.Second))
+		}
+		out = append(out, fmt.Sprintf("mirror %s: source %s cannot be used (%s): %s", name, m.Configs["bootstrap.servers"], seen, why))
+	}
+	return out
+}
 
 // DescribeMirrors implements plugin.MirrorDescriber: what DescribeMirrors
 // answers for every mirror, to a caller allowed everything (the console
@@ -29,7 +75,8 @@ func (p *Plugin) DescribeMirrors(ctx context.Context) []plugin.MirrorView {
 			for _, pd := range t.Partitions {
 				v.Partitions = append(v.Partitions, plugin.MirrorPartitionView{Topic: t.TopicName, Partition: pd.PartitionIndex,
 					State: pd.State, Reason: pd.Reason, SourceOffset: pd.SourceOffset, SourceOffsetTime: pd.SourceOffsetTime,
-					DestinationOffset: pd.DestinationOffset, Lag: pd.Lag, LagMs: pd.LagMs})
+					DestinationOffset: pd.DestinationOffset, Lag: pd.Lag, LagMs: pd.LagMs, SourceStale: pd.SourceStale,
+					DestinationIssue: pd.DestinationIssue})
 			}
 		}
 		for _, d := range dm.Diverged {

@@ -253,18 +253,27 @@ func (p *Plugin) awaitMirrors(ctx context.Context, names ...string) *raftmeta.Im
 	}
 }
 
-// remoteView asks the other brokers for their view of a mirror
-// (DescribeMirrors, Local): the leaders of its partitions for the source
-// side of those (only a partition's leader runs its fetcher, so only it
-// knows the source end offset and the lag), and the leaders of
-// __mirror_state partitions for the divergence manifest entries their
-// shards keep. A broker that does not answer leaves its partitions out
-// (lag unknown, never 0).
-func (p *Plugin) remoteView(ctx context.Context, mirror string) (map[tpKey]PartitionDetail, []DivergedRange) {
+// remoteMirror is what the other leaders of a mirror's partitions told
+// of it: their partitions' source side, their divergence manifests, and
+// whether their runs can use the source (errCode, errMsg: the first
+// failure one reported).
+type remoteMirror struct {
+	details  map[tpKey]PartitionDetail
+	diverged []DivergedRange
+	errCode  int16
+	errMsg   string
+}
+
+// remoteView asks every other broker leading a partition of the mirror
+// (and every leader of __mirror_state, whose manifests it merges) for its
+// own view (DescribeMirrors with Local). A leader that does not answer
+// leaves its partitions out: their lag stays unknown, never 0.
+func (p *Plugin) remoteView(ctx context.Context, mirror string) remoteMirror {
+	out := remoteMirror{details: map[tpKey]PartitionDetail{}}
 	img := p.Image()
 	m := img.Mirrors[mirror]
 	if m == nil {
-		return nil, nil
+		return out
 	}
 	self := p.Host().NodeID()
 	led := map[int32][]tpKey{}
@@ -283,8 +292,6 @@ func (p *Plugin) remoteView(ctx context.Context, mirror string) (map[tpKey]Parti
 			}
 		}
 	}
-	details := map[tpKey]PartitionDetail{}
-	var diverged []DivergedRange
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for node, keys := range led {
@@ -298,14 +305,22 @@ func (p *Plugin) remoteView(ctx context.Context, mirror string) (map[tpKey]Parti
 			mu.Lock()
 			defer mu.Unlock()
 			for _, dm := range resp.(*DescribeMirrorsResponse).Mirrors {
-				if dm.ErrorCode != 0 {
-					continue
+				if dm.ErrorCode != 0 && dm.State == "" {
+					continue // not described there (not in its image yet)
 				}
-				diverged = append(diverged, dm.Diverged...)
+				if dm.ErrorCode != 0 && out.errCode == 0 {
+					// Described, and its run fails: its partitions
+					// are described too, with their reasons.
+					out.errCode = dm.ErrorCode
+					if dm.ErrorMessage != nil {
+						out.errMsg = *dm.ErrorMessage
+					}
+				}
+				out.diverged = append(out.diverged, dm.Diverged...)
 				for _, dt := range dm.Topics {
 					for _, pd := range dt.Partitions {
 						if k := (tpKey{dt.TopicName, pd.PartitionIndex}); slices.Contains(keys, k) {
-							details[k] = pd
+							out.details[k] = pd
 						}
 					}
 				}
@@ -313,13 +328,12 @@ func (p *Plugin) remoteView(ctx context.Context, mirror string) (map[tpKey]Parti
 		}()
 	}
 	wg.Wait()
-	return details, diverged
+	return out
 }
 
 // remoteDetailsOnly is remoteView's partition details.
 func (p *Plugin) remoteDetailsOnly(ctx context.Context, mirror string) map[tpKey]PartitionDetail {
-	d, _ := p.remoteView(ctx, mirror)
-	return d
+	return p.remoteView(ctx, mirror).details
 }
 
 // readStatesBatch reads the states of a mirror's partitions with one

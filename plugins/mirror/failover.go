@@ -17,6 +17,9 @@ import (
 // a safe or forced failover's wait is over, and the answer comes when
 // they are STOPPED and writable. It reports where each partition was
 // left: the lag a forced failover gave up, or why a safe one refused.
+// Topics named that failed over before are reported as such
+// (AlreadyStopped, where their stop left them), so that a failover can
+// be repeated.
 func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string, mode int8, timeout time.Duration) ([]string, []FailoverPartition, error) {
 	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
 	if m == nil {
@@ -25,18 +28,22 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 	if len(names) == 0 {
 		return nil, nil, fmt.Errorf("no topic named: %w", kerr.InvalidRequest)
 	}
-	topics, err := mirrorTopics(m, names)
+	topics, stopped, err := mirrorTopicsAll(m, names)
 	if err != nil {
 		return nil, nil, err
 	}
+	done := p.stoppedReport(ctx, mirror, stopped)
+	if len(topics) == 0 {
+		return nil, done, nil
+	}
 	if mode != FailoverNow {
 		if err := p.awaitCaughtUp(ctx, mirror, topics, mode, timeout); err != nil {
-			return nil, p.failoverReport(ctx, mirror, topics, p.remoteDetailsOnly(ctx, mirror)), err
+			return nil, append(p.failoverReport(ctx, mirror, topics, p.sourceSnapshot(ctx, mirror)), done...), err
 		}
 	}
-	// What the other leaders know of the source side, before their
-	// fetchers let go of it.
-	before := p.remoteDetailsOnly(ctx, mirror)
+	// What the leaders know of the source side, before their fetchers
+	// let go of it.
+	before := p.sourceSnapshot(ctx, mirror)
 	if err := p.setTopicStates(ctx, mirror, topics, func(s *pstate) error {
 		s.State, s.Reason = Stopping, ""
 		return nil
@@ -44,7 +51,47 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 		return nil, nil, err
 	}
 	err = p.waitStates(ctx, mirror, topics, Stopped)
-	return topics, p.failoverReport(ctx, mirror, topics, before), err
+	return topics, append(p.failoverReport(ctx, mirror, topics, before), done...), err
+}
+
+// stoppedReport is where the failover of topics, done before, left each
+// of their partitions: the end of the mirrored data (StopAt).
+func (p *Plugin) stoppedReport(ctx context.Context, mirror string, topics []string) []FailoverPartition {
+	img := p.Image()
+	var out []FailoverPartition
+	for _, name := range topics {
+		t := img.Topics[name]
+		for i := 0; t != nil && i < len(t.Partitions); i++ {
+			fp := FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, AlreadyStopped: true}
+			if st, err := p.readState(ctx, pkey{mirror, name, int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
+				fp.DestinationOffset = st.StopAt
+			}
+			out = append(out, fp)
+		}
+	}
+	return out
+}
+
+// sourceSnapshot is what the leaders of the mirror's partitions know of
+// their source side now: this broker's runs and the others' (remoteView),
+// each with SourceStale as sourceCurrent says at this moment.
+func (p *Plugin) sourceSnapshot(ctx context.Context, mirror string) map[tpKey]PartitionDetail {
+	out := p.remoteDetailsOnly(ctx, mirror)
+	r := p.run(mirror)
+	if r == nil {
+		return out
+	}
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, pt := range r.parts {
+		if pt.srcEnd < 0 {
+			continue
+		}
+		out[k] = PartitionDetail{PartitionIndex: k.partition, SourceOffset: pt.srcEnd, SourceOffsetTime: pt.srcEndAt.UnixMilli(),
+			LagMs: pt.lagMs, SourceStale: !r.sourceCurrent(pt, now), DestinationOffset: -1, Lag: -1}
+	}
+	return out
 }
 
 // awaitCaughtUp waits until every partition of topics has lag 0 against a
@@ -89,7 +136,7 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 	var remote map[tpKey]PartitionDetail
 	for _, name := range topics {
 		if t := img.Topics[name]; t != nil && slices.ContainsFunc(t.Partitions, func(pp raftmeta.Partition) bool { return pp.Leader != p.Host().NodeID() }) {
-			remote, _ = p.remoteView(ctx, mirror)
+			remote = p.remoteDetailsOnly(ctx, mirror)
 			break
 		}
 	}
@@ -157,12 +204,11 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 }
 
 // failoverReport says where each partition of topics is: the source end
-// offset last learned and when, the end of the mirrored data (where a
-// stop left it), and the lag between them. remote is what the leaders of
-// the partitions other brokers lead knew of their source side.
-func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []string, remote map[tpKey]PartitionDetail) []FailoverPartition {
+// offset last learned and when, whether it was still the source's end
+// (snapshot, taken before the stop), the end of the mirrored data (where
+// a stop left it), and the lag between them.
+func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []string, snapshot map[tpKey]PartitionDetail) []FailoverPartition {
 	img := p.Image()
-	r := p.run(mirror)
 	var out []FailoverPartition
 	for _, name := range topics {
 		t := img.Topics[name]
@@ -173,22 +219,12 @@ func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []str
 			} else if ep := p.Host().Engine().Partition(t.ID, int32(i)); ep != nil {
 				fp.DestinationOffset = ep.Offsets().LogEnd
 			}
-			if rd, ok := remote[tpKey{name, int32(i)}]; ok && rd.SourceOffset >= 0 && fp.DestinationOffset >= 0 {
-				fp.SourceOffset, fp.SourceOffsetTime = rd.SourceOffset, rd.SourceOffsetTime
-				fp.Lag, fp.LagMs = max(0, rd.SourceOffset-fp.DestinationOffset), rd.LagMs
+			if sd, ok := snapshot[tpKey{name, int32(i)}]; ok && sd.SourceOffset >= 0 && fp.DestinationOffset >= 0 {
+				fp.SourceOffset, fp.SourceOffsetTime, fp.SourceStale = sd.SourceOffset, sd.SourceOffsetTime, sd.SourceStale
+				fp.Lag, fp.LagMs = max(0, sd.SourceOffset-fp.DestinationOffset), sd.LagMs
 				if fp.Lag == 0 {
 					fp.LagMs = 0
 				}
-			} else if r != nil {
-				r.mu.Lock()
-				if pt := r.parts[tpKey{name, int32(i)}]; pt != nil && pt.srcEnd >= 0 && fp.DestinationOffset >= 0 {
-					fp.SourceOffset, fp.SourceOffsetTime = pt.srcEnd, pt.srcEndAt.UnixMilli()
-					fp.Lag, fp.LagMs = max(0, pt.srcEnd-fp.DestinationOffset), pt.lagMs
-					if fp.Lag == 0 {
-						fp.LagMs = 0
-					}
-				}
-				r.mu.Unlock()
 			}
 			out = append(out, fp)
 		}

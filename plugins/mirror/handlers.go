@@ -70,6 +70,9 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 		c, msg := code(err)
 		if err == nil {
 			msg = fmt.Sprintf("Removed %d topic(s) from mirror %s: [%s]", len(removed), req.MirrorName, strings.Join(removed, ", "))
+			if n := alreadyStopped(report); n > 0 {
+				msg += fmt.Sprintf("; %d partition(s) had failed over already", n)
+			}
 		}
 		r.ErrorCode, r.ErrorMessage = c, nonEmpty(msg)
 	case *LastMirroredOffsetsRequest:
@@ -172,6 +175,16 @@ func mirrorAuthorized(rc *plugin.RequestContext, op kmsg.ACLOperation, name stri
 	return fmt.Errorf("%s on mirror %s is not authorized: %w", op, name, ErrMirrorAuthorizationFailed)
 }
 
+func alreadyStopped(report []FailoverPartition) int {
+	n := 0
+	for _, fp := range report {
+		if fp.AlreadyStopped {
+			n++
+		}
+	}
+	return n
+}
+
 func topicNames(ts []RemoveTopic) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
@@ -235,38 +248,75 @@ const defaultExclude = "follower.replication.throttled.replicas,leader.replicati
 	"log.message.timestamp.before.max.ms,log.message.timestamp.after.max.ms,message.timestamp.type,unclean.leader.election.enable,min.insync.replicas,mirror.name"
 
 // mirrorTopics resolves topic names (anchored regular expressions) to the
-// mirror's active topics; none means all of them.
+// mirror's active topics; none means all of them. A name that matches
+// only topics already failed over, or none, is an error saying which.
 func mirrorTopics(m *raftmeta.Mirror, names []string) ([]string, error) {
-	var active []string
-	for t, mt := range m.Topics {
-		if !mt.Stopped {
+	active, stopped, err := mirrorTopicsAll(m, names)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		re := regexp.MustCompile("^(?:" + n + ")$") // compiled by mirrorTopicsAll
+		if !slices.ContainsFunc(active, re.MatchString) {
+			var done []string
+			for _, t := range stopped {
+				if re.MatchString(t) {
+					done = append(done, t)
+				}
+			}
+			return nil, fmt.Errorf("mirror %s: %s failed over already (STOPPED): %w", m.Name, strings.Join(done, ", "), ErrTopicNotMirrored)
+		}
+	}
+	return active, nil
+}
+
+// mirrorTopicsAll resolves topic names (anchored regular expressions; none
+// means all) to the mirror's topics, those still mirrored (active) and
+// those failed over (stopped). A name that matches no topic of the mirror
+// at all is an error naming it.
+func mirrorTopicsAll(m *raftmeta.Mirror, names []string) (active, stopped []string, err error) {
+	for _, t := range slices.Sorted(maps.Keys(m.Topics)) {
+		if m.Topics[t].Stopped {
+			stopped = append(stopped, t)
+		} else {
 			active = append(active, t)
 		}
 	}
-	slices.Sort(active)
 	if len(names) == 0 {
-		return active, nil
+		return active, stopped, nil
 	}
-	var out []string
+	match := func(all []string, re *regexp.Regexp, out []string) []string {
+		for _, t := range all {
+			if re.MatchString(t) && !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+		return out
+	}
+	var a, s []string
 	for _, n := range names {
 		re, err := regexp.Compile("^(?:" + n + ")$")
 		if err != nil {
-			return nil, fmt.Errorf("topic pattern %q: %v: %w", n, err, kerr.InvalidRequest)
+			return nil, nil, fmt.Errorf("topic pattern %q: %v: %w", n, err, kerr.InvalidRequest)
 		}
-		found := false
-		for _, t := range active {
-			if re.MatchString(t) {
-				found = true
-				if !slices.Contains(out, t) {
-					out = append(out, t)
-				}
+		if !slices.ContainsFunc(active, re.MatchString) && !slices.ContainsFunc(stopped, re.MatchString) {
+			if len(m.Topics) == 0 {
+				return nil, nil, fmt.Errorf("mirror %s has no topic: %w", m.Name, ErrTopicNotMirrored)
 			}
+			return nil, nil, fmt.Errorf("no topic of mirror %s matches %q (its topics: %s): %w", m.Name, n,
+				someNames(slices.Sorted(maps.Keys(m.Topics))), ErrTopicNotMirrored)
 		}
-		if !found {
-			return nil, fmt.Errorf("topic %s is not mirrored by mirror %s: %w", n, m.Name, ErrTopicNotMirrored)
-		}
+		a, s = match(active, re, a), match(stopped, re, s)
 	}
-	return out, nil
+	return a, s, nil
+}
+
+// someNames lists names, the first five of them if there are more.
+func someNames(names []string) string {
+	if len(names) > 5 {
+		return fmt.Sprintf("%s and %d more", strings.Join(names[:5], ", "), len(names)-5)
+	}
+	return strings.Join(names, ", ")
 }
 
 // setTopicStates moves every partition of topics to a state and wakes the
@@ -449,26 +499,30 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 			dm.ErrorCode = ErrMirrorNotFound.Code
 			dm.ErrorMessage = nonEmpty("mirror " + name + " does not exist")
 		default:
-			dm.State = "MIRRORING"
+			failed := false
 			r := p.run(name)
 			if r != nil {
 				r.mu.Lock()
 				if r.failed != "" {
-					dm.ErrorCode, dm.ErrorMessage, dm.State = r.code, nonEmpty(r.failed), "FAILED"
+					dm.ErrorCode, dm.ErrorMessage, failed = r.code, nonEmpty(r.failed), true
 				}
 				r.mu.Unlock()
 			}
 			halt, aclSync := p.meta.status(name)
 			if halt != "" {
-				dm.ErrorCode, dm.ErrorMessage, dm.State = kerr.InconsistentClusterID.Code, nonEmpty(halt), "FAILED"
+				dm.ErrorCode, dm.ErrorMessage, failed = kerr.InconsistentClusterID.Code, nonEmpty(halt), true
 			}
-			dm.ACLSync = aclSync
+			dm.ACLSync, dm.SourceClusterID = aclSync, m.SourceClusterID
 			dm.Diverged = p.manifest(ctx, name)
-			var remote map[tpKey]PartitionDetail
+			var remote remoteMirror
 			if !req.Local {
-				var diverged []DivergedRange
-				remote, diverged = p.remoteView(ctx, name)
-				dm.Diverged = mergeManifests(dm.Diverged, diverged)
+				remote = p.remoteView(ctx, name)
+				dm.Diverged = mergeManifests(dm.Diverged, remote.diverged)
+				if !failed && remote.errCode != 0 {
+					// Another leader's run cannot use the source: the
+					// source is the same for all of them.
+					dm.ErrorCode, dm.ErrorMessage, failed = remote.errCode, nonEmpty(remote.errMsg), true
+				}
 			}
 			want := map[tpKey]uuid.UUID{}
 			for tn := range m.Topics {
@@ -479,6 +533,8 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 				}
 			}
 			states := p.readStatesBatch(ctx, name, want) // one request per coordinating broker
+			now := time.Now()
+			var all []PartitionDetail
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
 				t := img.Topics[tn]
 				if t == nil {
@@ -486,27 +542,41 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 				}
 				dt := DescribedTopic{TopicName: tn}
 				for i := range t.Partitions {
-					pd := p.describePartition(ctx, r, name, t, int32(i), states)
-					if rd, ok := remote[tpKey{tn, int32(i)}]; ok {
+					pd := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
+					if rd, ok := remote.details[tpKey{tn, int32(i)}]; ok {
 						// The leader's view of the source side; the state
 						// is the coordinator's either way.
 						pd.SourceOffset, pd.SourceOffsetTime, pd.DestinationOffset = rd.SourceOffset, rd.SourceOffsetTime, rd.DestinationOffset
-						pd.Lag, pd.LagMs = rd.Lag, rd.LagMs
+						pd.Lag, pd.LagMs, pd.SourceStale = rd.Lag, rd.LagMs, rd.SourceStale
 						if pd.Reason == "" {
 							pd.Reason = rd.Reason
 						}
 					}
+					if failed && stateNeedsSource(pd.State) {
+						// The mirror cannot use its source: nothing it
+						// learned of it is the source's state now.
+						pd.SourceStale = pd.SourceOffset >= 0
+						if pd.Reason == "" && dm.ErrorMessage != nil {
+							pd.Reason = *dm.ErrorMessage
+						}
+					}
 					dt.Partitions = append(dt.Partitions, pd)
+					all = append(all, pd)
 				}
 				dm.Topics = append(dm.Topics, dt)
 			}
+			dm.State = mirrorState(failed, all)
 		}
 		out = append(out, dm)
 	}
 	return out
 }
 
-func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t *raftmeta.Topic, i int32, states map[tpKey]pstate) PartitionDetail {
+// describePartition is partition i of t as this broker sees it: its
+// state (the coordinator's), the destination's health (the image's),
+// and, if this broker leads it, its source side as of now.
+func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, img *raftmeta.Image, t *raftmeta.Topic, i int32,
+	states map[tpKey]pstate, now time.Time) PartitionDetail {
 	pd := PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: Unknown.String()}
 	if st, ok := states[tpKey{t.Name, i}]; ok {
 		pd.State, pd.Reason = st.State.String(), st.Reason
@@ -515,6 +585,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t
 	} else {
 		_, pd.Reason = code(err)
 	}
+	pd.DestinationIssue = p.destinationIssue(img, t, i)
 	if ep := p.Host().Engine().Partition(t.ID, i); ep != nil {
 		pd.DestinationOffset = ep.Offsets().LogEnd
 	}
@@ -533,9 +604,16 @@ func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, t
 		if pd.Lag == 0 {
 			pd.LagMs = 0
 		}
+		pd.SourceStale = !r.sourceCurrent(pt, now)
 	}
-	if pt.trouble != "" && pd.Reason == "" {
+	switch {
+	case pd.Reason != "":
+	case pt.trouble != "":
 		pd.Reason = fmt.Sprintf("%s (since %s)", pt.trouble, pt.troubleAt.UTC().Format(time.RFC3339))
+	case r.failed != "":
+		pd.Reason = r.failed // not copied while the mirror's source fails it
+	case pd.SourceStale:
+		pd.Reason = staleReason(pt.srcEndAt)
 	}
 	return pd
 }

@@ -159,7 +159,11 @@ type TopicResponse struct {
 // in records and in milliseconds of record time (-1: unknown) — what a
 // failover with the source gone gave up. DestinationOffset is the end of
 // the mirrored data. A refused safe failover reports the partitions as
-// they were.
+// they were. Tagged fields: 0 SourceStale (SourceOffset was not the
+// source's end when the failover began, as PartitionDetail's: the lag
+// is a lower bound), 1 AlreadyStopped (the partition had failed over
+// before this request: DestinationOffset is where that stop left it, and
+// the lag it gave up then is not known any more).
 type FailoverPartition struct {
 	Topic             string
 	Partition         int32
@@ -168,6 +172,8 @@ type FailoverPartition struct {
 	DestinationOffset int64
 	Lag               int64
 	LagMs             int64
+	SourceStale       bool // tag 0
+	AlreadyStopped    bool // tag 1
 }
 
 // Truncation is what adding a topic to a mirror cuts from one partition
@@ -366,10 +372,12 @@ type DescribeMirrorsResponse struct {
 
 // DescribedMirror is one mirror. Tagged fields: 0 ErrorMessage (why the
 // mirror fails, e.g. its source is unreachable), 1 State (the mirror's
-// own state: MIRRORING or FAILED), 2 ACLSync (how the ACL sync fares:
-// "" when it works or is not configured, "unsupported by source" for a
-// source without DescribeAcls, else its last error), 3 Diverged (the
-// divergence manifest).
+// own state, mirrorState: MIRRORING, PAUSED, STOPPED or FAILED), 2
+// ACLSync (how the ACL sync fares: "" when it works or is not
+// configured, "unsupported by source" for a source without DescribeAcls,
+// else its last error), 3 Diverged (the divergence manifest), 4
+// SourceClusterID (the source's cluster ID as the mirror recorded it, ""
+// until learned).
 type DescribedMirror struct {
 	ErrorCode            int16
 	MirrorName           string
@@ -379,6 +387,7 @@ type DescribedMirror struct {
 	State                string          // tag 1
 	ACLSync              string          // tag 2
 	Diverged             []DivergedRange // tag 3
+	SourceClusterID      string          // tag 4
 }
 
 // DivergedRange is an entry of a mirror's divergence manifest: records a
@@ -412,7 +421,12 @@ type DescribedTopic struct {
 // FAILED, or why it cannot be copied now: the source unreachable, its
 // partition leaderless), 1 the lag in milliseconds in record time (0
 // when caught up, -1 unknown), 2 SourceOffsetTime, when SourceOffset was
-// learned (Unix milliseconds; 0 when unknown).
+// learned (Unix milliseconds; 0 when unknown), 3 SourceStale (true when
+// SourceOffset is known but may not be the source's end now: not learned
+// within sourceStaleAfter, or the source cannot be asked; the lag is then
+// a lower bound), 4 DestinationIssue (why the destination partition
+// does not hold its copy safely: no leader, or an ISR below
+// min.insync.replicas; "" when it does).
 type PartitionDetail struct {
 	PartitionIndex    int32
 	SourceOffset      int64
@@ -422,6 +436,8 @@ type PartitionDetail struct {
 	Reason            string // tag 0
 	LagMs             int64  // tag 1
 	SourceOffsetTime  int64  // tag 2
+	SourceStale       bool   // tag 3
+	DestinationIssue  string // tag 4
 }
 
 func (r *DescribeMirrorsResponse) Key() int16 { return KeyDescribeMirrors }
@@ -696,7 +712,7 @@ var schemas = map[reflect.Type][]field{
 		i32("ThrottleTimeMs"), uid("TopicID"), i16("ErrorCode"), nstr("ErrorMessage"),
 		tagged(0, structs("Truncations", str("Topic"), i32("Partition"), i64("LogEnd"), i64("TruncateTo"), i32("LastMirrorEpoch"))),
 		tagged(1, structs("Failover", str("Topic"), i32("Partition"), i64("SourceOffset"), i64("SourceOffsetTime"),
-			i64("DestinationOffset"), i64("Lag"), i64("LagMs"))),
+			i64("DestinationOffset"), i64("Lag"), i64("LagMs"), tagged(0, boolean("SourceStale")), tagged(1, boolean("AlreadyStopped")))),
 	},
 	typeOf[RemoveTopicsFromMirrorRequest](): {
 		str("MirrorName"),
@@ -721,12 +737,14 @@ var schemas = map[reflect.Type][]field{
 		structs("Mirrors", i16("ErrorCode"), str("MirrorName"),
 			structs("Topics", str("TopicName"),
 				structs("Partitions", i32("PartitionIndex"), i64("SourceOffset"), i64("DestinationOffset"), i64("Lag"), str("State"),
-					tagged(0, str("Reason")), tagged(1, i64("LagMs")), tagged(2, i64("SourceOffsetTime")))),
+					tagged(0, str("Reason")), tagged(1, i64("LagMs")), tagged(2, i64("SourceOffsetTime")),
+					tagged(3, boolean("SourceStale")), tagged(4, str("DestinationIssue")))),
 			i32("AuthorizedOperations"),
 			tagged(0, nstr("ErrorMessage")), tagged(1, str("State")), tagged(2, str("ACLSync")),
 			tagged(3, structs("Diverged", str("Topic"), i32("Partition"), i64("FirstOffset"), i64("LastOffset"),
 				i32("FirstEpoch"), i32("LastEpoch"), i64("Records"), i64("FirstTimestamp"), i64("LastTimestamp"),
-				i64("TruncatedAt"), str("Cause"), i64("CopyStart"), i64("CopyEnd")))),
+				i64("TruncatedAt"), str("Cause"), i64("CopyStart"), i64("CopyEnd"))),
+			tagged(4, str("SourceClusterID"))),
 	},
 	typeOf[ReadMirrorStatesRequest](): {str("MirrorName"), partitionsTopics, boolean("NeedPartitionStates")},
 	typeOf[ReadMirrorStatesResponse](): {

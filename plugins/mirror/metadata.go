@@ -279,7 +279,9 @@ func excludedProps(c map[string]string) map[string]bool {
 	if !ok {
 		ex = defaultExclude
 	}
-	out := map[string]bool{mirrorNameConfig: true, "mirror.replication.throttled.replicas": true} // this cluster's own
+	// This cluster's own, whatever the mirror says: min.insync.replicas
+	// goes with the replication factor, which is the destination's.
+	out := map[string]bool{mirrorNameConfig: true, "mirror.replication.throttled.replicas": true, "min.insync.replicas": true}
 	for _, k := range strings.Split(ex, ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			out[k] = true
@@ -292,8 +294,7 @@ func excludedProps(c map[string]string) map[string]bool {
 type srcTopic struct {
 	id     uuid.UUID
 	epochs []int32 // leader epoch per partition
-	rf     int16
-	err    int16 // the topic's error code: its other fields are not to be trusted
+	err    int16   // the topic's error code: its other fields are not to be trusted
 }
 
 // internalTopics are the internal topics of Kafka and Tandem: never
@@ -347,10 +348,7 @@ func (s *metaSync) cycle() error {
 		if t.Topic == nil || isInternal(*t.Topic, t.IsInternal) {
 			continue
 		}
-		st := srcTopic{id: t.TopicID, epochs: make([]int32, len(t.Partitions)), rf: 1, err: t.ErrorCode}
-		if len(t.Partitions) > 0 {
-			st.rf = int16(max(1, len(t.Partitions[0].Replicas))) // the controller caps it at the brokers here
-		}
+		st := srcTopic{id: t.TopicID, epochs: make([]int32, len(t.Partitions)), err: t.ErrorCode}
 		for _, pp := range t.Partitions {
 			if int(pp.Partition) < len(st.epochs) {
 				st.epochs[pp.Partition] = pp.LeaderEpoch
@@ -542,7 +540,7 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.M
 	// configs in the same metadata batch as its mirror membership.
 	for _, name := range added {
 		st := src[name]
-		spec := raftmeta.TopicSpec{Name: name, ID: st.id, Partitions: int32(len(st.epochs)), ReplicationFactor: st.rf, Configs: maps.Clone(configs[name])}
+		spec := raftmeta.TopicSpec{Name: name, ID: st.id, Partitions: int32(len(st.epochs)), ReplicationFactor: s.p.topicRF(m), Configs: maps.Clone(configs[name])}
 		if err := meta.AddMirrorTopics(ctx, s.name, []raftmeta.TopicSpec{spec}); err != nil {
 			s.refreshErrs.Inc()
 			errs = append(errs, fmt.Errorf("create mirror topic %s: %w", name, err))

@@ -92,7 +92,7 @@ func TestConfigChanges(t *testing.T) {
 	if !ex["min.insync.replicas"] || !ex["mirror.name"] || ex["retention.ms"] {
 		t.Fatalf("default exclusions %v", ex)
 	}
-	if ex := excludedProps(map[string]string{"mirror.topic.properties.exclude": "segment.bytes"}); !ex["mirror.name"] || !ex["segment.bytes"] || ex["min.insync.replicas"] {
+	if ex := excludedProps(map[string]string{"mirror.topic.properties.exclude": "segment.bytes"}); !ex["mirror.name"] || !ex["segment.bytes"] || !ex["min.insync.replicas"] || ex["retention.ms"] {
 		t.Fatalf("configured exclusions %v", ex)
 	}
 	dest := map[string]string{"retention.ms": "1000", "cleanup.policy": "compact", "min.insync.replicas": "2", "segment.ms": "5"}

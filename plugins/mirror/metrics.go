@@ -22,6 +22,8 @@ var mirrorFamilies = []prom.Family{
 	{Name: "tandem_mirror_lag_records", Type: prom.Gauge, Help: "Records the partition is behind the source's end offset as last learned; NaN while that is unknown."},
 	{Name: "tandem_mirror_lag_seconds", Type: prom.Gauge, Help: "How far the partition is behind the source in record time, in seconds; NaN while unknown."},
 	{Name: "tandem_mirror_max_lag_records", Type: prom.Gauge, Help: "The largest lag in records of the mirror's partitions on this broker; NaN while one is unknown."},
+	{Name: "tandem_mirror_source_offset_age_seconds", Type: prom.Gauge, Help: "Seconds since the source end offset behind the partition's lag was learned; past the staleness bound the lag is a lower bound. NaN while unknown."},
+	{Name: "tandem_mirror_destination_partitions", Type: prom.Gauge, Help: "Partitions of the mirror's topics in this cluster by health (label health: ok, no_leader, under_min_isr), from the metadata: the same on every broker."},
 	{Name: "tandem_mirror_fetch_requests_total", Type: prom.Counter, Help: "Fetch requests a mirror fetcher sent to its source broker."},
 	{Name: "tandem_mirror_fetch_bytes_total", Type: prom.Counter, Help: "Bytes of record batches a mirror fetcher appended."},
 	{Name: "tandem_mirror_source_contact_age_seconds", Type: prom.Gauge, Help: "Seconds since the mirror's source cluster last answered; NaN if it never did."},
@@ -97,6 +99,11 @@ func (m *pluginMetrics) trackRun(r *run) {
 		"tandem_mirror_diverged_records" + label: m.diverged(r, func(d DivergedRange) float64 { return float64(d.Records) }),
 		"tandem_mirror_diverged_ranges" + label:  m.diverged(r, func(DivergedRange) float64 { return 1 }),
 	}
+	for _, h := range []string{healthOK, healthNoLeader, healthUnderMinISR} {
+		gauges[fmt.Sprintf("tandem_mirror_destination_partitions{mirror=%q,health=%q}", r.name, h)] = func() float64 {
+			return float64(m.p.destinationCounts(r.name)[h])
+		}
+	}
 	for _, s := range metricStates {
 		gauges[fmt.Sprintf("tandem_mirror_partitions{mirror=%q,state=%q}", r.name, s)] = func() float64 {
 			r.mu.Lock()
@@ -169,7 +176,16 @@ func (m *pluginMetrics) trackPart(r *run, pt *part) {
 		}
 		return float64(pt.lagMs) / 1000
 	})
-	m.parts[r][pt.tpKey] = partMetrics{fetcher: k, names: []string{lag, lagSeconds}}
+	age := "tandem_mirror_source_offset_age_seconds" + labels
+	m.set.GetOrCreateGauge(age, func() float64 {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if pt.srcEnd < 0 {
+			return math.NaN()
+		}
+		return time.Since(pt.srcEndAt).Seconds()
+	})
+	m.parts[r][pt.tpKey] = partMetrics{fetcher: k, names: []string{lag, lagSeconds, age}}
 }
 
 func (m *pluginMetrics) unregister(names []string) {

@@ -70,16 +70,20 @@ func sampleMessages() ([]kmsg.Request, []kmsg.Response) {
 			Truncations: []Truncation{{Topic: "t", Partition: 1, LogEnd: 90, TruncateTo: 40, LastMirrorEpoch: -1}}}},
 		&RemoveTopicsFromMirrorResponse{TopicResponse{TopicID: id, Failover: []FailoverPartition{
 			{Topic: "t", Partition: 0, SourceOffset: 90, SourceOffsetTime: 1700000000000, DestinationOffset: 80, Lag: 10, LagMs: 900},
-			{Topic: "t", Partition: 1, SourceOffset: -1, DestinationOffset: 7, Lag: -1, LagMs: -1}}}},
+			{Topic: "t", Partition: 1, SourceOffset: -1, DestinationOffset: 7, Lag: -1, LagMs: -1},
+			{Topic: "t", Partition: 2, SourceOffset: 50, SourceOffsetTime: 1700000000000, DestinationOffset: 40, Lag: 10, LagMs: 20, SourceStale: true},
+			{Topic: "u", Partition: 0, SourceOffset: -1, DestinationOffset: 30, Lag: -1, LagMs: -1, AlreadyStopped: true}}}},
 		&LastMirroredOffsetsResponse{ErrorCode: 0, Topics: []OffsetsTopic{{Name: "t", Partitions: []OffsetsPartition{
 			{PartitionIndex: 0, LastMirroredOffset: 10, LastMirrorEpoch: 3}, {PartitionIndex: 1, LastMirroredOffset: -1, ErrorCode: 29, LastMirrorEpoch: -1}}}}},
 		&ListMirrorsResponse{Mirrors: []ListedMirror{{MirrorName: "m", SourceBootstrap: "h:1", TopicCount: 2}}},
 		&DescribeMirrorsResponse{Mirrors: []DescribedMirror{{ErrorCode: 143, MirrorName: "m", AuthorizedOperations: 12,
-			ErrorMessage: sp("unreachable"), State: "FAILED", ACLSync: aclUnsupported, Diverged: []DivergedRange{{Topic: "t", Partition: 1,
+			ErrorMessage: sp("unreachable"), State: "FAILED", ACLSync: aclUnsupported, SourceClusterID: "src-cluster", Diverged: []DivergedRange{{Topic: "t", Partition: 1,
 				FirstOffset: 40, LastOffset: 89, FirstEpoch: 0, LastEpoch: 2, Records: 48, FirstTimestamp: 1, LastTimestamp: 2, TruncatedAt: 3,
 				Cause: "diverging epoch 0", CopyStart: 0, CopyEnd: 50}}, Topics: []DescribedTopic{{TopicName: "t", Partitions: []PartitionDetail{
 				{PartitionIndex: 0, SourceOffset: 10, DestinationOffset: 8, Lag: 2, State: "FAILED", Reason: "boom", LagMs: 1500, SourceOffsetTime: 1700000000000},
-				{PartitionIndex: 1, SourceOffset: -1, DestinationOffset: -1, State: "PREPARING"}}}}}}},
+				{PartitionIndex: 1, SourceOffset: -1, DestinationOffset: -1, State: "PREPARING"},
+				{PartitionIndex: 2, SourceOffset: 9, DestinationOffset: 9, State: "MIRRORING", SourceOffsetTime: 1700000000000, SourceStale: true,
+					DestinationIssue: "no leader"}}}}}}},
 		&ReadMirrorStatesResponse{Topics: []StatesTopic{{Name: "t", Partitions: []StatePartition{
 			{PartitionIndex: 0, LastMirroredOffset: 5, State: int8(Mirroring), ErrorCode: 0, LastMirrorEpoch: -1, TopicID: id}}}}},
 		&WriteMirrorStatesResponse{Topics: []ErrTopic{{Name: "t", Partitions: []ErrPartition{{PartitionIndex: 0, ErrorCode: 141}}}}},

@@ -44,7 +44,9 @@ const (
 // Config is the plugin's part of the broker properties.
 type Config struct {
 	Partitions        int32         // mirror.topic.num.partitions (50)
-	ReplicationFactor int16         // mirror.topic.replication.factor (3, capped at the brokers registered)
+	ReplicationFactor int16         // mirror.topic.replication.factor (3, capped at the brokers registered): of __mirror_state
+	TopicRF           int16         // default.replication.factor (1): of mirror topics, unless their mirror says otherwise
+	MinISR            int           // min.insync.replicas (1), the static broker default
 	Fetchers          int           // mirror.num.replica.fetchers (1)
 	RefreshInterval   time.Duration // mirror.metadata.refresh.interval.ms (30000)
 	RequestTimeout    time.Duration // mirror.request.timeout.ms (30000)
@@ -68,6 +70,8 @@ func ParseConfig(props map[string]string) (Config, error) {
 	c := Config{
 		Partitions:        int32(num("mirror.topic.num.partitions", 50, 1)),
 		ReplicationFactor: int16(r.Int("mirror.topic.replication.factor", 3, 1, math.MaxInt16)),
+		TopicRF:           int16(r.Int("default.replication.factor", 1, 1, math.MaxInt16)),
+		MinISR:            int(num("min.insync.replicas", 1, 1)),
 		Fetchers:          int(num("mirror.num.replica.fetchers", 1, 0)),
 		RefreshInterval:   ms("mirror.metadata.refresh.interval.ms", 30000, 1),
 		RequestTimeout:    ms("mirror.request.timeout.ms", 30000, 0),

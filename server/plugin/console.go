@@ -33,14 +33,24 @@ type GroupMemberView struct {
 	ClientHost string `json:"clientHost"`
 }
 
+// HealthReporter is offered by plugins that have degraded states of their
+// own for /healthz (the mirror plugin: a source it cannot reach). Health
+// is called for every /healthz request: no I/O, one line per problem,
+// none when all is well. The broker answers "ok" followed by a
+// "warning:" line for each.
+type HealthReporter interface {
+	Health() []string
+}
+
 // MirrorDescriber is offered by the mirror plugin: every mirror, as
 // DescribeMirrors answers an operator allowed everything.
 type MirrorDescriber interface {
 	DescribeMirrors(ctx context.Context) []MirrorView
 }
 
-// MirrorView is one mirror. State is the mirror's own (MIRRORING or
-// FAILED), Error why it fails.
+// MirrorView is one mirror. State is the mirror's own (MIRRORING,
+// PAUSED, STOPPED once every partition failed over, or FAILED), Error
+// why it fails.
 type MirrorView struct {
 	Name       string                `json:"name"`
 	Source     string                `json:"source"` // the source cluster's bootstrap servers
@@ -64,6 +74,13 @@ type MirrorPartitionView struct {
 	DestinationOffset int64  `json:"destinationOffset"`
 	Lag               int64  `json:"lag"`
 	LagMs             int64  `json:"lagMs"`
+	// SourceStale: SourceOffset may not be the source's end now (not
+	// learned lately, or the source cannot be asked): Lag and LagMs are
+	// lower bounds of what a failover would give up.
+	SourceStale bool `json:"sourceStale"`
+	// DestinationIssue is why the partition here does not hold its copy
+	// safely (no leader, an ISR below min.insync.replicas); "" if none.
+	DestinationIssue string `json:"destinationIssue"`
 }
 
 // DivergedView is an entry of a mirror's divergence manifest: records a

@@ -192,14 +192,16 @@ func checkMirrorsJSON(t *testing.T, list, describe, configs string) {
 		keys("--list --json", m, summary, nil)
 	}
 	for _, m := range objects("--describe --json", describe) {
-		keys("--describe --json", m, append(slices.Clone(summary), "state", "partitions", "diverged"), []string{"error", "acl_sync"})
+		keys("--describe --json", m, append(slices.Clone(summary), "state", "partitions", "diverged", "source_reachable"),
+			[]string{"error", "acl_sync", "source_cluster_id"})
 		i := slices.IndexFunc(listed, func(l map[string]any) bool { return l["mirror"] == m["mirror"] })
 		if i < 0 || listed[i]["source_bootstrap"] != m["source_bootstrap"] || listed[i]["topic_count"] != m["topic_count"] {
 			t.Fatalf("--list and --describe disagree on mirror %v: %v vs %v", m["mirror"], listed, m)
 		}
 		for _, p := range m["partitions"].([]any) {
 			keys("a partition of --describe --json", p.(map[string]any),
-				[]string{"topic", "partition", "state", "source_offset", "source_offset_time", "destination_offset", "lag", "lag_ms"}, []string{"reason"})
+				[]string{"topic", "partition", "state", "source_offset", "source_offset_time", "destination_offset", "lag", "lag_ms", "rpo_known"},
+				[]string{"reason", "destination_issue"})
 		}
 	}
 	for _, c := range objects("--describe-config --json", configs) {

@@ -187,7 +187,9 @@ func TestMirrorDisasterScenario(t *testing.T) {
 			if len(f) >= 7 && f[0] == topic && f[1] == strconv.Itoa(int(p)) {
 				src, _ = strconv.ParseInt(f[2], 10, 64)
 				dst, _ = strconv.ParseInt(f[len(f)-3], 10, 64)
-				lag, _ = strconv.ParseInt(f[len(f)-2], 10, 64)
+				// The source is dead: what it acknowledged after B last
+				// heard of it is not known, so the lag is a lower bound.
+				lag, _ = strconv.ParseInt(strings.TrimPrefix(f[len(f)-2], ">="), 10, 64)
 			}
 		}
 		if dst <= 0 || lag != src-dst || dst+1 != bEnds[p] { // the failover's barrier follows the mirrored data
@@ -195,7 +197,7 @@ func TestMirrorDisasterScenario(t *testing.T) {
 		}
 		reported[p] = lag
 	}
-	if reported[0]+reported[1] == 0 || !strings.Contains(out, fmt.Sprintf("gave up %d record(s)", reported[0]+reported[1])) {
+	if reported[0]+reported[1] == 0 || !strings.Contains(out, fmt.Sprintf("gave up at least %d record(s)", reported[0]+reported[1])) {
 		t.Fatalf("the forced failover of a lagging mirror does not report what it gave up:\n%s", out)
 	}
 	bc := tandemtest.Client(t, b.Addr, kgo.RecordPartitioner(kgo.ManualPartitioner()))
