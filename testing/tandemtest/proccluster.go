@@ -42,9 +42,18 @@ var procClusterDefaults = map[string]string{
 // ports.
 func StartProcCluster(t testing.TB, n int, props map[string]string) *ProcCluster {
 	t.Helper()
+	return StartProcClusterNodes(t, n, props, nil)
+}
+
+// StartProcClusterNodes is StartProcCluster with properties of each node
+// besides: nodeProps(id), if not nil, gives node id's own (its listeners,
+// say), which override props. It is called again for every start
+// attempt, so that it can pick fresh ports.
+func StartProcClusterNodes(t testing.TB, n int, props map[string]string, nodeProps func(id int32) map[string]string) *ProcCluster {
+	t.Helper()
 	bin := BuildBinary(t)
 	for attempt := 1; ; attempt++ {
-		c, err := startProcCluster(t, bin, n, props)
+		c, err := startProcCluster(t, bin, n, props, nodeProps)
 		if err == nil {
 			return c
 		}
@@ -55,7 +64,7 @@ func StartProcCluster(t testing.TB, n int, props map[string]string) *ProcCluster
 	}
 }
 
-func startProcCluster(t testing.TB, bin string, n int, props map[string]string) (*ProcCluster, error) {
+func startProcCluster(t testing.TB, bin string, n int, props map[string]string, nodeProps func(int32) map[string]string) (*ProcCluster, error) {
 	all := maps.Clone(procClusterDefaults)
 	maps.Copy(all, props)
 	ctrl := pickAddrs(t, n)
@@ -64,12 +73,15 @@ func startProcCluster(t testing.TB, bin string, n int, props map[string]string) 
 		voters = append(voters, fmt.Sprintf("%d@%s", i+1, ctrl[i]))
 	}
 	all["controller.quorum.voters"] = strings.Join(voters, ",")
-	keys := slices.Sorted(maps.Keys(all))
 	c := &ProcCluster{t: t}
 	for i := range n {
+		node := maps.Clone(all)
+		if nodeProps != nil {
+			maps.Copy(node, nodeProps(int32(i+1)))
+		}
 		extra := []string{"--node-id", fmt.Sprint(i + 1)}
-		for _, k := range keys {
-			extra = append(extra, "--set", k+"="+all[k])
+		for _, k := range slices.Sorted(maps.Keys(node)) {
+			extra = append(extra, "--set", k+"="+node[k])
 		}
 		p := &Proc{t: t, bin: bin, dataDir: t.TempDir(), extra: extra, dir: t.TempDir()}
 		c.Brokers = append(c.Brokers, p)
