@@ -29,9 +29,14 @@ N tandem serve processes on this machine, each a voter of the metadata
 quorum (controller.quorum.voters), and prints the bootstrap servers once
 every broker is registered. SIGTERM or Ctrl-C stops every broker with a
 controlled shutdown; a broker killed meanwhile is reported and the others
-keep serving.
+keep serving; typing "r N" (or "restart N") here, or running tandem cluster
+restart N --data-dir DIR elsewhere, starts node N again (a running node is
+stopped first, with a controlled shutdown). tandem cluster describe and
+health look at any running cluster (tandem cluster describe --help).
 
 Usage: tandem cluster [flags]
+       tandem cluster describe|health [--bootstrap-server HOST:PORT,...]
+       tandem cluster restart N --data-dir DIR
 
 Broker i (1..N) is node i. It serves Kafka on the port of --listen-base plus
 i-1, the controller quorum on that port plus 100 (9192, 9193, 9194 for
@@ -92,6 +97,9 @@ type clusterOptions struct {
 }
 
 func cluster(args []string, stdout, stderr io.Writer) int {
+	if code, ok := clusterVerb(args, stdout, stderr); ok {
+		return code
+	}
 	fs := newFlags("cluster", clusterDoc)
 	var o clusterOptions
 	fs.IntVar(&o.brokers, "brokers", 3, "number of brokers (1 to 50)")
@@ -185,22 +193,39 @@ func (o *clusterOptions) run(fs *flags, explicit map[string]bool, stdout, stderr
 	} else {
 		fmt.Fprintf(stdout, "data dir           %s (tandem cluster --data-dir %s starts this cluster again)\n", dir, dir)
 	}
-	fmt.Fprintf(stdout, "\nCtrl-C or SIGTERM stops every broker.\n")
+	requests := make(chan restartRequest)
+	closeControl, err := listenControl(dir, requests)
+	if err != nil {
+		fmt.Fprintf(stderr, "tandem cluster: no control socket (%v): restart nodes by typing r N here\n", err)
+	}
+	defer closeControl()
+	go readRestartKeys(ctx, stdin, stdout, requests)
+	fmt.Fprintf(stdout, "\nCtrl-C or SIGTERM stops every broker; r N (or tandem cluster restart N --data-dir %s) restarts node N.\n", dir)
+	c.readyFile, c.bootstrap = o.readyFile, bootstrap
+	if err := c.writeReady(); err != nil {
+		c.stop(stop)
+		return err
+	}
 	if o.readyFile != "" {
-		ready := clusterReady{Bootstrap: bootstrap, DataDir: dir}
-		for _, n := range c.nodes {
-			ready.PIDs = append(ready.PIDs, n.cmd.Process.Pid)
-		}
-		data, _ := json.Marshal(ready)
-		if err := writeFileAtomic(o.readyFile, data); err != nil {
-			c.stop(stop)
-			return err
-		}
 		defer os.Remove(o.readyFile)
 	}
 
-	werr := c.watch(ctx)
+	werr := c.watch(ctx, requests)
 	return errors.Join(werr, c.stop(stop))
+}
+
+// writeReady writes --ready-file: the bootstrap list and the brokers'
+// processes (again after a restart, so that it names the running ones).
+func (c *localCluster) writeReady() error {
+	if c.readyFile == "" {
+		return nil
+	}
+	ready := clusterReady{Bootstrap: c.bootstrap, DataDir: c.dir}
+	for _, n := range c.nodes {
+		ready.PIDs = append(ready.PIDs, n.cmd.Process.Pid)
+	}
+	data, _ := json.Marshal(ready)
+	return writeFileAtomic(c.readyFile, data)
 }
 
 // layout returns the cluster's nodes and addresses: the ones recorded in
@@ -314,20 +339,67 @@ func portRange(base string, offset, n int) ([]string, error) {
 // localCluster is the brokers of one `tandem cluster`, each a child
 // process.
 type localCluster struct {
-	dir    string
-	layout *clusterLayout
-	stderr io.Writer
-	nodes  []*clusterNode
+	dir       string
+	layout    *clusterLayout
+	stderr    io.Writer
+	nodes     []*clusterNode
+	exe       string        // this executable, whose serve the brokers run
+	timeout   time.Duration // --start-timeout, for a restart too
+	readyFile string
+	bootstrap string
+	exits     chan nodeExit // a node's process ended (see watch)
 }
 
 type clusterNode struct {
 	id      int
+	args    []string // its tandem serve command line
 	cmd     *exec.Cmd
 	logPath string
 	ready   string
 	done    chan struct{} // closed when the process has exited
 	log     *os.File
 	gone    bool // exited on its own while the cluster served, and reported
+	run     int  // counts its starts: an exit of an earlier run is old news
+}
+
+// nodeExit is the end of one run of a node's process.
+type nodeExit struct {
+	n   *clusterNode
+	run int
+}
+
+// launch starts the node's process (again, for a restart) and reports
+// its exit on c.exits.
+func (c *localCluster) launch(n *clusterNode) error {
+	os.Remove(n.ready)
+	var err error
+	if n.log == nil {
+		if n.log, err = os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+			return err
+		}
+	}
+	n.cmd = exec.Command(c.exe, n.args...)
+	n.cmd.Env = append(os.Environ(), clusterChildEnv+"=1")
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	// Its own process group, so that Ctrl-C in a terminal reaches
+	// only this process, which stops the brokers one clean way; and,
+	// on Linux, SIGTERM to the broker when this process dies.
+	n.cmd.SysProcAttr = childProcAttr()
+	if err := n.cmd.Start(); err != nil {
+		n.log.Close()
+		n.log = nil
+		return fmt.Errorf("start node %d: %w", n.id, err)
+	}
+	n.run++
+	n.gone = false
+	done, cmd, ev := make(chan struct{}), n.cmd, nodeExit{n, n.run}
+	n.done = done
+	go func() {
+		cmd.Wait()
+		close(done)
+		c.exits <- ev // buffered: one slot per node and run is never needed at once
+	}()
+	return nil
 }
 
 // start starts every broker and waits until each serves and the cluster
@@ -337,6 +409,7 @@ func (c *localCluster) start(ctx context.Context, o *clusterOptions) error {
 	if err != nil {
 		return fmt.Errorf("find the tandem executable: %w", err)
 	}
+	c.exe, c.timeout, c.exits = exe, o.timeout, make(chan nodeExit, 2*c.layout.Brokers)
 	rf := strconv.Itoa(min(3, c.layout.Brokers))
 	sets := []string{
 		"controller.quorum.voters=" + c.layout.voters(),
@@ -346,10 +419,9 @@ func (c *localCluster) start(ctx context.Context, o *clusterOptions) error {
 	}
 	sets = append(sets, o.sets...) // the user's win: the last --set of a key counts
 	for i := range c.layout.Brokers {
-		n := &clusterNode{id: i + 1, done: make(chan struct{}),
+		n := &clusterNode{id: i + 1,
 			logPath: filepath.Join(c.dir, fmt.Sprintf("node-%d.log", i+1)),
 			ready:   filepath.Join(c.dir, fmt.Sprintf("node-%d.ready", i+1))}
-		os.Remove(n.ready)
 		http := ""
 		if len(c.layout.HTTP) > 0 {
 			http = c.layout.HTTP[i]
@@ -360,21 +432,10 @@ func (c *localCluster) start(ctx context.Context, o *clusterOptions) error {
 		for _, s := range sets {
 			args = append(args, "--set", s)
 		}
-		if n.log, err = os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		n.args = args
+		if err := c.launch(n); err != nil {
 			return err
 		}
-		n.cmd = exec.Command(exe, args...)
-		n.cmd.Env = append(os.Environ(), clusterChildEnv+"=1")
-		n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-		// Its own process group, so that Ctrl-C in a terminal reaches
-		// only this process, which stops the brokers one clean way; and,
-		// on Linux, SIGTERM to the broker when this process dies.
-		n.cmd.SysProcAttr = childProcAttr()
-		if err := n.cmd.Start(); err != nil {
-			n.log.Close()
-			return fmt.Errorf("start node %d: %w", n.id, err)
-		}
-		go func() { n.cmd.Wait(); close(n.done) }()
 		c.nodes = append(c.nodes, n)
 	}
 
@@ -439,42 +500,80 @@ func brokerMetadata(ctx context.Context, addr string) (kadm.Metadata, error) {
 	return kadm.NewClient(cl).BrokerMetadata(ctx)
 }
 
-// watch reports brokers that exit on their own until ctx is done (a
-// signal) or every broker has exited; then it returns an error.
-func (c *localCluster) watch(ctx context.Context) error {
-	left := slices.Clone(c.nodes)
-	for len(left) > 0 {
-		cases := make(chan *clusterNode, len(left))
-		wctx, cancel := context.WithCancel(ctx)
-		for _, n := range left {
-			go func() {
-				select {
-				case <-n.done:
-					cases <- n
-				case <-wctx.Done():
-				}
-			}()
-		}
+// watch reports brokers that exit on their own and restarts the nodes
+// asked for, until ctx is done (a signal) or every broker has exited;
+// then it returns an error.
+func (c *localCluster) watch(ctx context.Context, requests <-chan restartRequest) error {
+	for {
 		select {
 		case <-ctx.Done():
-			cancel()
 			return nil
-		case n := <-cases:
-			cancel()
-			n.gone = true
-			if len(left) > 1 {
-				fmt.Fprintf(c.stderr, "tandem cluster: node %d exited (%v); the others keep serving; its log: %s\n", n.id, n.cmd.ProcessState, n.logPath)
+		case ev := <-c.exits:
+			n := ev.n
+			if ev.run != n.run {
+				continue // the process a restart stopped
 			}
-			left = slices.DeleteFunc(left, func(x *clusterNode) bool { return x == n })
+			n.gone = true
+			left := slices.IndexFunc(c.nodes, func(x *clusterNode) bool { return !x.gone }) >= 0
+			if !left {
+				last := c.nodes[len(c.nodes)-1]
+				for _, n := range c.nodes {
+					if n.cmd.ProcessState.ExitCode() != 0 {
+						last = n
+					}
+				}
+				return fmt.Errorf("every broker exited; node %d (%v): %s", last.id, last.cmd.ProcessState, last.lastLines())
+			}
+			fmt.Fprintf(c.stderr, "tandem cluster: node %d exited (%v); the others keep serving; its log: %s; r %d here (or tandem cluster restart %d --data-dir %s) starts it again\n",
+				n.id, n.cmd.ProcessState, n.logPath, n.id, n.id, c.dir)
+		case req := <-requests:
+			msg, err := c.restart(ctx, req.node)
+			req.reply <- restartResult{msg, err}
 		}
 	}
-	last := c.nodes[len(c.nodes)-1]
-	for _, n := range c.nodes {
-		if n.cmd.ProcessState.ExitCode() != 0 {
-			last = n
+}
+
+// restart starts node id again: a running node is stopped first (SIGTERM,
+// a controlled shutdown; SIGKILL after a minute). It returns once the
+// node serves, or why it does not.
+func (c *localCluster) restart(ctx context.Context, id int) (string, error) {
+	if id < 1 || id > len(c.nodes) {
+		return "", fmt.Errorf("no node %d: this cluster has nodes 1 to %d", id, len(c.nodes))
+	}
+	n := c.nodes[id-1]
+	select {
+	case <-n.done:
+	default:
+		n.run++ // its exit is expected now
+		n.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-n.done:
+		case <-time.After(time.Minute):
+			n.cmd.Process.Kill()
+			<-n.done
 		}
 	}
-	return fmt.Errorf("every broker exited; node %d (%v): %s", last.id, last.cmd.ProcessState, last.lastLines())
+	if err := c.launch(n); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	for {
+		if _, err := os.Stat(n.ready); err == nil {
+			break
+		}
+		select {
+		case <-n.done:
+			return "", fmt.Errorf("node %d exited before serving (%v): %s", n.id, n.cmd.ProcessState, n.lastLines())
+		case <-ctx.Done():
+			return "", fmt.Errorf("node %d not serving after %v; its log %s: %s", n.id, c.timeout, n.logPath, n.lastLines())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := c.writeReady(); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("node %d serving again (pid %d)", n.id, n.cmd.Process.Pid), nil
 }
 
 // stop sends SIGTERM to every running broker at once (each moves its

@@ -1,19 +1,27 @@
 // Command tandem is the Tandem broker: a Kafka-compatible broker with
 // Cluster Mirroring (KIP-1279).
 //
-//	tandem serve [flags]    run a broker
-//	tandem cluster [flags]  run a local multi-broker cluster
-//	tandem mirrors [flags]  manage cluster mirrors
-//	tandem demo [flags]     mirror a topic between two local clusters
-//	tandem bench [flags]    run the benchmark harness
-//	tandem version          print the version
-//	tandem help [command]   describe tandem or a command
+//	tandem serve [flags]                  run a broker
+//	tandem cluster [flags]                run a local multi-broker cluster
+//	tandem cluster describe|health|restart  look at a cluster, restart a node
+//	tandem topics list|create|describe|delete|add-partitions|alter-config
+//	tandem groups list|describe|reset-offsets|delete
+//	tandem acls list|create|delete
+//	tandem produce TOPIC / tandem consume TOPIC
+//	tandem mirrors [flags]                manage cluster mirrors
+//	tandem demo [flags]                   mirror a topic between two local clusters
+//	tandem bench [flags]                  run the benchmark harness
+//	tandem version                        print the version
+//	tandem help [command]                 describe tandem or a command
 //
 // Every command follows one style: a failure is one line
 // "tandem <command>: <message>" on stderr, with exit code 2 when the
 // command line or the configuration is wrong (nothing was done) and 1
 // when the command failed while running; --help prints what the command
-// does and its flags on stdout and exits 0.
+// does and its flags on stdout and exits 0. The commands that talk to a
+// cluster take --bootstrap-server as a comma-separated list and the
+// security flags or --command-config of client.go, and print --json in
+// the shapes docs/cli.md documents.
 package main
 
 import (
@@ -35,19 +43,25 @@ type command struct {
 	name    string
 	summary string // what it does, for `tandem help`
 	run     func(args []string, stdout, stderr io.Writer) int
+	verbs   bool // `tandem help NAME VERB` describes a verb
 }
 
 // commands are tandem's commands, in the order `tandem help` lists them.
 // (A function, not a variable: help refers to it.)
 func commands() []command {
 	return []command{
-		{"serve", "run a broker", serve},
-		{"cluster", "run a local cluster of N brokers, one process each", cluster},
-		{"mirrors", "manage cluster mirrors (KIP-1279's kafka-mirrors.sh)", mirrors},
-		{"demo", "mirror a topic between two local clusters and show the lag", demo},
-		{"bench", "run the benchmark harness", runBench},
-		{"version", "print the version", version},
-		{"help", "describe tandem or a command", help},
+		{name: "serve", summary: "run a broker", run: serve},
+		{name: "cluster", summary: "run a local cluster of N brokers; describe, health, restart N", run: cluster, verbs: true},
+		{name: "topics", summary: "list, create, describe, delete topics; add partitions, alter configs", run: topics, verbs: true},
+		{name: "groups", summary: "list, describe (lag), reset offsets of, delete consumer and share groups", run: groups, verbs: true},
+		{name: "acls", summary: "list, create, delete ACLs (kafka-acls.sh's words)", run: acls, verbs: true},
+		{name: "produce", summary: "write records to a topic from stdin", run: produce},
+		{name: "consume", summary: "print the records of a topic", run: consume},
+		{name: "mirrors", summary: "manage cluster mirrors (KIP-1279's kafka-mirrors.sh)", run: mirrors},
+		{name: "demo", summary: "mirror a topic between two local clusters and show the lag", run: demo},
+		{name: "bench", summary: "run the benchmark harness", run: runBench},
+		{name: "version", summary: "print the version", run: version},
+		{name: "help", summary: "describe tandem or a command", run: help},
 	}
 }
 
@@ -92,7 +106,7 @@ func exit(stderr io.Writer, name string, err error) int {
 	}
 	// Joined errors and some clients' messages span lines.
 	msg := strings.Join(strings.FieldsFunc(err.Error(), func(r rune) bool { return r == '\n' || r == '\r' }), "; ")
-	fmt.Fprintf(stderr, "%s: %s\n", prefix, msg)
+	fmt.Fprintf(stderr, "%s: %s\n", prefix, inWords(msg, err))
 	if errors.As(err, new(usageError)) {
 		return 2
 	}
@@ -115,18 +129,32 @@ func newFlags(name, doc string) *flags {
 	return &flags{FlagSet: fs, doc: doc}
 }
 
-// parse parses args. With done true the command returns code at once:
-// 0 after --help (printed on stdout), 2 after a bad flag (reported on
-// stderr as one line).
+// parse parses args; flags may follow the arguments (`tandem topics
+// create orders --partitions 6`), and everything after "--" is an
+// argument. With done true the command returns code at once: 0 after
+// --help (printed on stdout), 2 after a bad flag (reported on stderr as
+// one line).
 func (f *flags) parse(args []string, stdout, stderr io.Writer) (code int, done bool) {
-	err := f.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		f.printHelp(stdout)
-		return 0, true
-	case err != nil:
-		return exit(stderr, f.Name(), usageErrorf("%v (tandem %s --help lists the flags)", err, f.Name())), true
+	var positional []string
+	for {
+		err := f.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			f.printHelp(stdout)
+			return 0, true
+		case err != nil:
+			return exit(stderr, f.Name(), usageErrorf("%v (tandem %s --help lists the flags)", err, f.Name())), true
+		}
+		rest := f.Args()
+		if n := len(args) - len(rest); len(rest) == 0 || n > 0 && args[n-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional, args = append(positional, rest[0]), rest[1:]
 	}
+	// Parsing "--" alone leaves the flags as they are and makes the
+	// arguments f.Args().
+	f.Parse(append([]string{"--"}, positional...)) //nolint:errcheck // cannot fail
 	return 0, false
 }
 
@@ -170,13 +198,19 @@ func help(args []string, stdout, stderr io.Writer) int {
 	case 0:
 		printUsage(stdout)
 		return 0
-	case 1:
+	case 1, 2:
 		for _, c := range commands() {
-			if c.name == fs.Arg(0) {
+			switch {
+			case c.name != fs.Arg(0):
+			case fs.NArg() == 1:
 				return c.run([]string{"--help"}, stdout, stderr)
+			case c.verbs:
+				return c.run([]string{fs.Arg(1), "--help"}, stdout, stderr)
 			}
 		}
-		return exit(stderr, "help", usageErrorf("unknown command %q; tandem help lists the commands", fs.Arg(0)))
+		if fs.NArg() == 1 {
+			return exit(stderr, "help", usageErrorf("unknown command %q; tandem help lists the commands", fs.Arg(0)))
+		}
 	}
 	return exit(stderr, "help", usageErrorf("one command at a time, not %q", fs.Args()))
 }
@@ -190,9 +224,14 @@ func printUsage(w io.Writer) {
 }
 
 const versionDoc = `Prints the version of tandem: the module version, the VCS revision it was
-built from (-dirty with uncommitted changes) and the Go version.
+built from (with "modified" for uncommitted changes) and its commit time,
+and the Go version.
 
 Usage: tandem version
+
+A binary built by go build in a git checkout records all of them; one
+built by go run, with -buildvcs=false or in a git worktree (which Go does
+not read) records no revision: make build passes it in then.
 `
 
 func version(args []string, stdout, stderr io.Writer) int {
@@ -203,30 +242,50 @@ func version(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return exit(stderr, "version", usageErrorf("unexpected arguments %q", fs.Args()))
 	}
-	fmt.Fprintln(stdout, versionString())
+	info, _ := debug.ReadBuildInfo()
+	fmt.Fprintln(stdout, versionString(info))
 	return 0
 }
 
-// versionString reports the module version and VCS revision the binary was
-// built from, as recorded by the Go toolchain.
-func versionString() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "tandem (unknown version)"
+// revision, revisionTime and revisionModified are set by make build
+// (-ldflags -X) for builds where Go records no VCS information.
+var revision, revisionTime, revisionModified string
+
+// versionString reports the module version and the VCS revision the
+// binary was built from, as the Go toolchain recorded them (or make
+// build passed them in): "tandem v0.0.0-20261203084200-c9ecee7f0a1b+dirty
+// (revision c9ecee7f0a1b..., 2026-12-03T08:42:00Z, modified) go1.26.8".
+// What is not known says so, never "(devel)".
+func versionString(info *debug.BuildInfo) string {
+	if info == nil {
+		return "tandem: no build information in this binary"
 	}
-	v, rev, dirty := info.Main.Version, "", ""
+	v := info.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "development build"
+	}
+	rev, at, modified := revision, revisionTime, revisionModified == "true"
 	for _, s := range info.Settings {
 		switch s.Key {
 		case "vcs.revision":
 			rev = s.Value
+		case "vcs.time":
+			at = s.Value
 		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "-dirty"
-			}
+			modified = s.Value == "true"
 		}
 	}
-	if rev != "" {
-		v += " " + rev + dirty
+	var detail []string
+	if rev == "" {
+		detail = append(detail, "revision unknown: built without VCS information")
+	} else {
+		detail = append(detail, "revision "+rev)
+		if at != "" {
+			detail = append(detail, at)
+		}
+		if modified {
+			detail = append(detail, "modified")
+		}
 	}
-	return fmt.Sprintf("tandem %s %s", v, info.GoVersion)
+	return fmt.Sprintf("tandem %s (%s) %s", v, strings.Join(detail, ", "), info.GoVersion)
 }

@@ -18,15 +18,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/kafkaclient"
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 )
-
-// multiFlag collects a repeated flag.
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // mirrorsCmd is one run of `tandem mirrors`: its flags and its client.
 type mirrorsCmd struct {
@@ -34,7 +29,7 @@ type mirrorsCmd struct {
 	stdin          io.Reader
 	interactive    bool // stdin is a terminal: ask before truncating
 	a              *admin.Client
-	bootstrap      string
+	client         clientFlags
 	name, source   string
 	topics         multiFlag
 	configs        multiFlag
@@ -49,6 +44,7 @@ type mirrorsCmd struct {
 type mirrorsOp struct {
 	name, usage string
 	run         func(context.Context) error
+	check       func() error // the flags it needs, checked before connecting
 	on          bool
 }
 
@@ -62,7 +58,7 @@ const mirrorsDoc = `Manages Cluster Mirroring (KIP-1279) on the destination clus
 fails them over and back. The flags are those of Apache Kafka's
 kafka-mirrors.sh, plus --failover, --failback and --diverged.
 
-Usage: tandem mirrors --bootstrap-server HOST:PORT --OPERATION [flags]
+Usage: tandem mirrors --bootstrap-server HOST:PORT[,HOST:PORT...] --OPERATION [flags]
 `
 
 // mirrors is `tandem mirrors`, the KIP's kafka-mirrors.sh.
@@ -72,7 +68,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		c.interactive = isTerminal(os.Stdin) && isTerminal(out)
 	}
 	fs := newFlags("mirrors", mirrorsDoc)
-	fs.StringVar(&c.bootstrap, "bootstrap-server", "127.0.0.1:9092", "destination cluster `HOST:PORT`")
+	c.client.register(fs, "destination cluster")
 	ops := []*mirrorsOp{
 		{name: "create", run: c.create, usage: "create --mirror from --source-bootstrap with --config k=v; with --add, add --topic to it too"},
 		{name: "add", run: c.add, usage: "add --topic to --mirror; a topic that exists here with records is truncated to the source's log: what that removes is shown first, and needs --yes"},
@@ -88,12 +84,40 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		{name: "alter", run: c.alter, usage: "alter the configs of --mirror: --config k=v sets, --delete-config k removes"},
 		{name: "diverged", run: c.diverged, usage: "print the divergence manifest of --mirror: records truncations removed, copied to <topic>.diverged"},
 	}
+	mirrorNamed := func() error { return need("--mirror", c.name != "") }
+	checks := map[string]func() error{
+		"create":          func() error { _, err := c.mirrorConfigs(); return err },
+		"add":             func() error { return need("--mirror and --topic", c.name != "" && len(c.topics) > 0) },
+		"remove":          func() error { return need("--mirror and --topic", c.name != "" && len(c.topics) > 0) },
+		"failover":        mirrorNamed,
+		"failback":        func() error { _, err := c.mirrorConfigs(); return err },
+		"pause":           mirrorNamed,
+		"resume":          mirrorNamed,
+		"delete":          mirrorNamed,
+		"describe":        func() error { _, err := c.topicFilter(); return err },
+		"describe-config": mirrorNamed,
+		"alter": func() error {
+			if err := need("--mirror and --config or --delete-config", c.name != "" && len(c.configs)+len(c.deleteConfigs) > 0); err != nil {
+				return err
+			}
+			_, err := keyValues(c.configs)
+			return err
+		},
+		"diverged": func() error {
+			if err := mirrorNamed(); err != nil {
+				return err
+			}
+			_, err := c.topicFilter()
+			return err
+		},
+	}
 	for _, op := range ops {
+		op.check = checks[op.name]
 		fs.BoolVar(&op.on, op.name, false, op.usage)
 	}
 	fs.BoolVar(&c.asJSON, "json", false, "print JSON (--list, --describe, --describe-config, --diverged)")
 	fs.StringVar(&c.name, "mirror", "", "mirror `NAME`")
-	fs.StringVar(&c.source, "source-bootstrap", "", "source cluster `HOST:PORT`")
+	fs.StringVar(&c.source, "source-bootstrap", "", "source cluster `HOST:PORT[,HOST:PORT...]`")
 	allTopics := fs.Bool("all-topics", false, "with --remove, --pause or --resume: every topic of the mirror")
 	fs.BoolVar(&c.yes, "yes", false, "proceed without asking, also when records would be truncated")
 	fs.BoolVar(&c.noValidate, "no-validate", false, "with --create: do not check first that the source answers as a Kafka cluster")
@@ -124,7 +148,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 				return err
 			}
 			return add.run(ctx)
-		}}}
+		}, check: func() error { return errors.Join(create.check(), add.check()) }}}
 	}
 	if len(chosen) != 1 {
 		fs.Usage()
@@ -135,27 +159,31 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tandem mirrors: choose one of %s (--create --add does both)\n", strings.Join(names, ", "))
 		return 2
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.bootstrap), admin.Opt(), kgo.RetryTimeout(30*time.Second))
+	// Nothing is sent before the command line is known to be whole.
+	if chosen[0].check != nil {
+		if err := chosen[0].check(); err != nil {
+			return exit(stderr, "mirrors", err)
+		}
+	}
+	if err := c.client.check(); err != nil {
+		return exit(stderr, "mirrors", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+c.timeout)
+	defer cancel()
+	cl, err := c.client.connect(ctx, admin.Opt())
 	if err != nil {
-		fmt.Fprintln(stderr, "tandem mirrors:", err)
-		return 1
+		return exit(stderr, "mirrors", err)
 	}
 	defer cl.Close()
 	c.a = admin.New(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+c.timeout)
-	defer cancel()
 	err = c.a.Supported(ctx)
 	if err == nil {
 		err = chosen[0].run(ctx)
 	}
-	switch {
-	case errors.Is(err, errUnhealthy):
-		return 1
-	case err != nil:
-		fmt.Fprintln(stderr, "tandem mirrors:", err)
+	if errors.Is(err, errUnhealthy) {
 		return 1
 	}
-	return 0
+	return exit(stderr, "mirrors", err)
 }
 
 // isTerminal reports whether f is a character device (a terminal, or
@@ -165,24 +193,12 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// need is a usage error naming the flags an operation is missing.
 func need(what string, ok bool) error {
 	if !ok {
-		return fmt.Errorf("%s is required", what)
+		return usageErrorf("%s is required", what)
 	}
 	return nil
-}
-
-// keyValues parses --config k=v flags.
-func keyValues(kvs []string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, kv := range kvs {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--config %q: want k=v", kv)
-		}
-		out[k] = v
-	}
-	return out, nil
 }
 
 // mirrorConfigs are the configs of the mirror --mirror from
@@ -190,6 +206,9 @@ func keyValues(kvs []string) (map[string]string, error) {
 func (c *mirrorsCmd) mirrorConfigs() (map[string]string, error) {
 	if err := need("--mirror and --source-bootstrap", c.name != "" && c.source != ""); err != nil {
 		return nil, err
+	}
+	if _, err := kafkaclient.Seeds(c.source); err != nil {
+		return nil, usageErrorf("--source-bootstrap %q: %v", c.source, err)
 	}
 	cfg, err := keyValues(c.configs)
 	if err != nil {
@@ -232,10 +251,16 @@ func probeSource(ctx context.Context, cfg map[string]string) error {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl); err != nil {
-		return fmt.Errorf("source cluster %s does not answer as a Kafka cluster: %v (--no-validate creates the mirror anyway)", cfg["bootstrap.servers"], err)
+	// One bootstrap server answering is enough.
+	var errs []string
+	for _, b := range cl.SeedBrokers() {
+		_, err := b.Request(ctx, kmsg.NewPtrApiVersionsRequest())
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, inWords(err.Error(), err))
 	}
-	return nil
+	return fmt.Errorf("source cluster %s does not answer as a Kafka cluster: %s (--no-validate creates the mirror anyway)", cfg["bootstrap.servers"], strings.Join(errs, "; "))
 }
 
 func (c *mirrorsCmd) add(ctx context.Context) error {
@@ -408,7 +433,7 @@ func (c *mirrorsCmd) topicFilter() (func(string) bool, error) {
 	for _, t := range c.topics {
 		re, err := regexp.Compile("^(?:" + t + ")$")
 		if err != nil {
-			return nil, fmt.Errorf("--topic %q: %w", t, err)
+			return nil, usageErrorf("--topic %q: %v", t, err)
 		}
 		res = append(res, re)
 	}

@@ -54,7 +54,9 @@ are passed to the broker as they are. Authorization is on when
 authorizer.class.name is set (super.users, allow.everyone.if.no.acl.found).
 
 Exit status: 0 after a clean stop, 2 when the command line or the
-configuration is invalid (nothing was started), 1 when the broker failed.
+configuration is invalid or names what cannot be used (a data dir in use
+or another node's, an address in use: nothing was started), 1 when the
+broker failed.
 `
 
 func serve(args []string, stdout, stderr io.Writer) int {
@@ -155,8 +157,10 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 	// The HTTP endpoint listens before the broker starts, so that a busy
 	// port fails fast and /healthz can say "not yet"; but a second broker
 	// on a data dir in use hears of the data dir, not of the HTTP port.
+	// What the command line names cannot be used (a data dir in use or
+	// another node's, a port in use): nothing was started, exit 2.
 	if err := b.CheckDataDir(); err != nil {
-		return err
+		return usageError{err}
 	}
 	b.SetProcessMemoryLimit()
 	var started atomic.Bool
@@ -165,7 +169,7 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 	if httpAddr != "" {
 		var err error
 		if httpLn, err = net.Listen("tcp", httpAddr); err != nil {
-			return fmt.Errorf("http listener: %w", err)
+			return usageError{fmt.Errorf("http listener: %w", err)}
 		}
 		hs := &http.Server{Handler: httpHandler(b, &started, con), ReadHeaderTimeout: 10 * time.Second}
 		go hs.Serve(httpLn)
@@ -177,6 +181,9 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 	}
 
 	if err := b.Start(ctx); err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return usageError{err}
+		}
 		return err
 	}
 	started.Store(true)

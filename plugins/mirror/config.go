@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"net"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,9 +15,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/oauth"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/tandem-kafka/tandem/kafkaclient"
 )
 
 // The configs of a mirror (the MIRROR config resource, type 64): each key
@@ -182,24 +179,8 @@ func validRF(v string, _ map[string]string) error {
 }
 
 func validBootstrap(v string, _ map[string]string) error {
-	n := 0
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		host, port, err := net.SplitHostPort(s)
-		if err != nil || host == "" {
-			return fmt.Errorf("%q is not host:port", s)
-		}
-		if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
-			return fmt.Errorf("%q: port %q is not 1-65535", s, port)
-		}
-		n++
-	}
-	if n == 0 {
-		return fmt.Errorf("no host:port")
-	}
-	return nil
+	_, err := kafkaclient.Seeds(v)
+	return err
 }
 
 func validRegexps(v string, _ map[string]string) error {
@@ -207,24 +188,11 @@ func validRegexps(v string, _ map[string]string) error {
 	return err
 }
 
-var jaasField = regexp.MustCompile(`(\w+)\s*=\s*"([^"]*)"`)
-
-// jaasCredentials reads username and password from a JAAS line, e.g.
-// `org.apache.kafka.common.security.plain.PlainLoginModule required
-// username="alice" password="secret";`.
-func jaasCredentials(s string) (user, pass string) {
-	fields := map[string]string{}
-	for _, m := range jaasField.FindAllStringSubmatch(s, -1) {
-		fields[m[1]] = m[2]
-	}
-	return fields["username"], fields["password"]
-}
-
 func validJAAS(v string, c map[string]string) error {
 	if strings.ToUpper(c["sasl.mechanism"]) == "OAUTHBEARER" {
 		return nil
 	}
-	if user, pass := jaasCredentials(v); user == "" || pass == "" {
+	if user, pass := kafkaclient.JAASCredentials(v); user == "" || pass == "" {
 		return fmt.Errorf(`want a login module with username="..." and password="..."`)
 	}
 	return nil
@@ -261,68 +229,29 @@ func ClientOpts(configs map[string]string) ([]kgo.Opt, error) {
 }
 
 // clientOpts turns a mirror's (validated) configs into franz-go options
-// for a client of the source cluster.
+// for a client of the source cluster. bootstrap.servers is a comma-
+// separated list, as Kafka's.
 func clientOpts(c map[string]string, cfg Config) ([]kgo.Opt, error) {
 	if err := validateConfigs(c); err != nil {
 		return nil, err
 	}
-	var seeds []string
-	for _, s := range strings.Split(c["bootstrap.servers"], ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			seeds = append(seeds, s)
-		}
+	seeds, err := kafkaclient.Seeds(c["bootstrap.servers"])
+	if err != nil {
+		return nil, fmt.Errorf("mirror config bootstrap.servers: %v: %w", err, kerr.InvalidConfig)
+	}
+	security, err := kafkaclient.SecurityOpts(c)
+	if err != nil {
+		return nil, fmt.Errorf("mirror config %v: %w", err, kerr.InvalidConfig)
 	}
 	opts := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.MaxVersions(ClientVersions()), kgo.DialTimeout(cfg.ConnectTimeout), kgo.RequestRetries(0),
 		kgo.RetryTimeout(cfg.RequestTimeout), kgo.MetadataMinAge(100 * time.Millisecond)}
-	proto := strings.ToUpper(c["security.protocol"])
-	if strings.HasPrefix(proto, "SASL") {
-		user, pass := jaasCredentials(c["sasl.jaas.config"])
-		switch strings.ToUpper(c["sasl.mechanism"]) {
-		case "", "PLAIN":
-			opts = append(opts, kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
-		case "SCRAM-SHA-256":
-			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()))
-		case "SCRAM-SHA-512":
-			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
-		case "OAUTHBEARER":
-			opts = append(opts, kgo.SASL(oauth.Auth{Token: c["sasl.oauthbearer.token"]}.AsMechanism()))
-		}
-	}
-	if strings.HasSuffix(proto, "SSL") {
-		tc, err := tlsConfig(c)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
-	}
-	return opts, nil
+	return append(opts, security...), nil
 }
 
 func tlsConfig(c map[string]string) (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if p := c["ssl.enabled.protocols"]; p != "" && !strings.Contains(p, "1.2") || c["ssl.protocol"] == "TLSv1.3" {
-		tc.MinVersion = tls.VersionTLS13
-	}
-	pem := []byte(c["ssl.truststore.certificates"])
-	if loc := c["ssl.truststore.location"]; len(pem) == 0 && loc != "" {
-		var err error
-		if pem, err = os.ReadFile(loc); err != nil {
-			return nil, fmt.Errorf("mirror config ssl.truststore.location: %v: %w", err, kerr.InvalidConfig)
-		}
-	}
-	if len(pem) > 0 {
-		tc.RootCAs = x509.NewCertPool()
-		tc.RootCAs.AppendCertsFromPEM(pem)
-	}
-	if chain := c["ssl.keystore.certificate.chain"]; chain != "" {
-		cert, err := tls.X509KeyPair([]byte(chain), []byte(c["ssl.keystore.key"]))
-		if err != nil {
-			return nil, fmt.Errorf("mirror config ssl.keystore.key: %v: %w", err, kerr.InvalidConfig)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	if alg, set := c["ssl.endpoint.identification.algorithm"]; set && alg == "" {
-		tc.InsecureSkipVerify = true // the operator disabled hostname verification, as Kafka allows
+	tc, err := kafkaclient.TLSConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("mirror config %v: %w", err, kerr.InvalidConfig)
 	}
 	return tc, nil
 }

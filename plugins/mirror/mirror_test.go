@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"reflect"
 	"strings"
 	"testing"
@@ -449,5 +450,42 @@ func TestCopiedUpTo(t *testing.T) {
 	}
 	if next, err := copiedUpTo(dst, 4, src, 2); err != nil || next != 2 {
 		t.Fatalf("copiedUpTo from the end of the copies = %d, %v; want 2 (nothing copied yet)", next, err)
+	}
+}
+
+// TestClientOptsBootstrapList: a mirror's bootstrap.servers is a
+// comma-separated list, as Kafka's: a client built from it knows every
+// entry and reaches the source through the one that answers.
+func TestClientOptsBootstrapList(t *testing.T) {
+	b, err := server.New(server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	opts, err := ClientOpts(map[string]string{"bootstrap.servers": deadAddr + " , " + b.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if seeds := cl.OptValue(kgo.SeedBrokers).([]string); !reflect.DeepEqual(seeds, []string{deadAddr, b.Addr()}) {
+		t.Fatalf("seeds %q, want %q and %q", seeds, deadAddr, b.Addr())
+	}
+	if err := cl.Ping(ctx); err != nil {
+		t.Fatalf("the source through a list whose first entry is down: %v", err)
 	}
 }

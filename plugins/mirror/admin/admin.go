@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -86,7 +87,9 @@ func (c *Client) Supported(ctx context.Context) error {
 func (c *Client) do(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
 	resp, err := c.cl.Request(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("mirror request %d: %w", req.Key(), err)
+		// Named in words: the mirror keys are not Kafka's, and no one
+		// reads "request 98".
+		return nil, fmt.Errorf("%s: %w", strings.TrimSuffix(reflect.TypeOf(req).Elem().Name(), "Request"), err)
 	}
 	return resp, nil
 }

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tandem-kafka/tandem/kafkaclient"
+	"github.com/tandem-kafka/tandem/server"
+)
+
+// clientFlags are the flags of every command that talks to a cluster:
+// where it is and how to log in, as Kafka's tools take them. The flags
+// become Kafka client properties, over those of --command-config, and
+// kafkaclient turns the properties into franz-go options: one meaning for
+// a file that Kafka's tools read too.
+type clientFlags struct {
+	what          string // "cluster", "destination cluster": for help and errors
+	bootstrap     string
+	commandConfig string
+	protocol      string
+	mechanism     string
+	user          string
+	password      string
+	tlsCA         string
+	tlsCert       string
+	tlsKey        string
+}
+
+// defaultBootstrap is the cluster a command talks to when neither
+// --bootstrap-server nor the --command-config file names one: the one
+// `tandem serve` starts with no flags.
+const defaultBootstrap = "127.0.0.1:9092"
+
+// register adds the flags to fs; what names the cluster in their help.
+func (c *clientFlags) register(fs *flags, what string) {
+	c.what = what
+	fs.StringVar(&c.bootstrap, "bootstrap-server", "", what+" `HOST:PORT[,HOST:PORT...]`, as tandem cluster prints it (default "+defaultBootstrap+", or bootstrap.servers of --command-config)")
+	fs.StringVar(&c.commandConfig, "command-config", "", "Kafka client properties `FILE`: security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.location, ssl.keystore.location (PEM), ... (docs/cli.md)")
+	fs.StringVar(&c.protocol, "security-protocol", "", "`PROTOCOL`: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (default: what the SASL and TLS flags imply)")
+	fs.StringVar(&c.mechanism, "sasl-mechanism", "", "SASL `MECHANISM`: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, with --sasl-username and --sasl-password")
+	fs.StringVar(&c.user, "sasl-username", "", "SASL `USER`")
+	fs.StringVar(&c.password, "sasl-password", "", "SASL `PASSWORD` (visible to ps: --command-config keeps it in a file)")
+	fs.StringVar(&c.tlsCA, "tls-ca", "", "TLS: PEM `FILE` of the certificates to trust (default: the system's, with --security-protocol SSL)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS: PEM `FILE` of the client certificate chain, with --tls-key")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS: PEM `FILE` of the client's unencrypted private key")
+}
+
+// commandConfigKeys are the keys --command-config may hold: the ones
+// kafkaclient reads, the bootstrap list and the client ID. Any other key
+// is refused: a mistyped ssl.* key silently ignored would connect in
+// plaintext.
+var commandConfigKeys = append([]string{"bootstrap.servers", "client.id"}, kafkaclient.Keys...)
+
+// props returns the client properties the flags describe.
+func (c *clientFlags) props() (map[string]string, error) {
+	props := map[string]string{}
+	if c.commandConfig != "" {
+		f, err := os.Open(c.commandConfig)
+		if err != nil {
+			return nil, usageErrorf("--command-config: %v", err)
+		}
+		props, err = server.ReadProperties(f)
+		f.Close()
+		if err != nil {
+			return nil, usageErrorf("--command-config %s: %v", c.commandConfig, err)
+		}
+		for k := range props {
+			if !slices.Contains(commandConfigKeys, k) {
+				return nil, usageErrorf("--command-config %s: %s is not a setting tandem reads (it reads %s)", c.commandConfig, k, strings.Join(commandConfigKeys, ", "))
+			}
+		}
+	}
+	if c.bootstrap != "" {
+		props["bootstrap.servers"] = c.bootstrap
+	}
+	if props["bootstrap.servers"] == "" {
+		props["bootstrap.servers"] = defaultBootstrap
+	}
+	tls := c.tlsCA != "" || c.tlsCert != "" || c.tlsKey != ""
+	sasl := c.mechanism != "" || c.user != "" || c.password != ""
+	if c.protocol != "" {
+		props["security.protocol"] = strings.ToUpper(c.protocol)
+	} else if tls || sasl {
+		proto := strings.ToUpper(props["security.protocol"])
+		switch {
+		case tls && sasl || tls && strings.HasPrefix(proto, "SASL") || sasl && strings.HasSuffix(proto, "SSL"):
+			proto = "SASL_SSL"
+		case tls:
+			proto = "SSL"
+		default:
+			proto = "SASL_PLAINTEXT"
+		}
+		props["security.protocol"] = proto
+	}
+	proto := props["security.protocol"]
+	if sasl {
+		mech := strings.ToUpper(c.mechanism)
+		switch mech {
+		case "":
+			mech = strings.ToUpper(props["sasl.mechanism"])
+		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		default:
+			return nil, usageErrorf("--sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (OAUTHBEARER: sasl.oauthbearer.token in --command-config)", c.mechanism)
+		}
+		if mech != "" {
+			props["sasl.mechanism"] = mech
+		}
+		if c.user != "" || c.password != "" {
+			if c.user == "" || c.password == "" || strings.ContainsRune(c.user+c.password, '"') {
+				return nil, usageErrorf("--sasl-username and --sasl-password go together (and hold no double quote)")
+			}
+			props["sasl.jaas.config"] = kafkaclient.JAAS(mech, c.user, c.password)
+		} else if props["sasl.jaas.config"] == "" {
+			return nil, usageErrorf("--sasl-mechanism %s needs --sasl-username and --sasl-password (or sasl.jaas.config in --command-config)", cmpOr(mech, "PLAIN"))
+		}
+		if !strings.HasPrefix(proto, "SASL") {
+			return nil, usageErrorf("SASL flags with --security-protocol %s: want SASL_PLAINTEXT or SASL_SSL", proto)
+		}
+	}
+	if tls {
+		if !strings.HasSuffix(proto, "SSL") {
+			return nil, usageErrorf("TLS flags with --security-protocol %s: want SSL or SASL_SSL", proto)
+		}
+		if c.tlsCA != "" {
+			props["ssl.truststore.type"], props["ssl.truststore.location"] = "PEM", c.tlsCA
+			delete(props, "ssl.truststore.certificates")
+		}
+		if (c.tlsCert == "") != (c.tlsKey == "") {
+			return nil, usageErrorf("--tls-cert and --tls-key go together")
+		}
+		if c.tlsCert != "" {
+			chain, err := os.ReadFile(c.tlsCert)
+			if err != nil {
+				return nil, usageErrorf("--tls-cert: %v", err)
+			}
+			key, err := os.ReadFile(c.tlsKey)
+			if err != nil {
+				return nil, usageErrorf("--tls-key: %v", err)
+			}
+			props["ssl.keystore.type"], props["ssl.keystore.certificate.chain"], props["ssl.keystore.key"] = "PEM", string(chain), string(key)
+			delete(props, "ssl.keystore.location")
+		}
+	}
+	return props, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// opts returns the franz-go options of the flags and the seed addresses.
+// Every error is a usageError: nothing was sent.
+func (c *clientFlags) opts() ([]kgo.Opt, []string, error) {
+	props, err := c.props()
+	if err != nil {
+		return nil, nil, err
+	}
+	seeds, err := kafkaclient.Seeds(props["bootstrap.servers"])
+	if err != nil {
+		return nil, nil, usageErrorf("--bootstrap-server %q: %v", props["bootstrap.servers"], err)
+	}
+	security, err := kafkaclient.SecurityOpts(props)
+	if err != nil {
+		where := "the security flags"
+		if c.commandConfig != "" {
+			where = "--command-config " + c.commandConfig
+		}
+		return nil, nil, usageErrorf("%s: %v", where, err)
+	}
+	opts := append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.DialTimeout(5 * time.Second), kgo.RetryTimeout(30 * time.Second),
+		kgo.ClientID(cmpOr(props["client.id"], "tandem-cli"))}, security...)
+	return opts, seeds, nil
+}
+
+// check reports a usage error in the flags without connecting.
+func (c *clientFlags) check() error {
+	_, _, err := c.opts()
+	return err
+}
+
+// connect builds a client and makes sure the cluster answers (a
+// broker-only Metadata request), so that an address that cannot be
+// reached is said in words, once, before anything is asked:
+// "cannot reach any of a:9092, b:9093: connection refused".
+func (c *clientFlags) connect(ctx context.Context, extra ...kgo.Opt) (*kgo.Client, error) {
+	opts, seeds, err := c.opts()
+	if err != nil {
+		return nil, err
+	}
+	dials := &dialErrors{errs: map[string]error{}}
+	cl, err := kgo.NewClient(slices.Concat(opts, []kgo.Opt{kgo.WithHooks(dials)}, extra)...)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := cl.Ping(pctx); err != nil {
+		cl.Close()
+		return nil, dials.reachError(c.what, seeds, err)
+	}
+	return cl, nil
+}
+
+// dialErrors records why each address could not be dialed.
+type dialErrors struct {
+	mu   sync.Mutex
+	errs map[string]error
+}
+
+func (d *dialErrors) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err != nil {
+		d.mu.Lock()
+		d.errs[net.JoinHostPort(meta.Host, fmt.Sprint(meta.Port))] = err
+		d.mu.Unlock()
+	}
+}
+
+// reachError says why no seed answered: the cause once when every seed
+// failed the same way, each seed's otherwise.
+func (d *dialErrors) reachError(what string, seeds []string, last error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.errs) == 0 { // reached, but it did not answer
+		return fmt.Errorf("%s %s: %w", what, strings.Join(seeds, ", "), last)
+	}
+	causes := map[string]bool{}
+	var each []string
+	for _, s := range seeds {
+		why := "not tried"
+		if err, ok := d.errs[s]; ok {
+			why = dialCause(err)
+		}
+		causes[why] = true
+		each = append(each, s+" ("+why+")")
+	}
+	switch {
+	case len(seeds) == 1:
+		return fmt.Errorf("cannot reach %s %s: %s", what, seeds[0], dialCause(d.errs[seeds[0]]))
+	case len(causes) == 1:
+		return fmt.Errorf("cannot reach any of %s: %s", strings.Join(seeds, ", "), dialCause(d.errs[seeds[0]]))
+	}
+	return fmt.Errorf("cannot reach any of %s", strings.Join(each, ", "))
+}
+
+// dialCause is why a dial failed, in the words of the system: "connection
+// refused", "no such host", "i/o timeout".
+func dialCause(err error) string {
+	var dns *net.DNSError
+	var sys *os.SyscallError
+	var op *net.OpError
+	switch {
+	case err == nil:
+		return "no answer"
+	case errors.As(err, &dns):
+		return dns.Err
+	case errors.As(err, &sys):
+		return sys.Err.Error()
+	case errors.As(err, &op):
+		return op.Err.Error()
+	case errors.Is(err, context.DeadlineExceeded):
+		return "no answer in time"
+	}
+	return err.Error()
+}
+
+// adminCmd is one run of a command that talks to a cluster: its flags,
+// the connection flags among them, and --json for a listing.
+type adminCmd struct {
+	*flags
+	client clientFlags
+	asJSON bool
+}
+
+// newAdminCmd returns the flag set of `tandem NAME` with the connection
+// flags, and --json when listing is true.
+func newAdminCmd(name, doc string, listing bool) *adminCmd {
+	c := &adminCmd{flags: newFlags(name, doc)}
+	c.client.register(c.flags, "cluster")
+	if listing {
+		c.BoolVar(&c.asJSON, "json", false, "print JSON (shapes in docs/cli.md)")
+	}
+	return c
+}
+
+// run parses args, runs check (the command line alone: a usage error
+// exits 2 with nothing sent), connects and runs do with a client and its
+// kadm view, within timeout (0: until SIGINT or SIGTERM). It returns the
+// exit code.
+func (c *adminCmd) run(args []string, stdout, stderr io.Writer, timeout time.Duration, check func() error,
+	do func(ctx context.Context, cl *kgo.Client, adm *kadm.Client) error, extra ...kgo.Opt) int {
+	if code, done := c.parse(args, stdout, stderr); done {
+		return code
+	}
+	if check == nil {
+		check = func() error { return c.noArgs() }
+	}
+	if err := check(); err != nil {
+		return exit(stderr, c.Name(), err)
+	}
+	if err := c.client.check(); err != nil {
+		return exit(stderr, c.Name(), err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	cl, err := c.client.connect(ctx, extra...)
+	if err != nil {
+		return exit(stderr, c.Name(), err)
+	}
+	defer cl.Close()
+	return exit(stderr, c.Name(), do(ctx, cl, kadm.NewClient(cl)))
+}
+
+// noArgs is the check of a command that takes no arguments.
+func (c *adminCmd) noArgs() error {
+	if c.NArg() > 0 {
+		return usageErrorf("unexpected arguments %q", c.Args())
+	}
+	return nil
+}

@@ -1,0 +1,688 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const groupsDoc = `Lists, describes (members, committed offsets, lag), resets the offsets of
+and deletes groups: classic and KIP-848 consumer groups, and share groups
+(KIP-932) with their start offsets, on any Kafka-compatible cluster (as
+kafka-consumer-groups.sh and kafka-share-groups.sh do).
+
+Usage: tandem groups <command> [GROUP...] [flags]
+`
+
+func groups(args []string, stdout, stderr io.Writer) int {
+	return runVerbs("groups", groupsDoc, []verb{
+		{"list", "list groups with their type and state", groupsList},
+		{"describe", "members, assignment, committed offset, end offset and lag per partition", groupsDescribe},
+		{"reset-offsets", "move a group's offsets (a dry run unless --execute; refused while it has members)", groupsResetOffsets},
+		{"delete", "delete groups and their committed offsets", groupsDelete},
+	}, args, stdout, stderr)
+}
+
+// listedGroup is a group as `groups list --json` prints it.
+type listedGroup struct {
+	Group        string `json:"group"`
+	Type         string `json:"type"` // classic, consumer or share
+	State        string `json:"state"`
+	ProtocolType string `json:"protocol_type"` // "consumer" for consumers of the classic protocol, "" for others
+	Coordinator  int32  `json:"coordinator"`
+}
+
+// groupType is the group's type, from what ListGroups said: its
+// GroupType, else (an older broker) classic.
+func groupType(l kadm.ListedGroup) string {
+	if l.GroupType != "" {
+		return strings.ToLower(l.GroupType)
+	}
+	return "classic"
+}
+
+const groupsListDoc = `Lists the groups: consumer groups of either protocol and share groups.
+
+Usage: tandem groups list [--type classic|consumer|share] [--json]
+`
+
+func groupsList(args []string, stdout, stderr io.Writer) int {
+	c := newAdminCmd("groups list", groupsListDoc, true)
+	typ := c.String("type", "", "only groups of this `TYPE`: classic, consumer or share")
+	check := func() error {
+		if err := c.noArgs(); err != nil {
+			return err
+		}
+		switch *typ {
+		case "", "classic", "consumer", "share":
+			return nil
+		}
+		return usageErrorf("--type %q: want classic, consumer or share", *typ)
+	}
+	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
+		listed, err := adm.ListGroups(ctx)
+		if err != nil {
+			return fmt.Errorf("listing groups: %w", err)
+		}
+		out := []listedGroup{}
+		for _, g := range slices.Sorted(maps.Keys(listed)) {
+			l := listed[g]
+			if *typ == "" || groupType(l) == *typ {
+				out = append(out, listedGroup{Group: g, Type: groupType(l), State: l.State, ProtocolType: l.ProtocolType, Coordinator: l.Coordinator})
+			}
+		}
+		if c.asJSON {
+			return printJSON(stdout, out)
+		}
+		t := newTable(stdout, "GROUP", "TYPE", "STATE", "COORDINATOR")
+		for _, g := range out {
+			t.row(g.Group, g.Type, g.State, g.Coordinator)
+		}
+		return t.flush()
+	})
+}
+
+// describedGroup is a group as `groups describe --json` prints it.
+// Offsets and lags the cluster did not give are null, never 0.
+type describedGroup struct {
+	Group       string           `json:"group"`
+	Type        string           `json:"type"`
+	State       string           `json:"state"`
+	Assignor    string           `json:"assignor"`
+	Coordinator int32            `json:"coordinator"`
+	Members     []groupMember    `json:"members"`
+	Partitions  []groupPartition `json:"partitions"`
+	TotalLag    *int64           `json:"total_lag"` // null when a partition's lag is unknown
+}
+
+type groupMember struct {
+	MemberID   string            `json:"member_id"`
+	InstanceID *string           `json:"instance_id"`
+	ClientID   string            `json:"client_id"`
+	Host       string            `json:"host"`
+	Assignment []topicPartitions `json:"assignment"`
+}
+
+type topicPartitions struct {
+	Topic      string  `json:"topic"`
+	Partitions []int32 `json:"partitions"`
+}
+
+type groupPartition struct {
+	Topic           string  `json:"topic"`
+	Partition       int32   `json:"partition"`
+	CommittedOffset *int64  `json:"committed_offset"` // a consumer group's; null for none (or a share group)
+	StartOffset     *int64  `json:"start_offset"`     // a share group's share-partition start offset; null otherwise
+	LogEndOffset    *int64  `json:"log_end_offset"`
+	Lag             *int64  `json:"lag"`
+	MemberID        *string `json:"member_id"` // the member it is assigned to; null for none
+}
+
+// assignmentOf turns a set of partitions into topicPartitions, sorted.
+func assignmentOf(s kadm.TopicsSet) []topicPartitions {
+	out := []topicPartitions{}
+	for _, tp := range s.Sorted() {
+		out = append(out, topicPartitions{Topic: tp.Topic, Partitions: tp.Partitions})
+	}
+	return out
+}
+
+func known64(v int64) *int64 {
+	if v < 0 {
+		return nil
+	}
+	return &v
+}
+
+// describeGroup reads one group: its members and, per partition it has
+// an offset for or a member is assigned, where it is and how far behind.
+func describeGroup(ctx context.Context, adm *kadm.Client, name string, listed kadm.ListedGroups) (describedGroup, error) {
+	l, ok := listed[name]
+	if !ok {
+		return describedGroup{}, fmt.Errorf("group %s: %w", name, kerr.GroupIDNotFound)
+	}
+	d := describedGroup{Group: name, Type: groupType(l), State: l.State, Coordinator: l.Coordinator, Members: []groupMember{}, Partitions: []groupPartition{}}
+	assigned := map[string]map[int32]string{} // topic → partition → member
+	assign := func(m *groupMember, s kadm.TopicsSet) {
+		m.Assignment = assignmentOf(s)
+		s.Each(func(t string, p int32) {
+			if assigned[t] == nil {
+				assigned[t] = map[int32]string{}
+			}
+			assigned[t][p] = m.MemberID
+		})
+	}
+	partitions := kadm.TopicsSet{}
+	committed := map[string]map[int32]int64{}
+	var shareOffsets kadm.ShareOffsets
+	switch d.Type {
+	case "share":
+		gs, err := adm.DescribeShareGroups(ctx, name)
+		if err != nil {
+			return d, fmt.Errorf("group %s: %w", name, err)
+		}
+		g := gs[name]
+		if g.Err != nil {
+			return d, fmt.Errorf("group %s: %w", name, g.Err)
+		}
+		d.State, d.Assignor, d.Coordinator = g.GroupState, g.Assignor, g.Coordinator.NodeID
+		for _, m := range g.Members {
+			gm := groupMember{MemberID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost}
+			assign(&gm, m.Assignment)
+			d.Members = append(d.Members, gm)
+		}
+		os, err := adm.DescribeShareGroupOffsets(ctx, name)
+		if err != nil {
+			return d, fmt.Errorf("group %s: reading its start offsets: %w", name, err)
+		}
+		if err := os[name].Err; err != nil {
+			return d, fmt.Errorf("group %s: reading its start offsets: %w", name, err)
+		}
+		shareOffsets = os[name].Offsets
+		for t, ps := range shareOffsets {
+			for p := range ps {
+				partitions.Add(t, p)
+			}
+		}
+	case "consumer":
+		gs, err := adm.DescribeConsumerGroups(ctx, name)
+		if err != nil {
+			return d, fmt.Errorf("group %s: %w", name, err)
+		}
+		g := gs[name]
+		if g.Err != nil {
+			return d, fmt.Errorf("group %s: %w", name, g.Err)
+		}
+		d.State, d.Assignor, d.Coordinator = g.State, g.AssignorName, g.Coordinator.NodeID
+		for _, m := range g.Members {
+			gm := groupMember{MemberID: m.MemberID, InstanceID: m.InstanceID, ClientID: m.ClientID, Host: m.ClientHost}
+			assign(&gm, m.Assignment)
+			d.Members = append(d.Members, gm)
+		}
+	default:
+		gs, err := adm.DescribeGroups(ctx, name)
+		if err != nil {
+			return d, fmt.Errorf("group %s: %w", name, err)
+		}
+		g := gs[name]
+		if g.Err != nil {
+			return d, fmt.Errorf("group %s: %w", name, kafkaError(g.Err, g.ErrMessage))
+		}
+		d.State, d.Assignor, d.Coordinator = g.State, g.Protocol, g.Coordinator.NodeID
+		for _, m := range g.Members {
+			gm := groupMember{MemberID: m.MemberID, InstanceID: m.InstanceID, ClientID: m.ClientID, Host: m.ClientHost}
+			s := kadm.TopicsSet{}
+			if ca, ok := m.Assigned.AsConsumer(); ok {
+				for _, t := range ca.Topics {
+					s.Add(t.Topic, t.Partitions...)
+				}
+			}
+			assign(&gm, s)
+			d.Members = append(d.Members, gm)
+		}
+	}
+	if d.Type != "share" {
+		offsets, err := adm.FetchOffsets(ctx, name)
+		if err != nil {
+			return d, fmt.Errorf("group %s: reading its committed offsets: %w", name, err)
+		}
+		if err := offsets.Error(); err != nil {
+			return d, fmt.Errorf("group %s: reading its committed offsets: %w", name, err)
+		}
+		offsets.Each(func(o kadm.OffsetResponse) {
+			if committed[o.Topic] == nil {
+				committed[o.Topic] = map[int32]int64{}
+			}
+			committed[o.Topic][o.Partition] = o.At
+			partitions.Add(o.Topic, o.Partition)
+		})
+	}
+	for t, ps := range assigned {
+		for p := range ps {
+			partitions.Add(t, p)
+		}
+	}
+	var ends kadm.ListedOffsets
+	if topics := partitions.Topics(); len(topics) > 0 {
+		ends, _ = adm.ListEndOffsets(ctx, topics...)
+	}
+	var total int64
+	allKnown := true
+	for _, tp := range partitions.Sorted() {
+		for _, p := range tp.Partitions {
+			gp := groupPartition{Topic: tp.Topic, Partition: p}
+			if m, ok := assigned[tp.Topic][p]; ok {
+				gp.MemberID = &m
+			}
+			if e, ok := ends.Lookup(tp.Topic, p); ok && e.Err == nil {
+				gp.LogEndOffset = known64(e.Offset)
+			}
+			if d.Type == "share" {
+				if so, ok := shareOffsets.Lookup(tp.Topic, p); ok && so.Err == nil {
+					gp.StartOffset, gp.Lag = known64(so.StartOffset), known64(so.Lag)
+				}
+			} else if at, ok := committed[tp.Topic][p]; ok {
+				gp.CommittedOffset = known64(at)
+				if gp.CommittedOffset != nil && gp.LogEndOffset != nil {
+					gp.Lag = known64(max(0, *gp.LogEndOffset-*gp.CommittedOffset))
+				}
+			}
+			if gp.Lag == nil {
+				allKnown = false
+			} else {
+				total += *gp.Lag
+			}
+			d.Partitions = append(d.Partitions, gp)
+		}
+	}
+	if allKnown {
+		d.TotalLag = &total
+	}
+	return d, nil
+}
+
+const groupsDescribeDoc = `Describes groups (every group when none is named): state, members and
+their assignment, and per partition the committed offset (a share group:
+its start offset), the log end offset and the lag. A lag the cluster
+cannot give (no committed offset, no end offset known) is "-" (null in
+JSON), never 0.
+
+Usage: tandem groups describe [GROUP...] [--json]
+`
+
+func groupsDescribe(args []string, stdout, stderr io.Writer) int {
+	c := newAdminCmd("groups describe", groupsDescribeDoc, true)
+	check := func() error { return nil }
+	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
+		listed, err := adm.ListGroups(ctx)
+		if err != nil {
+			return fmt.Errorf("listing groups: %w", err)
+		}
+		names := c.Args()
+		if len(names) == 0 {
+			names = slices.Sorted(maps.Keys(listed))
+		}
+		out := []describedGroup{}
+		var errs []string
+		for _, g := range names {
+			d, err := describeGroup(ctx, adm, g, listed)
+			if err != nil {
+				errs = append(errs, err.Error())
+				continue
+			}
+			out = append(out, d)
+		}
+		if c.asJSON {
+			if err := printJSON(stdout, out); err != nil {
+				return err
+			}
+		} else {
+			printGroups(stdout, out)
+		}
+		if len(errs) > 0 {
+			return errors.New(strings.Join(errs, "; "))
+		}
+		return nil
+	})
+}
+
+func printGroups(w io.Writer, gs []describedGroup) {
+	for i, g := range gs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		lag := "unknown (a partition has no known lag)"
+		if g.TotalLag != nil {
+			lag = fmt.Sprint(*g.TotalLag)
+		}
+		fmt.Fprintf(w, "Group: %s  Type: %s  State: %s  Assignor: %s  Coordinator: %d  Members: %d  Total lag: %s\n",
+			g.Group, g.Type, g.State, cmpOr(g.Assignor, "-"), g.Coordinator, len(g.Members), lag)
+		if len(g.Members) > 0 {
+			t := newTable(w, "MEMBER-ID", "CLIENT-ID", "HOST", "ASSIGNMENT")
+			for _, m := range g.Members {
+				var as []string
+				for _, a := range m.Assignment {
+					as = append(as, a.Topic+":"+ids(a.Partitions))
+				}
+				t.row(m.MemberID, m.ClientID, m.Host, cmpOr(strings.Join(as, " "), "-"))
+			}
+			t.flush()
+		}
+		offset := "CURRENT-OFFSET"
+		if g.Type == "share" {
+			offset = "START-OFFSET"
+		}
+		t := newTable(w, "TOPIC", "PARTITION", offset, "LOG-END-OFFSET", "LAG", "MEMBER-ID")
+		for _, p := range g.Partitions {
+			at := p.CommittedOffset
+			if g.Type == "share" {
+				at = p.StartOffset
+			}
+			t.row(p.Topic, p.Partition, orDash(at), orDash(p.LogEndOffset), orDash(p.Lag), strOrDash(p.MemberID))
+		}
+		t.flush()
+	}
+}
+
+const groupsResetOffsetsDoc = `Moves a group's offsets (a consumer group's committed offsets, a share
+group's start offsets), as kafka-consumer-groups.sh --reset-offsets does.
+Without --execute it is a dry run: it prints the plan and changes
+nothing. It is refused while the group has members: stop its consumers
+first. A new offset outside the log is moved to its start or end.
+
+Usage: tandem groups reset-offsets GROUP (--topic T[:P,P...] ... | --all-topics)
+         (--to-earliest | --to-latest | --to-offset N | --to-datetime T | --shift-by N) [--execute] [--json]
+
+--all-topics is every partition the group has an offset for. --to-datetime
+takes RFC 3339 (2026-12-01T04:00:00Z), or Kafka's 2026-12-01T04:00:00.000
+in local time: the earliest offset at or after it.
+`
+
+// offsetReset is one partition of a reset, as reset-offsets --json
+// prints it.
+type offsetReset struct {
+	Group         string `json:"group"`
+	Topic         string `json:"topic"`
+	Partition     int32  `json:"partition"`
+	CurrentOffset *int64 `json:"current_offset"` // null: none committed
+	NewOffset     int64  `json:"new_offset"`
+}
+
+func groupsResetOffsets(args []string, stdout, stderr io.Writer) int {
+	c := newAdminCmd("groups reset-offsets", groupsResetOffsetsDoc, true)
+	var topicFlags multiFlag
+	c.Var(&topicFlags, "topic", "`TOPIC` or TOPIC:P,P,... to reset (repeatable)")
+	allTopics := c.Bool("all-topics", false, "every partition the group has an offset for")
+	earliest := c.Bool("to-earliest", false, "to the log start offset")
+	latest := c.Bool("to-latest", false, "to the log end offset")
+	toOffset := c.String("to-offset", "", "to offset `N`")
+	toDatetime := c.String("to-datetime", "", "to the first offset at or after `TIME`")
+	shiftBy := c.String("shift-by", "", "by `N` from the current offset (negative: back)")
+	execute := c.Bool("execute", false, "do it (without: a dry run)")
+	var (
+		selected map[string][]int32 // topic → partitions; nil partitions: all
+		how      string
+		n        int64
+		at       time.Time
+	)
+	check := func() error {
+		if c.NArg() != 1 {
+			return usageErrorf("name one group: tandem groups reset-offsets GROUP ...")
+		}
+		if (len(topicFlags) > 0) == *allTopics {
+			return usageErrorf("choose --topic T (repeatable) or --all-topics")
+		}
+		selected = map[string][]int32{}
+		for _, tf := range topicFlags {
+			t, ps, hasPs := strings.Cut(tf, ":")
+			if t == "" {
+				return usageErrorf("--topic %q: want TOPIC or TOPIC:P,P", tf)
+			}
+			selected[t] = nil
+			if hasPs {
+				for _, p := range strings.Split(ps, ",") {
+					v, err := strconv.ParseInt(strings.TrimSpace(p), 10, 32)
+					if err != nil || v < 0 {
+						return usageErrorf("--topic %q: %q is not a partition number", tf, p)
+					}
+					selected[t] = append(selected[t], int32(v))
+				}
+			}
+		}
+		var ways []string
+		for name, on := range map[string]bool{"--to-earliest": *earliest, "--to-latest": *latest, "--to-offset": *toOffset != "",
+			"--to-datetime": *toDatetime != "", "--shift-by": *shiftBy != ""} {
+			if on {
+				ways = append(ways, name)
+			}
+		}
+		if len(ways) != 1 {
+			return usageErrorf("choose one of --to-earliest, --to-latest, --to-offset N, --to-datetime T, --shift-by N")
+		}
+		how = ways[0]
+		var err error
+		switch how {
+		case "--to-offset":
+			if n, err = strconv.ParseInt(*toOffset, 10, 64); err != nil || n < 0 {
+				return usageErrorf("--to-offset %q: want an offset, 0 or more", *toOffset)
+			}
+		case "--shift-by":
+			if n, err = strconv.ParseInt(*shiftBy, 10, 64); err != nil {
+				return usageErrorf("--shift-by %q: want a whole number", *shiftBy)
+			}
+		case "--to-datetime":
+			if at, err = parseDatetime(*toDatetime); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
+		group := c.Arg(0)
+		listed, err := adm.ListGroups(ctx)
+		if err != nil {
+			return fmt.Errorf("listing groups: %w", err)
+		}
+		d, err := describeGroup(ctx, adm, group, listed)
+		switch {
+		case errors.Is(err, kerr.GroupIDNotFound) && len(selected) > 0:
+			// A group that does not exist yet gets its offsets (as Kafka's tool does).
+			d = describedGroup{Group: group, Type: "classic"}
+		case err != nil:
+			return err
+		}
+		if len(d.Members) > 0 {
+			return fmt.Errorf("group %s has %d member(s) (state %s): offsets can only be reset while it has none; stop its consumers first", group, len(d.Members), d.State)
+		}
+		current := map[string]map[int32]*int64{}
+		for _, p := range d.Partitions {
+			if current[p.Topic] == nil {
+				current[p.Topic] = map[int32]*int64{}
+			}
+			current[p.Topic][p.Partition] = p.CommittedOffset
+			if d.Type == "share" {
+				current[p.Topic][p.Partition] = p.StartOffset
+			}
+		}
+		// The partitions to move.
+		parts := kadm.TopicsSet{}
+		if *allTopics {
+			for t, ps := range current {
+				for p := range ps {
+					parts.Add(t, p)
+				}
+			}
+		} else {
+			details, err := adm.ListTopics(ctx, slices.Collect(maps.Keys(selected))...)
+			if err != nil {
+				return fmt.Errorf("reading the metadata: %w", err)
+			}
+			for t, ps := range selected {
+				dt, ok := details[t]
+				if !ok || dt.Err != nil {
+					return fmt.Errorf("topic %s: %w", t, orErr(dt.Err, kerr.UnknownTopicOrPartition))
+				}
+				if ps == nil {
+					for p := range dt.Partitions {
+						parts.Add(t, p)
+					}
+				}
+				for _, p := range ps {
+					if _, ok := dt.Partitions[p]; !ok {
+						return fmt.Errorf("topic %s has no partition %d (it has %d)", t, p, len(dt.Partitions))
+					}
+					parts.Add(t, p)
+				}
+			}
+		}
+		if len(parts) == 0 {
+			return fmt.Errorf("group %s has no offsets to reset", group)
+		}
+		topics := parts.Topics()
+		starts, err := adm.ListStartOffsets(ctx, topics...)
+		if err == nil {
+			err = starts.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("reading the log start offsets: %w", err)
+		}
+		ends, err := adm.ListEndOffsets(ctx, topics...)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("reading the log end offsets: %w", err)
+		}
+		var after kadm.ListedOffsets
+		if how == "--to-datetime" {
+			if after, err = adm.ListOffsetsAfterMilli(ctx, at.UnixMilli(), topics...); err == nil {
+				err = after.Error()
+			}
+			if err != nil {
+				return fmt.Errorf("finding the offsets at %s: %w", at.Format(time.RFC3339), err)
+			}
+		}
+		var plan []offsetReset
+		offsets := kadm.Offsets{}
+		for _, tp := range parts.Sorted() {
+			for _, p := range tp.Partitions {
+				start, _ := starts.Lookup(tp.Topic, p)
+				end, _ := ends.Lookup(tp.Topic, p)
+				cur := current[tp.Topic][p]
+				var to int64
+				switch how {
+				case "--to-earliest":
+					to = start.Offset
+				case "--to-latest":
+					to = end.Offset
+				case "--to-offset":
+					to = n
+				case "--to-datetime":
+					to = end.Offset
+					if o, ok := after.Lookup(tp.Topic, p); ok && o.Offset >= 0 {
+						to = o.Offset
+					}
+				case "--shift-by":
+					if cur == nil {
+						return fmt.Errorf("%s/%d: the group has no offset there to shift; use --to-offset, --to-earliest or --to-latest", tp.Topic, p)
+					}
+					to = *cur + n
+				}
+				to = max(start.Offset, min(end.Offset, to))
+				plan = append(plan, offsetReset{Group: group, Topic: tp.Topic, Partition: p, CurrentOffset: cur, NewOffset: to})
+				offsets.Add(kadm.Offset{Topic: tp.Topic, Partition: p, At: to, LeaderEpoch: -1})
+			}
+		}
+		if *execute {
+			if err := commitReset(ctx, adm, d.Type, group, offsets); err != nil {
+				return err
+			}
+		}
+		if c.asJSON {
+			return printJSON(stdout, plan)
+		}
+		t := newTable(stdout, "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET")
+		for _, r := range plan {
+			t.row(r.Group, r.Topic, r.Partition, orDash(r.CurrentOffset), r.NewOffset)
+		}
+		t.flush()
+		if *execute {
+			fmt.Fprintf(stdout, "Reset the offsets of group %s: %d partition(s).\n", group, len(plan))
+		} else {
+			fmt.Fprintln(stdout, "Dry run: nothing changed. --execute commits these offsets.")
+		}
+		return nil
+	})
+}
+
+func orErr(err, otherwise error) error {
+	if err != nil {
+		return err
+	}
+	return otherwise
+}
+
+// commitReset writes the new offsets: committed offsets for a consumer
+// group, start offsets for a share group.
+func commitReset(ctx context.Context, adm *kadm.Client, typ, group string, offsets kadm.Offsets) error {
+	if typ == "share" {
+		resps, err := adm.AlterShareGroupOffsets(ctx, group, offsets)
+		if err == nil {
+			err = resps.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("group %s: altering its start offsets: %w", group, err)
+		}
+		return nil
+	}
+	resps, err := adm.CommitOffsets(ctx, group, offsets)
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("group %s: committing its offsets: %w", group, err)
+	}
+	return nil
+}
+
+// parseDatetime reads --to-datetime: RFC 3339, or Kafka's
+// yyyy-MM-ddTHH:mm:ss[.SSS] in local time.
+func parseDatetime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"2006-01-02T15:04:05.000", "2006-01-02T15:04:05", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.Local); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, usageErrorf("--to-datetime %q: want RFC 3339 (2026-12-01T04:00:00Z) or 2026-12-01T04:00:00.000 (local time)", s)
+}
+
+const groupsDeleteDoc = `Deletes groups and their committed offsets. A group with members is
+refused (NON_EMPTY_GROUP).
+
+Usage: tandem groups delete GROUP...
+`
+
+func groupsDelete(args []string, stdout, stderr io.Writer) int {
+	c := newAdminCmd("groups delete", groupsDeleteDoc, false)
+	check := func() error {
+		if c.NArg() == 0 {
+			return usageErrorf("name the group(s): tandem groups delete GROUP...")
+		}
+		return nil
+	}
+	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
+		resps, err := adm.DeleteGroups(ctx, c.Args()...)
+		if err != nil {
+			return fmt.Errorf("deleting groups: %w", err)
+		}
+		var errs []string
+		for _, g := range c.Args() {
+			r, ok := resps[g]
+			switch {
+			case !ok:
+				errs = append(errs, fmt.Sprintf("group %s: no answer for it", g))
+			case r.Err != nil:
+				errs = append(errs, fmt.Sprintf("group %s: %v", g, kafkaError(r.Err, r.ErrMessage)))
+			default:
+				fmt.Fprintf(stdout, "Deleted group %s.\n", g)
+			}
+		}
+		if len(errs) > 0 {
+			return errors.New(strings.Join(errs, "; "))
+		}
+		return nil
+	})
+}
