@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -322,3 +323,151 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 var _ = io.Discard
+
+// committed reads a group's committed offsets: topic/partition → offset.
+func committed(t *testing.T, adm *kadm.Client, group string) map[string]int64 {
+	t.Helper()
+	os, err := adm.FetchOffsets(ctxT(t), group)
+	if err != nil || os.Error() != nil {
+		t.Fatalf("FetchOffsets %s: %v %v", group, err, os.Error())
+	}
+	out := map[string]int64{}
+	os.Each(func(o kadm.OffsetResponse) { out[fmt.Sprintf("%s/%d", o.Topic, o.Partition)] = o.At })
+	return out
+}
+
+// TestProduceConsumeGroups writes with tandem produce, reads with tandem
+// consume as a group, and checks groups describe, reset-offsets (a dry
+// run changes nothing, --execute commits, refused with members) and
+// delete against the offsets the broker holds.
+func TestProduceConsumeGroups(t *testing.T) {
+	b := tandemtest.StartInProcess(t, nil)
+	bs := []string{"--bootstrap-server", b.Addr()}
+	adm := adminOf(t, b.Addr())
+	ok(t, "", append([]string{"topics", "create", "events", "--partitions", "2"}, bs...)...)
+
+	var lines []string
+	for i := range 10 {
+		lines = append(lines, fmt.Sprintf("k%d:v%d", i, i))
+	}
+	out := ok(t, strings.Join(lines, "\n")+"\n", append([]string{"produce", "events", "--key-separator", ":", "--header", "src=cli"}, bs...)...)
+	if !strings.HasPrefix(out, "Produced 10 record(s) to events: partition ") {
+		t.Fatalf("produce:\n%s", out)
+	}
+	ends, _ := adm.ListEndOffsets(ctxT(t), "events")
+	var total int64
+	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
+	if total != 10 {
+		t.Fatalf("the log holds %d records after producing 10", total)
+	}
+
+	// consume -e --json as group g1: every record, then the committed
+	// offsets are the ends.
+	out = ok(t, "", append([]string{"consume", "events", "--group", "g1", "--from-beginning", "-e", "--json"}, bs...)...)
+	seen := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r consumedRecord
+		var keys map[string]any
+		unmarshal(t, l, &r)
+		unmarshal(t, l, &keys)
+		jsonKeys(t, "consume --json", []map[string]any{keys}, "topic", "partition", "offset", "timestamp", "key", "value", "headers")
+		if r.Key == nil || r.Value == nil || "v"+strings.TrimPrefix(*r.Key, "k") != *r.Value || len(r.Headers) != 1 || r.Headers[0] != (consumedHeader{"src", "cli"}) {
+			t.Fatalf("record %s", l)
+		}
+		seen[*r.Value] = true
+	}
+	if len(seen) != 10 {
+		t.Fatalf("consume -e read %d distinct records of 10:\n%s", len(seen), out)
+	}
+	want := map[string]int64{}
+	ends.Each(func(o kadm.ListedOffset) { want[fmt.Sprintf("events/%d", o.Partition)] = o.Offset })
+	if got := committed(t, adm, "g1"); !maps.Equal(got, want) {
+		t.Fatalf("g1 committed %v, want the ends %v", got, want)
+	}
+	// --count, and a partition from an offset, in text.
+	if out := ok(t, "", append([]string{"consume", "events", "--from-beginning", "--count", "3", "--print-key"}, bs...)...); len(strings.Split(strings.TrimSpace(out), "\n")) != 3 ||
+		!regexp.MustCompile(`^k\d\tv\d\n`).MatchString(out) {
+		t.Fatalf("consume --count 3 --print-key:\n%s", out)
+	}
+	if out := ok(t, "", append([]string{"consume", "events", "--partition", "0", "--offset", fmt.Sprint(want["events/0"] - 1), "-e"}, bs...)...); strings.Count(out, "\n") != 1 {
+		t.Fatalf("consume --partition 0 --offset end-1 -e: %q", out)
+	}
+
+	// Three more records: lag 3.
+	ok(t, "a\nb\nc\n", append([]string{"produce", "events", "--partition", "1"}, bs...)...)
+	var gs []describedGroup
+	unmarshal(t, ok(t, "", append([]string{"groups", "describe", "g1", "--json"}, bs...)...), &gs)
+	var raw []map[string]any
+	unmarshal(t, ok(t, "", append([]string{"groups", "describe", "g1", "--json"}, bs...)...), &raw)
+	jsonKeys(t, "groups describe --json", raw, "group", "type", "state", "assignor", "coordinator", "members", "partitions", "total_lag")
+	if len(gs) != 1 || gs[0].TotalLag == nil || *gs[0].TotalLag != 3 || len(gs[0].Partitions) != 2 || len(gs[0].Members) != 0 || gs[0].State != "Empty" {
+		t.Fatalf("groups describe g1: %+v", gs)
+	}
+	p1 := gs[0].Partitions[1]
+	if *p1.CommittedOffset != want["events/1"] || *p1.LogEndOffset != want["events/1"]+3 || *p1.Lag != 3 || p1.StartOffset != nil {
+		t.Fatalf("partition 1 of g1: %+v", p1)
+	}
+	if text := ok(t, "", append([]string{"groups", "describe", "g1"}, bs...)...); !regexp.MustCompile(fmt.Sprintf(`(?m)^events\s+1\s+%d\s+%d\s+3\s+-\s*$`, want["events/1"], want["events/1"]+3)).MatchString(text) {
+		t.Fatalf("groups describe text:\n%s", text)
+	}
+	var listed []listedGroup
+	unmarshal(t, ok(t, "", append([]string{"groups", "list", "--json"}, bs...)...), &listed)
+	if len(listed) != 1 || listed[0].Group != "g1" || listed[0].Type != "classic" && listed[0].Type != "consumer" {
+		t.Fatalf("groups list: %+v", listed)
+	}
+
+	// reset-offsets: a dry run changes nothing; --execute does.
+	before := committed(t, adm, "g1")
+	out = ok(t, "", append([]string{"groups", "reset-offsets", "g1", "--all-topics", "--to-earliest"}, bs...)...)
+	if !strings.Contains(out, "Dry run: nothing changed") || !maps.Equal(committed(t, adm, "g1"), before) {
+		t.Fatalf("dry run:\n%s\ncommitted %v, was %v", out, committed(t, adm, "g1"), before)
+	}
+	var plan []offsetReset
+	unmarshal(t, ok(t, "", append([]string{"groups", "reset-offsets", "g1", "--topic", "events", "--to-earliest", "--execute", "--json"}, bs...)...), &plan)
+	if len(plan) != 2 || plan[0].NewOffset != 0 || *plan[1].CurrentOffset != want["events/1"] {
+		t.Fatalf("reset --to-earliest plan: %+v", plan)
+	}
+	if got := committed(t, adm, "g1"); got["events/0"] != 0 || got["events/1"] != 0 {
+		t.Fatalf("after --to-earliest --execute: %v", got)
+	}
+	ok(t, "", append([]string{"groups", "reset-offsets", "g1", "--topic", "events:1", "--shift-by", "2", "--execute"}, bs...)...)
+	ok(t, "", append([]string{"groups", "reset-offsets", "g1", "--topic", "events:0", "--to-offset", "1000", "--execute"}, bs...)...)
+	if got := committed(t, adm, "g1"); got["events/0"] != want["events/0"] || got["events/1"] != 2 {
+		t.Fatalf("after --shift-by 2 on 1 and --to-offset 1000 (clamped to the end) on 0: %v, ends %v", got, want)
+	}
+	ok(t, "", append([]string{"groups", "reset-offsets", "g1", "--all-topics", "--to-datetime", time.Now().Add(time.Hour).Format(time.RFC3339), "--execute"}, bs...)...)
+	if got := committed(t, adm, "g1"); got["events/1"] != want["events/1"]+3 {
+		t.Fatalf("after --to-datetime in an hour: %v", got)
+	}
+	ok(t, "", append([]string{"groups", "reset-offsets", "g1", "--all-topics", "--to-datetime", "2000-01-01T00:00:00Z", "--execute"}, bs...)...)
+	if got := committed(t, adm, "g1"); got["events/0"] != 0 || got["events/1"] != 0 {
+		t.Fatalf("after --to-datetime in 2000: %v", got)
+	}
+
+	// With a member: reset and delete are refused, and change nothing.
+	member := tandemtest.Client(t, b.Addr(), kgo.ConsumerGroup("g1"), kgo.ConsumeTopics("events"), kgo.DisableAutoCommit())
+	waitFor(t, "a member in g1", func() bool {
+		poll, cancel := context.WithTimeout(context.Background(), time.Second)
+		member.PollRecords(poll, 1)
+		cancel()
+		d, err := adm.DescribeGroups(ctxT(t), "g1")
+		return err == nil && len(d["g1"].Members) == 1
+	})
+	before = committed(t, adm, "g1")
+	fails(t, 1, `^tandem groups reset-offsets: group g1 has 1 member\(s\) \(state \w+\): offsets can only be reset while it has none`,
+		append([]string{"groups", "reset-offsets", "g1", "--all-topics", "--to-latest", "--execute"}, bs...)...)
+	fails(t, 1, `^tandem groups delete: group g1: NON_EMPTY_GROUP: `, append([]string{"groups", "delete", "g1"}, bs...)...)
+	if got := committed(t, adm, "g1"); !maps.Equal(got, before) {
+		t.Fatalf("a refused reset changed the offsets: %v, were %v", got, before)
+	}
+	member.Close()
+	waitFor(t, "g1 empty", func() bool {
+		d, err := adm.DescribeGroups(ctxT(t), "g1")
+		return err == nil && len(d["g1"].Members) == 0
+	})
+	ok(t, "", append([]string{"groups", "delete", "g1"}, bs...)...)
+	if got := committed(t, adm, "g1"); len(got) != 0 {
+		t.Fatalf("offsets after groups delete: %v", got)
+	}
+	fails(t, 1, `^tandem groups describe: group nosuch: GROUP_ID_NOT_FOUND`, append([]string{"groups", "describe", "nosuch"}, bs...)...)
+}

@@ -17,8 +17,9 @@ import (
 // TestCLIStyle runs bad and good invocations of the commands this file's
 // framework serves and checks the one style: a failure is the single line
 // "tandem <command>: <message>" on stderr, exit 2 for a usage or
-// configuration error and 1 for a runtime one; --help exits 0 and starts
-// with what the command does.
+// configuration error (a data dir or port in use included: nothing was
+// started; they exited 1 before) and 1 for a runtime one; --help exits 0
+// and starts with what the command does.
 func TestCLIStyle(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,7 +68,16 @@ func TestCLIStyle(t *testing.T) {
 		{[]string{"demo", "--brokers", "0"}, 2, `^tandem demo: --brokers 0: want 1 to 9$`, ""},
 		{[]string{"help", "cluster"}, 0, "", "Starts a local cluster of N brokers"},
 		{[]string{"cluster", "--brokers", "0"}, 2, `^tandem cluster: --brokers 0: want 1 to 50$`, ""},
-		{[]string{"cluster", "extra"}, 2, `^tandem cluster: unexpected arguments \["extra"\]$`, ""},
+		{[]string{"cluster", "extra"}, 2, `^tandem cluster: unknown command "extra": tandem cluster \[flags\] starts a cluster`, ""},
+		{[]string{"cluster", "--brokers", "1", "extra"}, 2, `^tandem cluster: unexpected arguments \["extra"\]$`, ""},
+		{[]string{"help", "cluster", "restart"}, 0, "", "Restarts node N"},
+		{[]string{"help", "topics"}, 0, "", "Lists, creates, describes and deletes topics"},
+		{[]string{"help", "topics", "create"}, 0, "", "Creates topics."},
+		{[]string{"topics", "create", "--help"}, 0, "", "Creates topics."},
+		{[]string{"groups", "--help"}, 0, "", "Lists, describes"},
+		{[]string{"acls", "help"}, 0, "", "Lists, creates and deletes ACLs"},
+		{[]string{"produce", "--help"}, 0, "", "Writes records to a topic"},
+		{[]string{"consume", "-h"}, 0, "", "Prints the records of a topic"},
 		{[]string{"cluster", "--set", "node.id=2"}, 2, `^tandem cluster: --set node.id: tandem cluster sets it for each broker$`, ""},
 		{[]string{"cluster", "--listen-base", "nohost"}, 2, `^tandem cluster: --listen-base: address nohost: missing port`, ""},
 		{[]string{"cluster", "--data-dir", clusterDir, "--brokers", "5"}, 2, `^tandem cluster: --data-dir .* holds a cluster of 3 brokers, not 5; use another --data-dir$`, ""},
@@ -85,11 +95,11 @@ func TestCLIStyle(t *testing.T) {
 		{serve("--set", "num.partitions=x"), 2, `^tandem serve: .*num.partitions`, ""},
 		{serve("--set", "offsets.topic.num.partitions=-1"), 2, `^tandem serve: consumer groups: offsets.topic.num.partitions="-1"`, ""},
 		{serve("--set", "super.users=admin"), 2, `^tandem serve: security: super.users: "admin" is not a principal`, ""},
-		{serve("--listen", busy.Addr().String()), 1, `^tandem serve: .*` + regexp.QuoteMeta(busy.Addr().String()) + `.*address already in use$`, ""},
-		{serve("--http", busy.Addr().String()), 1, `^tandem serve: http listener: .*address already in use$`, ""},
-		{[]string{"serve", "--data-dir", inUse, "--listen", "127.0.0.1:0", "--http", busy.Addr().String()}, 1,
+		{serve("--listen", busy.Addr().String()), 2, `^tandem serve: .*` + regexp.QuoteMeta(busy.Addr().String()) + `.*address already in use$`, ""},
+		{serve("--http", busy.Addr().String()), 2, `^tandem serve: http listener: .*address already in use$`, ""},
+		{[]string{"serve", "--data-dir", inUse, "--listen", "127.0.0.1:0", "--http", busy.Addr().String()}, 2,
 			fmt.Sprintf(`^tandem serve: data dir %s is in use by another Tandem \(pid %d\)$`, regexp.QuoteMeta(inUse), os.Getpid()), ""},
-		{[]string{"serve", "--data-dir", node1, "--node-id", "2", "--listen", "127.0.0.1:0", "--http", ""}, 1,
+		{[]string{"serve", "--data-dir", node1, "--node-id", "2", "--listen", "127.0.0.1:0", "--http", ""}, 2,
 			fmt.Sprintf(`^tandem serve: data dir %s belongs to node 1, not to node 2`, regexp.QuoteMeta(node1)), ""},
 	} {
 		var stdout, stderr bytes.Buffer
