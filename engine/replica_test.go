@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"math"
 	"testing"
 
@@ -93,5 +94,58 @@ func TestReplicatedTruncateBelowHighWatermark(t *testing.T) {
 	p.SetHighWatermark(3)
 	if o := p.Offsets(); o.LogEnd != 3 || o.HighWatermark != 3 {
 		t.Fatalf("after truncating to 2 and appending one record: %+v, want log end and high watermark 3", o)
+	}
+}
+
+// A follower whose log ends below its leader's log start empties its log
+// and starts it over at the leader's start; the log continues from there
+// and stays so across a restart.
+func TestStartOverAboveLogEnd(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openTest(t, fs)
+	p := mkPart(t, e, DefaultLogConfig())
+	if err := p.SetReplicated(true); err != nil {
+		t.Fatal(err)
+	}
+	p.SetLeaderEpoch(2)
+	for i := range 3 {
+		appendOK(t, p, OriginClient, mkBatch(t, batchOpts{pid: 7, seq: int32(i)}, kv("a", "1")))
+	}
+	p.SetHighWatermark(3)
+	if err := p.StartOver(100); err != nil {
+		t.Fatal(err)
+	}
+	if o := p.Offsets(); o.LogStart != 100 || o.LogEnd != 100 || o.HighWatermark != 100 {
+		t.Fatalf("after starting over at 100: %+v, want log start, end and high watermark 100", o)
+	}
+	if ep := p.LastFetchedEpoch(); ep != -1 {
+		t.Fatalf("last fetched epoch of the empty log %d, want -1", ep)
+	}
+	if n := len(p.Producers()); n != 0 {
+		t.Fatalf("%d producers kept after starting over", n)
+	}
+	// The leader's batch at 100, epoch 5, as a follower appends it.
+	b := mkBatch(t, batchOpts{pid: 7, seq: 40}, kv("b", "2"), kv("c", "3"))
+	binary.BigEndian.PutUint64(b, 100)
+	binary.BigEndian.PutUint32(b[12:], 5)
+	appendOK(t, p, OriginReplica, b)
+	p.SetHighWatermark(102)
+	if o := p.Offsets(); o.LogEnd != 102 || o.HighWatermark != 102 {
+		t.Fatalf("after the leader's batch: %+v", o)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = openTest(t, fs)
+	p = e.Partition(testID, 0)
+	if o := p.Offsets(); o.LogStart != 100 || o.LogEnd != 102 {
+		t.Fatalf("after a restart: %+v, want log start 100, end 102", o)
+	}
+	got := recordsOf(t, fetchAll(t, p, 100))
+	if len(got) != 2 || got[100] != "b=2" || got[101] != "c=3" {
+		t.Fatalf("records after a restart: %v", got)
+	}
+	if ep, end := p.EndOffsetForEpoch(5); ep != 5 || end != 102 {
+		t.Fatalf("EndOffsetForEpoch(5) = %d, %d, want 5, 102", ep, end)
 	}
 }

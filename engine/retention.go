@@ -126,13 +126,27 @@ func (p *Partition) removeBelowLocked(n int, logStart int64) error {
 // The metadata is committed first with an exact recovery point: a crash
 // before the files are cut makes the next Open cut them, instead of
 // recovering the batches as if they had been appended.
-func (p *Partition) Truncate(offset int64) error {
+func (p *Partition) Truncate(offset int64) error { return p.truncate(offset, false) }
+
+// StartOver empties the log and starts it again at offset, which may be
+// above its end: a follower whose log ends below its leader's log start
+// (it was away while retention or DeleteRecords moved the start) fetches
+// from there, as Kafka's truncateFullyAndStartAt does. The epoch cache,
+// producer state and aborted transactions go with the records.
+func (p *Partition) StartOver(offset int64) error {
+	if offset < 0 {
+		return fmt.Errorf("%s-%d: start over at %d: %w", p.topic, p.part, offset, kerr.OffsetOutOfRange)
+	}
+	return p.truncate(offset, true)
+}
+
+func (p *Partition) truncate(offset int64, full bool) error {
 	unlock, err := p.lock()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if offset >= p.leo {
+	if offset >= p.leo && !full {
 		return nil
 	}
 	if err := p.flushLocked(); err != nil {
@@ -142,7 +156,7 @@ func (p *Partition) Truncate(offset int64) error {
 	// base of the batch holding offset (or offset, in a gap).
 	i, pos, from, leo, logStart := -1, int64(0), offset, offset, p.logStart
 	var sum segment
-	if offset < p.logStart {
+	if full || offset < p.logStart {
 		leo, logStart = offset, offset
 	} else if len(p.segs) > 0 {
 		i = max(sort.Search(len(p.segs), func(i int) bool { return p.segs[i].base > offset })-1, 0)
@@ -170,15 +184,28 @@ func (p *Partition) Truncate(offset int64) error {
 	}
 	b.Set(recoveryKey(p.id, p.part), point.encode(), nil)
 	b.DeleteRange(indexKey(p.id, p.part, min(from, leo)), prefixEnd(subPrefix(p.id, p.part, subIndex)), nil)
-	b.DeleteRange(abortedKey(p.id, p.part, leo), prefixEnd(subPrefix(p.id, p.part, subAborted)), nil)
-	a := sort.Search(len(p.aborted), func(j int) bool { return p.aborted[j].Last >= leo })
+	abortedFrom := leo
+	if full {
+		abortedFrom = 0
+	}
+	b.DeleteRange(abortedKey(p.id, p.part, abortedFrom), prefixEnd(subPrefix(p.id, p.part, subAborted)), nil)
+	a := sort.Search(len(p.aborted), func(j int) bool { return p.aborted[j].Last >= abortedFrom })
 	k := sort.Search(len(p.epochs), func(j int) bool { return p.epochs[j].Start >= leo })
+	if full {
+		k = 0
+	}
 	for _, en := range p.epochs[k:] {
 		b.Delete(epochKey(p.id, p.part, en.Epoch), nil)
 	}
 	// Producer state forgets the batches that are gone.
 	changed := map[int64]*producerEntry{}
+	if full {
+		b.DeleteRange(subPrefix(p.id, p.part, subProduce), prefixEnd(subPrefix(p.id, p.part, subProduce)), nil)
+	}
 	for pid, pe := range p.producers {
+		if full {
+			break
+		}
 		j := sort.Search(len(pe.Batches), func(j int) bool { return pe.Batches[j].LastOffset >= leo })
 		if j < len(pe.Batches) || pe.TxnStart >= leo {
 			c := pe.clone()
@@ -216,10 +243,17 @@ func (p *Partition) Truncate(offset int64) error {
 	for pid, pe := range changed {
 		p.producers[pid] = pe
 	}
+	if full {
+		p.producers = make(map[int64]*producerEntry)
+	}
 	p.countOpenTxnsLocked()
 	p.aborted = p.aborted[:a:a]
 	p.leo = leo
 	p.hwm = min(p.hwm, leo)
+	if full {
+		p.hwm = leo // the log is empty at its start
+		p.repl.durable, p.repl.target = leo, leo
+	}
 	// What replication had allowed went with the records: the next
 	// advance must not bring a high watermark above the new end back.
 	p.repl.durable = min(p.repl.durable, leo)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -288,6 +289,11 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		if err != nil {
 			o.ErrorCode = plugin.ErrorCode(err)
 			o.HighWatermark, o.LastStableOffset, o.LogStartOffset = -1, -1, -1
+			if replica.id >= 0 && errors.Is(err, kerr.OffsetOutOfRange) {
+				// A follower below our log start starts its log over
+				// there (replica_fetch.go): tell it where that is.
+				o.LogStartOffset = ep.Offsets().LogStart
+			}
 			done = true
 			b.m.fetchErrors.Inc()
 			continue

@@ -434,12 +434,15 @@ func (f *fetcher) handle(ctx context.Context, fp *followed, rp *kmsg.FetchRespon
 	case errors.Is(err, kerr.OffsetOutOfRange):
 		offs := fp.ep.Offsets()
 		if offs.LogEnd < rp.LogStartOffset {
-			// Retention removed what we would fetch next. Kafka starts
-			// the follower's log over at the leader's log start; the
-			// segment engine cannot move an empty log's start forward
-			// yet, so the follower stays out of the ISR and says why.
-			return fmt.Errorf("%s-%d: the follower's log ends at %d, below its leader's log start %d: it cannot catch up: %w",
-				fp.topic, fp.key.p, offs.LogEnd, rp.LogStartOffset, err)
+			// Retention or DeleteRecords removed what we would fetch
+			// next while we were away: as Kafka's follower does, drop
+			// the whole log and fetch from the leader's log start.
+			f.b.log.Info("replica fetch: the log ends below the leader's log start; starting over there", "topic", fp.topic,
+				"partition", fp.key.p, "leader", f.leader, "log_end", offs.LogEnd, "leader_log_start", rp.LogStartOffset)
+			if err := fp.ep.StartOver(rp.LogStartOffset); err != nil {
+				return fmt.Errorf("%s-%d: start the log over at the leader's log start %d: %w", fp.topic, fp.key.p, rp.LogStartOffset, err)
+			}
+			return nil
 		}
 		fp.truncated = false // our end is past the leader's: find where we diverge
 		return nil
