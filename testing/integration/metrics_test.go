@@ -79,6 +79,8 @@ func TestMetricsPromtool(t *testing.T) {
 		`tandem_mirror_lag_records\{mirror="m1",topic="orders",partition="1",client_id="MirrorFetcherThread-1-\d+-m1"\} 0`,
 		`tandem_mirror_partitions\{mirror="m1",state="MIRRORING"\} 2`,
 		`tandem_mirror_max_lag_records\{mirror="m1"\} 0`,
+		`tandem_mirror_destination_partitions\{mirror="m1",health="ok"\} 2`,
+		`tandem_mirror_destination_partitions\{mirror="m1",health="no_leader"\} 0`,
 		`tandem_server_requests_total\{api="AddTopicsToMirror"\} [1-9]\d*`,
 		`tandem_group_lag_records\{group="billing",topic="orders",partition="1"\} 0`,
 		`tandem_controller_offline_partitions 0`,
