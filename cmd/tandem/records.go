@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -314,7 +315,14 @@ func endsToReach(ctx context.Context, adm *kadm.Client, topic string, only []int
 	}
 	var committed kadm.OffsetResponses
 	if group != "" {
-		if committed, err = adm.FetchOffsetsForTopics(ctx, group, topic); err != nil {
+		// A group that does not exist yet has committed nothing; some
+		// brokers (kfake, Kafka's newer coordinator) say so with
+		// GROUP_ID_NOT_FOUND rather than with empty offsets.
+		committed, err = adm.FetchOffsetsForTopics(ctx, group, topic)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			committed, err = nil, nil
+		}
+		if err != nil {
 			return nil, nil, fmt.Errorf("reading the committed offsets of group %s: %w", group, err)
 		}
 	}
