@@ -29,8 +29,8 @@ is 0. Nothing is left behind.
 
 With --brokers N the source cluster has N brokers (a metadata quorum of
 N voters) and the topic replication factor min(3, N). The destination
-stays one broker: mirroring into a multi-broker cluster is not served
-yet.
+is one broker, to keep the demo small; a multi-broker destination is
+set up as in docs/mirroring.md.
 
 Usage: tandem demo [flags]
 `

@@ -386,7 +386,7 @@ func (c *mirrorsCmd) list(ctx context.Context) error {
 }
 
 // describedMirror is a mirror as --list --json and --describe --json print
-// it (README.md, "--json"): --list fills the first three fields,
+// it (docs/mirroring.md, "--json"): --list fills the first three fields,
 // --describe all. Unknown offsets and lags are null, never 0.
 type describedMirror struct {
 	Mirror          string               `json:"mirror"`

@@ -2,8 +2,8 @@
 // of `tandem serve`: a producer writes three records, a consumer group
 // reads them back and commits its offsets, and the broker stops.
 //
-// It is README's embedding example, and the program whose build cost
-// README gives.
+// It is the example of docs/embedding.md, and the program whose build
+// cost that page gives.
 package main
 
 import (
