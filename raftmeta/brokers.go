@@ -168,6 +168,14 @@ func (c *Controller) sessionTimeout() time.Duration {
 	return cmpOr(c.cfg.SessionTimeout, 9*time.Second)
 }
 
+// A broker's session with the controller: it registers, then
+// heartbeats; on a cluster it calls these over RPC (Session.register,
+// heartbeatTo), on a single node directly.
+var (
+	registerBroker  = decision[RegisterRequest, RegisterResult]{"RegisterBroker", (*Controller).register}
+	brokerHeartbeat = decision[HeartbeatRequest, HeartbeatResult]{"BrokerHeartbeat", (*Controller).heartbeat}
+)
+
 // register is the controller's side of a registration.
 func (c *Controller) register(ctx context.Context, req RegisterRequest) (RegisterResult, error) {
 	b := req.Broker
@@ -298,45 +306,38 @@ func (c *Controller) fence(ctx context.Context, id int32, epoch int64, why strin
 // changeBroker writes a broker's state change with the partition changes
 // it implies, as one batch.
 func (c *Controller) changeBroker(ctx context.Context, b Broker, t brokerTransition) error {
-	img, err := c.lock(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.unlock()
-	cur, ok := img.Brokers[b.ID]
-	if !ok || cur.Epoch != b.Epoch {
-		return nil // re-registered meanwhile
-	}
-	yes, no := true, false
-	bc := &BrokerChangeRecord{ID: b.ID, Epoch: b.Epoch}
-	var recs []Record
-	switch t {
-	case brokerFence:
-		if cur.Fenced {
-			return nil
+	return c.decide(ctx, fmt.Sprintf("broker %d", b.ID), func(img *Image) ([]Record, error) {
+		cur, ok := img.Brokers[b.ID]
+		if !ok || cur.Epoch != b.Epoch {
+			return nil, nil // re-registered meanwhile
 		}
-		recs = c.fenceRecords(img, cur)
-		bc.Fenced = &yes
-	case brokerShutdown:
-		if cur.ShuttingDown {
-			return nil
+		yes, no := true, false
+		bc := &BrokerChangeRecord{ID: b.ID, Epoch: b.Epoch}
+		var recs []Record
+		switch t {
+		case brokerFence:
+			if cur.Fenced {
+				return nil, nil
+			}
+			recs = c.fenceRecords(img, cur)
+			bc.Fenced = &yes
+		case brokerShutdown:
+			if cur.ShuttingDown {
+				return nil, nil
+			}
+			cur.ShuttingDown = true
+			recs = c.moveAwayRecords(img, cur.ID, withBroker(img, cur))
+			bc.ShuttingDown = &yes
+		case brokerUnfence:
+			if !cur.Fenced {
+				return nil, nil
+			}
+			cur.Fenced = false
+			recs = c.electRecords(img, withBroker(img, cur), func(p Partition) bool { return slices.Contains(p.Replicas, b.ID) })
+			bc.Fenced = &no
 		}
-		cur.ShuttingDown = true
-		recs = c.moveAwayRecords(img, cur.ID, withBroker(img, cur))
-		bc.ShuttingDown = &yes
-	case brokerUnfence:
-		if !cur.Fenced {
-			return nil
-		}
-		cur.Fenced = false
-		recs = c.electRecords(img, withBroker(img, cur), func(p Partition) bool { return slices.Contains(p.Replicas, b.ID) })
-		bc.Fenced = &no
-	}
-	recs = append([]Record{{Type: RecordBrokerChange, BrokerChange: bc}}, recs...)
-	if err := c.propose(ctx, recs...); err != nil {
-		return fmt.Errorf("broker %d: %w", b.ID, err)
-	}
-	return nil
+		return append([]Record{{Type: RecordBrokerChange, BrokerChange: bc}}, recs...), nil
+	})
 }
 
 // fenceRecords are the partition changes of fencing broker b: it leaves
@@ -419,7 +420,7 @@ func (s *Session) register(ctx context.Context, waiting bool) error {
 		if c.stream == nil {
 			res, err = c.register(rctx, s.req)
 		} else {
-			res, err = call[RegisterResult](c, rctx, "RegisterBroker", s.req)
+			res, err = call[RegisterResult](c, rctx, registerBroker.name, s.req)
 		}
 		cancel()
 		if err == nil {
@@ -591,7 +592,7 @@ func (s *Session) beat(ctx context.Context, conn **sessionConn, req HeartbeatReq
 	raw, _ := json.Marshal(req)
 	rctx, cancel := context.WithTimeout(ctx, cmpOr(c.cfg.HeartbeatInterval, 2*time.Second)*2)
 	defer cancel()
-	resp, err := (*conn).call(rctx, rpcRequest{Op: "BrokerHeartbeat", Args: raw})
+	resp, err := (*conn).call(rctx, rpcRequest{Op: brokerHeartbeat.name, Args: raw})
 	if err != nil || resp.NotLeader {
 		(*conn).close()
 		*conn = nil

@@ -85,7 +85,7 @@ type Controller struct {
 	pubMu    sync.Mutex // serializes publishing
 	leaderID int32      // guarded by pubMu; -1 when unknown
 
-	decide chan struct{} // a one-slot semaphore: one decision at a time
+	deciding chan struct{} // a one-slot semaphore: one decision at a time
 
 	peers    peers     // reachability of other nodes' controller ports
 	rpcs     rpcClient // connections to the leader for forwarded calls
@@ -128,7 +128,7 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "raftmeta"),
 		leaderID: -1,
-		decide:   make(chan struct{}, 1),
+		deciding: make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 	}
 	c.rpcs.c = c

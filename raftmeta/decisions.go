@@ -16,7 +16,7 @@ import (
 
 // Controller decisions validate against the current image, choose IDs,
 // propose records and wait until they are applied. They run one at a time
-// (the decide semaphore), so each sees the effects of the previous one;
+// (the deciding semaphore), so each sees the effects of the previous one;
 // the FSM re-checks every record anyway, in case a decision gave up
 // waiting while its batch was still in flight.
 
@@ -30,18 +30,18 @@ func (c *Controller) lock(ctx context.Context) (*Image, error) {
 	deadline := time.Now().Add(catchUpWait)
 	for {
 		select {
-		case c.decide <- struct{}{}:
+		case c.deciding <- struct{}{}:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 		if !c.IsLeader() {
-			<-c.decide
+			<-c.deciding
 			return nil, fmt.Errorf("raftmeta: node %d is not the controller: %w", c.cfg.NodeID, kerr.NotController)
 		}
 		if c.stream == nil || c.caughtUp.Load() {
 			return c.Image(), nil
 		}
-		<-c.decide
+		<-c.deciding
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("raftmeta: node %d leads but has not applied the metadata log yet: %w", c.cfg.NodeID, kerr.NotController)
 		}
@@ -57,25 +57,22 @@ func (c *Controller) lock(ctx context.Context) (*Image, error) {
 // apply the log.
 const catchUpWait = 5 * time.Second
 
-func (c *Controller) unlock() { <-c.decide }
+func (c *Controller) unlock() { <-c.deciding }
 
 // RegisterBroker adds or updates a broker registration.
 func (c *Controller) RegisterBroker(ctx context.Context, b Broker) error {
 	if b.ID < 0 {
 		return fmt.Errorf("register broker %d: negative ID: %w", b.ID, kerr.InvalidRequest)
 	}
-	img, err := c.lock(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.unlock()
-	if old, ok := img.Brokers[b.ID]; ok {
-		old.Epoch = b.Epoch
-		if old == b {
-			return nil
+	return c.decide(ctx, "", func(img *Image) ([]Record, error) {
+		if old, ok := img.Brokers[b.ID]; ok {
+			old.Epoch = b.Epoch
+			if old == b {
+				return nil, nil
+			}
 		}
-	}
-	return c.propose(ctx, Record{Type: RecordRegisterBroker, Broker: &b})
+		return []Record{{Type: RecordRegisterBroker, Broker: &b}}, nil
+	})
 }
 
 // TopicSpec describes a topic to create.
@@ -241,19 +238,34 @@ func checkAssignment(img *Image, assignments [][]int32) error {
 // success). Valid specs are written in one atomic batch; with
 // validateOnly nothing is written.
 func (c *Controller) CreateTopics(ctx context.Context, specs []TopicSpec, validateOnly bool) []error {
-	if c.remote() {
-		return callErrs(c, ctx, "CreateTopics", createTopicsArgs{specs, validateOnly}, len(specs))
-	}
-	errs := make([]error, len(specs))
-	img, err := c.lock(ctx)
-	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	defer c.unlock()
+	errs, err := createTopics.do(c, ctx, createTopicsArgs{specs, validateOnly})
+	return errsOf(errs, err, len(specs))
+}
 
+var createTopics = decision[createTopicsArgs, errList]{"CreateTopics", (*Controller).createTopics}
+
+func (c *Controller) createTopics(ctx context.Context, a createTopicsArgs) (errList, error) {
+	specs := a.Specs
+	errs := make([]error, len(specs))
+	var ok []int
+	err := c.decide(ctx, "", func(img *Image) ([]Record, error) {
+		return c.createTopicRecords(img, specs, a.ValidateOnly, errs, &ok)
+	})
+	if err != nil && len(ok) == 0 {
+		return nil, err // refused as a whole: not the controller, or closing
+	}
+	for _, i := range ok {
+		if err != nil {
+			errs[i] = fmt.Errorf("create topic %q: %w", specs[i].Name, err)
+		}
+	}
+	return errs, nil
+}
+
+// createTopicRecords checks each spec against img, setting its error in
+// errs or adding its index to ok, and returns the records of the
+// accepted ones (none with validateOnly).
+func (c *Controller) createTopicRecords(img *Image, specs []TopicSpec, validateOnly bool, errs []error, okp *[]int) ([]Record, error) {
 	brokers := placeable(img)
 	budget := newPartitionBudget(img, c.cfg.Limits)
 	names := map[string]int{}
@@ -264,6 +276,7 @@ func (c *Controller) CreateTopics(ctx context.Context, specs []TopicSpec, valida
 	pending := map[string]string{} // accepted names, '.' as '_'
 	var recs []Record
 	var ok []int
+	defer func() { *okp = ok }()
 	for i, s := range specs {
 		errs[i] = func() error {
 			if err := ValidTopicName(s.Name); err != nil {
@@ -323,103 +336,99 @@ func (c *Controller) CreateTopics(ctx context.Context, specs []TopicSpec, valida
 			return nil
 		}()
 	}
-	if validateOnly || len(recs) == 0 {
-		return errs
+	if validateOnly {
+		ok = nil
+		return nil, nil
 	}
-	if err := c.propose(ctx, recs...); err != nil {
-		for _, i := range ok {
-			errs[i] = fmt.Errorf("create topic %q: %w", specs[i].Name, err)
-		}
-	}
-	return errs
+	return recs, nil
 }
 
 // DeleteTopics deletes topics by ID, returning one error per ID.
 func (c *Controller) DeleteTopics(ctx context.Context, ids []UUID) []error {
-	if c.remote() {
-		return callErrs(c, ctx, "DeleteTopics", ids, len(ids))
-	}
+	errs, err := deleteTopics.do(c, ctx, ids)
+	return errsOf(errs, err, len(ids))
+}
+
+var deleteTopics = decision[[]UUID, errList]{"DeleteTopics", (*Controller).deleteTopics}
+
+func (c *Controller) deleteTopics(ctx context.Context, ids []UUID) (errList, error) {
 	errs := make([]error, len(ids))
-	img, err := c.lock(ctx)
-	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	defer c.unlock()
-	var recs []Record
 	var ok []int
-	seen := map[UUID]bool{}
-	for i, id := range ids {
-		if img.TopicsByID[id] == nil {
-			errs[i] = fmt.Errorf("topic ID %s: %w", id.Base64(), kerr.UnknownTopicID)
-			continue
+	err := c.decide(ctx, "", func(img *Image) ([]Record, error) {
+		var recs []Record
+		seen := map[UUID]bool{}
+		for i, id := range ids {
+			if img.TopicsByID[id] == nil {
+				errs[i] = fmt.Errorf("topic ID %s: %w", id.Base64(), kerr.UnknownTopicID)
+				continue
+			}
+			ok = append(ok, i)
+			if !seen[id] {
+				seen[id] = true
+				recs = append(recs, Record{Type: RecordRemoveTopic, RemoveTopic: &id})
+			}
 		}
-		ok = append(ok, i)
-		if !seen[id] {
-			seen[id] = true
-			recs = append(recs, Record{Type: RecordRemoveTopic, RemoveTopic: &id})
-		}
+		return recs, nil
+	})
+	if err != nil && len(ok) == 0 {
+		return nil, err
 	}
-	if len(recs) == 0 {
-		return errs
-	}
-	if err := c.propose(ctx, recs...); err != nil {
-		for _, i := range ok {
+	for _, i := range ok {
+		if err != nil {
 			errs[i] = fmt.Errorf("delete topic %s: %w", ids[i].Base64(), err)
 		}
 	}
-	return errs
+	return errs, nil
 }
 
 // CreatePartitions grows topic name to total partitions, with the
 // replication factor of its first partition.
 func (c *Controller) CreatePartitions(ctx context.Context, name string, total int32, validateOnly bool) error {
-	if c.remote() {
-		return callErr(c, ctx, "CreatePartitions", createPartitionsArgs{name, total, validateOnly})
-	}
-	img, err := c.lock(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.unlock()
+	_, err := createPartitions.do(c, ctx, createPartitionsArgs{name, total, validateOnly})
+	return err
+}
+
+var createPartitions = decision[createPartitionsArgs, none]{"CreatePartitions", func(c *Controller, ctx context.Context, a createPartitionsArgs) (none, error) {
+	return none{}, c.decide(ctx, fmt.Sprintf("create partitions of %q", a.Topic), func(img *Image) ([]Record, error) {
+		return createPartitionRecords(img, c.cfg.Limits, a.Topic, a.Total, a.ValidateOnly)
+	})
+}}
+
+// createPartitionRecords are the records that grow topic name to total
+// partitions (none with validateOnly).
+func createPartitionRecords(img *Image, limits PartitionLimits, name string, total int32, validateOnly bool) ([]Record, error) {
 	t := img.Topics[name]
 	if t == nil {
-		return fmt.Errorf("create partitions: topic %q: %w", name, kerr.UnknownTopicOrPartition)
+		return nil, fmt.Errorf("create partitions: topic %q: %w", name, kerr.UnknownTopicOrPartition)
 	}
 	if t.Internal {
 		// Coordinators find their partition by hashing a key over the
 		// partition count: more partitions would move every key.
-		return fmt.Errorf("create partitions: %q is an internal topic, whose partition count decides which coordinator owns which key: %w", name, kerr.PolicyViolation)
+		return nil, fmt.Errorf("create partitions: %q is an internal topic, whose partition count decides which coordinator owns which key: %w", name, kerr.PolicyViolation)
 	}
 	have := len(t.Partitions)
 	if int(total) <= have {
-		return fmt.Errorf("create partitions: topic %q has %d partitions, cannot go to %d: %w", name, have, total, kerr.InvalidPartitions)
+		return nil, fmt.Errorf("create partitions: topic %q has %d partitions, cannot go to %d: %w", name, have, total, kerr.InvalidPartitions)
 	}
 	brokers := placeable(img)
 	rf := len(t.Partitions[0].target())
 	if rf > len(brokers) {
-		return fmt.Errorf("create partitions: topic %q has replication factor %d but %d brokers are live: %w", name, rf, len(brokers), kerr.InvalidReplicationFactor)
+		return nil, fmt.Errorf("create partitions: topic %q has replication factor %d but %d brokers are live: %w", name, rf, len(brokers), kerr.InvalidReplicationFactor)
 	}
-	budget := newPartitionBudget(img, c.cfg.Limits)
+	budget := newPartitionBudget(img, limits)
 	if err := budget.check(name, int64(total)-int64(have), rf, len(brokers)); err != nil {
-		return fmt.Errorf("create partitions: %w", err)
+		return nil, fmt.Errorf("create partitions: %w", err)
 	}
 	// Continue the rotation where the topic's first partition started.
 	start := max(slices.IndexFunc(brokers, func(b Broker) bool { return b.ID == t.Partitions[0].Replicas[0] }), 0)
 	assignments := assign(brokers, start, have, int(total)-have, rf)
 	if err := budget.add(name, assignments); err != nil {
-		return fmt.Errorf("create partitions: %w", err)
+		return nil, fmt.Errorf("create partitions: %w", err)
 	}
 	if validateOnly {
-		return nil
+		return nil, nil
 	}
-	recs := partitionRecords(t.ID, have, assignments)
-	if err := c.propose(ctx, recs...); err != nil {
-		return fmt.Errorf("create partitions of %q: %w", name, err)
-	}
-	return nil
+	return partitionRecords(t.ID, have, assignments), nil
 }
 
 // ConfigChange sets (Value non-nil) or deletes (Value nil) one dynamic
@@ -435,73 +444,69 @@ type ConfigChange struct {
 // AlterConfigs applies all changes atomically in one batch. Values are
 // stored as given: validating them is the server's job.
 func (c *Controller) AlterConfigs(ctx context.Context, changes []ConfigChange) error {
-	if c.remote() {
-		return callErr(c, ctx, "AlterConfigs", changes)
-	}
-	img, err := c.lock(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.unlock()
+	_, err := alterConfigs.do(c, ctx, changes)
+	return err
+}
+
+var alterConfigs = decision[[]ConfigChange, none]{"AlterConfigs", func(c *Controller, ctx context.Context, changes []ConfigChange) (none, error) {
+	return none{}, c.decide(ctx, "alter configs", func(img *Image) ([]Record, error) { return configRecords(img, changes) })
+}}
+
+// configRecords are the records of the changes, or why they are refused.
+func configRecords(img *Image, changes []ConfigChange) ([]Record, error) {
 	recs := make([]Record, 0, len(changes))
 	for _, ch := range changes {
 		switch ch.Resource {
 		case ConfigResourceTopic:
 			if img.Topics[ch.Name] == nil {
-				return fmt.Errorf("alter configs: topic %q: %w", ch.Name, kerr.UnknownTopicOrPartition)
+				return nil, fmt.Errorf("alter configs: topic %q: %w", ch.Name, kerr.UnknownTopicOrPartition)
 			}
 		case ConfigResourceBroker:
 			if ch.Name != "" {
 				if id, err := strconv.ParseInt(ch.Name, 10, 32); err != nil || id < 0 {
-					return fmt.Errorf("alter configs: broker resource name %q is not a broker ID: %w", ch.Name, kerr.InvalidRequest)
+					return nil, fmt.Errorf("alter configs: broker resource name %q is not a broker ID: %w", ch.Name, kerr.InvalidRequest)
 				}
 			}
 		case ConfigResourceGroup:
 			if ch.Name == "" {
-				return fmt.Errorf("alter configs: empty group name: %w", kerr.InvalidRequest)
+				return nil, fmt.Errorf("alter configs: empty group name: %w", kerr.InvalidRequest)
 			}
 		default:
-			return fmt.Errorf("alter configs: resource type %d: %w", ch.Resource, kerr.InvalidRequest)
+			return nil, fmt.Errorf("alter configs: resource type %d: %w", ch.Resource, kerr.InvalidRequest)
 		}
 		if ch.Key == "" {
-			return fmt.Errorf("alter configs: empty config name: %w", kerr.InvalidConfig)
+			return nil, fmt.Errorf("alter configs: empty config name: %w", kerr.InvalidConfig)
 		}
 		recs = append(recs, Record{Type: RecordConfig, Config: &ConfigRecord{
 			ResourceType: ch.Resource, ResourceName: ch.Name, Key: ch.Key, Value: ch.Value,
 		}})
 	}
-	if len(recs) == 0 {
-		return nil
-	}
-	if err := c.propose(ctx, recs...); err != nil {
-		return fmt.Errorf("alter configs: %w", err)
-	}
-	return nil
+	return recs, nil
 }
 
 // AllocateProducerIDs hands out count consecutive producer ids, never
 // handed out before (also across restarts), and returns the first.
 func (c *Controller) AllocateProducerIDs(ctx context.Context, count int64) (int64, error) {
-	if c.remote() {
-		return call[int64](c, ctx, "AllocateProducerIds", count)
-	}
+	return allocateProducerIDs.do(c, ctx, count)
+}
+
+var allocateProducerIDs = decision[int64, int64]{"AllocateProducerIds", func(c *Controller, ctx context.Context, count int64) (int64, error) {
 	if count <= 0 {
 		return 0, fmt.Errorf("allocate producer ids: count %d: %w", count, kerr.InvalidRequest)
 	}
-	img, err := c.lock(ctx)
+	var first int64
+	err := c.decide(ctx, "allocate producer ids", func(img *Image) ([]Record, error) {
+		first = img.NextProducerID
+		if first > (1<<63-1)-count {
+			return nil, fmt.Errorf("allocate producer ids: exhausted: %w", kerr.UnknownServerError)
+		}
+		return []Record{{Type: RecordProducerIDs, ProducerIDs: &ProducerIDsRecord{First: first, Next: first + count}}}, nil
+	})
 	if err != nil {
 		return 0, err
 	}
-	defer c.unlock()
-	first := img.NextProducerID
-	if first > (1<<63-1)-count {
-		return 0, fmt.Errorf("allocate producer ids: exhausted: %w", kerr.UnknownServerError)
-	}
-	if err := c.propose(ctx, Record{Type: RecordProducerIDs, ProducerIDs: &ProducerIDsRecord{First: first, Next: first + count}}); err != nil {
-		return 0, fmt.Errorf("allocate producer ids: %w", err)
-	}
 	return first, nil
-}
+}}
 
 func (c *Controller) partition(img *Image, id UUID, partition int32) (*Partition, error) {
 	t := img.TopicsByID[id]
@@ -523,53 +528,48 @@ func (c *Controller) partition(img *Image, id UUID, partition int32) (*Partition
 // current epoch is already above minEpoch nothing is written. The leader
 // does not change.
 func (c *Controller) BumpLeaderEpoch(ctx context.Context, id UUID, partition int32, minEpoch int32) (int32, error) {
-	if c.remote() {
-		return call[int32](c, ctx, "BumpLeaderEpoch", bumpArgs{id, partition, minEpoch})
-	}
-	img, err := c.lock(ctx)
+	return bumpLeaderEpoch.do(c, ctx, bumpArgs{id, partition, minEpoch})
+}
+
+var bumpLeaderEpoch = decision[bumpArgs, int32]{"BumpLeaderEpoch", func(c *Controller, ctx context.Context, a bumpArgs) (int32, error) {
+	var epoch int32
+	err := c.decide(ctx, "bump leader epoch", func(img *Image) ([]Record, error) {
+		p, err := c.partition(img, a.TopicID, a.Partition)
+		if err != nil {
+			return nil, fmt.Errorf("bump leader epoch: %w", err)
+		}
+		if p.LeaderEpoch > a.MinEpoch {
+			epoch = p.LeaderEpoch
+			return nil, nil
+		}
+		epoch = a.MinEpoch + 1
+		return []Record{{Type: RecordPartitionChange, PartitionChange: &PartitionChangeRecord{
+			TopicID: a.TopicID, Partition: a.Partition, LeaderEpoch: &epoch,
+		}}}, nil
+	})
 	if err != nil {
 		return 0, err
 	}
-	defer c.unlock()
-	p, err := c.partition(img, id, partition)
-	if err != nil {
-		return 0, fmt.Errorf("bump leader epoch: %w", err)
-	}
-	if p.LeaderEpoch > minEpoch {
-		return p.LeaderEpoch, nil
-	}
-	epoch := minEpoch + 1
-	if err := c.propose(ctx, Record{Type: RecordPartitionChange, PartitionChange: &PartitionChangeRecord{
-		TopicID: id, Partition: partition, LeaderEpoch: &epoch,
-	}}); err != nil {
-		return 0, fmt.Errorf("bump leader epoch: %w", err)
-	}
 	return epoch, nil
-}
+}}
 
 // ElectLeader makes leader (a replica of the partition, or -1 for
 // offline) the partition's leader with the next leader epoch. A leader
 // outside the ISR joins it.
 func (c *Controller) ElectLeader(ctx context.Context, id UUID, partition int32, leader int32) error {
-	img, err := c.lock(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.unlock()
-	p, err := c.partition(img, id, partition)
-	if err != nil {
-		return fmt.Errorf("elect leader: %w", err)
-	}
-	if leader != -1 && !slices.Contains(p.Replicas, leader) {
-		return fmt.Errorf("elect leader: broker %d is not a replica of partition %d (%v): %w", leader, partition, p.Replicas, kerr.EligibleLeadersNotAvailable)
-	}
-	epoch := p.LeaderEpoch + 1
-	change := &PartitionChangeRecord{TopicID: id, Partition: partition, Leader: &leader, LeaderEpoch: &epoch}
-	if leader != -1 && !slices.Contains(p.ISR, leader) {
-		change.ISR = append(slices.Clone(p.ISR), leader)
-	}
-	if err := c.propose(ctx, Record{Type: RecordPartitionChange, PartitionChange: change}); err != nil {
-		return fmt.Errorf("elect leader: %w", err)
-	}
-	return nil
+	return c.decide(ctx, "elect leader", func(img *Image) ([]Record, error) {
+		p, err := c.partition(img, id, partition)
+		if err != nil {
+			return nil, fmt.Errorf("elect leader: %w", err)
+		}
+		if leader != -1 && !slices.Contains(p.Replicas, leader) {
+			return nil, fmt.Errorf("elect leader: broker %d is not a replica of partition %d (%v): %w", leader, partition, p.Replicas, kerr.EligibleLeadersNotAvailable)
+		}
+		epoch := p.LeaderEpoch + 1
+		change := &PartitionChangeRecord{TopicID: id, Partition: partition, Leader: &leader, LeaderEpoch: &epoch}
+		if leader != -1 && !slices.Contains(p.ISR, leader) {
+			change.ISR = append(slices.Clone(p.ISR), leader)
+		}
+		return []Record{{Type: RecordPartitionChange, PartitionChange: change}}, nil
+	})
 }

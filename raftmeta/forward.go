@@ -8,13 +8,105 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// The ops of the decision methods that any node may call (rpc.go): each
-// public method forwards itself when this node does not lead, and runOp
-// runs the same method on the leader.
+// A decision is a change of the metadata that only the active controller
+// makes, and that any node may ask for: on the controller it runs here;
+// on another node its arguments go, by the decision's name, to the
+// controller (rpc.go), which runs the same decision and answers its
+// result. Each decision is declared once, beside the method that is its
+// public face, and listed in decisions so the controller finds it by
+// name. Its body takes the decision lock and proposes with decide.
+type decision[A, R any] struct {
+	name string
+	run  func(c *Controller, ctx context.Context, a A) (R, error)
+}
+
+// do runs d here if this node leads the quorum (or is a single node),
+// else on the node that does.
+func (d decision[A, R]) do(c *Controller, ctx context.Context, a A) (R, error) {
+	if c.remote() {
+		return call[R](c, ctx, d.name, a)
+	}
+	return d.run(c, ctx, a)
+}
+
+// serve runs d for another node: raw holds its arguments as JSON.
+func (d decision[A, R]) serve(c *Controller, ctx context.Context, raw json.RawMessage) (any, error) {
+	var a A
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &a); err != nil {
+			return nil, fmt.Errorf("undecodable arguments of %s: %v: %w", d.name, err, kerr.InvalidRequest)
+		}
+	}
+	return d.run(c, ctx, a)
+}
+
+func (d decision[A, R]) opName() string { return d.name }
+
+// served is what the controller needs of a decision to run it for
+// another node.
+type served interface {
+	opName() string
+	serve(c *Controller, ctx context.Context, raw json.RawMessage) (any, error)
+}
+
+// decisions are every decision another node may forward, by name. The
+// names are on the wire between nodes: they never change.
+var decisions = byName(
+	registerBroker, brokerHeartbeat,
+	createTopics, deleteTopics, createPartitions, alterConfigs,
+	allocateProducerIDs, bumpLeaderEpoch,
+	alterPartition, electLeaders, alterPartitionReassignments,
+	createACLs, deleteACLs, alterScram, alterClientQuotas,
+	createMirror, alterMirrorConfigs, deleteMirror, addMirrorTopics, stopMirrorTopic, setMirrorSync,
+)
+
+func byName(ds ...served) map[string]served {
+	m := make(map[string]served, len(ds))
+	for _, d := range ds {
+		m[d.opName()] = d
+	}
+	return m
+}
+
+// runOp runs a forwarded decision on this node, the leader.
+func (c *Controller) runOp(ctx context.Context, op string, raw json.RawMessage) (any, error) {
+	d := decisions[op]
+	if d == nil {
+		return nil, fmt.Errorf("unknown controller request %q: %w", op, kerr.InvalidRequest)
+	}
+	return d.serve(c, ctx, raw)
+}
+
+// decide is the one way a decision changes the metadata: with the
+// decision lock held, fn reads the image and returns the records to
+// propose (none: nothing changes) or why the decision is refused; the
+// records are proposed in one batch, all or none. A failed proposal is
+// wrapped with what, when it is not empty.
+func (c *Controller) decide(ctx context.Context, what string, fn func(img *Image) ([]Record, error)) error {
+	img, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.unlock()
+	recs, err := fn(img)
+	if err != nil || len(recs) == 0 {
+		return err
+	}
+	if err := c.propose(ctx, recs...); err != nil {
+		if what != "" {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return err
+	}
+	return nil
+}
 
 // remote reports whether decisions must go to another node: this node is
 // part of a cluster and does not lead it.
 func (c *Controller) remote() bool { return c.stream != nil && !c.IsLeader() }
+
+// none is a decision's result when it has only an error.
+type none = struct{}
 
 type createTopicsArgs struct {
 	Specs        []TopicSpec `json:"specs"`
@@ -42,9 +134,9 @@ type mirrorArgs struct {
 	ACLs            []ACL             `json:"acls,omitempty"`
 }
 
-// callErrs forwards an op answering one error per item.
-func callErrs(c *Controller, ctx context.Context, op string, args any, n int) []error {
-	errs, err := call[errList](c, ctx, op, args)
+// errsOf is a decision's one error per item, or n times the error that
+// kept it from running.
+func errsOf(errs errList, err error, n int) []error {
 	if err != nil {
 		return sameErr(n, err)
 	}
@@ -58,59 +150,4 @@ func sameErr(n int, err error) []error {
 		errs[i] = err
 	}
 	return errs
-}
-
-// callErr forwards an op answering only an error.
-func callErr(c *Controller, ctx context.Context, op string, args any) error {
-	_, err := call[struct{}](c, ctx, op, args)
-	return err
-}
-
-// runOp runs a forwarded op on this node, the leader.
-func (c *Controller) runOp(ctx context.Context, op string, raw json.RawMessage) (any, error) {
-	none := func(err error) (any, error) { return struct{}{}, err }
-	switch op {
-	case "CreateTopics":
-		return decode(raw, func(a createTopicsArgs) (any, error) {
-			return errList(c.CreateTopics(ctx, a.Specs, a.ValidateOnly)), nil
-		})
-	case "DeleteTopics":
-		return decode(raw, func(ids []UUID) (any, error) { return errList(c.DeleteTopics(ctx, ids)), nil })
-	case "CreatePartitions":
-		return decode(raw, func(a createPartitionsArgs) (any, error) {
-			return none(c.CreatePartitions(ctx, a.Topic, a.Total, a.ValidateOnly))
-		})
-	case "AlterConfigs":
-		return decode(raw, func(ch []ConfigChange) (any, error) { return none(c.AlterConfigs(ctx, ch)) })
-	case "AllocateProducerIds":
-		return decode(raw, func(n int64) (any, error) { return c.AllocateProducerIDs(ctx, n) })
-	case "BumpLeaderEpoch":
-		return decode(raw, func(a bumpArgs) (any, error) { return c.BumpLeaderEpoch(ctx, a.TopicID, a.Partition, a.MinEpoch) })
-	case "CreateAcls":
-		return decode(raw, func(acls []ACL) (any, error) { return none(c.CreateACLs(ctx, acls)) })
-	case "DeleteAcls":
-		return decode(raw, func(f []ACLFilter) (any, error) { return c.DeleteACLs(ctx, f) })
-	case "AlterScram":
-		return decode(raw, func(ch []ScramChange) (any, error) { return none(c.AlterScram(ctx, ch)) })
-	case "AlterClientQuotas":
-		return decode(raw, func(ch []ClientQuotaRecord) (any, error) { return none(c.AlterClientQuotas(ctx, ch)) })
-	case "CreateMirror":
-		return decode(raw, func(a mirrorArgs) (any, error) { return none(c.CreateMirror(ctx, a.Name, a.Configs)) })
-	case "AlterMirrorConfigs":
-		return decode(raw, func(a mirrorArgs) (any, error) { return none(c.AlterMirrorConfigs(ctx, a.Name, a.Configs)) })
-	case "DeleteMirror":
-		return decode(raw, func(a mirrorArgs) (any, error) { return none(c.DeleteMirror(ctx, a.Name)) })
-	case "AddMirrorTopics":
-		return decode(raw, func(a mirrorArgs) (any, error) { return none(c.AddMirrorTopics(ctx, a.Name, a.Specs)) })
-	case "StopMirrorTopic":
-		return decode(raw, func(a mirrorArgs) (any, error) { return none(c.StopMirrorTopic(ctx, a.Name, a.Topic)) })
-	case "SetMirrorSync":
-		return decode(raw, func(a mirrorArgs) (any, error) {
-			return none(c.SetMirrorSync(ctx, a.Name, a.SourceClusterID, a.ACLs))
-		})
-	}
-	if run := c.clusterOp(ctx, op); run != nil {
-		return run(raw)
-	}
-	return nil, fmt.Errorf("unknown controller request %q: %w", op, kerr.InvalidRequest)
 }

@@ -164,49 +164,57 @@ type AlterPartitionRequest struct {
 // INVALID_REQUEST (an ISR that is not a subset of the replicas with the
 // leader in it), STALE_BROKER_EPOCH.
 func (c *Controller) AlterPartition(ctx context.Context, req AlterPartitionRequest) (Partition, error) {
-	if c.remote() {
-		return call[Partition](c, ctx, "AlterPartition", req)
-	}
-	img, err := c.lock(ctx)
-	if err != nil {
-		return Partition{}, err
-	}
-	defer c.unlock()
-	t := img.TopicsByID[req.TopicID]
-	if t == nil || req.Partition < 0 || int(req.Partition) >= len(t.Partitions) {
-		return Partition{}, fmt.Errorf("alter partition %s-%d: %w", req.TopicID, req.Partition, kerr.UnknownTopicOrPartition)
-	}
-	p := t.Partitions[req.Partition]
-	b, ok := img.Brokers[req.Broker]
+	return alterPartition.do(c, ctx, req)
+}
+
+var alterPartition = decision[AlterPartitionRequest, Partition]{"AlterPartition", (*Controller).alterPartition}
+
+func (c *Controller) alterPartition(ctx context.Context, req AlterPartitionRequest) (Partition, error) {
+	var p Partition
+	var t *Topic
+	changed := false
+	err := c.decide(ctx, "", func(img *Image) ([]Record, error) {
+		t = img.TopicsByID[req.TopicID]
+		if t == nil || req.Partition < 0 || int(req.Partition) >= len(t.Partitions) {
+			return nil, fmt.Errorf("alter partition %s-%d: %w", req.TopicID, req.Partition, kerr.UnknownTopicOrPartition)
+		}
+		p = t.Partitions[req.Partition]
+		b, ok := img.Brokers[req.Broker]
+		switch {
+		case !ok || b.Epoch != req.BrokerEpoch:
+			return nil, fmt.Errorf("alter partition %s-%d: broker %d epoch %d: %w", t.Name, req.Partition, req.Broker, req.BrokerEpoch, kerr.StaleBrokerEpoch)
+		case p.Leader != req.Broker:
+			return nil, fmt.Errorf("alter partition %s-%d: broker %d does not lead it (leader %d): %w", t.Name, req.Partition, req.Broker, p.Leader, kerr.NotLeaderForPartition)
+		case req.LeaderEpoch != p.LeaderEpoch:
+			return nil, fmt.Errorf("alter partition %s-%d: leader epoch %d, current %d: %w", t.Name, req.Partition, req.LeaderEpoch, p.LeaderEpoch, kerr.FencedLeaderEpoch)
+		case req.PartitionEpoch != p.PartitionEpoch:
+			return nil, fmt.Errorf("alter partition %s-%d: partition epoch %d, current %d: %w", t.Name, req.Partition, req.PartitionEpoch, p.PartitionEpoch, kerr.InvalidUpdateVersion)
+		case !slices.Contains(req.ISR, req.Broker):
+			return nil, fmt.Errorf("alter partition %s-%d: ISR %v without its leader: %w", t.Name, req.Partition, req.ISR, kerr.InvalidRequest)
+		}
+		for i, r := range req.ISR {
+			if !slices.Contains(p.Replicas, r) || slices.Contains(req.ISR[:i], r) {
+				return nil, fmt.Errorf("alter partition %s-%d: ISR %v is not a set of replicas %v: %w", t.Name, req.Partition, req.ISR, p.Replicas, kerr.InvalidRequest)
+			}
+			if !slices.Contains(p.ISR, r) && !liveIn(img)(r) {
+				return nil, fmt.Errorf("alter partition %s-%d: broker %d is fenced or shutting down: %w", t.Name, req.Partition, r, kerr.IneligibleReplica)
+			}
+		}
+		pc := &PartitionChangeRecord{TopicID: t.ID, Partition: req.Partition, ISR: slices.Clone(req.ISR)}
+		if len(p.AddingReplicas) > 0 || len(p.RemovingReplicas) > 0 {
+			c.completeReassignment(t, int(req.Partition), p, req.ISR, pc)
+		}
+		if slices.Equal(req.ISR, p.ISR) && pc.Replicas == nil {
+			return nil, nil
+		}
+		changed = true
+		return []Record{{Type: RecordPartitionChange, PartitionChange: pc}}, nil
+	})
 	switch {
-	case !ok || b.Epoch != req.BrokerEpoch:
-		return p, fmt.Errorf("alter partition %s-%d: broker %d epoch %d: %w", t.Name, req.Partition, req.Broker, req.BrokerEpoch, kerr.StaleBrokerEpoch)
-	case p.Leader != req.Broker:
-		return p, fmt.Errorf("alter partition %s-%d: broker %d does not lead it (leader %d): %w", t.Name, req.Partition, req.Broker, p.Leader, kerr.NotLeaderForPartition)
-	case req.LeaderEpoch != p.LeaderEpoch:
-		return p, fmt.Errorf("alter partition %s-%d: leader epoch %d, current %d: %w", t.Name, req.Partition, req.LeaderEpoch, p.LeaderEpoch, kerr.FencedLeaderEpoch)
-	case req.PartitionEpoch != p.PartitionEpoch:
-		return p, fmt.Errorf("alter partition %s-%d: partition epoch %d, current %d: %w", t.Name, req.Partition, req.PartitionEpoch, p.PartitionEpoch, kerr.InvalidUpdateVersion)
-	case !slices.Contains(req.ISR, req.Broker):
-		return p, fmt.Errorf("alter partition %s-%d: ISR %v without its leader: %w", t.Name, req.Partition, req.ISR, kerr.InvalidRequest)
-	}
-	for i, r := range req.ISR {
-		if !slices.Contains(p.Replicas, r) || slices.Contains(req.ISR[:i], r) {
-			return p, fmt.Errorf("alter partition %s-%d: ISR %v is not a set of replicas %v: %w", t.Name, req.Partition, req.ISR, p.Replicas, kerr.InvalidRequest)
-		}
-		if !slices.Contains(p.ISR, r) && !liveIn(img)(r) {
-			return p, fmt.Errorf("alter partition %s-%d: broker %d is fenced or shutting down: %w", t.Name, req.Partition, r, kerr.IneligibleReplica)
-		}
-	}
-	pc := &PartitionChangeRecord{TopicID: t.ID, Partition: req.Partition, ISR: slices.Clone(req.ISR)}
-	if len(p.AddingReplicas) > 0 || len(p.RemovingReplicas) > 0 {
-		c.completeReassignment(t, int(req.Partition), p, req.ISR, pc)
-	}
-	if slices.Equal(req.ISR, p.ISR) && pc.Replicas == nil {
-		return p, nil
-	}
-	if err := c.propose(ctx, Record{Type: RecordPartitionChange, PartitionChange: pc}); err != nil {
+	case err != nil && changed:
 		return p, fmt.Errorf("alter partition %s-%d: %w", t.Name, req.Partition, err)
+	case err != nil || !changed:
+		return p, err
 	}
 	return c.Image().TopicsByID[t.ID].Partitions[req.Partition], nil
 }
@@ -286,14 +294,32 @@ type electArgs struct {
 // its leader lives, ELIGIBLE_LEADERS_NOT_AVAILABLE if no replica is
 // live). nil parts means every partition.
 func (c *Controller) ElectLeaders(ctx context.Context, unclean bool, parts []TopicPartition) ([]ElectionResult, error) {
-	if c.remote() {
-		return call[[]ElectionResult](c, ctx, "ElectLeaders", electArgs{unclean, parts})
-	}
-	img, err := c.lock(ctx)
-	if err != nil {
+	return electLeaders.do(c, ctx, electArgs{unclean, parts})
+}
+
+var electLeaders = decision[electArgs, []ElectionResult]{"ElectLeaders", func(c *Controller, ctx context.Context, a electArgs) ([]ElectionResult, error) {
+	var res []ElectionResult
+	var ok []int
+	err := c.decide(ctx, "", func(img *Image) ([]Record, error) {
+		var recs []Record
+		res, ok, recs = c.electionRecords(img, a.Unclean, a.Parts)
+		return recs, nil
+	})
+	if err != nil && len(ok) == 0 {
 		return nil, err
 	}
-	defer c.unlock()
+	for _, n := range ok {
+		if err != nil {
+			res[n].Err = fmt.Errorf("elect leaders: %w", err)
+		}
+	}
+	return res, nil
+}}
+
+// electionRecords are the results of the elections of parts (every
+// partition if nil) and the records of those that move a leader (ok, by
+// index into parts).
+func (c *Controller) electionRecords(img *Image, unclean bool, parts []TopicPartition) (res []ElectionResult, ok []int, recs []Record) {
 	if parts == nil {
 		for _, t := range sortedTopics(img) {
 			for i := range t.Partitions {
@@ -302,9 +328,7 @@ func (c *Controller) ElectLeaders(ctx context.Context, unclean bool, parts []Top
 		}
 	}
 	live := liveIn(img)
-	res := make([]ElectionResult, len(parts))
-	var recs []Record
-	var ok []int
+	res = make([]ElectionResult, len(parts))
 	for n, tp := range parts {
 		res[n] = ElectionResult{Topic: tp.Topic, Partition: tp.Partition}
 		t := img.Topics[tp.Topic]
@@ -346,14 +370,7 @@ func (c *Controller) ElectLeaders(ctx context.Context, unclean bool, parts []Top
 			ok = append(ok, n)
 		}
 	}
-	if len(recs) > 0 {
-		if err := c.propose(ctx, recs...); err != nil {
-			for _, n := range ok {
-				res[n].Err = fmt.Errorf("elect leaders: %w", err)
-			}
-		}
-	}
-	return res, nil
+	return res, ok, recs
 }
 
 // rebalanceLeaders moves leadership back to preferred replicas when some
@@ -411,37 +428,38 @@ type ReassignRequest struct {
 // replicate from the leader, and when all of them are in the ISR the
 // replicas being removed go (leadership moves first if need be).
 func (c *Controller) AlterPartitionReassignments(ctx context.Context, reqs []ReassignRequest) []error {
-	if c.remote() {
-		return callErrs(c, ctx, "AlterPartitionReassignments", reqs, len(reqs))
-	}
-	img, err := c.lock(ctx)
-	if err != nil {
-		return sameErr(len(reqs), err)
-	}
+	errs, err := alterPartitionReassignments.do(c, ctx, reqs)
+	return errsOf(errs, err, len(reqs))
+}
+
+var alterPartitionReassignments = decision[[]ReassignRequest, errList]{"AlterPartitionReassignments", func(c *Controller, ctx context.Context, reqs []ReassignRequest) (errList, error) {
 	errs := make([]error, len(reqs))
-	defer c.unlock()
-	var recs []Record
 	var ok []int
-	for n, rq := range reqs {
-		r, err := c.reassignRecord(img, rq)
-		if err != nil {
-			errs[n] = err
-			continue
-		}
-		if r != nil {
-			recs = append(recs, *r)
-			ok = append(ok, n)
-		}
-	}
-	if len(recs) > 0 {
-		if err := c.propose(ctx, recs...); err != nil {
-			for _, n := range ok {
-				errs[n] = fmt.Errorf("reassign partitions: %w", err)
+	err := c.decide(ctx, "", func(img *Image) ([]Record, error) {
+		var recs []Record
+		for n, rq := range reqs {
+			r, err := c.reassignRecord(img, rq)
+			if err != nil {
+				errs[n] = err
+				continue
+			}
+			if r != nil {
+				recs = append(recs, *r)
+				ok = append(ok, n)
 			}
 		}
+		return recs, nil
+	})
+	if err != nil && len(ok) == 0 {
+		return nil, err
 	}
-	return errs
-}
+	for _, n := range ok {
+		if err != nil {
+			errs[n] = fmt.Errorf("reassign partitions: %w", err)
+		}
+	}
+	return errs, nil
+}}
 
 func (c *Controller) reassignRecord(img *Image, rq ReassignRequest) (*Record, error) {
 	t := img.Topics[rq.Topic]
@@ -496,31 +514,4 @@ func (c *Controller) reassignTo(p Partition, replicas []int32, pc *PartitionChan
 		pc.Leader, pc.LeaderEpoch = &leader, &epoch
 	}
 	return &Record{Type: RecordPartitionChange, PartitionChange: pc}
-}
-
-// clusterOp returns the runner of a cluster-only op, nil if op is none.
-func (c *Controller) clusterOp(ctx context.Context, op string) func(json.RawMessage) (any, error) {
-	switch op {
-	case "RegisterBroker":
-		return func(raw json.RawMessage) (any, error) {
-			return decode(raw, func(r RegisterRequest) (any, error) { return c.register(ctx, r) })
-		}
-	case "BrokerHeartbeat":
-		return func(raw json.RawMessage) (any, error) {
-			return decode(raw, func(r HeartbeatRequest) (any, error) { return c.heartbeat(ctx, r) })
-		}
-	case "AlterPartition":
-		return func(raw json.RawMessage) (any, error) {
-			return decode(raw, func(r AlterPartitionRequest) (any, error) { return c.AlterPartition(ctx, r) })
-		}
-	case "ElectLeaders":
-		return func(raw json.RawMessage) (any, error) {
-			return decode(raw, func(a electArgs) (any, error) { return c.ElectLeaders(ctx, a.Unclean, a.Parts) })
-		}
-	case "AlterPartitionReassignments":
-		return func(raw json.RawMessage) (any, error) {
-			return decode(raw, func(r []ReassignRequest) (any, error) { return errList(c.AlterPartitionReassignments(ctx, r)), nil })
-		}
-	}
-	return nil
 }

@@ -108,17 +108,6 @@ func (l *errList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// decode runs f with raw decoded as its argument.
-func decode[A any](raw json.RawMessage, f func(A) (any, error)) (any, error) {
-	var a A
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &a); err != nil {
-			return nil, fmt.Errorf("undecodable arguments: %v: %w", err, kerr.InvalidRequest)
-		}
-	}
-	return f(a)
-}
-
 // call runs op on the leader of the quorum and returns its result: the
 // caller found that this node does not lead (remote). If this node leads
 // by the time the call is made, run runs here instead.

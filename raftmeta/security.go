@@ -233,53 +233,55 @@ func (b *builder) applySecurity(r *Record) (ok bool, err error) {
 
 // CreateACLs adds the bindings; existing ones are left as they are.
 func (c *Controller) CreateACLs(ctx context.Context, acls []ACL) error {
-	if c.remote() {
-		return callErr(c, ctx, "CreateAcls", acls)
-	}
+	_, err := createACLs.do(c, ctx, acls)
+	return err
+}
+
+var createACLs = decision[[]ACL, none]{"CreateAcls", func(c *Controller, ctx context.Context, acls []ACL) (none, error) {
 	recs := make([]Record, 0, len(acls))
 	for i := range acls {
 		a := acls[i]
 		if a.ResourceType <= aclAny || a.Operation <= aclAny || a.Permission <= aclAny ||
 			a.PatternType != patLiteral && a.PatternType != patPrefixed || a.Principal == "" || a.Host == "" || a.ResourceName == "" {
-			return fmt.Errorf("create acls: invalid binding %+v: %w", a, kerr.InvalidRequest)
+			return none{}, fmt.Errorf("create acls: invalid binding %+v: %w", a, kerr.InvalidRequest)
 		}
 		recs = append(recs, Record{Type: RecordACL, securityRecords: securityRecords{ACL: &a}})
 	}
-	return c.proposeSecurity(ctx, "create acls", recs)
-}
+	if len(recs) == 0 {
+		return none{}, nil
+	}
+	return none{}, c.decide(ctx, "create acls", func(*Image) ([]Record, error) { return recs, nil })
+}}
 
 // DeleteACLs removes the bindings matched by filters (all in one batch)
 // and returns, per filter, the bindings it matched.
 func (c *Controller) DeleteACLs(ctx context.Context, filters []ACLFilter) ([][]ACL, error) {
-	if c.remote() {
-		return call[[][]ACL](c, ctx, "DeleteAcls", filters)
-	}
-	img, err := c.lock(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer c.unlock()
+	return deleteACLs.do(c, ctx, filters)
+}
+
+var deleteACLs = decision[[]ACLFilter, [][]ACL]{"DeleteAcls", func(c *Controller, ctx context.Context, filters []ACLFilter) ([][]ACL, error) {
 	out := make([][]ACL, len(filters))
-	var recs []Record
-	gone := map[ACL]bool{}
-	for i, f := range filters {
-		for _, a := range img.ACLs {
-			if f.Matches(a) {
-				out[i] = append(out[i], a)
-				if !gone[a] {
-					gone[a] = true
-					recs = append(recs, Record{Type: RecordRemoveACL, securityRecords: securityRecords{ACL: &a}})
+	err := c.decide(ctx, "delete acls", func(img *Image) ([]Record, error) {
+		var recs []Record
+		gone := map[ACL]bool{}
+		for i, f := range filters {
+			for _, a := range img.ACLs {
+				if f.Matches(a) {
+					out[i] = append(out[i], a)
+					if !gone[a] {
+						gone[a] = true
+						recs = append(recs, Record{Type: RecordRemoveACL, securityRecords: securityRecords{ACL: &a}})
+					}
 				}
 			}
 		}
-	}
-	if len(recs) > 0 {
-		if err := c.propose(ctx, recs...); err != nil {
-			return nil, fmt.Errorf("delete acls: %w", err)
-		}
+		return recs, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
-}
+}}
 
 // ScramChange upserts Credential, or deletes User's Mechanism if Delete.
 type ScramChange struct {
@@ -290,9 +292,11 @@ type ScramChange struct {
 // AlterScram applies the changes in one batch. Deleting a credential that
 // does not exist is kerr.ResourceNotFound, as Kafka answers.
 func (c *Controller) AlterScram(ctx context.Context, changes []ScramChange) error {
-	if c.remote() {
-		return callErr(c, ctx, "AlterScram", changes)
-	}
+	_, err := alterScram.do(c, ctx, changes)
+	return err
+}
+
+var alterScram = decision[[]ScramChange, none]{"AlterScram", func(c *Controller, ctx context.Context, changes []ScramChange) (none, error) {
 	img := c.Image()
 	recs := make([]Record, 0, len(changes))
 	for i := range changes {
@@ -301,42 +305,36 @@ func (c *Controller) AlterScram(ctx context.Context, changes []ScramChange) erro
 		if changes[i].Delete {
 			typ = RecordRemoveScram
 			if _, ok := img.Scram[sc.User][sc.Mechanism]; !ok {
-				return fmt.Errorf("delete scram credential %s of %q: %w", sc.Mechanism, sc.User, kerr.ResourceNotFound)
+				return none{}, fmt.Errorf("delete scram credential %s of %q: %w", sc.Mechanism, sc.User, kerr.ResourceNotFound)
 			}
 		} else if len(sc.Salt) == 0 || len(sc.StoredKey) == 0 || len(sc.ServerKey) == 0 || sc.Iterations < 4096 {
-			return fmt.Errorf("scram credential of %q: salt, keys and >= 4096 iterations are required: %w", sc.User, kerr.UnacceptableCredential)
+			return none{}, fmt.Errorf("scram credential of %q: salt, keys and >= 4096 iterations are required: %w", sc.User, kerr.UnacceptableCredential)
 		}
 		recs = append(recs, Record{Type: typ, securityRecords: securityRecords{Scram: &sc}})
 	}
-	return c.proposeSecurity(ctx, "alter scram credentials", recs)
-}
+	if len(recs) == 0 {
+		return none{}, nil
+	}
+	return none{}, c.decide(ctx, "alter scram credentials", func(*Image) ([]Record, error) { return recs, nil })
+}}
 
 // AlterClientQuotas applies the changes in one batch.
 func (c *Controller) AlterClientQuotas(ctx context.Context, changes []ClientQuotaRecord) error {
-	if c.remote() {
-		return callErr(c, ctx, "AlterClientQuotas", changes)
-	}
+	_, err := alterClientQuotas.do(c, ctx, changes)
+	return err
+}
+
+var alterClientQuotas = decision[[]ClientQuotaRecord, none]{"AlterClientQuotas", func(c *Controller, ctx context.Context, changes []ClientQuotaRecord) (none, error) {
 	recs := make([]Record, 0, len(changes))
 	for i := range changes {
 		q := changes[i]
 		if q.Key == "" || q.Entity.User == nil && q.Entity.ClientID == nil || q.Value != nil && *q.Value <= 0 {
-			return fmt.Errorf("alter client quotas: invalid change %+v: %w", q, kerr.InvalidRequest)
+			return none{}, fmt.Errorf("alter client quotas: invalid change %+v: %w", q, kerr.InvalidRequest)
 		}
 		recs = append(recs, Record{Type: RecordClientQuota, securityRecords: securityRecords{ClientQuota: &q}})
 	}
-	return c.proposeSecurity(ctx, "alter client quotas", recs)
-}
-
-func (c *Controller) proposeSecurity(ctx context.Context, what string, recs []Record) error {
 	if len(recs) == 0 {
-		return nil
+		return none{}, nil
 	}
-	if _, err := c.lock(ctx); err != nil {
-		return err
-	}
-	defer c.unlock()
-	if err := c.propose(ctx, recs...); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
-}
+	return none{}, c.decide(ctx, "alter client quotas", func(*Image) ([]Record, error) { return recs, nil })
+}}
