@@ -150,9 +150,11 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				}
 				if err != nil {
 					b.log.Debug("produce rejected", "topic", t.Name, "partition", rp.Partition, "err", err)
-					sp.ErrorCode = plugin.ErrorCode(err)
-					msg := err.Error()
-					sp.ErrorMessage = &msg
+					sp.ErrorCode, sp.ErrorMessage = plugin.ErrorCode(err), plugin.ErrorMessage(err)
+					if !kerr.IsRetriable(err) && b.produceRefusals.first(rc.ClientID, t.Name, sp.ErrorCode) {
+						b.log.Warn("produce refused (logged once per client, topic and error)", "client_id", rc.ClientID, "client", rc.ClientAddr,
+							"topic", t.Name, "err", *sp.ErrorMessage, "code", kerr.ErrorForCode(sp.ErrorCode))
+					}
 					b.m.produceErrors.Inc()
 					return
 				}
@@ -223,3 +225,34 @@ func legacyMessages(records []byte) bool {
 }
 
 var errAcks0Failed = errors.New("acks=0 produce failed: closing the connection so that the client refreshes its metadata")
+
+// refusals remembers which clients were refused a produce to a topic
+// for good (a non-retriable error), so that the broker logs it once per
+// client, topic and error: some clients show only the error's name
+// (librdkafka's kcat prints "Broker: Policy violation" for a read-only
+// mirror topic), and the operator finds the reason, the mirror named,
+// in the log. It forgets everything past 10,000 entries.
+type refusals struct {
+	mu   sync.Mutex
+	seen map[refusal]struct{}
+}
+
+type refusal struct {
+	client, topic string
+	code          int16
+}
+
+// first reports whether this refusal is new.
+func (r *refusals) first(client, topic string, code int16) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := refusal{client, topic, code}
+	if _, ok := r.seen[k]; ok {
+		return false
+	}
+	if r.seen == nil || len(r.seen) >= 10000 {
+		r.seen = map[refusal]struct{}{}
+	}
+	r.seen[k] = struct{}{}
+	return true
+}

@@ -55,6 +55,8 @@ type Broker struct {
 	props  Props
 	engine *engine.Engine
 	meta   *raftmeta.Controller
+	// produceRefusals: the produce refusals logged once (produce.go).
+	produceRefusals refusals
 
 	apis     apiTable
 	metrics  *prom.Set

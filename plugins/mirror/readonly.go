@@ -27,7 +27,7 @@ import (
 // accepts only the mirror fetcher's batches while the partition is
 // MIRRORING (with the KIP's epoch checks), the failover sequence's
 // markers while it is STOPPING, and in-cluster replication; everything
-// else is READ_ONLY_TOPIC, and the log is left untouched.
+// else is refused (errReadOnly), and the log is left untouched.
 func (p *Plugin) ValidateAppend(req *engine.AppendRequest) error {
 	if req.Origin == engine.OriginReplica {
 		return nil // a follower copies its leader, which obeys the rule
@@ -51,9 +51,20 @@ func (p *Plugin) ValidateAppend(req *engine.AppendRequest) error {
 		return nil
 	}
 	if mirror != "" {
-		return fmt.Errorf("topic %s is a mirror topic of mirror %s and is read-only (%s append refused): %w", req.Topic, mirror, req.Origin, ErrReadOnlyTopic)
+		return errReadOnly("topic %s is a read-only mirror topic of mirror %s (%s append refused)", req.Topic, mirror, req.Origin)
 	}
 	return nil
+}
+
+// errReadOnly is a mirror topic's refusal of a change that a client, a
+// coordinator or an admin API asked for. READ_ONLY_TOPIC (137) is the
+// KIP's code, but no released client knows it yet: kcat printed
+// "Err-137?", franz-go and the Java client UNKNOWN_SERVER_ERROR. So the
+// refusal is POLICY_VIOLATION, which every client knows and none
+// retries, with READ_ONLY_TOPIC and the mirror in its message (Produce
+// v8+ and the admin APIs carry one; see docs/decisions.md).
+func errReadOnly(format string, args ...any) error {
+	return fmt.Errorf(format+" [READ_ONLY_TOPIC]: %w", append(args, kerr.PolicyViolation)...)
 }
 
 // partState is a partition's state as the run of its mirror on this
@@ -104,7 +115,7 @@ var opNames = map[plugin.TopicOp]string{
 
 // CheckTopicChange implements plugin.TopicGuard: a mirror topic refuses
 // every change but those of configs the mirror does not sync (its
-// mirror.topic.properties.exclude), with READ_ONLY_TOPIC naming the
+// mirror.topic.properties.exclude), with errReadOnly naming the
 // mirror.
 func (p *Plugin) CheckTopicChange(c plugin.TopicChange) error {
 	img := p.Image()
@@ -122,13 +133,13 @@ func (p *Plugin) CheckTopicChange(c plugin.TopicChange) error {
 		excluded := excludedProps(img.Mirrors[m].Configs)
 		for _, k := range c.Keys {
 			if k == mirrorNameConfig || !excluded[k] {
-				return fmt.Errorf("topic %s is a mirror topic of mirror %s: config %s is synced from the source (only keys in mirror.topic.properties.exclude may be set here): %w",
-					c.Topic, m, k, ErrReadOnlyTopic)
+				return errReadOnly("topic %s is a read-only mirror topic of mirror %s: config %s is synced from the source (only keys in mirror.topic.properties.exclude may be set here)",
+					c.Topic, m, k)
 			}
 		}
 		return nil
 	}
-	return fmt.Errorf("topic %s is a mirror topic of mirror %s and is read-only: %s refused (remove it from the mirror first): %w", c.Topic, m, opNames[c.Op], ErrReadOnlyTopic)
+	return errReadOnly("topic %s is a read-only mirror topic of mirror %s: %s refused (fail it over first)", c.Topic, m, opNames[c.Op])
 }
 
 // mirrorNameConfig is the topic config that names a topic's mirror (the

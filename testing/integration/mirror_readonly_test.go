@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -15,10 +16,11 @@ import (
 
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
 // TestMirrorReadOnlyHolds is defect 3: on a mirror topic every way of
-// changing it but the mirror's own is refused with READ_ONLY_TOPIC, the
+// changing it but the mirror's own is refused (POLICY_VIOLATION, READ_ONLY_TOPIC in the message), the
 // log and the metadata untouched: DeleteRecords, CreatePartitions,
 // DeleteTopics, config changes of synced keys, AddPartitionsToTxn, a
 // transactional produce and its commit, and a client's WriteTxnMarkers
@@ -40,11 +42,11 @@ func TestMirrorReadOnlyHolds(t *testing.T) {
 	cl := dst.client()
 	readOnly := func(what string, code int16, msg *string) {
 		t.Helper()
-		if code != mirror.ErrReadOnlyTopic.Code {
-			t.Fatalf("%s on a mirror topic: error code %d (%v), want READ_ONLY_TOPIC", what, code, msg)
+		if code != kerr.PolicyViolation.Code {
+			t.Fatalf("%s on a mirror topic: error code %d (%v), want POLICY_VIOLATION (READ_ONLY_TOPIC for clients)", what, code, msg)
 		}
-		if msg != nil && !strings.Contains(*msg, "mirror m") {
-			t.Fatalf("%s on a mirror topic: message %q does not name the mirror", what, *msg)
+		if msg != nil && (!strings.Contains(*msg, "read-only mirror topic of mirror m") || !strings.Contains(*msg, "READ_ONLY_TOPIC")) {
+			t.Fatalf("%s on a mirror topic: message %q does not say READ_ONLY_TOPIC and name the mirror", what, *msg)
 		}
 	}
 	untouched := func(what string) {
@@ -353,5 +355,70 @@ func TestMirrorLoopRefused(t *testing.T) {
 	}
 	if err := aa.AddTopicsToMirror(ctx, map[string]string{"t": "back"}); err != nil {
 		t.Fatalf("failing back after B's failover: %v", err)
+	}
+}
+
+// TestMirrorReadOnlyClients is issue 27's report: a produce to a mirror
+// topic showed in kcat as "Err-137?" and in franz-go as
+// UNKNOWN_SERVER_ERROR. Clients that do not know READ_ONLY_TOPIC (none
+// does yet) get POLICY_VIOLATION, which they know and do not retry, and
+// the per-partition message says the topic is a read-only mirror topic
+// and of which mirror; the log is untouched.
+func TestMirrorReadOnlyClients(t *testing.T) {
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		t.Fatalf("kcat is required (apt-get install -y kcat): %v", err)
+	}
+	src, dst := startMirrorCluster(t, ""), startMirrorCluster(t, "")
+	createMirrorTopic(t, src, "orders", 1)
+	ends := produceN(t, src.addr(), "orders", 1, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	da := dst.admin()
+	if err := da.CreateMirror(ctx, "m1", map[string]string{"bootstrap.servers": src.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{"orders": "m1"}); err != nil {
+		t.Fatal(err)
+	}
+	waitMirrored(t, dst, "m1", "orders", ends, 30*time.Second)
+
+	// franz-go: the error is one it knows, not retried.
+	cl := dst.client(kgo.DefaultProduceTopic("orders"), kgo.RecordRetries(3))
+	err = cl.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr()
+	if !errors.Is(err, kerr.PolicyViolation) {
+		t.Fatalf("franz-go producing to a mirror topic: %v, want POLICY_VIOLATION", err)
+	}
+	// The message, as any client reading Produce v8+ sees it.
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks, req.TimeoutMillis = -1, 5000
+	batch, err := tandemtest.RecordBatch(tandemtest.CodecNone, tandemtest.KV{Value: []byte("y")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic, rt.TopicID = "orders", dst.topic("orders").ID
+	rt.Partitions = []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: batch}}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, dst.client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := resp.Topics[0].Partitions[0]
+	if pr.ErrorCode != kerr.PolicyViolation.Code || pr.ErrorMessage == nil ||
+		*pr.ErrorMessage != "topic orders is a read-only mirror topic of mirror m1 (client append refused) [READ_ONLY_TOPIC]" {
+		t.Fatalf("produce to a mirror topic: code %d message %v", pr.ErrorCode, pr.ErrorMessage)
+	}
+
+	// kcat (librdkafka): a delivery failure it can name, not "Err-137?".
+	cmd := exec.CommandContext(ctx, kcat, "-P", "-b", dst.addr(), "-t", "orders", "-p", "0", "-X", "message.send.max.retries=0")
+	cmd.Stdin = strings.NewReader("z\n")
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), "Policy violation") || strings.Contains(string(out), "Err-137") {
+		t.Fatalf("kcat producing to a mirror topic printed:\n%s", out)
+	}
+	t.Logf("kcat: %s", strings.TrimSpace(string(out)))
+	if o := dst.partition("orders", 0).Offsets(); o.LogEnd != ends[0] {
+		t.Fatalf("after the refused produces orders-0 ends at %d, want %d", o.LogEnd, ends[0])
 	}
 }

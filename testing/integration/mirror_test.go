@@ -375,8 +375,8 @@ func TestMirrorEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("produce to mirror topic: %v", err)
 	}
-	if pr := presp.Topics[0].Partitions[0]; pr.ErrorCode != mirror.ErrReadOnlyTopic.Code || pr.ErrorMessage == nil || !strings.Contains(*pr.ErrorMessage, "mirror m1") {
-		t.Fatalf("produce to mirror topic: code %d message %v, want READ_ONLY_TOPIC naming mirror m1", pr.ErrorCode, pr.ErrorMessage)
+	if pr := presp.Topics[0].Partitions[0]; pr.ErrorCode != kerr.PolicyViolation.Code || pr.ErrorMessage == nil || !strings.Contains(*pr.ErrorMessage, "mirror m1") {
+		t.Fatalf("produce to mirror topic: code %d message %v, want POLICY_VIOLATION naming mirror m1", pr.ErrorCode, pr.ErrorMessage)
 	}
 	if after := dst.partition(topic, 0).Offsets().LogEnd; after != before {
 		t.Fatalf("produce to mirror topic appended: %d → %d", before, after)
