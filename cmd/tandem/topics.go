@@ -426,7 +426,7 @@ const topicsDeleteDoc = `Deletes topics and their records.
 
 Usage: tandem topics delete TOPIC...
 
-A mirror topic is refused (READ_ONLY_TOPIC) while its mirror copies it:
+A mirror topic is refused (POLICY_VIOLATION: read-only) while its mirror copies it:
 fail it over first (tandem mirrors --failover).
 `
 
