@@ -21,6 +21,7 @@ import (
 // (AlreadyStopped, where their stop left them), so that a failover can
 // be repeated.
 func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string, mode int8, timeout time.Duration) ([]string, []FailoverPartition, error) {
+	start := time.Now()
 	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
 	if m == nil {
 		return nil, nil, fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
@@ -42,8 +43,18 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 		}
 	}
 	// What the leaders know of the source side, before their fetchers
-	// let go of it.
+	// let go of it. What a failover gives up is exact only where the
+	// source answered after the failover began: an end offset learned
+	// before may be behind records the source acknowledged since (it
+	// may have become unreachable a moment ago, before any fetch could
+	// fail), so the report says "at least".
 	before := p.sourceSnapshot(ctx, mirror)
+	for k, d := range before {
+		if d.SourceOffsetTime < start.UnixMilli() {
+			d.SourceStale = true
+			before[k] = d
+		}
+	}
 	if err := p.setTopicStates(ctx, mirror, topics, func(s *pstate) error {
 		s.State, s.Reason = Stopping, ""
 		return nil
