@@ -101,6 +101,12 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				// store only batches, like Kafka 4.
 				fail(kerr.UnsupportedForMessageFormat, "record batches of magic 2 only")
 				continue
+			case !oneBatch(rp.Records):
+				// As Kafka since Produce v3: a producer sends one batch
+				// per partition, and the append, its sequence check and
+				// its acknowledgement are of that one batch.
+				fail(kerr.InvalidRecord, "a produce request carries one record batch per partition")
+				continue
 			}
 			ep, part, kerrErr := b.ledPartition(t, rp.Partition)
 			if kerrErr != nil {
@@ -222,6 +228,13 @@ func (b *Broker) verifyTxn(ctx context.Context, version int16, txnID, topic stri
 func legacyMessages(records []byte) bool {
 	_, err := engine.ParseBatchHeader(records)
 	return errors.Is(err, kerr.UnsupportedForMessageFormat)
+}
+
+// oneBatch reports whether records hold at most one record batch (what
+// is in it, the engine checks).
+func oneBatch(records []byte) bool {
+	h, err := engine.ParseBatchHeader(records)
+	return err != nil || int64(len(records)) <= h.Size()
 }
 
 var errAcks0Failed = errors.New("acks=0 produce failed: closing the connection so that the client refreshes its metadata")
