@@ -150,9 +150,10 @@ func TestExitCodes(t *testing.T) {
 		args []string
 		re   string
 	}{
-		{[]string{"mirrors", "--create", "--mirror", "m"}, `^tandem mirrors: --mirror and --source-bootstrap is required$`},
+		{[]string{"mirrors", "--create", "--mirror", "m"}, `^tandem mirrors: --source-bootstrap is required$`},
+		{[]string{"mirrors", "--create"}, `^tandem mirrors: --mirror and --source-bootstrap are required$`},
 		{[]string{"mirrors", "--failover"}, `^tandem mirrors: --mirror is required$`},
-		{[]string{"mirrors", "--add", "--mirror", "m"}, `^tandem mirrors: --mirror and --topic is required$`},
+		{[]string{"mirrors", "--add", "--mirror", "m"}, `^tandem mirrors: --topic is required$`},
 		{[]string{"mirrors", "--describe", "--topic", "("}, `^tandem mirrors: --topic "\(": `},
 		{[]string{"mirrors", "--alter", "--mirror", "m", "--config", "x"}, `^tandem mirrors: --config "x": want k=v$`},
 		{[]string{"topics"}, `^tandem topics: choose one of list, create, describe, delete, add-partitions, alter-config`},

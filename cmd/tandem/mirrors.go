@@ -84,11 +84,11 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		{name: "alter", run: c.alter, usage: "alter the configs of --mirror: --config k=v sets, --delete-config k removes"},
 		{name: "diverged", run: c.diverged, usage: "print the divergence manifest of --mirror: records truncations removed, copied to <topic>.diverged"},
 	}
-	mirrorNamed := func() error { return need("--mirror", c.name != "") }
+	mirrorNamed := func() error { return need(flagReq{"--mirror", c.name != ""}) }
 	checks := map[string]func() error{
 		"create":          func() error { _, err := c.mirrorConfigs(); return err },
-		"add":             func() error { return need("--mirror and --topic", c.name != "" && len(c.topics) > 0) },
-		"remove":          func() error { return need("--mirror and --topic", c.name != "" && len(c.topics) > 0) },
+		"add":             func() error { return need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}) },
+		"remove":          func() error { return need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}) },
 		"failover":        mirrorNamed,
 		"failback":        func() error { _, err := c.mirrorConfigs(); return err },
 		"pause":           mirrorNamed,
@@ -97,7 +97,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		"describe":        func() error { _, err := c.topicFilter(); return err },
 		"describe-config": mirrorNamed,
 		"alter": func() error {
-			if err := need("--mirror and --config or --delete-config", c.name != "" && len(c.configs)+len(c.deleteConfigs) > 0); err != nil {
+			if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--config or --delete-config", len(c.configs)+len(c.deleteConfigs) > 0}); err != nil {
 				return err
 			}
 			_, err := keyValues(c.configs)
@@ -193,18 +193,34 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// need is a usage error naming the flags an operation is missing.
-func need(what string, ok bool) error {
-	if !ok {
-		return usageErrorf("%s is required", what)
+// flagReq is a flag an operation needs, and whether it was given.
+type flagReq struct {
+	flag  string
+	given bool
+}
+
+// need is a usage error naming the flags an operation is missing, and
+// only those.
+func need(reqs ...flagReq) error {
+	var missing []string
+	for _, r := range reqs {
+		if !r.given {
+			missing = append(missing, r.flag)
+		}
 	}
-	return nil
+	switch len(missing) {
+	case 0:
+		return nil
+	case 1:
+		return usageErrorf("%s is required", missing[0])
+	}
+	return usageErrorf("%s and %s are required", strings.Join(missing[:len(missing)-1], ", "), missing[len(missing)-1])
 }
 
 // mirrorConfigs are the configs of the mirror --mirror from
 // --source-bootstrap that --config describes.
 func (c *mirrorsCmd) mirrorConfigs() (map[string]string, error) {
-	if err := need("--mirror and --source-bootstrap", c.name != "" && c.source != ""); err != nil {
+	if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--source-bootstrap", c.source != ""}); err != nil {
 		return nil, err
 	}
 	if _, err := kafkaclient.Seeds(c.source); err != nil {
@@ -264,7 +280,7 @@ func probeSource(ctx context.Context, cfg map[string]string) error {
 }
 
 func (c *mirrorsCmd) add(ctx context.Context) error {
-	if err := need("--mirror and --topic", c.name != "" && len(c.topics) > 0); err != nil {
+	if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}); err != nil {
 		return err
 	}
 	m := map[string]string{}
@@ -326,7 +342,7 @@ func printTruncations(w io.Writer, plan []mirror.Truncation) {
 }
 
 func (c *mirrorsCmd) remove(ctx context.Context) error {
-	if err := need("--mirror and --topic", c.name != "" && len(c.topics) > 0); err != nil {
+	if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}); err != nil {
 		return err
 	}
 	msg, err := c.a.RemoveTopicsFromMirror(ctx, c.name, c.topics)
@@ -338,7 +354,7 @@ func (c *mirrorsCmd) remove(ctx context.Context) error {
 }
 
 func (c *mirrorsCmd) pauseResume(ctx context.Context, pause bool) error {
-	if err := need("--mirror", c.name != ""); err != nil {
+	if err := need(flagReq{"--mirror", c.name != ""}); err != nil {
 		return err
 	}
 	var err error
@@ -355,7 +371,7 @@ func (c *mirrorsCmd) pauseResume(ctx context.Context, pause bool) error {
 }
 
 func (c *mirrorsCmd) deleteMirror(ctx context.Context) error {
-	if err := need("--mirror", c.name != ""); err != nil {
+	if err := need(flagReq{"--mirror", c.name != ""}); err != nil {
 		return err
 	}
 	if err := c.a.DeleteMirror(ctx, c.name); err != nil {
@@ -586,7 +602,7 @@ func printDescribed(w io.Writer, ms []describedMirror) {
 }
 
 func (c *mirrorsCmd) describeConfig(ctx context.Context) error {
-	if err := need("--mirror", c.name != ""); err != nil {
+	if err := need(flagReq{"--mirror", c.name != ""}); err != nil {
 		return err
 	}
 	cfgs, err := c.a.DescribeMirrorConfigs(ctx, c.name)
@@ -616,7 +632,7 @@ func (c *mirrorsCmd) describeConfig(ctx context.Context) error {
 }
 
 func (c *mirrorsCmd) alter(ctx context.Context) error {
-	if err := need("--mirror and --config or --delete-config", c.name != "" && len(c.configs)+len(c.deleteConfigs) > 0); err != nil {
+	if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--config or --delete-config", len(c.configs)+len(c.deleteConfigs) > 0}); err != nil {
 		return err
 	}
 	set, err := keyValues(c.configs)

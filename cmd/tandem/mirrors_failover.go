@@ -26,7 +26,7 @@ import (
 // with --force it stops them anyway, and the table says what that gave
 // up.
 func (c *mirrorsCmd) failover(ctx context.Context) error {
-	if err := need("--mirror", c.name != ""); err != nil {
+	if err := need(flagReq{"--mirror", c.name != ""}); err != nil {
 		return err
 	}
 	topics := c.topics
@@ -321,7 +321,7 @@ func divergedOf(d mirror.DivergedRange) divergedRange {
 
 // diverged is --diverged: the mirror's divergence manifest.
 func (c *mirrorsCmd) diverged(ctx context.Context) error {
-	if err := need("--mirror", c.name != ""); err != nil {
+	if err := need(flagReq{"--mirror", c.name != ""}); err != nil {
 		return err
 	}
 	ms, err := c.described(ctx)
