@@ -123,12 +123,12 @@ func (p *Plugin) awaitCaughtUp(ctx context.Context, mirror string, topics []stri
 			return nil
 		case len(broken) > 0:
 			return fmt.Errorf("mirror %s: the source cannot confirm that nothing would be lost: %s (--force fails over anyway): %w",
-				mirror, strings.Join(broken, "; "), ErrMirrorSourceUnavailable)
+				mirror, byReason(broken), ErrMirrorSourceUnavailable)
 		case time.Now().After(deadline) && mode == FailoverForce:
 			return nil
 		case time.Now().After(deadline):
 			return fmt.Errorf("mirror %s: still behind the source after %v: %s (--force fails over anyway): %w",
-				mirror, timeout, strings.Join(lagging, "; "), kerr.RequestTimedOut)
+				mirror, timeout, byReason(lagging), kerr.RequestTimedOut)
 		}
 		select {
 		case <-ctx.Done():
@@ -136,6 +136,41 @@ func (p *Plugin) awaitCaughtUp(ctx context.Context, mirror string, topics []stri
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// byReason joins "partition: reason" items, each reason once with the
+// partitions it holds for, in the order first seen: an unreachable
+// source is one reason for every partition, and the error that says so
+// is read by an operator. What the final error adds anyway (the mirror
+// error's own text) and when a reason began are left out.
+func byReason(items []string) string {
+	var reasons []string
+	parts := map[string][]string{}
+	for _, it := range items {
+		id, reason, ok := strings.Cut(it, ": ")
+		if !ok {
+			reasons, parts[it] = append(reasons, it), nil
+			continue
+		}
+		if i := strings.LastIndex(reason, " (since "); i > 0 && strings.HasSuffix(reason, ")") {
+			reason = reason[:i]
+		}
+		for _, e := range mirrorErrors {
+			reason = strings.TrimSuffix(reason, ": "+e.Error())
+		}
+		if _, seen := parts[reason]; !seen {
+			reasons = append(reasons, reason)
+		}
+		parts[reason] = append(parts[reason], id)
+	}
+	out := make([]string, len(reasons))
+	for i, r := range reasons {
+		if ids := parts[r]; len(ids) > 0 {
+			r = strings.Join(ids, ", ") + ": " + r
+		}
+		out[i] = r
+	}
+	return strings.Join(out, "; ")
 }
 
 // caughtUp lists the partitions of topics that are behind a source end
