@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tandem-kafka/tandem/testing/checker"
@@ -25,14 +24,7 @@ func TestClusterStopsTogether(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const topic = "together"
-	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
-	resp, err := adm.CreateTopic(ctx, 6, 3, map[string]*string{"min.insync.replicas": kadm.StringPtr("2")}, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	createTopic(t, ctx, c.Addrs(), topic, 6)
 	h, failed, stop := produceChecked(t, ctx, c.Addrs(), topic)
 	for deadline := time.Now().Add(time.Minute); h.Len() < 500; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
