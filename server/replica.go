@@ -43,9 +43,10 @@ type replication struct {
 	// that AwaitISRTruncated can tell a fetch that saw a truncation from
 	// one that did not.
 	seq atomic.Int64
-	// mirrorQuota is mirror.replication.throttled.rate, shared by the
-	// fetchers (replica_throttle.go).
-	mirrorQuota replicaQuota
+	// mirrorQuota is mirror.replication.throttled.rate and followerQuota
+	// follower.replication.throttled.rate, each shared by the fetchers
+	// (replica_throttle.go).
+	mirrorQuota, followerQuota replicaQuota
 }
 
 // ledPartition is a partition this broker leads with more than one
