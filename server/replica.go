@@ -47,6 +47,9 @@ type replication struct {
 	// follower.replication.throttled.rate, each shared by the fetchers
 	// (replica_throttle.go).
 	mirrorQuota, followerQuota replicaQuota
+	// leaderQuota is leader.replication.throttled.rate, shared by the
+	// fetches of the followers it throttles (fetch.go).
+	leaderQuota replicaQuota
 }
 
 // ledPartition is a partition this broker leads with more than one

@@ -26,6 +26,8 @@ const (
 	throttledRateKey     = "mirror.replication.throttled.rate"
 	followerReplicasKey  = "follower.replication.throttled.replicas"
 	followerRateKey      = "follower.replication.throttled.rate"
+	leaderReplicasKey    = "leader.replication.throttled.replicas"
+	leaderRateKey        = "leader.replication.throttled.rate"
 )
 
 // throttledSet is a parsed throttled replicas list.
@@ -111,15 +113,30 @@ type throttleRates struct{ mirror, follower int64 }
 // follower.replication.throttled.rate (whose default, Long.MAX_VALUE as in
 // Kafka, means unlimited).
 func (b *Broker) followerThrottleRates() throttleRates {
-	l := b.layersOf(b.image(), nil)
-	rate := func(key string) int64 {
-		n, err := strconv.ParseInt(l.str(key), 10, 64)
-		if err != nil || n <= 0 || n == math.MaxInt64 {
-			return 0
-		}
-		return n
+	return throttleRates{mirror: b.throttleRate(throttledRateKey), follower: b.throttleRate(followerRateKey)}
+}
+
+// leaderThrottleRate is leader.replication.throttled.rate, 0 when unlimited.
+func (b *Broker) leaderThrottleRate() int64 { return b.throttleRate(leaderRateKey) }
+
+func (b *Broker) throttleRate(key string) int64 {
+	n, err := strconv.ParseInt(b.layersOf(b.image(), nil).str(key), 10, 64)
+	if err != nil || n <= 0 || n == math.MaxInt64 {
+		return 0
 	}
-	return throttleRates{mirror: rate(throttledRateKey), follower: rate(followerRateKey)}
+	return n
+}
+
+// leaderThrottled reports whether this leader throttles its replies to
+// follower's fetches of partition p of t: leader.replication.throttled.replicas
+// names the follower for p and, as in Kafka, it is out of the ISR.
+func leaderThrottled(t *raftmeta.Topic, p, follower int32, part raftmeta.Partition) bool {
+	v, ok := t.Configs[leaderReplicasKey]
+	if !ok || slices.Contains(part.ISR, follower) {
+		return false
+	}
+	s, err := parseThrottledReplicas(v)
+	return err == nil && s.has(p, follower)
 }
 
 // followerThrottle returns the quota bounding this broker's replication of

@@ -23,6 +23,18 @@ import (
 // throttle is removed the move completes with every byte.
 func TestReassignFollowerThrottle(t *testing.T) {
 	tandemtest.Long(t)
+	testReassignThrottle(t, "follower")
+}
+
+// TestReassignLeaderThrottle: the same with the leader's throttle,
+// leader.replication.throttled.rate on the old replica and the new one
+// named as partition:broker in leader.replication.throttled.replicas.
+func TestReassignLeaderThrottle(t *testing.T) {
+	tandemtest.Long(t)
+	testReassignThrottle(t, "leader")
+}
+
+func testReassignThrottle(t *testing.T, side string) {
 	c := tandemtest.StartCluster(t, 3, nil)
 	ctx := ctxFor(t, 3*time.Minute)
 	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.ProducerBatchMaxBytes(100_000))
@@ -62,19 +74,24 @@ func TestReassignFollowerThrottle(t *testing.T) {
 	if res, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "follower.replication.throttled.replicas", Value: kmsg.StringPtr("0-1")}}, topic); err == nil && res[0].Err == nil {
 		t.Fatal("a malformed follower.replication.throttled.replicas was accepted")
 	}
-	set(adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Name: "follower.replication.throttled.rate", Value: kmsg.StringPtr(fmt.Sprint(rate))}}, to))
-	set(adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "follower.replication.throttled.replicas", Value: kmsg.StringPtr("*")}}, topic))
-	described, err := adm.DescribeBrokerConfigs(ctx, to)
+	rateKey, replicasKey := side+".replication.throttled.rate", side+".replication.throttled.replicas"
+	throttler, replicas := to, "*"
+	if side == "leader" {
+		throttler, replicas = from, fmt.Sprintf("0:%d", to)
+	}
+	set(adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Name: rateKey, Value: kmsg.StringPtr(fmt.Sprint(rate))}}, throttler))
+	set(adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: replicasKey, Value: kmsg.StringPtr(replicas)}}, topic))
+	described, err := adm.DescribeBrokerConfigs(ctx, throttler)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dc, err := described.On(fmt.Sprint(to), nil); err != nil || !slices.ContainsFunc(dc.Configs, func(c kadm.Config) bool {
-		return c.Key == "follower.replication.throttled.rate" && c.MaybeValue() == fmt.Sprint(rate)
+	if dc, err := described.On(fmt.Sprint(throttler), nil); err != nil || !slices.ContainsFunc(dc.Configs, func(c kadm.Config) bool {
+		return c.Key == rateKey && c.MaybeValue() == fmt.Sprint(rate)
 	}) {
-		t.Fatalf("broker %d does not describe follower.replication.throttled.rate as %d: %v", to, rate, err)
+		t.Fatalf("broker %d does not describe %s as %d: %v", throttler, rateKey, rate, err)
 	}
 	c.WaitFor("the throttle configs", func(img *raftmeta.Image) bool {
-		return img.Topics[topic].Configs["follower.replication.throttled.replicas"] == "*" && img.NodeConfigs[to]["follower.replication.throttled.rate"] != ""
+		return img.Topics[topic].Configs[replicasKey] == replicas && img.NodeConfigs[throttler][rateKey] != ""
 	})
 
 	var req kadm.AlterPartitionAssignmentsReq
@@ -93,12 +110,12 @@ func TestReassignFollowerThrottle(t *testing.T) {
 	// worth, or a batch (at most 100 kB here) beyond it, as fetches return
 	// at least one batch.
 	bound := int64(float64(rate)*window) + 2*rate + 100_000
-	t.Logf("throttled new replica: %d of %d bytes after %.1fs at %d B/s (bound %d)", got, want, window, rate, bound)
+	t.Logf("%s throttle: new replica: %d of %d bytes after %.1fs at %d B/s (bound %d)", side, got, want, window, rate, bound)
 	if got > bound || got >= want {
 		t.Fatalf("the throttled new replica holds %d bytes after %.1fs, more than %d at %d B/s", got, window, bound, rate)
 	}
 
-	set(adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Op: kadm.DeleteConfig, Name: "follower.replication.throttled.rate"}}, to))
+	set(adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Op: kadm.DeleteConfig, Name: rateKey}}, throttler))
 	c.WaitFor("the move done", func(img *raftmeta.Image) bool {
 		p := img.Topics[topic].Partitions[0]
 		return slices.Equal(p.Replicas, []int32{to}) && len(p.AddingReplicas) == 0
