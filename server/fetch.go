@@ -328,6 +328,7 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		fp.recs, fp.nbytes = recs, n
 		if throttled {
 			b.repl.leaderQuota.record(n, leaderRate, time.Now())
+			b.m.throttledLeader.Add(n)
 		}
 		for _, a := range res.AbortedTxns {
 			o.AbortedTransactions = append(o.AbortedTransactions, kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})

@@ -408,6 +408,7 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 			}
 			if th, ok := throttled[fp.key]; ok {
 				th.q.record(len(rp.RecordBatches), th.rate, time.Now())
+				th.bytes.Add(len(rp.RecordBatches))
 			}
 			wg.Add(1)
 			go func() {

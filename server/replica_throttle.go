@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
@@ -102,8 +104,9 @@ func (q *replicaQuota) record(n int, rate int64, now time.Time) {
 
 // throttle is the quota that bounds one partition's replication.
 type throttle struct {
-	q    *replicaQuota
-	rate int64
+	q     *replicaQuota
+	rate  int64
+	bytes *metrics.Counter // tandem_server_replication_throttled_bytes_total
 }
 
 // throttleRates are this broker's follower-side rates, 0 when unlimited.
@@ -159,10 +162,10 @@ func (b *Broker) followerThrottle(img *raftmeta.Image, fp *followed, r throttleR
 		return err == nil && s.has(fp.key.p, b.cfg.NodeID)
 	}
 	if r.mirror > 0 && img.MirrorOf(t.Name) != "" && named(throttledReplicasKey) {
-		return throttle{&b.repl.mirrorQuota, r.mirror}, true
+		return throttle{&b.repl.mirrorQuota, r.mirror, b.m.throttledMirror}, true
 	}
 	if r.follower > 0 && named(followerReplicasKey) && !inISR(t, fp.key.p, b.cfg.NodeID) {
-		return throttle{&b.repl.followerQuota, r.follower}, true
+		return throttle{&b.repl.followerQuota, r.follower, b.m.throttledFollower}, true
 	}
 	return throttle{}, false
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +114,12 @@ func testReassignThrottle(t *testing.T, side string) {
 	t.Logf("%s throttle: new replica: %d of %d bytes after %.1fs at %d B/s (bound %d)", side, got, want, window, rate, bound)
 	if got > bound || got >= want {
 		t.Fatalf("the throttled new replica holds %d bytes after %.1fs, more than %d at %d B/s", got, window, bound, rate)
+	}
+
+	var sb strings.Builder
+	c.Broker(throttler).Broker().WritePrometheus(&sb)
+	if family := fmt.Sprintf(`tandem_server_replication_throttled_bytes_total{side=%q} `, side); !strings.Contains(sb.String(), family) || strings.Contains(sb.String(), family+"0\n") {
+		t.Fatalf("broker %d counted no throttled bytes on the %s side", throttler, side)
 	}
 
 	set(adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Op: kadm.DeleteConfig, Name: rateKey}}, throttler))
