@@ -424,6 +424,7 @@ var brokerFamilies = []prom.Family{
 	{Name: "tandem_server_sent_bytes_total", Type: prom.Counter, Help: "Bytes of response frames written to client connections."},
 	{Name: "tandem_server_produce_bytes_total", Type: prom.Counter, Help: "Bytes of record batches appended by Produce requests."},
 	{Name: "tandem_server_fetch_bytes_total", Type: prom.Counter, Help: "Bytes of record batches returned by Fetch requests."},
+	{Name: "tandem_server_replication_throttled_bytes_total", Type: prom.Counter, Help: "Bytes of record batches replicated under a replication throttle, by side: leader, follower or mirror."},
 	{Name: "tandem_server_produce_errors_total", Type: prom.Counter, Help: "Partitions of Produce requests answered with an error."},
 	{Name: "tandem_server_fetch_errors_total", Type: prom.Counter, Help: "Partitions of Fetch requests answered with an error."},
 	{Name: "tandem_server_requests_total", Type: prom.Counter, Help: "Requests handled, by API (label api)."},
