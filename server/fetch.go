@@ -208,6 +208,10 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 // a diverging epoch); waits are channels that close when a read partition's
 // high watermark moves.
 func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolation, replica replicaFetch, version int16) (total int, done bool, waits []<-chan struct{}) {
+	var leaderRate int64 // leader.replication.throttled.rate, 0: unlimited
+	if replica.id >= 0 {
+		leaderRate = b.leaderThrottleRate()
+	}
 	for _, fp := range parts {
 		o := &fp.out
 		*o = kmsg.NewFetchResponseTopicPartition()
@@ -281,6 +285,15 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		if limit <= 0 {
 			continue // the response is full; report positions only
 		}
+		throttled := leaderRate > 0 && leaderThrottled(fp.topic, fp.key.partition, replica.id, part)
+		if throttled {
+			// Kafka's leader throttle: over the quota, a throttled
+			// follower out of the ISR gets positions only.
+			if b.repl.leaderQuota.wait(leaderRate, time.Now()) > 0 {
+				continue
+			}
+			limit = int(min(int64(limit), leaderRate)) // a second's worth
+		}
 		readIso := iso
 		if replica.id >= 0 {
 			readIso = engine.ReadLogEnd // a follower reads up to the log end
@@ -313,6 +326,10 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 			continue
 		}
 		fp.recs, fp.nbytes = recs, n
+		if throttled {
+			b.repl.leaderQuota.record(n, leaderRate, time.Now())
+			b.m.throttledLeader.Add(n)
+		}
 		for _, a := range res.AbortedTxns {
 			o.AbortedTransactions = append(o.AbortedTransactions, kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
 		}

@@ -43,9 +43,13 @@ type replication struct {
 	// that AwaitISRTruncated can tell a fetch that saw a truncation from
 	// one that did not.
 	seq atomic.Int64
-	// mirrorQuota is mirror.replication.throttled.rate, shared by the
-	// fetchers (replica_throttle.go).
-	mirrorQuota replicaQuota
+	// mirrorQuota is mirror.replication.throttled.rate and followerQuota
+	// follower.replication.throttled.rate, each shared by the fetchers
+	// (replica_throttle.go).
+	mirrorQuota, followerQuota replicaQuota
+	// leaderQuota is leader.replication.throttled.rate, shared by the
+	// fetches of the followers it throttles (fetch.go).
+	leaderQuota replicaQuota
 }
 
 // ledPartition is a partition this broker leads with more than one

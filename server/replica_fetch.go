@@ -328,19 +328,19 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 	fetching := map[partKey]*followed{}
 	bounds := map[partKey]int32{} // KAFKA-18723: the highest batch epoch each partition may take
 	img := b.image()
-	rate := b.mirrorThrottleRate()
-	throttled := map[partKey]bool{}
+	rates := b.followerThrottleRates()
+	throttled := map[partKey]throttle{}
 	var quotaWait time.Duration // > 0: a throttled partition was left out
 	for _, fp := range parts {
 		if !fp.truncated {
 			continue
 		}
-		if rate > 0 && b.mirrorThrottled(img, fp) {
-			if w := b.repl.mirrorQuota.wait(rate, time.Now()); w > 0 {
+		if th, ok := b.followerThrottle(img, fp, rates); ok {
+			if w := th.q.wait(th.rate, time.Now()); w > 0 {
 				quotaWait = max(quotaWait, w)
 				continue
 			}
-			throttled[fp.key] = true
+			throttled[fp.key] = th
 		}
 		i, ok := byID[fp.key.id]
 		if !ok {
@@ -356,8 +356,8 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 		rp.FetchOffset, rp.LogStartOffset = offs.LogEnd, offs.LogStart
 		rp.LastFetchedEpoch = fp.ep.LastFetchedEpoch()
 		rp.PartitionMaxBytes = cp.FetchMaxBytes
-		if throttled[fp.key] {
-			rp.PartitionMaxBytes = int32(min(int64(cp.FetchMaxBytes), rate)) // a second's worth
+		if th, ok := throttled[fp.key]; ok {
+			rp.PartitionMaxBytes = int32(min(int64(cp.FetchMaxBytes), th.rate)) // a second's worth
 		}
 		bounds[fp.key] = fp.leaderEpoch
 		if img.MirrorOf(fp.topic) != "" {
@@ -406,8 +406,9 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 			if fp == nil || !f.current(fp) {
 				continue
 			}
-			if throttled[fp.key] {
-				b.repl.mirrorQuota.record(len(rp.RecordBatches), rate, time.Now())
+			if th, ok := throttled[fp.key]; ok {
+				th.q.record(len(rp.RecordBatches), th.rate, time.Now())
+				th.bytes.Add(len(rp.RecordBatches))
 			}
 			wg.Add(1)
 			go func() {

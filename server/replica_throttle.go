@@ -2,10 +2,14 @@ package server
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
 )
@@ -22,6 +26,10 @@ import (
 const (
 	throttledReplicasKey = "mirror.replication.throttled.replicas"
 	throttledRateKey     = "mirror.replication.throttled.rate"
+	followerReplicasKey  = "follower.replication.throttled.replicas"
+	followerRateKey      = "follower.replication.throttled.rate"
+	leaderReplicasKey    = "leader.replication.throttled.replicas"
+	leaderRateKey        = "leader.replication.throttled.rate"
 )
 
 // throttledSet is a parsed throttled replicas list.
@@ -94,28 +102,78 @@ func (q *replicaQuota) record(n int, rate int64, now time.Time) {
 	q.tokens -= float64(n)
 }
 
-// mirrorThrottled reports whether this broker's replication of fp is
-// throttled: a partition of a mirror topic whose
-// mirror.replication.throttled.replicas names this broker for it.
-func (b *Broker) mirrorThrottled(img *raftmeta.Image, fp *followed) bool {
-	t := img.TopicsByID[fp.key.id]
-	if t == nil || img.MirrorOf(t.Name) == "" {
-		return false
-	}
-	v, ok := t.Configs[throttledReplicasKey]
-	if !ok {
-		return false
-	}
-	s, err := parseThrottledReplicas(v)
-	return err == nil && s.has(fp.key.p, b.cfg.NodeID)
+// throttle is the quota that bounds one partition's replication.
+type throttle struct {
+	q     *replicaQuota
+	rate  int64
+	bytes *metrics.Counter // tandem_server_replication_throttled_bytes_total
 }
 
-// mirrorThrottleRate is this broker's mirror.replication.throttled.rate,
-// 0 when unlimited.
-func (b *Broker) mirrorThrottleRate() int64 {
-	n, err := strconv.ParseInt(b.layersOf(b.image(), nil).str(throttledRateKey), 10, 64)
-	if err != nil || n < 0 {
+// throttleRates are this broker's follower-side rates, 0 when unlimited.
+type throttleRates struct{ mirror, follower int64 }
+
+// followerThrottleRates reads mirror.replication.throttled.rate and
+// follower.replication.throttled.rate (whose default, Long.MAX_VALUE as in
+// Kafka, means unlimited).
+func (b *Broker) followerThrottleRates() throttleRates {
+	return throttleRates{mirror: b.throttleRate(throttledRateKey), follower: b.throttleRate(followerRateKey)}
+}
+
+// leaderThrottleRate is leader.replication.throttled.rate, 0 when unlimited.
+func (b *Broker) leaderThrottleRate() int64 { return b.throttleRate(leaderRateKey) }
+
+func (b *Broker) throttleRate(key string) int64 {
+	n, err := strconv.ParseInt(b.layersOf(b.image(), nil).str(key), 10, 64)
+	if err != nil || n <= 0 || n == math.MaxInt64 {
 		return 0
 	}
 	return n
+}
+
+// leaderThrottled reports whether this leader throttles its replies to
+// follower's fetches of partition p of t: leader.replication.throttled.replicas
+// names the follower for p and, as in Kafka, it is out of the ISR.
+func leaderThrottled(t *raftmeta.Topic, p, follower int32, part raftmeta.Partition) bool {
+	v, ok := t.Configs[leaderReplicasKey]
+	if !ok || slices.Contains(part.ISR, follower) {
+		return false
+	}
+	s, err := parseThrottledReplicas(v)
+	return err == nil && s.has(p, follower)
+}
+
+// followerThrottle returns the quota bounding this broker's replication of
+// fp: the mirror one for a mirror partition that
+// mirror.replication.throttled.replicas names, else the follower one when
+// follower.replication.throttled.replicas names it. Kafka's follower
+// throttles only a replica that has not caught up; ours has not while it
+// is out of the ISR, which is what a reassignment's new replica is.
+func (b *Broker) followerThrottle(img *raftmeta.Image, fp *followed, r throttleRates) (throttle, bool) {
+	t := img.TopicsByID[fp.key.id]
+	if t == nil {
+		return throttle{}, false
+	}
+	named := func(key string) bool {
+		v, ok := t.Configs[key]
+		if !ok {
+			return false
+		}
+		s, err := parseThrottledReplicas(v)
+		return err == nil && s.has(fp.key.p, b.cfg.NodeID)
+	}
+	if r.mirror > 0 && img.MirrorOf(t.Name) != "" && named(throttledReplicasKey) {
+		return throttle{&b.repl.mirrorQuota, r.mirror, b.m.throttledMirror}, true
+	}
+	if r.follower > 0 && named(followerReplicasKey) && !inISR(t, fp.key.p, b.cfg.NodeID) {
+		return throttle{&b.repl.followerQuota, r.follower, b.m.throttledFollower}, true
+	}
+	return throttle{}, false
+}
+
+// inISR reports whether broker is in the ISR of partition p of t.
+func inISR(t *raftmeta.Topic, p, broker int32) bool {
+	if int(p) >= len(t.Partitions) {
+		return false
+	}
+	return slices.Contains(t.Partitions[p].ISR, broker)
 }

@@ -407,7 +407,10 @@ type brokerMetrics struct {
 	authFailures               *metrics.Counter // failed SASL authentications
 	authThrottled              *metrics.Counter // attempts refused unchecked by the throttle
 	authThrottleWait           *metrics.FloatCounter
-	requests                   sync.Map // api name -> *apiMetrics
+	// throttledBytes are the bytes replicated under each replication
+	// throttle (replica_throttle.go), by side.
+	throttledLeader, throttledFollower, throttledMirror *metrics.Counter
+	requests                                            sync.Map // api name -> *apiMetrics
 }
 
 type apiMetrics struct {
@@ -423,6 +426,7 @@ var brokerFamilies = []prom.Family{
 	{Name: "tandem_server_sent_bytes_total", Type: prom.Counter, Help: "Bytes of response frames written to client connections."},
 	{Name: "tandem_server_produce_bytes_total", Type: prom.Counter, Help: "Bytes of record batches appended by Produce requests."},
 	{Name: "tandem_server_fetch_bytes_total", Type: prom.Counter, Help: "Bytes of record batches returned by Fetch requests."},
+	{Name: "tandem_server_replication_throttled_bytes_total", Type: prom.Counter, Help: "Bytes of record batches replicated under a replication throttle, by side: leader, follower or mirror."},
 	{Name: "tandem_server_produce_errors_total", Type: prom.Counter, Help: "Partitions of Produce requests answered with an error."},
 	{Name: "tandem_server_fetch_errors_total", Type: prom.Counter, Help: "Partitions of Fetch requests answered with an error."},
 	{Name: "tandem_server_requests_total", Type: prom.Counter, Help: "Requests handled, by API (label api)."},
@@ -467,18 +471,21 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 	s.NewGauge("tandem_server_queued_request_bytes", func() float64 { return float64(b.reqBytes.inUse()) })
 	clusterMetrics(b, s)
 	return &brokerMetrics{
-		set:              s,
-		conns:            s.NewGauge("tandem_server_connections", nil),
-		bytesIn:          s.NewCounter("tandem_server_received_bytes_total"),
-		bytesOut:         s.NewCounter("tandem_server_sent_bytes_total"),
-		produceBytes:     s.NewCounter("tandem_server_produce_bytes_total"),
-		fetchBytes:       s.NewCounter("tandem_server_fetch_bytes_total"),
-		produceErrors:    s.NewCounter("tandem_server_produce_errors_total"),
-		fetchErrors:      s.NewCounter("tandem_server_fetch_errors_total"),
-		panics:           s.NewCounter("tandem_server_request_panics_total"),
-		authFailures:     s.NewCounter("tandem_server_failed_authentication_total"),
-		authThrottled:    s.NewCounter("tandem_server_authentication_throttled_total"),
-		authThrottleWait: s.NewFloatCounter("tandem_server_authentication_throttle_seconds_total"),
+		set:               s,
+		conns:             s.NewGauge("tandem_server_connections", nil),
+		bytesIn:           s.NewCounter("tandem_server_received_bytes_total"),
+		bytesOut:          s.NewCounter("tandem_server_sent_bytes_total"),
+		produceBytes:      s.NewCounter("tandem_server_produce_bytes_total"),
+		fetchBytes:        s.NewCounter("tandem_server_fetch_bytes_total"),
+		throttledLeader:   s.NewCounter(`tandem_server_replication_throttled_bytes_total{side="leader"}`),
+		throttledFollower: s.NewCounter(`tandem_server_replication_throttled_bytes_total{side="follower"}`),
+		throttledMirror:   s.NewCounter(`tandem_server_replication_throttled_bytes_total{side="mirror"}`),
+		produceErrors:     s.NewCounter("tandem_server_produce_errors_total"),
+		fetchErrors:       s.NewCounter("tandem_server_fetch_errors_total"),
+		panics:            s.NewCounter("tandem_server_request_panics_total"),
+		authFailures:      s.NewCounter("tandem_server_failed_authentication_total"),
+		authThrottled:     s.NewCounter("tandem_server_authentication_throttled_total"),
+		authThrottleWait:  s.NewFloatCounter("tandem_server_authentication_throttle_seconds_total"),
 	}
 }
 
