@@ -377,12 +377,18 @@ func (c *benchCluster) failover(ctx context.Context, p *payloads, seq int64) (ti
 	cl, err := kgo.NewClient(kgo.SeedBrokers(others...), kgo.DefaultProduceTopic("failover"),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.MetadataMinAge(10*time.Millisecond), kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond }),
-		kgo.DialTimeout(time.Second))
+		kgo.DialTimeout(time.Second),
+		// A broker that is a replica of the new topic may not have applied
+		// its creation yet (ISR 3 holds from the start): keep asking.
+		kgo.UnknownTopicRetries(-1))
 	if err != nil {
 		return 0, err
 	}
 	defer cl.Close()
-	if err := cl.ProduceSync(ctx, p.record(seq, time.Now())).FirstErr(); err != nil {
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	err = cl.ProduceSync(wctx, p.record(seq, time.Now())).FirstErr()
+	wcancel()
+	if err != nil {
 		return 0, fmt.Errorf("produce before the kill: %w", err)
 	}
 	c.kill(i)
