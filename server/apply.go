@@ -172,6 +172,15 @@ func (b *Broker) apply(old, cur *raftmeta.Image) {
 // hosts and reports leadership changes.
 func (b *Broker) applyTopic(old, t *raftmeta.Topic, img *raftmeta.Image) {
 	cfg := b.topicLogConfig(t)
+	var held []int32
+	for i, part := range t.Partitions {
+		if slices.Contains(part.Replicas, b.cfg.NodeID) {
+			held = append(held, int32(i))
+		}
+	}
+	if err := b.engine.CreateAll(t.Name, t.ID, held, cfg); err != nil {
+		b.log.Error("create partitions", "topic", t.Name, "partitions", len(held), "err", err)
+	}
 	for i, part := range t.Partitions {
 		p := int32(i)
 		if !slices.Contains(part.Replicas, b.cfg.NodeID) {
@@ -184,12 +193,10 @@ func (b *Broker) applyTopic(old, t *raftmeta.Topic, img *raftmeta.Image) {
 				}
 			}
 		} else {
-			ep, err := b.engine.Create(t.Name, t.ID, p, cfg)
-			if err != nil {
-				b.log.Error("create partition", "topic", t.Name, "partition", p, "err", err)
-				continue
+			ep := b.engine.Partition(t.ID, p)
+			if ep == nil {
+				continue // CreateAll failed, logged above
 			}
-			ep.SetConfig(cfg)
 			if part.Leader == b.cfg.NodeID && ep.Offsets().LeaderEpoch < part.LeaderEpoch {
 				if err := ep.SetLeaderEpoch(part.LeaderEpoch); err != nil {
 					b.log.Error("set leader epoch", "topic", t.Name, "partition", p, "epoch", part.LeaderEpoch, "err", err)
