@@ -222,7 +222,9 @@ func (b *Broker) applyTopic(old, t *raftmeta.Topic, img *raftmeta.Image) {
 func (b *Broker) leaderChange(t *raftmeta.Topic, p int32, leader bool, epoch int32) {
 	ch := plugin.LeaderChange{Topic: t.Name, TopicID: t.ID, Partition: p, Leader: leader, LeaderEpoch: epoch}
 	for _, o := range b.leaderObs {
-		o.OnLeaderChange(ch)
+		if !b.plugins.failedOf(o) {
+			b.contain(b.plugins.name(o), "OnLeaderChange", func() { o.OnLeaderChange(ch) })
+		}
 	}
 }
 
@@ -232,6 +234,7 @@ func (b *Broker) leaderChange(t *raftmeta.Topic, p int32, leader bool, epoch int
 // delta from the oldest undelivered image to the newest.
 type metaQueue struct {
 	obs    plugin.MetadataObserver
+	b      *Broker
 	log    *slog.Logger
 	mu     sync.Mutex
 	items  []metaItem
@@ -242,8 +245,8 @@ type metaItem struct{ old, cur *raftmeta.Image }
 
 const metaQueueCap = 64
 
-func newMetaQueue(o plugin.MetadataObserver, log *slog.Logger) *metaQueue {
-	return &metaQueue{obs: o, log: log, notify: make(chan struct{}, 1)}
+func newMetaQueue(o plugin.MetadataObserver, b *Broker) *metaQueue {
+	return &metaQueue{obs: o, b: b, log: b.log, notify: make(chan struct{}, 1)}
 }
 
 func (q *metaQueue) push(old, cur *raftmeta.Image) {
@@ -277,7 +280,12 @@ func (q *metaQueue) run(ctx context.Context) {
 			it := q.items[0]
 			q.items = q.items[1:]
 			q.mu.Unlock()
-			q.obs.OnMetadataUpdate(raftmeta.Diff(it.old, it.cur), it.cur)
+			if q.b.plugins.failedOf(q.obs) {
+				continue
+			}
+			q.b.contain(q.b.plugins.name(q.obs), "OnMetadataUpdate", func() {
+				q.obs.OnMetadataUpdate(raftmeta.Diff(it.old, it.cur), it.cur)
+			})
 		}
 	}
 }

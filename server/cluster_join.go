@@ -136,7 +136,9 @@ func (b *Broker) Health() []string {
 	}
 	out := append(b.meta.Health(), b.peerHealth()...)
 	for _, h := range plugin.All[plugin.HealthReporter](b.cfg.Plugins) {
-		out = append(out, h.Health()...)
+		if !b.plugins.failedOf(h) { // a failed plugin may never answer
+			out = append(out, h.Health()...)
+		}
 	}
 	if b.session != nil {
 		if br, ok := b.image().Brokers[b.cfg.NodeID]; ok && br.Fenced {

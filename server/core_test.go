@@ -511,7 +511,7 @@ func TestHooks(t *testing.T) {
 	}
 	defer b.Close()
 	h.mu.Lock()
-	if h.started != b {
+	if ph, ok := h.started.(pluginHost); !ok || ph.Broker != b || ph.name != "server" {
 		t.Errorf("Lifecycle.Start got host %v", h.started)
 	}
 	h.mu.Unlock()
@@ -881,7 +881,7 @@ func (o *blockingObserver) OnMetadataUpdate(d raftmeta.Delta, img *raftmeta.Imag
 
 func TestMetaQueueCoalesces(t *testing.T) {
 	o := &blockingObserver{release: make(chan struct{}), got: make(chan raftmeta.Delta, 200), images: make(chan *raftmeta.Image, 200)}
-	q := newMetaQueue(o, testLogger())
+	q := newMetaQueue(o, &Broker{log: testLogger(), plugins: &pluginState{names: map[any]string{}, failed: map[string]pluginFailure{}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})

@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -59,8 +62,19 @@ func (t *apiTable) newRequest(key int16) kmsg.Request {
 // handlePlugin dispatches a request for a plugin's API key. It cannot
 // meet a plugin that is not running: listeners accept once every plugin
 // has started, and Close stops plugins after the last request returned.
-func (b *Broker) handlePlugin(ctx context.Context, rc *RequestContext, req kmsg.Request) (kmsg.Response, error) {
+func (b *Broker) handlePlugin(ctx context.Context, rc *RequestContext, req kmsg.Request) (resp kmsg.Response, err error) {
 	if h := b.apis.plugins[req.Key()]; h != nil {
+		name := b.plugins.name(h)
+		if f, failed := b.plugins.failure(name); failed {
+			return errorResponse(req, kerr.UnknownServerError, fmt.Sprintf("plugin %s of this broker failed %s ago (%s): restart the broker",
+				name, time.Since(f.at).Round(time.Second), f.reason)), nil
+		}
+		defer func() {
+			if v := recover(); v != nil {
+				b.pluginPanicked(name, apiName(req.Key()), v, false)
+				resp, err = errorResponse(req, kerr.UnknownServerError, fmt.Sprintf("plugin %s failed serving this request: %v", name, v)), nil
+			}
+		}()
 		return h.HandleRequest(ctx, rc, req)
 	}
 	// newRequest only admits the keys served, so this is a bug, not input.

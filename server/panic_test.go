@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -48,14 +49,15 @@ func (panicPlugin) HandleRequest(_ context.Context, _ *RequestContext, req kmsg.
 	return r.ResponseKind(), nil
 }
 
-// TestHandlerPanic: a panic while decoding, handling or encoding one
-// request closes that request's connection, is counted, and leaves the
-// broker serving other connections and later requests.
+// TestHandlerPanic: a panic while decoding or encoding one request closes
+// that request's connection, one in a plugin's handler answers it with
+// UNKNOWN_SERVER_ERROR; either is counted and leaves the broker serving
+// other connections and later requests.
 func TestHandlerPanic(t *testing.T) {
 	// The stacks the broker logs would only clutter the test's output.
 	b := startBrokerWith(t, Config{Plugins: []any{panicPlugin{}}, Logger: slog.New(slog.DiscardHandler)})
 	createTopic(t, b, "after", 1, nil)
-	for version := range int16(3) {
+	for _, version := range []int16{0, 2} {
 		c, err := net.DialTimeout("tcp", b.Addr(), 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -72,7 +74,11 @@ func TestHandlerPanic(t *testing.T) {
 		c.Close()
 	}
 	hb := kmsg.NewPtrHeartbeatRequest()
-	hb.Version, hb.Group, hb.MemberID = 3, "g", "m"
+	hb.Version, hb.Group, hb.MemberID = 1, "g", "m"
+	if resp := rawRequest(t, b.Addr(), hb).(*kmsg.HeartbeatResponse); resp.ErrorCode != kerr.UnknownServerError.Code {
+		t.Fatalf("heartbeat v1, whose handler panics: code %d", resp.ErrorCode)
+	}
+	hb.Version = 3
 	if resp := rawRequest(t, b.Addr(), hb).(*kmsg.HeartbeatResponse); resp.ErrorCode != 0 {
 		t.Fatalf("heartbeat v3 after the panics: code %d", resp.ErrorCode)
 	}
@@ -80,7 +86,8 @@ func TestHandlerPanic(t *testing.T) {
 	sameValues(t, "after the panics", consumeAll(t, b, "after", 1), []string{"still serving"})
 	var sb strings.Builder
 	b.WritePrometheus(&sb)
-	if !strings.Contains(sb.String(), "tandem_server_request_panics_total 3\n") {
+	if !strings.Contains(sb.String(), "tandem_server_request_panics_total 2\n") ||
+		!strings.Contains(sb.String(), `tandem_server_plugin_panics_total{plugin="server"} 1`+"\n") {
 		t.Fatalf("panic metric:\n%s", sb.String())
 	}
 }

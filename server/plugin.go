@@ -9,10 +9,11 @@ import (
 // The plugin API (every hook, Host, the request context, the error
 // codes, the contracts between plugins) is package plugin. The broker
 // finds a plugin's hooks in Config.Plugins by type assertion (see New)
-// and is the plugins' Host.
+// and is the plugins' Host (pluginHost: the broker, knowing which plugin
+// it serves).
 
 var (
-	_ plugin.Host               = (*Broker)(nil)
+	_ plugin.Host               = pluginHost{}
 	_ plugin.ReplicaConvergence = (*Broker)(nil)
 )
 

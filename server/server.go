@@ -70,6 +70,7 @@ type Broker struct {
 	leaderObs  []plugin.LeaderObserver
 	metaObs    []*metaQueue
 	lifecycles []plugin.Lifecycle
+	plugins    *pluginState       // names, and which failed (contain.go)
 	started    []plugin.Lifecycle // lifecycles whose Start succeeded, stopped in Close
 
 	dirLock   *os.File          // held from Start to Close
@@ -171,10 +172,11 @@ func New(cfg Config) (*Broker, error) {
 	b.applied.init()
 	b.repl = newReplication(b)
 	b.m = newBrokerMetrics(b)
+	b.plugins = newPluginState(b)
 	registerHealthMetrics(b)
 	b.leaderObs = plugin.All[plugin.LeaderObserver](cfg.Plugins)
 	for _, o := range plugin.All[plugin.MetadataObserver](cfg.Plugins) {
-		b.metaObs = append(b.metaObs, newMetaQueue(o, b.log))
+		b.metaObs = append(b.metaObs, newMetaQueue(o, b))
 	}
 	b.lifecycles = plugin.All[plugin.Lifecycle](cfg.Plugins)
 	switch authz := plugin.All[plugin.Authorizer](cfg.Plugins); len(authz) {
@@ -265,7 +267,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	// Plugins start before anything calls them: before leadership is
 	// reported and before a request can reach them.
 	for _, l := range b.lifecycles {
-		if err := l.Start(ctx, b); err != nil {
+		if err := l.Start(ctx, pluginHost{b, b.plugins.name(l)}); err != nil {
 			return fmt.Errorf("server: start plugin %T: %w", l, err)
 		}
 		b.started = append(b.started, l)
@@ -349,7 +351,7 @@ func (b *Broker) Close() error {
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := len(b.started) - 1; i >= 0; i-- {
-		if err := b.started[i].Stop(stopCtx); err != nil {
+		if err := b.stopPlugin(stopCtx, b.started[i]); err != nil {
 			errs = append(errs, fmt.Errorf("stop plugin %T: %w", b.started[i], err))
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -241,6 +242,13 @@ func httpHandler(b *server.Broker, started *atomic.Bool, con http.Handler) http.
 			// Not a reason to restart it: reads go on, and writes resume
 			// once space is freed (DeleteRecords, DeleteTopics, disk).
 			http.Error(w, "disk full: writes refused, reads served", http.StatusServiceUnavailable)
+			return
+		}
+		if failed := b.PluginFailures(); len(failed) > 0 {
+			// The broker serves on without the failed plugin, but
+			// a restart is what brings it back.
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, strings.Join(failed, "\n"))
 			return
 		}
 		// A cluster member stays serving while peers are unreachable or

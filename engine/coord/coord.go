@@ -99,6 +99,7 @@ type Runtime struct {
 	mu      sync.Mutex
 	eng     *engine.Engine // nil until Start
 	repl    Replicas       // nil: writes are acknowledged once in the local log
+	contain func(func())   // runs the work of loaders and timers (Start)
 	stopped bool
 	shards  map[int32]*Shard
 	wg      sync.WaitGroup // loaders and unloaders
@@ -137,11 +138,16 @@ func PartitionFor(key string, partitions int32) int32 {
 
 // Start begins serving on eng: from now on SetLeader loads shards. The
 // broker reports leadership only once its plugins have started. Writes
-// wait for repl (nil: only for the local log).
-func (r *Runtime) Start(eng *engine.Engine, repl Replicas) {
+// wait for repl (nil: only for the local log). Loaders, unloaders and
+// timer callbacks run inside contain (plugin.Host.Contain: a panic fails
+// the plugin, not the process); nil runs them as they are.
+func (r *Runtime) Start(eng *engine.Engine, repl Replicas, contain func(func())) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.eng, r.repl = eng, repl
+	if contain == nil {
+		contain = func(f func()) { f() }
+	}
+	r.eng, r.repl, r.contain = eng, repl, contain
 }
 
 // Stop unloads every shard and returns once every goroutine of the runtime
@@ -183,7 +189,7 @@ func (r *Runtime) SetLeader(id engine.TopicID, partition int32, leader bool, epo
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			old.unload()
+			r.contain(old.unload)
 		}()
 	}
 	if !leader {
@@ -194,7 +200,7 @@ func (r *Runtime) SetLeader(id engine.TopicID, partition int32, leader bool, epo
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		sh.load()
+		r.contain(sh.load)
 	}()
 }
 
@@ -325,11 +331,13 @@ func (sh *Shard) AfterFunc(d time.Duration, fn func()) (stop func() bool) {
 		sh.tmu.Lock()
 		delete(sh.timers, t)
 		sh.tmu.Unlock()
-		sh.mu.Lock()
-		defer sh.mu.Unlock()
-		if sh.state == serving && !sh.dropped.Load() {
-			fn()
-		}
+		sh.r.contain(func() {
+			sh.mu.Lock()
+			defer sh.mu.Unlock()
+			if sh.state == serving && !sh.dropped.Load() {
+				fn()
+			}
+		})
 	})
 	sh.timers[t] = struct{}{}
 	return func() bool {

@@ -64,7 +64,7 @@ func newFixture(t *testing.T, cfg engine.LogConfig) *fixture {
 		f.machines = append(f.machines, m)
 		return m
 	}})
-	f.rt.Start(eng, nil)
+	f.rt.Start(eng, nil, nil)
 	t.Cleanup(f.rt.Stop)
 	return f
 }
@@ -240,7 +240,7 @@ func TestNotRunning(t *testing.T) {
 	if rt.Shard(3) != nil {
 		t.Fatal("a shard loads before Start")
 	}
-	rt.Start(eng, nil)
+	rt.Start(eng, nil, nil)
 	if err := rt.Do(context.Background(), 3, noop); !errors.Is(err, kerr.NotCoordinator) {
 		t.Fatalf("started, not leader: %v", err)
 	}
@@ -289,7 +289,7 @@ func TestStopWaitsForUnload(t *testing.T) {
 	eng := openWith(t, "__t", id, 0)
 	sm := &blockingUnload{kv: kv{m: map[string]string{}}, entered: make(chan struct{}), release: make(chan struct{})}
 	rt := New(Config{Topic: "__t", Partitions: 1, New: func(int32) StateMachine { return sm }})
-	rt.Start(eng, nil)
+	rt.Start(eng, nil, nil)
 	rt.SetLeader(id, 0, true, 0)
 	if err := rt.Do(context.Background(), 0, func(*Shard) error { return nil }); err != nil {
 		t.Fatal(err)

@@ -298,33 +298,35 @@ func (p *Plugin) remoteView(ctx context.Context, mirror string) remoteMirror {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := p.send(ctx, node, &DescribeMirrorsRequest{MirrorNames: []string{mirror}, Local: true})
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			for _, dm := range resp.(*DescribeMirrorsResponse).Mirrors {
-				if dm.ErrorCode != 0 && dm.State == "" {
-					continue // not described there (not in its image yet)
+			p.Contain(func() {
+				resp, err := p.send(ctx, node, &DescribeMirrorsRequest{MirrorNames: []string{mirror}, Local: true})
+				if err != nil {
+					return
 				}
-				if dm.ErrorCode != 0 && out.errCode == 0 {
-					// Described, and its run fails: its partitions
-					// are described too, with their reasons.
-					out.errCode = dm.ErrorCode
-					if dm.ErrorMessage != nil {
-						out.errMsg = *dm.ErrorMessage
+				mu.Lock()
+				defer mu.Unlock()
+				for _, dm := range resp.(*DescribeMirrorsResponse).Mirrors {
+					if dm.ErrorCode != 0 && dm.State == "" {
+						continue // not described there (not in its image yet)
 					}
-				}
-				out.diverged = append(out.diverged, dm.Diverged...)
-				for _, dt := range dm.Topics {
-					for _, pd := range dt.Partitions {
-						if k := (tpKey{dt.TopicName, pd.PartitionIndex}); slices.Contains(keys, k) {
-							out.details[k] = pd
+					if dm.ErrorCode != 0 && out.errCode == 0 {
+						// Described, and its run fails: its partitions
+						// are described too, with their reasons.
+						out.errCode = dm.ErrorCode
+						if dm.ErrorMessage != nil {
+							out.errMsg = *dm.ErrorMessage
+						}
+					}
+					out.diverged = append(out.diverged, dm.Diverged...)
+					for _, dt := range dm.Topics {
+						for _, pd := range dt.Partitions {
+							if k := (tpKey{dt.TopicName, pd.PartitionIndex}); slices.Contains(keys, k) {
+								out.details[k] = pd
+							}
 						}
 					}
 				}
-			}
+			})
 		}()
 	}
 	wg.Wait()

@@ -62,7 +62,7 @@ func (mm *metaManager) sync(img *raftmeta.Image) {
 		if mm.syncs[name] == nil && mm.coordinates(img, host, name) {
 			s := newMetaSync(mm, ctx, name)
 			mm.syncs[name] = s
-			go s.loop()
+			go mm.p.Contain(s.loop)
 		}
 	}
 	mm.mu.Unlock()

@@ -103,8 +103,8 @@ func newRun(p *Plugin, m *raftmeta.Mirror) *run {
 func (r *run) start() {
 	r.p.metrics.trackRun(r)
 	r.wg.Add(2)
-	go func() { defer r.wg.Done(); r.controlLoop() }()
-	go func() { defer r.wg.Done(); r.sourceLoop() }()
+	go func() { defer r.wg.Done(); r.p.Contain(r.controlLoop) }()
+	go func() { defer r.wg.Done(); r.p.Contain(r.sourceLoop) }()
 }
 
 func (r *run) stop() {

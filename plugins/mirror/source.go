@@ -449,7 +449,7 @@ func (r *run) syncFetchers(parts []*part) {
 		if r.fetchers[k] == nil {
 			f := newFetcher(r, k)
 			r.fetchers[k] = f
-			go f.loop()
+			go r.p.Contain(f.loop)
 		}
 	}
 	r.mu.Unlock()

@@ -111,7 +111,7 @@ func (p *Plugin) releaseLater(group, member string, parts []tpKey) {
 		defer p.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		p.release(ctx, group, member, parts)
+		p.Contain(func() { p.release(ctx, group, member, parts) })
 	}()
 }
 

@@ -530,7 +530,7 @@ func (sp *sharePartition) arm() {
 	lt := &lockTimer{}
 	lt.t = time.AfterFunc(time.Until(next), func() {
 		defer sp.p.wg.Done()
-		sp.expire(lt)
+		sp.p.Contain(func() { sp.expire(lt) })
 	})
 	sp.timer = lt
 }

@@ -205,7 +205,7 @@ func (p *Plugin) completeLater(e ending, delay time.Duration) {
 				return
 			}
 		}
-		p.complete(p.ctx, e)
+		p.Contain(func() { p.complete(p.ctx, e) })
 	}()
 }
 
@@ -315,18 +315,22 @@ func (p *Plugin) writeMarkers(ctx context.Context, e ending) ([]plugin.TopicPart
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := p.writeLocalMarker(ctx, tp, m); err != nil {
-				fail(tp, err)
-			}
+			p.Contain(func() {
+				if err := p.writeLocalMarker(ctx, tp, m); err != nil {
+					fail(tp, err)
+				}
+			})
 		}()
 	}
 	for node, parts := range remote {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for tp, err := range p.sendMarkers(ctx, node, parts, e) {
-				fail(tp, err)
-			}
+			p.Contain(func() {
+				for tp, err := range p.sendMarkers(ctx, node, parts, e) {
+					fail(tp, err)
+				}
+			})
 		}()
 	}
 	wg.Wait()

@@ -74,7 +74,7 @@ func (c *Coordinator) Start(_ context.Context, host Host) error {
 		return c.err
 	}
 	c.host.Store(&host)
-	c.rt.Start(host.Engine(), host)
+	c.rt.Start(host.Engine(), host, host.Contain)
 	return nil
 }
 
@@ -149,6 +149,16 @@ func (c *Coordinator) Host() Host {
 		return *h
 	}
 	return nil
+}
+
+// Contain runs f with the host's Contain (a panic fails the plugin, not
+// the process); before Start it runs f as it is.
+func (c *Coordinator) Contain(f func()) {
+	if h := c.Host(); h != nil {
+		h.Contain(f)
+		return
+	}
+	f()
 }
 
 // Image is the latest metadata image, nil before Start.

@@ -57,6 +57,13 @@ type Host interface {
 	// the ISR shrank below min.insync.replicas, REQUEST_TIMED_OUT after
 	// timeout (0: 30 s), or ctx's error.
 	AwaitReplicated(ctx context.Context, id engine.TopicID, p int32, leaderEpoch int32, last int64, timeout time.Duration) error
+	// Contain runs f, work of the plugin outside any request (the body
+	// of a goroutine it starts, a timer's callback), so that a panic in
+	// f fails the plugin instead of ending the process: the broker stops
+	// calling the plugin, its requests answer UNKNOWN_SERVER_ERROR with
+	// the reason, and the broker reports unhealthy until restarted. A
+	// plugin starts its goroutines as go host.Contain(loop).
+	Contain(f func())
 	// Plugins are the broker's plugins (server.Config.Plugins), to find
 	// another plugin's capability with Find or All.
 	Plugins() []any
