@@ -330,6 +330,18 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.closed = true
+	// Whoever waits on a partition (a long-polling fetch, an acks=all
+	// produce, a follower's fetch) wakes now and finds it closed, rather
+	// than waiting for an advance that will not come.
+	e.mu.RLock()
+	for _, p := range e.parts {
+		p.mu.Lock()
+		p.shut = true
+		p.notifyLocked()
+		p.notifyEndLocked()
+		p.mu.Unlock()
+	}
+	e.mu.RUnlock()
 	// A last sync round: a clean shutdown leaves nothing to replay.
 	close(e.syncStop)
 	<-e.syncerDone

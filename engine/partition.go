@@ -54,6 +54,7 @@ type Partition struct {
 	// everything below. It is not held while waiting for fsync.
 	mu          sync.Mutex
 	deleted     bool
+	shut        bool // the engine closed: waits end at once
 	logStart    int64
 	leo         int64 // log end offset: next offset to assign
 	hwm         int64
@@ -149,12 +150,19 @@ func (p *Partition) notifyLocked() {
 }
 
 // Wait returns a channel closed the next time the high watermark
-// advances (or the partition is truncated or deleted).
+// advances (or the partition is truncated or deleted), or at once when
+// the engine has closed.
 func (p *Partition) Wait() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.shut {
+		return closedCh
+	}
 	return p.waitCh
 }
+
+// closedCh is what waits get once the engine has closed.
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Offsets returns the partition's current positions.
 func (p *Partition) Offsets() Offsets {

@@ -65,6 +65,9 @@ func (p *Partition) notifyEndLocked() {
 func (p *Partition) WaitEnd() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.shut {
+		return closedCh
+	}
 	if p.repl.endCh == nil {
 		p.repl.endCh = make(chan struct{})
 	}
