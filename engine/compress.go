@@ -3,6 +3,7 @@ package engine
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -322,4 +323,80 @@ func compress(codec int8, records []byte) ([]byte, error) {
 		return nil, fmt.Errorf("unknown compression codec %d", codec)
 	}
 	return buf.Bytes(), nil
+}
+
+// streamOverhead is what a streaming decoder holds besides its window: the
+// 32 KiB bufio.Reader that validation reads through, and its own tables.
+const streamOverhead = 64 << 10
+
+// DecodeMemory is the most that validating records (a Produce's record
+// batches, as AppendRequest.Records) allocates at once to decompress
+// them, read from the batches' headers alone: a raw snappy block is
+// decoded whole (its declared length), xerial snappy chunk by chunk into
+// one buffer (the sum), zstd keeps its window (at most 8 MiB), lz4 two
+// blocks of the frame's block size, gzip its 32 KiB window. Batches are
+// validated one after the other, so it is the largest batch's need. The
+// broker counts it against queued.max.request.bytes before appending.
+func DecodeMemory(records []byte) int64 {
+	var most int64
+	for len(records) >= batchHeaderLen {
+		n := int64(int32(binary.BigEndian.Uint32(records[offBatchLength:]))) + 12
+		if n < batchHeaderLen || n > int64(len(records)) {
+			break // splitBatches refuses it before anything is decoded
+		}
+		b := batch(records[:n])
+		most = max(most, decodeMemory(b.codec(), b.records()))
+		records = records[n:]
+	}
+	return most
+}
+
+func decodeMemory(codec int8, in []byte) int64 {
+	switch codec {
+	case codecSnappy:
+		var total int64
+		block := func(b []byte) {
+			if n, err := snappy.DecodedLen(b); err == nil {
+				total += int64(n)
+			}
+		}
+		if !bytes.HasPrefix(in, xerialHeader) {
+			block(in)
+		} else if len(in) >= 16 {
+			for in = in[16:]; len(in) >= 4; {
+				n := int(binary.BigEndian.Uint32(in))
+				if n > len(in)-4 {
+					break
+				}
+				block(in[4 : 4+n])
+				in = in[4+n:]
+			}
+		}
+		return min(total, maxDecompressedBatch)
+	case codecZstd:
+		window := int64(8 << 20)
+		var h zstd.Header
+		if err := h.Decode(in); err == nil {
+			if h.WindowSize > 0 {
+				window = min(window, int64(h.WindowSize))
+			}
+			if h.HasFCS {
+				window = min(window, int64(h.FrameContentSize))
+			}
+		}
+		return window + streamOverhead
+	case codecLZ4:
+		// Frame: magic (4 bytes), FLG, BD; BD's bits 4-6 give the block
+		// maximum size, 64 KiB (4) to 4 MiB (7).
+		size := int64(4 << 20)
+		if len(in) >= 6 && binary.LittleEndian.Uint32(in) == 0x184D2204 {
+			if id := (in[5] >> 4) & 7; id >= 4 {
+				size = 1 << (8 + 2*int64(id))
+			}
+		}
+		return 2*size + streamOverhead
+	case codecGzip:
+		return 32<<10 + streamOverhead
+	}
+	return 0
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -57,5 +58,41 @@ func TestCompressedBatchBound(t *testing.T) {
 	// The stored size still counts: 2 MiB uncompressed is too large.
 	if err := appendErr(p, mkBatch(t, batchOpts{}, rec{key: []byte("k"), val: make([]byte, 2<<20)})); kcode(err) != kerr.MessageTooLarge.Code {
 		t.Fatalf("a 2 MiB uncompressed batch: %v", err)
+	}
+}
+
+// TestDecodeMemory: what validating a batch may allocate to decompress
+// it, read from its header, for every codec.
+func TestDecodeMemory(t *testing.T) {
+	payload := encodeRecords([]rec{kv("k", strings.Repeat("x", 3<<20))})
+	n := int64(len(payload))
+	for _, c := range []struct {
+		name string
+		o    batchOpts
+		want func(int64) bool
+	}{
+		{"none", batchOpts{}, func(m int64) bool { return m == 0 }},
+		{"raw snappy", batchOpts{codec: codecSnappy, rawSnap: true}, func(m int64) bool { return m == n }},
+		{"xerial snappy", batchOpts{codec: codecSnappy}, func(m int64) bool { return m == n }},
+		{"zstd", batchOpts{codec: codecZstd}, func(m int64) bool { return m > 0 && m <= 8<<20+streamOverhead }},
+		{"lz4", batchOpts{codec: codecLZ4}, func(m int64) bool { return m >= 2*64<<10 && m <= 2*4<<20+streamOverhead }},
+		{"gzip", batchOpts{codec: codecGzip}, func(m int64) bool { return m == 32<<10+streamOverhead }},
+	} {
+		c.o.payload = payload
+		b := mkBatch(t, c.o, kv("k", "unused"))
+		if m := DecodeMemory(b); !c.want(m) {
+			t.Errorf("%s: DecodeMemory %d (records %d bytes)", c.name, m, n)
+		}
+	}
+	// Several batches are validated one after the other: the largest.
+	small := mkBatch(t, batchOpts{codec: codecSnappy, rawSnap: true}, kv("k", "v"))
+	big := mkBatch(t, batchOpts{codec: codecSnappy, rawSnap: true, payload: payload}, kv("k", "unused"))
+	if m := DecodeMemory(append(append([]byte(nil), small...), big...)); m != n {
+		t.Errorf("two batches: %d, want %d", m, n)
+	}
+	// A bomb declares more than the engine decodes: capped.
+	bomb := encodeRecords([]rec{kv("k", strings.Repeat("x", 80<<20))})
+	if m := DecodeMemory(mkBatch(t, batchOpts{codec: codecSnappy, rawSnap: true, payload: bomb}, kv("k", "unused"))); m != maxDecompressedBatch {
+		t.Errorf("bomb: %d, want the cap %d", m, maxDecompressedBatch)
 	}
 }

@@ -41,9 +41,12 @@ const firstChunk = 256 << 10
 type requestBytes struct {
 	limit int64 // <= 0: unbounded
 
-	mu      sync.Mutex
-	used    int64
-	changed chan struct{} // closed and replaced whenever used drops
+	mu   sync.Mutex
+	used int64
+	// inflating is the part of used that decompression holds (see
+	// acquireInflate), and inflatePeak the most it reached.
+	inflating, inflatePeak int64
+	changed                chan struct{} // closed and replaced whenever used drops
 	// peak is the most used since memory was last handed back to the
 	// operating system; giveBack does that once requests stopped.
 	peak     int64
@@ -78,6 +81,49 @@ func (q *requestBytes) acquire(ctx context.Context, n int64) (int64, error) {
 			return 0, ctx.Err()
 		}
 	}
+}
+
+// acquireInflate reserves n bytes for decompressing a request's records
+// (engine.DecodeMemory). They count in used, so that no new request is
+// read while decompression takes the budget; but the wait here is only
+// for other decompressions, which never wait while holding theirs. A
+// request waiting for its frame's reservation holds nothing and one
+// waiting here holds only its frame: waiting for frames too would let
+// every holder wait for each other. At most the whole budget is taken;
+// release with releaseInflate.
+func (q *requestBytes) acquireInflate(ctx context.Context, n int64) (int64, error) {
+	if q.limit <= 0 || n <= 0 {
+		return 0, nil
+	}
+	n = min(n, q.limit)
+	for {
+		q.mu.Lock()
+		if q.inflating+n <= q.limit {
+			q.inflating += n
+			q.inflatePeak = max(q.inflatePeak, q.inflating)
+			q.used += n
+			q.peak = max(q.peak, q.used)
+			q.mu.Unlock()
+			return n, nil
+		}
+		ch := q.changed
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+func (q *requestBytes) releaseInflate(n int64) {
+	if n == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.inflating -= n
+	q.mu.Unlock()
+	q.release(n)
 }
 
 // inUse is the number of bytes reserved now.

@@ -1,14 +1,18 @@
 package server
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -119,5 +123,68 @@ func TestFrameReadTimeout(t *testing.T) {
 	waitFor(t, "the reservation released", func() bool { return queued(b) == 0 })
 	if resp := rawRequest(t, b.Addr(), &kmsg.ApiVersionsRequest{Version: 3}).(*kmsg.ApiVersionsResponse); resp.ErrorCode != 0 {
 		t.Fatalf("ApiVersions after: %d", resp.ErrorCode)
+	}
+}
+
+// TestInflateCounted: what validating compressed batches decodes counts
+// in queued.max.request.bytes while it runs, and waits for other
+// decompressions only: eight producers whose snappy batches each inflate
+// to about 3 MiB, under a 4 MiB budget, are all acknowledged and read
+// back, never more than the budget inflates at once, and every
+// reservation is released.
+func TestInflateCounted(t *testing.T) {
+	b := startBroker(t, map[string]string{"queued.max.request.bytes": "4194304"})
+	createTopic(t, b, "z", 8, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	value := bytes.Repeat([]byte("x"), 1<<20)
+	var wg sync.WaitGroup
+	for p := range int32(8) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.DefaultProduceTopic("z"),
+				kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchCompression(kgo.SnappyCompression()),
+				kgo.ProducerBatchMaxBytes(8<<20), kgo.ProducerLinger(time.Second), kgo.MaxBufferedRecords(3))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer cl.Close()
+			var recs []*kgo.Record
+			for i := range 3 {
+				recs = append(recs, &kgo.Record{Partition: p, Key: []byte{byte(i)}, Value: value})
+			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Errorf("partition %d: %v", p, err)
+			}
+		}()
+	}
+	wg.Wait()
+	q := b.reqBytes
+	q.mu.Lock()
+	peak, inflating := q.inflatePeak, q.inflating
+	q.mu.Unlock()
+	if peak < 3<<20 || peak > 4<<20 || inflating != 0 {
+		t.Errorf("decompression reserved at most %d bytes (budget 4 MiB), %d still held", peak, inflating)
+	}
+	waitFor(t, "every reservation released", func() bool { return queued(b) == 0 })
+	cons, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ConsumeTopics("z"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxBytes(64<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	for n := 0; n < 24; {
+		fs := cons.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("after %d records: %v", n, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if !bytes.Equal(r.Value, value) {
+				t.Fatalf("partition %d offset %d: value of %d bytes", r.Partition, r.Offset, len(r.Value))
+			}
+			n++
+		})
 	}
 }

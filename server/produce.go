@@ -147,7 +147,14 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 			synced.Add(1)
 			go func() {
 				defer synced.Done()
-				wait := ep.AppendAsync(ctx, areq)
+				// Validation decompresses the batch: what that takes is
+				// counted in the request budget while it runs.
+				inflate, err := b.reqBytes.acquireInflate(ctx, engine.DecodeMemory(rp.Records))
+				wait := func() (engine.AppendResult, error) { return engine.AppendResult{}, err }
+				if err == nil {
+					wait = ep.AppendAsync(ctx, areq)
+					b.reqBytes.releaseInflate(inflate)
+				}
 				applied.Done()
 				res, err := wait()
 				if err == nil && req.Acks == -1 && len(part.Replicas) > 1 {

@@ -437,7 +437,7 @@ var brokerFamilies = []prom.Family{
 	{Name: "tandem_server_failed_authentication_total", Type: prom.Counter, Help: "Failed SASL authentications."},
 	{Name: "tandem_server_authentication_throttled_total", Type: prom.Counter, Help: "SASL authentications refused unchecked because too many were waiting for the throttle."},
 	{Name: "tandem_server_authentication_throttle_seconds_total", Type: prom.Counter, Help: "Seconds SASL authentications waited for the throttle."},
-	{Name: "tandem_server_queued_request_bytes", Type: prom.Gauge, Help: "Bytes of requests read and not yet handled (bounded by queued.max.request.bytes)."},
+	{Name: "tandem_server_queued_request_bytes", Type: prom.Gauge, Help: "Bytes of requests read and not yet handled, and of their records being decompressed (bounded by queued.max.request.bytes)."},
 	{Name: "tandem_engine_written_bytes_total", Type: prom.Counter, Help: "Bytes of record batches appended to partition logs."},
 	{Name: "tandem_engine_appends_total", Type: prom.Counter, Help: "Appends to partition logs (duplicates excluded)."},
 	{Name: "tandem_engine_partitions", Type: prom.Gauge, Help: "Partitions open on this broker."},
