@@ -152,6 +152,9 @@ type HeartbeatRequest struct {
 	Applied uint64 `json:"applied"` // the metadata index the broker has applied
 	// WantShutdown starts (or continues) a controlled shutdown.
 	WantShutdown bool `json:"wantShutdown,omitempty"`
+	// DiskFull says the broker's data directory is full: its
+	// leaderships move away until a heartbeat says it is not.
+	DiskFull bool `json:"diskFull,omitempty"`
 }
 
 // HeartbeatResult is the controller's answer.
@@ -215,7 +218,7 @@ func (c *Controller) register(ctx context.Context, req RegisterRequest) (Registe
 		// before the new one registers (fenced).
 		recs = c.fenceRecords(img, old)
 	}
-	b.Fenced, b.ShuttingDown, b.Epoch = true, false, 0
+	b.Fenced, b.ShuttingDown, b.DiskFull, b.Epoch = true, false, false, 0
 	recs = append(recs, Record{Type: RecordRegisterBroker, Broker: &b})
 	if err := c.propose(ctx, recs...); err != nil {
 		return RegisterResult{}, fmt.Errorf("register broker %d: %w", b.ID, err)
@@ -249,6 +252,15 @@ func (c *Controller) heartbeat(ctx context.Context, req HeartbeatRequest) (Heart
 		if err := c.changeBroker(ctx, b, brokerUnfence); err != nil {
 			return res, err
 		}
+	case req.DiskFull != b.DiskFull && !b.Fenced && !b.ShuttingDown:
+		t := brokerDiskFreed
+		if req.DiskFull {
+			t = brokerDiskFull
+		}
+		if err := c.changeBroker(ctx, b, t); err != nil {
+			return res, err
+		}
+		c.log.Warn("broker's disk: leaderships follow", "broker", req.ID, "full", req.DiskFull)
 	}
 	img := c.Image()
 	b = img.Brokers[req.ID]
@@ -287,6 +299,8 @@ const (
 	brokerFence brokerTransition = iota
 	brokerUnfence
 	brokerShutdown
+	brokerDiskFull  // its leaderships move away, as in a shutdown
+	brokerDiskFreed // it may lead again
 )
 
 // fence fences broker id if its registration still has that epoch.
@@ -335,6 +349,20 @@ func (c *Controller) changeBroker(ctx context.Context, b Broker, t brokerTransit
 			cur.Fenced = false
 			recs = c.electRecords(img, withBroker(img, cur), func(p Partition) bool { return slices.Contains(p.Replicas, b.ID) })
 			bc.Fenced = &no
+		case brokerDiskFull:
+			if cur.DiskFull {
+				return nil, nil
+			}
+			cur.DiskFull = true
+			recs = c.diskFullRecords(img, cur.ID, withBroker(img, cur))
+			bc.DiskFull = &yes
+		case brokerDiskFreed:
+			if !cur.DiskFull {
+				return nil, nil
+			}
+			cur.DiskFull = false
+			recs = c.electRecords(img, withBroker(img, cur), func(p Partition) bool { return slices.Contains(p.Replicas, b.ID) })
+			bc.DiskFull = &no
 		}
 		return append([]Record{{Type: RecordBrokerChange, BrokerChange: bc}}, recs...), nil
 	})
@@ -368,10 +396,20 @@ type Session struct {
 	epoch    int64
 	fenced   bool
 	shutdown bool          // a controlled shutdown was asked for
+	diskFull func() bool   // ReportDiskFull; nil: never full
 	stopping chan struct{} // closed when ShouldShutdown came
 	changed  chan struct{} // closed and replaced on every answer
 	cancel   context.CancelFunc
 	done     chan struct{}
+}
+
+// ReportDiskFull makes the heartbeats say whether full reports the data
+// directory full: the controller then moves this broker's leaderships
+// away and back (Broker.DiskFull).
+func (s *Session) ReportDiskFull(full func() bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.diskFull = full
 }
 
 // Register registers this node's broker with the controller, waiting for
@@ -498,7 +536,9 @@ func (s *Session) run(ctx context.Context) {
 	for {
 		s.mu.Lock()
 		req := HeartbeatRequest{ID: s.req.Broker.ID, Epoch: s.epoch, Applied: c.Image().Index, WantShutdown: s.shutdown}
+		full := s.diskFull
 		s.mu.Unlock()
+		req.DiskFull = full != nil && full()
 		controller := c.Image().ControllerID
 		res, err := s.beat(ctx, &conn, req)
 		switch {

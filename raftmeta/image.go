@@ -36,13 +36,18 @@ type Broker struct {
 	// ShuttingDown: a controlled shutdown is in progress; leaderships
 	// move away and the broker joins no ISR.
 	ShuttingDown bool `json:"shuttingDown,omitempty"`
+	// DiskFull: the broker's heartbeats say its data directory is full
+	// (it refuses client and replica writes): it leads nothing and joins
+	// no ISR until it has space again, as a Kafka broker whose log
+	// directory went offline, but it stays registered and serves reads.
+	DiskFull bool `json:"diskFull,omitempty"`
 	// MetadataAddr is where a broker that is not a voter receives the
 	// metadata log (a raft non-voter's address).
 	MetadataAddr string `json:"metadataAddr,omitempty"`
 }
 
 // Live reports whether the broker may lead and be in an ISR.
-func (b Broker) Live() bool { return !b.Fenced && !b.ShuttingDown }
+func (b Broker) Live() bool { return !b.Fenced && !b.ShuttingDown && !b.DiskFull }
 
 // Partition is one partition's assignment and leadership.
 type Partition struct {

@@ -124,6 +124,7 @@ type BrokerChangeRecord struct {
 	Epoch        int64 `json:"epoch"`
 	Fenced       *bool `json:"fenced,omitempty"`
 	ShuttingDown *bool `json:"shuttingDown,omitempty"`
+	DiskFull     *bool `json:"diskFull,omitempty"`
 }
 
 // ConfigResource is the kind of resource a config belongs to; the values
@@ -229,6 +230,9 @@ func (b *builder) apply(r *Record) error {
 		}
 		if bc.ShuttingDown != nil {
 			br.ShuttingDown = *bc.ShuttingDown
+		}
+		if bc.DiskFull != nil {
+			br.DiskFull = *bc.DiskFull
 		}
 		img.Brokers[br.ID] = br
 

@@ -120,6 +120,31 @@ func (c *Controller) moveAwayRecords(img *Image, id int32, live func(int32) bool
 	return recs
 }
 
+// diskFullRecords move the leaderships of broker id, whose disk is full,
+// to another live member of each ISR (never an unclean election). A
+// partition with no such member keeps its leader: a full disk still
+// serves reads, an offline partition serves nothing. Its follower places
+// are left to the leaders, which drop it from the ISR once it lags.
+func (c *Controller) diskFullRecords(img *Image, id int32, live func(int32) bool) []Record {
+	var recs []Record
+	for _, t := range sortedTopics(img) {
+		for i, p := range t.Partitions {
+			if p.Leader != id {
+				continue
+			}
+			isr := slices.DeleteFunc(slices.Clone(p.ISR), func(r int32) bool { return r == id })
+			leader, _, _ := chooseLeader(p.Replicas, isr, live, false)
+			if leader < 0 {
+				continue
+			}
+			if r := c.change(t, i, p, leader, isr, fmt.Sprintf("broker %d's disk is full", id)); r != nil {
+				recs = append(recs, *r)
+			}
+		}
+	}
+	return recs
+}
+
 // electRecords elects a leader for every partition selected by want
 // that has no live leader.
 func (c *Controller) electRecords(img *Image, live func(int32) bool, want func(Partition) bool) []Record {

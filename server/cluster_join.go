@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
 	"slices"
@@ -66,6 +67,7 @@ func (b *Broker) join(ctx context.Context, meta dataDirMeta, reg raftmeta.Broker
 		return fmt.Errorf("server: %w", err)
 	}
 	b.session = s
+	s.ReportDiskFull(b.DiskFull)
 	if err := checkClusterID(b.cfg.DataDir, meta, b.cfg.NodeID, b.meta.Image().ClusterID); err != nil {
 		return err
 	}
@@ -141,8 +143,14 @@ func (b *Broker) Health() []string {
 		}
 	}
 	if b.session != nil {
-		if br, ok := b.image().Brokers[b.cfg.NodeID]; ok && br.Fenced {
+		img := b.image()
+		if br, ok := img.Brokers[b.cfg.NodeID]; ok && br.Fenced {
 			out = append(out, fmt.Sprintf("broker %d is fenced by the controller", b.cfg.NodeID))
+		}
+		for _, id := range slices.Sorted(maps.Keys(img.Brokers)) {
+			if img.Brokers[id].DiskFull {
+				out = append(out, fmt.Sprintf("broker %d's disk is full: it leads no partition another in-sync replica can lead, and joins no ISR, until space is freed", id))
+			}
 		}
 	}
 	return out

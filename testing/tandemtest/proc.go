@@ -214,6 +214,29 @@ func (p *Proc) Restart() {
 	p.start()
 }
 
+// DataDir is the broker's data directory.
+func (p *Proc) DataDir() string { return p.dataDir }
+
+// MoveDataDir moves the data directory of a stopped broker to dir (a
+// filesystem of the test's choosing: a small tmpfs, say), where Restart
+// starts it next.
+func (p *Proc) MoveDataDir(dir string) error {
+	if p.cmd != nil && p.Running() {
+		return errors.New("MoveDataDir: broker still running")
+	}
+	if out, err := exec.Command("cp", "-a", p.dataDir+"/.", dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy %s to %s: %v: %s", p.dataDir, dir, err, out)
+	}
+	p.dataDir = dir
+	return nil
+}
+
+// OpenFiles is the number of file descriptors the process has open.
+func (p *Proc) OpenFiles() (int, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.PID()))
+	return len(fds), err
+}
+
 // Logs returns what the current (or last) process wrote to stdout/stderr.
 func (p *Proc) Logs() string {
 	data, _ := os.ReadFile(p.logPath)
