@@ -12,8 +12,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -124,12 +126,21 @@ func ReadAll(ctx context.Context, topic string, opts ...kgo.Opt) ([]Record, erro
 	if err != nil {
 		return nil, err
 	}
-	ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, topic)
+	// Right after a restart a partition may have no leader yet
+	// (retriable): ask until it has, or ctx ends.
+	var ends kadm.ListedOffsets
+	for {
+		ends, err = kadm.NewClient(adm).ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err == nil || !kerr.IsRetriable(err) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	adm.Close()
 	if err != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
-	}
-	if err := ends.Error(); err != nil {
 		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
 	}
 	want := map[int32]int64{}
