@@ -164,17 +164,6 @@ func (b *Broker) PluginFailures() []string {
 	return out
 }
 
-// pluginHost is the Host a plugin is started with: the broker, knowing
-// which plugin it serves, so that Contain can blame the right one.
-type pluginHost struct {
-	*Broker
-	name string
-}
-
-// Contain runs f, work of the plugin outside any request, so that a
-// panic in it fails the plugin rather than ending the broker.
-func (h pluginHost) Contain(f func()) { h.contain(h.name, "background work", f) }
-
 // errorResponse answers req with code and msg in each of its error fields
 // and its lists shaped as the request's: every topic, partition or group
 // asked for answers the error, as Kafka's getErrorResponse does.

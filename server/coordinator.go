@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -111,60 +109,4 @@ func (b *Broker) findCoordinator(ctx context.Context, rc *RequestContext, keyTyp
 		return raftmeta.Broker{}, fmt.Errorf("%s-%d has no live leader: %w", topic.Name, partition, kerr.CoordinatorNotAvailable)
 	}
 	return node, nil
-}
-
-// EnsureTopic implements plugin.Host: it returns internal topic t from
-// the applied image, creating it first if it does not exist.
-func (b *Broker) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*raftmeta.Topic, error) {
-	if cur := b.image().Topics[t.Name]; cur != nil {
-		return cur, nil
-	}
-	if b.meta.Image().Topics[t.Name] == nil {
-		errs := b.meta.CreateTopics(ctx, []raftmeta.TopicSpec{{
-			Name: t.Name, Partitions: t.Partitions, ReplicationFactor: t.ReplicationFactor,
-			Configs: t.Configs, Internal: true,
-		}}, false)
-		switch err := errs[0]; {
-		case err == nil:
-			b.log.Info("created internal topic", "topic", t.Name, "partitions", t.Partitions)
-		case !errors.Is(err, kerr.TopicAlreadyExists):
-			return nil, fmt.Errorf("create internal topic %s: %w", t.Name, err)
-		}
-	}
-	img, err := b.awaitImage(ctx, func(img *raftmeta.Image) bool {
-		cur := img.Topics[t.Name]
-		return cur != nil && !slices.ContainsFunc(cur.Partitions, func(p raftmeta.Partition) bool { return p.Leader < 0 })
-	})
-	if err != nil {
-		return nil, fmt.Errorf("internal topic %s is being created (%v): %w", t.Name, err, kerr.CoordinatorNotAvailable)
-	}
-	return img.Topics[t.Name], nil
-}
-
-// CheckWritable implements plugin.Host (and coord.Replicas): the checks
-// of an acks=all produce before its append, against the applied image.
-func (b *Broker) CheckWritable(id engine.TopicID, p int32) (int32, error) {
-	t := b.image().TopicsByID[id]
-	if t == nil || p < 0 || int(p) >= len(t.Partitions) {
-		return -1, fmt.Errorf("partition %d of topic %s: %w", p, id, kerr.UnknownTopicOrPartition)
-	}
-	part := t.Partitions[p]
-	if part.Leader != b.cfg.NodeID {
-		return -1, fmt.Errorf("%s-%d is led by broker %d: %w", t.Name, p, part.Leader, kerr.NotLeaderForPartition)
-	}
-	if n := b.minISR(t); len(part.ISR) < n {
-		return -1, fmt.Errorf("the ISR %v of %s-%d is smaller than min.insync.replicas %d: %w", part.ISR, t.Name, p, n, kerr.NotEnoughReplicas)
-	}
-	return part.LeaderEpoch, nil
-}
-
-// AwaitReplicated implements plugin.Host (and coord.Replicas): the wait
-// of an acks=all produce after its append.
-func (b *Broker) AwaitReplicated(ctx context.Context, id engine.TopicID, p int32, leaderEpoch int32, last int64, timeout time.Duration) error {
-	t := b.image().TopicsByID[id]
-	ep := b.engine.Partition(id, p)
-	if t == nil || ep == nil {
-		return fmt.Errorf("partition %d of topic %s is gone: %w", p, id, kerr.UnknownTopicOrPartition)
-	}
-	return b.awaitReplicated(ctx, t, p, leaderEpoch, ep, last, timeout)
 }

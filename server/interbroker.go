@@ -1,15 +1,12 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"sort"
 	"sync"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 )
 
@@ -45,48 +42,6 @@ func (b *Broker) sendVersions() *kversion.Versions {
 		}
 	}
 	return v
-}
-
-// Send implements plugin.Host: it sends req to broker node over the
-// inter-broker listener, authenticated as this broker, and returns its
-// response. The connection is kept per peer address for later requests;
-// a peer that re-registers on another address gets a new one.
-func (b *Broker) Send(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
-	br, ok := b.meta.Image().Brokers[node]
-	if !ok {
-		return nil, fmt.Errorf("broker %d is not registered: %w", node, kerr.BrokerNotAvailable)
-	}
-	addr := fmt.Sprintf("%s:%d", br.Host, br.Port)
-	b.peers.mu.Lock()
-	if b.peers.closed {
-		b.peers.mu.Unlock()
-		return nil, fmt.Errorf("broker is closing: %w", kerr.BrokerNotAvailable)
-	}
-	p := b.peers.clients[node]
-	if p != nil && p.addr != addr {
-		p.cl.Close()
-		p = nil
-	}
-	if p == nil {
-		cl, err := b.interBrokerClient(addr, kgo.MaxVersions(b.sendVersions()))
-		if err != nil {
-			b.peers.mu.Unlock()
-			return nil, fmt.Errorf("client for broker %d: %w", node, err)
-		}
-		p = &peerClient{addr: addr, cl: cl}
-		if b.peers.clients == nil {
-			b.peers.clients = map[int32]*peerClient{}
-		}
-		b.peers.clients[node] = p
-	}
-	b.peers.mu.Unlock()
-	resp, err := p.cl.SeedBrokers()[0].Request(ctx, req)
-	if err != nil {
-		b.interBrokerFailed(node, addr, err)
-		return nil, fmt.Errorf("%s to broker %d: %w", kmsg.NameForKey(req.Key()), node, err)
-	}
-	b.interBrokerOK(node)
-	return resp, nil
 }
 
 // peerClients holds one client per peer broker for Send.

@@ -3,7 +3,6 @@ package server
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -17,7 +16,3 @@ func (b *Broker) configHandler(typ kmsg.ConfigResourceType) plugin.ConfigResourc
 	}
 	return nil
 }
-
-// MetricsSet implements plugin.Host: the broker's metrics set, served at
-// /metrics.
-func (b *Broker) MetricsSet() *prom.Set { return b.metrics }

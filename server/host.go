@@ -1,0 +1,162 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/prom"
+	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/plugin"
+)
+
+// The plugin host: what plugin.Host offers a plugin, all of it here. A
+// plugin is started with a pluginHost, the broker knowing which plugin it
+// serves (contain.go says what happens when one panics).
+//
+// The plugin API (every hook, Host, the request context, the error
+// codes, the contracts between plugins) is package plugin. The broker
+// finds a plugin's hooks in Config.Plugins by type assertion (see New)
+// and is the plugins' Host (pluginHost: the broker, knowing which plugin
+// it serves).
+
+var (
+	_ plugin.Host               = pluginHost{}
+	_ plugin.ReplicaConvergence = (*Broker)(nil)
+)
+
+// RequestContext is what a handler knows of its request; handlers of the
+// broker and of plugins share it.
+type RequestContext = plugin.RequestContext
+
+// pluginHost is the Host a plugin is started with: the broker, knowing
+// which plugin it serves, so that Contain can blame the right one.
+type pluginHost struct {
+	*Broker
+	name string
+}
+
+// Contain runs f, work of the plugin outside any request, so that a
+// panic in it fails the plugin rather than ending the broker.
+func (h pluginHost) Contain(f func()) { h.contain(h.name, "background work", f) }
+
+// NodeID implements plugin.Host.
+func (b *Broker) NodeID() int32 { return b.cfg.NodeID }
+
+// Engine implements plugin.Host.
+func (b *Broker) Engine() *engine.Engine { return b.engine }
+
+// Metadata implements plugin.Host.
+func (b *Broker) Metadata() *raftmeta.Controller { return b.meta }
+
+// Plugins implements plugin.Host.
+func (b *Broker) Plugins() []any { return b.cfg.Plugins }
+
+// MetricsSet implements plugin.Host: the broker's metrics set, served at
+// /metrics.
+func (b *Broker) MetricsSet() *prom.Set { return b.metrics }
+
+// Send implements plugin.Host: it sends req to broker node over the
+// inter-broker listener, authenticated as this broker, and returns its
+// response. The connection is kept per peer address for later requests;
+// a peer that re-registers on another address gets a new one.
+func (b *Broker) Send(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
+	br, ok := b.meta.Image().Brokers[node]
+	if !ok {
+		return nil, fmt.Errorf("broker %d is not registered: %w", node, kerr.BrokerNotAvailable)
+	}
+	addr := fmt.Sprintf("%s:%d", br.Host, br.Port)
+	b.peers.mu.Lock()
+	if b.peers.closed {
+		b.peers.mu.Unlock()
+		return nil, fmt.Errorf("broker is closing: %w", kerr.BrokerNotAvailable)
+	}
+	p := b.peers.clients[node]
+	if p != nil && p.addr != addr {
+		p.cl.Close()
+		p = nil
+	}
+	if p == nil {
+		cl, err := b.interBrokerClient(addr, kgo.MaxVersions(b.sendVersions()))
+		if err != nil {
+			b.peers.mu.Unlock()
+			return nil, fmt.Errorf("client for broker %d: %w", node, err)
+		}
+		p = &peerClient{addr: addr, cl: cl}
+		if b.peers.clients == nil {
+			b.peers.clients = map[int32]*peerClient{}
+		}
+		b.peers.clients[node] = p
+	}
+	b.peers.mu.Unlock()
+	resp, err := p.cl.SeedBrokers()[0].Request(ctx, req)
+	if err != nil {
+		b.interBrokerFailed(node, addr, err)
+		return nil, fmt.Errorf("%s to broker %d: %w", kmsg.NameForKey(req.Key()), node, err)
+	}
+	b.interBrokerOK(node)
+	return resp, nil
+}
+
+// EnsureTopic implements plugin.Host: it returns internal topic t from
+// the applied image, creating it first if it does not exist.
+func (b *Broker) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*raftmeta.Topic, error) {
+	if cur := b.image().Topics[t.Name]; cur != nil {
+		return cur, nil
+	}
+	if b.meta.Image().Topics[t.Name] == nil {
+		errs := b.meta.CreateTopics(ctx, []raftmeta.TopicSpec{{
+			Name: t.Name, Partitions: t.Partitions, ReplicationFactor: t.ReplicationFactor,
+			Configs: t.Configs, Internal: true,
+		}}, false)
+		switch err := errs[0]; {
+		case err == nil:
+			b.log.Info("created internal topic", "topic", t.Name, "partitions", t.Partitions)
+		case !errors.Is(err, kerr.TopicAlreadyExists):
+			return nil, fmt.Errorf("create internal topic %s: %w", t.Name, err)
+		}
+	}
+	img, err := b.awaitImage(ctx, func(img *raftmeta.Image) bool {
+		cur := img.Topics[t.Name]
+		return cur != nil && !slices.ContainsFunc(cur.Partitions, func(p raftmeta.Partition) bool { return p.Leader < 0 })
+	})
+	if err != nil {
+		return nil, fmt.Errorf("internal topic %s is being created (%v): %w", t.Name, err, kerr.CoordinatorNotAvailable)
+	}
+	return img.Topics[t.Name], nil
+}
+
+// CheckWritable implements plugin.Host (and coord.Replicas): the checks
+// of an acks=all produce before its append, against the applied image.
+func (b *Broker) CheckWritable(id engine.TopicID, p int32) (int32, error) {
+	t := b.image().TopicsByID[id]
+	if t == nil || p < 0 || int(p) >= len(t.Partitions) {
+		return -1, fmt.Errorf("partition %d of topic %s: %w", p, id, kerr.UnknownTopicOrPartition)
+	}
+	part := t.Partitions[p]
+	if part.Leader != b.cfg.NodeID {
+		return -1, fmt.Errorf("%s-%d is led by broker %d: %w", t.Name, p, part.Leader, kerr.NotLeaderForPartition)
+	}
+	if n := b.minISR(t); len(part.ISR) < n {
+		return -1, fmt.Errorf("the ISR %v of %s-%d is smaller than min.insync.replicas %d: %w", part.ISR, t.Name, p, n, kerr.NotEnoughReplicas)
+	}
+	return part.LeaderEpoch, nil
+}
+
+// AwaitReplicated implements plugin.Host (and coord.Replicas): the wait
+// of an acks=all produce after its append.
+func (b *Broker) AwaitReplicated(ctx context.Context, id engine.TopicID, p int32, leaderEpoch int32, last int64, timeout time.Duration) error {
+	t := b.image().TopicsByID[id]
+	ep := b.engine.Partition(id, p)
+	if t == nil || ep == nil {
+		return fmt.Errorf("partition %d of topic %s is gone: %w", p, id, kerr.UnknownTopicOrPartition)
+	}
+	return b.awaitReplicated(ctx, t, p, leaderEpoch, ep, last, timeout)
+}
