@@ -137,15 +137,15 @@ func (b *Broker) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*raft
 // of an acks=all produce before its append, against the applied image.
 func (b *Broker) CheckWritable(id engine.TopicID, p int32) (int32, error) {
 	t := b.image().TopicsByID[id]
-	if t == nil || p < 0 || int(p) >= len(t.Partitions) {
-		return -1, fmt.Errorf("partition %d of topic %s: %w", p, id, kerr.UnknownTopicOrPartition)
+	_, part, kerrErr := b.ledPartition(t, p)
+	switch {
+	case kerrErr == kerr.UnknownTopicOrPartition:
+		return -1, fmt.Errorf("partition %d of topic %s: %w", p, id, kerrErr)
+	case kerrErr != nil:
+		return -1, fmt.Errorf("%s-%d is led by broker %d: %w", t.Name, p, part.Leader, kerrErr)
 	}
-	part := t.Partitions[p]
-	if part.Leader != b.cfg.NodeID {
-		return -1, fmt.Errorf("%s-%d is led by broker %d: %w", t.Name, p, part.Leader, kerr.NotLeaderForPartition)
-	}
-	if n := b.minISR(t); len(part.ISR) < n {
-		return -1, fmt.Errorf("the ISR %v of %s-%d is smaller than min.insync.replicas %d: %w", part.ISR, t.Name, p, n, kerr.NotEnoughReplicas)
+	if err := b.checkMinISR(t, p, part); err != nil {
+		return -1, err
 	}
 	return part.LeaderEpoch, nil
 }

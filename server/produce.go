@@ -15,7 +15,8 @@ import (
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// ledPartition finds partition p of t if this broker leads it. The code is
+// ledPartition finds partition p of t if this broker leads it: the one
+// leadership check of appends (produce, plugin.Host.CheckWritable). The code is
 // UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist and
 // NOT_LEADER_OR_FOLLOWER when another broker (or none) leads it.
 func (b *Broker) ledPartition(t *raftmeta.Topic, p int32) (*engine.Partition, raftmeta.Partition, *kerr.Error) {
@@ -33,6 +34,16 @@ func (b *Broker) ledPartition(t *raftmeta.Topic, p int32) (*engine.Partition, ra
 		return nil, part, kerr.NotLeaderForPartition
 	}
 	return ep, part, nil
+}
+
+// checkMinISR is the check of an acks=all append before it is made, the
+// produce handler's and plugin.Host.CheckWritable's: the partition's ISR
+// has min.insync.replicas members (NOT_ENOUGH_REPLICAS).
+func (b *Broker) checkMinISR(t *raftmeta.Topic, p int32, part raftmeta.Partition) error {
+	if n := b.minISR(t); len(part.ISR) < n {
+		return fmt.Errorf("the ISR %v of %s-%d is smaller than min.insync.replicas %d: %w", part.ISR, t.Name, p, n, kerr.NotEnoughReplicas)
+	}
+	return nil
 }
 
 // internalClientID may write to internal topics, as in Kafka.
@@ -116,8 +127,8 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				}
 				continue
 			}
-			if req.Acks == -1 && len(part.ISR) < b.minISR(t) {
-				fail(kerr.NotEnoughReplicas, fmt.Sprintf("the ISR %v of %s-%d is smaller than min.insync.replicas %d", part.ISR, t.Name, rp.Partition, b.minISR(t)))
+			if err := b.checkMinISR(t, rp.Partition, part); req.Acks == -1 && err != nil {
+				fail(kerr.NotEnoughReplicas, *plugin.ErrorMessage(err))
 				continue
 			}
 			if req.TransactionID != nil {
