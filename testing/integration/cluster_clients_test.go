@@ -52,15 +52,21 @@ func clientCluster(t *testing.T, topic string) *tandemtest.ProcCluster {
 	return c
 }
 
+// fullISR waits until every broker's Metadata shows the topic with its
+// full ISR: a broker that has not applied a new topic yet answers
+// UNKNOWN_TOPIC_OR_PARTITION, which some clients (kafka-go's Writer) keep
+// in their metadata cache.
 func fullISR(c *tandemtest.ProcCluster, topic string) {
-	c.Partitions(topic, func(ps map[int32]tandemtest.PartitionState) bool {
-		for _, p := range ps {
-			if len(p.ISR) != 3 {
-				return false
+	for i := range c.Brokers {
+		c.Partitions(topic, func(ps map[int32]tandemtest.PartitionState) bool {
+			for _, p := range ps {
+				if len(p.ISR) != 3 {
+					return false
+				}
 			}
-		}
-		return len(ps) == numPartitions
-	})
+			return len(ps) == numPartitions
+		}, int32(i+1))
+	}
 }
 
 // leaderOf returns the live leader of partition p.
