@@ -622,16 +622,20 @@ func (s *Session) beat(ctx context.Context, conn **sessionConn, req HeartbeatReq
 		(*conn).close()
 		*conn = nil
 	}
+	// The dial is bounded too: an old controller that stopped (SIGSTOP,
+	// a frozen VM) still accepts connections, and a beat stuck on it for
+	// the handshake timeout would outlast the session the new controller
+	// gave this broker, which would then fence a live broker.
+	rctx, cancel := context.WithTimeout(ctx, cmpOr(c.cfg.HeartbeatInterval, 2*time.Second)*2)
+	defer cancel()
 	if *conn == nil {
-		nc, err := c.dialPeer(ctx, string(addr), connRPC)
+		nc, err := c.dialPeer(rctx, string(addr), connRPC)
 		if err != nil {
 			return HeartbeatResult{}, err
 		}
 		*conn = &sessionConn{addr: string(addr), conn: nc}
 	}
 	raw, _ := json.Marshal(req)
-	rctx, cancel := context.WithTimeout(ctx, cmpOr(c.cfg.HeartbeatInterval, 2*time.Second)*2)
-	defer cancel()
 	resp, err := (*conn).call(rctx, rpcRequest{Op: brokerHeartbeat.name, Args: raw})
 	if err != nil || resp.NotLeader {
 		(*conn).close()

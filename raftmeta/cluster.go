@@ -321,9 +321,7 @@ func (c *Controller) Health() []string {
 // process, and brokers killed before their first heartbeat reached this
 // one) would lead its partitions for a whole session timeout. Only a
 // refusal counts: a broker that does not answer at all (a partition, a
-// stopped host) waits for its session to expire as before. The dial is a
-// plain one, not Config.Dial: it asks whether a process listens, not
-// whether this node can reach it.
+// stopped host) waits for its session to expire as before.
 func (c *Controller) fenceGone(ctx context.Context) {
 	tick := time.NewTicker(cmpOr(c.cfg.HeartbeatInterval, 2*time.Second) / 4)
 	defer tick.Stop()
@@ -340,21 +338,26 @@ func (c *Controller) fenceGone(ctx context.Context) {
 // probeUnbound is one pass of fenceGone.
 func (c *Controller) probeUnbound(ctx context.Context) {
 	for _, b := range c.sessions.unbound(c.Image(), c.cfg.NodeID) {
-		id := b.ID
-		dctx, cancel := context.WithTimeout(ctx, time.Second)
-		conn, err := new(net.Dialer).DialContext(dctx, "tcp", net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))))
-		cancel()
-		if err == nil {
-			conn.Close()
+		if !errors.Is(dialListener(ctx, b), syscall.ECONNREFUSED) {
 			continue
 		}
-		if !errors.Is(err, syscall.ECONNREFUSED) {
-			continue
-		}
-		if err := c.fence(ctx, id, b.Epoch, "its listener refuses connections (the process is gone)"); err != nil && ctx.Err() == nil {
-			c.log.Warn("fencing a broker", "broker", id, "err", err)
+		if err := c.fence(ctx, b.ID, b.Epoch, "its listener refuses connections (the process is gone)"); err != nil && ctx.Err() == nil {
+			c.log.Warn("fencing a broker", "broker", b.ID, "err", err)
 		}
 	}
+}
+
+// dialListener connects to broker b's listener and hangs up: nil if a
+// process listens there. The dial is a plain one, not Config.Dial: it
+// asks whether a process listens, not whether this node can reach it.
+func dialListener(ctx context.Context, b Broker) error {
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	conn, err := new(net.Dialer).DialContext(dctx, "tcp", net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))))
+	if err == nil {
+		conn.Close()
+	}
+	return err
 }
 
 // probeVoters dials every other voter's controller port once and reports

@@ -226,6 +226,59 @@ func TestClusterFencesAndElects(t *testing.T) {
 	waitImage(t, other.c, "the broker unfenced", func(img *Image) bool { return !img.Brokers[id].Fenced })
 }
 
+// TestClusterSessionConnClosedListenerUp: a broker's session connection
+// closes while its listener still accepts (a heartbeat that timed out
+// under load; the broker dials again). The process is alive, so the
+// controller leaves it to the session: not fenced at once, fenced when
+// the session expires without heartbeats.
+func TestClusterSessionConnClosedListenerUp(t *testing.T) {
+	nodes := startCluster(t, 3)
+	var victim *clusterNode
+	for _, n := range nodes {
+		if !n.c.IsLeader() {
+			victim = n
+			break
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	id := victim.cfg.NodeID
+	victim.s.Close()
+	port := int32(ln.Addr().(*net.TCPAddr).Port)
+	if victim.s, err = victim.c.Register(ctxT(t), Broker{ID: id, Host: "127.0.0.1", Port: port, Incarnation: uuid.Random()}); err != nil {
+		t.Fatal(err)
+	}
+	other := nodes[0]
+	if other == victim {
+		other = nodes[1]
+	}
+	epoch := waitImage(t, other.c, "the broker unfenced", func(img *Image) bool { return !img.Brokers[id].Fenced }).Brokers[id].Epoch
+	closed := time.Now()
+	victim.s.Close()
+	victim.s = nil
+	img := waitImage(t, other.c, "the broker fenced", func(img *Image) bool { return img.Brokers[id].Fenced })
+	if b := img.Brokers[id]; b.Epoch != epoch {
+		t.Fatalf("broker %d has epoch %d, want %d", id, b.Epoch, epoch)
+	}
+	// The session timeout is 2 s: a fence at once comes within
+	// milliseconds.
+	if waited := time.Since(closed); waited < time.Second {
+		t.Fatalf("broker %d with a live listener was fenced %v after its session connection closed, before its session expired", id, waited)
+	}
+}
+
 // TestClusterRefusesMisconfiguredNodes: a node started with another
 // voter list, a second broker with a running broker's node ID, and a node
 // of another cluster are refused at once, naming the conflict, and the

@@ -207,9 +207,12 @@ func (c *Controller) serveRPC(conn net.Conn, from int32) {
 	var boundEpoch int64
 	defer func() {
 		// A broker's session connection closed: its process ended (kill
-		// -9 closes sockets at once) or it lost the network. Fence it
-		// now rather than after the session timeout, unless it has
-		// registered again meanwhile (another epoch).
+		// -9 closes sockets at once), or the broker gave up on a slow
+		// heartbeat and dials again. Fence it now rather than after the
+		// session timeout if its listener is gone too (or it has none),
+		// unless it has registered again meanwhile (another epoch). A
+		// listener that still accepts is a live process: its session
+		// decides.
 		if boundID < 0 {
 			return
 		}
@@ -222,6 +225,9 @@ func (c *Controller) serveRPC(conn net.Conn, from int32) {
 			defer c.wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
+			if b, ok := c.Image().Brokers[boundID]; ok && b.Host != "" && dialListener(ctx, b) == nil {
+				return
+			}
 			if err := c.fence(ctx, boundID, boundEpoch, "its connection to the controller closed"); err != nil && !c.closed.Load() {
 				c.log.Warn("fencing a broker whose connection closed", "broker", boundID, "err", err)
 			}

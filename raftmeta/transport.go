@@ -261,7 +261,14 @@ func (c *Controller) dialPeer(ctx context.Context, addr, kind string) (net.Conn,
 		return nil, err
 	}
 	err = func() error {
-		conn.SetDeadline(time.Now().Add(handshakeTimeout))
+		// A peer that accepts but never answers (a stopped process: the
+		// kernel still completes the TCP handshake) holds the dialer no
+		// longer than ctx allows.
+		deadline := time.Now().Add(handshakeTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		conn.SetDeadline(deadline)
 		if err := writeFrame(conn, hello{Kind: kind, Node: c.cfg.NodeID, Voters: c.votersString(), Cluster: c.clusterID()}); err != nil {
 			return err
 		}

@@ -277,6 +277,12 @@ func (p *Proc) cleanup() {
 	}
 	if p.t.Failed() {
 		logs := p.Logs()
+		// TANDEM_KEEP_LOGS=dir keeps the whole log of a failed test's
+		// processes there; the test output has only its end.
+		if dir := os.Getenv("TANDEM_KEEP_LOGS"); dir != "" {
+			os.MkdirAll(dir, 0o755)
+			os.WriteFile(filepath.Join(dir, strings.ReplaceAll(strings.TrimPrefix(p.logPath, "/"), "/", "_")), []byte(logs), 0o644)
+		}
 		if len(logs) > 8000 {
 			logs = "...\n" + logs[len(logs)-8000:]
 		}
