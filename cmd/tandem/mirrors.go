@@ -21,6 +21,7 @@ import (
 	"github.com/tandem-kafka/tandem/kafkaclient"
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 )
 
 // mirrorsCmd is one run of `tandem mirrors`: its flags and its client.
@@ -303,7 +304,7 @@ func (c *mirrorsCmd) add(ctx context.Context) error {
 
 // confirmTruncation shows what adding topics removes from their logs here
 // and goes on with --yes, or when the operator says so at a terminal.
-func (c *mirrorsCmd) confirmTruncation(plan []mirror.Truncation, op string) error {
+func (c *mirrorsCmd) confirmTruncation(plan []wire.Truncation, op string) error {
 	var total int64
 	for _, t := range plan {
 		total += t.Records()
@@ -328,7 +329,7 @@ func (c *mirrorsCmd) confirmTruncation(plan []mirror.Truncation, op string) erro
 	return fmt.Errorf("%s would truncate %d record(s): run it again with --yes to proceed", op, total)
 }
 
-func printTruncations(w io.Writer, plan []mirror.Truncation) {
+func printTruncations(w io.Writer, plan []wire.Truncation) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tLOG-END\tTRUNCATE-TO\tRECORDS\tSOURCE-LAST-MIRROR-EPOCH")
 	for _, t := range plan {
@@ -484,10 +485,10 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 		if m.ErrorCode != 0 && m.State == "" {
 			return nil, admin.ErrorOf(m.ErrorCode, m.ErrorMessage)
 		}
-		reachable := m.ErrorCode != mirror.ErrMirrorSourceUnavailable.Code
+		reachable := m.ErrorCode != wire.ErrMirrorSourceUnavailable.Code
 		dm := describedMirror{Mirror: m.MirrorName, State: m.State, ACLSync: m.ACLSync, SourceReachable: &reachable,
 			SourceClusterID: m.SourceClusterID, Partitions: []describedPartition{}, Diverged: []divergedRange{}}
-		if i := slices.IndexFunc(listed, func(l mirror.ListedMirror) bool { return l.MirrorName == m.MirrorName }); i >= 0 {
+		if i := slices.IndexFunc(listed, func(l wire.ListedMirror) bool { return l.MirrorName == m.MirrorName }); i >= 0 {
 			dm.SourceBootstrap, dm.TopicCount = listed[i].SourceBootstrap, listed[i].TopicCount
 		}
 		for _, d := range m.Diverged {

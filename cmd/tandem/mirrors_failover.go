@@ -19,6 +19,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 )
 
 // failover is --failover: a safe promote. The broker waits for lag 0
@@ -34,7 +35,7 @@ func (c *mirrorsCmd) failover(ctx context.Context) error {
 		topics = multiFlag{".*"}
 	}
 	report, err := c.a.Failover(ctx, c.name, topics, admin.FailoverOptions{Force: c.force, Timeout: c.timeout})
-	var now, before []mirror.FailoverPartition
+	var now, before []wire.FailoverPartition
 	for _, p := range report {
 		if p.AlreadyStopped {
 			before = append(before, p)
@@ -95,7 +96,7 @@ func (c *mirrorsCmd) failover(ctx context.Context) error {
 // printFailedOverBefore says which partitions had failed over before, and
 // where their mirrored data ends: a failover repeated (by a script, after
 // a timeout) answers what was done, not an error.
-func printFailedOverBefore(w io.Writer, name string, before []mirror.FailoverPartition) {
+func printFailedOverBefore(w io.Writer, name string, before []wire.FailoverPartition) {
 	byTopic := map[string][]string{}
 	for _, p := range before {
 		at := "an offset not recorded"
@@ -111,7 +112,7 @@ func printFailedOverBefore(w io.Writer, name string, before []mirror.FailoverPar
 
 // printFailover prints where a failover left each partition; a lag from a
 // source end offset that was not current is a lower bound (">=").
-func printFailover(w io.Writer, report []mirror.FailoverPartition) {
+func printFailover(w io.Writer, report []wire.FailoverPartition) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tSOURCE-OFFSET\tLEARNED\tDESTINATION-OFFSET\tLAG\tLAG-MS")
 	opt := func(v int64, stale bool) string {
@@ -197,7 +198,7 @@ func (c *mirrorsCmd) failback(ctx context.Context) error {
 // cluster --source-bootstrap names (cluster ID newID): the cluster ID the
 // mirror recorded, or else the one its configured bootstrap servers
 // answer with, whatever addresses either is spelled with.
-func (c *mirrorsCmd) sameSource(ctx context.Context, m mirror.DescribedMirror, cfg map[string]string, newID string) error {
+func (c *mirrorsCmd) sameSource(ctx context.Context, m wire.DescribedMirror, cfg map[string]string, newID string) error {
 	described, err := c.a.DescribeMirrorConfigs(ctx, c.name)
 	if err != nil {
 		return err
@@ -311,7 +312,7 @@ type divergedRange struct {
 	CopyEnd        int64     `json:"copy_end"`
 }
 
-func divergedOf(d mirror.DivergedRange) divergedRange {
+func divergedOf(d wire.DivergedRange) divergedRange {
 	ms := func(v int64) time.Time { return time.UnixMilli(v).UTC() }
 	return divergedRange{Topic: d.Topic, Partition: d.Partition, FirstOffset: d.FirstOffset, LastOffset: d.LastOffset,
 		FirstEpoch: d.FirstEpoch, LastEpoch: d.LastEpoch, Records: d.Records, FirstTimestamp: ms(d.FirstTimestamp),

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -114,7 +115,7 @@ func probeKafka(ctx context.Context, addr string, tc *tls.Config, timeout time.D
 // ID, all in one metadata batch per mirror, or none at all. The answer
 // says what LME and replication truncation will remove from topics that
 // exist here with records (a failback); validate-only, nothing is added.
-func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) (uuid.UUID, []Truncation, error) {
+func (p *Plugin) addTopics(ctx context.Context, req *wire.AddTopicsToMirrorRequest) (uuid.UUID, []wire.Truncation, error) {
 	var names []string
 	for _, t := range req.Topics {
 		if t.MirrorName != nil {
@@ -129,10 +130,10 @@ func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) (
 			if t.MirrorName != nil {
 				name = *t.MirrorName
 			}
-			return uuid.UUID{}, nil, fmt.Errorf("mirror %s does not exist: %w", name, ErrMirrorNotFound)
+			return uuid.UUID{}, nil, fmt.Errorf("mirror %s does not exist: %w", name, wire.ErrMirrorNotFound)
 		}
 		if other := img.MirrorOf(t.TopicName); other != "" {
-			return uuid.UUID{}, nil, fmt.Errorf("topic %s is already mirrored by mirror %s: %w", t.TopicName, other, ErrTopicAlreadyMirrored)
+			return uuid.UUID{}, nil, fmt.Errorf("topic %s is already mirrored by mirror %s: %w", t.TopicName, other, wire.ErrTopicAlreadyMirrored)
 		}
 		byMirror[*t.MirrorName] = append(byMirror[*t.MirrorName], t.TopicName)
 	}
@@ -140,7 +141,7 @@ func (p *Plugin) addTopics(ctx context.Context, req *AddTopicsToMirrorRequest) (
 		return uuid.UUID{}, nil, err
 	}
 	var first uuid.UUID
-	var plan []Truncation
+	var plan []wire.Truncation
 	for _, mirror := range slices.Sorted(maps.Keys(byMirror)) {
 		specs, truncs, err := p.sourceTopics(ctx, img.Mirrors[mirror], byMirror[mirror])
 		if err != nil {
@@ -177,7 +178,7 @@ func (p *Plugin) topicRF(m *raftmeta.Mirror) int16 {
 
 // sourceTopics describes topics on a mirror's source cluster: their specs
 // here, and what truncation takes from those that exist here.
-func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []string) ([]raftmeta.TopicSpec, []Truncation, error) {
+func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []string) ([]raftmeta.TopicSpec, []wire.Truncation, error) {
 	cl, err := p.sourceClient(m)
 	if err != nil {
 		return nil, nil, err
@@ -186,7 +187,7 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []
 	ctx, cancel := context.WithTimeout(ctx, min(p.cfg.RequestTimeout, sourceTimeout))
 	defer cancel()
 	unavailable := func(what string, err error) error {
-		return fmt.Errorf("source cluster %s of mirror %s: %s: %v: %w", m.Configs["bootstrap.servers"], m.Name, what, err, ErrMirrorSourceUnavailable)
+		return fmt.Errorf("source cluster %s of mirror %s: %s: %v: %w", m.Configs["bootstrap.servers"], m.Name, what, err, wire.ErrMirrorSourceUnavailable)
 	}
 	mreq := kmsg.NewPtrMetadataRequest()
 	for _, t := range topics {
@@ -261,22 +262,22 @@ func mirrorLoop(here string, source *string, topic, sourceMirror string) error {
 		src = *source
 	}
 	return fmt.Errorf("mirror loop: topic %s on source cluster %s is mirrored by its mirror %s from this cluster %s; fail it over there first: %w",
-		topic, src, sourceMirror, here, ErrTopicAlreadyMirrored)
+		topic, src, sourceMirror, here, wire.ErrTopicAlreadyMirrored)
 }
 
 // truncationPlan predicts what adding topics to a mirror removes from the
 // partitions here that have records: the mirror will truncate to where
 // the source's last mirror epoch (LME) ends here (everything if the source
 // never mirrored the topic), then to where that epoch ends on the source.
-func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror string, specs []raftmeta.TopicSpec) ([]Truncation, error) {
+func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror string, specs []raftmeta.TopicSpec) ([]wire.Truncation, error) {
 	img := p.Image()
 	eng := p.Host().Engine()
-	lmeReq := &LastMirroredOffsetsRequest{MirrorName: mirror}
+	lmeReq := &wire.LastMirroredOffsetsRequest{MirrorName: mirror}
 	for _, s := range specs {
 		if img.Topics[s.Name] == nil {
 			continue // created here: empty
 		}
-		pt := PartitionsTopic{Name: s.Name}
+		pt := wire.PartitionsTopic{Name: s.Name}
 		for i := range s.Partitions {
 			pt.Partitions = append(pt.Partitions, i)
 		}
@@ -286,7 +287,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 		return nil, nil
 	}
 	lmes := map[tpKey]int32{}
-	served, err := servesKey(ctx, cl, KeyLastMirroredOffsets)
+	served, err := servesKey(ctx, cl, wire.KeyLastMirroredOffsets)
 	if err != nil {
 		return nil, err
 	}
@@ -295,10 +296,10 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 		if err != nil {
 			return nil, err
 		}
-		for _, t := range resp.(*LastMirroredOffsetsResponse).Topics {
+		for _, t := range resp.(*wire.LastMirroredOffsetsResponse).Topics {
 			for _, pp := range t.Partitions {
 				if pp.ErrorCode != 0 {
-					return nil, fmt.Errorf("%s-%d: %w", t.Name, pp.PartitionIndex, ErrorForCode(pp.ErrorCode))
+					return nil, fmt.Errorf("%s-%d: %w", t.Name, pp.PartitionIndex, wire.ErrorForCode(pp.ErrorCode))
 				}
 				lmes[tpKey{t.Name, pp.PartitionIndex}] = pp.LastMirrorEpoch
 			}
@@ -335,7 +336,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 			}
 		}
 	}
-	var plan []Truncation
+	var plan []wire.Truncation
 	for _, t := range lmeReq.Topics {
 		id := img.Topics[t.Name].ID
 		for _, i := range t.Partitions {
@@ -358,7 +359,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 				}
 			}
 			if to < offs.LogEnd {
-				plan = append(plan, Truncation{Topic: t.Name, Partition: i, LogEnd: offs.LogEnd, TruncateTo: to, LastMirrorEpoch: lme})
+				plan = append(plan, wire.Truncation{Topic: t.Name, Partition: i, LogEnd: offs.LogEnd, TruncateTo: to, LastMirrorEpoch: lme})
 			}
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tandem-kafka/tandem/kafkaclient"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 )
 
 // The configs of a mirror (the MIRROR config resource, type 64): each key
@@ -243,7 +244,7 @@ func clientOpts(c map[string]string, cfg Config) ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mirror config %v: %w", err, kerr.InvalidConfig)
 	}
-	opts := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.MaxVersions(ClientVersions()), kgo.DialTimeout(cfg.ConnectTimeout), kgo.RequestRetries(0),
+	opts := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.MaxVersions(wire.ClientVersions()), kgo.DialTimeout(cfg.ConnectTimeout), kgo.RequestRetries(0),
 		kgo.RetryTimeout(cfg.RequestTimeout), kgo.MetadataMinAge(100 * time.Millisecond)}
 	return append(opts, security...), nil
 }

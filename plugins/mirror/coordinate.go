@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -121,23 +122,23 @@ func (p *Plugin) readState(ctx context.Context, k pkey, id uuid.UUID) (pstate, e
 
 // readPartitionRemote asks coordinator node for a partition's state and
 // manifest entries.
-func (p *Plugin) readPartitionRemote(ctx context.Context, node int32, k pkey, id uuid.UUID) (StatePartition, error) {
-	req := &ReadMirrorStatesRequest{MirrorName: k.mirror, NeedPartitionStates: true,
-		Topics: []PartitionsTopic{{Name: k.topic, Partitions: []int32{k.partition}, TopicID: id}}}
+func (p *Plugin) readPartitionRemote(ctx context.Context, node int32, k pkey, id uuid.UUID) (wire.StatePartition, error) {
+	req := &wire.ReadMirrorStatesRequest{MirrorName: k.mirror, NeedPartitionStates: true,
+		Topics: []wire.PartitionsTopic{{Name: k.topic, Partitions: []int32{k.partition}, TopicID: id}}}
 	resp, err := p.send(ctx, node, req)
 	if err != nil {
-		return StatePartition{}, err
+		return wire.StatePartition{}, err
 	}
-	r := resp.(*ReadMirrorStatesResponse)
+	r := resp.(*wire.ReadMirrorStatesResponse)
 	if r.ErrorCode != 0 {
-		return StatePartition{}, fmt.Errorf("reading mirror state on broker %d: %w", node, ErrorForCode(r.ErrorCode))
+		return wire.StatePartition{}, fmt.Errorf("reading mirror state on broker %d: %w", node, wire.ErrorForCode(r.ErrorCode))
 	}
 	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
-		return StatePartition{}, fmt.Errorf("reading mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
+		return wire.StatePartition{}, fmt.Errorf("reading mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
 	}
 	sp := r.Topics[0].Partitions[0]
 	if sp.ErrorCode != 0 {
-		return StatePartition{}, fmt.Errorf("reading mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, ErrorForCode(sp.ErrorCode))
+		return wire.StatePartition{}, fmt.Errorf("reading mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, wire.ErrorForCode(sp.ErrorCode))
 	}
 	return sp, nil
 }
@@ -147,12 +148,12 @@ func (p *Plugin) readStateRemote(ctx context.Context, node int32, k pkey, id uui
 	if err != nil {
 		return pstate{}, err
 	}
-	return sp.state(id), nil
+	return stateOf(&sp, id), nil
 }
 
-// state is the persisted state a coordinator answered; id is the topic
+// stateOf is the persisted state a coordinator answered; id is the topic
 // ID asked for, for an answer without one.
-func (sp *StatePartition) state(id uuid.UUID) pstate {
+func stateOf(sp *wire.StatePartition, id uuid.UUID) pstate {
 	st := pstate{State: State(sp.State), Reason: sp.Reason, TopicID: sp.TopicID, LMO: sp.LastMirroredOffset, LME: sp.LastMirrorEpoch,
 		StopAt: sp.StopOffset, StopEpoch: sp.StopEpoch, StopDone: sp.StopDone, StopIndex: sp.StopIndex}
 	if st.TopicID.IsZero() {
@@ -188,7 +189,7 @@ func (p *Plugin) writeState(ctx context.Context, k pkey, id uuid.UUID, update fu
 			out = next
 			return nil
 		}
-		if err := p.writeRemote(ctx, node, k, StatePartition{
+		if err := p.writeRemote(ctx, node, k, wire.StatePartition{
 			PartitionIndex: k.partition, LastMirroredOffset: next.LMO, State: int8(next.State), LastMirrorEpoch: next.LME,
 			Reason: next.Reason, TopicID: id, StopOffset: next.StopAt, StopEpoch: next.StopEpoch, StopDone: next.StopDone, StopIndex: next.StopIndex,
 		}); err != nil {
@@ -202,21 +203,21 @@ func (p *Plugin) writeState(ctx context.Context, k pkey, id uuid.UUID, update fu
 
 // writeRemote sends one partition's WriteMirrorStates to coordinator
 // node.
-func (p *Plugin) writeRemote(ctx context.Context, node int32, k pkey, sp StatePartition) error {
-	req := &WriteMirrorStatesRequest{MirrorName: k.mirror, TopicsUpdated: []StatesTopic{{Name: k.topic, Partitions: []StatePartition{sp}}}}
+func (p *Plugin) writeRemote(ctx context.Context, node int32, k pkey, sp wire.StatePartition) error {
+	req := &wire.WriteMirrorStatesRequest{MirrorName: k.mirror, TopicsUpdated: []wire.StatesTopic{{Name: k.topic, Partitions: []wire.StatePartition{sp}}}}
 	resp, err := p.send(ctx, node, req)
 	if err != nil {
 		return err
 	}
-	r := resp.(*WriteMirrorStatesResponse)
+	r := resp.(*wire.WriteMirrorStatesResponse)
 	if r.ErrorCode != 0 {
-		return fmt.Errorf("writing mirror state on broker %d: %w", node, ErrorForCode(r.ErrorCode))
+		return fmt.Errorf("writing mirror state on broker %d: %w", node, wire.ErrorForCode(r.ErrorCode))
 	}
 	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
 		return fmt.Errorf("writing mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
 	}
 	if c := r.Topics[0].Partitions[0].ErrorCode; c != 0 {
-		return fmt.Errorf("writing mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, ErrorForCode(c))
+		return fmt.Errorf("writing mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, wire.ErrorForCode(c))
 	}
 	return nil
 }
@@ -258,8 +259,8 @@ func (p *Plugin) awaitMirrors(ctx context.Context, names ...string) *raftmeta.Im
 // whether their runs can use the source (errCode, errMsg: the first
 // failure one reported).
 type remoteMirror struct {
-	details  map[tpKey]PartitionDetail
-	diverged []DivergedRange
+	details  map[tpKey]wire.PartitionDetail
+	diverged []wire.DivergedRange
 	errCode  int16
 	errMsg   string
 }
@@ -269,7 +270,7 @@ type remoteMirror struct {
 // own view (DescribeMirrors with Local). A leader that does not answer
 // leaves its partitions out: their lag stays unknown, never 0.
 func (p *Plugin) remoteView(ctx context.Context, mirror string) remoteMirror {
-	out := remoteMirror{details: map[tpKey]PartitionDetail{}}
+	out := remoteMirror{details: map[tpKey]wire.PartitionDetail{}}
 	img := p.Image()
 	m := img.Mirrors[mirror]
 	if m == nil {
@@ -299,13 +300,13 @@ func (p *Plugin) remoteView(ctx context.Context, mirror string) remoteMirror {
 		go func() {
 			defer wg.Done()
 			p.Contain(func() {
-				resp, err := p.send(ctx, node, &DescribeMirrorsRequest{MirrorNames: []string{mirror}, Local: true})
+				resp, err := p.send(ctx, node, &wire.DescribeMirrorsRequest{MirrorNames: []string{mirror}, Local: true})
 				if err != nil {
 					return
 				}
 				mu.Lock()
 				defer mu.Unlock()
-				for _, dm := range resp.(*DescribeMirrorsResponse).Mirrors {
+				for _, dm := range resp.(*wire.DescribeMirrorsResponse).Mirrors {
 					if dm.ErrorCode != 0 && dm.State == "" {
 						continue // not described there (not in its image yet)
 					}
@@ -334,7 +335,7 @@ func (p *Plugin) remoteView(ctx context.Context, mirror string) remoteMirror {
 }
 
 // remoteDetailsOnly is remoteView's partition details.
-func (p *Plugin) remoteDetailsOnly(ctx context.Context, mirror string) map[tpKey]PartitionDetail {
+func (p *Plugin) remoteDetailsOnly(ctx context.Context, mirror string) map[tpKey]wire.PartitionDetail {
 	return p.remoteView(ctx, mirror).details
 }
 
@@ -357,11 +358,11 @@ func (p *Plugin) readStatesBatch(ctx context.Context, mirror string, parts map[t
 		byNode[leader] = append(byNode[leader], k)
 	}
 	for node, keys := range byNode {
-		req := &ReadMirrorStatesRequest{MirrorName: mirror, NeedPartitionStates: true}
+		req := &wire.ReadMirrorStatesRequest{MirrorName: mirror, NeedPartitionStates: true}
 		for _, k := range keys {
-			i := slices.IndexFunc(req.Topics, func(t PartitionsTopic) bool { return t.Name == k.topic })
+			i := slices.IndexFunc(req.Topics, func(t wire.PartitionsTopic) bool { return t.Name == k.topic })
 			if i < 0 {
-				req.Topics = append(req.Topics, PartitionsTopic{Name: k.topic, TopicID: parts[k]})
+				req.Topics = append(req.Topics, wire.PartitionsTopic{Name: k.topic, TopicID: parts[k]})
 				i = len(req.Topics) - 1
 			}
 			req.Topics[i].Partitions = append(req.Topics[i].Partitions, k.partition)
@@ -370,14 +371,14 @@ func (p *Plugin) readStatesBatch(ctx context.Context, mirror string, parts map[t
 		if err != nil {
 			continue
 		}
-		for _, t := range resp.(*ReadMirrorStatesResponse).Topics {
+		for _, t := range resp.(*wire.ReadMirrorStatesResponse).Topics {
 			for _, sp := range t.Partitions {
 				k := tpKey{t.Name, sp.PartitionIndex}
 				id, ok := parts[k]
 				if !ok || sp.ErrorCode != 0 {
 					continue
 				}
-				out[k] = sp.state(id)
+				out[k] = stateOf(&sp, id)
 			}
 		}
 	}

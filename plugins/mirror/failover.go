@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
@@ -20,11 +21,11 @@ import (
 // Topics named that failed over before are reported as such
 // (AlreadyStopped, where their stop left them), so that a failover can
 // be repeated.
-func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string, mode int8, timeout time.Duration) ([]string, []FailoverPartition, error) {
+func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string, mode int8, timeout time.Duration) ([]string, []wire.FailoverPartition, error) {
 	start := time.Now()
 	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
 	if m == nil {
-		return nil, nil, fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
+		return nil, nil, fmt.Errorf("mirror %s does not exist: %w", mirror, wire.ErrMirrorNotFound)
 	}
 	if len(names) == 0 {
 		return nil, nil, fmt.Errorf("no topic named: %w", kerr.InvalidRequest)
@@ -37,7 +38,7 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 	if len(topics) == 0 {
 		return nil, done, nil
 	}
-	if mode != FailoverNow {
+	if mode != wire.FailoverNow {
 		if err := p.awaitCaughtUp(ctx, mirror, topics, mode, timeout); err != nil {
 			return nil, append(p.failoverReport(ctx, mirror, topics, p.sourceSnapshot(ctx, mirror)), done...), err
 		}
@@ -67,13 +68,13 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 
 // stoppedReport is where the failover of topics, done before, left each
 // of their partitions: the end of the mirrored data (StopAt).
-func (p *Plugin) stoppedReport(ctx context.Context, mirror string, topics []string) []FailoverPartition {
+func (p *Plugin) stoppedReport(ctx context.Context, mirror string, topics []string) []wire.FailoverPartition {
 	img := p.Image()
-	var out []FailoverPartition
+	var out []wire.FailoverPartition
 	for _, name := range topics {
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
-			fp := FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, AlreadyStopped: true}
+			fp := wire.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, AlreadyStopped: true}
 			if st, err := p.readState(ctx, pkey{mirror, name, int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
 			}
@@ -86,7 +87,7 @@ func (p *Plugin) stoppedReport(ctx context.Context, mirror string, topics []stri
 // sourceSnapshot is what the leaders of the mirror's partitions know of
 // their source side now: this broker's runs and the others' (remoteView),
 // each with SourceStale as sourceCurrent says at this moment.
-func (p *Plugin) sourceSnapshot(ctx context.Context, mirror string) map[tpKey]PartitionDetail {
+func (p *Plugin) sourceSnapshot(ctx context.Context, mirror string) map[tpKey]wire.PartitionDetail {
 	out := p.remoteDetailsOnly(ctx, mirror)
 	r := p.run(mirror)
 	if r == nil {
@@ -99,7 +100,7 @@ func (p *Plugin) sourceSnapshot(ctx context.Context, mirror string) map[tpKey]Pa
 		if pt.srcEnd < 0 {
 			continue
 		}
-		out[k] = PartitionDetail{PartitionIndex: k.partition, SourceOffset: pt.srcEnd, SourceOffsetTime: pt.srcEndAt.UnixMilli(),
+		out[k] = wire.PartitionDetail{PartitionIndex: k.partition, SourceOffset: pt.srcEnd, SourceOffsetTime: pt.srcEndAt.UnixMilli(),
 			LagMs: pt.lagMs, SourceStale: !r.sourceCurrent(pt, now), DestinationOffset: -1, Lag: -1}
 	}
 	return out
@@ -119,12 +120,12 @@ func (p *Plugin) awaitCaughtUp(ctx context.Context, mirror string, topics []stri
 		switch {
 		case len(lagging) == 0 && len(broken) == 0:
 			return nil
-		case len(broken) > 0 && mode == FailoverForce:
+		case len(broken) > 0 && mode == wire.FailoverForce:
 			return nil
 		case len(broken) > 0:
 			return fmt.Errorf("mirror %s: the source cannot confirm that nothing would be lost: %s (--force fails over anyway): %w",
-				mirror, byReason(broken), ErrMirrorSourceUnavailable)
-		case time.Now().After(deadline) && mode == FailoverForce:
+				mirror, byReason(broken), wire.ErrMirrorSourceUnavailable)
+		case time.Now().After(deadline) && mode == wire.FailoverForce:
 			return nil
 		case time.Now().After(deadline):
 			return fmt.Errorf("mirror %s: still behind the source after %v: %s (--force fails over anyway): %w",
@@ -155,7 +156,7 @@ func byReason(items []string) string {
 		if i := strings.LastIndex(reason, " (since "); i > 0 && strings.HasSuffix(reason, ")") {
 			reason = reason[:i]
 		}
-		for _, e := range mirrorErrors {
+		for _, e := range wire.Errors {
 			reason = strings.TrimSuffix(reason, ": "+e.Error())
 		}
 		if _, seen := parts[reason]; !seen {
@@ -179,7 +180,7 @@ func byReason(items []string) string {
 func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, start time.Time) (lagging, broken []string) {
 	img := p.Image()
 	r := p.run(mirror)
-	var remote map[tpKey]PartitionDetail
+	var remote map[tpKey]wire.PartitionDetail
 	for _, name := range topics {
 		if t := img.Topics[name]; t != nil && slices.ContainsFunc(t.Partitions, func(pp raftmeta.Partition) bool { return pp.Leader != p.Host().NodeID() }) {
 			remote = p.remoteDetailsOnly(ctx, mirror)
@@ -253,13 +254,13 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 // offset last learned and when, whether it was still the source's end
 // (snapshot, taken before the stop), the end of the mirrored data (where
 // a stop left it), and the lag between them.
-func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []string, snapshot map[tpKey]PartitionDetail) []FailoverPartition {
+func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []string, snapshot map[tpKey]wire.PartitionDetail) []wire.FailoverPartition {
 	img := p.Image()
-	var out []FailoverPartition
+	var out []wire.FailoverPartition
 	for _, name := range topics {
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
-			fp := FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1}
+			fp := wire.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1}
 			if st, err := p.readState(ctx, pkey{mirror, name, int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
 			} else if ep := p.Host().Engine().Partition(t.ID, int32(i)); ep != nil {

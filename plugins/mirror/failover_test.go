@@ -1,13 +1,17 @@
 package mirror
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+)
 
 // TestByReason: a refused failover names each reason once, with the
 // partitions it holds for (an unreachable source printed the same text,
 // MIRROR_SOURCE_UNAVAILABLE's description included, once per partition
 // and again for the error itself).
 func TestByReason(t *testing.T) {
-	down := "source cluster a:1 unreachable (a fetch from broker 2): connection refused: " + ErrMirrorSourceUnavailable.Error()
+	down := "source cluster a:1 unreachable (a fetch from broker 2): connection refused: " + wire.ErrMirrorSourceUnavailable.Error()
 	got := byReason([]string{
 		"orders-0: " + down,
 		"orders-1: " + down + " (since 2026-12-05T06:16:15Z)",

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/uuid"
@@ -28,19 +29,19 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 	clusterAction := rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster")
 	clusterDenied := fmt.Errorf("mirror API %d needs CLUSTER_ACTION on the cluster: %w", req.Key(), kerr.ClusterAuthorizationFailed)
 	switch req := req.(type) {
-	case *CreateMirrorRequest:
-		r := resp.(*CreateMirrorResponse)
+	case *wire.CreateMirrorRequest:
+		r := resp.(*wire.CreateMirrorResponse)
 		name := ""
 		if req.MirrorName != nil {
 			name = *req.MirrorName
 		}
 		if err := mirrorAuthorized(rc, kmsg.ACLOperationCreate, name); err != nil {
-			r.setErr(code(err))
+			r.SetErr(code(err))
 			break
 		}
-		r.setErr(code(p.createMirror(ctx, req)))
-	case *AddTopicsToMirrorRequest:
-		r := resp.(*AddTopicsToMirrorResponse)
+		r.SetErr(code(p.createMirror(ctx, req)))
+	case *wire.AddTopicsToMirrorRequest:
+		r := resp.(*wire.AddTopicsToMirrorResponse)
 		var denied error
 		for _, t := range req.Topics {
 			if t.MirrorName != nil && denied == nil {
@@ -54,9 +55,9 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 		id, plan, err := p.addTopics(ctx, req)
 		r.TopicID, r.Truncations = id, plan
 		c, msg := code(err)
-		r.ErrorCode, r.ErrorMessage = c, nonEmpty(msg)
-	case *RemoveTopicsFromMirrorRequest:
-		r := resp.(*RemoveTopicsFromMirrorResponse)
+		r.ErrorCode, r.ErrorMessage = c, wire.NonEmpty(msg)
+	case *wire.RemoveTopicsFromMirrorRequest:
+		r := resp.(*wire.RemoveTopicsFromMirrorResponse)
 		if err := mirrorAuthorized(rc, kmsg.ACLOperationAlter, req.MirrorName); err != nil {
 			r.ErrorCode, _ = code(err)
 			break
@@ -74,14 +75,14 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 				msg += fmt.Sprintf("; %d partition(s) had failed over already", n)
 			}
 		}
-		r.ErrorCode, r.ErrorMessage = c, nonEmpty(msg)
-	case *LastMirroredOffsetsRequest:
+		r.ErrorCode, r.ErrorMessage = c, wire.NonEmpty(msg)
+	case *wire.LastMirroredOffsetsRequest:
 		// Asked by the destination of a failback with its credentials on
 		// this (source) cluster: DESCRIBE on each topic, as ListOffsets.
-		r := resp.(*LastMirroredOffsetsResponse)
+		r := resp.(*wire.LastMirroredOffsetsResponse)
 		r.Topics = p.lastMirrored(ctx, rc, req)
-	case *ListMirrorsRequest:
-		r := resp.(*ListMirrorsResponse)
+	case *wire.ListMirrorsRequest:
+		r := resp.(*wire.ListMirrorsResponse)
 		img := p.Image()
 		for _, name := range slices.Sorted(maps.Keys(img.Mirrors)) {
 			m := img.Mirrors[name]
@@ -94,51 +95,51 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 					n++
 				}
 			}
-			r.Mirrors = append(r.Mirrors, ListedMirror{MirrorName: name, SourceBootstrap: m.Configs["bootstrap.servers"], TopicCount: int32(n)})
+			r.Mirrors = append(r.Mirrors, wire.ListedMirror{MirrorName: name, SourceBootstrap: m.Configs["bootstrap.servers"], TopicCount: int32(n)})
 		}
-	case *DescribeMirrorsRequest:
-		r := resp.(*DescribeMirrorsResponse)
+	case *wire.DescribeMirrorsRequest:
+		r := resp.(*wire.DescribeMirrorsResponse)
 		r.Mirrors = p.describe(ctx, rc, req)
-	case *ReadMirrorStatesRequest:
-		r := resp.(*ReadMirrorStatesResponse)
+	case *wire.ReadMirrorStatesRequest:
+		r := resp.(*wire.ReadMirrorStatesResponse)
 		if !clusterAction {
 			r.ErrorCode, _ = code(clusterDenied)
 			break
 		}
 		r.Topics, r.ErrorCode = p.readStates(ctx, req)
-	case *WriteMirrorStatesRequest:
-		r := resp.(*WriteMirrorStatesResponse)
+	case *wire.WriteMirrorStatesRequest:
+		r := resp.(*wire.WriteMirrorStatesResponse)
 		if !clusterAction {
 			r.ErrorCode, _ = code(clusterDenied)
 			break
 		}
 		r.Topics = p.writeStates(ctx, req)
-	case *MirrorTopicsRequest:
-		r := resp.(*MirrorTopicsResponse)
+	case *wire.MirrorTopicsRequest:
+		r := resp.(*wire.MirrorTopicsResponse)
 		op := kmsg.ACLOperationAlter
-		if req.key == KeyDeleteMirror {
+		if req.Key() == wire.KeyDeleteMirror {
 			op = kmsg.ACLOperationDelete
 		}
 		if err := mirrorAuthorized(rc, op, req.MirrorName); err != nil {
-			r.setErr(code(err))
+			r.SetErr(code(err))
 			break
 		}
 		var err error
-		switch req.key {
-		case KeyPauseMirrorTopics:
+		switch req.Key() {
+		case wire.KeyPauseMirrorTopics:
 			err = p.pause(ctx, req.MirrorName, req.Topics, true)
-		case KeyResumeMirrorTopics:
+		case wire.KeyResumeMirrorTopics:
 			err = p.pause(ctx, req.MirrorName, req.Topics, false)
-		case KeyDeleteMirror:
+		case wire.KeyDeleteMirror:
 			err = p.deleteMirror(ctx, req.MirrorName)
 		}
-		r.setErr(code(err))
-	case *BumpLeaderEpochsRequest:
-		r := resp.(*BumpLeaderEpochsResponse)
+		r.SetErr(code(err))
+	case *wire.BumpLeaderEpochsRequest:
+		r := resp.(*wire.BumpLeaderEpochsResponse)
 		for _, t := range req.Topics {
-			bt := BumpTopic{TopicID: t.TopicID}
+			bt := wire.BumpTopic{TopicID: t.TopicID}
 			for _, bp := range t.Partitions {
-				out := BumpPartition{PartitionIndex: bp.PartitionIndex, LeaderEpoch: -1}
+				out := wire.BumpPartition{PartitionIndex: bp.PartitionIndex, LeaderEpoch: -1}
 				if !clusterAction {
 					out.ErrorCode, _ = code(clusterDenied)
 				} else if e, err := p.bumpLeaderEpoch(ctx, t.TopicID, bp.PartitionIndex, bp.MinLeaderEpoch); err != nil {
@@ -172,10 +173,10 @@ func mirrorAuthorized(rc *plugin.RequestContext, op kmsg.ACLOperation, name stri
 	if rc.Allowed(cop, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
 		return nil
 	}
-	return fmt.Errorf("%s on mirror %s is not authorized: %w", op, name, ErrMirrorAuthorizationFailed)
+	return fmt.Errorf("%s on mirror %s is not authorized: %w", op, name, wire.ErrMirrorAuthorizationFailed)
 }
 
-func alreadyStopped(report []FailoverPartition) int {
+func alreadyStopped(report []wire.FailoverPartition) int {
 	n := 0
 	for _, fp := range report {
 		if fp.AlreadyStopped {
@@ -185,7 +186,7 @@ func alreadyStopped(report []FailoverPartition) int {
 	return n
 }
 
-func topicNames(ts []RemoveTopic) []string {
+func topicNames(ts []wire.RemoveTopic) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
 		out[i] = t.TopicName
@@ -217,7 +218,7 @@ func (p *Plugin) throttledRate() int64 {
 	return p.cfg.ThrottledRate
 }
 
-func (p *Plugin) createMirror(ctx context.Context, req *CreateMirrorRequest) error {
+func (p *Plugin) createMirror(ctx context.Context, req *wire.CreateMirrorRequest) error {
 	if req.MirrorName == nil || *req.MirrorName == "" {
 		return fmt.Errorf("a mirror needs a name: %w", kerr.InvalidRequest)
 	}
@@ -232,7 +233,7 @@ func (p *Plugin) createMirror(ctx context.Context, req *CreateMirrorRequest) err
 		return err
 	}
 	if p.Image().Mirrors[name] != nil {
-		return fmt.Errorf("mirror %s already exists: %w", name, ErrMirrorAlreadyExists)
+		return fmt.Errorf("mirror %s already exists: %w", name, wire.ErrMirrorAlreadyExists)
 	}
 	if err := p.probeSource(ctx, configs); err != nil {
 		return err
@@ -264,7 +265,7 @@ func mirrorTopics(m *raftmeta.Mirror, names []string) ([]string, error) {
 					done = append(done, t)
 				}
 			}
-			return nil, fmt.Errorf("mirror %s: %s failed over already (STOPPED): %w", m.Name, strings.Join(done, ", "), ErrTopicNotMirrored)
+			return nil, fmt.Errorf("mirror %s: %s failed over already (STOPPED): %w", m.Name, strings.Join(done, ", "), wire.ErrTopicNotMirrored)
 		}
 	}
 	return active, nil
@@ -301,10 +302,10 @@ func mirrorTopicsAll(m *raftmeta.Mirror, names []string) (active, stopped []stri
 		}
 		if !slices.ContainsFunc(active, re.MatchString) && !slices.ContainsFunc(stopped, re.MatchString) {
 			if len(m.Topics) == 0 {
-				return nil, nil, fmt.Errorf("mirror %s has no topic: %w", m.Name, ErrTopicNotMirrored)
+				return nil, nil, fmt.Errorf("mirror %s has no topic: %w", m.Name, wire.ErrTopicNotMirrored)
 			}
 			return nil, nil, fmt.Errorf("no topic of mirror %s matches %q (its topics: %s): %w", m.Name, n,
-				someNames(slices.Sorted(maps.Keys(m.Topics))), ErrTopicNotMirrored)
+				someNames(slices.Sorted(maps.Keys(m.Topics))), wire.ErrTopicNotMirrored)
 		}
 		a, s = match(active, re, a), match(stopped, re, s)
 	}
@@ -381,7 +382,7 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause bool) error {
 	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
 	if m == nil {
-		return fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
+		return fmt.Errorf("mirror %s does not exist: %w", mirror, wire.ErrMirrorNotFound)
 	}
 	topics, err := mirrorTopics(m, names)
 	if err != nil {
@@ -408,10 +409,10 @@ func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause
 func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
 	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
 	if m == nil {
-		return fmt.Errorf("mirror %s does not exist: %w", mirror, ErrMirrorNotFound)
+		return fmt.Errorf("mirror %s does not exist: %w", mirror, wire.ErrMirrorNotFound)
 	}
 	if topics, _ := mirrorTopics(m, nil); len(topics) > 0 {
-		if _, _, err := p.removeTopics(ctx, mirror, topics, FailoverNow, 0); err != nil {
+		if _, _, err := p.removeTopics(ctx, mirror, topics, wire.FailoverNow, 0); err != nil {
 			return err
 		}
 	}
@@ -421,15 +422,15 @@ func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
 // lastMirrored answers LastMirroredOffsets from whichever mirror holds (or
 // held) each topic; the last mirror epoch is -1 for a partition never
 // mirrored here.
-func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, req *LastMirroredOffsetsRequest) []OffsetsTopic {
+func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, req *wire.LastMirroredOffsetsRequest) []wire.OffsetsTopic {
 	img := p.Image()
-	var out []OffsetsTopic
+	var out []wire.OffsetsTopic
 	for _, t := range req.Topics {
-		ot := OffsetsTopic{Name: t.Name}
+		ot := wire.OffsetsTopic{Name: t.Name}
 		mirror, mt, ok := img.LastMirrorOf(t.Name)
 		allowed := rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, t.Name)
 		for _, idx := range t.Partitions {
-			op := OffsetsPartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1}
+			op := wire.OffsetsPartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1}
 			if !allowed {
 				op.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			} else if here := img.Topics[t.Name]; !ok && here != nil {
@@ -463,16 +464,16 @@ func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, re
 	return out
 }
 
-func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *DescribeMirrorsRequest) []DescribedMirror {
+func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *wire.DescribeMirrorsRequest) []wire.DescribedMirror {
 	img := p.Image()
 	names := req.MirrorNames
 	all := len(names) == 0
 	if all {
 		names = slices.Sorted(maps.Keys(img.Mirrors))
 	}
-	var out []DescribedMirror
+	var out []wire.DescribedMirror
 	for _, name := range names {
-		dm := DescribedMirror{MirrorName: name, AuthorizedOperations: -2147483648}
+		dm := wire.DescribedMirror{MirrorName: name, AuthorizedOperations: -2147483648}
 		m := img.Mirrors[name]
 		denied := mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name)
 		if denied != nil && req.Local && rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
@@ -494,23 +495,23 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 		case denied != nil:
 			var msg string
 			dm.ErrorCode, msg = code(denied)
-			dm.ErrorMessage = nonEmpty(msg)
+			dm.ErrorMessage = wire.NonEmpty(msg)
 		case m == nil:
-			dm.ErrorCode = ErrMirrorNotFound.Code
-			dm.ErrorMessage = nonEmpty("mirror " + name + " does not exist")
+			dm.ErrorCode = wire.ErrMirrorNotFound.Code
+			dm.ErrorMessage = wire.NonEmpty("mirror " + name + " does not exist")
 		default:
 			failed := false
 			r := p.run(name)
 			if r != nil {
 				r.mu.Lock()
 				if r.failed != "" {
-					dm.ErrorCode, dm.ErrorMessage, failed = r.code, nonEmpty(r.failed), true
+					dm.ErrorCode, dm.ErrorMessage, failed = r.code, wire.NonEmpty(r.failed), true
 				}
 				r.mu.Unlock()
 			}
 			halt, aclSync := p.meta.status(name)
 			if halt != "" {
-				dm.ErrorCode, dm.ErrorMessage, failed = kerr.InconsistentClusterID.Code, nonEmpty(halt), true
+				dm.ErrorCode, dm.ErrorMessage, failed = kerr.InconsistentClusterID.Code, wire.NonEmpty(halt), true
 			}
 			dm.ACLSync, dm.SourceClusterID = aclSync, m.SourceClusterID
 			dm.Diverged = p.manifest(ctx, name)
@@ -521,7 +522,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 				if !failed && remote.errCode != 0 {
 					// Another leader's run cannot use the source: the
 					// source is the same for all of them.
-					dm.ErrorCode, dm.ErrorMessage, failed = remote.errCode, nonEmpty(remote.errMsg), true
+					dm.ErrorCode, dm.ErrorMessage, failed = remote.errCode, wire.NonEmpty(remote.errMsg), true
 				}
 			}
 			want := map[tpKey]uuid.UUID{}
@@ -534,13 +535,13 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 			}
 			states := p.readStatesBatch(ctx, name, want) // one request per coordinating broker
 			now := time.Now()
-			var all []PartitionDetail
+			var all []wire.PartitionDetail
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
 				t := img.Topics[tn]
 				if t == nil {
 					continue
 				}
-				dt := DescribedTopic{TopicName: tn}
+				dt := wire.DescribedTopic{TopicName: tn}
 				for i := range t.Partitions {
 					pd := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
 					if rd, ok := remote.details[tpKey{tn, int32(i)}]; ok {
@@ -576,8 +577,8 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *D
 // state (the coordinator's), the destination's health (the image's),
 // and, if this broker leads it, its source side as of now.
 func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, img *raftmeta.Image, t *raftmeta.Topic, i int32,
-	states map[tpKey]pstate, now time.Time) PartitionDetail {
-	pd := PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: Unknown.String()}
+	states map[tpKey]pstate, now time.Time) wire.PartitionDetail {
+	pd := wire.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: Unknown.String()}
 	if st, ok := states[tpKey{t.Name, i}]; ok {
 		pd.State, pd.Reason = st.State.String(), st.Reason
 	} else if st, err := p.readState(ctx, pkey{mirror, t.Name, i}, t.ID); err == nil {
@@ -618,22 +619,22 @@ func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, i
 	return pd
 }
 
-func (p *Plugin) readStates(ctx context.Context, req *ReadMirrorStatesRequest) ([]StatesTopic, int16) {
+func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesRequest) ([]wire.StatesTopic, int16) {
 	img := p.Image()
 	m := img.Mirrors[req.MirrorName]
-	var out []StatesTopic
+	var out []wire.StatesTopic
 	for _, t := range req.Topics {
-		st := StatesTopic{Name: t.Name}
+		st := wire.StatesTopic{Name: t.Name}
 		if !t.TopicID.IsZero() && req.NeedPartitionStates {
 			// Another broker asks this coordinator for the states it
 			// keeps: they are answered whatever this broker's image says
 			// of the mirror (it may not have it yet, or any more).
 			for _, idx := range t.Partitions {
-				sp := StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
+				sp := wire.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
 				k := pkey{req.MirrorName, t.Name, idx}
 				s, err := p.readStateLocal(ctx, k, t.TopicID)
 				if err == nil {
-					sp.setState(s)
+					setState(&sp, s)
 					sp.Diverged, err = p.entriesLocal(ctx, k, t.TopicID)
 				}
 				sp.ErrorCode, _ = code(err)
@@ -643,35 +644,35 @@ func (p *Plugin) readStates(ctx context.Context, req *ReadMirrorStatesRequest) (
 			continue
 		}
 		if m == nil {
-			return nil, ErrMirrorNotFound.Code
+			return nil, wire.ErrMirrorNotFound.Code
 		}
 		mt, ok := m.Topics[t.Name]
 		if !req.NeedPartitionStates {
-			st.Partitions = []StatePartition{p.topicState(ctx, req.MirrorName, t.Name, mt, ok)}
+			st.Partitions = []wire.StatePartition{p.topicState(ctx, req.MirrorName, t.Name, mt, ok)}
 			out = append(out, st)
 			continue
 		}
 		for _, idx := range t.Partitions {
-			sp := StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
+			sp := wire.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
 			if !ok {
-				sp.ErrorCode = ErrTopicNotMirrored.Code
+				sp.ErrorCode = wire.ErrTopicNotMirrored.Code
 			} else if s, err := p.readState(ctx, pkey{req.MirrorName, t.Name, idx}, mt.ID); err != nil {
 				sp.ErrorCode, _ = code(err)
 			} else {
-				sp.setState(s)
+				setState(&sp, s)
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}
 		out = append(out, st)
 	}
 	if len(req.Topics) == 0 && m == nil {
-		return nil, ErrMirrorNotFound.Code
+		return nil, wire.ErrMirrorNotFound.Code
 	}
 	return out, 0
 }
 
 // setState fills a response's partition with a persisted state.
-func (sp *StatePartition) setState(s pstate) {
+func setState(sp *wire.StatePartition, s pstate) {
 	sp.LastMirroredOffset, sp.State, sp.LastMirrorEpoch, sp.Reason, sp.TopicID = s.LMO, int8(s.State), s.LME, s.Reason, s.TopicID
 	sp.StopOffset, sp.StopEpoch, sp.StopDone, sp.StopIndex = s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex
 }
@@ -681,11 +682,11 @@ func (sp *StatePartition) setState(s pstate) {
 // partitions' when they agree; when they differ, FAILED if one failed,
 // else the transition some are still in (STOPPING, PAUSING, PREPARING,
 // EPOCH_FENCING), else the first partition's.
-func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt raftmeta.MirrorTopic, ok bool) StatePartition {
-	sp := StatePartition{PartitionIndex: -1, LastMirroredOffset: -1, LastMirrorEpoch: -1, TopicID: mt.ID}
+func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt raftmeta.MirrorTopic, ok bool) wire.StatePartition {
+	sp := wire.StatePartition{PartitionIndex: -1, LastMirroredOffset: -1, LastMirrorEpoch: -1, TopicID: mt.ID}
 	t := p.Image().Topics[topic]
 	if !ok || t == nil {
-		sp.ErrorCode = ErrTopicNotMirrored.Code
+		sp.ErrorCode = wire.ErrTopicNotMirrored.Code
 		return sp
 	}
 	var states []State
@@ -714,17 +715,17 @@ func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt raftme
 // writeStates is WriteMirrorStates: TopicsUpdated are persisted; the
 // states of RemovedTopics are deleted (tombstones), whatever partitions
 // they had.
-func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest) []ErrTopic {
+func (p *Plugin) writeStates(ctx context.Context, req *wire.WriteMirrorStatesRequest) []wire.ErrTopic {
 	img := p.Image()
-	var out []ErrTopic
+	var out []wire.ErrTopic
 	for _, name := range req.RemovedTopics {
-		et := ErrTopic{Name: name}
+		et := wire.ErrTopic{Name: name}
 		c, _ := code(p.removeStatesLocal(ctx, req.MirrorName, name))
-		et.Partitions = append(et.Partitions, ErrPartition{PartitionIndex: -1, ErrorCode: c})
+		et.Partitions = append(et.Partitions, wire.ErrPartition{PartitionIndex: -1, ErrorCode: c})
 		out = append(out, et)
 	}
 	for _, t := range req.TopicsUpdated {
-		et := ErrTopic{Name: t.Name}
+		et := wire.ErrTopic{Name: t.Name}
 		for _, sp := range t.Partitions {
 			id := sp.TopicID
 			if tt := img.Topics[t.Name]; id.IsZero() && tt != nil {
@@ -736,7 +737,7 @@ func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest)
 			// partition with manifest entries carries only them.
 			if len(sp.Diverged) > 0 {
 				c, _ := code(p.writeEntriesLocal(ctx, pkey{req.MirrorName, t.Name, sp.PartitionIndex}, id, sp.Diverged))
-				et.Partitions = append(et.Partitions, ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
+				et.Partitions = append(et.Partitions, wire.ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
 				continue
 			}
 			_, err := p.writeStateLocal(ctx, pkey{req.MirrorName, t.Name, sp.PartitionIndex}, id, func(s *pstate) error {
@@ -745,7 +746,7 @@ func (p *Plugin) writeStates(ctx context.Context, req *WriteMirrorStatesRequest)
 				return nil
 			})
 			c, _ := code(err)
-			et.Partitions = append(et.Partitions, ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
+			et.Partitions = append(et.Partitions, wire.ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
 		}
 		out = append(out, et)
 	}
@@ -792,7 +793,7 @@ func (p *Plugin) DescribeConfigResource(_ context.Context, rc *plugin.RequestCon
 	}
 	m := p.Image().Mirrors[name]
 	if m == nil {
-		return nil, fmt.Errorf("mirror %s does not exist: %w", name, ErrMirrorNotFound)
+		return nil, fmt.Errorf("mirror %s does not exist: %w", name, wire.ErrMirrorNotFound)
 	}
 	var out []kmsg.DescribeConfigsResponseResourceConfig
 	for _, k := range slices.Sorted(maps.Keys(m.Configs)) {
@@ -818,7 +819,7 @@ func (p *Plugin) AlterConfigResource(ctx context.Context, rc *plugin.RequestCont
 	}
 	m := p.Image().Mirrors[name]
 	if m == nil {
-		return fmt.Errorf("mirror %s does not exist: %w", name, ErrMirrorNotFound)
+		return fmt.Errorf("mirror %s does not exist: %w", name, wire.ErrMirrorNotFound)
 	}
 	next := maps.Clone(m.Configs)
 	if next == nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/uuid"
@@ -337,7 +338,7 @@ func (s *metaSync) cycle() error {
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		s.refreshErrs.Inc()
-		return fmt.Errorf("source metadata: %v: %w", err, ErrMirrorSourceUnavailable)
+		return fmt.Errorf("source metadata: %v: %w", err, wire.ErrMirrorSourceUnavailable)
 	}
 	if err := s.checkClusterID(ctx, m, resp); err != nil {
 		s.refreshErrs.Inc()
@@ -620,7 +621,7 @@ func (s *metaSync) sourceConfigs(ctx context.Context, cl *kgo.Client, topics []s
 	}
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return nil, fmt.Errorf("describe topic configs on the source: %v: %w", err, ErrMirrorSourceUnavailable)
+		return nil, fmt.Errorf("describe topic configs on the source: %v: %w", err, wire.ErrMirrorSourceUnavailable)
 	}
 	var errs []error
 	for _, r := range resp.Resources {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/prom"
 )
 
@@ -96,8 +97,8 @@ func (m *pluginMetrics) trackRun(r *run) {
 		},
 		// The divergence manifest: what truncations took from the
 		// mirror's partitions (copied to <topic>.diverged first).
-		"tandem_mirror_diverged_records" + label: m.diverged(r, func(d DivergedRange) float64 { return float64(d.Records) }),
-		"tandem_mirror_diverged_ranges" + label:  m.diverged(r, func(DivergedRange) float64 { return 1 }),
+		"tandem_mirror_diverged_records" + label: m.diverged(r, func(d wire.DivergedRange) float64 { return float64(d.Records) }),
+		"tandem_mirror_diverged_ranges" + label:  m.diverged(r, func(wire.DivergedRange) float64 { return 1 }),
 	}
 	for _, h := range []string{healthOK, healthNoLeader, healthUnderMinISR} {
 		gauges[fmt.Sprintf("tandem_mirror_destination_partitions{mirror=%q,health=%q}", r.name, h)] = func() float64 {
@@ -125,7 +126,7 @@ func (m *pluginMetrics) trackRun(r *run) {
 	}
 }
 
-func (m *pluginMetrics) diverged(r *run, of func(DivergedRange) float64) func() float64 {
+func (m *pluginMetrics) diverged(r *run, of func(wire.DivergedRange) float64) func() float64 {
 	return func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -350,14 +351,14 @@ func code(err error) (int16, string) {
 // APIVersions implements plugin.APIHandler.
 func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 	var out []kmsg.ApiVersionsResponseApiKey
-	for k := KeyCreateMirror; k <= KeyBumpLeaderEpochs; k++ {
+	for k := wire.KeyCreateMirror; k <= wire.KeyBumpLeaderEpochs; k++ {
 		out = append(out, kmsg.ApiVersionsResponseApiKey{ApiKey: k})
 	}
 	return out
 }
 
 // NewRequest implements plugin.APIHandler.
-func (p *Plugin) NewRequest(key int16) kmsg.Request { return NewRequest(key) }
+func (p *Plugin) NewRequest(key int16) kmsg.Request { return wire.NewRequest(key) }
 
 // OwnsProp implements plugin.PropsOwner: the mirror.* properties and the
 // replica.fetch.* ones the mirror fetchers use.

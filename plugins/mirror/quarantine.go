@@ -14,6 +14,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -99,12 +100,12 @@ func eachBatch(ep *engine.Partition, offset int64, fn func([][]byte) error) erro
 // their CRCs), so nothing is copied twice.
 func (r *run) quarantine(pt *part, ep *engine.Partition, to int64, cause string) error {
 	// What goes: whole batches, from the one holding offset on.
-	var span *DivergedRange
+	var span *wire.DivergedRange
 	err := eachBatch(ep, max(to, ep.Offsets().LogStart), func(bs [][]byte) error {
 		for _, b := range bs {
 			bi := infoOf(b)
 			if span == nil {
-				span = &DivergedRange{Topic: pt.topic, Partition: pt.partition, FirstOffset: bi.base, FirstEpoch: bi.epoch, FirstTimestamp: bi.firstTs}
+				span = &wire.DivergedRange{Topic: pt.topic, Partition: pt.partition, FirstOffset: bi.base, FirstEpoch: bi.epoch, FirstTimestamp: bi.firstTs}
 			}
 			span.LastOffset, span.LastEpoch, span.LastTimestamp = bi.last, bi.epoch, max(span.LastTimestamp, bi.maxTs)
 			span.Records += int64(bi.records)
@@ -199,7 +200,7 @@ func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition 
 	meta := p.Host().Metadata()
 	img := meta.Image()
 	if img.MirrorOf(name) != "" {
-		return nil, fmt.Errorf("%s is a mirror topic: %w", name, ErrReadOnlyTopic)
+		return nil, fmt.Errorf("%s is a mirror topic: %w", name, wire.ErrReadOnlyTopic)
 	}
 	src := img.Topics[topic]
 	if src == nil {
@@ -257,7 +258,7 @@ func (p *Plugin) shardOf(ctx context.Context, k pkey, id uuid.UUID, fn func(*coo
 // pendingEntry returns the partition's manifest entry whose copy is not
 // done, nil if none, from the partition's coordinator.
 func (p *Plugin) pendingEntry(ctx context.Context, k pkey, id uuid.UUID) (*manifestEntry, error) {
-	var entries []DivergedEntry
+	var entries []wire.DivergedEntry
 	err := p.coordinated(ctx, coordKey(k.mirror, id, k.partition), func() error {
 		var err error
 		entries, err = p.entriesLocal(ctx, k, id)
@@ -280,32 +281,32 @@ func (p *Plugin) pendingEntry(ctx context.Context, k pkey, id uuid.UUID) (*manif
 
 // entriesLocal returns the partition's manifest entries from the local
 // shard.
-func (p *Plugin) entriesLocal(ctx context.Context, k pkey, id uuid.UUID) ([]DivergedEntry, error) {
-	var out []DivergedEntry
+func (p *Plugin) entriesLocal(ctx context.Context, k pkey, id uuid.UUID) ([]wire.DivergedEntry, error) {
+	var out []wire.DivergedEntry
 	err := p.shardOf(ctx, k, id, func(_ *coord.Shard, s *shard) error {
 		for dk, e := range s.diverged {
 			if dk.pkey == k {
-				out = append(out, DivergedEntry{DivergedRange: e.DivergedRange, Done: e.done})
+				out = append(out, wire.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.done})
 			}
 		}
 		return nil
 	})
-	slices.SortFunc(out, func(a, b DivergedEntry) int { return cmp.Compare(a.CopyStart, b.CopyStart) })
+	slices.SortFunc(out, func(a, b wire.DivergedEntry) int { return cmp.Compare(a.CopyStart, b.CopyStart) })
 	return out, err
 }
 
 // writeEntry persists a manifest entry on the partition's coordinator.
 func (p *Plugin) writeEntry(ctx context.Context, k pkey, id uuid.UUID, e *manifestEntry) error {
-	entry := DivergedEntry{DivergedRange: e.DivergedRange, Done: e.done}
+	entry := wire.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.done}
 	return p.coordinated(ctx, coordKey(k.mirror, id, k.partition), func() error {
-		return p.writeEntriesLocal(ctx, k, id, []DivergedEntry{entry})
+		return p.writeEntriesLocal(ctx, k, id, []wire.DivergedEntry{entry})
 	}, func(node int32) error {
-		return p.writeRemote(ctx, node, k, StatePartition{PartitionIndex: k.partition, TopicID: id, Diverged: []DivergedEntry{entry}})
+		return p.writeRemote(ctx, node, k, wire.StatePartition{PartitionIndex: k.partition, TopicID: id, Diverged: []wire.DivergedEntry{entry}})
 	})
 }
 
 // writeEntriesLocal persists manifest entries on the local shard.
-func (p *Plugin) writeEntriesLocal(ctx context.Context, k pkey, id uuid.UUID, entries []DivergedEntry) error {
+func (p *Plugin) writeEntriesLocal(ctx context.Context, k pkey, id uuid.UUID, entries []wire.DivergedEntry) error {
 	return p.shardOf(ctx, k, id, func(sh *coord.Shard, s *shard) error {
 		var recs []coord.Record
 		for _, e := range entries {
@@ -327,8 +328,8 @@ func (p *Plugin) writeEntriesLocal(ctx context.Context, k pkey, id uuid.UUID, en
 
 // manifest returns a mirror's divergence manifest: the finished entries
 // on the shards this broker leads, oldest first.
-func (p *Plugin) manifest(ctx context.Context, mirror string) []DivergedRange {
-	var out []DivergedRange
+func (p *Plugin) manifest(ctx context.Context, mirror string) []wire.DivergedRange {
+	var out []wire.DivergedRange
 	for _, sh := range p.Runtime().Shards() {
 		sh.Do(ctx, func(sh *coord.Shard) error { //nolint:errcheck // a shard that is going away has nothing to add
 			for dk, e := range sh.State().(*shard).diverged {
@@ -339,7 +340,7 @@ func (p *Plugin) manifest(ctx context.Context, mirror string) []DivergedRange {
 			return nil
 		})
 	}
-	slices.SortFunc(out, func(a, b DivergedRange) int {
+	slices.SortFunc(out, func(a, b wire.DivergedRange) int {
 		return cmp.Or(cmp.Compare(a.TruncatedAt, b.TruncatedAt), strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
 	})
 	return out
@@ -347,21 +348,21 @@ func (p *Plugin) manifest(ctx context.Context, mirror string) []DivergedRange {
 
 // mergeManifests merges manifest entries gathered from several brokers
 // (a shard that moved may be answered twice), oldest first.
-func mergeManifests(a, b []DivergedRange) []DivergedRange {
+func mergeManifests(a, b []wire.DivergedRange) []wire.DivergedRange {
 	type key struct {
 		topic     string
 		partition int32
 		copyStart int64
 	}
 	seen := map[key]bool{}
-	var out []DivergedRange
+	var out []wire.DivergedRange
 	for _, d := range slices.Concat(a, b) {
 		if k := (key{d.Topic, d.Partition, d.CopyStart}); !seen[k] {
 			seen[k] = true
 			out = append(out, d)
 		}
 	}
-	slices.SortFunc(out, func(a, b DivergedRange) int {
+	slices.SortFunc(out, func(a, b wire.DivergedRange) int {
 		return cmp.Or(cmp.Compare(a.TruncatedAt, b.TruncatedAt), strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
 	})
 	return out

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -41,12 +42,12 @@ func (p *Plugin) ValidateAppend(req *engine.AppendRequest) error {
 	case engine.OriginMirror:
 		if st := p.partState(mirror, req.Topic, req.Partition); st != Mirroring {
 			return fmt.Errorf("%s-%d is not a MIRRORING partition (mirror %q, %s): a fetcher may not append: %w",
-				req.Topic, req.Partition, mirror, st, ErrReadOnlyTopic)
+				req.Topic, req.Partition, mirror, st, wire.ErrReadOnlyTopic)
 		}
 		return p.checkEpochs(img, mirror, req)
 	case engine.OriginMirrorControl:
 		if st := p.partState(mirror, req.Topic, req.Partition); mirror != "" && st != Stopping {
-			return fmt.Errorf("%s-%d is %s, not STOPPING: %w", req.Topic, req.Partition, st, ErrReadOnlyTopic)
+			return fmt.Errorf("%s-%d is %s, not STOPPING: %w", req.Topic, req.Partition, st, wire.ErrReadOnlyTopic)
 		}
 		return nil
 	}
@@ -94,7 +95,7 @@ func (p *Plugin) checkEpochs(img *raftmeta.Image, mirror string, req *engine.App
 	sle := maxBatchEpoch(req.Records)
 	fence, bump := epochCheck(sle, dle)
 	if fence {
-		return fmt.Errorf("%s-%d: batch leader epoch %d above destination epoch %d: %w", req.Topic, req.Partition, sle, dle, ErrMirrorLeaderEpochExceeded)
+		return fmt.Errorf("%s-%d: batch leader epoch %d above destination epoch %d: %w", req.Topic, req.Partition, sle, dle, wire.ErrMirrorLeaderEpochExceeded)
 	}
 	if bump {
 		if r := p.run(mirror); r != nil {

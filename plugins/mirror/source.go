@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -191,7 +192,7 @@ func (r *run) sourceErr(what string, err error) error {
 	if ke := (*kerr.Error)(nil); errors.As(err, &ke) {
 		return fmt.Errorf("source cluster %s refused %s: %w", r.configs["bootstrap.servers"], what, err)
 	}
-	return fmt.Errorf("source cluster %s unreachable (%s): %v: %w", r.configs["bootstrap.servers"], what, err, ErrMirrorSourceUnavailable)
+	return fmt.Errorf("source cluster %s unreachable (%s): %v: %w", r.configs["bootstrap.servers"], what, err, wire.ErrMirrorSourceUnavailable)
 }
 
 func (r *run) setFailed(err error) {
@@ -203,7 +204,7 @@ func (r *run) setFailed(err error) {
 	}
 	r.code, r.failed = code(err)
 	if r.code == kerr.UnknownServerError.Code {
-		r.code = ErrMirrorSourceUnavailable.Code
+		r.code = wire.ErrMirrorSourceUnavailable.Code
 	}
 }
 
@@ -330,27 +331,27 @@ func (r *run) lastMirrorEpoch(pt *part) (int32, error) {
 			return -1, r.sourceErr("ApiVersions", err)
 		}
 		serves := slices.ContainsFunc(resp.(*kmsg.ApiVersionsResponse).ApiKeys, func(k kmsg.ApiVersionsResponseApiKey) bool {
-			return k.ApiKey == KeyLastMirroredOffsets
+			return k.ApiKey == wire.KeyLastMirroredOffsets
 		})
 		r.src.mirrors = &serves
 	}
 	if !*r.src.mirrors {
 		return -1, nil // a source without mirroring (e.g. Apache Kafka) never mirrored the partition
 	}
-	req := &LastMirroredOffsetsRequest{MirrorName: r.name, Topics: []PartitionsTopic{{Name: pt.topic, Partitions: []int32{pt.partition}}}}
+	req := &wire.LastMirroredOffsetsRequest{MirrorName: r.name, Topics: []wire.PartitionsTopic{{Name: pt.topic, Partitions: []int32{pt.partition}}}}
 	resp, err := r.request(-1, req)
 	if err != nil {
 		return -1, r.sourceErr("LastMirroredOffsets", err)
 	}
-	lr := resp.(*LastMirroredOffsetsResponse)
+	lr := resp.(*wire.LastMirroredOffsetsResponse)
 	if lr.ErrorCode != 0 {
-		return -1, fmt.Errorf("last mirror epoch of %s-%d: %w", pt.topic, pt.partition, ErrorForCode(lr.ErrorCode))
+		return -1, fmt.Errorf("last mirror epoch of %s-%d: %w", pt.topic, pt.partition, wire.ErrorForCode(lr.ErrorCode))
 	}
 	for _, t := range lr.Topics {
 		for _, p := range t.Partitions {
 			if t.Name == pt.topic && p.PartitionIndex == pt.partition {
 				if p.ErrorCode != 0 {
-					return -1, fmt.Errorf("last mirror epoch of %s-%d: %w", pt.topic, pt.partition, ErrorForCode(p.ErrorCode))
+					return -1, fmt.Errorf("last mirror epoch of %s-%d: %w", pt.topic, pt.partition, wire.ErrorForCode(p.ErrorCode))
 				}
 				return p.LastMirrorEpoch, nil
 			}
@@ -718,7 +719,7 @@ func (r *run) applyPartition(pt *part, rp *kmsg.FetchResponseTopicPartition, req
 		_, err := ep.Append(r.ctx, &engine.AppendRequest{Topic: pt.topic, TopicID: pt.id, Partition: pt.partition,
 			Origin: engine.OriginMirror, Records: batches, Acks: -1})
 		switch {
-		case errors.Is(err, ErrMirrorLeaderEpochExceeded):
+		case errors.Is(err, wire.ErrMirrorLeaderEpochExceeded):
 			r.scheduleBump(pt.topic, pt.partition, maxBatchEpoch(batches))
 			return 0, r.setState(pt, EpochFencing, "")
 		case errors.Is(err, engine.ErrUnexpectedAppendOffset):

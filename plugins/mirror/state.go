@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -156,7 +157,7 @@ type dkey struct {
 // records are all copied (before that, a resumed truncation finishes the
 // copy).
 type manifestEntry struct {
-	DivergedRange
+	wire.DivergedRange
 	done bool
 }
 
@@ -208,7 +209,7 @@ func (s *shard) Replay(key, value []byte) error {
 		return nil
 	case typ == recDiverged:
 		v.Int16()
-		e := &manifestEntry{DivergedRange: DivergedRange{Topic: k.topic, Partition: k.partition, CopyStart: dk.copyStart}}
+		e := &manifestEntry{DivergedRange: wire.DivergedRange{Topic: k.topic, Partition: k.partition, CopyStart: dk.copyStart}}
 		e.FirstOffset, e.LastOffset, e.FirstEpoch, e.LastEpoch = v.Int64(), v.Int64(), v.Int32(), v.Int32()
 		e.Records, e.FirstTimestamp, e.LastTimestamp, e.TruncatedAt = v.Int64(), v.Int64(), v.Int64(), v.Int64()
 		e.Cause, e.CopyEnd, e.done = v.String(), v.Int64(), v.Bool()

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
@@ -100,7 +101,7 @@ func (p *Plugin) destinationHealth(img *raftmeta.Image, t *raftmeta.Topic, i int
 // while the source fails it (unreachable, another cluster), PAUSED when
 // every partition still mirrored is paused, else MIRRORING. A mirror
 // without partitions is MIRRORING, or FAILED.
-func mirrorState(failed bool, parts []PartitionDetail) string {
+func mirrorState(failed bool, parts []wire.PartitionDetail) string {
 	live, paused := 0, 0
 	for _, pd := range parts {
 		switch pd.State {

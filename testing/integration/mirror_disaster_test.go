@@ -18,6 +18,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -63,7 +64,7 @@ func produceN(t *testing.T, addr, topic string, partitions int32, n int) map[int
 }
 
 // describe returns the partitions of one mirror by "topic/partition".
-func describe(t *testing.T, c *mirrorCluster, name string) (map[string]mirror.PartitionDetail, mirror.DescribedMirror) {
+func describe(t *testing.T, c *mirrorCluster, name string) (map[string]wire.PartitionDetail, wire.DescribedMirror) {
 	t.Helper()
 	return states(t, c.admin(), name)
 }
@@ -206,7 +207,7 @@ func TestMirrorLagTruth(t *testing.T) {
 	}
 	// The lag is computed from the source end offset last learned; until
 	// one is learned it is unknown, never 0.
-	checkLag := func(st map[string]mirror.PartitionDetail, ends map[int32]int64) {
+	checkLag := func(st map[string]wire.PartitionDetail, ends map[int32]int64) {
 		t.Helper()
 		for p := range ends {
 			pd := st[fmt.Sprintf("lag/%d", p)]
@@ -589,26 +590,26 @@ func TestMirrorSpecPoints(t *testing.T) {
 
 	// ReadMirrorStates per topic; WriteMirrorStates' RemovedTopics.
 	cl := dst.client()
-	readStates := func(req *mirror.ReadMirrorStatesRequest) *mirror.ReadMirrorStatesResponse {
+	readStates := func(req *wire.ReadMirrorStatesRequest) *wire.ReadMirrorStatesResponse {
 		t.Helper()
 		resp, err := cl.Request(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return resp.(*mirror.ReadMirrorStatesResponse)
+		return resp.(*wire.ReadMirrorStatesResponse)
 	}
-	rs := readStates(&mirror.ReadMirrorStatesRequest{MirrorName: "m", Topics: []mirror.PartitionsTopic{{Name: "q"}}})
+	rs := readStates(&wire.ReadMirrorStatesRequest{MirrorName: "m", Topics: []wire.PartitionsTopic{{Name: "q"}}})
 	if got := rs.Topics[0].Partitions; len(got) != 1 || got[0].PartitionIndex != -1 || got[0].State != int8(mirror.Mirroring) {
 		t.Fatalf("ReadMirrorStates without partition states: %+v", got)
 	}
 	if _, err := da.RemoveTopicsFromMirror(ctx, "m", []string{"q"}); err != nil {
 		t.Fatal(err)
 	}
-	ws, err := cl.Request(ctx, &mirror.WriteMirrorStatesRequest{MirrorName: "m", RemovedTopics: []string{"q"}})
-	if err != nil || ws.(*mirror.WriteMirrorStatesResponse).Topics[0].Partitions[0].ErrorCode != 0 {
+	ws, err := cl.Request(ctx, &wire.WriteMirrorStatesRequest{MirrorName: "m", RemovedTopics: []string{"q"}})
+	if err != nil || ws.(*wire.WriteMirrorStatesResponse).Topics[0].Partitions[0].ErrorCode != 0 {
 		t.Fatalf("WriteMirrorStates removing q: %v %+v", err, ws)
 	}
-	rs = readStates(&mirror.ReadMirrorStatesRequest{MirrorName: "m", NeedPartitionStates: true, Topics: []mirror.PartitionsTopic{{Name: "q", Partitions: []int32{0}}}})
+	rs = readStates(&wire.ReadMirrorStatesRequest{MirrorName: "m", NeedPartitionStates: true, Topics: []wire.PartitionsTopic{{Name: "q", Partitions: []int32{0}}}})
 	if got := rs.Topics[0].Partitions[0]; got.State != int8(mirror.Unknown) || got.LastMirroredOffset != -1 {
 		t.Fatalf("q-0 after its states were removed: state %d, last mirrored offset %d", got.State, got.LastMirroredOffset)
 	}

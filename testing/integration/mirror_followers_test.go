@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -201,7 +201,7 @@ func retryCoord(t *testing.T, what string, fn func() error) {
 		if err == nil {
 			return
 		}
-		if i == 50 || !errors.Is(err, kerr.NotCoordinator) && !errors.Is(err, mirror.ErrMirrorSourceUnavailable) {
+		if i == 50 || !errors.Is(err, kerr.NotCoordinator) && !errors.Is(err, wire.ErrMirrorSourceUnavailable) {
 			t.Fatalf("%s: %v", what, err)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -353,16 +353,16 @@ func TestBumpLeaderEpochsForwarded(t *testing.T) {
 	defer cl.Close()
 	tp := c.Image().Topics[topic]
 	before := tp.Partitions[1].LeaderEpoch
-	bump := func(minEpoch int32) mirror.BumpPartition {
+	bump := func(minEpoch int32) wire.BumpPartition {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		req := &mirror.BumpLeaderEpochsRequest{Topics: []mirror.BumpTopic{{TopicID: tp.ID, Partitions: []mirror.BumpPartition{{PartitionIndex: 1, MinLeaderEpoch: minEpoch}}}}}
+		req := &wire.BumpLeaderEpochsRequest{Topics: []wire.BumpTopic{{TopicID: tp.ID, Partitions: []wire.BumpPartition{{PartitionIndex: 1, MinLeaderEpoch: minEpoch}}}}}
 		resp, err := cl.SeedBrokers()[0].Request(ctx, req)
 		if err != nil {
 			t.Fatalf("BumpLeaderEpochs to broker %d: %v", other.ID, err)
 		}
-		r := resp.(*mirror.BumpLeaderEpochsResponse)
+		r := resp.(*wire.BumpLeaderEpochsResponse)
 		if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
 			t.Fatalf("BumpLeaderEpochs answered %+v", r)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/groups"
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/plugins/txn"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server"
@@ -124,7 +125,7 @@ func (c *syncCluster) metrics() string {
 }
 
 // mirrorStates returns the partition states and the description of a mirror.
-func (c *syncCluster) mirrorStates(name string) (map[string]mirror.PartitionDetail, mirror.DescribedMirror) {
+func (c *syncCluster) mirrorStates(name string) (map[string]wire.PartitionDetail, wire.DescribedMirror) {
 	return states(c.t, c.admin(), name)
 }
 

@@ -48,6 +48,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/groups"
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	mirroradmin "github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/plugins/share"
 	"github.com/tandem-kafka/tandem/plugins/txn"
 	"github.com/tandem-kafka/tandem/server"
@@ -672,7 +673,7 @@ type matrixEntry struct {
 func authFailure(code int16) bool {
 	switch code {
 	case kerr.TopicAuthorizationFailed.Code, kerr.GroupAuthorizationFailed.Code,
-		kerr.ClusterAuthorizationFailed.Code, kerr.TransactionalIDAuthorizationFailed.Code, mirror.ErrMirrorAuthorizationFailed.Code:
+		kerr.ClusterAuthorizationFailed.Code, kerr.TransactionalIDAuthorizationFailed.Code, wire.ErrMirrorAuthorizationFailed.Code:
 		return true
 	}
 	return false
@@ -1486,68 +1487,68 @@ func txnMirrorMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry 
 			return kerr.TransactionalIDAuthorizationFailed.Code // hidden
 		}},
 
-		mirror.KeyCreateMirror: {need: []grant{mirrorG("m-new-", kmsg.ACLOperationCreate)}, req: func() kmsg.Request {
+		wire.KeyCreateMirror: {need: []grant{mirrorG("m-new-", kmsg.ACLOperationCreate)}, req: func() kmsg.Request {
 			name := "m-new-" + seq()
-			return &mirror.CreateMirrorRequest{MirrorName: &name, Configs: []mirror.MirrorConfig{{Name: "bootstrap.servers", Value: kmsg.StringPtr("127.0.0.1:1")}}}
-		}, code: func(r kmsg.Response) int16 { return r.(*mirror.CreateMirrorResponse).ErrorCode }},
-		mirror.KeyAddTopicsToMirror: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
-			return &mirror.AddTopicsToMirrorRequest{Topics: []mirror.AddTopic{{TopicName: "m-missing", MirrorName: kmsg.StringPtr(mm)}}}
-		}, code: func(r kmsg.Response) int16 { return r.(*mirror.AddTopicsToMirrorResponse).ErrorCode },
+			return &wire.CreateMirrorRequest{MirrorName: &name, Configs: []wire.MirrorConfig{{Name: "bootstrap.servers", Value: kmsg.StringPtr("127.0.0.1:1")}}}
+		}, code: func(r kmsg.Response) int16 { return r.(*wire.CreateMirrorResponse).ErrorCode }},
+		wire.KeyAddTopicsToMirror: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			return &wire.AddTopicsToMirrorRequest{Topics: []wire.AddTopic{{TopicName: "m-missing", MirrorName: kmsg.StringPtr(mm)}}}
+		}, code: func(r kmsg.Response) int16 { return r.(*wire.AddTopicsToMirrorResponse).ErrorCode },
 			ok: []int16{kerr.UnknownTopicOrPartition.Code}}, // authorized: the source has no m-missing
-		mirror.KeyRemoveTopicsFromMirror: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
-			return &mirror.RemoveTopicsFromMirrorRequest{MirrorName: mm, Topics: []mirror.RemoveTopic{{TopicName: "m-none"}}}
-		}, code: func(r kmsg.Response) int16 { return r.(*mirror.RemoveTopicsFromMirrorResponse).ErrorCode },
-			ok: []int16{mirror.ErrTopicNotMirrored.Code}},
-		mirror.KeyLastMirroredOffsets: {need: []grant{topicG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
-			return &mirror.LastMirroredOffsetsRequest{MirrorName: mm, Topics: []mirror.PartitionsTopic{{Name: mTopic, Partitions: []int32{0}}}}
+		wire.KeyRemoveTopicsFromMirror: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			return &wire.RemoveTopicsFromMirrorRequest{MirrorName: mm, Topics: []wire.RemoveTopic{{TopicName: "m-none"}}}
+		}, code: func(r kmsg.Response) int16 { return r.(*wire.RemoveTopicsFromMirrorResponse).ErrorCode },
+			ok: []int16{wire.ErrTopicNotMirrored.Code}},
+		wire.KeyLastMirroredOffsets: {need: []grant{topicG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return &wire.LastMirroredOffsetsRequest{MirrorName: mm, Topics: []wire.PartitionsTopic{{Name: mTopic, Partitions: []int32{0}}}}
 		}, code: func(r kmsg.Response) int16 {
-			lr := r.(*mirror.LastMirroredOffsetsResponse)
+			lr := r.(*wire.LastMirroredOffsetsResponse)
 			if lr.ErrorCode != 0 {
 				return lr.ErrorCode
 			}
 			return lr.Topics[0].Partitions[0].ErrorCode
 		}},
-		mirror.KeyListMirrors: {need: []grant{mirrorG(mm, kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
-			return &mirror.ListMirrorsRequest{}
+		wire.KeyListMirrors: {need: []grant{mirrorG(mm, kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return &wire.ListMirrorsRequest{}
 		}, code: func(r kmsg.Response) int16 {
-			lr := r.(*mirror.ListMirrorsResponse)
+			lr := r.(*wire.ListMirrorsResponse)
 			for _, m := range lr.Mirrors {
 				if m.MirrorName == mm {
 					return lr.ErrorCode
 				}
 			}
-			return mirror.ErrMirrorAuthorizationFailed.Code // hidden
+			return wire.ErrMirrorAuthorizationFailed.Code // hidden
 		}},
-		mirror.KeyDescribeMirrors: {need: []grant{mirrorG(mm, kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
-			return &mirror.DescribeMirrorsRequest{MirrorNames: []string{mm}}
-		}, code: func(r kmsg.Response) int16 { return r.(*mirror.DescribeMirrorsResponse).Mirrors[0].ErrorCode }},
-		mirror.KeyReadMirrorStates: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
-			return &mirror.ReadMirrorStatesRequest{MirrorName: mm}
-		}, code: func(r kmsg.Response) int16 { return r.(*mirror.ReadMirrorStatesResponse).ErrorCode }},
-		mirror.KeyWriteMirrorStates: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
-			return &mirror.WriteMirrorStatesRequest{MirrorName: mm}
-		}, code: func(r kmsg.Response) int16 { return r.(*mirror.WriteMirrorStatesResponse).ErrorCode }},
-		mirror.KeyPauseMirrorTopics: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
-			r := mirror.NewPauseMirrorTopicsRequest()
+		wire.KeyDescribeMirrors: {need: []grant{mirrorG(mm, kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return &wire.DescribeMirrorsRequest{MirrorNames: []string{mm}}
+		}, code: func(r kmsg.Response) int16 { return r.(*wire.DescribeMirrorsResponse).Mirrors[0].ErrorCode }},
+		wire.KeyReadMirrorStates: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
+			return &wire.ReadMirrorStatesRequest{MirrorName: mm}
+		}, code: func(r kmsg.Response) int16 { return r.(*wire.ReadMirrorStatesResponse).ErrorCode }},
+		wire.KeyWriteMirrorStates: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
+			return &wire.WriteMirrorStatesRequest{MirrorName: mm}
+		}, code: func(r kmsg.Response) int16 { return r.(*wire.WriteMirrorStatesResponse).ErrorCode }},
+		wire.KeyPauseMirrorTopics: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			r := wire.NewPauseMirrorTopicsRequest()
 			r.MirrorName = mm
 			return r
-		}, code: func(r kmsg.Response) int16 { return r.(*mirror.MirrorTopicsResponse).ErrorCode }},
-		mirror.KeyResumeMirrorTopics: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
-			r := mirror.NewResumeMirrorTopicsRequest()
+		}, code: func(r kmsg.Response) int16 { return r.(*wire.MirrorTopicsResponse).ErrorCode }},
+		wire.KeyResumeMirrorTopics: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			r := wire.NewResumeMirrorTopicsRequest()
 			r.MirrorName = mm
 			return r
-		}, code: func(r kmsg.Response) int16 { return r.(*mirror.MirrorTopicsResponse).ErrorCode }},
-		mirror.KeyDeleteMirror: {need: []grant{mirrorG("m-del-mirror", kmsg.ACLOperationDelete)}, req: func() kmsg.Request {
-			r := mirror.NewDeleteMirrorRequest()
+		}, code: func(r kmsg.Response) int16 { return r.(*wire.MirrorTopicsResponse).ErrorCode }},
+		wire.KeyDeleteMirror: {need: []grant{mirrorG("m-del-mirror", kmsg.ACLOperationDelete)}, req: func() kmsg.Request {
+			r := wire.NewDeleteMirrorRequest()
 			r.MirrorName = "m-del-mirror"
 			return r
-		}, code: func(r kmsg.Response) int16 { return r.(*mirror.MirrorTopicsResponse).ErrorCode }},
-		mirror.KeyBumpLeaderEpochs: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
+		}, code: func(r kmsg.Response) int16 { return r.(*wire.MirrorTopicsResponse).ErrorCode }},
+		wire.KeyBumpLeaderEpochs: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
 			// MinLeaderEpoch -1: the epoch stays max(0, current).
-			return &mirror.BumpLeaderEpochsRequest{Topics: []mirror.BumpTopic{{TopicID: topicID,
-				Partitions: []mirror.BumpPartition{{PartitionIndex: 0, MinLeaderEpoch: -1}}}}}
+			return &wire.BumpLeaderEpochsRequest{Topics: []wire.BumpTopic{{TopicID: topicID,
+				Partitions: []wire.BumpPartition{{PartitionIndex: 0, MinLeaderEpoch: -1}}}}}
 		}, code: func(r kmsg.Response) int16 {
-			return r.(*mirror.BumpLeaderEpochsResponse).Topics[0].Partitions[0].ErrorCode
+			return r.(*wire.BumpLeaderEpochsResponse).Topics[0].Partitions[0].ErrorCode
 		}},
 	}
 }
@@ -1555,7 +1556,7 @@ func txnMirrorMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry 
 // apiName names an API key, the mirror keys included (kmsg calls 94
 // UnregisterController).
 func apiName(key int16) string {
-	if key >= mirror.KeyCreateMirror && key <= mirror.KeyBumpLeaderEpochs {
+	if key >= wire.KeyCreateMirror && key <= wire.KeyBumpLeaderEpochs {
 		return fmt.Sprintf("Mirror%d", key)
 	}
 	return kmsg.NameForKey(key)

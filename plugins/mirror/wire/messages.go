@@ -1,4 +1,8 @@
-package mirror
+// Package wire holds the cluster mirroring messages of KIP-1279: the API
+// keys, the error codes, every request and response with its encoding.
+// It imports nothing of Tandem's but uuid, so the admin client, the
+// command line and the tests speak the mirror APIs without the plugin.
+package wire
 
 import (
 	"reflect"
@@ -52,13 +56,13 @@ var (
 		Description: "The principal is not authorized for the operation on the cluster mirror (ACL resource type MIRROR)."}
 )
 
-// mirrorErrors are the codes above, for ErrorForCode.
-var mirrorErrors = []*kerr.Error{ErrReadOnlyTopic, ErrMirrorNotFound, ErrMirrorAlreadyExists, ErrTopicAlreadyMirrored,
+// Errors are the mirror error codes above (ErrorForCode knows them).
+var Errors = []*kerr.Error{ErrReadOnlyTopic, ErrMirrorNotFound, ErrMirrorAlreadyExists, ErrTopicAlreadyMirrored,
 	ErrTopicNotMirrored, ErrMirrorLeaderEpochExceeded, ErrMirrorSourceUnavailable, ErrMirrorAuthorizationFailed}
 
 // ErrorForCode is kerr.ErrorForCode that also knows the mirror codes.
 func ErrorForCode(code int16) error {
-	for _, e := range mirrorErrors {
+	for _, e := range Errors {
 		if e.Code == code {
 			return e
 		}
@@ -105,11 +109,12 @@ func (r *CreateMirrorResponse) RequestKind() kmsg.Request {
 }
 func (r *ErrResponse) AppendTo(b []byte) []byte { return encode(b, r) }
 func (r *ErrResponse) ReadFrom(b []byte) error  { return decode(b, r) }
-func (r *ErrResponse) setErr(code int16, msg string) {
-	r.ErrorCode, r.ErrorMessage = code, nonEmpty(msg)
+func (r *ErrResponse) SetErr(code int16, msg string) {
+	r.ErrorCode, r.ErrorMessage = code, NonEmpty(msg)
 }
 
-func nonEmpty(s string) *string {
+// NonEmpty is s as an optional string: nil when empty.
+func NonEmpty(s string) *string {
 	if s == "" {
 		return nil
 	}
