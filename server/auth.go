@@ -12,6 +12,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/server/security"
 )
 
 // The SASL state machine of a connection, as Apache Kafka's
@@ -30,8 +32,8 @@ import (
 
 type saslState struct {
 	mechName string
-	mech     saslMech  // non-nil between SaslHandshake and the end of the exchange
-	expiry   time.Time // end of the session; zero: unlimited
+	mech     security.Mech // non-nil between SaslHandshake and the end of the exchange
+	expiry   time.Time     // end of the session; zero: unlimited
 }
 
 const (
@@ -69,18 +71,18 @@ func (c *conn) saslHandshake(req *kmsg.SASLHandshakeRequest) kmsg.Response {
 		resp.ErrorCode = kerr.IllegalSaslState.Code
 		return resp
 	}
-	resp.SupportedMechanisms = c.l.sasl.mechanisms
+	resp.SupportedMechanisms = c.l.sasl.Mechanisms
 	switch {
 	case c.sasl.mech != nil:
 		resp.ErrorCode = kerr.IllegalSaslState.Code
 		c.closeAfter = true
-	case !slices.Contains(c.l.sasl.mechanisms, req.Mechanism),
+	case !slices.Contains(c.l.sasl.Mechanisms, req.Mechanism),
 		c.authenticated.Load() && req.Mechanism != c.sasl.mechName: // re-authentication keeps the mechanism
 		resp.ErrorCode = kerr.UnsupportedSaslMechanism.Code
 		c.closeAfter = true
 	default:
 		c.sasl.mechName = req.Mechanism
-		c.sasl.mech = c.l.sasl.start(req.Mechanism, c.b.meta.Image())
+		c.sasl.mech = c.l.sasl.Start(req.Mechanism, c.b.meta.Image())
 		c.rawSASL.Store(req.Version == 0)
 	}
 	return resp
@@ -119,7 +121,7 @@ func (c *conn) handleRawToken(ctx context.Context, r *request) (failed bool) {
 
 // saslAuthenticate runs one step of the exchange. A step that checks a
 // credential first waits for its slot in the broker's throttle (see
-// authThrottle); a failed authentication is answered after
+// security.Throttle); a failed authentication is answered after
 // connection.failed.authentication.delay.ms, as Kafka does, and the
 // connection closed.
 func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateRequest) kmsg.Response {
@@ -139,10 +141,10 @@ func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateR
 	if !c.l.isSASL() || c.sasl.mech == nil {
 		return fail(kerr.IllegalSaslState, "SaslAuthenticate without a preceding SaslHandshake", "no SaslHandshake first")
 	}
-	user, checks := c.sasl.mech.claimed(req.SASLAuthBytes)
+	user, checks := c.sasl.mech.Claimed(req.SASLAuthBytes)
 	addr := c.remoteHost()
 	if checks {
-		wait, err := c.b.throttle.admit(addr, user)
+		wait, err := c.b.throttle.Admit(addr, user)
 		if err != nil {
 			c.b.m.authThrottled.Inc()
 			return fail(kerr.SaslAuthenticationFailed, fmt.Sprintf("Authentication failed with SASL mechanism %s: %v", c.sasl.mechName, err), err.Error())
@@ -152,14 +154,14 @@ func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateR
 			return fail(kerr.IllegalSaslState, "connection closing", "connection closing")
 		}
 	}
-	out, done, err := c.sasl.mech.step(req.SASLAuthBytes)
+	out, done, err := c.sasl.mech.Step(req.SASLAuthBytes)
 	if err != nil {
 		if checks {
-			c.b.throttle.failed(addr, user)
+			c.b.throttle.Failed(addr, user)
 		}
 		// Kafka's words; other reasons than a wrong credential follow them.
 		msg := "Authentication failed during authentication due to invalid credentials with SASL mechanism " + c.sasl.mechName
-		if !errors.Is(err, errAuth) {
+		if !errors.Is(err, security.ErrAuth) {
 			msg += ": " + err.Error()
 		}
 		return fail(kerr.SaslAuthenticationFailed, msg, err.Error())
@@ -168,8 +170,8 @@ func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateR
 	if !done {
 		return resp
 	}
-	c.b.throttle.succeeded(addr, user)
-	p, expiry := c.sasl.mech.principal(), c.sasl.mech.expiry()
+	c.b.throttle.Succeeded(addr, user)
+	p, expiry := c.sasl.mech.Principal(), c.sasl.mech.Expiry()
 	c.sasl.mech = nil
 	if c.authenticated.Load() && p != c.principal {
 		msg := fmt.Sprintf("re-authentication as %s on a connection of %s", p, c.principal)
@@ -245,5 +247,20 @@ func (c *conn) throttle(ctx context.Context, r *request, resp kmsg.Response, ela
 	select {
 	case <-t.C:
 	case <-ctx.Done():
+	}
+}
+
+// sleep waits d unless ctx ends first.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

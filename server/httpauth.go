@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/security"
 )
 
 // Authorizing reports whether an authorizer is installed: then HTTP pages
@@ -32,7 +33,7 @@ func (b *Broker) Authenticate(ctx context.Context, remoteAddr, user, password st
 	if err != nil {
 		host = remoteAddr
 	}
-	wait, err := b.throttle.admit(host, user)
+	wait, err := b.throttle.Admit(host, user)
 	if err != nil {
 		b.m.authThrottled.Inc()
 		return "", err
@@ -42,11 +43,11 @@ func (b *Broker) Authenticate(ctx context.Context, remoteAddr, user, password st
 		return "", err
 	}
 	if user == "" || !b.checkPassword(user, password) {
-		b.throttle.failed(host, user)
+		b.throttle.Failed(host, user)
 		b.m.authFailures.Inc()
-		return "", errAuth
+		return "", security.ErrAuth
 	}
-	b.throttle.succeeded(host, user)
+	b.throttle.Succeeded(host, user)
 	principal := "User:" + user
 	rc := &RequestContext{Principal: principal, ClientAddr: remoteAddr, Authorizer: b.authz}
 	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, clusterName) {
@@ -61,8 +62,8 @@ func (b *Broker) Authenticate(ctx context.Context, remoteAddr, user, password st
 func (b *Broker) checkPassword(user, password string) bool {
 	msg := []byte("\x00" + user + "\x00" + password)
 	for _, l := range b.listeners {
-		if l.isSASL() && slices.Contains(l.sasl.mechanisms, mechPlain) {
-			if _, done, err := l.sasl.start(mechPlain, nil).step(msg); err == nil && done {
+		if l.isSASL() && slices.Contains(l.sasl.Mechanisms, security.MechPlain) {
+			if _, done, err := l.sasl.Start(security.MechPlain, nil).Step(msg); err == nil && done {
 				return true
 			}
 		}
@@ -77,7 +78,7 @@ func (b *Broker) checkPassword(user, password string) bool {
 }
 
 func scramMatches(mech string, stored raftmeta.ScramCredential, password string) bool {
-	h := map[string]func() hash.Hash{mechScram256: sha256.New, mechScram512: sha512.New}[mech]
+	h := map[string]func() hash.Hash{security.MechScram256: sha256.New, security.MechScram512: sha512.New}[mech]
 	if h == nil {
 		return false
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/tandem-kafka/tandem/server/security"
 )
 
 // interBrokerAuth is how this broker connects to the others: as a client
@@ -68,11 +70,11 @@ func parseInterBrokerAuth(l *listener, m map[string]string) (*interBrokerAuth, e
 	}
 	a.mechName = strings.ToUpper(strings.TrimSpace(m["sasl.mechanism.inter.broker.protocol"]))
 	if a.mechName == "" {
-		a.mechName = mechPlain
+		a.mechName = security.MechPlain
 	}
-	if !slices.Contains(l.sasl.mechanisms, a.mechName) {
+	if !slices.Contains(l.sasl.Mechanisms, a.mechName) {
 		return nil, fmt.Errorf("sasl.mechanism.inter.broker.protocol %s is not enabled on the inter-broker listener %s (sasl.enabled.mechanisms: %s)",
-			a.mechName, l.name, strings.Join(l.sasl.mechanisms, ","))
+			a.mechName, l.name, strings.Join(l.sasl.Mechanisms, ","))
 	}
 	key := strings.ToLower(a.mechName) + ".sasl.jaas.config"
 	jaas := pp.get(key)
@@ -90,19 +92,19 @@ func parseInterBrokerAuth(l *listener, m map[string]string) (*interBrokerAuth, e
 	}
 	a.user = user
 	switch a.mechName {
-	case mechPlain:
+	case security.MechPlain:
 		// PLAIN users are this broker's own settings, so a broker that
 		// could not log in to its peers is detected here.
-		if want, ok := l.sasl.plain[user]; !ok || want != pw {
+		if want, ok := l.sasl.Plain[user]; !ok || want != pw {
 			return nil, fmt.Errorf("inter-broker user %q of listener %s is not a PLAIN user of that listener with this password (user_%s in %s or tandem.sasl.plain.users)",
 				user, l.name, user, "plain.sasl.jaas.config")
 		}
 		a.mech = plain.Auth{User: user, Pass: pw}.AsMechanism()
-	case mechScram256:
+	case security.MechScram256:
 		// SCRAM credentials live in the cluster metadata: a wrong
 		// password shows at run time, per peer, in Health.
 		a.mech = scram.Auth{User: user, Pass: pw}.AsSha256Mechanism()
-	case mechScram512:
+	case security.MechScram512:
 		a.mech = scram.Auth{User: user, Pass: pw}.AsSha512Mechanism()
 	default:
 		return nil, fmt.Errorf("sasl.mechanism.inter.broker.protocol %s is not supported between brokers (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)", a.mechName)

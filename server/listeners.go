@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/pkcs12"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/security"
 )
 
 // Security protocols of a listener, as Kafka names them.
@@ -33,7 +34,7 @@ type listener struct {
 	bind      string // host:port to listen on
 	advertise string // host:port told to clients; "" = the bound address
 	tls       *tls.Config
-	sasl      *saslConfig // nil unless the protocol is SASL_*
+	sasl      *security.SASLConfig // nil unless the protocol is SASL_*
 
 	ln   net.Listener
 	addr string // bound address
@@ -125,7 +126,7 @@ func parseListeners(m map[string]string, listen, advertise string) ([]*listener,
 			return nil, fmt.Errorf("listener %s: no security protocol (listener.security.protocol.map)", name)
 		}
 		if l.protocol == protoSASLPlaintext || l.protocol == protoSASLSSL {
-			if l.sasl, err = parseSASL(pp); err != nil {
+			if l.sasl, err = security.ParseSASL(pp.get); err != nil {
 				return nil, fmt.Errorf("listener %s: %w", name, err)
 			}
 		}

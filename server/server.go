@@ -26,6 +26,7 @@ import (
 	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/server/security"
 )
 
 // Config configures a Broker.
@@ -62,9 +63,9 @@ type Broker struct {
 	metrics  *prom.Set
 	m        *brokerMetrics
 	sessions *fetchSessions
-	frames   framePool     // produce request buffers, recycled
-	reqBytes *requestBytes // queued.max.request.bytes
-	throttle *authThrottle // of failed SASL authentications
+	frames   framePool          // produce request buffers, recycled
+	reqBytes *requestBytes      // queued.max.request.bytes
+	throttle *security.Throttle // of failed SASL authentications
 
 	// Hooks found in cfg.Plugins.
 	leaderObs  []plugin.LeaderObserver
@@ -159,7 +160,7 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.sessions = newFetchSessions(fetchSessionSlots)
 	b.reqBytes = newRequestBytes(props.QueuedMaxRequestBytes)
-	b.throttle = newAuthThrottle(props.FailedAuthDelay)
+	b.throttle = security.NewThrottle(props.FailedAuthDelay)
 	if b.apis, err = newAPITable(cfg.Plugins); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}

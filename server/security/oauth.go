@@ -1,4 +1,4 @@
-package server
+package security
 
 import (
 	"bytes"
@@ -33,17 +33,17 @@ type oauthConfig struct {
 	skew      time.Duration               // sasl.oauthbearer.clock.skew.seconds
 }
 
-func parseOAuth(p propsOf) (*oauthConfig, error) {
-	c := &oauthConfig{keys: map[string]crypto.PublicKey{}, issuer: p.get("sasl.oauthbearer.expected.issuer"), subClaim: "sub", skew: 30 * time.Second}
-	if s := p.get("sasl.oauthbearer.sub.claim.name"); s != "" {
+func parseOAuth(get func(string) string) (*oauthConfig, error) {
+	c := &oauthConfig{keys: map[string]crypto.PublicKey{}, issuer: get("sasl.oauthbearer.expected.issuer"), subClaim: "sub", skew: 30 * time.Second}
+	if s := get("sasl.oauthbearer.sub.claim.name"); s != "" {
 		c.subClaim = s
 	}
-	if a := p.get("sasl.oauthbearer.expected.audience"); a != "" {
+	if a := get("sasl.oauthbearer.expected.audience"); a != "" {
 		for _, x := range strings.Split(a, ",") {
 			c.audiences = append(c.audiences, strings.TrimSpace(x))
 		}
 	}
-	if u := p.get("sasl.oauthbearer.jwks.endpoint.url"); u != "" {
+	if u := get("sasl.oauthbearer.jwks.endpoint.url"); u != "" {
 		path, ok := strings.CutPrefix(u, "file://")
 		if !ok {
 			return nil, fmt.Errorf("sasl.oauthbearer.jwks.endpoint.url %q: only file:// URLs are supported", u)
@@ -52,7 +52,7 @@ func parseOAuth(p propsOf) (*oauthConfig, error) {
 			return nil, fmt.Errorf("sasl.oauthbearer.jwks.endpoint.url: %w", err)
 		}
 	}
-	if files := p.get("tandem.sasl.oauthbearer.public.keys"); files != "" {
+	if files := get("tandem.sasl.oauthbearer.public.keys"); files != "" {
 		for i, f := range strings.Split(files, ",") {
 			k, err := readPublicKey(strings.TrimSpace(f))
 			if err != nil {
@@ -223,7 +223,7 @@ type oauthMech struct {
 	done bool
 }
 
-func (m *oauthMech) step(in []byte) ([]byte, bool, error) {
+func (m *oauthMech) Step(in []byte) ([]byte, bool, error) {
 	if m.done {
 		return nil, false, errors.New("OAUTHBEARER: message after authentication")
 	}
@@ -250,9 +250,9 @@ func (m *oauthMech) step(in []byte) ([]byte, bool, error) {
 	return []byte{}, true, nil
 }
 
-func (m *oauthMech) principal() string { return m.sub }
-func (m *oauthMech) expiry() time.Time { return m.exp }
+func (m *oauthMech) Principal() string { return m.sub }
+func (m *oauthMech) Expiry() time.Time { return m.exp }
 
-// claimed: the token names its subject only once verified; the attempt is
+// Claimed: the token names its subject only once verified; the attempt is
 // throttled by the client's address.
-func (m *oauthMech) claimed([]byte) (string, bool) { return "", !m.done }
+func (m *oauthMech) Claimed([]byte) (string, bool) { return "", !m.done }

@@ -1,4 +1,4 @@
-package server
+package security
 
 import (
 	"fmt"
@@ -11,9 +11,9 @@ type fakeClock struct{ t time.Time }
 
 func (c *fakeClock) now() time.Time { return c.t }
 
-func newTestThrottle(delay time.Duration) (*authThrottle, *fakeClock) {
+func newTestThrottle(delay time.Duration) (*Throttle, *fakeClock) {
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
-	t := newAuthThrottle(delay)
+	t := NewThrottle(delay)
 	t.now = clk.now
 	return t, clk
 }
@@ -26,12 +26,12 @@ func TestAuthThrottleGuessing(t *testing.T) {
 	th, clk := newTestThrottle(100 * time.Millisecond)
 	start := clk.t
 	for i := range 300 {
-		wait, err := th.admit("10.0.0.1", "alice")
+		wait, err := th.Admit("10.0.0.1", "alice")
 		if err != nil {
 			t.Fatalf("sequential attempt %d refused: %v", i, err)
 		}
 		clk.t = clk.t.Add(wait + time.Millisecond) // the attempt waits its slot, then fails
-		th.failed("10.0.0.1", "alice")
+		th.Failed("10.0.0.1", "alice")
 	}
 	if took := clk.t.Sub(start); took < 5*time.Minute {
 		t.Fatalf("300 sequential guesses took %v, want minutes", took)
@@ -42,42 +42,42 @@ func TestAuthThrottleGuessing(t *testing.T) {
 	// 300 connections at once, from a new address, against a user with
 	// no failures yet: a handful are checked, the rest refused unchecked.
 	th, clk = newTestThrottle(100 * time.Millisecond)
-	th.succeeded("10.0.0.2", "dave") // a client that authenticated before the attack
+	th.Succeeded("10.0.0.2", "dave") // a client that authenticated before the attack
 	checked := 0
 	for range 300 {
-		if _, err := th.admit("10.0.0.2", "bob"); err == nil {
+		if _, err := th.Admit("10.0.0.2", "bob"); err == nil {
 			checked++
-			th.failed("10.0.0.2", "bob")
+			th.Failed("10.0.0.2", "bob")
 		}
 	}
 	if checked > 20 {
 		t.Fatalf("%d of 300 parallel guesses were checked", checked)
 	}
 	// Spraying users from that address is throttled as much.
-	if _, err := th.admit("10.0.0.2", "erin"); err == nil {
+	if _, err := th.Admit("10.0.0.2", "erin"); err == nil {
 		t.Fatal("another user from the guessing address is not throttled")
 	}
 	// dave, trusted from that address, and carol elsewhere are not slowed
 	// down by the guessing.
 	for _, a := range [][2]string{{"10.0.0.2", "dave"}, {"10.0.0.3", "carol"}} {
-		if wait, err := th.admit(a[0], a[1]); err != nil || wait != 0 {
+		if wait, err := th.Admit(a[0], a[1]); err != nil || wait != 0 {
 			t.Fatalf("%s from %s waits %v (%v)", a[1], a[0], wait, err)
 		}
 	}
 	// bob from elsewhere still waits for bob's slots.
-	if wait, err := th.admit("10.0.0.4", "bob"); err == nil && wait == 0 {
+	if wait, err := th.Admit("10.0.0.4", "bob"); err == nil && wait == 0 {
 		t.Fatal("bob's failures do not slow down bob from another address")
 	}
 	// A quiet spell of 600 delays clears the failures.
 	clk.t = clk.t.Add(61 * time.Second)
-	if wait, err := th.admit("10.0.0.2", "bob"); err != nil || wait != 0 {
+	if wait, err := th.Admit("10.0.0.2", "bob"); err != nil || wait != 0 {
 		t.Fatalf("after a quiet minute: waits %v (%v)", wait, err)
 	}
 
 	// Memory is bounded whatever the number of users tried.
 	for i := range 3 * maxThrottledKeys {
-		th.failed("10.0.0.5", fmt.Sprintf("u%d", i))
-		th.succeeded("10.0.0.6", fmt.Sprintf("u%d", i))
+		th.Failed("10.0.0.5", fmt.Sprintf("u%d", i))
+		th.Succeeded("10.0.0.6", fmt.Sprintf("u%d", i))
 	}
 	if len(th.keys) > maxThrottledKeys || len(th.trusted) > maxThrottledKeys {
 		t.Fatalf("%d keys, %d trusted remembered", len(th.keys), len(th.trusted))
@@ -85,8 +85,8 @@ func TestAuthThrottleGuessing(t *testing.T) {
 
 	off, _ := newTestThrottle(0)
 	for range 100 {
-		off.failed("10.0.0.1", "alice")
-		if wait, err := off.admit("10.0.0.1", "alice"); err != nil || wait != 0 {
+		off.Failed("10.0.0.1", "alice")
+		if wait, err := off.Admit("10.0.0.1", "alice"); err != nil || wait != 0 {
 			t.Fatalf("throttling with delay 0: %v %v", wait, err)
 		}
 	}

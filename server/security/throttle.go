@@ -1,13 +1,12 @@
-package server
+package security
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"time"
 )
 
-// authThrottle slows down password guessing. Every SASL step that checks a
+// Throttle slows down password guessing. Every SASL step that checks a
 // credential is first admitted for its user and its client address. A key
 // with a few recent failures gets one attempt per interval, an interval
 // that doubles with each further failure up to a ceiling; parallel
@@ -26,7 +25,7 @@ import (
 // Kafka's default of 100 ms, guessing 300 passwords of one user, or from
 // one address, takes about ten minutes; 0 turns throttling off, as it
 // turns off Kafka's delay.
-type authThrottle struct {
+type Throttle struct {
 	delay time.Duration
 	now   func() time.Time // time.Now; tests move it by hand
 
@@ -49,11 +48,11 @@ const (
 
 var errThrottled = errors.New("too many failed authentications for this user or from this address; try again later")
 
-func newAuthThrottle(delay time.Duration) *authThrottle {
-	return &authThrottle{delay: delay, now: time.Now, keys: map[string]*throttled{}, trusted: map[string]time.Time{}}
+func NewThrottle(delay time.Duration) *Throttle {
+	return &Throttle{delay: delay, now: time.Now, keys: map[string]*throttled{}, trusted: map[string]time.Time{}}
 }
 
-func (t *authThrottle) interval(failures int) time.Duration {
+func (t *Throttle) interval(failures int) time.Duration {
 	if failures < freeFailures {
 		return 0
 	}
@@ -62,7 +61,7 @@ func (t *authThrottle) interval(failures int) time.Duration {
 
 // keysOf are the keys an attempt of user ("" if unknown) from addr is
 // throttled by; the address's only if user did not succeed from it lately.
-func (t *authThrottle) keysOf(addr, user string, now time.Time) []string {
+func (t *Throttle) keysOf(addr, user string, now time.Time) []string {
 	user = user[:min(len(user), maxUserKey)]
 	var keys []string
 	if user != "" {
@@ -76,7 +75,7 @@ func (t *authThrottle) keysOf(addr, user string, now time.Time) []string {
 
 // admit returns how long the attempt must wait for its slot, which it
 // reserves, or errThrottled when the slot is further off than 100d.
-func (t *authThrottle) admit(addr, user string) (time.Duration, error) {
+func (t *Throttle) Admit(addr, user string) (time.Duration, error) {
 	if t.delay <= 0 {
 		return 0, nil
 	}
@@ -103,7 +102,7 @@ func (t *authThrottle) admit(addr, user string) (time.Duration, error) {
 }
 
 // get returns the state of key, forgetting it after 600d without failure.
-func (t *authThrottle) get(key string, now time.Time) *throttled {
+func (t *Throttle) get(key string, now time.Time) *throttled {
 	e := t.keys[key]
 	if e != nil && now.Sub(e.last) > 600*t.delay {
 		delete(t.keys, key)
@@ -114,7 +113,7 @@ func (t *authThrottle) get(key string, now time.Time) *throttled {
 
 // failed records a failed attempt against the user and the address (which
 // no longer trusts the user).
-func (t *authThrottle) failed(addr, user string) {
+func (t *Throttle) Failed(addr, user string) {
 	if t.delay <= 0 {
 		return
 	}
@@ -145,7 +144,7 @@ func (t *authThrottle) failed(addr, user string) {
 }
 
 // succeeded clears the user's failures and trusts it from addr.
-func (t *authThrottle) succeeded(addr, user string) {
+func (t *Throttle) Succeeded(addr, user string) {
 	if t.delay <= 0 || user == "" {
 		return
 	}
@@ -174,20 +173,5 @@ func evict[V any](m map[string]V, expired func(V) bool) {
 			break
 		}
 		delete(m, k)
-	}
-}
-
-// sleep waits d unless ctx ends first.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

@@ -1,4 +1,10 @@
-package server
+// Package security holds how a client proves who it is to a broker: the
+// server side of the SASL mechanisms (PLAIN, SCRAM-SHA-256/512,
+// OAUTHBEARER with locally held issuer keys), their configuration from
+// Kafka's listener properties, and the throttle that slows down
+// password guessing. The connection that runs an exchange is the
+// server's (server/auth.go).
+package security
 
 import (
 	"bytes"
@@ -24,95 +30,95 @@ import (
 
 // SASL mechanisms.
 const (
-	mechPlain       = "PLAIN"
-	mechScram256    = "SCRAM-SHA-256"
-	mechScram512    = "SCRAM-SHA-512"
-	mechOAuthBearer = "OAUTHBEARER"
+	MechPlain       = "PLAIN"
+	MechScram256    = "SCRAM-SHA-256"
+	MechScram512    = "SCRAM-SHA-512"
+	MechOAuthBearer = "OAUTHBEARER"
 )
 
-// saslConfig is one SASL listener's authentication setup.
-type saslConfig struct {
-	mechanisms []string
+// SASLConfig is one SASL listener's authentication setup.
+type SASLConfig struct {
+	Mechanisms []string
 	// plain holds the PLAIN users and passwords: from the Tandem key
 	// tandem.sasl.plain.users ("alice:secret,bob:pw"), and from Kafka's
 	// JAAS form, [listener.name.<l>.]plain.sasl.jaas.config with
 	// user_<name>="<password>" options.
-	plain map[string]string
+	Plain map[string]string
 	oauth *oauthConfig
 	fake  scramFaker
 }
 
 var jaasUser = regexp.MustCompile(`user_([^=\s]+)\s*=\s*"([^"]*)"`)
 
-func parseSASL(p propsOf) (*saslConfig, error) {
-	c := &saslConfig{plain: map[string]string{}}
-	if users := p.get("tandem.sasl.plain.users"); users != "" {
+func ParseSASL(get func(string) string) (*SASLConfig, error) {
+	c := &SASLConfig{Plain: map[string]string{}}
+	if users := get("tandem.sasl.plain.users"); users != "" {
 		for _, up := range strings.Split(users, ",") {
 			u, pw, ok := strings.Cut(strings.TrimSpace(up), ":")
 			if !ok || u == "" {
 				return nil, fmt.Errorf("tandem.sasl.plain.users: %q is not user:password", up)
 			}
-			c.plain[u] = pw
+			c.Plain[u] = pw
 		}
 	}
-	for _, m := range jaasUser.FindAllStringSubmatch(p.get("plain.sasl.jaas.config"), -1) {
-		c.plain[m[1]] = m[2]
+	for _, m := range jaasUser.FindAllStringSubmatch(get("plain.sasl.jaas.config"), -1) {
+		c.Plain[m[1]] = m[2]
 	}
 	var err error
-	if c.oauth, err = parseOAuth(p); err != nil {
+	if c.oauth, err = parseOAuth(get); err != nil {
 		return nil, err
 	}
-	if ms := p.get("sasl.enabled.mechanisms"); ms != "" {
+	if ms := get("sasl.enabled.mechanisms"); ms != "" {
 		for _, m := range strings.Split(ms, ",") {
 			m = strings.ToUpper(strings.TrimSpace(m))
 			switch m {
-			case mechPlain, mechScram256, mechScram512:
-			case mechOAuthBearer:
+			case MechPlain, MechScram256, MechScram512:
+			case MechOAuthBearer:
 				if c.oauth == nil {
 					return nil, errors.New("OAUTHBEARER needs issuer keys (sasl.oauthbearer.jwks.endpoint.url=file:... or tandem.sasl.oauthbearer.public.keys)")
 				}
 			default:
 				return nil, fmt.Errorf("sasl.enabled.mechanisms: %s is not supported", m)
 			}
-			c.mechanisms = append(c.mechanisms, m)
+			c.Mechanisms = append(c.Mechanisms, m)
 		}
 	} else {
-		c.mechanisms = []string{mechPlain, mechScram256, mechScram512}
+		c.Mechanisms = []string{MechPlain, MechScram256, MechScram512}
 		if c.oauth != nil {
-			c.mechanisms = append(c.mechanisms, mechOAuthBearer)
+			c.Mechanisms = append(c.Mechanisms, MechOAuthBearer)
 		}
 	}
 	return c, nil
 }
 
-// saslMech is the server side of one SASL exchange.
-type saslMech interface {
-	// step consumes a client message and returns the server's answer;
+// Mech is the server side of one SASL exchange.
+type Mech interface {
+	// Step consumes a client message and returns the server's answer;
 	// done is true once the client is authenticated. An error fails the
 	// authentication.
-	step(in []byte) (out []byte, done bool, err error)
-	// principal is the authenticated principal once done.
-	principal() string
-	// expiry is when the credential expires (zero: never), which bounds
+	Step(in []byte) (out []byte, done bool, err error)
+	// Principal is the authenticated principal once done.
+	Principal() string
+	// Expiry is when the credential expires (zero: never), which bounds
 	// the session lifetime (KIP-368).
-	expiry() time.Time
-	// claimed says whether step(in) checks a credential, and whose ("":
+	Expiry() time.Time
+	// Claimed says whether Step(in) checks a credential, and whose ("":
 	// the message names no user), so that the attempt can be throttled
 	// before anything is checked.
-	claimed(in []byte) (user string, checks bool)
+	Claimed(in []byte) (user string, checks bool)
 }
 
-var errAuth = errors.New("invalid credentials")
+var ErrAuth = errors.New("invalid credentials")
 
-func (c *saslConfig) start(mech string, img *raftmeta.Image) saslMech {
+func (c *SASLConfig) Start(mech string, img *raftmeta.Image) Mech {
 	switch mech {
-	case mechPlain:
-		return &plainMech{users: c.plain}
-	case mechScram256:
+	case MechPlain:
+		return &plainMech{users: c.Plain}
+	case MechScram256:
 		return &scramMech{mech: mech, h: sha256.New, img: img, fake: &c.fake}
-	case mechScram512:
+	case MechScram512:
 		return &scramMech{mech: mech, h: sha512.New, img: img, fake: &c.fake}
-	case mechOAuthBearer:
+	case MechOAuthBearer:
 		return &oauthMech{cfg: c.oauth}
 	}
 	return nil
@@ -124,7 +130,7 @@ type plainMech struct {
 	user  string
 }
 
-func (m *plainMech) step(in []byte) ([]byte, bool, error) {
+func (m *plainMech) Step(in []byte) ([]byte, bool, error) {
 	if m.user != "" {
 		return nil, false, errors.New("PLAIN: unexpected message after authentication")
 	}
@@ -139,16 +145,16 @@ func (m *plainMech) step(in []byte) ([]byte, bool, error) {
 	want, ok := m.users[user]
 	// Compare even for unknown users so that timing does not reveal them.
 	if subtle.ConstantTimeCompare([]byte(want), pw) != 1 || !ok || user == "" {
-		return nil, false, errAuth
+		return nil, false, ErrAuth
 	}
 	m.user = user
 	return []byte{}, true, nil
 }
 
-func (m *plainMech) principal() string { return "User:" + m.user }
-func (m *plainMech) expiry() time.Time { return time.Time{} }
+func (m *plainMech) Principal() string { return "User:" + m.user }
+func (m *plainMech) Expiry() time.Time { return time.Time{} }
 
-func (m *plainMech) claimed(in []byte) (string, bool) {
+func (m *plainMech) Claimed(in []byte) (string, bool) {
 	parts := bytes.SplitN(in, []byte{0}, 3)
 	if len(parts) < 2 {
 		return "", true
@@ -175,7 +181,7 @@ type scramMech struct {
 	nonce       string
 }
 
-func (m *scramMech) step(in []byte) ([]byte, bool, error) {
+func (m *scramMech) Step(in []byte) ([]byte, bool, error) {
 	switch m.state {
 	case 0:
 		return m.first(string(in))
@@ -248,7 +254,7 @@ func (m *scramMech) final(msg string) ([]byte, bool, error) {
 	authMsg := []byte(m.clientFirst + "," + m.serverFirst + "," + withoutProof)
 	sig := hmacSum(m.h, m.cred.StoredKey, authMsg)
 	if len(proof) != len(sig) {
-		return nil, false, errAuth
+		return nil, false, ErrAuth
 	}
 	clientKey := make([]byte, len(sig))
 	for i := range sig {
@@ -257,18 +263,18 @@ func (m *scramMech) final(msg string) ([]byte, bool, error) {
 	h := m.h()
 	h.Write(clientKey)
 	if subtle.ConstantTimeCompare(h.Sum(nil), m.cred.StoredKey) != 1 {
-		return nil, false, errAuth
+		return nil, false, ErrAuth
 	}
 	return []byte("v=" + base64.StdEncoding.EncodeToString(hmacSum(m.h, m.cred.ServerKey, authMsg))), true, nil
 }
 
-func (m *scramMech) principal() string { return "User:" + m.user }
-func (m *scramMech) expiry() time.Time { return time.Time{} }
+func (m *scramMech) Principal() string { return "User:" + m.user }
+func (m *scramMech) Expiry() time.Time { return time.Time{} }
 
-// claimed: only the final message checks the password; the first one
+// Claimed: only the final message checks the password; the first one
 // names the user but checks nothing (an unknown user gets a made-up
 // salt, see fakeScram).
-func (m *scramMech) claimed([]byte) (string, bool) { return m.user, m.state == 1 }
+func (m *scramMech) Claimed([]byte) (string, bool) { return m.user, m.state == 1 }
 
 // scramFaker makes up the credential of a user that does not exist, so
 // that SCRAM does not tell who does: the exchange goes on and fails at the
