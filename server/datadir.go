@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/tandem-kafka/tandem/properties"
 )
 
 // A broker's data dir holds, beside the engine's data/ and the metadata
@@ -111,7 +113,7 @@ func readDataDirMeta(dir string) (meta dataDirMeta, found bool, err error) {
 		return meta, false, err
 	}
 	defer f.Close()
-	props, err := ReadProperties(f)
+	props, err := properties.Read(f)
 	if err != nil {
 		return meta, false, fmt.Errorf("%s: %w", path, err)
 	}

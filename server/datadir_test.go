@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tandem-kafka/tandem/properties"
 )
 
 // startOn starts a broker with node ID node on dir and returns it, or the
@@ -41,7 +43,7 @@ func TestDataDirMeta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	props, err := ReadProperties(f)
+	props, err := properties.Read(f)
 	f.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tandem-kafka/tandem/kafkaclient"
-	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/properties"
 )
 
 // clientFlags are the flags of every command that talks to a cluster:
@@ -72,7 +72,7 @@ func (c *clientFlags) props() (map[string]string, error) {
 		if err != nil {
 			return nil, usageErrorf("--command-config: %v", err)
 		}
-		props, err = server.ReadProperties(f)
+		props, err = properties.Read(f)
 		f.Close()
 		if err != nil {
 			return nil, usageErrorf("--command-config %s: %v", c.commandConfig, err)

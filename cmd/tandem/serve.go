@@ -21,6 +21,7 @@ import (
 	"github.com/tandem-kafka/tandem"
 	"github.com/tandem-kafka/tandem/console"
 	"github.com/tandem-kafka/tandem/prom"
+	"github.com/tandem-kafka/tandem/properties"
 	"github.com/tandem-kafka/tandem/server"
 )
 
@@ -119,7 +120,7 @@ func (o *serveOptions) brokerConfig(explicit map[string]bool) (server.Config, er
 		if err != nil {
 			return server.Config{}, fmt.Errorf("--config: %w", err)
 		}
-		props, err = server.ReadProperties(f)
+		props, err = properties.Read(f)
 		f.Close()
 		if err != nil {
 			return server.Config{}, fmt.Errorf("--config %s: %w", o.config, err)

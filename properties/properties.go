@@ -1,4 +1,6 @@
-package server
+// Package properties reads Kafka's .properties files (server.properties,
+// a client's --command-config, a data dir's meta.properties).
+package properties
 
 import (
 	"bufio"
@@ -7,12 +9,12 @@ import (
 	"strings"
 )
 
-// ReadProperties reads Kafka's server.properties format: one key=value (or
+// Read reads Kafka's properties format: one key=value (or
 // key:value) per line, whitespace around keys and values trimmed, lines
 // starting with # or ! ignored, and a line ending in an odd number of
 // backslashes continued on the next one. Other Java escapes (\n, \uXXXX)
 // are not interpreted: Kafka configs do not need them.
-func ReadProperties(r io.Reader) (map[string]string, error) {
+func Read(r io.Reader) (map[string]string, error) {
 	props := make(map[string]string)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)

@@ -1,4 +1,4 @@
-package server
+package properties
 
 import (
 	"reflect"
@@ -19,7 +19,7 @@ long.value=a,\
 path=C:\\dir\\
 empty=
 `
-	got, err := ReadProperties(strings.NewReader(in))
+	got, err := Read(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ empty=
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %#v\nwant %#v", got, want)
 	}
-	if _, err := ReadProperties(strings.NewReader("ok=1\nnot a pair\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
+	if _, err := Read(strings.NewReader("ok=1\nnot a pair\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Fatalf("want an error naming line 2, got %v", err)
 	}
 }
