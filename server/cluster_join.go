@@ -11,6 +11,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/datadir"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -22,7 +23,7 @@ import (
 // away before it stops (controlled shutdown).
 
 // metaConfig is the metadata quorum's configuration for this broker.
-func (b *Broker) metaConfig(meta dataDirMeta, host string) raftmeta.Config {
+func (b *Broker) metaConfig(meta datadir.Meta, host string) raftmeta.Config {
 	cp := b.props.Cluster
 	cfg := raftmeta.Config{
 		NodeID:                b.cfg.NodeID,
@@ -59,7 +60,7 @@ func (b *Broker) metaConfig(meta dataDirMeta, host string) raftmeta.Config {
 
 // join registers this broker with the cluster's controller and waits
 // until it is unfenced.
-func (b *Broker) join(ctx context.Context, meta dataDirMeta, reg raftmeta.Broker) error {
+func (b *Broker) join(ctx context.Context, meta datadir.Meta, reg raftmeta.Broker) error {
 	reg.Rack = b.props.Cluster.Rack
 	reg.Incarnation = uuid.Random()
 	s, err := b.meta.Register(ctx, reg)
@@ -68,7 +69,7 @@ func (b *Broker) join(ctx context.Context, meta dataDirMeta, reg raftmeta.Broker
 	}
 	b.session = s
 	s.ReportDiskFull(b.DiskFull)
-	if err := checkClusterID(b.cfg.DataDir, meta, b.cfg.NodeID, b.meta.Image().ClusterID); err != nil {
+	if err := datadir.CheckClusterID(b.cfg.DataDir, meta, b.cfg.NodeID, b.meta.Image().ClusterID); err != nil {
 		return err
 	}
 	// Fenced brokers lead nothing; the controller unfences this one once

@@ -25,6 +25,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/datadir"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/server/security"
 )
@@ -204,8 +205,8 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	}()
 	// The data dir first: a dir in use or another node's must not be
 	// touched, and must be refused before raft would wait forever.
-	var meta dataDirMeta
-	if b.dirLock, meta, err = openDataDir(b.cfg.DataDir, b.cfg.NodeID); err != nil {
+	var meta datadir.Meta
+	if b.dirLock, meta, err = datadir.Open(b.cfg.DataDir, b.cfg.NodeID); err != nil {
 		return err
 	}
 	// Listen before opening storage, so that a port in use fails at once,
@@ -258,7 +259,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 			return err
 		}
 	} else {
-		if err := checkClusterID(b.cfg.DataDir, meta, b.cfg.NodeID, b.meta.Image().ClusterID); err != nil {
+		if err := datadir.CheckClusterID(b.cfg.DataDir, meta, b.cfg.NodeID, b.meta.Image().ClusterID); err != nil {
 			return err
 		}
 		if err := b.meta.RegisterBroker(ctx, reg); err != nil {
@@ -505,4 +506,17 @@ func (m *brokerMetrics) observe(r *request, d time.Duration) {
 	a := am.(*apiMetrics)
 	a.count.Inc()
 	a.duration.Update(d.Seconds())
+}
+
+// CheckDataDir reports whether Start can use the data dir: nil if it is
+// free and this node's (or new), else the error Start would return. A
+// program that binds other ports before Start (tandem serve's HTTP
+// endpoint) calls it first, so that a data dir in use, the real cause, is
+// reported rather than the port its first broker also holds.
+func (b *Broker) CheckDataDir() error {
+	lock, _, err := datadir.Open(b.cfg.DataDir, b.cfg.NodeID)
+	if err != nil {
+		return err
+	}
+	return lock.Close()
 }

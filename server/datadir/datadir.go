@@ -1,4 +1,7 @@
-package server
+// Package datadir is what a broker's data dir holds beside the engine's
+// and the quorum's data: whose it is (meta.properties) and who uses it
+// now (.lock).
+package datadir
 
 import (
 	"errors"
@@ -27,21 +30,21 @@ const (
 	lockFile      = ".lock"
 )
 
-// dataDirMeta is what meta.properties says; an empty ClusterID is not
+// Meta is what meta.properties says; an empty ClusterID is not
 // known yet (the quorum writes it once it first leads).
-type dataDirMeta struct {
+type Meta struct {
 	NodeID    int32
 	ClusterID string
 }
 
-// openDataDir creates and locks dir and checks that it belongs to node.
+// Open creates and locks dir and checks that it belongs to node.
 // It writes meta.properties at once for a new dir, so that even a first
 // start cut short records the node. The caller closes the returned lock.
-func openDataDir(dir string, node int32) (lock *os.File, meta dataDirMeta, err error) {
+func Open(dir string, node int32) (lock *os.File, meta Meta, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, meta, fmt.Errorf("creating data dir: %w", err)
 	}
-	if lock, err = lockDataDir(dir); err != nil {
+	if lock, err = lockDir(dir); err != nil {
 		return nil, meta, err
 	}
 	defer func() {
@@ -49,7 +52,7 @@ func openDataDir(dir string, node int32) (lock *os.File, meta dataDirMeta, err e
 			lock.Close()
 		}
 	}()
-	meta, found, err := readDataDirMeta(dir)
+	meta, found, err := readMeta(dir)
 	if err != nil {
 		return nil, meta, err
 	}
@@ -57,32 +60,19 @@ func openDataDir(dir string, node int32) (lock *os.File, meta dataDirMeta, err e
 	case found && meta.NodeID != node:
 		return nil, meta, fmt.Errorf("data dir %s belongs to node %d, not to node %d (%s: node.id=%d)",
 			dir, meta.NodeID, node, metaPropsFile, meta.NodeID)
-	case !found && isNewDataDir(dir):
-		meta = dataDirMeta{NodeID: node}
-		if err := writeDataDirMeta(dir, meta); err != nil {
+	case !found && isNew(dir):
+		meta = Meta{NodeID: node}
+		if err := writeMeta(dir, meta); err != nil {
 			return nil, meta, err
 		}
 	}
 	return lock, meta, nil
 }
 
-// CheckDataDir reports whether Start can use the data dir: nil if it is
-// free and this node's (or new), else the error Start would return. A
-// program that binds other ports before Start (tandem serve's HTTP
-// endpoint) calls it first, so that a data dir in use, the real cause, is
-// reported rather than the port its first broker also holds.
-func (b *Broker) CheckDataDir() error {
-	lock, _, err := openDataDir(b.cfg.DataDir, b.cfg.NodeID)
-	if err != nil {
-		return err
-	}
-	return lock.Close()
-}
-
-// isNewDataDir reports whether dir holds no engine or quorum data yet. A
+// isNew reports whether dir holds no engine or quorum data yet. A
 // dir with data and no meta.properties was made before Tandem wrote one;
 // it gets one after its first successful start.
-func isNewDataDir(dir string) bool {
+func isNew(dir string) bool {
 	for _, sub := range []string{"data", "meta"} {
 		if _, err := os.Stat(filepath.Join(dir, sub)); !errors.Is(err, fs.ErrNotExist) {
 			return false
@@ -91,20 +81,20 @@ func isNewDataDir(dir string) bool {
 	return true
 }
 
-// checkClusterID compares the cluster the quorum belongs to with the one
+// CheckClusterID compares the cluster the quorum belongs to with the one
 // meta.properties names, and records it there the first time.
-func checkClusterID(dir string, meta dataDirMeta, node int32, cluster string) error {
+func CheckClusterID(dir string, meta Meta, node int32, cluster string) error {
 	switch meta.ClusterID {
 	case cluster:
 		return nil
 	case "":
-		return writeDataDirMeta(dir, dataDirMeta{NodeID: node, ClusterID: cluster})
+		return writeMeta(dir, Meta{NodeID: node, ClusterID: cluster})
 	}
 	return fmt.Errorf("data dir %s belongs to cluster %s, but its metadata is cluster %s (%s: cluster.id=%s; the data was replaced or lost)",
 		dir, meta.ClusterID, cluster, metaPropsFile, meta.ClusterID)
 }
 
-func readDataDirMeta(dir string) (meta dataDirMeta, found bool, err error) {
+func readMeta(dir string) (meta Meta, found bool, err error) {
 	path := filepath.Join(dir, metaPropsFile)
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -124,11 +114,11 @@ func readDataDirMeta(dir string) (meta dataDirMeta, found bool, err error) {
 	if err != nil {
 		return meta, false, fmt.Errorf("%s: node.id=%q: %w", path, props["node.id"], err)
 	}
-	return dataDirMeta{NodeID: int32(id), ClusterID: props["cluster.id"]}, true, nil
+	return Meta{NodeID: int32(id), ClusterID: props["cluster.id"]}, true, nil
 }
 
-// writeDataDirMeta replaces meta.properties atomically and durably.
-func writeDataDirMeta(dir string, meta dataDirMeta) error {
+// writeMeta replaces meta.properties atomically and durably.
+func writeMeta(dir string, meta Meta) error {
 	var b strings.Builder
 	b.WriteString("#\n#Written by Tandem: the node and cluster this data dir belongs to.\n")
 	if meta.ClusterID != "" {
@@ -171,8 +161,8 @@ func writeDataDirMeta(dir string, meta dataDirMeta) error {
 	return nil
 }
 
-// errDataDirInUse is the error for a data dir another broker has locked.
-func errDataDirInUse(dir string) error {
+// errInUse is the error for a data dir another broker has locked.
+func errInUse(dir string) error {
 	data, _ := os.ReadFile(filepath.Join(dir, lockFile))
 	if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
 		return fmt.Errorf("data dir %s is in use by another Tandem (pid %d)", dir, pid)

@@ -1,6 +1,6 @@
 //go:build unix
 
-package server
+package datadir
 
 import (
 	"errors"
@@ -11,11 +11,11 @@ import (
 	"syscall"
 )
 
-// lockDataDir takes an exclusive flock on dir/.lock and writes this
+// lockDir takes an exclusive flock on dir/.lock and writes this
 // process's pid into it. The lock goes with the open file: a second
 // broker, in this process or another, is refused until the holder closes
 // it or exits (kill -9 included).
-func lockDataDir(dir string) (*os.File, error) {
+func lockDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, lockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -24,7 +24,7 @@ func lockDataDir(dir string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, errDataDirInUse(dir)
+			return nil, errInUse(dir)
 		}
 		return nil, fmt.Errorf("data dir lock %s: %w", path, err)
 	}

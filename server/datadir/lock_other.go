@@ -1,6 +1,6 @@
 //go:build !unix
 
-package server
+package datadir
 
 import (
 	"fmt"
@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 )
 
-// lockDataDir opens dir/.lock without locking it: where flock does not
+// lockDir opens dir/.lock without locking it: where flock does not
 // exist, Pebble's own lock on the engine's directory refuses a second
 // broker, with its own message.
-func lockDataDir(dir string) (*os.File, error) {
+func lockDir(dir string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("data dir lock: %w", err)
