@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/server/quota"
 	"github.com/tandem-kafka/tandem/server/security"
 )
 
@@ -215,12 +216,12 @@ func (c *conn) throttle(ctx context.Context, r *request, resp kmsg.Response, ela
 	case apiKeyApiVersions, apiKeySaslHandshake, apiKeySaslAuthenticate:
 		return // exempt, as in Kafka
 	}
-	user, cid, now := quotaUser(c.principal), r.rc.ClientID, time.Now()
+	user, cid, now := quota.User(c.principal), r.rc.ClientID, time.Now()
 	q := c.b.quotas
 	var d time.Duration
 	switch resp := resp.(type) {
 	case *kmsg.ProduceResponse:
-		d = q.record(img, quotaProduce, user, cid, float64(r.size), now)
+		d = q.Record(img, quota.Produce, user, cid, float64(r.size), now)
 	case *fetchResponse:
 		n := 0
 		for _, t := range resp.records {
@@ -228,10 +229,10 @@ func (c *conn) throttle(ctx context.Context, r *request, resp kmsg.Response, ela
 				n += recs.Len()
 			}
 		}
-		d = q.record(img, quotaFetch, user, cid, float64(n), now)
+		d = q.Record(img, quota.Fetch, user, cid, float64(n), now)
 	}
 	// request_percentage: handler time as a percentage of one thread.
-	d = max(d, q.record(img, quotaRequest, user, cid, float64(elapsed.Nanoseconds())*100/1e9, now))
+	d = max(d, q.Record(img, quota.Request, user, cid, float64(elapsed.Nanoseconds())*100/1e9, now))
 	if d <= 0 {
 		return
 	}

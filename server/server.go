@@ -27,6 +27,7 @@ import (
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/datadir"
 	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/server/quota"
 	"github.com/tandem-kafka/tandem/server/security"
 )
 
@@ -79,7 +80,7 @@ type Broker struct {
 	listeners []*listener       // the first one's address is Addr
 	ibAuth    *interBrokerAuth  // how this broker connects to the others
 	authz     plugin.Authorizer // nil: everything is allowed
-	quotas    *quotas
+	quotas    *quota.Quotas
 	reauth    time.Duration        // connections.max.reauth.ms
 	pids      raftmeta.ProducerIDs // for idempotent producers
 
@@ -156,7 +157,7 @@ func New(cfg Config) (*Broker, error) {
 	if b.reauth, err = reauthMs(cfg.Props); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	if b.quotas, err = newQuotas(cfg.Props); err != nil {
+	if b.quotas, err = quota.New(cfg.Props); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	b.sessions = newFetchSessions(fetchSessionSlots)

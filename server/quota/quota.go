@@ -1,4 +1,11 @@
-package server
+// Package quota enforces client quotas as Apache Kafka's
+// ClientQuotaManager does: the rate of a quota type is measured per
+// resolved quota entity over quota.window.num samples of
+// quota.window.size.seconds; a request that takes it above the bound gets
+// a throttle time that brings the rate back to the bound (capped at one
+// window for request_percentage), which the broker returns in the
+// response and mutes the connection for (KIP-219).
+package quota
 
 import (
 	"errors"
@@ -11,22 +18,14 @@ import (
 	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
-// Client quotas, as Apache Kafka's ClientQuotaManager enforces them: the
-// rate of a quota type is measured per resolved quota entity over
-// quota.window.num samples of quota.window.size.seconds; a request that
-// takes it above the bound gets a throttle time that brings the rate back
-// to the bound (capped at one window for request_percentage), returned in
-// the response, and the
-// connection is muted for that long (KIP-219).
-
 // Quota keys (Kafka's QuotaConfig names).
 const (
-	quotaProduce = "producer_byte_rate"
-	quotaFetch   = "consumer_byte_rate"
-	quotaRequest = "request_percentage"
+	Produce = "producer_byte_rate"
+	Fetch   = "consumer_byte_rate"
+	Request = "request_percentage"
 )
 
-type quotas struct {
+type Quotas struct {
 	window  time.Duration
 	samples int
 
@@ -34,10 +33,10 @@ type quotas struct {
 	sensors map[string]*rateSensor // by quota key + entity key
 }
 
-// newQuotas reads quota.window.num (default 11) and
+// New reads quota.window.num (default 11) and
 // quota.window.size.seconds (default 1).
-func newQuotas(m map[string]string) (*quotas, error) {
-	q := &quotas{window: time.Second, samples: 11, sensors: map[string]*rateSensor{}}
+func New(m map[string]string) (*Quotas, error) {
+	q := &Quotas{window: time.Second, samples: 11, sensors: map[string]*rateSensor{}}
 	count := func(key string, least int, dst *int) error {
 		v := strings.TrimSpace(m[key])
 		if v == "" {
@@ -94,9 +93,9 @@ func resolveQuota(img *raftmeta.Image, key, user, clientID string) (float64, str
 	return 0, "", false
 }
 
-// record adds value to the sensor of key for (user, clientID) and returns
+// Record adds value to the sensor of key for (user, clientID) and returns
 // the throttle time, zero when no quota applies or the rate is within it.
-func (q *quotas) record(img *raftmeta.Image, key, user, clientID string, value float64, now time.Time) time.Duration {
+func (q *Quotas) Record(img *raftmeta.Image, key, user, clientID string, value float64, now time.Time) time.Duration {
 	bound, sensor, ok := resolveQuota(img, key, user, clientID)
 	if !ok {
 		return 0
@@ -116,7 +115,7 @@ func (q *quotas) record(img *raftmeta.Image, key, user, clientID string, value f
 	// the bound: (rate - bound) / bound * window. Kafka caps it at one
 	// window for request-time quotas only.
 	d := time.Duration((rate - bound) / bound * float64(win))
-	if key == quotaRequest {
+	if key == Request {
 		d = min(d, q.window)
 	}
 	return d
@@ -167,9 +166,9 @@ func (s *rateSensor) record(v float64, now time.Time, window time.Duration) (flo
 	return total / win.Seconds(), win
 }
 
-// quotaUser is the user name of a principal for quotas ("User:alice" is
+// User is the user name of a principal for quotas ("User:alice" is
 // alice); unauthenticated clients share the user ANONYMOUS.
-func quotaUser(principal string) string {
+func User(principal string) string {
 	_, name, _ := strings.Cut(principal, ":")
 	return name
 }
