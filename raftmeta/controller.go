@@ -343,6 +343,27 @@ func (c *Controller) Watch() (*Image, <-chan struct{}) {
 	return s.img, s.changed
 }
 
+// CatchUp waits until this node's image holds every metadata change the
+// active controller had made when it was called, so that a broker
+// answering from its image after CatchUp reads what another broker just
+// wrote through the controller. On the controller (or a single node) it
+// returns as soon as no decision is in flight.
+func (c *Controller) CatchUp(ctx context.Context) error {
+	_, err := catchUp.do(c, ctx, none{})
+	return err
+}
+
+// catchUp runs on the controller: the decision lock is taken once no
+// decision is in flight and the log is applied, so the image index
+// answered (rpc.go) covers every decision that completed.
+var catchUp = decision[none, none]{"CatchUp", func(c *Controller, ctx context.Context, _ none) (none, error) {
+	if _, err := c.lock(ctx); err != nil {
+		return none{}, err
+	}
+	c.unlock()
+	return none{}, nil
+}}
+
 // RaftAddr returns the address of this node's controller port (an
 // in-memory address for a standalone broker).
 func (c *Controller) RaftAddr() string { return string(c.raftAddr) }

@@ -52,7 +52,7 @@ type served interface {
 // decisions are every decision another node may forward, by name. The
 // names are on the wire between nodes: they never change.
 var decisions = byName(
-	registerBroker, brokerHeartbeat,
+	registerBroker, brokerHeartbeat, catchUp,
 	createTopics, deleteTopics, createPartitions, alterConfigs,
 	allocateProducerIDs, bumpLeaderEpoch,
 	alterPartition, electLeaders, alterPartitionReassignments,

@@ -230,28 +230,26 @@ func StatePartitionFor(mirror string, topicID uuid.UUID, partition, n int32) int
 }
 
 // imageWait bounds how long a request naming a mirror waits for this
-// broker's metadata to show it: a mirror created through another broker
-// a moment ago reaches this one's image a few milliseconds later.
+// broker's metadata to catch up with the controller's.
 const imageWait = 2 * time.Second
 
-// awaitMirrors returns the latest image once it has every mirror of
-// names, or the latest image when imageWait passes or ctx ends first.
+// awaitMirrors returns the latest image. When it lacks a mirror of names
+// (one created through another broker a moment ago reaches this broker's
+// image a few milliseconds later), or names is empty (every mirror), it
+// first catches up with every change the controller has made, for at
+// most imageWait: a mirror still missing then does not exist.
 func (p *Plugin) awaitMirrors(ctx context.Context, names ...string) *raftmeta.Image {
 	md := p.Host().Metadata()
-	deadline := time.After(imageWait)
-	for {
-		img, changed := md.Watch()
-		if !slices.ContainsFunc(names, func(n string) bool { return img.Mirrors[n] == nil }) {
-			return img
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return img
-		case <-deadline:
-			return img
-		}
+	img := md.Image()
+	if len(names) > 0 && !slices.ContainsFunc(names, func(n string) bool { return img.Mirrors[n] == nil }) {
+		return img
 	}
+	ctx, cancel := context.WithTimeout(ctx, imageWait)
+	defer cancel()
+	if err := md.CatchUp(ctx); err != nil {
+		p.log.Debug("catching up with the controller's metadata", "mirrors", names, "err", err)
+	}
+	return md.Image()
 }
 
 // remoteMirror is what the other leaders of a mirror's partitions told

@@ -83,7 +83,7 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 		r.Topics = p.lastMirrored(ctx, rc, req)
 	case *wire.ListMirrorsRequest:
 		r := resp.(*wire.ListMirrorsResponse)
-		img := p.Image()
+		img := p.awaitMirrors(ctx)
 		for _, name := range slices.Sorted(maps.Keys(img.Mirrors)) {
 			m := img.Mirrors[name]
 			if mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name) != nil {
@@ -465,8 +465,8 @@ func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, re
 }
 
 func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *wire.DescribeMirrorsRequest) []wire.DescribedMirror {
-	img := p.Image()
 	names := req.MirrorNames
+	img := p.awaitMirrors(ctx, names...)
 	all := len(names) == 0
 	if all {
 		names = slices.Sorted(maps.Keys(img.Mirrors))
@@ -620,7 +620,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, i
 }
 
 func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesRequest) ([]wire.StatesTopic, int16) {
-	img := p.Image()
+	img := p.awaitMirrors(ctx, req.MirrorName)
 	m := img.Mirrors[req.MirrorName]
 	var out []wire.StatesTopic
 	for _, t := range req.Topics {
@@ -787,11 +787,11 @@ func (p *Plugin) ConfigResourceType() kmsg.ConfigResourceType { return kmsg.Conf
 
 // DescribeConfigResource implements plugin.ConfigResourceHandler. Secrets
 // are reported as sensitive with a null value, never in clear.
-func (p *Plugin) DescribeConfigResource(_ context.Context, rc *plugin.RequestContext, name string, keys []string) ([]kmsg.DescribeConfigsResponseResourceConfig, error) {
+func (p *Plugin) DescribeConfigResource(ctx context.Context, rc *plugin.RequestContext, name string, keys []string) ([]kmsg.DescribeConfigsResponseResourceConfig, error) {
 	if err := mirrorAuthorized(rc, kmsg.ACLOperationDescribeConfigs, name); err != nil {
 		return nil, err
 	}
-	m := p.Image().Mirrors[name]
+	m := p.awaitMirrors(ctx, name).Mirrors[name]
 	if m == nil {
 		return nil, fmt.Errorf("mirror %s does not exist: %w", name, wire.ErrMirrorNotFound)
 	}
@@ -817,7 +817,7 @@ func (p *Plugin) AlterConfigResource(ctx context.Context, rc *plugin.RequestCont
 	if err := mirrorAuthorized(rc, kmsg.ACLOperationAlterConfigs, name); err != nil {
 		return err
 	}
-	m := p.Image().Mirrors[name]
+	m := p.awaitMirrors(ctx, name).Mirrors[name]
 	if m == nil {
 		return fmt.Errorf("mirror %s does not exist: %w", name, wire.ErrMirrorNotFound)
 	}

@@ -15,7 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -368,5 +371,77 @@ func createTopicOn(t *testing.T, addr, topic string, partitions int32) {
 	defer cancel()
 	if _, err := kadm.NewClient(tandemtest.Client(t, addr)).CreateTopic(ctx, partitions, 1, nil, topic); err != nil {
 		t.Fatalf("create topic %s: %v", topic, err)
+	}
+}
+
+// A mirror created through one broker is known at once to every other:
+// describing it, its configs or its list on another broker right after
+// the create never answers MIRROR_NOT_FOUND (read your writes across
+// brokers, as an operator's next command expects).
+func TestMirrorReadYourWrites(t *testing.T) {
+	src := tandemtest.StartCluster(t, 1, clusterMirrorProps)
+	dst := tandemtest.StartCluster(t, 3, clusterMirrorProps)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(dst.Addrs()...), admin.Opt())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bootstrap := strings.Join(src.Addrs(), ",")
+	via := func(i int) *kgo.Broker { return cl.Broker(int(dst.Brokers[i%3].ID)) }
+	for i := range 30 {
+		name := fmt.Sprintf("ryw-%d", i)
+		create := &wire.CreateMirrorRequest{MirrorName: &name, Configs: []wire.MirrorConfig{{Name: "bootstrap.servers", Value: &bootstrap}}}
+		resp, err := via(i).Request(ctx, create)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := resp.(*wire.CreateMirrorResponse); r.ErrorCode != 0 {
+			t.Fatalf("create %s: %v", name, admin.ErrorOf(r.ErrorCode, r.ErrorMessage))
+		}
+
+		describe := kmsg.NewPtrDescribeConfigsRequest()
+		res := kmsg.NewDescribeConfigsRequestResource()
+		res.ResourceType, res.ResourceName = kmsg.ConfigResourceType(64), name
+		describe.Resources = append(describe.Resources, res)
+		dresp, err := via(i+1).Request(ctx, describe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := dresp.(*kmsg.DescribeConfigsResponse).Resources[0]
+		if err := admin.ErrorOf(r.ErrorCode, r.ErrorMessage); err != nil {
+			t.Fatalf("configs of %s on broker %d right after its create on broker %d: %v", name, dst.Brokers[(i+1)%3].ID, dst.Brokers[i%3].ID, err)
+		}
+
+		list, err := via(i+2).Request(ctx, &wire.DescribeMirrorsRequest{MirrorNames: []string{name}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range list.(*wire.DescribeMirrorsResponse).Mirrors {
+			if m.ErrorCode != 0 {
+				t.Fatalf("describe %s on broker %d right after its create on broker %d: %v", name, dst.Brokers[(i+2)%3].ID, dst.Brokers[i%3].ID, admin.ErrorOf(m.ErrorCode, m.ErrorMessage))
+			}
+		}
+
+		if i%2 == 0 { // a list right after a create, or right after a delete
+			del := wire.NewDeleteMirrorRequest()
+			del.MirrorName = name
+			resp, err = via(i+1).Request(ctx, del)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := resp.(*wire.MirrorTopicsResponse); r.ErrorCode != 0 {
+				t.Fatalf("delete %s: %v", name, admin.ErrorOf(r.ErrorCode, r.ErrorMessage))
+			}
+		}
+		listed, err := via(i+2).Request(ctx, &wire.ListMirrorsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := slices.ContainsFunc(listed.(*wire.ListMirrorsResponse).Mirrors, func(m wire.ListedMirror) bool { return m.MirrorName == name })
+		if found != (i%2 == 1) {
+			t.Fatalf("ListMirrors on broker %d lists %s: %v, want %v (deleted: %v)", dst.Brokers[(i+2)%3].ID, name, found, i%2 == 1, i%2 == 0)
+		}
 	}
 }
