@@ -286,7 +286,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 	if len(lmeReq.Topics) == 0 {
 		return nil, nil
 	}
-	lmes := map[tpKey]int32{}
+	lmes := map[topicPartition]int32{}
 	served, err := servesKey(ctx, cl, wire.KeyLastMirroredOffsets)
 	if err != nil {
 		return nil, err
@@ -301,19 +301,19 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 				if pp.ErrorCode != 0 {
 					return nil, fmt.Errorf("%s-%d: %w", t.Name, pp.PartitionIndex, wire.ErrorForCode(pp.ErrorCode))
 				}
-				lmes[tpKey{t.Name, pp.PartitionIndex}] = pp.LastMirrorEpoch
+				lmes[topicPartition{t.Name, pp.PartitionIndex}] = pp.LastMirrorEpoch
 			}
 		}
 	}
 	// Where each LME ends on the source.
-	ends := map[tpKey]int64{}
+	ends := map[topicPartition]int64{}
 	oreq := kmsg.NewPtrOffsetForLeaderEpochRequest()
 	oreq.ReplicaID = -1
 	for _, t := range lmeReq.Topics {
 		ot := kmsg.NewOffsetForLeaderEpochRequestTopic()
 		ot.Topic = t.Name
 		for _, i := range t.Partitions {
-			if lme, ok := lmes[tpKey{t.Name, i}]; ok && lme >= 0 {
+			if lme, ok := lmes[topicPartition{t.Name, i}]; ok && lme >= 0 {
 				op := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
 				op.Partition, op.CurrentLeaderEpoch, op.LeaderEpoch = i, -1, lme
 				ot.Partitions = append(ot.Partitions, op)
@@ -331,7 +331,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 		for _, t := range oresp.Topics {
 			for _, pp := range t.Partitions {
 				if pp.ErrorCode == 0 && pp.EndOffset >= 0 {
-					ends[tpKey{t.Topic, pp.Partition}] = pp.EndOffset
+					ends[topicPartition{t.Topic, pp.Partition}] = pp.EndOffset
 				}
 			}
 		}
@@ -344,7 +344,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 			if ep == nil {
 				continue // not hosted here
 			}
-			k := tpKey{t.Name, i}
+			k := topicPartition{t.Name, i}
 			offs := ep.Offsets()
 			lme, to := int32(-1), offs.LogStart
 			if e, ok := lmes[k]; ok {

@@ -106,8 +106,8 @@ func (p *Plugin) send(ctx context.Context, node int32, req kmsg.Request) (kmsg.R
 }
 
 // readState returns a mirror partition's state from its coordinator.
-func (p *Plugin) readState(ctx context.Context, k pkey, id uuid.UUID) (pstate, error) {
-	var out pstate
+func (p *Plugin) readState(ctx context.Context, k partitionKey, id uuid.UUID) (partitionState, error) {
+	var out partitionState
 	err := p.coordinated(ctx, coordKey(k.mirror, id, k.partition), func() error {
 		var err error
 		out, err = p.readStateLocal(ctx, k, id)
@@ -122,7 +122,7 @@ func (p *Plugin) readState(ctx context.Context, k pkey, id uuid.UUID) (pstate, e
 
 // readPartitionRemote asks coordinator node for a partition's state and
 // manifest entries.
-func (p *Plugin) readPartitionRemote(ctx context.Context, node int32, k pkey, id uuid.UUID) (wire.StatePartition, error) {
+func (p *Plugin) readPartitionRemote(ctx context.Context, node int32, k partitionKey, id uuid.UUID) (wire.StatePartition, error) {
 	req := &wire.ReadMirrorStatesRequest{MirrorName: k.mirror, NeedPartitionStates: true,
 		Topics: []wire.PartitionsTopic{{Name: k.topic, Partitions: []int32{k.partition}, TopicID: id}}}
 	resp, err := p.send(ctx, node, req)
@@ -143,18 +143,18 @@ func (p *Plugin) readPartitionRemote(ctx context.Context, node int32, k pkey, id
 	return sp, nil
 }
 
-func (p *Plugin) readStateRemote(ctx context.Context, node int32, k pkey, id uuid.UUID) (pstate, error) {
+func (p *Plugin) readStateRemote(ctx context.Context, node int32, k partitionKey, id uuid.UUID) (partitionState, error) {
 	sp, err := p.readPartitionRemote(ctx, node, k, id)
 	if err != nil {
-		return pstate{}, err
+		return partitionState{}, err
 	}
 	return stateOf(&sp, id), nil
 }
 
 // stateOf is the persisted state a coordinator answered; id is the topic
 // ID asked for, for an answer without one.
-func stateOf(sp *wire.StatePartition, id uuid.UUID) pstate {
-	st := pstate{State: State(sp.State), Reason: sp.Reason, TopicID: sp.TopicID, LMO: sp.LastMirroredOffset, LME: sp.LastMirrorEpoch,
+func stateOf(sp *wire.StatePartition, id uuid.UUID) partitionState {
+	st := partitionState{State: State(sp.State), Reason: sp.Reason, TopicID: sp.TopicID, LMO: sp.LastMirroredOffset, LME: sp.LastMirrorEpoch,
 		StopAt: sp.StopOffset, StopEpoch: sp.StopEpoch, StopDone: sp.StopDone, StopIndex: sp.StopIndex}
 	if st.TopicID.IsZero() {
 		st.TopicID = id
@@ -166,8 +166,8 @@ func stateOf(sp *wire.StatePartition, id uuid.UUID) pstate {
 // changed) on its coordinator, refusing transitions the KIP does not
 // allow. On another broker's coordinator it reads the state, applies
 // update here and writes the whole result back.
-func (p *Plugin) writeState(ctx context.Context, k pkey, id uuid.UUID, update func(st *pstate) error) (pstate, error) {
-	var out pstate
+func (p *Plugin) writeState(ctx context.Context, k partitionKey, id uuid.UUID, update func(st *partitionState) error) (partitionState, error) {
+	var out partitionState
 	err := p.coordinated(ctx, coordKey(k.mirror, id, k.partition), func() error {
 		var err error
 		out, err = p.writeStateLocal(ctx, k, id, update)
@@ -203,7 +203,7 @@ func (p *Plugin) writeState(ctx context.Context, k pkey, id uuid.UUID, update fu
 
 // writeRemote sends one partition's WriteMirrorStates to coordinator
 // node.
-func (p *Plugin) writeRemote(ctx context.Context, node int32, k pkey, sp wire.StatePartition) error {
+func (p *Plugin) writeRemote(ctx context.Context, node int32, k partitionKey, sp wire.StatePartition) error {
 	req := &wire.WriteMirrorStatesRequest{MirrorName: k.mirror, TopicsUpdated: []wire.StatesTopic{{Name: k.topic, Partitions: []wire.StatePartition{sp}}}}
 	resp, err := p.send(ctx, node, req)
 	if err != nil {
@@ -257,7 +257,7 @@ func (p *Plugin) awaitMirrors(ctx context.Context, names ...string) *raftmeta.Im
 // whether their runs can use the source (errCode, errMsg: the first
 // failure one reported).
 type remoteMirror struct {
-	details  map[tpKey]wire.PartitionDetail
+	details  map[topicPartition]wire.PartitionDetail
 	diverged []wire.DivergedRange
 	errCode  int16
 	errMsg   string
@@ -268,26 +268,26 @@ type remoteMirror struct {
 // own view (DescribeMirrors with Local). A leader that does not answer
 // leaves its partitions out: their lag stays unknown, never 0.
 func (p *Plugin) remoteView(ctx context.Context, mirror string) remoteMirror {
-	out := remoteMirror{details: map[tpKey]wire.PartitionDetail{}}
+	out := remoteMirror{details: map[topicPartition]wire.PartitionDetail{}}
 	img := p.Image()
 	m := img.Mirrors[mirror]
 	if m == nil {
 		return out
 	}
 	self := p.Host().NodeID()
-	led := map[int32][]tpKey{}
+	led := map[int32][]topicPartition{}
 	for name := range m.Topics {
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
 			if l := t.Partitions[i].Leader; l >= 0 && l != self {
-				led[l] = append(led[l], tpKey{name, int32(i)})
+				led[l] = append(led[l], topicPartition{name, int32(i)})
 			}
 		}
 	}
 	if t := img.Topics[Topic]; t != nil {
 		for _, pp := range t.Partitions {
 			if l := pp.Leader; l >= 0 && l != self && led[l] == nil {
-				led[l] = []tpKey{}
+				led[l] = []topicPartition{}
 			}
 		}
 	}
@@ -319,7 +319,7 @@ func (p *Plugin) remoteView(ctx context.Context, mirror string) remoteMirror {
 					out.diverged = append(out.diverged, dm.Diverged...)
 					for _, dt := range dm.Topics {
 						for _, pd := range dt.Partitions {
-							if k := (tpKey{dt.TopicName, pd.PartitionIndex}); slices.Contains(keys, k) {
+							if k := (topicPartition{dt.TopicName, pd.PartitionIndex}); slices.Contains(keys, k) {
 								out.details[k] = pd
 							}
 						}
@@ -333,7 +333,7 @@ func (p *Plugin) remoteView(ctx context.Context, mirror string) remoteMirror {
 }
 
 // remoteDetailsOnly is remoteView's partition details.
-func (p *Plugin) remoteDetailsOnly(ctx context.Context, mirror string) map[tpKey]wire.PartitionDetail {
+func (p *Plugin) remoteDetailsOnly(ctx context.Context, mirror string) map[topicPartition]wire.PartitionDetail {
 	return p.remoteView(ctx, mirror).details
 }
 
@@ -342,13 +342,13 @@ func (p *Plugin) remoteDetailsOnly(ctx context.Context, mirror string) map[tpKey
 // partition this broker leads each round). Partitions it could not read
 // so (a coordinator that moved or did not answer) are left out: the
 // caller reads those one by one, with readState's retries.
-func (p *Plugin) readStatesBatch(ctx context.Context, mirror string, parts map[tpKey]uuid.UUID) map[tpKey]pstate {
-	out := map[tpKey]pstate{}
-	byNode := map[int32][]tpKey{}
+func (p *Plugin) readStatesBatch(ctx context.Context, mirror string, parts map[topicPartition]uuid.UUID) map[topicPartition]partitionState {
+	out := map[topicPartition]partitionState{}
+	byNode := map[int32][]topicPartition{}
 	for k, id := range parts {
 		leader, _ := p.stateLeader(coordKey(mirror, id, k.partition))
 		if leader < 0 || leader == p.Host().NodeID() {
-			if st, err := p.readStateLocal(ctx, pkey{mirror, k.topic, k.partition}, id); err == nil {
+			if st, err := p.readStateLocal(ctx, partitionKey{mirror, k.topic, k.partition}, id); err == nil {
 				out[k] = st
 			}
 			continue
@@ -371,7 +371,7 @@ func (p *Plugin) readStatesBatch(ctx context.Context, mirror string, parts map[t
 		}
 		for _, t := range resp.(*wire.ReadMirrorStatesResponse).Topics {
 			for _, sp := range t.Partitions {
-				k := tpKey{t.Name, sp.PartitionIndex}
+				k := topicPartition{t.Name, sp.PartitionIndex}
 				id, ok := parts[k]
 				if !ok || sp.ErrorCode != 0 {
 					continue

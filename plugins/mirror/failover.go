@@ -56,7 +56,7 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 			before[k] = d
 		}
 	}
-	if err := p.setTopicStates(ctx, mirror, topics, func(s *pstate) error {
+	if err := p.setTopicStates(ctx, mirror, topics, func(s *partitionState) error {
 		s.State, s.Reason = Stopping, ""
 		return nil
 	}); err != nil {
@@ -75,7 +75,7 @@ func (p *Plugin) stoppedReport(ctx context.Context, mirror string, topics []stri
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
 			fp := wire.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, AlreadyStopped: true}
-			if st, err := p.readState(ctx, pkey{mirror, name, int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
+			if st, err := p.readState(ctx, partitionKey{mirror, name, int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
 			}
 			out = append(out, fp)
@@ -87,7 +87,7 @@ func (p *Plugin) stoppedReport(ctx context.Context, mirror string, topics []stri
 // sourceSnapshot is what the leaders of the mirror's partitions know of
 // their source side now: this broker's runs and the others' (remoteView),
 // each with SourceStale as sourceCurrent says at this moment.
-func (p *Plugin) sourceSnapshot(ctx context.Context, mirror string) map[tpKey]wire.PartitionDetail {
+func (p *Plugin) sourceSnapshot(ctx context.Context, mirror string) map[topicPartition]wire.PartitionDetail {
 	out := p.remoteDetailsOnly(ctx, mirror)
 	r := p.run(mirror)
 	if r == nil {
@@ -180,7 +180,7 @@ func byReason(items []string) string {
 func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, start time.Time) (lagging, broken []string) {
 	img := p.Image()
 	r := p.run(mirror)
-	var remote map[tpKey]wire.PartitionDetail
+	var remote map[topicPartition]wire.PartitionDetail
 	for _, name := range topics {
 		if t := img.Topics[name]; t != nil && slices.ContainsFunc(t.Partitions, func(pp raftmeta.Partition) bool { return pp.Leader != p.Host().NodeID() }) {
 			remote = p.remoteDetailsOnly(ctx, mirror)
@@ -190,9 +190,9 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 	for _, name := range topics {
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
-			k := tpKey{name, int32(i)}
+			k := topicPartition{name, int32(i)}
 			id := fmt.Sprintf("%s-%d", name, i)
-			var pt part
+			var pt ledPartition
 			found := false
 			if r != nil {
 				r.mu.Lock()
@@ -254,19 +254,19 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 // offset last learned and when, whether it was still the source's end
 // (snapshot, taken before the stop), the end of the mirrored data (where
 // a stop left it), and the lag between them.
-func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []string, snapshot map[tpKey]wire.PartitionDetail) []wire.FailoverPartition {
+func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []string, snapshot map[topicPartition]wire.PartitionDetail) []wire.FailoverPartition {
 	img := p.Image()
 	var out []wire.FailoverPartition
 	for _, name := range topics {
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
 			fp := wire.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1}
-			if st, err := p.readState(ctx, pkey{mirror, name, int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
+			if st, err := p.readState(ctx, partitionKey{mirror, name, int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
 			} else if ep := p.Host().Engine().Partition(t.ID, int32(i)); ep != nil {
 				fp.DestinationOffset = ep.Offsets().LogEnd
 			}
-			if sd, ok := snapshot[tpKey{name, int32(i)}]; ok && sd.SourceOffset >= 0 && fp.DestinationOffset >= 0 {
+			if sd, ok := snapshot[topicPartition{name, int32(i)}]; ok && sd.SourceOffset >= 0 && fp.DestinationOffset >= 0 {
 				fp.SourceOffset, fp.SourceOffsetTime, fp.SourceStale = sd.SourceOffset, sd.SourceOffsetTime, sd.SourceStale
 				fp.Lag, fp.LagMs = max(0, sd.SourceOffset-fp.DestinationOffset), sd.LagMs
 				if fp.Lag == 0 {

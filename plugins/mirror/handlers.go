@@ -322,7 +322,7 @@ func someNames(names []string) string {
 
 // setTopicStates moves every partition of topics to a state and wakes the
 // mirror's loop.
-func (p *Plugin) setTopicStates(ctx context.Context, mirror string, topics []string, update func(s *pstate) error) error {
+func (p *Plugin) setTopicStates(ctx context.Context, mirror string, topics []string, update func(s *partitionState) error) error {
 	img := p.Image()
 	for _, name := range topics {
 		t := img.Topics[name]
@@ -330,7 +330,7 @@ func (p *Plugin) setTopicStates(ctx context.Context, mirror string, topics []str
 			continue
 		}
 		for i := range t.Partitions {
-			if _, err := p.writeState(ctx, pkey{mirror, name, int32(i)}, t.ID, update); err != nil {
+			if _, err := p.writeState(ctx, partitionKey{mirror, name, int32(i)}, t.ID, update); err != nil {
 				return err
 			}
 		}
@@ -347,11 +347,11 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 	defer cancel()
 	for {
 		img := p.Image()
-		want := map[tpKey]uuid.UUID{}
+		want := map[topicPartition]uuid.UUID{}
 		for _, name := range topics {
 			t := img.Topics[name]
 			for i := 0; t != nil && i < len(t.Partitions); i++ {
-				want[tpKey{name, int32(i)}] = t.ID
+				want[topicPartition{name, int32(i)}] = t.ID
 			}
 		}
 		states := p.readStatesBatch(ctx, mirror, want) // one request per coordinating broker
@@ -360,7 +360,7 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 			st, read := states[k]
 			if !read {
 				var err error
-				st, err = p.readState(ctx, pkey{mirror, k.topic, k.partition}, id)
+				st, err = p.readState(ctx, partitionKey{mirror, k.topic, k.partition}, id)
 				read = err == nil
 			}
 			if ok = read && st.State == s; !ok {
@@ -388,7 +388,7 @@ func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause
 	if err != nil {
 		return err
 	}
-	err = p.setTopicStates(ctx, mirror, topics, func(s *pstate) error {
+	err = p.setTopicStates(ctx, mirror, topics, func(s *partitionState) error {
 		switch {
 		case pause && s.State != Paused:
 			s.State = Pausing
@@ -436,11 +436,11 @@ func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, re
 			} else if here := img.Topics[t.Name]; !ok && here != nil {
 				// No mirror holds the topic (any more): the epochs kept
 				// for the topic alone when its mirroring last stopped.
-				if st, err := p.readState(ctx, pkey{"", t.Name, idx}, here.ID); err == nil && st.TopicID == here.ID {
+				if st, err := p.readState(ctx, partitionKey{"", t.Name, idx}, here.ID); err == nil && st.TopicID == here.ID {
 					op.LastMirroredOffset, op.LastMirrorEpoch = st.LMO, st.LME
 				}
 			} else if ok {
-				st, err := p.readState(ctx, pkey{mirror, t.Name, idx}, mt.ID)
+				st, err := p.readState(ctx, partitionKey{mirror, t.Name, idx}, mt.ID)
 				switch {
 				case err != nil:
 					op.ErrorCode, _ = code(err)
@@ -525,11 +525,11 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 					dm.ErrorCode, dm.ErrorMessage, failed = remote.errCode, wire.NonEmpty(remote.errMsg), true
 				}
 			}
-			want := map[tpKey]uuid.UUID{}
+			want := map[topicPartition]uuid.UUID{}
 			for tn := range m.Topics {
 				if t := img.Topics[tn]; t != nil {
 					for i := range t.Partitions {
-						want[tpKey{tn, int32(i)}] = t.ID
+						want[topicPartition{tn, int32(i)}] = t.ID
 					}
 				}
 			}
@@ -544,7 +544,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 				dt := wire.DescribedTopic{TopicName: tn}
 				for i := range t.Partitions {
 					pd := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
-					if rd, ok := remote.details[tpKey{tn, int32(i)}]; ok {
+					if rd, ok := remote.details[topicPartition{tn, int32(i)}]; ok {
 						// The leader's view of the source side; the state
 						// is the coordinator's either way.
 						pd.SourceOffset, pd.SourceOffsetTime, pd.DestinationOffset = rd.SourceOffset, rd.SourceOffsetTime, rd.DestinationOffset
@@ -576,12 +576,12 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 // describePartition is partition i of t as this broker sees it: its
 // state (the coordinator's), the destination's health (the image's),
 // and, if this broker leads it, its source side as of now.
-func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, img *raftmeta.Image, t *raftmeta.Topic, i int32,
-	states map[tpKey]pstate, now time.Time) wire.PartitionDetail {
+func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror string, img *raftmeta.Image, t *raftmeta.Topic, i int32,
+	states map[topicPartition]partitionState, now time.Time) wire.PartitionDetail {
 	pd := wire.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: Unknown.String()}
-	if st, ok := states[tpKey{t.Name, i}]; ok {
+	if st, ok := states[topicPartition{t.Name, i}]; ok {
 		pd.State, pd.Reason = st.State.String(), st.Reason
-	} else if st, err := p.readState(ctx, pkey{mirror, t.Name, i}, t.ID); err == nil {
+	} else if st, err := p.readState(ctx, partitionKey{mirror, t.Name, i}, t.ID); err == nil {
 		pd.State, pd.Reason = st.State.String(), st.Reason
 	} else {
 		_, pd.Reason = code(err)
@@ -595,7 +595,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *run, mirror string, i
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	pt := r.parts[tpKey{t.Name, i}]
+	pt := r.parts[topicPartition{t.Name, i}]
 	if pt == nil || !needsSource(pt.state) {
 		return pd // not copied here (any more): the source side is not ours to tell
 	}
@@ -631,7 +631,7 @@ func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesReque
 			// of the mirror (it may not have it yet, or any more).
 			for _, idx := range t.Partitions {
 				sp := wire.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
-				k := pkey{req.MirrorName, t.Name, idx}
+				k := partitionKey{req.MirrorName, t.Name, idx}
 				s, err := p.readStateLocal(ctx, k, t.TopicID)
 				if err == nil {
 					setState(&sp, s)
@@ -656,7 +656,7 @@ func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesReque
 			sp := wire.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
 			if !ok {
 				sp.ErrorCode = wire.ErrTopicNotMirrored.Code
-			} else if s, err := p.readState(ctx, pkey{req.MirrorName, t.Name, idx}, mt.ID); err != nil {
+			} else if s, err := p.readState(ctx, partitionKey{req.MirrorName, t.Name, idx}, mt.ID); err != nil {
 				sp.ErrorCode, _ = code(err)
 			} else {
 				setState(&sp, s)
@@ -672,7 +672,7 @@ func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesReque
 }
 
 // setState fills a response's partition with a persisted state.
-func setState(sp *wire.StatePartition, s pstate) {
+func setState(sp *wire.StatePartition, s partitionState) {
 	sp.LastMirroredOffset, sp.State, sp.LastMirrorEpoch, sp.Reason, sp.TopicID = s.LMO, int8(s.State), s.LME, s.Reason, s.TopicID
 	sp.StopOffset, sp.StopEpoch, sp.StopDone, sp.StopIndex = s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex
 }
@@ -691,7 +691,7 @@ func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt raftme
 	}
 	var states []State
 	for i := range t.Partitions {
-		s, err := p.readState(ctx, pkey{mirror, topic, int32(i)}, mt.ID)
+		s, err := p.readState(ctx, partitionKey{mirror, topic, int32(i)}, mt.ID)
 		if err != nil {
 			sp.ErrorCode, _ = code(err)
 			return sp
@@ -736,11 +736,11 @@ func (p *Plugin) writeStates(ctx context.Context, req *wire.WriteMirrorStatesReq
 			// answers NOT_COORDINATOR when it is not (any more). A
 			// partition with manifest entries carries only them.
 			if len(sp.Diverged) > 0 {
-				c, _ := code(p.writeEntriesLocal(ctx, pkey{req.MirrorName, t.Name, sp.PartitionIndex}, id, sp.Diverged))
+				c, _ := code(p.writeEntriesLocal(ctx, partitionKey{req.MirrorName, t.Name, sp.PartitionIndex}, id, sp.Diverged))
 				et.Partitions = append(et.Partitions, wire.ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
 				continue
 			}
-			_, err := p.writeStateLocal(ctx, pkey{req.MirrorName, t.Name, sp.PartitionIndex}, id, func(s *pstate) error {
+			_, err := p.writeStateLocal(ctx, partitionKey{req.MirrorName, t.Name, sp.PartitionIndex}, id, func(s *partitionState) error {
 				s.State, s.LMO, s.LME, s.Reason = State(sp.State), sp.LastMirroredOffset, sp.LastMirrorEpoch, sp.Reason
 				s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex = sp.StopOffset, sp.StopEpoch, sp.StopDone, sp.StopIndex
 				return nil

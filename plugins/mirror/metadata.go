@@ -385,8 +385,8 @@ func (s *metaSync) cycle() error {
 // no metadata sync (configs, partitions, epochs, group offsets), and
 // whether every active partition is paused: then the mirror gets none at
 // all, ACLs and discovery included.
-func (s *metaSync) paused(img *raftmeta.Image, m *raftmeta.Mirror) (map[tpKey]bool, bool) {
-	paused, active := map[tpKey]bool{}, 0
+func (s *metaSync) paused(img *raftmeta.Image, m *raftmeta.Mirror) (map[topicPartition]bool, bool) {
+	paused, active := map[topicPartition]bool{}, 0
 	for name, mt := range m.Topics {
 		t := img.Topics[name]
 		if mt.Stopped || t == nil {
@@ -394,9 +394,9 @@ func (s *metaSync) paused(img *raftmeta.Image, m *raftmeta.Mirror) (map[tpKey]bo
 		}
 		for i := range t.Partitions {
 			active++
-			st, err := s.p.readState(s.ctx, pkey{s.name, name, int32(i)}, t.ID)
+			st, err := s.p.readState(s.ctx, partitionKey{s.name, name, int32(i)}, t.ID)
 			if err == nil && (st.State == Paused || st.State == Pausing) {
-				paused[tpKey{name, int32(i)}] = true
+				paused[topicPartition{name, int32(i)}] = true
 			}
 		}
 	}
@@ -405,7 +405,7 @@ func (s *metaSync) paused(img *raftmeta.Image, m *raftmeta.Mirror) (map[tpKey]bo
 
 // topicPaused reports whether any partition of topic is paused: the
 // topic-wide sync (configs, growth, deletion) leaves it alone.
-func topicPaused(paused map[tpKey]bool, topic string) bool {
+func topicPaused(paused map[topicPartition]bool, topic string) bool {
 	for k := range paused {
 		if k.topic == topic {
 			return true
@@ -491,7 +491,7 @@ func (s *metaSync) deleted(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirr
 
 // syncTopics discovers, creates, grows, reconfigures and stops mirror
 // topics, and bumps destination epochs the source is closing in on.
-func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirror, f filters, src map[string]srcTopic, deleted map[string]bool, paused map[tpKey]bool) error {
+func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirror, f filters, src map[string]srcTopic, deleted map[string]bool, paused map[topicPartition]bool) error {
 	meta := s.p.Host().Metadata()
 	img := meta.Image()
 	var errs []error
@@ -594,7 +594,7 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.M
 // fetch loop finishes the stop (epoch bump, LME, barrier) and records
 // STOPPED, and the topic stays with its data.
 func (s *metaSync) stopTopic(topic, reason string) error {
-	err := s.p.setTopicStates(s.ctx, s.name, []string{topic}, func(st *pstate) error {
+	err := s.p.setTopicStates(s.ctx, s.name, []string{topic}, func(st *partitionState) error {
 		if st.State != Stopping && st.State != Stopped {
 			st.State, st.Reason = Stopping, reason
 		}
@@ -663,7 +663,7 @@ func configChanges(topic string, dest, src map[string]string, exclude map[string
 // syncShareGroups') for the mirror's active topics. Groups active here are skipped;
 // each offset is clamped to max(log start, min(source offset, log end))
 // of the destination partition and carries its leader epoch.
-func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, paused map[tpKey]bool) error {
+func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, paused map[topicPartition]bool) error {
 	host := s.p.Host()
 	gos, ok := plugin.Find[plugin.GroupOffsets](host.Plugins())
 	if !ok {
@@ -703,7 +703,7 @@ func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, pa
 	return errors.Join(errs...)
 }
 
-func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos plugin.GroupOffsets, group string, mirrored map[string]*raftmeta.Topic, paused map[tpKey]bool) error {
+func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos plugin.GroupOffsets, group string, mirrored map[string]*raftmeta.Topic, paused map[topicPartition]bool) error {
 	srcOffs, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
 		return fmt.Errorf("fetch source offsets: %w", err)
@@ -719,7 +719,7 @@ func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos plugin.G
 	commit := map[plugin.TopicPartition]plugin.CommittedOffset{}
 	srcOffs.Each(func(o kadm.OffsetResponse) {
 		t := mirrored[o.Topic]
-		if o.Err != nil || t == nil || o.At < 0 || paused[tpKey{o.Topic, o.Partition}] {
+		if o.Err != nil || t == nil || o.At < 0 || paused[topicPartition{o.Topic, o.Partition}] {
 			return
 		}
 		ep := eng.Partition(t.ID, o.Partition)

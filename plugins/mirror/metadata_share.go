@@ -30,7 +30,7 @@ import (
 // syncShareGroups copies the start offsets of the source's share groups
 // for the mirror's active topics. Groups with members on the destination
 // are skipped; each offset is clamped as consumer-group offsets are.
-func (s *metaSync) syncShareGroups(ctx context.Context, cl *kgo.Client, f filters, paused map[tpKey]bool) error {
+func (s *metaSync) syncShareGroups(ctx context.Context, cl *kgo.Client, f filters, paused map[topicPartition]bool) error {
 	host := s.p.Host()
 	sgo, ok := plugin.Find[plugin.ShareGroupOffsets](host.Plugins())
 	if !ok {
@@ -115,7 +115,7 @@ func shareGroupsToSync(listed kadm.ListedGroups, f filters) []string {
 }
 
 func (s *metaSync) syncShareGroup(ctx context.Context, sgo plugin.ShareGroupOffsets, group string, src kadm.ShareOffsets,
-	bounds func(string, int32) (int64, int64, bool), paused map[tpKey]bool) error {
+	bounds func(string, int32) (int64, int64, bool), paused map[topicPartition]bool) error {
 	cur, state, err := sgo.ShareGroupStartOffsets(ctx, group)
 	if err != nil {
 		if errors.Is(err, kerr.GroupIDNotFound) {
@@ -149,11 +149,11 @@ func (s *metaSync) syncShareGroup(ctx context.Context, sgo plugin.ShareGroupOffs
 // destination's. Partitions whose source share state is not initialized
 // (-1) or has an error are left alone.
 func planShareStarts(src kadm.ShareOffsets, cur map[plugin.TopicPartition]plugin.CommittedOffset,
-	bounds func(string, int32) (logStart, logEnd int64, ok bool), paused map[tpKey]bool) map[plugin.TopicPartition]int64 {
+	bounds func(string, int32) (logStart, logEnd int64, ok bool), paused map[topicPartition]bool) map[plugin.TopicPartition]int64 {
 	out := map[plugin.TopicPartition]int64{}
 	for _, topic := range slices.Sorted(maps.Keys(src)) {
 		for p, o := range src[topic] {
-			if o.Err != nil || o.StartOffset < 0 || paused[tpKey{topic, p}] {
+			if o.Err != nil || o.StartOffset < 0 || paused[topicPartition{topic, p}] {
 				continue
 			}
 			logStart, logEnd, ok := bounds(topic, p)

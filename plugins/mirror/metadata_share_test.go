@@ -67,7 +67,7 @@ func TestPlanShareStarts(t *testing.T) {
 		{Topic: "a", Partition: 0}: {Offset: 30, LeaderEpoch: -1},
 		{Topic: "a", Partition: 5}: {Offset: 20, LeaderEpoch: -1},
 	}
-	paused := map[tpKey]bool{{"a", 4}: true}
+	paused := map[topicPartition]bool{{"a", 4}: true}
 	got := planShareStarts(src, cur, bounds, paused)
 	want := map[plugin.TopicPartition]int64{
 		{Topic: "a", Partition: 0}: 40,

@@ -47,9 +47,9 @@ type pluginMetrics struct {
 	set *prom.Set
 
 	mu       sync.Mutex // taken after run.mu, never before
-	parts    map[*run]map[tpKey]partMetrics
-	runNames map[*run][]string
-	fetchers map[*run]map[fetcherKey]*fetcherStats
+	parts    map[*mirrorRun]map[topicPartition]partMetrics
+	runNames map[*mirrorRun][]string
+	fetchers map[*mirrorRun]map[fetcherKey]*fetcherStats
 }
 
 type partMetrics struct {
@@ -59,8 +59,8 @@ type partMetrics struct {
 
 func newPluginMetrics(p *Plugin, set *prom.Set) *pluginMetrics {
 	set.Describe(mirrorFamilies...)
-	return &pluginMetrics{p: p, set: set, parts: map[*run]map[tpKey]partMetrics{}, runNames: map[*run][]string{},
-		fetchers: map[*run]map[fetcherKey]*fetcherStats{}}
+	return &pluginMetrics{p: p, set: set, parts: map[*mirrorRun]map[topicPartition]partMetrics{}, runNames: map[*mirrorRun][]string{},
+		fetchers: map[*mirrorRun]map[fetcherKey]*fetcherStats{}}
 }
 
 // metricStates are the states tandem_mirror_partitions counts, each
@@ -68,7 +68,7 @@ func newPluginMetrics(p *Plugin, set *prom.Set) *pluginMetrics {
 var metricStates = []State{Preparing, Mirroring, EpochFencing, Pausing, Paused, Stopping, Stopped, Failed}
 
 // trackRun registers a mirror's own gauges as its run starts.
-func (m *pluginMetrics) trackRun(r *run) {
+func (m *pluginMetrics) trackRun(r *mirrorRun) {
 	label := fmt.Sprintf("{mirror=%q}", r.name)
 	gauges := map[string]func() float64{
 		"tandem_mirror_max_lag_records" + label: func() float64 {
@@ -126,7 +126,7 @@ func (m *pluginMetrics) trackRun(r *run) {
 	}
 }
 
-func (m *pluginMetrics) diverged(r *run, of func(wire.DivergedRange) float64) func() float64 {
+func (m *pluginMetrics) diverged(r *mirrorRun, of func(wire.DivergedRange) float64) func() float64 {
 	return func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -138,21 +138,21 @@ func (m *pluginMetrics) diverged(r *run, of func(wire.DivergedRange) float64) fu
 	}
 }
 
-func clientID(r *run, k fetcherKey) string {
+func clientID(r *mirrorRun, k fetcherKey) string {
 	return fmt.Sprintf("MirrorFetcherThread-%d-%d-%s", k.broker, k.id, r.name)
 }
 
 // trackPart registers a partition's lag gauges under its fetcher's client
 // ID, again whenever the partition moves to another fetcher (its source
 // leader changed); r.mu is held.
-func (m *pluginMetrics) trackPart(r *run, pt *part) {
+func (m *pluginMetrics) trackPart(r *mirrorRun, pt *ledPartition) {
 	k := r.fetcherOf(pt)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.parts[r] == nil {
-		m.parts[r] = map[tpKey]partMetrics{}
+		m.parts[r] = map[topicPartition]partMetrics{}
 	}
-	if old, ok := m.parts[r][pt.tpKey]; ok {
+	if old, ok := m.parts[r][pt.topicPartition]; ok {
 		if old.fetcher == k {
 			return
 		}
@@ -186,7 +186,7 @@ func (m *pluginMetrics) trackPart(r *run, pt *part) {
 		}
 		return time.Since(pt.srcEndAt).Seconds()
 	})
-	m.parts[r][pt.tpKey] = partMetrics{fetcher: k, names: []string{lag, lagSeconds, age}}
+	m.parts[r][pt.topicPartition] = partMetrics{fetcher: k, names: []string{lag, lagSeconds, age}}
 }
 
 func (m *pluginMetrics) unregister(names []string) {
@@ -196,7 +196,7 @@ func (m *pluginMetrics) unregister(names []string) {
 }
 
 // forgetPart unregisters a partition's gauges; r.mu is held.
-func (m *pluginMetrics) forgetPart(r *run, k tpKey) {
+func (m *pluginMetrics) forgetPart(r *mirrorRun, k topicPartition) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.unregister(m.parts[r][k].names)
@@ -204,7 +204,7 @@ func (m *pluginMetrics) forgetPart(r *run, k tpKey) {
 }
 
 // fetcherStats registers a fetcher's counters; r.mu is held.
-func (m *pluginMetrics) fetcherStats(r *run, k fetcherKey, host string, port int32) *fetcherStats {
+func (m *pluginMetrics) fetcherStats(r *mirrorRun, k fetcherKey, host string, port int32) *fetcherStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fetchers[r] == nil {
@@ -222,7 +222,7 @@ func (m *pluginMetrics) fetcherStats(r *run, k fetcherKey, host string, port int
 }
 
 // forget unregisters a stopped run's metrics.
-func (m *pluginMetrics) forget(r *run) {
+func (m *pluginMetrics) forget(r *mirrorRun) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, pm := range m.parts[r] {

@@ -101,7 +101,7 @@ type Plugin struct {
 	mu      sync.Mutex
 	ctx     context.Context // nil until Start, canceled by Stop
 	cancel  context.CancelFunc
-	runs    map[string]*run // by mirror name
+	runs    map[string]*mirrorRun // by mirror name
 	metrics *pluginMetrics
 	meta    *metaManager // metadata sync of the mirrors this broker coordinates
 
@@ -138,7 +138,7 @@ func New(props map[string]string, log *slog.Logger, opts ...Option) *Plugin {
 		log = slog.Default()
 	}
 	cfg, err := ParseConfig(props)
-	p := &Plugin{cfg: cfg, log: log.With("plugin", "mirror"), runs: map[string]*run{},
+	p := &Plugin{cfg: cfg, log: log.With("plugin", "mirror"), runs: map[string]*mirrorRun{},
 		stopHook: func(string, int32, StopStep) {}}
 	for _, o := range opts {
 		o(p)
@@ -151,7 +151,7 @@ func New(props map[string]string, log *slog.Logger, opts ...Option) *Plugin {
 		KeyType: plugin.CoordinatorMirror,
 		Topic:   plugin.InternalTopic{Name: Topic, Partitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor},
 		New: func(int32) coord.StateMachine {
-			return &shard{parts: map[pkey]*pstate{}, diverged: map[dkey]*manifestEntry{}}
+			return &shard{parts: map[partitionKey]*partitionState{}, diverged: map[manifestKey]*manifestEntry{}}
 		},
 		Logger: p.log,
 		Err:    err,
@@ -182,7 +182,7 @@ func (p *Plugin) Stop(ctx context.Context) error {
 		p.cancel()
 	}
 	runs := p.runs
-	p.runs = map[string]*run{}
+	p.runs = map[string]*mirrorRun{}
 	p.mu.Unlock()
 	for _, r := range runs {
 		r.stop()
@@ -221,7 +221,7 @@ func (p *Plugin) started() context.Context {
 // sync starts a fetch loop for every mirror of img and stops those of
 // mirrors that are gone or whose configs changed.
 func (p *Plugin) sync(img *raftmeta.Image) {
-	var stale []*run
+	var stale []*mirrorRun
 	defer func() {
 		for _, r := range stale { // outside p.mu: their loops take it
 			r.stop()
@@ -259,7 +259,7 @@ func (p *Plugin) poke() {
 	}
 }
 
-func (p *Plugin) run(name string) *run {
+func (p *Plugin) run(name string) *mirrorRun {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.runs[name]

@@ -34,7 +34,7 @@ const copyChunk = 1 << 20
 
 // truncate cuts a mirror partition's log at offset, quarantining what
 // that removes first. An error leaves the log as it was.
-func (r *run) truncate(pt *part, ep *engine.Partition, to int64, cause string) error {
+func (r *mirrorRun) truncate(pt *ledPartition, ep *engine.Partition, to int64, cause string) error {
 	to = max(to, 0)
 	if err := r.quarantine(pt, ep, to, cause); err != nil {
 		return fmt.Errorf("not truncated to %d: copying what it removes to %s%s: %w", to, pt.topic, divergedSuffix, err)
@@ -98,7 +98,7 @@ func eachBatch(ep *engine.Partition, offset int64, fn func([][]byte) error) erro
 // see the top of this file. It is idempotent: a broker that died in the
 // middle of a copy resumes it after the batches already there (known by
 // their CRCs), so nothing is copied twice.
-func (r *run) quarantine(pt *part, ep *engine.Partition, to int64, cause string) error {
+func (r *mirrorRun) quarantine(pt *ledPartition, ep *engine.Partition, to int64, cause string) error {
 	// What goes: whole batches, from the one holding offset on.
 	var span *wire.DivergedRange
 	err := eachBatch(ep, max(to, ep.Offsets().LogStart), func(bs [][]byte) error {
@@ -119,7 +119,7 @@ func (r *run) quarantine(pt *part, ep *engine.Partition, to int64, cause string)
 	if err != nil {
 		return err
 	}
-	k := pkey{r.name, pt.topic, pt.partition}
+	k := partitionKey{r.name, pt.topic, pt.partition}
 	e, err := r.p.pendingEntry(r.ctx, k, pt.id)
 	if err != nil {
 		return err
@@ -249,7 +249,7 @@ func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition 
 }
 
 // shardOf runs fn on the __mirror_state shard of a mirror partition.
-func (p *Plugin) shardOf(ctx context.Context, k pkey, id uuid.UUID, fn func(*coord.Shard, *shard) error) error {
+func (p *Plugin) shardOf(ctx context.Context, k partitionKey, id uuid.UUID, fn func(*coord.Shard, *shard) error) error {
 	return p.Do(ctx, coordKey(k.mirror, id, k.partition), func(sh *coord.Shard) error {
 		return fn(sh, sh.State().(*shard))
 	})
@@ -257,7 +257,7 @@ func (p *Plugin) shardOf(ctx context.Context, k pkey, id uuid.UUID, fn func(*coo
 
 // pendingEntry returns the partition's manifest entry whose copy is not
 // done, nil if none, from the partition's coordinator.
-func (p *Plugin) pendingEntry(ctx context.Context, k pkey, id uuid.UUID) (*manifestEntry, error) {
+func (p *Plugin) pendingEntry(ctx context.Context, k partitionKey, id uuid.UUID) (*manifestEntry, error) {
 	var entries []wire.DivergedEntry
 	err := p.coordinated(ctx, coordKey(k.mirror, id, k.partition), func() error {
 		var err error
@@ -281,11 +281,11 @@ func (p *Plugin) pendingEntry(ctx context.Context, k pkey, id uuid.UUID) (*manif
 
 // entriesLocal returns the partition's manifest entries from the local
 // shard.
-func (p *Plugin) entriesLocal(ctx context.Context, k pkey, id uuid.UUID) ([]wire.DivergedEntry, error) {
+func (p *Plugin) entriesLocal(ctx context.Context, k partitionKey, id uuid.UUID) ([]wire.DivergedEntry, error) {
 	var out []wire.DivergedEntry
 	err := p.shardOf(ctx, k, id, func(_ *coord.Shard, s *shard) error {
 		for dk, e := range s.diverged {
-			if dk.pkey == k {
+			if dk.partitionKey == k {
 				out = append(out, wire.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.done})
 			}
 		}
@@ -296,7 +296,7 @@ func (p *Plugin) entriesLocal(ctx context.Context, k pkey, id uuid.UUID) ([]wire
 }
 
 // writeEntry persists a manifest entry on the partition's coordinator.
-func (p *Plugin) writeEntry(ctx context.Context, k pkey, id uuid.UUID, e *manifestEntry) error {
+func (p *Plugin) writeEntry(ctx context.Context, k partitionKey, id uuid.UUID, e *manifestEntry) error {
 	entry := wire.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.done}
 	return p.coordinated(ctx, coordKey(k.mirror, id, k.partition), func() error {
 		return p.writeEntriesLocal(ctx, k, id, []wire.DivergedEntry{entry})
@@ -306,13 +306,13 @@ func (p *Plugin) writeEntry(ctx context.Context, k pkey, id uuid.UUID, e *manife
 }
 
 // writeEntriesLocal persists manifest entries on the local shard.
-func (p *Plugin) writeEntriesLocal(ctx context.Context, k pkey, id uuid.UUID, entries []wire.DivergedEntry) error {
+func (p *Plugin) writeEntriesLocal(ctx context.Context, k partitionKey, id uuid.UUID, entries []wire.DivergedEntry) error {
 	return p.shardOf(ctx, k, id, func(sh *coord.Shard, s *shard) error {
 		var recs []coord.Record
 		for _, e := range entries {
 			me := &manifestEntry{DivergedRange: e.DivergedRange, done: e.Done}
 			me.Topic, me.Partition = k.topic, k.partition
-			recs = append(recs, coord.Record{Key: divergedKey(dkey{k, e.CopyStart}), Value: divergedValue(me)})
+			recs = append(recs, coord.Record{Key: divergedKey(manifestKey{k, e.CopyStart}), Value: divergedValue(me)})
 		}
 		if err := sh.Write(ctx, recs...); err != nil {
 			return err
@@ -320,7 +320,7 @@ func (p *Plugin) writeEntriesLocal(ctx context.Context, k pkey, id uuid.UUID, en
 		for _, e := range entries {
 			me := &manifestEntry{DivergedRange: e.DivergedRange, done: e.Done}
 			me.Topic, me.Partition = k.topic, k.partition
-			s.diverged[dkey{k, e.CopyStart}] = me
+			s.diverged[manifestKey{k, e.CopyStart}] = me
 		}
 		return nil
 	})

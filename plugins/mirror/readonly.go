@@ -78,7 +78,7 @@ func (p *Plugin) partState(mirror, topic string, partition int32) State {
 	if r == nil {
 		return Unknown
 	}
-	st, _ := r.state(tpKey{topic, partition})
+	st, _ := r.state(topicPartition{topic, partition})
 	return st
 }
 

@@ -19,8 +19,8 @@ import (
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
-// run is one mirror's work on this broker, in goroutines that never wait
-// for each other's I/O:
+// mirrorRun is one mirror's work on this broker, in goroutines that never
+// wait for each other's I/O:
 //
 //   - the control loop follows the partition states in __mirror_state and
 //     does everything that needs only this cluster: pausing, epoch bumps,
@@ -34,7 +34,7 @@ import (
 // applyMu held and only while the partition is in the state they work
 // on; the control loop takes applyMu once after a partition left that
 // state, after which nothing but the control loop writes to it.
-type run struct {
+type mirrorRun struct {
 	p       *Plugin
 	log     *slog.Logger
 	name    string
@@ -52,19 +52,20 @@ type run struct {
 	failed   string     // why the source cannot be used ("" if it can)
 	code     int16
 	contact  time.Time // the source's last answer
-	parts    map[tpKey]*part
-	bumps    map[tpKey]int32 // scheduled proactive bumps: source epoch seen
+	parts    map[topicPartition]*ledPartition
+	bumps    map[topicPartition]int32 // scheduled proactive bumps: source epoch seen
 	fetchers map[fetcherKey]*fetcher
 }
 
-type tpKey struct {
+// topicPartition names a partition of a mirror whose name is known.
+type topicPartition struct {
 	topic     string
 	partition int32
 }
 
-// part is a mirror partition this broker leads.
-type part struct {
-	tpKey
+// ledPartition is a mirror partition this broker leads.
+type ledPartition struct {
+	topicPartition
 	id       uuid.UUID
 	state    State
 	reason   string // of a FAILED state
@@ -84,30 +85,30 @@ type part struct {
 
 // lag is the partition's lag in records against the source end offset
 // last learned, -1 when that is unknown.
-func (pt *part) lag() int64 {
+func (pt *ledPartition) lag() int64 {
 	if pt.srcEnd < 0 {
 		return -1
 	}
 	return max(0, pt.srcEnd-pt.dstLEO)
 }
 
-func newRun(p *Plugin, m *raftmeta.Mirror) *run {
-	r := &run{p: p, log: p.log.With("mirror", m.Name), name: m.Name, configs: maps.Clone(m.Configs),
+func newRun(p *Plugin, m *raftmeta.Mirror) *mirrorRun {
+	r := &mirrorRun{p: p, log: p.log.With("mirror", m.Name), name: m.Name, configs: maps.Clone(m.Configs),
 		wake: make(chan struct{}, 1), srcWake: make(chan struct{}, 1),
-		parts: map[tpKey]*part{}, bumps: map[tpKey]int32{}, fetchers: map[fetcherKey]*fetcher{}}
+		parts: map[topicPartition]*ledPartition{}, bumps: map[topicPartition]int32{}, fetchers: map[fetcherKey]*fetcher{}}
 	r.ctx, r.cancel = context.WithCancel(p.ctx)
 	return r
 }
 
 // start runs the loops; stop ends them.
-func (r *run) start() {
+func (r *mirrorRun) start() {
 	r.p.metrics.trackRun(r)
 	r.wg.Add(2)
 	go func() { defer r.wg.Done(); r.p.Contain(r.controlLoop) }()
 	go func() { defer r.wg.Done(); r.p.Contain(r.sourceLoop) }()
 }
 
-func (r *run) stop() {
+func (r *mirrorRun) stop() {
 	r.cancel()
 	r.wg.Wait()
 	r.p.metrics.forget(r)
@@ -121,20 +122,20 @@ func signal(c chan struct{}) {
 }
 
 // poke wakes both loops: partition states changed.
-func (r *run) poke() {
+func (r *mirrorRun) poke() {
 	signal(r.wake)
 	signal(r.srcWake)
 }
 
-func (r *run) scheduleBump(topic string, partition int32, sle int32) {
+func (r *mirrorRun) scheduleBump(topic string, partition int32, sle int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := tpKey{topic, partition}
+	k := topicPartition{topic, partition}
 	r.bumps[k] = max(r.bumps[k], sle)
 }
 
 // state returns a partition's state as this run knows it.
-func (r *run) state(k tpKey) (State, bool) {
+func (r *mirrorRun) state(k topicPartition) (State, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if pt := r.parts[k]; pt != nil {
@@ -144,22 +145,22 @@ func (r *run) state(k tpKey) (State, bool) {
 }
 
 // sortedParts returns the partitions in topic and partition order.
-func (r *run) sortedParts(keep func(*part) bool) []*part {
+func (r *mirrorRun) sortedParts(keep func(*ledPartition) bool) []*ledPartition {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []*part
+	var out []*ledPartition
 	for _, pt := range r.parts {
 		if keep == nil || keep(pt) {
 			out = append(out, pt)
 		}
 	}
-	slices.SortFunc(out, func(a, b *part) int {
+	slices.SortFunc(out, func(a, b *ledPartition) int {
 		return cmp.Or(strings.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
 	})
 	return out
 }
 
-func (r *run) controlLoop() {
+func (r *mirrorRun) controlLoop() {
 	for r.ctx.Err() == nil {
 		if err := r.controlStep(); err != nil && r.ctx.Err() == nil {
 			r.log.Warn("mirror control", "err", err)
@@ -174,7 +175,7 @@ func (r *run) controlLoop() {
 
 // controlStep does one round of the local work: follow the persisted
 // states, pause, fence, bump and stop.
-func (r *run) controlStep() error {
+func (r *mirrorRun) controlStep() error {
 	img := r.p.Image()
 	m := img.Mirrors[r.name]
 	if m == nil {
@@ -185,12 +186,12 @@ func (r *run) controlStep() error {
 	}
 	r.mu.Lock()
 	bumps := r.bumps
-	r.bumps = map[tpKey]int32{}
+	r.bumps = map[topicPartition]int32{}
 	r.mu.Unlock()
 	parts := r.sortedParts(nil)
 	var errs []error
 	for _, pt := range parts {
-		st, _ := r.state(pt.tpKey)
+		st, _ := r.state(pt.topicPartition)
 		var err error
 		switch st {
 		case Pausing:
@@ -199,9 +200,9 @@ func (r *run) controlStep() error {
 		case Stopping:
 			err = r.stopPartition(pt)
 		case EpochFencing:
-			err = r.bump(pt, bumps[pt.tpKey])
+			err = r.bump(pt, bumps[pt.topicPartition])
 		case Mirroring:
-			if sle, ok := bumps[pt.tpKey]; ok {
+			if sle, ok := bumps[pt.topicPartition]; ok {
 				err = r.bumpEpoch(pt, bumpMinEpoch(sle))
 			}
 		}
@@ -218,16 +219,16 @@ func (r *run) controlStep() error {
 
 // release waits until no fetcher is changing a log: a partition that left
 // the fetchers' states before the call is not touched by them after it.
-func (r *run) release() {
+func (r *mirrorRun) release() {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 }
 
 // syncParts brings r.parts in line with the mirror's topics and the
 // partitions this broker leads, and reads each one's persisted state.
-func (r *run) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
+func (r *mirrorRun) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
 	host := r.p.Host()
-	want := map[tpKey]uuid.UUID{}
+	want := map[topicPartition]uuid.UUID{}
 	for name, mt := range m.Topics {
 		t := img.Topics[name]
 		if t == nil || t.ID != mt.ID {
@@ -235,7 +236,7 @@ func (r *run) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
 		}
 		for i, pp := range t.Partitions {
 			if pp.Leader == host.NodeID() {
-				want[tpKey{name, int32(i)}] = t.ID
+				want[topicPartition{name, int32(i)}] = t.ID
 			}
 		}
 	}
@@ -258,7 +259,7 @@ func (r *run) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
 		st, ok := states[k]
 		var err error
 		if !ok {
-			if st, err = r.p.readState(r.ctx, pkey{r.name, k.topic, k.partition}, id); err != nil {
+			if st, err = r.p.readState(r.ctx, partitionKey{r.name, k.topic, k.partition}, id); err != nil {
 				return err
 			}
 		}
@@ -266,7 +267,7 @@ func (r *run) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
 			// A new mirror partition, or one added again (failback). A
 			// STOPPED partition whose stop this image does not show yet
 			// (another broker finished the topic a moment ago) is not.
-			if st, err = r.p.writeState(r.ctx, pkey{r.name, k.topic, k.partition}, id, func(s *pstate) error {
+			if st, err = r.p.writeState(r.ctx, partitionKey{r.name, k.topic, k.partition}, id, func(s *partitionState) error {
 				s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex = Preparing, "", -1, -1, false, 0
 				return nil
 			}); err != nil {
@@ -276,7 +277,7 @@ func (r *run) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
 		r.mu.Lock()
 		pt := r.parts[k]
 		if pt == nil {
-			pt = &part{tpKey: k, id: id, leader: -1, leaderEpoch: -1, srcEnd: -1, lagMs: -1, logStartTo: -1}
+			pt = &ledPartition{topicPartition: k, id: id, leader: -1, leaderEpoch: -1, srcEnd: -1, lagMs: -1, logStartTo: -1}
 			r.parts[k] = pt
 		}
 		if pt.state != st.State {
@@ -297,8 +298,8 @@ func (r *run) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
 // setState persists a partition's new state; the coordinator refuses
 // transitions the KIP does not allow (a concurrent failover wins over a
 // fetcher's EPOCH_FENCING, say).
-func (r *run) setState(pt *part, s State, reason string) error {
-	st, err := r.p.writeState(r.ctx, pkey{r.name, pt.topic, pt.partition}, pt.id, func(st *pstate) error {
+func (r *mirrorRun) setState(pt *ledPartition, s State, reason string) error {
+	st, err := r.p.writeState(r.ctx, partitionKey{r.name, pt.topic, pt.partition}, pt.id, func(st *partitionState) error {
 		st.State, st.Reason = s, reason
 		return nil
 	})
@@ -313,7 +314,7 @@ func (r *run) setState(pt *part, s State, reason string) error {
 
 // fail records a local, non-retriable error as the partition's FAILED
 // state.
-func (r *run) fail(pt *part, err error) error {
+func (r *mirrorRun) fail(pt *ledPartition, err error) error {
 	if r.ctx.Err() != nil {
 		return err // shutting down: not the partition's fault
 	}
@@ -324,7 +325,7 @@ func (r *run) fail(pt *part, err error) error {
 	return err
 }
 
-func (r *run) partition(pt *part) (*engine.Partition, error) {
+func (r *mirrorRun) partition(pt *ledPartition) (*engine.Partition, error) {
 	ep := r.p.Host().Engine().Partition(pt.id, pt.partition)
 	if ep == nil {
 		return nil, fmt.Errorf("%s-%d is not hosted here: %w", pt.topic, pt.partition, kerr.NotLeaderForPartition)
@@ -334,7 +335,7 @@ func (r *run) partition(pt *part) (*engine.Partition, error) {
 
 // bump is EPOCH_FENCING: raise the destination epoch above the source's,
 // then mirror again.
-func (r *run) bump(pt *part, sle int32) error {
+func (r *mirrorRun) bump(pt *ledPartition, sle int32) error {
 	ep, err := r.partition(pt)
 	if err != nil {
 		return err
@@ -348,7 +349,7 @@ func (r *run) bump(pt *part, sle int32) error {
 
 // bumpEpoch asks the controller for a leader epoch above minEpoch and
 // waits until the local partition has it.
-func (r *run) bumpEpoch(pt *part, minEpoch int32) error {
+func (r *mirrorRun) bumpEpoch(pt *ledPartition, minEpoch int32) error {
 	epoch, err := r.p.bumpLeaderEpoch(r.ctx, pt.id, pt.partition, minEpoch)
 	if err != nil {
 		return err

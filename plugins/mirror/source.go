@@ -45,7 +45,7 @@ func needsSource(s State) bool {
 	return false
 }
 
-func (r *run) sourceLoop() {
+func (r *mirrorRun) sourceLoop() {
 	defer func() {
 		r.syncFetchers(nil)
 		r.resetClient()
@@ -72,7 +72,7 @@ func (r *run) sourceLoop() {
 
 // reconnectBackoff is mirror.reconnect.backoff.ms, doubled for each
 // consecutive failure up to one second (Kafka's reconnect.backoff.max.ms).
-func (r *run) reconnectBackoff() time.Duration {
+func (r *mirrorRun) reconnectBackoff() time.Duration {
 	d := r.p.cfg.ReconnectBackoff
 	for i := 1; i < r.src.failures && d < time.Second; i++ {
 		d *= 2
@@ -83,8 +83,8 @@ func (r *run) reconnectBackoff() time.Duration {
 // sourceStep refreshes the source's metadata when it is due, gives each
 // partition its source leader, runs a fetcher per source broker and
 // prepares new partitions.
-func (r *run) sourceStep() error {
-	parts := r.sortedParts(func(pt *part) bool { return needsSource(pt.state) })
+func (r *mirrorRun) sourceStep() error {
+	parts := r.sortedParts(func(pt *ledPartition) bool { return needsSource(pt.state) })
 	topics := []string{} // none: a mirror without topics still checks its source
 	for _, pt := range parts {
 		if !slices.Contains(topics, pt.topic) {
@@ -105,9 +105,9 @@ func (r *run) sourceStep() error {
 	r.syncFetchers(parts)
 	var errs []error
 	for _, pt := range parts {
-		if st, _ := r.state(pt.tpKey); st == Preparing {
+		if st, _ := r.state(pt.topicPartition); st == Preparing {
 			if err := r.prepare(pt); err != nil && r.ctx.Err() == nil {
-				r.setTrouble([]*part{pt}, err)
+				r.setTrouble([]*ledPartition{pt}, err)
 				errs = append(errs, fmt.Errorf("prepare %s-%d: %w", pt.topic, pt.partition, err))
 			}
 		}
@@ -118,7 +118,7 @@ func (r *run) sourceStep() error {
 // metaDue reports whether the source's metadata must be fetched: never
 // fetched, older than the refresh interval, not covering the topics, or
 // stale (a fetcher saw leadership move) and a fetch backoff old.
-func (r *run) metaDue(topics []string) bool {
+func (r *mirrorRun) metaDue(topics []string) bool {
 	m := r.src.meta
 	if m == nil || time.Since(r.src.metaAt) > r.p.cfg.RefreshInterval {
 		return true
@@ -131,7 +131,7 @@ func (r *run) metaDue(topics []string) bool {
 	return r.src.stale.Load() && time.Since(r.src.metaAt) > r.p.cfg.Backoff
 }
 
-func (r *run) markStale() {
+func (r *mirrorRun) markStale() {
 	r.src.stale.Store(true)
 	signal(r.srcWake)
 }
@@ -140,7 +140,7 @@ func (r *run) markStale() {
 // (metadata, LastMirroredOffsets, ListOffsets), built from the mirror's
 // configs (bootstrap.servers, security.protocol, SASL, TLS). The
 // fetchers have their own (fetcher.client).
-func (r *run) client() (*kgo.Client, error) {
+func (r *mirrorRun) client() (*kgo.Client, error) {
 	r.src.mu.Lock()
 	defer r.src.mu.Unlock()
 	if r.src.cl != nil {
@@ -161,7 +161,7 @@ func (r *run) client() (*kgo.Client, error) {
 
 // resetClient closes the client: the next request builds a fresh one
 // (fresh connections, fresh credentials).
-func (r *run) resetClient() {
+func (r *mirrorRun) resetClient() {
 	r.src.mu.Lock()
 	defer r.src.mu.Unlock()
 	if r.src.cl != nil {
@@ -172,7 +172,7 @@ func (r *run) resetClient() {
 
 // request sends req to the source (to broker id, or any broker if id <
 // 0) with the request timeout.
-func (r *run) request(id int32, req kmsg.Request) (kmsg.Response, error) {
+func (r *mirrorRun) request(id int32, req kmsg.Request) (kmsg.Response, error) {
 	cl, err := r.client()
 	if err != nil {
 		return nil, err
@@ -188,14 +188,14 @@ func (r *run) request(id int32, req kmsg.Request) (kmsg.Response, error) {
 // sourceErr describes a failed request to the source: the source refused
 // it with a Kafka error (wrong credentials, missing ACLs), or could not
 // be reached at all.
-func (r *run) sourceErr(what string, err error) error {
+func (r *mirrorRun) sourceErr(what string, err error) error {
 	if ke := (*kerr.Error)(nil); errors.As(err, &ke) {
 		return fmt.Errorf("source cluster %s refused %s: %w", r.configs["bootstrap.servers"], what, err)
 	}
 	return fmt.Errorf("source cluster %s unreachable (%s): %v: %w", r.configs["bootstrap.servers"], what, err, wire.ErrMirrorSourceUnavailable)
 }
 
-func (r *run) setFailed(err error) {
+func (r *mirrorRun) setFailed(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err == nil {
@@ -209,14 +209,14 @@ func (r *run) setFailed(err error) {
 }
 
 // contacted records an answer from the source.
-func (r *run) contacted() {
+func (r *mirrorRun) contacted() {
 	r.mu.Lock()
 	r.contact = time.Now()
 	r.mu.Unlock()
 }
 
 // setTrouble records why partitions cannot be copied now (nil: they can).
-func (r *run) setTrouble(parts []*part, err error) {
+func (r *mirrorRun) setTrouble(parts []*ledPartition, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, pt := range parts {
@@ -232,7 +232,7 @@ func (r *run) setTrouble(parts []*part, err error) {
 }
 
 // learnedEnd records the source's end offset of a partition, just learned.
-func (r *run) learnedEnd(pt *part, end int64) {
+func (r *mirrorRun) learnedEnd(pt *ledPartition, end int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pt.srcEnd, pt.srcEndAt, pt.trouble = end, time.Now(), ""
@@ -246,7 +246,7 @@ func (r *run) learnedEnd(pt *part, end int64) {
 // refresh fetches the source's metadata for the mirror's topics (an
 // empty list asks for none, not all), checks its cluster ID, and records
 // the mirror's health.
-func (r *run) refresh(topics []string) error {
+func (r *mirrorRun) refresh(topics []string) error {
 	req := kmsg.NewPtrMetadataRequest()
 	req.Topics = []kmsg.MetadataRequestTopic{}
 	for _, t := range topics {
@@ -285,7 +285,7 @@ func (r *run) refresh(topics []string) error {
 // assignLeaders gives each partition its source leader and epoch from
 // the metadata; a partition the source cannot serve now says why, and the
 // metadata is asked again after a backoff.
-func (r *run) assignLeaders(parts []*part) {
+func (r *mirrorRun) assignLeaders(parts []*ledPartition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, pt := range parts {
@@ -316,7 +316,7 @@ func (r *run) assignLeaders(parts []*part) {
 			pt.trouble, pt.troubleAt = trouble, time.Now()
 		}
 	}
-	if slices.ContainsFunc(parts, func(pt *part) bool { return pt.leader < 0 }) {
+	if slices.ContainsFunc(parts, func(pt *ledPartition) bool { return pt.leader < 0 }) {
 		r.src.stale.Store(true)
 	}
 }
@@ -324,7 +324,7 @@ func (r *run) assignLeaders(parts []*part) {
 // lastMirrorEpoch asks the source for the partition's last mirror epoch:
 // the epoch its own mirroring of the topic stopped at, -1 if it never
 // mirrored it (KIP-1279 "Log Convergence").
-func (r *run) lastMirrorEpoch(pt *part) (int32, error) {
+func (r *mirrorRun) lastMirrorEpoch(pt *ledPartition) (int32, error) {
 	if r.src.mirrors == nil {
 		resp, err := r.request(-1, kmsg.NewPtrApiVersionsRequest())
 		if err != nil {
@@ -364,14 +364,14 @@ func (r *run) lastMirrorEpoch(pt *part) (int32, error) {
 // the first epoch above the source's last mirror epoch (everything, when
 // the source never mirrored the partition: scenario A); epoch-based
 // truncation during fetch then finishes the convergence.
-func (r *run) prepare(pt *part) error {
+func (r *mirrorRun) prepare(pt *ledPartition) error {
 	lme, err := r.lastMirrorEpoch(pt)
 	if err != nil {
 		return err
 	}
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
-	if st, _ := r.state(pt.tpKey); st != Preparing {
+	if st, _ := r.state(pt.topicPartition); st != Preparing {
 		return nil // stopped or paused meanwhile
 	}
 	ep, err := r.partition(pt)
@@ -402,11 +402,11 @@ func (r *run) prepare(pt *part) error {
 		if err != nil {
 			return fmt.Errorf("waiting for the ISR to truncate to the last mirror epoch: %w", err)
 		}
-		if st, _ := r.state(pt.tpKey); st != Preparing {
+		if st, _ := r.state(pt.topicPartition); st != Preparing {
 			return nil
 		}
 	}
-	r.setTrouble([]*part{pt}, nil)
+	r.setTrouble([]*ledPartition{pt}, nil)
 	return r.setState(pt, Mirroring, "")
 }
 
@@ -423,7 +423,7 @@ type fetcherKey struct {
 	id     int
 }
 
-func (r *run) fetcherOf(pt *part) fetcherKey {
+func (r *mirrorRun) fetcherOf(pt *ledPartition) fetcherKey {
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%s-%d", pt.topic, pt.partition)
 	return fetcherKey{pt.leader, int(h.Sum32() % uint32(max(1, r.p.cfg.Fetchers)))}
@@ -431,7 +431,7 @@ func (r *run) fetcherOf(pt *part) fetcherKey {
 
 // syncFetchers runs one fetcher for each source broker and fetcher id
 // that leads some of parts, and stops the others.
-func (r *run) syncFetchers(parts []*part) {
+func (r *mirrorRun) syncFetchers(parts []*ledPartition) {
 	want := map[fetcherKey]bool{}
 	r.mu.Lock()
 	for _, pt := range parts {
@@ -463,7 +463,7 @@ func (r *run) syncFetchers(parts []*part) {
 // keeps the source end offsets of its partitions, paused ones included,
 // fresh.
 type fetcher struct {
-	r      *run
+	r      *mirrorRun
 	key    fetcherKey
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -474,7 +474,7 @@ type fetcher struct {
 	cl     *kgo.Client // to the source, nil until the first fetch or after a failure
 }
 
-func newFetcher(r *run, k fetcherKey) *fetcher {
+func newFetcher(r *mirrorRun, k fetcherKey) *fetcher {
 	host, port := "", int32(0)
 	if m := r.src.meta; m != nil {
 		for _, b := range m.Brokers {
@@ -547,7 +547,7 @@ func (f *fetcher) closeClient() {
 }
 
 // mine reports whether pt is this fetcher's.
-func (f *fetcher) mine(pt *part) bool {
+func (f *fetcher) mine(pt *ledPartition) bool {
 	return pt.leader >= 0 && f.r.fetcherOf(pt) == f.key && needsSource(pt.state)
 }
 
@@ -557,7 +557,7 @@ func (f *fetcher) loop() {
 	r := f.r
 	for f.ctx.Err() == nil {
 		parts := r.sortedParts(f.mine)
-		var fetch []*part
+		var fetch []*ledPartition
 		r.mu.Lock()
 		for _, pt := range parts {
 			if pt.state == Mirroring {
@@ -589,7 +589,7 @@ func (f *fetcher) loop() {
 
 // fetch sends one Fetch for parts to the fetcher's broker and applies
 // what comes back.
-func (f *fetcher) fetch(parts []*part) (int, error) {
+func (f *fetcher) fetch(parts []*ledPartition) (int, error) {
 	r := f.r
 	req, epochs := r.fetchRequest(parts)
 	if len(req.Topics) == 0 {
@@ -615,7 +615,7 @@ func (f *fetcher) fetch(parts []*part) (int, error) {
 	for _, t := range fr.Topics {
 		for i := range t.Partitions {
 			rp := &t.Partitions[i]
-			j := slices.IndexFunc(parts, func(pt *part) bool {
+			j := slices.IndexFunc(parts, func(pt *ledPartition) bool {
 				return (pt.id == t.TopicID || pt.topic == t.Topic) && pt.partition == rp.Partition
 			})
 			if j < 0 {
@@ -638,7 +638,7 @@ func (f *fetcher) fetch(parts []*part) (int, error) {
 // leader epoch as CurrentLeaderEpoch (the source fences a stale one, and
 // applyPartition drops batches above it: KAFKA-18723). It returns the
 // epochs sent, in the order of parts.
-func (r *run) fetchRequest(parts []*part) (*kmsg.FetchRequest, []int32) {
+func (r *mirrorRun) fetchRequest(parts []*ledPartition) (*kmsg.FetchRequest, []int32) {
 	cfg := r.p.cfg
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
@@ -678,20 +678,20 @@ func (r *run) fetchRequest(parts []*part) (*kmsg.FetchRequest, []int32) {
 // a diverging epoch or a log start past our end, then the batches,
 // appended unchanged. It works only on a partition still MIRRORING, with
 // applyMu held.
-func (r *run) applyPartition(pt *part, rp *kmsg.FetchResponseTopicPartition, reqEpoch int32) (int, error) {
+func (r *mirrorRun) applyPartition(pt *ledPartition, rp *kmsg.FetchResponseTopicPartition, reqEpoch int32) (int, error) {
 	switch rp.ErrorCode {
 	case 0:
 	case kerr.OffsetOutOfRange.Code:
 		return 0, r.outOfRange(pt)
 	default:
 		err := fmt.Errorf("source partition: %w", kerr.ErrorForCode(rp.ErrorCode))
-		r.setTrouble([]*part{pt}, err)
+		r.setTrouble([]*ledPartition{pt}, err)
 		r.markStale() // leadership or the topic changed on the source
 		return 0, err
 	}
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
-	if st, _ := r.state(pt.tpKey); st != Mirroring {
+	if st, _ := r.state(pt.topicPartition); st != Mirroring {
 		return 0, nil // taken from the fetcher meanwhile
 	}
 	ep, err := r.partition(pt)
@@ -725,7 +725,7 @@ func (r *run) applyPartition(pt *part, rp *kmsg.FetchResponseTopicPartition, req
 		case errors.Is(err, engine.ErrUnexpectedAppendOffset):
 			return 0, err // our log moved meanwhile: fetch again from its end
 		case err != nil:
-			if st, _ := r.state(pt.tpKey); st != Mirroring {
+			if st, _ := r.state(pt.topicPartition); st != Mirroring {
 				return 0, nil // the validator saw it taken away first
 			}
 			return 0, r.fail(pt, fmt.Errorf("append mirrored batches: %w", err))
@@ -762,7 +762,7 @@ func notAbove(b []byte, epoch int32) []byte {
 }
 
 // listOffsets asks a source broker for one timestamp's offsets of parts.
-func (r *run) listOffsets(broker int32, ts int64, parts []*part) (map[tpKey]kmsg.ListOffsetsResponseTopicPartition, error) {
+func (r *mirrorRun) listOffsets(broker int32, ts int64, parts []*ledPartition) (map[topicPartition]kmsg.ListOffsetsResponseTopicPartition, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
 	idx := map[string]int{}
@@ -784,10 +784,10 @@ func (r *run) listOffsets(broker int32, ts int64, parts []*part) (map[tpKey]kmsg
 		return nil, r.sourceErr(fmt.Sprintf("ListOffsets to broker %d", broker), err)
 	}
 	r.contacted()
-	out := map[tpKey]kmsg.ListOffsetsResponseTopicPartition{}
+	out := map[topicPartition]kmsg.ListOffsetsResponseTopicPartition{}
 	for _, rt := range resp.(*kmsg.ListOffsetsResponse).Topics {
 		for _, rp := range rt.Partitions {
-			out[tpKey{rt.Topic, rp.Partition}] = rp
+			out[topicPartition{rt.Topic, rp.Partition}] = rp
 		}
 	}
 	return out, nil
@@ -798,17 +798,17 @@ func (r *run) listOffsets(broker int32, ts int64, parts []*part) (map[tpKey]kmsg
 // start; above the source's end (an unclean election lost records), the
 // log is cut to the source's end. The source is asked first, without
 // applyMu: a failover never waits for the source.
-func (r *run) outOfRange(pt *part) error {
+func (r *mirrorRun) outOfRange(pt *ledPartition) error {
 	r.mu.Lock()
 	leader := pt.leader
 	r.mu.Unlock()
 	var start, end int64
 	for _, ts := range []int64{-2, -1} {
-		offs, err := r.listOffsets(leader, ts, []*part{pt})
+		offs, err := r.listOffsets(leader, ts, []*ledPartition{pt})
 		if err != nil {
 			return err
 		}
-		lp, ok := offs[pt.tpKey]
+		lp, ok := offs[pt.topicPartition]
 		if !ok {
 			return fmt.Errorf("list offsets: malformed response")
 		}
@@ -823,7 +823,7 @@ func (r *run) outOfRange(pt *part) error {
 	}
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
-	if st, _ := r.state(pt.tpKey); st != Mirroring {
+	if st, _ := r.state(pt.topicPartition); st != Mirroring {
 		return nil
 	}
 	ep, err := r.partition(pt)
@@ -850,13 +850,13 @@ func (r *run) outOfRange(pt *part) error {
 // refreshEnds keeps the source end offsets of the fetcher's paused
 // partitions fresh (they are not fetched) and measures the lag in
 // milliseconds of those behind, at most once a second.
-func (f *fetcher) refreshEnds(parts []*part) {
+func (f *fetcher) refreshEnds(parts []*ledPartition) {
 	if time.Since(f.endsAt) < time.Second {
 		return
 	}
 	f.endsAt = time.Now()
 	r := f.r
-	var paused, behind []*part
+	var paused, behind []*ledPartition
 	r.mu.Lock()
 	for _, pt := range parts {
 		switch {
@@ -873,7 +873,7 @@ func (f *fetcher) refreshEnds(parts []*part) {
 			r.setTrouble(paused, err)
 		}
 		for _, pt := range paused {
-			if lp, ok := offs[pt.tpKey]; ok && lp.ErrorCode == 0 {
+			if lp, ok := offs[pt.topicPartition]; ok && lp.ErrorCode == 0 {
 				if ep, err := r.partition(pt); err == nil {
 					r.mu.Lock()
 					pt.dstLEO = ep.Offsets().LogEnd
@@ -895,9 +895,9 @@ func (f *fetcher) refreshEnds(parts []*part) {
 // quiet source with a stalled mirror does not look worse by the minute,
 // and a busy one that is seconds behind shows those seconds. A
 // destination log still empty keeps the previous value.
-func (r *run) measureLagMs(broker int32, parts []*part) {
+func (r *mirrorRun) measureLagMs(broker int32, parts []*ledPartition) {
 	r.mu.Lock()
-	parts = slices.DeleteFunc(slices.Clone(parts), func(pt *part) bool { return pt.srcEnd <= pt.dstLEO })
+	parts = slices.DeleteFunc(slices.Clone(parts), func(pt *ledPartition) bool { return pt.srcEnd <= pt.dstLEO })
 	r.mu.Unlock()
 	if len(parts) == 0 {
 		return
@@ -907,7 +907,7 @@ func (r *run) measureLagMs(broker int32, parts []*part) {
 		return // the fetches report the source's health
 	}
 	for _, pt := range parts {
-		lp, ok := offs[pt.tpKey]
+		lp, ok := offs[pt.topicPartition]
 		if !ok || lp.ErrorCode != 0 || lp.Offset < 0 {
 			continue
 		}
@@ -932,7 +932,7 @@ func completeBatches(b []byte) []byte {
 }
 
 // throttle sleeps as long as n bytes take at mirror.replication.throttled.rate.
-func (r *run) throttle(n int) {
+func (r *mirrorRun) throttle(n int) {
 	rate := r.p.throttledRate()
 	if rate <= 0 || n <= 0 {
 		return

@@ -68,16 +68,16 @@ func (s State) canMove(to State) bool {
 	return false
 }
 
-// pkey names a mirror partition.
-type pkey struct {
+// partitionKey names a mirror partition.
+type partitionKey struct {
 	mirror    string
 	topic     string
 	partition int32
 }
 
-// pstate is a mirror partition's persisted state: the MirrorPartitionState
-// and LastMirroredOffsets records of __mirror_state.
-type pstate struct {
+// partitionState is a mirror partition's persisted state: the
+// MirrorPartitionState and LastMirroredOffsets records of __mirror_state.
+type partitionState struct {
 	State   State
 	Reason  string
 	TopicID uuid.UUID
@@ -101,8 +101,10 @@ type pstate struct {
 	StopIndex int64
 }
 
-// newPState is the state of a partition nothing was recorded for.
-func newPState() pstate { return pstate{LMO: -1, LME: -1, StopAt: -1, StopEpoch: -1} }
+// newPartitionState is the state of a partition nothing was recorded for.
+func newPartitionState() partitionState {
+	return partitionState{LMO: -1, LME: -1, StopAt: -1, StopEpoch: -1}
+}
 
 // Records of __mirror_state. Keys start with an int16 type, as Kafka's
 // coordinator records do: 1 LastMirroredOffsets, 2 MirrorPartitionState,
@@ -116,14 +118,14 @@ const (
 	recDiverged     int16 = 3 // Tandem's: a divergence manifest entry, keyed also by its copy's start
 )
 
-func recordKey(typ int16, k pkey) []byte {
+func recordKey(typ int16, k partitionKey) []byte {
 	b := kbin.AppendInt16(nil, typ)
 	b = kbin.AppendString(b, k.mirror)
 	b = kbin.AppendString(b, k.topic)
 	return kbin.AppendInt32(b, k.partition)
 }
 
-func stateValue(s pstate) []byte {
+func stateValue(s partitionState) []byte {
 	b := kbin.AppendInt16(nil, 3)
 	b = kbin.AppendInt8(b, int8(s.State))
 	b = kbin.AppendUuid(b, s.TopicID)
@@ -134,7 +136,7 @@ func stateValue(s pstate) []byte {
 	return kbin.AppendInt64(b, s.StopIndex)
 }
 
-func offsetsValue(s pstate) []byte {
+func offsetsValue(s partitionState) []byte {
 	b := kbin.AppendInt16(nil, 0)
 	b = kbin.AppendInt64(b, s.LMO)
 	return kbin.AppendInt32(b, s.LME)
@@ -142,14 +144,14 @@ func offsetsValue(s pstate) []byte {
 
 // shard is the state machine of one __mirror_state partition.
 type shard struct {
-	parts    map[pkey]*pstate
-	diverged map[dkey]*manifestEntry
+	parts    map[partitionKey]*partitionState
+	diverged map[manifestKey]*manifestEntry
 }
 
-// dkey names a divergence manifest entry: a partition and where the copy
-// of its removed records starts in <topic>.diverged.
-type dkey struct {
-	pkey
+// manifestKey names a divergence manifest entry: a partition and where
+// the copy of its removed records starts in <topic>.diverged.
+type manifestKey struct {
+	partitionKey
 	copyStart int64
 }
 
@@ -161,8 +163,8 @@ type manifestEntry struct {
 	done bool
 }
 
-func divergedKey(k dkey) []byte {
-	return kbin.AppendInt64(recordKey(recDiverged, k.pkey), k.copyStart)
+func divergedKey(k manifestKey) []byte {
+	return kbin.AppendInt64(recordKey(recDiverged, k.partitionKey), k.copyStart)
 }
 
 func divergedValue(e *manifestEntry) []byte {
@@ -180,10 +182,10 @@ func divergedValue(e *manifestEntry) []byte {
 	return kbin.AppendBool(b, e.done)
 }
 
-func (s *shard) get(k pkey) *pstate {
+func (s *shard) get(k partitionKey) *partitionState {
 	p := s.parts[k]
 	if p == nil {
-		st := newPState()
+		st := newPartitionState()
 		p = &st
 		s.parts[k] = p
 	}
@@ -194,10 +196,10 @@ func (s *shard) get(k pkey) *pstate {
 func (s *shard) Replay(key, value []byte) error {
 	r := kbin.Reader{Src: key}
 	typ := r.Int16()
-	k := pkey{r.String(), r.String(), r.Int32()}
-	var dk dkey
+	k := partitionKey{r.String(), r.String(), r.Int32()}
+	var dk manifestKey
 	if typ == recDiverged {
-		dk = dkey{k, r.Int64()}
+		dk = manifestKey{k, r.Int64()}
 	}
 	if err := r.Complete(); err != nil {
 		return fmt.Errorf("mirror state key: %w", err)
@@ -263,13 +265,13 @@ func coordKey(mirror string, id uuid.UUID, partition int32) string {
 
 // readStateLocal returns a mirror partition's state from the local
 // shard: NOT_COORDINATOR if this broker does not lead it.
-func (p *Plugin) readStateLocal(ctx context.Context, k pkey, id uuid.UUID) (pstate, error) {
-	var out pstate
+func (p *Plugin) readStateLocal(ctx context.Context, k partitionKey, id uuid.UUID) (partitionState, error) {
+	var out partitionState
 	err := p.Do(ctx, coordKey(k.mirror, id, k.partition), func(sh *coord.Shard) error {
 		if st := sh.State().(*shard).parts[k]; st != nil {
 			out = *st
 		} else {
-			out = newPState()
+			out = newPartitionState()
 			out.TopicID = id
 		}
 		return nil
@@ -280,11 +282,11 @@ func (p *Plugin) readStateLocal(ctx context.Context, k pkey, id uuid.UUID) (psta
 // writeStateLocal persists a partition's new state (and offsets, when
 // they changed) on the local shard, refusing transitions the KIP does not
 // allow: NOT_COORDINATOR if this broker does not lead it.
-func (p *Plugin) writeStateLocal(ctx context.Context, k pkey, id uuid.UUID, update func(st *pstate) error) (pstate, error) {
-	var out pstate
+func (p *Plugin) writeStateLocal(ctx context.Context, k partitionKey, id uuid.UUID, update func(st *partitionState) error) (partitionState, error) {
+	var out partitionState
 	err := p.Do(ctx, coordKey(k.mirror, id, k.partition), func(sh *coord.Shard) error {
 		s := sh.State().(*shard)
-		cur := newPState()
+		cur := newPartitionState()
 		if st := s.parts[k]; st != nil {
 			cur = *st
 		}

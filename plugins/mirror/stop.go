@@ -28,7 +28,7 @@ const (
 // one barrier. Each step is skipped or repeated harmlessly when a crashed
 // broker resumes it: the first step persists where the mirrored data ends
 // (StopAt) and the epoch then, and the others derive from them.
-func (r *run) stopPartition(pt *part) error {
+func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 	r.mu.Lock()
 	done := pt.stopDone
 	r.mu.Unlock()
@@ -39,7 +39,7 @@ func (r *run) stopPartition(pt *part) error {
 	if err != nil {
 		return err
 	}
-	k := pkey{r.name, pt.topic, pt.partition}
+	k := partitionKey{r.name, pt.topic, pt.partition}
 	st, err := r.p.readState(r.ctx, k, pt.id)
 	if err != nil {
 		return err
@@ -49,7 +49,7 @@ func (r *run) stopPartition(pt *part) error {
 	r.release()
 	if st.StopAt < 0 {
 		offs := ep.Offsets()
-		if st, err = r.p.writeState(r.ctx, k, pt.id, func(s *pstate) error {
+		if st, err = r.p.writeState(r.ctx, k, pt.id, func(s *partitionState) error {
 			s.StopAt, s.StopEpoch = offs.LogEnd, offs.LeaderEpoch
 			return nil
 		}); err != nil {
@@ -82,8 +82,8 @@ func (r *run) stopPartition(pt *part) error {
 	// 4. Persist the last mirror epoch, twice: for the mirror, and for the
 	// topic alone (mirror name ""), which outlives the mirror's deletion
 	// so that a later failback still finds it.
-	for _, key := range []pkey{k, {"", pt.topic, pt.partition}} {
-		if _, err := r.p.writeState(r.ctx, key, pt.id, func(s *pstate) error {
+	for _, key := range []partitionKey{k, {"", pt.topic, pt.partition}} {
+		if _, err := r.p.writeState(r.ctx, key, pt.id, func(s *partitionState) error {
 			s.LME, s.LMO = lme, st.StopAt-1
 			if key.mirror == "" {
 				s.State = Stopped
@@ -108,7 +108,7 @@ func (r *run) stopPartition(pt *part) error {
 	r.p.stopHook(pt.topic, pt.partition, StepBarrierWritten)
 	// Persisted, so that whichever broker finishes the topic (the leader
 	// of its partition 0) knows this partition is done.
-	if _, err := r.p.writeState(r.ctx, k, pt.id, func(s *pstate) error {
+	if _, err := r.p.writeState(r.ctx, k, pt.id, func(s *partitionState) error {
 		s.StopDone = true
 		return nil
 	}); err != nil {
@@ -152,8 +152,8 @@ func hasBarrier(ep *engine.Partition, from int64) (bool, error) {
 // brokers: the one leading partition 0 finishes the topic, from the
 // persisted states of the others (StopDone), so that exactly one broker
 // changes the metadata, and another takes over if it dies.
-func (r *run) finishStops(parts []*part) error {
-	byTopic := map[string][]*part{}
+func (r *mirrorRun) finishStops(parts []*ledPartition) error {
+	byTopic := map[string][]*ledPartition{}
 	r.mu.Lock()
 	for _, pt := range parts {
 		if pt.state == Stopping {
@@ -183,15 +183,15 @@ func (r *run) finishStops(parts []*part) error {
 		// topic, so a finisher that dies half way is followed by the
 		// partition's next leader.
 		for i := len(t.Partitions) - 1; i >= 0; i-- {
-			k := tpKey{topic, int32(i)}
-			st, err := r.p.writeState(r.ctx, pkey{r.name, topic, int32(i)}, t.ID, func(s *pstate) error {
+			k := topicPartition{topic, int32(i)}
+			st, err := r.p.writeState(r.ctx, partitionKey{r.name, topic, int32(i)}, t.ID, func(s *partitionState) error {
 				s.State, s.Reason, s.StopIndex = Stopped, "", stopIndex
 				return nil
 			})
 			if err != nil {
 				return err
 			}
-			if j := slices.IndexFunc(pts, func(pt *part) bool { return pt.tpKey == k }); j >= 0 {
+			if j := slices.IndexFunc(pts, func(pt *ledPartition) bool { return pt.topicPartition == k }); j >= 0 {
 				r.mu.Lock()
 				pts[j].state, pts[j].reason = st.State, st.Reason
 				r.mu.Unlock()
@@ -205,11 +205,11 @@ func (r *run) finishStops(parts []*part) error {
 // topicStopDone reports whether every partition of t finished its
 // STOPPING work: those led here as this run knows them (local), the
 // others as their coordinator persisted it.
-func (r *run) topicStopDone(t *raftmeta.Topic, local []*part) (bool, error) {
+func (r *mirrorRun) topicStopDone(t *raftmeta.Topic, local []*ledPartition) (bool, error) {
 	for i := range t.Partitions {
-		k := tpKey{t.Name, int32(i)}
+		k := topicPartition{t.Name, int32(i)}
 		r.mu.Lock()
-		j := slices.IndexFunc(local, func(pt *part) bool { return pt.tpKey == k })
+		j := slices.IndexFunc(local, func(pt *ledPartition) bool { return pt.topicPartition == k })
 		done := j >= 0 && local[j].stopDone
 		r.mu.Unlock()
 		if j >= 0 {
@@ -218,7 +218,7 @@ func (r *run) topicStopDone(t *raftmeta.Topic, local []*part) (bool, error) {
 			}
 			continue
 		}
-		st, err := r.p.readState(r.ctx, pkey{r.name, t.Name, int32(i)}, t.ID)
+		st, err := r.p.readState(r.ctx, partitionKey{r.name, t.Name, int32(i)}, t.ID)
 		if err != nil {
 			return false, err
 		}

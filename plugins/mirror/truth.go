@@ -29,7 +29,7 @@ func (p *Plugin) sourceStaleAfter() time.Duration {
 // source's end now: learned within sourceStaleAfter, with the source
 // answering (no trouble with the partition, no failure of the mirror's
 // source). r.mu is held.
-func (r *run) sourceCurrent(pt *part, now time.Time) bool {
+func (r *mirrorRun) sourceCurrent(pt *ledPartition, now time.Time) bool {
 	return pt.srcEnd >= 0 && pt.trouble == "" && r.failed == "" && now.Sub(pt.srcEndAt) < r.p.sourceStaleAfter()
 }
 
