@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/config"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -24,28 +25,28 @@ func (b *Broker) handleDescribeConfigs(ctx context.Context, rc *RequestContext, 
 		rr := kmsg.NewDescribeConfigsResponseResource()
 		rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
 		want := func(name string) bool { return r.ConfigNames == nil || slices.Contains(r.ConfigNames, name) }
-		add := func(d *configDef, cv configValue, readOnly bool) {
-			if !want(d.name) {
+		add := func(d *config.Def, cv config.Value, readOnly bool) {
+			if !want(d.Name) {
 				return
 			}
 			c := kmsg.NewDescribeConfigsResponseResourceConfig()
-			c.Name, c.Value, c.ReadOnly, c.IsSensitive = d.name, cv.value, readOnly, d.sensitive
-			if d.sensitive {
+			c.Name, c.Value, c.ReadOnly, c.IsSensitive = d.Name, cv.Value, readOnly, d.Sensitive
+			if d.Sensitive {
 				c.Value = nil
 			}
-			c.Source = cv.source
-			c.IsDefault = cv.source == kmsg.ConfigSourceDefaultConfig
+			c.Source = cv.Source
+			c.IsDefault = cv.Source == kmsg.ConfigSourceDefaultConfig
 			if req.IncludeSynonyms {
-				c.ConfigSynonyms = cv.synonyms
-				if d.sensitive {
+				c.ConfigSynonyms = cv.Synonyms
+				if d.Sensitive {
 					for i := range c.ConfigSynonyms {
 						c.ConfigSynonyms[i].Value = nil
 					}
 				}
 			}
-			c.ConfigType = d.typ
+			c.ConfigType = d.Type
 			if req.IncludeDocumentation {
-				c.Documentation = cfgStr(d.doc)
+				c.Documentation = cfgStr(d.Doc)
 			}
 			rr.Configs = append(rr.Configs, c)
 		}
@@ -69,8 +70,8 @@ func (b *Broker) handleDescribeConfigs(ctx context.Context, rc *RequestContext, 
 				break
 			}
 			l := b.layersOf(img, t)
-			for _, d := range topicConfigList {
-				add(d, l.topicCfg(d), false)
+			for _, d := range config.TopicList {
+				add(d, l.TopicConfig(d), false)
 			}
 		case kmsg.ConfigResourceTypeBroker:
 			node, err := b.brokerResource(r.ResourceName)
@@ -82,26 +83,26 @@ func (b *Broker) handleDescribeConfigs(ctx context.Context, rc *RequestContext, 
 				// The cluster-wide default resource holds only what was
 				// set dynamically.
 				for _, k := range slices.Sorted(maps.Keys(img.BrokerConfigs)) {
-					d := brokerConfigs[k]
+					d := config.Brokers[k]
 					if d == nil {
-						d = &configDef{name: k, typ: kmsg.ConfigTypeString}
+						d = &config.Def{Name: k, Type: kmsg.ConfigTypeString}
 					}
 					v := cfgStr(img.BrokerConfigs[k])
-					cv := configValue{value: v, source: kmsg.ConfigSourceDynamicDefaultBrokerConfig}
-					cv.add(k, v, cv.source)
+					cv := config.Value{Value: v, Source: kmsg.ConfigSourceDynamicDefaultBrokerConfig}
+					cv.Add(k, v, cv.Source)
 					add(d, cv, false)
 				}
 				break
 			}
 			id := strconv.Itoa(int(b.cfg.NodeID))
-			add(&configDef{name: "node.id", typ: kmsg.ConfigTypeInt, doc: "The node ID of this broker."},
-				configValue{value: &id, source: kmsg.ConfigSourceStaticBrokerConfig}, true)
+			add(&config.Def{Name: "node.id", Type: kmsg.ConfigTypeInt, Doc: "The node ID of this broker."},
+				config.Value{Value: &id, Source: kmsg.ConfigSourceStaticBrokerConfig}, true)
 			l := b.layersOf(img, nil)
-			for _, d := range brokerConfigList {
-				add(d, l.broker(d), !d.dynamic)
+			for _, d := range config.BrokerList {
+				add(d, l.Broker(d), !d.Dynamic)
 			}
 		default:
-			rr.ErrorCode, rr.ErrorMessage = adminErrCode(adminErrorf(kerr.InvalidRequest, "Unsupported resource type: %v", r.ResourceType))
+			rr.ErrorCode, rr.ErrorMessage = adminErrCode(config.Errorf(kerr.InvalidRequest, "Unsupported resource type: %v", r.ResourceType))
 		}
 		resp.Resources = append(resp.Resources, rr)
 	}
@@ -115,7 +116,7 @@ func (b *Broker) configTopic(img *raftmeta.Image, name string) (*raftmeta.Topic,
 	}
 	t := img.Topics[name]
 	if t == nil {
-		return nil, adminErrorf(kerr.UnknownTopicOrPartition, "The topic '%s' does not exist.", name)
+		return nil, config.Errorf(kerr.UnknownTopicOrPartition, "The topic '%s' does not exist.", name)
 	}
 	return t, nil
 }
@@ -129,16 +130,16 @@ func (b *Broker) brokerResource(name string) (node bool, err error) {
 	if id, err := strconv.ParseInt(name, 10, 32); err == nil && int32(id) == b.cfg.NodeID {
 		return true, nil
 	}
-	return false, adminErrorf(kerr.InvalidRequest, "Unexpected broker id, expected %d or empty string, but received %s", b.cfg.NodeID, name)
+	return false, config.Errorf(kerr.InvalidRequest, "Unexpected broker id, expected %d or empty string, but received %s", b.cfg.NodeID, name)
 }
 
 // layersOf is layers for a given image.
-func (b *Broker) layersOf(img *raftmeta.Image, t *raftmeta.Topic) configLayers {
-	l := configLayers{static: b.props.static, dynamic: img.BrokerConfigs, node: img.NodeConfigs[b.cfg.NodeID]}
+func (b *Broker) layersOf(img *raftmeta.Image, t *raftmeta.Topic) config.Layers {
+	l := config.Layers{Static: b.props.static, Dynamic: img.BrokerConfigs, Node: img.NodeConfigs[b.cfg.NodeID]}
 	if t != nil {
-		l.topic = t.Configs
-		if l.topic == nil {
-			l.topic = map[string]string{}
+		l.Topic = t.Configs
+		if l.Topic == nil {
+			l.Topic = map[string]string{}
 		}
 	}
 	return l
@@ -172,27 +173,27 @@ func (b *Broker) alterTarget(img *raftmeta.Image, typ kmsg.ConfigResourceType, n
 		}
 		return ct, nil
 	}
-	return configTarget{}, adminErrorf(kerr.InvalidRequest, "Unsupported resource type: %v", typ)
+	return configTarget{}, config.Errorf(kerr.InvalidRequest, "Unsupported resource type: %v", typ)
 }
 
 // validate checks the complete new set of dynamic configs of a target.
 func (ct *configTarget) validate(next map[string]string) error {
 	if ct.resource == raftmeta.ConfigResourceTopic {
-		return validateTopicConfigs(next)
+		return config.ValidateTopic(next)
 	}
 	var fixed []string
 	for _, k := range slices.Sorted(maps.Keys(next)) {
-		if d := brokerConfigs[k]; d == nil || !d.dynamic {
+		if d := config.Brokers[k]; d == nil || !d.Dynamic {
 			fixed = append(fixed, k)
 		}
 	}
 	prefix := "Invalid config value for resource ConfigResource(type=BROKER, name='" + ct.name + "'): "
 	if len(fixed) > 0 {
-		return adminErrorf(kerr.InvalidRequest, "%sCannot update these configs dynamically: %s", prefix, strings.Join(fixed, ", "))
+		return config.Errorf(kerr.InvalidRequest, "%sCannot update these configs dynamically: %s", prefix, strings.Join(fixed, ", "))
 	}
 	for _, k := range slices.Sorted(maps.Keys(next)) {
-		if err := brokerConfigs[k].check(next[k]); err != nil {
-			return adminErrorf(kerr.InvalidRequest, "%s%s", prefix, err.Error())
+		if err := config.Brokers[k].Check(next[k]); err != nil {
+			return config.Errorf(kerr.InvalidRequest, "%s%s", prefix, err.Error())
 		}
 	}
 	return nil
@@ -227,7 +228,7 @@ func (b *Broker) handleAlterConfigs(ctx context.Context, rc *RequestContext, req
 		rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
 		err := func() error {
 			if dups[i] {
-				return adminErrorf(kerr.InvalidRequest, "Duplicate resource in the request.")
+				return config.Errorf(kerr.InvalidRequest, "Duplicate resource in the request.")
 			}
 			if err := configDenied(rc, kmsg.ACLOperationAlterConfigs, r.ResourceType, r.ResourceName); err != nil {
 				return err
@@ -239,10 +240,10 @@ func (b *Broker) handleAlterConfigs(ctx context.Context, rc *RequestContext, req
 			next := map[string]string{}
 			for _, c := range r.Configs {
 				if c.Value == nil {
-					return adminErrorf(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
+					return config.Errorf(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
 				}
 				if _, ok := next[c.Name]; ok {
-					return adminErrorf(kerr.InvalidRequest, "Error due to duplicate config keys")
+					return config.Errorf(kerr.InvalidRequest, "Error due to duplicate config keys")
 				}
 				next[c.Name] = *c.Value
 			}
@@ -267,7 +268,7 @@ func (b *Broker) handleIncrementalAlterConfigs(ctx context.Context, rc *RequestC
 		rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
 		err := func() error {
 			if dups[i] {
-				return adminErrorf(kerr.InvalidRequest, "Duplicate resource in the request.")
+				return config.Errorf(kerr.InvalidRequest, "Duplicate resource in the request.")
 			}
 			if h := b.configHandler(r.ResourceType); h != nil {
 				return h.AlterConfigResource(ctx, rc, r.ResourceName, r.Configs, req.ValidateOnly)
@@ -283,18 +284,18 @@ func (b *Broker) handleIncrementalAlterConfigs(ctx context.Context, rc *RequestC
 			if next == nil {
 				next = map[string]string{}
 			}
-			defs := brokerConfigs
+			defs := config.Brokers
 			if ct.resource == raftmeta.ConfigResourceTopic {
-				defs = topicConfigs
+				defs = config.Topics
 			}
 			seen := map[string]bool{}
 			for _, c := range r.Configs {
 				if seen[c.Name] {
-					return adminErrorf(kerr.InvalidRequest, "Error due to duplicate config keys")
+					return config.Errorf(kerr.InvalidRequest, "Error due to duplicate config keys")
 				}
 				seen[c.Name] = true
 				if c.Op != kmsg.IncrementalAlterConfigOpDelete && c.Value == nil {
-					return adminErrorf(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
+					return config.Errorf(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
 				}
 				switch c.Op {
 				case kmsg.IncrementalAlterConfigOpSet:
@@ -304,19 +305,19 @@ func (b *Broker) handleIncrementalAlterConfigs(ctx context.Context, rc *RequestC
 				case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
 					d := defs[c.Name]
 					if d == nil && ct.resource == raftmeta.ConfigResourceTopic {
-						return adminErrorf(kerr.InvalidConfig, "Unknown topic config name: %s", c.Name)
+						return config.Errorf(kerr.InvalidConfig, "Unknown topic config name: %s", c.Name)
 					}
-					if d == nil || d.typ != kmsg.ConfigTypeList {
-						return adminErrorf(kerr.InvalidConfig, "Config value append is not allowed for config key: %s", c.Name)
+					if d == nil || d.Type != kmsg.ConfigTypeList {
+						return config.Errorf(kerr.InvalidConfig, "Config value append is not allowed for config key: %s", c.Name)
 					}
 					// Kafka starts from the value set on the resource, or
 					// the config's default.
 					old, ok := next[c.Name]
-					if !ok && d.def != nil {
-						old = *d.def
+					if !ok && d.Default != nil {
+						old = *d.Default
 					}
-					list := configList(old)
-					for _, v := range configList(*c.Value) {
+					list := config.List(old)
+					for _, v := range config.List(*c.Value) {
 						if c.Op == kmsg.IncrementalAlterConfigOpAppend && !slices.Contains(list, v) {
 							list = append(list, v)
 						} else if c.Op == kmsg.IncrementalAlterConfigOpSubtract {
@@ -325,7 +326,7 @@ func (b *Broker) handleIncrementalAlterConfigs(ctx context.Context, rc *RequestC
 					}
 					next[c.Name] = strings.Join(list, ",")
 				default:
-					return adminErrorf(kerr.InvalidRequest, "Unknown config operation %d for %s", c.Op, c.Name)
+					return config.Errorf(kerr.InvalidRequest, "Unknown config operation %d for %s", c.Op, c.Name)
 				}
 			}
 			return b.applyConfigs(ctx, &ct, next, req.ValidateOnly)
@@ -391,11 +392,11 @@ func configDenied(rc *RequestContext, op kmsg.ACLOperation, typ kmsg.ConfigResou
 	switch typ {
 	case kmsg.ConfigResourceTypeTopic:
 		if !rc.Allowed(op, kmsg.ACLResourceTypeTopic, name) {
-			return adminErrorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
+			return config.Errorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
 		}
 	case kmsg.ConfigResourceTypeBroker, kmsg.ConfigResourceTypeBrokerLogger:
 		if !rc.Allowed(op, kmsg.ACLResourceTypeCluster, clusterName) {
-			return adminErrorf(kerr.ClusterAuthorizationFailed, "Authorization failed.")
+			return config.Errorf(kerr.ClusterAuthorizationFailed, "Authorization failed.")
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/server/config"
 )
 
 func TestParsePropsDefaults(t *testing.T) {
@@ -117,7 +118,7 @@ func TestValidateTopicConfigs(t *testing.T) {
 		{map[string]string{"min.cleanable.dirty.ratio": "1.5"}, "Value must be no more than 1"},
 		{map[string]string{"remote.storage.enable": "true"}, "Tiered Storage"},
 	} {
-		err := validateTopicConfigs(tc.configs)
+		err := config.ValidateTopic(tc.configs)
 		if tc.msg == "" {
 			if err != nil {
 				t.Errorf("%v: %v", tc.configs, err)
@@ -134,40 +135,40 @@ func TestValidateTopicConfigs(t *testing.T) {
 }
 
 func TestLogConfigLayers(t *testing.T) {
-	l := configLayers{
-		topic:   map[string]string{"cleanup.policy": "compact"},
-		dynamic: map[string]string{"log.retention.ms": "1000", "message.max.bytes": "500"},
-		static:  map[string]string{"log.retention.hours": "1", "message.max.bytes": "700", "log.message.timestamp.type": "LogAppendTime", "log.cleaner.min.compaction.lag.ms": "250"},
+	l := config.Layers{
+		Topic:   map[string]string{"cleanup.policy": "compact"},
+		Dynamic: map[string]string{"log.retention.ms": "1000", "message.max.bytes": "500"},
+		Static:  map[string]string{"log.retention.hours": "1", "message.max.bytes": "700", "log.message.timestamp.type": "LogAppendTime", "log.cleaner.min.compaction.lag.ms": "250"},
 	}
-	got := logConfigFrom(l)
+	got := config.LogConfig(l)
 	want := engine.LogConfig{RetentionMs: 1000, RetentionBytes: -1, MaxMessageBytes: 500, Compact: true, LogAppendTime: true, MinCompactionLag: 250 * time.Millisecond, DeleteRetention: 24 * time.Hour,
 		SegmentBytes: 1 << 30, SegmentMs: 7 * 24 * 3600 * 1000, MinCleanableDirtyRatio: 0.5}
 	if got != want {
 		t.Fatalf("got %+v\nwant %+v", got, want)
 	}
-	if got := logConfigFrom(configLayers{}); got != engine.DefaultLogConfig() {
+	if got := config.LogConfig(config.Layers{}); got != engine.DefaultLogConfig() {
 		t.Fatalf("defaults: got %+v, want engine's %+v", got, engine.DefaultLogConfig())
 	}
 	// The static hours are scaled when nothing takes precedence.
-	if got := logConfigFrom(configLayers{static: l.static}); got.RetentionMs != 3600*1000 || got.MaxMessageBytes != 700 {
+	if got := config.LogConfig(config.Layers{Static: l.Static}); got.RetentionMs != 3600*1000 || got.MaxMessageBytes != 700 {
 		t.Fatalf("static: %+v", got)
 	}
 
 	// Describe: source and synonyms in Kafka's order.
-	cv := l.topicCfg(topicConfigs["retention.ms"])
-	if cv.source != kmsg.ConfigSourceDynamicDefaultBrokerConfig || *cv.value != "1000" {
-		t.Fatalf("retention.ms = %v from %v", *cv.value, cv.source)
+	cv := l.TopicConfig(config.Topics["retention.ms"])
+	if cv.Source != kmsg.ConfigSourceDynamicDefaultBrokerConfig || *cv.Value != "1000" {
+		t.Fatalf("retention.ms = %v from %v", *cv.Value, cv.Source)
 	}
 	var syns []string
-	for _, s := range cv.synonyms {
+	for _, s := range cv.Synonyms {
 		syns = append(syns, s.Name+"="+*s.Value+"/"+s.Source.String())
 	}
 	wantSyns := "log.retention.ms=1000/DYNAMIC_DEFAULT_BROKER_CONFIG log.retention.hours=1/STATIC_BROKER_CONFIG log.retention.hours=168/DEFAULT_CONFIG"
 	if strings.Join(syns, " ") != wantSyns {
 		t.Fatalf("synonyms\n got %s\nwant %s", strings.Join(syns, " "), wantSyns)
 	}
-	cv = l.topicCfg(topicConfigs["cleanup.policy"])
-	if cv.source != kmsg.ConfigSourceDynamicTopicConfig || *cv.value != "compact" || len(cv.synonyms) != 2 {
-		t.Fatalf("cleanup.policy = %v from %v (%d synonyms)", *cv.value, cv.source, len(cv.synonyms))
+	cv = l.TopicConfig(config.Topics["cleanup.policy"])
+	if cv.Source != kmsg.ConfigSourceDynamicTopicConfig || *cv.Value != "compact" || len(cv.Synonyms) != 2 {
+		t.Fatalf("cleanup.policy = %v from %v (%d synonyms)", *cv.Value, cv.Source, len(cv.Synonyms))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/config"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -39,9 +40,9 @@ func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req
 		var spec raftmeta.TopicSpec
 		if counts[t.Topic] > 1 {
 			counts[t.Topic] = -1
-			err = adminErrorf(kerr.InvalidRequest, "Duplicate topic name.")
+			err = config.Errorf(kerr.InvalidRequest, "Duplicate topic name.")
 		} else if !clusterCreate && !rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeTopic, t.Topic) {
-			err = adminErrorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
+			err = config.Errorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
 		} else if spec, err = b.topicSpec(img, &t); err == nil && i < len(mirrorIDs) && !mirrorIDs[i].IsZero() {
 			err = mirrorTopicSpec(img, &spec, mirrorIDs[i])
 		}
@@ -67,10 +68,10 @@ func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req
 		created = created || !req.ValidateOnly
 		rt.NumPartitions, rt.ReplicationFactor = spec.Partitions, spec.ReplicationFactor
 		l := b.layers(&raftmeta.Topic{Configs: spec.Configs})
-		for _, d := range topicConfigList {
-			cv := l.topicCfg(d)
+		for _, d := range config.TopicList {
+			cv := l.TopicConfig(d)
 			c := kmsg.NewCreateTopicsResponseTopicConfig()
-			c.Name, c.Value, c.Source, c.IsSensitive = d.name, cv.value, int8(cv.source), d.sensitive
+			c.Name, c.Value, c.Source, c.IsSensitive = d.Name, cv.Value, int8(cv.Source), d.Sensitive
 			rt.Configs = append(rt.Configs, c)
 		}
 	}
@@ -96,17 +97,17 @@ func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic
 		return spec, err
 	}
 	if img.Topics[t.Topic] != nil {
-		return spec, adminErrorf(kerr.TopicAlreadyExists, "Topic '%s' already exists.", t.Topic)
+		return spec, config.Errorf(kerr.TopicAlreadyExists, "Topic '%s' already exists.", t.Topic)
 	}
 	if other := collidingTopic(img, t.Topic); other != "" {
-		return spec, adminErrorf(kerr.InvalidTopicException, "Topic '%s' collides with existing topic: %s", t.Topic, other)
+		return spec, config.Errorf(kerr.InvalidTopicException, "Topic '%s' collides with existing topic: %s", t.Topic, other)
 	}
 	if len(t.ReplicaAssignment) > 0 {
 		if t.NumPartitions != -1 {
-			return spec, adminErrorf(kerr.InvalidRequest, "A manual partition assignment was specified, but numPartitions was not set to -1.")
+			return spec, config.Errorf(kerr.InvalidRequest, "A manual partition assignment was specified, but numPartitions was not set to -1.")
 		}
 		if t.ReplicationFactor != -1 {
-			return spec, adminErrorf(kerr.InvalidRequest, "A manual partition assignment was specified, but replicationFactor was not set to -1.")
+			return spec, config.Errorf(kerr.InvalidRequest, "A manual partition assignment was specified, but replicationFactor was not set to -1.")
 		}
 		if err := b.props.PartitionLimits.CheckCount(t.Topic, int64(len(t.ReplicaAssignment))); err != nil {
 			return spec, err
@@ -114,13 +115,13 @@ func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic
 		assign := make([][]int32, len(t.ReplicaAssignment))
 		for _, a := range t.ReplicaAssignment {
 			if a.Partition < 0 || int(a.Partition) >= len(assign) || assign[a.Partition] != nil {
-				return spec, adminErrorf(kerr.InvalidReplicaAssignment, "Partitions in the manual partition assignment should be a consecutive 0-based integer sequence.")
+				return spec, config.Errorf(kerr.InvalidReplicaAssignment, "Partitions in the manual partition assignment should be a consecutive 0-based integer sequence.")
 			}
 			if err := checkReplicas(img, a.Replicas); err != nil {
 				return spec, err
 			}
 			if len(a.Replicas) != len(t.ReplicaAssignment[0].Replicas) {
-				return spec, adminErrorf(kerr.InvalidReplicaAssignment, "All partitions in the manual partition assignment should have the same number of replicas.")
+				return spec, config.Errorf(kerr.InvalidReplicaAssignment, "All partitions in the manual partition assignment should have the same number of replicas.")
 			}
 			assign[a.Partition] = slices.Clone(a.Replicas)
 		}
@@ -131,16 +132,16 @@ func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic
 			spec.Partitions = b.props.NumPartitions
 		}
 		if spec.Partitions <= 0 {
-			return spec, adminErrorf(kerr.InvalidPartitions, "Number of partitions was set to an invalid non-positive value.")
+			return spec, config.Errorf(kerr.InvalidPartitions, "Number of partitions was set to an invalid non-positive value.")
 		}
 		if spec.ReplicationFactor == -1 {
 			spec.ReplicationFactor = b.props.DefaultReplicationFactor
 		}
 		if spec.ReplicationFactor <= 0 {
-			return spec, adminErrorf(kerr.InvalidReplicationFactor, "Replication factor must be larger than 0, or -1 to use the default value.")
+			return spec, config.Errorf(kerr.InvalidReplicationFactor, "Replication factor must be larger than 0, or -1 to use the default value.")
 		}
 		if n := len(img.Brokers); int(spec.ReplicationFactor) > n {
-			return spec, adminErrorf(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only %d broker(s) are registered.",
+			return spec, config.Errorf(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only %d broker(s) are registered.",
 				spec.ReplicationFactor, spec.ReplicationFactor, n)
 		}
 	}
@@ -148,11 +149,11 @@ func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic
 		spec.Configs = make(map[string]string, len(t.Configs))
 		for _, c := range t.Configs {
 			if c.Value == nil {
-				return spec, adminErrorf(kerr.InvalidConfig, "Null value not supported for topic configs: %s", c.Name)
+				return spec, config.Errorf(kerr.InvalidConfig, "Null value not supported for topic configs: %s", c.Name)
 			}
 			spec.Configs[c.Name] = *c.Value
 		}
-		if err := validateTopicConfigs(spec.Configs); err != nil {
+		if err := config.ValidateTopic(spec.Configs); err != nil {
 			return spec, err
 		}
 		if err := plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Topic, Op: plugin.OpAlterConfigs, Keys: slices.Sorted(maps.Keys(spec.Configs))}); err != nil {
@@ -165,17 +166,17 @@ func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic
 // checkReplicas validates one partition's manual replica list.
 func checkReplicas(img *raftmeta.Image, replicas []int32) error {
 	if len(replicas) == 0 {
-		return adminErrorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes an empty replica list.")
+		return config.Errorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes an empty replica list.")
 	}
 	if len(replicas) > len(img.Brokers) { // bounds the quadratic duplicate check below
-		return adminErrorf(kerr.InvalidReplicaAssignment, "The manual partition assignment lists %d replicas but only %d broker(s) are registered.", len(replicas), len(img.Brokers))
+		return config.Errorf(kerr.InvalidReplicaAssignment, "The manual partition assignment lists %d replicas but only %d broker(s) are registered.", len(replicas), len(img.Brokers))
 	}
 	for i, r := range replicas {
 		if slices.Contains(replicas[:i], r) {
-			return adminErrorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes the broker %d more than once.", r)
+			return config.Errorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes the broker %d more than once.", r)
 		}
 		if _, ok := img.Brokers[r]; !ok {
-			return adminErrorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes broker %d, but no broker with that ID is registered.", r)
+			return config.Errorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes broker %d, but no broker with that ID is registered.", r)
 		}
 	}
 	return nil
@@ -252,39 +253,39 @@ func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req
 		var err error
 		switch {
 		case !b.props.DeleteTopicEnable && req.Version < 3:
-			err = adminErrorf(kerr.InvalidRequest, "Topic deletion is disabled.")
+			err = config.Errorf(kerr.InvalidRequest, "Topic deletion is disabled.")
 		case !b.props.DeleteTopicEnable:
-			err = adminErrorf(kerr.TopicDeletionDisabled, "Topic deletion is disabled.")
+			err = config.Errorf(kerr.TopicDeletionDisabled, "Topic deletion is disabled.")
 		case it.name != nil && it.id != [16]byte{}:
-			err = adminErrorf(kerr.InvalidRequest, "You may not specify both topic name and topic id.")
+			err = config.Errorf(kerr.InvalidRequest, "You may not specify both topic name and topic id.")
 		case it.name != nil:
 			if t = img.Topics[*it.name]; t == nil {
-				err = adminErrorf(kerr.UnknownTopicOrPartition, "This server does not host this topic-partition.")
+				err = config.Errorf(kerr.UnknownTopicOrPartition, "This server does not host this topic-partition.")
 			}
 		case it.id != [16]byte{}:
 			if t = img.TopicsByID[it.id]; t == nil {
-				err = adminErrorf(kerr.UnknownTopicID, "This server does not host this topic ID.")
+				err = config.Errorf(kerr.UnknownTopicID, "This server does not host this topic ID.")
 			}
 		default:
-			err = adminErrorf(kerr.InvalidRequest, "Neither topic name nor topic id were specified.")
+			err = config.Errorf(kerr.InvalidRequest, "Neither topic name nor topic id were specified.")
 		}
 		if err == nil && !rc.Allowed(kmsg.ACLOperationDelete, kmsg.ACLResourceTypeTopic, t.Name) {
 			if it.name == nil {
-				err = adminErrorf(kerr.UnknownTopicID, "This server does not host this topic ID.") // do not leak the name
+				err = config.Errorf(kerr.UnknownTopicID, "This server does not host this topic ID.") // do not leak the name
 			} else {
-				err = adminErrorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
+				err = config.Errorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
 			}
 			t = nil
 		} else if err != nil && it.name != nil && !rc.Allowed(kmsg.ACLOperationDelete, kmsg.ACLResourceTypeTopic, *it.name) {
-			err = adminErrorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
+			err = config.Errorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
 		}
 		if err == nil {
 			rt.Topic, rt.TopicID = &t.Name, t.ID
 			switch {
 			case seen[t.ID]:
-				err = adminErrorf(kerr.InvalidRequest, "Duplicate topic in the request.")
+				err = config.Errorf(kerr.InvalidRequest, "Duplicate topic in the request.")
 			case t.Internal:
-				err = adminErrorf(kerr.InvalidTopicException, "Internal topic %s cannot be deleted.", t.Name)
+				err = config.Errorf(kerr.InvalidTopicException, "Internal topic %s cannot be deleted.", t.Name)
 			default:
 				err = plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Name, Op: plugin.OpDeleteTopic})
 			}
@@ -338,9 +339,9 @@ func (b *Broker) handleCreatePartitions(ctx context.Context, rc *RequestContext,
 		var err error
 		if counts[t.Topic] > 1 {
 			counts[t.Topic] = -1
-			err = adminErrorf(kerr.InvalidRequest, "Duplicate topic name.")
+			err = config.Errorf(kerr.InvalidRequest, "Duplicate topic name.")
 		} else if !rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeTopic, t.Topic) {
-			err = adminErrorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
+			err = config.Errorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
 		} else if err = checkCreatePartitions(img, &t); err == nil {
 			err = plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Topic, Op: plugin.OpCreatePartitions})
 		}
@@ -364,20 +365,20 @@ func (b *Broker) handleCreatePartitions(ctx context.Context, rc *RequestContext,
 func checkCreatePartitions(img *raftmeta.Image, t *kmsg.CreatePartitionsRequestTopic) error {
 	topic := img.Topics[t.Topic]
 	if topic == nil {
-		return adminErrorf(kerr.UnknownTopicOrPartition, "This server does not host this topic-partition.")
+		return config.Errorf(kerr.UnknownTopicOrPartition, "This server does not host this topic-partition.")
 	}
 	have := int32(len(topic.Partitions))
 	switch {
 	case t.Count < have:
-		return adminErrorf(kerr.InvalidPartitions, "The topic %s currently has %d partition(s); %d would not be an increase.", t.Topic, have, t.Count)
+		return config.Errorf(kerr.InvalidPartitions, "The topic %s currently has %d partition(s); %d would not be an increase.", t.Topic, have, t.Count)
 	case t.Count == have:
-		return adminErrorf(kerr.InvalidPartitions, "Topic already has %d partition(s).", have)
+		return config.Errorf(kerr.InvalidPartitions, "Topic already has %d partition(s).", have)
 	}
 	if t.Assignment == nil {
 		return nil
 	}
 	if add := t.Count - have; int32(len(t.Assignment)) != add {
-		return adminErrorf(kerr.InvalidReplicaAssignment, "Attempted to add %d additional partition(s), but only %d assignment(s) were specified.", add, len(t.Assignment))
+		return config.Errorf(kerr.InvalidReplicaAssignment, "Attempted to add %d additional partition(s), but only %d assignment(s) were specified.", add, len(t.Assignment))
 	}
 	rf := len(topic.Partitions[0].Replicas)
 	for _, a := range t.Assignment {
@@ -385,13 +386,13 @@ func checkCreatePartitions(img *raftmeta.Image, t *kmsg.CreatePartitionsRequestT
 			return err
 		}
 		if len(a.Replicas) != rf {
-			return adminErrorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes a partition with %d replica(s), but this is not consistent with previous partitions, which have %d replica(s).", len(a.Replicas), rf)
+			return config.Errorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes a partition with %d replica(s), but this is not consistent with previous partitions, which have %d replica(s).", len(a.Replicas), rf)
 		}
 	}
 	if len(img.Brokers) > rf {
 		// raftmeta places new partitions itself; an explicit placement
 		// is only honoured when every broker holds every partition.
-		return adminErrorf(kerr.InvalidReplicaAssignment, "Manual assignments of new partitions are not supported yet when the cluster has more brokers than the topic has replicas.")
+		return config.Errorf(kerr.InvalidReplicaAssignment, "Manual assignments of new partitions are not supported yet when the cluster has more brokers than the topic has replicas.")
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/config"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -105,12 +106,12 @@ func (r *createTopicsRequest) ResponseKind() kmsg.Response {
 // automatic assignment places replicas on active brokers only.
 func mirrorTopicSpec(img *raftmeta.Image, spec *raftmeta.TopicSpec, id uuid.UUID) error {
 	if t := img.TopicsByID[id]; t != nil {
-		return adminErrorf(kerr.InvalidRequest, "Topic ID %s of MirrorInfo is already used by topic '%s'.", id.Base64(), t.Name)
+		return config.Errorf(kerr.InvalidRequest, "Topic ID %s of MirrorInfo is already used by topic '%s'.", id.Base64(), t.Name)
 	}
 	for _, replicas := range spec.Assignments {
 		for _, r := range replicas {
 			if br, ok := img.Brokers[r]; !ok || !br.Live() {
-				return adminErrorf(kerr.InvalidReplicaAssignment, "Broker %d of the manual assignment is not active: a mirror topic's replicas must all be on active brokers.", r)
+				return config.Errorf(kerr.InvalidReplicaAssignment, "Broker %d of the manual assignment is not active: a mirror topic's replicas must all be on active brokers.", r)
 			}
 		}
 	}

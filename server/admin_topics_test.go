@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/server/config"
 )
 
 func newAdmin(t *testing.T, b *Broker) *kadm.Client {
@@ -158,8 +159,8 @@ func TestCreateTopicsRaw(t *testing.T) {
 	if c, ok := configs["cleanup.policy"]; !ok || c.Value == nil || *c.Value != "delete" || c.Source != int8(kmsg.ConfigSourceDefaultConfig) {
 		t.Fatalf("cleanup.policy in CreateTopics response: %+v", c)
 	}
-	if len(configs) != len(topicConfigList) {
-		t.Fatalf("%d configs returned, want %d", len(configs), len(topicConfigList))
+	if len(configs) != len(config.TopicList) {
+		t.Fatalf("%d configs returned, want %d", len(configs), len(config.TopicList))
 	}
 
 	// validate_only answers as if created and creates nothing.

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/config"
 )
 
 // ClusterProps are the broker properties of multi-broker clusters, with
@@ -34,43 +35,33 @@ type ClusterProps struct {
 	RebalanceInterval time.Duration
 }
 
-func parseClusterProps(l configLayers) (ClusterProps, error) {
-	ms := func(k string) time.Duration { return time.Duration(l.int(k)) * time.Millisecond }
+func parseClusterProps(l config.Layers) (ClusterProps, error) {
+	ms := func(k string) time.Duration { return time.Duration(l.Int(k)) * time.Millisecond }
 	p := ClusterProps{
-		ControllerListener: strings.ToUpper(strings.TrimSpace(l.str("controller.listener.names"))),
-		Rack:               l.str("broker.rack"),
+		ControllerListener: strings.ToUpper(strings.TrimSpace(l.Str("controller.listener.names"))),
+		Rack:               l.Str("broker.rack"),
 		SessionTimeout:     ms("broker.session.timeout.ms"),
 		HeartbeatInterval:  ms("broker.heartbeat.interval.ms"),
 		ElectionTimeout:    ms("controller.quorum.election.timeout.ms"),
 		FetchTimeout:       ms("controller.quorum.fetch.timeout.ms"),
 		ReplicaLagMax:      ms("replica.lag.time.max.ms"),
 		FetchWait:          ms("replica.fetch.wait.max.ms"),
-		FetchMaxBytes:      int32(l.int("replica.fetch.max.bytes")),
-		FetchResponseBytes: int32(l.int("replica.fetch.response.max.bytes")),
-		UncleanElection:    l.bool("unclean.leader.election.enable"),
-		ControlledShutdown: l.bool("controlled.shutdown.enable"),
+		FetchMaxBytes:      int32(l.Int("replica.fetch.max.bytes")),
+		FetchResponseBytes: int32(l.Int("replica.fetch.response.max.bytes")),
+		UncleanElection:    l.Bool("unclean.leader.election.enable"),
+		ControlledShutdown: l.Bool("controlled.shutdown.enable"),
 	}
-	if l.bool("auto.leader.rebalance.enable") {
-		p.RebalanceInterval = time.Duration(l.int("leader.imbalance.check.interval.seconds")) * time.Second
+	if l.Bool("auto.leader.rebalance.enable") {
+		p.RebalanceInterval = time.Duration(l.Int("leader.imbalance.check.interval.seconds")) * time.Second
 	}
-	if v := strings.TrimSpace(l.str("controller.quorum.voters")); v != "" {
+	if v := strings.TrimSpace(l.Str("controller.quorum.voters")); v != "" {
 		var err error
 		if p.Voters, err = raftmeta.ParseVoters(v); err != nil {
-			return p, adminErrorf(kerr.InvalidConfig, "%v", err)
+			return p, config.Errorf(kerr.InvalidConfig, "%v", err)
 		}
 	}
 	if p.HeartbeatInterval >= p.SessionTimeout {
-		return p, adminErrorf(kerr.InvalidConfig, "broker.heartbeat.interval.ms (%v) must be below broker.session.timeout.ms (%v)", p.HeartbeatInterval, p.SessionTimeout)
+		return p, config.Errorf(kerr.InvalidConfig, "broker.heartbeat.interval.ms (%v) must be below broker.session.timeout.ms (%v)", p.HeartbeatInterval, p.SessionTimeout)
 	}
 	return p, nil
-}
-
-func validVoters(v string) string {
-	if strings.TrimSpace(v) == "" {
-		return ""
-	}
-	if _, err := raftmeta.ParseVoters(v); err != nil {
-		return err.Error()
-	}
-	return ""
 }

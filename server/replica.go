@@ -314,7 +314,7 @@ func (r *replication) checkpoint() {
 
 // minISR is the topic's min.insync.replicas.
 func (b *Broker) minISR(t *raftmeta.Topic) int {
-	n, _ := strconv.Atoi(b.layers(t).str("min.insync.replicas"))
+	n, _ := strconv.Atoi(b.layers(t).Str("min.insync.replicas"))
 	return max(n, 1)
 }
 

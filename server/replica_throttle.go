@@ -1,17 +1,16 @@
 package server
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/config"
 )
 
 // KIP-1279's mirror.replication.throttled.replicas and
@@ -31,40 +30,6 @@ const (
 	leaderReplicasKey    = "leader.replication.throttled.replicas"
 	leaderRateKey        = "leader.replication.throttled.rate"
 )
-
-// throttledSet is a parsed throttled replicas list.
-type throttledSet struct {
-	all   bool
-	pairs map[[2]int32]bool // partition, broker
-}
-
-// parseThrottledReplicas parses "", "*" or "p:b,p:b" (whitespace and the
-// brackets kafka-configs.sh users write around lists are allowed).
-func parseThrottledReplicas(v string) (throttledSet, error) {
-	v = strings.TrimSpace(v)
-	v = strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(v, "["), "]"))
-	if v == "*" {
-		return throttledSet{all: true}, nil
-	}
-	s := throttledSet{pairs: map[[2]int32]bool{}}
-	if v == "" {
-		return s, nil
-	}
-	for _, item := range strings.Split(v, ",") {
-		p, b, ok := strings.Cut(strings.TrimSpace(item), ":")
-		pi, perr := strconv.ParseInt(strings.TrimSpace(p), 10, 32)
-		bi, berr := strconv.ParseInt(strings.TrimSpace(b), 10, 32)
-		if !ok || perr != nil || berr != nil || pi < 0 || bi < 0 {
-			return throttledSet{}, fmt.Errorf("%q is not partition:broker; the list is [PartitionId]:[BrokerId],... or *", strings.TrimSpace(item))
-		}
-		s.pairs[[2]int32{int32(pi), int32(bi)}] = true
-	}
-	return s, nil
-}
-
-func (s throttledSet) has(partition, broker int32) bool {
-	return s.all || s.pairs[[2]int32{partition, broker}]
-}
 
 // replicaQuota is a token bucket of bytes per second that holds at most
 // one second's worth.
@@ -123,7 +88,7 @@ func (b *Broker) followerThrottleRates() throttleRates {
 func (b *Broker) leaderThrottleRate() int64 { return b.throttleRate(leaderRateKey) }
 
 func (b *Broker) throttleRate(key string) int64 {
-	n, err := strconv.ParseInt(b.layersOf(b.image(), nil).str(key), 10, 64)
+	n, err := strconv.ParseInt(b.layersOf(b.image(), nil).Str(key), 10, 64)
 	if err != nil || n <= 0 || n == math.MaxInt64 {
 		return 0
 	}
@@ -138,8 +103,8 @@ func leaderThrottled(t *raftmeta.Topic, p, follower int32, part raftmeta.Partiti
 	if !ok || slices.Contains(part.ISR, follower) {
 		return false
 	}
-	s, err := parseThrottledReplicas(v)
-	return err == nil && s.has(p, follower)
+	s, err := config.ParseThrottled(v)
+	return err == nil && s.Has(p, follower)
 }
 
 // followerThrottle returns the quota bounding this broker's replication of
@@ -158,8 +123,8 @@ func (b *Broker) followerThrottle(img *raftmeta.Image, fp *followed, r throttleR
 		if !ok {
 			return false
 		}
-		s, err := parseThrottledReplicas(v)
-		return err == nil && s.has(fp.key.p, b.cfg.NodeID)
+		s, err := config.ParseThrottled(v)
+		return err == nil && s.Has(fp.key.p, b.cfg.NodeID)
 	}
 	if r.mirror > 0 && img.MirrorOf(t.Name) != "" && named(throttledReplicasKey) {
 		return throttle{&b.repl.mirrorQuota, r.mirror, b.m.throttledMirror}, true
