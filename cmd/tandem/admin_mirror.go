@@ -1,5 +1,3 @@
-//go:build !tandem_omit_mirror
-
 package main
 
 import (
@@ -12,8 +10,8 @@ import (
 )
 
 // The mirror-specific part of topics describe and cluster health: the
-// states the mirror APIs report. A build without mirroring
-// (admin_mirror_omit.go) shows a mirror topic's mirror.name alone.
+// states the mirror APIs report. Against a cluster without the mirror
+// APIs, a mirror topic shows its mirror.name alone.
 
 // mirrorClientOpts let a client send the mirror requests.
 func mirrorClientOpts() []kgo.Opt { return []kgo.Opt{admin.Opt()} }

@@ -1,5 +1,3 @@
-//go:build !tandem_omit_mirror
-
 package main
 
 import (
@@ -19,8 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/kafkaclient"
-	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 )
 
@@ -257,7 +255,7 @@ func (c *mirrorsCmd) create(ctx context.Context) error {
 // is down (it may come back; the mirror shows FAILED meanwhile), so
 // without this a mistyped address would only show later, as FAILED.
 func probeSource(ctx context.Context, cfg map[string]string) error {
-	opts, err := mirror.ClientOpts(cfg)
+	opts, err := mirrorcfg.ClientOpts(cfg)
 	if err != nil {
 		return err
 	}

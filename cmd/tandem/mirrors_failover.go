@@ -1,5 +1,3 @@
-//go:build !tandem_omit_mirror
-
 package main
 
 import (
@@ -17,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 )
 
@@ -226,7 +224,7 @@ func (c *mirrorsCmd) sameSource(ctx context.Context, m wire.DescribedMirror, cfg
 // clusterIDOf asks the cluster of cfg's bootstrap.servers, with cfg's
 // security, for its cluster ID.
 func clusterIDOf(ctx context.Context, cfg map[string]string) (string, error) {
-	opts, err := mirror.ClientOpts(cfg)
+	opts, err := mirrorcfg.ClientOpts(cfg)
 	if err != nil {
 		return "", err
 	}
@@ -253,7 +251,7 @@ func clusterIDOf(ctx context.Context, cfg map[string]string) (string, error) {
 // c.name that failed over (STOPPED): those this cluster must now mirror
 // back. A topic still mirroring there has not failed over.
 func (c *mirrorsCmd) failedOverTopics(ctx context.Context, cfg map[string]string) ([]string, error) {
-	opts, err := mirror.ClientOpts(cfg)
+	opts, err := mirrorcfg.ClientOpts(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
@@ -802,7 +803,7 @@ func (p *Plugin) DescribeConfigResource(ctx context.Context, rc *plugin.RequestC
 		}
 		c := kmsg.NewDescribeConfigsResponseResourceConfig()
 		c.Name, c.Source, c.ConfigType = k, kmsg.ConfigSourceDynamicTopicConfig, kmsg.ConfigTypeString
-		c.IsSensitive = secretKey(k)
+		c.IsSensitive = mirrorcfg.Secret(k)
 		if !c.IsSensitive {
 			v := m.Configs[k]
 			c.Value = &v

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
@@ -222,23 +223,6 @@ func (s *metaSync) client(m *raftmeta.Mirror) (*kgo.Client, error) {
 	return cl, nil
 }
 
-// listRegexps parses a comma-separated list of anchored regular
-// expressions (nil for an empty list).
-func listRegexps(key, s string) ([]*regexp.Regexp, error) {
-	var out []*regexp.Regexp
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		re, err := regexp.Compile("^(?:" + p + ")$")
-		if err != nil {
-			return nil, fmt.Errorf("%s pattern %q: %v: %w", key, p, err, kerr.InvalidConfig)
-		}
-		out = append(out, re)
-	}
-	return out, nil
-}
-
 func anyMatch(res []*regexp.Regexp, s string) bool {
 	return slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(s) })
 }
@@ -247,28 +231,28 @@ func anyMatch(res []*regexp.Regexp, s string) bool {
 type filters struct {
 	topicsIn, topicsEx, groupsIn, groupsEx []*regexp.Regexp
 	propsEx                                map[string]bool
-	acls                                   []aclRule
+	acls                                   []mirrorcfg.ACLRule
 }
 
 func parseFilters(c map[string]string) (filters, error) {
 	var f filters
 	var errs [4]error
-	f.topicsIn, errs[0] = listRegexps("mirror.topics.include", c["mirror.topics.include"])
-	f.topicsEx, errs[1] = listRegexps("mirror.topics.exclude", c["mirror.topics.exclude"])
+	f.topicsIn, errs[0] = mirrorcfg.Regexps("mirror.topics.include", c["mirror.topics.include"])
+	f.topicsEx, errs[1] = mirrorcfg.Regexps("mirror.topics.exclude", c["mirror.topics.exclude"])
 	groups, ok := c["mirror.groups.include"]
 	if !ok {
 		groups = ".*"
 	}
-	f.groupsIn, errs[2] = listRegexps("mirror.groups.include", groups)
+	f.groupsIn, errs[2] = mirrorcfg.Regexps("mirror.groups.include", groups)
 	var err error
-	if f.groupsEx, err = listRegexps("mirror.groups.exclude", c["mirror.groups.exclude"]); err != nil {
+	if f.groupsEx, err = mirrorcfg.Regexps("mirror.groups.exclude", c["mirror.groups.exclude"]); err != nil {
 		errs[2] = err
 	}
 	acls, ok := c["mirror.acl.include"]
 	if !ok {
 		acls = "*"
 	}
-	f.acls, errs[3] = parseACLRules(acls)
+	f.acls, errs[3] = mirrorcfg.ParseACLRules(acls)
 	f.propsEx = excludedProps(c)
 	return f, errors.Join(errs[:]...)
 }

@@ -1,87 +1,25 @@
 package mirror
 
 import (
-	"fmt"
-	"regexp"
-	"strings"
-
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
-// aclRule is one mirror.acl.include rule:
-// resourceType;resourceName;operation;permissionType;principal. A zero
-// field (or a nil name) matches anything; the name is an anchored regular
-// expression.
-type aclRule struct {
-	resourceType kmsg.ACLResourceType
-	name         *regexp.Regexp
-	operation    kmsg.ACLOperation
-	permission   kmsg.ACLPermissionType
-	principal    string
+// ruleMatches reports whether a mirror.acl.include rule (parsed by
+// mirrorcfg.ParseACLRules) matches a binding.
+func ruleMatches(r mirrorcfg.ACLRule, a raftmeta.ACL) bool {
+	return (r.ResourceType == 0 || int8(r.ResourceType) == a.ResourceType) &&
+		(r.Name == nil || r.Name.MatchString(a.ResourceName)) &&
+		(r.Operation == 0 || int8(r.Operation) == a.Operation) &&
+		(r.Permission == 0 || int8(r.Permission) == a.Permission) &&
+		(r.Principal == "" || r.Principal == a.Principal)
 }
 
-// parseACLRules parses mirror.acl.include: comma-separated rules whose
-// trailing fields may be left out, "*" for any value.
-func parseACLRules(s string) ([]aclRule, error) {
-	var out []aclRule
-	for _, rs := range strings.Split(s, ",") {
-		if rs = strings.TrimSpace(rs); rs == "" {
-			continue
-		}
-		f := strings.Split(rs, ";")
-		if len(f) > 5 {
-			return nil, fmt.Errorf("mirror.acl.include rule %q: more than 5 fields: %w", rs, kerr.InvalidConfig)
-		}
-		f = append(f, make([]string, 5-len(f))...)
-		var r aclRule
-		var err error
-		field := func(i int) (string, bool) {
-			v := strings.TrimSpace(f[i])
-			return v, v != "" && v != "*"
-		}
-		if v, ok := field(0); ok {
-			if r.resourceType, err = kmsg.ParseACLResourceType(v); err != nil || r.resourceType <= kmsg.ACLResourceTypeAny {
-				return nil, fmt.Errorf("mirror.acl.include rule %q: resource type %q: %w", rs, v, kerr.InvalidConfig)
-			}
-		}
-		if v, ok := field(1); ok {
-			if r.name, err = regexp.Compile("^(?:" + v + ")$"); err != nil {
-				return nil, fmt.Errorf("mirror.acl.include rule %q: resource name: %v: %w", rs, err, kerr.InvalidConfig)
-			}
-		}
-		if v, ok := field(2); ok {
-			if r.operation, err = kmsg.ParseACLOperation(v); err != nil || r.operation <= kmsg.ACLOperationAny {
-				return nil, fmt.Errorf("mirror.acl.include rule %q: operation %q: %w", rs, v, kerr.InvalidConfig)
-			}
-		}
-		if v, ok := field(3); ok {
-			if r.permission, err = kmsg.ParseACLPermissionType(v); err != nil || r.permission <= kmsg.ACLPermissionTypeAny {
-				return nil, fmt.Errorf("mirror.acl.include rule %q: permission type %q: %w", rs, v, kerr.InvalidConfig)
-			}
-		}
-		r.principal, _ = field(4)
-		if r.principal == "*" {
-			r.principal = ""
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-func (r aclRule) matches(a raftmeta.ACL) bool {
-	return (r.resourceType == 0 || int8(r.resourceType) == a.ResourceType) &&
-		(r.name == nil || r.name.MatchString(a.ResourceName)) &&
-		(r.operation == 0 || int8(r.operation) == a.Operation) &&
-		(r.permission == 0 || int8(r.permission) == a.Permission) &&
-		(r.principal == "" || r.principal == a.Principal)
-}
-
-func aclIncluded(rules []aclRule, a raftmeta.ACL) bool {
+func aclIncluded(rules []mirrorcfg.ACLRule, a raftmeta.ACL) bool {
 	for _, r := range rules {
-		if r.matches(a) {
+		if ruleMatches(r, a) {
 			return true
 		}
 	}
@@ -100,7 +38,7 @@ type aclPlan struct {
 	managed []raftmeta.ACL // the managed set once both are done
 }
 
-func planACLs(source, dest, managed []raftmeta.ACL, rules []aclRule) aclPlan {
+func planACLs(source, dest, managed []raftmeta.ACL, rules []mirrorcfg.ACLRule) aclPlan {
 	want := map[raftmeta.ACL]bool{}
 	for _, a := range source {
 		if aclIncluded(rules, a) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
@@ -39,7 +40,7 @@ func TestACLRules(t *testing.T) {
 		{"*;*;*;*;User:bob", group, true},
 		{"TOPIC;nomatch, GROUP;g.;READ;ALLOW;User:bob", group, true},
 	} {
-		rules, err := parseACLRules(tc.rules)
+		rules, err := mirrorcfg.ParseACLRules(tc.rules)
 		if err != nil {
 			t.Fatalf("%q: %v", tc.rules, err)
 		}
@@ -48,7 +49,7 @@ func TestACLRules(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"NOTATYPE", "TOPIC;(", "TOPIC;*;FLY", "TOPIC;*;READ;MAYBE", "a;b;c;d;e;f"} {
-		if _, err := parseACLRules(bad); err == nil {
+		if _, err := mirrorcfg.ParseACLRules(bad); err == nil {
 			t.Errorf("rules %q parsed", bad)
 		}
 	}
@@ -62,7 +63,7 @@ func TestPlanACLs(t *testing.T) {
 	c := topicACL("c", "User:x", read, allow) // made by hand on the destination
 	d := topicACL("d", "User:x", read, allow) // copied earlier, gone from the source
 	e := topicACL("e", "User:x", read, allow) // on the source, not included
-	rules, _ := parseACLRules("TOPIC;[abcd]")
+	rules, _ := mirrorcfg.ParseACLRules("TOPIC;[abcd]")
 	p := planACLs([]raftmeta.ACL{a, b, c, e}, []raftmeta.ACL{c, d}, []raftmeta.ACL{d}, rules)
 	if !slices.Equal(p.create, []raftmeta.ACL{a, b}) {
 		t.Errorf("create %v", p.create)
@@ -80,7 +81,7 @@ func TestPlanACLs(t *testing.T) {
 	}
 	// Rules narrowed: a managed binding no longer included is deleted,
 	// a hand-made one is not.
-	narrow, _ := parseACLRules("TOPIC;b")
+	narrow, _ := mirrorcfg.ParseACLRules("TOPIC;b")
 	p = planACLs([]raftmeta.ACL{a, b, c}, []raftmeta.ACL{a, b, c}, []raftmeta.ACL{a, b}, narrow)
 	if !slices.Equal(p.delete, []raftmeta.ACL{a}) || !slices.Equal(p.managed, []raftmeta.ACL{b}) || len(p.create) != 0 {
 		t.Errorf("narrowed plan %+v", p)
