@@ -13,38 +13,6 @@ import (
 
 const apiKeyApiVersions = 18
 
-// apiVersions is exactly what this broker serves: ApiVersions tells the
-// truth, and a request for a key or version outside it closes the
-// connection. Minimums follow what current clients need: Fetch from v4
-// (record batches with LastStableOffset, what the Java 4.x client requires),
-// Produce from v0 (message sets are refused per batch, not per request),
-// ListOffsets from v1 (kafka-go uses v1).
-var apiVersions = []kmsg.ApiVersionsResponseApiKey{
-	{ApiKey: 0, MinVersion: 0, MaxVersion: 13}, // Produce (v13: topic IDs)
-	{ApiKey: 1, MinVersion: 4, MaxVersion: 18}, // Fetch (v13+: topic IDs)
-	{ApiKey: 2, MinVersion: 1, MaxVersion: 10}, // ListOffsets
-	{ApiKey: 3, MinVersion: 0, MaxVersion: 13}, // Metadata
-	{ApiKey: 17, MinVersion: 0, MaxVersion: 1}, // SaslHandshake
-	{ApiKey: 18, MinVersion: 0, MaxVersion: 5}, // ApiVersions (v5: KIP-1242 cluster/node check)
-	{ApiKey: 19, MinVersion: 2, MaxVersion: 8}, // CreateTopics (8: KIP-1279's MirrorInfo)
-	{ApiKey: 20, MinVersion: 1, MaxVersion: 6}, // DeleteTopics
-	{ApiKey: 21, MinVersion: 0, MaxVersion: 2}, // DeleteRecords
-	{ApiKey: 22, MinVersion: 0, MaxVersion: 5}, // InitProducerId
-	{ApiKey: 23, MinVersion: 2, MaxVersion: 4}, // OffsetForLeaderEpoch
-	{ApiKey: 32, MinVersion: 1, MaxVersion: 4}, // DescribeConfigs
-	{ApiKey: 35, MinVersion: 1, MaxVersion: 4}, // DescribeLogDirs
-	{ApiKey: 36, MinVersion: 0, MaxVersion: 2}, // SaslAuthenticate
-	{ApiKey: 33, MinVersion: 0, MaxVersion: 2}, // AlterConfigs
-	{ApiKey: 37, MinVersion: 0, MaxVersion: 3}, // CreatePartitions
-	{ApiKey: 43, MinVersion: 0, MaxVersion: 2}, // ElectLeaders
-	{ApiKey: 44, MinVersion: 0, MaxVersion: 1}, // IncrementalAlterConfigs
-	{ApiKey: 45, MinVersion: 0, MaxVersion: 1}, // AlterPartitionReassignments
-	{ApiKey: 46, MinVersion: 0, MaxVersion: 0}, // ListPartitionReassignments
-	{ApiKey: 60, MinVersion: 0, MaxVersion: 2}, // DescribeCluster (v2: fenced brokers)
-	{ApiKey: 61, MinVersion: 0, MaxVersion: 0}, // DescribeProducers
-	{ApiKey: 75, MinVersion: 0, MaxVersion: 0}, // DescribeTopicPartitions
-}
-
 // apiName names a key for logs and metric labels.
 func apiName(key int16) string {
 	if name := kmsg.NameForKey(key); name != "" {

@@ -434,64 +434,6 @@ func (c *conn) readRequest(br *bufio.Reader, remote string) (r *request, err err
 	return r, nil
 }
 
-// dispatch runs the handler of one request. A nil response means none is
-// sent; an error closes the connection.
-func (b *Broker) dispatch(ctx context.Context, r *request) (kmsg.Response, error) {
-	rc := &r.rc
-	if r.badVersion {
-		return b.apiVersionsUnsupported(), nil
-	}
-	switch req := r.req.(type) {
-	case *kmsg.ApiVersionsRequest:
-		return b.handleApiVersions(ctx, rc, req)
-	case *kmsg.MetadataRequest:
-		return b.handleMetadata(ctx, rc, req)
-	case *kmsg.ProduceRequest:
-		return b.handleProduce(ctx, rc, req)
-	case *kmsg.FetchRequest:
-		return b.handleFetch(ctx, rc, req)
-	case *kmsg.CreateTopicsRequest:
-		return b.handleCreateTopics(ctx, rc, req, nil)
-	case *createTopicsRequest:
-		return b.handleCreateTopics(ctx, rc, &req.CreateTopicsRequest, req.mirrorIDs)
-	case *kmsg.DeleteTopicsRequest:
-		return b.handleDeleteTopics(ctx, rc, req)
-	case *kmsg.CreatePartitionsRequest:
-		return b.handleCreatePartitions(ctx, rc, req)
-	case *kmsg.ElectLeadersRequest:
-		return b.handleElectLeaders(ctx, rc, req)
-	case *kmsg.AlterPartitionAssignmentsRequest:
-		return b.handleAlterPartitionReassignments(ctx, rc, req)
-	case *kmsg.ListPartitionReassignmentsRequest:
-		return b.handleListPartitionReassignments(ctx, rc, req)
-	case *kmsg.DescribeLogDirsRequest:
-		return b.handleDescribeLogDirs(ctx, rc, req)
-	case *kmsg.DescribeConfigsRequest:
-		return b.handleDescribeConfigs(ctx, rc, req)
-	case *kmsg.AlterConfigsRequest:
-		return b.handleAlterConfigs(ctx, rc, req)
-	case *kmsg.IncrementalAlterConfigsRequest:
-		return b.handleIncrementalAlterConfigs(ctx, rc, req)
-	case *kmsg.ListOffsetsRequest:
-		return b.handleListOffsets(ctx, rc, req)
-	case *kmsg.OffsetForLeaderEpochRequest:
-		return b.handleOffsetForLeaderEpoch(ctx, rc, req)
-	case *kmsg.DeleteRecordsRequest:
-		return b.handleDeleteRecords(ctx, rc, req)
-	case *kmsg.InitProducerIDRequest:
-		return b.handleInitProducerID(ctx, rc, req)
-	case *kmsg.DescribeProducersRequest:
-		return b.handleDescribeProducers(ctx, rc, req)
-	case *kmsg.DescribeClusterRequest:
-		return b.handleDescribeCluster(ctx, rc, req)
-	case *kmsg.DescribeTopicPartitionsRequest:
-		return b.handleDescribeTopicPartitions(ctx, rc, req)
-	case *kmsg.FindCoordinatorRequest:
-		return b.handleFindCoordinator(ctx, rc, req)
-	}
-	return b.handlePlugin(ctx, rc, r.req)
-}
-
 // framePool recycles the frame buffers of produce requests, whose records
 // the engine copies before the handler returns: under produce load the
 // broker would otherwise allocate, zero and collect every byte it receives.

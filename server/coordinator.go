@@ -15,10 +15,6 @@ import (
 
 const apiKeyFindCoordinator = 10
 
-// findCoordinatorVersions: v4+ batches keys (KIP-699), v6 adds share groups'
-// key type, which no plugin serves yet (INVALID_REQUEST per key).
-var findCoordinatorVersions = kmsg.ApiVersionsResponseApiKey{ApiKey: apiKeyFindCoordinator, MinVersion: 0, MaxVersion: 6}
-
 // coordinatorTopicWait bounds how long FindCoordinator waits for an
 // internal topic it just created to get a leader, before answering
 // COORDINATOR_NOT_AVAILABLE (clients retry that).
