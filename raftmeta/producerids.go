@@ -20,9 +20,11 @@ type ProducerIDs struct {
 	next, end int64 // [next, end) are still free
 }
 
-// Next returns a producer id, allocating a block from c when the current
-// one is used up.
-func (p *ProducerIDs) Next(ctx context.Context, c *Controller) (int64, error) {
+// Next returns a producer id, allocating a block from c (the Controller)
+// when the current one is used up.
+func (p *ProducerIDs) Next(ctx context.Context, c interface {
+	AllocateProducerIDs(ctx context.Context, count int64) (int64, error)
+}) (int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.next >= p.end {

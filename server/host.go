@@ -50,11 +50,19 @@ func (h pluginHost) Contain(f func()) { h.contain(h.name, "background work", f) 
 // NodeID implements plugin.Host.
 func (b *Broker) NodeID() int32 { return b.cfg.NodeID }
 
-// Engine implements plugin.Host.
+// Engine is the broker's storage.
 func (b *Broker) Engine() *engine.Engine { return b.engine }
 
-// Metadata implements plugin.Host.
+// Metadata is the broker's metadata quorum.
 func (b *Broker) Metadata() *raftmeta.Controller { return b.meta }
+
+// Partition implements plugin.Host.
+func (h pluginHost) Partition(id engine.TopicID, p int32) *engine.Partition {
+	return h.engine.Partition(id, p)
+}
+
+// Metadata implements plugin.Host.
+func (h pluginHost) Metadata() plugin.Metadata { return h.meta }
 
 // Plugins implements plugin.Host.
 func (b *Broker) Plugins() []any { return b.cfg.Plugins }

@@ -62,6 +62,12 @@ type TxnStateMachine interface {
 	ReplayMarker(pid int64, commit bool) error
 }
 
+// Partitions are the broker's partition logs, where shards are read and
+// written (*engine.Engine and plugin.Host implement it).
+type Partitions interface {
+	Partition(id engine.TopicID, partition int32) *engine.Partition
+}
+
 // Replicas is the broker's acks=all, which a shard's writes go through so
 // that a coordinator answers only once the ISR has what it wrote
 // (plugin.Host implements it).
@@ -97,9 +103,9 @@ type Runtime struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	eng     *engine.Engine // nil until Start
-	repl    Replicas       // nil: writes are acknowledged once in the local log
-	contain func(func())   // runs the work of loaders and timers (Start)
+	eng     Partitions   // nil until Start
+	repl    Replicas     // nil: writes are acknowledged once in the local log
+	contain func(func()) // runs the work of loaders and timers (Start)
 	stopped bool
 	shards  map[int32]*Shard
 	wg      sync.WaitGroup // loaders and unloaders
@@ -141,7 +147,7 @@ func PartitionFor(key string, partitions int32) int32 {
 // wait for repl (nil: only for the local log). Loaders, unloaders and
 // timer callbacks run inside contain (plugin.Host.Contain: a panic fails
 // the plugin, not the process); nil runs them as they are.
-func (r *Runtime) Start(eng *engine.Engine, repl Replicas, contain func(func())) {
+func (r *Runtime) Start(eng Partitions, repl Replicas, contain func(func())) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if contain == nil {

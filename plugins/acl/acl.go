@@ -25,7 +25,7 @@ import (
 type Plugin struct {
 	super        map[string]bool // super.users
 	allowIfNoACL bool            // allow.everyone.if.no.acl.found
-	meta         atomic.Pointer[raftmeta.Controller]
+	meta         atomic.Value    // plugin.Metadata, from Start
 }
 
 // Interfaces the broker and other plugins find by type assertion.
@@ -70,8 +70,14 @@ func (p *Plugin) Start(_ context.Context, h plugin.Host) error {
 // Stop implements plugin.Lifecycle.
 func (p *Plugin) Stop(context.Context) error { return nil }
 
+// metadata is the host's metadata quorum, nil before Start.
+func (p *Plugin) metadata() plugin.Metadata {
+	m, _ := p.meta.Load().(plugin.Metadata)
+	return m
+}
+
 func (p *Plugin) image() *raftmeta.Image {
-	if m := p.meta.Load(); m != nil {
+	if m := p.metadata(); m != nil {
 		return m.Image()
 	}
 	return nil
@@ -172,7 +178,7 @@ func (p *Plugin) DescribeACLs(f raftmeta.ACLFilter) []raftmeta.ACL {
 
 // CreateACLs implements plugin.ACLStore.
 func (p *Plugin) CreateACLs(ctx context.Context, acls []raftmeta.ACL) error {
-	m := p.meta.Load()
+	m := p.metadata()
 	if m == nil {
 		return fmt.Errorf("acl plugin not started")
 	}
@@ -181,7 +187,7 @@ func (p *Plugin) CreateACLs(ctx context.Context, acls []raftmeta.ACL) error {
 
 // DeleteACLs implements plugin.ACLStore.
 func (p *Plugin) DeleteACLs(ctx context.Context, filters []raftmeta.ACLFilter) ([]raftmeta.ACL, error) {
-	m := p.meta.Load()
+	m := p.metadata()
 	if m == nil {
 		return nil, fmt.Errorf("acl plugin not started")
 	}

@@ -33,7 +33,7 @@ func (p *Plugin) NewRequest(key int16) kmsg.Request { return kmsg.RequestForKey(
 
 // HandleRequest implements plugin.APIHandler.
 func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
-	m := p.meta.Load()
+	m := p.metadata()
 	if m == nil {
 		return nil, errors.New("acl plugin: request before Start")
 	}
@@ -85,7 +85,7 @@ func validACL(a raftmeta.ACL) error {
 	return nil
 }
 
-func (p *Plugin) createACLs(ctx context.Context, m *raftmeta.Controller, rc *plugin.RequestContext, req *kmsg.CreateACLsRequest) kmsg.Response {
+func (p *Plugin) createACLs(ctx context.Context, m plugin.Metadata, rc *plugin.RequestContext, req *kmsg.CreateACLsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.CreateACLsResponse)
 	resp.Results = make([]kmsg.CreateACLsResponseResult, len(req.Creations))
 	allowed := rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, plugin.ClusterResource)
@@ -147,7 +147,7 @@ func (p *Plugin) describeACLs(rc *plugin.RequestContext, req *kmsg.DescribeACLsR
 	return resp
 }
 
-func (p *Plugin) deleteACLs(ctx context.Context, m *raftmeta.Controller, rc *plugin.RequestContext, req *kmsg.DeleteACLsRequest) kmsg.Response {
+func (p *Plugin) deleteACLs(ctx context.Context, m plugin.Metadata, rc *plugin.RequestContext, req *kmsg.DeleteACLsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DeleteACLsResponse)
 	resp.Results = make([]kmsg.DeleteACLsResponseResult, len(req.Filters))
 	for i := range resp.Results {
@@ -230,7 +230,7 @@ func describeScram(img *raftmeta.Image, rc *plugin.RequestContext, req *kmsg.Des
 
 // alterScram upserts and deletes credentials, per user; ALTER on CLUSTER
 // is required. Iterations must be 4096..16384, as Kafka requires.
-func alterScram(ctx context.Context, m *raftmeta.Controller, rc *plugin.RequestContext, req *kmsg.AlterUserSCRAMCredentialsRequest) kmsg.Response {
+func alterScram(ctx context.Context, m plugin.Metadata, rc *plugin.RequestContext, req *kmsg.AlterUserSCRAMCredentialsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.AlterUserSCRAMCredentialsResponse)
 	allowed := rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, plugin.ClusterResource)
 	changes := map[string][]raftmeta.ScramChange{}
@@ -374,7 +374,7 @@ var quotaKeys = map[string]bool{
 
 // alterQuotas applies each entry's operations atomically; ALTER_CONFIGS on
 // CLUSTER is required.
-func alterQuotas(ctx context.Context, m *raftmeta.Controller, rc *plugin.RequestContext, req *kmsg.AlterClientQuotasRequest) kmsg.Response {
+func alterQuotas(ctx context.Context, m plugin.Metadata, rc *plugin.RequestContext, req *kmsg.AlterClientQuotasRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.AlterClientQuotasResponse)
 	allowed := rc.Allowed(kmsg.ACLOperationAlterConfigs, kmsg.ACLResourceTypeCluster, plugin.ClusterResource)
 	for _, e := range req.Entries {

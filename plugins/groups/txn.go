@@ -115,7 +115,7 @@ func (p *Plugin) OpenTxnPartitions(pid int64) []plugin.TopicPartition {
 	}
 	var out []plugin.TopicPartition
 	for _, sh := range p.Runtime().Shards() {
-		if ep := host.Engine().Partition(sh.TopicID(), sh.Partition()); ep != nil {
+		if ep := host.Partition(sh.TopicID(), sh.Partition()); ep != nil {
 			if _, open := ep.OpenTxn(pid); open {
 				out = append(out, plugin.TopicPartition{Topic: Topic, Partition: sh.Partition()})
 			}

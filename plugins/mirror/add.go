@@ -271,7 +271,7 @@ func mirrorLoop(here string, source *string, topic, sourceMirror string) error {
 // never mirrored the topic), then to where that epoch ends on the source.
 func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror string, specs []raftmeta.TopicSpec) ([]wire.Truncation, error) {
 	img := p.Image()
-	eng := p.Host().Engine()
+	eng := p.Host()
 	lmeReq := &wire.LastMirroredOffsetsRequest{MirrorName: mirror}
 	for _, s := range specs {
 		if img.Topics[s.Name] == nil {

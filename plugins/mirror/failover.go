@@ -202,7 +202,7 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 				r.mu.Unlock()
 			}
 			leo := int64(-1)
-			if ep := p.Host().Engine().Partition(t.ID, int32(i)); ep != nil {
+			if ep := p.Host().Partition(t.ID, int32(i)); ep != nil {
 				leo = ep.Offsets().LogEnd
 			}
 			fresh := found && pt.srcEnd >= 0 && !pt.srcEndAt.Before(start)
@@ -263,7 +263,7 @@ func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []str
 			fp := wire.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1}
 			if st, err := p.readState(ctx, partitionKey{mirror, name, int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
-			} else if ep := p.Host().Engine().Partition(t.ID, int32(i)); ep != nil {
+			} else if ep := p.Host().Partition(t.ID, int32(i)); ep != nil {
 				fp.DestinationOffset = ep.Offsets().LogEnd
 			}
 			if sd, ok := snapshot[topicPartition{name, int32(i)}]; ok && sd.SourceOffset >= 0 && fp.DestinationOffset >= 0 {

@@ -449,7 +449,7 @@ func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, re
 					op.LastMirroredOffset, op.LastMirrorEpoch = st.LMO, st.LME
 				default:
 					// Still mirroring: the latest source epoch it holds.
-					if ep := p.Host().Engine().Partition(mt.ID, idx); ep != nil {
+					if ep := p.Host().Partition(mt.ID, idx); ep != nil {
 						offs := ep.Offsets()
 						op.LastMirroredOffset = offs.LogEnd - 1
 						if offs.LogEnd > offs.LogStart {
@@ -588,7 +588,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 		_, pd.Reason = code(err)
 	}
 	pd.DestinationIssue = p.destinationIssue(img, t, i)
-	if ep := p.Host().Engine().Partition(t.ID, i); ep != nil {
+	if ep := p.Host().Partition(t.ID, i); ep != nil {
 		pd.DestinationOffset = ep.Offsets().LogEnd
 	}
 	if r == nil {

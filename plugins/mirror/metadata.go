@@ -699,7 +699,7 @@ func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos plugin.G
 	if state != "Empty" && state != "Dead" {
 		return nil // active here: the destination's consumers own its offsets
 	}
-	eng := s.p.Host().Engine()
+	eng := s.p.Host()
 	commit := map[plugin.TopicPartition]plugin.CommittedOffset{}
 	srcOffs.Each(func(o kadm.OffsetResponse) {
 		t := mirrored[o.Topic]

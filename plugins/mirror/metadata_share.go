@@ -53,7 +53,7 @@ func (s *metaSync) syncShareGroups(ctx context.Context, cl *kgo.Client, f filter
 	if err != nil {
 		return fmt.Errorf("describe source share group offsets: %w", err)
 	}
-	eng := host.Engine()
+	eng := host
 	bounds := func(topic string, partition int32) (logStart, logEnd int64, ok bool) {
 		t := mirrored[topic]
 		if t == nil {

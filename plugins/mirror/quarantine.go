@@ -236,7 +236,7 @@ func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition 
 	for {
 		img := meta.Image()
 		if t := img.Topics[name]; t != nil && int(partition) < len(t.Partitions) && t.Partitions[partition].Leader == p.Host().NodeID() {
-			if dp := p.Host().Engine().Partition(t.ID, partition); dp != nil {
+			if dp := p.Host().Partition(t.ID, partition); dp != nil {
 				return dp, nil
 			}
 		}

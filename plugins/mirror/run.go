@@ -287,7 +287,7 @@ func (r *mirrorRun) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
 			pt.stopDone = true // done by this partition's earlier leader
 		}
 		pt.state, pt.reason = st.State, st.Reason
-		if ep := host.Engine().Partition(id, k.partition); ep != nil {
+		if ep := host.Partition(id, k.partition); ep != nil {
 			pt.dstLEO = ep.Offsets().LogEnd
 		}
 		r.mu.Unlock()
@@ -326,7 +326,7 @@ func (r *mirrorRun) fail(pt *ledPartition, err error) error {
 }
 
 func (r *mirrorRun) partition(pt *ledPartition) (*engine.Partition, error) {
-	ep := r.p.Host().Engine().Partition(pt.id, pt.partition)
+	ep := r.p.Host().Partition(pt.id, pt.partition)
 	if ep == nil {
 		return nil, fmt.Errorf("%s-%d is not hosted here: %w", pt.topic, pt.partition, kerr.NotLeaderForPartition)
 	}

@@ -36,7 +36,7 @@ func (p *Plugin) lag(sp plugin.SharePartition, st plugin.ShareState) int64 {
 	if st.StartOffset < 0 {
 		return -1
 	}
-	ep := p.Host().Engine().Partition(engine.TopicID(sp.TopicID), sp.Partition)
+	ep := p.Host().Partition(engine.TopicID(sp.TopicID), sp.Partition)
 	if ep == nil {
 		return -1
 	}
@@ -240,7 +240,7 @@ func (p *Plugin) ShareGroupStartOffsets(ctx context.Context, group string) (map[
 			continue
 		}
 		co := plugin.CommittedOffset{Offset: s.StartOffset, LeaderEpoch: -1}
-		if ep := p.Host().Engine().Partition(engine.TopicID(sp.TopicID), sp.Partition); ep != nil && s.StartOffset > ep.Offsets().LogStart {
+		if ep := p.Host().Partition(engine.TopicID(sp.TopicID), sp.Partition); ep != nil && s.StartOffset > ep.Offsets().LogStart {
 			co.LeaderEpoch = ep.EpochAt(s.StartOffset - 1)
 		}
 		out[plugin.TopicPartition{Topic: sp.Topic, Partition: sp.Partition}] = co

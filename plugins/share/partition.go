@@ -139,7 +139,7 @@ func (sp *sharePartition) enginePartition() (*engine.Partition, error) {
 	if h == nil {
 		return nil, kerr.CoordinatorNotAvailable
 	}
-	ep := h.Engine().Partition(engine.TopicID(sp.key.topic), sp.key.partition)
+	ep := h.Partition(engine.TopicID(sp.key.topic), sp.key.partition)
 	if ep == nil {
 		return nil, fmt.Errorf("%s-%d is not here: %w", sp.topic, sp.key.partition, kerr.NotLeaderForPartition)
 	}

@@ -405,7 +405,7 @@ func (p *Plugin) writeLocalMarker(ctx context.Context, tp plugin.TopicPartition,
 	if err != nil {
 		return fmt.Errorf("%s-%d: %w", tp.Topic, tp.Partition, err)
 	}
-	ep := h.Engine().Partition(t.ID, tp.Partition)
+	ep := h.Partition(t.ID, tp.Partition)
 	if ep == nil {
 		return fmt.Errorf("%s-%d is not open yet: %w", tp.Topic, tp.Partition, kerr.NotLeaderForPartition)
 	}

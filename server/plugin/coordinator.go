@@ -74,7 +74,7 @@ func (c *Coordinator) Start(_ context.Context, host Host) error {
 		return c.err
 	}
 	c.host.Store(&host)
-	c.rt.Start(host.Engine(), host, host.Contain)
+	c.rt.Start(host, host, host.Contain)
 	return nil
 }
 

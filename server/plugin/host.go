@@ -11,20 +11,21 @@ import (
 	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
-// Host is what a plugin may use of the broker (server.Broker implements
-// it), from Lifecycle.Start until Stop returns. It is safe for concurrent
+// Host is what a plugin may use of the broker (the server gives each
+// plugin its own), from Lifecycle.Start until Stop returns. It is safe for concurrent
 // use.
 type Host interface {
 	// NodeID is this broker's node ID.
 	NodeID() int32
-	// Engine is the broker's storage. A partition this broker hosts is
-	// in it once LeaderObserver heard of it, or an image that has it was
-	// passed to MetadataObserver.
-	Engine() *engine.Engine
-	// Metadata is the metadata quorum: Image is the latest committed
-	// image (possibly ahead of what the broker applied), and its methods
-	// write metadata through the controller.
-	Metadata() *raftmeta.Controller
+	// Partition is this broker's storage of partition p of topic id,
+	// nil when the broker does not host it. A partition this broker
+	// hosts is there once LeaderObserver heard of it, or an image that
+	// has it was passed to MetadataObserver.
+	Partition(id engine.TopicID, p int32) *engine.Partition
+	// Metadata is the metadata quorum: its latest committed image
+	// (possibly ahead of what the broker applied), and the controller's
+	// decisions, which write metadata through the controller.
+	Metadata() Metadata
 	// MetricsSet is the broker's metrics set, served at /metrics: a
 	// plugin registers its metrics there, so that each broker of a
 	// process has its own, and describes their families (prom.Family:

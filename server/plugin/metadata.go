@@ -1,0 +1,67 @@
+package plugin
+
+import (
+	"context"
+
+	"github.com/tandem-kafka/tandem/raftmeta"
+)
+
+// Metadata is what a plugin may use of the metadata quorum
+// (raftmeta.Controller implements it): the images, and the decisions
+// plugins ask the controller for, each group a small interface of its
+// own, so that a plugin's code (and a test's fake) can name only the
+// group it uses.
+type Metadata interface {
+	Images
+	TopicDecisions
+	MirrorDecisions
+	SecurityDecisions
+	ProducerIDDecisions
+}
+
+// Images are the committed metadata images.
+type Images interface {
+	// Image is the latest committed image; never nil, never modified.
+	Image() *raftmeta.Image
+	// Watch is the latest image and a channel closed when a newer one
+	// is published, as one consistent pair.
+	Watch() (*raftmeta.Image, <-chan struct{})
+	// CatchUp waits until Image holds every change the active
+	// controller had made when it was called.
+	CatchUp(ctx context.Context) error
+}
+
+// TopicDecisions create and change topics.
+type TopicDecisions interface {
+	CreateTopics(ctx context.Context, specs []raftmeta.TopicSpec, validateOnly bool) []error
+	CreatePartitions(ctx context.Context, name string, total int32, validateOnly bool) error
+	AlterConfigs(ctx context.Context, changes []raftmeta.ConfigChange) error
+	// BumpLeaderEpoch raises a partition's leader epoch to at least
+	// minEpoch+1 (KIP-1279).
+	BumpLeaderEpoch(ctx context.Context, id raftmeta.UUID, partition int32, minEpoch int32) (int32, error)
+}
+
+// MirrorDecisions define mirrors and their topics (KIP-1279).
+type MirrorDecisions interface {
+	CreateMirror(ctx context.Context, name string, configs map[string]string) error
+	AlterMirrorConfigs(ctx context.Context, name string, configs map[string]string) error
+	DeleteMirror(ctx context.Context, name string) error
+	AddMirrorTopics(ctx context.Context, mirror string, specs []raftmeta.TopicSpec) error
+	StopMirrorTopic(ctx context.Context, mirror, topic string) error
+	SetMirrorSync(ctx context.Context, mirror, sourceClusterID string, managed []raftmeta.ACL) error
+}
+
+// SecurityDecisions change ACLs, SCRAM credentials and client quotas.
+type SecurityDecisions interface {
+	CreateACLs(ctx context.Context, acls []raftmeta.ACL) error
+	DeleteACLs(ctx context.Context, filters []raftmeta.ACLFilter) ([][]raftmeta.ACL, error)
+	AlterScram(ctx context.Context, changes []raftmeta.ScramChange) error
+	AlterClientQuotas(ctx context.Context, changes []raftmeta.ClientQuotaRecord) error
+}
+
+// ProducerIDDecisions hand out blocks of producer IDs.
+type ProducerIDDecisions interface {
+	AllocateProducerIDs(ctx context.Context, count int64) (int64, error)
+}
+
+var _ Metadata = (*raftmeta.Controller)(nil)
