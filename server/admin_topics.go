@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -21,6 +22,8 @@ import (
 // partitions before answering. mirrorIDs (version 8) are the topics'
 // MirrorInfo topic IDs, zero where there is none.
 func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req *kmsg.CreateTopicsRequest, mirrorIDs []uuid.UUID) (kmsg.Response, error) {
+	ctx, cancel := requestTimeout(ctx, req.TimeoutMillis)
+	defer cancel()
 	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
 	img := b.meta.Image()
 	counts := map[string]int{}
@@ -227,6 +230,8 @@ func (b *Broker) createTopicsAuto(ctx context.Context, names []string) {
 
 // handleDeleteTopics deletes topics by name (v0-v5) or by name or ID (v6).
 func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req *kmsg.DeleteTopicsRequest) (kmsg.Response, error) {
+	ctx, cancel := requestTimeout(ctx, req.TimeoutMillis)
+	defer cancel()
 	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
 	type item struct {
 		name *string
@@ -323,6 +328,8 @@ func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req
 
 // handleCreatePartitions grows topics to the requested partition count.
 func (b *Broker) handleCreatePartitions(ctx context.Context, rc *RequestContext, req *kmsg.CreatePartitionsRequest) (kmsg.Response, error) {
+	ctx, cancel := requestTimeout(ctx, req.TimeoutMillis)
+	defer cancel()
 	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
 	counts := map[string]int{}
 	for _, t := range req.Topics {
@@ -395,4 +402,16 @@ func checkCreatePartitions(img *raftmeta.Image, t *kmsg.CreatePartitionsRequestT
 		return config.Errorf(kerr.InvalidReplicaAssignment, "Manual assignments of new partitions are not supported yet when the cluster has more brokers than the topic has replicas.")
 	}
 	return nil
+}
+
+// requestTimeout bounds an admin request's wait for the controller by the
+// request's own timeout (timeoutMs), as Kafka does: a client waits that
+// long plus its own margin, so an answer must come within it, and without
+// a reachable controller it is a retriable NOT_CONTROLLER. A timeout of
+// 0 or less leaves ctx as it is.
+func requestTimeout(ctx context.Context, ms int32) (context.Context, context.CancelFunc) {
+	if ms <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
 }

@@ -19,6 +19,8 @@ import (
 // Kafka, partitions that needed no election are left out of the answer.
 // It needs ALTER on the cluster.
 func (b *Broker) handleElectLeaders(ctx context.Context, rc *RequestContext, req *kmsg.ElectLeadersRequest) (kmsg.Response, error) {
+	ctx, cancel := requestTimeout(ctx, req.TimeoutMillis)
+	defer cancel()
 	resp := req.ResponseKind().(*kmsg.ElectLeadersResponse)
 	fail := func(err *kerr.Error) (kmsg.Response, error) {
 		resp.ErrorCode = err.Code
@@ -92,6 +94,8 @@ func (b *Broker) handleElectLeaders(ctx context.Context, rc *RequestContext, req
 // cluster. Without AllowReplicationFactorChange (v1, KIP-860) a target
 // with another number of replicas is refused, as in Kafka.
 func (b *Broker) handleAlterPartitionReassignments(ctx context.Context, rc *RequestContext, req *kmsg.AlterPartitionAssignmentsRequest) (kmsg.Response, error) {
+	ctx, cancel := requestTimeout(ctx, req.TimeoutMillis)
+	defer cancel()
 	resp := req.ResponseKind().(*kmsg.AlterPartitionAssignmentsResponse)
 	resp.AllowReplicationFactorChange = req.AllowReplicationFactorChange
 	type at struct{ t, p int }

@@ -167,12 +167,20 @@ func TestClusterDescribeBrokerDown(t *testing.T) {
 }
 
 // TestClusterQuorumLost: with two of three voters gone, metadata writes
-// fail with a retriable error, while the remaining broker keeps serving
-// produce and fetch for the partition it leads alone.
+// fail with a retriable error within the request's timeout, while the
+// remaining broker keeps serving produce and fetch for the partition it
+// leads alone. The survivor is not the controller, so that its write is
+// forwarded to a controller that is gone.
 func TestClusterQuorumLost(t *testing.T) {
 	c := tandemtest.StartCluster(t, 3, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	survivor := c.Broker(1)
+	for _, b := range c.Brokers {
+		if !b.Broker().Metadata().IsLeader() {
+			survivor = b
+			break
+		}
+	}
 	cl := tandemtest.Client(t, survivor.Addr, kgo.RecordRetries(2))
 	req := kmsg.NewPtrCreateTopicsRequest()
 	req.TimeoutMillis = 10000
@@ -192,8 +200,11 @@ func TestClusterQuorumLost(t *testing.T) {
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "alone", Value: []byte("before")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	c.Broker(2).Kill()
-	c.Broker(3).Kill()
+	for _, b := range c.Brokers {
+		if b != survivor {
+			b.Kill()
+		}
+	}
 
 	// A metadata write: retriable, not a hang and not a crash.
 	rt.Topic, rt.ReplicaAssignment, rt.NumPartitions, rt.ReplicationFactor = "new", nil, 1, 1
