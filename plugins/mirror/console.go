@@ -64,7 +64,7 @@ func (p *Plugin) DescribeMirrors(ctx context.Context) []plugin.MirrorView {
 		return nil
 	}
 	var out []plugin.MirrorView
-	for _, dm := range p.describe(ctx, &plugin.RequestContext{}, &wire.DescribeMirrorsRequest{}) {
+	for _, dm := range p.describe(ctx, &plugin.RequestContext{}, &wire.DescribeMirrorsRequest{}, img) {
 		v := plugin.MirrorView{Name: dm.MirrorName, State: dm.State, ACLSync: dm.ACLSync}
 		if m := img.Mirrors[dm.MirrorName]; m != nil {
 			v.Source = m.Configs["bootstrap.servers"]

@@ -100,7 +100,7 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 		}
 	case *wire.DescribeMirrorsRequest:
 		r := resp.(*wire.DescribeMirrorsResponse)
-		r.Mirrors = p.describe(ctx, rc, req)
+		r.Mirrors = p.describe(ctx, rc, req, p.awaitMirrors(ctx, req.MirrorNames...))
 	case *wire.ReadMirrorStatesRequest:
 		r := resp.(*wire.ReadMirrorStatesResponse)
 		if !clusterAction {
@@ -465,9 +465,11 @@ func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, re
 	return out
 }
 
-func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *wire.DescribeMirrorsRequest) []wire.DescribedMirror {
+// describe answers DescribeMirrors from img: a client's request passes an
+// image caught up with the controller (awaitMirrors), the console this
+// broker's own.
+func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *wire.DescribeMirrorsRequest, img *raftmeta.Image) []wire.DescribedMirror {
 	names := req.MirrorNames
-	img := p.awaitMirrors(ctx, names...)
 	all := len(names) == 0
 	if all {
 		names = slices.Sorted(maps.Keys(img.Mirrors))
