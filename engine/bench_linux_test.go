@@ -12,13 +12,22 @@ import (
 
 // BenchmarkFileWrite is the machine's cost of the segment files' write
 // pattern without the engine: 6 files appended to with one pwrite per
-// batch, the size of a batch a produce request carries, while another
-// goroutine fdatasyncs them as the syncer does. cpu-ns/B is the
-// process's CPU (user and system) per byte written: what the broker's
-// profile attributes to pwrite, as a function of the write size.
+// batch, the size of a batch a produce request carries, and either
+// fdatasync running beside the writes (the syncer's rounds, as Tandem
+// does) or after each write (as kfake with SyncWrites does). cpu-ns/B is
+// the process's CPU (user and system) per byte written: what a broker's
+// profile attributes to pwrite and fdatasync.
 func BenchmarkFileWrite(b *testing.B) {
-	for _, size := range []int{4<<10 + 61, 16<<10 + 61, 64<<10 + 61, 256<<10 + 61, 1 << 20} {
-		b.Run(fmt.Sprint(size), func(b *testing.B) {
+	for _, c := range []struct {
+		size   int
+		inline bool // fdatasync after each write instead of beside them
+	}{{16<<10 + 61, false}, {16<<10 + 61, true}, {256<<10 + 61, false}, {256<<10 + 61, true}} {
+		size := c.size
+		name := fmt.Sprintf("%d/sync-beside", size)
+		if c.inline {
+			name = fmt.Sprintf("%d/sync-each", size)
+		}
+		b.Run(name, func(b *testing.B) {
 			dir := b.TempDir()
 			var files []*os.File
 			for i := range 6 {
@@ -35,7 +44,7 @@ func BenchmarkFileWrite(b *testing.B) {
 			synced := make(chan struct{})
 			go func() {
 				defer close(synced)
-				for {
+				for !c.inline {
 					select {
 					case <-stop:
 						return
@@ -54,6 +63,9 @@ func BenchmarkFileWrite(b *testing.B) {
 				f := i % len(files)
 				if _, err := files[f].WriteAt(buf, offs[f]); err != nil {
 					b.Fatal(err)
+				}
+				if c.inline {
+					syscall.Fdatasync(int(files[f].Fd())) //nolint:errcheck // what is measured is its cost
 				}
 				offs[f] += int64(size)
 			}
