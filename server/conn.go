@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/bits"
 	"net"
 	"runtime/debug"
 	"sync"
@@ -192,10 +191,10 @@ func (c *conn) serve() {
 // of queued.max.request.bytes and, for a produce request, its frame (the
 // engine copied the records, and nothing else keeps them).
 func (c *conn) handled(r *request) {
-	c.b.reqBytes.release(r.reserved)
+	c.b.reqBytes.Release(r.reserved)
 	r.reserved = 0
 	if _, ok := r.req.(*kmsg.ProduceRequest); ok {
-		c.b.frames.put(r.frame)
+		c.b.frames.Put(r.frame)
 		r.frame = nil
 	}
 }
@@ -380,7 +379,7 @@ func (c *conn) readRequest(br *bufio.Reader, remote string) (r *request, err err
 	start := time.Now()
 	defer func() {
 		if err != nil {
-			c.b.reqBytes.release(reserved)
+			c.b.reqBytes.Release(reserved)
 		}
 	}()
 	rd := kbin.Reader{Src: body}
@@ -432,37 +431,4 @@ func (c *conn) readRequest(br *bufio.Reader, remote string) (r *request, err err
 		return nil, fmt.Errorf("undecodable %s v%d request (client id %q): %w", apiName(key), version, r.rc.ClientID, err)
 	}
 	return r, nil
-}
-
-// framePool recycles the frame buffers of produce requests, whose records
-// the engine copies before the handler returns: under produce load the
-// broker would otherwise allocate, zero and collect every byte it receives.
-// Buffers come in power-of-two classes from 64 KiB to 16 MiB; smaller
-// frames are cheap to allocate, and larger ones rare enough that rounding
-// them up to a power of two would waste more than pooling saves.
-type framePool struct{ classes [maxPooledFrame + 1]sync.Pool }
-
-const (
-	minPooledFrame = 16 // log2 of the smallest pooled buffer
-	maxPooledFrame = 24 // log2 of the largest
-)
-
-func (p *framePool) get(n int) []byte {
-	c := bits.Len(uint(n - 1))
-	if c < minPooledFrame || c >= len(p.classes) {
-		return make([]byte, n)
-	}
-	if b, ok := p.classes[c].Get().(*[]byte); ok {
-		return (*b)[:n]
-	}
-	return make([]byte, n, 1<<c)
-}
-
-func (p *framePool) put(b []byte) {
-	c := bits.Len(uint(cap(b) - 1))
-	if cap(b) != 1<<c || c < minPooledFrame || c >= len(p.classes) {
-		return
-	}
-	b = b[:0]
-	p.classes[c].Put(&b)
 }

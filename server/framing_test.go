@@ -17,7 +17,7 @@ import (
 )
 
 // queued is the broker's tandem_server_queued_request_bytes gauge.
-func queued(b *Broker) int64 { return b.reqBytes.inUse() }
+func queued(b *Broker) int64 { return b.reqBytes.InUse() }
 
 // waitFor polls cond until it holds or a generous deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -161,10 +161,7 @@ func TestInflateCounted(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	q := b.reqBytes
-	q.mu.Lock()
-	peak, inflating := q.inflatePeak, q.inflating
-	q.mu.Unlock()
+	inflating, peak := b.reqBytes.Inflating()
 	if peak < 3<<20 || peak > 4<<20 || inflating != 0 {
 		t.Errorf("decompression reserved at most %d bytes (budget 4 MiB), %d still held", peak, inflating)
 	}

@@ -160,11 +160,11 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				defer synced.Done()
 				// Validation decompresses the batch: what that takes is
 				// counted in the request budget while it runs.
-				inflate, err := b.reqBytes.acquireInflate(ctx, engine.DecodeMemory(rp.Records))
+				inflate, err := b.reqBytes.AcquireInflate(ctx, engine.DecodeMemory(rp.Records))
 				wait := func() (engine.AppendResult, error) { return engine.AppendResult{}, err }
 				if err == nil {
 					wait = ep.AppendAsync(ctx, areq)
-					b.reqBytes.releaseInflate(inflate)
+					b.reqBytes.ReleaseInflate(inflate)
 				}
 				applied.Done()
 				res, err := wait()

@@ -29,6 +29,7 @@ import (
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/server/quota"
 	"github.com/tandem-kafka/tandem/server/security"
+	"github.com/tandem-kafka/tandem/server/wire"
 )
 
 // Config configures a Broker.
@@ -65,8 +66,8 @@ type Broker struct {
 	metrics  *prom.Set
 	m        *brokerMetrics
 	sessions *fetchSessions
-	frames   framePool          // produce request buffers, recycled
-	reqBytes *requestBytes      // queued.max.request.bytes
+	frames   wire.FramePool     // produce request buffers, recycled
+	reqBytes *wire.Budget       // queued.max.request.bytes
 	throttle *security.Throttle // of failed SASL authentications
 
 	// Hooks found in cfg.Plugins.
@@ -161,7 +162,7 @@ func New(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	b.sessions = newFetchSessions(fetchSessionSlots)
-	b.reqBytes = newRequestBytes(props.QueuedMaxRequestBytes)
+	b.reqBytes = wire.NewBudget(props.QueuedMaxRequestBytes)
 	b.throttle = security.NewThrottle(props.FailedAuthDelay)
 	if b.apis, err = newAPITable(cfg.Plugins); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
@@ -358,7 +359,7 @@ func (b *Broker) Close() error {
 			errs = append(errs, fmt.Errorf("stop plugin %T: %w", b.started[i], err))
 		}
 	}
-	b.reqBytes.stop()
+	b.reqBytes.Stop()
 	if b.session != nil {
 		b.session.Close()
 	}
@@ -473,7 +474,7 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 		return 0
 	})
 	engineGauge("tandem_engine_disk_usage_bytes", func(st engine.Stats) float64 { return float64(st.DiskUsage) })
-	s.NewGauge("tandem_server_queued_request_bytes", func() float64 { return float64(b.reqBytes.inUse()) })
+	s.NewGauge("tandem_server_queued_request_bytes", func() float64 { return float64(b.reqBytes.InUse()) })
 	clusterMetrics(b, s)
 	return &brokerMetrics{
 		set:               s,
