@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/tandem-kafka/tandem/localcluster"
 )
 
 // childEnv marks a process started as a benchmark broker, so that a test
@@ -161,10 +163,8 @@ type brokerProc struct {
 	Kind  string
 	Addr  string
 	Pid   int
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	log   *os.File
-	done  chan struct{}
+	proc  *localcluster.Proc
+	stdin io.WriteCloser // closed: the broker exits
 }
 
 // spawnBroker runs argv + the broker flags and waits until the broker
@@ -187,65 +187,52 @@ func spawnBroker(ctx context.Context, argv []string, kind, dir string, sync bool
 		name := filepath.Join(profileDir, filepath.Base(dir))
 		args = append(args, "--cpuprofile", name+".cpu.pprof", "--memprofile", name+".heap.pprof")
 	}
-	logf, err := os.Create(filepath.Join(dir, "broker.log"))
-	if err != nil {
-		return nil, err
-	}
 	cmd := exec.Command(argv[0], args...)
 	cmd.Env = append(os.Environ(), childEnv+"=1")
-	cmd.Stdout, cmd.Stderr = logf, logf
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		logf.Close()
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
+	// A fresh log (localcluster.Start appends): its tail, in an error, is
+	// this broker's own.
+	logPath := filepath.Join(dir, "broker.log")
+	os.Remove(logPath)
+	proc, err := localcluster.Start(cmd, logPath)
+	if err != nil {
+		stdin.Close()
 		return nil, fmt.Errorf("start %s broker: %w", kind, err)
 	}
-	b := &brokerProc{Kind: kind, Pid: cmd.Process.Pid, cmd: cmd, stdin: stdin, log: logf, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(b.done) }()
+	b := &brokerProc{Kind: kind, Pid: proc.PID(), proc: proc, stdin: stdin}
 
-	timeout := time.After(60 * time.Second)
-	for {
-		if addr, err := os.ReadFile(ready); err == nil {
-			b.Addr = string(addr)
-			return b, nil
-		}
-		select {
-		case <-b.done:
-			return nil, fmt.Errorf("%s broker exited before serving: %s", kind, b.logTail())
-		case <-timeout:
-			b.Stop()
-			return nil, fmt.Errorf("%s broker not serving after 60s: %s", kind, b.logTail())
-		case <-ctx.Done():
-			b.Stop()
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	addr, err := proc.WaitFile(wctx, ready)
+	switch {
+	case err == nil:
+		b.Addr = string(addr)
+		return b, nil
+	case errors.Is(err, localcluster.ErrExited):
+		return nil, fmt.Errorf("%s broker exited before serving: %s", kind, b.logTail())
+	case ctx.Err() != nil:
+		b.Stop()
+		return nil, ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		b.Stop()
+		return nil, fmt.Errorf("%s broker not serving after 60s: %s", kind, b.logTail())
 	}
+	b.Stop()
+	return nil, fmt.Errorf("%s broker: %w", kind, err)
 }
 
-func (b *brokerProc) logTail() string {
-	data, _ := os.ReadFile(b.log.Name())
-	if len(data) > 2000 {
-		data = data[len(data)-2000:]
-	}
-	return strings.TrimSpace(string(data))
-}
+func (b *brokerProc) logTail() string { return strings.TrimSpace(b.proc.Log(2000)) }
 
 // Stop asks the broker to exit (stdin EOF), then kills it after 20s.
 func (b *brokerProc) Stop() error {
 	b.stdin.Close()
-	defer b.log.Close()
-	select {
-	case <-b.done:
-	case <-time.After(20 * time.Second):
-		b.cmd.Process.Kill()
-		<-b.done
+	if !b.proc.ExitWithin(20 * time.Second) {
 		return fmt.Errorf("%s broker did not exit in 20s; killed", b.Kind)
 	}
-	if code := b.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := b.proc.State().ExitCode(); code != 0 {
 		return fmt.Errorf("%s broker exited with %d: %s", b.Kind, code, b.logTail())
 	}
 	return nil

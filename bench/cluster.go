@@ -5,19 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tandem-kafka/tandem/localcluster"
 )
 
 // ClusterResult is what --cluster measured: replicated produce against
@@ -81,20 +81,16 @@ func (r *Runner) startBenchCluster(ctx context.Context, dir string, n int) (*ben
 	if err != nil {
 		return nil, err
 	}
-	addrs, err := freeAddrs(2 * n)
+	addrs, err := localcluster.FreeAddrs("127.0.0.1", 2*n)
 	if err != nil {
 		return nil, err
 	}
 	c := &benchCluster{r: r, argv: argv, dir: dir, kafka: addrs[:n], brokers: make([]*brokerProc, n)}
-	var vs []string
-	for i, a := range addrs[n:] {
-		vs = append(vs, fmt.Sprintf("%d@%s", i+1, a))
-	}
 	c.props = maps.Clone(r.Props)
 	if c.props == nil {
 		c.props = map[string]string{}
 	}
-	c.props["controller.quorum.voters"] = strings.Join(vs, ",")
+	c.props["controller.quorum.voters"] = localcluster.Voters(addrs[n:])
 	// Voters start together: each waits for a majority.
 	errs := make(chan error, n)
 	for i := range n {
@@ -129,17 +125,7 @@ func (c *benchCluster) start(ctx context.Context, i int) error {
 func (c *benchCluster) waitLive(ctx context.Context, n int) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	for {
-		md, err := c.metadata(ctx)
-		if err == nil && len(md.Brokers) == n {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: %d of %d brokers live: %v", len(md.Brokers), n, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return localcluster.WaitLive(ctx, c.live(), n, nil)
 }
 
 func (c *benchCluster) live() []string {
@@ -188,9 +174,7 @@ func (c *benchCluster) waitISR(ctx context.Context, topic string, n int) error {
 func (c *benchCluster) kill(i int) {
 	b := c.brokers[i]
 	c.brokers[i] = nil
-	b.cmd.Process.Kill()
-	<-b.done
-	b.log.Close()
+	b.proc.Kill()
 }
 
 func (c *benchCluster) stopOne(i int) error {
@@ -404,26 +388,6 @@ func (c *benchCluster) failover(ctx context.Context, p *payloads, seq int64) (ti
 		return 0, err
 	}
 	return d, nil
-}
-
-// freeAddrs reserves n loopback addresses: each was free a moment ago.
-func freeAddrs(n int) ([]string, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	var out []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
-	}
-	return out, nil
 }
 
 func (rep *Report) clusterTables() (*table, *table) {

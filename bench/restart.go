@@ -54,9 +54,7 @@ func (r *Runner) measureRestart(ctx context.Context, dir string, bytes int64) (*
 		produce(loadCtx, b.Addr, topic, lw, p, produceOpts{})
 	}()
 	time.Sleep(2 * time.Second)
-	b.cmd.Process.Kill()
-	<-b.done
-	b.log.Close()
+	b.proc.Kill()
 	stopLoad()
 	<-loadDone
 	res := &RestartResult{}

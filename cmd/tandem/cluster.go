@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,8 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/tandem-kafka/tandem/localcluster"
 )
 
 const clusterDoc = `Starts a local cluster of N brokers in one command, for tryouts and demos:
@@ -67,15 +65,6 @@ type clusterLayout struct {
 	Kafka      []string `json:"kafka"`
 	Controller []string `json:"controller"`
 	HTTP       []string `json:"http,omitempty"`
-}
-
-// voters is the controller.quorum.voters value of the layout.
-func (l *clusterLayout) voters() string {
-	vs := make([]string, len(l.Controller))
-	for i, a := range l.Controller {
-		vs[i] = fmt.Sprintf("%d@%s", i+1, a)
-	}
-	return strings.Join(vs, ",")
 }
 
 // clusterReady is what --ready-file holds once the cluster serves.
@@ -186,7 +175,7 @@ func (o *clusterOptions) run(fs *flags, explicit map[string]bool, stdout, stderr
 		if len(layout.HTTP) > 0 {
 			line += "  http " + layout.HTTP[i]
 		}
-		fmt.Fprintf(stdout, "%s  pid %d  log %s\n", line, c.nodes[i].cmd.Process.Pid, c.nodes[i].logPath)
+		fmt.Fprintf(stdout, "%s  pid %d  log %s\n", line, c.nodes[i].proc.PID(), c.nodes[i].logPath)
 	}
 	if temporary {
 		fmt.Fprintf(stdout, "data dir           %s (removed at exit; --data-dir keeps it)\n", dir)
@@ -222,7 +211,7 @@ func (c *localCluster) writeReady() error {
 	}
 	ready := clusterReady{Bootstrap: c.bootstrap, DataDir: c.dir}
 	for _, n := range c.nodes {
-		ready.PIDs = append(ready.PIDs, n.cmd.Process.Pid)
+		ready.PIDs = append(ready.PIDs, n.proc.PID())
 	}
 	data, _ := json.Marshal(ready)
 	return writeFileAtomic(c.readyFile, data)
@@ -308,28 +297,13 @@ func portRange(base string, offset, n int) ([]string, error) {
 	if err != nil || port < 0 || port > 65535 {
 		return nil, fmt.Errorf("%q: bad port", base)
 	}
-	out := make([]string, n)
 	if port == 0 {
-		// Free a moment ago: reserve all, then release together.
-		var lns []net.Listener
-		defer func() {
-			for _, ln := range lns {
-				ln.Close()
-			}
-		}()
-		for i := range n {
-			ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-			if err != nil {
-				return nil, err
-			}
-			lns = append(lns, ln)
-			out[i] = ln.Addr().String()
-		}
-		return out, nil
+		return localcluster.FreeAddrs(host, n)
 	}
 	if port+offset+n-1 > 65535 {
 		return nil, fmt.Errorf("%q: ports up to %d needed, above 65535", base, port+offset+n-1)
 	}
+	out := make([]string, n)
 	for i := range n {
 		out[i] = net.JoinHostPort(host, strconv.Itoa(port+offset+i))
 	}
@@ -353,11 +327,9 @@ type localCluster struct {
 type clusterNode struct {
 	id      int
 	args    []string // its tandem serve command line
-	cmd     *exec.Cmd
+	proc    *localcluster.Proc
 	logPath string
 	ready   string
-	done    chan struct{} // closed when the process has exited
-	log     *os.File
 	gone    bool // exited on its own while the cluster served, and reported
 	run     int  // counts its starts: an exit of an earlier run is old news
 }
@@ -372,31 +344,22 @@ type nodeExit struct {
 // its exit on c.exits.
 func (c *localCluster) launch(n *clusterNode) error {
 	os.Remove(n.ready)
-	var err error
-	if n.log == nil {
-		if n.log, err = os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
-			return err
-		}
-	}
-	n.cmd = exec.Command(c.exe, n.args...)
-	n.cmd.Env = append(os.Environ(), clusterChildEnv+"=1")
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	cmd := exec.Command(c.exe, n.args...)
+	cmd.Env = append(os.Environ(), clusterChildEnv+"=1")
 	// Its own process group, so that Ctrl-C in a terminal reaches
 	// only this process, which stops the brokers one clean way; and,
 	// on Linux, SIGTERM to the broker when this process dies.
-	n.cmd.SysProcAttr = childProcAttr()
-	if err := n.cmd.Start(); err != nil {
-		n.log.Close()
-		n.log = nil
+	cmd.SysProcAttr = childProcAttr()
+	proc, err := localcluster.Start(cmd, n.logPath)
+	if err != nil {
 		return fmt.Errorf("start node %d: %w", n.id, err)
 	}
+	n.proc = proc
 	n.run++
 	n.gone = false
-	done, cmd, ev := make(chan struct{}), n.cmd, nodeExit{n, n.run}
-	n.done = done
+	ev := nodeExit{n, n.run}
 	go func() {
-		cmd.Wait()
-		close(done)
+		<-proc.Done()
 		c.exits <- ev // buffered: one slot per node and run is never needed at once
 	}()
 	return nil
@@ -412,7 +375,7 @@ func (c *localCluster) start(ctx context.Context, o *clusterOptions) error {
 	c.exe, c.timeout, c.exits = exe, o.timeout, make(chan nodeExit, 2*c.layout.Brokers)
 	rf := strconv.Itoa(min(3, c.layout.Brokers))
 	sets := []string{
-		"controller.quorum.voters=" + c.layout.voters(),
+		"controller.quorum.voters=" + localcluster.Voters(c.layout.Controller),
 		"default.replication.factor=" + rf,
 		"offsets.topic.replication.factor=" + rf,
 		"transaction.state.log.replication.factor=" + rf,
@@ -442,62 +405,32 @@ func (c *localCluster) start(ctx context.Context, o *clusterOptions) error {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	for _, n := range c.nodes {
-		for {
-			if _, err := os.Stat(n.ready); err == nil {
-				break
-			}
-			select {
-			case <-n.done:
-				return fmt.Errorf("node %d exited before serving (%v): %s", n.id, n.cmd.ProcessState, n.lastLines())
-			case <-ctx.Done():
-				return fmt.Errorf("node %d not serving after %v; its log %s: %s", n.id, o.timeout, n.logPath, n.lastLines())
-			case <-time.After(50 * time.Millisecond):
-			}
+		if err := c.awaitServing(ctx, n); err != nil {
+			return err
 		}
 	}
-	return c.waitLive(ctx)
-}
-
-// waitLive waits until Metadata through node 1 lists every broker: each
-// registered with the controller and unfenced.
-func (c *localCluster) waitLive(ctx context.Context) error {
-	var last string
-	for {
-		md, err := brokerMetadata(ctx, c.layout.Kafka[0])
-		if err == nil && len(md.Brokers) == c.layout.Brokers {
-			return nil
-		}
-		last = fmt.Sprintf("%d of %d brokers live", len(md.Brokers), c.layout.Brokers)
-		if err != nil {
-			last = err.Error()
-		}
+	// Metadata through node 1 lists every broker once each is registered
+	// with the controller and unfenced.
+	return localcluster.WaitLive(ctx, c.layout.Kafka[:1], c.layout.Brokers, func() error {
 		for _, n := range c.nodes {
-			select {
-			case <-n.done:
-				return fmt.Errorf("node %d exited while the cluster formed (%v): %s", n.id, n.cmd.ProcessState, n.lastLines())
-			default:
+			if !n.proc.Running() {
+				return fmt.Errorf("node %d exited while the cluster formed (%v): %s", n.id, n.proc.State(), n.lastLines())
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster not formed: %s", last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 }
 
-// brokerMetadata asks addr alone for the live brokers, within a few
-// seconds: a fresh client each time, so that nothing it learnt from a
-// cluster still forming (or retries) outlives the attempt.
-func brokerMetadata(ctx context.Context, addr string) (kadm.Metadata, error) {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DialTimeout(time.Second))
-	if err != nil {
-		return kadm.Metadata{}, err
+// awaitServing waits until node n has written its ready file: it serves.
+func (c *localCluster) awaitServing(ctx context.Context, n *clusterNode) error {
+	_, err := n.proc.WaitFile(ctx, n.ready)
+	switch {
+	case errors.Is(err, localcluster.ErrExited):
+		return fmt.Errorf("node %d exited before serving (%v): %s", n.id, n.proc.State(), n.lastLines())
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("node %d not serving after %v; its log %s: %s", n.id, c.timeout, n.logPath, n.lastLines())
 	}
-	defer cl.Close()
-	return kadm.NewClient(cl).BrokerMetadata(ctx)
+	return err
 }
 
 // watch reports brokers that exit on their own and restarts the nodes
@@ -518,14 +451,14 @@ func (c *localCluster) watch(ctx context.Context, requests <-chan restartRequest
 			if !left {
 				last := c.nodes[len(c.nodes)-1]
 				for _, n := range c.nodes {
-					if n.cmd.ProcessState.ExitCode() != 0 {
+					if n.proc.State().ExitCode() != 0 {
 						last = n
 					}
 				}
-				return fmt.Errorf("every broker exited; node %d (%v): %s", last.id, last.cmd.ProcessState, last.lastLines())
+				return fmt.Errorf("every broker exited; node %d (%v): %s", last.id, last.proc.State(), last.lastLines())
 			}
 			fmt.Fprintf(c.stderr, "tandem cluster: node %d exited (%v); the others keep serving; its log: %s; r %d here (or tandem cluster restart %d --data-dir %s) starts it again\n",
-				n.id, n.cmd.ProcessState, n.logPath, n.id, n.id, c.dir)
+				n.id, n.proc.State(), n.logPath, n.id, n.id, c.dir)
 		case req := <-requests:
 			msg, err := c.restart(ctx, req.node)
 			req.reply <- restartResult{msg, err}
@@ -541,39 +474,22 @@ func (c *localCluster) restart(ctx context.Context, id int) (string, error) {
 		return "", fmt.Errorf("no node %d: this cluster has nodes 1 to %d", id, len(c.nodes))
 	}
 	n := c.nodes[id-1]
-	select {
-	case <-n.done:
-	default:
+	if n.proc.Running() {
 		n.run++ // its exit is expected now
-		n.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-n.done:
-		case <-time.After(time.Minute):
-			n.cmd.Process.Kill()
-			<-n.done
-		}
+		n.proc.Stop(time.Minute)
 	}
 	if err := c.launch(n); err != nil {
 		return "", err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	for {
-		if _, err := os.Stat(n.ready); err == nil {
-			break
-		}
-		select {
-		case <-n.done:
-			return "", fmt.Errorf("node %d exited before serving (%v): %s", n.id, n.cmd.ProcessState, n.lastLines())
-		case <-ctx.Done():
-			return "", fmt.Errorf("node %d not serving after %v; its log %s: %s", n.id, c.timeout, n.logPath, n.lastLines())
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := c.awaitServing(ctx, n); err != nil {
+		return "", err
 	}
 	if err := c.writeReady(); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("node %d serving again (pid %d)", n.id, n.cmd.Process.Pid), nil
+	return fmt.Sprintf("node %d serving again (pid %d)", n.id, n.proc.PID()), nil
 }
 
 // stop sends SIGTERM to every running broker at once (each moves its
@@ -586,28 +502,25 @@ func (c *localCluster) stop(restoreSignals func()) error {
 	defer signal.Stop(kill)
 	restoreSignals() // the context's own handler; kill has them now
 	for _, n := range c.nodes {
-		select {
-		case <-n.done:
-		default:
-			n.cmd.Process.Signal(syscall.SIGTERM)
+		if n.proc.Running() {
+			n.proc.Signal(syscall.SIGTERM)
 		}
 	}
 	var errs []error
 	deadline := time.After(time.Minute)
 	for _, n := range c.nodes {
 		select {
-		case <-n.done:
+		case <-n.proc.Done():
 		case <-kill:
 			c.killAll()
-			<-n.done
+			<-n.proc.Done()
 		case <-deadline:
 			c.killAll()
-			<-n.done
+			<-n.proc.Done()
 			errs = append(errs, fmt.Errorf("node %d did not stop within a minute; killed", n.id))
 		}
-		n.log.Close()
 		// A broker that exited on its own earlier was reported then.
-		if st := n.cmd.ProcessState; !n.gone && st.Exited() && st.ExitCode() != 0 {
+		if st := n.proc.State(); !n.gone && st.Exited() && st.ExitCode() != 0 {
 			errs = append(errs, fmt.Errorf("node %d exited with status %d: %s", n.id, st.ExitCode(), n.lastLines()))
 		}
 		os.Remove(n.ready)
@@ -615,12 +528,12 @@ func (c *localCluster) stop(restoreSignals func()) error {
 	return errors.Join(errs...)
 }
 
+// killAll kills every running broker at once, without waiting for one
+// before killing the next.
 func (c *localCluster) killAll() {
 	for _, n := range c.nodes {
-		select {
-		case <-n.done:
-		default:
-			n.cmd.Process.Kill()
+		if n.proc.Running() {
+			n.proc.Signal(os.Kill)
 		}
 	}
 }
@@ -628,17 +541,16 @@ func (c *localCluster) killAll() {
 // lastLines is the end of the node's log, for an error message: its
 // last error line when it has one, else its last line.
 func (n *clusterNode) lastLines() string {
-	data, _ := os.ReadFile(n.logPath)
-	lines := bytes.Split(bytes.TrimSpace(data), []byte("\n"))
+	lines := strings.Split(strings.TrimSpace(n.proc.Log(0)), "\n")
 	for i := len(lines) - 1; i >= 0 && i >= len(lines)-20; i-- {
-		if bytes.Contains(lines[i], []byte("level=ERROR")) || bytes.HasPrefix(lines[i], []byte("tandem serve:")) {
-			return string(lines[i])
+		if strings.Contains(lines[i], "level=ERROR") || strings.HasPrefix(lines[i], "tandem serve:") {
+			return lines[i]
 		}
 	}
-	if len(lines) == 0 || len(lines[0]) == 0 {
+	if len(lines[0]) == 0 {
 		return "(empty log " + n.logPath + ")"
 	}
-	return string(lines[len(lines)-1])
+	return lines[len(lines)-1]
 }
 
 // writeFileAtomic writes data to path through a rename, so that a reader

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tandem-kafka/tandem"
+	"github.com/tandem-kafka/tandem/localcluster"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server"
 )
@@ -85,13 +86,11 @@ func startCluster(t testing.TB, n int, props map[string]string) (*Cluster, error
 	maps.Copy(c.props, props)
 	ctrl := pickAddrs(t, n)
 	kafka := pickAddrs(t, n)
-	var voters []string
 	for i := range n {
-		voters = append(voters, fmt.Sprintf("%d@%s", i+1, ctrl[i]))
 		c.net.own(ctrl[i], int32(i+1))
 		c.net.own(kafka[i], int32(i+1))
 	}
-	c.props["controller.quorum.voters"] = strings.Join(voters, ",")
+	c.props["controller.quorum.voters"] = localcluster.Voters(ctrl)
 	for i := range n {
 		c.Brokers = append(c.Brokers, &ClusterBroker{c: c, ID: int32(i + 1), Dir: t.TempDir(), Addr: kafka[i], ControllerAddr: ctrl[i]})
 	}
@@ -138,20 +137,11 @@ var pickAddrs = freeAddrs
 // freeAddrs reserves n loopback addresses: each was free a moment ago.
 func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	var out []string
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
+	addrs, err := localcluster.FreeAddrs("127.0.0.1", n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
+	return addrs
 }
 
 func (b *ClusterBroker) start() error {

@@ -3,6 +3,7 @@ package tandemtest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/localcluster"
 )
 
 // Proc is a tandem binary running as a child process.
@@ -31,12 +34,10 @@ type Proc struct {
 	Addr     string
 	HTTPAddr string
 
-	cmd     *exec.Cmd
+	proc    *localcluster.Proc // the current (or last) process
 	logPath string
-	done    chan struct{} // closed when the process has exited
-	ready   string        // the --ready-file
-	args    []string      // of the current process
-	waitErr error
+	ready   string   // the --ready-file
+	args    []string // of the current process
 	starts  int
 }
 
@@ -78,26 +79,19 @@ func (p *Proc) launch() error {
 	}
 	p.args = args
 	p.logPath = filepath.Join(p.dir, fmt.Sprintf("tandem-%d.log", p.starts))
-	logFile, err := os.Create(p.logPath)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close() // the child has its own descriptor
-	p.cmd = exec.Command(p.bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	cmd := exec.Command(p.bin, args...)
 	// If the test process dies, the broker must not outlive it.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	proc, err := localcluster.Start(cmd, p.logPath)
+	if err != nil {
 		return fmt.Errorf("starting %s: %v", p.bin, err)
 	}
-	done, cmd := make(chan struct{}), p.cmd
-	p.done = done
-	go func() { p.waitErr = cmd.Wait(); close(done) }()
+	p.proc = proc
 	return nil
 }
 
 func (p *Proc) await() error {
-	info, err := p.waitReady(p.ready, 60*time.Second)
+	info, err := p.waitReady(60 * time.Second)
 	if err != nil {
 		return fmt.Errorf("tandem serve %s: %v\n%s", strings.Join(p.args, " "), err, p.Logs())
 	}
@@ -108,26 +102,24 @@ func (p *Proc) await() error {
 	return nil
 }
 
-func (p *Proc) waitReady(path string, timeout time.Duration) (info struct{ Kafka, HTTP string }, err error) {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			return info, fmt.Errorf("exited before ready: %v", p.waitErr)
-		case <-time.After(20 * time.Millisecond):
-		}
-		data, err := os.ReadFile(path)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		} else if err != nil {
-			return info, err
-		}
-		if err := json.Unmarshal(data, &info); err != nil {
-			return info, fmt.Errorf("ready file %q: %w", data, err)
-		}
-		return info, nil
+// waitReady waits up to timeout for the ready file and returns the
+// addresses it names.
+func (p *Proc) waitReady(timeout time.Duration) (info struct{ Kafka, HTTP string }, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	data, err := p.proc.WaitFile(ctx, p.ready)
+	switch {
+	case errors.Is(err, localcluster.ErrExited):
+		return info, fmt.Errorf("exited before ready: %v", p.proc.Err())
+	case errors.Is(err, context.DeadlineExceeded):
+		return info, fmt.Errorf("not ready after %v", timeout)
+	case err != nil:
+		return info, err
 	}
-	return info, fmt.Errorf("not ready after %v", timeout)
+	if err := json.Unmarshal(data, &info); err != nil {
+		return info, fmt.Errorf("ready file %q: %w", data, err)
+	}
+	return info, nil
 }
 
 func (p *Proc) ping() error {
@@ -147,33 +139,25 @@ func (p *Proc) ping() error {
 }
 
 // PID is the process ID of the running broker.
-func (p *Proc) PID() int { return p.cmd.Process.Pid }
+func (p *Proc) PID() int { return p.proc.PID() }
 
 // Running reports whether the process has not exited.
-func (p *Proc) Running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
+func (p *Proc) Running() bool { return p.proc.Running() }
 
 // Kill9 kills the broker with SIGKILL and waits for it to be gone.
 func (p *Proc) Kill9() {
 	p.t.Helper()
 	if !p.Running() {
-		p.t.Fatalf("Kill9: broker not running (%v)", p.waitErr)
+		p.t.Fatalf("Kill9: broker not running (%v)", p.proc.Err())
 	}
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
+	p.proc.Kill()
 }
 
 // Pause stops the process with SIGSTOP: it keeps its sockets open but
 // answers nothing, as a process stuck in a long GC pause or a frozen VM.
 func (p *Proc) Pause() {
 	p.t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := p.proc.Signal(syscall.SIGSTOP); err != nil {
 		p.t.Fatalf("SIGSTOP: %v", err)
 	}
 }
@@ -181,7 +165,7 @@ func (p *Proc) Pause() {
 // Resume continues a paused process with SIGCONT.
 func (p *Proc) Resume() {
 	p.t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := p.proc.Signal(syscall.SIGCONT); err != nil {
 		p.t.Fatalf("SIGCONT: %v", err)
 	}
 }
@@ -191,17 +175,9 @@ func (p *Proc) Resume() {
 // exit in time, an error after killing it.
 func (p *Proc) Stop(timeout time.Duration) error {
 	if !p.Running() {
-		return fmt.Errorf("not running (exited: %v)", p.waitErr)
+		return fmt.Errorf("not running (exited: %v)", p.proc.Err())
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.waitErr
-	case <-time.After(timeout):
-		p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-		return fmt.Errorf("did not exit within %v of SIGTERM; killed", timeout)
-	}
+	return p.proc.Stop(timeout)
 }
 
 // Restart starts the broker again on the same data dir and Kafka address,
@@ -221,7 +197,7 @@ func (p *Proc) DataDir() string { return p.dataDir }
 // filesystem of the test's choosing: a small tmpfs, say), where Restart
 // starts it next.
 func (p *Proc) MoveDataDir(dir string) error {
-	if p.cmd != nil && p.Running() {
+	if p.proc != nil && p.Running() {
 		return errors.New("MoveDataDir: broker still running")
 	}
 	if out, err := exec.Command("cp", "-a", p.dataDir+"/.", dir).CombinedOutput(); err != nil {
@@ -271,9 +247,8 @@ func (p *Proc) Mem() (rss, peak int64, err error) {
 }
 
 func (p *Proc) cleanup() {
-	if p.cmd != nil && p.Running() {
-		p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
+	if p.proc != nil && p.Running() {
+		p.proc.Kill()
 	}
 	if p.t.Failed() {
 		logs := p.Logs()

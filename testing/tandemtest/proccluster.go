@@ -13,6 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tandem-kafka/tandem/localcluster"
 )
 
 // ProcCluster is a multi-broker cluster of `tandem serve` processes:
@@ -67,12 +69,7 @@ func StartProcClusterNodes(t testing.TB, n int, props map[string]string, nodePro
 func startProcCluster(t testing.TB, bin string, n int, props map[string]string, nodeProps func(int32) map[string]string) (*ProcCluster, error) {
 	all := maps.Clone(procClusterDefaults)
 	maps.Copy(all, props)
-	ctrl := pickAddrs(t, n)
-	var voters []string
-	for i := range n {
-		voters = append(voters, fmt.Sprintf("%d@%s", i+1, ctrl[i]))
-	}
-	all["controller.quorum.voters"] = strings.Join(voters, ",")
+	all["controller.quorum.voters"] = localcluster.Voters(pickAddrs(t, n))
 	c := &ProcCluster{t: t}
 	for i := range n {
 		node := maps.Clone(all)
@@ -95,7 +92,7 @@ func startProcCluster(t testing.TB, bin string, n int, props map[string]string, 
 	errs := make(chan error, n)
 	for _, p := range c.Brokers {
 		go func() {
-			if p.cmd == nil {
+			if p.proc == nil {
 				errs <- nil
 				return
 			}
