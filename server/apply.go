@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -35,6 +34,14 @@ func (a *appliedState) get() *raftmeta.Image {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.image
+}
+
+// Applied is replication.Images: the image and a channel closed when a
+// newer one is applied, read together.
+func (a *appliedState) Applied() (*raftmeta.Image, <-chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.image, a.changed
 }
 
 func (a *appliedState) set(img *raftmeta.Image) {
@@ -136,8 +143,7 @@ func (b *Broker) apply(old, cur *raftmeta.Image) {
 	delta := raftmeta.Diff(old, cur)
 	for _, t := range delta.DeletedTopics {
 		for p, part := range t.Partitions {
-			b.repl.unlead(t.ID, int32(p))
-			b.repl.unfollow(partKey{t.ID, int32(p)})
+			b.repl.Drop(t.ID, int32(p))
 			if part.Leader == b.cfg.NodeID {
 				b.leaderChange(t, int32(p), false, part.LeaderEpoch)
 			}
@@ -185,8 +191,7 @@ func (b *Broker) applyTopic(old, t *raftmeta.Topic, img *raftmeta.Image) {
 		p := int32(i)
 		if !slices.Contains(part.Replicas, b.cfg.NodeID) {
 			// Reassigned away from us: drop the data.
-			b.repl.unlead(t.ID, p)
-			b.repl.unfollow(partKey{t.ID, p})
+			b.repl.Drop(t.ID, p)
 			if b.engine.Partition(t.ID, p) != nil {
 				if err := b.engine.Delete(t.ID, p); err != nil {
 					b.log.Error("delete unassigned partition", "topic", t.Name, "partition", p, "err", err)
@@ -202,7 +207,7 @@ func (b *Broker) applyTopic(old, t *raftmeta.Topic, img *raftmeta.Image) {
 					b.log.Error("set leader epoch", "topic", t.Name, "partition", p, "epoch", part.LeaderEpoch, "err", err)
 				}
 			}
-			b.replicate(t, p, part, ep, img)
+			b.repl.Replicate(t, p, part, ep, img)
 		}
 		var was raftmeta.Partition
 		was.Leader = -1
@@ -287,34 +292,5 @@ func (q *metaQueue) run(ctx context.Context) {
 				q.obs.OnMetadataUpdate(raftmeta.Diff(it.old, it.cur), it.cur)
 			})
 		}
-	}
-}
-
-// replicate starts or stops leading or following partition p of t as
-// this broker's role in it says. A partition with one replica is not
-// replicated: its high watermark follows its durable end.
-func (b *Broker) replicate(t *raftmeta.Topic, p int32, part raftmeta.Partition, ep *engine.Partition, img *raftmeta.Image) {
-	if b.session == nil {
-		return // standalone: every partition has one replica
-	}
-	k := partKey{t.ID, p}
-	replicated := len(part.Replicas) > 1
-	if err := ep.SetReplicated(replicated); err != nil {
-		b.log.Error("replication state", "topic", t.Name, "partition", p, "err", err)
-	}
-	switch {
-	case part.Leader == b.cfg.NodeID:
-		b.repl.unfollow(k)
-		if replicated {
-			b.repl.lead(t, p, part, ep)
-		} else {
-			b.repl.unlead(t.ID, p)
-		}
-	case part.Leader >= 0:
-		b.repl.unlead(t.ID, p)
-		b.repl.follow(t, p, part, ep, img)
-	default:
-		b.repl.unlead(t.ID, p)
-		b.repl.unfollow(k)
 	}
 }

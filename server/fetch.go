@@ -15,6 +15,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/server/replication"
 )
 
 // fetchSessionSlots is max.incremental.fetch.session.cache.slots.
@@ -203,6 +204,13 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 	return resp, nil
 }
 
+// replicaFetch is who sends a Fetch: a broker (id >= 0, with its broker
+// epoch from Fetch v15) or a consumer (-1).
+type replicaFetch struct {
+	id    int32
+	epoch int64
+}
+
 // readParts reads every partition once into its out field. total is the
 // bytes read; done is true when the fetch must be answered now (an error or
 // a diverging epoch); waits are channels that close when a read partition's
@@ -210,7 +218,7 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolation, replica replicaFetch, version int16) (total int, done bool, waits []<-chan struct{}) {
 	var leaderRate int64 // leader.replication.throttled.rate, 0: unlimited
 	if replica.id >= 0 {
-		leaderRate = b.leaderThrottleRate()
+		leaderRate = b.repl.LeaderThrottleRate()
 	}
 	for _, fp := range parts {
 		o := &fp.out
@@ -255,13 +263,13 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		}
 		var seq int64
 		if replica.id >= 0 {
-			if err := b.checkReplica(fp, replica, part); err != nil {
+			if err := b.repl.CheckReplica(fp.topic.ID, fp.key.partition, replica.id, replica.epoch, part); err != nil {
 				fail(err)
 				continue
 			}
 			// Stamped before the read, which sees every truncation
 			// that happened before the stamp.
-			seq = b.repl.seq.Add(1)
+			seq = b.repl.StampFetch()
 			waits = append(waits, ep.WaitEnd()) // followers wait for new data, not for the hwm
 		} else {
 			waits = append(waits, ep.Wait()) // before reading: no missed wakeup
@@ -278,18 +286,22 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 				continue
 			}
 		}
-		if replica.id >= 0 && fp.req.FetchOffset <= offs.LogEnd {
-			b.replicaFetched(fp, replica, seq)
+		if replica.id >= 0 && fp.req.FetchOffset <= offs.LogEnd && !fp.replicaSeen {
+			// The follower's log matched ours up to its fetch offset:
+			// recorded once per request (a fetch answered with a
+			// diverging epoch or out of range is not).
+			fp.replicaSeen = true
+			b.repl.Fetched(fp.topic.ID, fp.key.partition, replica.id, fp.req.FetchOffset, seq)
 		}
 		limit := min(int(fp.req.PartitionMaxBytes), maxBytes-total)
 		if limit <= 0 {
 			continue // the response is full; report positions only
 		}
-		throttled := leaderRate > 0 && leaderThrottled(fp.topic, fp.key.partition, replica.id, part)
+		throttled := leaderRate > 0 && replication.LeaderThrottled(fp.topic, fp.key.partition, replica.id, part)
 		if throttled {
 			// Kafka's leader throttle: over the quota, a throttled
 			// follower out of the ISR gets positions only.
-			if b.repl.leaderQuota.wait(leaderRate, time.Now()) > 0 {
+			if b.repl.LeaderQuota().Wait(leaderRate, time.Now()) > 0 {
 				continue
 			}
 			limit = int(min(int64(limit), leaderRate)) // a second's worth
@@ -304,7 +316,7 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 			o.HighWatermark, o.LastStableOffset, o.LogStartOffset = -1, -1, -1
 			if replica.id >= 0 && errors.Is(err, kerr.OffsetOutOfRange) {
 				// A follower below our log start starts its log over
-				// there (replica_fetch.go): tell it where that is.
+				// there (server/replication/follower.go): tell it where that is.
 				o.LogStartOffset = ep.Offsets().LogStart
 			}
 			done = true
@@ -312,11 +324,11 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 			continue
 		}
 		o.HighWatermark, o.LastStableOffset, o.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
-		if replica.id >= 0 && mirrorLeaderEpoch(&fp.req.UnknownTags) >= 0 {
+		if replica.id >= 0 && replication.MirrorLeaderEpoch(&fp.req.UnknownTags) >= 0 {
 			// A follower of a mirror partition: the latest epoch in
 			// the log, read after the records so that it bounds them
-			// (mirror_epoch.go).
-			setMirrorLeaderEpoch(&o.UnknownTags, ep.LastFetchedEpoch())
+			// (server/replication/mirror_epoch.go).
+			replication.SetMirrorLeaderEpoch(&o.UnknownTags, ep.LastFetchedEpoch())
 		}
 		n := recs.Len()
 		// KIP-74: only the first batch of the response may exceed the
@@ -327,7 +339,7 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		}
 		fp.recs, fp.nbytes = recs, n
 		if throttled {
-			b.repl.leaderQuota.record(n, leaderRate, time.Now())
+			b.repl.LeaderQuota().Record(n, leaderRate, time.Now())
 			b.m.throttledLeader.Add(n)
 		}
 		for _, a := range res.AbortedTxns {

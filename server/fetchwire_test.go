@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/server/replication"
 )
 
 // recordsSource is a partition holding two batches, read as Records.
@@ -74,9 +75,9 @@ func testFetchResponse(t *testing.T, v int16, src *recordsSource) (want *kmsg.Fe
 				p.ErrorCode = 74
 				p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = 1, 3
 				p.DivergingEpoch.Epoch, p.DivergingEpoch.EndOffset = 2, 8
-				setMirrorLeaderEpoch(&p.UnknownTags, 42) // after tags 0 and 1
+				replication.SetMirrorLeaderEpoch(&p.UnknownTags, 42) // after tags 0 and 1
 			case 2: // a tag of Tandem's own only
-				setMirrorLeaderEpoch(&p.UnknownTags, 7)
+				replication.SetMirrorLeaderEpoch(&p.UnknownTags, 7)
 			}
 			recs = append(recs, r)
 			rt.Partitions = append(rt.Partitions, p)
@@ -150,5 +151,47 @@ func TestFetchFrameOverTCP(t *testing.T) {
 		if n := int(frame[0])<<24 | int(frame[1])<<16 | int(frame[2])<<8 | int(frame[3]); n != len(body) || !bytes.Equal(frame[4:], body) {
 			t.Fatalf("%T: frame of %d bytes differs from kmsg's %d", w, n, len(body))
 		}
+	}
+}
+
+// TestMirrorLeaderEpochWire sends MirrorLeaderEpoch in a Fetch request and
+// response as kmsg reads them: the tag survives both ways, next to
+// Kafka's own tags.
+func TestMirrorLeaderEpochWire(t *testing.T) {
+	rp := kmsg.NewFetchRequestTopicPartition()
+	replication.SetMirrorLeaderEpoch(&rp.UnknownTags, 17)
+	req := kmsg.NewPtrFetchRequest()
+	req.Version = 16
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	var back kmsg.FetchRequest
+	back.Version = 16
+	if err := back.ReadFrom(req.AppendTo(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if e := replication.MirrorLeaderEpoch(&back.Topics[0].Partitions[0].UnknownTags); e != 17 {
+		t.Fatalf("request MirrorLeaderEpoch = %d, want 17", e)
+	}
+	if e := replication.MirrorLeaderEpoch(&kmsg.Tags{}); e != -1 {
+		t.Fatalf("absent MirrorLeaderEpoch = %d, want -1", e)
+	}
+
+	src := newRecordsSource(t, vfs.NewMem(), "db")
+	_, got := testFetchResponse(t, 16, src)
+	var resp kmsg.FetchResponse
+	resp.Version = 16
+	if err := resp.ReadFrom(got.AppendTo(nil)); err != nil {
+		t.Fatal(err)
+	}
+	ps := resp.Topics[0].Partitions
+	if e := replication.MirrorLeaderEpoch(&ps[1].UnknownTags); e != 42 || ps[1].DivergingEpoch.EndOffset != 8 || ps[1].CurrentLeader.LeaderEpoch != 3 {
+		t.Fatalf("partition 1: MirrorLeaderEpoch %d, diverging %+v, leader %+v", e, ps[1].DivergingEpoch, ps[1].CurrentLeader)
+	}
+	if e := replication.MirrorLeaderEpoch(&ps[2].UnknownTags); e != 7 {
+		t.Fatalf("partition 2: MirrorLeaderEpoch %d, want 7", e)
+	}
+	if e := replication.MirrorLeaderEpoch(&ps[0].UnknownTags); e != -1 {
+		t.Fatalf("partition 0: MirrorLeaderEpoch %d, want none", e)
 	}
 }

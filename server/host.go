@@ -152,7 +152,7 @@ func (b *Broker) CheckWritable(id engine.TopicID, p int32) (int32, error) {
 	case kerrErr != nil:
 		return -1, fmt.Errorf("%s-%d is led by broker %d: %w", t.Name, p, part.Leader, kerrErr)
 	}
-	if err := b.checkMinISR(t, p, part); err != nil {
+	if err := b.repl.CheckMinISR(t, p, part); err != nil {
 		return -1, err
 	}
 	return part.LeaderEpoch, nil
@@ -166,5 +166,13 @@ func (b *Broker) AwaitReplicated(ctx context.Context, id engine.TopicID, p int32
 	if t == nil || ep == nil {
 		return fmt.Errorf("partition %d of topic %s is gone: %w", p, id, kerr.UnknownTopicOrPartition)
 	}
-	return b.awaitReplicated(ctx, t, p, leaderEpoch, ep, last, timeout)
+	return b.repl.AwaitReplicated(ctx, t, p, leaderEpoch, ep, last, timeout)
+}
+
+// AwaitISRTruncated implements plugin.ReplicaConvergence: it waits until
+// every follower in the ISR of a partition this broker leads has fetched,
+// since the call, with a log that matches the leader's
+// (replication.Manager.AwaitISRTruncated).
+func (b *Broker) AwaitISRTruncated(ctx context.Context, id raftmeta.UUID, partition int32) error {
+	return b.repl.AwaitISRTruncated(ctx, id, partition)
 }

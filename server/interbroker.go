@@ -103,6 +103,19 @@ func (b *Broker) interBrokerOK(peer int32) {
 	}
 }
 
+// replicationPeers is replication.Peers: the broker's inter-broker
+// client and its record of failing peers, for the replica fetchers.
+type replicationPeers struct{ b *Broker }
+
+func (p replicationPeers) Client(addr string) (*kgo.Client, error) {
+	return p.b.interBrokerClient(addr)
+}
+func (p replicationPeers) OK(peer int32) { p.b.interBrokerOK(peer) }
+func (p replicationPeers) Failed(peer int32, addr string, err error) {
+	p.b.interBrokerFailed(peer, addr, err)
+}
+func (replicationPeers) AuthFailure(err error) bool { return errAuthFailure(err) }
+
 // peerHealth lists the brokers this one currently fails to talk to.
 func (b *Broker) peerHealth() []string {
 	b.peerErrs.mu.Lock()

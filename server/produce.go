@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -34,16 +33,6 @@ func (b *Broker) ledPartition(t *raftmeta.Topic, p int32) (*engine.Partition, ra
 		return nil, part, kerr.NotLeaderForPartition
 	}
 	return ep, part, nil
-}
-
-// checkMinISR is the check of an acks=all append before it is made, the
-// produce handler's and plugin.Host.CheckWritable's: the partition's ISR
-// has min.insync.replicas members (NOT_ENOUGH_REPLICAS).
-func (b *Broker) checkMinISR(t *raftmeta.Topic, p int32, part raftmeta.Partition) error {
-	if n := b.minISR(t); len(part.ISR) < n {
-		return fmt.Errorf("the ISR %v of %s-%d is smaller than min.insync.replicas %d: %w", part.ISR, t.Name, p, n, kerr.NotEnoughReplicas)
-	}
-	return nil
 }
 
 // internalClientID may write to internal topics, as in Kafka.
@@ -127,7 +116,7 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				}
 				continue
 			}
-			if err := b.checkMinISR(t, rp.Partition, part); req.Acks == -1 && err != nil {
+			if err := b.repl.CheckMinISR(t, rp.Partition, part); req.Acks == -1 && err != nil {
 				fail(kerr.NotEnoughReplicas, *plugin.ErrorMessage(err))
 				continue
 			}
@@ -170,7 +159,7 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 				res, err := wait()
 				if err == nil && req.Acks == -1 && len(part.Replicas) > 1 {
 					// acks=all: answered once every ISR member has it.
-					err = b.awaitReplicated(ctx, t, rp.Partition, part.LeaderEpoch, ep, res.LastOffset, time.Duration(req.TimeoutMillis)*time.Millisecond)
+					err = b.repl.AwaitReplicated(ctx, t, rp.Partition, part.LeaderEpoch, ep, res.LastOffset, time.Duration(req.TimeoutMillis)*time.Millisecond)
 				}
 				if err != nil {
 					b.log.Debug("produce rejected", "topic", t.Name, "partition", rp.Partition, "err", err)

@@ -28,6 +28,7 @@ import (
 	"github.com/tandem-kafka/tandem/server/datadir"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/server/quota"
+	"github.com/tandem-kafka/tandem/server/replication"
 	"github.com/tandem-kafka/tandem/server/security"
 	"github.com/tandem-kafka/tandem/server/wire"
 )
@@ -87,11 +88,11 @@ type Broker struct {
 
 	// A cluster member's state (cluster_*.go); zero for a standalone
 	// broker.
-	controllerAddr string            // where the controller port binds
-	session        *raftmeta.Session // registration and heartbeats
-	repl           *replication      // partitions led and followed
-	peerErrs       peerErrors        // failing inter-broker requests
-	peers          peerClients       // Send's connections to other brokers
+	controllerAddr string               // where the controller port binds
+	session        *raftmeta.Session    // registration and heartbeats
+	repl           *replication.Manager // partitions led and followed; set by Start
+	peerErrs       peerErrors           // failing inter-broker requests
+	peers          peerClients          // Send's connections to other brokers
 	shutdownOnce   sync.Once
 	aborting       bool // Abort: no controlled shutdown
 
@@ -174,7 +175,6 @@ func New(cfg Config) (*Broker, error) {
 		b.log.Warn("ignoring unknown broker properties", "keys", props.Unknown)
 	}
 	b.applied.init()
-	b.repl = newReplication(b)
 	b.m = newBrokerMetrics(b)
 	b.plugins = newPluginState(b)
 	registerHealthMetrics(b)
@@ -268,6 +268,9 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("server: register broker %d: %w", b.cfg.NodeID, err)
 		}
 	}
+	// Replication needs the engine, the controller and the registration,
+	// and plugins may ask it (CheckWritable, AwaitReplicated) from Start.
+	b.repl = b.newReplication()
 	// Plugins start before anything calls them: before leadership is
 	// reported and before a request can reach them.
 	for _, l := range b.lifecycles {
@@ -286,7 +289,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	go func() { defer b.loops.Done(); b.metadataLoop() }()
 	if b.session != nil {
 		b.loops.Add(1)
-		go func() { defer b.loops.Done(); b.repl.isrLoop(b.ctx) }()
+		go func() { defer b.loops.Done(); b.repl.ISRLoop(b.ctx) }()
 	}
 	b.wg.Add(len(b.listeners))
 	for _, l := range b.listeners {
@@ -294,6 +297,32 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	}
 	b.log.Info("broker started", "addr", b.addr, "advertised", adv, "cluster", b.meta.Image().ClusterID)
 	return nil
+}
+
+// newReplication is the broker's replication, made once its engine,
+// metadata quorum and registration are open (Start): what it takes of
+// the broker is replication.Config.
+func (b *Broker) newReplication() *replication.Manager {
+	cfg := replication.Config{
+		NodeID:             b.cfg.NodeID,
+		Log:                b.log,
+		Loops:              &b.loops,
+		Engine:             b.engine,
+		Controller:         b.meta,
+		Images:             &b.applied,
+		Peers:              replicationPeers{b},
+		Layers:             b.layersOf,
+		ReplicaLagMax:      b.props.Cluster.ReplicaLagMax,
+		FetchWait:          b.props.Cluster.FetchWait,
+		FetchMaxBytes:      b.props.Cluster.FetchMaxBytes,
+		FetchResponseBytes: b.props.Cluster.FetchResponseBytes,
+		ThrottledFollower:  b.m.throttledFollower,
+		ThrottledMirror:    b.m.throttledMirror,
+	}
+	if b.session != nil { // not a nil *raftmeta.Session in the interface
+		cfg.Session = b.session
+	}
+	return replication.New(b.ctx, cfg)
 }
 
 // DiskFull reports whether the data directory is short of space: writes
@@ -348,7 +377,7 @@ func (b *Broker) Close() error {
 	b.loops.Wait()
 	b.wg.Wait()
 	if b.session != nil {
-		b.repl.checkpoint()
+		replication.Checkpoint(b.engine, b.log)
 	}
 	defer b.peers.close() // plugins may Send while they stop
 	var errs []error
@@ -414,7 +443,7 @@ type brokerMetrics struct {
 	authThrottled              *metrics.Counter // attempts refused unchecked by the throttle
 	authThrottleWait           *metrics.FloatCounter
 	// throttledBytes are the bytes replicated under each replication
-	// throttle (replica_throttle.go), by side.
+	// throttle (server/replication/throttle.go), by side.
 	throttledLeader, throttledFollower, throttledMirror *metrics.Counter
 	requests                                            sync.Map // api name -> *apiMetrics
 }

@@ -25,7 +25,7 @@ import (
 // Mirror partitions on the followers of a replicated destination: the
 // destination leader's mirror fetcher copies the source's batches with
 // the source's epochs, and its followers replicate them with
-// MirrorLeaderEpoch (server/mirror_epoch.go).
+// MirrorLeaderEpoch (server/replication/mirror_epoch.go).
 
 // mirrorDest starts a three-node destination cluster for mirrors.
 func mirrorDest(t *testing.T, extra map[string]string) *tandemtest.Cluster {

@@ -1,4 +1,4 @@
-package server
+package replication
 
 import (
 	"bytes"
@@ -21,48 +21,6 @@ func epochBatch(base int64, epoch int32, values ...string) []byte {
 	return b
 }
 
-// TestMirrorLeaderEpochWire sends MirrorLeaderEpoch in a Fetch request and
-// response as kmsg reads them: the tag survives both ways, next to
-// Kafka's own tags.
-func TestMirrorLeaderEpochWire(t *testing.T) {
-	rp := kmsg.NewFetchRequestTopicPartition()
-	setMirrorLeaderEpoch(&rp.UnknownTags, 17)
-	req := kmsg.NewPtrFetchRequest()
-	req.Version = 16
-	rt := kmsg.NewFetchRequestTopic()
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	var back kmsg.FetchRequest
-	back.Version = 16
-	if err := back.ReadFrom(req.AppendTo(nil)); err != nil {
-		t.Fatal(err)
-	}
-	if e := mirrorLeaderEpoch(&back.Topics[0].Partitions[0].UnknownTags); e != 17 {
-		t.Fatalf("request MirrorLeaderEpoch = %d, want 17", e)
-	}
-	if e := mirrorLeaderEpoch(&kmsg.Tags{}); e != -1 {
-		t.Fatalf("absent MirrorLeaderEpoch = %d, want -1", e)
-	}
-
-	src := newRecordsSource(t, vfs.NewMem(), "db")
-	_, got := testFetchResponse(t, 16, src)
-	var resp kmsg.FetchResponse
-	resp.Version = 16
-	if err := resp.ReadFrom(got.AppendTo(nil)); err != nil {
-		t.Fatal(err)
-	}
-	ps := resp.Topics[0].Partitions
-	if e := mirrorLeaderEpoch(&ps[1].UnknownTags); e != 42 || ps[1].DivergingEpoch.EndOffset != 8 || ps[1].CurrentLeader.LeaderEpoch != 3 {
-		t.Fatalf("partition 1: MirrorLeaderEpoch %d, diverging %+v, leader %+v", e, ps[1].DivergingEpoch, ps[1].CurrentLeader)
-	}
-	if e := mirrorLeaderEpoch(&ps[2].UnknownTags); e != 7 {
-		t.Fatalf("partition 2: MirrorLeaderEpoch %d, want 7", e)
-	}
-	if e := mirrorLeaderEpoch(&ps[0].UnknownTags); e != -1 {
-		t.Fatalf("partition 0: MirrorLeaderEpoch %d, want none", e)
-	}
-}
-
 // TestFollowerRefusesBatchAboveEpochBound is the KAFKA-18723 check on the
 // follower: of a fetch response, the batches up to the first one whose
 // epoch is above the bound are appended, the rest are not; a follower of
@@ -74,14 +32,14 @@ func TestFollowerRefusesBatchAboveEpochBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	f := &fetcher{b: &Broker{log: testLogger()}, leader: 1}
+	f := &fetcher{m: &Manager{cfg: Config{Log: testLogger()}}, leader: 1}
 	ctx := context.Background()
 	handle := func(fp *followed, bound, mle int32, batches ...[]byte) {
 		t.Helper()
 		rp := kmsg.NewFetchResponseTopicPartition()
 		rp.HighWatermark, rp.RecordBatches = 0, bytes.Join(batches, nil)
 		if mle >= 0 {
-			setMirrorLeaderEpoch(&rp.UnknownTags, mle)
+			SetMirrorLeaderEpoch(&rp.UnknownTags, mle)
 		}
 		if err := f.handle(ctx, fp, &rp, bound); err != nil {
 			t.Fatal(err)

@@ -1,13 +1,13 @@
-package server
+package replication
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -25,32 +25,6 @@ import (
 // it has too: Kafka's maximal ISR). acks=all waits for the high
 // watermark; min.insync.replicas is checked against the ISR before and
 // after the append.
-
-type partKey struct {
-	id engine.TopicID
-	p  int32
-}
-
-// replication is the broker's replication state: the partitions it
-// leads and the fetchers that copy the partitions it follows.
-type replication struct {
-	b        *Broker
-	mu       sync.Mutex
-	led      map[partKey]*ledPartition
-	fetchers map[int32]*fetcher // by leader
-
-	// seq stamps replica fetches in the order their reads start, so
-	// that AwaitISRTruncated can tell a fetch that saw a truncation from
-	// one that did not.
-	seq atomic.Int64
-	// mirrorQuota is mirror.replication.throttled.rate and followerQuota
-	// follower.replication.throttled.rate, each shared by the fetchers
-	// (replica_throttle.go).
-	mirrorQuota, followerQuota replicaQuota
-	// leaderQuota is leader.replication.throttled.rate, shared by the
-	// fetches of the followers it throttles (fetch.go).
-	leaderQuota replicaQuota
-}
 
 // ledPartition is a partition this broker leads with more than one
 // replica.
@@ -75,25 +49,21 @@ type follower struct {
 	prevLeo      int64     // the leader's log end at its previous fetch
 	prevFetch    time.Time
 	// seq is the stamp of its latest fetch whose log matched the
-	// leader's (replication.seq).
+	// leader's (Manager.seq).
 	seq int64
-}
-
-func newReplication(b *Broker) *replication {
-	return &replication{b: b, led: map[partKey]*ledPartition{}, fetchers: map[int32]*fetcher{}}
 }
 
 // lead makes this broker the leader of a replicated partition, or
 // updates the partition's ISR and epochs from a new image.
-func (r *replication) lead(t *raftmeta.Topic, p int32, part raftmeta.Partition, ep *engine.Partition) {
+func (m *Manager) lead(t *raftmeta.Topic, p int32, part raftmeta.Partition, ep *engine.Partition) {
 	k := partKey{t.ID, p}
-	r.mu.Lock()
-	lp := r.led[k]
+	m.mu.Lock()
+	lp := m.led[k]
 	if lp == nil || lp.ep != ep {
 		lp = &ledPartition{ep: ep, topic: t.Name, key: k, followers: map[int32]*follower{}}
-		r.led[k] = lp
+		m.led[k] = lp
 	}
-	r.mu.Unlock()
+	m.mu.Unlock()
 	lp.mu.Lock()
 	newEpoch := lp.part.LeaderEpoch != part.LeaderEpoch || lp.part.Replicas == nil
 	if newEpoch {
@@ -102,7 +72,7 @@ func (r *replication) lead(t *raftmeta.Topic, p int32, part raftmeta.Partition, 
 	lp.part = part
 	now := time.Now()
 	for _, id := range part.Replicas {
-		if id == r.b.cfg.NodeID {
+		if id == m.cfg.NodeID {
 			continue
 		}
 		f := lp.followers[id]
@@ -119,20 +89,20 @@ func (r *replication) lead(t *raftmeta.Topic, p int32, part raftmeta.Partition, 
 		}
 	}
 	lp.mu.Unlock()
-	lp.updateHWM(r.b.cfg.NodeID)
+	lp.updateHWM(m.cfg.NodeID)
 }
 
 // unlead forgets a partition this broker no longer leads.
-func (r *replication) unlead(id engine.TopicID, p int32) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.led, partKey{id, p})
+func (m *Manager) unlead(id engine.TopicID, p int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.led, partKey{id, p})
 }
 
-func (r *replication) leading(id engine.TopicID, p int32) *ledPartition {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.led[partKey{id, p}]
+func (m *Manager) leading(id engine.TopicID, p int32) *ledPartition {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.led[partKey{id, p}]
 }
 
 // updateHWM sets the high watermark to what every member of the maximal
@@ -214,9 +184,8 @@ func (lp *ledPartition) laggards(now time.Time, lag time.Duration) []int32 {
 
 // alterISR asks the controller for a new ISR, one request at a time per
 // partition. The new image brings the result.
-func (r *replication) alterISR(lp *ledPartition, isr []int32, why string) {
-	b := r.b
-	if b.session == nil {
+func (m *Manager) alterISR(lp *ledPartition, isr []int32, why string) {
+	if m.cfg.Session == nil {
 		return
 	}
 	lp.mu.Lock()
@@ -227,45 +196,64 @@ func (r *replication) alterISR(lp *ledPartition, isr []int32, why string) {
 	lp.altering = true
 	part := lp.part
 	lp.mu.Unlock()
-	b.loops.Add(1)
+	m.cfg.Loops.Add(1)
 	go func() {
-		defer b.loops.Done()
+		defer m.cfg.Loops.Done()
 		defer func() { lp.mu.Lock(); lp.altering = false; lp.mu.Unlock() }()
-		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
 		defer cancel()
-		_, err := b.meta.AlterPartition(ctx, raftmeta.AlterPartitionRequest{
-			Broker: b.cfg.NodeID, BrokerEpoch: b.session.Epoch(), TopicID: lp.key.id, Partition: lp.key.p,
+		_, err := m.cfg.Controller.AlterPartition(ctx, raftmeta.AlterPartitionRequest{
+			Broker: m.cfg.NodeID, BrokerEpoch: m.cfg.Session.Epoch(), TopicID: lp.key.id, Partition: lp.key.p,
 			LeaderEpoch: part.LeaderEpoch, PartitionEpoch: part.PartitionEpoch, ISR: isr,
 		})
 		if err != nil {
-			if b.ctx.Err() == nil {
-				b.log.Warn("ISR change refused", "topic", lp.topic, "partition", lp.key.p, "isr", isr, "why", why, "err", err)
+			if m.ctx.Err() == nil {
+				m.cfg.Log.Warn("ISR change refused", "topic", lp.topic, "partition", lp.key.p, "isr", isr, "why", why, "err", err)
 			}
 			return
 		}
-		b.log.Info("ISR changed", "topic", lp.topic, "partition", lp.key.p, "from", part.ISR, "to", isr, "why", why)
+		m.cfg.Log.Info("ISR changed", "topic", lp.topic, "partition", lp.key.p, "from", part.ISR, "to", isr, "why", why)
 		// Wait for the image that has it, so that the next decision
 		// starts from it.
-		b.awaitImage(ctx, func(img *raftmeta.Image) bool {
+		m.awaitImage(ctx, func(img *raftmeta.Image) bool {
 			t := img.TopicsByID[lp.key.id]
 			return t == nil || int(lp.key.p) >= len(t.Partitions) || t.Partitions[lp.key.p].PartitionEpoch > part.PartitionEpoch
 		})
 	}()
 }
 
+// awaitImage returns once the applied image is one for which ready is
+// true, or when ctx ends or the broker closes first.
+func (m *Manager) awaitImage(ctx context.Context, ready func(*raftmeta.Image) bool) {
+	for {
+		img, ch := m.cfg.Images.Applied()
+		if ready(img) {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-m.ctx.Done():
+			return
+		}
+	}
+}
+
 // expand adds a caught-up follower to the ISR.
-func (r *replication) expand(lp *ledPartition, id int32) {
+func (m *Manager) expand(lp *ledPartition, id int32) {
 	lp.mu.Lock()
 	isr := append(slices.Clone(lp.part.ISR), id)
 	lp.mu.Unlock()
-	r.alterISR(lp, isr, fmt.Sprintf("follower %d caught up", id))
+	m.alterISR(lp, isr, fmt.Sprintf("follower %d caught up", id))
 }
 
-// isrLoop shrinks ISRs: every half of replica.lag.time.max.ms, followers
-// that have not caught up within it leave the ISR of the partitions this
-// broker leads. It also checkpoints high watermarks.
-func (r *replication) isrLoop(ctx context.Context) {
-	lag := r.b.props.Cluster.ReplicaLagMax
+// ISRLoop shrinks ISRs until ctx ends: every half of
+// replica.lag.time.max.ms, followers that have not caught up within it
+// leave the ISR of the partitions this broker leads. It also checkpoints
+// high watermarks.
+func (m *Manager) ISRLoop(ctx context.Context) {
+	lag := m.cfg.ReplicaLagMax
 	tick := time.NewTicker(max(lag/2, 50*time.Millisecond))
 	defer tick.Stop()
 	checkpoint := time.NewTicker(5 * time.Second) // replica.high.watermark.checkpoint.interval.ms
@@ -275,7 +263,7 @@ func (r *replication) isrLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			for _, lp := range r.ledPartitions() {
+			for _, lp := range m.ledPartitions() {
 				gone := lp.laggards(now, lag)
 				if len(gone) == 0 {
 					continue
@@ -283,46 +271,58 @@ func (r *replication) isrLoop(ctx context.Context) {
 				lp.mu.Lock()
 				isr := slices.DeleteFunc(slices.Clone(lp.part.ISR), func(id int32) bool { return slices.Contains(gone, id) })
 				lp.mu.Unlock()
-				r.alterISR(lp, isr, fmt.Sprintf("followers %v did not catch up within replica.lag.time.max.ms (%v)", gone, lag))
+				m.alterISR(lp, isr, fmt.Sprintf("followers %v did not catch up within replica.lag.time.max.ms (%v)", gone, lag))
 			}
 		case <-checkpoint.C:
-			r.checkpoint()
+			Checkpoint(m.cfg.Engine, m.cfg.Log)
 		}
 	}
 }
 
-func (r *replication) ledPartitions() []*ledPartition {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]*ledPartition, 0, len(r.led))
-	for _, lp := range r.led {
+func (m *Manager) ledPartitions() []*ledPartition {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*ledPartition, 0, len(m.led))
+	for _, lp := range m.led {
 		out = append(out, lp)
 	}
 	return out
 }
 
-// checkpoint persists the high watermarks of replicated partitions.
-func (r *replication) checkpoint() {
-	for _, sp := range r.b.engine.Stored() {
-		if ep := r.b.engine.Partition(sp.TopicID, sp.Partition); ep != nil {
+// Checkpoint persists the high watermarks of the partitions in e: every
+// few seconds while the broker replicates (ISRLoop), and once more when
+// it closes.
+func Checkpoint(e *engine.Engine, log *slog.Logger) {
+	for _, sp := range e.Stored() {
+		if ep := e.Partition(sp.TopicID, sp.Partition); ep != nil {
 			if err := ep.CheckpointHighWatermark(); err != nil {
-				r.b.log.Debug("high watermark checkpoint", "topic", sp.Topic, "partition", sp.Partition, "err", err)
+				log.Debug("high watermark checkpoint", "topic", sp.Topic, "partition", sp.Partition, "err", err)
 			}
 		}
 	}
 }
 
 // minISR is the topic's min.insync.replicas.
-func (b *Broker) minISR(t *raftmeta.Topic) int {
-	n, _ := strconv.Atoi(b.layers(t).Str("min.insync.replicas"))
+func (m *Manager) minISR(t *raftmeta.Topic) int {
+	n, _ := strconv.Atoi(m.cfg.Layers(m.cfg.Controller.Image(), t).Str("min.insync.replicas"))
 	return max(n, 1)
 }
 
-// awaitReplicated waits until the high watermark covers last (acks=all).
+// CheckMinISR is the check of an acks=all append before it is made, the
+// produce handler's and plugin.Host.CheckWritable's: the partition's ISR
+// has min.insync.replicas members (NOT_ENOUGH_REPLICAS).
+func (m *Manager) CheckMinISR(t *raftmeta.Topic, p int32, part raftmeta.Partition) error {
+	if n := m.minISR(t); len(part.ISR) < n {
+		return fmt.Errorf("the ISR %v of %s-%d is smaller than min.insync.replicas %d: %w", part.ISR, t.Name, p, n, kerr.NotEnoughReplicas)
+	}
+	return nil
+}
+
+// AwaitReplicated waits until the high watermark covers last (acks=all).
 // NOT_ENOUGH_REPLICAS_AFTER_APPEND if by then the ISR is smaller than
 // min.insync.replicas, NOT_LEADER_OR_FOLLOWER if leadership moved,
 // REQUEST_TIMED_OUT if timeout passes first.
-func (b *Broker) awaitReplicated(ctx context.Context, t *raftmeta.Topic, p int32, epoch int32, ep *engine.Partition, last int64, timeout time.Duration) error {
+func (m *Manager) AwaitReplicated(ctx context.Context, t *raftmeta.Topic, p int32, epoch int32, ep *engine.Partition, last int64, timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
@@ -330,20 +330,18 @@ func (b *Broker) awaitReplicated(ctx context.Context, t *raftmeta.Topic, p int32
 	defer timer.Stop()
 	for {
 		hwmCh := ep.Wait()
-		b.applied.mu.Lock()
-		img, imgCh := b.applied.image, b.applied.changed
-		b.applied.mu.Unlock()
+		img, imgCh := m.cfg.Images.Applied()
 		cur := img.TopicsByID[t.ID]
 		if cur == nil || int(p) >= len(cur.Partitions) {
 			return fmt.Errorf("%s-%d is gone: %w", t.Name, p, kerr.UnknownTopicOrPartition)
 		}
 		part := cur.Partitions[p]
-		if part.Leader != b.cfg.NodeID || part.LeaderEpoch != epoch {
+		if part.Leader != m.cfg.NodeID || part.LeaderEpoch != epoch {
 			return fmt.Errorf("%s-%d: leadership moved to broker %d (epoch %d) before the ISR had the records: %w",
 				t.Name, p, part.Leader, part.LeaderEpoch, kerr.NotLeaderForPartition)
 		}
 		if ep.Offsets().HighWatermark > last {
-			if n := b.minISR(cur); len(part.ISR) < n {
+			if n := m.minISR(cur); len(part.ISR) < n {
 				return fmt.Errorf("%s-%d: the ISR %v is smaller than min.insync.replicas %d: %w", t.Name, p, part.ISR, n, kerr.NotEnoughReplicasAfterAppend)
 			}
 			return nil
@@ -355,81 +353,78 @@ func (b *Broker) awaitReplicated(ctx context.Context, t *raftmeta.Topic, p int32
 			return fmt.Errorf("%s-%d: the ISR %v did not replicate offset %d within %v: %w", t.Name, p, part.ISR, last, timeout, kerr.RequestTimedOut)
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-b.ctx.Done():
+		case <-m.ctx.Done():
 			return fmt.Errorf("broker closing: %w", kerr.NotLeaderForPartition)
 		}
 	}
 }
 
-// replicaFetch is who sends a Fetch: a broker (id >= 0, with its broker
-// epoch from Fetch v15) or a consumer (-1).
-type replicaFetch struct {
-	id    int32
-	epoch int64
-}
+// StampFetch stamps a replica fetch whose read is about to start: the
+// read sees every truncation that happened before the stamp
+// (AwaitISRTruncated).
+func (m *Manager) StampFetch() int64 { return m.seq.Add(1) }
 
-// checkReplica refuses a replica fetch from a broker that is not a
+// CheckReplica refuses a replica fetch of partition p of topic id from
+// a broker (follower, with its broker epoch from Fetch v15) that is not a
 // replica of the partition or whose broker epoch is not its registered
 // one (a client posing as a follower, KIP-903; CVE-2018-1288 asks in
-// addition for CLUSTER_ACTION, checked with the request).
-func (b *Broker) checkReplica(fp *fetchPart, r replicaFetch, part raftmeta.Partition) *kerr.Error {
-	img := b.image()
-	br, ok := img.Brokers[r.id]
+// addition for CLUSTER_ACTION, checked with the request), or of a
+// partition this broker does not lead with followers.
+func (m *Manager) CheckReplica(id engine.TopicID, p, follower int32, brokerEpoch int64, part raftmeta.Partition) *kerr.Error {
+	img := m.image()
+	br, ok := img.Brokers[follower]
 	switch {
-	case !slices.Contains(part.Replicas, r.id):
+	case !slices.Contains(part.Replicas, follower):
 		return kerr.NotLeaderForPartition
-	case !ok || r.epoch != br.Epoch:
+	case !ok || brokerEpoch != br.Epoch:
 		return kerr.StaleBrokerEpoch
 	}
-	if b.repl.leading(fp.topic.ID, fp.key.partition) == nil {
+	if m.leading(id, p) == nil {
 		return kerr.NotLeaderForPartition
 	}
 	return nil
 }
 
-// replicaFetched records the fetch of a follower whose log matched ours
-// up to its fetch offset (read stamped seq), once per request. As in
-// Kafka, a fetch answered with a diverging epoch or out of range is not
+// Fetched records the fetch of partition p of topic id by follower, from
+// offset, whose read (stamped seq) found the follower's log to match ours
+// up to offset; the Fetch handler calls it once per request. As in Kafka,
+// a fetch answered with a diverging epoch or out of range is not
 // recorded: a follower with a divergent suffix neither counts for the
 // high watermark nor rejoins the ISR before it truncated.
-func (b *Broker) replicaFetched(fp *fetchPart, r replicaFetch, seq int64) {
-	if fp.replicaSeen {
-		return
-	}
-	fp.replicaSeen = true
-	lp := b.repl.leading(fp.topic.ID, fp.key.partition)
+func (m *Manager) Fetched(id engine.TopicID, p, follower int32, offset, seq int64) {
+	lp := m.leading(id, p)
 	if lp == nil {
 		return
 	}
-	if lp.fetched(b.cfg.NodeID, r.id, fp.req.FetchOffset, seq, time.Now()) && b.image().Brokers[r.id].Live() {
-		b.repl.expand(lp, r.id)
+	if lp.fetched(m.cfg.NodeID, follower, offset, seq, time.Now()) && m.image().Brokers[follower].Live() {
+		m.expand(lp, follower)
 	}
 }
 
-// AwaitISRTruncated implements plugin.ReplicaConvergence: it waits until
+// AwaitISRTruncated is plugin.ReplicaConvergence's: it waits until
 // every follower in the ISR of a partition this broker leads has fetched,
 // since the call, with a log that matches the leader's: one that had
 // records the leader truncated away has truncated them (answered with a
 // diverging epoch, it is not counted until a later fetch matches). A
 // follower that stops fetching leaves the ISR after
 // replica.lag.time.max.ms, which ends the wait too.
-func (b *Broker) AwaitISRTruncated(ctx context.Context, id raftmeta.UUID, partition int32) error {
-	start := b.repl.seq.Add(1)
+func (m *Manager) AwaitISRTruncated(ctx context.Context, id raftmeta.UUID, partition int32) error {
+	start := m.seq.Add(1)
 	for {
-		lp := b.repl.leading(id, partition)
+		lp := m.leading(id, partition)
 		if lp == nil {
-			t := b.image().TopicsByID[id]
+			t := m.image().TopicsByID[id]
 			if t != nil && int(partition) < len(t.Partitions) {
-				if part := t.Partitions[partition]; part.Leader == b.cfg.NodeID && len(part.Replicas) <= 1 {
+				if part := t.Partitions[partition]; part.Leader == m.cfg.NodeID && len(part.Replicas) <= 1 {
 					return nil // one replica: nothing to wait for
 				}
 			}
-			return fmt.Errorf("partition %d of topic %s is not led by broker %d: %w", partition, id.Base64(), b.cfg.NodeID, kerr.NotLeaderForPartition)
+			return fmt.Errorf("partition %d of topic %s is not led by broker %d: %w", partition, id.Base64(), m.cfg.NodeID, kerr.NotLeaderForPartition)
 		}
 		lp.mu.Lock()
 		var waiting []int32
 		for _, f := range lp.part.ISR {
-			if f != b.cfg.NodeID && (lp.followers[f] == nil || lp.followers[f].seq <= start) {
+			if f != m.cfg.NodeID && (lp.followers[f] == nil || lp.followers[f].seq <= start) {
 				waiting = append(waiting, f)
 			}
 		}
@@ -442,7 +437,7 @@ func (b *Broker) AwaitISRTruncated(ctx context.Context, id raftmeta.UUID, partit
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s-%d: ISR followers %v have not fetched since the truncation: %w", lp.topic, partition, waiting, ctx.Err())
-		case <-b.ctx.Done():
+		case <-m.ctx.Done():
 			return fmt.Errorf("broker closing: %w", kerr.NotLeaderForPartition)
 		case <-time.After(20 * time.Millisecond):
 		}

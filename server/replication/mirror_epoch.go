@@ -1,4 +1,4 @@
-package server
+package replication
 
 import (
 	"encoding/binary"
@@ -29,9 +29,9 @@ import (
 // mirrorLeaderEpochTag is the tag of MirrorLeaderEpoch.
 const mirrorLeaderEpochTag = 1279
 
-// mirrorLeaderEpoch returns the MirrorLeaderEpoch in tags, -1 if absent or
-// malformed.
-func mirrorLeaderEpoch(tags *kmsg.Tags) int32 {
+// MirrorLeaderEpoch returns the MirrorLeaderEpoch in tags, -1 if absent or
+// malformed: the leader's Fetch handler answers a follower that sends it.
+func MirrorLeaderEpoch(tags *kmsg.Tags) int32 {
 	e := int32(-1)
 	tags.Each(func(k uint32, v []byte) {
 		if k == mirrorLeaderEpochTag && len(v) == 4 {
@@ -41,7 +41,7 @@ func mirrorLeaderEpoch(tags *kmsg.Tags) int32 {
 	return e
 }
 
-// setMirrorLeaderEpoch sets MirrorLeaderEpoch in tags.
-func setMirrorLeaderEpoch(tags *kmsg.Tags, epoch int32) {
+// SetMirrorLeaderEpoch sets MirrorLeaderEpoch in tags.
+func SetMirrorLeaderEpoch(tags *kmsg.Tags, epoch int32) {
 	tags.Set(mirrorLeaderEpochTag, kbin.AppendInt32(nil, epoch))
 }

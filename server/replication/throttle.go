@@ -1,4 +1,4 @@
-package server
+package replication
 
 import (
 	"math"
@@ -31,15 +31,16 @@ const (
 	leaderRateKey        = "leader.replication.throttled.rate"
 )
 
-// replicaQuota is a token bucket of bytes per second that holds at most
-// one second's worth.
-type replicaQuota struct {
+// Quota is a token bucket of bytes per second that holds at most one
+// second's worth: a replication throttle's, shared by every fetch it
+// throttles.
+type Quota struct {
 	mu     sync.Mutex
 	tokens float64
 	last   time.Time
 }
 
-func (q *replicaQuota) refillLocked(rate int64, now time.Time) {
+func (q *Quota) refillLocked(rate int64, now time.Time) {
 	if q.last.IsZero() {
 		q.tokens = float64(rate)
 	} else {
@@ -48,8 +49,8 @@ func (q *replicaQuota) refillLocked(rate int64, now time.Time) {
 	q.last = now
 }
 
-// wait returns how long until the quota has room again, 0 if it has now.
-func (q *replicaQuota) wait(rate int64, now time.Time) time.Duration {
+// Wait returns how long until the quota has room again, 0 if it has now.
+func (q *Quota) Wait(rate int64, now time.Time) time.Duration {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.refillLocked(rate, now)
@@ -59,8 +60,8 @@ func (q *replicaQuota) wait(rate int64, now time.Time) time.Duration {
 	return time.Duration(-q.tokens / float64(rate) * float64(time.Second))
 }
 
-// record takes n bytes replicated from the quota.
-func (q *replicaQuota) record(n int, rate int64, now time.Time) {
+// Record takes n bytes replicated from the quota.
+func (q *Quota) Record(n int, rate int64, now time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.refillLocked(rate, now)
@@ -69,7 +70,7 @@ func (q *replicaQuota) record(n int, rate int64, now time.Time) {
 
 // throttle is the quota that bounds one partition's replication.
 type throttle struct {
-	q     *replicaQuota
+	q     *Quota
 	rate  int64
 	bytes *metrics.Counter // tandem_server_replication_throttled_bytes_total
 }
@@ -80,25 +81,30 @@ type throttleRates struct{ mirror, follower int64 }
 // followerThrottleRates reads mirror.replication.throttled.rate and
 // follower.replication.throttled.rate (whose default, Long.MAX_VALUE as in
 // Kafka, means unlimited).
-func (b *Broker) followerThrottleRates() throttleRates {
-	return throttleRates{mirror: b.throttleRate(throttledRateKey), follower: b.throttleRate(followerRateKey)}
+func (m *Manager) followerThrottleRates() throttleRates {
+	return throttleRates{mirror: m.throttleRate(throttledRateKey), follower: m.throttleRate(followerRateKey)}
 }
 
-// leaderThrottleRate is leader.replication.throttled.rate, 0 when unlimited.
-func (b *Broker) leaderThrottleRate() int64 { return b.throttleRate(leaderRateKey) }
+// LeaderThrottleRate is leader.replication.throttled.rate, 0 when
+// unlimited: the Fetch handler reads it once per follower's fetch.
+func (m *Manager) LeaderThrottleRate() int64 { return m.throttleRate(leaderRateKey) }
 
-func (b *Broker) throttleRate(key string) int64 {
-	n, err := strconv.ParseInt(b.layersOf(b.image(), nil).Str(key), 10, 64)
+// LeaderQuota is the quota of leader.replication.throttled.rate, shared
+// by the fetches of the followers it throttles (LeaderThrottled).
+func (m *Manager) LeaderQuota() *Quota { return &m.leaderQuota }
+
+func (m *Manager) throttleRate(key string) int64 {
+	n, err := strconv.ParseInt(m.cfg.Layers(m.image(), nil).Str(key), 10, 64)
 	if err != nil || n <= 0 || n == math.MaxInt64 {
 		return 0
 	}
 	return n
 }
 
-// leaderThrottled reports whether this leader throttles its replies to
+// LeaderThrottled reports whether this leader throttles its replies to
 // follower's fetches of partition p of t: leader.replication.throttled.replicas
 // names the follower for p and, as in Kafka, it is out of the ISR.
-func leaderThrottled(t *raftmeta.Topic, p, follower int32, part raftmeta.Partition) bool {
+func LeaderThrottled(t *raftmeta.Topic, p, follower int32, part raftmeta.Partition) bool {
 	v, ok := t.Configs[leaderReplicasKey]
 	if !ok || slices.Contains(part.ISR, follower) {
 		return false
@@ -113,7 +119,7 @@ func leaderThrottled(t *raftmeta.Topic, p, follower int32, part raftmeta.Partiti
 // follower.replication.throttled.replicas names it. Kafka's follower
 // throttles only a replica that has not caught up; ours has not while it
 // is out of the ISR, which is what a reassignment's new replica is.
-func (b *Broker) followerThrottle(img *raftmeta.Image, fp *followed, r throttleRates) (throttle, bool) {
+func (m *Manager) followerThrottle(img *raftmeta.Image, fp *followed, r throttleRates) (throttle, bool) {
 	t := img.TopicsByID[fp.key.id]
 	if t == nil {
 		return throttle{}, false
@@ -124,13 +130,13 @@ func (b *Broker) followerThrottle(img *raftmeta.Image, fp *followed, r throttleR
 			return false
 		}
 		s, err := config.ParseThrottled(v)
-		return err == nil && s.Has(fp.key.p, b.cfg.NodeID)
+		return err == nil && s.Has(fp.key.p, m.cfg.NodeID)
 	}
 	if r.mirror > 0 && img.MirrorOf(t.Name) != "" && named(throttledReplicasKey) {
-		return throttle{&b.repl.mirrorQuota, r.mirror, b.m.throttledMirror}, true
+		return throttle{&m.mirrorQuota, r.mirror, m.cfg.ThrottledMirror}, true
 	}
-	if r.follower > 0 && named(followerReplicasKey) && !inISR(t, fp.key.p, b.cfg.NodeID) {
-		return throttle{&b.repl.followerQuota, r.follower, b.m.throttledFollower}, true
+	if r.follower > 0 && named(followerReplicasKey) && !inISR(t, fp.key.p, m.cfg.NodeID) {
+		return throttle{&m.followerQuota, r.follower, m.cfg.ThrottledFollower}, true
 	}
 	return throttle{}, false
 }

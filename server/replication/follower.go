@@ -1,4 +1,4 @@
-package server
+package replication
 
 import (
 	"context"
@@ -46,7 +46,7 @@ type followed struct {
 
 // fetcher copies partitions from one leader.
 type fetcher struct {
-	b      *Broker
+	m      *Manager
 	leader int32
 	addr   string
 	mu     sync.Mutex
@@ -57,60 +57,60 @@ type fetcher struct {
 }
 
 // follow makes this broker follow partition p of t, led by leader.
-func (r *replication) follow(t *raftmeta.Topic, p int32, part raftmeta.Partition, ep *engine.Partition, img *raftmeta.Image) {
+func (m *Manager) follow(t *raftmeta.Topic, p int32, part raftmeta.Partition, ep *engine.Partition, img *raftmeta.Image) {
 	k := partKey{t.ID, p}
 	br, ok := img.Brokers[part.Leader]
 	if !ok {
-		r.unfollow(k)
+		m.unfollow(k)
 		return
 	}
 	addr := net.JoinHostPort(br.Host, strconv.Itoa(int(br.Port)))
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for id, f := range r.fetchers {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, f := range m.fetchers {
 		if id != part.Leader || f.addr != addr {
 			f.remove(k)
 		}
 	}
-	f := r.fetchers[part.Leader]
+	f := m.fetchers[part.Leader]
 	if f != nil && f.addr != addr { // the leader restarted elsewhere
 		f.stop()
 		f = nil
 	}
 	if f == nil {
-		f = r.newFetcher(part.Leader, addr)
-		r.fetchers[part.Leader] = f
+		f = m.newFetcher(part.Leader, addr)
+		m.fetchers[part.Leader] = f
 	}
 	f.add(&followed{topic: t.Name, key: k, ep: ep, leaderEpoch: part.LeaderEpoch, mirrorEpoch: -1})
 }
 
 // unfollow stops fetching a partition.
-func (r *replication) unfollow(k partKey) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, f := range r.fetchers {
+func (m *Manager) unfollow(k partKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, f := range m.fetchers {
 		f.remove(k)
 	}
 }
 
 // stop stops every fetcher.
-func (r *replication) stop() {
-	r.mu.Lock()
-	fs := r.fetchers
-	r.fetchers = map[int32]*fetcher{}
-	r.mu.Unlock()
+func (m *Manager) stop() {
+	m.mu.Lock()
+	fs := m.fetchers
+	m.fetchers = map[int32]*fetcher{}
+	m.mu.Unlock()
 	for _, f := range fs {
 		f.stop()
 	}
 }
 
-func (r *replication) newFetcher(leader int32, addr string) *fetcher {
-	ctx, cancel := context.WithCancel(r.b.ctx)
-	f := &fetcher{b: r.b, leader: leader, addr: addr, parts: map[partKey]*followed{},
+func (m *Manager) newFetcher(leader int32, addr string) *fetcher {
+	ctx, cancel := context.WithCancel(m.ctx)
+	f := &fetcher{m: m, leader: leader, addr: addr, parts: map[partKey]*followed{},
 		wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
-	r.b.loops.Add(1)
+	m.cfg.Loops.Add(1)
 	go func() {
-		defer r.b.loops.Done()
+		defer m.cfg.Loops.Done()
 		defer close(f.done)
 		f.run(ctx)
 	}()
@@ -160,10 +160,10 @@ func (f *fetcher) current(fp *followed) bool {
 }
 
 func (f *fetcher) run(ctx context.Context) {
-	b := f.b
-	cl, err := b.interBrokerClient(f.addr)
+	m := f.m
+	cl, err := m.cfg.Peers.Client(f.addr)
 	if err != nil {
-		b.log.Error("replica fetcher: client", "leader", f.leader, "err", err)
+		m.cfg.Log.Error("replica fetcher: client", "leader", f.leader, "err", err)
 		return
 	}
 	defer cl.Close()
@@ -207,7 +207,7 @@ func (f *fetcher) run(ctx context.Context) {
 			backoff = f.failed(err, backoff)
 			continue
 		}
-		b.interBrokerOK(f.leader)
+		m.cfg.Peers.OK(f.leader)
 		backoff = 0
 	}
 }
@@ -215,10 +215,10 @@ func (f *fetcher) run(ctx context.Context) {
 // failed logs a failed exchange with the leader (once per kind, not at
 // every retry) and returns the next backoff.
 func (f *fetcher) failed(err error, backoff time.Duration) time.Duration {
-	if f.b.ctx.Err() == nil {
-		f.b.interBrokerFailed(f.leader, f.addr, err)
+	if f.m.ctx.Err() == nil {
+		f.m.cfg.Peers.Failed(f.leader, f.addr, err)
 	}
-	if errAuthFailure(err) {
+	if f.m.cfg.Peers.AuthFailure(err) {
 		// Refused credentials stay refused until an operator acts.
 		return min(max(backoff*2, time.Second), 10*time.Second)
 	}
@@ -231,7 +231,7 @@ func (f *fetcher) failed(err error, backoff time.Duration) time.Duration {
 // retried); err is an exchange that failed.
 func (f *fetcher) truncate(ctx context.Context, conn *kgo.Broker, parts []*followed) (refused, err error) {
 	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
-	req.ReplicaID = f.b.cfg.NodeID
+	req.ReplicaID = f.m.cfg.NodeID
 	var todo []*followed
 	byTopic := map[string]int{}
 	for _, fp := range parts {
@@ -305,7 +305,7 @@ func (f *fetcher) truncateTo(fp *followed, epoch int32, end int64) error {
 	if at >= offs.LogEnd {
 		return nil
 	}
-	f.b.log.Info("truncating a follower's log to its leader's", "topic", fp.topic, "partition", fp.key.p,
+	f.m.cfg.Log.Info("truncating a follower's log to its leader's", "topic", fp.topic, "partition", fp.key.p,
 		"leader", f.leader, "from", offs.LogEnd, "to", at, "leader_epoch", epoch)
 	if err := fp.ep.TruncateTo(at); err != nil {
 		return fmt.Errorf("truncate %s-%d to %d: %w", fp.topic, fp.key.p, at, err)
@@ -315,11 +315,11 @@ func (f *fetcher) truncateTo(fp *followed, epoch int32, end int64) error {
 
 // fetch sends one Fetch and appends what it brings.
 func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed) error {
-	b := f.b
-	cp := b.props.Cluster
+	m := f.m
+	cp := &m.cfg
 	req := kmsg.NewPtrFetchRequest()
-	req.ReplicaID = b.cfg.NodeID
-	req.ReplicaState.ID, req.ReplicaState.Epoch = b.cfg.NodeID, b.session.Epoch()
+	req.ReplicaID = m.cfg.NodeID
+	req.ReplicaState.ID, req.ReplicaState.Epoch = m.cfg.NodeID, m.cfg.Session.Epoch()
 	req.MaxWaitMillis = int32(cp.FetchWait.Milliseconds())
 	req.MinBytes = 1
 	req.MaxBytes = cp.FetchResponseBytes
@@ -327,16 +327,16 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 	byID := map[[16]byte]int{}
 	fetching := map[partKey]*followed{}
 	bounds := map[partKey]int32{} // KAFKA-18723: the highest batch epoch each partition may take
-	img := b.image()
-	rates := b.followerThrottleRates()
+	img := m.image()
+	rates := m.followerThrottleRates()
 	throttled := map[partKey]throttle{}
 	var quotaWait time.Duration // > 0: a throttled partition was left out
 	for _, fp := range parts {
 		if !fp.truncated {
 			continue
 		}
-		if th, ok := b.followerThrottle(img, fp, rates); ok {
-			if w := th.q.wait(th.rate, time.Now()); w > 0 {
+		if th, ok := m.followerThrottle(img, fp, rates); ok {
+			if w := th.q.Wait(th.rate, time.Now()); w > 0 {
 				quotaWait = max(quotaWait, w)
 				continue
 			}
@@ -366,7 +366,7 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 				// is the least it can have.
 				fp.mirrorEpoch = max(rp.LastFetchedEpoch, 0)
 			}
-			setMirrorLeaderEpoch(&rp.UnknownTags, fp.mirrorEpoch)
+			SetMirrorLeaderEpoch(&rp.UnknownTags, fp.mirrorEpoch)
 			bounds[fp.key] = fp.mirrorEpoch
 		}
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
@@ -407,7 +407,7 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 				continue
 			}
 			if th, ok := throttled[fp.key]; ok {
-				th.q.record(len(rp.RecordBatches), th.rate, time.Now())
+				th.q.Record(len(rp.RecordBatches), th.rate, time.Now())
 				th.bytes.Add(len(rp.RecordBatches))
 			}
 			wg.Add(1)
@@ -438,7 +438,7 @@ func (f *fetcher) handle(ctx context.Context, fp *followed, rp *kmsg.FetchRespon
 			// Retention or DeleteRecords removed what we would fetch
 			// next while we were away: as Kafka's follower does, drop
 			// the whole log and fetch from the leader's log start.
-			f.b.log.Info("replica fetch: the log ends below the leader's log start; starting over there", "topic", fp.topic,
+			f.m.cfg.Log.Info("replica fetch: the log ends below the leader's log start; starting over there", "topic", fp.topic,
 				"partition", fp.key.p, "leader", f.leader, "log_end", offs.LogEnd, "leader_log_start", rp.LogStartOffset)
 			if err := fp.ep.StartOver(rp.LogStartOffset); err != nil {
 				return fmt.Errorf("%s-%d: start the log over at the leader's log start %d: %w", fp.topic, fp.key.p, rp.LogStartOffset, err)
@@ -464,7 +464,7 @@ func (f *fetcher) handle(ctx context.Context, fp *followed, rp *kmsg.FetchRespon
 	if above >= 0 {
 		recs = recs[:n]
 	}
-	if mle := mirrorLeaderEpoch(&rp.UnknownTags); mle > fp.mirrorEpoch && fp.mirrorEpoch >= 0 {
+	if mle := MirrorLeaderEpoch(&rp.UnknownTags); mle > fp.mirrorEpoch && fp.mirrorEpoch >= 0 {
 		fp.mirrorEpoch = mle // the bound of the next fetch
 	}
 	if above >= 0 {
@@ -477,7 +477,7 @@ func (f *fetcher) handle(ctx context.Context, fp *followed, rp *kmsg.FetchRespon
 		if fp.mirrorEpoch >= 0 {
 			lvl = slog.LevelDebug
 		}
-		f.b.log.Log(ctx, lvl, "replica fetch: batches above the leader epoch bound refused", "topic", fp.topic, "partition", fp.key.p,
+		f.m.cfg.Log.Log(ctx, lvl, "replica fetch: batches above the leader epoch bound refused", "topic", fp.topic, "partition", fp.key.p,
 			"leader", f.leader, "bound", bound, "batch_epoch", above, "batch_offset", int64(binary.BigEndian.Uint64(rp.RecordBatches[n:])))
 	}
 	if len(recs) > 0 {
@@ -492,7 +492,7 @@ func (f *fetcher) handle(ctx context.Context, fp *followed, rp *kmsg.FetchRespon
 	fp.ep.SetHighWatermark(rp.HighWatermark)
 	if offs := fp.ep.Offsets(); rp.LogStartOffset > offs.LogStart && rp.LogStartOffset <= offs.HighWatermark {
 		if _, err := fp.ep.DeleteRecords(rp.LogStartOffset); err != nil {
-			f.b.log.Debug("follower log start", "topic", fp.topic, "partition", fp.key.p, "err", err)
+			f.m.cfg.Log.Debug("follower log start", "topic", fp.topic, "partition", fp.key.p, "err", err)
 		}
 	}
 	return nil
