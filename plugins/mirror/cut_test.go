@@ -1,0 +1,92 @@
+package mirror
+
+import (
+	"slices"
+	"testing"
+)
+
+// data and txn build batches of one record at offset o, time ts.
+func data(o, ts int64) cutBatch { return cutBatch{Base: o, Last: o, MaxTs: ts, PID: -1} }
+func txn(o, ts, pid int64, e int16) cutBatch {
+	return cutBatch{Base: o, Last: o, MaxTs: ts, PID: pid, Epoch: e, Txn: true}
+}
+func marker(o, ts, pid int64, e int16, commit bool) cutBatch {
+	return cutBatch{Base: o, Last: o, MaxTs: ts, PID: pid, Epoch: e, Txn: true, Control: true, Commit: commit}
+}
+
+func held(bs ...cutBatch) cutPart {
+	end := int64(0)
+	if len(bs) > 0 {
+		end = bs[len(bs)-1].Last + 1
+	}
+	return cutPart{Batches: bs, End: end}
+}
+
+// T is the least of the partitions' latest times, and each partition is
+// cut at its first record past T.
+func TestConsistentCutTime(t *testing.T) {
+	parts := []cutPart{
+		held(data(0, 100), data(1, 200), data(2, 300), data(3, 400)),
+		held(data(0, 150), data(1, 250)),
+		held(), // holds nothing: no constraint
+	}
+	ts, cuts := consistentCut(parts)
+	if ts != 250 || !slices.Equal(cuts, []int64{2, 2, 0}) {
+		t.Fatalf("T %d cuts %v, want 250 [2 2 0]", ts, cuts)
+	}
+	if r, ms := cutLoss(parts[0], cuts[0], ts); r != 2 || ms != 150 {
+		t.Fatalf("loss %d records %d ms, want 2 and 150", r, ms)
+	}
+	if r, ms := cutLoss(parts[1], cuts[1], ts); r != 0 || ms != 0 {
+		t.Fatalf("loss %d records %d ms, want none", r, ms)
+	}
+}
+
+// A transaction whose COMMIT is below the cut on one partition but beyond
+// it on another loses its COMMIT on both, and the lower cut that makes
+// splits a second transaction, which the closure also resolves.
+func TestConsistentCutClosesTransactions(t *testing.T) {
+	// Producer 7: transaction epoch 1 on A and B. On A it is committed at
+	// time 200; on B its marker comes at 260, past T.
+	// Producer 8: transaction epoch 4 on A (after 7's data) and C, whole
+	// below T on C, but on A its data follows 7's, so cutting A at 7's
+	// first batch splits it.
+	a := held(txn(0, 100, 7, 1), txn(1, 110, 8, 4), marker(2, 200, 7, 2, true), marker(3, 205, 8, 5, true), data(4, 250))
+	b := held(txn(0, 120, 7, 1), data(1, 240), marker(2, 260, 7, 2, true), data(3, 270))
+	c := held(txn(0, 115, 8, 4), marker(1, 205, 8, 5, true), data(2, 245))
+	ts, cuts := consistentCut([]cutPart{a, b, c})
+	if ts != 245 {
+		t.Fatalf("T %d, want 245", ts)
+	}
+	// A: 7's transaction is split (COMMIT beyond B's cut), so A is cut at
+	// 7's first batch (0), which drops 8's data on A; then 8 is split and
+	// C is cut at 8's first batch. B keeps 7's open data, which the stop
+	// aborts.
+	if !slices.Equal(cuts, []int64{0, 2, 0}) {
+		t.Fatalf("cuts %v, want [0 2 0]", cuts)
+	}
+	// Every transaction is whole below the cuts or on none.
+	committed, touched := txnsBelow([]cutPart{a, b, c}, cuts)
+	for _, id := range []txnID{{7, 1}, {8, 4}} {
+		on := 0
+		for i := range committed {
+			if committed[i][id] {
+				on++
+			}
+		}
+		if on != 0 && !whole(id, committed, touched) {
+			t.Fatalf("transaction %v split: committed on %d partitions", id, on)
+		}
+	}
+}
+
+// Transactions committed below T everywhere stay; aborted ones and
+// non-transactional records need nothing.
+func TestConsistentCutKeepsWholeTransactions(t *testing.T) {
+	a := held(txn(0, 100, 7, 1), marker(1, 150, 7, 2, true), txn(2, 160, 7, 2), marker(3, 170, 7, 3, false), data(4, 300))
+	b := held(txn(0, 105, 7, 1), marker(1, 150, 7, 2, true), data(2, 280))
+	ts, cuts := consistentCut([]cutPart{a, b})
+	if ts != 280 || !slices.Equal(cuts, []int64{4, 3}) {
+		t.Fatalf("T %d cuts %v, want 280 [4 3]", ts, cuts)
+	}
+}
