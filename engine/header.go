@@ -122,3 +122,15 @@ func IsProducerBarrier(b []byte) bool {
 	}
 	return isBarrier(batch(b))
 }
+
+// ControlType is the marker type of a control batch b (ControlAbort,
+// ControlCommit, ...), or -1 if b is not one or cannot be read. A
+// mirror's consistent cut needs it to tell a committed transaction from
+// an aborted one.
+func ControlType(b []byte) int16 {
+	h, err := ParseBatchHeader(b)
+	if err != nil || !h.Control() {
+		return -1
+	}
+	return controlType(batch(b))
+}

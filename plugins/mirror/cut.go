@@ -1,5 +1,11 @@
 package mirror
 
+import (
+	"fmt"
+
+	"github.com/tandem-kafka/tandem/engine"
+)
+
 // This file computes a consistent cut (issue 30): one source time T for a
 // set of mirrored partitions, and per partition the offset the
 // destination keeps up to, such that no transaction is whole on one
@@ -161,4 +167,26 @@ func cutLoss(p cutPart, cut, t int64) (records, ms int64) {
 		return 0, 0
 	}
 	return records, last - t
+}
+
+// heldBatches reads what the cut needs of partition ep's batches from
+// offset start to its end.
+func heldBatches(ep *engine.Partition, start int64) (cutPart, error) {
+	p := cutPart{End: ep.Offsets().LogEnd}
+	err := eachBatch(ep, start, func(bs [][]byte) error {
+		for _, b := range bs {
+			h, _ := engine.ParseBatchHeader(b)
+			p.Batches = append(p.Batches, cutBatch{
+				Base: h.BaseOffset, Last: h.LastOffset(), MaxTs: h.MaxTimestamp,
+				PID: h.ProducerID, Epoch: h.ProducerEpoch,
+				Txn: h.Transactional(), Control: h.Control(),
+				Commit: h.Control() && engine.ControlType(b) == engine.ControlCommit,
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return cutPart{}, fmt.Errorf("reading %s-%d for the cut: %w", ep.Topic(), ep.Index(), err)
+	}
+	return p, nil
 }

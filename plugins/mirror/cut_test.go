@@ -1,8 +1,13 @@
 package mirror
 
 import (
+	"context"
 	"slices"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/tandem-kafka/tandem/engine"
 )
 
 // data and txn build batches of one record at offset o, time ts.
@@ -88,5 +93,36 @@ func TestConsistentCutKeepsWholeTransactions(t *testing.T) {
 	ts, cuts := consistentCut([]cutPart{a, b})
 	if ts != 280 || !slices.Equal(cuts, []int64{4, 3}) {
 		t.Fatalf("T %d cuts %v, want 280 [4 3]", ts, cuts)
+	}
+}
+
+// heldBatches reads a real partition's markers as COMMIT or ABORT.
+func TestHeldBatchesMarkers(t *testing.T) {
+	e, err := engine.Open(engine.Config{Dir: "/data", FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ep, err := e.Create("t", engine.TopicID{1}, 0, engine.DefaultLogConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := ep.WriteTxnMarkers(ctx, engine.Marker{ProducerID: 7, ProducerEpoch: 1, Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ep.WriteTxnMarkers(ctx, engine.Marker{ProducerID: 8, ProducerEpoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := heldBatches(ep, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.End != 2 || len(p.Batches) != 2 {
+		t.Fatalf("end %d, %d batches, want 2 and 2", p.End, len(p.Batches))
+	}
+	c, a := p.Batches[0], p.Batches[1]
+	if !c.Control || !c.Commit || c.PID != 7 || c.Epoch != 1 || !a.Control || a.Commit || a.PID != 8 || a.Base != 1 {
+		t.Fatalf("batches %+v", p.Batches)
 	}
 }
