@@ -197,7 +197,14 @@ func (p *Partition) truncate(offset int64, full bool) error {
 	for _, en := range p.epochs[k:] {
 		b.Delete(epochKey(p.id, p.part, en.Epoch), nil)
 	}
-	// Producer state forgets the batches that are gone.
+	// Producer state forgets the batches that are gone, and a
+	// transaction whose marker is gone is open again.
+	var open map[int64]int64
+	if i >= 0 {
+		if open, err = p.openTxnsLocked(i, pos); err != nil {
+			return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, err)
+		}
+	}
 	changed := map[int64]*producerEntry{}
 	if full {
 		b.DeleteRange(subPrefix(p.id, p.part, subProduce), prefixEnd(subPrefix(p.id, p.part, subProduce)), nil)
@@ -207,12 +214,17 @@ func (p *Partition) truncate(offset int64, full bool) error {
 			break
 		}
 		j := sort.Search(len(pe.Batches), func(j int) bool { return pe.Batches[j].LastOffset >= leo })
-		if j < len(pe.Batches) || pe.TxnStart >= leo {
+		start, ok := open[pid]
+		switch {
+		case !ok && pe.TxnStart >= leo:
+			start = -1
+		case !ok:
+			start = pe.TxnStart
+		}
+		if j < len(pe.Batches) || pe.TxnStart != start {
 			c := pe.clone()
 			c.Batches = c.Batches[:j]
-			if c.TxnStart >= leo {
-				c.TxnStart = -1
-			}
+			c.TxnStart = start
 			changed[pid] = c
 			b.Set(producerKey(p.id, p.part, pid), c.encode(), nil)
 		}
@@ -310,6 +322,92 @@ func (p *Partition) scanToLocked(seg *segment, offset int64) (pos, base int64, s
 		sum.maxTs, sum.maxTsOff, sum.maxTsEpoch = top.maxTs, top.base+int64(maxTimestampDelta(b)), top.epoch
 	}
 	return pos, base, sum, nil
+}
+
+// openTxnsLocked returns the transactions a truncation at position pos
+// of segment i opens again, their markers being cut: producer ID to the
+// first offset of its transaction. The producers are those with a marker
+// beyond pos; for each, the segments are walked back from pos until one
+// holds a marker of its (or a barrier): the transaction is open if data
+// of it follows that marker, from its first such batch.
+func (p *Partition) openTxnsLocked(i int, pos int64) (map[int64]int64, error) {
+	cut := map[int64]bool{}
+	for k := i; k < len(p.segs); k++ {
+		from := int64(0)
+		if k == i {
+			from = pos
+		}
+		if err := p.walkHeadersLocked(p.segs[k], from, p.segs[k].size, func(h batchHeader) {
+			if h.attrs&attrControl != 0 && h.pid >= 0 {
+				cut[h.pid] = true
+			}
+		}); err != nil {
+			return nil, err
+		}
+	}
+	open := map[int64]int64{}
+	for k := i; k >= 0 && len(cut) > 0; k-- {
+		end := p.segs[k].size
+		if k == i {
+			end = pos
+		}
+		type seen struct {
+			marker bool
+			start  int64 // first transactional batch after the last marker, -1 none
+		}
+		s := map[int64]*seen{}
+		if err := p.walkHeadersLocked(p.segs[k], 0, end, func(h batchHeader) {
+			switch {
+			case h.attrs&attrControl != 0 && h.pid < 0: // a barrier ends them all
+				for pid := range cut {
+					s[pid] = &seen{marker: true, start: -1}
+				}
+			case !cut[h.pid]:
+			case h.attrs&attrControl != 0:
+				s[h.pid] = &seen{marker: true, start: -1}
+			case h.attrs&attrTransactional != 0:
+				if x := s[h.pid]; x == nil {
+					s[h.pid] = &seen{start: h.base}
+				} else if x.start < 0 {
+					x.start = h.base
+				}
+			}
+		}); err != nil {
+			return nil, err
+		}
+		for pid, x := range s {
+			if x.start >= 0 {
+				open[pid] = x.start
+			}
+			if x.marker {
+				delete(cut, pid)
+			}
+		}
+	}
+	return open, nil
+}
+
+// walkHeadersLocked calls fn with the header of each batch of seg
+// between byte positions from and end.
+func (p *Partition) walkHeadersLocked(seg *segment, from, end int64, fn func(batchHeader)) error {
+	f, err := p.e.files.acquire(seg.file)
+	if err != nil {
+		return err
+	}
+	defer p.e.files.release(seg.file)
+	hr := headerReader{f: f, end: end}
+	defer hr.release()
+	for pos := from; ; {
+		h, err := hr.header(pos)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fn(h)
+		pos += h.size
+	}
 }
 
 // OffsetForTimestamp finds the first record with timestamp >= ts below

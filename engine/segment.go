@@ -36,8 +36,8 @@ const (
 	// length, so that a corrupt header never allocates gigabytes.
 	maxBatchSize = 1 << 30
 	// headerPeek is the part of a batch header a walk over a segment
-	// reads: up to the max timestamp.
-	headerPeek = offMaxTimestamp + 8
+	// reads: up to the producer ID (a truncation reopens transactions).
+	headerPeek = offProducerID + 8
 )
 
 func segmentName(base int64) string { return fmt.Sprintf("%020d%s", base, segmentSuffix) }
@@ -299,6 +299,8 @@ type batchHeader struct {
 	size       int64 // the whole batch: 12 + its length field
 	maxTs      int64
 	epoch      int32
+	attrs      int16
+	pid        int64
 }
 
 // headerReader reads batch headers of a segment through a small buffer,
@@ -360,7 +362,8 @@ func (r *headerReader) header(pos int64) (batchHeader, error) {
 		return batchHeader{}, errTorn
 	}
 	r.last = 12 + length
-	return batchHeader{base: h.baseOffset(), last: h.lastOffset(), size: 12 + length, maxTs: h.maxTimestamp(), epoch: h.leaderEpoch()}, nil
+	return batchHeader{base: h.baseOffset(), last: h.lastOffset(), size: 12 + length, maxTs: h.maxTimestamp(), epoch: h.leaderEpoch(),
+		attrs: h.attributes(), pid: h.producerID()}, nil
 }
 
 // readBatch reads and checks the whole batch at pos (recovery).

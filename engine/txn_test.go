@@ -164,3 +164,53 @@ func TestMarkerEpochBump(t *testing.T) {
 }
 
 func nowForTest() time.Time { return time.UnixMilli(1_700_000_000_000) }
+
+// TestTruncateReopensTransaction: a truncation that removes a
+// transaction's COMMIT leaves its data open again, so that aborting the
+// open transactions ends it with an ABORT read_committed consumers skip
+// (a mirror's consistent cut truncates so, then aborts); a transaction
+// whose data began before the walk's first segment is found too.
+func TestTruncateReopensTransaction(t *testing.T) {
+	fs := vfs.NewMem()
+	e := openTest(t, fs)
+	cfg := DefaultLogConfig()
+	cfg.SegmentBytes = 1 // a segment per batch: the walk goes back
+	p := mkPart(t, e, cfg)
+	txn := func(pid int64, epoch int16, seq int32, base int64) []byte {
+		return mirrored(mkBatch(t, batchOpts{pid: pid, epoch: epoch, seq: seq, attrs: attrTransactional}, kv("k", "v")), base, 3)
+	}
+	appendOK(t, p, OriginMirror, txn(7, 0, 0, 0))                                                    // 0: pid 7
+	appendOK(t, p, OriginMirror, txn(7, 0, 1, 1))                                                    // 1: pid 7
+	appendOK(t, p, OriginMirror, mirrored(controlBatch(7, 1, ControlCommit, 5, nowForTest()), 2, 3)) // 2: COMMIT
+	appendOK(t, p, OriginMirror, txn(8, 0, 0, 3))                                                    // 3: pid 8
+	appendOK(t, p, OriginMirror, mirrored(controlBatch(8, 1, ControlCommit, 5, nowForTest()), 4, 3)) // 4: COMMIT
+	if _, open := p.OpenTxn(7); open {
+		t.Fatal("pid 7 open before the truncation")
+	}
+	if len(p.segs) < 5 {
+		t.Fatalf("%d segments, want one per batch", len(p.segs))
+	}
+	if err := p.Truncate(2); err != nil { // the COMMIT of pid 7 goes, with pid 8's transaction
+		t.Fatal(err)
+	}
+	if _, open := p.OpenTxn(7); !open {
+		t.Fatal("pid 7's transaction is not open again after its COMMIT was truncated")
+	}
+	if _, open := p.OpenTxn(8); open {
+		t.Fatal("pid 8 open, but its data went with the truncation")
+	}
+	if o := p.Offsets(); o.LastStable != 0 {
+		t.Fatalf("offsets after the truncation: %+v", o)
+	}
+	pids, err := p.AbortOpenTransactions(context.Background())
+	if err != nil || !slices.Equal(pids, []int64{7}) {
+		t.Fatalf("AbortOpenTransactions: %v %v", pids, err)
+	}
+	res, err := p.Fetch(0, 1<<20, ReadCommitted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []AbortedTxn{{ProducerID: 7, FirstOffset: 0}}; !slices.Equal(res.AbortedTxns, want) {
+		t.Fatalf("aborted %+v, want %+v", res.AbortedTxns, want)
+	}
+}
