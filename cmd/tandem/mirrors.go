@@ -35,6 +35,7 @@ type mirrorsCmd struct {
 	deleteConfigs  multiFlag
 	asJSON, yes    bool
 	force          bool
+	consistent     bool
 	noValidate     bool
 	timeout        time.Duration
 }
@@ -114,13 +115,14 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		op.check = checks[op.name]
 		fs.BoolVar(&op.on, op.name, false, op.usage)
 	}
-	fs.BoolVar(&c.asJSON, "json", false, "print JSON (--list, --describe, --describe-config, --diverged)")
+	fs.BoolVar(&c.asJSON, "json", false, "print JSON (--list, --describe, --describe-config, --diverged, --failover)")
 	fs.StringVar(&c.name, "mirror", "", "mirror `NAME`")
 	fs.StringVar(&c.source, "source-bootstrap", "", "source cluster `HOST:PORT[,HOST:PORT...]`")
 	allTopics := fs.Bool("all-topics", false, "with --remove, --pause or --resume: every topic of the mirror")
 	fs.BoolVar(&c.yes, "yes", false, "proceed without asking, also when records would be truncated")
 	fs.BoolVar(&c.noValidate, "no-validate", false, "with --create: do not check first that the source answers as a Kafka cluster")
 	fs.BoolVar(&c.force, "force", false, "with --failover: fail over even if the source is unreachable or the lag is not 0 in time")
+	fs.BoolVar(&c.consistent, "consistent", false, "with --failover: fail every topic named over at one consistent cut (one source time, no transaction split, group offsets clamped to it)")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "with --failover: how long to wait for lag 0")
 	fs.Var(&c.topics, "topic", "topic `NAME` or regular expression (repeatable)")
 	fs.Var(&c.configs, "config", "mirror config `k=v` (repeatable)")
@@ -157,6 +159,9 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "tandem mirrors: choose one of %s (--create --add does both)\n", strings.Join(names, ", "))
 		return 2
+	}
+	if c.consistent && chosen[0].name != "failover" {
+		return exit(stderr, "mirrors", usageErrorf("--consistent goes with --failover"))
 	}
 	// Nothing is sent before the command line is known to be whole.
 	if chosen[0].check != nil {

@@ -32,7 +32,10 @@ func (c *mirrorsCmd) failover(ctx context.Context) error {
 	if len(topics) == 0 {
 		topics = multiFlag{".*"}
 	}
-	report, err := c.a.Failover(ctx, c.name, topics, admin.FailoverOptions{Force: c.force, Timeout: c.timeout})
+	report, err := c.a.Failover(ctx, c.name, topics, admin.FailoverOptions{Force: c.force, Timeout: c.timeout, Consistent: c.consistent})
+	if c.asJSON {
+		return printFailoverJSON(c.stdout, report, err)
+	}
 	var now, before []wire.FailoverPartition
 	for _, p := range report {
 		if p.AlreadyStopped {
@@ -52,6 +55,7 @@ func (c *mirrorsCmd) failover(ctx context.Context) error {
 		fmt.Fprintf(c.stdout, "Mirror %s: nothing left to fail over.\n", c.name)
 		return nil
 	}
+	printCut(c.stdout, now)
 	var lost, lostMs, learned int64
 	unknown, stale := 0, 0
 	for _, p := range now {
@@ -89,6 +93,82 @@ func (c *mirrorsCmd) failover(ctx context.Context) error {
 		fmt.Fprintln(c.stdout, "Nothing the source was last known to have was given up.")
 	}
 	return nil
+}
+
+// printCut says where a consistent failover cut its partitions: the
+// source time T they all end at, and what was moved beyond it into the
+// divergence quarantine (<topic>.diverged, listed by --diverged).
+func printCut(w io.Writer, report []wire.FailoverPartition) {
+	var t, records, ms int64
+	cut := 0
+	for _, p := range report {
+		if p.CutTime == 0 {
+			continue
+		}
+		cut++
+		t, records, ms = p.CutTime, records+p.CutRecords, max(ms, p.CutMs)
+	}
+	if cut == 0 {
+		return
+	}
+	fmt.Fprintf(w, "Consistent cut at %s (source record time): %d partition(s) end there.\n", time.UnixMilli(t).UTC().Format(time.RFC3339Nano), cut)
+	if records == 0 {
+		fmt.Fprintln(w, "Nothing held here lay beyond the cut.")
+		return
+	}
+	fmt.Fprintf(w, "Beyond the cut, %d record(s) (up to %d ms of data, in record time) were moved into the divergence quarantine (--diverged lists them):\n", records, ms)
+	for _, p := range report {
+		if p.CutRecords > 0 {
+			fmt.Fprintf(w, "  %s-%d: %d record(s), %d ms\n", p.Topic, p.Partition, p.CutRecords, p.CutMs)
+		}
+	}
+}
+
+// failoverJSON is a partition of --failover --json: where the failover
+// left it, with -1 (or null) for what is not known.
+type failoverJSON struct {
+	Topic             string     `json:"topic"`
+	Partition         int32      `json:"partition"`
+	SourceOffset      int64      `json:"source_offset"`
+	SourceOffsetTime  *time.Time `json:"source_offset_time"`
+	SourceStale       bool       `json:"source_stale"`
+	DestinationOffset int64      `json:"destination_offset"`
+	Lag               int64      `json:"lag"`
+	LagMs             int64      `json:"lag_ms"`
+	AlreadyStopped    bool       `json:"already_stopped"`
+	CutTime           *time.Time `json:"cut_time"`
+	CutRecords        int64      `json:"cut_records"`
+	CutMs             int64      `json:"cut_ms"`
+}
+
+// printFailoverJSON prints --failover --json: {"partitions": [...],
+// "error": "..."}, the report also when the failover failed (a refused
+// safe failover reports the lag that refused it).
+func printFailoverJSON(w io.Writer, report []wire.FailoverPartition, err error) error {
+	out := struct {
+		Partitions []failoverJSON `json:"partitions"`
+		Error      *string        `json:"error"`
+	}{Partitions: []failoverJSON{}}
+	at := func(ms int64) *time.Time {
+		if ms <= 0 {
+			return nil
+		}
+		t := time.UnixMilli(ms).UTC()
+		return &t
+	}
+	for _, p := range report {
+		out.Partitions = append(out.Partitions, failoverJSON{Topic: p.Topic, Partition: p.Partition, SourceOffset: p.SourceOffset,
+			SourceOffsetTime: at(p.SourceOffsetTime), SourceStale: p.SourceStale, DestinationOffset: p.DestinationOffset,
+			Lag: p.Lag, LagMs: p.LagMs, AlreadyStopped: p.AlreadyStopped, CutTime: at(p.CutTime), CutRecords: p.CutRecords, CutMs: p.CutMs})
+	}
+	if err != nil {
+		msg := err.Error()
+		out.Error = &msg
+	}
+	if jerr := json.NewEncoder(w).Encode(out); jerr != nil {
+		return jerr
+	}
+	return err
 }
 
 // printFailedOverBefore says which partitions had failed over before, and

@@ -155,7 +155,8 @@ func (p *Plugin) readStateRemote(ctx context.Context, node int32, k partitionKey
 // ID asked for, for an answer without one.
 func stateOf(sp *wire.StatePartition, id uuid.UUID) partitionState {
 	st := partitionState{State: State(sp.State), Reason: sp.Reason, TopicID: sp.TopicID, LMO: sp.LastMirroredOffset, LME: sp.LastMirrorEpoch,
-		StopAt: sp.StopOffset, StopEpoch: sp.StopEpoch, StopDone: sp.StopDone, StopIndex: sp.StopIndex}
+		StopAt: sp.StopOffset, StopEpoch: sp.StopEpoch, StopDone: sp.StopDone, StopIndex: sp.StopIndex,
+		Cut: cutState{Set: sp.CutSet, At: sp.CutAt, Time: sp.CutTime, Records: sp.CutRecords, Ms: sp.CutMs}, CompleteAt: sp.CompleteAt}
 	if st.TopicID.IsZero() {
 		st.TopicID = id
 	}
@@ -192,6 +193,7 @@ func (p *Plugin) writeState(ctx context.Context, k partitionKey, id uuid.UUID, u
 		if err := p.writeRemote(ctx, node, k, wire.StatePartition{
 			PartitionIndex: k.partition, LastMirroredOffset: next.LMO, State: int8(next.State), LastMirrorEpoch: next.LME,
 			Reason: next.Reason, TopicID: id, StopOffset: next.StopAt, StopEpoch: next.StopEpoch, StopDone: next.StopDone, StopIndex: next.StopIndex,
+			CutSet: next.Cut.Set, CutAt: next.Cut.At, CutTime: next.Cut.Time, CutRecords: next.Cut.Records, CutMs: next.Cut.Ms, CompleteAt: next.CompleteAt,
 		}); err != nil {
 			return err
 		}

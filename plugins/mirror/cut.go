@@ -19,23 +19,32 @@ type cutBatch struct {
 	MaxTs      int64 // the batch's MaxTimestamp
 	PID        int64
 	Epoch      int16
-	Txn        bool // transactional
-	Control    bool // a transaction marker
-	Commit     bool // for a marker: COMMIT rather than ABORT
+	Txn        bool  // transactional
+	Control    bool  // a transaction marker
+	Commit     bool  // for a marker: COMMIT rather than ABORT
+	Records    int32 // records of a data batch (0 for a marker)
 }
 
-// cutPart is one partition's held batches, in offset order, and its end
-// (the offset after the last).
+// cutPart is one partition's held batches, in offset order, from the
+// batch holding offset Start (the scan window's start) to End (the
+// offset after the last). FromLogStart says the window starts at the
+// log start: nothing held lies before it.
 type cutPart struct {
-	Batches []cutBatch
-	End     int64
+	Batches      []cutBatch
+	End          int64
+	FromLogStart bool
+	// Complete is when the partition last held all the source had (Unix
+	// ms, 0 unknown): it is complete up to then even if idle since.
+	Complete int64
 }
 
 // txnID names one transaction on every partition it touched: the
 // producer ID and the epoch of its data. Under transaction version 2
 // (KIP-890, which the broker finalizes) the epoch is bumped at every
 // end, so the pair is unique; the markers carry the bumped epoch, which
-// is why a transaction is named by its data, not its marker.
+// is why a transaction is named by its data, not its marker. Under
+// version 1 one pair names every transaction of a producer session;
+// txnsBelow tells, by the pair's data coming back after its marker.
 type txnID struct {
 	PID   int64
 	Epoch int16
@@ -44,7 +53,8 @@ type txnID struct {
 // consistentCut returns T and the cut of each partition: the offset of
 // the first record it gives up (End when it keeps all).
 //
-// The rule: L(p) is the largest timestamp partition p holds; T is the
+// The rule: L(p) is the largest timestamp partition p holds, or the time
+// it was last known to hold all the source had, if later; T is the
 // least L(p) over the partitions that hold anything, the latest source
 // time every partition is known complete up to, given timestamps in
 // order within a partition (LogAppendTime, or CreateTime from producers
@@ -57,13 +67,19 @@ type txnID struct {
 // may split another transaction. Transactions left open at the cut are
 // aborted by the stop, as today. The cut never goes below a partition's
 // first held batch, so the loop ends.
+//
+// A producer session that wrote transactions under version 1 (one pair
+// for all of them) cannot have one of its transactions told from
+// another across partitions: if any of them is not whole, every
+// partition is cut at the session's first batch, so that none of its
+// transactions is kept anywhere. That loses more; it never splits one.
 func consistentCut(parts []cutPart) (int64, []int64) {
 	t := int64(-1)
 	for _, p := range parts {
-		if len(p.Batches) == 0 {
+		if len(p.Batches) == 0 && p.Complete <= 0 {
 			continue
 		}
-		l := p.Batches[0].MaxTs
+		l := p.Complete
 		for _, b := range p.Batches {
 			l = max(l, b.MaxTs)
 		}
@@ -82,7 +98,15 @@ func consistentCut(parts []cutPart) (int64, []int64) {
 		}
 	}
 	for {
-		committed, touched := txnsBelow(parts, cuts)
+		committed, pending, reused := txnsBelow(parts, cuts)
+		split := func(id txnID) bool {
+			for i := range pending {
+				if pending[i][id] {
+					return true
+				}
+			}
+			return false
+		}
 		moved := false
 		for i, p := range parts {
 			for _, b := range p.Batches {
@@ -93,11 +117,12 @@ func consistentCut(parts []cutPart) (int64, []int64) {
 					continue
 				}
 				id := txnID{b.PID, b.Epoch}
-				if !committed[i][id] || whole(id, committed, touched) {
+				if (!reused[id] && !committed[i][id]) || !split(id) {
 					continue
 				}
-				// b is the first batch of id below the cut: earlier
-				// batches of id were seen first.
+				// b is the first batch of id below the cut (of the
+				// session, under version 1): earlier ones were seen
+				// first.
 				cuts[i] = b.Base
 				moved = true
 				break
@@ -109,26 +134,18 @@ func consistentCut(parts []cutPart) (int64, []int64) {
 	}
 }
 
-// whole reports whether id is committed below the cut on every
-// partition it touched.
-func whole(id txnID, committed []map[txnID]bool, touched []map[txnID]bool) bool {
-	for i := range touched {
-		if touched[i][id] && !committed[i][id] {
-			return false
-		}
-	}
-	return true
-}
-
-// txnsBelow returns, per partition, the transactions whose COMMIT is
-// below the cut, and every transaction the partition holds data of
-// (below the cut or not).
-func txnsBelow(parts []cutPart, cuts []int64) (committed, touched []map[txnID]bool) {
+// txnsBelow returns, per partition, the transactions with a COMMIT below
+// the cut and those with data there that are not committed below it
+// and not aborted (pending: their COMMIT is beyond the cut, or not held
+// yet); and the pairs that name several transactions (version 1).
+func txnsBelow(parts []cutPart, cuts []int64) (committed, pending []map[txnID]bool, reused map[txnID]bool) {
 	committed = make([]map[txnID]bool, len(parts))
-	touched = make([]map[txnID]bool, len(parts))
+	pending = make([]map[txnID]bool, len(parts))
+	reused = map[txnID]bool{}
 	for i, p := range parts {
-		committed[i], touched[i] = map[txnID]bool{}, map[txnID]bool{}
+		committed[i], pending[i] = map[txnID]bool{}, map[txnID]bool{}
 		open := map[int64]txnID{} // producer ID to its open transaction
+		ended := map[txnID]bool{}
 		for _, b := range p.Batches {
 			switch {
 			case b.Control:
@@ -137,23 +154,62 @@ func txnsBelow(parts []cutPart, cuts []int64) (committed, touched []map[txnID]bo
 					continue
 				}
 				delete(open, b.PID)
-				if b.Commit && b.Base < cuts[i] {
+				ended[id] = true
+				switch {
+				case b.Commit && b.Base < cuts[i]:
 					committed[i][id] = true
+				case b.Commit:
+					pending[i][id] = true
 				}
 			case b.Txn:
 				id := txnID{b.PID, b.Epoch}
-				touched[i][id] = true
 				if _, ok := open[b.PID]; !ok {
 					open[b.PID] = id
+					if ended[id] {
+						reused[id] = true
+					}
 				}
 			}
 		}
+		for _, id := range open {
+			pending[i][id] = true
+		}
 	}
-	return committed, touched
+	return committed, pending, reused
 }
 
-// cutLoss is what a partition gives up beyond its cut: the records and
-// how much source time they span past T.
+// cutShort reports whether the scan windows were too short for cuts: a
+// partition not scanned from its log start whose cut falls at its
+// window's first batch, or at a transactional batch of a producer with
+// no marker before it in the window (the transaction, or a version-1
+// session, may have begun before the window, where its first batch is).
+func cutShort(parts []cutPart, cuts []int64) bool {
+	for i, p := range parts {
+		if p.FromLogStart || len(p.Batches) == 0 || cuts[i] >= p.End {
+			continue
+		}
+		if cuts[i] <= p.Batches[0].Base {
+			return true
+		}
+		marked := map[int64]bool{}
+		for _, b := range p.Batches {
+			if b.Base >= cuts[i] {
+				if b.Base == cuts[i] && b.Txn && !b.Control && !marked[b.PID] {
+					return true
+				}
+				break
+			}
+			if b.Control {
+				marked[b.PID] = true
+			}
+		}
+	}
+	return false
+}
+
+// cutLoss is what a partition gives up beyond its cut: the records (of
+// data batches; markers are not records) and how much source time they
+// span past T.
 func cutLoss(p cutPart, cut, t int64) (records, ms int64) {
 	last := t
 	for _, b := range p.Batches {
@@ -161,32 +217,56 @@ func cutLoss(p cutPart, cut, t int64) (records, ms int64) {
 			continue
 		}
 		last = max(last, b.MaxTs)
+		if !b.Control {
+			records += int64(b.Records)
+		}
 	}
-	records = max(p.End-cut, 0)
-	if records == 0 {
+	if cut >= p.End {
 		return 0, 0
 	}
 	return records, last - t
 }
 
-// heldBatches reads what the cut needs of partition ep's batches from
-// offset start to its end.
-func heldBatches(ep *engine.Partition, start int64) (cutPart, error) {
-	p := cutPart{End: ep.Offsets().LogEnd}
-	err := eachBatch(ep, start, func(bs [][]byte) error {
-		for _, b := range bs {
-			h, _ := engine.ParseBatchHeader(b)
-			p.Batches = append(p.Batches, cutBatch{
-				Base: h.BaseOffset, Last: h.LastOffset(), MaxTs: h.MaxTimestamp,
-				PID: h.ProducerID, Epoch: h.ProducerEpoch,
-				Txn: h.Transactional(), Control: h.Control(),
-				Commit: h.Control() && engine.ControlType(b) == engine.ControlCommit,
-			})
-		}
-		return nil
-	})
+// cutBatchOf reads what the cut needs of one batch's header.
+func cutBatchOf(b []byte) (cutBatch, error) {
+	h, err := engine.ParseBatchHeader(b)
 	if err != nil {
-		return cutPart{}, fmt.Errorf("reading %s-%d for the cut: %w", ep.Topic(), ep.Index(), err)
+		return cutBatch{}, err
+	}
+	cb := cutBatch{Base: h.BaseOffset, Last: h.LastOffset(), MaxTs: h.MaxTimestamp,
+		PID: h.ProducerID, Epoch: h.ProducerEpoch, Txn: h.Transactional(), Control: h.Control()}
+	if cb.Control {
+		cb.Commit = engine.ControlType(b) == engine.ControlCommit
+	} else {
+		cb.Records = h.NumRecords
+	}
+	return cb, nil
+}
+
+// heldBatches reads what the cut needs of partition ep's batches from
+// the one holding offset start to end.
+func heldBatches(ep *engine.Partition, start, end int64) (cutPart, error) {
+	start = max(start, ep.Offsets().LogStart)
+	p := cutPart{End: end, FromLogStart: start <= ep.Offsets().LogStart}
+	for off := start; off < end; {
+		res, err := ep.Fetch(off, copyChunk, engine.ReadUncommitted)
+		if err != nil {
+			return cutPart{}, fmt.Errorf("reading %s-%d at %d for the cut: %w", ep.Topic(), ep.Index(), off, err)
+		}
+		n := len(p.Batches)
+		for _, b := range res.Batches {
+			cb, err := cutBatchOf(b)
+			if err != nil {
+				return cutPart{}, fmt.Errorf("reading %s-%d at %d for the cut: %w", ep.Topic(), ep.Index(), off, err)
+			}
+			if cb.Last >= off && cb.Base < end {
+				p.Batches = append(p.Batches, cb)
+			}
+		}
+		if len(p.Batches) == n {
+			break
+		}
+		off = p.Batches[len(p.Batches)-1].Last + 1
 	}
 	return p, nil
 }

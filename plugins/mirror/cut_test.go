@@ -11,9 +11,9 @@ import (
 )
 
 // data and txn build batches of one record at offset o, time ts.
-func data(o, ts int64) cutBatch { return cutBatch{Base: o, Last: o, MaxTs: ts, PID: -1} }
+func data(o, ts int64) cutBatch { return cutBatch{Base: o, Last: o, MaxTs: ts, PID: -1, Records: 1} }
 func txn(o, ts, pid int64, e int16) cutBatch {
-	return cutBatch{Base: o, Last: o, MaxTs: ts, PID: pid, Epoch: e, Txn: true}
+	return cutBatch{Base: o, Last: o, MaxTs: ts, PID: pid, Epoch: e, Txn: true, Records: 1}
 }
 func marker(o, ts, pid int64, e int16, commit bool) cutBatch {
 	return cutBatch{Base: o, Last: o, MaxTs: ts, PID: pid, Epoch: e, Txn: true, Control: true, Commit: commit}
@@ -71,7 +71,7 @@ func TestConsistentCutClosesTransactions(t *testing.T) {
 		t.Fatalf("cuts %v, want [0 2 0]", cuts)
 	}
 	// Every transaction is whole below the cuts or on none.
-	committed, touched := txnsBelow([]cutPart{a, b, c}, cuts)
+	committed, pending, _ := txnsBelow([]cutPart{a, b, c}, cuts)
 	for _, id := range []txnID{{7, 1}, {8, 4}} {
 		on := 0
 		for i := range committed {
@@ -79,7 +79,7 @@ func TestConsistentCutClosesTransactions(t *testing.T) {
 				on++
 			}
 		}
-		if on != 0 && !whole(id, committed, touched) {
+		if on != 0 && slices.ContainsFunc(pending, func(m map[txnID]bool) bool { return m[id] }) {
 			t.Fatalf("transaction %v split: committed on %d partitions", id, on)
 		}
 	}
@@ -114,7 +114,7 @@ func TestHeldBatchesMarkers(t *testing.T) {
 	if _, err := ep.WriteTxnMarkers(ctx, engine.Marker{ProducerID: 8, ProducerEpoch: 2}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := heldBatches(ep, 0)
+	p, err := heldBatches(ep, 0, ep.Offsets().LogEnd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,5 +124,66 @@ func TestHeldBatchesMarkers(t *testing.T) {
 	c, a := p.Batches[0], p.Batches[1]
 	if !c.Control || !c.Commit || c.PID != 7 || c.Epoch != 1 || !a.Control || a.Commit || a.PID != 8 || a.Base != 1 {
 		t.Fatalf("batches %+v", p.Batches)
+	}
+}
+
+// An idle partition is complete up to when it last held all the source
+// had, not only up to its last record: it does not drag T back.
+func TestConsistentCutIdlePartition(t *testing.T) {
+	busy := held(data(0, 100), data(1, 200), data(2, 300))
+	idle := held(data(0, 50))
+	if ts, cuts := consistentCut([]cutPart{busy, idle}); ts != 50 || !slices.Equal(cuts, []int64{0, 1}) {
+		t.Fatalf("without Complete: T %d cuts %v, want 50 [0 1]", ts, cuts)
+	}
+	idle.Complete = 250
+	if ts, cuts := consistentCut([]cutPart{busy, idle}); ts != 250 || !slices.Equal(cuts, []int64{2, 1}) {
+		t.Fatalf("with Complete: T %d cuts %v, want 250 [2 1]", ts, cuts)
+	}
+}
+
+// Under transaction version 1 one (producer, epoch) names every
+// transaction of a session: if one of them is split, no transaction of
+// the session is kept anywhere.
+func TestConsistentCutVersion1(t *testing.T) {
+	// Session (7, 1): a transaction committed on both partitions, then
+	// one committed on A below T but whose COMMIT on B is past T.
+	a := held(txn(0, 100, 7, 1), marker(1, 110, 7, 1, true), txn(2, 120, 7, 1), marker(3, 130, 7, 1, true), data(4, 300))
+	b := held(txn(0, 101, 7, 1), marker(1, 110, 7, 1, true), txn(2, 121, 7, 1), data(3, 200), marker(4, 250, 7, 1, true))
+	ts, cuts := consistentCut([]cutPart{a, b})
+	if ts != 250 {
+		t.Fatalf("T %d, want 250", ts)
+	}
+	// T keeps all of A below 300 and all of B: the second transaction
+	// is whole, nothing is split, nothing goes.
+	if !slices.Equal(cuts, []int64{4, 5}) {
+		t.Fatalf("cuts %v, want [4 5]", cuts)
+	}
+	a.Batches[4].MaxTs, b.Batches[4].MaxTs = 255, 260 // T 255, B's second COMMIT past it
+	ts, cuts = consistentCut([]cutPart{a, b})
+	// T = 255: B's second COMMIT (260) is past it, so the second
+	// transaction is split; the session's transactions cannot be told
+	// apart, so every partition goes back to the session's first batch.
+	if ts != 255 || !slices.Equal(cuts, []int64{0, 0}) {
+		t.Fatalf("T %d cuts %v, want 255 [0 0]", ts, cuts)
+	}
+}
+
+// A cut at a window's first batch, or at a transaction whose producer
+// has no marker earlier in the window, needs a longer window.
+func TestCutShort(t *testing.T) {
+	p := held(data(10, 100), txn(11, 110, 7, 1), marker(12, 120, 7, 2, true), txn(13, 130, 7, 2))
+	p.Batches[0].Base, p.Batches[0].Last = 10, 10
+	if !cutShort([]cutPart{p}, []int64{10}) {
+		t.Fatal("a cut at the window's first batch is not short")
+	}
+	if !cutShort([]cutPart{p}, []int64{11}) {
+		t.Fatal("a cut at a transaction that may have begun before the window is not short")
+	}
+	if cutShort([]cutPart{p}, []int64{13}) {
+		t.Fatal("a cut at a transaction begun after its producer's marker is short")
+	}
+	p.FromLogStart = true
+	if cutShort([]cutPart{p}, []int64{10}) {
+		t.Fatal("a window from the log start is short")
 	}
 }

@@ -20,8 +20,10 @@ import (
 // left: the lag a forced failover gave up, or why a safe one refused.
 // Topics named that failed over before are reported as such
 // (AlreadyStopped, where their stop left them), so that a failover can
-// be repeated.
-func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string, mode int8, timeout time.Duration) ([]string, []wire.FailoverPartition, error) {
+// be repeated. A consistent failover stops the topics newly stopping at
+// one cut (cutover.go); the report then says its time and what each
+// partition gave up beyond it.
+func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string, mode int8, timeout time.Duration, consistent bool) ([]string, []wire.FailoverPartition, error) {
 	start := time.Now()
 	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
 	if m == nil {
@@ -56,7 +58,11 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 			before[k] = d
 		}
 	}
+	set := cutSetOf(topics)
 	if err := p.setTopicStates(ctx, mirror, topics, func(s *partitionState) error {
+		if consistent && s.State != Stopping && s.State != Stopped {
+			s.Cut = cutState{Set: set, At: -1}
+		}
 		s.State, s.Reason = Stopping, ""
 		return nil
 	}); err != nil {
@@ -77,6 +83,7 @@ func (p *Plugin) stoppedReport(ctx context.Context, mirror string, topics []stri
 			fp := wire.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, AlreadyStopped: true}
 			if st, err := p.readState(ctx, partitionKey{mirror, name, int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
+				fp.CutTime, fp.CutRecords, fp.CutMs = cutReport(st)
 			}
 			out = append(out, fp)
 		}
@@ -263,6 +270,7 @@ func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []str
 			fp := wire.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1}
 			if st, err := p.readState(ctx, partitionKey{mirror, name, int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
+				fp.CutTime, fp.CutRecords, fp.CutMs = cutReport(st)
 			} else if ep := p.Host().Partition(t.ID, int32(i)); ep != nil {
 				fp.DestinationOffset = ep.Offsets().LogEnd
 			}
@@ -277,4 +285,13 @@ func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []str
 		}
 	}
 	return out
+}
+
+// cutReport is what a partition's consistent cut says in a failover
+// report: T, and what it gave up beyond it (zeros without a cut).
+func cutReport(st partitionState) (t, records, ms int64) {
+	if st.Cut.At < 0 {
+		return 0, 0, 0
+	}
+	return st.Cut.Time, st.Cut.Records, st.Cut.Ms
 }

@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,7 +68,7 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 		if timeout <= 0 {
 			timeout = p.cfg.RequestTimeout
 		}
-		removed, report, err := p.removeTopics(ctx, req.MirrorName, topicNames(req.Topics), req.Mode, timeout)
+		removed, report, err := p.removeTopics(ctx, req.MirrorName, topicNames(req.Topics), req.Mode, timeout, req.Consistent)
 		r.Failover = report
 		c, msg := code(err)
 		if err == nil {
@@ -413,7 +414,7 @@ func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
 		return fmt.Errorf("mirror %s does not exist: %w", mirror, wire.ErrMirrorNotFound)
 	}
 	if topics, _ := mirrorTopics(m, nil); len(topics) > 0 {
-		if _, _, err := p.removeTopics(ctx, mirror, topics, wire.FailoverNow, 0); err != nil {
+		if _, _, err := p.removeTopics(ctx, mirror, topics, wire.FailoverNow, 0, false); err != nil {
 			return err
 		}
 	}
@@ -583,9 +584,9 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 	states map[topicPartition]partitionState, now time.Time) wire.PartitionDetail {
 	pd := wire.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: Unknown.String()}
 	if st, ok := states[topicPartition{t.Name, i}]; ok {
-		pd.State, pd.Reason = st.State.String(), st.Reason
+		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
 	} else if st, err := p.readState(ctx, partitionKey{mirror, t.Name, i}, t.ID); err == nil {
-		pd.State, pd.Reason = st.State.String(), st.Reason
+		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
 	} else {
 		_, pd.Reason = code(err)
 	}
@@ -678,6 +679,7 @@ func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesReque
 func setState(sp *wire.StatePartition, s partitionState) {
 	sp.LastMirroredOffset, sp.State, sp.LastMirrorEpoch, sp.Reason, sp.TopicID = s.LMO, int8(s.State), s.LME, s.Reason, s.TopicID
 	sp.StopOffset, sp.StopEpoch, sp.StopDone, sp.StopIndex = s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex
+	sp.CutSet, sp.CutAt, sp.CutTime, sp.CutRecords, sp.CutMs, sp.CompleteAt = s.Cut.Set, s.Cut.At, s.Cut.Time, s.Cut.Records, s.Cut.Ms, s.CompleteAt
 }
 
 // topicState is ReadMirrorStates without NeedPartitionStates: one entry
@@ -746,6 +748,7 @@ func (p *Plugin) writeStates(ctx context.Context, req *wire.WriteMirrorStatesReq
 			_, err := p.writeStateLocal(ctx, partitionKey{req.MirrorName, t.Name, sp.PartitionIndex}, id, func(s *partitionState) error {
 				s.State, s.LMO, s.LME, s.Reason = State(sp.State), sp.LastMirroredOffset, sp.LastMirrorEpoch, sp.Reason
 				s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex = sp.StopOffset, sp.StopEpoch, sp.StopDone, sp.StopIndex
+				s.Cut, s.CompleteAt = cutState{Set: sp.CutSet, At: sp.CutAt, Time: sp.CutTime, Records: sp.CutRecords, Ms: sp.CutMs}, sp.CompleteAt
 				return nil
 			})
 			c, _ := code(err)

@@ -365,8 +365,10 @@ func (s *metaSync) cycle() error {
 	return errors.Join(errs...)
 }
 
-// paused returns the mirror's PAUSED (or PAUSING) partitions, which get
-// no metadata sync (configs, partitions, epochs, group offsets), and
+// paused returns the mirror's PAUSED (or PAUSING) partitions, and those
+// stopping at a consistent cut (whose group offsets are clamped to the
+// cut, not synced past it), which get no metadata sync (configs,
+// partitions, epochs, group offsets), and
 // whether every active partition is paused: then the mirror gets none at
 // all, ACLs and discovery included.
 func (s *metaSync) paused(img *raftmeta.Image, m *raftmeta.Mirror) (map[topicPartition]bool, bool) {
@@ -379,7 +381,7 @@ func (s *metaSync) paused(img *raftmeta.Image, m *raftmeta.Mirror) (map[topicPar
 		for i := range t.Partitions {
 			active++
 			st, err := s.p.readState(s.ctx, partitionKey{s.name, name, int32(i)}, t.ID)
-			if err == nil && (st.State == Paused || st.State == Pausing) {
+			if err == nil && (st.State == Paused || st.State == Pausing || st.State == Stopping && st.Cut.Set != "") {
 				paused[topicPartition{name, int32(i)}] = true
 			}
 		}

@@ -79,8 +79,10 @@ type ledPartition struct {
 	trouble     string    // why the partition cannot be copied now ("" when it can)
 	troubleAt   time.Time // since when
 	dstLEO      int64
-	lagMs       int64 // lag in record time (see measureLagMs); -1 unknown, 0 caught up
-	logStartTo  int64 // source log start to move to after the next append (-1: none)
+	lagMs       int64     // lag in record time (see measureLagMs); -1 unknown, 0 caught up
+	caughtUpAt  time.Time // when the log last held all of a source end offset just learned
+	savedAt     int64     // caughtUpAt as last persisted (CompleteAt), Unix ms
+	logStartTo  int64     // source log start to move to after the next append (-1: none)
 }
 
 // lag is the partition's lag in records against the source end offset
@@ -196,7 +198,9 @@ func (r *mirrorRun) controlStep() error {
 		switch st {
 		case Pausing:
 			r.release()
-			err = r.setState(pt, Paused, "")
+			if err = r.setState(pt, Paused, ""); err == nil {
+				err = r.saveComplete(pt, 0) // a paused partition learns nothing more
+			}
 		case Stopping:
 			err = r.stopPartition(pt)
 		case EpochFencing:
@@ -205,6 +209,7 @@ func (r *mirrorRun) controlStep() error {
 			if sle, ok := bumps[pt.topicPartition]; ok {
 				err = r.bumpEpoch(pt, bumpMinEpoch(sle))
 			}
+			err = errors.Join(err, r.saveComplete(pt, completeEvery))
 		}
 		if err != nil && r.ctx.Err() == nil {
 			errs = append(errs, fmt.Errorf("%s-%d (%s): %w", pt.topic, pt.partition, st, err))
@@ -268,7 +273,7 @@ func (r *mirrorRun) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
 			// STOPPED partition whose stop this image does not show yet
 			// (another broker finished the topic a moment ago) is not.
 			if st, err = r.p.writeState(r.ctx, partitionKey{r.name, k.topic, k.partition}, id, func(s *partitionState) error {
-				s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex = Preparing, "", -1, -1, false, 0
+				s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex, s.Cut = Preparing, "", -1, -1, false, 0, cutState{At: -1}
 				return nil
 			}); err != nil {
 				return err
@@ -287,11 +292,40 @@ func (r *mirrorRun) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
 			pt.stopDone = true // done by this partition's earlier leader
 		}
 		pt.state, pt.reason = st.State, st.Reason
+		if pt.caughtUpAt.IsZero() && st.CompleteAt > 0 { // a restart: as last persisted
+			pt.caughtUpAt, pt.savedAt = time.UnixMilli(st.CompleteAt), st.CompleteAt
+		}
 		if ep := host.Partition(id, k.partition); ep != nil {
 			pt.dstLEO = ep.Offsets().LogEnd
 		}
 		r.mu.Unlock()
 	}
+	return nil
+}
+
+// completeEvery is how often a mirroring partition persists when it last
+// held all the source had (CompleteAt): what a consistent cut after a
+// restart may count it complete up to, at most this much behind.
+const completeEvery = 10 * time.Second
+
+// saveComplete persists the partition's CompleteAt if it moved by at
+// least every since last persisted.
+func (r *mirrorRun) saveComplete(pt *ledPartition, every time.Duration) error {
+	r.mu.Lock()
+	at, saved, known := pt.caughtUpAt.UnixMilli(), pt.savedAt, !pt.caughtUpAt.IsZero()
+	r.mu.Unlock()
+	if !known || at <= saved || at-saved < every.Milliseconds() {
+		return nil
+	}
+	if _, err := r.p.writeState(r.ctx, partitionKey{r.name, pt.topic, pt.partition}, pt.id, func(s *partitionState) error {
+		s.CompleteAt = max(s.CompleteAt, at)
+		return nil
+	}); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	pt.savedAt = at
+	r.mu.Unlock()
 	return nil
 }
 

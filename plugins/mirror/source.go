@@ -237,7 +237,7 @@ func (r *mirrorRun) learnedEnd(pt *ledPartition, end int64) {
 	defer r.mu.Unlock()
 	pt.srcEnd, pt.srcEndAt, pt.trouble = end, time.Now(), ""
 	if pt.dstLEO >= end {
-		pt.lagMs = 0
+		pt.lagMs, pt.caughtUpAt = 0, pt.srcEndAt
 	} else if pt.lagMs == 0 {
 		pt.lagMs = -1 // behind again: unknown until measured
 	}
@@ -744,7 +744,7 @@ func (r *mirrorRun) applyPartition(pt *ledPartition, rp *kmsg.FetchResponseTopic
 	r.mu.Lock()
 	pt.dstLEO = leo
 	if leo >= pt.srcEnd {
-		pt.lagMs = 0
+		pt.lagMs, pt.caughtUpAt = 0, pt.srcEndAt
 	}
 	r.mu.Unlock()
 	return n, nil

@@ -99,19 +99,40 @@ type partitionState struct {
 	// whose image is older has not seen the stop yet, and must not take
 	// STOPPED with a live membership for the topic added again.
 	StopIndex int64
+	// CompleteAt is when (Unix ms, 0 unknown) the partition last held all
+	// the source had, as its fetcher learned it: a consistent cut counts
+	// an idle partition complete up to then, not only up to its last
+	// record. Persisted every completeEvery while mirroring, at a pause
+	// and at a stop, so that a restart keeps it (a paused partition
+	// learns nothing more).
+	CompleteAt int64
+	// Cut is a consistent failover's (cut.go), persisted.
+	Cut cutState
+}
+
+// cutState is a partition's part in a consistent failover. Set names the
+// failover's topics (sorted, comma-separated): the partition's STOPPING
+// waits after its first step until the set's cut is decided. At is the
+// offset it is cut at (-1 until decided), Time the cut's source time T
+// (Unix ms), Records and Ms what it gives up beyond the cut. The cut is
+// decided for every partition of the set before any is truncated: see
+// decideCut.
+type cutState struct {
+	Set                   string
+	At, Time, Records, Ms int64
 }
 
 // newPartitionState is the state of a partition nothing was recorded for.
 func newPartitionState() partitionState {
-	return partitionState{LMO: -1, LME: -1, StopAt: -1, StopEpoch: -1}
+	return partitionState{LMO: -1, LME: -1, StopAt: -1, StopEpoch: -1, Cut: cutState{At: -1}}
 }
 
 // Records of __mirror_state. Keys start with an int16 type, as Kafka's
 // coordinator records do: 1 LastMirroredOffsets, 2 MirrorPartitionState,
 // each keyed by (mirror, topic, partition) so that compaction keeps one
 // record per partition. Values start with an int16 version: state values
-// are version 3 (version 0 lacks the stop fields, 1 StopDone, 2
-// StopIndex).
+// are version 4 (version 0 lacks the stop fields, 1 StopDone, 2
+// StopIndex, 3 the consistent cut and CompleteAt).
 const (
 	recLastMirrored int16 = 1
 	recPartState    int16 = 2
@@ -126,14 +147,19 @@ func recordKey(typ int16, k partitionKey) []byte {
 }
 
 func stateValue(s partitionState) []byte {
-	b := kbin.AppendInt16(nil, 3)
+	b := kbin.AppendInt16(nil, 4)
 	b = kbin.AppendInt8(b, int8(s.State))
 	b = kbin.AppendUuid(b, s.TopicID)
 	b = kbin.AppendString(b, s.Reason)
 	b = kbin.AppendInt64(b, s.StopAt)
 	b = kbin.AppendInt32(b, s.StopEpoch)
 	b = kbin.AppendBool(b, s.StopDone)
-	return kbin.AppendInt64(b, s.StopIndex)
+	b = kbin.AppendInt64(b, s.StopIndex)
+	b = kbin.AppendString(b, s.Cut.Set)
+	for _, v := range []int64{s.Cut.At, s.Cut.Time, s.Cut.Records, s.Cut.Ms, s.CompleteAt} {
+		b = kbin.AppendInt64(b, v)
+	}
+	return b
 }
 
 func offsetsValue(s partitionState) []byte {
@@ -231,7 +257,7 @@ func (s *shard) Replay(key, value []byte) error {
 		p.State = State(v.Int8())
 		p.TopicID = v.Uuid()
 		p.Reason = v.String()
-		p.StopAt, p.StopEpoch, p.StopDone, p.StopIndex = -1, -1, false, 0
+		p.StopAt, p.StopEpoch, p.StopDone, p.StopIndex, p.Cut = -1, -1, false, 0, cutState{At: -1}
 		if version >= 1 {
 			p.StopAt, p.StopEpoch = v.Int64(), v.Int32()
 		}
@@ -240,6 +266,10 @@ func (s *shard) Replay(key, value []byte) error {
 		}
 		if version >= 3 {
 			p.StopIndex = v.Int64()
+		}
+		if version >= 4 {
+			p.Cut = cutState{Set: v.String(), At: v.Int64(), Time: v.Int64(), Records: v.Int64(), Ms: v.Int64()}
+			p.CompleteAt = v.Int64()
 		}
 	case recLastMirrored:
 		p.LMO = v.Int64()
@@ -299,8 +329,14 @@ func (p *Plugin) writeStateLocal(ctx context.Context, k partitionKey, id uuid.UU
 			return fmt.Errorf("mirror %s topic %s partition %d: %s cannot move to %s", k.mirror, k.topic, k.partition, cur.State, next.State)
 		}
 		var recs []coord.Record
-		if next.State != cur.State || next.Reason != cur.Reason || next.TopicID != cur.TopicID ||
-			next.StopAt != cur.StopAt || next.StopEpoch != cur.StopEpoch || next.StopDone != cur.StopDone || next.StopIndex != cur.StopIndex {
+		// Everything but the offsets is the state record: a field
+		// added to partitionState is persisted without another
+		// comparison here.
+		withoutOffsets := func(s partitionState) partitionState {
+			s.LMO, s.LME = 0, 0
+			return s
+		}
+		if withoutOffsets(next) != withoutOffsets(cur) {
 			recs = append(recs, coord.Record{Key: recordKey(recPartState, k), Value: stateValue(next)})
 		}
 		if next.LMO != cur.LMO || next.LME != cur.LME {

@@ -15,6 +15,8 @@ type StopStep string
 
 const (
 	StepFetcherRemoved StopStep = "fetcher-removed"      // StopAt and StopEpoch persisted
+	StepCutDeciding    StopStep = "cut-deciding"         // a consistent cut written for all but the decider's partition
+	StepCutApplied     StopStep = "cut-applied"          // the partition truncated to its consistent cut
 	StepEpochBumped    StopStep = "epoch-bumped"         // destination epoch above every mirrored batch
 	StepTxnsAborted    StopStep = "transactions-aborted" // ABORT markers for the source's open transactions
 	StepLMEPersisted   StopStep = "lme-persisted"        // last mirror epoch and offset persisted
@@ -49,13 +51,22 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 	r.release()
 	if st.StopAt < 0 {
 		offs := ep.Offsets()
+		r.mu.Lock()
+		complete := pt.caughtUpAt.UnixMilli()
+		r.mu.Unlock()
 		if st, err = r.p.writeState(r.ctx, k, pt.id, func(s *partitionState) error {
-			s.StopAt, s.StopEpoch = offs.LogEnd, offs.LeaderEpoch
+			s.StopAt, s.StopEpoch, s.CompleteAt = offs.LogEnd, offs.LeaderEpoch, max(s.CompleteAt, complete)
 			return nil
 		}); err != nil {
 			return err
 		}
 		r.p.stopHook(pt.topic, pt.partition, StepFetcherRemoved)
+	}
+	// 1b. A consistent failover waits for its set's cut and truncates
+	// to it (cutover.go); the rest goes on from the cut.
+	var ok bool
+	if st, ok, err = r.applyCut(pt, ep, st); err != nil || !ok {
+		return err
 	}
 	lme := int32(-1)
 	if st.StopAt > ep.Offsets().LogStart {
@@ -169,6 +180,9 @@ func (r *mirrorRun) finishStops(parts []*ledPartition) error {
 		}
 		done, err := r.topicStopDone(t, pts)
 		if err != nil || !done {
+			return err
+		}
+		if err := r.clampGroups(t); err != nil {
 			return err
 		}
 		// The membership's stop clears mirror.name in the same batch.

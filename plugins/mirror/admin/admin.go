@@ -167,6 +167,11 @@ type FailoverOptions struct {
 	// Timeout bounds the wait for lag 0 (the broker's request timeout
 	// when 0).
 	Timeout time.Duration
+	// Consistent fails the topics over at one consistent cut: one
+	// source time for all their partitions, no transaction split, group
+	// offsets clamped to the cut; what lies beyond it goes to the
+	// divergence quarantine (FailoverPartition's Cut fields say how much).
+	Consistent bool
 }
 
 // Failover is a safe promote: the broker waits until every partition of
@@ -176,7 +181,7 @@ type FailoverOptions struct {
 // unless Force. It returns where each partition was left: with Force,
 // the lag given up.
 func (c *Client) Failover(ctx context.Context, name string, topics []string, o FailoverOptions) ([]wire.FailoverPartition, error) {
-	req := &wire.RemoveTopicsFromMirrorRequest{MirrorName: name, Mode: wire.FailoverSafe, TimeoutMs: int32(o.Timeout.Milliseconds())}
+	req := &wire.RemoveTopicsFromMirrorRequest{MirrorName: name, Mode: wire.FailoverSafe, TimeoutMs: int32(o.Timeout.Milliseconds()), Consistent: o.Consistent}
 	if o.Force {
 		req.Mode = wire.FailoverForce
 	}

@@ -202,10 +202,20 @@ func (c *codec) array(v reflect.Value, each func(reflect.Value)) {
 	}
 }
 
+// defaultTagged makes integer f tagged field id, written when it is not
+// absent, its value when a message without it is read.
+func defaultTagged(id int, f field, absent int64) field {
+	f.tag, f.absent = id, absent
+	return f
+}
+
 // present reports whether tagged field v is written.
 func present(v reflect.Value, f field) bool {
-	if f.always {
+	switch {
+	case f.always:
 		return true
+	case f.absent != 0:
+		return v.Int() != f.absent
 	}
 	if v.Kind() == reflect.Slice {
 		return v.Len() > 0

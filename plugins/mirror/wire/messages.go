@@ -179,6 +179,12 @@ type FailoverPartition struct {
 	LagMs             int64
 	SourceStale       bool // tag 0
 	AlreadyStopped    bool // tag 1
+	// A consistent failover's cut (tags 2-4): its source time T (Unix ms,
+	// 0 none), and the records and ms of record time the partition gave
+	// up beyond it, into the divergence quarantine.
+	CutTime    int64
+	CutRecords int64
+	CutMs      int64
 }
 
 // Truncation is what adding a topic to a mirror cuts from one partition
@@ -212,13 +218,15 @@ func (r *AddTopicsToMirrorResponse) RequestKind() kmsg.Request {
 // RemoveTopicsFromMirrorRequest stops mirroring topics: they fail over.
 // Tagged fields: 0 Mode (FailoverNow, the KIP's; FailoverSafe;
 // FailoverForce), 1 TimeoutMs, how long the broker may wait (0: its
-// mirror.request.timeout.ms).
+// mirror.request.timeout.ms), 2 Consistent (Tandem's: the topics fail
+// over at one consistent cut, see the mirror plugin's cut.go).
 type RemoveTopicsFromMirrorRequest struct {
 	version
 	MirrorName string
 	Topics     []RemoveTopic
 	Mode       int8  // tag 0
 	TimeoutMs  int32 // tag 1
+	Consistent bool  // tag 2
 }
 
 // Failover modes of RemoveTopicsFromMirror.
@@ -496,6 +504,15 @@ type StatePartition struct {
 	StopEpoch          int32 // tag 4
 	StopDone           bool  // tag 5
 	StopIndex          int64 // tag 7
+	// A consistent failover's cut (tags 8-12): the set of topics, the
+	// offset kept up to (-1 undecided), T, what is given up beyond it;
+	// and (tag 13) when the partition last held all the source had.
+	CutSet     string
+	CutAt      int64
+	CutTime    int64
+	CutRecords int64
+	CutMs      int64
+	CompleteAt int64
 	// Diverged (tag 6) are the partition's divergence manifest entries,
 	// between brokers only: a coordinator answers them to a
 	// ReadMirrorStates that names the topic ID, and a WriteMirrorStates
@@ -689,11 +706,13 @@ var (
 	statePartition = []field{i32("PartitionIndex"), i64("LastMirroredOffset"), i8("State"),
 		alwaysTagged(0, i32("LastMirrorEpoch"), -1), tagged(1, str("Reason")), alwaysTagged(2, uid("TopicID"), 0),
 		alwaysTagged(3, i64("StopOffset"), -1), alwaysTagged(4, i32("StopEpoch"), -1), tagged(5, boolean("StopDone")),
-		tagged(6, divergedEntries), tagged(7, i64("StopIndex"))}
+		tagged(6, divergedEntries), tagged(7, i64("StopIndex")),
+		tagged(8, str("CutSet")), defaultTagged(9, i64("CutAt"), -1), tagged(10, i64("CutTime")), tagged(11, i64("CutRecords")), tagged(12, i64("CutMs")), tagged(13, i64("CompleteAt"))}
 	statePartitionErr = []field{i32("PartitionIndex"), i64("LastMirroredOffset"), i8("State"), i16("ErrorCode"),
 		alwaysTagged(0, i32("LastMirrorEpoch"), -1), tagged(1, str("Reason")), alwaysTagged(2, uid("TopicID"), 0),
 		alwaysTagged(3, i64("StopOffset"), -1), alwaysTagged(4, i32("StopEpoch"), -1), tagged(5, boolean("StopDone")),
-		tagged(6, divergedEntries), tagged(7, i64("StopIndex"))}
+		tagged(6, divergedEntries), tagged(7, i64("StopIndex")),
+		tagged(8, str("CutSet")), defaultTagged(9, i64("CutAt"), -1), tagged(10, i64("CutTime")), tagged(11, i64("CutRecords")), tagged(12, i64("CutMs")), tagged(13, i64("CompleteAt"))}
 
 	divergedRange = []field{str("Topic"), i32("Partition"), i64("FirstOffset"), i64("LastOffset"),
 		i32("FirstEpoch"), i32("LastEpoch"), i64("Records"), i64("FirstTimestamp"), i64("LastTimestamp"),
@@ -717,13 +736,15 @@ var schemas = map[reflect.Type][]field{
 		i32("ThrottleTimeMs"), uid("TopicID"), i16("ErrorCode"), nstr("ErrorMessage"),
 		tagged(0, structs("Truncations", str("Topic"), i32("Partition"), i64("LogEnd"), i64("TruncateTo"), i32("LastMirrorEpoch"))),
 		tagged(1, structs("Failover", str("Topic"), i32("Partition"), i64("SourceOffset"), i64("SourceOffsetTime"),
-			i64("DestinationOffset"), i64("Lag"), i64("LagMs"), tagged(0, boolean("SourceStale")), tagged(1, boolean("AlreadyStopped")))),
+			i64("DestinationOffset"), i64("Lag"), i64("LagMs"), tagged(0, boolean("SourceStale")), tagged(1, boolean("AlreadyStopped")),
+			tagged(2, i64("CutTime")), tagged(3, i64("CutRecords")), tagged(4, i64("CutMs")))),
 	},
 	typeOf[RemoveTopicsFromMirrorRequest](): {
 		str("MirrorName"),
 		structs("Topics", uid("TopicID"), str("TopicName")),
 		tagged(0, i8("Mode")),
 		tagged(1, i32("TimeoutMs")),
+		tagged(2, boolean("Consistent")),
 	},
 	typeOf[LastMirroredOffsetsRequest](): {str("MirrorName"), partitionsTopics},
 	typeOf[LastMirroredOffsetsResponse](): {
