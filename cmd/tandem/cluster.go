@@ -159,10 +159,14 @@ func (o *clusterOptions) run(fs *flags, explicit map[string]bool, stdout, stderr
 
 	c := &localCluster{dir: dir, layout: layout, stderr: stderr}
 	if err := c.start(ctx, o); err != nil {
+		// Whether a signal ended the start is read before c.stop: it
+		// calls stop, which cancels ctx too, and every failure would
+		// then look like Ctrl-C (exit 0, no message).
+		signalled := ctx.Err() != nil
 		// A node that failed takes the others down: a half cluster is
 		// not what was asked for.
 		c.stop(stop)
-		if ctx.Err() != nil {
+		if signalled {
 			return nil // stopped by a signal while starting
 		}
 		return err

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -200,6 +202,152 @@ func TestClusterCommand(t *testing.T) {
 	}
 	consume(seeds)
 	stopClusterCommand(t, cmd, r2, out, done)
+}
+
+// TestClusterCommandStartFails: when the cluster does not serve within
+// --start-timeout (300ms, too short for the quorum to elect a controller,
+// which takes a second or more), tandem cluster stops every broker it
+// started and exits 1 with one line saying what failed. It used to exit
+// 0 without a word: stopping the brokers cancelled the signal context,
+// and the failure was then taken for Ctrl-C.
+func TestClusterCommandStartFails(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cluster")
+	cmd, stdout, stderr, done := execClusterCommand(t, "--brokers", "3", "--start-timeout", "300ms",
+		"--listen-base", "127.0.0.1:0", "--http-base", "", "--data-dir", dir)
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("tandem cluster still running 2 minutes after a 300ms start timeout:\n%s%s", stderr.String(), nodeLogs(dir))
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Errorf("exit status %d, want 1; stderr %q; stdout %q", code, stderr.String(), stdout.String())
+	}
+	// What failed, in words: a node not serving yet, or (on a machine
+	// fast enough to serve each broker within 300ms) the cluster not
+	// formed; not a node that exited on its own.
+	re := regexp.MustCompile(`^tandem cluster: (node \d not serving after 300ms; its log \S+/node-\d\.log: .+|cluster not formed: .+)\n$`)
+	if !re.MatchString(stderr.String()) {
+		t.Errorf("stderr %q, want one line matching %s%s", stderr.String(), re, nodeLogs(dir))
+	}
+	if strings.Contains(stdout.String(), "serving") {
+		t.Errorf("stdout says the cluster serves:\n%s", stdout.String())
+	}
+	checkBrokersGone(t, dir, 3)
+}
+
+// TestClusterCommandSignalWhileStarting: SIGTERM while the cluster
+// starts stops every broker and exits 0 without a message, a requested
+// stop (unlike a start that fails, TestClusterCommandStartFails).
+func TestClusterCommandSignalWhileStarting(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cluster")
+	cmd, stdout, stderr, done := execClusterCommand(t, "--brokers", "3",
+		"--listen-base", "127.0.0.1:0", "--http-base", "", "--data-dir", dir)
+	// Every broker runs once it has locked its data dir; the quorum
+	// takes a second or more after that to elect a controller.
+	deadline := time.After(time.Minute)
+	for len(lockedPIDs(dir, 3)) < 3 {
+		select {
+		case <-done:
+			t.Fatalf("tandem cluster exited before its brokers ran: %v\n%s%s", cmd.ProcessState, stderr.String(), nodeLogs(dir))
+		case <-deadline:
+			t.Fatalf("brokers not running after a minute:\n%s%s", stderr.String(), nodeLogs(dir))
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("tandem cluster still running a minute after SIGTERM:\n%s", stderr.String())
+	}
+	if strings.Contains(stdout.String(), "serving") {
+		t.Fatalf("the cluster served before SIGTERM, which was meant to come while it started:\n%s", stdout.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 0 || stderr.String() != "" {
+		t.Errorf("after SIGTERM while starting: exit status %d, stderr %q; want 0 and nothing", code, stderr.String())
+	}
+	checkBrokersGone(t, dir, 3)
+}
+
+// execClusterCommand starts `tandem cluster ARGS` as a child process;
+// done is closed once it has exited (cmd.ProcessState is set then).
+// Cleanup stops it should the test end first.
+func execClusterCommand(t *testing.T, args ...string) (cmd *exec.Cmd, stdout, stderr *lockedBuffer, done <-chan struct{}) {
+	t.Helper()
+	cmd = exec.Command(os.Args[0], append([]string{"cluster"}, args...)...)
+	cmd.Env = append(os.Environ(), clusterChildEnv+"=1")
+	stdout, stderr = new(lockedBuffer), new(lockedBuffer)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(ch)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-ch:
+			return
+		default:
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-ch:
+		case <-time.After(time.Minute):
+			cmd.Process.Kill()
+			<-ch
+		}
+	})
+	return cmd, stdout, stderr, ch
+}
+
+// lockedPIDs returns the processes that locked the data dirs of brokers
+// 1..n of the tandem cluster in dir: DIR/node-i/.lock holds the pid of
+// the broker that locked it (and keeps it after the broker exits).
+func lockedPIDs(dir string, n int) map[int]int {
+	pids := make(map[int]int)
+	for i := 1; i <= n; i++ {
+		data, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("node-%d", i), ".lock"))
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 0 {
+			pids[i] = pid
+		}
+	}
+	return pids
+}
+
+// checkBrokersGone checks, once tandem cluster has exited, that it
+// started brokers 1..n in dir (each has a log) and that none of them is
+// left: no process of a pid in a data dir's lock file, and no lock held.
+// At least one broker must have locked its data dir, so that the check
+// checks something.
+func checkBrokersGone(t *testing.T, dir string, n int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("node-%d.log", i))); err != nil {
+			t.Errorf("broker %d was not started: %v", i, err)
+		}
+	}
+	pids := lockedPIDs(dir, n)
+	if len(pids) == 0 {
+		t.Fatalf("no broker locked its data dir in %s: nothing to check%s", dir, nodeLogs(dir))
+	}
+	for i, pid := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("broker %d (pid %d) still exists after tandem cluster exited: %v", i, pid, err)
+		}
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("node-%d", i), ".lock"), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			t.Errorf("broker %d's data dir is still locked after tandem cluster exited: %v", i, err)
+		}
+		f.Close()
+	}
 }
 
 // TestDemoBrokers runs tandem demo with a three-broker source cluster to
