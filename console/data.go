@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -137,7 +137,7 @@ func (c *Console) topics(context.Context) any {
 }
 
 // offsets are a partition's offsets if this broker hosts it.
-func (c *Console) offsets(t *raftmeta.Topic, partition int32) (engine.Offsets, bool) {
+func (c *Console) offsets(t *metadata.Topic, partition int32) (engine.Offsets, bool) {
 	ep := c.b.Engine().Partition(engine.TopicID(t.ID), partition)
 	if ep == nil {
 		return engine.Offsets{}, false

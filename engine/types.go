@@ -17,7 +17,8 @@ import (
 
 // TopicID is a Kafka topic ID (a UUID), the key under which a partition's
 // data is stored so that a topic re-created with the same name never sees
-// the old one's data. It is the same type as raftmeta.UUID.
+// the old one's data. It is the same type as metadata.UUID
+// (raftmeta/metadata).
 type TopicID = uuid.UUID
 
 // Origin says who is appending to a log. Validators use it: the mirror

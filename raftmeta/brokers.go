@@ -12,6 +12,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // Brokers of a cluster, as Kafka's KRaft controller keeps them: a broker
@@ -67,10 +69,10 @@ func (s *sessions) bind(id int32, epoch int64, on bool) {
 
 // unbound returns the unfenced brokers other than self that have no
 // session connection to this controller.
-func (s *sessions) unbound(img *Image, self int32) []Broker {
+func (s *sessions) unbound(img *metadata.Image, self int32) []metadata.Broker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []Broker
+	var out []metadata.Broker
 	for _, id := range sortedBrokers(img) {
 		b := img.Brokers[id]
 		if l := s.last[id]; id != self && !b.Fenced && b.Host != "" && !(l.bound && l.epoch == b.Epoch) {
@@ -92,7 +94,7 @@ func (s *sessions) touch(id int32, epoch int64, now time.Time) {
 
 // reset gives every registered broker a fresh session: a new controller
 // does not know when they last heartbeated.
-func (s *sessions) reset(img *Image, now time.Time) {
+func (s *sessions) reset(img *metadata.Image, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last = map[int32]session{}
@@ -110,10 +112,10 @@ func (s *sessions) alive(id int32, epoch int64, now time.Time, timeout time.Dura
 }
 
 // expired returns the unfenced brokers whose session has expired.
-func (s *sessions) expired(img *Image, now time.Time, timeout time.Duration) []Broker {
+func (s *sessions) expired(img *metadata.Image, now time.Time, timeout time.Duration) []metadata.Broker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []Broker
+	var out []metadata.Broker
 	for _, b := range sortedBrokers(img) {
 		br := img.Brokers[b]
 		if br.Fenced {
@@ -133,7 +135,7 @@ func (s *sessions) expired(img *Image, now time.Time, timeout time.Duration) []B
 
 // RegisterRequest is a broker's registration.
 type RegisterRequest struct {
-	Broker Broker `json:"broker"`
+	Broker metadata.Broker `json:"broker"`
 	// ClusterID is the cluster the broker's data dir belongs to ("" for
 	// a new data dir).
 	ClusterID string `json:"clusterId,omitempty"`
@@ -212,14 +214,14 @@ func (c *Controller) register(ctx context.Context, req RegisterRequest) (Registe
 			return RegisterResult{}, fmt.Errorf("register broker %d: adding it to the metadata quorum: %v: %w", b.ID, err, kerr.NotController)
 		}
 	}
-	var recs []Record
+	var recs []metadata.Record
 	if exists && !old.Fenced {
 		// The old incarnation is gone: its leaderships and ISR places go
 		// before the new one registers (fenced).
 		recs = c.fenceRecords(img, old)
 	}
 	b.Fenced, b.ShuttingDown, b.DiskFull, b.Epoch = true, false, false, 0
-	recs = append(recs, Record{Type: RecordRegisterBroker, Broker: &b})
+	recs = append(recs, metadata.Record{Type: metadata.RecordRegisterBroker, Broker: &b})
 	if err := c.propose(ctx, recs...); err != nil {
 		return RegisterResult{}, fmt.Errorf("register broker %d: %w", b.ID, err)
 	}
@@ -277,7 +279,7 @@ func (c *Controller) heartbeat(ctx context.Context, req HeartbeatRequest) (Heart
 // away): waiting would not move it, and when every broker stops at once
 // the last ones would wait for brokers that are stopping too, until the
 // quorum is gone. Kafka lets such a broker go as well.
-func leadsMovable(img *Image, id int32) bool {
+func leadsMovable(img *metadata.Image, id int32) bool {
 	for _, t := range img.Topics {
 		for _, p := range t.Partitions {
 			if p.Leader != id {
@@ -319,15 +321,15 @@ func (c *Controller) fence(ctx context.Context, id int32, epoch int64, why strin
 
 // changeBroker writes a broker's state change with the partition changes
 // it implies, as one batch.
-func (c *Controller) changeBroker(ctx context.Context, b Broker, t brokerTransition) error {
-	return c.decide(ctx, fmt.Sprintf("broker %d", b.ID), func(img *Image) ([]Record, error) {
+func (c *Controller) changeBroker(ctx context.Context, b metadata.Broker, t brokerTransition) error {
+	return c.decide(ctx, fmt.Sprintf("broker %d", b.ID), func(img *metadata.Image) ([]metadata.Record, error) {
 		cur, ok := img.Brokers[b.ID]
 		if !ok || cur.Epoch != b.Epoch {
 			return nil, nil // re-registered meanwhile
 		}
 		yes, no := true, false
-		bc := &BrokerChangeRecord{ID: b.ID, Epoch: b.Epoch}
-		var recs []Record
+		bc := &metadata.BrokerChangeRecord{ID: b.ID, Epoch: b.Epoch}
+		var recs []metadata.Record
 		switch t {
 		case brokerFence:
 			if cur.Fenced {
@@ -347,7 +349,7 @@ func (c *Controller) changeBroker(ctx context.Context, b Broker, t brokerTransit
 				return nil, nil
 			}
 			cur.Fenced = false
-			recs = c.electRecords(img, withBroker(img, cur), func(p Partition) bool { return slices.Contains(p.Replicas, b.ID) })
+			recs = c.electRecords(img, withBroker(img, cur), func(p metadata.Partition) bool { return slices.Contains(p.Replicas, b.ID) })
 			bc.Fenced = &no
 		case brokerDiskFull:
 			if cur.DiskFull {
@@ -361,23 +363,23 @@ func (c *Controller) changeBroker(ctx context.Context, b Broker, t brokerTransit
 				return nil, nil
 			}
 			cur.DiskFull = false
-			recs = c.electRecords(img, withBroker(img, cur), func(p Partition) bool { return slices.Contains(p.Replicas, b.ID) })
+			recs = c.electRecords(img, withBroker(img, cur), func(p metadata.Partition) bool { return slices.Contains(p.Replicas, b.ID) })
 			bc.DiskFull = &no
 		}
-		return append([]Record{{Type: RecordBrokerChange, BrokerChange: bc}}, recs...), nil
+		return append([]metadata.Record{{Type: metadata.RecordBrokerChange, BrokerChange: bc}}, recs...), nil
 	})
 }
 
 // fenceRecords are the partition changes of fencing broker b: it leaves
 // every ISR (but the last member stays, so that it can lead again when it
 // comes back) and its leaderships move.
-func (c *Controller) fenceRecords(img *Image, b Broker) []Record {
+func (c *Controller) fenceRecords(img *metadata.Image, b metadata.Broker) []metadata.Record {
 	b.Fenced = true
 	return c.moveAwayRecords(img, b.ID, withBroker(img, b))
 }
 
 // withBroker is img's live() with broker b's state replaced.
-func withBroker(img *Image, b Broker) func(int32) bool {
+func withBroker(img *metadata.Image, b metadata.Broker) func(int32) bool {
 	return func(id int32) bool {
 		if id == b.ID {
 			return b.Live()
@@ -418,7 +420,7 @@ func (s *Session) ReportDiskFull(full func() bool) {
 // configuration conflict (another cluster, another voter list) is
 // returned at once; a node ID in use by a running broker once that
 // broker has heartbeated for longer than the session timeout since.
-func (c *Controller) Register(ctx context.Context, b Broker) (*Session, error) {
+func (c *Controller) Register(ctx context.Context, b metadata.Broker) (*Session, error) {
 	s := &Session{c: c, req: RegisterRequest{Broker: b, ClusterID: c.cfg.ClusterID},
 		stopping: make(chan struct{}), changed: make(chan struct{}), done: make(chan struct{})}
 	if c.stream != nil && !c.isVoter(b.ID) {

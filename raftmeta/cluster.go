@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -236,7 +237,7 @@ func (c *Controller) lead(ctx context.Context) {
 			u := uuid.Random()
 			id = base64.RawURLEncoding.EncodeToString(u[:])
 		}
-		if err := c.propose(ctx, Record{Type: RecordCluster, ClusterID: id}); err != nil {
+		if err := c.propose(ctx, metadata.Record{Type: metadata.RecordCluster, ClusterID: id}); err != nil {
 			c.log.Warn("writing the cluster ID", "err", err)
 			return
 		}
@@ -350,7 +351,7 @@ func (c *Controller) probeUnbound(ctx context.Context) {
 // dialListener connects to broker b's listener and hangs up: nil if a
 // process listens there. The dial is a plain one, not Config.Dial: it
 // asks whether a process listens, not whether this node can reach it.
-func dialListener(ctx context.Context, b Broker) error {
+func dialListener(ctx context.Context, b metadata.Broker) error {
 	dctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	conn, err := new(net.Dialer).DialContext(dctx, "tcp", net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))))

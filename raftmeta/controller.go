@@ -1,3 +1,12 @@
+// Package raftmeta is Tandem's controller: the metadata quorum, a
+// replicated log of metadata records on hashicorp/raft (its transport on
+// the controller port, the log store in Pebble), leadership, the
+// controller's decisions (what to write: topics, leaders and ISRs, epochs,
+// configs, producer-id blocks, ACLs, SCRAM credentials, quotas, mirrors)
+// with their forwarding to the active controller, and broker
+// registration, sessions and fencing. The records, the immutable image
+// brokers serve from, and the deterministic apply of records to an image
+// are package raftmeta/metadata.
 package raftmeta
 
 import (
@@ -20,6 +29,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -105,7 +115,7 @@ type Controller struct {
 }
 
 type published struct {
-	img     *Image
+	img     *metadata.Image
 	changed chan struct{}
 }
 
@@ -132,8 +142,8 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 		stop:     make(chan struct{}),
 	}
 	c.rpcs.c = c
-	empty := &Image{ControllerID: -1}
-	empty.ensureMaps()
+	empty := &metadata.Image{ControllerID: -1}
+	empty.EnsureMaps()
 	c.state.Store(&published{img: empty, changed: make(chan struct{})})
 
 	rlog := newRaftLogger(cfg.Logger)
@@ -233,7 +243,7 @@ func (c *Controller) awaitLeadership(ctx context.Context) error {
 	c.setLeader(c.cfg.NodeID)
 	if c.Image().ClusterID == "" {
 		id := uuid.Random()
-		if err := c.propose(ctx, Record{Type: RecordCluster, ClusterID: base64.RawURLEncoding.EncodeToString(id[:])}); err != nil {
+		if err := c.propose(ctx, metadata.Record{Type: metadata.RecordCluster, ClusterID: base64.RawURLEncoding.EncodeToString(id[:])}); err != nil {
 			return fmt.Errorf("raftmeta: writing cluster ID: %w", err)
 		}
 	}
@@ -280,13 +290,13 @@ func (c *Controller) setLeader(id int32) {
 	}
 }
 
-func (c *Controller) publish(img *Image) {
+func (c *Controller) publish(img *metadata.Image) {
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	c.publishLocked(img)
 }
 
-func (c *Controller) publishLocked(img *Image) {
+func (c *Controller) publishLocked(img *metadata.Image) {
 	img.ControllerID = c.leaderID
 	old := c.state.Swap(&published{img: img, changed: make(chan struct{})})
 	close(old.changed)
@@ -328,7 +338,7 @@ func (c *Controller) Close() error {
 }
 
 // Image returns the current image; it is never nil and never modified.
-func (c *Controller) Image() *Image { return c.state.Load().img }
+func (c *Controller) Image() *metadata.Image { return c.state.Load().img }
 
 // Changed returns a channel that is closed when an image newer than the
 // current one is published. To never miss an update, call Changed before
@@ -338,7 +348,7 @@ func (c *Controller) Changed() <-chan struct{} { return c.state.Load().changed }
 
 // Watch returns the current image and the channel that is closed when it
 // is replaced, as one consistent pair.
-func (c *Controller) Watch() (*Image, <-chan struct{}) {
+func (c *Controller) Watch() (*metadata.Image, <-chan struct{}) {
 	s := c.state.Load()
 	return s.img, s.changed
 }
@@ -394,8 +404,8 @@ func wait(ctx context.Context, f raft.Future) error {
 // propose replicates one record batch and waits until it is applied here,
 // so that Image() reflects it when propose returns. The batch's own error
 // (a record that no longer fits the image) is returned as is.
-func (c *Controller) propose(ctx context.Context, recs ...Record) error {
-	data, err := json.Marshal(recordBatch{Records: recs})
+func (c *Controller) propose(ctx context.Context, recs ...metadata.Record) error {
+	data, err := metadata.EncodeBatch(recs)
 	if err != nil {
 		return fmt.Errorf("raftmeta: encode records: %w", err)
 	}
@@ -422,12 +432,12 @@ type fsm Controller
 
 func (f *fsm) Apply(l *raft.Log) any {
 	c := (*Controller)(f)
-	var b recordBatch
-	if err := json.Unmarshal(l.Data, &b); err != nil {
+	recs, err := metadata.DecodeBatch(l.Data)
+	if err != nil {
 		c.log.Error("undecodable metadata batch skipped", "index", l.Index, "err", err)
 		return fmt.Errorf("raftmeta: decode batch %d: %v: %w", l.Index, err, kerr.CorruptMessage)
 	}
-	img, err := applyBatch(c.Image(), b.Records, l.Index)
+	img, err := metadata.Apply(c.Image(), recs, l.Index)
 	if err != nil {
 		return err
 	}
@@ -442,17 +452,17 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	img := new(Image)
+	img := new(metadata.Image)
 	if err := json.NewDecoder(rc).Decode(img); err != nil {
 		return fmt.Errorf("raftmeta: decode snapshot: %w", err)
 	}
-	img.restored()
+	img.Restored()
 	(*Controller)(f).publish(img)
 	return nil
 }
 
 // imageSnapshot persists an immutable image as JSON, off the FSM goroutine.
-type imageSnapshot struct{ img *Image }
+type imageSnapshot struct{ img *metadata.Image }
 
 func (s imageSnapshot) Persist(sink raft.SnapshotSink) error {
 	if err := json.NewEncoder(sink).Encode(s.img); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -81,7 +82,7 @@ func wantCode(t *testing.T, err error, want *kerr.Error) {
 func registerBrokers(t *testing.T, c *Controller, ids ...int32) {
 	t.Helper()
 	for _, id := range ids {
-		if err := c.RegisterBroker(ctxT(t), Broker{ID: id, Host: "127.0.0.1", Port: 9000 + id}); err != nil {
+		if err := c.RegisterBroker(ctxT(t), metadata.Broker{ID: id, Host: "127.0.0.1", Port: 9000 + id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -222,7 +223,7 @@ func TestDeleteTopics(t *testing.T) {
 	mustCreate(t, c, TopicSpec{Name: "a", Partitions: 2, ReplicationFactor: 1}, TopicSpec{Name: "b", Partitions: 1, ReplicationFactor: 1})
 	old := c.Image()
 	a := old.Topics["a"]
-	errs := c.DeleteTopics(ctxT(t), []UUID{a.ID, uuid.Random()})
+	errs := c.DeleteTopics(ctxT(t), []metadata.UUID{a.ID, uuid.Random()})
 	if errs[0] != nil {
 		t.Fatal(errs[0])
 	}
@@ -234,7 +235,7 @@ func TestDeleteTopics(t *testing.T) {
 	if old.Topics["a"] != a || len(old.Topics) != 2 {
 		t.Fatal("published image was modified")
 	}
-	wantCode(t, c.DeleteTopics(ctxT(t), []UUID{a.ID})[0], kerr.UnknownTopicID)
+	wantCode(t, c.DeleteTopics(ctxT(t), []metadata.UUID{a.ID})[0], kerr.UnknownTopicID)
 	// The name is free again, under a new ID.
 	mustCreate(t, c, TopicSpec{Name: "a", Partitions: 1, ReplicationFactor: 1})
 	if c.Image().Topics["a"].ID == a.ID {
@@ -277,7 +278,7 @@ func TestCreatePartitions(t *testing.T) {
 	if len(leaders) != 3 {
 		t.Fatalf("leaders %v not spread over 3 brokers", leaders)
 	}
-	d := Diff(c.Image(), c.Image())
+	d := metadata.Diff(c.Image(), c.Image())
 	if !d.Empty() {
 		t.Fatalf("self diff %+v", d)
 	}
@@ -291,10 +292,10 @@ func TestAlterConfigs(t *testing.T) {
 	registerBrokers(t, c, 1)
 	mustCreate(t, c, TopicSpec{Name: "t", Partitions: 1, ReplicationFactor: 1, Configs: map[string]string{"retention.ms": "1000"}})
 	err := c.AlterConfigs(ctxT(t), []ConfigChange{
-		{Resource: ConfigResourceTopic, Name: "t", Key: "retention.ms", Value: nil},
-		{Resource: ConfigResourceTopic, Name: "t", Key: "cleanup.policy", Value: sp("compact")},
-		{Resource: ConfigResourceBroker, Name: "", Key: "log.retention.ms", Value: sp("5")},
-		{Resource: ConfigResourceBroker, Name: "1", Key: "message.max.bytes", Value: sp("100")},
+		{Resource: metadata.ConfigResourceTopic, Name: "t", Key: "retention.ms", Value: nil},
+		{Resource: metadata.ConfigResourceTopic, Name: "t", Key: "cleanup.policy", Value: sp("compact")},
+		{Resource: metadata.ConfigResourceBroker, Name: "", Key: "log.retention.ms", Value: sp("5")},
+		{Resource: metadata.ConfigResourceBroker, Name: "1", Key: "message.max.bytes", Value: sp("100")},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -306,18 +307,18 @@ func TestAlterConfigs(t *testing.T) {
 	}
 	// Atomic: one bad change, nothing applied.
 	err = c.AlterConfigs(ctxT(t), []ConfigChange{
-		{Resource: ConfigResourceTopic, Name: "t", Key: "cleanup.policy", Value: nil},
-		{Resource: ConfigResourceTopic, Name: "missing", Key: "x", Value: sp("y")},
+		{Resource: metadata.ConfigResourceTopic, Name: "t", Key: "cleanup.policy", Value: nil},
+		{Resource: metadata.ConfigResourceTopic, Name: "missing", Key: "x", Value: sp("y")},
 	})
 	wantCode(t, err, kerr.UnknownTopicOrPartition)
-	wantCode(t, c.AlterConfigs(ctxT(t), []ConfigChange{{Resource: ConfigResourceBroker, Name: "x", Key: "k", Value: sp("v")}}), kerr.InvalidRequest)
+	wantCode(t, c.AlterConfigs(ctxT(t), []ConfigChange{{Resource: metadata.ConfigResourceBroker, Name: "x", Key: "k", Value: sp("v")}}), kerr.InvalidRequest)
 	if c.Image() != img {
 		t.Fatal("failed alter changed the image")
 	}
 	err = c.AlterConfigs(ctxT(t), []ConfigChange{
-		{Resource: ConfigResourceTopic, Name: "t", Key: "cleanup.policy", Value: nil},
-		{Resource: ConfigResourceBroker, Name: "", Key: "log.retention.ms", Value: nil},
-		{Resource: ConfigResourceBroker, Name: "1", Key: "message.max.bytes", Value: nil},
+		{Resource: metadata.ConfigResourceTopic, Name: "t", Key: "cleanup.policy", Value: nil},
+		{Resource: metadata.ConfigResourceBroker, Name: "", Key: "log.retention.ms", Value: nil},
+		{Resource: metadata.ConfigResourceBroker, Name: "1", Key: "message.max.bytes", Value: nil},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -329,7 +330,7 @@ func TestAlterConfigs(t *testing.T) {
 	if img.BrokerConfigs["log.retention.ms"] != "5" || img.Topics["t"].Configs["cleanup.policy"] != "compact" {
 		t.Fatal("published image was modified")
 	}
-	d := Diff(img, img2)
+	d := metadata.Diff(img, img2)
 	if !d.BrokerConfigsChanged || len(d.ChangedTopics) != 1 || d.BrokersChanged {
 		t.Fatalf("diff %+v", d)
 	}
@@ -427,7 +428,7 @@ func TestRestartRestoresImage(t *testing.T) {
 					t.Fatal(err)
 				}
 				// Entries after the snapshot are replayed from the log.
-				if err := c.AlterConfigs(ctxT(t), []ConfigChange{{Resource: ConfigResourceTopic, Name: "t1", Key: "after", Value: sp("snap")}}); err != nil {
+				if err := c.AlterConfigs(ctxT(t), []ConfigChange{{Resource: metadata.ConfigResourceTopic, Name: "t1", Key: "after", Value: sp("snap")}}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -463,12 +464,12 @@ func buildImage(t *testing.T, c *Controller) {
 	if err := c.CreatePartitions(ctxT(t), "t3", 2, false); err != nil {
 		t.Fatal(err)
 	}
-	if errs := c.DeleteTopics(ctxT(t), []UUID{img.Topics["gone"].ID}); errs[0] != nil {
+	if errs := c.DeleteTopics(ctxT(t), []metadata.UUID{img.Topics["gone"].ID}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	if err := c.AlterConfigs(ctxT(t), []ConfigChange{
-		{Resource: ConfigResourceBroker, Key: "num.partitions", Value: sp("3")},
-		{Resource: ConfigResourceBroker, Name: "2", Key: "k", Value: sp("v")},
+		{Resource: metadata.ConfigResourceBroker, Key: "num.partitions", Value: sp("3")},
+		{Resource: metadata.ConfigResourceBroker, Name: "2", Key: "k", Value: sp("v")},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -520,13 +521,13 @@ func TestChangedAndDiff(t *testing.T) {
 		t.Fatal("Changed did not fire")
 	}
 	img, ch2 := c.Watch()
-	if d := Diff(old, img); !d.BrokersChanged || len(d.CreatedTopics) != 0 || d.BrokerConfigsChanged {
+	if d := metadata.Diff(old, img); !d.BrokersChanged || len(d.CreatedTopics) != 0 || d.BrokerConfigsChanged {
 		t.Fatalf("diff %+v", d)
 	}
 	mustCreate(t, c, TopicSpec{Name: "a", Partitions: 1, ReplicationFactor: 1}, TopicSpec{Name: "b", Partitions: 1, ReplicationFactor: 1})
 	<-ch2
 	img2 := c.Image()
-	d := Diff(img, img2)
+	d := metadata.Diff(img, img2)
 	if len(d.CreatedTopics) != 2 || d.CreatedTopics[0] != img2.Topics["a"].ID || d.BrokersChanged {
 		t.Fatalf("diff %+v", d)
 	}
@@ -534,9 +535,9 @@ func TestChangedAndDiff(t *testing.T) {
 	if err := c.ElectLeader(ctxT(t), a.ID, 0, 1); err != nil {
 		t.Fatal(err)
 	}
-	c.DeleteTopics(ctxT(t), []UUID{b.ID})
+	c.DeleteTopics(ctxT(t), []metadata.UUID{b.ID})
 	img3 := c.Image()
-	d = Diff(img2, img3)
+	d = metadata.Diff(img2, img3)
 	if len(d.ChangedTopics) != 1 || d.ChangedTopics[0] != a.ID || len(d.DeletedTopics) != 1 || d.DeletedTopics[0] != b || len(d.CreatedTopics) != 0 {
 		t.Fatalf("diff %+v", d)
 	}
@@ -547,7 +548,7 @@ func TestChangedAndDiff(t *testing.T) {
 	if img3.Topics["a"] == a {
 		t.Fatal("changed topic shared with the old image")
 	}
-	if d := Diff(nil, img3); len(d.CreatedTopics) != 1 || !d.BrokersChanged {
+	if d := metadata.Diff(nil, img3); len(d.CreatedTopics) != 1 || !d.BrokersChanged {
 		t.Fatalf("diff from nil %+v", d)
 	}
 }
@@ -556,7 +557,7 @@ func TestNotControllerAfterClose(t *testing.T) {
 	n := newNode(t)
 	c := n.c
 	n.stop()
-	err := c.RegisterBroker(ctxT(t), Broker{ID: 1})
+	err := c.RegisterBroker(ctxT(t), metadata.Broker{ID: 1})
 	wantCode(t, err, kerr.NotController)
 }
 
@@ -574,17 +575,17 @@ func TestApplyRejectsStaleBatch(t *testing.T) {
 	id := img.Topics["t"].ID
 	epoch := int32(-1)
 	for _, tt := range []struct {
-		recs []Record
+		recs []metadata.Record
 		want *kerr.Error
 	}{
-		{[]Record{{Type: RecordTopic, Topic: &TopicRecord{Name: "new", ID: uuid.Random()}}, {Type: RecordTopic, Topic: &TopicRecord{Name: "t", ID: uuid.Random()}}}, kerr.TopicAlreadyExists},
-		{[]Record{{Type: RecordTopic, Topic: &TopicRecord{Name: "other", ID: id}}}, kerr.InvalidRequest},
-		{[]Record{{Type: RecordProducerIDs, ProducerIDs: &ProducerIDsRecord{First: 0, Next: 10}}}, kerr.InvalidRequest},
-		{[]Record{{Type: RecordPartition, Partition: &PartitionRecord{TopicID: id, Partition: 3, Replicas: []int32{1}}}}, kerr.InvalidRequest},
-		{[]Record{{Type: RecordPartitionChange, PartitionChange: &PartitionChangeRecord{TopicID: id, Partition: 0, LeaderEpoch: &epoch}}}, kerr.InvalidRequest},
-		{[]Record{{Type: RecordRemoveTopic, RemoveTopic: &UUID{1}}}, kerr.UnknownTopicID},
-		{[]Record{{Type: "Bogus"}}, kerr.InvalidRequest},
-		{[]Record{{Type: RecordCluster, ClusterID: "another"}}, kerr.InvalidRequest},
+		{[]metadata.Record{{Type: metadata.RecordTopic, Topic: &metadata.TopicRecord{Name: "new", ID: uuid.Random()}}, {Type: metadata.RecordTopic, Topic: &metadata.TopicRecord{Name: "t", ID: uuid.Random()}}}, kerr.TopicAlreadyExists},
+		{[]metadata.Record{{Type: metadata.RecordTopic, Topic: &metadata.TopicRecord{Name: "other", ID: id}}}, kerr.InvalidRequest},
+		{[]metadata.Record{{Type: metadata.RecordProducerIDs, ProducerIDs: &metadata.ProducerIDsRecord{First: 0, Next: 10}}}, kerr.InvalidRequest},
+		{[]metadata.Record{{Type: metadata.RecordPartition, Partition: &metadata.PartitionRecord{TopicID: id, Partition: 3, Replicas: []int32{1}}}}, kerr.InvalidRequest},
+		{[]metadata.Record{{Type: metadata.RecordPartitionChange, PartitionChange: &metadata.PartitionChangeRecord{TopicID: id, Partition: 0, LeaderEpoch: &epoch}}}, kerr.InvalidRequest},
+		{[]metadata.Record{{Type: metadata.RecordRemoveTopic, RemoveTopic: &metadata.UUID{1}}}, kerr.UnknownTopicID},
+		{[]metadata.Record{{Type: "Bogus"}}, kerr.InvalidRequest},
+		{[]metadata.Record{{Type: metadata.RecordCluster, ClusterID: "another"}}, kerr.InvalidRequest},
 	} {
 		wantCode(t, c.propose(ctxT(t), tt.recs...), tt.want)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -26,7 +27,7 @@ import (
 // anything (its image may still be empty); that takes milliseconds, so
 // a decision waits for it, up to catchUpWait, rather than failing: a
 // caller would only retry.
-func (c *Controller) lock(ctx context.Context) (*Image, error) {
+func (c *Controller) lock(ctx context.Context) (*metadata.Image, error) {
 	deadline := time.Now().Add(catchUpWait)
 	for {
 		select {
@@ -60,25 +61,25 @@ const catchUpWait = 5 * time.Second
 func (c *Controller) unlock() { <-c.deciding }
 
 // RegisterBroker adds or updates a broker registration.
-func (c *Controller) RegisterBroker(ctx context.Context, b Broker) error {
+func (c *Controller) RegisterBroker(ctx context.Context, b metadata.Broker) error {
 	if b.ID < 0 {
 		return fmt.Errorf("register broker %d: negative ID: %w", b.ID, kerr.InvalidRequest)
 	}
-	return c.decide(ctx, "", func(img *Image) ([]Record, error) {
+	return c.decide(ctx, "", func(img *metadata.Image) ([]metadata.Record, error) {
 		if old, ok := img.Brokers[b.ID]; ok {
 			old.Epoch = b.Epoch
 			if old == b {
 				return nil, nil
 			}
 		}
-		return []Record{{Type: RecordRegisterBroker, Broker: &b}}, nil
+		return []metadata.Record{{Type: metadata.RecordRegisterBroker, Broker: &b}}, nil
 	})
 }
 
 // TopicSpec describes a topic to create.
 type TopicSpec struct {
 	Name              string
-	ID                UUID // zero = generate a random (v4) UUID
+	ID                metadata.UUID // zero = generate a random (v4) UUID
 	Partitions        int32
 	ReplicationFactor int16
 	// Assignments optionally gives each partition's replicas; then
@@ -112,7 +113,7 @@ func ValidTopicName(name string) error {
 
 // collision returns an existing topic whose name equals name once '.' and
 // '_' are treated alike (Kafka rejects those: their metric names clash).
-func collision(img *Image, name string) string {
+func collision(img *metadata.Image, name string) string {
 	if !strings.ContainsAny(name, "._") {
 		return ""
 	}
@@ -127,14 +128,14 @@ func collision(img *Image, name string) string {
 }
 
 // sortedBrokers returns the registered broker IDs in order.
-func sortedBrokers(img *Image) []int32 {
+func sortedBrokers(img *metadata.Image) []int32 {
 	return slices.Sorted(maps.Keys(img.Brokers))
 }
 
 // placeable returns the brokers new replicas may go to: the live ones
 // (unfenced, not shutting down), by ID.
-func placeable(img *Image) []Broker {
-	var out []Broker
+func placeable(img *metadata.Image) []metadata.Broker {
+	var out []metadata.Broker
 	for _, id := range sortedBrokers(img) {
 		if b := img.Brokers[id]; b.Live() {
 			out = append(out, b)
@@ -149,7 +150,7 @@ func placeable(img *Image) []Broker {
 // skipping those on a rack the partition already has until every rack
 // has one (Kafka's rack-aware assignment). Without racks the replicas are
 // consecutive brokers.
-func assign(brokers []Broker, start, first, n int, rf int) [][]int32 {
+func assign(brokers []metadata.Broker, start, first, n int, rf int) [][]int32 {
 	arr := rackAlternating(brokers)
 	out := make([][]int32, n)
 	for i := range n {
@@ -175,8 +176,8 @@ func assign(brokers []Broker, start, first, n int, rf int) [][]int32 {
 // rackAlternating orders brokers so that consecutive ones are on
 // different racks where possible: the first broker of each rack, then
 // the second of each, and so on. Brokers without a rack keep ID order.
-func rackAlternating(brokers []Broker) []Broker {
-	byRack := map[string][]Broker{}
+func rackAlternating(brokers []metadata.Broker) []metadata.Broker {
+	byRack := map[string][]metadata.Broker{}
 	var racks []string
 	for _, b := range brokers {
 		if b.Rack == "" {
@@ -188,7 +189,7 @@ func rackAlternating(brokers []Broker) []Broker {
 		byRack[b.Rack] = append(byRack[b.Rack], b)
 	}
 	slices.Sort(racks)
-	out := make([]Broker, 0, len(brokers))
+	out := make([]metadata.Broker, 0, len(brokers))
 	for i := 0; len(out) < len(brokers); i++ {
 		for _, r := range racks {
 			if i < len(byRack[r]) {
@@ -201,10 +202,10 @@ func rackAlternating(brokers []Broker) []Broker {
 
 // partitionRecords builds the records of new partitions: leader = first
 // replica, leader epoch 0, ISR = replicas.
-func partitionRecords(id UUID, first int, assignments [][]int32) []Record {
-	recs := make([]Record, len(assignments))
+func partitionRecords(id metadata.UUID, first int, assignments [][]int32) []metadata.Record {
+	recs := make([]metadata.Record, len(assignments))
 	for i, reps := range assignments {
-		recs[i] = Record{Type: RecordPartition, Partition: &PartitionRecord{
+		recs[i] = metadata.Record{Type: metadata.RecordPartition, Partition: &metadata.PartitionRecord{
 			TopicID: id, Partition: int32(first + i),
 			Replicas: reps, ISR: slices.Clone(reps), Leader: reps[0],
 		}}
@@ -213,7 +214,7 @@ func partitionRecords(id UUID, first int, assignments [][]int32) []Record {
 }
 
 // checkAssignment validates explicit replica lists against the brokers.
-func checkAssignment(img *Image, assignments [][]int32) error {
+func checkAssignment(img *metadata.Image, assignments [][]int32) error {
 	for p, reps := range assignments {
 		// Bounded before the duplicate check, which is quadratic.
 		if len(reps) > len(img.Brokers) {
@@ -248,7 +249,7 @@ func (c *Controller) createTopics(ctx context.Context, a createTopicsArgs) (errL
 	specs := a.Specs
 	errs := make([]error, len(specs))
 	var ok []int
-	err := c.decide(ctx, "", func(img *Image) ([]Record, error) {
+	err := c.decide(ctx, "", func(img *metadata.Image) ([]metadata.Record, error) {
 		return c.createTopicRecords(img, specs, a.ValidateOnly, errs, &ok)
 	})
 	if err != nil && len(ok) == 0 {
@@ -265,16 +266,16 @@ func (c *Controller) createTopics(ctx context.Context, a createTopicsArgs) (errL
 // createTopicRecords checks each spec against img, setting its error in
 // errs or adding its index to ok, and returns the records of the
 // accepted ones (none with validateOnly).
-func (c *Controller) createTopicRecords(img *Image, specs []TopicSpec, validateOnly bool, errs []error, okp *[]int) ([]Record, error) {
+func (c *Controller) createTopicRecords(img *metadata.Image, specs []TopicSpec, validateOnly bool, errs []error, okp *[]int) ([]metadata.Record, error) {
 	brokers := placeable(img)
 	budget := newPartitionBudget(img, c.cfg.Limits)
 	names := map[string]int{}
 	for _, s := range specs {
 		names[s.Name]++
 	}
-	ids := map[UUID]bool{}
+	ids := map[metadata.UUID]bool{}
 	pending := map[string]string{} // accepted names, '.' as '_'
-	var recs []Record
+	var recs []metadata.Record
 	var ok []int
 	defer func() { *okp = ok }()
 	for i, s := range specs {
@@ -330,7 +331,7 @@ func (c *Controller) createTopicRecords(img *Image, specs []TopicSpec, validateO
 			}
 			ids[id] = true
 			pending[strings.ReplaceAll(s.Name, ".", "_")] = s.Name
-			recs = append(recs, Record{Type: RecordTopic, Topic: &TopicRecord{Name: s.Name, ID: id, Configs: s.Configs, Internal: s.Internal}})
+			recs = append(recs, metadata.Record{Type: metadata.RecordTopic, Topic: &metadata.TopicRecord{Name: s.Name, ID: id, Configs: s.Configs, Internal: s.Internal}})
 			recs = append(recs, partitionRecords(id, 0, assignments)...)
 			ok = append(ok, i)
 			return nil
@@ -344,19 +345,19 @@ func (c *Controller) createTopicRecords(img *Image, specs []TopicSpec, validateO
 }
 
 // DeleteTopics deletes topics by ID, returning one error per ID.
-func (c *Controller) DeleteTopics(ctx context.Context, ids []UUID) []error {
+func (c *Controller) DeleteTopics(ctx context.Context, ids []metadata.UUID) []error {
 	errs, err := deleteTopics.do(c, ctx, ids)
 	return errsOf(errs, err, len(ids))
 }
 
-var deleteTopics = decision[[]UUID, errList]{"DeleteTopics", (*Controller).deleteTopics}
+var deleteTopics = decision[[]metadata.UUID, errList]{"DeleteTopics", (*Controller).deleteTopics}
 
-func (c *Controller) deleteTopics(ctx context.Context, ids []UUID) (errList, error) {
+func (c *Controller) deleteTopics(ctx context.Context, ids []metadata.UUID) (errList, error) {
 	errs := make([]error, len(ids))
 	var ok []int
-	err := c.decide(ctx, "", func(img *Image) ([]Record, error) {
-		var recs []Record
-		seen := map[UUID]bool{}
+	err := c.decide(ctx, "", func(img *metadata.Image) ([]metadata.Record, error) {
+		var recs []metadata.Record
+		seen := map[metadata.UUID]bool{}
 		for i, id := range ids {
 			if img.TopicsByID[id] == nil {
 				errs[i] = fmt.Errorf("topic ID %s: %w", id.Base64(), kerr.UnknownTopicID)
@@ -365,7 +366,7 @@ func (c *Controller) deleteTopics(ctx context.Context, ids []UUID) (errList, err
 			ok = append(ok, i)
 			if !seen[id] {
 				seen[id] = true
-				recs = append(recs, Record{Type: RecordRemoveTopic, RemoveTopic: &id})
+				recs = append(recs, metadata.Record{Type: metadata.RecordRemoveTopic, RemoveTopic: &id})
 			}
 		}
 		return recs, nil
@@ -389,14 +390,14 @@ func (c *Controller) CreatePartitions(ctx context.Context, name string, total in
 }
 
 var createPartitions = decision[createPartitionsArgs, none]{"CreatePartitions", func(c *Controller, ctx context.Context, a createPartitionsArgs) (none, error) {
-	return none{}, c.decide(ctx, fmt.Sprintf("create partitions of %q", a.Topic), func(img *Image) ([]Record, error) {
+	return none{}, c.decide(ctx, fmt.Sprintf("create partitions of %q", a.Topic), func(img *metadata.Image) ([]metadata.Record, error) {
 		return createPartitionRecords(img, c.cfg.Limits, a.Topic, a.Total, a.ValidateOnly)
 	})
 }}
 
 // createPartitionRecords are the records that grow topic name to total
 // partitions (none with validateOnly).
-func createPartitionRecords(img *Image, limits PartitionLimits, name string, total int32, validateOnly bool) ([]Record, error) {
+func createPartitionRecords(img *metadata.Image, limits PartitionLimits, name string, total int32, validateOnly bool) ([]metadata.Record, error) {
 	t := img.Topics[name]
 	if t == nil {
 		return nil, fmt.Errorf("create partitions: topic %q: %w", name, kerr.UnknownTopicOrPartition)
@@ -411,7 +412,7 @@ func createPartitionRecords(img *Image, limits PartitionLimits, name string, tot
 		return nil, fmt.Errorf("create partitions: topic %q has %d partitions, cannot go to %d: %w", name, have, total, kerr.InvalidPartitions)
 	}
 	brokers := placeable(img)
-	rf := len(t.Partitions[0].target())
+	rf := len(t.Partitions[0].Target())
 	if rf > len(brokers) {
 		return nil, fmt.Errorf("create partitions: topic %q has replication factor %d but %d brokers are live: %w", name, rf, len(brokers), kerr.InvalidReplicationFactor)
 	}
@@ -420,7 +421,7 @@ func createPartitionRecords(img *Image, limits PartitionLimits, name string, tot
 		return nil, fmt.Errorf("create partitions: %w", err)
 	}
 	// Continue the rotation where the topic's first partition started.
-	start := max(slices.IndexFunc(brokers, func(b Broker) bool { return b.ID == t.Partitions[0].Replicas[0] }), 0)
+	start := max(slices.IndexFunc(brokers, func(b metadata.Broker) bool { return b.ID == t.Partitions[0].Replicas[0] }), 0)
 	assignments := assign(brokers, start, have, int(total)-have, rf)
 	if err := budget.add(name, assignments); err != nil {
 		return nil, fmt.Errorf("create partitions: %w", err)
@@ -435,7 +436,7 @@ func createPartitionRecords(img *Image, limits PartitionLimits, name string, tot
 // config. Name is the topic name, the group ID, or for a broker ""
 // (cluster default) or the broker's ID in decimal.
 type ConfigChange struct {
-	Resource ConfigResource
+	Resource metadata.ConfigResource
 	Name     string
 	Key      string
 	Value    *string
@@ -449,25 +450,25 @@ func (c *Controller) AlterConfigs(ctx context.Context, changes []ConfigChange) e
 }
 
 var alterConfigs = decision[[]ConfigChange, none]{"AlterConfigs", func(c *Controller, ctx context.Context, changes []ConfigChange) (none, error) {
-	return none{}, c.decide(ctx, "alter configs", func(img *Image) ([]Record, error) { return configRecords(img, changes) })
+	return none{}, c.decide(ctx, "alter configs", func(img *metadata.Image) ([]metadata.Record, error) { return configRecords(img, changes) })
 }}
 
 // configRecords are the records of the changes, or why they are refused.
-func configRecords(img *Image, changes []ConfigChange) ([]Record, error) {
-	recs := make([]Record, 0, len(changes))
+func configRecords(img *metadata.Image, changes []ConfigChange) ([]metadata.Record, error) {
+	recs := make([]metadata.Record, 0, len(changes))
 	for _, ch := range changes {
 		switch ch.Resource {
-		case ConfigResourceTopic:
+		case metadata.ConfigResourceTopic:
 			if img.Topics[ch.Name] == nil {
 				return nil, fmt.Errorf("alter configs: topic %q: %w", ch.Name, kerr.UnknownTopicOrPartition)
 			}
-		case ConfigResourceBroker:
+		case metadata.ConfigResourceBroker:
 			if ch.Name != "" {
 				if id, err := strconv.ParseInt(ch.Name, 10, 32); err != nil || id < 0 {
 					return nil, fmt.Errorf("alter configs: broker resource name %q is not a broker ID: %w", ch.Name, kerr.InvalidRequest)
 				}
 			}
-		case ConfigResourceGroup:
+		case metadata.ConfigResourceGroup:
 			if ch.Name == "" {
 				return nil, fmt.Errorf("alter configs: empty group name: %w", kerr.InvalidRequest)
 			}
@@ -477,7 +478,7 @@ func configRecords(img *Image, changes []ConfigChange) ([]Record, error) {
 		if ch.Key == "" {
 			return nil, fmt.Errorf("alter configs: empty config name: %w", kerr.InvalidConfig)
 		}
-		recs = append(recs, Record{Type: RecordConfig, Config: &ConfigRecord{
+		recs = append(recs, metadata.Record{Type: metadata.RecordConfig, Config: &metadata.ConfigRecord{
 			ResourceType: ch.Resource, ResourceName: ch.Name, Key: ch.Key, Value: ch.Value,
 		}})
 	}
@@ -495,12 +496,12 @@ var allocateProducerIDs = decision[int64, int64]{"AllocateProducerIds", func(c *
 		return 0, fmt.Errorf("allocate producer ids: count %d: %w", count, kerr.InvalidRequest)
 	}
 	var first int64
-	err := c.decide(ctx, "allocate producer ids", func(img *Image) ([]Record, error) {
+	err := c.decide(ctx, "allocate producer ids", func(img *metadata.Image) ([]metadata.Record, error) {
 		first = img.NextProducerID
 		if first > (1<<63-1)-count {
 			return nil, fmt.Errorf("allocate producer ids: exhausted: %w", kerr.UnknownServerError)
 		}
-		return []Record{{Type: RecordProducerIDs, ProducerIDs: &ProducerIDsRecord{First: first, Next: first + count}}}, nil
+		return []metadata.Record{{Type: metadata.RecordProducerIDs, ProducerIDs: &metadata.ProducerIDsRecord{First: first, Next: first + count}}}, nil
 	})
 	if err != nil {
 		return 0, err
@@ -508,7 +509,7 @@ var allocateProducerIDs = decision[int64, int64]{"AllocateProducerIds", func(c *
 	return first, nil
 }}
 
-func (c *Controller) partition(img *Image, id UUID, partition int32) (*Partition, error) {
+func (c *Controller) partition(img *metadata.Image, id metadata.UUID, partition int32) (*metadata.Partition, error) {
 	t := img.TopicsByID[id]
 	if t == nil {
 		return nil, fmt.Errorf("topic ID %s: %w", id.Base64(), kerr.UnknownTopicID)
@@ -527,13 +528,13 @@ func (c *Controller) partition(img *Image, id UUID, partition int32) (*Partition
 // so the epoch ends strictly above minEpoch and never goes down; if the
 // current epoch is already above minEpoch nothing is written. The leader
 // does not change.
-func (c *Controller) BumpLeaderEpoch(ctx context.Context, id UUID, partition int32, minEpoch int32) (int32, error) {
+func (c *Controller) BumpLeaderEpoch(ctx context.Context, id metadata.UUID, partition int32, minEpoch int32) (int32, error) {
 	return bumpLeaderEpoch.do(c, ctx, bumpArgs{id, partition, minEpoch})
 }
 
 var bumpLeaderEpoch = decision[bumpArgs, int32]{"BumpLeaderEpoch", func(c *Controller, ctx context.Context, a bumpArgs) (int32, error) {
 	var epoch int32
-	err := c.decide(ctx, "bump leader epoch", func(img *Image) ([]Record, error) {
+	err := c.decide(ctx, "bump leader epoch", func(img *metadata.Image) ([]metadata.Record, error) {
 		p, err := c.partition(img, a.TopicID, a.Partition)
 		if err != nil {
 			return nil, fmt.Errorf("bump leader epoch: %w", err)
@@ -543,7 +544,7 @@ var bumpLeaderEpoch = decision[bumpArgs, int32]{"BumpLeaderEpoch", func(c *Contr
 			return nil, nil
 		}
 		epoch = a.MinEpoch + 1
-		return []Record{{Type: RecordPartitionChange, PartitionChange: &PartitionChangeRecord{
+		return []metadata.Record{{Type: metadata.RecordPartitionChange, PartitionChange: &metadata.PartitionChangeRecord{
 			TopicID: a.TopicID, Partition: a.Partition, LeaderEpoch: &epoch,
 		}}}, nil
 	})
@@ -556,8 +557,8 @@ var bumpLeaderEpoch = decision[bumpArgs, int32]{"BumpLeaderEpoch", func(c *Contr
 // ElectLeader makes leader (a replica of the partition, or -1 for
 // offline) the partition's leader with the next leader epoch. A leader
 // outside the ISR joins it.
-func (c *Controller) ElectLeader(ctx context.Context, id UUID, partition int32, leader int32) error {
-	return c.decide(ctx, "elect leader", func(img *Image) ([]Record, error) {
+func (c *Controller) ElectLeader(ctx context.Context, id metadata.UUID, partition int32, leader int32) error {
+	return c.decide(ctx, "elect leader", func(img *metadata.Image) ([]metadata.Record, error) {
 		p, err := c.partition(img, id, partition)
 		if err != nil {
 			return nil, fmt.Errorf("elect leader: %w", err)
@@ -566,10 +567,10 @@ func (c *Controller) ElectLeader(ctx context.Context, id UUID, partition int32, 
 			return nil, fmt.Errorf("elect leader: broker %d is not a replica of partition %d (%v): %w", leader, partition, p.Replicas, kerr.EligibleLeadersNotAvailable)
 		}
 		epoch := p.LeaderEpoch + 1
-		change := &PartitionChangeRecord{TopicID: id, Partition: partition, Leader: &leader, LeaderEpoch: &epoch}
+		change := &metadata.PartitionChangeRecord{TopicID: id, Partition: partition, Leader: &leader, LeaderEpoch: &epoch}
 		if leader != -1 && !slices.Contains(p.ISR, leader) {
 			change.ISR = append(slices.Clone(p.ISR), leader)
 		}
-		return []Record{{Type: RecordPartitionChange, PartitionChange: change}}, nil
+		return []metadata.Record{{Type: metadata.RecordPartitionChange, PartitionChange: change}}, nil
 	})
 }

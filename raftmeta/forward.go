@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // A decision is a change of the metadata that only the active controller
@@ -82,7 +84,7 @@ func (c *Controller) runOp(ctx context.Context, op string, raw json.RawMessage) 
 // propose (none: nothing changes) or why the decision is refused; the
 // records are proposed in one batch, all or none. A failed proposal is
 // wrapped with what, when it is not empty.
-func (c *Controller) decide(ctx context.Context, what string, fn func(img *Image) ([]Record, error)) error {
+func (c *Controller) decide(ctx context.Context, what string, fn func(img *metadata.Image) ([]metadata.Record, error)) error {
 	img, err := c.lock(ctx)
 	if err != nil {
 		return err
@@ -120,9 +122,9 @@ type createPartitionsArgs struct {
 }
 
 type bumpArgs struct {
-	TopicID   UUID  `json:"topicId"`
-	Partition int32 `json:"partition"`
-	MinEpoch  int32 `json:"minEpoch"`
+	TopicID   metadata.UUID `json:"topicId"`
+	Partition int32         `json:"partition"`
+	MinEpoch  int32         `json:"minEpoch"`
 }
 
 type mirrorArgs struct {
@@ -131,7 +133,7 @@ type mirrorArgs struct {
 	Specs           []TopicSpec       `json:"specs,omitempty"`
 	Topic           string            `json:"topic,omitempty"`
 	SourceClusterID string            `json:"sourceClusterId,omitempty"`
-	ACLs            []ACL             `json:"acls,omitempty"`
+	ACLs            []metadata.ACL    `json:"acls,omitempty"`
 }
 
 // errsOf is a decision's one error per item, or n times the error that

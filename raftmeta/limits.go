@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // PartitionLimits bound what creating topics and partitions may allocate.
@@ -61,7 +63,7 @@ type partitionBudget struct {
 	total  int64           // sum of hosted
 }
 
-func newPartitionBudget(img *Image, l PartitionLimits) *partitionBudget {
+func newPartitionBudget(img *metadata.Image, l PartitionLimits) *partitionBudget {
 	b := &partitionBudget{limits: l.withDefaults(), hosted: make(map[int32]int64, len(img.Brokers))}
 	for _, t := range img.Topics {
 		for _, p := range t.Partitions {

@@ -4,14 +4,16 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // TestPartitionBudget: the budget counts what the image hosts, refuses
 // counts before assignment, and refuses an assignment that piles onto one
 // broker although the cluster as a whole has room.
 func TestPartitionBudget(t *testing.T) {
-	img := &Image{Brokers: map[int32]Broker{1: {ID: 1}, 2: {ID: 2}}, Topics: map[string]*Topic{
-		"t": {Name: "t", Partitions: []Partition{{Replicas: []int32{1, 2}}, {Replicas: []int32{2, 1}}}},
+	img := &metadata.Image{Brokers: map[int32]metadata.Broker{1: {ID: 1}, 2: {ID: 2}}, Topics: map[string]*metadata.Topic{
+		"t": {Name: "t", Partitions: []metadata.Partition{{Replicas: []int32{1, 2}}, {Replicas: []int32{2, 1}}}},
 	}}
 	b := newPartitionBudget(img, PartitionLimits{PerRequest: 6, PerBroker: 5})
 	if b.total != 4 || b.hosted[1] != 2 || b.hosted[2] != 2 {

@@ -3,6 +3,7 @@ package raftmeta
 import (
 	"testing"
 
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -32,7 +33,7 @@ func TestMirrorNameFollowsMembership(t *testing.T) {
 	}
 	img := c.Image()
 	for _, name := range []string{"existing", "created"} {
-		if got := img.Topics[name].Configs[MirrorNameConfig]; got != "m" || img.MirrorOf(name) != "m" {
+		if got := img.Topics[name].Configs[metadata.MirrorNameConfig]; got != "m" || img.MirrorOf(name) != "m" {
 			t.Fatalf("%s after AddMirrorTopics: mirror.name %q, mirrored by %q; want m and m", name, got, img.MirrorOf(name))
 		}
 	}
@@ -45,25 +46,25 @@ func TestMirrorNameFollowsMembership(t *testing.T) {
 		t.Fatal(err)
 	}
 	img = c.Image()
-	if got := img.Topics["existing"].Configs[MirrorNameConfig]; got != "" || img.MirrorOf("existing") != "" {
+	if got := img.Topics["existing"].Configs[metadata.MirrorNameConfig]; got != "" || img.MirrorOf("existing") != "" {
 		t.Fatalf("after StopMirrorTopic: mirror.name %q, mirrored by %q; want both cleared", got, img.MirrorOf("existing"))
 	}
 	if img.Index != before+1 {
 		t.Fatalf("StopMirrorTopic took log entries %d..%d, want one", before+1, img.Index)
 	}
-	if img.Topics["created"].Configs[MirrorNameConfig] != "m" {
+	if img.Topics["created"].Configs[metadata.MirrorNameConfig] != "m" {
 		t.Fatalf("stopping one topic cleared the other's mirror.name")
 	}
 
 	// A stop of an older version left mirror.name set on a stopped
 	// topic: stopping it again clears it, and changes nothing else.
-	if err := c.AlterConfigs(ctxT(t), []ConfigChange{{Resource: ConfigResourceTopic, Name: "existing", Key: MirrorNameConfig, Value: strPtr("m")}}); err != nil {
+	if err := c.AlterConfigs(ctxT(t), []ConfigChange{{Resource: metadata.ConfigResourceTopic, Name: "existing", Key: metadata.MirrorNameConfig, Value: strPtr("m")}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.StopMirrorTopic(ctxT(t), "m", "existing"); err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Image().Topics["existing"].Configs[MirrorNameConfig]; got != "" {
+	if got := c.Image().Topics["existing"].Configs[metadata.MirrorNameConfig]; got != "" {
 		t.Fatalf("a second stop left mirror.name %q", got)
 	}
 	before = c.Image().Index

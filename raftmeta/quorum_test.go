@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -75,7 +76,7 @@ func openNode(t *testing.T, id int32, voters []Voter, mod func(*Config)) *cluste
 
 func (n *clusterNode) register(ctx context.Context) error {
 	var err error
-	n.s, err = n.c.Register(ctx, Broker{ID: n.cfg.NodeID, Host: "127.0.0.1", Port: 9000 + n.cfg.NodeID, Incarnation: uuid.Random()})
+	n.s, err = n.c.Register(ctx, metadata.Broker{ID: n.cfg.NodeID, Host: "127.0.0.1", Port: 9000 + n.cfg.NodeID, Incarnation: uuid.Random()})
 	return err
 }
 
@@ -94,7 +95,7 @@ func (n *clusterNode) close() {
 }
 
 // waitImage waits until cond holds for c's image.
-func waitImage(t *testing.T, c *Controller, what string, cond func(*Image) bool) *Image {
+func waitImage(t *testing.T, c *Controller, what string, cond func(*metadata.Image) bool) *metadata.Image {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
 	tick := time.NewTicker(50 * time.Millisecond) // leadership changes publish too
@@ -130,7 +131,7 @@ func startCluster(t *testing.T, n int) []*clusterNode {
 		}
 	}
 	for _, nd := range nodes {
-		waitImage(t, nd.c, "every broker unfenced", func(img *Image) bool {
+		waitImage(t, nd.c, "every broker unfenced", func(img *metadata.Image) bool {
 			for _, v := range voters {
 				if b, ok := img.Brokers[v.ID]; !ok || b.Fenced {
 					return false
@@ -170,7 +171,7 @@ func TestClusterQuorum(t *testing.T) {
 		t.Fatalf("leaders %v: not spread over the brokers", leaders)
 	}
 	for _, n := range nodes {
-		got := waitImage(t, n.c, "the topic", func(img *Image) bool { return img.Topics["replicated"] != nil })
+		got := waitImage(t, n.c, "the topic", func(img *metadata.Image) bool { return img.Topics["replicated"] != nil })
 		if got.Topics["replicated"].ID != top.ID || got.ClusterID != img.ClusterID {
 			t.Fatalf("node %d has another image", n.cfg.NodeID)
 		}
@@ -200,14 +201,14 @@ func TestClusterFencesAndElects(t *testing.T) {
 		}
 	}
 	id := victim.cfg.NodeID
-	before := waitImage(t, victim.c, "the topic", func(img *Image) bool { return img.Topics["t"] != nil }).Topics["t"]
+	before := waitImage(t, victim.c, "the topic", func(img *metadata.Image) bool { return img.Topics["t"] != nil }).Topics["t"]
 	victim.s.Close() // as kill -9 does: the session connection ends
 	victim.s = nil
 	other := nodes[0]
 	if other == victim {
 		other = nodes[1]
 	}
-	img := waitImage(t, other.c, "the broker fenced", func(img *Image) bool { return img.Brokers[id].Fenced })
+	img := waitImage(t, other.c, "the broker fenced", func(img *metadata.Image) bool { return img.Brokers[id].Fenced })
 	for i, p := range img.Topics["t"].Partitions {
 		old := before.Partitions[i]
 		if p.Leader == id || p.Leader < 0 {
@@ -223,7 +224,7 @@ func TestClusterFencesAndElects(t *testing.T) {
 	if err := victim.register(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	waitImage(t, other.c, "the broker unfenced", func(img *Image) bool { return !img.Brokers[id].Fenced })
+	waitImage(t, other.c, "the broker unfenced", func(img *metadata.Image) bool { return !img.Brokers[id].Fenced })
 }
 
 // TestClusterSessionConnClosedListenerUp: a broker's session connection
@@ -257,18 +258,18 @@ func TestClusterSessionConnClosedListenerUp(t *testing.T) {
 	id := victim.cfg.NodeID
 	victim.s.Close()
 	port := int32(ln.Addr().(*net.TCPAddr).Port)
-	if victim.s, err = victim.c.Register(ctxT(t), Broker{ID: id, Host: "127.0.0.1", Port: port, Incarnation: uuid.Random()}); err != nil {
+	if victim.s, err = victim.c.Register(ctxT(t), metadata.Broker{ID: id, Host: "127.0.0.1", Port: port, Incarnation: uuid.Random()}); err != nil {
 		t.Fatal(err)
 	}
 	other := nodes[0]
 	if other == victim {
 		other = nodes[1]
 	}
-	epoch := waitImage(t, other.c, "the broker unfenced", func(img *Image) bool { return !img.Brokers[id].Fenced }).Brokers[id].Epoch
+	epoch := waitImage(t, other.c, "the broker unfenced", func(img *metadata.Image) bool { return !img.Brokers[id].Fenced }).Brokers[id].Epoch
 	closed := time.Now()
 	victim.s.Close()
 	victim.s = nil
-	img := waitImage(t, other.c, "the broker fenced", func(img *Image) bool { return img.Brokers[id].Fenced })
+	img := waitImage(t, other.c, "the broker fenced", func(img *metadata.Image) bool { return img.Brokers[id].Fenced })
 	if b := img.Brokers[id]; b.Epoch != epoch {
 		t.Fatalf("broker %d has epoch %d, want %d", id, b.Epoch, epoch)
 	}

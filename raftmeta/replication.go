@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // Replication decisions: who leads a partition and who is in its ISR, as
@@ -21,7 +23,7 @@ import (
 // everything. Every leader change bumps the leader epoch.
 
 // liveIn is img's view of which brokers may lead or join an ISR.
-func liveIn(img *Image) func(int32) bool {
+func liveIn(img *metadata.Image) func(int32) bool {
 	return func(id int32) bool {
 		b, ok := img.Brokers[id]
 		return ok && b.Live()
@@ -30,7 +32,7 @@ func liveIn(img *Image) func(int32) bool {
 
 // uncleanAllowed resolves unclean.leader.election.enable for t: the
 // topic's config, the dynamic cluster default, then the static one.
-func (c *Controller) uncleanAllowed(img *Image, t *Topic) bool {
+func (c *Controller) uncleanAllowed(img *metadata.Image, t *metadata.Topic) bool {
 	const key = "unclean.leader.election.enable"
 	if v, ok := t.Configs[key]; ok {
 		return strings.EqualFold(strings.TrimSpace(v), "true")
@@ -63,8 +65,8 @@ func chooseLeader(replicas, isr []int32, live func(int32) bool, unclean bool) (l
 
 // change builds the record that takes partition p to leader and isr, nil
 // if nothing changes; a new leader gets the next leader epoch.
-func (c *Controller) change(t *Topic, i int, p Partition, leader int32, isr []int32, why string) *Record {
-	pc := &PartitionChangeRecord{TopicID: t.ID, Partition: int32(i)}
+func (c *Controller) change(t *metadata.Topic, i int, p metadata.Partition, leader int32, isr []int32, why string) *metadata.Record {
+	pc := &metadata.PartitionChangeRecord{TopicID: t.ID, Partition: int32(i)}
 	changed := false
 	if leader != p.Leader {
 		epoch := p.LeaderEpoch + 1
@@ -80,12 +82,12 @@ func (c *Controller) change(t *Topic, i int, p Partition, leader int32, isr []in
 	if !changed {
 		return nil
 	}
-	return &Record{Type: RecordPartitionChange, PartitionChange: pc}
+	return &metadata.Record{Type: metadata.RecordPartitionChange, PartitionChange: pc}
 }
 
 // reportUnclean counts and logs an unclean election: the records the old
 // ISR had beyond the new leader's log end are lost.
-func (c *Controller) reportUnclean(t *Topic, i int, p Partition, leader int32) {
+func (c *Controller) reportUnclean(t *metadata.Topic, i int, p metadata.Partition, leader int32) {
 	c.metrics.UncleanElections.Add(1)
 	c.log.Error("unclean leader election: a replica outside the ISR leads; acknowledged records it lacks are lost",
 		"topic", t.Name, "partition", i, "leader", leader, "old_isr", p.ISR, "epoch", p.LeaderEpoch+1)
@@ -93,9 +95,9 @@ func (c *Controller) reportUnclean(t *Topic, i int, p Partition, leader int32) {
 
 // moveAwayRecords takes broker id out of every ISR it is in (except as
 // the last member) and moves its leaderships; live must say id is not.
-func (c *Controller) moveAwayRecords(img *Image, id int32, live func(int32) bool) []Record {
-	var recs []Record
-	for _, t := range sortedTopics(img) {
+func (c *Controller) moveAwayRecords(img *metadata.Image, id int32, live func(int32) bool) []metadata.Record {
+	var recs []metadata.Record
+	for _, t := range metadata.SortedTopics(img) {
 		for i, p := range t.Partitions {
 			if !slices.Contains(p.Replicas, id) {
 				continue
@@ -125,9 +127,9 @@ func (c *Controller) moveAwayRecords(img *Image, id int32, live func(int32) bool
 // partition with no such member keeps its leader: a full disk still
 // serves reads, an offline partition serves nothing. Its follower places
 // are left to the leaders, which drop it from the ISR once it lags.
-func (c *Controller) diskFullRecords(img *Image, id int32, live func(int32) bool) []Record {
-	var recs []Record
-	for _, t := range sortedTopics(img) {
+func (c *Controller) diskFullRecords(img *metadata.Image, id int32, live func(int32) bool) []metadata.Record {
+	var recs []metadata.Record
+	for _, t := range metadata.SortedTopics(img) {
 		for i, p := range t.Partitions {
 			if p.Leader != id {
 				continue
@@ -147,9 +149,9 @@ func (c *Controller) diskFullRecords(img *Image, id int32, live func(int32) bool
 
 // electRecords elects a leader for every partition selected by want
 // that has no live leader.
-func (c *Controller) electRecords(img *Image, live func(int32) bool, want func(Partition) bool) []Record {
-	var recs []Record
-	for _, t := range sortedTopics(img) {
+func (c *Controller) electRecords(img *metadata.Image, live func(int32) bool, want func(metadata.Partition) bool) []metadata.Record {
+	var recs []metadata.Record
+	for _, t := range metadata.SortedTopics(img) {
 		for i, p := range t.Partitions {
 			if (p.Leader >= 0 && live(p.Leader)) || !want(p) {
 				continue
@@ -173,13 +175,13 @@ func (c *Controller) electRecords(img *Image, live func(int32) bool, want func(P
 // AlterPartition): it names the leader epoch and partition epoch it
 // knows, so that a stale leader's change is refused.
 type AlterPartitionRequest struct {
-	Broker         int32   `json:"broker"`
-	BrokerEpoch    int64   `json:"brokerEpoch"`
-	TopicID        UUID    `json:"topicId"`
-	Partition      int32   `json:"partition"`
-	LeaderEpoch    int32   `json:"leaderEpoch"`
-	PartitionEpoch int32   `json:"partitionEpoch"`
-	ISR            []int32 `json:"isr"`
+	Broker         int32         `json:"broker"`
+	BrokerEpoch    int64         `json:"brokerEpoch"`
+	TopicID        metadata.UUID `json:"topicId"`
+	Partition      int32         `json:"partition"`
+	LeaderEpoch    int32         `json:"leaderEpoch"`
+	PartitionEpoch int32         `json:"partitionEpoch"`
+	ISR            []int32       `json:"isr"`
 }
 
 // AlterPartition applies a leader's ISR change and returns the partition
@@ -188,17 +190,17 @@ type AlterPartitionRequest struct {
 // epoch), INELIGIBLE_REPLICA (a fenced or shutting-down broker added),
 // INVALID_REQUEST (an ISR that is not a subset of the replicas with the
 // leader in it), STALE_BROKER_EPOCH.
-func (c *Controller) AlterPartition(ctx context.Context, req AlterPartitionRequest) (Partition, error) {
+func (c *Controller) AlterPartition(ctx context.Context, req AlterPartitionRequest) (metadata.Partition, error) {
 	return alterPartition.do(c, ctx, req)
 }
 
-var alterPartition = decision[AlterPartitionRequest, Partition]{"AlterPartition", (*Controller).alterPartition}
+var alterPartition = decision[AlterPartitionRequest, metadata.Partition]{"AlterPartition", (*Controller).alterPartition}
 
-func (c *Controller) alterPartition(ctx context.Context, req AlterPartitionRequest) (Partition, error) {
-	var p Partition
-	var t *Topic
+func (c *Controller) alterPartition(ctx context.Context, req AlterPartitionRequest) (metadata.Partition, error) {
+	var p metadata.Partition
+	var t *metadata.Topic
 	changed := false
-	err := c.decide(ctx, "", func(img *Image) ([]Record, error) {
+	err := c.decide(ctx, "", func(img *metadata.Image) ([]metadata.Record, error) {
 		t = img.TopicsByID[req.TopicID]
 		if t == nil || req.Partition < 0 || int(req.Partition) >= len(t.Partitions) {
 			return nil, fmt.Errorf("alter partition %s-%d: %w", req.TopicID, req.Partition, kerr.UnknownTopicOrPartition)
@@ -225,7 +227,7 @@ func (c *Controller) alterPartition(ctx context.Context, req AlterPartitionReque
 				return nil, fmt.Errorf("alter partition %s-%d: broker %d is fenced or shutting down: %w", t.Name, req.Partition, r, kerr.IneligibleReplica)
 			}
 		}
-		pc := &PartitionChangeRecord{TopicID: t.ID, Partition: req.Partition, ISR: slices.Clone(req.ISR)}
+		pc := &metadata.PartitionChangeRecord{TopicID: t.ID, Partition: req.Partition, ISR: slices.Clone(req.ISR)}
 		if len(p.AddingReplicas) > 0 || len(p.RemovingReplicas) > 0 {
 			c.completeReassignment(t, int(req.Partition), p, req.ISR, pc)
 		}
@@ -233,7 +235,7 @@ func (c *Controller) alterPartition(ctx context.Context, req AlterPartitionReque
 			return nil, nil
 		}
 		changed = true
-		return []Record{{Type: RecordPartitionChange, PartitionChange: pc}}, nil
+		return []metadata.Record{{Type: metadata.RecordPartitionChange, PartitionChange: pc}}, nil
 	})
 	switch {
 	case err != nil && changed:
@@ -244,16 +246,11 @@ func (c *Controller) alterPartition(ctx context.Context, req AlterPartitionReque
 	return c.Image().TopicsByID[t.ID].Partitions[req.Partition], nil
 }
 
-// target is the assignment a reassignment of p goes to.
-func (p Partition) target() []int32 {
-	return slices.DeleteFunc(slices.Clone(p.Replicas), func(r int32) bool { return slices.Contains(p.RemovingReplicas, r) })
-}
-
 // completeReassignment finishes p's reassignment in pc once every replica
 // of its target is in isr: the removed replicas go, and leadership moves
 // if the leader was one of them.
-func (c *Controller) completeReassignment(t *Topic, i int, p Partition, isr []int32, pc *PartitionChangeRecord) {
-	target := p.target()
+func (c *Controller) completeReassignment(t *metadata.Topic, i int, p metadata.Partition, isr []int32, pc *metadata.PartitionChangeRecord) {
+	target := p.Target()
 	for _, r := range target {
 		if !slices.Contains(isr, r) {
 			return
@@ -261,7 +258,7 @@ func (c *Controller) completeReassignment(t *Topic, i int, p Partition, isr []in
 	}
 	newISR := slices.DeleteFunc(slices.Clone(isr), func(r int32) bool { return !slices.Contains(target, r) })
 	pc.Replicas, pc.ISR = target, newISR
-	pc.Reassignment = &Reassignment{}
+	pc.Reassignment = &metadata.Reassignment{}
 	if !slices.Contains(target, p.Leader) {
 		leader, _, _ := chooseLeader(target, newISR, func(int32) bool { return true }, false)
 		epoch := p.LeaderEpoch + 1
@@ -325,8 +322,8 @@ func (c *Controller) ElectLeaders(ctx context.Context, unclean bool, parts []Top
 var electLeaders = decision[electArgs, []ElectionResult]{"ElectLeaders", func(c *Controller, ctx context.Context, a electArgs) ([]ElectionResult, error) {
 	var res []ElectionResult
 	var ok []int
-	err := c.decide(ctx, "", func(img *Image) ([]Record, error) {
-		var recs []Record
+	err := c.decide(ctx, "", func(img *metadata.Image) ([]metadata.Record, error) {
+		var recs []metadata.Record
 		res, ok, recs = c.electionRecords(img, a.Unclean, a.Parts)
 		return recs, nil
 	})
@@ -344,9 +341,9 @@ var electLeaders = decision[electArgs, []ElectionResult]{"ElectLeaders", func(c 
 // electionRecords are the results of the elections of parts (every
 // partition if nil) and the records of those that move a leader (ok, by
 // index into parts).
-func (c *Controller) electionRecords(img *Image, unclean bool, parts []TopicPartition) (res []ElectionResult, ok []int, recs []Record) {
+func (c *Controller) electionRecords(img *metadata.Image, unclean bool, parts []TopicPartition) (res []ElectionResult, ok []int, recs []metadata.Record) {
 	if parts == nil {
-		for _, t := range sortedTopics(img) {
+		for _, t := range metadata.SortedTopics(img) {
 			for i := range t.Partitions {
 				parts = append(parts, TopicPartition{t.Name, int32(i)})
 			}
@@ -362,7 +359,7 @@ func (c *Controller) electionRecords(img *Image, unclean bool, parts []TopicPart
 			continue
 		}
 		p := t.Partitions[tp.Partition]
-		var r *Record
+		var r *metadata.Record
 		if !unclean {
 			preferred := p.Replicas[0]
 			switch {
@@ -407,7 +404,7 @@ func (c *Controller) rebalanceLeaders(ctx context.Context) error {
 	preferred := map[int32]int{}
 	notLeading := map[int32]int{}
 	var parts []TopicPartition
-	for _, t := range sortedTopics(img) {
+	for _, t := range metadata.SortedTopics(img) {
 		for i, p := range t.Partitions {
 			pr := p.Replicas[0]
 			preferred[pr]++
@@ -460,8 +457,8 @@ func (c *Controller) AlterPartitionReassignments(ctx context.Context, reqs []Rea
 var alterPartitionReassignments = decision[[]ReassignRequest, errList]{"AlterPartitionReassignments", func(c *Controller, ctx context.Context, reqs []ReassignRequest) (errList, error) {
 	errs := make([]error, len(reqs))
 	var ok []int
-	err := c.decide(ctx, "", func(img *Image) ([]Record, error) {
-		var recs []Record
+	err := c.decide(ctx, "", func(img *metadata.Image) ([]metadata.Record, error) {
+		var recs []metadata.Record
 		for n, rq := range reqs {
 			r, err := c.reassignRecord(img, rq)
 			if err != nil {
@@ -486,14 +483,14 @@ var alterPartitionReassignments = decision[[]ReassignRequest, errList]{"AlterPar
 	return errs, nil
 }}
 
-func (c *Controller) reassignRecord(img *Image, rq ReassignRequest) (*Record, error) {
+func (c *Controller) reassignRecord(img *metadata.Image, rq ReassignRequest) (*metadata.Record, error) {
 	t := img.Topics[rq.Topic]
 	if t == nil || rq.Partition < 0 || int(rq.Partition) >= len(t.Partitions) {
 		return nil, fmt.Errorf("%s-%d: %w", rq.Topic, rq.Partition, kerr.UnknownTopicOrPartition)
 	}
 	p := t.Partitions[rq.Partition]
 	reassigning := len(p.AddingReplicas) > 0 || len(p.RemovingReplicas) > 0
-	pc := &PartitionChangeRecord{TopicID: t.ID, Partition: rq.Partition}
+	pc := &metadata.PartitionChangeRecord{TopicID: t.ID, Partition: rq.Partition}
 	if rq.Replicas == nil { // cancel: back to the replicas before it
 		if !reassigning {
 			return nil, fmt.Errorf("%s-%d: %w", rq.Topic, rq.Partition, kerr.NoReassignmentInProgress)
@@ -517,26 +514,26 @@ func (c *Controller) reassignRecord(img *Image, rq ReassignRequest) (*Record, er
 	// Kafka's order: the target first, then the replicas leaving.
 	all := append(slices.Clone(rq.Replicas), removing...)
 	pc.Replicas = all
-	pc.Reassignment = &Reassignment{Adding: adding, Removing: removing}
+	pc.Reassignment = &metadata.Reassignment{Adding: adding, Removing: removing}
 	next := p
 	next.Replicas, next.AddingReplicas, next.RemovingReplicas = all, adding, removing
 	c.completeReassignment(t, int(rq.Partition), next, p.ISR, pc)
 	c.log.Info("partition reassignment", "topic", t.Name, "partition", rq.Partition, "replicas", rq.Replicas, "adding", adding, "removing", removing)
-	return &Record{Type: RecordPartitionChange, PartitionChange: pc}, nil
+	return &metadata.Record{Type: metadata.RecordPartitionChange, PartitionChange: pc}, nil
 }
 
 // reassignTo sets p's replicas to replicas with no reassignment in
 // progress, keeping the ISR members that stay.
-func (c *Controller) reassignTo(p Partition, replicas []int32, pc *PartitionChangeRecord) *Record {
+func (c *Controller) reassignTo(p metadata.Partition, replicas []int32, pc *metadata.PartitionChangeRecord) *metadata.Record {
 	isr := slices.DeleteFunc(slices.Clone(p.ISR), func(r int32) bool { return !slices.Contains(replicas, r) })
 	if len(isr) == 0 {
 		isr = p.ISR[:1]
 	}
-	pc.Replicas, pc.ISR, pc.Reassignment = slices.Clone(replicas), isr, &Reassignment{}
+	pc.Replicas, pc.ISR, pc.Reassignment = slices.Clone(replicas), isr, &metadata.Reassignment{}
 	if !slices.Contains(replicas, p.Leader) {
 		leader, _, _ := chooseLeader(replicas, isr, func(int32) bool { return true }, false)
 		epoch := p.LeaderEpoch + 1
 		pc.Leader, pc.LeaderEpoch = &leader, &epoch
 	}
-	return &Record{Type: RecordPartitionChange, PartitionChange: pc}
+	return &metadata.Record{Type: metadata.RecordPartitionChange, PartitionChange: pc}
 }

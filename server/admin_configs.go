@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/config"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -110,7 +111,7 @@ func (b *Broker) handleDescribeConfigs(ctx context.Context, rc *RequestContext, 
 }
 
 // configTopic finds a topic named by a config resource.
-func (b *Broker) configTopic(img *raftmeta.Image, name string) (*raftmeta.Topic, error) {
+func (b *Broker) configTopic(img *metadata.Image, name string) (*metadata.Topic, error) {
 	if err := raftmeta.ValidTopicName(name); err != nil {
 		return nil, err
 	}
@@ -134,7 +135,7 @@ func (b *Broker) brokerResource(name string) (node bool, err error) {
 }
 
 // layersOf is layers for a given image.
-func (b *Broker) layersOf(img *raftmeta.Image, t *raftmeta.Topic) config.Layers {
+func (b *Broker) layersOf(img *metadata.Image, t *metadata.Topic) config.Layers {
 	l := config.Layers{Static: b.props.static, Dynamic: img.BrokerConfigs, Node: img.NodeConfigs[b.cfg.NodeID]}
 	if t != nil {
 		l.Topic = t.Configs
@@ -147,27 +148,27 @@ func (b *Broker) layersOf(img *raftmeta.Image, t *raftmeta.Topic) config.Layers 
 
 // configTarget is one resource of an alter request, resolved.
 type configTarget struct {
-	resource raftmeta.ConfigResource
+	resource metadata.ConfigResource
 	name     string
 	current  map[string]string // dynamic configs set on it now
-	topic    *raftmeta.Topic
+	topic    *metadata.Topic
 }
 
 // alterTarget resolves a resource of AlterConfigs/IncrementalAlterConfigs.
-func (b *Broker) alterTarget(img *raftmeta.Image, typ kmsg.ConfigResourceType, name string) (configTarget, error) {
+func (b *Broker) alterTarget(img *metadata.Image, typ kmsg.ConfigResourceType, name string) (configTarget, error) {
 	switch typ {
 	case kmsg.ConfigResourceTypeTopic:
 		t, err := b.configTopic(img, name)
 		if err != nil {
 			return configTarget{}, err
 		}
-		return configTarget{resource: raftmeta.ConfigResourceTopic, name: name, current: t.Configs, topic: t}, nil
+		return configTarget{resource: metadata.ConfigResourceTopic, name: name, current: t.Configs, topic: t}, nil
 	case kmsg.ConfigResourceTypeBroker:
 		node, err := b.brokerResource(name)
 		if err != nil {
 			return configTarget{}, err
 		}
-		ct := configTarget{resource: raftmeta.ConfigResourceBroker, name: name, current: img.BrokerConfigs}
+		ct := configTarget{resource: metadata.ConfigResourceBroker, name: name, current: img.BrokerConfigs}
 		if node {
 			ct.current = img.NodeConfigs[b.cfg.NodeID]
 		}
@@ -178,7 +179,7 @@ func (b *Broker) alterTarget(img *raftmeta.Image, typ kmsg.ConfigResourceType, n
 
 // validate checks the complete new set of dynamic configs of a target.
 func (ct *configTarget) validate(next map[string]string) error {
-	if ct.resource == raftmeta.ConfigResourceTopic {
+	if ct.resource == metadata.ConfigResourceTopic {
 		return config.ValidateTopic(next)
 	}
 	var fixed []string
@@ -285,7 +286,7 @@ func (b *Broker) handleIncrementalAlterConfigs(ctx context.Context, rc *RequestC
 				next = map[string]string{}
 			}
 			defs := config.Brokers
-			if ct.resource == raftmeta.ConfigResourceTopic {
+			if ct.resource == metadata.ConfigResourceTopic {
 				defs = config.Topics
 			}
 			seen := map[string]bool{}
@@ -304,7 +305,7 @@ func (b *Broker) handleIncrementalAlterConfigs(ctx context.Context, rc *RequestC
 					delete(next, c.Name)
 				case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
 					d := defs[c.Name]
-					if d == nil && ct.resource == raftmeta.ConfigResourceTopic {
+					if d == nil && ct.resource == metadata.ConfigResourceTopic {
 						return config.Errorf(kerr.InvalidConfig, "Unknown topic config name: %s", c.Name)
 					}
 					if d == nil || d.Type != kmsg.ConfigTypeList {

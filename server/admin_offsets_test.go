@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // produceAt produces one record per timestamp (milliseconds) to partition
@@ -140,7 +140,7 @@ func TestListOffsetsNotLeader(t *testing.T) {
 	ctx := testCtx(t)
 	// Another broker registers, replicates the partition, and is elected
 	// its leader.
-	if err := b.meta.RegisterBroker(ctx, raftmeta.Broker{ID: 2, Host: "127.0.0.1", Port: 1}); err != nil {
+	if err := b.meta.RegisterBroker(ctx, metadata.Broker{ID: 2, Host: "127.0.0.1", Port: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := newAdmin(t, b).CreateTopics(ctx, 1, 2, nil, "nl"); err != nil {

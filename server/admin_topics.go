@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/config"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/uuid"
@@ -70,7 +71,7 @@ func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req
 		}
 		created = created || !req.ValidateOnly
 		rt.NumPartitions, rt.ReplicationFactor = spec.Partitions, spec.ReplicationFactor
-		l := b.layers(&raftmeta.Topic{Configs: spec.Configs})
+		l := b.layers(&metadata.Topic{Configs: spec.Configs})
 		for _, d := range config.TopicList {
 			cv := l.TopicConfig(d)
 			c := kmsg.NewCreateTopicsResponseTopicConfig()
@@ -94,7 +95,7 @@ func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req
 
 // topicSpec validates one CreateTopics entry against the image and the
 // broker defaults (Kafka's ReplicationControlManager checks, in order).
-func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic) (raftmeta.TopicSpec, error) {
+func (b *Broker) topicSpec(img *metadata.Image, t *kmsg.CreateTopicsRequestTopic) (raftmeta.TopicSpec, error) {
 	spec := raftmeta.TopicSpec{Name: t.Topic, Partitions: t.NumPartitions, ReplicationFactor: t.ReplicationFactor}
 	if err := raftmeta.ValidTopicName(t.Topic); err != nil {
 		return spec, err
@@ -167,7 +168,7 @@ func (b *Broker) topicSpec(img *raftmeta.Image, t *kmsg.CreateTopicsRequestTopic
 }
 
 // checkReplicas validates one partition's manual replica list.
-func checkReplicas(img *raftmeta.Image, replicas []int32) error {
+func checkReplicas(img *metadata.Image, replicas []int32) error {
 	if len(replicas) == 0 {
 		return config.Errorf(kerr.InvalidReplicaAssignment, "The manual partition assignment includes an empty replica list.")
 	}
@@ -187,7 +188,7 @@ func checkReplicas(img *raftmeta.Image, replicas []int32) error {
 
 // collidingTopic returns an existing topic whose name equals name once
 // '.' and '_' are treated alike (their metric names would collide).
-func collidingTopic(img *raftmeta.Image, name string) string {
+func collidingTopic(img *metadata.Image, name string) string {
 	if !strings.ContainsAny(name, "._") {
 		return ""
 	}
@@ -248,13 +249,13 @@ func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req
 		}
 	}
 	img := b.meta.Image()
-	var ids []raftmeta.UUID
+	var ids []metadata.UUID
 	var idAt []int
-	seen := map[raftmeta.UUID]bool{}
+	seen := map[metadata.UUID]bool{}
 	for _, it := range items {
 		rt := kmsg.NewDeleteTopicsResponseTopic()
 		rt.Topic, rt.TopicID = it.name, it.id
-		var t *raftmeta.Topic
+		var t *metadata.Topic
 		var err error
 		switch {
 		case !b.props.DeleteTopicEnable && req.Version < 3:
@@ -369,7 +370,7 @@ func (b *Broker) handleCreatePartitions(ctx context.Context, rc *RequestContext,
 
 // checkCreatePartitions applies Kafka's checks to one topic of a
 // CreatePartitions request.
-func checkCreatePartitions(img *raftmeta.Image, t *kmsg.CreatePartitionsRequestTopic) error {
+func checkCreatePartitions(img *metadata.Image, t *kmsg.CreatePartitionsRequestTopic) error {
 	topic := img.Topics[t.Topic]
 	if topic == nil {
 		return config.Errorf(kerr.UnknownTopicOrPartition, "This server does not host this topic-partition.")

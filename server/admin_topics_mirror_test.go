@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -83,7 +83,7 @@ func sendCreateTopicsV8(t *testing.T, addr string, topics ...v8Topic) *kmsg.Crea
 func TestCreateTopicsMirrorInfo(t *testing.T) {
 	c := tandemtest.StartCluster(t, 3, nil)
 	addr := c.Broker(1).Addr
-	c.WaitFor("three brokers", func(img *raftmeta.Image) bool { return len(img.Brokers) == 3 })
+	c.WaitFor("three brokers", func(img *metadata.Image) bool { return len(img.Brokers) == 3 })
 	id := uuid.Random()
 	resp := sendCreateTopicsV8(t, addr, v8Topic{name: "mirrored", partitions: 2, rf: 3, mirrorID: &id}, v8Topic{name: "plain", partitions: 1, rf: 1})
 	if len(resp.Topics) != 2 || resp.Topics[0].ErrorCode != 0 || resp.Topics[1].ErrorCode != 0 {
@@ -92,7 +92,7 @@ func TestCreateTopicsMirrorInfo(t *testing.T) {
 	if resp.Topics[0].TopicID != id || resp.Topics[1].TopicID == id || resp.Topics[1].TopicID == ([16]byte{}) {
 		t.Fatalf("topic IDs %v and %v, want %v for the mirrored one and a fresh one for the other", resp.Topics[0].TopicID, resp.Topics[1].TopicID, id)
 	}
-	c.WaitFor("the topics", func(img *raftmeta.Image) bool { return img.Topics["mirrored"] != nil && img.Topics["plain"] != nil })
+	c.WaitFor("the topics", func(img *metadata.Image) bool { return img.Topics["mirrored"] != nil && img.Topics["plain"] != nil })
 	if got := c.Image().Topics["mirrored"]; got.ID != id || got.Configs["retention.ms"] != "3600000" || len(got.Partitions) != 2 {
 		t.Fatalf("mirrored topic in the image: %+v", got)
 	}
@@ -105,7 +105,7 @@ func TestCreateTopicsMirrorInfo(t *testing.T) {
 
 	// A broker that is not active: refused with MirrorInfo only.
 	c.Broker(3).Kill()
-	c.WaitFor("broker 3 fenced", func(img *raftmeta.Image) bool { return !img.Brokers[3].Live() })
+	c.WaitFor("broker 3 fenced", func(img *metadata.Image) bool { return !img.Brokers[3].Live() })
 	other := uuid.Random()
 	resp = sendCreateTopicsV8(t, addr, v8Topic{name: "onfenced", partitions: -1, rf: -1, assign: [][]int32{{1, 3}}, mirrorID: &other})
 	if resp.Topics[0].ErrorCode != kerr.InvalidReplicaAssignment.Code {

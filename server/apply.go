@@ -8,7 +8,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -21,16 +21,16 @@ import (
 // newer image whose partitions may not exist in the engine yet.
 type appliedState struct {
 	mu      sync.Mutex
-	image   *raftmeta.Image
+	image   *metadata.Image
 	changed chan struct{} // closed when image advances
 }
 
 func (a *appliedState) init() {
-	a.image = &raftmeta.Image{}
+	a.image = &metadata.Image{}
 	a.changed = make(chan struct{})
 }
 
-func (a *appliedState) get() *raftmeta.Image {
+func (a *appliedState) get() *metadata.Image {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.image
@@ -38,13 +38,13 @@ func (a *appliedState) get() *raftmeta.Image {
 
 // Applied is replication.Images: the image and a channel closed when a
 // newer one is applied, read together.
-func (a *appliedState) Applied() (*raftmeta.Image, <-chan struct{}) {
+func (a *appliedState) Applied() (*metadata.Image, <-chan struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.image, a.changed
 }
 
-func (a *appliedState) set(img *raftmeta.Image) {
+func (a *appliedState) set(img *metadata.Image) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.image = img
@@ -53,13 +53,13 @@ func (a *appliedState) set(img *raftmeta.Image) {
 }
 
 // image is the metadata image requests are served from.
-func (b *Broker) image() *raftmeta.Image { return b.applied.get() }
+func (b *Broker) image() *metadata.Image { return b.applied.get() }
 
 // waitApplied returns once the metadata loop has applied an image with
 // Index >= index, so that partitions created by a request exist in the
 // engine before the request is answered.
 func (b *Broker) waitApplied(ctx context.Context, index uint64) error {
-	img, err := b.awaitImage(ctx, func(img *raftmeta.Image) bool { return img.Index >= index })
+	img, err := b.awaitImage(ctx, func(img *metadata.Image) bool { return img.Index >= index })
 	if err != nil {
 		return fmt.Errorf("waiting for metadata index %d (applied %d): %w", index, img.Index, err)
 	}
@@ -68,7 +68,7 @@ func (b *Broker) waitApplied(ctx context.Context, index uint64) error {
 
 // awaitImage returns the first applied image for which ready is true, or
 // the latest one and an error when ctx ends or the broker closes first.
-func (b *Broker) awaitImage(ctx context.Context, ready func(*raftmeta.Image) bool) (*raftmeta.Image, error) {
+func (b *Broker) awaitImage(ctx context.Context, ready func(*metadata.Image) bool) (*metadata.Image, error) {
 	for {
 		b.applied.mu.Lock()
 		img, ch := b.applied.image, b.applied.changed
@@ -114,7 +114,7 @@ func (b *Broker) reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	b.apply(&raftmeta.Image{}, b.meta.Image())
+	b.apply(&metadata.Image{}, b.meta.Image())
 	return nil
 }
 
@@ -139,8 +139,8 @@ func (b *Broker) metadataLoop() {
 // apply brings the engine in line with cur (coming from old), tells leader
 // observers what changed, queues the delta for metadata observers, and
 // publishes cur as the applied image.
-func (b *Broker) apply(old, cur *raftmeta.Image) {
-	delta := raftmeta.Diff(old, cur)
+func (b *Broker) apply(old, cur *metadata.Image) {
+	delta := metadata.Diff(old, cur)
 	for _, t := range delta.DeletedTopics {
 		for p, part := range t.Partitions {
 			b.repl.Drop(t.ID, int32(p))
@@ -176,7 +176,7 @@ func (b *Broker) apply(old, cur *raftmeta.Image) {
 
 // applyTopic creates or updates the engine partitions of t that this broker
 // hosts and reports leadership changes.
-func (b *Broker) applyTopic(old, t *raftmeta.Topic, img *raftmeta.Image) {
+func (b *Broker) applyTopic(old, t *metadata.Topic, img *metadata.Image) {
 	cfg := b.topicLogConfig(t)
 	var held []int32
 	for i, part := range t.Partitions {
@@ -209,7 +209,7 @@ func (b *Broker) applyTopic(old, t *raftmeta.Topic, img *raftmeta.Image) {
 			}
 			b.repl.Replicate(t, p, part, ep, img)
 		}
-		var was raftmeta.Partition
+		var was metadata.Partition
 		was.Leader = -1
 		if old != nil && i < len(old.Partitions) {
 			was = old.Partitions[i]
@@ -224,7 +224,7 @@ func (b *Broker) applyTopic(old, t *raftmeta.Topic, img *raftmeta.Image) {
 	}
 }
 
-func (b *Broker) leaderChange(t *raftmeta.Topic, p int32, leader bool, epoch int32) {
+func (b *Broker) leaderChange(t *metadata.Topic, p int32, leader bool, epoch int32) {
 	ch := plugin.LeaderChange{Topic: t.Name, TopicID: t.ID, Partition: p, Leader: leader, LeaderEpoch: epoch}
 	for _, o := range b.leaderObs {
 		if !b.plugins.failedOf(o) {
@@ -246,7 +246,7 @@ type metaQueue struct {
 	notify chan struct{}
 }
 
-type metaItem struct{ old, cur *raftmeta.Image }
+type metaItem struct{ old, cur *metadata.Image }
 
 const metaQueueCap = 64
 
@@ -254,7 +254,7 @@ func newMetaQueue(o plugin.MetadataObserver, b *Broker) *metaQueue {
 	return &metaQueue{obs: o, b: b, log: b.log, notify: make(chan struct{}, 1)}
 }
 
-func (q *metaQueue) push(old, cur *raftmeta.Image) {
+func (q *metaQueue) push(old, cur *metadata.Image) {
 	q.mu.Lock()
 	if len(q.items) >= metaQueueCap {
 		q.log.Warn("metadata observer is behind; coalescing its updates", "plugin", fmt.Sprintf("%T", q.obs))
@@ -289,7 +289,7 @@ func (q *metaQueue) run(ctx context.Context) {
 				continue
 			}
 			q.b.contain(q.b.plugins.name(q.obs), "OnMetadataUpdate", func() {
-				q.obs.OnMetadataUpdate(raftmeta.Diff(it.old, it.cur), it.cur)
+				q.obs.OnMetadataUpdate(metadata.Diff(it.old, it.cur), it.cur)
 			})
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // handleElectLeaders runs Kafka's ElectLeaders through the controller:
@@ -146,7 +147,7 @@ func (b *Broker) handleAlterPartitionReassignments(ctx context.Context, rc *Requ
 // changesRF reports whether n replicas differ in number from the
 // partition's replicas before any reassignment in progress. An unknown
 // partition does not: the controller answers for it.
-func changesRF(img *raftmeta.Image, topic string, partition int32, n int) bool {
+func changesRF(img *metadata.Image, topic string, partition int32, n int) bool {
 	t := img.Topics[topic]
 	if t == nil || partition < 0 || int(partition) >= len(t.Partitions) {
 		return false
@@ -165,7 +166,7 @@ func (b *Broker) handleListPartitionReassignments(_ context.Context, rc *Request
 		return resp, nil
 	}
 	img := b.image()
-	add := func(name string, t *raftmeta.Topic, parts []int32) {
+	add := func(name string, t *metadata.Topic, parts []int32) {
 		rt := kmsg.NewListPartitionReassignmentsResponseTopic()
 		rt.Topic = name
 		for _, i := range parts {

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -54,7 +54,7 @@ func produceValues(t *testing.T, ctx context.Context, cl *kgo.Client, topic stri
 // topic has three replicas, all in sync.
 func internalTopicReplicated(t *testing.T, c *tandemtest.Cluster, topic string) {
 	t.Helper()
-	c.WaitFor(topic+" replicated three times", func(img *raftmeta.Image) bool {
+	c.WaitFor(topic+" replicated three times", func(img *metadata.Image) bool {
 		tp := img.Topics[topic]
 		if tp == nil {
 			return false
@@ -185,7 +185,7 @@ func describeTxn(ctx context.Context, adm *kadm.Client, id string) (kadm.Describ
 // coordinator before then is told the dead one, and franz-go's admin
 // requests keep it.
 func waitLeadersMoved(c *tandemtest.Cluster, dead int32) {
-	c.WaitFor(fmt.Sprintf("broker %d's leaderships moved", dead), func(img *raftmeta.Image) bool {
+	c.WaitFor(fmt.Sprintf("broker %d's leaderships moved", dead), func(img *metadata.Image) bool {
 		for _, t := range img.Topics {
 			for _, p := range t.Partitions {
 				if p.Leader == dead {
@@ -271,7 +271,7 @@ func TestClusterGroupCoordinatorMovesBack(t *testing.T) {
 	commit(adm2, 9)
 
 	c.Broker(first).Restart()
-	c.WaitFor("the restarted broker back in the ISR", func(img *raftmeta.Image) bool {
+	c.WaitFor("the restarted broker back in the ISR", func(img *metadata.Image) bool {
 		return len(img.Topics["__consumer_offsets"].Partitions[p].ISR) == 3
 	})
 	res, err := adm2.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{"__consumer_offsets": {p: {}}})
@@ -281,7 +281,7 @@ func TestClusterGroupCoordinatorMovesBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.WaitFor("the preferred replica leading", func(img *raftmeta.Image) bool {
+	c.WaitFor("the preferred replica leading", func(img *metadata.Image) bool {
 		return img.Topics["__consumer_offsets"].Partitions[p].Leader == first
 	})
 	adm3 := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
@@ -339,7 +339,7 @@ func TestClusterOffsetCommitNeedsMinISR(t *testing.T) {
 	p := coord.PartitionFor("m", int32(len(c.Image().Topics["__consumer_offsets"].Partitions)))
 	down := coordinator%3 + 1 // another replica (every broker has one)
 	c.Broker(down).Kill()
-	c.WaitFor("the killed replica out of the ISR", func(img *raftmeta.Image) bool {
+	c.WaitFor("the killed replica out of the ISR", func(img *metadata.Image) bool {
 		return !slices.Contains(img.Topics["__consumer_offsets"].Partitions[p].ISR, down)
 	})
 	if code := commitCode(coordinator, 8); code != kerr.CoordinatorNotAvailable.Code {
@@ -354,7 +354,7 @@ func TestClusterOffsetCommitNeedsMinISR(t *testing.T) {
 		t.Fatalf("committed %d after the refused commit, want 7", got)
 	}
 	c.Broker(down).Restart()
-	c.WaitFor("the replica back in the ISR", func(img *raftmeta.Image) bool {
+	c.WaitFor("the replica back in the ISR", func(img *metadata.Image) bool {
 		return len(img.Topics["__consumer_offsets"].Partitions[p].ISR) == 3
 	})
 	if code := commitCode(coordinator, 9); code != 0 {
@@ -521,7 +521,7 @@ func TestClusterTxnPreparedCompletesAfterFailover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.WaitFor("min.insync.replicas "+v, func(img *raftmeta.Image) bool { return img.Topics["tp"].Configs["min.insync.replicas"] == v })
+		c.WaitFor("min.insync.replicas "+v, func(img *metadata.Image) bool { return img.Topics["tp"].Configs["min.insync.replicas"] == v })
 	}
 	setMinISR(adm, "4") // more than the replicas: markers are refused
 	if err := prod.EndTransaction(ctx, kgo.TryCommit); err != nil {

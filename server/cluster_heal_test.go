@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -44,12 +44,12 @@ func TestClusterFollowerBelowLogStart(t *testing.T) {
 			follower = r
 		}
 	}
-	c.WaitFor("the follower caught up", func(*raftmeta.Image) bool {
+	c.WaitFor("the follower caught up", func(*metadata.Image) bool {
 		logs := replicaLogs(t, c, "heal", 0)
 		return countRecords(t, logs[follower]) == 20
 	})
 	c.Broker(follower).Kill()
-	c.WaitFor("the follower out of the ISR", func(img *raftmeta.Image) bool {
+	c.WaitFor("the follower out of the ISR", func(img *metadata.Image) bool {
 		return !slices.Contains(img.Topics["heal"].Partitions[0].ISR, follower)
 	})
 	produce(20, 100)
@@ -61,7 +61,7 @@ func TestClusterFollowerBelowLogStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Broker(follower).Restart()
-	c.WaitFor("the restarted follower back in the ISR", func(img *raftmeta.Image) bool {
+	c.WaitFor("the restarted follower back in the ISR", func(img *metadata.Image) bool {
 		return slices.Contains(img.Topics["heal"].Partitions[0].ISR, follower)
 	})
 	deadline := time.Now().Add(time.Minute)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/datadir"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/uuid"
@@ -60,7 +61,7 @@ func (b *Broker) metaConfig(meta datadir.Meta, host string) raftmeta.Config {
 
 // join registers this broker with the cluster's controller and waits
 // until it is unfenced.
-func (b *Broker) join(ctx context.Context, meta datadir.Meta, reg raftmeta.Broker) error {
+func (b *Broker) join(ctx context.Context, meta datadir.Meta, reg metadata.Broker) error {
 	reg.Rack = b.props.Cluster.Rack
 	reg.Incarnation = uuid.Random()
 	s, err := b.meta.Register(ctx, reg)
@@ -159,7 +160,7 @@ func (b *Broker) Health() []string {
 
 // AppliedImage is the last metadata image whose partitions this broker
 // has applied: what its answers to clients reflect.
-func (b *Broker) AppliedImage() *raftmeta.Image { return b.image() }
+func (b *Broker) AppliedImage() *metadata.Image { return b.image() }
 
 // othersLive reports whether another broker of the cluster is live.
 func (b *Broker) othersLive() bool {
@@ -197,7 +198,7 @@ func clusterMetrics(b *Broker, s *prom.Set) {
 	ctrl("tandem_controller_unclean_leader_elections_total", func(m *raftmeta.ControllerMetrics) int64 { return m.UncleanElections.Load() })
 	ctrl("tandem_controller_leader_elections_total", func(m *raftmeta.ControllerMetrics) int64 { return m.LeaderElections.Load() })
 	ctrl("tandem_controller_fenced_brokers_total", func(m *raftmeta.ControllerMetrics) int64 { return m.FencedBrokers.Load() })
-	image := func(name string, f func(img *raftmeta.Image) int) {
+	image := func(name string, f func(img *metadata.Image) int) {
 		s.NewGauge(name, func() float64 {
 			if b.meta == nil {
 				return 0
@@ -205,13 +206,13 @@ func clusterMetrics(b *Broker, s *prom.Set) {
 			return float64(f(b.image()))
 		})
 	}
-	image("tandem_controller_active", func(img *raftmeta.Image) int {
+	image("tandem_controller_active", func(img *metadata.Image) int {
 		if b.meta.IsLeader() {
 			return 1
 		}
 		return 0
 	})
-	image("tandem_controller_fenced_brokers", func(img *raftmeta.Image) int {
+	image("tandem_controller_fenced_brokers", func(img *metadata.Image) int {
 		n := 0
 		for _, br := range img.Brokers {
 			if br.Fenced {
@@ -220,7 +221,7 @@ func clusterMetrics(b *Broker, s *prom.Set) {
 		}
 		return n
 	})
-	image("tandem_controller_offline_partitions", func(img *raftmeta.Image) int {
+	image("tandem_controller_offline_partitions", func(img *metadata.Image) int {
 		n := 0
 		for _, t := range img.Topics {
 			for _, p := range t.Partitions {
@@ -231,7 +232,7 @@ func clusterMetrics(b *Broker, s *prom.Set) {
 		}
 		return n
 	})
-	image("tandem_server_under_replicated_partitions", func(img *raftmeta.Image) int {
+	image("tandem_server_under_replicated_partitions", func(img *metadata.Image) int {
 		n := 0 // of the partitions this broker leads
 		for _, t := range img.Topics {
 			for _, p := range t.Partitions {

@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -35,7 +35,7 @@ func TestClusterAutoLeaderRebalance(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 3, 3, nil, "rebalanced"); err != nil {
 		t.Fatal(err)
 	}
-	preferred := func(img *raftmeta.Image) bool {
+	preferred := func(img *metadata.Image) bool {
 		if img.Topics["rebalanced"] == nil {
 			return false
 		}
@@ -72,7 +72,7 @@ func TestClusterDescribeBrokerDown(t *testing.T) {
 		down = 2
 	}
 	c.Broker(down).Kill()
-	c.WaitFor("the killed broker fenced and out of every ISR", func(img *raftmeta.Image) bool {
+	c.WaitFor("the killed broker fenced and out of every ISR", func(img *metadata.Image) bool {
 		if !img.Brokers[down].Fenced || img.Topics["described"] == nil {
 			return false
 		}
@@ -194,7 +194,7 @@ func TestClusterQuorumLost(t *testing.T) {
 	if err != nil || resp.Topics[0].ErrorCode != 0 {
 		t.Fatalf("create: %v %+v", err, resp)
 	}
-	c.WaitFor("the topic led by the survivor", func(img *raftmeta.Image) bool {
+	c.WaitFor("the topic led by the survivor", func(img *metadata.Image) bool {
 		return img.Topics["alone"] != nil && img.Topics["alone"].Partitions[0].Leader == survivor.ID
 	})
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "alone", Value: []byte("before")}).FirstErr(); err != nil {
@@ -313,7 +313,7 @@ func TestClusterMisconfiguredNodes(t *testing.T) {
 	t.Logf("another cluster's data dir: %v", err)
 
 	c.Broker(3).Restart()
-	c.WaitFor("broker 3 back in the ISR", func(img *raftmeta.Image) bool {
+	c.WaitFor("broker 3 back in the ISR", func(img *metadata.Image) bool {
 		return len(img.Topics["kept"].Partitions[0].ISR) == 3
 	})
 	img := c.Image()

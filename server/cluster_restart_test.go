@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -61,7 +61,7 @@ func TestClusterStopAllAndRestart(t *testing.T) {
 		if t.Failed() {
 			t.FailNow()
 		}
-		c.WaitFor("every broker unfenced after the restart", func(img *raftmeta.Image) bool {
+		c.WaitFor("every broker unfenced after the restart", func(img *metadata.Image) bool {
 			for _, b := range c.Brokers {
 				if br, ok := img.Brokers[b.ID]; !ok || br.Fenced {
 					return false
@@ -111,7 +111,7 @@ func TestClusterKillController(t *testing.T) {
 		t.Fatalf("the controller %d leads no partition of led", ctrl)
 	}
 	c.Broker(ctrl).Kill()
-	c.WaitFor("the killed controller fenced and its partition led by another broker", func(img *raftmeta.Image) bool {
+	c.WaitFor("the killed controller fenced and its partition led by another broker", func(img *metadata.Image) bool {
 		p := img.Topics["led"].Partitions[part]
 		return img.Brokers[ctrl].Fenced && p.Leader >= 0 && p.Leader != ctrl
 	})
@@ -162,7 +162,7 @@ func TestClusterKillBrokerAfterControllerChange(t *testing.T) {
 	old := c.Image().ControllerID
 	c.Broker(old).Kill()
 	var ctrl int32
-	c.WaitFor("a new controller", func(img *raftmeta.Image) bool {
+	c.WaitFor("a new controller", func(img *metadata.Image) bool {
 		ctrl = img.ControllerID
 		return ctrl >= 0 && ctrl != old && img.Brokers[old].Fenced
 	})
@@ -176,7 +176,7 @@ func TestClusterKillBrokerAfterControllerChange(t *testing.T) {
 		t.Fatalf("no broker but %d and %d leads a partition: %v", old, ctrl, leaders)
 	}
 	c.Broker(victim).Kill()
-	c.WaitFor(fmt.Sprintf("broker %d, killed after controller %d took over, fenced", victim, ctrl), func(img *raftmeta.Image) bool {
+	c.WaitFor(fmt.Sprintf("broker %d, killed after controller %d took over, fenced", victim, ctrl), func(img *metadata.Image) bool {
 		return img.Brokers[victim].Fenced
 	})
 	for p := range int32(5) {

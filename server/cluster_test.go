@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -37,7 +37,7 @@ func TestClusterFormation(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 3, 3, nil, "orders"); err != nil {
 		t.Fatal(err)
 	}
-	c.WaitFor("the topic on every broker", func(img *raftmeta.Image) bool { return img.Topics["orders"] != nil })
+	c.WaitFor("the topic on every broker", func(img *metadata.Image) bool { return img.Topics["orders"] != nil })
 	for _, b := range c.Brokers {
 		md, err := kadm.NewClient(tandemtest.Client(t, b.Addr)).Metadata(ctx, "orders")
 		if err != nil {
@@ -61,7 +61,7 @@ func TestClusterFormation(t *testing.T) {
 	victim := c.Leader("orders", 0)
 	epoch := c.Image().Topics["orders"].Partitions[0].LeaderEpoch
 	c.Broker(victim).Kill()
-	c.WaitFor("the killed broker fenced", func(img *raftmeta.Image) bool { return img.Brokers[victim].Fenced })
+	c.WaitFor("the killed broker fenced", func(img *metadata.Image) bool { return img.Brokers[victim].Fenced })
 	survivor := c.Brokers[victim%3]
 	md, err := kadm.NewClient(tandemtest.Client(t, survivor.Addr)).Metadata(ctx, "orders")
 	if err != nil {
@@ -76,7 +76,7 @@ func TestClusterFormation(t *testing.T) {
 		}
 	}
 	c.Broker(victim).Restart()
-	c.WaitFor("the broker back in every ISR", func(img *raftmeta.Image) bool {
+	c.WaitFor("the broker back in every ISR", func(img *metadata.Image) bool {
 		for _, p := range img.Topics["orders"].Partitions {
 			if !slices.Contains(p.ISR, victim) {
 				return false
@@ -146,7 +146,7 @@ func TestClusterReplication(t *testing.T) {
 	c.Broker(leader).Kill()
 	produce(50, 100)
 	c.Broker(leader).Restart()
-	c.WaitFor("the restarted broker back in the ISR", func(img *raftmeta.Image) bool {
+	c.WaitFor("the restarted broker back in the ISR", func(img *metadata.Image) bool {
 		return len(img.Topics["rep"].Partitions[0].ISR) == 3
 	})
 	// Every replica has the same log up to the high watermark once the
@@ -238,7 +238,7 @@ func TestClusterElectLeaders(t *testing.T) {
 		t.Fatalf("the stopped broker %d still leads", preferred)
 	}
 	c.Broker(preferred).Restart()
-	c.WaitFor("the restarted broker in the ISR", func(img *raftmeta.Image) bool {
+	c.WaitFor("the restarted broker in the ISR", func(img *metadata.Image) bool {
 		return len(img.Topics["pref"].Partitions[0].ISR) == 3
 	})
 	if l := c.Leader("pref", 0); l == preferred {
@@ -251,7 +251,7 @@ func TestClusterElectLeaders(t *testing.T) {
 	if r := res["pref"][0]; r.Err != nil {
 		t.Fatalf("preferred election: %v", r.Err)
 	}
-	c.WaitFor("the preferred replica leading", func(img *raftmeta.Image) bool {
+	c.WaitFor("the preferred replica leading", func(img *metadata.Image) bool {
 		return img.Topics["pref"].Partitions[0].Leader == preferred
 	})
 	res, err = adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{"pref": {0: {}}})
@@ -329,7 +329,7 @@ func TestClusterReassignPartitions(t *testing.T) {
 	if res, err = adm.AlterPartitionAssignments(ctx, cancel); err != nil || res["move"][0].Err != nil {
 		t.Fatalf("cancel: %v %+v", err, res)
 	}
-	c.WaitFor("the cancelled move undone", func(img *raftmeta.Image) bool {
+	c.WaitFor("the cancelled move undone", func(img *metadata.Image) bool {
 		p := img.Topics["move"].Partitions[0]
 		return slices.Equal(p.Replicas, []int32{from}) && len(p.AddingReplicas) == 0 && len(p.RemovingReplicas) == 0
 	})
@@ -338,7 +338,7 @@ func TestClusterReassignPartitions(t *testing.T) {
 	}
 
 	c.Broker(to).Restart()
-	c.WaitFor("the new replica set", func(img *raftmeta.Image) bool {
+	c.WaitFor("the new replica set", func(img *metadata.Image) bool {
 		p := img.Topics["move"].Partitions[0]
 		return slices.Equal(p.Replicas, []int32{to}) && p.Leader == to && len(p.AddingReplicas) == 0 && len(p.RemovingReplicas) == 0
 	})
@@ -361,7 +361,7 @@ func TestClusterReassignPartitions(t *testing.T) {
 func TestClusterSend(t *testing.T) {
 	c := tandemtest.StartCluster(t, 2, nil)
 	ctx := ctxFor(t, 30*time.Second)
-	c.WaitFor("both brokers registered", func(img *raftmeta.Image) bool { return len(img.Brokers) == 2 })
+	c.WaitFor("both brokers registered", func(img *metadata.Image) bool { return len(img.Brokers) == 2 })
 	b1 := c.Broker(1).Broker()
 	resp, err := b1.Send(ctx, 2, kmsg.NewPtrApiVersionsRequest())
 	if err != nil {

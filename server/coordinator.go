@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -54,16 +54,16 @@ func (b *Broker) handleFindCoordinator(ctx context.Context, rc *RequestContext, 
 	return resp, nil
 }
 
-func (b *Broker) findCoordinator(ctx context.Context, rc *RequestContext, keyType int8, key string) (raftmeta.Broker, error) {
+func (b *Broker) findCoordinator(ctx context.Context, rc *RequestContext, keyType int8, key string) (metadata.Broker, error) {
 	// Kafka checks DESCRIBE on the group or transactional id.
 	switch keyType {
 	case plugin.CoordinatorGroup:
 		if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeGroup, key) {
-			return raftmeta.Broker{}, kerr.GroupAuthorizationFailed
+			return metadata.Broker{}, kerr.GroupAuthorizationFailed
 		}
 	case plugin.CoordinatorTransaction:
 		if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTransactionalId, key) {
-			return raftmeta.Broker{}, kerr.TransactionalIDAuthorizationFailed
+			return metadata.Broker{}, kerr.TransactionalIDAuthorizationFailed
 		}
 	}
 	var topic plugin.InternalTopic
@@ -77,15 +77,15 @@ func (b *Broker) findCoordinator(ctx context.Context, rc *RequestContext, keyTyp
 		}
 	}
 	if locator == nil {
-		return raftmeta.Broker{}, fmt.Errorf("no coordinator for key type %d: %w", keyType, kerr.InvalidRequest)
+		return metadata.Broker{}, fmt.Errorf("no coordinator for key type %d: %w", keyType, kerr.InvalidRequest)
 	}
 	if keyType != plugin.CoordinatorGroup && keyType != plugin.CoordinatorTransaction {
 		if a, ok := locator.(plugin.CoordinatorAuthorizer); ok {
 			if err := a.AuthorizeCoordinator(rc, keyType, key); err != nil {
-				return raftmeta.Broker{}, err
+				return metadata.Broker{}, err
 			}
 		} else if !rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, clusterName) {
-			return raftmeta.Broker{}, kerr.ClusterAuthorizationFailed
+			return metadata.Broker{}, kerr.ClusterAuthorizationFailed
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, coordinatorTopicWait)
@@ -95,14 +95,14 @@ func (b *Broker) findCoordinator(ctx context.Context, rc *RequestContext, keyTyp
 		if !errors.Is(err, kerr.CoordinatorNotAvailable) {
 			b.log.Warn("creating internal topic", "topic", topic.Name, "err", err)
 		}
-		return raftmeta.Broker{}, fmt.Errorf("%s: %v: %w", topic.Name, err, kerr.CoordinatorNotAvailable)
+		return metadata.Broker{}, fmt.Errorf("%s: %v: %w", topic.Name, err, kerr.CoordinatorNotAvailable)
 	}
 	if int(partition) >= len(t.Partitions) {
-		return raftmeta.Broker{}, fmt.Errorf("%s has no partition %d: %w", topic.Name, partition, kerr.CoordinatorNotAvailable)
+		return metadata.Broker{}, fmt.Errorf("%s has no partition %d: %w", topic.Name, partition, kerr.CoordinatorNotAvailable)
 	}
 	node, ok := b.image().Brokers[t.Partitions[partition].Leader]
 	if !ok {
-		return raftmeta.Broker{}, fmt.Errorf("%s-%d has no live leader: %w", topic.Name, partition, kerr.CoordinatorNotAvailable)
+		return metadata.Broker{}, fmt.Errorf("%s-%d has no live leader: %w", topic.Name, partition, kerr.CoordinatorNotAvailable)
 	}
 	return node, nil
 }

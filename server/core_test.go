@@ -21,12 +21,13 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // createTopic creates a topic through the controller and waits until the
 // broker has applied it, without going through the CreateTopics handler.
-func createTopic(t testing.TB, b *Broker, name string, partitions int32, configs map[string]string) *raftmeta.Topic {
+func createTopic(t testing.TB, b *Broker, name string, partitions int32, configs map[string]string) *metadata.Topic {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -439,7 +440,7 @@ func TestFetchSessionEviction(t *testing.T) {
 type hookPlugin struct {
 	mu       sync.Mutex
 	leaders  []plugin.LeaderChange
-	deltas   []raftmeta.Delta
+	deltas   []metadata.Delta
 	appends  []engine.AppendInfo
 	started  plugin.Host
 	stopped  bool
@@ -452,7 +453,7 @@ func (h *hookPlugin) OnLeaderChange(c plugin.LeaderChange) {
 	h.leaders = append(h.leaders, c)
 }
 
-func (h *hookPlugin) OnMetadataUpdate(d raftmeta.Delta, _ *raftmeta.Image) {
+func (h *hookPlugin) OnMetadataUpdate(d metadata.Delta, _ *metadata.Image) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.deltas = append(h.deltas, d)
@@ -566,7 +567,7 @@ func TestHooks(t *testing.T) {
 	// Deleting the topic loses leadership of its partitions.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := errors.Join(b.meta.DeleteTopics(ctx, []raftmeta.UUID{tp.ID})...); err != nil {
+	if err := errors.Join(b.meta.DeleteTopics(ctx, []metadata.UUID{tp.ID})...); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "leadership lost", func() bool {
@@ -869,18 +870,18 @@ func TestMetrics(t *testing.T) {
 // blockingObserver blocks in OnMetadataUpdate until released.
 type blockingObserver struct {
 	release chan struct{}
-	got     chan raftmeta.Delta
-	images  chan *raftmeta.Image
+	got     chan metadata.Delta
+	images  chan *metadata.Image
 }
 
-func (o *blockingObserver) OnMetadataUpdate(d raftmeta.Delta, img *raftmeta.Image) {
+func (o *blockingObserver) OnMetadataUpdate(d metadata.Delta, img *metadata.Image) {
 	<-o.release
 	o.got <- d
 	o.images <- img
 }
 
 func TestMetaQueueCoalesces(t *testing.T) {
-	o := &blockingObserver{release: make(chan struct{}), got: make(chan raftmeta.Delta, 200), images: make(chan *raftmeta.Image, 200)}
+	o := &blockingObserver{release: make(chan struct{}), got: make(chan metadata.Delta, 200), images: make(chan *metadata.Image, 200)}
 	q := newMetaQueue(o, &Broker{log: testLogger(), plugins: &pluginState{names: map[any]string{}, failed: map[string]pluginFailure{}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -889,14 +890,14 @@ func TestMetaQueueCoalesces(t *testing.T) {
 	defer func() { cancel(); close(o.release); <-done }()
 
 	// Image i holds topics t0..t(i-1): each step creates one topic.
-	images := []*raftmeta.Image{{Topics: map[string]*raftmeta.Topic{}, TopicsByID: map[raftmeta.UUID]*raftmeta.Topic{}}}
+	images := []*metadata.Image{{Topics: map[string]*metadata.Topic{}, TopicsByID: map[metadata.UUID]*metadata.Topic{}}}
 	for i := 1; i <= 2*metaQueueCap; i++ {
 		prev := images[i-1]
-		img := &raftmeta.Image{Index: uint64(i), Topics: map[string]*raftmeta.Topic{}, TopicsByID: map[raftmeta.UUID]*raftmeta.Topic{}}
+		img := &metadata.Image{Index: uint64(i), Topics: map[string]*metadata.Topic{}, TopicsByID: map[metadata.UUID]*metadata.Topic{}}
 		for k, v := range prev.Topics {
 			img.Topics[k], img.TopicsByID[v.ID] = v, v
 		}
-		tp := &raftmeta.Topic{Name: fmt.Sprintf("t%d", i), ID: raftmeta.UUID{byte(i), byte(i >> 8), 1}, Partitions: []raftmeta.Partition{{Leader: 1, Replicas: []int32{1}, ISR: []int32{1}}}}
+		tp := &metadata.Topic{Name: fmt.Sprintf("t%d", i), ID: metadata.UUID{byte(i), byte(i >> 8), 1}, Partitions: []metadata.Partition{{Leader: 1, Replicas: []int32{1}, ISR: []int32{1}}}}
 		img.Topics[tp.Name], img.TopicsByID[tp.ID] = tp, tp
 		images = append(images, img)
 		q.push(prev, img)
@@ -904,7 +905,7 @@ func TestMetaQueueCoalesces(t *testing.T) {
 	// The observer was stuck while 2*cap updates were pushed: they arrive
 	// coalesced into at most cap+1 calls, end at the last image, and
 	// announce every created topic exactly once.
-	created := map[raftmeta.UUID]int{}
+	created := map[metadata.UUID]int{}
 	calls := 0
 	for {
 		o.release <- struct{}{}

@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/server/replication"
 )
@@ -33,7 +33,7 @@ type fetchKey struct {
 type fetchPart struct {
 	key   fetchKey
 	req   kmsg.FetchRequestTopicPartition
-	topic *raftmeta.Topic // nil: unknown topic
+	topic *metadata.Topic // nil: unknown topic
 	// denied: the client may not READ the topic (or, claiming to be a
 	// replica, lacks CLUSTER_ACTION).
 	denied bool
@@ -56,7 +56,7 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 	img := b.image()
 	v13 := req.Version >= 13
 
-	lookup := func(k fetchKey) *raftmeta.Topic {
+	lookup := func(k fetchKey) *metadata.Topic {
 		if v13 {
 			return img.TopicsByID[k.id]
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -115,7 +116,7 @@ func (b *Broker) Send(ctx context.Context, node int32, req kmsg.Request) (kmsg.R
 
 // EnsureTopic implements plugin.Host: it returns internal topic t from
 // the applied image, creating it first if it does not exist.
-func (b *Broker) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*raftmeta.Topic, error) {
+func (b *Broker) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*metadata.Topic, error) {
 	if cur := b.image().Topics[t.Name]; cur != nil {
 		return cur, nil
 	}
@@ -131,9 +132,9 @@ func (b *Broker) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*raft
 			return nil, fmt.Errorf("create internal topic %s: %w", t.Name, err)
 		}
 	}
-	img, err := b.awaitImage(ctx, func(img *raftmeta.Image) bool {
+	img, err := b.awaitImage(ctx, func(img *metadata.Image) bool {
 		cur := img.Topics[t.Name]
-		return cur != nil && !slices.ContainsFunc(cur.Partitions, func(p raftmeta.Partition) bool { return p.Leader < 0 })
+		return cur != nil && !slices.ContainsFunc(cur.Partitions, func(p metadata.Partition) bool { return p.Leader < 0 })
 	})
 	if err != nil {
 		return nil, fmt.Errorf("internal topic %s is being created (%v): %w", t.Name, err, kerr.CoordinatorNotAvailable)
@@ -173,6 +174,6 @@ func (b *Broker) AwaitReplicated(ctx context.Context, id engine.TopicID, p int32
 // every follower in the ISR of a partition this broker leads has fetched,
 // since the call, with a log that matches the leader's
 // (replication.Manager.AwaitISRTruncated).
-func (b *Broker) AwaitISRTruncated(ctx context.Context, id raftmeta.UUID, partition int32) error {
+func (b *Broker) AwaitISRTruncated(ctx context.Context, id metadata.UUID, partition int32) error {
 	return b.repl.AwaitISRTruncated(ctx, id, partition)
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/security"
 )
 
@@ -77,7 +77,7 @@ func (b *Broker) checkPassword(user, password string) bool {
 	return false
 }
 
-func scramMatches(mech string, stored raftmeta.ScramCredential, password string) bool {
+func scramMatches(mech string, stored metadata.ScramCredential, password string) bool {
 	h := map[string]func() hash.Hash{security.MechScram256: sha256.New, security.MechScram512: sha512.New}[mech]
 	if h == nil {
 		return false
@@ -86,6 +86,6 @@ func scramMatches(mech string, stored raftmeta.ScramCredential, password string)
 	if err != nil {
 		return false
 	}
-	got, err := raftmeta.NewScramCredential(stored.User, mech, stored.Salt, salted, stored.Iterations)
+	got, err := metadata.NewScramCredential(stored.User, mech, stored.Salt, salted, stored.Iterations)
 	return err == nil && subtle.ConstantTimeCompare(got.StoredKey, stored.StoredKey) == 1
 }

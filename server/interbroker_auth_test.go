@@ -21,7 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -131,12 +131,12 @@ func TestClusterInterBrokerTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.WaitFor("a full ISR", func(img *raftmeta.Image) bool {
+	c.WaitFor("a full ISR", func(img *metadata.Image) bool {
 		tp := img.Topics["tls"]
 		return tp != nil && len(tp.Partitions[0].ISR) == 3
 	})
 	// Every replica has the 50 records, byte for byte.
-	c.WaitFor("every replica's high watermark at 50", func(img *raftmeta.Image) bool {
+	c.WaitFor("every replica's high watermark at 50", func(img *metadata.Image) bool {
 		for _, b := range c.Brokers {
 			ep := b.Broker().Engine().Partition(img.Topics["tls"].ID, 0)
 			if ep == nil || ep.Offsets().HighWatermark != 50 {

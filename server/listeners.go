@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/crypto/pkcs12"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/security"
 )
 
@@ -319,7 +319,7 @@ func (b *Broker) ListenerAddr(name string) string {
 // endpointFor returns where a client connected to the named listener
 // reaches br: the same listener's advertised address, as Kafka answers
 // Metadata, else br's registered one.
-func endpointFor(br raftmeta.Broker, listener string) (string, int32) {
+func endpointFor(br metadata.Broker, listener string) (string, int32) {
 	for _, e := range strings.Split(br.Endpoints, ",") {
 		name, hp, ok := strings.Cut(e, "://")
 		if !ok || name != listener {

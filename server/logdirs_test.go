@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -125,7 +125,7 @@ func TestClusterDescribeLogDirs(t *testing.T) {
 	}
 	produceN(t, ctx, cl, "dirs", 30)
 	var replicas []int32
-	c.WaitFor("both replicas in the ISR", func(img *raftmeta.Image) bool {
+	c.WaitFor("both replicas in the ISR", func(img *metadata.Image) bool {
 		p := img.Topics["dirs"].Partitions[0]
 		replicas = p.Replicas
 		return len(p.ISR) == 2

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // handleMetadata answers from the applied image. Missing topics are
@@ -59,7 +60,7 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 		resp.AuthorizedOperations = rc.AuthorizedOps(kmsg.ACLResourceTypeCluster, clusterName, clusterOps...)
 	}
 
-	addTopic := func(t *raftmeta.Topic) {
+	addTopic := func(t *metadata.Topic) {
 		rt := kmsg.NewMetadataResponseTopic()
 		rt.Topic, rt.TopicID, rt.IsInternal = &t.Name, t.ID, t.Internal
 		if req.IncludeTopicAuthorizedOperations {
@@ -119,21 +120,21 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 	return resp, nil
 }
 
-func sortedBrokers(img *raftmeta.Image) []raftmeta.Broker {
-	out := make([]raftmeta.Broker, 0, len(img.Brokers))
+func sortedBrokers(img *metadata.Image) []metadata.Broker {
+	out := make([]metadata.Broker, 0, len(img.Brokers))
 	for _, br := range img.Brokers {
 		out = append(out, br)
 	}
-	slices.SortFunc(out, func(a, b raftmeta.Broker) int { return int(a.ID) - int(b.ID) })
+	slices.SortFunc(out, func(a, b metadata.Broker) int { return int(a.ID) - int(b.ID) })
 	return out
 }
 
-func sortedTopics(img *raftmeta.Image) []*raftmeta.Topic {
-	out := make([]*raftmeta.Topic, 0, len(img.Topics))
+func sortedTopics(img *metadata.Image) []*metadata.Topic {
+	out := make([]*metadata.Topic, 0, len(img.Topics))
 	for _, t := range img.Topics {
 		out = append(out, t)
 	}
-	slices.SortFunc(out, func(a, b *raftmeta.Topic) int {
+	slices.SortFunc(out, func(a, b *metadata.Topic) int {
 		if a.Name < b.Name {
 			return -1
 		}
@@ -147,7 +148,7 @@ func sortedTopics(img *raftmeta.Image) []*raftmeta.Topic {
 
 // offlineReplicas are the replicas of part whose broker is fenced or not
 // registered.
-func offlineReplicas(img *raftmeta.Image, part raftmeta.Partition) []int32 {
+func offlineReplicas(img *metadata.Image, part metadata.Partition) []int32 {
 	out := []int32{}
 	for _, r := range part.Replicas {
 		if br, ok := img.Brokers[r]; !ok || br.Fenced {

@@ -7,7 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -24,7 +24,7 @@ const (
 // checkLeaderEpoch compares a requester's current leader epoch with ours
 // (KIP-320): older is fenced, newer means our metadata is behind; -1 skips
 // the check.
-func checkLeaderEpoch(requested int32, part raftmeta.Partition) *kerr.Error {
+func checkLeaderEpoch(requested int32, part metadata.Partition) *kerr.Error {
 	switch {
 	case requested < 0:
 		return nil
@@ -73,7 +73,7 @@ func (b *Broker) handleListOffsets(ctx context.Context, rc *RequestContext, req 
 }
 
 // listOffset answers one partition of a ListOffsets request into sp.
-func (b *Broker) listOffset(req *kmsg.ListOffsetsRequest, t *raftmeta.Topic, rp *kmsg.ListOffsetsRequestTopicPartition, sp *kmsg.ListOffsetsResponseTopicPartition) *kerr.Error {
+func (b *Broker) listOffset(req *kmsg.ListOffsetsRequest, t *metadata.Topic, rp *kmsg.ListOffsetsRequestTopicPartition, sp *kmsg.ListOffsetsResponseTopicPartition) *kerr.Error {
 	ep, part, kerrErr := b.ledPartition(t, rp.Partition)
 	if kerrErr != nil {
 		return kerrErr
@@ -188,7 +188,7 @@ func (b *Broker) handleDeleteRecords(ctx context.Context, rc *RequestContext, re
 	return resp, nil
 }
 
-func (b *Broker) deleteRecords(t *raftmeta.Topic, partition int32, offset int64) (int64, error) {
+func (b *Broker) deleteRecords(t *metadata.Topic, partition int32, offset int64) (int64, error) {
 	ep, _, kerrErr := b.ledPartition(t, partition)
 	if kerrErr != nil {
 		return -1, kerrErr

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -28,7 +28,7 @@ func (o *orderPlugin) Stop(context.Context) error               { o.add("stop");
 func (o *orderPlugin) OnLeaderChange(c plugin.LeaderChange) {
 	o.add(fmt.Sprintf("leader %s-%d %v", c.Topic, c.Partition, c.Leader))
 }
-func (o *orderPlugin) OnMetadataUpdate(raftmeta.Delta, *raftmeta.Image) { o.add("metadata") }
+func (o *orderPlugin) OnMetadataUpdate(metadata.Delta, *metadata.Image) { o.add("metadata") }
 
 // TestStartOrder: a broker starts its plugins before it reports the
 // partitions it leads (on a restart, every one of them) or any metadata,

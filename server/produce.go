@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -18,9 +18,9 @@ import (
 // leadership check of appends (produce, plugin.Host.CheckWritable). The code is
 // UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist and
 // NOT_LEADER_OR_FOLLOWER when another broker (or none) leads it.
-func (b *Broker) ledPartition(t *raftmeta.Topic, p int32) (*engine.Partition, raftmeta.Partition, *kerr.Error) {
+func (b *Broker) ledPartition(t *metadata.Topic, p int32) (*engine.Partition, metadata.Partition, *kerr.Error) {
 	if t == nil || p < 0 || int(p) >= len(t.Partitions) {
-		return nil, raftmeta.Partition{}, kerr.UnknownTopicOrPartition
+		return nil, metadata.Partition{}, kerr.UnknownTopicOrPartition
 	}
 	part := t.Partitions[p]
 	if part.Leader != b.cfg.NodeID {
@@ -56,7 +56,7 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 	for i, rt := range req.Topics {
 		st := &resp.Topics[i]
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
-		var t *raftmeta.Topic
+		var t *metadata.Topic
 		missing := kerr.UnknownTopicOrPartition
 		if req.Version >= 13 {
 			t, missing = img.TopicsByID[rt.TopicID], kerr.UnknownTopicID

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/config"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -107,11 +108,11 @@ func ParseProps(m map[string]string) (Props, error) {
 
 // layers returns the config layers of topic t (nil for broker configs)
 // in the latest metadata image.
-func (b *Broker) layers(t *raftmeta.Topic) config.Layers { return b.layersOf(b.meta.Image(), t) }
+func (b *Broker) layers(t *metadata.Topic) config.Layers { return b.layersOf(b.meta.Image(), t) }
 
 // topicLogConfig turns a topic's configs over the broker defaults into the
 // engine's LogConfig.
-func (b *Broker) topicLogConfig(t *raftmeta.Topic) engine.LogConfig {
+func (b *Broker) topicLogConfig(t *metadata.Topic) engine.LogConfig {
 	return config.LogConfig(b.layers(t))
 }
 

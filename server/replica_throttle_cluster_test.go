@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -91,7 +91,7 @@ func testReassignThrottle(t *testing.T, side string) {
 	}) {
 		t.Fatalf("broker %d does not describe %s as %d: %v", throttler, rateKey, rate, err)
 	}
-	c.WaitFor("the throttle configs", func(img *raftmeta.Image) bool {
+	c.WaitFor("the throttle configs", func(img *metadata.Image) bool {
 		return img.Topics[topic].Configs[replicasKey] == replicas && img.NodeConfigs[throttler][rateKey] != ""
 	})
 
@@ -123,7 +123,7 @@ func testReassignThrottle(t *testing.T, side string) {
 	}
 
 	set(adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Op: kadm.DeleteConfig, Name: rateKey}}, throttler))
-	c.WaitFor("the move done", func(img *raftmeta.Image) bool {
+	c.WaitFor("the move done", func(img *metadata.Image) bool {
 		p := img.Topics[topic].Partitions[0]
 		return slices.Equal(p.Replicas, []int32{to}) && len(p.AddingReplicas) == 0
 	})

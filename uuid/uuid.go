@@ -1,5 +1,5 @@
 // Package uuid holds Kafka's UUID, the one type for topic IDs that the
-// engine (engine.TopicID), the metadata quorum (raftmeta.UUID) and the
+// engine (engine.TopicID), the metadata (raftmeta/metadata's UUID) and the
 // plugins share, so that an ID passes between them without conversion.
 package uuid
 

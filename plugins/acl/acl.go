@@ -3,8 +3,9 @@
 // DescribeAcls, DeleteAcls), SCRAM credential management
 // (DescribeUserScramCredentials, AlterUserScramCredentials) and client
 // quota management (DescribeClientQuotas, AlterClientQuotas). ACLs,
-// credentials and quotas live in the metadata quorum (raftmeta); the
-// broker's server package does SASL, TLS and quota enforcement.
+// credentials and quotas live in the metadata quorum (raftmeta; their
+// records and image in raftmeta/metadata); the broker's server package
+// does SASL, TLS and quota enforcement.
 package acl
 
 import (
@@ -16,7 +17,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -76,7 +77,7 @@ func (p *Plugin) metadata() plugin.Metadata {
 	return m
 }
 
-func (p *Plugin) image() *raftmeta.Image {
+func (p *Plugin) image() *metadata.Image {
 	if m := p.metadata(); m != nil {
 		return m.Image()
 	}
@@ -137,7 +138,7 @@ func (a authorizer) Authorize(rc *plugin.RequestContext, op kmsg.ACLOperation, t
 	return allowed
 }
 
-func resourceMatches(a raftmeta.ACL, name string) bool {
+func resourceMatches(a metadata.ACL, name string) bool {
 	switch kmsg.ACLResourcePatternType(a.PatternType) {
 	case kmsg.ACLResourcePatternTypeLiteral:
 		return a.ResourceName == name || a.ResourceName == "*"
@@ -162,12 +163,12 @@ func implies(granted, op kmsg.ACLOperation) bool {
 }
 
 // DescribeACLs implements plugin.ACLStore.
-func (p *Plugin) DescribeACLs(f raftmeta.ACLFilter) []raftmeta.ACL {
+func (p *Plugin) DescribeACLs(f metadata.ACLFilter) []metadata.ACL {
 	img := p.image()
 	if img == nil {
 		return nil
 	}
-	var out []raftmeta.ACL
+	var out []metadata.ACL
 	for _, a := range img.ACLs {
 		if f.Matches(a) {
 			out = append(out, a)
@@ -177,7 +178,7 @@ func (p *Plugin) DescribeACLs(f raftmeta.ACLFilter) []raftmeta.ACL {
 }
 
 // CreateACLs implements plugin.ACLStore.
-func (p *Plugin) CreateACLs(ctx context.Context, acls []raftmeta.ACL) error {
+func (p *Plugin) CreateACLs(ctx context.Context, acls []metadata.ACL) error {
 	m := p.metadata()
 	if m == nil {
 		return fmt.Errorf("acl plugin not started")
@@ -186,13 +187,13 @@ func (p *Plugin) CreateACLs(ctx context.Context, acls []raftmeta.ACL) error {
 }
 
 // DeleteACLs implements plugin.ACLStore.
-func (p *Plugin) DeleteACLs(ctx context.Context, filters []raftmeta.ACLFilter) ([]raftmeta.ACL, error) {
+func (p *Plugin) DeleteACLs(ctx context.Context, filters []metadata.ACLFilter) ([]metadata.ACL, error) {
 	m := p.metadata()
 	if m == nil {
 		return nil, fmt.Errorf("acl plugin not started")
 	}
 	per, err := m.DeleteACLs(ctx, filters)
-	var out []raftmeta.ACL
+	var out []metadata.ACL
 	for _, acls := range per {
 		out = append(out, acls...)
 	}
@@ -216,7 +217,7 @@ func (a authorizer) AuthorizeAny(rc *plugin.RequestContext, op kmsg.ACLOperation
 	if err != nil {
 		host = rc.ClientAddr
 	}
-	var allows, denies []raftmeta.ACL
+	var allows, denies []metadata.ACL
 	anyOfType := false
 	for _, b := range img.ACLs {
 		if b.ResourceType != int8(typ) {
@@ -237,7 +238,7 @@ func (a authorizer) AuthorizeAny(rc *plugin.RequestContext, op kmsg.ACLOperation
 	if !anyOfType {
 		return p.allowIfNoACL
 	}
-	covered := func(al raftmeta.ACL) bool {
+	covered := func(al metadata.ACL) bool {
 		for _, d := range denies {
 			lit := d.PatternType == int8(kmsg.ACLResourcePatternTypeLiteral)
 			if lit && (d.ResourceName == "*" || al.PatternType == d.PatternType && d.ResourceName == al.ResourceName) ||

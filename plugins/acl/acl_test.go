@@ -9,7 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -40,8 +40,8 @@ func start(t *testing.T, props map[string]string) (*Plugin, authz) {
 	return p, p.Authorizer().(authz)
 }
 
-func binding(typ kmsg.ACLResourceType, name string, pat kmsg.ACLResourcePatternType, principal, host string, op kmsg.ACLOperation, perm kmsg.ACLPermissionType) raftmeta.ACL {
-	return raftmeta.ACL{ResourceType: int8(typ), ResourceName: name, PatternType: int8(pat), Principal: principal, Host: host, Operation: int8(op), Permission: int8(perm)}
+func binding(typ kmsg.ACLResourceType, name string, pat kmsg.ACLResourcePatternType, principal, host string, op kmsg.ACLOperation, perm kmsg.ACLPermissionType) metadata.ACL {
+	return metadata.ACL{ResourceType: int8(typ), ResourceName: name, PatternType: int8(pat), Principal: principal, Host: host, Operation: int8(op), Permission: int8(perm)}
 }
 
 const (
@@ -56,7 +56,7 @@ const (
 func TestAuthorize(t *testing.T) {
 	p, a := start(t, map[string]string{"super.users": "User:root; User:CN=ops,O=corp"})
 	ctx := context.Background()
-	err := p.CreateACLs(ctx, []raftmeta.ACL{
+	err := p.CreateACLs(ctx, []metadata.ACL{
 		binding(topic, "orders", lit, "User:alice", "*", kmsg.ACLOperationRead, allow),
 		binding(topic, "billing-", pre, "User:alice", "*", kmsg.ACLOperationWrite, allow),
 		binding(topic, "billing-secret", lit, "User:alice", "*", kmsg.ACLOperationAll, deny),
@@ -109,7 +109,7 @@ func TestAuthorize(t *testing.T) {
 	if a.AuthorizeAny(rc("User:bob", "127.0.0.1"), kmsg.ACLOperationWrite, topic) {
 		t.Error("bob has no WRITE binding: AuthorizeAny = true")
 	}
-	if err := p.CreateACLs(ctx, []raftmeta.ACL{binding(topic, "*", lit, "User:alice", "*", kmsg.ACLOperationWrite, deny)}); err != nil {
+	if err := p.CreateACLs(ctx, []metadata.ACL{binding(topic, "*", lit, "User:alice", "*", kmsg.ACLOperationWrite, deny)}); err != nil {
 		t.Fatal(err)
 	}
 	if a.AuthorizeAny(rc("User:alice", "127.0.0.1"), kmsg.ACLOperationWrite, topic) {
@@ -118,12 +118,12 @@ func TestAuthorize(t *testing.T) {
 
 	// The ACLStore view: MATCH finds what applies to a name; delete.
 	name := "billing-secret"
-	f := raftmeta.ACLFilter{ResourceType: int8(topic), ResourceName: &name, PatternType: int8(kmsg.ACLResourcePatternTypeMatch), Operation: 1, Permission: 1}
+	f := metadata.ACLFilter{ResourceType: int8(topic), ResourceName: &name, PatternType: int8(kmsg.ACLResourcePatternTypeMatch), Operation: 1, Permission: 1}
 	if got := p.DescribeACLs(f); len(got) != 4 { // billing- prefix, billing-secret, the two "*" bindings
 		t.Fatalf("MATCH billing-secret: %+v", got)
 	}
 	principal := "User:alice"
-	gone, err := p.DeleteACLs(ctx, []raftmeta.ACLFilter{{ResourceType: 1, PatternType: 1, Principal: &principal, Operation: 1, Permission: 1}})
+	gone, err := p.DeleteACLs(ctx, []metadata.ACLFilter{{ResourceType: 1, PatternType: 1, Principal: &principal, Operation: 1, Permission: 1}})
 	if err != nil || len(gone) != 4 {
 		t.Fatalf("delete alice's bindings: %d, %v", len(gone), err)
 	}
@@ -138,7 +138,7 @@ func TestAllowEveryoneIfNoACL(t *testing.T) {
 	if !a.Authorize(rc, kmsg.ACLOperationWrite, topic, "free") {
 		t.Fatal("no ACL and allow.everyone.if.no.acl.found: refused")
 	}
-	if err := p.CreateACLs(context.Background(), []raftmeta.ACL{binding(topic, "fre", pre, "User:other", "*", kmsg.ACLOperationRead, allow)}); err != nil {
+	if err := p.CreateACLs(context.Background(), []metadata.ACL{binding(topic, "fre", pre, "User:other", "*", kmsg.ACLOperationRead, allow)}); err != nil {
 		t.Fatal(err)
 	}
 	if a.Authorize(rc, kmsg.ACLOperationWrite, topic, "free") {

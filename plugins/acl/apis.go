@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -62,7 +63,7 @@ func errMsg(err error) *string {
 }
 
 // validACL checks a binding to create as Kafka's controller does.
-func validACL(a raftmeta.ACL) error {
+func validACL(a metadata.ACL) error {
 	bad := func(why string) error { return fmt.Errorf("invalid ACL binding: %s: %w", why, kerr.InvalidRequest) }
 	switch {
 	case a.ResourceType <= int8(kmsg.ACLResourceTypeAny) || a.ResourceType > int8(plugin.ACLResourceMirror):
@@ -96,11 +97,11 @@ func (p *Plugin) createACLs(ctx context.Context, m plugin.Metadata, rc *plugin.R
 			r.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 			continue
 		}
-		a := raftmeta.ACL{ResourceType: int8(c.ResourceType), ResourceName: c.ResourceName, PatternType: int8(c.ResourcePatternType),
+		a := metadata.ACL{ResourceType: int8(c.ResourceType), ResourceName: c.ResourceName, PatternType: int8(c.ResourcePatternType),
 			Principal: c.Principal, Host: c.Host, Operation: int8(c.Operation), Permission: int8(c.PermissionType)}
 		err := validACL(a)
 		if err == nil {
-			err = m.CreateACLs(ctx, []raftmeta.ACL{a})
+			err = m.CreateACLs(ctx, []metadata.ACL{a})
 		}
 		if err != nil {
 			r.ErrorCode, r.ErrorMessage = plugin.ErrorCode(err), errMsg(err)
@@ -109,8 +110,8 @@ func (p *Plugin) createACLs(ctx context.Context, m plugin.Metadata, rc *plugin.R
 	return resp
 }
 
-func describeFilter(typ kmsg.ACLResourceType, name *string, pat kmsg.ACLResourcePatternType, principal, host *string, op kmsg.ACLOperation, perm kmsg.ACLPermissionType) raftmeta.ACLFilter {
-	return raftmeta.ACLFilter{ResourceType: int8(typ), ResourceName: name, PatternType: int8(pat), Principal: principal, Host: host, Operation: int8(op), Permission: int8(perm)}
+func describeFilter(typ kmsg.ACLResourceType, name *string, pat kmsg.ACLResourcePatternType, principal, host *string, op kmsg.ACLOperation, perm kmsg.ACLPermissionType) metadata.ACLFilter {
+	return metadata.ACLFilter{ResourceType: int8(typ), ResourceName: name, PatternType: int8(pat), Principal: principal, Host: host, Operation: int8(op), Permission: int8(perm)}
 }
 
 func (p *Plugin) describeACLs(rc *plugin.RequestContext, req *kmsg.DescribeACLsRequest) kmsg.Response {
@@ -159,7 +160,7 @@ func (p *Plugin) deleteACLs(ctx context.Context, m plugin.Metadata, rc *plugin.R
 		}
 		return resp
 	}
-	filters := make([]raftmeta.ACLFilter, len(req.Filters))
+	filters := make([]metadata.ACLFilter, len(req.Filters))
 	for i, f := range req.Filters {
 		filters[i] = describeFilter(f.ResourceType, f.ResourceName, f.ResourcePatternType, f.Principal, f.Host, f.Operation, f.PermissionType)
 	}
@@ -182,7 +183,7 @@ func (p *Plugin) deleteACLs(ctx context.Context, m plugin.Metadata, rc *plugin.R
 
 // describeScram lists users' mechanisms and iterations (never the keys);
 // DESCRIBE on CLUSTER is required.
-func describeScram(img *raftmeta.Image, rc *plugin.RequestContext, req *kmsg.DescribeUserSCRAMCredentialsRequest) kmsg.Response {
+func describeScram(img *metadata.Image, rc *plugin.RequestContext, req *kmsg.DescribeUserSCRAMCredentialsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeUserSCRAMCredentialsResponse)
 	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, plugin.ClusterResource) {
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
@@ -217,7 +218,7 @@ func describeScram(img *raftmeta.Image, rc *plugin.RequestContext, req *kmsg.Des
 			r.ErrorCode, r.ErrorMessage = kerr.ResourceNotFound.Code, errMsg(fmt.Errorf("attempt to describe a user credential that does not exist: %s", u))
 		}
 		for _, mech := range []int8{1, 2} {
-			if c, ok := creds[raftmeta.ScramMechanisms[mech]]; ok {
+			if c, ok := creds[metadata.ScramMechanisms[mech]]; ok {
 				ci := kmsg.NewDescribeUserSCRAMCredentialsResponseResultCredentialInfo()
 				ci.Mechanism, ci.Iterations = mech, c.Iterations
 				r.CredentialInfos = append(r.CredentialInfos, ci)
@@ -254,17 +255,17 @@ func alterScram(ctx context.Context, m plugin.Metadata, rc *plugin.RequestContex
 		}
 	}
 	for _, d := range req.Deletions {
-		mech, ok := raftmeta.ScramMechanisms[d.Mechanism]
+		mech, ok := metadata.ScramMechanisms[d.Mechanism]
 		var err error
 		if !ok {
 			err = fmt.Errorf("unknown SCRAM mechanism %d: %w", d.Mechanism, kerr.UnsupportedSaslMechanism)
 		}
-		add(d.Name, raftmeta.ScramChange{Credential: raftmeta.ScramCredential{User: d.Name, Mechanism: mech}, Delete: true}, err)
+		add(d.Name, raftmeta.ScramChange{Credential: metadata.ScramCredential{User: d.Name, Mechanism: mech}, Delete: true}, err)
 	}
 	for _, u := range req.Upsertions {
-		mech, ok := raftmeta.ScramMechanisms[u.Mechanism]
+		mech, ok := metadata.ScramMechanisms[u.Mechanism]
 		var err error
-		var cred raftmeta.ScramCredential
+		var cred metadata.ScramCredential
 		switch {
 		case !ok:
 			err = fmt.Errorf("unknown SCRAM mechanism %d: %w", u.Mechanism, kerr.UnsupportedSaslMechanism)
@@ -273,7 +274,7 @@ func alterScram(ctx context.Context, m plugin.Metadata, rc *plugin.RequestContex
 		case u.Name == "":
 			err = fmt.Errorf("empty user name: %w", kerr.UnacceptableCredential)
 		default:
-			cred, err = raftmeta.NewScramCredential(u.Name, mech, u.Salt, u.SaltedPassword, u.Iterations)
+			cred, err = metadata.NewScramCredential(u.Name, mech, u.Salt, u.SaltedPassword, u.Iterations)
 		}
 		add(u.Name, raftmeta.ScramChange{Credential: cred}, err)
 	}
@@ -301,7 +302,7 @@ const (
 	entityClientID = "client-id"
 )
 
-func entityParts(e raftmeta.QuotaEntity) map[string]*string {
+func entityParts(e metadata.QuotaEntity) map[string]*string {
 	out := map[string]*string{}
 	if e.User != nil {
 		out[entityUser] = e.User
@@ -316,7 +317,7 @@ func entityParts(e raftmeta.QuotaEntity) map[string]*string {
 // component matches its type exactly (a name), the default entity, or any
 // entity of the type; Strict excludes entities with other components.
 // DESCRIBE_CONFIGS on CLUSTER is required.
-func describeQuotas(img *raftmeta.Image, rc *plugin.RequestContext, req *kmsg.DescribeClientQuotasRequest) kmsg.Response {
+func describeQuotas(img *metadata.Image, rc *plugin.RequestContext, req *kmsg.DescribeClientQuotasRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeClientQuotasResponse)
 	if !rc.Allowed(kmsg.ACLOperationDescribeConfigs, kmsg.ACLResourceTypeCluster, plugin.ClusterResource) {
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
@@ -379,7 +380,7 @@ func alterQuotas(ctx context.Context, m plugin.Metadata, rc *plugin.RequestConte
 	allowed := rc.Allowed(kmsg.ACLOperationAlterConfigs, kmsg.ACLResourceTypeCluster, plugin.ClusterResource)
 	for _, e := range req.Entries {
 		r := kmsg.NewAlterClientQuotasResponseEntry()
-		var ent raftmeta.QuotaEntity
+		var ent metadata.QuotaEntity
 		err := error(nil)
 		for _, c := range e.Entity {
 			re := kmsg.NewAlterClientQuotasResponseEntryEntity()
@@ -401,13 +402,13 @@ func alterQuotas(ctx context.Context, m plugin.Metadata, rc *plugin.RequestConte
 				err = fmt.Errorf("unknown or repeated quota entity type %q: %w", c.Type, kerr.InvalidRequest)
 			}
 		}
-		var changes []raftmeta.ClientQuotaRecord
+		var changes []metadata.ClientQuotaRecord
 		for _, op := range e.Ops {
 			if !quotaKeys[op.Key] {
 				err = fmt.Errorf("unknown quota key %q: %w", op.Key, kerr.InvalidRequest)
 				break
 			}
-			ch := raftmeta.ClientQuotaRecord{Entity: ent, Key: op.Key}
+			ch := metadata.ClientQuotaRecord{Entity: ent, Key: op.Key}
 			if !op.Remove {
 				v := op.Value
 				ch.Value = &v

@@ -7,7 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -24,14 +24,14 @@ func (h fakeHost) Metadata() plugin.Metadata { return h.md }
 // decisions asked of it; refuse is the error they return.
 type fakeMetadata struct {
 	plugin.Metadata
-	img     *raftmeta.Image
-	created []raftmeta.ACL
+	img     *metadata.Image
+	created []metadata.ACL
 	refuse  error
 }
 
-func (m *fakeMetadata) Image() *raftmeta.Image { return m.img }
+func (m *fakeMetadata) Image() *metadata.Image { return m.img }
 
-func (m *fakeMetadata) CreateACLs(_ context.Context, acls []raftmeta.ACL) error {
+func (m *fakeMetadata) CreateACLs(_ context.Context, acls []metadata.ACL) error {
 	m.created = append(m.created, acls...)
 	return m.refuse
 }
@@ -46,7 +46,7 @@ func TestCreateACLsFakeHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	md := &fakeMetadata{img: &raftmeta.Image{}}
+	md := &fakeMetadata{img: &metadata.Image{}}
 	if err := p.Start(context.Background(), fakeHost{md: md}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -49,7 +49,7 @@ type assignTopic struct {
 }
 
 // newAssignTopic describes a topic of the image for the assignors.
-func newAssignTopic(img *raftmeta.Image, t *raftmeta.Topic) *assignTopic {
+func newAssignTopic(img *metadata.Image, t *metadata.Topic) *assignTopic {
 	at := &assignTopic{id: t.ID, name: t.Name, partitions: int32(len(t.Partitions))}
 	known := false
 	racks := make([][]string, len(t.Partitions))

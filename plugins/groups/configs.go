@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -181,7 +182,7 @@ func (p *Plugin) AlterConfigResource(ctx context.Context, rc *plugin.RequestCont
 		if !ok {
 			return fmt.Errorf("unknown group config %s: %w", op.Name, kerr.InvalidConfig)
 		}
-		ch := raftmeta.ConfigChange{Resource: raftmeta.ConfigResourceGroup, Name: name, Key: op.Name}
+		ch := raftmeta.ConfigChange{Resource: metadata.ConfigResourceGroup, Name: name, Key: op.Name}
 		switch op.Op {
 		case kmsg.IncrementalAlterConfigOpSet:
 			if op.Value == nil {

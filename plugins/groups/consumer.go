@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -331,7 +331,7 @@ func subset(owned, a assignment) bool {
 // against the topics of img (whole-name matches, as Kafka's RE2J), when
 // one is new or the image changed, and records what changed. It returns
 // each regex's topics.
-func (s *shardState) resolveRegexes(c *change, g *group, members []*mmember, img *raftmeta.Image, force bool) (map[string][]string, error) {
+func (s *shardState) resolveRegexes(c *change, g *group, members []*mmember, img *metadata.Image, force bool) (map[string][]string, error) {
 	m := g.m
 	out := map[string][]string{}
 	for _, mm := range members {
@@ -391,7 +391,7 @@ func subscribedNames(members []*mmember, regexes map[string][]string) []string {
 // metadataHash fingerprints what the assignment depends on in the
 // metadata of the subscribed topics (IDs, partition counts, racks): a
 // change bumps the group epoch (Kafka 4.1's MetadataHash).
-func metadataHash(img *raftmeta.Image, names []string) int64 {
+func metadataHash(img *metadata.Image, names []string) int64 {
 	h := fnv.New64a()
 	for _, name := range names {
 		t := img.Topics[name]
@@ -408,7 +408,7 @@ func metadataHash(img *raftmeta.Image, names []string) int64 {
 }
 
 // memberTopics are the IDs of the existing topics a member subscribes to.
-func memberTopics(mm *mmember, regexes map[string][]string, img *raftmeta.Image, in *assignInput) []uuid.UUID {
+func memberTopics(mm *mmember, regexes map[string][]string, img *metadata.Image, in *assignInput) []uuid.UUID {
 	names := slices.Clone(mm.topics)
 	if mm.regex != nil {
 		names = append(names, regexes[*mm.regex]...)
@@ -428,7 +428,7 @@ func memberTopics(mm *mmember, regexes map[string][]string, img *raftmeta.Image,
 // computeTargets runs the group's server assignor over members; prev is
 // each member's current target, which the uniform assignor keeps where
 // it can.
-func (s *shardState) computeTargets(members []*mmember, prev func(string) assignment, regexes map[string][]string, img *raftmeta.Image) map[string]assignment {
+func (s *shardState) computeTargets(members []*mmember, prev func(string) assignment, regexes map[string][]string, img *metadata.Image) map[string]assignment {
 	in := &assignInput{topics: map[uuid.UUID]*assignTopic{}}
 	sorted := slices.Clone(members)
 	slices.SortFunc(sorted, func(a, b *mmember) int { return cmpString(a.id, b.id) })

@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -170,7 +170,7 @@ func (p *Plugin) handleConsumerGroupDescribe(ctx context.Context, rc *plugin.Req
 
 // kmsgAssignment is an assignment as ConsumerGroupDescribe reports it,
 // with topic names.
-func kmsgAssignment(img *raftmeta.Image, a assignment) kmsg.Assignment {
+func kmsgAssignment(img *metadata.Image, a assignment) kmsg.Assignment {
 	out := kmsg.Assignment{TopicPartitions: []kmsg.AssignmentTopicPartition{}}
 	for _, id := range a.topicIDs() {
 		tp := kmsg.AssignmentTopicPartition{TopicID: id, Partitions: a[id]}
@@ -186,7 +186,7 @@ func kmsgAssignment(img *raftmeta.Image, a assignment) kmsg.Assignment {
 
 // consumerAssignmentBytes is an assignment in the classic protocol's
 // ConsumerMemberAssignment encoding (DescribeGroups of a consumer group).
-func consumerAssignmentBytes(img *raftmeta.Image, a assignment) []byte {
+func consumerAssignmentBytes(img *metadata.Image, a assignment) []byte {
 	var ca kmsg.ConsumerMemberAssignment
 	for _, id := range a.topicIDs() {
 		if t := img.TopicsByID[id]; t != nil {

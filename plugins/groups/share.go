@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -178,7 +178,7 @@ func (s *shardState) shareHeartbeat(a *cgHeartbeat) (cgAnswer, error) {
 }
 
 // shareTargets runs the share assignor over members.
-func (s *shardState) shareTargets(members []*mmember, img *raftmeta.Image) map[string]assignment {
+func (s *shardState) shareTargets(members []*mmember, img *metadata.Image) map[string]assignment {
 	in := &assignInput{topics: map[uuid.UUID]*assignTopic{}}
 	sorted := slices.Clone(members)
 	slices.SortFunc(sorted, func(a, b *mmember) int { return strings.Compare(a.id, b.id) })
@@ -192,7 +192,7 @@ func (s *shardState) shareTargets(members []*mmember, img *raftmeta.Image) map[s
 // partitions the group is assigned for the first time: their share state
 // starts when a member first fetches them (share.auto.offset.reset), and
 // the group's admin APIs and deletion find them there.
-func (s *shardState) noteInitialized(c *change, g *group, targets map[string]assignment, img *raftmeta.Image) {
+func (s *shardState) noteInitialized(c *change, g *group, targets map[string]assignment, img *metadata.Image) {
 	m := g.m
 	init := map[uuid.UUID]initTopic{}
 	for id, t := range m.initialized {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -28,7 +29,7 @@ const sourceTimeout = 15 * time.Second
 
 // sourceClient is a client of a mirror's source cluster for one request
 // of the mirror APIs; the caller closes it.
-func (p *Plugin) sourceClient(m *raftmeta.Mirror) (*kgo.Client, error) {
+func (p *Plugin) sourceClient(m *metadata.Mirror) (*kgo.Client, error) {
 	opts, err := clientOpts(m.Configs, p.cfg)
 	if err != nil {
 		return nil, err
@@ -169,7 +170,7 @@ func (p *Plugin) addTopics(ctx context.Context, req *wire.AddTopicsToMirrorReque
 // default.replication.factor. The destination decides how many copies
 // it keeps, as it does for its own topics; the source's replication
 // factor says nothing about the brokers here.
-func (p *Plugin) topicRF(m *raftmeta.Mirror) int16 {
+func (p *Plugin) topicRF(m *metadata.Mirror) int16 {
 	if n, err := strconv.ParseInt(m.Configs["mirror.topic.replication.factor"], 10, 16); err == nil && n > 0 {
 		return int16(n)
 	}
@@ -178,7 +179,7 @@ func (p *Plugin) topicRF(m *raftmeta.Mirror) int16 {
 
 // sourceTopics describes topics on a mirror's source cluster: their specs
 // here, and what truncation takes from those that exist here.
-func (p *Plugin) sourceTopics(ctx context.Context, m *raftmeta.Mirror, topics []string) ([]raftmeta.TopicSpec, []wire.Truncation, error) {
+func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []string) ([]raftmeta.TopicSpec, []wire.Truncation, error) {
 	cl, err := p.sourceClient(m)
 	if err != nil {
 		return nil, nil, err

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -31,7 +31,7 @@ func (p *Plugin) Health() []string {
 	var out []string
 	for _, name := range slices.Sorted(maps.Keys(img.Mirrors)) {
 		m := img.Mirrors[name]
-		if !slices.ContainsFunc(slices.Collect(maps.Values(m.Topics)), func(mt raftmeta.MirrorTopic) bool { return !mt.Stopped }) {
+		if !slices.ContainsFunc(slices.Collect(maps.Values(m.Topics)), func(mt metadata.MirrorTopic) bool { return !mt.Stopped }) {
 			continue // failed over: its source does not matter any more
 		}
 		why, contact := "", time.Time{}

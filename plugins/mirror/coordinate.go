@@ -13,7 +13,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -240,7 +240,7 @@ const imageWait = 2 * time.Second
 // image a few milliseconds later), or names is empty (every mirror), it
 // first catches up with every change the controller has made, for at
 // most imageWait: a mirror still missing then does not exist.
-func (p *Plugin) awaitMirrors(ctx context.Context, names ...string) *raftmeta.Image {
+func (p *Plugin) awaitMirrors(ctx context.Context, names ...string) *metadata.Image {
 	md := p.Host().Metadata()
 	img := md.Image()
 	if len(names) > 0 && !slices.ContainsFunc(names, func(n string) bool { return img.Mirrors[n] == nil }) {

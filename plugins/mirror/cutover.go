@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -308,7 +308,7 @@ func (r *mirrorRun) fetchBatches(leader int32, m cutMember, offset int64) ([]cut
 // refuses an admin commit then; its members own them), and a broker
 // that does not answer keeps its groups': both are logged, not retried,
 // so that a failover never waits on a consumer or a dead broker.
-func (r *mirrorRun) clampGroups(t *raftmeta.Topic) error {
+func (r *mirrorRun) clampGroups(t *metadata.Topic) error {
 	cuts := map[int32]int64{}
 	for i := range t.Partitions {
 		st, err := r.p.readState(r.ctx, partitionKey{r.name, t.Name, int32(i)}, t.ID)

@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // removeTopics is RemoveTopicsFromMirror (failover): the topics'
@@ -189,7 +189,7 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 	r := p.run(mirror)
 	var remote map[topicPartition]wire.PartitionDetail
 	for _, name := range topics {
-		if t := img.Topics[name]; t != nil && slices.ContainsFunc(t.Partitions, func(pp raftmeta.Partition) bool { return pp.Leader != p.Host().NodeID() }) {
+		if t := img.Topics[name]; t != nil && slices.ContainsFunc(t.Partitions, func(pp metadata.Partition) bool { return pp.Leader != p.Host().NodeID() }) {
 			remote = p.remoteDetailsOnly(ctx, mirror)
 			break
 		}

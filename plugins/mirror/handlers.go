@@ -18,7 +18,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -253,7 +253,7 @@ const defaultExclude = "follower.replication.throttled.replicas,leader.replicati
 // mirrorTopics resolves topic names (anchored regular expressions) to the
 // mirror's active topics; none means all of them. A name that matches
 // only topics already failed over, or none, is an error saying which.
-func mirrorTopics(m *raftmeta.Mirror, names []string) ([]string, error) {
+func mirrorTopics(m *metadata.Mirror, names []string) ([]string, error) {
 	active, stopped, err := mirrorTopicsAll(m, names)
 	if err != nil {
 		return nil, err
@@ -277,7 +277,7 @@ func mirrorTopics(m *raftmeta.Mirror, names []string) ([]string, error) {
 // means all) to the mirror's topics, those still mirrored (active) and
 // those failed over (stopped). A name that matches no topic of the mirror
 // at all is an error naming it.
-func mirrorTopicsAll(m *raftmeta.Mirror, names []string) (active, stopped []string, err error) {
+func mirrorTopicsAll(m *metadata.Mirror, names []string) (active, stopped []string, err error) {
 	for _, t := range slices.Sorted(maps.Keys(m.Topics)) {
 		if m.Topics[t].Stopped {
 			stopped = append(stopped, t)
@@ -469,7 +469,7 @@ func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, re
 // describe answers DescribeMirrors from img: a client's request passes an
 // image caught up with the controller (awaitMirrors), the console this
 // broker's own.
-func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *wire.DescribeMirrorsRequest, img *raftmeta.Image) []wire.DescribedMirror {
+func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *wire.DescribeMirrorsRequest, img *metadata.Image) []wire.DescribedMirror {
 	names := req.MirrorNames
 	all := len(names) == 0
 	if all {
@@ -580,7 +580,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 // describePartition is partition i of t as this broker sees it: its
 // state (the coordinator's), the destination's health (the image's),
 // and, if this broker leads it, its source side as of now.
-func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror string, img *raftmeta.Image, t *raftmeta.Topic, i int32,
+func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror string, img *metadata.Image, t *metadata.Topic, i int32,
 	states map[topicPartition]partitionState, now time.Time) wire.PartitionDetail {
 	pd := wire.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: Unknown.String()}
 	if st, ok := states[topicPartition{t.Name, i}]; ok {
@@ -687,7 +687,7 @@ func setState(sp *wire.StatePartition, s partitionState) {
 // partitions' when they agree; when they differ, FAILED if one failed,
 // else the transition some are still in (STOPPING, PAUSING, PREPARING,
 // EPOCH_FENCING), else the first partition's.
-func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt raftmeta.MirrorTopic, ok bool) wire.StatePartition {
+func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt metadata.MirrorTopic, ok bool) wire.StatePartition {
 	sp := wire.StatePartition{PartitionIndex: -1, LastMirroredOffset: -1, LastMirrorEpoch: -1, TopicID: mt.ID}
 	t := p.Image().Topics[topic]
 	if !ok || t == nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -46,7 +47,7 @@ func newMetaManager(p *Plugin) *metaManager {
 // sync starts the loops of the mirrors this broker coordinates in img and
 // stops the others. Never called with p.mu held: stopping a loop waits
 // for it, and loops take p.mu.
-func (mm *metaManager) sync(img *raftmeta.Image) {
+func (mm *metaManager) sync(img *metadata.Image) {
 	ctx := mm.p.started()
 	if ctx == nil {
 		return
@@ -75,7 +76,7 @@ func (mm *metaManager) sync(img *raftmeta.Image) {
 
 // coordinates reports whether this broker leads the __mirror_state
 // partition that mirror's metadata sync hashes to.
-func (mm *metaManager) coordinates(img *raftmeta.Image, host plugin.Host, mirror string) bool {
+func (mm *metaManager) coordinates(img *metadata.Image, host plugin.Host, mirror string) bool {
 	t := img.Topics[Topic]
 	i := mm.p.PartitionFor(mirror)
 	return t != nil && int(i) < len(t.Partitions) && t.Partitions[i].Leader == host.NodeID()
@@ -202,7 +203,7 @@ func connConfigs(c map[string]string) map[string]string {
 	return out
 }
 
-func (s *metaSync) client(m *raftmeta.Mirror) (*kgo.Client, error) {
+func (s *metaSync) client(m *metadata.Mirror) (*kgo.Client, error) {
 	conf := connConfigs(m.Configs)
 	if s.cl != nil && maps.Equal(conf, s.clConf) {
 		return s.cl, nil
@@ -371,7 +372,7 @@ func (s *metaSync) cycle() error {
 // partitions, epochs, group offsets), and
 // whether every active partition is paused: then the mirror gets none at
 // all, ACLs and discovery included.
-func (s *metaSync) paused(img *raftmeta.Image, m *raftmeta.Mirror) (map[topicPartition]bool, bool) {
+func (s *metaSync) paused(img *metadata.Image, m *metadata.Mirror) (map[topicPartition]bool, bool) {
 	paused, active := map[topicPartition]bool{}, 0
 	for name, mt := range m.Topics {
 		t := img.Topics[name]
@@ -402,7 +403,7 @@ func topicPaused(paused map[topicPartition]bool, topic string) bool {
 
 // checkClusterID compares the source's cluster ID with the one recorded
 // when the mirror first reached it; a different one halts the sync.
-func (s *metaSync) checkClusterID(ctx context.Context, m *raftmeta.Mirror, resp *kmsg.MetadataResponse) error {
+func (s *metaSync) checkClusterID(ctx context.Context, m *metadata.Mirror, resp *kmsg.MetadataResponse) error {
 	id := ""
 	if resp.ClusterID != nil {
 		id = *resp.ClusterID
@@ -436,7 +437,7 @@ func (s *metaSync) checkClusterID(ctx context.Context, m *raftmeta.Mirror, resp 
 // asked by ID) on two consecutive refreshes. A topic the full listing
 // shows with its ID is there; any other answer (an error, a timeout, a
 // leaderless topic) proves nothing and resets nothing.
-func (s *metaSync) deleted(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirror, src map[string]srcTopic) map[string]bool {
+func (s *metaSync) deleted(ctx context.Context, cl *kgo.Client, m *metadata.Mirror, src map[string]srcTopic) map[string]bool {
 	req := kmsg.NewPtrMetadataRequest()
 	var asked []string
 	for name, mt := range m.Topics {
@@ -477,7 +478,7 @@ func (s *metaSync) deleted(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirr
 
 // syncTopics discovers, creates, grows, reconfigures and stops mirror
 // topics, and bumps destination epochs the source is closing in on.
-func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *raftmeta.Mirror, f filters, src map[string]srcTopic, deleted map[string]bool, paused map[topicPartition]bool) error {
+func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata.Mirror, f filters, src map[string]srcTopic, deleted map[string]bool, paused map[topicPartition]bool) error {
 	meta := s.p.Host().Metadata()
 	img := meta.Image()
 	var errs []error
@@ -633,12 +634,12 @@ func configChanges(topic string, dest, src map[string]string, exclude map[string
 	var out []raftmeta.ConfigChange
 	for _, k := range slices.Sorted(maps.Keys(src)) {
 		if v, ok := dest[k]; !ok || v != src[k] {
-			out = append(out, raftmeta.ConfigChange{Resource: raftmeta.ConfigResourceTopic, Name: topic, Key: k, Value: kmsg.StringPtr(src[k])})
+			out = append(out, raftmeta.ConfigChange{Resource: metadata.ConfigResourceTopic, Name: topic, Key: k, Value: kmsg.StringPtr(src[k])})
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(dest)) {
 		if _, ok := src[k]; !ok && !exclude[k] {
-			out = append(out, raftmeta.ConfigChange{Resource: raftmeta.ConfigResourceTopic, Name: topic, Key: k})
+			out = append(out, raftmeta.ConfigChange{Resource: metadata.ConfigResourceTopic, Name: topic, Key: k})
 		}
 	}
 	return out
@@ -660,7 +661,7 @@ func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, pa
 	if m == nil {
 		return nil
 	}
-	mirrored := map[string]*raftmeta.Topic{}
+	mirrored := map[string]*metadata.Topic{}
 	for name, mt := range m.Topics {
 		if t := img.Topics[name]; !mt.Stopped && t != nil && t.ID == mt.ID {
 			mirrored[name] = t
@@ -689,7 +690,7 @@ func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, pa
 	return errors.Join(errs...)
 }
 
-func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos plugin.GroupOffsets, group string, mirrored map[string]*raftmeta.Topic, paused map[topicPartition]bool) error {
+func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos plugin.GroupOffsets, group string, mirrored map[string]*metadata.Topic, paused map[topicPartition]bool) error {
 	srcOffs, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
 		return fmt.Errorf("fetch source offsets: %w", err)
@@ -787,7 +788,7 @@ func (s *metaSync) syncACLs(ctx context.Context, cl *kgo.Client, f filters) erro
 	if m == nil {
 		return nil
 	}
-	dest := store.DescribeACLs(raftmeta.ACLFilter{ResourceType: 1, PatternType: 1, Operation: 1, Permission: 1})
+	dest := store.DescribeACLs(metadata.ACLFilter{ResourceType: 1, PatternType: 1, Operation: 1, Permission: 1})
 	plan := planACLs(sourceACLs(resp), dest, m.ManagedACLs, f.acls)
 	if len(plan.create) == 0 && len(plan.delete) == 0 && slices.Equal(plan.managed, m.ManagedACLs) {
 		return nil
@@ -804,7 +805,7 @@ func (s *metaSync) syncACLs(ctx context.Context, cl *kgo.Client, f filters) erro
 		}
 	}
 	if len(plan.delete) > 0 {
-		filters := make([]raftmeta.ACLFilter, len(plan.delete))
+		filters := make([]metadata.ACLFilter, len(plan.delete))
 		for i, a := range plan.delete {
 			filters[i] = exactFilter(a)
 		}

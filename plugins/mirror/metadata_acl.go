@@ -4,12 +4,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // ruleMatches reports whether a mirror.acl.include rule (parsed by
 // mirrorcfg.ParseACLRules) matches a binding.
-func ruleMatches(r mirrorcfg.ACLRule, a raftmeta.ACL) bool {
+func ruleMatches(r mirrorcfg.ACLRule, a metadata.ACL) bool {
 	return (r.ResourceType == 0 || int8(r.ResourceType) == a.ResourceType) &&
 		(r.Name == nil || r.Name.MatchString(a.ResourceName)) &&
 		(r.Operation == 0 || int8(r.Operation) == a.Operation) &&
@@ -17,7 +17,7 @@ func ruleMatches(r mirrorcfg.ACLRule, a raftmeta.ACL) bool {
 		(r.Principal == "" || r.Principal == a.Principal)
 }
 
-func aclIncluded(rules []mirrorcfg.ACLRule, a raftmeta.ACL) bool {
+func aclIncluded(rules []mirrorcfg.ACLRule, a metadata.ACL) bool {
 	for _, r := range rules {
 		if ruleMatches(r, a) {
 			return true
@@ -33,24 +33,24 @@ func aclIncluded(rules []mirrorcfg.ACLRule, a raftmeta.ACL) bool {
 // DENY that moves (or an ALLOW replaced by a DENY) is never missing, and
 // DENY bindings are copied like ALLOW ones (MirrorMaker 2 drops them).
 type aclPlan struct {
-	create  []raftmeta.ACL
-	delete  []raftmeta.ACL
-	managed []raftmeta.ACL // the managed set once both are done
+	create  []metadata.ACL
+	delete  []metadata.ACL
+	managed []metadata.ACL // the managed set once both are done
 }
 
-func planACLs(source, dest, managed []raftmeta.ACL, rules []mirrorcfg.ACLRule) aclPlan {
-	want := map[raftmeta.ACL]bool{}
+func planACLs(source, dest, managed []metadata.ACL, rules []mirrorcfg.ACLRule) aclPlan {
+	want := map[metadata.ACL]bool{}
 	for _, a := range source {
 		if aclIncluded(rules, a) {
 			want[a] = true
 		}
 	}
-	have := map[raftmeta.ACL]bool{}
+	have := map[metadata.ACL]bool{}
 	for _, a := range dest {
 		have[a] = true
 	}
 	var p aclPlan
-	mine := map[raftmeta.ACL]bool{}
+	mine := map[metadata.ACL]bool{}
 	for _, a := range managed {
 		mine[a] = true
 		if !want[a] && have[a] {
@@ -75,11 +75,11 @@ func planACLs(source, dest, managed []raftmeta.ACL, rules []mirrorcfg.ACLRule) a
 }
 
 // sourceACLs converts a DescribeAcls response to bindings.
-func sourceACLs(resp *kmsg.DescribeACLsResponse) []raftmeta.ACL {
-	var out []raftmeta.ACL
+func sourceACLs(resp *kmsg.DescribeACLsResponse) []metadata.ACL {
+	var out []metadata.ACL
 	for _, r := range resp.Resources {
 		for _, a := range r.ACLs {
-			out = append(out, raftmeta.ACL{ResourceType: int8(r.ResourceType), ResourceName: r.ResourceName, PatternType: int8(r.ResourcePatternType),
+			out = append(out, metadata.ACL{ResourceType: int8(r.ResourceType), ResourceName: r.ResourceName, PatternType: int8(r.ResourcePatternType),
 				Principal: a.Principal, Host: a.Host, Operation: int8(a.Operation), Permission: int8(a.PermissionType)})
 		}
 	}
@@ -87,7 +87,7 @@ func sourceACLs(resp *kmsg.DescribeACLsResponse) []raftmeta.ACL {
 }
 
 // exactFilter selects exactly one binding.
-func exactFilter(a raftmeta.ACL) raftmeta.ACLFilter {
-	return raftmeta.ACLFilter{ResourceType: a.ResourceType, ResourceName: &a.ResourceName, PatternType: a.PatternType,
+func exactFilter(a metadata.ACL) metadata.ACLFilter {
+	return metadata.ACLFilter{ResourceType: a.ResourceType, ResourceName: &a.ResourceName, PatternType: a.PatternType,
 		Principal: &a.Principal, Host: &a.Host, Operation: a.Operation, Permission: a.Permission}
 }

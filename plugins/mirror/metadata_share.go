@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -85,13 +85,13 @@ func (s *metaSync) syncShareGroups(ctx context.Context, cl *kgo.Client, f filter
 
 // mirroredTopics are the mirror's topics that are not stopped, by name,
 // as the destination's image has them.
-func (s *metaSync) mirroredTopics() map[string]*raftmeta.Topic {
+func (s *metaSync) mirroredTopics() map[string]*metadata.Topic {
 	img := s.p.Host().Metadata().Image()
 	m := img.Mirrors[s.name]
 	if m == nil {
 		return nil
 	}
-	out := map[string]*raftmeta.Topic{}
+	out := map[string]*metadata.Topic{}
 	for name, mt := range m.Topics {
 		if t := img.Topics[name]; !mt.Stopped && t != nil && t.ID == mt.ID {
 			out[name] = t

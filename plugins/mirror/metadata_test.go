@@ -8,11 +8,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
-func topicACL(name, principal string, op kmsg.ACLOperation, perm kmsg.ACLPermissionType) raftmeta.ACL {
-	return raftmeta.ACL{ResourceType: int8(kmsg.ACLResourceTypeTopic), ResourceName: name, PatternType: int8(kmsg.ACLResourcePatternTypeLiteral),
+func topicACL(name, principal string, op kmsg.ACLOperation, perm kmsg.ACLPermissionType) metadata.ACL {
+	return metadata.ACL{ResourceType: int8(kmsg.ACLResourceTypeTopic), ResourceName: name, PatternType: int8(kmsg.ACLResourcePatternTypeLiteral),
 		Principal: principal, Host: "*", Operation: int8(op), Permission: int8(perm)}
 }
 
@@ -23,7 +23,7 @@ func TestACLRules(t *testing.T) {
 	group.ResourceType = int8(kmsg.ACLResourceTypeGroup)
 	for _, tc := range []struct {
 		rules string
-		acl   raftmeta.ACL
+		acl   metadata.ACL
 		want  bool
 	}{
 		{"*", topicACL("t", "User:a", read, allow), true},
@@ -64,26 +64,26 @@ func TestPlanACLs(t *testing.T) {
 	d := topicACL("d", "User:x", read, allow) // copied earlier, gone from the source
 	e := topicACL("e", "User:x", read, allow) // on the source, not included
 	rules, _ := mirrorcfg.ParseACLRules("TOPIC;[abcd]")
-	p := planACLs([]raftmeta.ACL{a, b, c, e}, []raftmeta.ACL{c, d}, []raftmeta.ACL{d}, rules)
-	if !slices.Equal(p.create, []raftmeta.ACL{a, b}) {
+	p := planACLs([]metadata.ACL{a, b, c, e}, []metadata.ACL{c, d}, []metadata.ACL{d}, rules)
+	if !slices.Equal(p.create, []metadata.ACL{a, b}) {
 		t.Errorf("create %v", p.create)
 	}
-	if !slices.Equal(p.delete, []raftmeta.ACL{d}) {
+	if !slices.Equal(p.delete, []metadata.ACL{d}) {
 		t.Errorf("delete %v", p.delete)
 	}
-	if !slices.Equal(p.managed, []raftmeta.ACL{a, b}) { // c stays the operator's
+	if !slices.Equal(p.managed, []metadata.ACL{a, b}) { // c stays the operator's
 		t.Errorf("managed %v", p.managed)
 	}
 	// Steady state: nothing to do.
-	p = planACLs([]raftmeta.ACL{a, b, c}, []raftmeta.ACL{a, b, c}, []raftmeta.ACL{a, b}, rules)
-	if len(p.create)+len(p.delete) != 0 || !slices.Equal(p.managed, []raftmeta.ACL{a, b}) {
+	p = planACLs([]metadata.ACL{a, b, c}, []metadata.ACL{a, b, c}, []metadata.ACL{a, b}, rules)
+	if len(p.create)+len(p.delete) != 0 || !slices.Equal(p.managed, []metadata.ACL{a, b}) {
 		t.Errorf("steady state plan %+v", p)
 	}
 	// Rules narrowed: a managed binding no longer included is deleted,
 	// a hand-made one is not.
 	narrow, _ := mirrorcfg.ParseACLRules("TOPIC;b")
-	p = planACLs([]raftmeta.ACL{a, b, c}, []raftmeta.ACL{a, b, c}, []raftmeta.ACL{a, b}, narrow)
-	if !slices.Equal(p.delete, []raftmeta.ACL{a}) || !slices.Equal(p.managed, []raftmeta.ACL{b}) || len(p.create) != 0 {
+	p = planACLs([]metadata.ACL{a, b, c}, []metadata.ACL{a, b, c}, []metadata.ACL{a, b}, narrow)
+	if !slices.Equal(p.delete, []metadata.ACL{a}) || !slices.Equal(p.managed, []metadata.ACL{b}) || len(p.create) != 0 {
 		t.Errorf("narrowed plan %+v", p)
 	}
 }
@@ -100,7 +100,7 @@ func TestConfigChanges(t *testing.T) {
 	src := map[string]string{"retention.ms": "7200000", "cleanup.policy": "compact", "max.message.bytes": "100"}
 	got := map[string]*string{}
 	for _, c := range configChanges("t", dest, src, ex) {
-		if c.Name != "t" || c.Resource != raftmeta.ConfigResourceTopic {
+		if c.Name != "t" || c.Resource != metadata.ConfigResourceTopic {
 			t.Fatalf("change %+v", c)
 		}
 		got[c.Key] = c.Value

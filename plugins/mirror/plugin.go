@@ -24,7 +24,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -203,7 +203,7 @@ func (p *Plugin) OnLeaderChange(c plugin.LeaderChange) {
 }
 
 // OnMetadataUpdate implements plugin.MetadataObserver.
-func (p *Plugin) OnMetadataUpdate(_ raftmeta.Delta, img *raftmeta.Image) {
+func (p *Plugin) OnMetadataUpdate(_ metadata.Delta, img *metadata.Image) {
 	p.sync(img)
 	p.meta.sync(img)
 }
@@ -220,7 +220,7 @@ func (p *Plugin) started() context.Context {
 
 // sync starts a fetch loop for every mirror of img and stops those of
 // mirrors that are gone or whose configs changed.
-func (p *Plugin) sync(img *raftmeta.Image) {
+func (p *Plugin) sync(img *metadata.Image) {
 	var stale []*mirrorRun
 	defer func() {
 		for _, r := range stale { // outside p.mu: their loops take it

@@ -8,7 +8,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -86,7 +86,7 @@ func (p *Plugin) partState(mirror, topic string, partition int32) State {
 // none may carry an epoch above the destination's (the partition must be
 // fenced and its epoch bumped first), and one close to it schedules a
 // bump.
-func (p *Plugin) checkEpochs(img *raftmeta.Image, mirror string, req *engine.AppendRequest) error {
+func (p *Plugin) checkEpochs(img *metadata.Image, mirror string, req *engine.AppendRequest) error {
 	t := img.Topics[req.Topic]
 	if t == nil || int(req.Partition) >= len(t.Partitions) {
 		return nil
@@ -146,4 +146,4 @@ func (p *Plugin) CheckTopicChange(c plugin.TopicChange) error {
 // mirrorNameConfig is the topic config that names a topic's mirror (the
 // KIP's mirror.name): the controller sets it with the topic's membership
 // and clears it with the membership's stop.
-const mirrorNameConfig = raftmeta.MirrorNameConfig
+const mirrorNameConfig = metadata.MirrorNameConfig

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
@@ -94,7 +94,7 @@ func (pt *ledPartition) lag() int64 {
 	return max(0, pt.srcEnd-pt.dstLEO)
 }
 
-func newRun(p *Plugin, m *raftmeta.Mirror) *mirrorRun {
+func newRun(p *Plugin, m *metadata.Mirror) *mirrorRun {
 	r := &mirrorRun{p: p, log: p.log.With("mirror", m.Name), name: m.Name, configs: maps.Clone(m.Configs),
 		wake: make(chan struct{}, 1), srcWake: make(chan struct{}, 1),
 		parts: map[topicPartition]*ledPartition{}, bumps: map[topicPartition]int32{}, fetchers: map[fetcherKey]*fetcher{}}
@@ -231,7 +231,7 @@ func (r *mirrorRun) release() {
 
 // syncParts brings r.parts in line with the mirror's topics and the
 // partitions this broker leads, and reads each one's persisted state.
-func (r *mirrorRun) syncParts(img *raftmeta.Image, m *raftmeta.Mirror) error {
+func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 	host := r.p.Host()
 	want := map[topicPartition]uuid.UUID{}
 	for name, mt := range m.Topics {

@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // StopStep names a step of the failover sequence (STOPPING), in the
@@ -219,7 +219,7 @@ func (r *mirrorRun) finishStops(parts []*ledPartition) error {
 // topicStopDone reports whether every partition of t finished its
 // STOPPING work: those led here as this run knows them (local), the
 // others as their coordinator persisted it.
-func (r *mirrorRun) topicStopDone(t *raftmeta.Topic, local []*ledPartition) (bool, error) {
+func (r *mirrorRun) topicStopDone(t *metadata.Topic, local []*ledPartition) (bool, error) {
 	for i := range t.Partitions {
 		k := topicPartition{t.Name, int32(i)}
 		r.mu.Lock()

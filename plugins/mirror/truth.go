@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // What every view of a mirror may claim (DescribeMirrors, and through it
@@ -43,7 +43,7 @@ func staleReason(at time.Time) string {
 // minISR is min.insync.replicas for partition i of t as its leader
 // checks acks=all: the topic's, else the leader's dynamic broker
 // config, the cluster's, this broker's static property.
-func (p *Plugin) minISR(img *raftmeta.Image, t *raftmeta.Topic, leader int32) int {
+func (p *Plugin) minISR(img *metadata.Image, t *metadata.Topic, leader int32) int {
 	const key = "min.insync.replicas"
 	v, ok := t.Configs[key]
 	if !ok {
@@ -63,7 +63,7 @@ func (p *Plugin) minISR(img *raftmeta.Image, t *raftmeta.Topic, leader int32) in
 // copied and nothing can be read, or its ISR is below
 // min.insync.replicas, so one more failure may lose what was copied and
 // a failover's acks=all producers would be refused. "" when neither.
-func (p *Plugin) destinationIssue(img *raftmeta.Image, t *raftmeta.Topic, i int32) string {
+func (p *Plugin) destinationIssue(img *metadata.Image, t *metadata.Topic, i int32) string {
 	if int(i) >= len(t.Partitions) {
 		return ""
 	}
@@ -85,7 +85,7 @@ const (
 )
 
 // destinationHealth is destinationIssue as a label.
-func (p *Plugin) destinationHealth(img *raftmeta.Image, t *raftmeta.Topic, i int32) string {
+func (p *Plugin) destinationHealth(img *metadata.Image, t *metadata.Topic, i int32) string {
 	part := t.Partitions[i]
 	switch {
 	case part.Leader < 0:

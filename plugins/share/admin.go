@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -21,7 +21,7 @@ import (
 // coordinator. Altering and deleting need an empty group.
 
 // sharePart looks a topic partition up in the image.
-func sharePart(img *raftmeta.Image, topic string, partition int32) (plugin.SharePartition, error) {
+func sharePart(img *metadata.Image, topic string, partition int32) (plugin.SharePartition, error) {
 	t := img.Topics[topic]
 	if t == nil || partition < 0 || int(partition) >= len(t.Partitions) {
 		return plugin.SharePartition{}, kerr.UnknownTopicOrPartition

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -144,7 +144,7 @@ type target struct {
 
 // resolve checks a partition: the topic exists, the request may read it,
 // and this broker leads it.
-func (p *Plugin) resolve(rc *plugin.RequestContext, img *raftmeta.Image, tp tpKey) target {
+func (p *Plugin) resolve(rc *plugin.RequestContext, img *metadata.Image, tp tpKey) target {
 	t := img.TopicsByID[tp.id]
 	switch {
 	case t == nil:
@@ -160,7 +160,7 @@ func (p *Plugin) resolve(rc *plugin.RequestContext, img *raftmeta.Image, tp tpKe
 }
 
 // leader is what a partition error answers about the current leader.
-func leader(img *raftmeta.Image, tp tpKey) (id, epoch int32) {
+func leader(img *metadata.Image, tp tpKey) (id, epoch int32) {
 	if t := img.TopicsByID[tp.id]; t != nil && tp.p >= 0 && int(tp.p) < len(t.Partitions) {
 		return t.Partitions[tp.p].Leader, t.Partitions[tp.p].LeaderEpoch
 	}
@@ -168,7 +168,7 @@ func leader(img *raftmeta.Image, tp tpKey) (id, epoch int32) {
 }
 
 // acknowledge applies one partition's acknowledgements.
-func (p *Plugin) acknowledge(ctx context.Context, rc *plugin.RequestContext, img *raftmeta.Image, group, member string, tp tpKey, batches []ackBatch, renew bool) error {
+func (p *Plugin) acknowledge(ctx context.Context, rc *plugin.RequestContext, img *metadata.Image, group, member string, tp tpKey, batches []ackBatch, renew bool) error {
 	tg := p.resolve(rc, img, tp)
 	if tg.err != nil {
 		return tg.err
@@ -380,7 +380,7 @@ func sortedKeys[V any](m map[tpKey]V) []tpKey {
 }
 
 // addEndpoint adds the leader of tp to a NOT_LEADER_OR_FOLLOWER answer.
-func (p *Plugin) addEndpoint(img *raftmeta.Image, resp *kmsg.ShareFetchResponse, tp tpKey) {
+func (p *Plugin) addEndpoint(img *metadata.Image, resp *kmsg.ShareFetchResponse, tp tpKey) {
 	id, _ := leader(img, tp)
 	b, ok := img.Brokers[id]
 	if !ok || slices.ContainsFunc(resp.NodeEndpoints, func(e kmsg.ShareFetchResponseNodeEndpoint) bool { return e.NodeID == id }) {

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // Capabilities are what plugins offer each other, without importing each
@@ -89,8 +89,8 @@ type TxnMarkerWriter interface {
 // mirror's ACL sync) can list and apply ACL bindings. The writes may
 // block until ctx ends.
 type ACLStore interface {
-	DescribeACLs(filter raftmeta.ACLFilter) []raftmeta.ACL
-	CreateACLs(ctx context.Context, acls []raftmeta.ACL) error
+	DescribeACLs(filter metadata.ACLFilter) []metadata.ACL
+	CreateACLs(ctx context.Context, acls []metadata.ACL) error
 	// DeleteACLs removes every binding a filter matches and returns them.
-	DeleteACLs(ctx context.Context, filters []raftmeta.ACLFilter) ([]raftmeta.ACL, error)
+	DeleteACLs(ctx context.Context, filters []metadata.ACLFilter) ([]metadata.ACL, error)
 }

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // Coordinator is the wiring that every plugin coordinating over an
@@ -118,7 +118,7 @@ func (c *Coordinator) Topic() InternalTopic {
 // sync is always enough to write. The cap applies at creation only: a
 // topic that exists keeps what it was created with. A nil img leaves t
 // as it is.
-func (t InternalTopic) ForCluster(img *raftmeta.Image, brokerMinISR int) InternalTopic {
+func (t InternalTopic) ForCluster(img *metadata.Image, brokerMinISR int) InternalTopic {
 	if img == nil {
 		return t
 	}
@@ -162,7 +162,7 @@ func (c *Coordinator) Contain(f func()) {
 }
 
 // Image is the latest metadata image, nil before Start.
-func (c *Coordinator) Image() *raftmeta.Image {
+func (c *Coordinator) Image() *metadata.Image {
 	if h := c.Host(); h != nil {
 		return h.Metadata().Image()
 	}

@@ -8,8 +8,8 @@
 // hooks it needs, and the broker finds them by type assertion, the way
 // franz-go's client finds its hooks. Plugins find each other's
 // capabilities the same way, among Host.Plugins (Find, All), so that a
-// plugin imports this package, engine, engine/coord and raftmeta, and
-// never server nor another plugin.
+// plugin imports this package, engine, engine/coord, raftmeta and
+// raftmeta/metadata, and never server nor another plugin.
 //
 // # Order
 //

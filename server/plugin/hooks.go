@@ -6,7 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // The hooks the broker calls, each with what calls it, whether it may
@@ -70,7 +70,7 @@ type LeaderObserver interface {
 // oldest undelivered image to the newest. Close waits for the call in
 // progress.
 type MetadataObserver interface {
-	OnMetadataUpdate(delta raftmeta.Delta, image *raftmeta.Image)
+	OnMetadataUpdate(delta metadata.Delta, image *metadata.Image)
 }
 
 // AppendValidator is the engine's hook (engine.AppendValidator):

@@ -8,7 +8,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/prom"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // Host is what a plugin may use of the broker (the server gives each
@@ -37,7 +37,7 @@ type Host interface {
 	// leader, or ctx ends: COORDINATOR_NOT_AVAILABLE while it is being
 	// created. The wait needs leadership to be reconciled (step 3 of the
 	// order): do not call it from Start.
-	EnsureTopic(ctx context.Context, t InternalTopic) (*raftmeta.Topic, error)
+	EnsureTopic(ctx context.Context, t InternalTopic) (*metadata.Topic, error)
 	// Send sends req to broker node (a node ID of the image's Brokers)
 	// over the inter-broker listener, authenticated as this broker, as
 	// Kafka's brokers send WriteTxnMarkers or the mirror state APIs to

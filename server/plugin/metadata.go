@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // Metadata is what a plugin may use of the metadata quorum
@@ -22,10 +23,10 @@ type Metadata interface {
 // Images are the committed metadata images.
 type Images interface {
 	// Image is the latest committed image; never nil, never modified.
-	Image() *raftmeta.Image
+	Image() *metadata.Image
 	// Watch is the latest image and a channel closed when a newer one
 	// is published, as one consistent pair.
-	Watch() (*raftmeta.Image, <-chan struct{})
+	Watch() (*metadata.Image, <-chan struct{})
 	// CatchUp waits until Image holds every change the active
 	// controller had made when it was called.
 	CatchUp(ctx context.Context) error
@@ -38,7 +39,7 @@ type TopicDecisions interface {
 	AlterConfigs(ctx context.Context, changes []raftmeta.ConfigChange) error
 	// BumpLeaderEpoch raises a partition's leader epoch to at least
 	// minEpoch+1 (KIP-1279).
-	BumpLeaderEpoch(ctx context.Context, id raftmeta.UUID, partition int32, minEpoch int32) (int32, error)
+	BumpLeaderEpoch(ctx context.Context, id metadata.UUID, partition int32, minEpoch int32) (int32, error)
 }
 
 // MirrorDecisions define mirrors and their topics (KIP-1279).
@@ -48,15 +49,15 @@ type MirrorDecisions interface {
 	DeleteMirror(ctx context.Context, name string) error
 	AddMirrorTopics(ctx context.Context, mirror string, specs []raftmeta.TopicSpec) error
 	StopMirrorTopic(ctx context.Context, mirror, topic string) error
-	SetMirrorSync(ctx context.Context, mirror, sourceClusterID string, managed []raftmeta.ACL) error
+	SetMirrorSync(ctx context.Context, mirror, sourceClusterID string, managed []metadata.ACL) error
 }
 
 // SecurityDecisions change ACLs, SCRAM credentials and client quotas.
 type SecurityDecisions interface {
-	CreateACLs(ctx context.Context, acls []raftmeta.ACL) error
-	DeleteACLs(ctx context.Context, filters []raftmeta.ACLFilter) ([][]raftmeta.ACL, error)
+	CreateACLs(ctx context.Context, acls []metadata.ACL) error
+	DeleteACLs(ctx context.Context, filters []metadata.ACLFilter) ([][]metadata.ACL, error)
 	AlterScram(ctx context.Context, changes []raftmeta.ScramChange) error
-	AlterClientQuotas(ctx context.Context, changes []raftmeta.ClientQuotaRecord) error
+	AlterClientQuotas(ctx context.Context, changes []metadata.ClientQuotaRecord) error
 }
 
 // ProducerIDDecisions hand out blocks of producer IDs.

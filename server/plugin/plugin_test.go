@@ -9,7 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 func TestReadProps(t *testing.T) {
@@ -76,10 +76,10 @@ func TestFind(t *testing.T) {
 // TestInternalTopicForCluster: replication factor and min.insync.replicas
 // of an internal topic are Kafka's defaults capped at the live brokers.
 func TestInternalTopicForCluster(t *testing.T) {
-	img := func(live, fenced int) *raftmeta.Image {
-		im := &raftmeta.Image{Brokers: map[int32]raftmeta.Broker{}}
+	img := func(live, fenced int) *metadata.Image {
+		im := &metadata.Image{Brokers: map[int32]metadata.Broker{}}
 		for i := range live + fenced {
-			im.Brokers[int32(i)] = raftmeta.Broker{ID: int32(i), Fenced: i >= live}
+			im.Brokers[int32(i)] = metadata.Broker{ID: int32(i), Fenced: i >= live}
 		}
 		return im
 	}

@@ -3,7 +3,7 @@ package plugin
 import (
 	"context"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // ReplicaConvergence is implemented by a Host that replicates partitions
@@ -19,5 +19,5 @@ type ReplicaConvergence interface {
 	// wait. It returns NOT_LEADER_OR_FOLLOWER if this broker does not
 	// lead the partition, or ctx's error. A partition with one replica
 	// returns at once.
-	AwaitISRTruncated(ctx context.Context, topicID raftmeta.UUID, partition int32) error
+	AwaitISRTruncated(ctx context.Context, topicID metadata.UUID, partition int32) error
 }

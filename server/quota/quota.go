@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // Quota keys (Kafka's QuotaConfig names).
@@ -62,13 +62,13 @@ func New(m map[string]string) (*Quotas, error) {
 // user, default user+client, default user+default client, default user,
 // client, default client. It returns the bound and the entity it came
 // from, whose sensor all matching connections share.
-func resolveQuota(img *raftmeta.Image, key, user, clientID string) (float64, string, bool) {
+func resolveQuota(img *metadata.Image, key, user, clientID string) (float64, string, bool) {
 	if len(img.ClientQuotas) == 0 {
 		return 0, "", false
 	}
 	def := ""
 	u, c := &user, &clientID
-	for _, e := range []raftmeta.QuotaEntity{
+	for _, e := range []metadata.QuotaEntity{
 		{User: u, ClientID: c}, {User: u, ClientID: &def}, {User: u},
 		{User: &def, ClientID: c}, {User: &def, ClientID: &def}, {User: &def},
 		{ClientID: c}, {ClientID: &def},
@@ -95,7 +95,7 @@ func resolveQuota(img *raftmeta.Image, key, user, clientID string) (float64, str
 
 // Record adds value to the sensor of key for (user, clientID) and returns
 // the throttle time, zero when no quota applies or the rate is within it.
-func (q *Quotas) Record(img *raftmeta.Image, key, user, clientID string, value float64, now time.Time) time.Duration {
+func (q *Quotas) Record(img *metadata.Image, key, user, clientID string, value float64, now time.Time) time.Duration {
 	bound, sensor, ok := resolveQuota(img, key, user, clientID)
 	if !ok {
 		return 0

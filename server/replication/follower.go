@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // The follower's side of replication, as Kafka's ReplicaFetcherThread
@@ -57,7 +57,7 @@ type fetcher struct {
 }
 
 // follow makes this broker follow partition p of t, led by leader.
-func (m *Manager) follow(t *raftmeta.Topic, p int32, part raftmeta.Partition, ep *engine.Partition, img *raftmeta.Image) {
+func (m *Manager) follow(t *metadata.Topic, p int32, part metadata.Partition, ep *engine.Partition, img *metadata.Image) {
 	k := partKey{t.ID, p}
 	br, ok := img.Brokers[part.Leader]
 	if !ok {

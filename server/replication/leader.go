@@ -14,6 +14,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // The leader's side of replication, as Kafka's Partition does it: the
@@ -34,7 +35,7 @@ type ledPartition struct {
 	key   partKey
 
 	mu        sync.Mutex
-	part      raftmeta.Partition // as of the last applied image
+	part      metadata.Partition // as of the last applied image
 	followers map[int32]*follower
 	altering  bool // an AlterPartition is in flight
 	// electedEnd is the log end when this broker became leader in
@@ -55,7 +56,7 @@ type follower struct {
 
 // lead makes this broker the leader of a replicated partition, or
 // updates the partition's ISR and epochs from a new image.
-func (m *Manager) lead(t *raftmeta.Topic, p int32, part raftmeta.Partition, ep *engine.Partition) {
+func (m *Manager) lead(t *metadata.Topic, p int32, part metadata.Partition, ep *engine.Partition) {
 	k := partKey{t.ID, p}
 	m.mu.Lock()
 	lp := m.led[k]
@@ -215,7 +216,7 @@ func (m *Manager) alterISR(lp *ledPartition, isr []int32, why string) {
 		m.cfg.Log.Info("ISR changed", "topic", lp.topic, "partition", lp.key.p, "from", part.ISR, "to", isr, "why", why)
 		// Wait for the image that has it, so that the next decision
 		// starts from it.
-		m.awaitImage(ctx, func(img *raftmeta.Image) bool {
+		m.awaitImage(ctx, func(img *metadata.Image) bool {
 			t := img.TopicsByID[lp.key.id]
 			return t == nil || int(lp.key.p) >= len(t.Partitions) || t.Partitions[lp.key.p].PartitionEpoch > part.PartitionEpoch
 		})
@@ -224,7 +225,7 @@ func (m *Manager) alterISR(lp *ledPartition, isr []int32, why string) {
 
 // awaitImage returns once the applied image is one for which ready is
 // true, or when ctx ends or the broker closes first.
-func (m *Manager) awaitImage(ctx context.Context, ready func(*raftmeta.Image) bool) {
+func (m *Manager) awaitImage(ctx context.Context, ready func(*metadata.Image) bool) {
 	for {
 		img, ch := m.cfg.Images.Applied()
 		if ready(img) {
@@ -303,7 +304,7 @@ func Checkpoint(e *engine.Engine, log *slog.Logger) {
 }
 
 // minISR is the topic's min.insync.replicas.
-func (m *Manager) minISR(t *raftmeta.Topic) int {
+func (m *Manager) minISR(t *metadata.Topic) int {
 	n, _ := strconv.Atoi(m.cfg.Layers(m.cfg.Controller.Image(), t).Str("min.insync.replicas"))
 	return max(n, 1)
 }
@@ -311,7 +312,7 @@ func (m *Manager) minISR(t *raftmeta.Topic) int {
 // CheckMinISR is the check of an acks=all append before it is made, the
 // produce handler's and plugin.Host.CheckWritable's: the partition's ISR
 // has min.insync.replicas members (NOT_ENOUGH_REPLICAS).
-func (m *Manager) CheckMinISR(t *raftmeta.Topic, p int32, part raftmeta.Partition) error {
+func (m *Manager) CheckMinISR(t *metadata.Topic, p int32, part metadata.Partition) error {
 	if n := m.minISR(t); len(part.ISR) < n {
 		return fmt.Errorf("the ISR %v of %s-%d is smaller than min.insync.replicas %d: %w", part.ISR, t.Name, p, n, kerr.NotEnoughReplicas)
 	}
@@ -322,7 +323,7 @@ func (m *Manager) CheckMinISR(t *raftmeta.Topic, p int32, part raftmeta.Partitio
 // NOT_ENOUGH_REPLICAS_AFTER_APPEND if by then the ISR is smaller than
 // min.insync.replicas, NOT_LEADER_OR_FOLLOWER if leadership moved,
 // REQUEST_TIMED_OUT if timeout passes first.
-func (m *Manager) AwaitReplicated(ctx context.Context, t *raftmeta.Topic, p int32, epoch int32, ep *engine.Partition, last int64, timeout time.Duration) error {
+func (m *Manager) AwaitReplicated(ctx context.Context, t *metadata.Topic, p int32, epoch int32, ep *engine.Partition, last int64, timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
@@ -370,7 +371,7 @@ func (m *Manager) StampFetch() int64 { return m.seq.Add(1) }
 // one (a client posing as a follower, KIP-903; CVE-2018-1288 asks in
 // addition for CLUSTER_ACTION, checked with the request), or of a
 // partition this broker does not lead with followers.
-func (m *Manager) CheckReplica(id engine.TopicID, p, follower int32, brokerEpoch int64, part raftmeta.Partition) *kerr.Error {
+func (m *Manager) CheckReplica(id engine.TopicID, p, follower int32, brokerEpoch int64, part metadata.Partition) *kerr.Error {
 	img := m.image()
 	br, ok := img.Brokers[follower]
 	switch {
@@ -408,7 +409,7 @@ func (m *Manager) Fetched(id engine.TopicID, p, follower int32, offset, seq int6
 // diverging epoch, it is not counted until a later fetch matches). A
 // follower that stops fetching leaves the ISR after
 // replica.lag.time.max.ms, which ends the wait too.
-func (m *Manager) AwaitISRTruncated(ctx context.Context, id raftmeta.UUID, partition int32) error {
+func (m *Manager) AwaitISRTruncated(ctx context.Context, id metadata.UUID, partition int32) error {
 	start := m.seq.Add(1)
 	for {
 		lp := m.leading(id, partition)

@@ -34,6 +34,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/config"
 )
 
@@ -64,7 +65,7 @@ type Config struct {
 	// Layers resolves the configs of topic t (nil: the broker's own)
 	// over the broker configs of img, as the broker's DescribeConfigs
 	// does: min.insync.replicas and the replication throttle rates.
-	Layers func(img *raftmeta.Image, t *raftmeta.Topic) config.Layers
+	Layers func(img *metadata.Image, t *metadata.Topic) config.Layers
 
 	ReplicaLagMax      time.Duration // replica.lag.time.max.ms
 	FetchWait          time.Duration // replica.fetch.wait.max.ms
@@ -83,10 +84,10 @@ type Config struct {
 type Controller interface {
 	// AlterPartition asks for a new ISR of a partition this broker
 	// leads.
-	AlterPartition(ctx context.Context, req raftmeta.AlterPartitionRequest) (raftmeta.Partition, error)
+	AlterPartition(ctx context.Context, req raftmeta.AlterPartitionRequest) (metadata.Partition, error)
 	// Image is the controller's latest image, which may be ahead of the
 	// applied one: min.insync.replicas is read over its broker configs.
-	Image() *raftmeta.Image
+	Image() *metadata.Image
 }
 
 // Session is this broker's registration with the controller
@@ -100,7 +101,7 @@ type Images interface {
 	// Applied returns the last image the broker applied (every
 	// partition it names exists in the engine) and a channel closed when
 	// a newer one is applied.
-	Applied() (*raftmeta.Image, <-chan struct{})
+	Applied() (*metadata.Image, <-chan struct{})
 }
 
 // Peers is the broker's side of talking to other brokers: its
@@ -152,7 +153,7 @@ func New(ctx context.Context, cfg Config) *Manager {
 }
 
 // image is the broker's applied image.
-func (m *Manager) image() *raftmeta.Image {
+func (m *Manager) image() *metadata.Image {
 	img, _ := m.cfg.Images.Applied()
 	return img
 }
@@ -160,7 +161,7 @@ func (m *Manager) image() *raftmeta.Image {
 // Replicate starts or stops leading or following partition p of t as
 // this broker's role in it says. A partition with one replica is not
 // replicated: its high watermark follows its durable end.
-func (m *Manager) Replicate(t *raftmeta.Topic, p int32, part raftmeta.Partition, ep *engine.Partition, img *raftmeta.Image) {
+func (m *Manager) Replicate(t *metadata.Topic, p int32, part metadata.Partition, ep *engine.Partition, img *metadata.Image) {
 	if m.cfg.Session == nil {
 		return // standalone: every partition has one replica
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/config"
 )
 
@@ -104,7 +104,7 @@ func (m *Manager) throttleRate(key string) int64 {
 // LeaderThrottled reports whether this leader throttles its replies to
 // follower's fetches of partition p of t: leader.replication.throttled.replicas
 // names the follower for p and, as in Kafka, it is out of the ISR.
-func LeaderThrottled(t *raftmeta.Topic, p, follower int32, part raftmeta.Partition) bool {
+func LeaderThrottled(t *metadata.Topic, p, follower int32, part metadata.Partition) bool {
 	v, ok := t.Configs[leaderReplicasKey]
 	if !ok || slices.Contains(part.ISR, follower) {
 		return false
@@ -119,7 +119,7 @@ func LeaderThrottled(t *raftmeta.Topic, p, follower int32, part raftmeta.Partiti
 // follower.replication.throttled.replicas names it. Kafka's follower
 // throttles only a replica that has not caught up; ours has not while it
 // is out of the ISR, which is what a reassignment's new replica is.
-func (m *Manager) followerThrottle(img *raftmeta.Image, fp *followed, r throttleRates) (throttle, bool) {
+func (m *Manager) followerThrottle(img *metadata.Image, fp *followed, r throttleRates) (throttle, bool) {
 	t := img.TopicsByID[fp.key.id]
 	if t == nil {
 		return throttle{}, false
@@ -142,7 +142,7 @@ func (m *Manager) followerThrottle(img *raftmeta.Image, fp *followed, r throttle
 }
 
 // inISR reports whether broker is in the ISR of partition p of t.
-func inISR(t *raftmeta.Topic, p, broker int32) bool {
+func inISR(t *metadata.Topic, p, broker int32) bool {
 	if int(p) >= len(t.Partitions) {
 		return false
 	}

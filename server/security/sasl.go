@@ -25,7 +25,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // SASL mechanisms.
@@ -110,7 +110,7 @@ type Mech interface {
 
 var ErrAuth = errors.New("invalid credentials")
 
-func (c *SASLConfig) Start(mech string, img *raftmeta.Image) Mech {
+func (c *SASLConfig) Start(mech string, img *metadata.Image) Mech {
 	switch mech {
 	case MechPlain:
 		return &plainMech{users: c.Plain}
@@ -169,12 +169,12 @@ func (m *plainMech) Claimed(in []byte) (string, bool) {
 type scramMech struct {
 	mech string
 	h    func() hash.Hash
-	img  *raftmeta.Image
+	img  *metadata.Image
 	fake *scramFaker
 
 	state       int // 0: want client-first, 1: want client-final, 2: done
 	user        string
-	cred        raftmeta.ScramCredential
+	cred        metadata.ScramCredential
 	gs2         string
 	clientFirst string // client-first-message-bare
 	serverFirst string
@@ -287,15 +287,15 @@ func (m *scramMech) Claimed([]byte) (string, bool) { return m.user, m.state == 1
 // stored credential (by user name), else 4096 and 32 bytes.
 type scramFaker struct {
 	mu    sync.Mutex
-	img   *raftmeta.Image // the image key and typical were derived from
+	img   *metadata.Image // the image key and typical were derived from
 	key   []byte
-	typic map[string]raftmeta.ScramCredential // by mechanism
+	typic map[string]metadata.ScramCredential // by mechanism
 }
 
-func (f *scramFaker) credential(img *raftmeta.Image, user, mech string, h func() hash.Hash) raftmeta.ScramCredential {
+func (f *scramFaker) credential(img *metadata.Image, user, mech string, h func() hash.Hash) metadata.ScramCredential {
 	f.mu.Lock()
 	if f.img != img {
-		sum, typic := sha256.New(), map[string]raftmeta.ScramCredential{}
+		sum, typic := sha256.New(), map[string]metadata.ScramCredential{}
 		for _, u := range slices.Sorted(maps.Keys(img.Scram)) {
 			for _, m := range slices.Sorted(maps.Keys(img.Scram[u])) {
 				c := img.Scram[u][m]
@@ -319,7 +319,7 @@ func (f *scramFaker) credential(img *raftmeta.Image, user, mech string, h func()
 	for len(salt) < saltLen {
 		salt = append(salt, derive("salt"+strconv.Itoa(len(salt)))...)
 	}
-	return raftmeta.ScramCredential{User: user, Mechanism: mech, Salt: salt[:saltLen], Iterations: iterations,
+	return metadata.ScramCredential{User: user, Mechanism: mech, Salt: salt[:saltLen], Iterations: iterations,
 		StoredKey: derive("stored"), ServerKey: derive("server")}
 }
 

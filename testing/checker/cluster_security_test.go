@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/checker"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -62,7 +62,7 @@ func TestClusterInterBrokerSASL(t *testing.T) {
 	if res, err := adm.CreateACLs(ctx, acl); err != nil || res[0].Err != nil {
 		t.Fatalf("CLUSTER_ACTION for the brokers: %v %+v", err, res)
 	}
-	c.WaitFor("the brokers' SCRAM credential and ACL", func(img *raftmeta.Image) bool {
+	c.WaitFor("the brokers' SCRAM credential and ACL", func(img *metadata.Image) bool {
 		_, ok := img.Scram["broker"]["SCRAM-SHA-256"]
 		return ok && len(img.ACLs) == 1
 	})
@@ -86,9 +86,9 @@ func TestClusterInterBrokerSASL(t *testing.T) {
 			h.Acked(v, checker.Place{Partition: r.Partition, Offset: r.Offset})
 		}
 	}
-	isr := func(want func(p raftmeta.Partition) bool, what string) {
+	isr := func(want func(p metadata.Partition) bool, what string) {
 		t.Helper()
-		c.WaitFor(what, func(img *raftmeta.Image) bool {
+		c.WaitFor(what, func(img *metadata.Image) bool {
 			tp := img.Topics[topic]
 			if tp == nil {
 				return false
@@ -101,7 +101,7 @@ func TestClusterInterBrokerSASL(t *testing.T) {
 			return true
 		})
 	}
-	full := func(p raftmeta.Partition) bool { return len(p.ISR) == 3 }
+	full := func(p metadata.Partition) bool { return len(p.ISR) == 3 }
 	produce(0, 100)
 	isr(full, "every ISR full: followers fetch over SASL")
 
@@ -128,7 +128,7 @@ func TestClusterInterBrokerSASL(t *testing.T) {
 		}
 	}
 	c.Broker(bad).Kill()
-	out := func(p raftmeta.Partition) bool { return !slices.Contains(p.ISR, bad) && p.Leader != bad }
+	out := func(p metadata.Partition) bool { return !slices.Contains(p.ISR, bad) && p.Leader != bad }
 	isr(out, fmt.Sprintf("broker %d out of every ISR", bad))
 	produce(200, 300)
 	c.Broker(bad).Props = map[string]string{

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/checker"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -87,7 +87,7 @@ func TestClusterFaults(t *testing.T) {
 	}
 	fullISR := func() {
 		t.Helper()
-		c.WaitFor("every ISR full", func(img *raftmeta.Image) bool {
+		c.WaitFor("every ISR full", func(img *metadata.Image) bool {
 			for _, p := range img.Topics[topic].Partitions {
 				if len(p.ISR) != 3 {
 					return false
@@ -233,7 +233,7 @@ func TestClusterUncleanElection(t *testing.T) {
 	}
 	produce(0, 20)
 	c.Partition([]int32{follower}, []int32{leader})
-	c.WaitFor("the follower out of both ISRs", func(img *raftmeta.Image) bool {
+	c.WaitFor("the follower out of both ISRs", func(img *metadata.Image) bool {
 		for _, topic := range []string{"clean", "unclean"} {
 			if p := img.Topics[topic].Partitions[0]; p.Leader != leader || !slices.Equal(p.ISR, []int32{leader}) {
 				return false
@@ -244,7 +244,7 @@ func TestClusterUncleanElection(t *testing.T) {
 	produce(20, 30) // acknowledged by the leader alone
 	c.Broker(leader).Kill()
 	c.Heal()
-	c.WaitFor("the unclean topic led by the stale follower, the clean one offline", func(img *raftmeta.Image) bool {
+	c.WaitFor("the unclean topic led by the stale follower, the clean one offline", func(img *metadata.Image) bool {
 		u, cp := img.Topics["unclean"].Partitions[0], img.Topics["clean"].Partitions[0]
 		return img.Brokers[leader].Fenced && u.Leader == follower && cp.Leader == -1
 	})
@@ -269,7 +269,7 @@ func TestClusterUncleanElection(t *testing.T) {
 	// The old leader comes back: it leads the clean topic again with
 	// everything, and follows the unclean one, dropping what it alone had.
 	c.Broker(leader).Restart()
-	c.WaitFor("the clean topic led again", func(img *raftmeta.Image) bool {
+	c.WaitFor("the clean topic led again", func(img *metadata.Image) bool {
 		return img.Topics["clean"].Partitions[0].Leader == leader
 	})
 	read, err = checker.ReadAll(ctx, "clean", kgo.SeedBrokers(c.Addrs()...))

@@ -20,7 +20,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -205,7 +205,7 @@ func TestMirrorAcrossClusters(t *testing.T) {
 	if _, err := kadm.NewClient(tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...))).CreateTopic(ctx, parts, 3, nil, topic); err != nil {
 		t.Fatalf("create topic: %v", err)
 	}
-	src.WaitFor("the topic", func(img *raftmeta.Image) bool { return img.Topics[topic] != nil })
+	src.WaitFor("the topic", func(img *metadata.Image) bool { return img.Topics[topic] != nil })
 	prod := startSteadyProducer(t, src.Addrs(), topic)
 
 	da := admin.New(tandemtest.Client(t, dst.Addrs()[0], kgo.SeedBrokers(dst.Addrs()...), admin.Opt()))
@@ -215,7 +215,7 @@ func TestMirrorAcrossClusters(t *testing.T) {
 	if err := da.AddTopicsToMirror(ctx, map[string]string{topic: name}); err != nil {
 		t.Fatalf("add topic: %v", err)
 	}
-	dst.WaitFor("the mirror topic", func(img *raftmeta.Image) bool { return img.Topics[topic] != nil })
+	dst.WaitFor("the mirror topic", func(img *metadata.Image) bool { return img.Topics[topic] != nil })
 	waitProgress := func(what string) {
 		t.Helper()
 		// The mirror copies records produced after the fault: the
@@ -414,7 +414,7 @@ func TestMirrorClusterFigures(t *testing.T) {
 	if _, err := kadm.NewClient(tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...))).CreateTopic(ctx, parts, 3, nil, topic); err != nil {
 		t.Fatalf("create topic: %v", err)
 	}
-	src.WaitFor("the topic", func(img *raftmeta.Image) bool { return img.Topics[topic] != nil })
+	src.WaitFor("the topic", func(img *metadata.Image) bool { return img.Topics[topic] != nil })
 	// A backlog to copy: 300,000 records of 100 bytes, acks=all.
 	const backlog = 300_000
 	pcl := tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
@@ -439,7 +439,7 @@ func TestMirrorClusterFigures(t *testing.T) {
 	if err := da.AddTopicsToMirror(ctx, map[string]string{topic: name}); err != nil {
 		t.Fatalf("add topic: %v", err)
 	}
-	dst.WaitFor("the mirror topic", func(img *raftmeta.Image) bool { return img.Topics[topic] != nil })
+	dst.WaitFor("the mirror topic", func(img *metadata.Image) bool { return img.Topics[topic] != nil })
 
 	ends := func(c *tandemtest.Cluster) (sum int64, per []int64) {
 		for p := range parts {
@@ -571,7 +571,7 @@ func TestMirrorFailoverFinisherKilled(t *testing.T) {
 	if _, err := kadm.NewClient(tandemtest.Client(t, src.Addrs()[0])).CreateTopic(ctx, parts, 3, nil, topic); err != nil {
 		t.Fatalf("create topic: %v", err)
 	}
-	src.WaitFor("the topic", func(img *raftmeta.Image) bool { return img.Topics[topic] != nil })
+	src.WaitFor("the topic", func(img *metadata.Image) bool { return img.Topics[topic] != nil })
 	scl := tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
 	for i := range 3000 {
 		scl.Produce(ctx, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, "v%05d", i)}, nil)
@@ -618,7 +618,7 @@ func TestMirrorFailoverFinisherKilled(t *testing.T) {
 		}
 		return true
 	})
-	dst.WaitFor("the topic writable", func(img *raftmeta.Image) bool { return img.Topics[topic].Configs["mirror.name"] == "" })
+	dst.WaitFor("the topic writable", func(img *metadata.Image) bool { return img.Topics[topic].Configs["mirror.name"] == "" })
 	dcl := tandemtest.Client(t, asked.Addr, kgo.SeedBrokers(dst.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	for p := range parts {
 		if err := dcl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: p, Value: []byte("after failover")}).FirstErr(); err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -508,7 +508,7 @@ func TestMirrorConsistentFailoverAcrossBrokers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	src.WaitFor("the topics", func(img *raftmeta.Image) bool { return img.Topics["cx"] != nil && img.Topics["cy"] != nil })
+	src.WaitFor("the topics", func(img *metadata.Image) bool { return img.Topics["cx"] != nil && img.Topics["cy"] != nil })
 	tx := tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...), kgo.TransactionalID("pairs"), kgo.TransactionTimeout(time.Minute))
 	next := 0
 	pairs := func(n int) {

@@ -18,7 +18,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -98,7 +98,7 @@ func alignMirrorLeader(t *testing.T, c *tandemtest.Cluster, topic string) {
 	if err != nil {
 		t.Fatalf("reorder the replicas of %s: %v", topic, err)
 	}
-	c.WaitFor("the reordered replicas", func(img *raftmeta.Image) bool {
+	c.WaitFor("the reordered replicas", func(img *metadata.Image) bool {
 		for _, part := range img.Topics[topic].Partitions {
 			if part.Replicas[0] != state || len(part.ISR) < len(part.Replicas) {
 				return false
@@ -109,7 +109,7 @@ func alignMirrorLeader(t *testing.T, c *tandemtest.Cluster, topic string) {
 	if _, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, elect); err != nil {
 		t.Fatalf("elect the preferred leaders of %s: %v", topic, err)
 	}
-	c.WaitFor("the mirror partitions led with their state", func(img *raftmeta.Image) bool {
+	c.WaitFor("the mirror partitions led with their state", func(img *metadata.Image) bool {
 		for _, part := range img.Topics[topic].Partitions {
 			if part.Leader != state {
 				return false
@@ -144,7 +144,7 @@ func bumpEpochs(t *testing.T, c *tandemtest.Cluster, topic string, minEpoch int3
 			t.Fatalf("bump %s-%d: %v", topic, p, err)
 		}
 	}
-	c.WaitFor("the epoch bump", func(img *raftmeta.Image) bool {
+	c.WaitFor("the epoch bump", func(img *metadata.Image) bool {
 		for _, part := range img.Topics[topic].Partitions {
 			if part.LeaderEpoch <= minEpoch {
 				return false
@@ -233,7 +233,7 @@ func createAssigned(t *testing.T, c *tandemtest.Cluster, topic string, replicas 
 	if err != nil {
 		t.Fatalf("create %s on %v: %v", topic, replicas, err)
 	}
-	c.WaitFor("the topic led by "+fmt.Sprint(replicas[0]), func(img *raftmeta.Image) bool {
+	c.WaitFor("the topic led by "+fmt.Sprint(replicas[0]), func(img *metadata.Image) bool {
 		tp := img.Topics[topic]
 		return tp != nil && tp.Partitions[0].Leader == replicas[0]
 	})
@@ -299,11 +299,11 @@ func TestMirrorFollowersSourceEpochs(t *testing.T) {
 	if err := a.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": strings.Join(src.Addrs(), ",")}); err != nil {
 		t.Fatalf("create mirror: %v", err)
 	}
-	dst.WaitFor("the mirror on every broker", func(img *raftmeta.Image) bool { return img.Mirrors["m"] != nil })
+	dst.WaitFor("the mirror on every broker", func(img *metadata.Image) bool { return img.Mirrors["m"] != nil })
 	if err := a.AddTopicsToMirror(ctx, map[string]string{topic: "m"}); err != nil {
 		t.Fatalf("add topic: %v", err)
 	}
-	dst.WaitFor("the mirror topic with three replicas", func(img *raftmeta.Image) bool {
+	dst.WaitFor("the mirror topic with three replicas", func(img *metadata.Image) bool {
 		tp := img.Topics[topic]
 		return tp != nil && len(tp.Partitions) == 2 && len(tp.Partitions[0].Replicas) == 3
 	})
@@ -372,7 +372,7 @@ func TestBumpLeaderEpochsForwarded(t *testing.T) {
 	if got.ErrorCode != 0 || got.LeaderEpoch != before+26 {
 		t.Fatalf("bump to above %d on non-controller broker %d: error %d, epoch %d", before+25, other.ID, got.ErrorCode, got.LeaderEpoch)
 	}
-	c.WaitFor("the bumped epoch on every broker", func(img *raftmeta.Image) bool {
+	c.WaitFor("the bumped epoch on every broker", func(img *metadata.Image) bool {
 		ps := img.Topics[topic].Partitions
 		return ps[1].LeaderEpoch == before+26 && ps[0].LeaderEpoch == tp.Partitions[0].LeaderEpoch
 	})
@@ -428,9 +428,9 @@ func TestMirrorFailbackTruncatesEveryReplica(t *testing.T) {
 	if err := ba.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": strings.Join(a.Addrs(), ",")}); err != nil {
 		t.Fatalf("create mirror: %v", err)
 	}
-	b.WaitFor("the mirror on every broker", func(img *raftmeta.Image) bool { return img.Mirrors["m"] != nil })
+	b.WaitFor("the mirror on every broker", func(img *metadata.Image) bool { return img.Mirrors["m"] != nil })
 	retryCoord(t, "add topic", func() error { return ba.AddTopicsToMirror(ctx, map[string]string{topic: "m"}) })
-	b.WaitFor("the mirror topic", func(img *raftmeta.Image) bool { return img.Topics[topic] != nil })
+	b.WaitFor("the mirror topic", func(img *metadata.Image) bool { return img.Topics[topic] != nil })
 	alignMirrorLeader(t, b, topic)
 	replicasMatchSource(t, a, b, topic, time.Minute)
 
@@ -450,7 +450,7 @@ func TestMirrorFailbackTruncatesEveryReplica(t *testing.T) {
 	if err := aa.CreateMirror(ctx, "back", map[string]string{"bootstrap.servers": strings.Join(b.Addrs(), ",")}); err != nil {
 		t.Fatalf("create failback mirror: %v", err)
 	}
-	a.WaitFor("the failback mirror on every broker", func(img *raftmeta.Image) bool { return img.Mirrors["back"] != nil })
+	a.WaitFor("the failback mirror on every broker", func(img *metadata.Image) bool { return img.Mirrors["back"] != nil })
 	alignMirrorLeader(t, a, topic)
 	leader := a.Leader(topic, 0)
 	// The quarantine of what the truncation removes is written on the
@@ -507,7 +507,7 @@ func TestMirrorFailbackTruncatesEveryReplica(t *testing.T) {
 	if got := logToEnd(t, down.Broker().Engine().Partition(tid, 0)); diffLogs(want, got[:min(len(got), len(want))]) != nil {
 		t.Fatalf("broker %d after restart: %v", down.ID, diffLogs(want, got))
 	}
-	a.WaitFor("the restarted follower back in the ISR", func(img *raftmeta.Image) bool {
+	a.WaitFor("the restarted follower back in the ISR", func(img *metadata.Image) bool {
 		return slices.Contains(img.Topics[topic].Partitions[0].ISR, down.ID)
 	})
 }
@@ -548,9 +548,9 @@ func TestMirrorFollowerThrottle(t *testing.T) {
 	if err := a.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": strings.Join(src.Addrs(), ",")}); err != nil {
 		t.Fatalf("create mirror: %v", err)
 	}
-	dst.WaitFor("the mirror on every broker", func(img *raftmeta.Image) bool { return img.Mirrors["m"] != nil })
+	dst.WaitFor("the mirror on every broker", func(img *metadata.Image) bool { return img.Mirrors["m"] != nil })
 	retryCoord(t, "add topic", func() error { return a.AddTopicsToMirror(ctx, map[string]string{topic: "m"}) })
-	dst.WaitFor("the mirror topic", func(img *raftmeta.Image) bool { return img.Topics[topic] != nil })
+	dst.WaitFor("the mirror topic", func(img *metadata.Image) bool { return img.Topics[topic] != nil })
 	alignMirrorLeader(t, dst, topic)
 	leader := dst.Leader(topic, 0)
 	var slow, fast int32
@@ -598,7 +598,7 @@ func TestMirrorFollowerThrottle(t *testing.T) {
 	}) {
 		t.Fatalf("broker %d does not describe its mirror.replication.throttled.rate as %d: %v", slow, rate, err)
 	}
-	dst.WaitFor("the throttle configs", func(img *raftmeta.Image) bool {
+	dst.WaitFor("the throttle configs", func(img *metadata.Image) bool {
 		return img.Topics[topic].Configs["mirror.replication.throttled.replicas"] != "" && img.NodeConfigs[slow]["mirror.replication.throttled.rate"] != ""
 	})
 

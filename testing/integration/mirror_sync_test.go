@@ -22,7 +22,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/plugins/txn"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -90,7 +90,7 @@ func (c *syncCluster) saslClient(user string, opts ...kgo.Opt) *kgo.Client {
 
 func (c *syncCluster) kadm() *kadm.Client   { return kadm.NewClient(c.client()) }
 func (c *syncCluster) admin() *admin.Client { return admin.New(c.client()) }
-func (c *syncCluster) topic(name string) *raftmeta.Topic {
+func (c *syncCluster) topic(name string) *metadata.Topic {
 	return c.b.Metadata().Image().Topics[name]
 }
 

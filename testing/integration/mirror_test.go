@@ -24,7 +24,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/plugins/txn"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/faultproxy"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
@@ -104,7 +104,7 @@ func (c *mirrorCluster) client(opts ...kgo.Opt) *kgo.Client {
 
 func (c *mirrorCluster) admin() *admin.Client { return admin.New(c.client()) }
 
-func (c *mirrorCluster) topic(name string) *raftmeta.Topic {
+func (c *mirrorCluster) topic(name string) *metadata.Topic {
 	return c.b.Metadata().Image().Topics[name]
 }
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -45,7 +45,7 @@ func createTopicRF(t *testing.T, c *tandemtest.Cluster, topic string, partitions
 }
 
 // replicaCounts is the number of replicas of each partition of topic.
-func replicaCounts(img *raftmeta.Image, topic string) []int {
+func replicaCounts(img *metadata.Image, topic string) []int {
 	tp := img.Topics[topic]
 	if tp == nil {
 		return nil
@@ -85,9 +85,9 @@ func TestMirrorTopicReplicationFactor(t *testing.T) {
 	if err := a.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": bootstrap}); err != nil {
 		t.Fatalf("create mirror: %v", err)
 	}
-	dst.WaitFor("the mirror on every broker", func(img *raftmeta.Image) bool { return img.Mirrors["m"] != nil })
+	dst.WaitFor("the mirror on every broker", func(img *metadata.Image) bool { return img.Mirrors["m"] != nil })
 	retryCoord(t, "add topic", func() error { return a.AddTopicsToMirror(ctx, map[string]string{topic: "m"}) })
-	dst.WaitFor("the mirror topic", func(img *raftmeta.Image) bool { return img.Topics[topic] != nil })
+	dst.WaitFor("the mirror topic", func(img *metadata.Image) bool { return img.Topics[topic] != nil })
 	if got := replicaCounts(dst.Image(), topic); len(got) != 2 || got[0] != 3 || got[1] != 3 {
 		t.Fatalf("mirror topic replicas per partition: %v, want [3 3] (the destination's default.replication.factor, not the source's 1)", got)
 	}
@@ -97,14 +97,14 @@ func TestMirrorTopicReplicationFactor(t *testing.T) {
 	// and copies on.
 	dead := dst.Leader(topic, 0)
 	dst.Broker(dead).Kill()
-	dst.WaitFor("a new leader of partition 0", func(img *raftmeta.Image) bool {
+	dst.WaitFor("a new leader of partition 0", func(img *metadata.Image) bool {
 		l := img.Topics[topic].Partitions[0].Leader
 		return l >= 0 && l != dead
 	})
 	produceRange(t, src, topic, 200, 200)
 	waitClusterCaughtUp(t, src, dst, "m", topic, 2, time.Minute)
 	dst.Broker(dead).Restart()
-	dst.WaitFor("every broker back", func(img *raftmeta.Image) bool {
+	dst.WaitFor("every broker back", func(img *metadata.Image) bool {
 		for _, b := range img.Brokers {
 			if !b.Live() {
 				return false
@@ -135,14 +135,14 @@ func TestMirrorTopicReplicationFactor(t *testing.T) {
 	if !found {
 		t.Fatalf("m2's configs %+v lack mirror.topic.replication.factor=2", cfgs)
 	}
-	dst.WaitFor("mirror m2 on every broker", func(img *raftmeta.Image) bool { return img.Mirrors["m2"] != nil })
+	dst.WaitFor("mirror m2 on every broker", func(img *metadata.Image) bool { return img.Mirrors["m2"] != nil })
 	retryCoord(t, "add topic to m2", func() error { return a.AddTopicsToMirror(ctx, map[string]string{other: "m2"}) })
-	dst.WaitFor("m2's topic", func(img *raftmeta.Image) bool { return img.Topics[other] != nil })
+	dst.WaitFor("m2's topic", func(img *metadata.Image) bool { return img.Topics[other] != nil })
 	if got := replicaCounts(dst.Image(), other); len(got) != 1 || got[0] != 2 {
 		t.Fatalf("m2's topic replicas: %v, want [2] (mirror.topic.replication.factor)", got)
 	}
 	waitClusterCaughtUp(t, src, dst, "m2", other, 1, time.Minute)
-	dst.WaitFor("m2's topic configs synced", func(img *raftmeta.Image) bool {
+	dst.WaitFor("m2's topic configs synced", func(img *metadata.Image) bool {
 		return img.Topics[other].Configs["retention.ms"] == "3600000"
 	})
 	if v, ok := dst.Image().Topics[other].Configs["min.insync.replicas"]; ok {
@@ -180,7 +180,7 @@ func TestMirrorTopicReplicationFactor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reassign %s-0 to %v: %v", other, replicas, err)
 	}
-	dst.WaitFor("three in-sync replicas of the mirror topic", func(img *raftmeta.Image) bool {
+	dst.WaitFor("three in-sync replicas of the mirror topic", func(img *metadata.Image) bool {
 		p := img.Topics[other].Partitions[0]
 		return len(p.Replicas) == 3 && len(p.ISR) == 3 && len(p.AddingReplicas) == 0
 	})

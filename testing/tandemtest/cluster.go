@@ -14,7 +14,7 @@ import (
 
 	"github.com/tandem-kafka/tandem"
 	"github.com/tandem-kafka/tandem/localcluster"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server"
 )
 
@@ -120,7 +120,7 @@ func startCluster(t testing.TB, n int, props map[string]string) (*Cluster, error
 		return nil, err
 	}
 	t.Cleanup(stopAll)
-	c.WaitFor("every broker unfenced", func(img *raftmeta.Image) bool {
+	c.WaitFor("every broker unfenced", func(img *metadata.Image) bool {
 		for _, b := range c.Brokers {
 			if br, ok := img.Brokers[b.ID]; !ok || br.Fenced {
 				return false
@@ -228,18 +228,18 @@ func (c *Cluster) Addrs() []string {
 func (c *Cluster) Broker(id int32) *ClusterBroker { return c.Brokers[id-1] }
 
 // Image returns the metadata image of some running broker.
-func (c *Cluster) Image() *raftmeta.Image {
+func (c *Cluster) Image() *metadata.Image {
 	for _, b := range c.Brokers {
 		if br := b.Broker(); br != nil {
 			return br.Metadata().Image()
 		}
 	}
-	return &raftmeta.Image{}
+	return &metadata.Image{}
 }
 
 // WaitFor waits (up to a minute) until cond holds for the image every
 // running broker has applied (what it answers clients from).
-func (c *Cluster) WaitFor(what string, cond func(*raftmeta.Image) bool) {
+func (c *Cluster) WaitFor(what string, cond func(*metadata.Image) bool) {
 	c.t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -265,7 +265,7 @@ func (c *Cluster) WaitFor(what string, cond func(*raftmeta.Image) bool) {
 func (c *Cluster) Leader(topic string, partition int32) int32 {
 	c.t.Helper()
 	var leader int32 = -1
-	c.WaitFor(fmt.Sprintf("a leader of %s-%d", topic, partition), func(img *raftmeta.Image) bool {
+	c.WaitFor(fmt.Sprintf("a leader of %s-%d", topic, partition), func(img *metadata.Image) bool {
 		t := img.Topics[topic]
 		if t == nil || int(partition) >= len(t.Partitions) {
 			return false

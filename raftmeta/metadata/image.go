@@ -1,8 +1,15 @@
-// Package raftmeta is Tandem's metadata quorum: a replicated log of
-// metadata records on hashicorp/raft, the controller that decides what to
-// write (topics, leaders, epochs, configs, producer-id blocks), and the
-// immutable metadata image that brokers serve from.
-package raftmeta
+// Package metadata is Tandem's cluster metadata: the metadata records and
+// their encoding (records.go), the immutable image that brokers serve from
+// (Image: brokers, topics and partitions, configs, producer ids, ACLs, SCRAM
+// credentials, client quotas, cluster mirrors, group configs), the
+// deterministic apply of a record batch to an image (Apply) and what
+// changed between two images (Diff).
+//
+// It is pure: no raft, no I/O, no goroutines. Applying a batch looks at
+// nothing but the image and the records, so every node that applies the
+// same log builds the same image. The controller, package raftmeta,
+// decides which records to write and replicates them on raft.
+package metadata
 
 import (
 	"maps"
@@ -65,6 +72,12 @@ type Partition struct {
 	RemovingReplicas []int32 `json:"removingReplicas,omitempty"`
 }
 
+// Target is the assignment a reassignment of p goes to: its replicas but
+// the removing ones (all of them when no reassignment is in progress).
+func (p Partition) Target() []int32 {
+	return slices.DeleteFunc(slices.Clone(p.Replicas), func(r int32) bool { return slices.Contains(p.RemovingReplicas, r) })
+}
+
 // Topic is a topic in the image.
 type Topic struct {
 	Name       string            `json:"name"`
@@ -105,9 +118,9 @@ type Image struct {
 // Topic returns the topic with the given ID, or nil.
 func (img *Image) Topic(id UUID) *Topic { return img.TopicsByID[id] }
 
-// ensureMaps makes every map of the image non-nil, so that readers never
+// EnsureMaps makes every map of the image non-nil, so that readers never
 // meet a nil map and restored images compare equal to applied ones.
-func (img *Image) ensureMaps() {
+func (img *Image) EnsureMaps() {
 	if img.Brokers == nil {
 		img.Brokers = map[int32]Broker{}
 	}
@@ -125,10 +138,10 @@ func (img *Image) ensureMaps() {
 	}
 }
 
-// restored finishes an image decoded from JSON: TopicsByID is not
-// serialized, so it is rebuilt from Topics.
-func (img *Image) restored() {
-	img.ensureMaps()
+// Restored finishes an image decoded from JSON (a snapshot): TopicsByID
+// is not serialized, so it is rebuilt from Topics.
+func (img *Image) Restored() {
+	img.EnsureMaps()
 	img.TopicsByID = make(map[UUID]*Topic, len(img.Topics))
 	for _, t := range img.Topics {
 		img.TopicsByID[t.ID] = t

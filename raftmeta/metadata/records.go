@@ -1,6 +1,7 @@
-package raftmeta
+package metadata
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -76,8 +77,8 @@ type Record struct {
 	Config          *ConfigRecord          `json:"config,omitempty"`
 	RemoveTopic     *UUID                  `json:"removeTopic,omitempty"`
 	ProducerIDs     *ProducerIDsRecord     `json:"producerIds,omitempty"`
-	securityRecords                        // ACL, Scram, ClientQuota (security.go)
-	mirrorRecords                          // Mirror, RemoveMirror, MirrorTopic (mirror.go)
+	SecurityRecords                        // ACL, Scram, ClientQuota (security.go)
+	MirrorRecords                          // Mirror, RemoveMirror, MirrorTopic (mirror.go)
 }
 
 // TopicRecord creates a topic.
@@ -152,6 +153,20 @@ type ProducerIDsRecord struct {
 
 type recordBatch struct {
 	Records []Record `json:"records"`
+}
+
+// EncodeBatch encodes recs as one raft log command.
+func EncodeBatch(recs []Record) ([]byte, error) {
+	return json.Marshal(recordBatch{Records: recs})
+}
+
+// DecodeBatch decodes a raft log command into its records.
+func DecodeBatch(data []byte) ([]Record, error) {
+	var b recordBatch
+	if err := json.Unmarshal(data, &b); err != nil {
+		return nil, err
+	}
+	return b.Records, nil
 }
 
 // builder applies records to a copy of an image. Maps are copied once per
@@ -388,9 +403,10 @@ func setConfig(m map[string]string, key string, value *string) map[string]string
 	return m
 }
 
-// applyBatch returns the image that results from applying recs to old, or
-// an error and no image if any record does not apply.
-func applyBatch(old *Image, recs []Record, index uint64) (*Image, error) {
+// Apply returns the image that results from applying recs, the batch at
+// raft index index, to old, or an error and no image if any record does
+// not apply. old is not modified.
+func Apply(old *Image, recs []Record, index uint64) (*Image, error) {
 	b := newBuilder(old)
 	b.index = index
 	for i := range recs {
@@ -398,6 +414,6 @@ func applyBatch(old *Image, recs []Record, index uint64) (*Image, error) {
 			return nil, err
 		}
 	}
-	b.img.ensureMaps()
+	b.img.EnsureMaps()
 	return b.img, nil
 }

@@ -1,4 +1,4 @@
-package raftmeta
+package metadata
 
 import (
 	"maps"
@@ -33,7 +33,7 @@ func Diff(old, new *Image) Delta {
 		old = &Image{}
 	}
 	var d Delta
-	for _, t := range sortedTopics(new) {
+	for _, t := range SortedTopics(new) {
 		o := old.TopicsByID[t.ID]
 		switch {
 		case o == nil:
@@ -42,7 +42,7 @@ func Diff(old, new *Image) Delta {
 			d.ChangedTopics = append(d.ChangedTopics, t.ID)
 		}
 	}
-	for _, t := range sortedTopics(old) {
+	for _, t := range SortedTopics(old) {
 		if new.TopicsByID[t.ID] == nil {
 			d.DeletedTopics = append(d.DeletedTopics, t)
 		}
@@ -54,7 +54,8 @@ func Diff(old, new *Image) Delta {
 	return d
 }
 
-func sortedTopics(img *Image) []*Topic {
+// SortedTopics returns the image's topics by name.
+func SortedTopics(img *Image) []*Topic {
 	ts := slices.Collect(maps.Values(img.TopicsByID))
 	slices.SortFunc(ts, func(a, b *Topic) int { return strings.Compare(a.Name, b.Name) })
 	return ts

@@ -1,4 +1,4 @@
-package raftmeta
+package metadata
 
 // Group configs (KIP-848, KIP-932): dynamic configs of the GROUP config
 // resource (type 32), per group ID, such as consumer.session.timeout.ms
