@@ -123,6 +123,24 @@ func IsProducerBarrier(b []byte) bool {
 	return isBarrier(batch(b))
 }
 
+// WholeBatches splits records (the record batches of a Fetch answer, say)
+// into its whole batches by their Length fields, leaving out a partial
+// batch at the end, as a fetch's size limit may cut one; each batch's
+// header is then for ParseBatchHeader to read. A Length that cannot be a
+// batch's ends the split.
+func WholeBatches(records []byte) [][]byte {
+	var out [][]byte
+	for len(records) >= batchHeaderLen {
+		size := 12 + int64(int32(binary.BigEndian.Uint32(records[offBatchLength:])))
+		if size < batchHeaderLen || size > int64(len(records)) {
+			break
+		}
+		out = append(out, records[:size])
+		records = records[size:]
+	}
+	return out
+}
+
 // ControlType is the marker type of a control batch b (ControlAbort,
 // ControlCommit, ...), or -1 if b is not one or cannot be read. A
 // mirror's consistent cut needs it to tell a committed transaction from

@@ -88,3 +88,17 @@ func TestEpochPrefix(t *testing.T) {
 		t.Error("a negative batch length passed")
 	}
 }
+
+// WholeBatches splits a fetch answer into its whole batches and leaves a
+// partial one at the end out.
+func TestWholeBatches(t *testing.T) {
+	a, b := epochBatch(t, 0, 1, "a"), epochBatch(t, 1, 1, "b", "c")
+	records := append(append(append([]byte{}, a...), b...), b[:len(b)-3]...)
+	got := WholeBatches(records)
+	if len(got) != 2 || string(got[0]) != string(a) || string(got[1]) != string(b) {
+		t.Fatalf("WholeBatches: %d batches", len(got))
+	}
+	if got := WholeBatches(a[:20]); len(got) != 0 {
+		t.Fatalf("a header alone: %d batches", len(got))
+	}
+}

@@ -1,7 +1,6 @@
 package mirror
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -283,17 +282,12 @@ func (r *mirrorRun) fetchBatches(leader int32, m cutMember, offset int64) ([]cut
 		return nil, fp, fmt.Errorf("fetching %s-%d at %d from broker %d: %w", m.topic, m.partition, offset, leader, err)
 	}
 	var out []cutBatch
-	for b := fp.RecordBatches; len(b) >= 12; {
-		size := 12 + int(int32(binary.BigEndian.Uint32(b[8:12])))
-		if size < 12 || size > len(b) {
-			break // a partial batch at the end of the answer
-		}
-		cb, err := cutBatchOf(b[:size])
+	for _, b := range engine.WholeBatches(fp.RecordBatches) {
+		cb, err := cutBatchOf(b)
 		if err != nil {
 			return nil, none, fmt.Errorf("fetching %s-%d at %d from broker %d: %w", m.topic, m.partition, offset, leader, err)
 		}
 		out = append(out, cb)
-		b = b[size:]
 	}
 	return out, fp, nil
 }
