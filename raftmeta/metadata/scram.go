@@ -2,8 +2,6 @@ package metadata
 
 import (
 	"crypto/hmac"
-	"crypto/pbkdf2"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/sha512"
 	"fmt"
@@ -31,22 +29,6 @@ func NewScramCredential(user, mechanism string, salt, salted []byte, iterations 
 		User: user, Mechanism: mechanism, Salt: slices.Clone(salt), Iterations: iterations,
 		StoredKey: sh.Sum(nil), ServerKey: hmacSum(h, salted, []byte("Server Key")),
 	}, nil
-}
-
-// ScramCredentialFromPassword salts password with a random salt (the way
-// kafka-configs.sh does for --add-config 'SCRAM-SHA-256=[password=...]').
-func ScramCredentialFromPassword(user, mechanism, password string, iterations int32) (ScramCredential, error) {
-	h, err := scramHash(mechanism)
-	if err != nil {
-		return ScramCredential{}, err
-	}
-	salt := make([]byte, 32)
-	rand.Read(salt)
-	salted, err := pbkdf2.Key(h, password, salt, int(iterations), h().Size())
-	if err != nil {
-		return ScramCredential{}, fmt.Errorf("salt password: %w", err)
-	}
-	return NewScramCredential(user, mechanism, salt, salted, iterations)
 }
 
 func scramHash(mechanism string) (func() hash.Hash, error) {
