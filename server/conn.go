@@ -369,6 +369,18 @@ func (c *conn) maxFrame() int32 {
 // sends nothing for this long is closed.
 const connIdleTimeout = 10 * time.Minute
 
+// readFrame reads one frame of at least minSize bytes and at most what
+// the connection may send now (server/wire/frame.go says how reading a
+// frame bounds its memory) and returns it with the bytes it reserved in
+// the broker's budget, which the caller releases.
+func (c *conn) readFrame(br *bufio.Reader, minSize int32) (body []byte, reserved int64, err error) {
+	body, reserved, err = c.b.frameReader.Read(c.b.ctx, c.nc, br, minSize, c.maxFrame())
+	if err == nil {
+		c.b.m.bytesIn.Add(len(body) + 4)
+	}
+	return body, reserved, err
+}
+
 // readRequest reads and decodes one request. On error nothing of it is
 // kept: its reservation is released and its frame dropped.
 func (c *conn) readRequest(br *bufio.Reader, remote string) (r *request, err error) {

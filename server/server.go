@@ -64,13 +64,14 @@ type Broker struct {
 	// produceRefusals: the produce refusals logged once (produce.go).
 	produceRefusals refusals
 
-	apis     apiTable
-	metrics  *prom.Set
-	m        *brokerMetrics
-	sessions *fetchSessions
-	frames   wire.FramePool     // produce request buffers, recycled
-	reqBytes *wire.Budget       // queued.max.request.bytes
-	throttle *security.Throttle // of failed SASL authentications
+	apis        apiTable
+	metrics     *prom.Set
+	m           *brokerMetrics
+	sessions    *fetchSessions
+	frames      wire.FramePool     // produce request buffers, recycled
+	reqBytes    *wire.Budget       // queued.max.request.bytes
+	frameReader wire.FrameReader   // reads requests within reqBytes, into frames
+	throttle    *security.Throttle // of failed SASL authentications
 
 	// Hooks found in cfg.Plugins.
 	leaderObs  []plugin.LeaderObserver
@@ -165,6 +166,7 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.sessions = newFetchSessions(fetchSessionSlots)
 	b.reqBytes = wire.NewBudget(props.QueuedMaxRequestBytes)
+	b.frameReader = wire.FrameReader{Budget: b.reqBytes, Pool: &b.frames, Idle: connIdleTimeout, ReadTimeout: props.RequestReadTimeout}
 	b.throttle = security.NewThrottle(props.FailedAuthDelay)
 	if b.apis, err = newAPITable(cfg.Plugins); err != nil {
 		return nil, fmt.Errorf("server: %w", err)

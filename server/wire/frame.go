@@ -1,11 +1,13 @@
-package server
+package wire
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"time"
 )
@@ -32,37 +34,46 @@ import (
 // the client filled it.
 const firstChunk = 256 << 10
 
-// readFrame reads one size-prefixed frame of at least minSize bytes and
-// returns it with the bytes it reserved in the broker's budget, which the
-// caller releases. The wait for the size is the idle timeout; io.EOF there
-// is a normal close.
-func (c *conn) readFrame(br *bufio.Reader, minSize int32) (body []byte, reserved int64, err error) {
-	c.nc.SetReadDeadline(time.Now().Add(connIdleTimeout))
+// FrameReader reads request frames off connections, one broker's settings
+// for all of them.
+type FrameReader struct {
+	Budget      *Budget       // queued.max.request.bytes
+	Pool        *FramePool    // the bodies' buffers
+	Idle        time.Duration // connections.max.idle.ms: the wait for a frame's size
+	ReadTimeout time.Duration // tandem.request.read.timeout.ms: the wait for its body
+}
+
+// Read reads one size-prefixed frame of minSize to maxSize bytes from br
+// (over nc, whose read deadlines it sets) and returns it with the bytes
+// it reserved in the budget, which the caller releases. The wait for the
+// size is the idle timeout; io.EOF there is a normal close. ctx ends a
+// wait for the budget.
+func (fr *FrameReader) Read(ctx context.Context, nc net.Conn, br *bufio.Reader, minSize, maxSize int32) (body []byte, reserved int64, err error) {
+	nc.SetReadDeadline(time.Now().Add(fr.Idle))
 	var sizeBuf [4]byte
 	if _, err := io.ReadFull(br, sizeBuf[:]); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, 0, fmt.Errorf("idle for %v", connIdleTimeout)
+			return nil, 0, fmt.Errorf("idle for %v", fr.Idle)
 		}
 		return nil, 0, err
 	}
 	size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
 	// Check the size before anything else: a 2 GiB prefix must not
 	// cost 2 GiB.
-	if limit := c.maxFrame(); size < minSize || size > limit {
-		return nil, 0, fmt.Errorf("frame size %d outside [%d, %d]", size, minSize, limit)
+	if size < minSize || size > maxSize {
+		return nil, 0, fmt.Errorf("frame size %d outside [%d, %d]", size, minSize, maxSize)
 	}
-	if reserved, err = c.b.reqBytes.Acquire(c.b.ctx, int64(size)); err != nil {
+	if reserved, err = fr.Budget.Acquire(ctx, int64(size)); err != nil {
 		return nil, 0, err
 	}
-	c.nc.SetReadDeadline(time.Now().Add(c.b.props.RequestReadTimeout))
-	if body, err = c.readBody(br, int(size)); err != nil {
-		c.b.reqBytes.Release(reserved)
+	nc.SetReadDeadline(time.Now().Add(fr.ReadTimeout))
+	if body, err = fr.readBody(br, int(size)); err != nil {
+		fr.Budget.Release(reserved)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, 0, fmt.Errorf("frame of %d bytes not received within %v (tandem.request.read.timeout.ms)", size, c.b.props.RequestReadTimeout)
+			return nil, 0, fmt.Errorf("frame of %d bytes not received within %v (tandem.request.read.timeout.ms)", size, fr.ReadTimeout)
 		}
 		return nil, 0, fmt.Errorf("truncated frame of %d bytes: %w", size, err)
 	}
-	c.b.m.bytesIn.Add(int(size) + 4)
 	return body, reserved, nil
 }
 
@@ -70,14 +81,14 @@ func (c *conn) readFrame(br *bufio.Reader, minSize int32) (body []byte, reserved
 // time the client filled it, skipping to n once that is less than twice
 // as far (which spares one large copy): memory follows the bytes that
 // arrived, never more than four times them, not the size announced.
-func (c *conn) readBody(br *bufio.Reader, n int) ([]byte, error) {
-	buf := c.b.frames.Get(min(n, firstChunk))
+func (fr *FrameReader) readBody(br *bufio.Reader, n int) ([]byte, error) {
+	buf := fr.Pool.Get(min(n, firstChunk))
 	got := 0
 	for {
 		m, err := io.ReadFull(br, buf[got:])
 		got += m
 		if err != nil {
-			c.b.frames.Put(buf)
+			fr.Pool.Put(buf)
 			return nil, err
 		}
 		if got == n {
@@ -87,9 +98,9 @@ func (c *conn) readBody(br *bufio.Reader, n int) ([]byte, error) {
 		if 2*size > n {
 			size = n
 		}
-		next := c.b.frames.Get(size)
+		next := fr.Pool.Get(size)
 		copy(next, buf[:got])
-		c.b.frames.Put(buf)
+		fr.Pool.Put(buf)
 		buf = next
 	}
 }
