@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
@@ -24,9 +25,10 @@ import (
 // the inter-broker listener (Host.Send), as Kafka's brokers reach a
 // group or transaction coordinator. A read-modify-write from another
 // broker is not atomic across the two requests; the coordinator still
-// refuses every transition the KIP does not allow (State.canMove), which
-// is what keeps two writers apart: a fetcher's EPOCH_FENCING cannot
-// overwrite a failover's STOPPING, whichever broker each runs on.
+// refuses every transition the KIP does not allow
+// (mirrorstate.State.CanMove), which is what keeps two writers apart: a
+// fetcher's EPOCH_FENCING cannot overwrite a failover's STOPPING,
+// whichever broker each runs on.
 
 // stateLeader is the broker leading key's __mirror_state partition in
 // the latest image, -1 when it has none (yet); exists is false when
@@ -106,9 +108,9 @@ func (p *Plugin) send(ctx context.Context, node int32, req kmsg.Request) (kmsg.R
 }
 
 // readState returns a mirror partition's state from its coordinator.
-func (p *Plugin) readState(ctx context.Context, k partitionKey, id uuid.UUID) (partitionState, error) {
-	var out partitionState
-	err := p.coordinated(ctx, coordKey(k.mirror, id, k.partition), func() error {
+func (p *Plugin) readState(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID) (mirrorstate.PartitionState, error) {
+	var out mirrorstate.PartitionState
+	err := p.coordinated(ctx, coordKey(k.Mirror, id, k.Partition), func() error {
 		var err error
 		out, err = p.readStateLocal(ctx, k, id)
 		return err
@@ -122,9 +124,9 @@ func (p *Plugin) readState(ctx context.Context, k partitionKey, id uuid.UUID) (p
 
 // readPartitionRemote asks coordinator node for a partition's state and
 // manifest entries.
-func (p *Plugin) readPartitionRemote(ctx context.Context, node int32, k partitionKey, id uuid.UUID) (wire.StatePartition, error) {
-	req := &wire.ReadMirrorStatesRequest{MirrorName: k.mirror, NeedPartitionStates: true,
-		Topics: []wire.PartitionsTopic{{Name: k.topic, Partitions: []int32{k.partition}, TopicID: id}}}
+func (p *Plugin) readPartitionRemote(ctx context.Context, node int32, k mirrorstate.PartitionKey, id uuid.UUID) (wire.StatePartition, error) {
+	req := &wire.ReadMirrorStatesRequest{MirrorName: k.Mirror, NeedPartitionStates: true,
+		Topics: []wire.PartitionsTopic{{Name: k.Topic, Partitions: []int32{k.Partition}, TopicID: id}}}
 	resp, err := p.send(ctx, node, req)
 	if err != nil {
 		return wire.StatePartition{}, err
@@ -138,25 +140,25 @@ func (p *Plugin) readPartitionRemote(ctx context.Context, node int32, k partitio
 	}
 	sp := r.Topics[0].Partitions[0]
 	if sp.ErrorCode != 0 {
-		return wire.StatePartition{}, fmt.Errorf("reading mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, wire.ErrorForCode(sp.ErrorCode))
+		return wire.StatePartition{}, fmt.Errorf("reading mirror state of %s-%d on broker %d: %w", k.Topic, k.Partition, node, wire.ErrorForCode(sp.ErrorCode))
 	}
 	return sp, nil
 }
 
-func (p *Plugin) readStateRemote(ctx context.Context, node int32, k partitionKey, id uuid.UUID) (partitionState, error) {
+func (p *Plugin) readStateRemote(ctx context.Context, node int32, k mirrorstate.PartitionKey, id uuid.UUID) (mirrorstate.PartitionState, error) {
 	sp, err := p.readPartitionRemote(ctx, node, k, id)
 	if err != nil {
-		return partitionState{}, err
+		return mirrorstate.PartitionState{}, err
 	}
 	return stateOf(&sp, id), nil
 }
 
 // stateOf is the persisted state a coordinator answered; id is the topic
 // ID asked for, for an answer without one.
-func stateOf(sp *wire.StatePartition, id uuid.UUID) partitionState {
-	st := partitionState{State: State(sp.State), Reason: sp.Reason, TopicID: sp.TopicID, LMO: sp.LastMirroredOffset, LME: sp.LastMirrorEpoch,
+func stateOf(sp *wire.StatePartition, id uuid.UUID) mirrorstate.PartitionState {
+	st := mirrorstate.PartitionState{State: mirrorstate.State(sp.State), Reason: sp.Reason, TopicID: sp.TopicID, LMO: sp.LastMirroredOffset, LME: sp.LastMirrorEpoch,
 		StopAt: sp.StopOffset, StopEpoch: sp.StopEpoch, StopDone: sp.StopDone, StopIndex: sp.StopIndex,
-		Cut: cutState{Set: sp.CutSet, At: sp.CutAt, Time: sp.CutTime, Records: sp.CutRecords, Ms: sp.CutMs}, CompleteAt: sp.CompleteAt}
+		Cut: mirrorstate.Cut{Set: sp.CutSet, At: sp.CutAt, Time: sp.CutTime, Records: sp.CutRecords, Ms: sp.CutMs}, CompleteAt: sp.CompleteAt}
 	if st.TopicID.IsZero() {
 		st.TopicID = id
 	}
@@ -167,9 +169,9 @@ func stateOf(sp *wire.StatePartition, id uuid.UUID) partitionState {
 // changed) on its coordinator, refusing transitions the KIP does not
 // allow. On another broker's coordinator it reads the state, applies
 // update here and writes the whole result back.
-func (p *Plugin) writeState(ctx context.Context, k partitionKey, id uuid.UUID, update func(st *partitionState) error) (partitionState, error) {
-	var out partitionState
-	err := p.coordinated(ctx, coordKey(k.mirror, id, k.partition), func() error {
+func (p *Plugin) writeState(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID, update func(st *mirrorstate.PartitionState) error) (mirrorstate.PartitionState, error) {
+	var out mirrorstate.PartitionState
+	err := p.coordinated(ctx, coordKey(k.Mirror, id, k.Partition), func() error {
 		var err error
 		out, err = p.writeStateLocal(ctx, k, id, update)
 		return err
@@ -183,15 +185,15 @@ func (p *Plugin) writeState(ctx context.Context, k partitionKey, id uuid.UUID, u
 		if err := update(&next); err != nil {
 			return err
 		}
-		if !cur.State.canMove(next.State) {
-			return fmt.Errorf("mirror %s topic %s partition %d: %s cannot move to %s", k.mirror, k.topic, k.partition, cur.State, next.State)
+		if !cur.State.CanMove(next.State) {
+			return fmt.Errorf("mirror %s topic %s partition %d: %s cannot move to %s", k.Mirror, k.Topic, k.Partition, cur.State, next.State)
 		}
 		if next == cur {
 			out = next
 			return nil
 		}
 		if err := p.writeRemote(ctx, node, k, wire.StatePartition{
-			PartitionIndex: k.partition, LastMirroredOffset: next.LMO, State: int8(next.State), LastMirrorEpoch: next.LME,
+			PartitionIndex: k.Partition, LastMirroredOffset: next.LMO, State: int8(next.State), LastMirrorEpoch: next.LME,
 			Reason: next.Reason, TopicID: id, StopOffset: next.StopAt, StopEpoch: next.StopEpoch, StopDone: next.StopDone, StopIndex: next.StopIndex,
 			CutSet: next.Cut.Set, CutAt: next.Cut.At, CutTime: next.Cut.Time, CutRecords: next.Cut.Records, CutMs: next.Cut.Ms, CompleteAt: next.CompleteAt,
 		}); err != nil {
@@ -205,8 +207,8 @@ func (p *Plugin) writeState(ctx context.Context, k partitionKey, id uuid.UUID, u
 
 // writeRemote sends one partition's WriteMirrorStates to coordinator
 // node.
-func (p *Plugin) writeRemote(ctx context.Context, node int32, k partitionKey, sp wire.StatePartition) error {
-	req := &wire.WriteMirrorStatesRequest{MirrorName: k.mirror, TopicsUpdated: []wire.StatesTopic{{Name: k.topic, Partitions: []wire.StatePartition{sp}}}}
+func (p *Plugin) writeRemote(ctx context.Context, node int32, k mirrorstate.PartitionKey, sp wire.StatePartition) error {
+	req := &wire.WriteMirrorStatesRequest{MirrorName: k.Mirror, TopicsUpdated: []wire.StatesTopic{{Name: k.Topic, Partitions: []wire.StatePartition{sp}}}}
 	resp, err := p.send(ctx, node, req)
 	if err != nil {
 		return err
@@ -219,7 +221,7 @@ func (p *Plugin) writeRemote(ctx context.Context, node int32, k partitionKey, sp
 		return fmt.Errorf("writing mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
 	}
 	if c := r.Topics[0].Partitions[0].ErrorCode; c != 0 {
-		return fmt.Errorf("writing mirror state of %s-%d on broker %d: %w", k.topic, k.partition, node, wire.ErrorForCode(c))
+		return fmt.Errorf("writing mirror state of %s-%d on broker %d: %w", k.Topic, k.Partition, node, wire.ErrorForCode(c))
 	}
 	return nil
 }
@@ -344,13 +346,13 @@ func (p *Plugin) remoteDetailsOnly(ctx context.Context, mirror string) map[topic
 // partition this broker leads each round). Partitions it could not read
 // so (a coordinator that moved or did not answer) are left out: the
 // caller reads those one by one, with readState's retries.
-func (p *Plugin) readStatesBatch(ctx context.Context, mirror string, parts map[topicPartition]uuid.UUID) map[topicPartition]partitionState {
-	out := map[topicPartition]partitionState{}
+func (p *Plugin) readStatesBatch(ctx context.Context, mirror string, parts map[topicPartition]uuid.UUID) map[topicPartition]mirrorstate.PartitionState {
+	out := map[topicPartition]mirrorstate.PartitionState{}
 	byNode := map[int32][]topicPartition{}
 	for k, id := range parts {
 		leader, _ := p.stateLeader(coordKey(mirror, id, k.partition))
 		if leader < 0 || leader == p.Host().NodeID() {
-			if st, err := p.readStateLocal(ctx, partitionKey{mirror, k.topic, k.partition}, id); err == nil {
+			if st, err := p.readStateLocal(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: k.topic, Partition: k.partition}, id); err == nil {
 				out[k] = st
 			}
 			continue

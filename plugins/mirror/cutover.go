@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -46,7 +47,7 @@ func cutDecider(set string) topicPartition {
 // partition to its cut (quarantining the rest) and persists the cut as
 // where the mirrored data ends (StopAt), so that a resumed stop does not
 // truncate again what the stop writes after it.
-func (r *mirrorRun) applyCut(pt *ledPartition, ep *engine.Partition, st partitionState) (partitionState, bool, error) {
+func (r *mirrorRun) applyCut(pt *ledPartition, ep *engine.Partition, st mirrorstate.PartitionState) (mirrorstate.PartitionState, bool, error) {
 	c := st.Cut
 	if c.Set == "" || c.At >= 0 && st.StopAt <= c.At {
 		return st, true, nil
@@ -56,7 +57,7 @@ func (r *mirrorRun) applyCut(pt *ledPartition, ep *engine.Partition, st partitio
 		decided := c.At >= 0
 		if decided { // only the decider's own cut says all are written
 			if t := r.p.Image().Topics[decider.topic]; t != nil {
-				ds, err := r.p.readState(r.ctx, partitionKey{r.name, decider.topic, 0}, t.ID)
+				ds, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: decider.topic, Partition: 0}, t.ID)
 				decided = err == nil && ds.Cut.Set == c.Set && ds.Cut.At >= 0
 			}
 		}
@@ -72,8 +73,8 @@ func (r *mirrorRun) applyCut(pt *ledPartition, ep *engine.Partition, st partitio
 		return st, false, r.fail(pt, err)
 	}
 	r.p.stopHook(pt.topic, pt.partition, StepCutApplied)
-	k := partitionKey{r.name, pt.topic, pt.partition}
-	st, err := r.p.writeState(r.ctx, k, pt.id, func(s *partitionState) error {
+	k := mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}
+	st, err := r.p.writeState(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
 		s.StopAt = c.At
 		return nil
 	})
@@ -83,10 +84,10 @@ func (r *mirrorRun) applyCut(pt *ledPartition, ep *engine.Partition, st partitio
 // cutReason says where a partition stands in a consistent failover, for
 // --describe and the console: waiting for the cut, or where it was cut
 // and what that gave up.
-func cutReason(st partitionState) string {
+func cutReason(st mirrorstate.PartitionState) string {
 	c := st.Cut
 	switch {
-	case c.Set == "" || st.State != Stopping && st.State != Stopped:
+	case c.Set == "" || st.State != mirrorstate.Stopping && st.State != mirrorstate.Stopped:
 		return ""
 	case c.At < 0:
 		return fmt.Sprintf("failing over at one consistent cut with topics %s: waiting until every partition's fetcher let go and the cut is decided", c.Set)
@@ -99,7 +100,7 @@ func cutReason(st partitionState) string {
 type cutMember struct {
 	topicPartition
 	id    uuid.UUID
-	state partitionState
+	state mirrorstate.PartitionState
 }
 
 // decideCut computes the cut of set once every partition of it has let
@@ -121,7 +122,7 @@ func (r *mirrorRun) decideCut(set string) error {
 		st, ok := states[k]
 		if !ok {
 			var err error
-			if st, err = r.p.readState(r.ctx, partitionKey{r.name, k.topic, k.partition}, id); err != nil {
+			if st, err = r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.topic, Partition: k.partition}, id); err != nil {
 				return err
 			}
 		}
@@ -177,7 +178,7 @@ func (r *mirrorRun) decideCut(set string) error {
 			r.p.stopHook(decider.topic, decider.partition, StepCutDeciding)
 		}
 		records, ms := cutLoss(parts[i], cuts[i], t)
-		if _, err := r.p.writeState(r.ctx, partitionKey{r.name, m.topic, m.partition}, m.id, func(s *partitionState) error {
+		if _, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: m.topic, Partition: m.partition}, m.id, func(s *mirrorstate.PartitionState) error {
 			if s.Cut.Set != set {
 				return fmt.Errorf("%s-%d left the consistent failover of %s", m.topic, m.partition, set)
 			}
@@ -305,7 +306,7 @@ func (r *mirrorRun) fetchBatches(leader int32, m cutMember, offset int64) ([]cut
 func (r *mirrorRun) clampGroups(t *metadata.Topic) error {
 	cuts := map[int32]int64{}
 	for i := range t.Partitions {
-		st, err := r.p.readState(r.ctx, partitionKey{r.name, t.Name, int32(i)}, t.ID)
+		st, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: t.Name, Partition: int32(i)}, t.ID)
 		if err != nil {
 			return err
 		}

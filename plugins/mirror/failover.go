@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
@@ -59,16 +60,16 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 		}
 	}
 	set := cutSetOf(topics)
-	if err := p.setTopicStates(ctx, mirror, topics, func(s *partitionState) error {
-		if consistent && s.State != Stopping && s.State != Stopped {
-			s.Cut = cutState{Set: set, At: -1}
+	if err := p.setTopicStates(ctx, mirror, topics, func(s *mirrorstate.PartitionState) error {
+		if consistent && s.State != mirrorstate.Stopping && s.State != mirrorstate.Stopped {
+			s.Cut = mirrorstate.Cut{Set: set, At: -1}
 		}
-		s.State, s.Reason = Stopping, ""
+		s.State, s.Reason = mirrorstate.Stopping, ""
 		return nil
 	}); err != nil {
 		return nil, nil, err
 	}
-	err = p.waitStates(ctx, mirror, topics, Stopped)
+	err = p.waitStates(ctx, mirror, topics, mirrorstate.Stopped)
 	return topics, append(p.failoverReport(ctx, mirror, topics, before), done...), err
 }
 
@@ -81,7 +82,7 @@ func (p *Plugin) stoppedReport(ctx context.Context, mirror string, topics []stri
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
 			fp := wire.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, AlreadyStopped: true}
-			if st, err := p.readState(ctx, partitionKey{mirror, name, int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
+			if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
 				fp.CutTime, fp.CutRecords, fp.CutMs = cutReport(st)
 			}
@@ -223,9 +224,9 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 					lagging = append(lagging, fmt.Sprintf("%s: its leader, broker %d, did not answer", id, l))
 				case rfresh && pd.Lag == 0:
 					// caught up
-				case pd.State == Failed.String() || pd.State == Stopping.String() || pd.State == Stopped.String():
+				case pd.State == mirrorstate.Failed.String() || pd.State == mirrorstate.Stopping.String() || pd.State == mirrorstate.Stopped.String():
 					broken = append(broken, fmt.Sprintf("%s is %s", id, pd.State))
-				case pd.State == Paused.String() || pd.State == Pausing.String():
+				case pd.State == mirrorstate.Paused.String() || pd.State == mirrorstate.Pausing.String():
 					broken = append(broken, fmt.Sprintf("%s is %s with lag %d (resume it first)", id, pd.State, pd.Lag))
 				case !rfresh && pd.Reason != "":
 					broken = append(broken, fmt.Sprintf("%s: %s", id, pd.Reason))
@@ -241,9 +242,9 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 				lagging = append(lagging, id+": not mirroring yet")
 			case fresh && leo >= pt.srcEnd:
 				// caught up
-			case pt.state == Failed || !needsSource(pt.state):
+			case pt.state == mirrorstate.Failed || !needsSource(pt.state):
 				broken = append(broken, fmt.Sprintf("%s is %s", id, pt.state))
-			case pt.state == Paused || pt.state == Pausing:
+			case pt.state == mirrorstate.Paused || pt.state == mirrorstate.Pausing:
 				broken = append(broken, fmt.Sprintf("%s is %s with lag %d (resume it first)", id, pt.state, max(0, pt.srcEnd-leo)))
 			case !fresh && pt.trouble != "":
 				broken = append(broken, fmt.Sprintf("%s: %s", id, pt.trouble))
@@ -268,7 +269,7 @@ func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []str
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
 			fp := wire.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1}
-			if st, err := p.readState(ctx, partitionKey{mirror, name, int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
+			if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
 				fp.CutTime, fp.CutRecords, fp.CutMs = cutReport(st)
 			} else if ep := p.Host().Partition(t.ID, int32(i)); ep != nil {
@@ -289,7 +290,7 @@ func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []str
 
 // cutReport is what a partition's consistent cut says in a failover
 // report: T, and what it gave up beyond it (zeros without a cut).
-func cutReport(st partitionState) (t, records, ms int64) {
+func cutReport(st mirrorstate.PartitionState) (t, records, ms int64) {
 	if st.Cut.At < 0 {
 		return 0, 0, 0
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
@@ -324,7 +325,7 @@ func someNames(names []string) string {
 
 // setTopicStates moves every partition of topics to a state and wakes the
 // mirror's loop.
-func (p *Plugin) setTopicStates(ctx context.Context, mirror string, topics []string, update func(s *partitionState) error) error {
+func (p *Plugin) setTopicStates(ctx context.Context, mirror string, topics []string, update func(s *mirrorstate.PartitionState) error) error {
 	img := p.Image()
 	for _, name := range topics {
 		t := img.Topics[name]
@@ -332,7 +333,7 @@ func (p *Plugin) setTopicStates(ctx context.Context, mirror string, topics []str
 			continue
 		}
 		for i := range t.Partitions {
-			if _, err := p.writeState(ctx, partitionKey{mirror, name, int32(i)}, t.ID, update); err != nil {
+			if _, err := p.writeState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID, update); err != nil {
 				return err
 			}
 		}
@@ -344,7 +345,7 @@ func (p *Plugin) setTopicStates(ctx context.Context, mirror string, topics []str
 }
 
 // waitStates waits until every partition of topics is in state s.
-func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string, s State) error {
+func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string, s mirrorstate.State) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	for {
@@ -362,7 +363,7 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 			st, read := states[k]
 			if !read {
 				var err error
-				st, err = p.readState(ctx, partitionKey{mirror, k.topic, k.partition}, id)
+				st, err = p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: k.topic, Partition: k.partition}, id)
 				read = err == nil
 			}
 			if ok = read && st.State == s; !ok {
@@ -390,21 +391,21 @@ func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause
 	if err != nil {
 		return err
 	}
-	err = p.setTopicStates(ctx, mirror, topics, func(s *partitionState) error {
+	err = p.setTopicStates(ctx, mirror, topics, func(s *mirrorstate.PartitionState) error {
 		switch {
-		case pause && s.State != Paused:
-			s.State = Pausing
-		case !pause && s.State == Failed:
-			s.State, s.Reason = Preparing, "" // resuming restarts a failed partition
-		case !pause && s.State == Paused:
-			s.State = Mirroring
+		case pause && s.State != mirrorstate.Paused:
+			s.State = mirrorstate.Pausing
+		case !pause && s.State == mirrorstate.Failed:
+			s.State, s.Reason = mirrorstate.Preparing, "" // resuming restarts a failed partition
+		case !pause && s.State == mirrorstate.Paused:
+			s.State = mirrorstate.Mirroring
 		}
 		return nil
 	})
 	if err != nil || !pause {
 		return err
 	}
-	return p.waitStates(ctx, mirror, topics, Paused)
+	return p.waitStates(ctx, mirror, topics, mirrorstate.Paused)
 }
 
 // deleteMirror stops every topic of the mirror and deletes it.
@@ -438,15 +439,15 @@ func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, re
 			} else if here := img.Topics[t.Name]; !ok && here != nil {
 				// No mirror holds the topic (any more): the epochs kept
 				// for the topic alone when its mirroring last stopped.
-				if st, err := p.readState(ctx, partitionKey{"", t.Name, idx}, here.ID); err == nil && st.TopicID == here.ID {
+				if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: "", Topic: t.Name, Partition: idx}, here.ID); err == nil && st.TopicID == here.ID {
 					op.LastMirroredOffset, op.LastMirrorEpoch = st.LMO, st.LME
 				}
 			} else if ok {
-				st, err := p.readState(ctx, partitionKey{mirror, t.Name, idx}, mt.ID)
+				st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: idx}, mt.ID)
 				switch {
 				case err != nil:
 					op.ErrorCode, _ = code(err)
-				case st.State == Stopped || st.State == Stopping:
+				case st.State == mirrorstate.Stopped || st.State == mirrorstate.Stopping:
 					op.LastMirroredOffset, op.LastMirrorEpoch = st.LMO, st.LME
 				default:
 					// Still mirroring: the latest source epoch it holds.
@@ -581,11 +582,11 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 // state (the coordinator's), the destination's health (the image's),
 // and, if this broker leads it, its source side as of now.
 func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror string, img *metadata.Image, t *metadata.Topic, i int32,
-	states map[topicPartition]partitionState, now time.Time) wire.PartitionDetail {
-	pd := wire.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: Unknown.String()}
+	states map[topicPartition]mirrorstate.PartitionState, now time.Time) wire.PartitionDetail {
+	pd := wire.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: mirrorstate.Unknown.String()}
 	if st, ok := states[topicPartition{t.Name, i}]; ok {
 		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
-	} else if st, err := p.readState(ctx, partitionKey{mirror, t.Name, i}, t.ID); err == nil {
+	} else if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: i}, t.ID); err == nil {
 		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
 	} else {
 		_, pd.Reason = code(err)
@@ -635,7 +636,7 @@ func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesReque
 			// of the mirror (it may not have it yet, or any more).
 			for _, idx := range t.Partitions {
 				sp := wire.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
-				k := partitionKey{req.MirrorName, t.Name, idx}
+				k := mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: idx}
 				s, err := p.readStateLocal(ctx, k, t.TopicID)
 				if err == nil {
 					setState(&sp, s)
@@ -660,7 +661,7 @@ func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesReque
 			sp := wire.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
 			if !ok {
 				sp.ErrorCode = wire.ErrTopicNotMirrored.Code
-			} else if s, err := p.readState(ctx, partitionKey{req.MirrorName, t.Name, idx}, mt.ID); err != nil {
+			} else if s, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: idx}, mt.ID); err != nil {
 				sp.ErrorCode, _ = code(err)
 			} else {
 				setState(&sp, s)
@@ -676,7 +677,7 @@ func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesReque
 }
 
 // setState fills a response's partition with a persisted state.
-func setState(sp *wire.StatePartition, s partitionState) {
+func setState(sp *wire.StatePartition, s mirrorstate.PartitionState) {
 	sp.LastMirroredOffset, sp.State, sp.LastMirrorEpoch, sp.Reason, sp.TopicID = s.LMO, int8(s.State), s.LME, s.Reason, s.TopicID
 	sp.StopOffset, sp.StopEpoch, sp.StopDone, sp.StopIndex = s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex
 	sp.CutSet, sp.CutAt, sp.CutTime, sp.CutRecords, sp.CutMs, sp.CompleteAt = s.Cut.Set, s.Cut.At, s.Cut.Time, s.Cut.Records, s.Cut.Ms, s.CompleteAt
@@ -694,21 +695,21 @@ func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt metada
 		sp.ErrorCode = wire.ErrTopicNotMirrored.Code
 		return sp
 	}
-	var states []State
+	var states []mirrorstate.State
 	for i := range t.Partitions {
-		s, err := p.readState(ctx, partitionKey{mirror, topic, int32(i)}, mt.ID)
+		s, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: topic, Partition: int32(i)}, mt.ID)
 		if err != nil {
 			sp.ErrorCode, _ = code(err)
 			return sp
 		}
 		states = append(states, s.State)
 	}
-	st := Unknown
+	st := mirrorstate.Unknown
 	if len(states) > 0 {
 		st = states[0]
 	}
-	for _, s := range []State{Failed, Stopping, Pausing, Preparing, EpochFencing} {
-		if slices.Contains(states, s) && slices.ContainsFunc(states, func(o State) bool { return o != s }) {
+	for _, s := range []mirrorstate.State{mirrorstate.Failed, mirrorstate.Stopping, mirrorstate.Pausing, mirrorstate.Preparing, mirrorstate.EpochFencing} {
+		if slices.Contains(states, s) && slices.ContainsFunc(states, func(o mirrorstate.State) bool { return o != s }) {
 			st = s
 			break
 		}
@@ -741,14 +742,14 @@ func (p *Plugin) writeStates(ctx context.Context, req *wire.WriteMirrorStatesReq
 			// answers NOT_COORDINATOR when it is not (any more). A
 			// partition with manifest entries carries only them.
 			if len(sp.Diverged) > 0 {
-				c, _ := code(p.writeEntriesLocal(ctx, partitionKey{req.MirrorName, t.Name, sp.PartitionIndex}, id, sp.Diverged))
+				c, _ := code(p.writeEntriesLocal(ctx, mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: sp.PartitionIndex}, id, sp.Diverged))
 				et.Partitions = append(et.Partitions, wire.ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
 				continue
 			}
-			_, err := p.writeStateLocal(ctx, partitionKey{req.MirrorName, t.Name, sp.PartitionIndex}, id, func(s *partitionState) error {
-				s.State, s.LMO, s.LME, s.Reason = State(sp.State), sp.LastMirroredOffset, sp.LastMirrorEpoch, sp.Reason
+			_, err := p.writeStateLocal(ctx, mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: sp.PartitionIndex}, id, func(s *mirrorstate.PartitionState) error {
+				s.State, s.LMO, s.LME, s.Reason = mirrorstate.State(sp.State), sp.LastMirroredOffset, sp.LastMirrorEpoch, sp.Reason
 				s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex = sp.StopOffset, sp.StopEpoch, sp.StopDone, sp.StopIndex
-				s.Cut, s.CompleteAt = cutState{Set: sp.CutSet, At: sp.CutAt, Time: sp.CutTime, Records: sp.CutRecords, Ms: sp.CutMs}, sp.CompleteAt
+				s.Cut, s.CompleteAt = mirrorstate.Cut{Set: sp.CutSet, At: sp.CutAt, Time: sp.CutTime, Records: sp.CutRecords, Ms: sp.CutMs}, sp.CompleteAt
 				return nil
 			})
 			c, _ := code(err)
@@ -765,19 +766,19 @@ func (p *Plugin) removeStatesLocal(ctx context.Context, mirror, topic string) er
 	var errs []error
 	for _, sh := range p.Runtime().Shards() {
 		errs = append(errs, sh.Do(ctx, func(sh *coord.Shard) error {
-			s := sh.State().(*shard)
+			s := sh.State().(*mirrorstate.Shard)
 			var recs []coord.Record
-			for k := range s.parts {
-				if k.mirror == mirror && k.topic == topic {
-					recs = append(recs, coord.Record{Key: recordKey(recPartState, k)}, coord.Record{Key: recordKey(recLastMirrored, k)})
+			for k := range s.Parts {
+				if k.Mirror == mirror && k.Topic == topic {
+					recs = append(recs, mirrorstate.Tombstones(k)...)
 				}
 			}
 			if err := sh.Write(ctx, recs...); err != nil {
 				return err
 			}
-			for k := range s.parts {
-				if k.mirror == mirror && k.topic == topic {
-					delete(s.parts, k)
+			for k := range s.Parts {
+				if k.Mirror == mirror && k.Topic == topic {
+					delete(s.Parts, k)
 				}
 			}
 			return nil

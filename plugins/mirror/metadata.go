@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
@@ -381,8 +382,8 @@ func (s *metaSync) paused(img *metadata.Image, m *metadata.Mirror) (map[topicPar
 		}
 		for i := range t.Partitions {
 			active++
-			st, err := s.p.readState(s.ctx, partitionKey{s.name, name, int32(i)}, t.ID)
-			if err == nil && (st.State == Paused || st.State == Pausing || st.State == Stopping && st.Cut.Set != "") {
+			st, err := s.p.readState(s.ctx, mirrorstate.PartitionKey{Mirror: s.name, Topic: name, Partition: int32(i)}, t.ID)
+			if err == nil && (st.State == mirrorstate.Paused || st.State == mirrorstate.Pausing || st.State == mirrorstate.Stopping && st.Cut.Set != "") {
 				paused[topicPartition{name, int32(i)}] = true
 			}
 		}
@@ -503,7 +504,7 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata.M
 	for _, name := range slices.Sorted(maps.Keys(src)) {
 		st := src[name]
 		if _, known := m.Topics[name]; known || st.err != 0 || !anyMatch(f.topicsIn, name) || anyMatch(f.topicsEx, name) ||
-			img.MirrorOf(name) != "" || strings.HasSuffix(name, divergedSuffix) {
+			img.MirrorOf(name) != "" || strings.HasSuffix(name, mirrorstate.DivergedSuffix) {
 			continue
 		}
 		added = append(added, name)
@@ -567,8 +568,8 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata.M
 		// Periodic epoch bump (the KIP's third trigger): keep the
 		// destination epoch ahead of the source's by the bump threshold.
 		for i, sle := range st.epochs {
-			if i < len(t.Partitions) && sle > t.Partitions[i].LeaderEpoch-bumpThreshold {
-				if _, err := meta.BumpLeaderEpoch(ctx, t.ID, int32(i), sle+bumpIncrement-1); err != nil {
+			if i < len(t.Partitions) && sle > t.Partitions[i].LeaderEpoch-mirrorstate.BumpThreshold {
+				if _, err := meta.BumpLeaderEpoch(ctx, t.ID, int32(i), sle+mirrorstate.BumpIncrement-1); err != nil {
 					errs = append(errs, fmt.Errorf("bump epoch of %s-%d: %w", name, i, err))
 				}
 			}
@@ -581,9 +582,9 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata.M
 // fetch loop finishes the stop (epoch bump, LME, barrier) and records
 // STOPPED, and the topic stays with its data.
 func (s *metaSync) stopTopic(topic, reason string) error {
-	err := s.p.setTopicStates(s.ctx, s.name, []string{topic}, func(st *partitionState) error {
-		if st.State != Stopping && st.State != Stopped {
-			st.State, st.Reason = Stopping, reason
+	err := s.p.setTopicStates(s.ctx, s.name, []string{topic}, func(st *mirrorstate.PartitionState) error {
+		if st.State != mirrorstate.Stopping && st.State != mirrorstate.Stopped {
+			st.State, st.Reason = mirrorstate.Stopping, reason
 		}
 		return nil
 	})

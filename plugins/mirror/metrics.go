@@ -9,6 +9,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/prom"
 )
@@ -65,7 +66,7 @@ func newPluginMetrics(p *Plugin, set *prom.Set) *pluginMetrics {
 
 // metricStates are the states tandem_mirror_partitions counts, each
 // written (0 included) so that a query by state always finds a series.
-var metricStates = []State{Preparing, Mirroring, EpochFencing, Pausing, Paused, Stopping, Stopped, Failed}
+var metricStates = []mirrorstate.State{mirrorstate.Preparing, mirrorstate.Mirroring, mirrorstate.EpochFencing, mirrorstate.Pausing, mirrorstate.Paused, mirrorstate.Stopping, mirrorstate.Stopped, mirrorstate.Failed}
 
 // trackRun registers a mirror's own gauges as its run starts.
 func (m *pluginMetrics) trackRun(r *mirrorRun) {

@@ -16,41 +16,12 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/server"
 )
 
 func sp(s string) *string { return &s }
-
-// TestStateTransitions checks canMove against the KIP's transitions,
-// for every pair of states.
-func TestStateTransitions(t *testing.T) {
-	allowed := map[State][]State{
-		Unknown:      {Preparing, Mirroring, Paused, Stopping, Stopped},
-		Preparing:    {Mirroring, Pausing, Stopping},
-		Mirroring:    {EpochFencing, Pausing, Stopping, Preparing},
-		EpochFencing: {Mirroring, Pausing, Stopping},
-		Pausing:      {Paused, Stopping},
-		Paused:       {Mirroring, Stopping},
-		Stopping:     {Stopped},
-		Stopped:      {Preparing},
-		Failed:       {Preparing, Stopping},
-	}
-	for from := Unknown; from <= Failed; from++ {
-		for to := Unknown; to <= Failed; to++ {
-			want := from == to || to == Failed // FAILED from any state; staying is no transition
-			for _, s := range allowed[from] {
-				want = want || s == to
-			}
-			if got := from.canMove(to); got != want {
-				t.Errorf("%s → %s: canMove %v, want %v", from, to, got, want)
-			}
-		}
-	}
-	if State(42).String() != "UNKNOWN" || Stopping.String() != "STOPPING" || EpochFencing.String() != "EPOCH_FENCING" {
-		t.Fatal("state names")
-	}
-}
 
 // TestEpochRules: increment 10, threshold 3.
 func TestEpochRules(t *testing.T) {
@@ -81,8 +52,8 @@ func TestEpochRules(t *testing.T) {
 		// DLE is SLE + 10 or more and SLE is neither fenced nor close.
 		if fence || bump {
 			dle := max(bumpMinEpoch(c.sle)+1, c.dle)
-			if dle < c.sle+bumpIncrement {
-				t.Errorf("SLE %d: bumped DLE %d, want at least %d", c.sle, dle, c.sle+bumpIncrement)
+			if dle < c.sle+mirrorstate.BumpIncrement {
+				t.Errorf("SLE %d: bumped DLE %d, want at least %d", c.sle, dle, c.sle+mirrorstate.BumpIncrement)
 			}
 			if f, b := epochCheck(c.sle, dle); f || b {
 				t.Errorf("SLE %d after the bump to %d: fence %v bump %v", c.sle, dle, f, b)

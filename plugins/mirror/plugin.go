@@ -7,6 +7,10 @@
 // partition's state on the coordinator runtime over __mirror_state, makes
 // mirror topics read-only through the engine's AppendValidator, and runs
 // one fetch loop per mirror against the source cluster with franz-go.
+//
+// Its leaf packages: wire (the mirror APIs' messages), mirrorcfg (a
+// mirror's configs), mirrorstate (a partition's state machine and its
+// __mirror_state records) and admin (the Go client of the mirror APIs).
 package mirror
 
 import (
@@ -23,24 +27,14 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Topic is the internal topic holding mirror partition states.
-const Topic = "__mirror_state"
-
-// divergedSuffix names the topic that keeps the records a truncation took
-// from a mirror topic: <topic>.diverged.
-const divergedSuffix = ".diverged"
-
-// Leader epoch bump constants of the KIP: the destination epoch is set to
-// SLE + bumpIncrement whenever SLE > DLE - bumpThreshold.
-const (
-	bumpIncrement = 10
-	bumpThreshold = 3
-)
+const Topic = mirrorstate.Topic
 
 // Config is the plugin's part of the broker properties.
 type Config struct {
@@ -150,11 +144,9 @@ func New(props map[string]string, log *slog.Logger, opts ...Option) *Plugin {
 	p.Coordinator = plugin.NewCoordinator(plugin.CoordinatorConfig{
 		KeyType: plugin.CoordinatorMirror,
 		Topic:   plugin.InternalTopic{Name: Topic, Partitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor},
-		New: func(int32) coord.StateMachine {
-			return &shard{parts: map[partitionKey]*partitionState{}, diverged: map[manifestKey]*manifestEntry{}}
-		},
-		Logger: p.log,
-		Err:    err,
+		New:     func(int32) coord.StateMachine { return mirrorstate.NewShard() },
+		Logger:  p.log,
+		Err:     err,
 	})
 	return p
 }
@@ -302,16 +294,16 @@ func (p *Plugin) ensureStateTopic(ctx context.Context) error {
 
 // epochCheck applies the KIP's rules to a mirrored batch's source leader
 // epoch (SLE) and the destination's (DLE): above DLE the partition is
-// fenced (EPOCH_FENCING) until DLE is bumped; within bumpThreshold of it
-// a proactive bump is scheduled.
+// fenced (EPOCH_FENCING) until DLE is bumped; within
+// mirrorstate.BumpThreshold of it a proactive bump is scheduled.
 func epochCheck(sle, dle int32) (fence, bump bool) {
-	return sle > dle, sle <= dle && sle > dle-bumpThreshold
+	return sle > dle, sle <= dle && sle > dle-mirrorstate.BumpThreshold
 }
 
 // bumpMinEpoch is the BumpLeaderEpochs minimum for a source epoch: the
 // controller sets max(min+1, current), so DLE becomes at least SLE +
-// bumpIncrement.
-func bumpMinEpoch(sle int32) int32 { return sle + bumpIncrement - 1 }
+// mirrorstate.BumpIncrement.
+func bumpMinEpoch(sle int32) int32 { return sle + mirrorstate.BumpIncrement - 1 }
 
 // maxBatchEpoch is the largest partition leader epoch of the record
 // batches in b (-1 if none).

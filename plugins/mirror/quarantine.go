@@ -14,6 +14,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/uuid"
@@ -37,7 +38,7 @@ const copyChunk = 1 << 20
 func (r *mirrorRun) truncate(pt *ledPartition, ep *engine.Partition, to int64, cause string) error {
 	to = max(to, 0)
 	if err := r.quarantine(pt, ep, to, cause); err != nil {
-		return fmt.Errorf("not truncated to %d: copying what it removes to %s%s: %w", to, pt.topic, divergedSuffix, err)
+		return fmt.Errorf("not truncated to %d: copying what it removes to %s%s: %w", to, pt.topic, mirrorstate.DivergedSuffix, err)
 	}
 	return ep.Truncate(to)
 }
@@ -119,7 +120,7 @@ func (r *mirrorRun) quarantine(pt *ledPartition, ep *engine.Partition, to int64,
 	if err != nil {
 		return err
 	}
-	k := partitionKey{r.name, pt.topic, pt.partition}
+	k := mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}
 	e, err := r.p.pendingEntry(r.ctx, k, pt.id)
 	if err != nil {
 		return err
@@ -132,12 +133,12 @@ func (r *mirrorRun) quarantine(pt *ledPartition, ep *engine.Partition, to int64,
 		}
 	} else {
 		if e != nil { // an interrupted copy of another range: close it as it is
-			e.CopyEnd, e.done = dp.Offsets().LogEnd, true
+			e.CopyEnd, e.Done = dp.Offsets().LogEnd, true
 			if err := r.p.writeEntry(r.ctx, k, pt.id, e); err != nil {
 				return err
 			}
 		}
-		e = &manifestEntry{DivergedRange: *span}
+		e = &mirrorstate.ManifestEntry{DivergedRange: *span}
 		e.CopyStart, e.CopyEnd, e.TruncatedAt, e.Cause = dp.Offsets().LogEnd, -1, time.Now().UnixMilli(), cause
 		if err := r.p.writeEntry(r.ctx, k, pt.id, e); err != nil {
 			return err
@@ -151,13 +152,13 @@ func (r *mirrorRun) quarantine(pt *ledPartition, ep *engine.Partition, to int64,
 	if err != nil {
 		return fmt.Errorf("copy: %w", err)
 	}
-	e.CopyEnd, e.done = dp.Offsets().LogEnd, true
+	e.CopyEnd, e.Done = dp.Offsets().LogEnd, true
 	if err := r.p.writeEntry(r.ctx, k, pt.id, e); err != nil {
 		return err
 	}
 	r.log.Warn("mirror truncation: the records it removes were copied first", "topic", pt.topic, "partition", pt.partition,
 		"cause", cause, "first_offset", e.FirstOffset, "last_offset", e.LastOffset, "records", e.Records,
-		"copied_to", fmt.Sprintf("%s%s/%d@%d-%d", pt.topic, divergedSuffix, pt.partition, e.CopyStart, e.CopyEnd))
+		"copied_to", fmt.Sprintf("%s%s/%d@%d-%d", pt.topic, mirrorstate.DivergedSuffix, pt.partition, e.CopyStart, e.CopyEnd))
 	return nil
 }
 
@@ -196,7 +197,7 @@ func copiedUpTo(dp *engine.Partition, copyStart int64, ep *engine.Partition, off
 // topic (as many partitions as topic, retention off, batches as large as
 // the mirror topic's) or its missing partitions on first use.
 func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition int32, ep *engine.Partition) (*engine.Partition, error) {
-	name := topic + divergedSuffix
+	name := topic + mirrorstate.DivergedSuffix
 	meta := p.Host().Metadata()
 	img := meta.Image()
 	if img.MirrorOf(name) != "" {
@@ -249,17 +250,17 @@ func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition 
 }
 
 // shardOf runs fn on the __mirror_state shard of a mirror partition.
-func (p *Plugin) shardOf(ctx context.Context, k partitionKey, id uuid.UUID, fn func(*coord.Shard, *shard) error) error {
-	return p.Do(ctx, coordKey(k.mirror, id, k.partition), func(sh *coord.Shard) error {
-		return fn(sh, sh.State().(*shard))
+func (p *Plugin) shardOf(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID, fn func(*coord.Shard, *mirrorstate.Shard) error) error {
+	return p.Do(ctx, coordKey(k.Mirror, id, k.Partition), func(sh *coord.Shard) error {
+		return fn(sh, sh.State().(*mirrorstate.Shard))
 	})
 }
 
 // pendingEntry returns the partition's manifest entry whose copy is not
 // done, nil if none, from the partition's coordinator.
-func (p *Plugin) pendingEntry(ctx context.Context, k partitionKey, id uuid.UUID) (*manifestEntry, error) {
+func (p *Plugin) pendingEntry(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID) (*mirrorstate.ManifestEntry, error) {
 	var entries []wire.DivergedEntry
-	err := p.coordinated(ctx, coordKey(k.mirror, id, k.partition), func() error {
+	err := p.coordinated(ctx, coordKey(k.Mirror, id, k.Partition), func() error {
 		var err error
 		entries, err = p.entriesLocal(ctx, k, id)
 		return err
@@ -273,7 +274,7 @@ func (p *Plugin) pendingEntry(ctx context.Context, k partitionKey, id uuid.UUID)
 	}
 	for _, e := range entries {
 		if !e.Done {
-			return &manifestEntry{DivergedRange: e.DivergedRange}, nil
+			return &mirrorstate.ManifestEntry{DivergedRange: e.DivergedRange}, nil
 		}
 	}
 	return nil, nil
@@ -281,12 +282,12 @@ func (p *Plugin) pendingEntry(ctx context.Context, k partitionKey, id uuid.UUID)
 
 // entriesLocal returns the partition's manifest entries from the local
 // shard.
-func (p *Plugin) entriesLocal(ctx context.Context, k partitionKey, id uuid.UUID) ([]wire.DivergedEntry, error) {
+func (p *Plugin) entriesLocal(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID) ([]wire.DivergedEntry, error) {
 	var out []wire.DivergedEntry
-	err := p.shardOf(ctx, k, id, func(_ *coord.Shard, s *shard) error {
-		for dk, e := range s.diverged {
-			if dk.partitionKey == k {
-				out = append(out, wire.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.done})
+	err := p.shardOf(ctx, k, id, func(_ *coord.Shard, s *mirrorstate.Shard) error {
+		for dk, e := range s.Diverged {
+			if dk.PartitionKey == k {
+				out = append(out, wire.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.Done})
 			}
 		}
 		return nil
@@ -296,31 +297,31 @@ func (p *Plugin) entriesLocal(ctx context.Context, k partitionKey, id uuid.UUID)
 }
 
 // writeEntry persists a manifest entry on the partition's coordinator.
-func (p *Plugin) writeEntry(ctx context.Context, k partitionKey, id uuid.UUID, e *manifestEntry) error {
-	entry := wire.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.done}
-	return p.coordinated(ctx, coordKey(k.mirror, id, k.partition), func() error {
+func (p *Plugin) writeEntry(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID, e *mirrorstate.ManifestEntry) error {
+	entry := wire.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.Done}
+	return p.coordinated(ctx, coordKey(k.Mirror, id, k.Partition), func() error {
 		return p.writeEntriesLocal(ctx, k, id, []wire.DivergedEntry{entry})
 	}, func(node int32) error {
-		return p.writeRemote(ctx, node, k, wire.StatePartition{PartitionIndex: k.partition, TopicID: id, Diverged: []wire.DivergedEntry{entry}})
+		return p.writeRemote(ctx, node, k, wire.StatePartition{PartitionIndex: k.Partition, TopicID: id, Diverged: []wire.DivergedEntry{entry}})
 	})
 }
 
 // writeEntriesLocal persists manifest entries on the local shard.
-func (p *Plugin) writeEntriesLocal(ctx context.Context, k partitionKey, id uuid.UUID, entries []wire.DivergedEntry) error {
-	return p.shardOf(ctx, k, id, func(sh *coord.Shard, s *shard) error {
+func (p *Plugin) writeEntriesLocal(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID, entries []wire.DivergedEntry) error {
+	return p.shardOf(ctx, k, id, func(sh *coord.Shard, s *mirrorstate.Shard) error {
 		var recs []coord.Record
 		for _, e := range entries {
-			me := &manifestEntry{DivergedRange: e.DivergedRange, done: e.Done}
-			me.Topic, me.Partition = k.topic, k.partition
-			recs = append(recs, coord.Record{Key: divergedKey(manifestKey{k, e.CopyStart}), Value: divergedValue(me)})
+			me := &mirrorstate.ManifestEntry{DivergedRange: e.DivergedRange, Done: e.Done}
+			me.Topic, me.Partition = k.Topic, k.Partition
+			recs = append(recs, mirrorstate.EntryRecord(mirrorstate.ManifestKey{PartitionKey: k, CopyStart: e.CopyStart}, me))
 		}
 		if err := sh.Write(ctx, recs...); err != nil {
 			return err
 		}
 		for _, e := range entries {
-			me := &manifestEntry{DivergedRange: e.DivergedRange, done: e.Done}
-			me.Topic, me.Partition = k.topic, k.partition
-			s.diverged[manifestKey{k, e.CopyStart}] = me
+			me := &mirrorstate.ManifestEntry{DivergedRange: e.DivergedRange, Done: e.Done}
+			me.Topic, me.Partition = k.Topic, k.Partition
+			s.Diverged[mirrorstate.ManifestKey{PartitionKey: k, CopyStart: e.CopyStart}] = me
 		}
 		return nil
 	})
@@ -332,8 +333,8 @@ func (p *Plugin) manifest(ctx context.Context, mirror string) []wire.DivergedRan
 	var out []wire.DivergedRange
 	for _, sh := range p.Runtime().Shards() {
 		sh.Do(ctx, func(sh *coord.Shard) error { //nolint:errcheck // a shard that is going away has nothing to add
-			for dk, e := range sh.State().(*shard).diverged {
-				if dk.mirror == mirror && e.done {
+			for dk, e := range sh.State().(*mirrorstate.Shard).Diverged {
+				if dk.Mirror == mirror && e.Done {
 					out = append(out, e.DivergedRange)
 				}
 			}

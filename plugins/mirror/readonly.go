@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
@@ -40,13 +41,13 @@ func (p *Plugin) ValidateAppend(req *engine.AppendRequest) error {
 	mirror := img.MirrorOf(req.Topic)
 	switch req.Origin {
 	case engine.OriginMirror:
-		if st := p.partState(mirror, req.Topic, req.Partition); st != Mirroring {
+		if st := p.partState(mirror, req.Topic, req.Partition); st != mirrorstate.Mirroring {
 			return fmt.Errorf("%s-%d is not a MIRRORING partition (mirror %q, %s): a fetcher may not append: %w",
 				req.Topic, req.Partition, mirror, st, wire.ErrReadOnlyTopic)
 		}
 		return p.checkEpochs(img, mirror, req)
 	case engine.OriginMirrorControl:
-		if st := p.partState(mirror, req.Topic, req.Partition); mirror != "" && st != Stopping {
+		if st := p.partState(mirror, req.Topic, req.Partition); mirror != "" && st != mirrorstate.Stopping {
 			return fmt.Errorf("%s-%d is %s, not STOPPING: %w", req.Topic, req.Partition, st, wire.ErrReadOnlyTopic)
 		}
 		return nil
@@ -70,13 +71,13 @@ func errReadOnly(format string, args ...any) error {
 
 // partState is a partition's state as the run of its mirror on this
 // broker knows it (UNKNOWN if none).
-func (p *Plugin) partState(mirror, topic string, partition int32) State {
+func (p *Plugin) partState(mirror, topic string, partition int32) mirrorstate.State {
 	if mirror == "" {
-		return Unknown
+		return mirrorstate.Unknown
 	}
 	r := p.run(mirror)
 	if r == nil {
-		return Unknown
+		return mirrorstate.Unknown
 	}
 	st, _ := r.state(topicPartition{topic, partition})
 	return st

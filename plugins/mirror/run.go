@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -67,7 +68,7 @@ type topicPartition struct {
 type ledPartition struct {
 	topicPartition
 	id       uuid.UUID
-	state    State
+	state    mirrorstate.State
 	reason   string // of a FAILED state
 	stopDone bool   // STOPPING work done; waits for the topic's other partitions
 
@@ -137,13 +138,13 @@ func (r *mirrorRun) scheduleBump(topic string, partition int32, sle int32) {
 }
 
 // state returns a partition's state as this run knows it.
-func (r *mirrorRun) state(k topicPartition) (State, bool) {
+func (r *mirrorRun) state(k topicPartition) (mirrorstate.State, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if pt := r.parts[k]; pt != nil {
 		return pt.state, true
 	}
-	return Unknown, false
+	return mirrorstate.Unknown, false
 }
 
 // sortedParts returns the partitions in topic and partition order.
@@ -196,16 +197,16 @@ func (r *mirrorRun) controlStep() error {
 		st, _ := r.state(pt.topicPartition)
 		var err error
 		switch st {
-		case Pausing:
+		case mirrorstate.Pausing:
 			r.release()
-			if err = r.setState(pt, Paused, ""); err == nil {
+			if err = r.setState(pt, mirrorstate.Paused, ""); err == nil {
 				err = r.saveComplete(pt, 0) // a paused partition learns nothing more
 			}
-		case Stopping:
+		case mirrorstate.Stopping:
 			err = r.stopPartition(pt)
-		case EpochFencing:
+		case mirrorstate.EpochFencing:
 			err = r.bump(pt, bumps[pt.topicPartition])
-		case Mirroring:
+		case mirrorstate.Mirroring:
 			if sle, ok := bumps[pt.topicPartition]; ok {
 				err = r.bumpEpoch(pt, bumpMinEpoch(sle))
 			}
@@ -264,16 +265,16 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 		st, ok := states[k]
 		var err error
 		if !ok {
-			if st, err = r.p.readState(r.ctx, partitionKey{r.name, k.topic, k.partition}, id); err != nil {
+			if st, err = r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.topic, Partition: k.partition}, id); err != nil {
 				return err
 			}
 		}
-		if stopped := m.Topics[k.topic].Stopped; !stopped && (st.State == Unknown || st.State == Stopped && int64(img.Index) >= st.StopIndex) {
+		if stopped := m.Topics[k.topic].Stopped; !stopped && (st.State == mirrorstate.Unknown || st.State == mirrorstate.Stopped && int64(img.Index) >= st.StopIndex) {
 			// A new mirror partition, or one added again (failback). A
 			// STOPPED partition whose stop this image does not show yet
 			// (another broker finished the topic a moment ago) is not.
-			if st, err = r.p.writeState(r.ctx, partitionKey{r.name, k.topic, k.partition}, id, func(s *partitionState) error {
-				s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex, s.Cut = Preparing, "", -1, -1, false, 0, cutState{At: -1}
+			if st, err = r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.topic, Partition: k.partition}, id, func(s *mirrorstate.PartitionState) error {
+				s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex, s.Cut = mirrorstate.Preparing, "", -1, -1, false, 0, mirrorstate.Cut{At: -1}
 				return nil
 			}); err != nil {
 				return err
@@ -288,7 +289,7 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 		if pt.state != st.State {
 			pt.stopDone = false
 		}
-		if st.State == Stopping && st.StopDone {
+		if st.State == mirrorstate.Stopping && st.StopDone {
 			pt.stopDone = true // done by this partition's earlier leader
 		}
 		pt.state, pt.reason = st.State, st.Reason
@@ -317,7 +318,7 @@ func (r *mirrorRun) saveComplete(pt *ledPartition, every time.Duration) error {
 	if !known || at <= saved || at-saved < every.Milliseconds() {
 		return nil
 	}
-	if _, err := r.p.writeState(r.ctx, partitionKey{r.name, pt.topic, pt.partition}, pt.id, func(s *partitionState) error {
+	if _, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}, pt.id, func(s *mirrorstate.PartitionState) error {
 		s.CompleteAt = max(s.CompleteAt, at)
 		return nil
 	}); err != nil {
@@ -332,8 +333,8 @@ func (r *mirrorRun) saveComplete(pt *ledPartition, every time.Duration) error {
 // setState persists a partition's new state; the coordinator refuses
 // transitions the KIP does not allow (a concurrent failover wins over a
 // fetcher's EPOCH_FENCING, say).
-func (r *mirrorRun) setState(pt *ledPartition, s State, reason string) error {
-	st, err := r.p.writeState(r.ctx, partitionKey{r.name, pt.topic, pt.partition}, pt.id, func(st *partitionState) error {
+func (r *mirrorRun) setState(pt *ledPartition, s mirrorstate.State, reason string) error {
+	st, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}, pt.id, func(st *mirrorstate.PartitionState) error {
 		st.State, st.Reason = s, reason
 		return nil
 	})
@@ -353,7 +354,7 @@ func (r *mirrorRun) fail(pt *ledPartition, err error) error {
 		return err // shutting down: not the partition's fault
 	}
 	r.log.Warn("mirror partition failed", "topic", pt.topic, "partition", pt.partition, "err", err)
-	if serr := r.setState(pt, Failed, err.Error()); serr != nil {
+	if serr := r.setState(pt, mirrorstate.Failed, err.Error()); serr != nil {
 		return serr
 	}
 	return err
@@ -378,7 +379,7 @@ func (r *mirrorRun) bump(pt *ledPartition, sle int32) error {
 	if err := r.bumpEpoch(pt, bumpMinEpoch(sle)); err != nil {
 		return err
 	}
-	return r.setState(pt, Mirroring, "")
+	return r.setState(pt, mirrorstate.Mirroring, "")
 }
 
 // bumpEpoch asks the controller for a leader epoch above minEpoch and

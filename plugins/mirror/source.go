@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -37,9 +38,9 @@ type source struct {
 
 // needsSource reports whether a partition in state s has a source side:
 // one being prepared, copied or paused.
-func needsSource(s State) bool {
+func needsSource(s mirrorstate.State) bool {
 	switch s {
-	case Preparing, Mirroring, EpochFencing, Pausing, Paused:
+	case mirrorstate.Preparing, mirrorstate.Mirroring, mirrorstate.EpochFencing, mirrorstate.Pausing, mirrorstate.Paused:
 		return true
 	}
 	return false
@@ -105,7 +106,7 @@ func (r *mirrorRun) sourceStep() error {
 	r.syncFetchers(parts)
 	var errs []error
 	for _, pt := range parts {
-		if st, _ := r.state(pt.topicPartition); st == Preparing {
+		if st, _ := r.state(pt.topicPartition); st == mirrorstate.Preparing {
 			if err := r.prepare(pt); err != nil && r.ctx.Err() == nil {
 				r.setTrouble([]*ledPartition{pt}, err)
 				errs = append(errs, fmt.Errorf("prepare %s-%d: %w", pt.topic, pt.partition, err))
@@ -371,7 +372,7 @@ func (r *mirrorRun) prepare(pt *ledPartition) error {
 	}
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
-	if st, _ := r.state(pt.topicPartition); st != Preparing {
+	if st, _ := r.state(pt.topicPartition); st != mirrorstate.Preparing {
 		return nil // stopped or paused meanwhile
 	}
 	ep, err := r.partition(pt)
@@ -402,12 +403,12 @@ func (r *mirrorRun) prepare(pt *ledPartition) error {
 		if err != nil {
 			return fmt.Errorf("waiting for the ISR to truncate to the last mirror epoch: %w", err)
 		}
-		if st, _ := r.state(pt.topicPartition); st != Preparing {
+		if st, _ := r.state(pt.topicPartition); st != mirrorstate.Preparing {
 			return nil
 		}
 	}
 	r.setTrouble([]*ledPartition{pt}, nil)
-	return r.setState(pt, Mirroring, "")
+	return r.setState(pt, mirrorstate.Mirroring, "")
 }
 
 // isrTruncationWait bounds one wait for the ISR to truncate; PREPARING
@@ -560,7 +561,7 @@ func (f *fetcher) loop() {
 		var fetch []*ledPartition
 		r.mu.Lock()
 		for _, pt := range parts {
-			if pt.state == Mirroring {
+			if pt.state == mirrorstate.Mirroring {
 				fetch = append(fetch, pt)
 			}
 		}
@@ -691,7 +692,7 @@ func (r *mirrorRun) applyPartition(pt *ledPartition, rp *kmsg.FetchResponseTopic
 	}
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
-	if st, _ := r.state(pt.topicPartition); st != Mirroring {
+	if st, _ := r.state(pt.topicPartition); st != mirrorstate.Mirroring {
 		return 0, nil // taken from the fetcher meanwhile
 	}
 	ep, err := r.partition(pt)
@@ -721,11 +722,11 @@ func (r *mirrorRun) applyPartition(pt *ledPartition, rp *kmsg.FetchResponseTopic
 		switch {
 		case errors.Is(err, wire.ErrMirrorLeaderEpochExceeded):
 			r.scheduleBump(pt.topic, pt.partition, maxBatchEpoch(batches))
-			return 0, r.setState(pt, EpochFencing, "")
+			return 0, r.setState(pt, mirrorstate.EpochFencing, "")
 		case errors.Is(err, engine.ErrUnexpectedAppendOffset):
 			return 0, err // our log moved meanwhile: fetch again from its end
 		case err != nil:
-			if st, _ := r.state(pt.topicPartition); st != Mirroring {
+			if st, _ := r.state(pt.topicPartition); st != mirrorstate.Mirroring {
 				return 0, nil // the validator saw it taken away first
 			}
 			return 0, r.fail(pt, fmt.Errorf("append mirrored batches: %w", err))
@@ -823,7 +824,7 @@ func (r *mirrorRun) outOfRange(pt *ledPartition) error {
 	}
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
-	if st, _ := r.state(pt.topicPartition); st != Mirroring {
+	if st, _ := r.state(pt.topicPartition); st != mirrorstate.Mirroring {
 		return nil
 	}
 	ep, err := r.partition(pt)
@@ -860,7 +861,7 @@ func (f *fetcher) refreshEnds(parts []*ledPartition) {
 	r.mu.Lock()
 	for _, pt := range parts {
 		switch {
-		case pt.state == Paused || pt.state == Pausing:
+		case pt.state == mirrorstate.Paused || pt.state == mirrorstate.Pausing:
 			paused = append(paused, pt)
 		case pt.srcEnd > pt.dstLEO:
 			behind = append(behind, pt)

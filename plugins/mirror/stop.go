@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
@@ -41,7 +42,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 	if err != nil {
 		return err
 	}
-	k := partitionKey{r.name, pt.topic, pt.partition}
+	k := mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}
 	st, err := r.p.readState(r.ctx, k, pt.id)
 	if err != nil {
 		return err
@@ -54,7 +55,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 		r.mu.Lock()
 		complete := pt.caughtUpAt.UnixMilli()
 		r.mu.Unlock()
-		if st, err = r.p.writeState(r.ctx, k, pt.id, func(s *partitionState) error {
+		if st, err = r.p.writeState(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
 			s.StopAt, s.StopEpoch, s.CompleteAt = offs.LogEnd, offs.LeaderEpoch, max(s.CompleteAt, complete)
 			return nil
 		}); err != nil {
@@ -93,11 +94,11 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 	// 4. Persist the last mirror epoch, twice: for the mirror, and for the
 	// topic alone (mirror name ""), which outlives the mirror's deletion
 	// so that a later failback still finds it.
-	for _, key := range []partitionKey{k, {"", pt.topic, pt.partition}} {
-		if _, err := r.p.writeState(r.ctx, key, pt.id, func(s *partitionState) error {
+	for _, key := range []mirrorstate.PartitionKey{k, {Mirror: "", Topic: pt.topic, Partition: pt.partition}} {
+		if _, err := r.p.writeState(r.ctx, key, pt.id, func(s *mirrorstate.PartitionState) error {
 			s.LME, s.LMO = lme, st.StopAt-1
-			if key.mirror == "" {
-				s.State = Stopped
+			if key.Mirror == "" {
+				s.State = mirrorstate.Stopped
 			}
 			return nil
 		}); err != nil {
@@ -119,7 +120,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 	r.p.stopHook(pt.topic, pt.partition, StepBarrierWritten)
 	// Persisted, so that whichever broker finishes the topic (the leader
 	// of its partition 0) knows this partition is done.
-	if _, err := r.p.writeState(r.ctx, k, pt.id, func(s *partitionState) error {
+	if _, err := r.p.writeState(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
 		s.StopDone = true
 		return nil
 	}); err != nil {
@@ -167,7 +168,7 @@ func (r *mirrorRun) finishStops(parts []*ledPartition) error {
 	byTopic := map[string][]*ledPartition{}
 	r.mu.Lock()
 	for _, pt := range parts {
-		if pt.state == Stopping {
+		if pt.state == mirrorstate.Stopping {
 			byTopic[pt.topic] = append(byTopic[pt.topic], pt)
 		}
 	}
@@ -198,8 +199,8 @@ func (r *mirrorRun) finishStops(parts []*ledPartition) error {
 		// partition's next leader.
 		for i := len(t.Partitions) - 1; i >= 0; i-- {
 			k := topicPartition{topic, int32(i)}
-			st, err := r.p.writeState(r.ctx, partitionKey{r.name, topic, int32(i)}, t.ID, func(s *partitionState) error {
-				s.State, s.Reason, s.StopIndex = Stopped, "", stopIndex
+			st, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: topic, Partition: int32(i)}, t.ID, func(s *mirrorstate.PartitionState) error {
+				s.State, s.Reason, s.StopIndex = mirrorstate.Stopped, "", stopIndex
 				return nil
 			})
 			if err != nil {
@@ -232,11 +233,11 @@ func (r *mirrorRun) topicStopDone(t *metadata.Topic, local []*ledPartition) (boo
 			}
 			continue
 		}
-		st, err := r.p.readState(r.ctx, partitionKey{r.name, t.Name, int32(i)}, t.ID)
+		st, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: t.Name, Partition: int32(i)}, t.ID)
 		if err != nil {
 			return false, err
 		}
-		if !(st.State == Stopping && st.StopDone) && st.State != Stopped {
+		if !(st.State == mirrorstate.Stopping && st.StopDone) && st.State != mirrorstate.Stopped {
 			return false, nil
 		}
 	}

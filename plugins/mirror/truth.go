@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
@@ -105,27 +106,27 @@ func mirrorState(failed bool, parts []wire.PartitionDetail) string {
 	live, paused := 0, 0
 	for _, pd := range parts {
 		switch pd.State {
-		case Stopped.String():
+		case mirrorstate.Stopped.String():
 			continue
-		case Paused.String():
+		case mirrorstate.Paused.String():
 			paused++
 		}
 		live++
 	}
 	switch {
 	case len(parts) > 0 && live == 0:
-		return Stopped.String()
+		return mirrorstate.Stopped.String()
 	case failed:
-		return Failed.String()
+		return mirrorstate.Failed.String()
 	case live > 0 && paused == live:
-		return Paused.String()
+		return mirrorstate.Paused.String()
 	}
-	return Mirroring.String()
+	return mirrorstate.Mirroring.String()
 }
 
 // stateNeedsSource is needsSource for a state's name.
 func stateNeedsSource(name string) bool {
-	for s := Preparing; s <= Failed; s++ {
+	for s := mirrorstate.Preparing; s <= mirrorstate.Failed; s++ {
 		if s.String() == name {
 			return needsSource(s)
 		}

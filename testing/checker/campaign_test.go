@@ -18,8 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/testing/checker"
 	"github.com/tandem-kafka/tandem/testing/faultproxy"
@@ -347,7 +347,7 @@ func (c *campaign) run(r int, f fault, failback bool) runResult {
 		}
 		for p := range parts {
 			d := ds[fmt.Sprintf("%s/%d", topic, p)]
-			if d.State != mirror.Mirroring.String() || d.DestinationOffset <= 0 {
+			if d.State != mirrorstate.Mirroring.String() || d.DestinationOffset <= 0 {
 				return fmt.Errorf("%s-%d: %s at %d", topic, p, d.State, d.DestinationOffset)
 			}
 		}

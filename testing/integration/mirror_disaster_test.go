@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
-	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -599,7 +599,7 @@ func TestMirrorSpecPoints(t *testing.T) {
 		return resp.(*wire.ReadMirrorStatesResponse)
 	}
 	rs := readStates(&wire.ReadMirrorStatesRequest{MirrorName: "m", Topics: []wire.PartitionsTopic{{Name: "q"}}})
-	if got := rs.Topics[0].Partitions; len(got) != 1 || got[0].PartitionIndex != -1 || got[0].State != int8(mirror.Mirroring) {
+	if got := rs.Topics[0].Partitions; len(got) != 1 || got[0].PartitionIndex != -1 || got[0].State != int8(mirrorstate.Mirroring) {
 		t.Fatalf("ReadMirrorStates without partition states: %+v", got)
 	}
 	if _, err := da.RemoveTopicsFromMirror(ctx, "m", []string{"q"}); err != nil {
@@ -610,7 +610,7 @@ func TestMirrorSpecPoints(t *testing.T) {
 		t.Fatalf("WriteMirrorStates removing q: %v %+v", err, ws)
 	}
 	rs = readStates(&wire.ReadMirrorStatesRequest{MirrorName: "m", NeedPartitionStates: true, Topics: []wire.PartitionsTopic{{Name: "q", Partitions: []int32{0}}}})
-	if got := rs.Topics[0].Partitions[0]; got.State != int8(mirror.Unknown) || got.LastMirroredOffset != -1 {
+	if got := rs.Topics[0].Partitions[0]; got.State != int8(mirrorstate.Unknown) || got.LastMirroredOffset != -1 {
 		t.Fatalf("q-0 after its states were removed: state %d, last mirrored offset %d", got.State, got.LastMirroredOffset)
 	}
 
