@@ -15,7 +15,7 @@ import (
 // README.md and docs/ cite in backquotes exists in the repository, so that
 // the docs cannot keep naming what was renamed or never written. A cited
 // path is one that starts with a directory of the repository
-// (`server/conn.go`, `plugins/mirror/metadata*.go`); a cited identifier
+// (`server/conn.go`, `plugins/mirror/metasync/*.go`); a cited identifier
 // is package.Name[.Field] with a package of the repository
 // (`server/plugin.TxnMarkerWriter`, `raftmeta.Config.RaftAddr`,
 // `plugins/mirror/admin.Opt()`).

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
@@ -201,7 +202,7 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 		return nil, nil, unavailable("metadata", err)
 	}
 	img := p.Image()
-	exclude := excludedProps(m.Configs)
+	exclude := metasync.ExcludedProps(m.Configs)
 	creq := kmsg.NewPtrDescribeConfigsRequest()
 	var specs []raftmeta.TopicSpec
 	for _, t := range resp.Topics {
@@ -212,7 +213,7 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 		if t.ErrorCode != 0 {
 			return nil, nil, fmt.Errorf("topic %s on the source cluster of mirror %s: %w", name, m.Name, kerr.ErrorForCode(t.ErrorCode))
 		}
-		if isInternal(name, t.IsInternal) {
+		if metasync.IsInternal(name, t.IsInternal) {
 			return nil, nil, fmt.Errorf("topic %s is internal to the source cluster and never mirrored: %w", name, kerr.InvalidRequest)
 		}
 		if here := img.Topics[name]; here != nil && (here.ID != t.TopicID || len(here.Partitions) != len(t.Partitions)) {

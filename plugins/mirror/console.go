@@ -40,7 +40,7 @@ func (p *Plugin) Health() []string {
 			why, contact = r.failed, r.contact
 			r.mu.Unlock()
 		}
-		if halt, _ := p.meta.status(name); halt != "" {
+		if halt, _ := p.meta.Status(name); halt != "" {
 			why = halt
 		}
 		if why == "" {

@@ -247,10 +247,6 @@ func (p *Plugin) createMirror(ctx context.Context, req *wire.CreateMirrorRequest
 	return p.Host().Metadata().CreateMirror(ctx, name, configs)
 }
 
-// defaultExclude is mirror.topic.properties.exclude's default.
-const defaultExclude = "follower.replication.throttled.replicas,leader.replication.throttled.replicas,message.timestamp.difference.max.ms," +
-	"log.message.timestamp.before.max.ms,log.message.timestamp.after.max.ms,message.timestamp.type,unclean.leader.election.enable,min.insync.replicas,mirror.name"
-
 // mirrorTopics resolves topic names (anchored regular expressions) to the
 // mirror's active topics; none means all of them. A name that matches
 // only topics already failed over, or none, is an error saying which.
@@ -514,7 +510,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 				}
 				r.mu.Unlock()
 			}
-			halt, aclSync := p.meta.status(name)
+			halt, aclSync := p.meta.Status(name)
 			if halt != "" {
 				dm.ErrorCode, dm.ErrorMessage, failed = kerr.InconsistentClusterID.Code, wire.NonEmpty(halt), true
 			}

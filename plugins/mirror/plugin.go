@@ -27,6 +27,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
@@ -97,7 +98,7 @@ type Plugin struct {
 	cancel  context.CancelFunc
 	runs    map[string]*mirrorRun // by mirror name
 	metrics *pluginMetrics
-	meta    *metaManager // metadata sync of the mirrors this broker coordinates
+	meta    *metasync.Manager // metadata sync of the mirrors this broker coordinates
 
 	stopHook func(topic string, partition int32, step StopStep)
 }
@@ -137,7 +138,8 @@ func New(props map[string]string, log *slog.Logger, opts ...Option) *Plugin {
 	for _, o := range opts {
 		o(p)
 	}
-	p.meta = newMetaManager(p)
+	p.meta = metasync.NewManager(metasyncPlugin{p}, metasync.Config{Log: p.log, RefreshInterval: cfg.RefreshInterval,
+		RequestTimeout: cfg.RequestTimeout, ConnectTimeout: cfg.ConnectTimeout})
 	if err != nil {
 		err = fmt.Errorf("mirror: %w", err)
 	}
@@ -162,7 +164,7 @@ func (p *Plugin) Start(ctx context.Context, host plugin.Host) error {
 	p.mu.Unlock()
 	img := host.Metadata().Image()
 	p.sync(img)
-	p.meta.sync(img)
+	p.meta.Sync(img)
 	return nil
 }
 
@@ -179,7 +181,7 @@ func (p *Plugin) Stop(ctx context.Context) error {
 	for _, r := range runs {
 		r.stop()
 	}
-	p.meta.stop()
+	p.meta.Stop()
 	return p.Coordinator.Stop(ctx)
 }
 
@@ -197,7 +199,7 @@ func (p *Plugin) OnLeaderChange(c plugin.LeaderChange) {
 // OnMetadataUpdate implements plugin.MetadataObserver.
 func (p *Plugin) OnMetadataUpdate(_ metadata.Delta, img *metadata.Image) {
 	p.sync(img)
-	p.meta.sync(img)
+	p.meta.Sync(img)
 }
 
 // started is the plugin's context, nil before Start and done after Stop.

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
@@ -132,7 +133,7 @@ func (p *Plugin) CheckTopicChange(c plugin.TopicChange) error {
 		return nil
 	}
 	if c.Op == plugin.OpAlterConfigs {
-		excluded := excludedProps(img.Mirrors[m].Configs)
+		excluded := metasync.ExcludedProps(img.Mirrors[m].Configs)
 		for _, k := range c.Keys {
 			if k == mirrorNameConfig || !excluded[k] {
 				return errReadOnly("topic %s is a read-only mirror topic of mirror %s: config %s is synced from the source (only keys in mirror.topic.properties.exclude may be set here)",

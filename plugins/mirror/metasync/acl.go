@@ -1,4 +1,4 @@
-package mirror
+package metasync
 
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"

@@ -1,4 +1,4 @@
-package mirror
+package metasync
 
 import (
 	"maps"
@@ -89,11 +89,11 @@ func TestPlanACLs(t *testing.T) {
 }
 
 func TestConfigChanges(t *testing.T) {
-	ex := excludedProps(map[string]string{})
+	ex := ExcludedProps(map[string]string{})
 	if !ex["min.insync.replicas"] || !ex["mirror.name"] || ex["retention.ms"] {
 		t.Fatalf("default exclusions %v", ex)
 	}
-	if ex := excludedProps(map[string]string{"mirror.topic.properties.exclude": "segment.bytes"}); !ex["mirror.name"] || !ex["segment.bytes"] || !ex["min.insync.replicas"] || ex["retention.ms"] {
+	if ex := ExcludedProps(map[string]string{"mirror.topic.properties.exclude": "segment.bytes"}); !ex["mirror.name"] || !ex["segment.bytes"] || !ex["min.insync.replicas"] || ex["retention.ms"] {
 		t.Fatalf("configured exclusions %v", ex)
 	}
 	dest := map[string]string{"retention.ms": "1000", "cleanup.policy": "compact", "min.insync.replicas": "2", "segment.ms": "5"}

@@ -1,4 +1,4 @@
-package mirror
+package metasync
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 // syncShareGroups copies the start offsets of the source's share groups
 // for the mirror's active topics. Groups with members on the destination
 // are skipped; each offset is clamped as consumer-group offsets are.
-func (s *metaSync) syncShareGroups(ctx context.Context, cl *kgo.Client, f filters, paused map[topicPartition]bool) error {
+func (s *mirrorSync) syncShareGroups(ctx context.Context, cl *kgo.Client, f filters, paused map[topicPartition]bool) error {
 	host := s.p.Host()
 	sgo, ok := plugin.Find[plugin.ShareGroupOffsets](host.Plugins())
 	if !ok {
@@ -85,7 +85,7 @@ func (s *metaSync) syncShareGroups(ctx context.Context, cl *kgo.Client, f filter
 
 // mirroredTopics are the mirror's topics that are not stopped, by name,
 // as the destination's image has them.
-func (s *metaSync) mirroredTopics() map[string]*metadata.Topic {
+func (s *mirrorSync) mirroredTopics() map[string]*metadata.Topic {
 	img := s.p.Host().Metadata().Image()
 	m := img.Mirrors[s.name]
 	if m == nil {
@@ -114,7 +114,7 @@ func shareGroupsToSync(listed kadm.ListedGroups, f filters) []string {
 	return out
 }
 
-func (s *metaSync) syncShareGroup(ctx context.Context, sgo plugin.ShareGroupOffsets, group string, src kadm.ShareOffsets,
+func (s *mirrorSync) syncShareGroup(ctx context.Context, sgo plugin.ShareGroupOffsets, group string, src kadm.ShareOffsets,
 	bounds func(string, int32) (int64, int64, bool), paused map[topicPartition]bool) error {
 	cur, state, err := sgo.ShareGroupStartOffsets(ctx, group)
 	if err != nil {

@@ -1,4 +1,17 @@
-package mirror
+// Package metasync is the mirror's metadata sync (KIP-1279's
+// MirrorMetadataManager): for every mirror whose metadata coordinator
+// this broker is, a loop that every mirror.metadata.refresh.interval.ms
+// checks the source cluster ID, discovers topics (mirror.topics.include
+// and exclude) and creates them with the source's topic IDs, partition
+// counts and configs, grows them, syncs their configs
+// (mirror.topic.properties.exclude aside), stops those deleted or
+// excluded on the source, bumps leader epochs the source is catching up
+// with, and copies committed consumer and share group offsets and ACLs.
+//
+// It reaches the mirror plugin only through Plugin, a few methods the
+// plugin implements (plugins/mirror, metasync.go), so that it does not
+// import the plugin; the broker through plugin.Host.
+package metasync
 
 import (
 	"context"
@@ -22,39 +35,82 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
-// metaManager is KIP-1279's MirrorMetadataManager: for every mirror whose
+// Plugin is what the metadata sync needs of the mirror plugin, which
+// implements it (plugins/mirror, metasync.go). The sync reads and writes
+// mirror partition states through it rather than through
+// __mirror_state itself, since only the plugin knows which broker
+// coordinates each partition.
+type Plugin interface {
+	// Host is the broker, nil before Start.
+	Host() plugin.Host
+	// Image is the latest metadata image, nil before Start.
+	Image() *metadata.Image
+	// Started is the plugin's context, nil before Start and after
+	// Stop: the loops run under it.
+	Started() context.Context
+	// Contain runs a loop so that a panic in it fails the plugin, not
+	// the process (plugin.Host.Contain).
+	Contain(f func())
+	// PartitionFor is the __mirror_state partition a key hashes to: the
+	// leader of a mirror name's partition runs the mirror's sync.
+	PartitionFor(key string) int32
+	// ReadState is a mirror partition's state, from its coordinator.
+	ReadState(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID) (mirrorstate.PartitionState, error)
+	// SetTopicStates moves every partition of topics with update
+	// (refused unless the KIP allows the transition) and wakes the
+	// mirror's fetch loop, which carries the move out.
+	SetTopicStates(ctx context.Context, mirror string, topics []string, update func(*mirrorstate.PartitionState) error) error
+	// TopicRF is the replication factor of the topics mirror m creates
+	// here.
+	TopicRF(m *metadata.Mirror) int16
+	// Poke wakes the fetch loops: topics were created or grown.
+	Poke()
+}
+
+// Config is the broker properties the sync follows.
+type Config struct {
+	Log             *slog.Logger  // the plugin's: each mirror's loop adds mirror and component=metadata
+	RefreshInterval time.Duration // mirror.metadata.refresh.interval.ms, unless the mirror sets its own
+	RequestTimeout  time.Duration // mirror.request.timeout.ms: bounds one refresh's requests to the source
+	ConnectTimeout  time.Duration // mirror.socket.connection.setup.timeout.ms
+}
+
+// Manager is KIP-1279's MirrorMetadataManager: for every mirror whose
 // metadata coordinator this broker is (the leader of the __mirror_state
 // partition the mirror's name hashes to), a loop that every
 // mirror.metadata.refresh.interval.ms checks the source cluster ID,
 // discovers, creates, grows, reconfigures and stops mirror topics, copies
 // committed consumer group offsets and ACLs, and bumps leader epochs
 // that the source is catching up with.
-type metaManager struct {
-	p     *Plugin
+type Manager struct {
+	p     Plugin
+	cfg   Config
 	mu    sync.Mutex
-	syncs map[string]*metaSync // by mirror name
+	syncs map[string]*mirrorSync // by mirror name
 }
 
-func newMetaManager(p *Plugin) *metaManager {
-	return &metaManager{p: p, syncs: map[string]*metaSync{}}
+// NewManager returns a manager with no loop running: Sync starts them.
+func NewManager(p Plugin, cfg Config) *Manager {
+	return &Manager{p: p, cfg: cfg, syncs: map[string]*mirrorSync{}}
 }
 
-// sync starts the loops of the mirrors this broker coordinates in img and
-// stops the others. Never called with p.mu held: stopping a loop waits
-// for it, and loops take p.mu.
-func (mm *metaManager) sync(img *metadata.Image) {
-	ctx := mm.p.started()
+// Sync starts the loops of the mirrors this broker coordinates in img and
+// stops the others. Never called with the plugin's lock held: stopping a
+// loop waits for it, and loops take that lock (through Plugin).
+func (mm *Manager) Sync(img *metadata.Image) {
+	ctx := mm.p.Started()
 	if ctx == nil {
 		return
 	}
 	host := mm.p.Host()
-	var stale []*metaSync
+	var stale []*mirrorSync
 	mm.mu.Lock()
 	for name, s := range mm.syncs {
 		if img.Mirrors[name] == nil || !mm.coordinates(img, host, name) {
@@ -64,7 +120,7 @@ func (mm *metaManager) sync(img *metadata.Image) {
 	}
 	for name := range img.Mirrors {
 		if mm.syncs[name] == nil && mm.coordinates(img, host, name) {
-			s := newMetaSync(mm, ctx, name)
+			s := newMirrorSync(mm, ctx, name)
 			mm.syncs[name] = s
 			go mm.p.Contain(s.loop)
 		}
@@ -77,25 +133,27 @@ func (mm *metaManager) sync(img *metadata.Image) {
 
 // coordinates reports whether this broker leads the __mirror_state
 // partition that mirror's metadata sync hashes to.
-func (mm *metaManager) coordinates(img *metadata.Image, host plugin.Host, mirror string) bool {
-	t := img.Topics[Topic]
+func (mm *Manager) coordinates(img *metadata.Image, host plugin.Host, mirror string) bool {
+	t := img.Topics[mirrorstate.Topic]
 	i := mm.p.PartitionFor(mirror)
 	return t != nil && int(i) < len(t.Partitions) && t.Partitions[i].Leader == host.NodeID()
 }
 
-func (mm *metaManager) stop() {
+// Stop stops every loop, and returns once they have ended.
+func (mm *Manager) Stop() {
 	mm.mu.Lock()
 	syncs := mm.syncs
-	mm.syncs = map[string]*metaSync{}
+	mm.syncs = map[string]*mirrorSync{}
 	mm.mu.Unlock()
 	for _, s := range syncs {
 		s.stop()
 	}
 }
 
-// status returns why a mirror's metadata sync is halted ("" if it is
-// not) and how its ACL sync fares ("" when well or not configured).
-func (mm *metaManager) status(mirror string) (halt, aclSync string) {
+// Status returns why a mirror's metadata sync is halted ("" if it is
+// not) and how its ACL sync fares ("" when well or not configured), for
+// DescribeMirrors and the console.
+func (mm *Manager) Status(mirror string) (halt, aclSync string) {
 	mm.mu.Lock()
 	s := mm.syncs[mirror]
 	mm.mu.Unlock()
@@ -107,10 +165,11 @@ func (mm *metaManager) status(mirror string) (halt, aclSync string) {
 	return s.halt, s.aclSync
 }
 
-// metaSync is the metadata sync loop of one mirror.
-type metaSync struct {
-	mm     *metaManager
-	p      *Plugin
+// mirrorSync is the metadata sync loop of one mirror.
+type mirrorSync struct {
+	mm     *Manager
+	p      Plugin
+	cfg    Config
 	name   string
 	log    *slog.Logger
 	ctx    context.Context
@@ -132,14 +191,16 @@ type metaSync struct {
 	refreshErrs, configErrs, groupErrs, aclErrs *metrics.Counter
 	duration                                    *metrics.PrometheusHistogram
 	lastSuccess, mismatch                       *metrics.Gauge
+	set                                         *prom.Set // where they are registered: the broker's
 	names                                       []string
 }
 
-func newMetaSync(mm *metaManager, parent context.Context, name string) *metaSync {
-	s := &metaSync{mm: mm, p: mm.p, name: name, log: mm.p.log.With("mirror", name, "component", "metadata"), done: make(chan struct{}),
+func newMirrorSync(mm *Manager, parent context.Context, name string) *mirrorSync {
+	s := &mirrorSync{mm: mm, p: mm.p, cfg: mm.cfg, name: name, log: mm.cfg.Log.With("mirror", name, "component", "metadata"), done: make(chan struct{}),
 		gone: map[string]int{}}
 	s.ctx, s.cancel = context.WithCancel(parent)
-	set := mm.p.metrics.set
+	set := mm.p.Host().MetricsSet()
+	s.set = set
 	label := fmt.Sprintf("{mirror=%q}", name)
 	metric := func(family string) string {
 		s.names = append(s.names, family+label)
@@ -155,15 +216,15 @@ func newMetaSync(mm *metaManager, parent context.Context, name string) *metaSync
 	return s
 }
 
-func (s *metaSync) stop() {
+func (s *mirrorSync) stop() {
 	s.cancel()
 	<-s.done
 	for _, n := range s.names {
-		s.p.metrics.set.UnregisterMetric(n)
+		s.set.UnregisterMetric(n)
 	}
 }
 
-func (s *metaSync) loop() {
+func (s *mirrorSync) loop() {
 	defer close(s.done)
 	defer func() {
 		if s.cl != nil {
@@ -183,13 +244,13 @@ func (s *metaSync) loop() {
 
 // interval is mirror.metadata.refresh.interval.ms: the mirror's own
 // (dynamic, through the MIRROR config resource), else the broker's.
-func (s *metaSync) interval() time.Duration {
+func (s *mirrorSync) interval() time.Duration {
 	if img := s.p.Image(); img != nil && img.Mirrors[s.name] != nil {
 		if n, err := strconv.ParseInt(img.Mirrors[s.name].Configs["mirror.metadata.refresh.interval.ms"], 10, 64); err == nil && n > 0 {
 			return time.Duration(n) * time.Millisecond
 		}
 	}
-	return s.p.cfg.RefreshInterval
+	return s.cfg.RefreshInterval
 }
 
 // connKeys are the mirror configs that shape the source connection; a
@@ -204,7 +265,7 @@ func connConfigs(c map[string]string) map[string]string {
 	return out
 }
 
-func (s *metaSync) client(m *metadata.Mirror) (*kgo.Client, error) {
+func (s *mirrorSync) client(m *metadata.Mirror) (*kgo.Client, error) {
 	conf := connConfigs(m.Configs)
 	if s.cl != nil && maps.Equal(conf, s.clConf) {
 		return s.cl, nil
@@ -213,7 +274,7 @@ func (s *metaSync) client(m *metadata.Mirror) (*kgo.Client, error) {
 		s.cl.Close()
 		s.cl = nil
 	}
-	opts, err := clientOpts(m.Configs, s.p.cfg)
+	opts, err := mirrorcfg.Timeouts{Connect: s.cfg.ConnectTimeout, Request: s.cfg.RequestTimeout}.ClientOpts(m.Configs)
 	if err != nil {
 		return nil, err
 	}
@@ -255,26 +316,38 @@ func parseFilters(c map[string]string) (filters, error) {
 		acls = "*"
 	}
 	f.acls, errs[3] = mirrorcfg.ParseACLRules(acls)
-	f.propsEx = excludedProps(c)
+	f.propsEx = ExcludedProps(c)
 	return f, errors.Join(errs[:]...)
 }
 
-// excludedProps is mirror.topic.properties.exclude (the KIP's default
-// list when unset), always with mirror.name.
-func excludedProps(c map[string]string) map[string]bool {
+// defaultExclude is mirror.topic.properties.exclude's default.
+const defaultExclude = "follower.replication.throttled.replicas,leader.replication.throttled.replicas,message.timestamp.difference.max.ms," +
+	"log.message.timestamp.before.max.ms,log.message.timestamp.after.max.ms,message.timestamp.type,unclean.leader.election.enable,min.insync.replicas,mirror.name"
+
+// ExcludedProps is mirror.topic.properties.exclude (the KIP's default
+// list when unset), always with mirror.name: the topic configs the sync
+// leaves to this cluster, which the plugin lets clients alter on a mirror
+// topic and AddTopicsToMirror does not copy.
+func ExcludedProps(c map[string]string) map[string]bool {
 	ex, ok := c["mirror.topic.properties.exclude"]
 	if !ok {
 		ex = defaultExclude
 	}
 	// This cluster's own, whatever the mirror says: min.insync.replicas
 	// goes with the replication factor, which is the destination's.
-	out := map[string]bool{mirrorNameConfig: true, "mirror.replication.throttled.replicas": true, "min.insync.replicas": true}
+	out := map[string]bool{metadata.MirrorNameConfig: true, "mirror.replication.throttled.replicas": true, "min.insync.replicas": true}
 	for _, k := range strings.Split(ex, ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			out[k] = true
 		}
 	}
 	return out
+}
+
+// topicPartition names a partition of a mirror topic.
+type topicPartition struct {
+	topic     string
+	partition int32
 }
 
 // srcTopic is a topic as the source's Metadata describes it.
@@ -288,16 +361,19 @@ type srcTopic struct {
 // mirrored, whatever the source says of them. Other names starting with
 // "__" are ordinary topics.
 var internalTopics = []string{"__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata",
-	"__remote_log_metadata", Topic}
+	"__remote_log_metadata", mirrorstate.Topic}
 
-func isInternal(name string, flagged bool) bool {
+// IsInternal reports whether a source topic is internal (flagged so by
+// the source, or one of Kafka's and Tandem's): never mirrored, neither
+// discovered nor added by hand.
+func IsInternal(name string, flagged bool) bool {
 	return flagged || slices.Contains(internalTopics, name)
 }
 
 // cycle is one refresh. A changed source cluster ID halts it before it
 // alters anything; otherwise each part runs even if another failed, and
 // each failure counts in its metric.
-func (s *metaSync) cycle() error {
+func (s *mirrorSync) cycle() error {
 	start := time.Now()
 	img := s.p.Image()
 	m := img.Mirrors[s.name]
@@ -318,7 +394,7 @@ func (s *metaSync) cycle() error {
 		s.refreshErrs.Inc()
 		return err
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, s.p.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	req := kmsg.NewPtrMetadataRequest() // nil Topics: all of them
 	resp, err := req.RequestWith(ctx, cl)
@@ -332,7 +408,7 @@ func (s *metaSync) cycle() error {
 	}
 	src := map[string]srcTopic{}
 	for _, t := range resp.Topics {
-		if t.Topic == nil || isInternal(*t.Topic, t.IsInternal) {
+		if t.Topic == nil || IsInternal(*t.Topic, t.IsInternal) {
 			continue
 		}
 		st := srcTopic{id: t.TopicID, epochs: make([]int32, len(t.Partitions)), err: t.ErrorCode}
@@ -351,7 +427,7 @@ func (s *metaSync) cycle() error {
 		s.groupErrs.Inc()
 		errs = append(errs, err)
 	}
-	if err := s.syncShareGroups(ctx, cl, f, paused); err != nil { // metadata_share.go
+	if err := s.syncShareGroups(ctx, cl, f, paused); err != nil { // share.go
 		s.groupErrs.Inc()
 		errs = append(errs, err)
 	}
@@ -373,7 +449,7 @@ func (s *metaSync) cycle() error {
 // partitions, epochs, group offsets), and
 // whether every active partition is paused: then the mirror gets none at
 // all, ACLs and discovery included.
-func (s *metaSync) paused(img *metadata.Image, m *metadata.Mirror) (map[topicPartition]bool, bool) {
+func (s *mirrorSync) paused(img *metadata.Image, m *metadata.Mirror) (map[topicPartition]bool, bool) {
 	paused, active := map[topicPartition]bool{}, 0
 	for name, mt := range m.Topics {
 		t := img.Topics[name]
@@ -382,7 +458,7 @@ func (s *metaSync) paused(img *metadata.Image, m *metadata.Mirror) (map[topicPar
 		}
 		for i := range t.Partitions {
 			active++
-			st, err := s.p.readState(s.ctx, mirrorstate.PartitionKey{Mirror: s.name, Topic: name, Partition: int32(i)}, t.ID)
+			st, err := s.p.ReadState(s.ctx, mirrorstate.PartitionKey{Mirror: s.name, Topic: name, Partition: int32(i)}, t.ID)
 			if err == nil && (st.State == mirrorstate.Paused || st.State == mirrorstate.Pausing || st.State == mirrorstate.Stopping && st.Cut.Set != "") {
 				paused[topicPartition{name, int32(i)}] = true
 			}
@@ -404,7 +480,7 @@ func topicPaused(paused map[topicPartition]bool, topic string) bool {
 
 // checkClusterID compares the source's cluster ID with the one recorded
 // when the mirror first reached it; a different one halts the sync.
-func (s *metaSync) checkClusterID(ctx context.Context, m *metadata.Mirror, resp *kmsg.MetadataResponse) error {
+func (s *mirrorSync) checkClusterID(ctx context.Context, m *metadata.Mirror, resp *kmsg.MetadataResponse) error {
 	id := ""
 	if resp.ClusterID != nil {
 		id = *resp.ClusterID
@@ -438,7 +514,7 @@ func (s *metaSync) checkClusterID(ctx context.Context, m *metadata.Mirror, resp 
 // asked by ID) on two consecutive refreshes. A topic the full listing
 // shows with its ID is there; any other answer (an error, a timeout, a
 // leaderless topic) proves nothing and resets nothing.
-func (s *metaSync) deleted(ctx context.Context, cl *kgo.Client, m *metadata.Mirror, src map[string]srcTopic) map[string]bool {
+func (s *mirrorSync) deleted(ctx context.Context, cl *kgo.Client, m *metadata.Mirror, src map[string]srcTopic) map[string]bool {
 	req := kmsg.NewPtrMetadataRequest()
 	var asked []string
 	for name, mt := range m.Topics {
@@ -479,7 +555,7 @@ func (s *metaSync) deleted(ctx context.Context, cl *kgo.Client, m *metadata.Mirr
 
 // syncTopics discovers, creates, grows, reconfigures and stops mirror
 // topics, and bumps destination epochs the source is closing in on.
-func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata.Mirror, f filters, src map[string]srcTopic, deleted map[string]bool, paused map[topicPartition]bool) error {
+func (s *mirrorSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata.Mirror, f filters, src map[string]srcTopic, deleted map[string]bool, paused map[topicPartition]bool) error {
 	meta := s.p.Host().Metadata()
 	img := meta.Image()
 	var errs []error
@@ -529,7 +605,7 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata.M
 	// configs in the same metadata batch as its mirror membership.
 	for _, name := range added {
 		st := src[name]
-		spec := raftmeta.TopicSpec{Name: name, ID: st.id, Partitions: int32(len(st.epochs)), ReplicationFactor: s.p.topicRF(m), Configs: maps.Clone(configs[name])}
+		spec := raftmeta.TopicSpec{Name: name, ID: st.id, Partitions: int32(len(st.epochs)), ReplicationFactor: s.p.TopicRF(m), Configs: maps.Clone(configs[name])}
 		if err := meta.AddMirrorTopics(ctx, s.name, []raftmeta.TopicSpec{spec}); err != nil {
 			s.refreshErrs.Inc()
 			errs = append(errs, fmt.Errorf("create mirror topic %s: %w", name, err))
@@ -538,7 +614,7 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata.M
 		s.log.Info("mirror topic discovered and created", "topic", name, "partitions", spec.Partitions)
 	}
 	if len(added) > 0 {
-		s.p.poke()
+		s.p.Poke()
 	}
 	img = meta.Image()
 	for _, name := range active {
@@ -552,7 +628,7 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata.M
 				errs = append(errs, fmt.Errorf("grow mirror topic %s to %d partitions: %w", name, n, err))
 			} else {
 				s.log.Info("mirror topic grown", "topic", name, "partitions", n)
-				s.p.poke()
+				s.p.Poke()
 			}
 		}
 		// mirror.name is the controller's, set and cleared with the
@@ -581,8 +657,8 @@ func (s *metaSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata.M
 // stopTopic moves a mirror topic's partitions to STOPPING; the mirror's
 // fetch loop finishes the stop (epoch bump, LME, barrier) and records
 // STOPPED, and the topic stays with its data.
-func (s *metaSync) stopTopic(topic, reason string) error {
-	err := s.p.setTopicStates(s.ctx, s.name, []string{topic}, func(st *mirrorstate.PartitionState) error {
+func (s *mirrorSync) stopTopic(topic, reason string) error {
+	err := s.p.SetTopicStates(s.ctx, s.name, []string{topic}, func(st *mirrorstate.PartitionState) error {
 		if st.State != mirrorstate.Stopping && st.State != mirrorstate.Stopped {
 			st.State, st.Reason = mirrorstate.Stopping, reason
 		}
@@ -596,7 +672,7 @@ func (s *metaSync) stopTopic(topic, reason string) error {
 
 // sourceConfigs describes topics' configs on the source and keeps those
 // set on the topic that are not excluded.
-func (s *metaSync) sourceConfigs(ctx context.Context, cl *kgo.Client, topics []string, exclude map[string]bool) (map[string]map[string]string, error) {
+func (s *mirrorSync) sourceConfigs(ctx context.Context, cl *kgo.Client, topics []string, exclude map[string]bool) (map[string]map[string]string, error) {
 	out := map[string]map[string]string{}
 	if len(topics) == 0 {
 		return out, nil
@@ -651,7 +727,7 @@ func configChanges(topic string, dest, src map[string]string, exclude map[string
 // syncShareGroups') for the mirror's active topics. Groups active here are skipped;
 // each offset is clamped to max(log start, min(source offset, log end))
 // of the destination partition and carries its leader epoch.
-func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, paused map[topicPartition]bool) error {
+func (s *mirrorSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, paused map[topicPartition]bool) error {
 	host := s.p.Host()
 	gos, ok := plugin.Find[plugin.GroupOffsets](host.Plugins())
 	if !ok {
@@ -691,7 +767,7 @@ func (s *metaSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, pa
 	return errors.Join(errs...)
 }
 
-func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos plugin.GroupOffsets, group string, mirrored map[string]*metadata.Topic, paused map[topicPartition]bool) error {
+func (s *mirrorSync) syncGroup(ctx context.Context, adm *kadm.Client, gos plugin.GroupOffsets, group string, mirrored map[string]*metadata.Topic, paused map[topicPartition]bool) error {
 	srcOffs, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
 		return fmt.Errorf("fetch source offsets: %w", err)
@@ -743,7 +819,7 @@ func (s *metaSync) syncGroup(ctx context.Context, adm *kadm.Client, gos plugin.G
 // ensureGroupsTopic creates the consumer groups' internal topic if no
 // client has made the broker create it yet (the groups plugin locates
 // it), so that committing offsets finds it.
-func (s *metaSync) ensureGroupsTopic(ctx context.Context, gos plugin.GroupOffsets) error {
+func (s *mirrorSync) ensureGroupsTopic(ctx context.Context, gos plugin.GroupOffsets) error {
 	loc, ok := gos.(plugin.CoordinatorLocator)
 	if !ok {
 		return nil
@@ -758,7 +834,7 @@ func (s *metaSync) ensureGroupsTopic(ctx context.Context, gos plugin.GroupOffset
 
 // syncACLs copies the source's ACL bindings that mirror.acl.include
 // selects and deletes those it copied earlier that are gone.
-func (s *metaSync) syncACLs(ctx context.Context, cl *kgo.Client, f filters) error {
+func (s *mirrorSync) syncACLs(ctx context.Context, cl *kgo.Client, f filters) error {
 	host := s.p.Host()
 	store, ok := plugin.Find[plugin.ACLStore](host.Plugins())
 	if !ok {
@@ -826,7 +902,7 @@ func (s *metaSync) syncACLs(ctx context.Context, cl *kgo.Client, f filters) erro
 
 const aclUnsupported = "unsupported by source"
 
-func (s *metaSync) setACLSync(status string) {
+func (s *mirrorSync) setACLSync(status string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.aclSync = status
@@ -834,7 +910,7 @@ func (s *metaSync) setACLSync(status string) {
 
 // servesACLs reports whether the source advertises DescribeAcls (an
 // unanswered ApiVersions says yes: the next cycle asks again).
-func (s *metaSync) servesACLs(ctx context.Context, cl *kgo.Client) bool {
+func (s *mirrorSync) servesACLs(ctx context.Context, cl *kgo.Client) bool {
 	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
 	if err != nil || resp.ErrorCode != 0 {
 		return true
