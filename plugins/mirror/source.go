@@ -613,6 +613,7 @@ func (f *fetcher) fetch(parts []*ledPartition) (int, error) {
 	}
 	total := 0
 	var errs []error
+	var appended []func() error
 	for _, t := range fr.Topics {
 		for i := range t.Partitions {
 			rp := &t.Partitions[i]
@@ -623,12 +624,26 @@ func (f *fetcher) fetch(parts []*ledPartition) (int, error) {
 				continue
 			}
 			pt := parts[j]
-			n, err := r.applyPartition(pt, rp, epochs[j])
+			n, wait, err := r.applyPartition(pt, rp, epochs[j])
 			total += n
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s-%d: %w", pt.topic, pt.partition, err))
 			}
+			if wait != nil {
+				appended = append(appended, func() error {
+					if err := wait(); err != nil {
+						return fmt.Errorf("%s-%d: %w", pt.topic, pt.partition, err)
+					}
+					return nil
+				})
+			}
 		}
+	}
+	// The partitions' appends were all written before any is waited
+	// for: their fsyncs are one round of the engine's syncer, not one
+	// each, and no other fetcher of the mirror waits behind them.
+	for _, wait := range appended {
+		errs = append(errs, wait())
 	}
 	f.stats.bytes.Add(total)
 	r.throttle(total)
@@ -678,26 +693,29 @@ func (r *mirrorRun) fetchRequest(parts []*ledPartition) (*kmsg.FetchRequest, []i
 // applyPartition applies one partition of a fetch response: truncation on
 // a diverging epoch or a log start past our end, then the batches,
 // appended unchanged. It works only on a partition still MIRRORING, with
-// applyMu held.
-func (r *mirrorRun) applyPartition(pt *ledPartition, rp *kmsg.FetchResponseTopicPartition, reqEpoch int32) (int, error) {
+// applyMu held. The append is written before it returns; wait (nil when
+// nothing was appended) waits until it is durable and finishes the
+// partition's bookkeeping, without applyMu, so that the fetch waits
+// for its partitions' fsyncs together.
+func (r *mirrorRun) applyPartition(pt *ledPartition, rp *kmsg.FetchResponseTopicPartition, reqEpoch int32) (n int, wait func() error, err error) {
 	switch rp.ErrorCode {
 	case 0:
 	case kerr.OffsetOutOfRange.Code:
-		return 0, r.outOfRange(pt)
+		return 0, nil, r.outOfRange(pt)
 	default:
 		err := fmt.Errorf("source partition: %w", kerr.ErrorForCode(rp.ErrorCode))
 		r.setTrouble([]*ledPartition{pt}, err)
 		r.markStale() // leadership or the topic changed on the source
-		return 0, err
+		return 0, nil, err
 	}
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 	if st, _ := r.state(pt.topicPartition); st != mirrorstate.Mirroring {
-		return 0, nil // taken from the fetcher meanwhile
+		return 0, nil, nil // taken from the fetcher meanwhile
 	}
 	ep, err := r.partition(pt)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	r.learnedEnd(pt, rp.HighWatermark)
 	if d := rp.DivergingEpoch; d.Epoch >= 0 || d.EndOffset >= 0 {
@@ -710,45 +728,61 @@ func (r *mirrorRun) applyPartition(pt *ledPartition, rp *kmsg.FetchResponseTopic
 		}
 		r.log.Info("mirror epoch truncation", "topic", pt.topic, "partition", pt.partition, "epoch", d.Epoch, "offset", to)
 		if err := r.truncate(pt, ep, to, fmt.Sprintf("diverging epoch %d", d.Epoch)); err != nil {
-			return 0, r.fail(pt, fmt.Errorf("epoch truncation to %d: %w", to, err))
+			return 0, nil, r.fail(pt, fmt.Errorf("epoch truncation to %d: %w", to, err))
 		}
-		return 1, nil
+		return 1, nil, nil
 	}
 	batches := notAbove(completeBatches(rp.RecordBatches), reqEpoch)
-	n := len(batches)
-	if n > 0 {
-		_, err := ep.Append(r.ctx, &engine.AppendRequest{Topic: pt.topic, TopicID: pt.id, Partition: pt.partition,
-			Origin: engine.OriginMirror, Records: batches, Acks: -1})
+	if len(batches) == 0 {
+		r.caughtUp(pt, ep)
+		return 0, nil, nil
+	}
+	appended := ep.AppendAsync(r.ctx, &engine.AppendRequest{Topic: pt.topic, TopicID: pt.id, Partition: pt.partition,
+		Origin: engine.OriginMirror, Records: batches, Acks: -1})
+	return len(batches), func() error {
+		_, err := appended()
 		switch {
 		case errors.Is(err, wire.ErrMirrorLeaderEpochExceeded):
 			r.scheduleBump(pt.topic, pt.partition, maxBatchEpoch(batches))
-			return 0, r.setState(pt, mirrorstate.EpochFencing, "")
+			return r.setState(pt, mirrorstate.EpochFencing, "")
 		case errors.Is(err, engine.ErrUnexpectedAppendOffset):
-			return 0, err // our log moved meanwhile: fetch again from its end
+			return err // our log moved meanwhile: fetch again from its end
 		case err != nil:
 			if st, _ := r.state(pt.topicPartition); st != mirrorstate.Mirroring {
-				return 0, nil // the validator saw it taken away first
+				return nil // the validator saw it taken away first
 			}
-			return 0, r.fail(pt, fmt.Errorf("append mirrored batches: %w", err))
+			return r.fail(pt, fmt.Errorf("append mirrored batches: %w", err))
 		}
 		r.mu.Lock()
 		logStartTo := pt.logStartTo
 		pt.logStartTo = -1
 		r.mu.Unlock()
 		if logStartTo >= 0 {
-			if _, err := ep.DeleteRecords(logStartTo); err != nil {
-				r.log.Warn("mirror: move log start", "topic", pt.topic, "partition", pt.partition, "err", err)
+			// The log changes only with applyMu held, and while
+			// the partition is still MIRRORING.
+			r.applyMu.Lock()
+			if st, _ := r.state(pt.topicPartition); st == mirrorstate.Mirroring {
+				if _, err := ep.DeleteRecords(logStartTo); err != nil {
+					r.log.Warn("mirror: move log start", "topic", pt.topic, "partition", pt.partition, "err", err)
+				}
 			}
+			r.applyMu.Unlock()
 		}
-	}
+		r.caughtUp(pt, ep)
+		return nil
+	}, nil
+}
+
+// caughtUp records the partition's log end after an apply, and whether it
+// holds all of the source's end offset last learned.
+func (r *mirrorRun) caughtUp(pt *ledPartition, ep *engine.Partition) {
 	leo := ep.Offsets().LogEnd
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	pt.dstLEO = leo
 	if leo >= pt.srcEnd {
 		pt.lagMs, pt.caughtUpAt = 0, pt.srcEndAt
 	}
-	r.mu.Unlock()
-	return n, nil
 }
 
 // notAbove keeps the leading batches whose partition leader epoch is at
