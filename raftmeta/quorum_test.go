@@ -41,6 +41,11 @@ type clusterNode struct {
 	db  *pebble.DB
 	c   *Controller
 	s   *Session
+	// ln is the node's broker listener, as a real broker has one: the
+	// controller probes it before it fences a broker whose session
+	// connection closed (a heartbeat that timed out under load), and
+	// fences at once only when nothing listens. It accepts and closes.
+	ln net.Listener
 }
 
 func testVoters(addrs []string) []Voter {
@@ -75,12 +80,32 @@ func openNode(t *testing.T, id int32, voters []Voter, mod func(*Config)) *cluste
 }
 
 func (n *clusterNode) register(ctx context.Context) error {
+	if n.ln == nil {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		n.ln = ln
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+	}
 	var err error
-	n.s, err = n.c.Register(ctx, metadata.Broker{ID: n.cfg.NodeID, Host: "127.0.0.1", Port: 9000 + n.cfg.NodeID, Incarnation: uuid.Random()})
+	n.s, err = n.c.Register(ctx, metadata.Broker{ID: n.cfg.NodeID, Host: "127.0.0.1", Port: int32(n.ln.Addr().(*net.TCPAddr).Port), Incarnation: uuid.Random()})
 	return err
 }
 
 func (n *clusterNode) close() {
+	if n.ln != nil {
+		n.ln.Close() // the process is gone: nothing listens
+		n.ln = nil
+	}
 	if n.c == nil {
 		return
 	}
