@@ -40,20 +40,32 @@ func (q *Budget) Acquire(ctx context.Context, n int64) (int64, error) {
 		return 0, nil
 	}
 	n = min(n, q.limit)
+	err := q.reserve(ctx, func() bool { return q.used+n <= q.limit }, func() {
+		q.used += n
+		q.peak = max(q.peak, q.used)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// reserve calls take, with mu held, once fits holds, waiting for a
+// release while it does not.
+func (q *Budget) reserve(ctx context.Context, fits func() bool, take func()) error {
 	for {
 		q.mu.Lock()
-		if q.used+n <= q.limit {
-			q.used += n
-			q.peak = max(q.peak, q.used)
+		if fits() {
+			take()
 			q.mu.Unlock()
-			return n, nil
+			return nil
 		}
 		ch := q.changed
 		q.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return ctx.Err()
 		}
 	}
 }
@@ -65,32 +77,25 @@ func (q *Budget) Acquire(ctx context.Context, n int64) (int64, error) {
 // request waiting for its frame's reservation holds nothing and one
 // waiting here holds only its frame: waiting for frames too would let
 // every holder wait for each other. At most the whole budget is taken;
-// release with releaseInflate.
+// release with ReleaseInflate.
 func (q *Budget) AcquireInflate(ctx context.Context, n int64) (int64, error) {
 	if q.limit <= 0 || n <= 0 {
 		return 0, nil
 	}
 	n = min(n, q.limit)
-	for {
-		q.mu.Lock()
-		if q.inflating+n <= q.limit {
-			q.inflating += n
-			q.inflatePeak = max(q.inflatePeak, q.inflating)
-			q.used += n
-			q.peak = max(q.peak, q.used)
-			q.mu.Unlock()
-			return n, nil
-		}
-		ch := q.changed
-		q.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
+	err := q.reserve(ctx, func() bool { return q.inflating+n <= q.limit }, func() {
+		q.inflating += n
+		q.inflatePeak = max(q.inflatePeak, q.inflating)
+		q.used += n
+		q.peak = max(q.peak, q.used)
+	})
+	if err != nil {
+		return 0, err
 	}
+	return n, nil
 }
 
+// ReleaseInflate releases what AcquireInflate reserved.
 func (q *Budget) ReleaseInflate(n int64) {
 	if n == 0 {
 		return
@@ -127,6 +132,7 @@ const (
 	returnQuiet = time.Second
 )
 
+// Release releases what Acquire reserved, and wakes the waiting readers.
 func (q *Budget) Release(n int64) {
 	if n == 0 {
 		return
