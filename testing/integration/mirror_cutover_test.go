@@ -377,15 +377,11 @@ func TestMirrorConsistentCutCrash(t *testing.T) {
 	}
 }
 
-func consistentCutCrash(t *testing.T, step mirror.StopStep) {
-	src := startMirrorCluster(t, "")
-	createMirrorTopic(t, src, "cx", 2)
-	createMirrorTopic(t, src, "cy", 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	tx := src.client(kgo.TransactionalID("pairs"), kgo.TransactionTimeout(time.Minute))
+// pairWriter returns a func that commits n transactions, each writing
+// one pair: the same value to topics cx and cy ("pair-0", "pair-1", ...).
+func pairWriter(t *testing.T, ctx context.Context, tx *kgo.Client) func(n int) {
 	next := 0
-	pairs := func(n int) {
+	return func(n int) {
 		t.Helper()
 		for range n {
 			if err := tx.BeginTransaction(); err != nil {
@@ -401,6 +397,15 @@ func consistentCutCrash(t *testing.T, step mirror.StopStep) {
 			}
 		}
 	}
+}
+
+func consistentCutCrash(t *testing.T, step mirror.StopStep) {
+	src := startMirrorCluster(t, "")
+	createMirrorTopic(t, src, "cx", 2)
+	createMirrorTopic(t, src, "cy", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pairs := pairWriter(t, ctx, src.client(kgo.TransactionalID("pairs"), kgo.TransactionTimeout(time.Minute)))
 	ends := func(topic string) map[int32]int64 {
 		return map[int32]int64{0: src.partition(topic, 0).Offsets().LogEnd, 1: src.partition(topic, 1).Offsets().LogEnd}
 	}
@@ -509,24 +514,8 @@ func TestMirrorConsistentFailoverAcrossBrokers(t *testing.T) {
 		}
 	}
 	src.WaitFor("the topics", func(img *metadata.Image) bool { return img.Topics["cx"] != nil && img.Topics["cy"] != nil })
-	tx := tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...), kgo.TransactionalID("pairs"), kgo.TransactionTimeout(time.Minute))
-	next := 0
-	pairs := func(n int) {
-		t.Helper()
-		for range n {
-			if err := tx.BeginTransaction(); err != nil {
-				t.Fatal(err)
-			}
-			v := []byte(fmt.Sprintf("pair-%d", next))
-			next++
-			if err := tx.ProduceSync(ctx, &kgo.Record{Topic: "cx", Key: v, Value: v}, &kgo.Record{Topic: "cy", Key: v, Value: v}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.EndTransaction(ctx, kgo.TryCommit); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	pairs := pairWriter(t, ctx, tandemtest.Client(t, src.Addrs()[0], kgo.SeedBrokers(src.Addrs()...),
+		kgo.TransactionalID("pairs"), kgo.TransactionTimeout(time.Minute)))
 	srcEnds := func(topic string) map[int32]int64 {
 		ends, err := kadm.NewClient(srcCl).ListEndOffsets(ctx, topic)
 		if err != nil {
