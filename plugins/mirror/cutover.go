@@ -11,24 +11,25 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/plugins/mirror/cut"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // A consistent failover (issue 30) stops a set of topics at one cut (the
-// rule is cut.go's). Each partition's STOPPING runs its first step as
-// any failover does (the fetcher lets go; StopAt persisted), then waits:
-// the leader of the set's first topic's partition 0 (the decider) reads
-// what every partition of the set holds below its StopAt, from this
-// broker's log or its leader's over Fetch, computes the cut, and
-// persists each partition's part of it, its own partition last. That
-// last write decides the cut: a partition is truncated to its cut only
-// once the decider's partition has one, so a decider killed half way
-// leaves nothing truncated, and whoever leads that partition next
-// computes the same cut from the same logs. Then each partition moves
-// what lies beyond its cut into the divergence quarantine, and the stop
-// goes on from the cut as from StopAt.
+// rule is package cut's, plugins/mirror/cut). Each partition's STOPPING
+// runs its first step as any failover does (the fetcher lets go; StopAt
+// persisted), then waits: the leader of the set's first topic's
+// partition 0 (the decider) reads what every partition of the set holds
+// below its StopAt, from this broker's log or its leader's over Fetch,
+// computes the cut, and persists each partition's part of it, its own
+// partition last. That last write decides the cut: a partition is
+// truncated to its cut only once the decider's partition has one, so a
+// decider killed half way leaves nothing truncated, and whoever leads
+// that partition next computes the same cut from the same logs. Then
+// each partition moves what lies beyond its cut into the divergence
+// quarantine, and the stop goes on from the cut as from StopAt.
 
 // cutSetOf names a consistent failover's set of topics.
 func cutSetOf(topics []string) string {
@@ -106,7 +107,7 @@ type cutMember struct {
 // decideCut computes the cut of set once every partition of it has let
 // go of its fetcher, and persists it: see the top of this file. The scan
 // of each partition starts a window below its StopAt that grows until
-// the cut does not reach its start (cutShort).
+// the cut does not reach its start (cut.Short).
 func (r *mirrorRun) decideCut(set string) error {
 	img := r.p.Image()
 	want := map[topicPartition]uuid.UUID{}
@@ -137,7 +138,7 @@ func (r *mirrorRun) decideCut(set string) error {
 	slices.SortFunc(members, func(a, b cutMember) int {
 		return strings.Compare(fmt.Sprint(a.topicPartition), fmt.Sprint(b.topicPartition))
 	})
-	parts := make([]cutPart, len(members))
+	parts := make([]cut.Part, len(members))
 	var t int64
 	var cuts []int64
 	for span := int64(4096); ; span *= 4 {
@@ -154,8 +155,8 @@ func (r *mirrorRun) decideCut(set string) error {
 			parts[i] = p
 			all = all && p.FromLogStart
 		}
-		t, cuts = consistentCut(parts)
-		if all || !cutShort(parts, cuts) {
+		t, cuts = cut.Consistent(parts)
+		if all || !cut.Short(parts, cuts) {
 			break
 		}
 	}
@@ -177,7 +178,7 @@ func (r *mirrorRun) decideCut(set string) error {
 		if n == len(order)-1 {
 			r.p.stopHook(decider.topic, decider.partition, StepCutDeciding)
 		}
-		records, ms := cutLoss(parts[i], cuts[i], t)
+		records, ms := cut.Loss(parts[i], cuts[i], t)
 		if _, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: m.topic, Partition: m.partition}, m.id, func(s *mirrorstate.PartitionState) error {
 			if s.Cut.Set != set {
 				return fmt.Errorf("%s-%d left the consistent failover of %s", m.topic, m.partition, set)
@@ -200,25 +201,25 @@ var errCutNotYet = errors.New("the log's end is not replicated yet")
 // held reads what the cut needs of member m's batches from offset from
 // (or its log start, if later) to end: from this broker's log when it
 // leads the partition, else from its leader with Fetch.
-func (r *mirrorRun) held(m cutMember, from, end int64) (cutPart, error) {
+func (r *mirrorRun) held(m cutMember, from, end int64) (cut.Part, error) {
 	host := r.p.Host()
 	t := r.p.Image().Topics[m.topic]
 	if t == nil || int(m.partition) >= len(t.Partitions) {
-		return cutPart{}, fmt.Errorf("%s-%d: %w", m.topic, m.partition, kerr.UnknownTopicOrPartition)
+		return cut.Part{}, fmt.Errorf("%s-%d: %w", m.topic, m.partition, kerr.UnknownTopicOrPartition)
 	}
 	leader := t.Partitions[m.partition].Leader
 	if leader == host.NodeID() {
 		if ep := host.Partition(m.id, m.partition); ep != nil {
 			if ep.Offsets().HighWatermark < end {
-				return cutPart{}, errCutNotYet
+				return cut.Part{}, errCutNotYet
 			}
-			return heldBatches(ep, from, end)
+			return cut.Held(ep, from, end)
 		}
 	}
 	if leader < 0 {
-		return cutPart{}, fmt.Errorf("%s-%d has no leader: %w", m.topic, m.partition, kerr.LeaderNotAvailable)
+		return cut.Part{}, fmt.Errorf("%s-%d has no leader: %w", m.topic, m.partition, kerr.LeaderNotAvailable)
 	}
-	p := cutPart{End: end, FromLogStart: true}
+	p := cut.Part{End: end, FromLogStart: true}
 	if end <= 0 {
 		return p, nil
 	}
@@ -229,17 +230,17 @@ func (r *mirrorRun) held(m cutMember, from, end int64) (cutPart, error) {
 		return p, nil // nothing held below end
 	}
 	if err != nil {
-		return cutPart{}, err
+		return cut.Part{}, err
 	}
 	if fp.HighWatermark < end {
-		return cutPart{}, errCutNotYet
+		return cut.Part{}, errCutNotYet
 	}
 	from = max(from, fp.LogStartOffset)
 	p.FromLogStart = from <= fp.LogStartOffset
 	for off := from; off < end; {
 		batches, _, err := r.fetchBatches(leader, m, off)
 		if err != nil {
-			return cutPart{}, err
+			return cut.Part{}, err
 		}
 		n := len(p.Batches)
 		for _, b := range batches {
@@ -256,15 +257,15 @@ func (r *mirrorRun) held(m cutMember, from, end int64) (cutPart, error) {
 }
 
 // fetchBatches fetches m's batches from offset (read uncommitted, about
-// copyChunk bytes) from its leader and reads their headers.
-func (r *mirrorRun) fetchBatches(leader int32, m cutMember, offset int64) ([]cutBatch, kmsg.FetchResponseTopicPartition, error) {
+// cut.FetchBytes bytes) from its leader and reads their headers.
+func (r *mirrorRun) fetchBatches(leader int32, m cutMember, offset int64) ([]cut.Batch, kmsg.FetchResponseTopicPartition, error) {
 	var none kmsg.FetchResponseTopicPartition
 	req := kmsg.NewPtrFetchRequest()
-	req.ReplicaID, req.MaxBytes = -1, copyChunk
+	req.ReplicaID, req.MaxBytes = -1, cut.FetchBytes
 	rt := kmsg.NewFetchRequestTopic()
 	rt.Topic, rt.TopicID = m.topic, m.id
 	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = m.partition, offset, copyChunk
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = m.partition, offset, cut.FetchBytes
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	resp, err := r.p.send(r.ctx, leader, req)
@@ -282,9 +283,9 @@ func (r *mirrorRun) fetchBatches(leader int32, m cutMember, offset int64) ([]cut
 	if err := kerr.ErrorForCode(fp.ErrorCode); err != nil {
 		return nil, fp, fmt.Errorf("fetching %s-%d at %d from broker %d: %w", m.topic, m.partition, offset, leader, err)
 	}
-	var out []cutBatch
+	var out []cut.Batch
 	for _, b := range engine.WholeBatches(fp.RecordBatches) {
-		cb, err := cutBatchOf(b)
+		cb, err := cut.BatchOf(b)
 		if err != nil {
 			return nil, none, fmt.Errorf("fetching %s-%d at %d from broker %d: %w", m.topic, m.partition, offset, leader, err)
 		}

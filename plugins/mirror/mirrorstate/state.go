@@ -129,7 +129,7 @@ type PartitionState struct {
 	// and at a stop, so that a restart keeps it (a paused partition
 	// learns nothing more).
 	CompleteAt int64
-	// Cut is a consistent failover's (plugins/mirror/cut.go), persisted.
+	// Cut is a consistent failover's (plugins/mirror/cut), persisted.
 	Cut Cut
 }
 

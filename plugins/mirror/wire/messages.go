@@ -219,7 +219,7 @@ func (r *AddTopicsToMirrorResponse) RequestKind() kmsg.Request {
 // Tagged fields: 0 Mode (FailoverNow, the KIP's; FailoverSafe;
 // FailoverForce), 1 TimeoutMs, how long the broker may wait (0: its
 // mirror.request.timeout.ms), 2 Consistent (Tandem's: the topics fail
-// over at one consistent cut, see the mirror plugin's cut.go).
+// over at one consistent cut, see plugins/mirror/cut).
 type RemoveTopicsFromMirrorRequest struct {
 	version
 	MirrorName string

@@ -1,4 +1,4 @@
-package mirror
+package cut
 
 import (
 	"context"
@@ -11,38 +11,38 @@ import (
 )
 
 // data and txn build batches of one record at offset o, time ts.
-func data(o, ts int64) cutBatch { return cutBatch{Base: o, Last: o, MaxTs: ts, PID: -1, Records: 1} }
-func txn(o, ts, pid int64, e int16) cutBatch {
-	return cutBatch{Base: o, Last: o, MaxTs: ts, PID: pid, Epoch: e, Txn: true, Records: 1}
+func data(o, ts int64) Batch { return Batch{Base: o, Last: o, MaxTs: ts, PID: -1, Records: 1} }
+func txn(o, ts, pid int64, e int16) Batch {
+	return Batch{Base: o, Last: o, MaxTs: ts, PID: pid, Epoch: e, Txn: true, Records: 1}
 }
-func marker(o, ts, pid int64, e int16, commit bool) cutBatch {
-	return cutBatch{Base: o, Last: o, MaxTs: ts, PID: pid, Epoch: e, Txn: true, Control: true, Commit: commit}
+func marker(o, ts, pid int64, e int16, commit bool) Batch {
+	return Batch{Base: o, Last: o, MaxTs: ts, PID: pid, Epoch: e, Txn: true, Control: true, Commit: commit}
 }
 
-func held(bs ...cutBatch) cutPart {
+func held(bs ...Batch) Part {
 	end := int64(0)
 	if len(bs) > 0 {
 		end = bs[len(bs)-1].Last + 1
 	}
-	return cutPart{Batches: bs, End: end}
+	return Part{Batches: bs, End: end}
 }
 
 // T is the least of the partitions' latest times, and each partition is
 // cut at its first record past T.
 func TestConsistentCutTime(t *testing.T) {
-	parts := []cutPart{
+	parts := []Part{
 		held(data(0, 100), data(1, 200), data(2, 300), data(3, 400)),
 		held(data(0, 150), data(1, 250)),
 		held(), // holds nothing: no constraint
 	}
-	ts, cuts := consistentCut(parts)
+	ts, cuts := Consistent(parts)
 	if ts != 250 || !slices.Equal(cuts, []int64{2, 2, 0}) {
 		t.Fatalf("T %d cuts %v, want 250 [2 2 0]", ts, cuts)
 	}
-	if r, ms := cutLoss(parts[0], cuts[0], ts); r != 2 || ms != 150 {
+	if r, ms := Loss(parts[0], cuts[0], ts); r != 2 || ms != 150 {
 		t.Fatalf("loss %d records %d ms, want 2 and 150", r, ms)
 	}
-	if r, ms := cutLoss(parts[1], cuts[1], ts); r != 0 || ms != 0 {
+	if r, ms := Loss(parts[1], cuts[1], ts); r != 0 || ms != 0 {
 		t.Fatalf("loss %d records %d ms, want none", r, ms)
 	}
 }
@@ -59,7 +59,7 @@ func TestConsistentCutClosesTransactions(t *testing.T) {
 	a := held(txn(0, 100, 7, 1), txn(1, 110, 8, 4), marker(2, 200, 7, 2, true), marker(3, 205, 8, 5, true), data(4, 250))
 	b := held(txn(0, 120, 7, 1), data(1, 240), marker(2, 260, 7, 2, true), data(3, 270))
 	c := held(txn(0, 115, 8, 4), marker(1, 205, 8, 5, true), data(2, 245))
-	ts, cuts := consistentCut([]cutPart{a, b, c})
+	ts, cuts := Consistent([]Part{a, b, c})
 	if ts != 245 {
 		t.Fatalf("T %d, want 245", ts)
 	}
@@ -71,7 +71,7 @@ func TestConsistentCutClosesTransactions(t *testing.T) {
 		t.Fatalf("cuts %v, want [0 2 0]", cuts)
 	}
 	// Every transaction is whole below the cuts or on none.
-	committed, pending, _ := txnsBelow([]cutPart{a, b, c}, cuts)
+	committed, pending, _ := txnsBelow([]Part{a, b, c}, cuts)
 	for _, id := range []txnID{{7, 1}, {8, 4}} {
 		on := 0
 		for i := range committed {
@@ -90,14 +90,14 @@ func TestConsistentCutClosesTransactions(t *testing.T) {
 func TestConsistentCutKeepsWholeTransactions(t *testing.T) {
 	a := held(txn(0, 100, 7, 1), marker(1, 150, 7, 2, true), txn(2, 160, 7, 2), marker(3, 170, 7, 3, false), data(4, 300))
 	b := held(txn(0, 105, 7, 1), marker(1, 150, 7, 2, true), data(2, 280))
-	ts, cuts := consistentCut([]cutPart{a, b})
+	ts, cuts := Consistent([]Part{a, b})
 	if ts != 280 || !slices.Equal(cuts, []int64{4, 3}) {
 		t.Fatalf("T %d cuts %v, want 280 [4 3]", ts, cuts)
 	}
 }
 
-// heldBatches reads a real partition's markers as COMMIT or ABORT.
-func TestHeldBatchesMarkers(t *testing.T) {
+// Held reads a real partition's markers as COMMIT or ABORT.
+func TestHeldMarkers(t *testing.T) {
 	e, err := engine.Open(engine.Config{Dir: "/data", FS: vfs.NewMem()})
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestHeldBatchesMarkers(t *testing.T) {
 	if _, err := ep.WriteTxnMarkers(ctx, engine.Marker{ProducerID: 8, ProducerEpoch: 2}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := heldBatches(ep, 0, ep.Offsets().LogEnd)
+	p, err := Held(ep, 0, ep.Offsets().LogEnd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +132,11 @@ func TestHeldBatchesMarkers(t *testing.T) {
 func TestConsistentCutIdlePartition(t *testing.T) {
 	busy := held(data(0, 100), data(1, 200), data(2, 300))
 	idle := held(data(0, 50))
-	if ts, cuts := consistentCut([]cutPart{busy, idle}); ts != 50 || !slices.Equal(cuts, []int64{0, 1}) {
+	if ts, cuts := Consistent([]Part{busy, idle}); ts != 50 || !slices.Equal(cuts, []int64{0, 1}) {
 		t.Fatalf("without Complete: T %d cuts %v, want 50 [0 1]", ts, cuts)
 	}
 	idle.Complete = 250
-	if ts, cuts := consistentCut([]cutPart{busy, idle}); ts != 250 || !slices.Equal(cuts, []int64{2, 1}) {
+	if ts, cuts := Consistent([]Part{busy, idle}); ts != 250 || !slices.Equal(cuts, []int64{2, 1}) {
 		t.Fatalf("with Complete: T %d cuts %v, want 250 [2 1]", ts, cuts)
 	}
 }
@@ -149,7 +149,7 @@ func TestConsistentCutVersion1(t *testing.T) {
 	// one committed on A below T but whose COMMIT on B is past T.
 	a := held(txn(0, 100, 7, 1), marker(1, 110, 7, 1, true), txn(2, 120, 7, 1), marker(3, 130, 7, 1, true), data(4, 300))
 	b := held(txn(0, 101, 7, 1), marker(1, 110, 7, 1, true), txn(2, 121, 7, 1), data(3, 200), marker(4, 250, 7, 1, true))
-	ts, cuts := consistentCut([]cutPart{a, b})
+	ts, cuts := Consistent([]Part{a, b})
 	if ts != 250 {
 		t.Fatalf("T %d, want 250", ts)
 	}
@@ -159,7 +159,7 @@ func TestConsistentCutVersion1(t *testing.T) {
 		t.Fatalf("cuts %v, want [4 5]", cuts)
 	}
 	a.Batches[4].MaxTs, b.Batches[4].MaxTs = 255, 260 // T 255, B's second COMMIT past it
-	ts, cuts = consistentCut([]cutPart{a, b})
+	ts, cuts = Consistent([]Part{a, b})
 	// T = 255: B's second COMMIT (260) is past it, so the second
 	// transaction is split; the session's transactions cannot be told
 	// apart, so every partition goes back to the session's first batch.
@@ -173,17 +173,17 @@ func TestConsistentCutVersion1(t *testing.T) {
 func TestCutShort(t *testing.T) {
 	p := held(data(10, 100), txn(11, 110, 7, 1), marker(12, 120, 7, 2, true), txn(13, 130, 7, 2))
 	p.Batches[0].Base, p.Batches[0].Last = 10, 10
-	if !cutShort([]cutPart{p}, []int64{10}) {
+	if !Short([]Part{p}, []int64{10}) {
 		t.Fatal("a cut at the window's first batch is not short")
 	}
-	if !cutShort([]cutPart{p}, []int64{11}) {
+	if !Short([]Part{p}, []int64{11}) {
 		t.Fatal("a cut at a transaction that may have begun before the window is not short")
 	}
-	if cutShort([]cutPart{p}, []int64{13}) {
+	if Short([]Part{p}, []int64{13}) {
 		t.Fatal("a cut at a transaction begun after its producer's marker is short")
 	}
 	p.FromLogStart = true
-	if cutShort([]cutPart{p}, []int64{10}) {
+	if Short([]Part{p}, []int64{10}) {
 		t.Fatal("a window from the log start is short")
 	}
 }

@@ -1,4 +1,17 @@
-package mirror
+// Package cut is the rule of a consistent failover (issue 30): one
+// source time T for a set of mirrored partitions, and per partition the
+// offset the destination keeps up to, such that no transaction is whole
+// on one partition and missing on another. It works on what the
+// destination holds only, so that it needs no source: Held (or the
+// caller, from another broker's log with Fetch and BatchOf) reads the
+// batch headers, and each control batch's COMMIT or ABORT, into a Part
+// per partition; Consistent computes the cut, Short says whether the
+// windows read were long enough, Loss what a partition gives up.
+//
+// It is pure but for Held, which reads an engine partition. Deciding
+// the cut for a set, persisting it and truncating to it are the mirror
+// plugin's (plugins/mirror, cutover.go).
+package cut
 
 import (
 	"fmt"
@@ -6,15 +19,13 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 )
 
-// This file computes a consistent cut (issue 30): one source time T for a
-// set of mirrored partitions, and per partition the offset the
-// destination keeps up to, such that no transaction is whole on one
-// partition and missing on another. It works on what the destination
-// holds only, so that it needs no source; the caller reads the batch
-// headers (and each control batch's COMMIT or ABORT) and applies the cut.
+// FetchBytes bounds the bytes of one read of a partition's batches for
+// the cut (Held, and the plugin's Fetch from a partition's leader):
+// memory stays bounded whatever the window.
+const FetchBytes = 1 << 20
 
-// cutBatch is what the cut needs of one record batch a partition holds.
-type cutBatch struct {
+// Batch is what the cut needs of one record batch a partition holds.
+type Batch struct {
 	Base, Last int64 // first and last offset of the batch
 	MaxTs      int64 // the batch's MaxTimestamp
 	PID        int64
@@ -25,12 +36,12 @@ type cutBatch struct {
 	Records    int32 // records of a data batch (0 for a marker)
 }
 
-// cutPart is one partition's held batches, in offset order, from the
+// Part is one partition's held batches, in offset order, from the
 // batch holding offset Start (the scan window's start) to End (the
 // offset after the last). FromLogStart says the window starts at the
 // log start: nothing held lies before it.
-type cutPart struct {
-	Batches      []cutBatch
+type Part struct {
+	Batches      []Batch
 	End          int64
 	FromLogStart bool
 	// Complete is when the partition last held all the source had (Unix
@@ -50,7 +61,7 @@ type txnID struct {
 	Epoch int16
 }
 
-// consistentCut returns T and the cut of each partition: the offset of
+// Consistent returns T and the cut of each partition: the offset of
 // the first record it gives up (End when it keeps all).
 //
 // The rule: L(p) is the largest timestamp partition p holds, or the time
@@ -73,7 +84,7 @@ type txnID struct {
 // another across partitions: if any of them is not whole, every
 // partition is cut at the session's first batch, so that none of its
 // transactions is kept anywhere. That loses more; it never splits one.
-func consistentCut(parts []cutPart) (int64, []int64) {
+func Consistent(parts []Part) (int64, []int64) {
 	t := int64(-1)
 	for _, p := range parts {
 		if len(p.Batches) == 0 && p.Complete <= 0 {
@@ -138,7 +149,7 @@ func consistentCut(parts []cutPart) (int64, []int64) {
 // the cut and those with data there that are not committed below it
 // and not aborted (pending: their COMMIT is beyond the cut, or not held
 // yet); and the pairs that name several transactions (version 1).
-func txnsBelow(parts []cutPart, cuts []int64) (committed, pending []map[txnID]bool, reused map[txnID]bool) {
+func txnsBelow(parts []Part, cuts []int64) (committed, pending []map[txnID]bool, reused map[txnID]bool) {
 	committed = make([]map[txnID]bool, len(parts))
 	pending = make([]map[txnID]bool, len(parts))
 	reused = map[txnID]bool{}
@@ -178,12 +189,12 @@ func txnsBelow(parts []cutPart, cuts []int64) (committed, pending []map[txnID]bo
 	return committed, pending, reused
 }
 
-// cutShort reports whether the scan windows were too short for cuts: a
+// Short reports whether the scan windows were too short for cuts: a
 // partition not scanned from its log start whose cut falls at its
 // window's first batch, or at a transactional batch of a producer with
 // no marker before it in the window (the transaction, or a version-1
 // session, may have begun before the window, where its first batch is).
-func cutShort(parts []cutPart, cuts []int64) bool {
+func Short(parts []Part, cuts []int64) bool {
 	for i, p := range parts {
 		if p.FromLogStart || len(p.Batches) == 0 || cuts[i] >= p.End {
 			continue
@@ -207,10 +218,10 @@ func cutShort(parts []cutPart, cuts []int64) bool {
 	return false
 }
 
-// cutLoss is what a partition gives up beyond its cut: the records (of
+// Loss is what a partition gives up beyond its cut: the records (of
 // data batches; markers are not records) and how much source time they
 // span past T.
-func cutLoss(p cutPart, cut, t int64) (records, ms int64) {
+func Loss(p Part, cut, t int64) (records, ms int64) {
 	last := t
 	for _, b := range p.Batches {
 		if b.Last < cut {
@@ -227,13 +238,13 @@ func cutLoss(p cutPart, cut, t int64) (records, ms int64) {
 	return records, last - t
 }
 
-// cutBatchOf reads what the cut needs of one batch's header.
-func cutBatchOf(b []byte) (cutBatch, error) {
+// BatchOf reads what the cut needs of one batch's header.
+func BatchOf(b []byte) (Batch, error) {
 	h, err := engine.ParseBatchHeader(b)
 	if err != nil {
-		return cutBatch{}, err
+		return Batch{}, err
 	}
-	cb := cutBatch{Base: h.BaseOffset, Last: h.LastOffset(), MaxTs: h.MaxTimestamp,
+	cb := Batch{Base: h.BaseOffset, Last: h.LastOffset(), MaxTs: h.MaxTimestamp,
 		PID: h.ProducerID, Epoch: h.ProducerEpoch, Txn: h.Transactional(), Control: h.Control()}
 	if cb.Control {
 		cb.Commit = engine.ControlType(b) == engine.ControlCommit
@@ -243,21 +254,21 @@ func cutBatchOf(b []byte) (cutBatch, error) {
 	return cb, nil
 }
 
-// heldBatches reads what the cut needs of partition ep's batches from
+// Held reads what the cut needs of partition ep's batches from
 // the one holding offset start to end.
-func heldBatches(ep *engine.Partition, start, end int64) (cutPart, error) {
+func Held(ep *engine.Partition, start, end int64) (Part, error) {
 	start = max(start, ep.Offsets().LogStart)
-	p := cutPart{End: end, FromLogStart: start <= ep.Offsets().LogStart}
+	p := Part{End: end, FromLogStart: start <= ep.Offsets().LogStart}
 	for off := start; off < end; {
-		res, err := ep.Fetch(off, copyChunk, engine.ReadUncommitted)
+		res, err := ep.Fetch(off, FetchBytes, engine.ReadUncommitted)
 		if err != nil {
-			return cutPart{}, fmt.Errorf("reading %s-%d at %d for the cut: %w", ep.Topic(), ep.Index(), off, err)
+			return Part{}, fmt.Errorf("reading %s-%d at %d for the cut: %w", ep.Topic(), ep.Index(), off, err)
 		}
 		n := len(p.Batches)
 		for _, b := range res.Batches {
-			cb, err := cutBatchOf(b)
+			cb, err := BatchOf(b)
 			if err != nil {
-				return cutPart{}, fmt.Errorf("reading %s-%d at %d for the cut: %w", ep.Topic(), ep.Index(), off, err)
+				return Part{}, fmt.Errorf("reading %s-%d at %d for the cut: %w", ep.Topic(), ep.Index(), off, err)
 			}
 			if cb.Last >= off && cb.Base < end {
 				p.Batches = append(p.Batches, cb)
