@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/plugins/mirror/diverged"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
@@ -519,7 +520,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 			var remote remoteMirror
 			if !req.Local {
 				remote = p.remoteView(ctx, name)
-				dm.Diverged = mergeManifests(dm.Diverged, remote.diverged)
+				dm.Diverged = diverged.Merge(dm.Diverged, remote.diverged)
 				if !failed && remote.errCode != 0 {
 					// Another leader's run cannot use the source: the
 					// source is the same for all of them.

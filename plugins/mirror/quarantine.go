@@ -14,24 +14,19 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/plugins/mirror/diverged"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/uuid"
 )
 
-// Divergence quarantine: whatever a truncation (LME, epoch divergence, a
-// source that lost its tail) is about to remove from a mirror partition —
-// the old primary's writes after a split, typically — is first copied,
-// batch by batch and byte for byte from the batch attributes on, into the
-// same partition of the regular topic <topic>.diverged (its own offsets
-// and leader epoch in the batch header; the originals are in the
-// manifest), and recorded in the mirror's divergence manifest in
-// __mirror_state. Nothing a mirror removes is lost silently.
-
-// copyChunk bounds the bytes of one append of copies: memory stays
-// bounded whatever the size of the divergence.
-const copyChunk = 1 << 20
+// Divergence quarantine: what a truncation removes from a mirror
+// partition is copied into <topic>.diverged and recorded in the mirror's
+// divergence manifest first (package diverged, plugins/mirror/diverged,
+// does that to the logs). What it needs of the plugin is here: the
+// <topic>.diverged partition, created on first use, and the manifest
+// entries on the mirror partition's __mirror_state coordinator.
 
 // truncate cuts a mirror partition's log at offset, quarantining what
 // that removes first. An error leaves the log as it was.
@@ -43,117 +38,14 @@ func (r *mirrorRun) truncate(pt *ledPartition, ep *engine.Partition, to int64, c
 	return ep.Truncate(to)
 }
 
-// batchInfo is what the manifest needs of a stored batch's header.
-type batchInfo struct {
-	base, last int64
-	epoch      int32
-	records    int32 // 0 for a control batch
-	firstTs    int64
-	maxTs      int64
-	crc        uint32
-}
-
-// infoOf reads the header of a batch that eachBatch passed on, which
-// checked it.
-func infoOf(b []byte) batchInfo {
-	h, _ := engine.ParseBatchHeader(b)
-	bi := batchInfo{base: h.BaseOffset, last: h.LastOffset(), epoch: h.PartitionLeaderEpoch,
-		firstTs: h.BaseTimestamp, maxTs: h.MaxTimestamp, crc: h.CRC}
-	if !h.Control() {
-		bi.records = h.NumRecords
-	}
-	return bi
-}
-
-// eachBatch calls fn with the batches of ep from the one holding offset
-// to the log end, at most about copyChunk bytes at a time, each with a
-// valid header (infoOf reads it).
-func eachBatch(ep *engine.Partition, offset int64, fn func([][]byte) error) error {
-	for offset < ep.Offsets().LogEnd {
-		res, err := ep.Fetch(offset, copyChunk, engine.ReadUncommitted)
-		if err != nil {
-			return err
-		}
-		var bs [][]byte
-		for _, b := range res.Batches {
-			h, err := engine.ParseBatchHeader(b)
-			if err != nil {
-				return fmt.Errorf("%s-%d at %d: %w", ep.Topic(), ep.Index(), offset, err)
-			}
-			if h.LastOffset() >= offset {
-				bs = append(bs, b)
-			}
-		}
-		if len(bs) == 0 {
-			return nil
-		}
-		if err := fn(bs); err != nil {
-			return err
-		}
-		offset = infoOf(bs[len(bs)-1]).last + 1
-	}
-	return nil
-}
-
-// quarantine copies what truncating ep to offset removes and records it;
-// see the top of this file. It is idempotent: a broker that died in the
-// middle of a copy resumes it after the batches already there (known by
-// their CRCs), so nothing is copied twice.
+// quarantine copies what truncating ep to offset removes into
+// <topic>.diverged and records it (diverged.Quarantine).
 func (r *mirrorRun) quarantine(pt *ledPartition, ep *engine.Partition, to int64, cause string) error {
-	// What goes: whole batches, from the one holding offset on.
-	var span *wire.DivergedRange
-	err := eachBatch(ep, max(to, ep.Offsets().LogStart), func(bs [][]byte) error {
-		for _, b := range bs {
-			bi := infoOf(b)
-			if span == nil {
-				span = &wire.DivergedRange{Topic: pt.topic, Partition: pt.partition, FirstOffset: bi.base, FirstEpoch: bi.epoch, FirstTimestamp: bi.firstTs}
-			}
-			span.LastOffset, span.LastEpoch, span.LastTimestamp = bi.last, bi.epoch, max(span.LastTimestamp, bi.maxTs)
-			span.Records += int64(bi.records)
-		}
-		return nil
+	m := partitionManifest{p: r.p, k: mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}, id: pt.id}
+	e, err := diverged.Quarantine(r.ctx, ep, to, cause, m, func() (*engine.Partition, error) {
+		return r.p.divergedPartition(r.ctx, pt.topic, pt.partition, ep)
 	})
-	if err != nil || span == nil {
-		return err
-	}
-	dp, err := r.p.divergedPartition(r.ctx, pt.topic, pt.partition, ep)
-	if err != nil {
-		return err
-	}
-	k := mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}
-	e, err := r.p.pendingEntry(r.ctx, k, pt.id)
-	if err != nil {
-		return err
-	}
-	next := span.FirstOffset
-	if e != nil && e.FirstOffset == span.FirstOffset {
-		// Resumed: skip what the interrupted copy appended.
-		if next, err = copiedUpTo(dp, e.CopyStart, ep, next); err != nil {
-			return err
-		}
-	} else {
-		if e != nil { // an interrupted copy of another range: close it as it is
-			e.CopyEnd, e.Done = dp.Offsets().LogEnd, true
-			if err := r.p.writeEntry(r.ctx, k, pt.id, e); err != nil {
-				return err
-			}
-		}
-		e = &mirrorstate.ManifestEntry{DivergedRange: *span}
-		e.CopyStart, e.CopyEnd, e.TruncatedAt, e.Cause = dp.Offsets().LogEnd, -1, time.Now().UnixMilli(), cause
-		if err := r.p.writeEntry(r.ctx, k, pt.id, e); err != nil {
-			return err
-		}
-	}
-	err = eachBatch(ep, next, func(bs [][]byte) error {
-		_, err := dp.Append(r.ctx, &engine.AppendRequest{Topic: dp.Topic(), TopicID: dp.TopicID(), Partition: dp.Index(),
-			Origin: engine.OriginMirrorControl, Records: slices.Concat(bs...), Acks: -1})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("copy: %w", err)
-	}
-	e.CopyEnd, e.Done = dp.Offsets().LogEnd, true
-	if err := r.p.writeEntry(r.ctx, k, pt.id, e); err != nil {
+	if err != nil || e == nil {
 		return err
 	}
 	r.log.Warn("mirror truncation: the records it removes were copied first", "topic", pt.topic, "partition", pt.partition,
@@ -162,35 +54,20 @@ func (r *mirrorRun) quarantine(pt *ledPartition, ep *engine.Partition, to int64,
 	return nil
 }
 
-// copiedUpTo returns the offset of ep to copy from: past the batches of
-// ep from offset on that dp already holds from copyStart on (an
-// interrupted copy), matched by CRC, which covers everything a copy keeps.
-func copiedUpTo(dp *engine.Partition, copyStart int64, ep *engine.Partition, offset int64) (int64, error) {
-	var copies []uint32
-	if err := eachBatch(dp, copyStart, func(bs [][]byte) error {
-		for _, b := range bs {
-			copies = append(copies, infoOf(b).crc)
-		}
-		return nil
-	}); err != nil {
-		return 0, err
-	}
-	next := offset
-	errDone := errors.New("done")
-	err := eachBatch(ep, offset, func(bs [][]byte) error {
-		for _, b := range bs {
-			bi := infoOf(b)
-			if len(copies) == 0 || copies[0] != bi.crc {
-				return errDone
-			}
-			copies, next = copies[1:], bi.last+1
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errDone) {
-		return 0, err
-	}
-	return next, nil
+// partitionManifest is a mirror partition's divergence manifest on its
+// __mirror_state coordinator.
+type partitionManifest struct {
+	p  *Plugin
+	k  mirrorstate.PartitionKey
+	id uuid.UUID
+}
+
+func (m partitionManifest) Pending(ctx context.Context) (*mirrorstate.ManifestEntry, error) {
+	return m.p.pendingEntry(ctx, m.k, m.id)
+}
+
+func (m partitionManifest) Write(ctx context.Context, e *mirrorstate.ManifestEntry) error {
+	return m.p.writeEntry(ctx, m.k, m.id, e)
 }
 
 // divergedPartition returns partition p of <topic>.diverged, creating the
@@ -340,28 +217,6 @@ func (p *Plugin) manifest(ctx context.Context, mirror string) []wire.DivergedRan
 			}
 			return nil
 		})
-	}
-	slices.SortFunc(out, func(a, b wire.DivergedRange) int {
-		return cmp.Or(cmp.Compare(a.TruncatedAt, b.TruncatedAt), strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
-	})
-	return out
-}
-
-// mergeManifests merges manifest entries gathered from several brokers
-// (a shard that moved may be answered twice), oldest first.
-func mergeManifests(a, b []wire.DivergedRange) []wire.DivergedRange {
-	type key struct {
-		topic     string
-		partition int32
-		copyStart int64
-	}
-	seen := map[key]bool{}
-	var out []wire.DivergedRange
-	for _, d := range slices.Concat(a, b) {
-		if k := (key{d.Topic, d.Partition, d.CopyStart}); !seen[k] {
-			seen[k] = true
-			out = append(out, d)
-		}
 	}
 	slices.SortFunc(out, func(a, b wire.DivergedRange) int {
 		return cmp.Or(cmp.Compare(a.TruncatedAt, b.TruncatedAt), strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
