@@ -34,7 +34,7 @@ func requestName(req kmsg.Request) string {
 
 func (b *Broker) handleApiVersions(_ context.Context, _ *RequestContext, req *kmsg.ApiVersionsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
-	resp.ApiKeys = b.apis.versions
+	resp.ApiKeys = b.apis.Versions()
 	// KIP-1242: a client that names the cluster and node it expects to
 	// reach, and reached another, must rediscover the cluster from its
 	// seeds (an address reused by a different broker).
@@ -63,6 +63,6 @@ func (b *Broker) apiVersionsUnsupported() kmsg.Response {
 	resp := kmsg.NewPtrApiVersionsResponse()
 	resp.Version = 0
 	resp.ErrorCode = kerr.UnsupportedVersion.Code
-	resp.ApiKeys = b.apis.versions
+	resp.ApiKeys = b.apis.Versions()
 	return resp
 }

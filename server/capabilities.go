@@ -32,7 +32,7 @@ var saslMechanismsKey = regexp.MustCompile(`^(listener\.name\.[^.]+\.)?sasl\.ena
 // authorizer silently off. A property set to an empty value asks for
 // nothing. The error is one line naming every such property.
 func checkCapabilities(props map[string]string, plugins []any, apis *apiTable) error {
-	_, scram := apis.plugins[kmsg.AlterUserSCRAMCredentials.Int16()]
+	scram := servedByPlugin(apis, kmsg.AlterUserSCRAMCredentials.Int16())
 	var missing []string
 	for _, k := range slices.Sorted(maps.Keys(props)) {
 		v := strings.TrimSpace(props[k])

@@ -411,11 +411,11 @@ func (c *conn) readRequest(br *bufio.Reader, remote string) (r *request, err err
 	if clientID != nil {
 		r.rc.ClientID = *clientID
 	}
-	r.req = c.b.apis.newRequest(key)
+	r.req = c.b.apis.NewRequest(key)
 	if _, ok := r.req.(*kmsg.CreateTopicsRequest); ok && version >= createTopicsMirrorVersion {
 		r.req = new(createTopicsRequest) // MirrorInfo, which kmsg does not know
 	}
-	vr, _ := c.b.apis.lookup(key)
+	vr, _ := c.b.apis.Lookup(key)
 	if r.req == nil {
 		return nil, fmt.Errorf("unsupported api key %d (client id %q)", key, r.rc.ClientID)
 	}

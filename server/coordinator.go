@@ -13,8 +13,6 @@ import (
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-const apiKeyFindCoordinator = 10
-
 // coordinatorTopicWait bounds how long FindCoordinator waits for an
 // internal topic it just created to get a leader, before answering
 // COORDINATOR_NOT_AVAILABLE (clients retry that).

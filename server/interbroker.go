@@ -36,8 +36,8 @@ func (b *Broker) interBrokerClient(addr string, extra ...kgo.Opt) (*kgo.Client, 
 // Tandem) at its own version otherwise.
 func (b *Broker) sendVersions() *kversion.Versions {
 	v := kversion.Stable()
-	for _, k := range b.apis.versions {
-		if b.apis.plugins[k.ApiKey] != nil { // a peer with the same plugins serves it
+	for _, k := range b.apis.Versions() {
+		if servedByPlugin(b.apis, k.ApiKey) { // a peer with the same plugins serves it
 			v.SetMaxKeyVersion(k.ApiKey, k.MaxVersion)
 		}
 	}

@@ -64,7 +64,7 @@ type Broker struct {
 	// produceRefusals: the produce refusals logged once (produce.go).
 	produceRefusals refusals
 
-	apis        apiTable
+	apis        *apiTable
 	metrics     *prom.Set
 	m           *brokerMetrics
 	sessions    *fetchSessions
@@ -168,10 +168,10 @@ func New(cfg Config) (*Broker, error) {
 	b.reqBytes = wire.NewBudget(props.QueuedMaxRequestBytes)
 	b.frameReader = wire.FrameReader{Budget: b.reqBytes, Pool: &b.frames, Idle: connIdleTimeout, ReadTimeout: props.RequestReadTimeout}
 	b.throttle = security.NewThrottle(props.FailedAuthDelay)
-	if b.apis, err = newAPITable(cfg.Plugins); err != nil {
+	if b.apis, err = b.newAPITable(cfg.Plugins); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	if err := checkCapabilities(cfg.Props, cfg.Plugins, &b.apis); err != nil {
+	if err := checkCapabilities(cfg.Props, cfg.Plugins, b.apis); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	if len(props.Unknown) > 0 {

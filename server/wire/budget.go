@@ -1,6 +1,10 @@
 // Package wire holds what reading Kafka requests off the network shares
-// across connections: the memory budget of requests being read or
-// handled (queued.max.request.bytes) and the pool of their frame buffers.
+// across connections: the frame reader, the memory budget of requests
+// being read or handled (queued.max.request.bytes), the pool of their
+// frame buffers, and the table of the API keys a broker serves (APIs),
+// which says what a request decodes into and which handler answers it.
+// The broker registers its own keys in that table as it does its
+// plugins', with one Handler type for both.
 package wire
 
 import (
