@@ -60,7 +60,7 @@ func (c *conn) gate(ctx context.Context, r *request) (kmsg.Response, error) {
 		return nil, fmt.Errorf("%s request before SASL authentication on listener %s", apiName(r.req.Key()), c.l.name)
 	case c.sasl.mech != nil:
 		return nil, fmt.Errorf("%s request during SASL re-authentication", apiName(r.req.Key()))
-	case !c.sasl.expiry.IsZero() && time.Now().After(c.sasl.expiry):
+	case !c.sasl.expiry.IsZero() && c.b.now().After(c.sasl.expiry):
 		return nil, fmt.Errorf("SASL session of %s expired without re-authentication (connections.max.reauth.ms)", c.principal)
 	}
 	return nil, nil
@@ -179,7 +179,7 @@ func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateR
 		return fail(kerr.SaslAuthenticationFailed, msg, msg)
 	}
 	c.principal = p
-	now := time.Now()
+	now := c.b.now()
 	life := c.b.reauth
 	if !expiry.IsZero() && (life == 0 || expiry.Sub(now) < life) {
 		life = max(expiry.Sub(now), time.Millisecond)

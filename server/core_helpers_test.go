@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +31,14 @@ func startBroker(t testing.TB, props map[string]string) *Broker {
 // startBrokerWith is startBroker with more of the Config set by the test.
 func startBrokerWith(t testing.TB, cfg Config) *Broker {
 	t.Helper()
+	return startBrokerAt(t, nil, cfg)
+}
+
+// startBrokerAt is startBrokerWith with the broker's clock set to clk
+// (nil: the wall clock) before it starts, so that no connection reads the
+// clock before the test's one is in place.
+func startBrokerAt(t testing.TB, clk *fakeClock, cfg Config) *Broker {
+	t.Helper()
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
 	}
@@ -42,6 +51,9 @@ func startBrokerWith(t testing.TB, cfg Config) *Broker {
 	b, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
+	}
+	if clk != nil {
+		b.now = clk.Now
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -70,6 +82,31 @@ func rawRequest(t testing.TB, addr string, req kmsg.Request) kmsg.Response {
 		t.Fatalf("request key %d v%d: %v", req.Key(), req.GetVersion(), err)
 	}
 	return resp
+}
+
+// fakeClock is a clock the test moves: code that reads it instead of
+// time.Now sees a deadline pass when the test advances the clock past it,
+// with no sleep and no race against the scheduler.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// newFakeClock starts at the wall clock's now, so that times compared
+// with real ones (token expiries) stay meaningful.
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Now()} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }
 
 // roundTrip writes req with correlation id corr on c and reads its response.

@@ -412,13 +412,18 @@ func TestFetchSessions(t *testing.T) {
 	}
 }
 
+// TestFetchSessionEviction: a full cache evicts the least recently used
+// session, by the cache's clock, which the test advances between uses.
 func TestFetchSessionEviction(t *testing.T) {
+	clk := newFakeClock()
 	f := newFetchSessions(2)
+	f.now = clk.Now
 	a := f.create(nil)
 	a.mu.Unlock()
-	time.Sleep(time.Millisecond)
+	clk.Advance(time.Millisecond)
 	bs := f.create(nil)
 	bs.mu.Unlock()
+	clk.Advance(time.Millisecond)
 	if s, code := f.get(a.id, 1); code != 0 {
 		t.Fatalf("get a: %d", code)
 	} else {

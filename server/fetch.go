@@ -416,10 +416,11 @@ type fetchSessions struct {
 	mu   sync.Mutex
 	max  int
 	byID map[int32]*fetchSession
+	now  func() time.Time // stamps lastUsed; time.Now but in tests
 }
 
 func newFetchSessions(max int) *fetchSessions {
-	return &fetchSessions{max: max, byID: make(map[int32]*fetchSession)}
+	return &fetchSessions{max: max, byID: make(map[int32]*fetchSession), now: time.Now}
 }
 
 // create makes a session over parts and returns it locked, with the epoch
@@ -441,7 +442,7 @@ func (f *fetchSessions) create(parts []*fetchPart) *fetchSession {
 		}
 		delete(f.byID, lru.id)
 	}
-	s := &fetchSession{epoch: 1, parts: slices.Clone(parts), byKey: make(map[fetchKey]*fetchPart, len(parts)), lastUsed: time.Now()}
+	s := &fetchSession{epoch: 1, parts: slices.Clone(parts), byKey: make(map[fetchKey]*fetchPart, len(parts)), lastUsed: f.now()}
 	for _, fp := range parts {
 		s.byKey[fp.key] = fp
 	}
@@ -472,7 +473,7 @@ func (f *fetchSessions) get(id, epoch int32) (*fetchSession, int16) {
 		s.epoch = 1 // epochs wrap to 1: 0 and -1 have meanings of their own
 	}
 	f.mu.Lock()
-	s.lastUsed = time.Now()
+	s.lastUsed = f.now()
 	f.mu.Unlock()
 	return s, 0
 }

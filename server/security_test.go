@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,52 +138,89 @@ func TestOAuthBearer(t *testing.T) {
 }
 
 // TestReauthentication: SaslAuthenticate returns the session lifetime
-// (KIP-368); a client that does not re-authenticate is disconnected at
-// its first request after it, and franz-go, which re-authenticates, keeps
-// working.
+// (KIP-368); re-authenticating on the connection starts a new session; a
+// client that does not re-authenticate is disconnected at its first
+// request after its session ended; and franz-go, which re-authenticates,
+// keeps working on the connection it has. The broker runs on the test's
+// clock, so a session ends when the test advances the clock past it.
 func TestReauthentication(t *testing.T) {
-	b := startBroker(t, map[string]string{
+	clk := newFakeClock()
+	b := startBrokerAt(t, clk, Config{Props: map[string]string{
 		"listeners":                 "SASL_PLAINTEXT://127.0.0.1:0",
 		"tandem.sasl.plain.users":   "alice:pw",
 		"connections.max.reauth.ms": "1000",
-	})
+	}})
 	c, err := net.Dial("tcp", b.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	hs := kmsg.NewPtrSASLHandshakeRequest()
-	hs.Version, hs.Mechanism = 1, "PLAIN"
-	if _, err := roundTrip(c, hs, 1); err != nil {
-		t.Fatal(err)
-	}
-	auth := kmsg.NewPtrSASLAuthenticateRequest()
-	auth.Version, auth.SASLAuthBytes = 1, []byte("\x00alice\x00pw")
-	resp, err := roundTrip(c, auth, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ar := resp.(*kmsg.SASLAuthenticateResponse); ar.ErrorCode != 0 || ar.SessionLifetimeMillis != 1000 {
-		t.Fatalf("authenticate: %+v", ar)
+	corr := int32(0)
+	authenticate := func() {
+		t.Helper()
+		hs := kmsg.NewPtrSASLHandshakeRequest()
+		hs.Version, hs.Mechanism = 1, "PLAIN"
+		corr++
+		if _, err := roundTrip(c, hs, corr); err != nil {
+			t.Fatal(err)
+		}
+		auth := kmsg.NewPtrSASLAuthenticateRequest()
+		auth.Version, auth.SASLAuthBytes = 1, []byte("\x00alice\x00pw")
+		corr++
+		resp, err := roundTrip(c, auth, corr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ar := resp.(*kmsg.SASLAuthenticateResponse); ar.ErrorCode != 0 || ar.SessionLifetimeMillis != 1000 {
+			t.Fatalf("authenticate: %+v", ar)
+		}
 	}
 	md := kmsg.NewPtrMetadataRequest()
 	md.Version = 12
-	if _, err := roundTrip(c, md, 3); err != nil {
+	metadata := func() error {
+		corr++
+		_, err := roundTrip(c, md, corr)
+		return err
+	}
+	authenticate()
+	if err := metadata(); err != nil {
 		t.Fatalf("metadata within the session: %v", err)
 	}
-	time.Sleep(1100 * time.Millisecond)
-	if _, err := roundTrip(c, md, 4); err == nil {
+	clk.Advance(600 * time.Millisecond)
+	authenticate()
+	clk.Advance(600 * time.Millisecond) // past the first session, within the second
+	if err := metadata(); err != nil {
+		t.Fatalf("metadata within the re-authenticated session: %v", err)
+	}
+	clk.Advance(500 * time.Millisecond)
+	if err := metadata(); err == nil {
 		t.Fatal("request after the session expired was answered")
 	}
 
-	cl := newClient(t, b, kgo.SASL(plain.Auth{User: "alice", Pass: "pw"}.AsMechanism()))
+	// franz-go takes a 1s margin off the lifetime, so with 1000 ms it
+	// re-authenticates before each request; a connection it lost to an
+	// expired session would show as one more dial.
+	var dials atomic.Int32
+	dial := func(ctx context.Context, network, host string) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, network, host)
+	}
+	cl := newClient(t, b, kgo.SASL(plain.Auth{User: "alice", Pass: "pw"}.AsMechanism()), kgo.Dialer(dial))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if _, err := cl.Broker(1).Request(ctx, kmsg.NewPtrMetadataRequest()); err != nil {
+		t.Fatal(err)
+	}
+	before := dials.Load()
 	for range 5 {
-		if _, err := cl.Request(ctx, kmsg.NewPtrMetadataRequest()); err != nil {
+		clk.Advance(600 * time.Millisecond)
+		if _, err := cl.Broker(1).Request(ctx, kmsg.NewPtrMetadataRequest()); err != nil {
 			t.Fatalf("franz-go across re-authentications: %v", err)
 		}
-		time.Sleep(600 * time.Millisecond)
+	}
+	if n := dials.Load(); n != before {
+		t.Fatalf("franz-go dialed %d more times across re-authentications, want none", n-before)
 	}
 }
 

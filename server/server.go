@@ -86,6 +86,7 @@ type Broker struct {
 	authz     plugin.Authorizer // nil: everything is allowed
 	quotas    *quota.Quotas
 	reauth    time.Duration        // connections.max.reauth.ms
+	now       func() time.Time     // the clock of SASL session lifetimes; time.Now but in tests
 	pids      raftmeta.ProducerIDs // for idempotent producers
 
 	// A cluster member's state (cluster_*.go); zero for a standalone
@@ -134,6 +135,7 @@ func New(cfg Config) (*Broker, error) {
 		props:   props,
 		metrics: prom.NewSet(),
 		conns:   make(map[net.Conn]struct{}),
+		now:     time.Now,
 	}
 	props.Unknown = slices.DeleteFunc(props.Unknown, func(k string) bool {
 		return securityProps.MatchString(k) || ownedProp(cfg.Plugins, k)
