@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 func TestRetentionByTime(t *testing.T) {
@@ -170,13 +172,12 @@ func TestRetentionLoopAndMetrics(t *testing.T) {
 		n += len(b)
 		appendOK(t, p, OriginClient, b)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for p.Offsets().LogStart != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("retention loop did not run: %+v", p.Offsets())
+	wait.Until(t, 5*time.Second, func() error {
+		if o := p.Offsets(); o.LogStart != 3 {
+			return fmt.Errorf("the retention loop has not run: %+v", o)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	st := e.Metrics()
 	if st.BytesWritten != int64(n) || st.Appends != 3 || st.Partitions != 1 || st.DiskUsage == 0 {
 		t.Fatalf("metrics %+v", st)

@@ -2,11 +2,14 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // TestDiskFullRefusesClientWrites lowers the free space the filesystem
@@ -51,13 +54,12 @@ func TestDiskFullRefusesClientWrites(t *testing.T) {
 	}
 
 	fs.TestingSetDiskUsage(vfs.DiskUsage{TotalBytes: total, AvailBytes: total / 2})
-	deadline := time.Now().Add(30 * time.Second)
-	for e.DiskFull() { // the background check, every second
-		if time.Now().After(deadline) {
-			t.Fatal("still full after the space came back")
+	wait.Until(t, 30*time.Second, func() error { // the background check, every second
+		if e.DiskFull() {
+			return errors.New("still full after the space came back")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if res := appendOK(t, p, OriginClient, mkBatch(t, batchOpts{}, kv("c", "3"))); res.BaseOffset != 4 {
 		t.Fatalf("append once space is back: %+v", res)
 	}

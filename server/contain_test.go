@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/plugins/groups"
 	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // panickyGroups is the real consumer-groups plugin with a fault: once
@@ -65,7 +67,12 @@ func TestPluginPanicIsContained(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "after"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the plugin to fail", func() bool { return len(b.PluginFailures()) == 1 })
+	wait.Until(t, 20*time.Second, func() error {
+		if n := len(b.PluginFailures()); n != 1 {
+			return fmt.Errorf("%d plugin failures, want 1", n)
+		}
+		return nil
+	})
 	if f := b.PluginFailures()[0]; !strings.Contains(f, "plugin server failed") || !strings.Contains(f, "injected fault in OnLeaderChange") {
 		t.Errorf("failure line %q", f)
 	}
@@ -213,7 +220,12 @@ func (p *bgPanics) Stop(context.Context) error { p.stopped.Store(true); return n
 func TestPluginGoroutinePanic(t *testing.T) {
 	p := &bgPanics{}
 	b := startBrokerWith(t, Config{Plugins: []any{p}})
-	waitFor(t, "the plugin to fail", func() bool { return len(b.PluginFailures()) == 1 })
+	wait.Until(t, 20*time.Second, func() error {
+		if n := len(b.PluginFailures()); n != 1 {
+			return fmt.Errorf("%d plugin failures, want 1", n)
+		}
+		return nil
+	})
 	if f := b.PluginFailures()[0]; !strings.Contains(f, "injected fault in a goroutine") || !strings.Contains(f, "restart the broker") {
 		t.Errorf("failure line %q", f)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // createTopic creates a topic through the controller and waits until the
@@ -494,17 +495,6 @@ func (h *hookPlugin) Stop(context.Context) error {
 	return nil
 }
 
-// eventually polls cond for up to 10 seconds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestHooks(t *testing.T) {
 	h := &hookPlugin{}
 	dir := t.TempDir()
@@ -523,7 +513,7 @@ func TestHooks(t *testing.T) {
 	h.mu.Unlock()
 
 	tp := createTopic(t, b, "hooked", 2, nil)
-	eventually(t, "leader changes and metadata delta", func() bool {
+	wait.Until(t, 10*time.Second, func() error {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		created := false
@@ -532,7 +522,10 @@ func TestHooks(t *testing.T) {
 				created = created || id == tp.ID
 			}
 		}
-		return len(h.leaders) == 2 && created
+		if len(h.leaders) != 2 || !created {
+			return fmt.Errorf("%d leader changes, want 2; topic in a metadata delta: %v", len(h.leaders), created)
+		}
+		return nil
 	})
 	h.mu.Lock()
 	for i, c := range h.leaders {
@@ -547,7 +540,14 @@ func TestHooks(t *testing.T) {
 	if c := resp.Topics[0].Partitions[0].ErrorCode; c != 0 {
 		t.Fatalf("produce: code %d", c)
 	}
-	eventually(t, "OnAppend", func() bool { h.mu.Lock(); defer h.mu.Unlock(); return len(h.appends) == 1 })
+	wait.Until(t, 10*time.Second, func() error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if len(h.appends) != 1 {
+			return fmt.Errorf("%d OnAppend calls, want 1", len(h.appends))
+		}
+		return nil
+	})
 	h.mu.Lock()
 	if a := h.appends[0]; a.Topic != "hooked" || a.Partition != 1 || a.BaseOffset != 0 || a.LastOffset != 1 || a.Origin != engine.OriginClient || a.HighWatermark != 2 {
 		t.Errorf("append info %+v", a)
@@ -575,7 +575,7 @@ func TestHooks(t *testing.T) {
 	if err := errors.Join(b.meta.DeleteTopics(ctx, []metadata.UUID{tp.ID})...); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "leadership lost", func() bool {
+	wait.Until(t, 10*time.Second, func() error {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		lost := 0
@@ -584,7 +584,10 @@ func TestHooks(t *testing.T) {
 				lost++
 			}
 		}
-		return lost == 2
+		if lost != 2 {
+			return fmt.Errorf("leadership of %d partitions lost, want 2", lost)
+		}
+		return nil
 	})
 	if b.engine.Partition(engine.TopicID(tp.ID), 0) != nil {
 		t.Error("partition of a deleted topic still in the engine")

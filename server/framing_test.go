@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -14,18 +15,20 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // queued is the broker's tandem_server_queued_request_bytes gauge.
 func queued(b *Broker) int64 { return b.reqBytes.InUse() }
 
-// waitFor polls cond until it holds or a generous deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+// queuedIs is a wait.Until condition: n bytes of requests reserved.
+func queuedIs(b *Broker, n int64) func() error {
+	return func() error {
+		if q := queued(b); q != n {
+			return fmt.Errorf("%d request bytes reserved, want %d", q, n)
 		}
+		return nil
 	}
 }
 
@@ -60,7 +63,7 @@ func TestQueuedRequestBytes(t *testing.T) {
 	if _, err := stalled.Write(append(binary.BigEndian.AppendUint32(nil, 900_000), make([]byte, 100_000)...)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the stalled frame's reservation", func() bool { return queued(b) == 900_000 })
+	wait.Until(t, 20*time.Second, queuedIs(b, 900_000))
 
 	// A valid Metadata request of about 800 KB.
 	big := kmsg.NewPtrMetadataRequest()
@@ -93,7 +96,7 @@ func TestQueuedRequestBytes(t *testing.T) {
 	if topics := resp.(*kmsg.MetadataResponse).Topics; len(topics) != 1 && len(topics) != 4000 {
 		t.Fatalf("metadata answered %d topics", len(topics))
 	}
-	waitFor(t, "every reservation released", func() bool { return queued(b) == 0 })
+	wait.Until(t, 20*time.Second, queuedIs(b, 0))
 }
 
 // TestFrameReadTimeout: a client trickling a frame byte by byte is closed
@@ -120,7 +123,7 @@ func TestFrameReadTimeout(t *testing.T) {
 		}
 	}()
 	expectClosed(t, c, "a trickling client")
-	waitFor(t, "the reservation released", func() bool { return queued(b) == 0 })
+	wait.Until(t, 20*time.Second, queuedIs(b, 0))
 	if resp := rawRequest(t, b.Addr(), &kmsg.ApiVersionsRequest{Version: 3}).(*kmsg.ApiVersionsResponse); resp.ErrorCode != 0 {
 		t.Fatalf("ApiVersions after: %d", resp.ErrorCode)
 	}
@@ -165,7 +168,7 @@ func TestInflateCounted(t *testing.T) {
 	if peak < 3<<20 || peak > 4<<20 || inflating != 0 {
 		t.Errorf("decompression reserved at most %d bytes (budget 4 MiB), %d still held", peak, inflating)
 	}
-	waitFor(t, "every reservation released", func() bool { return queued(b) == 0 })
+	wait.Until(t, 20*time.Second, queuedIs(b, 0))
 	cons, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ConsumeTopics("z"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxBytes(64<<20))
 	if err != nil {

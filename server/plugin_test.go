@@ -6,9 +6,11 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // orderPlugin records the calls the broker makes to it.
@@ -43,10 +45,13 @@ func TestStartOrder(t *testing.T) {
 
 	o := &orderPlugin{}
 	b = startBrokerWith(t, Config{DataDir: dir, Plugins: []any{o}})
-	eventually(t, "the first metadata update", func() bool {
+	wait.Until(t, 10*time.Second, func() error {
 		o.mu.Lock()
 		defer o.mu.Unlock()
-		return slices.Contains(o.events, "metadata")
+		if !slices.Contains(o.events, "metadata") {
+			return fmt.Errorf("no metadata update in %q", o.events)
+		}
+		return nil
 	})
 	if err := b.Close(); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // kv is a key-value state machine: the simplest coordinator.
@@ -356,17 +357,14 @@ func TestResignationDropsState(t *testing.T) {
 		t.Fatalf("request after resignation: %v", err)
 	}
 	// The old shard unloads in the background: wait for it, boundedly.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	wait.Until(t, 5*time.Second, func() error {
 		f.mu.Lock()
-		done := f.unloaded
-		f.mu.Unlock()
-		if done {
-			break
+		defer f.mu.Unlock()
+		if !f.unloaded {
+			return errors.New("the state machine is not unloaded")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("state machine was not unloaded")
-		}
-	}
+		return nil
+	})
 	// Timers of a dropped shard never fire.
 	fired := make(chan struct{})
 	sh.AfterFunc(time.Millisecond, func() { close(fired) })

@@ -3,6 +3,7 @@ package groups_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // member drives ConsumerGroupHeartbeat by hand, as a KIP-848 client does.
@@ -220,14 +222,12 @@ func TestConsumerGroup848SessionTimeout(t *testing.T) {
 	if s.beat(); a.count() != 1 || s.count() != 1 {
 		t.Fatalf("a owns %v, s owns %v", a.owned, s.owned)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for a.count() != 2 { // s never heartbeats again
-		if time.Now().After(deadline) {
-			t.Fatalf("a never got s's partition: %v", a.owned)
+	wait.Until(t, 20*time.Second, func() error { // s never heartbeats again
+		if a.beat(); a.count() != 2 {
+			return fmt.Errorf("a owns %v, not yet s's partition", a.owned)
 		}
-		time.Sleep(100 * time.Millisecond)
-		a.beat()
-	}
+		return nil
+	})
 	if g := describe848(t, addr, "gt"); len(g.Members) != 1 {
 		t.Fatalf("after s's session expired: %+v", g)
 	}
@@ -277,14 +277,12 @@ func TestConsumerGroup848Regex(t *testing.T) {
 		t.Fatalf("join with a regex: %+v, owns %v", r, m.owned)
 	}
 	tandemtest.CreateTopic(t, addr, "rx-b", 2)
-	deadline := time.Now().Add(20 * time.Second)
-	for m.count() != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the new topic was never assigned: %v", m.owned)
+	wait.Until(t, 20*time.Second, func() error {
+		if m.beat(); m.count() != 3 {
+			return fmt.Errorf("m owns %v, not yet the new topic's partitions", m.owned)
 		}
-		time.Sleep(100 * time.Millisecond)
-		m.beat()
-	}
+		return nil
+	})
 	g := describe848(t, addr, "grx")
 	var names []string
 	for _, tp := range g.Members[0].Assignment.TopicPartitions {
@@ -334,21 +332,19 @@ func TestConsumerGroup848Migration(t *testing.T) {
 	}
 	// Downgrade: a classic consumer joins the empty consumer group.
 	classic := tandemtest.Client(t, addr, kgo.ConsumerGroup("gm"), kgo.ConsumeTopics("tm"))
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.Until(t, 20*time.Second, func() error {
 		described, err := adm.DescribeGroups(ctx, "gm")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g := described["gm"]; g.Err == nil && g.State == "Stable" && len(g.Members) == 1 &&
-			describe848(t, addr, "gm").ErrorCode == kerr.GroupIDNotFound.Code {
-			break
+		if g := described["gm"]; g.Err != nil || g.State != "Stable" || len(g.Members) != 1 {
+			return fmt.Errorf("the classic consumer has not joined: %+v", described)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the classic consumer never joined: %+v", described)
+		if code := describe848(t, addr, "gm").ErrorCode; code != kerr.GroupIDNotFound.Code {
+			return fmt.Errorf("ConsumerGroupDescribe of the classic group: error %d, want GROUP_ID_NOT_FOUND", code)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	if g := describe848(t, addr, "gm"); g.ErrorCode != kerr.GroupIDNotFound.Code || committed() != 7 {
 		t.Fatalf("after the downgrade: %+v, offset %d", g, committed())
 	}

@@ -2,6 +2,7 @@ package groups_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // consumer848 is a franz-go consumer in group g using the KIP-848
@@ -79,17 +81,17 @@ func TestConsumerGroup848(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); pollInto(cl, stop, &mu, seen) }()
 	}
-	waitFor(t, func() bool {
+	wait.Until(t, 30*time.Second, func() error {
 		g := describe848(t, addr, "g848")
 		if g.ErrorCode != 0 || g.State != "Stable" || len(g.Members) != 3 {
-			return false
+			return fmt.Errorf("want 3 members, Stable: %+v", g)
 		}
 		for _, m := range g.Members {
 			if len(m.Assignment.TopicPartitions) != 1 || len(m.Assignment.TopicPartitions[0].Partitions) != 2 || m.MemberEpoch != g.Epoch {
-				return false
+				return fmt.Errorf("want 2 partitions for each member, at the group's epoch: %+v", g)
 			}
 		}
-		return true
+		return nil
 	})
 	// One member leaves (epoch -1); the other two take its partitions.
 	close(stop)
@@ -103,23 +105,26 @@ func TestConsumerGroup848(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); pollInto(cl, stop, &mu, seen) }()
 	}
-	waitFor(t, func() bool {
+	wait.Until(t, 30*time.Second, func() error {
 		g := describe848(t, addr, "g848")
 		if g.State != "Stable" || len(g.Members) != 2 {
-			return false
+			return fmt.Errorf("want 2 members, Stable: %+v", g)
 		}
 		for _, m := range g.Members {
 			if len(m.Assignment.TopicPartitions) != 1 || len(m.Assignment.TopicPartitions[0].Partitions) != 3 {
-				return false
+				return fmt.Errorf("want 3 partitions for each member: %+v", g)
 			}
 		}
-		return true
+		return nil
 	})
 	produce(t, addr, "t848", 0)
-	waitFor(t, func() bool {
+	wait.Until(t, 30*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(seen) == 600
+		if len(seen) != 600 {
+			return fmt.Errorf("%d distinct records consumed, want 600", len(seen))
+		}
+		return nil
 	})
 	close(stop)
 	wg.Wait()
@@ -140,7 +145,12 @@ func TestConsumerGroup848(t *testing.T) {
 	for _, cl := range cls[:2] {
 		cl.Close() // leave: the group empties
 	}
-	waitFor(t, func() bool { return describe848(t, addr, "g848").State == "Empty" })
+	wait.Until(t, 30*time.Second, func() error {
+		if g := describe848(t, addr, "g848"); g.State != "Empty" {
+			return fmt.Errorf("group %s, want Empty", g.State)
+		}
+		return nil
+	})
 	committed, err := adm.FetchOffsets(ctx, "g848")
 	if err != nil {
 		t.Fatal(err)

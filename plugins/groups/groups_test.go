@@ -15,6 +15,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/groups"
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 var testProps = map[string]string{
@@ -100,28 +101,49 @@ func TestGroupConsumeRebalanceRestart(t *testing.T) {
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	}
 	var wg sync.WaitGroup
-	stops := make([]chan struct{}, 3)
+	stops, stopped := make([]chan struct{}, 3), make([]chan struct{}, 3)
 	cls := make([]*kgo.Client, 3)
 	for i := range cls {
-		cls[i], stops[i] = member(), make(chan struct{})
+		cls[i], stops[i], stopped[i] = member(), make(chan struct{}), make(chan struct{})
 		wg.Add(1)
-		go func() { defer wg.Done(); consume(cls[i], stops[i]) }()
+		go func() { defer wg.Done(); defer close(stopped[i]); consume(cls[i], stops[i]) }()
 	}
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 600 })
+	wait.Until(t, 30*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) != 600 {
+			return fmt.Errorf("%d distinct records consumed, want 600", len(seen))
+		}
+		return nil
+	})
 	desc, err := adm.DescribeGroups(ctx, "g")
 	if err != nil || desc["g"].State != "Stable" || len(desc["g"].Members) != 3 {
 		t.Fatalf("describe: %v %+v", err, desc["g"])
 	}
-	// One member leaves: its partitions go to the others.
+	// One member leaves, once its last poll is committed: its partitions
+	// go to the others.
 	close(stops[0])
-	time.Sleep(300 * time.Millisecond)
+	<-stopped[0]
 	cls[0].Close()
 	produce(t, addr, "t", 600)
-	waitFor(t, func() bool {
+	wait.Until(t, 30*time.Second, func() error {
 		d, err := adm.DescribeGroups(ctx, "g")
-		return err == nil && d["g"].State == "Stable" && len(d["g"].Members) == 2
+		if err != nil {
+			return err
+		}
+		if g := d["g"]; g.State != "Stable" || len(g.Members) != 2 {
+			return fmt.Errorf("group %s with %d members, want Stable with 2", g.State, len(g.Members))
+		}
+		return nil
 	})
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 600 && sum(seen) >= 1200 })
+	wait.Until(t, 30*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) != 600 || sum(seen) < 1200 {
+			return fmt.Errorf("%d distinct records consumed %d times, want 600 at least 1200 times", len(seen), sum(seen))
+		}
+		return nil
+	})
 	close(stops[1])
 	close(stops[2])
 	wg.Wait()
@@ -171,17 +193,6 @@ func sum(m map[string]int) (n int) {
 		n += v
 	}
 	return n
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 30s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestProtocolErrors drives the classic protocol with raw requests.

@@ -18,6 +18,7 @@ import (
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 var testProps = map[string]string{
@@ -119,21 +120,12 @@ func TestShareGroupConsume(t *testing.T) {
 	for _, cl := range cls {
 		cl.Close() // the acknowledgements not sent yet go as it leaves
 	}
-	waitFor(t, func() bool {
-		o := startOffsets(t, admin, "sg")
-		return o[0] == 100 && o[1] == 100
-	})
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 30s")
+	wait.Until(t, 30*time.Second, func() error {
+		if o := startOffsets(t, admin, "sg"); o[0] != 100 || o[1] != 100 {
+			return fmt.Errorf("start offsets %v, want 100 for both partitions", o)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // startOffsets returns a share group's start offsets by partition
@@ -320,14 +312,17 @@ func TestShareAcknowledgements(t *testing.T) {
 		t.Fatalf("closing the session: %d", resp.ErrorCode)
 	}
 	m.epoch = 0
-	waitFor(t, func() bool {
+	wait.Until(t, 30*time.Second, func() error {
 		if m.epoch != 0 {
 			m.epoch = -1
 			m.fetch(0)
 			m.epoch = 0
 		}
 		_, p = m.fetch(100)
-		return slices.Equal(offsets(acquired(p)), span(6, 9))
+		if got := offsets(acquired(p)); !slices.Equal(got, span(6, 9)) {
+			return fmt.Errorf("acquired %v, want 6-9", got)
+		}
+		return nil
 	})
 	if got := acquired(p); got[6] != 2 {
 		t.Fatalf("delivery counts after the session closed: %v", got)
@@ -361,10 +356,12 @@ func TestShareLockExpiry(t *testing.T) {
 	if _, p := c.fetch(100); len(p.AcquiredRecords) != 0 {
 		t.Fatalf("c acquired records a holds: %v", acquired(p))
 	}
-	waitFor(t, func() bool {
+	wait.Until(t, 30*time.Second, func() error {
 		_, p := c.fetch(100)
-		got := acquired(p)
-		return len(got) == 5 && got[0] == 2
+		if got := acquired(p); len(got) != 5 || got[0] != 2 {
+			return fmt.Errorf("c acquired %v, want 5 records, offset 0 delivered twice", got)
+		}
+		return nil
 	})
 	if _, code := a.acknowledge(ack{0, 4, 1}); code != kerr.InvalidRecordState.Code {
 		t.Fatalf("a accepts records whose lock expired: %d", code)
@@ -397,11 +394,13 @@ func TestShareRestart(t *testing.T) {
 	cl = tandemtest.Client(t, b.Addr())
 	n := newSharer(t, cl, "gr", "n", "sr")
 	var got map[int64]int16
-	waitFor(t, func() bool {
+	wait.Until(t, 30*time.Second, func() error {
 		n.epoch = 0
 		_, p := n.fetch(100)
-		got = acquired(p)
-		return len(got) > 0
+		if got = acquired(p); len(got) == 0 {
+			return errors.New("nothing acquired yet")
+		}
+		return nil
 	})
 	if !slices.Equal(offsets(got), []int64{4, 6, 7, 8, 9}) {
 		t.Fatalf("after the restart acquired %v, want 4 and 6-9 (0-3 and 5 were accepted)", got)
@@ -446,9 +445,12 @@ func TestShareGroupOffsetsAdmin(t *testing.T) {
 	if resp, err := hb.RequestWith(ctx, cl); err != nil || resp.ErrorCode != 0 {
 		t.Fatalf("leave: %v %+v", err, resp)
 	}
-	waitFor(t, func() bool {
+	wait.Until(t, 30*time.Second, func() error {
 		res, err := adm.DeleteShareGroupOffsets(ctx, "go", "so")
-		return err == nil && res.Error() == nil
+		if err != nil {
+			return err
+		}
+		return res.Error()
 	})
 	if o := startOffsets(t, cl, "go"); len(o) != 0 {
 		t.Fatalf("offsets after delete: %v", o)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"slices"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // requestLog counts the requests a client writes, by key
@@ -185,19 +187,30 @@ func (r *rawTxn) init() {
 	find := kmsg.NewPtrFindCoordinatorRequest()
 	find.Version, find.CoordinatorType, find.CoordinatorKeys = 4, 1, []string{r.id}
 	r.do(find)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	wait.Until(r.t, 10*time.Second, func() error {
 		req := kmsg.NewPtrInitProducerIDRequest()
 		req.Version, req.TransactionalID, req.TransactionTimeoutMillis = 5, &r.id, cmp.Or(r.timeoutMs, 60000)
 		resp := r.do(req).(*kmsg.InitProducerIDResponse)
-		err := kerr.ErrorForCode(resp.ErrorCode)
-		if err == nil {
-			r.pid, r.epoch = resp.ProducerID, resp.ProducerEpoch
-			return
+		if err := r.retriable("InitProducerId", kerr.ErrorForCode(resp.ErrorCode)); err != nil {
+			return err
 		}
-		if ke, ok := err.(*kerr.Error); !ok || !ke.Retriable || time.Now().After(deadline) {
-			r.t.Fatalf("InitProducerId: %v", err)
-		}
+		r.pid, r.epoch = resp.ProducerID, resp.ProducerEpoch
+		return nil
+	})
+}
+
+// retriable is a wait.Until condition's answer to the error of what: nil
+// for success, the error for a retriable one, to try again; any other
+// error fails the test.
+func (r *rawTxn) retriable(what string, err error) error {
+	r.t.Helper()
+	if ke, ok := err.(*kerr.Error); err != nil && (!ok || !ke.Retriable) {
+		r.t.Fatalf("%s: %v", what, err)
 	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }
 
 func (r *rawTxn) do(req kmsg.Request) kmsg.Response {
@@ -236,16 +249,16 @@ func (r *rawTxn) end(version int16, epoch int16, commit bool) *kmsg.EndTxnRespon
 // with retriable errors, which are retried as a client does.
 func (r *rawTxn) endAfterRestart(version int16, epoch int16, commit bool) *kmsg.EndTxnResponse {
 	r.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		resp := r.end(version, epoch, commit)
+	var resp *kmsg.EndTxnResponse
+	wait.Until(r.t, 10*time.Second, func() error {
+		resp = r.end(version, epoch, commit)
 		switch resp.ErrorCode {
 		case kerr.NotCoordinator.Code, kerr.CoordinatorLoadInProgress.Code, kerr.ConcurrentTransactions.Code:
-			if time.Now().Before(deadline) {
-				continue
-			}
+			return fmt.Errorf("EndTxn after a restart: %w", kerr.ErrorForCode(resp.ErrorCode))
 		}
-		return resp
-	}
+		return nil
+	})
+	return resp
 }
 
 // TestEndTxnV5RetryAfterRestart: the coordinator writes the outcome of an
@@ -335,16 +348,14 @@ func TestTimedOutTV2ProducerFenced(t *testing.T) {
 	if err := r.produce("slow", 0, r.epoch, 0, "slow"); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	wait.Until(t, 10*time.Second, func() error {
 		req := kmsg.NewPtrDescribeTransactionsRequest()
 		req.TransactionalIDs = []string{r.id}
-		if st := r.do(req).(*kmsg.DescribeTransactionsResponse).TransactionStates[0]; st.State == "CompleteAbort" {
-			break
+		if st := r.do(req).(*kmsg.DescribeTransactionsResponse).TransactionStates[0]; st.State != "CompleteAbort" {
+			return fmt.Errorf("the timed-out transaction is %s, want CompleteAbort", st.State)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the timed-out transaction was not aborted")
-		}
-	}
+		return nil
+	})
 	check := func(when string) {
 		t.Helper()
 		for _, commit := range []bool{true, false} {
@@ -438,15 +449,9 @@ func TestEndTxnV5EpochBump(t *testing.T) {
 	stop()
 	b, _ = startBroker(t, dir)
 	r.c = tandemtest.Dial(t, b.Addr())
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		err := r.produce("raw", 0, r.epoch, 1, "four")
-		if err == nil {
-			break
-		}
-		if ke, ok := err.(*kerr.Error); !ok || !ke.Retriable || time.Now().After(deadline) {
-			t.Fatalf("produce after restart: %v", err)
-		}
-	}
+	wait.Until(t, 10*time.Second, func() error {
+		return r.retriable("produce after restart", r.produce("raw", 0, r.epoch, 1, "four"))
+	})
 	if resp := r.end(5, r.epoch, true); resp.ErrorCode != 0 || resp.ProducerEpoch != r.epoch+1 {
 		t.Fatalf("EndTxn v5 after restart: %v, epoch %d", kerr.ErrorForCode(resp.ErrorCode), resp.ProducerEpoch)
 	}
@@ -480,15 +485,13 @@ func TestTV2OffsetsOnly(t *testing.T) {
 		rp.Partition, rp.Offset, rp.LeaderEpoch = 0, offset, -1
 		rt.Partitions = append(rt.Partitions, rp)
 		toc.Topics = append(toc.Topics, rt)
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		wait.Until(t, 10*time.Second, func() error {
 			code := r.do(toc).(*kmsg.TxnOffsetCommitResponse).Topics[0].Partitions[0].ErrorCode
-			if code == 0 {
-				break
-			}
-			if code != kerr.NotCoordinator.Code && code != kerr.CoordinatorLoadInProgress.Code || time.Now().After(deadline) {
+			if code != 0 && code != kerr.NotCoordinator.Code && code != kerr.CoordinatorLoadInProgress.Code {
 				t.Fatalf("TxnOffsetCommit v5: %v", kerr.ErrorForCode(code))
 			}
-		}
+			return kerr.ErrorForCode(code)
+		})
 	}
 	commit := func(offset int64, commitTxn bool) {
 		t.Helper()

@@ -18,6 +18,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/txn"
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 var testProps = map[string]string{
@@ -282,13 +283,12 @@ func TestTimeoutAbortAndRestart(t *testing.T) {
 	if got := lso(0); got != 3 { // offsets 0-1 committed, 2 the COMMIT marker, 3 the open transaction
 		t.Fatalf("LSO of partition 0 with the slow transaction open: %d, want 3", got)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for lso(0) == 3 {
-		if time.Now().After(deadline) {
-			t.Fatal("the timed-out transaction was not aborted")
+	wait.Until(t, 10*time.Second, func() error {
+		if lso(0) == 3 {
+			return errors.New("the timed-out transaction is not aborted: the LSO is still 3")
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	rp, _ := rawFetch(t, addr, "o", 0, 1)
 	if rp.LastStableOffset != rp.HighWatermark || len(rp.AbortedTransactions) != 1 {
 		t.Fatalf("after abort: LSO %d HWM %d aborted %v", rp.LastStableOffset, rp.HighWatermark, rp.AbortedTransactions)
