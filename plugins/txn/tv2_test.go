@@ -341,13 +341,15 @@ func TestEndTxnV5RetryAfterRestart(t *testing.T) {
 // coordinator's abort is not taken for one of the producer's own.
 func TestTimedOutTV2ProducerFenced(t *testing.T) {
 	dir := t.TempDir()
-	b, stop := startBroker(t, dir)
+	clk := &aheadClock{}
+	b, stop := startBrokerAt(t, dir, clk)
 	tandemtest.CreateTopic(t, b.Addr(), "slow", 1)
-	r := &rawTxn{t: t, c: tandemtest.Dial(t, b.Addr()), id: "tx-slow2", timeoutMs: 500}
+	r := &rawTxn{t: t, c: tandemtest.Dial(t, b.Addr()), id: "tx-slow2", timeoutMs: 60000}
 	r.init()
 	if err := r.produce("slow", 0, r.epoch, 0, "slow"); err != nil {
 		t.Fatal(err)
 	}
+	clk.Advance(time.Minute) // past the transaction's timeout
 	wait.Until(t, 10*time.Second, func() error {
 		req := kmsg.NewPtrDescribeTransactionsRequest()
 		req.TransactionalIDs = []string{r.id}
@@ -366,7 +368,7 @@ func TestTimedOutTV2ProducerFenced(t *testing.T) {
 	}
 	check("before a restart")
 	stop()
-	b, _ = startBroker(t, dir)
+	b, _ = startBrokerAt(t, dir, clk)
 	r.c = tandemtest.Dial(t, b.Addr())
 	check("after a restart")
 	if got := consumeAll(t, b.Addr(), "slow", true); len(got) != 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,9 +33,20 @@ var testProps = map[string]string{
 // (a restart passes the same dir). stop closes it early.
 func startBroker(t *testing.T, dir string) (b *server.Broker, stop func()) {
 	t.Helper()
+	return startBrokerAt(t, dir, nil)
+}
+
+// startBrokerAt is startBroker with the transaction coordinator on clk
+// (nil: the wall clock).
+func startBrokerAt(t *testing.T, dir string, clk *aheadClock) (b *server.Broker, stop func()) {
+	t.Helper()
 	log := tandemtest.Logger(t)
+	tx := txn.New(testProps, log)
+	if clk != nil {
+		txn.SetClock(tx, clk.Now)
+	}
 	b, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", Props: testProps, Logger: log,
-		Plugins: []any{groups.New(testProps, log), txn.New(testProps, log)}})
+		Plugins: []any{groups.New(testProps, log), tx}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +65,16 @@ func startBroker(t *testing.T, dir string) (b *server.Broker, stop func()) {
 	t.Cleanup(stop)
 	return b, stop
 }
+
+// aheadClock is the wall clock plus a lead the test adds to: the
+// coordinator's timers still tick in real time, but a transaction's
+// timeout passes when the test advances the clock past it, not before.
+type aheadClock struct{ lead atomic.Int64 }
+
+func (c *aheadClock) Now() time.Time { return time.Now().Add(time.Duration(c.lead.Load())) }
+
+// Advance moves the clock d ahead.
+func (c *aheadClock) Advance(d time.Duration) { c.lead.Add(int64(d)) }
 
 // rawFetch reads a partition from offset 0 with the given isolation and
 // returns the batches and the partition's response.
@@ -251,7 +273,8 @@ func TestZombieFenced(t *testing.T) {
 // LSO, the aborted index and the coordinator's state come back.
 func TestTimeoutAbortAndRestart(t *testing.T) {
 	dir := t.TempDir()
-	b, stop := startBroker(t, dir)
+	clk := &aheadClock{}
+	b, stop := startBrokerAt(t, dir, clk)
 	addr := b.Addr()
 	tandemtest.CreateTopic(t, addr, "o", 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -260,7 +283,7 @@ func TestTimeoutAbortAndRestart(t *testing.T) {
 	committer := txnClient(t, addr, "tx-commit")
 	produceTxn(t, committer, "o", "c", true)
 
-	slow := txnClient(t, addr, "tx-slow", kgo.TransactionTimeout(time.Second))
+	slow := txnClient(t, addr, "tx-slow", kgo.TransactionTimeout(time.Minute))
 	if err := slow.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +292,7 @@ func TestTimeoutAbortAndRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	open := txnClient(t, addr, "tx-open", kgo.TransactionTimeout(time.Minute))
+	open := txnClient(t, addr, "tx-open", kgo.TransactionTimeout(10*time.Minute))
 	if err := open.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
@@ -283,6 +306,7 @@ func TestTimeoutAbortAndRestart(t *testing.T) {
 	if got := lso(0); got != 3 { // offsets 0-1 committed, 2 the COMMIT marker, 3 the open transaction
 		t.Fatalf("LSO of partition 0 with the slow transaction open: %d, want 3", got)
 	}
+	clk.Advance(time.Minute) // past tx-slow's timeout, not tx-open's
 	wait.Until(t, 10*time.Second, func() error {
 		if lso(0) == 3 {
 			return errors.New("the timed-out transaction is not aborted: the LSO is still 3")
@@ -339,7 +363,7 @@ func TestTimeoutAbortAndRestart(t *testing.T) {
 	open.Close()
 	stop()
 
-	b2, _ := startBroker(t, dir)
+	b2, _ := startBrokerAt(t, dir, clk)
 	after := snapshot(b2.Addr())
 	if fmt.Sprint(before) != fmt.Sprint(after) {
 		t.Fatalf("state changed across restart:\nbefore %+v\nafter  %+v", before, after)
