@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
@@ -40,60 +40,6 @@ func createTopic(t testing.TB, b *Broker, name string, partitions int32, configs
 		t.Fatal(err)
 	}
 	return b.image().Topics[name]
-}
-
-// makeBatch encodes a magic-2 record batch holding values, uncompressed.
-func makeBatch(values ...string) []byte {
-	var recs []byte
-	for i, v := range values {
-		var r []byte
-		r = append(r, 0)                          // attributes
-		r = binary.AppendVarint(r, 0)             // timestamp delta
-		r = binary.AppendVarint(r, int64(i))      // offset delta
-		r = binary.AppendVarint(r, -1)            // null key
-		r = binary.AppendVarint(r, int64(len(v))) // value
-		r = append(r, v...)
-		r = binary.AppendVarint(r, 0) // no headers
-		recs = binary.AppendVarint(recs, int64(len(r)))
-		recs = append(recs, r...)
-	}
-	now := time.Now().UnixMilli()
-	rb := kmsg.RecordBatch{
-		Magic: 2, LastOffsetDelta: int32(len(values) - 1), FirstTimestamp: now, MaxTimestamp: now,
-		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: int32(len(values)), Records: recs,
-	}
-	buf := rb.AppendTo(nil)
-	binary.BigEndian.PutUint32(buf[8:], uint32(len(buf)-12))
-	binary.BigEndian.PutUint32(buf[17:], crc32.Checksum(buf[21:], crc32.MakeTable(crc32.Castagnoli)))
-	return buf
-}
-
-// batchValues decodes the record values of the batches in recs (which must
-// be uncompressed), with the offset of each.
-func batchValues(t testing.TB, recs []byte) (offsets []int64, values []string) {
-	t.Helper()
-	for len(recs) > 0 {
-		var rb kmsg.RecordBatch
-		if err := rb.ReadFrom(recs); err != nil {
-			t.Fatalf("decode batch: %v", err)
-		}
-		recs = recs[12+rb.Length:]
-		if rb.Attributes&7 != 0 {
-			t.Fatalf("batch is compressed")
-		}
-		raw := rb.Records
-		for range rb.NumRecords {
-			l, n := binary.Varint(raw)
-			var r kmsg.Record
-			if err := r.ReadFrom(raw[:n+int(l)]); err != nil {
-				t.Fatalf("decode record: %v", err)
-			}
-			raw = raw[n+int(l):]
-			offsets = append(offsets, rb.FirstOffset+int64(r.OffsetDelta))
-			values = append(values, string(r.Value))
-		}
-	}
-	return offsets, values
 }
 
 func produceReq(version int16, topic string, id [16]byte, partition int32, acks int16, records []byte) *kmsg.ProduceRequest {
@@ -191,29 +137,29 @@ func TestProduceErrors(t *testing.T) {
 	b := startBroker(t, nil)
 	tp := createTopic(t, b, "small", 1, map[string]string{"max.message.bytes": "1000"})
 
-	resp := rawRequest(t, b.Addr(), produceReq(9, "missing", [16]byte{}, 0, -1, makeBatch("a"))).(*kmsg.ProduceResponse)
+	resp := rawRequest(t, b.Addr(), produceReq(9, "missing", [16]byte{}, 0, -1, recordbatch.Of("a"))).(*kmsg.ProduceResponse)
 	if c := resp.Topics[0].Partitions[0].ErrorCode; c != kerr.UnknownTopicOrPartition.Code {
 		t.Errorf("unknown topic: code %d", c)
 	}
-	resp = rawRequest(t, b.Addr(), produceReq(13, "", [16]byte{1}, 0, -1, makeBatch("a"))).(*kmsg.ProduceResponse)
+	resp = rawRequest(t, b.Addr(), produceReq(13, "", [16]byte{1}, 0, -1, recordbatch.Of("a"))).(*kmsg.ProduceResponse)
 	if c := resp.Topics[0].Partitions[0].ErrorCode; c != kerr.UnknownTopicID.Code {
 		t.Errorf("unknown topic id: code %d", c)
 	}
-	resp = rawRequest(t, b.Addr(), produceReq(9, "small", [16]byte{}, 3, -1, makeBatch("a"))).(*kmsg.ProduceResponse)
+	resp = rawRequest(t, b.Addr(), produceReq(9, "small", [16]byte{}, 3, -1, recordbatch.Of("a"))).(*kmsg.ProduceResponse)
 	if c := resp.Topics[0].Partitions[0].ErrorCode; c != kerr.UnknownTopicOrPartition.Code {
 		t.Errorf("unknown partition: code %d", c)
 	}
-	legacy := makeBatch("a")
+	legacy := recordbatch.Of("a")
 	legacy[16] = 1 // the magic byte, where magic 0 and 1 messages keep it too
 	resp = rawRequest(t, b.Addr(), produceReq(3, "small", [16]byte{}, 0, 1, legacy)).(*kmsg.ProduceResponse)
 	if c := resp.Topics[0].Partitions[0].ErrorCode; c != kerr.UnsupportedForMessageFormat.Code {
 		t.Errorf("magic 1: code %d", c)
 	}
-	resp = rawRequest(t, b.Addr(), produceReq(9, "small", [16]byte{}, 0, -1, makeBatch(strings.Repeat("x", 2000)))).(*kmsg.ProduceResponse)
+	resp = rawRequest(t, b.Addr(), produceReq(9, "small", [16]byte{}, 0, -1, recordbatch.Of(strings.Repeat("x", 2000)))).(*kmsg.ProduceResponse)
 	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != kerr.MessageTooLarge.Code || p.ErrorMessage == nil {
 		t.Errorf("too large: code %d message %v", p.ErrorCode, p.ErrorMessage)
 	}
-	resp = rawRequest(t, b.Addr(), produceReq(9, "small", [16]byte{}, 0, 2, makeBatch("a"))).(*kmsg.ProduceResponse)
+	resp = rawRequest(t, b.Addr(), produceReq(9, "small", [16]byte{}, 0, 2, recordbatch.Of("a"))).(*kmsg.ProduceResponse)
 	if c := resp.Topics[0].Partitions[0].ErrorCode; c != kerr.InvalidRequiredAcks.Code {
 		t.Errorf("acks=2: code %d", c)
 	}
@@ -222,11 +168,11 @@ func TestProduceErrors(t *testing.T) {
 	}
 
 	// v13 addresses the topic by ID; the response echoes it.
-	resp = rawRequest(t, b.Addr(), produceReq(13, "", tp.ID, 0, -1, makeBatch("a", "b"))).(*kmsg.ProduceResponse)
+	resp = rawRequest(t, b.Addr(), produceReq(13, "", tp.ID, 0, -1, recordbatch.Of("a", "b"))).(*kmsg.ProduceResponse)
 	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 || p.BaseOffset != 0 || resp.Topics[0].TopicID != tp.ID {
 		t.Fatalf("v13 produce: %+v", resp.Topics[0])
 	}
-	resp = rawRequest(t, b.Addr(), produceReq(3, "small", [16]byte{}, 0, 1, makeBatch("c"))).(*kmsg.ProduceResponse)
+	resp = rawRequest(t, b.Addr(), produceReq(3, "small", [16]byte{}, 0, 1, recordbatch.Of("c"))).(*kmsg.ProduceResponse)
 	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 || p.BaseOffset != 2 {
 		t.Fatalf("v3 produce: %+v", p)
 	}
@@ -235,15 +181,15 @@ func TestProduceErrors(t *testing.T) {
 func TestFetchInsideBatch(t *testing.T) {
 	b := startBroker(t, nil)
 	tp := createTopic(t, b, "inside", 1, nil)
-	rawRequest(t, b.Addr(), produceReq(9, "inside", [16]byte{}, 0, -1, makeBatch("a", "b", "c", "d")))
-	rawRequest(t, b.Addr(), produceReq(9, "inside", [16]byte{}, 0, -1, makeBatch("e")))
+	rawRequest(t, b.Addr(), produceReq(9, "inside", [16]byte{}, 0, -1, recordbatch.Of("a", "b", "c", "d")))
+	rawRequest(t, b.Addr(), produceReq(9, "inside", [16]byte{}, 0, -1, recordbatch.Of("e")))
 	for _, v := range []int16{4, 11, 12, 13, 18} {
 		name, id := "inside", [16]byte{}
 		if v >= 13 {
 			name, id = "", tp.ID
 		}
 		p := onlyPart(t, rawRequest(t, b.Addr(), fetchReq(v, name, id, 0, 2)).(*kmsg.FetchResponse))
-		offs, vals := batchValues(t, p.RecordBatches)
+		offs, vals := recordbatch.Values(t, p.RecordBatches)
 		if p.ErrorCode != 0 || p.HighWatermark != 5 || p.LastStableOffset != 5 || (v >= 5 && p.LogStartOffset != 0) {
 			t.Fatalf("v%d: %+v", v, p)
 		}
@@ -300,13 +246,13 @@ func TestFetchLongPoll(t *testing.T) {
 	}()
 	time.Sleep(200 * time.Millisecond)
 	start = time.Now()
-	rawRequest(t, b.Addr(), produceReq(9, "poll", [16]byte{}, 0, -1, makeBatch("wake")))
+	rawRequest(t, b.Addr(), produceReq(9, "poll", [16]byte{}, 0, -1, recordbatch.Of("wake")))
 	select {
 	case resp := <-done:
 		if resp == nil {
 			t.FailNow()
 		}
-		_, vals := batchValues(t, onlyPart(t, resp).RecordBatches)
+		_, vals := recordbatch.Values(t, onlyPart(t, resp).RecordBatches)
 		if len(vals) != 1 || vals[0] != "wake" {
 			t.Fatalf("long poll returned %v", vals)
 		}
@@ -322,7 +268,7 @@ func TestFetchSessions(t *testing.T) {
 	b := startBroker(t, nil)
 	createTopic(t, b, "s1", 2, nil)
 	createTopic(t, b, "s2", 1, nil)
-	rawRequest(t, b.Addr(), produceReq(9, "s1", [16]byte{}, 0, -1, makeBatch("a")))
+	rawRequest(t, b.Addr(), produceReq(9, "s1", [16]byte{}, 0, -1, recordbatch.Of("a")))
 
 	c, err := net.Dial("tcp", b.Addr())
 	if err != nil {
@@ -370,7 +316,7 @@ func TestFetchSessions(t *testing.T) {
 	}
 
 	// New data on s1-1: an incremental fetch naming no partition reports it.
-	rawRequest(t, b.Addr(), produceReq(9, "s1", [16]byte{}, 1, -1, makeBatch("b")))
+	rawRequest(t, b.Addr(), produceReq(9, "s1", [16]byte{}, 1, -1, recordbatch.Of("b")))
 	empty := kmsg.NewPtrFetchRequest()
 	empty.Version, empty.SessionID, empty.SessionEpoch, empty.MaxBytes = 11, id, 2, 1<<20
 	got := parts(fetch(empty))
@@ -386,7 +332,7 @@ func TestFetchSessions(t *testing.T) {
 	if got := parts(fetch(add)); len(got) != 1 || got["s2-0"].HighWatermark != 0 {
 		t.Fatalf("added partition: %+v", got)
 	}
-	rawRequest(t, b.Addr(), produceReq(9, "s1", [16]byte{}, 0, -1, makeBatch("forgotten")))
+	rawRequest(t, b.Addr(), produceReq(9, "s1", [16]byte{}, 0, -1, recordbatch.Of("forgotten")))
 	empty.SessionEpoch = 4
 	if got := parts(fetch(empty)); len(got) != 0 {
 		t.Fatalf("forgotten partition still reported: %+v", got)
@@ -536,7 +482,7 @@ func TestHooks(t *testing.T) {
 	}
 	h.mu.Unlock()
 
-	resp := rawRequest(t, b.Addr(), produceReq(9, "hooked", [16]byte{}, 1, -1, makeBatch("x", "y"))).(*kmsg.ProduceResponse)
+	resp := rawRequest(t, b.Addr(), produceReq(9, "hooked", [16]byte{}, 1, -1, recordbatch.Of("x", "y"))).(*kmsg.ProduceResponse)
 	if c := resp.Topics[0].Partitions[0].ErrorCode; c != 0 {
 		t.Fatalf("produce: code %d", c)
 	}
@@ -556,7 +502,7 @@ func TestHooks(t *testing.T) {
 
 	// A rejecting validator leaves the log untouched.
 	ro := createTopic(t, b, "readonly", 1, nil)
-	resp = rawRequest(t, b.Addr(), produceReq(9, "readonly", [16]byte{}, 0, -1, makeBatch("no"))).(*kmsg.ProduceResponse)
+	resp = rawRequest(t, b.Addr(), produceReq(9, "readonly", [16]byte{}, 0, -1, recordbatch.Of("no"))).(*kmsg.ProduceResponse)
 	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != kerr.PolicyViolation.Code || p.ErrorMessage == nil || !strings.Contains(*p.ErrorMessage, "read-only") {
 		t.Fatalf("rejected produce: %+v", p)
 	}
@@ -652,13 +598,13 @@ func TestRestartKeepsData(t *testing.T) {
 	dir := t.TempDir()
 	b := startBrokerWith(t, Config{DataDir: dir})
 	createTopic(t, b, "durable", 1, nil)
-	rawRequest(t, b.Addr(), produceReq(9, "durable", [16]byte{}, 0, -1, makeBatch("one", "two")))
+	rawRequest(t, b.Addr(), produceReq(9, "durable", [16]byte{}, 0, -1, recordbatch.Of("one", "two")))
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
 	b2 := startBrokerWith(t, Config{DataDir: dir})
 	p := onlyPart(t, rawRequest(t, b2.Addr(), fetchReq(11, "durable", [16]byte{}, 0, 0)).(*kmsg.FetchResponse))
-	if _, vals := batchValues(t, p.RecordBatches); len(vals) != 2 || vals[1] != "two" {
+	if _, vals := recordbatch.Values(t, p.RecordBatches); len(vals) != 2 || vals[1] != "two" {
 		t.Fatalf("after restart: %v", vals)
 	}
 }
@@ -801,7 +747,7 @@ func TestBadFrames(t *testing.T) {
 	frame := func(body []byte) []byte {
 		return append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
 	}
-	validProduce := produceReq(9, "victim", [16]byte{}, 0, -1, makeBatch("must-not-land")).AppendTo(nil)
+	validProduce := produceReq(9, "victim", [16]byte{}, 0, -1, recordbatch.Of("must-not-land")).AppendTo(nil)
 	// An array length (of topics) far larger than the bytes left.
 	hugeArray := produceReq(3, "victim", [16]byte{}, 0, -1, nil).AppendTo(nil)
 	hugeArray = append(binary.BigEndian.AppendUint32(append([]byte(nil), hugeArray[:8]...), 1<<30), hugeArray[12:]...)
@@ -853,7 +799,7 @@ func TestBadFrames(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	b := startBroker(t, nil)
 	createTopic(t, b, "m", 1, nil)
-	batch := makeBatch("a")
+	batch := recordbatch.Of("a")
 	rawRequest(t, b.Addr(), produceReq(9, "m", [16]byte{}, 0, -1, batch))
 	var sb strings.Builder
 	b.WritePrometheus(&sb)
@@ -949,14 +895,14 @@ func TestAcks0ErrorClosesConnection(t *testing.T) {
 	defer c.Close()
 	// A good acks=0 produce gets no response; the connection stays open
 	// and answers the next request.
-	if err := writeRequest(c, produceReq(9, "a0", [16]byte{}, 0, 0, makeBatch("ok")), 1, "p"); err != nil {
+	if err := writeRequest(c, produceReq(9, "a0", [16]byte{}, 0, 0, recordbatch.Of("ok")), 1, "p"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := roundTrip(c, kmsg.NewPtrApiVersionsRequest(), 2); err != nil {
 		t.Fatalf("after a good acks=0 produce: %v", err)
 	}
 	// A failing one closes the connection so the client refreshes metadata.
-	if err := writeRequest(c, produceReq(9, "missing", [16]byte{}, 0, 0, makeBatch("no")), 3, "p"); err != nil {
+	if err := writeRequest(c, produceReq(9, "missing", [16]byte{}, 0, 0, recordbatch.Of("no")), 3, "p"); err != nil {
 		t.Fatal(err)
 	}
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -964,7 +910,7 @@ func TestAcks0ErrorClosesConnection(t *testing.T) {
 		t.Fatalf("want the connection closed, got %d bytes, err %v", n, err)
 	}
 	p := onlyPart(t, rawRequest(t, b.Addr(), fetchReq(11, "a0", [16]byte{}, 0, 0)).(*kmsg.FetchResponse))
-	if _, vals := batchValues(t, p.RecordBatches); len(vals) != 1 || vals[0] != "ok" {
+	if _, vals := recordbatch.Values(t, p.RecordBatches); len(vals) != 1 || vals[0] != "ok" {
 		t.Fatalf("acks=0 record: %v", vals)
 	}
 }

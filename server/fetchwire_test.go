@@ -12,6 +12,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/server/replication"
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 )
 
 // recordsSource is a partition holding two batches, read as Records.
@@ -31,7 +32,7 @@ func newRecordsSource(t *testing.T, fs vfs.FS, dir string) *recordsSource {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range [][]byte{makeBatch("a", "b"), makeBatch("c")} {
+	for _, b := range [][]byte{recordbatch.Of("a", "b"), recordbatch.Of("c")} {
 		if _, err := p.Append(context.Background(), &engine.AppendRequest{Origin: engine.OriginClient, Records: b, Acks: -1}); err != nil {
 			t.Fatal(err)
 		}

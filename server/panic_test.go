@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -82,7 +83,7 @@ func TestHandlerPanic(t *testing.T) {
 	if resp := rawRequest(t, b.Addr(), hb).(*kmsg.HeartbeatResponse); resp.ErrorCode != 0 {
 		t.Fatalf("heartbeat v3 after the panics: code %d", resp.ErrorCode)
 	}
-	rawRequest(t, b.Addr(), produceReq(9, "after", [16]byte{}, 0, -1, makeBatch("still serving")))
+	rawRequest(t, b.Addr(), produceReq(9, "after", [16]byte{}, 0, -1, recordbatch.Of("still serving")))
 	sameValues(t, "after the panics", consumeAll(t, b, "after", 1), []string{"still serving"})
 	var sb strings.Builder
 	b.WritePrometheus(&sb)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -33,7 +34,7 @@ func TestProducePipelined(t *testing.T) {
 		for p := range int32(2) {
 			rp := kmsg.NewProduceRequestTopicPartition()
 			rp.Partition = p
-			rp.Records = makeBatch(fmt.Sprintf("r%d-p%d-a", i, p), fmt.Sprintf("r%d-p%d-b", i, p))
+			rp.Records = recordbatch.Of(fmt.Sprintf("r%d-p%d-a", i, p), fmt.Sprintf("r%d-p%d-b", i, p))
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		pr.Topics = append(pr.Topics, rt)
@@ -78,7 +79,7 @@ func TestProducePipelined(t *testing.T) {
 			}
 		case *kmsg.FetchResponse:
 			p := resp.Topics[0].Partitions[0]
-			offsets, values := batchValues(t, p.RecordBatches)
+			offsets, values := recordbatch.Values(t, p.RecordBatches)
 			if p.HighWatermark != 2*n || len(values) != 2*n || values[2*n-1] != fmt.Sprintf("r%d-p1-b", n-1) || offsets[2*n-1] != 2*n-1 {
 				t.Fatalf("fetch after the produces: high watermark %d, %d records", p.HighWatermark, len(values))
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 )
 
 // TestProduceOneBatchPerPartition is issue 31's report: a Produce v3+
@@ -22,7 +23,7 @@ func TestProduceOneBatchPerPartition(t *testing.T) {
 		req.Version, req.Acks, req.TimeoutMillis = v, -1, 5000
 		rt := kmsg.NewProduceRequestTopic()
 		rt.Topic, rt.TopicID = "one", tp.ID
-		rt.Partitions = []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: slices.Concat(makeBatch("a", "b"), makeBatch("c"))}}
+		rt.Partitions = []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: slices.Concat(recordbatch.Of("a", "b"), recordbatch.Of("c"))}}
 		req.Topics = append(req.Topics, rt)
 		resp := rawRequest(t, b.Addr(), req).(*kmsg.ProduceResponse)
 		if got := resp.Topics[0].Partitions[0].ErrorCode; got != kerr.InvalidRecord.Code {
@@ -36,7 +37,7 @@ func TestProduceOneBatchPerPartition(t *testing.T) {
 	req.Version, req.Acks, req.TimeoutMillis = 9, -1, 5000
 	rt := kmsg.NewProduceRequestTopic()
 	rt.Topic = "one"
-	rt.Partitions = []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: makeBatch("a", "b")}}
+	rt.Partitions = []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: recordbatch.Of("a", "b")}}
 	req.Topics = append(req.Topics, rt)
 	if got := rawRequest(t, b.Addr(), req).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode; got != 0 {
 		t.Fatalf("one batch: %v", kerr.ErrorForCode(got))

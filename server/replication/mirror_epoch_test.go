@@ -3,23 +3,14 @@ package replication
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 )
-
-// epochBatch is a batch of values at offset base with leader epoch epoch
-// (neither is under the batch CRC).
-func epochBatch(base int64, epoch int32, values ...string) []byte {
-	b := makeBatch(values...)
-	binary.BigEndian.PutUint64(b, uint64(base))
-	binary.BigEndian.PutUint32(b[12:], uint32(epoch))
-	return b
-}
 
 // TestFollowerRefusesBatchAboveEpochBound is the KAFKA-18723 check on the
 // follower: of a fetch response, the batches up to the first one whose
@@ -51,7 +42,7 @@ func TestFollowerRefusesBatchAboveEpochBound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, vals := batchValues(t, bytes.Join(res.Batches, nil))
+		_, vals := recordbatch.Values(t, bytes.Join(res.Batches, nil))
 		return vals
 	}
 
@@ -62,7 +53,7 @@ func TestFollowerRefusesBatchAboveEpochBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	fp := &followed{topic: "plain", key: partKey{engine.TopicID{1}, 0}, ep: p, leaderEpoch: 5, truncated: true, mirrorEpoch: -1}
-	handle(fp, fp.leaderEpoch, -1, epochBatch(0, 4, "a"), epochBatch(1, 5, "b"), epochBatch(2, 6, "forged"), epochBatch(3, 5, "c"))
+	handle(fp, fp.leaderEpoch, -1, recordbatch.At(0, 4, "a"), recordbatch.At(1, 5, "b"), recordbatch.At(2, 6, "forged"), recordbatch.At(3, 5, "c"))
 	if got := values(p); len(got) != 2 || got[0] != "a" || got[1] != "b" || p.Offsets().LogEnd != 2 || p.LastFetchedEpoch() != 5 {
 		t.Fatalf("plain partition holds %q (log end %d, epoch %d), want a, b", got, p.Offsets().LogEnd, p.LastFetchedEpoch())
 	}
@@ -75,11 +66,11 @@ func TestFollowerRefusesBatchAboveEpochBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	mp := &followed{topic: "mirrored", key: partKey{engine.TopicID{2}, 0}, ep: m, leaderEpoch: 2, truncated: true, mirrorEpoch: 7}
-	handle(mp, mp.mirrorEpoch, 12, epochBatch(0, 7, "x"), epochBatch(1, 12, "y"))
+	handle(mp, mp.mirrorEpoch, 12, recordbatch.At(0, 7, "x"), recordbatch.At(1, 12, "y"))
 	if got := values(m); len(got) != 1 || got[0] != "x" || mp.mirrorEpoch != 12 {
 		t.Fatalf("mirror partition holds %q, bound %d; want x, 12", got, mp.mirrorEpoch)
 	}
-	handle(mp, mp.mirrorEpoch, 12, epochBatch(1, 12, "y"), epochBatch(2, 13, "forged"))
+	handle(mp, mp.mirrorEpoch, 12, recordbatch.At(1, 12, "y"), recordbatch.At(2, 13, "forged"))
 	if got := values(m); len(got) != 2 || got[1] != "y" || m.LastFetchedEpoch() != 12 || m.Offsets().LogEnd != 2 {
 		t.Fatalf("mirror partition holds %q (log end %d, epoch %d), want x, y", got, m.Offsets().LogEnd, m.LastFetchedEpoch())
 	}
@@ -101,7 +92,7 @@ func TestEpochStartOfMirrorPartition(t *testing.T) {
 	}
 	appendAt := func(base int64, epoch int32) {
 		t.Helper()
-		if _, err := p.Append(context.Background(), &engine.AppendRequest{Origin: engine.OriginReplica, Records: epochBatch(base, epoch, "v"), Acks: -1}); err != nil {
+		if _, err := p.Append(context.Background(), &engine.AppendRequest{Origin: engine.OriginReplica, Records: recordbatch.At(base, epoch, "v"), Acks: -1}); err != nil {
 			t.Fatal(err)
 		}
 	}
