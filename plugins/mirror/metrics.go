@@ -9,6 +9,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/prom"
@@ -50,18 +51,18 @@ type pluginMetrics struct {
 	mu       sync.Mutex // taken after run.mu, never before
 	parts    map[*mirrorRun]map[topicPartition]partMetrics
 	runNames map[*mirrorRun][]string
-	fetchers map[*mirrorRun]map[fetcherKey]*fetcherStats
+	fetchers map[*mirrorRun]map[fetch.Key]*fetcherStats
 }
 
 type partMetrics struct {
-	fetcher fetcherKey
+	fetcher fetch.Key
 	names   []string
 }
 
 func newPluginMetrics(p *Plugin, set *prom.Set) *pluginMetrics {
 	set.Describe(mirrorFamilies...)
 	return &pluginMetrics{p: p, set: set, parts: map[*mirrorRun]map[topicPartition]partMetrics{}, runNames: map[*mirrorRun][]string{},
-		fetchers: map[*mirrorRun]map[fetcherKey]*fetcherStats{}}
+		fetchers: map[*mirrorRun]map[fetch.Key]*fetcherStats{}}
 }
 
 // metricStates are the states tandem_mirror_partitions counts, each
@@ -139,8 +140,8 @@ func (m *pluginMetrics) diverged(r *mirrorRun, of func(wire.DivergedRange) float
 	}
 }
 
-func clientID(r *mirrorRun, k fetcherKey) string {
-	return fmt.Sprintf("MirrorFetcherThread-%d-%d-%s", k.broker, k.id, r.name)
+func clientID(r *mirrorRun, k fetch.Key) string {
+	return fmt.Sprintf("MirrorFetcherThread-%d-%d-%s", k.Broker, k.ID, r.name)
 }
 
 // trackPart registers a partition's lag gauges under its fetcher's client
@@ -205,11 +206,11 @@ func (m *pluginMetrics) forgetPart(r *mirrorRun, k topicPartition) {
 }
 
 // fetcherStats registers a fetcher's counters; r.mu is held.
-func (m *pluginMetrics) fetcherStats(r *mirrorRun, k fetcherKey, host string, port int32) *fetcherStats {
+func (m *pluginMetrics) fetcherStats(r *mirrorRun, k fetch.Key, host string, port int32) *fetcherStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fetchers[r] == nil {
-		m.fetchers[r] = map[fetcherKey]*fetcherStats{}
+		m.fetchers[r] = map[fetch.Key]*fetcherStats{}
 	}
 	if f := m.fetchers[r][k]; f != nil {
 		return f

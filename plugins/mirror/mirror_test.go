@@ -77,21 +77,6 @@ func TestBatchHelpers(t *testing.T) {
 	if e := maxBatchEpoch(nil); e != -1 {
 		t.Fatalf("maxBatchEpoch(nil) = %d", e)
 	}
-	if got := completeBatches(b[:len(b)-5]); len(got) != 131 {
-		t.Fatalf("completeBatches kept %d bytes of a partial tail, want 131", len(got))
-	}
-	if got := completeBatches(b); len(got) != len(b) {
-		t.Fatalf("completeBatches dropped complete bytes")
-	}
-	// KAFKA-18723: nothing from the first batch above the fetch's epoch.
-	for _, c := range []struct {
-		epoch int32
-		n     int
-	}{{-1, len(b)}, {2, 0}, {3, 70}, {8, 70}, {9, len(b)}} {
-		if got := notAbove(b, c.epoch); len(got) != c.n {
-			t.Errorf("notAbove(epoch %d) kept %d bytes, want %d", c.epoch, len(got), c.n)
-		}
-	}
 }
 
 // TestIsBarrier tells the engine's producer-state barrier from the other

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
@@ -29,7 +30,8 @@ import (
 //     so that a failover works with the source gone.
 //   - the source loop (source.go) keeps the source's metadata, prepares
 //     new partitions (LME truncation) and runs one fetcher per source
-//     broker, KIP-1279's MirrorFetcherThread.
+//     broker, KIP-1279's MirrorFetcherThread (plugins/mirror/fetch;
+//     the run's side of it is fetch.go).
 //
 // The fetchers and the source loop change a partition's log only with
 // applyMu held and only while the partition is in the state they work
@@ -55,7 +57,7 @@ type mirrorRun struct {
 	contact  time.Time // the source's last answer
 	parts    map[topicPartition]*ledPartition
 	bumps    map[topicPartition]int32 // scheduled proactive bumps: source epoch seen
-	fetchers map[fetcherKey]*fetcher
+	fetchers map[fetch.Key]*fetch.Fetcher
 }
 
 // topicPartition names a partition of a mirror whose name is known.
@@ -98,7 +100,7 @@ func (pt *ledPartition) lag() int64 {
 func newRun(p *Plugin, m *metadata.Mirror) *mirrorRun {
 	r := &mirrorRun{p: p, log: p.log.With("mirror", m.Name), name: m.Name, configs: maps.Clone(m.Configs),
 		wake: make(chan struct{}, 1), srcWake: make(chan struct{}, 1),
-		parts: map[topicPartition]*ledPartition{}, bumps: map[topicPartition]int32{}, fetchers: map[fetcherKey]*fetcher{}}
+		parts: map[topicPartition]*ledPartition{}, bumps: map[topicPartition]int32{}, fetchers: map[fetch.Key]*fetch.Fetcher{}}
 	r.ctx, r.cancel = context.WithCancel(p.ctx)
 	return r
 }
