@@ -1,0 +1,624 @@
+package fetch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/uuid"
+)
+
+// The tests here run fetchers in process against a real source (kfake)
+// and a destination of real engine partitions on a temp dir, the way the
+// mirror appends: OriginMirror, the batches as fetched.
+
+const topic = "src"
+
+// source is a kfake cluster with topic, and a client to it.
+type source struct {
+	c  *kfake.Cluster
+	cl *kgo.Client
+}
+
+func newSource(t *testing.T, brokers int, partitions int32) *source {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.SeedTopics(partitions, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &source{c: c, cl: cl}
+}
+
+// opts are a fetcher's client options to the source.
+func (s *source) opts() ([]kgo.Opt, error) {
+	return []kgo.Opt{kgo.SeedBrokers(s.c.ListenAddrs()...)}, nil
+}
+
+// produce writes n records to partition p in one batch.
+func (s *source) produce(t *testing.T, p int32, n int) {
+	t.Helper()
+	var rs []*kgo.Record
+	for i := range n {
+		rs = append(rs, &kgo.Record{Topic: topic, Partition: p, Value: fmt.Appendf(nil, "p%d-%d", p, i)})
+	}
+	if err := s.cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// transaction writes a record to each of parts in one transaction, then
+// commits or aborts it: transactional batches and their markers.
+func (s *source) transaction(t *testing.T, commit bool, parts ...int32) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.TransactionalID("txn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: p, Value: []byte("in a transaction")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sourcePartition is what the source's metadata says of a partition.
+type sourcePartition struct {
+	leader, epoch int32
+}
+
+// metadata returns topic's ID and partitions.
+func (s *source) metadata(t *testing.T) (uuid.UUID, map[int32]sourcePartition) {
+	t.Helper()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(context.Background(), s.cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("metadata: %+v", resp.Topics)
+	}
+	out := map[int32]sourcePartition{}
+	for _, p := range resp.Topics[0].Partitions {
+		out[p.Partition] = sourcePartition{p.Leader, p.LeaderEpoch}
+	}
+	return uuid.UUID(resp.Topics[0].TopicID), out
+}
+
+// read returns partition p's record batches as the source serves them to
+// a plain Fetch from offset 0 (read uncommitted, any epoch), and its high
+// watermark.
+func (s *source) read(t *testing.T, id uuid.UUID, p int32) ([]byte, int64) {
+	t.Helper()
+	var out []byte
+	for {
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID, req.SessionEpoch, req.MaxBytes = -1, -1, 1<<20
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = topic, id
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch = p, next(out), 1<<20, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(context.Background(), s.cl.Broker(int(s.c.LeaderFor(topic, p))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := resp.Topics[0].Partitions[0]
+		if got.ErrorCode != 0 {
+			t.Fatalf("fetch %d: %v", p, kerr.ErrorForCode(got.ErrorCode))
+		}
+		out = append(out, completeBatches(got.RecordBatches)...)
+		if next(out) >= got.HighWatermark {
+			return out, got.HighWatermark
+		}
+	}
+}
+
+// next is the offset after the last of the whole batches b.
+func next(b []byte) int64 {
+	n := int64(0)
+	leading(b, func(h engine.BatchHeader) bool { n = h.LastOffset() + 1; return true })
+	return n
+}
+
+// destination is engine partitions of the mirror topic, on a temp dir.
+type destination struct {
+	e     *engine.Engine
+	parts map[int32]*engine.Partition
+}
+
+func newDestination(t *testing.T, id uuid.UUID, partitions int32) *destination {
+	t.Helper()
+	e, err := engine.Open(engine.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	d := &destination{e: e, parts: map[int32]*engine.Partition{}}
+	for p := range partitions {
+		if d.parts[p], err = e.Create(topic, engine.TopicID(id), p, engine.DefaultLogConfig()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// log returns partition p's record batches, read back from offset 0.
+func (d *destination) log(t *testing.T, p int32) []byte {
+	t.Helper()
+	var out []byte
+	for end := d.parts[p].Offsets().LogEnd; next(out) < end; {
+		res, err := d.parts[p].Fetch(next(out), 1<<20, engine.ReadUncommitted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range res.Batches {
+			out = append(out, b...)
+		}
+	}
+	return out
+}
+
+// target is the mirror as a test fetcher sees it: it fetches some
+// partitions of the destination from their log ends and appends what it
+// gets, as the mirror does.
+type target struct {
+	dst   *destination
+	id    uuid.UUID
+	parts map[int32]sourcePartition // the fetcher's, with the epochs to fetch for
+	// from, if set, is where partitions start instead of the log end.
+	from map[int32]int64
+	// ends are where each partition is caught up; done is closed when
+	// all are.
+	ends map[int32]int64
+	done chan struct{}
+
+	mu          sync.Mutex
+	round       int
+	events      []event // Apply and wait calls, in order
+	codes       []int16 // error codes of the partitions' answers
+	unreachable []error
+}
+
+type event struct {
+	round     int
+	wait      bool // a wait, else an Apply
+	partition int32
+}
+
+func (t *target) Partitions() ([]Partition, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.round++
+	var out []Partition
+	for p, sp := range t.parts {
+		ep := t.dst.parts[p]
+		offs := ep.Offsets()
+		fp := Partition{Topic: topic, TopicID: t.id, Partition: p, FetchOffset: offs.LogEnd, LeaderEpoch: sp.epoch, LastFetchedEpoch: -1}
+		if offs.LogEnd > offs.LogStart {
+			fp.LastFetchedEpoch = ep.EpochAt(offs.LogEnd - 1)
+		}
+		if at, ok := t.from[p]; ok {
+			fp.FetchOffset = at
+		}
+		out = append(out, fp)
+	}
+	slices.SortFunc(out, func(a, b Partition) int { return int(a.Partition - b.Partition) })
+	return out, nil
+}
+
+func (t *target) Unreachable(err error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.unreachable = append(t.unreachable, err)
+	return err
+}
+
+func (t *target) Answered(error) {}
+
+func (t *target) Apply(p Partition, rp *kmsg.FetchResponseTopicPartition) (int, func() error, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	round := t.round
+	t.events = append(t.events, event{round: round, partition: p.Partition})
+	if rp.ErrorCode != 0 {
+		t.codes = append(t.codes, rp.ErrorCode)
+		return 0, nil, kerr.ErrorForCode(rp.ErrorCode)
+	}
+	if len(rp.RecordBatches) == 0 {
+		return 0, nil, nil
+	}
+	ep := t.dst.parts[p.Partition]
+	appended := ep.AppendAsync(context.Background(), &engine.AppendRequest{Topic: topic, TopicID: engine.TopicID(t.id), Partition: p.Partition,
+		Origin: engine.OriginMirror, Records: rp.RecordBatches, Acks: -1})
+	return len(rp.RecordBatches), func() error {
+		_, err := appended()
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.events = append(t.events, event{round: round, wait: true, partition: p.Partition})
+		if err != nil {
+			return err
+		}
+		if t.ends != nil && t.caughtUp() {
+			t.ends = nil
+			close(t.done)
+		}
+		return nil
+	}, nil
+}
+
+func (t *target) caughtUp() bool {
+	for p, end := range t.ends {
+		if t.dst.parts[p].Offsets().LogEnd < end {
+			return false
+		}
+	}
+	return true
+}
+
+// run runs a fetcher until stop (at the latest when the test ends);
+// cfg's client options are the source's.
+func run(t *testing.T, s *source, k Key, cfg Config, tg Target) (stop func()) {
+	cfg.ClientOpts = s.opts
+	cfg.RequestTimeout = max(cfg.RequestTimeout, 10*time.Second)
+	cfg.MinBytes, cfg.MaxBytes, cfg.PartitionMaxBytes = 1, 10<<20, 1<<20
+	cfg.MaxWait = max(cfg.MaxWait, 100*time.Millisecond)
+	cfg.Backoff = 10 * time.Millisecond
+	f := New(context.Background(), k, cfg, tg)
+	go f.Run()
+	t.Cleanup(f.Stop)
+	return f.Stop
+}
+
+// wait waits for c, failing t if it takes a minute (the fetcher is stuck).
+func wait(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(time.Minute):
+		t.Fatalf("no %s after a minute", what)
+	}
+}
+
+type count struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *count) Add(n int) { c.mu.Lock(); c.n += n; c.mu.Unlock() }
+
+func (c *count) get() int { c.mu.Lock(); defer c.mu.Unlock(); return c.n }
+
+// TestCopy copies every partition of a source with several brokers, one
+// fetcher per broker, and finds the destination holding the source's
+// batches byte for byte at the same offsets: plain batches, a committed
+// and an aborted transaction with their markers.
+func TestCopy(t *testing.T) {
+	const partitions = 4
+	s := newSource(t, 2, partitions)
+	for p := range int32(partitions) {
+		if err := s.c.MoveTopicPartition(topic, p, p%2); err != nil { // two fetchers, one each broker
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			s.produce(t, p, 1+i*5)
+		}
+	}
+	s.transaction(t, true, 0, 1)
+	s.transaction(t, false, 1, 2)
+	id, meta := s.metadata(t)
+	want, ends := map[int32][]byte{}, map[int32]int64{}
+	for p := range int32(partitions) {
+		want[p], ends[p] = s.read(t, id, p)
+	}
+	// The first Fetch the source sees fails: the fetcher reports it,
+	// reconnects and goes on.
+	s.c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		return nil, errors.New("connection dropped"), true
+	})
+
+	dst := newDestination(t, id, partitions)
+	byBroker := map[int32]*target{}
+	for p, sp := range meta {
+		tg := byBroker[sp.leader]
+		if tg == nil {
+			tg = &target{dst: dst, id: id, parts: map[int32]sourcePartition{}, ends: map[int32]int64{}, done: make(chan struct{})}
+			byBroker[sp.leader] = tg
+		}
+		tg.parts[p], tg.ends[p] = sp, ends[p]
+	}
+	requests, bytesIn := &count{}, &count{}
+	var stops []func()
+	for b, tg := range byBroker {
+		stops = append(stops, run(t, s, Key{Broker: b}, Config{Requests: requests, Bytes: bytesIn}, tg))
+	}
+	for b, tg := range byBroker {
+		wait(t, tg.done, fmt.Sprintf("copy from broker %d", b))
+	}
+	// Before the fetchers stop: a stop abandons a fetch, as unreachable.
+	unreachable := 0
+	for _, tg := range byBroker {
+		tg.mu.Lock()
+		unreachable += len(tg.unreachable)
+		tg.mu.Unlock()
+	}
+	for _, stop := range stops {
+		stop()
+	}
+
+	total := 0
+	for p := range int32(partitions) {
+		got := dst.log(t, p)
+		if !bytes.Equal(got, want[p]) {
+			t.Errorf("partition %d: the destination holds %d bytes (to offset %d), the source %d (to %d), not the same", p, len(got), next(got), len(want[p]), next(want[p]))
+		}
+		if end := dst.parts[p].Offsets().LogEnd; end != ends[p] {
+			t.Errorf("partition %d: log end %d, the source's %d", p, end, ends[p])
+		}
+		total += len(want[p])
+	}
+	if unreachable != 1 {
+		t.Errorf("%d fetches reported unreachable, want the one dropped", unreachable)
+	}
+	if got := bytesIn.get(); got != total {
+		t.Errorf("bytes counted %d, appended %d", got, total)
+	}
+	if requests.get() < len(byBroker)+1 {
+		t.Errorf("requests counted %d, want at least %d", requests.get(), len(byBroker)+1)
+	}
+}
+
+// TestAppendsWaitedTogether: in a round, every partition's append is
+// written before any is waited for.
+func TestAppendsWaitedTogether(t *testing.T) {
+	const partitions = 3
+	s := newSource(t, 1, partitions)
+	for p := range int32(partitions) {
+		s.produce(t, p, 10)
+	}
+	id, meta := s.metadata(t)
+	dst := newDestination(t, id, partitions)
+	tg := &target{dst: dst, id: id, parts: meta, ends: map[int32]int64{}, done: make(chan struct{})}
+	for p := range int32(partitions) {
+		_, tg.ends[p] = s.read(t, id, p)
+	}
+	stop := run(t, s, Key{Broker: 0}, Config{}, tg)
+	wait(t, tg.done, "copy")
+	stop()
+
+	waits := map[int]int{}
+	for i, e := range tg.events {
+		if !e.wait {
+			continue
+		}
+		waits[e.round]++
+		if j := slices.IndexFunc(tg.events[i:], func(a event) bool { return a.round == e.round && !a.wait }); j >= 0 {
+			t.Fatalf("round %d: partition %d's append was waited for before partition %d's was written: %+v", e.round, e.partition, tg.events[i+j].partition, tg.events)
+		}
+	}
+	if slices.Max(slices.Collect(func(yield func(int) bool) {
+		for _, n := range waits {
+			yield(n)
+		}
+	})) < partitions {
+		t.Fatalf("no round appended to all %d partitions: %+v", partitions, tg.events)
+	}
+}
+
+// TestEpochTrim: a Fetch sent for epoch 0 whose answer comes from a leader
+// already at epoch 1 (the source moved on while the request was on its
+// way) has only the batches of epoch 0 applied (KAFKA-18723).
+func TestEpochTrim(t *testing.T) {
+	s := newSource(t, 1, 1)
+	s.produce(t, 0, 3)
+	s.produce(t, 0, 4)
+	if err := s.c.MoveTopicPartition(topic, 0, 0); err != nil { // epoch 0 to 1
+		t.Fatal(err)
+	}
+	s.produce(t, 0, 5)
+	id, meta := s.metadata(t)
+	if meta[0].epoch != 1 {
+		t.Fatalf("source epoch %d, want 1", meta[0].epoch)
+	}
+	all, _ := s.read(t, id, 0)
+	epoch0 := all[:leading(all, func(h engine.BatchHeader) bool { return h.PartitionLeaderEpoch == 0 })]
+	if len(epoch0) == 0 || len(epoch0) == len(all) {
+		t.Fatalf("the source's batches are not of epochs 0 then 1")
+	}
+	// The source answers as if asked for no epoch in particular.
+	s.c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		s.c.KeepControl()
+		for i := range req.(*kmsg.FetchRequest).Topics {
+			for j := range req.(*kmsg.FetchRequest).Topics[i].Partitions {
+				req.(*kmsg.FetchRequest).Topics[i].Partitions[j].CurrentLeaderEpoch = -1
+			}
+		}
+		return nil, nil, false
+	})
+
+	dst := newDestination(t, id, 1)
+	tg := &target{dst: dst, id: id, parts: map[int32]sourcePartition{0: {leader: 0, epoch: 0}},
+		ends: map[int32]int64{0: next(epoch0)}, done: make(chan struct{})}
+	stop := run(t, s, Key{Broker: 0}, Config{}, tg)
+	wait(t, tg.done, "copy of epoch 0")
+	stop()
+	if got := dst.log(t, 0); !bytes.Equal(got, epoch0) {
+		t.Fatalf("the destination holds %d bytes to offset %d, want the %d of epoch 0 to offset %d", len(got), next(got), len(epoch0), next(epoch0))
+	}
+}
+
+// TestTrimKfakeBatches trims batches as kfake serves them: a partial
+// batch at the end, and batches of a newer epoch.
+func TestTrimKfakeBatches(t *testing.T) {
+	s := newSource(t, 1, 1)
+	s.produce(t, 0, 2)
+	s.produce(t, 0, 3)
+	if err := s.c.MoveTopicPartition(topic, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.produce(t, 0, 4)
+	id, _ := s.metadata(t)
+	all, _ := s.read(t, id, 0)
+	var sizes []int
+	leading(all, func(h engine.BatchHeader) bool { sizes = append(sizes, int(h.Size())); return true })
+	if len(sizes) != 3 {
+		t.Fatalf("%d batches, want 3", len(sizes))
+	}
+	two := sizes[0] + sizes[1]
+	for cut := range sizes[2] {
+		if got := completeBatches(all[:two+cut]); len(got) != two {
+			t.Fatalf("cut %d bytes into the last batch: kept %d bytes, want %d", cut, len(got), two)
+		}
+	}
+	for epoch, n := range map[int32]int{-1: len(all), 0: two, 1: len(all), 5: len(all)} {
+		if got := notAbove(all, epoch); len(got) != n {
+			t.Errorf("notAbove(%d) kept %d bytes, want %d", epoch, len(got), n)
+		}
+	}
+}
+
+// TestPartitionErrors: a partition's error in the source's answer reaches
+// the target: OFFSET_OUT_OF_RANGE for a fetch position past the source's
+// end, FENCED_LEADER_EPOCH for a CurrentLeaderEpoch older than the
+// source leader's.
+func TestPartitionErrors(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		from  int64 // -1: the log end
+		epoch int32
+		want  *kerr.Error
+	}{
+		{"past the end", 15, 1, kerr.OffsetOutOfRange},
+		{"stale epoch", -1, 0, kerr.FencedLeaderEpoch},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSource(t, 1, 1)
+			s.produce(t, 0, 5)
+			if err := s.c.MoveTopicPartition(topic, 0, 0); err != nil { // epoch 1
+				t.Fatal(err)
+			}
+			id, meta := s.metadata(t)
+			if meta[0].epoch != 1 {
+				t.Fatalf("source epoch %d, want 1", meta[0].epoch)
+			}
+			dst := newDestination(t, id, 1)
+			tg := &target{dst: dst, id: id, parts: map[int32]sourcePartition{0: {leader: 0, epoch: c.epoch}}, from: map[int32]int64{}}
+			if c.from >= 0 {
+				tg.from[0] = c.from
+			}
+			answered := make(chan struct{})
+			stop := run(t, s, Key{Broker: 0}, Config{}, &codeWatch{target: tg, seen: answered})
+			wait(t, answered, "answer")
+			stop()
+			tg.mu.Lock()
+			defer tg.mu.Unlock()
+			if len(tg.codes) == 0 || tg.codes[0] != c.want.Code {
+				t.Fatalf("codes seen %v, want %v (%d)", tg.codes, c.want, c.want.Code)
+			}
+			if end := dst.parts[0].Offsets().LogEnd; end != 0 {
+				t.Fatalf("log end %d after an error answer", end)
+			}
+		})
+	}
+}
+
+// codeWatch closes seen after the first Apply.
+type codeWatch struct {
+	*target
+	seen chan struct{}
+	once sync.Once
+}
+
+func (c *codeWatch) Apply(p Partition, rp *kmsg.FetchResponseTopicPartition) (int, func() error, error) {
+	defer c.once.Do(func() { close(c.seen) })
+	return c.target.Apply(p, rp)
+}
+
+// TestStopWhileWaiting stops a fetcher whose Fetch waits at the source
+// for records that do not come: Stop returns without waiting out the
+// fetch's wait, and leaves no goroutine of the fetcher or its client.
+func TestStopWhileWaiting(t *testing.T) {
+	s := newSource(t, 1, 1)
+	s.produce(t, 0, 5)
+	id, meta := s.metadata(t)
+	_, end := s.read(t, id, 0)
+	s.cl.Close()
+	dst := newDestination(t, id, 1)
+	tg := &target{dst: dst, id: id, parts: meta, from: map[int32]int64{0: end}}
+	fetching := make(chan struct{})
+	var once sync.Once
+	s.c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		once.Do(func() { close(fetching) })
+		return nil, nil, false
+	})
+	// The Fetch waits an hour at the source, the request's timeout is as
+	// long: only Stop ends it.
+	f := New(context.Background(), Key{Broker: 0}, Config{ClientOpts: s.opts, RequestTimeout: time.Hour, MaxWait: time.Hour,
+		MinBytes: 1, MaxBytes: 1 << 20, PartitionMaxBytes: 1 << 20}, tg)
+	ran := make(chan struct{})
+	go func() { f.Run(); close(ran) }()
+	wait(t, fetching, "Fetch at the source")
+	stopped := make(chan struct{})
+	go func() { f.Stop(); close(stopped) }()
+	wait(t, stopped, "return from Stop")
+	wait(t, ran, "return from Run")
+	for i := 0; ; i++ {
+		left := leftGoroutines()
+		if left == "" {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("goroutines left after Stop:\n%s", left)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	if len(tg.events) != 0 {
+		t.Fatalf("applied %+v, want nothing", tg.events)
+	}
+}
+
+// leftGoroutines are the stacks of goroutines of a fetcher or a client.
+func leftGoroutines() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var left []string
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "franz-go/pkg/kgo.") || strings.Contains(g, "mirror/fetch.(*Fetcher)") {
+			left = append(left, g)
+		}
+	}
+	return strings.Join(left, "\n\n")
+}
