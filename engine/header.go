@@ -141,6 +141,21 @@ func WholeBatches(records []byte) [][]byte {
 	return out
 }
 
+// LeadingBatches calls keep with the header of each whole record batch
+// of b, in order, until keep returns false, and returns how many bytes
+// the batches it accepted take. It stops at the first bytes that are not
+// a whole magic-2 batch (a fetch answer may end in a partial one).
+func LeadingBatches(b []byte, keep func(BatchHeader) bool) int {
+	n := 0
+	for {
+		h, err := ParseBatchHeader(b[n:])
+		if err != nil || h.Size() > int64(len(b)-n) || !keep(h) {
+			return n
+		}
+		n += int(h.Size())
+	}
+}
+
 // ControlType is the marker type of a control batch b (ControlAbort,
 // ControlCommit, ...), or -1 if b is not one or cannot be read. A
 // mirror's consistent cut needs it to tell a committed transaction from

@@ -102,3 +102,20 @@ func TestWholeBatches(t *testing.T) {
 		t.Fatalf("a header alone: %d batches", len(got))
 	}
 }
+
+// TestLeadingBatches counts the bytes of the leading whole batches that
+// keep accepts: it stops at the first one refused and at a partial one.
+func TestLeadingBatches(t *testing.T) {
+	a, b, c := epochBatch(t, 0, 1, "a"), epochBatch(t, 1, 2, "b", "c"), epochBatch(t, 3, 3, "d")
+	records := slices.Concat(a, b, c[:len(c)-3])
+	all := func(BatchHeader) bool { return true }
+	if n := LeadingBatches(records, all); n != len(a)+len(b) {
+		t.Fatalf("all: %d bytes, want %d (the partial batch left out)", n, len(a)+len(b))
+	}
+	if n := LeadingBatches(records, func(h BatchHeader) bool { return h.PartitionLeaderEpoch < 2 }); n != len(a) {
+		t.Fatalf("epochs below 2: %d bytes, want %d", n, len(a))
+	}
+	if n := LeadingBatches(a[:20], all); n != 0 {
+		t.Fatalf("a header alone: %d bytes", n)
+	}
+}

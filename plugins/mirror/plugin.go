@@ -311,26 +311,11 @@ func bumpMinEpoch(sle int32) int32 { return sle + mirrorstate.BumpIncrement - 1 
 // batches in b (-1 if none).
 func maxBatchEpoch(b []byte) int32 {
 	e := int32(-1)
-	eachHeader(b, func(h engine.BatchHeader) bool {
+	engine.LeadingBatches(b, func(h engine.BatchHeader) bool {
 		e = max(e, h.PartitionLeaderEpoch)
 		return true
 	})
 	return e
-}
-
-// eachHeader calls fn with the header of each whole record batch of b,
-// in order, until fn returns false; it stops at the first bytes that are
-// not a whole magic-2 batch (a fetch response may end in a partial one),
-// and returns how many bytes the batches it accepted take.
-func eachHeader(b []byte, fn func(engine.BatchHeader) bool) int {
-	n := 0
-	for {
-		h, err := engine.ParseBatchHeader(b[n:])
-		if err != nil || h.Size() > int64(len(b)-n) || !fn(h) {
-			return n
-		}
-		n += int(h.Size())
-	}
 }
 
 // code is err's Kafka error code (plugin.ErrorCode), 0 for nil, and its

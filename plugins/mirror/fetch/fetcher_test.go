@@ -148,7 +148,7 @@ func (s *source) read(t *testing.T, id uuid.UUID, p int32) ([]byte, int64) {
 // next is the offset after the last of the whole batches b.
 func next(b []byte) int64 {
 	n := int64(0)
-	leading(b, func(h engine.BatchHeader) bool { n = h.LastOffset() + 1; return true })
+	engine.LeadingBatches(b, func(h engine.BatchHeader) bool { n = h.LastOffset() + 1; return true })
 	return n
 }
 
@@ -452,7 +452,7 @@ func TestEpochTrim(t *testing.T) {
 		t.Fatalf("source epoch %d, want 1", meta[0].epoch)
 	}
 	all, _ := s.read(t, id, 0)
-	epoch0 := all[:leading(all, func(h engine.BatchHeader) bool { return h.PartitionLeaderEpoch == 0 })]
+	epoch0 := all[:engine.LeadingBatches(all, func(h engine.BatchHeader) bool { return h.PartitionLeaderEpoch == 0 })]
 	if len(epoch0) == 0 || len(epoch0) == len(all) {
 		t.Fatalf("the source's batches are not of epochs 0 then 1")
 	}
@@ -491,7 +491,7 @@ func TestTrimKfakeBatches(t *testing.T) {
 	id, _ := s.metadata(t)
 	all, _ := s.read(t, id, 0)
 	var sizes []int
-	leading(all, func(h engine.BatchHeader) bool { sizes = append(sizes, int(h.Size())); return true })
+	engine.LeadingBatches(all, func(h engine.BatchHeader) bool { sizes = append(sizes, int(h.Size())); return true })
 	if len(sizes) != 3 {
 		t.Fatalf("%d batches, want 3", len(sizes))
 	}
