@@ -72,10 +72,11 @@ type Target interface {
 	// positions. None: the fetcher has nothing to do for a second. An
 	// error: it cannot fetch now, and tries again after the backoff.
 	Partitions() ([]Partition, error)
-	// Unreachable is told that the round's Fetch got no answer; err is
-	// the client's (the fetcher has closed its client: the next round
-	// reconnects). It returns the error the fetcher reports, worded as
-	// the target wants (which source, why).
+	// Unreachable is told that the round's Fetch got no answer (not when
+	// the fetcher was stopped meanwhile); err is the client's (the fetcher
+	// has closed its client: the next round reconnects). It returns the
+	// error the fetcher reports, worded as the target wants (which source,
+	// why).
 	Unreachable(err error) error
 	// Answered is told that the source broker answered the round's
 	// Fetch; err is the answer's top-level error, nil if none.
@@ -131,7 +132,6 @@ type Fetcher struct {
 	key    Key
 	cfg    Config
 	t      Target
-	parent context.Context // the throttle's (see throttle)
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -156,7 +156,7 @@ func New(ctx context.Context, k Key, cfg Config, t Target) *Fetcher {
 	if cfg.Bytes == nil {
 		cfg.Bytes = noCount{}
 	}
-	f := &Fetcher{key: k, cfg: cfg, t: t, parent: ctx, done: make(chan struct{})}
+	f := &Fetcher{key: k, cfg: cfg, t: t, done: make(chan struct{})}
 	f.ctx, f.cancel = context.WithCancel(ctx)
 	return f
 }
@@ -264,7 +264,10 @@ func (f *Fetcher) closeClient() {
 func (f *Fetcher) fetch(parts []Partition) (int, error) {
 	resp, err := f.request(f.fetchRequest(parts))
 	f.cfg.Requests.Add(1)
-	if err != nil {
+	switch {
+	case err != nil && f.ctx.Err() != nil:
+		return 0, err // stopped: the fetch was abandoned, not unanswered
+	case err != nil:
 		return 0, f.t.Unreachable(err)
 	}
 	fr := resp.(*kmsg.FetchResponse)
@@ -340,9 +343,9 @@ func (f *Fetcher) fetchRequest(parts []Partition) *kmsg.FetchRequest {
 	return req
 }
 
-// throttle sleeps as long as n bytes take at the configured rate. The
-// sleep ends early when New's context ends, not when the fetcher is
-// stopped: Stop waits it out.
+// throttle sleeps as long as n bytes take at the configured rate, or
+// until the fetcher is stopped: at a low rate the sleep can be hours,
+// and the mirror's source loop waits for a Stop.
 func (f *Fetcher) throttle(n int) {
 	if f.cfg.Rate == nil {
 		return
@@ -352,7 +355,7 @@ func (f *Fetcher) throttle(n int) {
 		return
 	}
 	select {
-	case <-f.parent.Done():
+	case <-f.ctx.Done():
 	case <-time.After(time.Duration(float64(n) / float64(rate) * float64(time.Second))):
 	}
 }

@@ -567,7 +567,8 @@ func (c *codeWatch) Apply(p Partition, rp *kmsg.FetchResponseTopicPartition) (in
 
 // TestStopWhileWaiting stops a fetcher whose Fetch waits at the source
 // for records that do not come: Stop returns without waiting out the
-// fetch's wait, and leaves no goroutine of the fetcher or its client.
+// fetch's wait, leaves no goroutine of the fetcher or its client, and
+// does not report the source unreachable.
 func TestStopWhileWaiting(t *testing.T) {
 	s := newSource(t, 1, 1)
 	s.produce(t, 0, 5)
@@ -608,6 +609,12 @@ func TestStopWhileWaiting(t *testing.T) {
 	if len(tg.events) != 0 {
 		t.Fatalf("applied %+v, want nothing", tg.events)
 	}
+	// The source was reachable: a Fetch abandoned by Stop is not a
+	// source that did not answer (the mirror would show its partitions
+	// as unreachable).
+	if len(tg.unreachable) != 0 {
+		t.Fatalf("reported unreachable: %v", tg.unreachable)
+	}
 }
 
 // leftGoroutines are the stacks of goroutines of a fetcher or a client.
@@ -621,4 +628,33 @@ func leftGoroutines() string {
 		}
 	}
 	return strings.Join(left, "\n\n")
+}
+
+// TestStopWhileThrottled stops a fetcher that sleeps in its throttle
+// after a fetch (at one byte a second, hours for what it fetched): Stop
+// returns without waiting the sleep out, and the records fetched were
+// applied. The mirror stops a fetcher when the partitions it fetched
+// move to another source broker or stop, and its source loop waits for
+// that Stop.
+func TestStopWhileThrottled(t *testing.T) {
+	s := newSource(t, 1, 1)
+	s.produce(t, 0, 5)
+	id, meta := s.metadata(t)
+	_, end := s.read(t, id, 0)
+	s.cl.Close()
+	dst := newDestination(t, id, 1)
+	tg := &target{dst: dst, id: id, parts: meta, ends: map[int32]int64{0: end}, done: make(chan struct{})}
+	f := New(context.Background(), Key{Broker: 0}, Config{ClientOpts: s.opts, RequestTimeout: 10 * time.Second, MaxWait: 100 * time.Millisecond,
+		MinBytes: 1, MaxBytes: 1 << 20, PartitionMaxBytes: 1 << 20, Backoff: 10 * time.Millisecond,
+		Rate: func() int64 { return 1 }}, tg)
+	ran := make(chan struct{})
+	go func() { f.Run(); close(ran) }()
+	wait(t, tg.done, "catch-up of the destination")
+	stopped := make(chan struct{})
+	go func() { f.Stop(); close(stopped) }()
+	wait(t, stopped, "return from Stop")
+	wait(t, ran, "return from Run")
+	if got := dst.parts[0].Offsets().LogEnd; got != end {
+		t.Fatalf("destination log end %d, want %d", got, end)
+	}
 }
