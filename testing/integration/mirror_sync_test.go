@@ -152,6 +152,7 @@ func caughtUpLogs(t *testing.T, src, dst *syncCluster, topic string) {
 // partitions and configs; consumer group offsets across a failover; ACLs;
 // a deleted source topic; a changed source cluster ID.
 func TestMirrorMetadataSync(t *testing.T) {
+	tandemtest.Long(t) // tens of seconds: the full tier only
 	src, dst := startSyncCluster(t), startSyncCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

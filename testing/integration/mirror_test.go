@@ -636,6 +636,7 @@ func TestMirrorFaultsAndBadInput(t *testing.T) {
 // afterwards mirroring resumes by itself and both logs end byte-identical
 // (nothing lost, nothing duplicated).
 func TestMirrorNetworkCut(t *testing.T) {
+	tandemtest.Long(t) // tens of seconds: the full tier only
 	px, err := faultproxy.Listen("")
 	if err != nil {
 		t.Fatal(err)

@@ -1295,6 +1295,7 @@ func (h *throttleHook) get() []time.Duration {
 // throttles that client (ThrottleTimeMs in its Produce responses) while
 // another client id is not throttled. The rate each reached is reported.
 func TestProduceQuota(t *testing.T) {
+	tandemtest.Long(t) // tens of seconds: the full tier only
 	// Kafka's sensors measure over quota.window.num samples (11 by
 	// default, at least 10 s), which lets a new client burst up to ten
 	// seconds' worth first; 3 one-second samples keep the burst small.
