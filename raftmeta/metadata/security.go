@@ -19,6 +19,11 @@ import (
 //     RemoveScram {scram}: deletes it (only User and Mechanism are read).
 //   - ClientQuota {quota}: sets (value non-nil) or deletes one quota key
 //     of a client-quota entity.
+//
+// They are the core's, not the ACL plugin's: the broker itself checks a
+// SCRAM login and applies client quotas before any plugin sees a
+// request, and Kafka's metadata log keeps the same records. The ACL
+// plugin decides on them through plugin.SecurityDecisions.
 
 const (
 	RecordACL         RecordType = "ACL"
