@@ -2,9 +2,9 @@ package mirror
 
 import (
 	"context"
-	"encoding/binary"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +18,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/server"
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 )
 
 func sp(s string) *string { return &s }
@@ -62,15 +63,7 @@ func TestEpochRules(t *testing.T) {
 }
 
 func TestBatchHelpers(t *testing.T) {
-	batch := func(base int64, epoch int32, size int) []byte {
-		b := make([]byte, size)
-		binary.BigEndian.PutUint64(b, uint64(base))
-		binary.BigEndian.PutUint32(b[8:], uint32(size-12))
-		binary.BigEndian.PutUint32(b[12:], uint32(epoch))
-		b[16] = 2 // magic
-		return b
-	}
-	b := append(append(batch(0, 3, 70), batch(1, 9, 61)...), batch(2, 4, 80)...)
+	b := slices.Concat(recordbatch.At(0, 3, "a"), recordbatch.At(1, 9, "b"), recordbatch.At(2, 4, "c"))
 	if e := maxBatchEpoch(b); e != 9 {
 		t.Fatalf("maxBatchEpoch = %d, want 9", e)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 	"github.com/tandem-kafka/tandem/testing/wait"
 )
@@ -158,7 +159,7 @@ func TestTV1ClientUnchanged(t *testing.T) {
 // txnBatch is a transactional batch of one record.
 func txnBatch(t *testing.T, pid int64, epoch int16, seq int32, value string) []byte {
 	t.Helper()
-	b, err := tandemtest.RecordBatch(tandemtest.CodecNone, tandemtest.KV{Value: []byte(value)})
+	b, err := recordbatch.Build(recordbatch.CodecNone, recordbatch.KV{Value: []byte(value)})
 	if err != nil {
 		t.Fatal(err)
 	}

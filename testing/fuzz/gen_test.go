@@ -7,9 +7,8 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
 // gen fills request structs with values that hit edge cases more often
@@ -79,15 +78,15 @@ func (g *gen) bytes() []byte {
 		}
 		return b
 	default: // a valid record batch, for Produce and the like
-		kvs := make([]tandemtest.KV, 1+g.r.IntN(3))
+		kvs := make([]recordbatch.KV, 1+g.r.IntN(3))
 		for i := range kvs {
-			kvs[i] = tandemtest.KV{Key: []byte(g.str()), Value: []byte(g.str())}
+			kvs[i] = recordbatch.KV{Key: []byte(g.str()), Value: []byte(g.str())}
 			if g.r.IntN(4) == 0 {
 				kvs[i].Key = nil
 			}
 		}
-		codecs := []int8{tandemtest.CodecNone, tandemtest.CodecGzip, tandemtest.CodecZstd}
-		b, err := tandemtest.RecordBatch(codecs[g.r.IntN(len(codecs))], kvs...)
+		codecs := []int8{recordbatch.CodecNone, recordbatch.CodecGzip, recordbatch.CodecZstd}
+		b, err := recordbatch.Build(codecs[g.r.IntN(len(codecs))], kvs...)
 		if err != nil {
 			panic(err)
 		}

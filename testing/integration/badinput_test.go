@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -105,19 +106,19 @@ func TestBadInput(t *testing.T) {
 		healthy(t)
 	})
 
-	for _, codec := range []int8{tandemtest.CodecGzip, tandemtest.CodecZstd} {
+	for _, codec := range []int8{recordbatch.CodecGzip, recordbatch.CodecZstd} {
 		t.Run(fmt.Sprintf("decompression bomb codec %d", codec), func(t *testing.T) {
 			// Past the 64 MiB Tandem lets a batch inflate to (its stored
 			// size is bounded by max.message.bytes, as in Kafka).
-			one, err := tandemtest.RecordBatch(codec, tandemtest.KV{Value: make([]byte, 80<<20)})
+			one, err := recordbatch.Build(codec, recordbatch.KV{Value: make([]byte, 80<<20)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			many := make([]tandemtest.KV, 80000)
+			many := make([]recordbatch.KV, 80000)
 			for i := range many {
 				many[i].Value = make([]byte, 1024)
 			}
-			manyBatch, err := tandemtest.RecordBatch(codec, many...)
+			manyBatch, err := recordbatch.Build(codec, many...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -181,7 +182,7 @@ func TestBadInput(t *testing.T) {
 	})
 
 	t.Run("bad crc", func(t *testing.T) {
-		batch, err := tandemtest.RecordBatch(tandemtest.CodecNone, tandemtest.KV{Key: []byte("k"), Value: []byte("v")})
+		batch, err := recordbatch.Build(recordbatch.CodecNone, recordbatch.KV{Key: []byte("k"), Value: []byte("v")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +194,7 @@ func TestBadInput(t *testing.T) {
 	})
 
 	t.Run("produce to a missing topic", func(t *testing.T) {
-		batch, err := tandemtest.RecordBatch(tandemtest.CodecNone, tandemtest.KV{Value: []byte("v")})
+		batch, err := recordbatch.Build(recordbatch.CodecNone, recordbatch.KV{Value: []byte("v")})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -48,7 +49,7 @@ func TestDiskFull(t *testing.T) {
 		t.Helper()
 		c := tandemtest.Dial(t, p.Addr)
 		defer c.Close()
-		batch, err := tandemtest.RecordBatch(tandemtest.CodecNone, tandemtest.KV{Value: value(i)})
+		batch, err := recordbatch.Build(recordbatch.CodecNone, recordbatch.KV{Value: value(i)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
-	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 )
 
 // TestMirrorReadOnlyHolds is defect 3: on a mirror topic every way of
@@ -392,7 +392,7 @@ func TestMirrorReadOnlyClients(t *testing.T) {
 	// The message, as any client reading Produce v8+ sees it.
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks, req.TimeoutMillis = -1, 5000
-	batch, err := tandemtest.RecordBatch(tandemtest.CodecNone, tandemtest.KV{Value: []byte("y")})
+	batch, err := recordbatch.Build(recordbatch.CodecNone, recordbatch.KV{Value: []byte("y")})
 	if err != nil {
 		t.Fatal(err)
 	}

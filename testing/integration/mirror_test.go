@@ -27,6 +27,7 @@ import (
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/faultproxy"
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -360,7 +361,7 @@ func TestMirrorEndToEnd(t *testing.T) {
 
 	// Read-only: produce to the mirror topic fails, nothing appended.
 	before := dst.partition(topic, 0).Offsets().LogEnd
-	batch, err := tandemtest.RecordBatch(tandemtest.CodecNone, tandemtest.KV{Value: []byte("not allowed")})
+	batch, err := recordbatch.Build(recordbatch.CodecNone, recordbatch.KV{Value: []byte("not allowed")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/txn"
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -1034,7 +1035,7 @@ func aclMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry {
 }
 
 func tandemtestBatch() ([]byte, error) {
-	return tandemtest.RecordBatch(0, tandemtest.KV{Key: []byte("k"), Value: []byte("v")})
+	return recordbatch.Build(0, recordbatch.KV{Key: []byte("k"), Value: []byte("v")})
 }
 
 // saslRaw is a raw connection authenticated with PLAIN as user.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-kafka/tandem/testing/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -35,8 +36,8 @@ func TestInProcessRawProduce(t *testing.T) {
 		}
 		return res
 	}
-	for i, codec := range []int8{CodecNone, CodecGzip, CodecZstd} {
-		batch, err := RecordBatch(codec, KV{Key: []byte("k"), Value: []byte("v")}, KV{Value: []byte("w")})
+	for i, codec := range []int8{recordbatch.CodecNone, recordbatch.CodecGzip, recordbatch.CodecZstd} {
+		batch, err := recordbatch.Build(codec, recordbatch.KV{Key: []byte("k"), Value: []byte("v")}, recordbatch.KV{Value: []byte("w")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +45,7 @@ func TestInProcessRawProduce(t *testing.T) {
 			t.Fatalf("codec %d: %v, base offset %d, want %d", codec, kerr.ErrorForCode(res.ErrorCode), res.BaseOffset, 2*i)
 		}
 	}
-	batch, _ := RecordBatch(CodecNone, KV{Value: []byte("x")})
+	batch, _ := recordbatch.Build(recordbatch.CodecNone, recordbatch.KV{Value: []byte("x")})
 	batch[20] ^= 1 // inside the CRC
 	if res := produce(batch); res.ErrorCode != kerr.CorruptMessage.Code {
 		t.Fatalf("bad CRC: %v", kerr.ErrorForCode(res.ErrorCode))
