@@ -237,21 +237,12 @@ func (r *mirrorRun) held(m cutMember, from, end int64) (cut.Part, error) {
 	}
 	from = max(from, fp.LogStartOffset)
 	p.FromLogStart = from <= fp.LogStartOffset
-	for off := from; off < end; {
-		batches, _, err := r.fetchBatches(leader, m, off)
-		if err != nil {
-			return cut.Part{}, err
-		}
-		n := len(p.Batches)
-		for _, b := range batches {
-			if b.Last >= off && b.Base < end {
-				p.Batches = append(p.Batches, b)
-			}
-		}
-		if len(p.Batches) == n {
-			break
-		}
-		off = p.Batches[len(p.Batches)-1].Last + 1
+	err = p.Read(from, func(off int64) ([]cut.Batch, error) {
+		bs, _, err := r.fetchBatches(leader, m, off)
+		return bs, err
+	})
+	if err != nil {
+		return cut.Part{}, err
 	}
 	return p, nil
 }

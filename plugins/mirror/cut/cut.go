@@ -259,25 +259,48 @@ func BatchOf(b []byte) (Batch, error) {
 func Held(ep *engine.Partition, start, end int64) (Part, error) {
 	start = max(start, ep.Offsets().LogStart)
 	p := Part{End: end, FromLogStart: start <= ep.Offsets().LogStart}
-	for off := start; off < end; {
+	err := p.Read(start, func(off int64) ([]Batch, error) {
 		res, err := ep.Fetch(off, FetchBytes, engine.ReadUncommitted)
 		if err != nil {
-			return Part{}, fmt.Errorf("reading %s-%d at %d for the cut: %w", ep.Topic(), ep.Index(), off, err)
+			return nil, fmt.Errorf("reading %s-%d at %d for the cut: %w", ep.Topic(), ep.Index(), off, err)
 		}
-		n := len(p.Batches)
+		bs := make([]Batch, 0, len(res.Batches))
 		for _, b := range res.Batches {
 			cb, err := BatchOf(b)
 			if err != nil {
-				return Part{}, fmt.Errorf("reading %s-%d at %d for the cut: %w", ep.Topic(), ep.Index(), off, err)
+				return nil, fmt.Errorf("reading %s-%d at %d for the cut: %w", ep.Topic(), ep.Index(), off, err)
 			}
-			if cb.Last >= off && cb.Base < end {
-				p.Batches = append(p.Batches, cb)
+			bs = append(bs, cb)
+		}
+		return bs, nil
+	})
+	if err != nil {
+		return Part{}, err
+	}
+	return p, nil
+}
+
+// Read adds to p's batches those from the one holding offset from to
+// p.End, reading them a chunk at a time with read (from a local log, or
+// from the partition's leader with Fetch): read returns the batches from
+// the one holding the offset it is given on, as many as it likes. It
+// stops at p.End, or when a chunk adds nothing.
+func (p *Part) Read(from int64, read func(off int64) ([]Batch, error)) error {
+	for off := from; off < p.End; {
+		bs, err := read(off)
+		if err != nil {
+			return err
+		}
+		n := len(p.Batches)
+		for _, b := range bs {
+			if b.Last >= off && b.Base < p.End {
+				p.Batches = append(p.Batches, b)
 			}
 		}
 		if len(p.Batches) == n {
-			break
+			return nil
 		}
 		off = p.Batches[len(p.Batches)-1].Last + 1
 	}
-	return p, nil
+	return nil
 }

@@ -187,3 +187,35 @@ func TestCutShort(t *testing.T) {
 		t.Fatal("a window from the log start is short")
 	}
 }
+
+// TestPartRead collects batches chunk by chunk: from the batch holding
+// the offset asked, none at or past End, and it stops when a chunk adds
+// nothing (a log that ends before End).
+func TestPartRead(t *testing.T) {
+	log := []Batch{{Base: 0, Last: 4}, {Base: 5, Last: 9}, {Base: 10, Last: 14}, {Base: 15, Last: 19}}
+	var asked []int64
+	read := func(off int64) ([]Batch, error) { // two batches a chunk
+		asked = append(asked, off)
+		for i, b := range log {
+			if b.Last >= off {
+				return log[i:min(i+2, len(log))], nil
+			}
+		}
+		return nil, nil
+	}
+	p := Part{End: 12}
+	if err := p.Read(7, read); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Batches) != 2 || p.Batches[0].Base != 5 || p.Batches[1].Base != 10 || !slices.Equal(asked, []int64{7}) {
+		t.Fatalf("to 12 from 7: batches %+v after reads at %v", p.Batches, asked)
+	}
+	asked = nil
+	p = Part{End: 100}
+	if err := p.Read(0, read); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Batches) != 4 || !slices.Equal(asked, []int64{0, 10, 20}) {
+		t.Fatalf("to 100 from 0: %d batches after reads at %v", len(p.Batches), asked)
+	}
+}
