@@ -27,6 +27,7 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -66,53 +67,78 @@ var Keys = []string{
 }
 
 // SecurityOpts returns the franz-go options that the security properties
-// of props ask for: SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 with the
-// username and password of sasl.jaas.config; OAUTHBEARER with
-// sasl.oauthbearer.token) over security.protocol SASL_PLAINTEXT or
-// SASL_SSL, and TLS for SSL and SASL_SSL. Other keys are left to the
-// caller. An error names the property at fault.
+// of props ask for (see Security). Other keys are left to the caller. An
+// error names the property at fault.
 func SecurityOpts(props map[string]string) ([]kgo.Opt, error) {
+	sec, err := Security(props)
+	if err != nil {
+		return nil, err
+	}
+	var opts []kgo.Opt
+	if sec.SASL != nil {
+		opts = append(opts, kgo.SASL(sec.SASL))
+	}
+	if sec.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(sec.TLS))
+	}
+	return opts, nil
+}
+
+// Settings are a client's security settings as values, for a connection
+// that is not a franz-go client's (the mirror's fetchers read their
+// answers into buffers of their own).
+type Settings struct {
+	TLS  *tls.Config    // nil: plaintext
+	SASL sasl.Mechanism // nil: no SASL
+}
+
+// Security returns what the security properties of props ask for: SASL
+// (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 with the username and password of
+// sasl.jaas.config; OAUTHBEARER with sasl.oauthbearer.token) over
+// security.protocol SASL_PLAINTEXT or SASL_SSL, and TLS for SSL and
+// SASL_SSL. An error names the property at fault.
+func Security(props map[string]string) (Settings, error) {
+	var out Settings
 	proto := strings.ToUpper(strings.TrimSpace(props["security.protocol"]))
 	switch proto {
 	case "", "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL":
 	default:
-		return nil, fmt.Errorf("security.protocol %q: want PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL", props["security.protocol"])
+		return out, fmt.Errorf("security.protocol %q: want PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL", props["security.protocol"])
 	}
 	mech := strings.ToUpper(strings.TrimSpace(props["sasl.mechanism"]))
 	if mech != "" && !strings.HasPrefix(proto, "SASL") {
-		return nil, fmt.Errorf("sasl.mechanism %s needs security.protocol SASL_PLAINTEXT or SASL_SSL, not %q", mech, cmpOr(proto, "PLAINTEXT"))
+		return out, fmt.Errorf("sasl.mechanism %s needs security.protocol SASL_PLAINTEXT or SASL_SSL, not %q", mech, cmpOr(proto, "PLAINTEXT"))
 	}
-	var opts []kgo.Opt
 	if strings.HasPrefix(proto, "SASL") {
 		user, pass := JAASCredentials(props["sasl.jaas.config"])
 		if mech != "OAUTHBEARER" && (user == "" || pass == "") {
-			return nil, fmt.Errorf(`sasl.jaas.config: sasl.mechanism %s wants a login module with username="..." and password="..."`, cmpOr(mech, "PLAIN"))
+			return out, fmt.Errorf(`sasl.jaas.config: sasl.mechanism %s wants a login module with username="..." and password="..."`, cmpOr(mech, "PLAIN"))
 		}
 		switch mech {
 		case "", "PLAIN":
-			opts = append(opts, kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
+			out.SASL = plain.Auth{User: user, Pass: pass}.AsMechanism()
 		case "SCRAM-SHA-256":
-			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()))
+			out.SASL = scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()
 		case "SCRAM-SHA-512":
-			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
+			out.SASL = scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()
 		case "OAUTHBEARER":
 			token := strings.TrimSpace(props["sasl.oauthbearer.token"])
 			if token == "" {
-				return nil, errors.New("sasl.oauthbearer.token is required for sasl.mechanism OAUTHBEARER")
+				return out, errors.New("sasl.oauthbearer.token is required for sasl.mechanism OAUTHBEARER")
 			}
-			opts = append(opts, kgo.SASL(oauth.Auth{Token: token}.AsMechanism()))
+			out.SASL = oauth.Auth{Token: token}.AsMechanism()
 		default:
-			return nil, fmt.Errorf("sasl.mechanism %q: want PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", props["sasl.mechanism"])
+			return out, fmt.Errorf("sasl.mechanism %q: want PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", props["sasl.mechanism"])
 		}
 	}
 	if strings.HasSuffix(proto, "SSL") {
 		tc, err := TLSConfig(props)
 		if err != nil {
-			return nil, err
+			return out, err
 		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
+		out.TLS = tc
 	}
-	return opts, nil
+	return out, nil
 }
 
 func cmpOr(a, b string) string {
