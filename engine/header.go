@@ -147,13 +147,14 @@ func WholeBatches(records []byte) [][]byte {
 // a whole magic-2 batch (a fetch answer may end in a partial one).
 func LeadingBatches(b []byte, keep func(BatchHeader) bool) int {
 	n := 0
-	for {
+	for len(b)-n >= batchHeaderLen { // a shorter tail is a partial batch: no error to build
 		h, err := ParseBatchHeader(b[n:])
 		if err != nil || h.Size() > int64(len(b)-n) || !keep(h) {
 			return n
 		}
 		n += int(h.Size())
 	}
+	return n
 }
 
 // ControlType is the marker type of a control batch b (ControlAbort,

@@ -108,7 +108,7 @@ func (p *Plugin) sourceSnapshot(ctx context.Context, mirror string) map[topicPar
 		if pt.srcEnd < 0 {
 			continue
 		}
-		out[k] = wire.PartitionDetail{PartitionIndex: k.partition, SourceOffset: pt.srcEnd, SourceOffsetTime: pt.srcEndAt.UnixMilli(),
+		out[k] = wire.PartitionDetail{PartitionIndex: k.partition, SourceOffset: pt.srcEnd, SourceOffsetTime: pt.endAt().UnixMilli(),
 			LagMs: pt.lagMs, SourceStale: !r.sourceCurrent(pt, now), DestinationOffset: -1, Lag: -1}
 	}
 	return out
@@ -205,7 +205,7 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 			if r != nil {
 				r.mu.Lock()
 				if pp := r.parts[k]; pp != nil {
-					pt, found = *pp, true
+					pt, found = pp.view(), true
 				}
 				r.mu.Unlock()
 			}

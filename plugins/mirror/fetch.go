@@ -3,14 +3,17 @@ package mirror
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/kafkaclient"
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
@@ -25,6 +28,18 @@ func (r *mirrorRun) fetcherOf(pt *ledPartition) fetch.Key {
 	return fetch.KeyOf(pt.topic, pt.partition, pt.leader, r.p.cfg.Fetchers)
 }
 
+// changed tells the fetchers that their partitions or positions changed
+// other than by their own appends (fetch.Target.Generation).
+func (r *mirrorRun) changed() {
+	r.gen.Add(1)
+	r.mu.Lock()
+	fs := slices.Collect(maps.Values(r.fetchers))
+	r.mu.Unlock()
+	for _, f := range fs {
+		f.Poke()
+	}
+}
+
 // syncFetchers runs one fetcher for each source broker and fetcher id
 // that leads some of parts, and stops the others.
 func (r *mirrorRun) syncFetchers(parts []*ledPartition) {
@@ -32,7 +47,7 @@ func (r *mirrorRun) syncFetchers(parts []*ledPartition) {
 	r.mu.Lock()
 	for _, pt := range parts {
 		if pt.leader >= 0 {
-			want[r.fetcherOf(pt)] = true
+			want[pt.fetchKey] = true
 		}
 	}
 	var stale []*fetch.Fetcher
@@ -53,36 +68,71 @@ func (r *mirrorRun) syncFetchers(parts []*ledPartition) {
 	for _, f := range stale {
 		f.Stop()
 	}
+	if len(stale) > 0 {
+		r.mu.Lock()
+		for _, pt := range r.parts { // rare: a source broker left
+			if pt.fetcher != nil && r.fetchers[pt.fetcher.key] == nil {
+				pt.fetcher = nil
+			}
+		}
+		r.mu.Unlock()
+	}
 }
 
 // newFetcher returns fetcher k, with its counters labelled with its
 // source broker's address; r.mu is held.
 func (r *mirrorRun) newFetcher(k fetch.Key) *fetch.Fetcher {
-	host, port := "", int32(0)
-	if m := r.src.meta; m != nil {
-		for _, b := range m.Brokers {
-			if b.NodeID == k.Broker {
-				host, port = b.Host, b.Port
-			}
-		}
-	}
+	host, port := r.brokerAddr(k.Broker)
 	stats := r.p.metrics.fetcherStats(r, k, host, port)
 	cfg := r.p.cfg
+	sec, err := kafkaclient.Security(r.configs)
+	if err != nil { // validated when the mirror was created or altered
+		r.log.Warn("mirror fetcher security settings", "err", err)
+	}
 	return fetch.New(r.ctx, k, fetch.Config{
 		Mirror:            r.name,
 		NodeID:            r.p.Host().NodeID(),
-		ClientOpts:        func() ([]kgo.Opt, error) { return clientOpts(r.configs, cfg) },
+		Addr:              r.sourceBrokerAddr,
+		TLS:               sec.TLS,
+		SASL:              sec.SASL,
+		ConnectTimeout:    cfg.ConnectTimeout,
 		RequestTimeout:    cfg.RequestTimeout,
 		MaxWait:           cfg.FetchMaxWait,
 		MinBytes:          cfg.FetchMinBytes,
 		MaxBytes:          cfg.FetchRespMaxBytes,
 		PartitionMaxBytes: cfg.FetchMaxBytes,
+		FixedSizes:        cfg.FetchSizesFixed,
+		Budget:            r.p.fetchBudget,
 		Backoff:           cfg.Backoff,
 		Rate:              r.p.throttledRate,
 		Log:               r.log,
 		Requests:          stats.requests,
 		Bytes:             stats.bytes,
 	}, &fetchTarget{r: r, key: k})
+}
+
+// brokerAddr is a source broker's host and port in the source's
+// metadata; r.mu is held.
+func (r *mirrorRun) brokerAddr(id int32) (string, int32) {
+	if m := r.src.meta; m != nil {
+		for _, b := range m.Brokers {
+			if b.NodeID == id {
+				return b.Host, b.Port
+			}
+		}
+	}
+	return "", 0
+}
+
+// sourceBrokerAddr is fetch.Config.Addr: where source broker id is now.
+func (r *mirrorRun) sourceBrokerAddr(id int32) (string, error) {
+	r.mu.Lock()
+	host, port := r.brokerAddr(id)
+	r.mu.Unlock()
+	if host == "" {
+		return "", fmt.Errorf("source broker %d is not in the source's metadata: %w", id, kerr.BrokerNotAvailable)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(int(port))), nil
 }
 
 // fetchTarget is the run as fetcher key sees it: it fetches the MIRRORING
@@ -92,49 +142,76 @@ func (r *mirrorRun) newFetcher(k fetch.Key) *fetch.Fetcher {
 type fetchTarget struct {
 	r   *mirrorRun
 	key fetch.Key
-	// The round's, from Partitions: the fetcher's partitions, and of
-	// those the MIRRORING ones.
-	parts, mirroring []*ledPartition
+	// Guarded by r.mu: what the fetcher's session last told of all its
+	// partitions (ledPartition.endAt).
+	answeredAt time.Time // when the last answer's Fetch was sent
+	trouble    string    // why the fetcher cannot fetch now ("" when it can)
+	troubleAt  time.Time
+	// The fetcher goroutine's own, from Partitions: the fetcher's
+	// partitions (paused ones too), and those it fetches.
+	parts     []*ledPartition
+	mirroring map[topicPartition]*ledPartition
 }
 
 var _ fetch.Refresher = (*fetchTarget)(nil)
 
-// mine reports whether pt is this fetcher's.
+// mine reports whether pt is this fetcher's; r.mu is held.
 func (t *fetchTarget) mine(pt *ledPartition) bool {
-	return pt.leader >= 0 && t.r.fetcherOf(pt) == t.key && needsSource(pt.state)
+	return pt.leader >= 0 && pt.fetchKey == t.key && needsSource(pt.state)
 }
+
+// Generation implements fetch.Target.
+func (t *fetchTarget) Generation() uint64 { return t.r.gen.Load() }
 
 // Partitions implements fetch.Target: the MIRRORING partitions open
 // here, from their log ends (or the source's log start to move to), with
 // the source leader epoch as CurrentLeaderEpoch (the source fences a
-// stale one, and the fetcher drops batches above it: KAFKA-18723).
+// stale one, and the fetcher drops batches above it: KAFKA-18723). It
+// walks every partition of the run, which it does only when they
+// changed.
 func (t *fetchTarget) Partitions() ([]fetch.Partition, error) {
 	r := t.r
-	t.parts = r.sortedParts(t.mine)
-	t.mirroring = nil
+	now := time.Now()
+	t.parts, t.mirroring = t.parts[:0], map[topicPartition]*ledPartition{}
+	type want struct {
+		pt         *ledPartition
+		epoch      int32
+		logStartTo int64
+	}
+	var wants []want
 	r.mu.Lock()
-	for _, pt := range t.parts {
-		if pt.state == mirrorstate.Mirroring {
-			t.mirroring = append(t.mirroring, pt)
+	for _, pt := range r.parts {
+		mine := t.mine(pt)
+		if mine {
+			t.parts = append(t.parts, pt)
 		}
+		if !mine || pt.state != mirrorstate.Mirroring {
+			if pt.fetcher == t {
+				pt.fetcher = nil
+			}
+			continue
+		}
+		if pt.fetcher != t {
+			pt.fetcher, pt.fetchedSince = t, now
+		}
+		t.mirroring[pt.topicPartition] = pt
+		wants = append(wants, want{pt, pt.leaderEpoch, pt.logStartTo})
 	}
 	r.mu.Unlock()
-	if len(t.mirroring) == 0 {
+	if len(wants) == 0 {
 		return nil, nil
 	}
-	var out []fetch.Partition
-	for _, pt := range t.mirroring {
-		r.mu.Lock()
-		epoch, logStartTo := pt.leaderEpoch, pt.logStartTo
-		r.mu.Unlock()
+	out := make([]fetch.Partition, 0, len(wants))
+	for _, w := range wants {
+		pt := w.pt
 		ep, err := r.partition(pt)
 		if err != nil {
 			continue
 		}
 		offs := ep.Offsets()
 		p := fetch.Partition{Topic: pt.topic, TopicID: pt.id, Partition: pt.partition,
-			FetchOffset: max(offs.LogEnd, logStartTo), LeaderEpoch: epoch, LastFetchedEpoch: -1}
-		if offs.LogEnd > offs.LogStart && logStartTo < 0 {
+			FetchOffset: max(offs.LogEnd, w.logStartTo), LeaderEpoch: w.epoch, LastFetchedEpoch: -1}
+		if offs.LogEnd > offs.LogStart && w.logStartTo < 0 {
 			p.LastFetchedEpoch = ep.EpochAt(offs.LogEnd - 1)
 		}
 		out = append(out, p)
@@ -150,26 +227,43 @@ func (t *fetchTarget) Partitions() ([]fetch.Partition, error) {
 func (t *fetchTarget) Unreachable(err error) error {
 	r := t.r
 	err = r.sourceErr(fmt.Sprintf("a fetch from broker %d", t.key.Broker), err)
-	r.setTrouble(t.mirroring, err)
+	t.setTrouble(err)
 	r.markStale()
 	return err
 }
 
 // Answered implements fetch.Target.
-func (t *fetchTarget) Answered(err error) {
+func (t *fetchTarget) Answered(sent time.Time, err error) {
 	t.r.contacted()
-	if err != nil {
-		t.r.setTrouble(t.mirroring, err)
+	t.setTrouble(err)
+	if err == nil {
+		t.r.mu.Lock()
+		t.answeredAt = sent
+		t.r.mu.Unlock()
+	}
+}
+
+// setTrouble records why the fetcher cannot fetch now (nil: it can).
+func (t *fetchTarget) setTrouble(err error) {
+	t.r.mu.Lock()
+	defer t.r.mu.Unlock()
+	switch {
+	case err == nil:
+		t.trouble = ""
+	case t.trouble == "":
+		t.trouble, t.troubleAt = err.Error(), time.Now()
+	default:
+		t.trouble = err.Error()
 	}
 }
 
 // Apply implements fetch.Target with applyPartition.
 func (t *fetchTarget) Apply(p fetch.Partition, rp *kmsg.FetchResponseTopicPartition) (int, func() error, error) {
-	i := slices.IndexFunc(t.mirroring, func(pt *ledPartition) bool { return pt.topic == p.Topic && pt.partition == p.Partition })
-	if i < 0 {
+	pt := t.mirroring[topicPartition{p.Topic, p.Partition}]
+	if pt == nil {
 		return 0, nil, nil
 	}
-	return t.r.applyPartition(t.mirroring[i], rp)
+	return t.r.applyPartition(pt, rp)
 }
 
 // Refresh implements fetch.Refresher with refreshEnds.
@@ -320,6 +414,7 @@ func (r *mirrorRun) outOfRange(pt *ledPartition) error {
 	if err != nil {
 		return err
 	}
+	defer r.changed() // the fetcher's position moved
 	switch leo := ep.Offsets().LogEnd; {
 	case leo < start:
 		r.log.Info("mirror: source log start is past our end; restarting there", "topic", pt.topic, "partition", pt.partition, "start", start)

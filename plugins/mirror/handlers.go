@@ -597,17 +597,18 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	pt := r.parts[topicPartition{t.Name, i}]
-	if pt == nil || !needsSource(pt.state) {
+	lp := r.parts[topicPartition{t.Name, i}]
+	if lp == nil || !needsSource(lp.state) {
 		return pd // not copied here (any more): the source side is not ours to tell
 	}
+	pt := lp.view()
 	if pt.srcEnd >= 0 && pd.DestinationOffset >= 0 {
 		pd.SourceOffset, pd.SourceOffsetTime = pt.srcEnd, pt.srcEndAt.UnixMilli()
 		pd.Lag, pd.LagMs = max(0, pt.srcEnd-pd.DestinationOffset), pt.lagMs
 		if pd.Lag == 0 {
 			pd.LagMs = 0
 		}
-		pd.SourceStale = !r.sourceCurrent(pt, now)
+		pd.SourceStale = !r.sourceCurrent(lp, now)
 	}
 	switch {
 	case pd.Reason != "":

@@ -148,7 +148,7 @@ func clientID(r *mirrorRun, k fetch.Key) string {
 // ID, again whenever the partition moves to another fetcher (its source
 // leader changed); r.mu is held.
 func (m *pluginMetrics) trackPart(r *mirrorRun, pt *ledPartition) {
-	k := r.fetcherOf(pt)
+	k := pt.fetchKey
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.parts[r] == nil {
@@ -186,7 +186,7 @@ func (m *pluginMetrics) trackPart(r *mirrorRun, pt *ledPartition) {
 		if pt.srcEnd < 0 {
 			return math.NaN()
 		}
-		return time.Since(pt.srcEndAt).Seconds()
+		return time.Since(pt.endAt()).Seconds()
 	})
 	m.parts[r][pt.topicPartition] = partMetrics{fetcher: k, names: []string{lag, lagSeconds, age}}
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
 	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
@@ -53,7 +54,12 @@ type Config struct {
 	FetchMinBytes     int32         // replica.fetch.min.bytes (1)
 	FetchRespMaxBytes int32         // replica.fetch.response.max.bytes (10485760)
 	FetchMaxWait      time.Duration // replica.fetch.wait.max.ms (500)
-	ThrottledRate     int64         // mirror.replication.throttled.rate bytes/s (0: unlimited); dynamic
+	// FetchSizesFixed: replica.fetch.max.bytes or
+	// replica.fetch.response.max.bytes was set. Then both are fixed
+	// limits, as Kafka's; else the fetchers start at their defaults and
+	// follow the link (plugins/mirror/fetch, sizes.go).
+	FetchSizesFixed bool
+	ThrottledRate   int64 // mirror.replication.throttled.rate bytes/s (0: unlimited); dynamic
 }
 
 // ParseConfig reads the plugin's keys from broker properties.
@@ -80,6 +86,9 @@ func ParseConfig(props map[string]string) (Config, error) {
 		FetchMaxWait:      ms("replica.fetch.wait.max.ms", 500, 0),
 		ThrottledRate:     r.Int("mirror.replication.throttled.rate", 0, 0, math.MaxInt64),
 	}
+	_, setMax := props["replica.fetch.max.bytes"]
+	_, setResp := props["replica.fetch.response.max.bytes"]
+	c.FetchSizesFixed = setMax || setResp
 	return c, r.Err()
 }
 
@@ -99,6 +108,9 @@ type Plugin struct {
 	runs    map[string]*mirrorRun // by mirror name
 	metrics *pluginMetrics
 	meta    *metasync.Manager // metadata sync of the mirrors this broker coordinates
+	// fetchBudget bounds the answers of all this broker's mirror
+	// fetchers together.
+	fetchBudget *fetch.Budget
 
 	stopHook func(topic string, partition int32, step StopStep)
 }
@@ -133,7 +145,7 @@ func New(props map[string]string, log *slog.Logger, opts ...Option) *Plugin {
 		log = slog.Default()
 	}
 	cfg, err := ParseConfig(props)
-	p := &Plugin{cfg: cfg, log: log.With("plugin", "mirror"), runs: map[string]*mirrorRun{},
+	p := &Plugin{cfg: cfg, log: log.With("plugin", "mirror"), runs: map[string]*mirrorRun{}, fetchBudget: fetch.NewBudget(fetch.DefaultBudget),
 		stopHook: func(string, int32, StopStep) {}}
 	for _, o := range opts {
 		o(p)

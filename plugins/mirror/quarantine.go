@@ -35,6 +35,7 @@ func (r *mirrorRun) truncate(pt *ledPartition, ep *engine.Partition, to int64, c
 	if err := r.quarantine(pt, ep, to, cause); err != nil {
 		return fmt.Errorf("not truncated to %d: copying what it removes to %s%s: %w", to, pt.topic, mirrorstate.DivergedSuffix, err)
 	}
+	defer r.changed() // the fetcher's position moved
 	return ep.Truncate(to)
 }
 

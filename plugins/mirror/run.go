@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -49,7 +50,8 @@ type mirrorRun struct {
 	srcWake chan struct{} // the source loop
 
 	applyMu sync.Mutex
-	src     source // the source loop's own state
+	src     source        // the source loop's own state
+	gen     atomic.Uint64 // fetch.Target.Generation: see changed
 
 	mu       sync.Mutex // guards what follows; never held across I/O
 	failed   string     // why the source cannot be used ("" if it can)
@@ -86,6 +88,57 @@ type ledPartition struct {
 	caughtUpAt  time.Time // when the log last held all of a source end offset just learned
 	savedAt     int64     // caughtUpAt as last persisted (CompleteAt), Unix ms
 	logStartTo  int64     // source log start to move to after the next append (-1: none)
+	fetchKey    fetch.Key // the fetcher of leader
+
+	// The fetcher whose session holds the partition (nil: none), and
+	// since when: its answers that leave the partition out say the
+	// source has nothing new for it (endAt).
+	fetcher      *fetchTarget
+	fetchedSince time.Time
+}
+
+// endAt is when srcEnd was last known to be the source's end: learned
+// from the partition's last answer, or confirmed by a later answer of
+// its fetcher's session that left it out (nothing new; KIP-227). r.mu
+// is held.
+func (pt *ledPartition) endAt() time.Time {
+	at := pt.srcEndAt
+	if f := pt.fetcher; f != nil && pt.srcEnd >= 0 && pt.trouble == "" && f.trouble == "" &&
+		f.answeredAt.After(pt.fetchedSince) && f.answeredAt.After(at) {
+		at = f.answeredAt
+	}
+	return at
+}
+
+// completeAt is when the log last held everything the source had
+// (CompleteAt); r.mu is held.
+func (pt *ledPartition) completeAt() time.Time {
+	at := pt.caughtUpAt
+	if pt.srcEnd >= 0 && pt.dstLEO >= pt.srcEnd {
+		if e := pt.endAt(); e.After(at) {
+			at = e
+		}
+	}
+	return at
+}
+
+// troubleNow is why the partition cannot be copied now, and since when:
+// its own trouble, or its fetcher's. r.mu is held.
+func (pt *ledPartition) troubleNow() (string, time.Time) {
+	if pt.trouble == "" && pt.fetcher != nil && pt.fetcher.trouble != "" {
+		return pt.fetcher.trouble, pt.fetcher.troubleAt
+	}
+	return pt.trouble, pt.troubleAt
+}
+
+// view is a copy of pt with the times and trouble its fetcher adds
+// (endAt, completeAt, troubleNow); r.mu is held.
+func (pt *ledPartition) view() ledPartition {
+	v := *pt
+	v.srcEndAt, v.caughtUpAt = pt.endAt(), pt.completeAt()
+	v.trouble, v.troubleAt = pt.troubleNow()
+	v.fetcher = nil
+	return v
 }
 
 // lag is the partition's lag in records against the source end offset
@@ -248,11 +301,18 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 			}
 		}
 	}
+	moved := false // partitions or their states changed: tell the fetchers
+	defer func() {
+		if moved {
+			r.changed()
+		}
+	}()
 	r.mu.Lock()
 	for k := range r.parts {
 		if _, ok := want[k]; !ok {
 			delete(r.parts, k)
 			r.p.metrics.forgetPart(r, k)
+			moved = true
 		}
 	}
 	r.mu.Unlock()
@@ -287,9 +347,10 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 		if pt == nil {
 			pt = &ledPartition{topicPartition: k, id: id, leader: -1, leaderEpoch: -1, srcEnd: -1, lagMs: -1, logStartTo: -1}
 			r.parts[k] = pt
+			moved = true
 		}
 		if pt.state != st.State {
-			pt.stopDone = false
+			pt.stopDone, moved = false, true
 		}
 		if st.State == mirrorstate.Stopping && st.StopDone {
 			pt.stopDone = true // done by this partition's earlier leader
@@ -315,7 +376,8 @@ const completeEvery = 10 * time.Second
 // least every since last persisted.
 func (r *mirrorRun) saveComplete(pt *ledPartition, every time.Duration) error {
 	r.mu.Lock()
-	at, saved, known := pt.caughtUpAt.UnixMilli(), pt.savedAt, !pt.caughtUpAt.IsZero()
+	complete := pt.completeAt()
+	at, saved, known := complete.UnixMilli(), pt.savedAt, !complete.IsZero()
 	r.mu.Unlock()
 	if !known || at <= saved || at-saved < every.Milliseconds() {
 		return nil
@@ -344,8 +406,12 @@ func (r *mirrorRun) setState(pt *ledPartition, s mirrorstate.State, reason strin
 		return err
 	}
 	r.mu.Lock()
+	moved := pt.state != st.State
 	pt.state, pt.reason = st.State, st.Reason
 	r.mu.Unlock()
+	if moved {
+		r.changed()
+	}
 	return nil
 }
 

@@ -273,9 +273,16 @@ func (r *mirrorRun) refresh(topics []string) error {
 // the metadata; a partition the source cannot serve now says why, and the
 // metadata is asked again after a backoff.
 func (r *mirrorRun) assignLeaders(parts []*ledPartition) {
+	moved := false
+	defer func() {
+		if moved {
+			r.changed()
+		}
+	}()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, pt := range parts {
+		was, wasEpoch := pt.leader, pt.leaderEpoch
 		pt.leader, pt.leaderEpoch = -1, -1
 		trouble := "the source's metadata does not list the partition"
 		for _, t := range r.src.meta.Topics {
@@ -295,6 +302,9 @@ func (r *mirrorRun) assignLeaders(parts []*ledPartition) {
 					pt.leader, pt.leaderEpoch, trouble = sp.Leader, sp.LeaderEpoch, ""
 				}
 			}
+		}
+		if pt.leader != was || pt.leaderEpoch != wasEpoch {
+			pt.fetchKey, moved = r.fetcherOf(pt), true
 		}
 		if trouble == "" {
 			pt.trouble = ""

@@ -53,7 +53,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 	if st.StopAt < 0 {
 		offs := ep.Offsets()
 		r.mu.Lock()
-		complete := pt.caughtUpAt.UnixMilli()
+		complete := pt.completeAt().UnixMilli()
 		r.mu.Unlock()
 		if st, err = r.p.writeState(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
 			s.StopAt, s.StopEpoch, s.CompleteAt = offs.LogEnd, offs.LeaderEpoch, max(s.CompleteAt, complete)

@@ -31,7 +31,8 @@ func (p *Plugin) sourceStaleAfter() time.Duration {
 // answering (no trouble with the partition, no failure of the mirror's
 // source). r.mu is held.
 func (r *mirrorRun) sourceCurrent(pt *ledPartition, now time.Time) bool {
-	return pt.srcEnd >= 0 && pt.trouble == "" && r.failed == "" && now.Sub(pt.srcEndAt) < r.p.sourceStaleAfter()
+	trouble, _ := pt.troubleNow()
+	return pt.srcEnd >= 0 && trouble == "" && r.failed == "" && now.Sub(pt.endAt()) < r.p.sourceStaleAfter()
 }
 
 // staleReason is the REASON of a partition whose source end offset is

@@ -1,11 +1,12 @@
 // Package fetch is the mirror's fetch stage, KIP-1279's
 // MirrorFetcherThread: one Fetcher per source broker and fetcher id
 // (mirror.num.replica.fetchers of them per broker), each with its own
-// client to the source. A round of a fetcher builds one Fetch for the
-// partitions it is given, sends it to its source broker, trims each
-// partition's answer to whole batches not above the epoch it was asked
-// for (KAFKA-18723), hands each to be applied, then waits for the
-// appends together.
+// connection to the source. A round of a fetcher sends one Fetch in its
+// fetch session (session.go) for the partitions it is given, and, while
+// the source answers, waits until the previous round's appends are
+// durable; then it trims each partition's answer to whole batches not
+// above the epoch it was asked for (KAFKA-18723) and hands each to be
+// applied. The fetch sizes follow the link (sizes.go).
 //
 // What a partition's answer means (truncation on a diverging epoch,
 // OFFSET_OUT_OF_RANGE, epoch fencing, the partition's state) is the
@@ -20,12 +21,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"slices"
 	"time"
 
+	"crypto/tls"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -63,31 +64,41 @@ type Partition struct {
 }
 
 // Target is the mirror as one fetcher sees it. A fetcher calls its target
-// from its own goroutine only, round after round: Partitions, and when
-// there are some, for the round's Fetch either Unreachable or Answered,
-// then, after an answer without a top-level error, Apply for each of its
-// partitions and the waits Apply returned.
+// from its own goroutine only: Generation before each round, and
+// Partitions when the generation changed (and at the first round); for
+// each Fetch either Unreachable or Answered; after an answer without a
+// top-level error, Apply for each partition in it; and the waits Apply
+// returned, in order, before the next round's answer is applied.
 type Target interface {
-	// Partitions are the partitions to fetch this round, with their
-	// positions. None: the fetcher has nothing to do for a second. An
-	// error: it cannot fetch now, and tries again after the backoff.
+	// Generation changes whenever Partitions would say something new
+	// other than what the fetcher's own appends did: a partition added,
+	// removed, paused or failed, a source leader or epoch that moved, a
+	// log truncated. The fetcher moves a partition's position after an
+	// append itself, and asks for all of them only on a new generation
+	// (or after an error), so that a round costs what changed.
+	Generation() uint64
+	// Partitions are the partitions to fetch, with their positions.
+	// None: the fetcher waits for a new generation. An error: it cannot
+	// fetch now, and asks again after the backoff.
 	Partitions() ([]Partition, error)
-	// Unreachable is told that the round's Fetch got no answer (not when
-	// the fetcher was stopped meanwhile); err is the client's (the fetcher
-	// has closed its client: the next round reconnects). It returns the
-	// error the fetcher reports, worded as the target wants (which source,
-	// why).
+	// Unreachable is told that a Fetch got no answer (not when the
+	// fetcher was stopped meanwhile); err is the connection's (the
+	// fetcher has closed it: the next round reconnects). It returns the
+	// error the fetcher reports, worded as the target wants (which
+	// source, why).
 	Unreachable(err error) error
-	// Answered is told that the source broker answered the round's
-	// Fetch; err is the answer's top-level error, nil if none.
-	Answered(err error)
+	// Answered is told that the source broker answered a Fetch sent at
+	// sent; err is the answer's top-level error, nil if none. A
+	// partition of the fetch session that is not in an answer without
+	// error had nothing new at the source: its high watermark is the
+	// one last given to Apply, as of sent.
+	Answered(sent time.Time, err error)
 	// Apply applies one partition's answer. Its RecordBatches are
 	// trimmed to whole batches not above p.LeaderEpoch. The append must
-	// be written before Apply returns; wait (nil when nothing was
-	// appended) waits until it is durable. The fetcher calls the waits
-	// after every partition of the answer was applied, so that their
-	// fsyncs are one round of the engine's syncer; n counts towards the
-	// fetcher's bytes and the throttle.
+	// be written before Apply returns; wait is nil when nothing was
+	// appended, else it waits until the append is durable (the fetcher
+	// calls it once, while its next Fetch is at the source). n counts
+	// towards the fetcher's bytes and the throttle.
 	Apply(p Partition, rp *kmsg.FetchResponseTopicPartition) (n int, wait func() error, err error)
 }
 
@@ -108,15 +119,25 @@ type Counter interface {
 type Config struct {
 	Mirror string // the mirror's name, in the client ID
 	NodeID int32  // this broker's, in the client ID
-	// ClientOpts are the options of a client to the source (bootstrap
-	// servers, security, timeouts); the fetcher adds its client ID.
-	ClientOpts        func() ([]kgo.Opt, error)
-	RequestTimeout    time.Duration // mirror.request.timeout.ms: bounds each request
-	MaxWait           time.Duration // replica.fetch.wait.max.ms
-	MinBytes          int32         // replica.fetch.min.bytes
-	MaxBytes          int32         // replica.fetch.response.max.bytes
-	PartitionMaxBytes int32         // replica.fetch.max.bytes
-	Backoff           time.Duration // mirror.replica.fetch.backoff.ms: after a failed round
+	// Addr is the source broker's address now (it may move).
+	Addr           func(broker int32) (string, error)
+	TLS            *tls.Config    // nil: plaintext
+	SASL           sasl.Mechanism // nil: none
+	ConnectTimeout time.Duration  // mirror.socket.connection.setup.timeout.ms
+	RequestTimeout time.Duration  // mirror.request.timeout.ms: bounds each request
+	MaxWait        time.Duration  // replica.fetch.wait.max.ms
+	MinBytes       int32          // replica.fetch.min.bytes
+	// MaxBytes and PartitionMaxBytes are replica.fetch.response.max.bytes
+	// and replica.fetch.max.bytes (0: Kafka's defaults). FixedSizes says
+	// the operator set them: they are then fixed, else where the
+	// adaptive sizes start (sizes.go).
+	MaxBytes          int32
+	PartitionMaxBytes int32
+	FixedSizes        bool
+	// Budget bounds the answers of all the fetchers that share it
+	// (nil: one of DefaultBudget for this fetcher alone).
+	Budget  *Budget
+	Backoff time.Duration // mirror.replica.fetch.backoff.ms: after a failed round
 	// Rate is mirror.replication.throttled.rate in bytes a second, read
 	// at each fetch (it is dynamic); 0 or less, or a nil Rate, does not
 	// throttle.
@@ -135,9 +156,15 @@ type Fetcher struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
+	poke   chan struct{}
 	// The fetcher goroutine's own:
-	refreshedAt time.Time   // last Refresh
-	cl          *kgo.Client // to the source, nil until the first fetch or after a failure
+	refreshedAt time.Time // last Refresh
+	conn        *conn     // to the source, nil until the first fetch or after a failure
+	sess        *session
+	gen         uint64
+	loaded      bool // sess holds the partitions of generation gen
+	sizes       *sizes
+	pending     []func() error // the waits of the last round's appends
 }
 
 type noCount struct{}
@@ -156,7 +183,11 @@ func New(ctx context.Context, k Key, cfg Config, t Target) *Fetcher {
 	if cfg.Bytes == nil {
 		cfg.Bytes = noCount{}
 	}
-	f := &Fetcher{key: k, cfg: cfg, t: t, done: make(chan struct{})}
+	if cfg.Budget == nil {
+		cfg.Budget = NewBudget(DefaultBudget)
+	}
+	f := &Fetcher{key: k, cfg: cfg, t: t, done: make(chan struct{}), poke: make(chan struct{}, 1), sess: newSession(),
+		sizes: newSizes(cfg.Budget, cfg.MaxBytes, cfg.PartitionMaxBytes, cfg.FixedSizes)}
 	f.ctx, f.cancel = context.WithCancel(ctx)
 	return f
 }
@@ -168,18 +199,26 @@ func (f *Fetcher) Stop() {
 	<-f.done
 }
 
+// Poke tells a fetcher waiting for partitions that the target's
+// generation changed.
+func (f *Fetcher) Poke() {
+	select {
+	case f.poke <- struct{}{}:
+	default:
+	}
+}
+
 // Run fetches round after round until the fetcher is stopped. A round
 // that fetched starts the next at once (the fetch waited at the source,
-// replica.fetch.wait.max.ms); one with nothing to fetch waits a second,
-// a failed one the backoff.
+// replica.fetch.wait.max.ms); one with nothing to fetch waits for a poke
+// (or a second), a failed one the backoff.
 func (f *Fetcher) Run() {
 	defer close(f.done)
-	defer f.closeClient()
+	defer f.sizes.release(0)
+	defer f.closeConn()
+	defer f.flush() // every wait is called, even when stopped
 	for f.ctx.Err() == nil {
-		parts, err := f.t.Partitions()
-		if err == nil && len(parts) > 0 {
-			_, err = f.fetch(parts)
-		}
+		fetched, err := f.round()
 		f.refresh()
 		wait := time.Second
 		switch {
@@ -187,12 +226,17 @@ func (f *Fetcher) Run() {
 			if f.ctx.Err() == nil {
 				f.cfg.Log.Debug("mirror fetch", "source_broker", f.key.Broker, "err", err)
 			}
+			f.loaded = false // ask for the positions again
 			wait = f.cfg.Backoff
-		case len(parts) > 0:
+		case fetched:
 			continue
+		}
+		if err := f.flush(); err != nil {
+			f.loaded = false
 		}
 		select {
 		case <-f.ctx.Done():
+		case <-f.poke:
 		case <-time.After(wait):
 		}
 	}
@@ -207,140 +251,184 @@ func (f *Fetcher) refresh() {
 	r.Refresh()
 }
 
-// client returns the fetcher's own client to the source: its client ID
-// is the KIP's, broker-<id>-fetcher-<n>-mirror-<name>, so that the
-// source can set a quota on each fetcher. A new one learns the source's
-// brokers with a metadata request first.
-func (f *Fetcher) client() (*kgo.Client, error) {
-	if f.cl != nil {
-		return f.cl, nil
+// load brings the session's partitions up to the target's generation.
+func (f *Fetcher) load() error {
+	gen := f.t.Generation() // before Partitions: a change during the call is seen next round
+	if f.loaded && gen == f.gen {
+		return nil
 	}
-	opts, err := f.cfg.ClientOpts()
+	parts, err := f.t.Partitions()
+	if err != nil {
+		return err
+	}
+	f.sess.set(parts)
+	f.gen, f.loaded = gen, true
+	return nil
+}
+
+// connect returns the fetcher's connection to its source broker, dialing
+// (again) when there is none or its SASL session is about to end.
+func (f *Fetcher) connect() (*conn, error) {
+	if f.conn != nil && f.conn.expired(time.Now()) {
+		f.closeConn()
+	}
+	if f.conn != nil {
+		return f.conn, nil
+	}
+	addr, err := f.cfg.Addr(f.key.Broker)
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, kgo.ClientID(fmt.Sprintf("broker-%d-fetcher-%d-mirror-%s", f.cfg.NodeID, f.key.ID, f.cfg.Mirror)))
-	cl, err := kgo.NewClient(opts...)
+	d := dialer{ClientID: fmt.Sprintf("broker-%d-fetcher-%d-mirror-%s", f.cfg.NodeID, f.key.ID, f.cfg.Mirror),
+		TLS: f.cfg.TLS, SASL: f.cfg.SASL, ConnectTimeout: f.cfg.ConnectTimeout, RequestTimeout: f.cfg.RequestTimeout + f.cfg.MaxWait}
+	c, err := d.dial(f.ctx, addr)
 	if err != nil {
-		return nil, fmt.Errorf("mirror %s: fetcher client: %w", f.cfg.Mirror, err)
+		return nil, fmt.Errorf("source broker %d: %w", f.key.Broker, err)
 	}
-	ctx, cancel := context.WithTimeout(f.ctx, f.cfg.RequestTimeout)
-	defer cancel()
-	md := kmsg.NewPtrMetadataRequest()
-	md.Topics = []kmsg.MetadataRequestTopic{}
-	if _, err := cl.Request(ctx, md); err != nil {
-		cl.Close()
-		return nil, err
-	}
-	f.cl = cl
-	return cl, nil
+	f.conn = c
+	return c, nil
 }
 
-// request sends req to the fetcher's source broker; a failure closes the
-// client, so that the next request reconnects (and relearns brokers).
-func (f *Fetcher) request(req kmsg.Request) (kmsg.Response, error) {
-	cl, err := f.client()
-	if err != nil {
-		return nil, err
+func (f *Fetcher) closeConn() {
+	if f.conn != nil {
+		f.conn.close()
+		f.conn = nil
 	}
-	ctx, cancel := context.WithTimeout(f.ctx, f.cfg.RequestTimeout)
-	defer cancel()
-	resp, err := cl.Broker(int(f.key.Broker)).Request(ctx, req)
-	if err != nil {
-		f.closeClient()
-	}
-	return resp, err
+	f.sess.reset() // a session lives on its connection's broker, not on the connection; a new one is safe either way
 }
 
-func (f *Fetcher) closeClient() {
-	if f.cl != nil {
-		f.cl.Close()
-		f.cl = nil
-	}
-}
-
-// fetch sends one Fetch for parts to the fetcher's broker and applies
-// what comes back. It returns the bytes applied.
-func (f *Fetcher) fetch(parts []Partition) (int, error) {
-	resp, err := f.request(f.fetchRequest(parts))
-	f.cfg.Requests.Add(1)
-	switch {
-	case err != nil && f.ctx.Err() != nil:
-		return 0, err // stopped: the fetch was abandoned, not unanswered
-	case err != nil:
-		return 0, f.t.Unreachable(err)
-	}
-	fr := resp.(*kmsg.FetchResponse)
-	if fr.ErrorCode != 0 {
-		err := fmt.Errorf("fetch from source broker %d: %w", f.key.Broker, kerr.ErrorForCode(fr.ErrorCode))
-		f.t.Answered(err)
-		return 0, err
-	}
-	f.t.Answered(nil)
-	total := 0
+// flush calls the waits of the last round's appends.
+func (f *Fetcher) flush() error {
 	var errs []error
-	var appended []func() error
-	for _, t := range fr.Topics {
+	for _, wait := range f.pending {
+		errs = append(errs, wait())
+	}
+	f.pending = f.pending[:0]
+	return errors.Join(errs...)
+}
+
+// round is one Fetch: sent, the last round's appends waited for while it
+// is at the source, then its answer applied. fetched is false when there
+// was nothing to fetch.
+func (f *Fetcher) round() (fetched bool, err error) {
+	if err := f.load(); err != nil {
+		return false, err
+	}
+	if f.sess.len() == 0 && len(f.sess.forgotten) == 0 {
+		return false, nil
+	}
+	if err := f.sizes.reserve(f.ctx); err != nil {
+		return false, err
+	}
+	resp, sent, sentEpoch, appendErr, err := f.exchange()
+	if appendErr != nil {
+		// The Fetch was sent from positions past appends that then
+		// failed: its records would land beyond a hole. They are
+		// dropped, and the next round fetches from the logs' ends.
+		f.loaded = false
+	}
+	if err != nil {
+		return false, err
+	}
+	if !f.sess.answered(sentEpoch, resp) {
+		return true, appendErr // the session was lost: a full fetch next
+	}
+	if resp.ErrorCode != 0 {
+		err := fmt.Errorf("fetch from source broker %d: %w", f.key.Broker, kerr.ErrorForCode(resp.ErrorCode))
+		f.t.Answered(sent, err)
+		return false, errors.Join(appendErr, err)
+	}
+	f.t.Answered(sent, nil)
+	if appendErr != nil {
+		return true, appendErr
+	}
+	return true, f.apply(resp)
+}
+
+// exchange sends the round's Fetch and reads its answer; meanwhile the
+// last round's appends are waited for: appendErr says one failed.
+func (f *Fetcher) exchange() (resp *kmsg.FetchResponse, sent time.Time, sentEpoch int32, appendErr, err error) {
+	c, err := f.connect()
+	if err != nil {
+		return nil, sent, 0, nil, f.unreachable(err)
+	}
+	v, ok := c.version(kmsg.NewPtrFetchRequest())
+	if !ok || v < 4 {
+		f.closeConn()
+		return nil, sent, 0, nil, fmt.Errorf("source broker %d does not serve Fetch v4 or later (record batches)", f.key.Broker)
+	}
+	req := f.sess.request(v, f.sizes.partition)
+	req.MaxWaitMillis = int32(f.cfg.MaxWait.Milliseconds())
+	req.MinBytes, req.MaxBytes = f.cfg.MinBytes, f.sizes.answer
+	sentEpoch, sent = req.SessionEpoch, time.Now()
+	f.cfg.Requests.Add(1)
+	if err := c.send(f.ctx, req); err != nil {
+		return nil, sent, 0, nil, f.unreachable(err)
+	}
+	appendErr = f.flush()
+	resp = req.ResponseKind().(*kmsg.FetchResponse)
+	resp.SetVersion(v)
+	if err := c.recv(f.ctx, resp, &f.sizes.buf, f.sizes.grow); err != nil {
+		return nil, sent, 0, nil, errors.Join(appendErr, f.unreachable(err))
+	}
+	return resp, sent, sentEpoch, appendErr, nil
+}
+
+// unreachable closes the connection after a failed exchange and reports
+// it, unless the fetcher was stopped (an abandoned fetch is not the
+// source's fault).
+func (f *Fetcher) unreachable(err error) error {
+	f.closeConn()
+	if f.ctx.Err() != nil {
+		return f.ctx.Err()
+	}
+	return f.t.Unreachable(err)
+}
+
+// apply hands each partition of an answer to the target and moves the
+// positions of those appended to. The answer's bytes are the buffer's,
+// which the next round reuses: the engine copies what it appends before
+// Apply returns.
+func (f *Fetcher) apply(resp *kmsg.FetchResponse) error {
+	total, bound := 0, false
+	var errs []error
+	for ti := range resp.Topics {
+		t := &resp.Topics[ti]
 		for i := range t.Partitions {
 			rp := &t.Partitions[i]
-			j := slices.IndexFunc(parts, func(p Partition) bool {
-				return (p.TopicID == t.TopicID || p.Topic == t.Topic) && p.Partition == rp.Partition
-			})
-			if j < 0 {
-				continue
+			pt := f.sess.lookup(t, rp.Partition)
+			if pt == nil {
+				continue // forgotten meanwhile
 			}
-			p := parts[j]
-			rp.RecordBatches = notAbove(completeBatches(rp.RecordBatches), p.LeaderEpoch)
+			p := pt.Partition
+			tr := trim(rp.RecordBatches, p.LeaderEpoch)
+			bound = bound || tr.whole >= int(pt.sentMax)/2 && tr.whole > 0 && rp.HighWatermark > tr.last.LastOffset()+1
+			rp.RecordBatches = tr.keep
 			n, wait, err := f.t.Apply(p, rp)
 			total += n
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s-%d: %w", p.Topic, p.Partition, err))
 			}
-			if wait != nil {
-				appended = append(appended, func() error {
-					if err := wait(); err != nil {
-						return fmt.Errorf("%s-%d: %w", p.Topic, p.Partition, err)
-					}
-					return nil
-				})
+			if wait == nil {
+				continue
 			}
+			f.sess.moved(pt, tr.last.LastOffset()+1, tr.last.PartitionLeaderEpoch)
+			f.pending = append(f.pending, func() error {
+				if err := wait(); err != nil {
+					return fmt.Errorf("%s-%d: %w", p.Topic, p.Partition, err)
+				}
+				return nil
+			})
 		}
 	}
-	// The partitions' appends were all written before any is waited
-	// for: their fsyncs are one round of the engine's syncer, not one
-	// each, and no other fetcher of the mirror waits behind them (the
-	// mirror applies under a lock that the waits do not hold).
-	for _, wait := range appended {
-		errs = append(errs, wait())
-	}
+	f.sizes.adapt(total, bound)
 	f.cfg.Bytes.Add(total)
 	f.throttle(total)
-	return total, errors.Join(errs...)
-}
-
-// fetchRequest is a Fetch for parts from their positions, with their
-// source leader epochs as CurrentLeaderEpoch, outside any fetch session
-// (each Fetch names all its partitions).
-func (f *Fetcher) fetchRequest(parts []Partition) *kmsg.FetchRequest {
-	req := kmsg.NewPtrFetchRequest()
-	req.ReplicaID = -1
-	req.MaxWaitMillis = int32(f.cfg.MaxWait.Milliseconds())
-	req.MinBytes = f.cfg.MinBytes
-	req.MaxBytes = f.cfg.MaxBytes
-	req.SessionEpoch = -1
-	for _, p := range parts {
-		rp := kmsg.NewFetchRequestTopicPartition()
-		rp.Partition = p.Partition
-		rp.CurrentLeaderEpoch = p.LeaderEpoch
-		rp.FetchOffset = p.FetchOffset
-		rp.LastFetchedEpoch = p.LastFetchedEpoch
-		rp.PartitionMaxBytes = f.cfg.PartitionMaxBytes
-		rt := kmsg.NewFetchRequestTopic()
-		rt.Topic, rt.TopicID = p.Topic, p.TopicID
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
+	if err := errors.Join(errs...); err != nil {
+		f.loaded = false
+		return err
 	}
-	return req
+	return nil
 }
 
 // throttle sleeps as long as n bytes take at the configured rate, or
@@ -353,6 +441,9 @@ func (f *Fetcher) throttle(n int) {
 	rate := f.cfg.Rate()
 	if rate <= 0 || n <= 0 {
 		return
+	}
+	if err := f.flush(); err != nil { // the appends are not left waiting through the sleep
+		f.loaded = false
 	}
 	select {
 	case <-f.ctx.Done():

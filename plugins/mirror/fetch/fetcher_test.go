@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -29,8 +30,9 @@ const topic = "src"
 
 // source is a kfake cluster with topic, and a client to it.
 type source struct {
-	c  *kfake.Cluster
-	cl *kgo.Client
+	c    *kfake.Cluster
+	cl   *kgo.Client
+	meta *kgo.Client // for the brokers' addresses, open while the test runs
 }
 
 func newSource(t *testing.T, brokers int, partitions int32) *source {
@@ -45,12 +47,37 @@ func newSource(t *testing.T, brokers int, partitions int32) *source {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	return &source{c: c, cl: cl}
+	meta, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(meta.Close)
+	return &source{c: c, cl: cl, meta: meta}
 }
 
-// opts are a fetcher's client options to the source.
-func (s *source) opts() ([]kgo.Opt, error) {
-	return []kgo.Opt{kgo.SeedBrokers(s.c.ListenAddrs()...)}, nil
+// addr is Config.Addr: where source broker id listens.
+func (s *source) addr(id int32) (string, error) {
+	for _, b := range s.c.ListenAddrs() {
+		if n, ok := s.nodeOf(b); ok && n == id {
+			return b, nil
+		}
+	}
+	return "", fmt.Errorf("no source broker %d", id)
+}
+
+// nodeOf is the node ID of the kfake broker listening on addr.
+func (s *source) nodeOf(addr string) (int32, bool) {
+	req := kmsg.NewPtrMetadataRequest()
+	resp, err := req.RequestWith(context.Background(), s.meta)
+	if err != nil {
+		return 0, false
+	}
+	for _, b := range resp.Brokers {
+		if fmt.Sprintf("%s:%d", b.Host, b.Port) == addr {
+			return b.NodeID, true
+		}
+	}
+	return 0, false
 }
 
 // produce writes n records to partition p in one batch.
@@ -138,7 +165,7 @@ func (s *source) read(t *testing.T, id uuid.UUID, p int32) ([]byte, int64) {
 		if got.ErrorCode != 0 {
 			t.Fatalf("fetch %d: %v", p, kerr.ErrorForCode(got.ErrorCode))
 		}
-		out = append(out, completeBatches(got.RecordBatches)...)
+		out = append(out, trim(got.RecordBatches, -1).keep...)
 		if next(out) >= got.HighWatermark {
 			return out, got.HighWatermark
 		}
@@ -217,10 +244,13 @@ type event struct {
 	partition int32
 }
 
+// Generation implements Target: a test moves positions only through the
+// fetcher's appends.
+func (t *target) Generation() uint64 { return 0 }
+
 func (t *target) Partitions() ([]Partition, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.round++
 	var out []Partition
 	for p, sp := range t.parts {
 		ep := t.dst.parts[p]
@@ -245,7 +275,12 @@ func (t *target) Unreachable(err error) error {
 	return err
 }
 
-func (t *target) Answered(error) {}
+// Answered counts the rounds: the Apply calls after it are its round's.
+func (t *target) Answered(time.Time, error) {
+	t.mu.Lock()
+	t.round++
+	t.mu.Unlock()
+}
 
 func (t *target) Apply(p Partition, rp *kmsg.FetchResponseTopicPartition) (int, func() error, error) {
 	t.mu.Lock()
@@ -290,7 +325,7 @@ func (t *target) caughtUp() bool {
 // run runs a fetcher until stop (at the latest when the test ends);
 // cfg's client options are the source's.
 func run(t *testing.T, s *source, k Key, cfg Config, tg Target) (stop func()) {
-	cfg.ClientOpts = s.opts
+	cfg.Addr = s.addr
 	cfg.RequestTimeout = max(cfg.RequestTimeout, 10*time.Second)
 	cfg.MinBytes, cfg.MaxBytes, cfg.PartitionMaxBytes = 1, 10<<20, 1<<20
 	cfg.MaxWait = max(cfg.MaxWait, 100*time.Millisecond)
@@ -497,13 +532,13 @@ func TestTrimKfakeBatches(t *testing.T) {
 	}
 	two := sizes[0] + sizes[1]
 	for cut := range sizes[2] {
-		if got := completeBatches(all[:two+cut]); len(got) != two {
+		if got := trim(all[:two+cut], -1).keep; len(got) != two {
 			t.Fatalf("cut %d bytes into the last batch: kept %d bytes, want %d", cut, len(got), two)
 		}
 	}
 	for epoch, n := range map[int32]int{-1: len(all), 0: two, 1: len(all), 5: len(all)} {
-		if got := notAbove(all, epoch); len(got) != n {
-			t.Errorf("notAbove(%d) kept %d bytes, want %d", epoch, len(got), n)
+		if got := trim(all, epoch).keep; len(got) != n {
+			t.Errorf("trim(%d) kept %d bytes, want %d", epoch, len(got), n)
 		}
 	}
 }
@@ -585,7 +620,7 @@ func TestStopWhileWaiting(t *testing.T) {
 	})
 	// The Fetch waits an hour at the source, the request's timeout is as
 	// long: only Stop ends it.
-	f := New(context.Background(), Key{Broker: 0}, Config{ClientOpts: s.opts, RequestTimeout: time.Hour, MaxWait: time.Hour,
+	f := New(context.Background(), Key{Broker: 0}, Config{Addr: s.addr, RequestTimeout: time.Hour, MaxWait: time.Hour,
 		MinBytes: 1, MaxBytes: 1 << 20, PartitionMaxBytes: 1 << 20}, tg)
 	ran := make(chan struct{})
 	go func() { f.Run(); close(ran) }()
@@ -623,7 +658,7 @@ func leftGoroutines() string {
 	buf = buf[:runtime.Stack(buf, true)]
 	var left []string
 	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "franz-go/pkg/kgo.") || strings.Contains(g, "mirror/fetch.(*Fetcher)") {
+		if strings.Contains(g, "mirror/fetch.(*Fetcher)") || strings.Contains(g, "mirror/fetch.(*conn)") {
 			left = append(left, g)
 		}
 	}
@@ -644,7 +679,7 @@ func TestStopWhileThrottled(t *testing.T) {
 	s.cl.Close()
 	dst := newDestination(t, id, 1)
 	tg := &target{dst: dst, id: id, parts: meta, ends: map[int32]int64{0: end}, done: make(chan struct{})}
-	f := New(context.Background(), Key{Broker: 0}, Config{ClientOpts: s.opts, RequestTimeout: 10 * time.Second, MaxWait: 100 * time.Millisecond,
+	f := New(context.Background(), Key{Broker: 0}, Config{Addr: s.addr, RequestTimeout: 10 * time.Second, MaxWait: 100 * time.Millisecond,
 		MinBytes: 1, MaxBytes: 1 << 20, PartitionMaxBytes: 1 << 20, Backoff: 10 * time.Millisecond,
 		Rate: func() int64 { return 1 }}, tg)
 	ran := make(chan struct{})
@@ -657,4 +692,155 @@ func TestStopWhileThrottled(t *testing.T) {
 	if got := dst.parts[0].Offsets().LogEnd; got != end {
 		t.Fatalf("destination log end %d, want %d", got, end)
 	}
+}
+
+// fetchLog records the Fetch requests a kfake source sees: how many
+// partitions each names, and its session epoch.
+type fetchLog struct {
+	mu       sync.Mutex
+	requests []loggedFetch
+}
+
+type loggedFetch struct {
+	epoch      int32
+	partitions []int32
+}
+
+func (l *fetchLog) watch(s *source) {
+	s.c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		s.c.KeepControl()
+		fr := req.(*kmsg.FetchRequest)
+		lf := loggedFetch{epoch: fr.SessionEpoch}
+		for _, t := range fr.Topics {
+			for _, p := range t.Partitions {
+				lf.partitions = append(lf.partitions, p.Partition)
+			}
+		}
+		l.mu.Lock()
+		l.requests = append(l.requests, lf)
+		l.mu.Unlock()
+		return nil, nil, false
+	})
+}
+
+func (l *fetchLog) since(i int) []loggedFetch {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.requests[min(i, len(l.requests)):])
+}
+
+func (l *fetchLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.requests)
+}
+
+// TestSessionIdleRounds: once a fetcher has copied its partitions, its
+// Fetches name none of them (a KIP-227 incremental session), and a
+// partition that gets records is the only one named after its answer;
+// the records arrive byte for byte. 200 idle partitions cost a round
+// nothing but the round.
+func TestSessionIdleRounds(t *testing.T) {
+	const partitions = 200
+	s := newSource(t, 1, partitions)
+	for p := range int32(partitions) {
+		s.produce(t, p, 1)
+	}
+	id, meta := s.metadata(t)
+	dst := newDestination(t, id, partitions)
+	tg := &target{dst: dst, id: id, parts: meta, ends: map[int32]int64{}, done: make(chan struct{})}
+	for p := range int32(partitions) {
+		tg.ends[p] = 1
+	}
+	var log fetchLog
+	log.watch(s)
+	run(t, s, Key{Broker: 0}, Config{MaxWait: 50 * time.Millisecond}, tg)
+	wait(t, tg.done, "copy")
+
+	// Idle: a few rounds name no partition, in one session.
+	start := log.len()
+	for log.len() < start+5 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, r := range log.since(start + 1) { // the first may still name the last partitions moved
+		if len(r.partitions) != 0 || r.epoch <= 0 {
+			t.Fatalf("an idle round's Fetch names %d partitions at session epoch %d, want none in a session", len(r.partitions), r.epoch)
+		}
+	}
+
+	// One partition gets records: only it is named again.
+	before := log.len()
+	tg.mu.Lock()
+	tg.ends, tg.done = map[int32]int64{42: 6}, make(chan struct{})
+	done := tg.done
+	tg.mu.Unlock()
+	s.produce(t, 42, 5)
+	wait(t, done, "copy of partition 42's new records")
+	time.Sleep(200 * time.Millisecond) // a few more rounds
+	named := map[int32]bool{}
+	for _, r := range log.since(before) {
+		for _, p := range r.partitions {
+			named[p] = true
+		}
+	}
+	if len(named) != 1 || !named[42] {
+		t.Fatalf("after partition 42 got records, the Fetches named %v, want partition 42 alone", slices.Sorted(maps.Keys(named)))
+	}
+	want, _ := s.read(t, id, 42)
+	if got := dst.log(t, 42); !bytes.Equal(got, want) {
+		t.Fatalf("partition 42: the destination holds %d bytes, the source %d, not the same", len(got), len(want))
+	}
+}
+
+// failFirstWait is a target whose first append to partition 0 fails when
+// waited for, as an append the engine refused (a fenced epoch) does: it
+// is never written.
+type failFirstWait struct {
+	*target
+	once sync.Once
+}
+
+func (f *failFirstWait) Apply(p Partition, rp *kmsg.FetchResponseTopicPartition) (n int, wait func() error, err error) {
+	failed := false
+	if p.Partition == 0 && len(rp.RecordBatches) > 0 {
+		f.once.Do(func() { failed = true })
+	}
+	if failed {
+		return len(rp.RecordBatches), func() error { return errors.New("append refused") }, nil
+	}
+	return f.target.Apply(p, rp)
+}
+
+// TestNoHoleAfterFailedAppend: the next Fetch is sent before the last
+// round's appends are durable, from the positions after them. When one
+// of those appends fails, the answer to that Fetch is dropped and the
+// partition fetched again from its log's end: no records land past a
+// hole. (One batch per answer: PartitionMaxBytes 1.)
+func TestNoHoleAfterFailedAppend(t *testing.T) {
+	s := newSource(t, 1, 1)
+	for range 4 {
+		s.produce(t, 0, 3)
+	}
+	id, meta := s.metadata(t)
+	want, end := s.read(t, id, 0)
+	dst := newDestination(t, id, 1)
+	tg := &target{dst: dst, id: id, parts: meta, ends: map[int32]int64{0: end}, done: make(chan struct{})}
+	f := New(context.Background(), Key{Broker: 0}, Config{Addr: s.addr, RequestTimeout: 10 * time.Second, MaxWait: 50 * time.Millisecond,
+		MinBytes: 1, MaxBytes: 1, PartitionMaxBytes: 1, FixedSizes: true, Backoff: 10 * time.Millisecond}, &failFirstWait{target: tg})
+	go f.Run()
+	t.Cleanup(f.Stop)
+	wait(t, tg.done, "copy")
+	if got := dst.log(t, 0); !bytes.Equal(got, want) {
+		t.Fatalf("the destination holds %d bytes to offset %d, the source %d to %d: not the same", len(got), next(got), len(want), next(want))
+	}
+	if base := firstOffset(dst.log(t, 0)); base != 0 {
+		t.Fatalf("the destination's log starts at offset %d", base)
+	}
+}
+
+// firstOffset is the base offset of the first batch of b, -1 if none.
+func firstOffset(b []byte) int64 {
+	first := int64(-1)
+	engine.LeadingBatches(b, func(h engine.BatchHeader) bool { first = h.BaseOffset; return false })
+	return first
 }
