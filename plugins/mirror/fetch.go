@@ -24,8 +24,36 @@ import (
 // the fetch package's. Here is the run's side of it: which fetchers run,
 // the partitions each fetches, and what an answer does to a partition.
 
+// fetcherOf is the fetcher of pt given its source leader; r.mu is held.
 func (r *mirrorRun) fetcherOf(pt *ledPartition) fetch.Key {
-	return fetch.KeyOf(pt.topic, pt.partition, pt.leader, r.p.cfg.Fetchers)
+	return fetch.KeyOf(pt.topic, pt.partition, pt.leader, r.fetcherCount())
+}
+
+// Fetchers of a source broker over a long link. One Fetch is in flight
+// per fetcher, over one TCP connection, which carries at most its
+// window per round trip: Linux grows a sender's window to
+// net.ipv4.tcp_wmem's maximum, 4 MiB by default, so one connection
+// carries at most 40 MB/s over 100 ms. Unless mirror.num.replica.fetchers
+// is set, a source broker therefore gets a fetcher (and a connection,
+// and a fetch session) per fetchRTTStep of round trip, up to maxFetchers,
+// and a topic's partitions are spread over them (fetch.KeyOf).
+const (
+	fetchRTTStep = 20 * time.Millisecond
+	maxFetchers  = 8
+)
+
+// fetcherCount is how many fetchers each source broker gets; r.mu is
+// held.
+func (r *mirrorRun) fetcherCount() int {
+	if n := r.p.cfg.Fetchers; n > 0 {
+		return n
+	}
+	return fetchersFor(r.src.rtt)
+}
+
+// fetchersFor is the fetchers per source broker for a round trip rtt.
+func fetchersFor(rtt time.Duration) int {
+	return max(1, min(maxFetchers, int((rtt+fetchRTTStep-1)/fetchRTTStep)))
 }
 
 // changed tells the fetchers that their partitions or positions changed
@@ -99,7 +127,7 @@ func (r *mirrorRun) newFetcher(k fetch.Key) *fetch.Fetcher {
 		RequestTimeout:    cfg.RequestTimeout,
 		MaxWait:           cfg.FetchMaxWait,
 		MinBytes:          cfg.FetchMinBytes,
-		MaxBytes:          cfg.FetchRespMaxBytes,
+		MaxBytes:          r.startAnswer(),
 		PartitionMaxBytes: cfg.FetchMaxBytes,
 		FixedSizes:        cfg.FetchSizesFixed,
 		Budget:            r.p.fetchBudget,
@@ -109,6 +137,17 @@ func (r *mirrorRun) newFetcher(k fetch.Key) *fetch.Fetcher {
 		Requests:          stats.requests,
 		Bytes:             stats.bytes,
 	}, &fetchTarget{r: r, key: k})
+}
+
+// startAnswer is where a fetcher's answer limit starts: the configured
+// replica.fetch.response.max.bytes when it is fixed, else Kafka's default
+// shared by the source broker's fetchers (they grow from there); r.mu is
+// held.
+func (r *mirrorRun) startAnswer() int32 {
+	if r.p.cfg.FetchSizesFixed {
+		return r.p.cfg.FetchRespMaxBytes
+	}
+	return max(r.p.cfg.FetchMaxBytes, r.p.cfg.FetchRespMaxBytes/int32(r.fetcherCount()))
 }
 
 // brokerAddr is a source broker's host and port in the source's

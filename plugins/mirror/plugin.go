@@ -40,11 +40,14 @@ const Topic = mirrorstate.Topic
 
 // Config is the plugin's part of the broker properties.
 type Config struct {
-	Partitions        int32         // mirror.topic.num.partitions (50)
-	ReplicationFactor int16         // mirror.topic.replication.factor (3, capped at the brokers registered): of __mirror_state
-	TopicRF           int16         // default.replication.factor (1): of mirror topics, unless their mirror says otherwise
-	MinISR            int           // min.insync.replicas (1), the static broker default
-	Fetchers          int           // mirror.num.replica.fetchers (1)
+	Partitions        int32 // mirror.topic.num.partitions (50)
+	ReplicationFactor int16 // mirror.topic.replication.factor (3, capped at the brokers registered): of __mirror_state
+	TopicRF           int16 // default.replication.factor (1): of mirror topics, unless their mirror says otherwise
+	MinISR            int   // min.insync.replicas (1), the static broker default
+	// Fetchers is mirror.num.replica.fetchers. Unset (0), a source
+	// broker gets one fetcher per 20 ms of round trip to the source, at
+	// least one and at most 8 (fetch.go, fetcherCount).
+	Fetchers          int
 	RefreshInterval   time.Duration // mirror.metadata.refresh.interval.ms (30000)
 	RequestTimeout    time.Duration // mirror.request.timeout.ms (30000)
 	ConnectTimeout    time.Duration // mirror.socket.connection.setup.timeout.ms (10000)
@@ -74,7 +77,7 @@ func ParseConfig(props map[string]string) (Config, error) {
 		ReplicationFactor: int16(r.Int("mirror.topic.replication.factor", 3, 1, math.MaxInt16)),
 		TopicRF:           int16(r.Int("default.replication.factor", 1, 1, math.MaxInt16)),
 		MinISR:            int(num("min.insync.replicas", 1, 1)),
-		Fetchers:          int(num("mirror.num.replica.fetchers", 1, 0)),
+		Fetchers:          int(num("mirror.num.replica.fetchers", 0, 1)),
 		RefreshInterval:   ms("mirror.metadata.refresh.interval.ms", 30000, 1),
 		RequestTimeout:    ms("mirror.request.timeout.ms", 30000, 0),
 		ConnectTimeout:    ms("mirror.socket.connection.setup.timeout.ms", 10000, 0),

@@ -29,9 +29,21 @@ type source struct {
 	// not asked yet).
 	mirrors  *bool
 	meta     *kmsg.MetadataResponse
+	byTopic  map[string]*kmsg.MetadataResponseTopic // meta's topics by name
 	metaAt   time.Time
-	stale    atomic.Bool // a fetcher saw leadership move: refresh soon
-	failures int         // consecutive failed refreshes (reconnect backoff)
+	stale    atomic.Bool   // a fetcher saw leadership move: refresh soon
+	failures int           // consecutive failed refreshes (reconnect backoff)
+	rtt      time.Duration // the least round trip to the source measured (0: none yet); r.mu
+
+	// The run's partitions with a source side, as of generation gen
+	// (mirrorRun.changed), their topics, those PREPARING, and whether
+	// their leaders were assigned from meta: a step walks them only
+	// when one of those changed.
+	gen       uint64
+	parts     []*ledPartition
+	topics    []string
+	preparing []*ledPartition
+	assigned  bool
 }
 
 // needsSource reports whether a partition in state s has a source side:
@@ -83,27 +95,29 @@ func (r *mirrorRun) reconnectBackoff() time.Duration {
 // partition its source leader, runs a fetcher per source broker and
 // prepares new partitions.
 func (r *mirrorRun) sourceStep() error {
-	parts := r.sortedParts(func(pt *ledPartition) bool { return needsSource(pt.state) })
-	topics := []string{} // none: a mirror without topics still checks its source
-	for _, pt := range parts {
-		if !slices.Contains(topics, pt.topic) {
-			topics = append(topics, pt.topic)
-		}
+	src := &r.src
+	if gen := r.gen.Load(); gen != src.gen || src.topics == nil {
+		r.collectParts(gen)
 	}
-	if r.metaDue(topics) {
-		if err := r.refresh(topics); err != nil {
+	parts := src.parts
+	if r.metaDue(src.topics) {
+		if err := r.refresh(src.topics); err != nil {
 			r.setTrouble(parts, err)
 			return err
 		}
+		src.assigned = false
 	}
 	if len(parts) == 0 {
 		r.syncFetchers(nil)
 		return nil
 	}
-	r.assignLeaders(parts)
-	r.syncFetchers(parts)
+	if !src.assigned {
+		r.assignLeaders(parts)
+		r.syncFetchers(parts)
+		src.assigned = true
+	}
 	var errs []error
-	for _, pt := range parts {
+	for _, pt := range src.preparing {
 		if st, _ := r.state(pt.topicPartition); st == mirrorstate.Preparing {
 			if err := r.prepare(pt); err != nil && r.ctx.Err() == nil {
 				r.setTrouble([]*ledPartition{pt}, err)
@@ -112,6 +126,25 @@ func (r *mirrorRun) sourceStep() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// collectParts gathers the run's partitions with a source side as of
+// generation gen.
+func (r *mirrorRun) collectParts(gen uint64) {
+	src := &r.src
+	src.gen, src.assigned = gen, false
+	src.parts = r.sortedParts(func(pt *ledPartition) bool { return needsSource(pt.state) })
+	src.topics, src.preparing = []string{}, nil // no topics: a mirror without topics still checks its source
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, pt := range src.parts {
+		if i == 0 || pt.topic != src.parts[i-1].topic { // sorted by topic
+			src.topics = append(src.topics, pt.topic)
+		}
+		if pt.state == mirrorstate.Preparing {
+			src.preparing = append(src.preparing, pt)
+		}
+	}
 }
 
 // metaDue reports whether the source's metadata must be fetched: never
@@ -123,7 +156,7 @@ func (r *mirrorRun) metaDue(topics []string) bool {
 		return true
 	}
 	for _, t := range topics {
-		if !slices.ContainsFunc(m.Topics, func(mt kmsg.MetadataResponseTopic) bool { return mt.Topic != nil && *mt.Topic == t }) {
+		if r.src.byTopic[t] == nil {
 			return true
 		}
 	}
@@ -263,10 +296,37 @@ func (r *mirrorRun) refresh(topics []string) error {
 		return err
 	}
 	r.src.clusterID = id
-	r.src.meta, r.src.metaAt = m, time.Now()
+	byTopic := make(map[string]*kmsg.MetadataResponseTopic, len(m.Topics))
+	for i := range m.Topics {
+		if t := &m.Topics[i]; t.Topic != nil {
+			byTopic[*t.Topic] = t
+		}
+	}
+	r.src.meta, r.src.byTopic, r.src.metaAt = m, byTopic, time.Now()
+	r.measureRTT()
 	r.src.stale.Store(false)
 	r.setFailed(nil)
 	return nil
+}
+
+// measureRTT times a small request to the source on a connection the
+// metadata request just used: the round trip decides how many fetchers a
+// source broker gets (fetcherCount). The least measured counts: a busy
+// broker only ever adds to a round trip.
+func (r *mirrorRun) measureRTT() {
+	start := time.Now()
+	if _, err := r.request(-1, kmsg.NewPtrApiVersionsRequest()); err != nil {
+		return
+	}
+	rtt := time.Since(start)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.src.rtt == 0 || rtt < r.src.rtt {
+		if fetchersFor(rtt) != fetchersFor(r.src.rtt) {
+			r.src.assigned = false // partitions move to other fetchers
+		}
+		r.src.rtt = rtt
+	}
 }
 
 // assignLeaders gives each partition its source leader and epoch from
@@ -285,14 +345,9 @@ func (r *mirrorRun) assignLeaders(parts []*ledPartition) {
 		was, wasEpoch := pt.leader, pt.leaderEpoch
 		pt.leader, pt.leaderEpoch = -1, -1
 		trouble := "the source's metadata does not list the partition"
-		for _, t := range r.src.meta.Topics {
-			if t.Topic == nil || *t.Topic != pt.topic {
-				continue
-			}
-			if t.ErrorCode != 0 {
-				trouble = fmt.Sprintf("source topic: %v", kerr.ErrorForCode(t.ErrorCode))
-				break
-			}
+		if t := r.src.byTopic[pt.topic]; t != nil && t.ErrorCode != 0 {
+			trouble = fmt.Sprintf("source topic: %v", kerr.ErrorForCode(t.ErrorCode))
+		} else if t != nil {
 			for _, sp := range t.Partitions {
 				switch {
 				case sp.Partition != pt.partition:
@@ -303,8 +358,8 @@ func (r *mirrorRun) assignLeaders(parts []*ledPartition) {
 				}
 			}
 		}
-		if pt.leader != was || pt.leaderEpoch != wasEpoch {
-			pt.fetchKey, moved = r.fetcherOf(pt), true
+		if k := r.fetcherOf(pt); pt.leader != was || pt.leaderEpoch != wasEpoch || k != pt.fetchKey {
+			pt.fetchKey, moved = k, true
 		}
 		if trouble == "" {
 			pt.trouble = ""

@@ -37,13 +37,15 @@ type Key struct {
 	ID     int
 }
 
-// KeyOf is the fetcher of a partition whose source leader is leader: the
-// partitions a source broker leads are hashed over its fetcher ids
-// (fetchers of them, at least one).
+// KeyOf is the fetcher of a partition whose source leader is leader:
+// the partitions a source broker leads are spread over its fetcher ids
+// (fetchers of them, at least one), a topic's partitions one after the
+// other from a place its name picks, so that a topic's partitions are
+// evenly spread however few there are.
 func KeyOf(topic string, partition, leader int32, fetchers int) Key {
 	h := fnv.New32a()
-	fmt.Fprintf(h, "%s-%d", topic, partition)
-	return Key{leader, int(h.Sum32() % uint32(max(1, fetchers)))}
+	h.Write([]byte(topic))
+	return Key{leader, int((uint64(h.Sum32()) + uint64(max(0, partition))) % uint64(max(1, fetchers)))}
 }
 
 // Partition is a partition as one round fetches it.
@@ -317,9 +319,7 @@ func (f *Fetcher) round() (fetched bool, err error) {
 	if f.sess.len() == 0 && len(f.sess.forgotten) == 0 {
 		return false, nil
 	}
-	if err := f.sizes.reserve(f.ctx); err != nil {
-		return false, err
-	}
+	f.sizes.reserve()
 	resp, sent, sentEpoch, appendErr, err := f.exchange()
 	if appendErr != nil {
 		// The Fetch was sent from positions past appends that then

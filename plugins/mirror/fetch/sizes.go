@@ -1,9 +1,6 @@
 package fetch
 
-import (
-	"context"
-	"sync"
-)
+import "sync"
 
 // A fetcher's fetch sizes follow the link it fetches over. One Fetch is
 // in flight per fetcher, so a fetcher carries at most one answer per
@@ -38,18 +35,18 @@ const (
 const DefaultBudget = 256 << 20
 
 // Budget bounds the bytes the fetchers of a broker reserve for their
-// answers. A fetcher takes its answer limit before it sends a Fetch and
-// keeps it while it holds a buffer that large.
+// answers beyond their starting limits. A fetcher reserves its answer
+// limit before it sends a Fetch and keeps it while it holds a buffer that
+// large; it grows only into what the budget has left.
 type Budget struct {
 	mu    sync.Mutex
 	limit int64
 	used  int64
-	freed chan struct{} // closed, and replaced, at each give
 }
 
 // NewBudget returns a budget of limit bytes.
 func NewBudget(limit int64) *Budget {
-	return &Budget{limit: limit, freed: make(chan struct{})}
+	return &Budget{limit: limit}
 }
 
 // tryTake reserves n bytes if they fit now.
@@ -63,29 +60,11 @@ func (b *Budget) tryTake(n int64) bool {
 	return true
 }
 
-// take reserves n bytes, waiting while they do not fit; more than the
-// whole budget waits until nothing else is reserved.
-func (b *Budget) take(ctx context.Context, n int64) error {
-	for {
-		b.mu.Lock()
-		if b.used+n <= b.limit || b.used == 0 {
-			b.used += n
-			b.mu.Unlock()
-			return nil
-		}
-		freed := b.freed
-		b.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-freed:
-		}
-	}
-}
-
-// force reserves n bytes even over the limit: an answer larger than the
-// limit it was asked with (a first batch larger than the fetch's limits
-// is returned whole, KIP-74), which is already on the wire.
+// force reserves n bytes even over the limit: a fetcher's starting limit
+// (what Kafka's fetcher would use, replica.fetch.response.max.bytes: the
+// budget bounds what fetchers grow beyond it), and an answer larger than
+// the limit it was asked with (a first batch larger than the fetch's
+// limits is returned whole, KIP-74), which is already on the wire.
 func (b *Budget) force(n int64) {
 	b.mu.Lock()
 	b.used += n
@@ -98,8 +77,6 @@ func (b *Budget) give(n int64) {
 	}
 	b.mu.Lock()
 	b.used -= n
-	close(b.freed)
-	b.freed = make(chan struct{})
 	b.mu.Unlock()
 }
 
@@ -133,15 +110,14 @@ func newSizes(b *Budget, answer, partition int32, fixed bool) *sizes {
 	return &sizes{budget: b, fixed: fixed, floorAnswer: answer, floorPartition: partition, answer: answer, partition: partition}
 }
 
-// reserve holds the answer limit of the next Fetch before it is sent.
-func (s *sizes) reserve(ctx context.Context) error {
+// reserve holds the answer limit of the next Fetch before it is sent:
+// the starting limit whatever the budget says, more only as adapt got
+// it from the budget.
+func (s *sizes) reserve() {
 	if need := int64(s.answer) - s.held; need > 0 {
-		if err := s.budget.take(ctx, need); err != nil {
-			return err
-		}
+		s.budget.force(need)
 		s.held += need
 	}
-	return nil
 }
 
 // grow is conn.recv's reserve: an answer of n bytes needs a buffer of n.

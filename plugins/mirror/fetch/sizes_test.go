@@ -1,10 +1,6 @@
 package fetch
 
-import (
-	"context"
-	"testing"
-	"time"
-)
+import "testing"
 
 // TestSizesFollowTheLink: limits double while answers come back bound by
 // them, up to maxAnswerLimit or what the budget has left, and halve back
@@ -13,10 +9,7 @@ import (
 func TestSizesFollowTheLink(t *testing.T) {
 	b := NewBudget(48 << 20)
 	s := newSizes(b, 0, 0, false)
-	ctx := context.Background()
-	if err := s.reserve(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s.reserve()
 	if s.answer != DefaultMaxBytes || s.partition != DefaultPartitionMaxBytes || b.Used() != DefaultMaxBytes {
 		t.Fatalf("start: answer %d partition %d used %d", s.answer, s.partition, b.Used())
 	}
@@ -58,25 +51,24 @@ func TestFixedSizes(t *testing.T) {
 	}
 }
 
-// TestBudgetWaits: a reservation that does not fit waits for a release,
-// and gives up when its context ends.
-func TestBudgetWaits(t *testing.T) {
-	b := NewBudget(10)
-	if err := b.take(context.Background(), 8); err != nil {
-		t.Fatal(err)
+// TestBudgetStartsAnywhere: a fetcher's starting limit is reserved even
+// when the budget is spent (it is what Kafka's fetcher would hold); it
+// grows only into what the budget has left.
+func TestBudgetStartsAnywhere(t *testing.T) {
+	b := NewBudget(25 << 20)
+	one, two := newSizes(b, 0, 0, false), newSizes(b, 0, 0, false)
+	one.reserve()
+	two.reserve()
+	if b.Used() != 2*DefaultMaxBytes {
+		t.Fatalf("used %d, want both starting limits", b.Used())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if err := b.take(ctx, 5); err == nil {
-		t.Fatal("took 5 of the 2 left")
+	two.adapt(int(two.answer), true)
+	if two.answer != DefaultMaxBytes {
+		t.Fatalf("grew to %d over a spent budget", two.answer)
 	}
-	got := make(chan error, 1)
-	go func() { got <- b.take(context.Background(), 5) }()
-	b.give(8)
-	if err := <-got; err != nil || b.Used() != 5 {
-		t.Fatalf("after a release: %v, used %d", err, b.Used())
-	}
-	if !b.tryTake(5) || b.tryTake(1) {
-		t.Fatalf("tryTake: used %d of 10", b.Used())
+	one.release(0)
+	two.adapt(int(two.answer), true)
+	if two.answer != 2*DefaultMaxBytes || b.Used() != 2*DefaultMaxBytes {
+		t.Fatalf("after a release: answer %d used %d", two.answer, b.Used())
 	}
 }
