@@ -68,6 +68,9 @@ func ratio(a, b float64) string {
 func (rep *Report) resultsTable() *table {
 	t := &table{head: []string{"target", "workload", "MB/s median (min-max)", "records/s", "e2e ms p50/p99/p999 @ offered rec/s", "broker CPU s/GB", "broker peak RSS MiB", "disk bytes/byte", "read/expected"}}
 	for _, r := range rep.Results {
+		if r.Workload.Kind == MirrorScale || r.Workload.Kind == MirrorCatchUp {
+			continue // no throughput of their own: their tables
+		}
 		if r.Err != "" {
 			msg := r.Err
 			if len(msg) > 120 {
@@ -105,7 +108,7 @@ func (rep *Report) resultsTable() *table {
 func (rep *Report) comparable() bool {
 	var tandem, kfake bool
 	for _, r := range rep.Results {
-		if r.Skip != "" || r.Workload.Kind == Mirror {
+		if r.Skip != "" || r.Workload.Kind.mirrors() {
 			continue
 		}
 		tandem = tandem || r.Target == "tandem"
@@ -128,7 +131,7 @@ func (rep *Report) relativeTable() *table {
 		l = &Limits{}
 	}
 	for _, r := range rep.Results {
-		if r.Target != "tandem" || r.Err != "" || r.Workload.Kind == Mirror {
+		if r.Target != "tandem" || r.Err != "" || r.Workload.Kind.mirrors() {
 			continue
 		}
 		k, ok := kf[r.Workload.Name()]
@@ -165,6 +168,12 @@ func (rep *Report) WriteText(w io.Writer) {
 	if mt := rep.mirrorTable(); len(mt.rows) > 0 {
 		fmt.Fprintln(w)
 		mt.text(w)
+	}
+	for _, mt := range rep.mirrorTables() {
+		if len(mt.t.rows) > 0 {
+			fmt.Fprintf(w, "\n%s\n", mt.title)
+			mt.t.text(w)
+		}
 	}
 	if rep.Limits != nil {
 		fmt.Fprintln(w)
@@ -232,6 +241,12 @@ func (rep *Report) WriteMarkdown(w io.Writer, svgName string) {
 			"the results table are the destination's, per value byte mirrored.\n\n")
 		mt.markdown(w)
 	}
+	for _, mt := range rep.mirrorTables() {
+		if len(mt.t.rows) > 0 {
+			fmt.Fprintf(w, "\n## %s\n\n%s\n\n", mt.title, mt.about)
+			mt.t.markdown(w)
+		}
+	}
 	if rep.Limits != nil {
 		fmt.Fprintln(w, "\n## Limits of this machine")
 		fmt.Fprintln(w)
@@ -287,7 +302,7 @@ func (rep *Report) WriteSVG(w io.Writer) {
 	var ok, lats []Result
 	maxMB := 0.0
 	for _, r := range rep.Results {
-		if r.Err != "" || r.Skip != "" {
+		if r.Err != "" || r.Skip != "" || r.Scale != nil || r.CatchUp != nil {
 			continue
 		}
 		ok = append(ok, r)

@@ -1,0 +1,102 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runMirrorWorkloads runs ws on Tandem with tiny parameters and checks
+// every result and that each title appears in both reports. It asserts
+// no speed.
+func runMirrorWorkloads(t *testing.T, o MirrorOptions, ws []Workload, titles ...string) *Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	r := &Runner{Workloads: ws, Targets: []string{"tandem"}, Sync: true, Dir: t.TempDir(), Seed: 7, Progress: &progress, Mirrors: o}
+	rep, err := r.Run(ctx)
+	t.Log(progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text, md bytes.Buffer
+	rep.WriteText(&text)
+	rep.WriteMarkdown(&md, "")
+	t.Log("\n" + text.String())
+	for _, res := range rep.Results {
+		if err := res.Check(); err != nil {
+			t.Errorf("%s: %v", res.Workload.Name(), err)
+		}
+	}
+	for _, title := range titles {
+		if !strings.Contains(text.String(), title) || !strings.Contains(md.String(), "## "+title) {
+			t.Errorf("the reports lack %q", title)
+		}
+	}
+	return rep
+}
+
+func tinyMirror(k Kind) Workload {
+	return Workload{Kind: k, RecordSize: 1024, Partitions: 3, Acks: -1, Compression: "none", Duration: time.Second, Runs: 1, Seed: 7}
+}
+
+// TestMirrorCostAndUnthrottled: the steady and the unthrottled mirror
+// workloads report both sides' CPU per byte against a produce measured in
+// the same run, and the unthrottled one its lag over the load.
+func TestMirrorCostAndUnthrottled(t *testing.T) {
+	prod := tinyMirror(Produce)
+	rep := runMirrorWorkloads(t, MirrorOptions{}, []Workload{prod, tinyMirror(Mirror), tinyMirror(MirrorUnthrottled)},
+		"Mirror cost per byte", "Mirror with an unthrottled producer")
+	if len(rep.Results) != 3 {
+		t.Fatalf("%d results, want 3", len(rep.Results))
+	}
+	for _, res := range rep.Results[1:] {
+		m := res.Mirror
+		if m == nil {
+			t.Fatalf("%s: no mirror figures", res.Workload.Name())
+		}
+		if m.ProduceCPUSecPerGB != rep.Results[0].CPUSecPerGB || m.ProduceCPUSecPerGB <= 0 {
+			t.Errorf("%s: produce CPU %v s/GB, the produce workload measured %v", res.Workload.Name(), m.ProduceCPUSecPerGB, rep.Results[0].CPUSecPerGB)
+		}
+		if res.Produced < 2 || m.Mirrored != res.Produced || m.Diverged != "" {
+			t.Errorf("%s: produced %d, mirrored %d, diverged %q", res.Workload.Name(), res.Produced, m.Mirrored, m.Diverged)
+		}
+	}
+	if m := rep.Results[2].Mirror; m.OfferedRecsPerSec != 0 || m.ProducedRecsPerSec <= 0 || m.RecordSamples < 3 {
+		t.Errorf("unthrottled: offered %v, produced %v rec/s, %d lag samples", m.OfferedRecsPerSec, m.ProducedRecsPerSec, m.RecordSamples)
+	}
+}
+
+// TestMirrorRTT runs the round-trip workload at 0 and 50 ms through the
+// WAN proxy: every record crosses it, the link is reported, and the
+// 50 ms row is set against the 0 ms one.
+func TestMirrorRTT(t *testing.T) {
+	var ws []Workload
+	for _, rtt := range []time.Duration{0, 50 * time.Millisecond} {
+		w := tinyMirror(MirrorRTT)
+		w.RTT = rtt
+		ws = append(ws, w)
+	}
+	rep := runMirrorWorkloads(t, MirrorOptions{RTTBytesPerSec: 2e6, Window: 1 << 20}, ws, "Mirror across a round trip")
+	if len(rep.Results) != 2 {
+		t.Fatalf("%d results, want 2", len(rep.Results))
+	}
+	for i, res := range rep.Results {
+		m := res.Mirror
+		if m == nil || m.RTT != ws[i].RTT || m.Window != 1<<20 || m.Mirrored != res.Produced {
+			t.Fatalf("%s: %+v", res.Workload.Name(), m)
+		}
+		if m.OfferedRecsPerSec != 2e6/1024 {
+			t.Errorf("%s: offered %v rec/s, want %v", res.Workload.Name(), m.OfferedRecsPerSec, 2e6/1024)
+		}
+	}
+	if m := rep.Results[1].Mirror; m.P50 < 25*time.Millisecond {
+		t.Errorf("lag p50 %v across a 50 ms round trip: under the one-way delay", m.P50)
+	}
+	if rows := rep.rttTable().rows; len(rows) != 2 || rows[1][6] == "-" {
+		t.Errorf("round-trip table: %q", rows)
+	}
+}
