@@ -100,3 +100,27 @@ func TestMirrorRTT(t *testing.T) {
 		t.Errorf("round-trip table: %q", rows)
 	}
 }
+
+// TestMirrorScale mirrors 60 and 120 idle partitions by a topic pattern:
+// every partition caught up, both sides' idle figures, the curve's rows.
+func TestMirrorScale(t *testing.T) {
+	var ws []Workload
+	for _, n := range []int32{60, 120} {
+		w := tinyMirror(MirrorScale)
+		w.Partitions = n
+		ws = append(ws, w)
+	}
+	rep := runMirrorWorkloads(t, MirrorOptions{ScaleRecords: 2, ScaleIdle: time.Second}, ws, "Mirror partition scale")
+	for i, res := range rep.Results {
+		s := res.Scale
+		if s == nil {
+			t.Fatalf("%s: no scale figures: %+v", res.Workload.Name(), res)
+		}
+		if want := int(ws[i].Partitions); s.Partitions != want || s.Topics != (want+49)/50 || s.Records != int64(2*want) {
+			t.Errorf("%d partitions in %d topics with %d records, want %d", s.Partitions, s.Topics, s.Records, want)
+		}
+	}
+	if rows := rep.scaleTable().rows; len(rows) != 2 {
+		t.Errorf("scale table: %q", rows)
+	}
+}

@@ -162,8 +162,8 @@ func (rep *Report) limitsTable() *table {
 
 // WriteText prints the tables for a terminal.
 func (rep *Report) WriteText(w io.Writer) {
-	if len(rep.Results) > 0 {
-		rep.resultsTable().text(w)
+	if rt := rep.resultsTable(); len(rt.rows) > 0 {
+		rt.text(w)
 	}
 	if mt := rep.mirrorTable(); len(mt.rows) > 0 {
 		fmt.Fprintln(w)
@@ -227,9 +227,11 @@ func (rep *Report) WriteMarkdown(w io.Writer, svgName string) {
 	default:
 		fmt.Fprint(w, "Durability: no fsync before acknowledging (Tandem tandem.log.sync=false; kfake with DataDir, without SyncWrites).\n\n")
 	}
-	fmt.Fprintln(w, "## Results")
-	fmt.Fprintln(w)
-	rep.resultsTable().markdown(w)
+	if rt := rep.resultsTable(); len(rt.rows) > 0 {
+		fmt.Fprintln(w, "## Results")
+		fmt.Fprintln(w)
+		rt.markdown(w)
+	}
 	if mt := rep.mirrorTable(); len(mt.rows) > 0 {
 		fmt.Fprintln(w, "\n## Mirror")
 		fmt.Fprintln(w)
