@@ -17,6 +17,7 @@ type mirrorFlags struct {
 	scale               *string
 	scaleRecords        *int
 	scaleIdle           *time.Duration
+	scaleSettle         *time.Duration
 	catchUpBytes        *int64
 	catchUpLocalRate    *float64
 	catchUpBaseline     *time.Duration
@@ -32,7 +33,8 @@ func addMirrorFlags(fs *flag.FlagSet) *mirrorFlags {
 		unthrottledDuration: fs.Duration("mirror-unthrottled-duration", 20*time.Second, "mirror-unthrottled: length of the load (--quick: 6s)"),
 		scale:               fs.String("mirror-scale", "1000,10000,50000", "mirror-scale: idle mirrored partitions, in topics of 50 (--quick: 500,2000)"),
 		scaleRecords:        fs.Int("mirror-scale-records", 3, "mirror-scale: records per partition"),
-		scaleIdle:           fs.Duration("mirror-scale-idle", 10*time.Second, "mirror-scale: idle window whose CPU is measured (--quick: 3s)"),
+		scaleIdle:           fs.Duration("mirror-scale-idle", 30*time.Second, "mirror-scale: idle window whose CPU is measured; periodic work such as the 30 s metadata refresh belongs in it (--quick: 5s)"),
+		scaleSettle:         fs.Duration("mirror-scale-settle", 20*time.Second, "mirror-scale: time left to the brokers after the catch-up, before the idle window (--quick: 5s)"),
 		catchUpBytes:        fs.Int64("mirror-catchup-bytes", 2<<30, "mirror-catchup: backlog built while the link is cut, value bytes (--quick: 128 MiB)"),
 		catchUpLocalRate:    fs.Float64("mirror-catchup-local-rate", 1000, "mirror-catchup: records/s of 1 KiB of the destination's local acks=all producer"),
 		catchUpBaseline:     fs.Duration("mirror-catchup-baseline", 10*time.Second, "mirror-catchup: how long the local producer is measured with no mirror (--quick: 3s)"),
@@ -53,7 +55,8 @@ func (f *mirrorFlags) options(quick bool) MirrorOptions {
 		RTTBytesPerSec:   *f.rttMBps * 1e6,
 		Window:           *f.window,
 		ScaleRecords:     *f.scaleRecords,
-		ScaleIdle:        quickDefault(f, quick, "mirror-scale-idle", *f.scaleIdle, 3*time.Second),
+		ScaleIdle:        quickDefault(f, quick, "mirror-scale-idle", *f.scaleIdle, 5*time.Second),
+		ScaleSettle:      quickDefault(f, quick, "mirror-scale-settle", *f.scaleSettle, 5*time.Second),
 		CatchUpBytes:     quickDefault(f, quick, "mirror-catchup-bytes", *f.catchUpBytes, 128<<20),
 		CatchUpLocalRate: *f.catchUpLocalRate,
 		CatchUpBaseline:  quickDefault(f, quick, "mirror-catchup-baseline", *f.catchUpBaseline, 3*time.Second),

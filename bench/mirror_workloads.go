@@ -51,9 +51,15 @@ type MirrorOptions struct {
 	// net.ipv4.tcp_rmem's maximum).
 	Window int64
 	// ScaleRecords are the records per partition of mirror-scale (default
-	// 3); ScaleIdle the idle window whose CPU it measures (default 10 s).
+	// 3); ScaleIdle the idle window whose CPU it measures (default 30 s, the
+	// default mirror.metadata.refresh.interval.ms: periodic work is idle
+	// cost).
 	ScaleRecords int
 	ScaleIdle    time.Duration
+	// ScaleSettle is how long mirror-scale leaves the brokers alone
+	// after the catch-up before the idle window (default 20 s), so that
+	// the catch-up's own work is not counted as idle cost.
+	ScaleSettle time.Duration
 	// CatchUpBytes is mirror-catchup's backlog in value bytes (default
 	// 2 GiB); CatchUpLocalRate the destination's local producer in
 	// records/s (default 1000); CatchUpBaseline how long that producer is
@@ -70,10 +76,11 @@ func (o MirrorOptions) window() int64 {
 	}
 	return tcpWindow()
 }
-func (o MirrorOptions) scaleRecords() int         { return orDefault(o.ScaleRecords, 3) }
-func (o MirrorOptions) scaleIdle() time.Duration  { return orDefault(o.ScaleIdle, 10*time.Second) }
-func (o MirrorOptions) catchUpBytes() int64       { return orDefault(o.CatchUpBytes, 2<<30) }
-func (o MirrorOptions) catchUpLocalRate() float64 { return orDefault(o.CatchUpLocalRate, 1000) }
+func (o MirrorOptions) scaleRecords() int          { return orDefault(o.ScaleRecords, 3) }
+func (o MirrorOptions) scaleIdle() time.Duration   { return orDefault(o.ScaleIdle, 30*time.Second) }
+func (o MirrorOptions) scaleSettle() time.Duration { return orDefault(o.ScaleSettle, 20*time.Second) }
+func (o MirrorOptions) catchUpBytes() int64        { return orDefault(o.CatchUpBytes, 2<<30) }
+func (o MirrorOptions) catchUpLocalRate() float64  { return orDefault(o.CatchUpLocalRate, 1000) }
 func (o MirrorOptions) catchUpBaseline() time.Duration {
 	return orDefault(o.CatchUpBaseline, 10*time.Second)
 }

@@ -110,7 +110,7 @@ func TestMirrorScale(t *testing.T) {
 		w.Partitions = n
 		ws = append(ws, w)
 	}
-	rep := runMirrorWorkloads(t, MirrorOptions{ScaleRecords: 2, ScaleIdle: time.Second}, ws, "Mirror partition scale")
+	rep := runMirrorWorkloads(t, MirrorOptions{ScaleRecords: 2, ScaleIdle: time.Second, ScaleSettle: 500 * time.Millisecond}, ws, "Mirror partition scale")
 	for i, res := range rep.Results {
 		s := res.Scale
 		if s == nil {
