@@ -21,6 +21,7 @@ type mirrorFlags struct {
 	catchUpBytes        *int64
 	catchUpLocalRate    *float64
 	catchUpBaseline     *time.Duration
+	catchUpRTT          *time.Duration
 }
 
 func addMirrorFlags(fs *flag.FlagSet) *mirrorFlags {
@@ -38,6 +39,7 @@ func addMirrorFlags(fs *flag.FlagSet) *mirrorFlags {
 		catchUpBytes:        fs.Int64("mirror-catchup-bytes", 2<<30, "mirror-catchup: backlog built while the link is cut, value bytes (--quick: 128 MiB)"),
 		catchUpLocalRate:    fs.Float64("mirror-catchup-local-rate", 1000, "mirror-catchup: records/s of 1 KiB of the destination's local acks=all producer"),
 		catchUpBaseline:     fs.Duration("mirror-catchup-baseline", 10*time.Second, "mirror-catchup: how long the local producer is measured with no mirror (--quick: 3s)"),
+		catchUpRTT:          fs.Duration("mirror-catchup-rtt", 0, "mirror-catchup: round trip of the restored link"),
 	}
 }
 
@@ -60,6 +62,7 @@ func (f *mirrorFlags) options(quick bool) MirrorOptions {
 		CatchUpBytes:     quickDefault(f, quick, "mirror-catchup-bytes", *f.catchUpBytes, 128<<20),
 		CatchUpLocalRate: *f.catchUpLocalRate,
 		CatchUpBaseline:  quickDefault(f, quick, "mirror-catchup-baseline", *f.catchUpBaseline, 3*time.Second),
+		CatchUpRTT:       *f.catchUpRTT,
 	}
 }
 

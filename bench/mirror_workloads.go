@@ -67,6 +67,9 @@ type MirrorOptions struct {
 	CatchUpBytes     int64
 	CatchUpLocalRate float64
 	CatchUpBaseline  time.Duration
+	// CatchUpRTT is the round trip of mirror-catchup's link (default 0:
+	// the catch-up is then bound by this machine's disk and CPU).
+	CatchUpRTT time.Duration
 }
 
 func (o MirrorOptions) rttBytesPerSec() float64 { return orDefault(o.RTTBytesPerSec, 95e6) }

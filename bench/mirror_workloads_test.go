@@ -13,10 +13,16 @@ import (
 // no speed.
 func runMirrorWorkloads(t *testing.T, o MirrorOptions, ws []Workload, titles ...string) *Report {
 	t.Helper()
+	return runMirrorRunner(t, &Runner{Workloads: ws, Mirrors: o}, titles...)
+}
+
+// runMirrorRunner is runMirrorWorkloads with more of the Runner set.
+func runMirrorRunner(t *testing.T, r *Runner, titles ...string) *Report {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
-	r := &Runner{Workloads: ws, Targets: []string{"tandem"}, Sync: true, Dir: t.TempDir(), Seed: 7, Progress: &progress, Mirrors: o}
+	r.Targets, r.Sync, r.Dir, r.Seed, r.Progress = []string{"tandem"}, true, t.TempDir(), 7, &progress
 	rep, err := r.Run(ctx)
 	t.Log(progress.String())
 	if err != nil {
@@ -122,5 +128,31 @@ func TestMirrorScale(t *testing.T) {
 	}
 	if rows := rep.scaleTable().rows; len(rows) != 2 {
 		t.Errorf("scale table: %q", rows)
+	}
+}
+
+// TestMirrorCatchUp cuts the link while the source takes an 8 MiB
+// backlog, then restores it: every record caught up byte for byte, the
+// local producer's latency on both sides of the mirror, the ratios to
+// this run's limits.
+func TestMirrorCatchUp(t *testing.T) {
+	r := &Runner{
+		Workloads:     []Workload{tinyMirror(MirrorCatchUp)},
+		Mirrors:       MirrorOptions{CatchUpBytes: 8 << 20, CatchUpLocalRate: 200, CatchUpBaseline: time.Second},
+		LimitDuration: 200 * time.Millisecond,
+	}
+	rep := runMirrorRunner(t, r, "Mirror catch-up after a cut link", "Mirror cost per byte")
+	c := rep.Results[0].CatchUp
+	if c == nil {
+		t.Fatalf("no catch-up figures: %+v", rep.Results[0])
+	}
+	if c.BacklogBytes < 8<<20 || c.BacklogRecords != c.BacklogBytes/1024 || rep.Results[0].Produced != c.BacklogRecords+1 {
+		t.Errorf("backlog %d bytes, %d records; %d produced", c.BacklogBytes, c.BacklogRecords, rep.Results[0].Produced)
+	}
+	if c.LocalBase.Samples < 100 || c.LocalDur.Samples == 0 || c.ProduceCPUSecPerGB <= 0 {
+		t.Errorf("local producer: %d samples with no mirror, %d during; produce CPU %v s/GB", c.LocalBase.Samples, c.LocalDur.Samples, c.ProduceCPUSecPerGB)
+	}
+	if rows := rep.catchUpTable(rep.Limits).rows; len(rows) != 1 || rows[0][7] == "-" {
+		t.Errorf("catch-up table: %q", rows)
 	}
 }
