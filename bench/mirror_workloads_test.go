@@ -3,6 +3,8 @@ package bench
 import (
 	"bytes"
 	"context"
+	"flag"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +156,73 @@ func TestMirrorCatchUp(t *testing.T) {
 	}
 	if rows := rep.catchUpTable(rep.Limits).rows; len(rows) != 1 || rows[0][7] == "-" {
 		t.Errorf("catch-up table: %q", rows)
+	}
+}
+
+// TestMirrorWorkloadFlags: which mirror workloads a command line makes,
+// with --quick's reduced parameters unless a flag says otherwise.
+func TestMirrorWorkloadFlags(t *testing.T) {
+	matrixOf := func(kinds string) ([]Workload, error) {
+		return matrix(kinds, "1024", "6", "all", "none", time.Second, 1, 1)
+	}
+	steady := Workload{Kind: Mirror, RecordSize: 1024, Partitions: 6, Acks: -1, Compression: "none", Duration: time.Second, Runs: 1, Seed: 1}
+	names := func(ws []Workload) string {
+		var out []string
+		for _, w := range ws {
+			out = append(out, w.Name()+"/"+w.Duration.String())
+		}
+		return strings.Join(out, " ")
+	}
+	for _, tc := range []struct {
+		args  []string
+		quick bool
+		kinds string // --workloads, "" unset
+		want  string
+	}{
+		{quick: true, want: "mirror-unthrottled-1KiB-p6-acksall-none/6s"},
+		{quick: true, kinds: "mirror-rtt,mirror-scale", want: "mirror-rtt-1KiB-p6-acksall-none-rtt0ms/5s mirror-rtt-1KiB-p6-acksall-none-rtt100ms/5s " +
+			"mirror-rtt-1KiB-p6-acksall-none-rtt200ms/5s mirror-scale-1KiB-p500-acksall-none/2s mirror-scale-1KiB-p2000-acksall-none/2s"},
+		{args: []string{"--mirror-rtts", "0,70ms", "--mirror-rtt-duration", "9s"}, kinds: "mirror-rtt",
+			want: "mirror-rtt-1KiB-p6-acksall-none-rtt0ms/9s mirror-rtt-1KiB-p6-acksall-none-rtt70ms/9s"},
+		{kinds: "produce,mirror-catchup", want: "produce-1KiB-p6-acksall-none/1s mirror-catchup-1KiB-p6-acksall-none/2s"},
+		{want: "produce-1KiB-p6-acksall-none/1s consume-1KiB-p6-acksall-none/1s e2e-1KiB-p6-acksall-none/1s mirror-1KiB-p6-acksall-none/1s " +
+			"mirror-unthrottled-1KiB-p6-acksall-none/20s mirror-rtt-1KiB-p6-acksall-none-rtt0ms/20s mirror-rtt-1KiB-p6-acksall-none-rtt100ms/20s " +
+			"mirror-rtt-1KiB-p6-acksall-none-rtt200ms/20s mirror-scale-1KiB-p1000-acksall-none/2s mirror-scale-1KiB-p10000-acksall-none/2s " +
+			"mirror-scale-1KiB-p50000-acksall-none/2s mirror-catchup-1KiB-p6-acksall-none/2s"},
+	} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		mf := addMirrorFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		var (
+			ws  []Workload
+			err error
+		)
+		if tc.quick {
+			ws, err = quickWithMirrors(1, mf, tc.kinds != "", tc.kinds)
+			ws = slices.DeleteFunc(ws, func(w Workload) bool { return !w.Kind.mirrors() || w.Kind == Mirror })
+		} else {
+			kinds := tc.kinds
+			if kinds == "" {
+				kinds = "produce,consume,e2e"
+			}
+			ws, err = fullWithMirrors(mf, tc.kinds != "", kinds, steady, matrixOf)
+		}
+		if err != nil {
+			t.Fatalf("%v %q: %v", tc.args, tc.kinds, err)
+		}
+		if got := names(ws); got != tc.want {
+			t.Errorf("%v quick=%v --workloads %q:\n got %s\nwant %s", tc.args, tc.quick, tc.kinds, got, tc.want)
+		}
+	}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	mf := addMirrorFlags(fs)
+	fs.Parse([]string{"--mirror-rtts", "0,fast"})
+	if _, err := mf.workloads(MirrorRTT, false, 1); err == nil {
+		t.Error("--mirror-rtts 0,fast: no error")
+	}
+	if o := mf.options(true); o.CatchUpBytes != 128<<20 || o.ScaleIdle != 5*time.Second || o.RTTBytesPerSec != 95e6 {
+		t.Errorf("--quick mirror options: %+v", o)
 	}
 }
