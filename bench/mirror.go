@@ -523,7 +523,8 @@ func mirrorSuffix(m *MirrorLag) string {
 // mirrorTable has a row per mirror result; targets that cannot mirror show
 // "-".
 func (rep *Report) mirrorTable() *table {
-	t := &table{head: []string{"target", "workload", "mirrored records/s median (min-max)", "lag records p50/p99/max", "lag ms p50/p99/p999 @ offered rec/s", "mirrored/produced"}}
+	t := &table{head: []string{"target", "workload", "mirrored records/s median (min-max)", "mirrored/offered", "lag records p50/p99/max",
+		"lag ms p50/p99/p999 @ offered rec/s", "mirrored/produced"}}
 	for _, r := range rep.Results {
 		if k := r.Workload.Kind; k != Mirror && k != MirrorUnthrottled && k != MirrorRTT {
 			continue
@@ -531,12 +532,13 @@ func (rep *Report) mirrorTable() *table {
 		m := r.Mirror
 		switch {
 		case r.Err != "":
-			t.add(r.Target, r.Workload.Name(), "FAILED", "-", "-", "-")
+			t.add(r.Target, r.Workload.Name(), "FAILED", "-", "-", "-", "-")
 		case m == nil:
-			t.add(r.Target, r.Workload.Name(), "-", "-", "-", "-")
+			t.add(r.Target, r.Workload.Name(), "-", "-", "-", "-", "-")
 		default:
 			t.add(r.Target, r.Workload.Name(),
 				fmt.Sprintf("%.0f (%.0f-%.0f)", r.RecsPerSec.Median, r.RecsPerSec.Min, r.RecsPerSec.Max),
+				ratio(r.RecsPerSec.Median, m.OfferedRecsPerSec),
 				fmt.Sprintf("%d/%d/%d", m.RecordsP50, m.RecordsP99, m.RecordsMax),
 				fmt.Sprintf("%s/%s/%s @ %.0f", ms(m.P50), ms(m.P99), ms(m.P999), m.OfferedRecsPerSec),
 				fmt.Sprintf("%d/%d", m.Mirrored, r.Produced))
@@ -545,7 +547,7 @@ func (rep *Report) mirrorTable() *table {
 	return t
 }
 
-// checkMirror is Check's part for a mirror result.
+// check is Check's part for a mirror result.
 func (m *MirrorLag) check(produced int64) error {
 	var errs []error
 	if m.Mirrored != produced {

@@ -237,9 +237,12 @@ func (rep *Report) WriteMarkdown(w io.Writer, svgName string) {
 		fmt.Fprintln(w)
 		fmt.Fprint(w, "A source and a destination Tandem, each in a child process; the destination mirrors a topic of the source "+
 			"(plugins/mirror) while the source gets a steady offered load (50% of the median rate of the matching produce workload, "+
-			"or --mirror-rate). Mirrored records/s: the destination's growth from the start of the load until it ends where the source "+
+			"or --mirror-rate; mirror-unthrottled: as fast as the source acknowledges; mirror-rtt: --mirror-rtt-mbps across a round "+
+			"trip). Mirrored records/s: the destination's growth from the start of the load until it ends where the source "+
 			"does. Lag in records: source minus destination high watermarks, summed over partitions, sampled every 100 ms under the "+
-			"load. Lag in ms: from each record's send timestamp to its read by a consumer of the destination. The broker figures of "+
+			"load. Lag in ms: from each record's send timestamp to its read by a consumer of the destination. Mirrored/produced: "+
+			"records on the destination at the end against records acknowledged on the source; after each run both sides' records "+
+			"are compared by a digest of each partition (offsets, timestamps, keys, values). The broker figures of "+
 			"the results table are the destination's, per value byte mirrored.\n\n")
 		mt.markdown(w)
 	}
