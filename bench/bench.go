@@ -138,16 +138,22 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 		return 1
 	}
 	rep.Command = strings.TrimSpace("tandem bench " + strings.Join(args, " "))
+	return report(rep, err, *out, *svg)
+}
+
+// report prints the report, writes its files and checks every result;
+// runErr is the error that ended the run early, if any.
+func report(rep *Report, runErr error, out, svg string) int {
 	rep.WriteText(os.Stdout)
-	if *out != "" && *svg == "" {
-		*svg = strings.TrimSuffix(*out, filepath.Ext(*out)) + ".svg"
+	if out != "" && svg == "" {
+		svg = strings.TrimSuffix(out, filepath.Ext(out)) + ".svg"
 	}
-	if werr := writeReports(rep, *out, *svg); werr != nil {
+	if werr := writeReports(rep, out, svg); werr != nil {
 		fmt.Fprintln(os.Stderr, "tandem bench:", werr)
 		return 1
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "tandem bench:", err)
+	if runErr != nil {
+		fmt.Fprintln(os.Stderr, "tandem bench:", runErr)
 		return 1
 	}
 	code := 0
