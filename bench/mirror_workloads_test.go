@@ -55,6 +55,7 @@ func tinyMirror(k Kind) Workload {
 // workloads report both sides' CPU per byte against a produce measured in
 // the same run, and the unthrottled one its lag over the load.
 func TestMirrorCostAndUnthrottled(t *testing.T) {
+	t.Parallel()
 	prod := tinyMirror(Produce)
 	rep := runMirrorWorkloads(t, MirrorOptions{}, []Workload{prod, tinyMirror(Mirror), tinyMirror(MirrorUnthrottled)},
 		"Mirror cost per byte", "Mirror with an unthrottled producer")
@@ -82,6 +83,7 @@ func TestMirrorCostAndUnthrottled(t *testing.T) {
 // WAN proxy: every record crosses it, the link is reported, and the
 // 50 ms row is set against the 0 ms one.
 func TestMirrorRTT(t *testing.T) {
+	t.Parallel()
 	var ws []Workload
 	for _, rtt := range []time.Duration{0, 50 * time.Millisecond} {
 		w := tinyMirror(MirrorRTT)
@@ -112,6 +114,7 @@ func TestMirrorRTT(t *testing.T) {
 // TestMirrorScale mirrors 60 and 120 idle partitions by a topic pattern:
 // every partition caught up, both sides' idle figures, the curve's rows.
 func TestMirrorScale(t *testing.T) {
+	t.Parallel()
 	var ws []Workload
 	for _, n := range []int32{60, 120} {
 		w := tinyMirror(MirrorScale)
@@ -138,6 +141,7 @@ func TestMirrorScale(t *testing.T) {
 // local producer's latency on both sides of the mirror, the ratios to
 // this run's limits.
 func TestMirrorCatchUp(t *testing.T) {
+	t.Parallel()
 	r := &Runner{
 		Workloads:     []Workload{tinyMirror(MirrorCatchUp)},
 		Mirrors:       MirrorOptions{CatchUpBytes: 8 << 20, CatchUpLocalRate: 200, CatchUpBaseline: time.Second},
@@ -162,6 +166,7 @@ func TestMirrorCatchUp(t *testing.T) {
 // TestMirrorWorkloadFlags: which mirror workloads a command line makes,
 // with --quick's reduced parameters unless a flag says otherwise.
 func TestMirrorWorkloadFlags(t *testing.T) {
+	t.Parallel()
 	matrixOf := func(kinds string) ([]Workload, error) {
 		return matrix(kinds, "1024", "6", "all", "none", time.Second, 1, 1)
 	}
