@@ -44,9 +44,13 @@ type MirrorLag struct {
 	// the source did.
 	CaughtUp time.Duration
 
-	// The link between the clusters (mirror-rtt): round trip and window.
-	RTT    time.Duration
-	Window int64
+	// The link between the clusters (mirror-rtt): round trip, window,
+	// and the bytes the WAN proxy carried from the source to the
+	// destination (at least the values mirrored when every fetch crossed
+	// it).
+	RTT       time.Duration
+	Window    int64
+	LinkBytes int64
 
 	// Diverged is the first difference between the records of the source
 	// and the destination, "" when their digests are equal.
@@ -128,7 +132,7 @@ func (r *Runner) runMirror(ctx context.Context, dir string, w Workload, offered 
 		res.Mirror.Diverged = errors.Join(diverged...).Error()
 	}
 	if link != nil {
-		res.Mirror.RTT, res.Mirror.Window = link.RTT, link.Window
+		res.Mirror.RTT, res.Mirror.Window, res.Mirror.LinkBytes = link.RTT, link.Window, mp.wan.Forwarded()[1]
 	}
 	st, err := readProc(mp.dst.Pid)
 	if err != nil {
@@ -548,7 +552,7 @@ func (rep *Report) mirrorTable() *table {
 }
 
 // check is Check's part for a mirror result.
-func (m *MirrorLag) check(produced int64) error {
+func (m *MirrorLag) check(produced int64, recordSize int) error {
 	var errs []error
 	if m.Mirrored != produced {
 		errs = append(errs, fmt.Errorf("mirrored %d records, produced %d", m.Mirrored, produced))
@@ -561,6 +565,10 @@ func (m *MirrorLag) check(produced int64) error {
 	}
 	if m.Diverged != "" {
 		errs = append(errs, fmt.Errorf("the destination's records differ from the source's: %s", m.Diverged))
+	}
+	if m.Window > 0 && m.LinkBytes < m.Mirrored*int64(recordSize) {
+		errs = append(errs, fmt.Errorf("the WAN proxy carried %d bytes to the destination, less than the %d value bytes mirrored: the mirror went around it",
+			m.LinkBytes, m.Mirrored*int64(recordSize)))
 	}
 	if m.SrcCPUSecPerGB < 0 || m.ProducedRecsPerSec <= 0 || m.MirroredRecsPerSec < 0 || m.CaughtUp < 0 {
 		errs = append(errs, fmt.Errorf("figures out of range: source CPU %v s/GB, produced %v rec/s, mirrored %v rec/s, caught up after %v",

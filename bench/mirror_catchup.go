@@ -23,6 +23,7 @@ type CatchUpResult struct {
 	CatchUp, FirstProgress time.Duration
 	RTT                    time.Duration // of the restored link
 	Window                 int64
+	LinkBytes              int64  // carried by the WAN proxy from the source to the destination
 	Throttle               string // mirror.replication.throttled.rate as set with --set, "" unset
 
 	// The destination's own producer (acks=all, a local topic, LocalRate
@@ -104,6 +105,7 @@ func (r *Runner) runMirrorCatchUp(ctx context.Context, dir string, w Workload) (
 	if err := c.catchUp(ctx, mp, topic, w.Partitions, res.Produced, local); err != nil {
 		return res, err
 	}
+	c.LinkBytes = mp.wan.Forwarded()[1]
 	src, err1 := topicDigests(ctx, mp.src.Addr, topic, res.Produced)
 	dst, err2 := topicDigests(ctx, mp.dst.Addr, topic, res.Produced)
 	if err := errors.Join(err1, err2); err != nil {
@@ -284,6 +286,9 @@ func (c *CatchUpResult) check() error {
 	}
 	if c.BacklogRecords <= 0 || c.CatchUp <= 0 || c.FirstProgress < 0 || c.FirstProgress > c.CatchUp {
 		errs = append(errs, fmt.Errorf("backlog %d records, caught up after %v, first progress after %v", c.BacklogRecords, c.CatchUp, c.FirstProgress))
+	}
+	if c.LinkBytes < c.BacklogBytes {
+		errs = append(errs, fmt.Errorf("the WAN proxy carried %d bytes to the destination, less than the %d bytes of backlog: the mirror went around it", c.LinkBytes, c.BacklogBytes))
 	}
 	for name, l := range map[string]Latency{"with no mirror": c.LocalBase, "during the catch-up": c.LocalDur} {
 		if l.Samples == 0 || !(0 < l.P50 && l.P50 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {

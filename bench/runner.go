@@ -462,7 +462,7 @@ func (res Result) Check() error {
 	if res.Workload.Kind.mirrors() {
 		if res.Mirror == nil {
 			errs = append(errs, errors.New("no mirror figures"))
-		} else if err := res.Mirror.check(res.Produced); err != nil {
+		} else if err := res.Mirror.check(res.Produced, res.Workload.RecordSize); err != nil {
 			errs = append(errs, err)
 		}
 	}
