@@ -83,7 +83,10 @@ func (r *Runner) runMirrorScale(ctx context.Context, dir string, w Workload) (re
 	if err := mp.createMirror(ctx, map[string]string{"mirror.topics.include": "scale-.*"}); err != nil {
 		return res, err
 	}
-	if err := waitAllCaughtUp(ctx, mp, topics, time.Minute+time.Duration(w.Partitions)*20*time.Millisecond); err != nil {
+	progress := func(behind, of int, after time.Duration) {
+		r.logf("tandem   %-36s %d of %d partitions caught up after %v", w.Name(), of-behind, of, after.Round(time.Second))
+	}
+	if err := waitAllCaughtUp(ctx, mp, topics, time.Minute+time.Duration(w.Partitions)*20*time.Millisecond, progress); err != nil {
 		return res, err
 	}
 	s.CaughtUp = time.Since(start)
@@ -194,8 +197,9 @@ func fillPartitions(ctx context.Context, addr string, topics map[string]int32, r
 }
 
 // waitAllCaughtUp waits until every partition of the topics ends on the
-// destination where it ends on the source.
-func waitAllCaughtUp(ctx context.Context, mp *mirrorPair, topics map[string]int32, limit time.Duration) error {
+// destination where it ends on the source, telling progress every 30 s.
+func waitAllCaughtUp(ctx context.Context, mp *mirrorPair, topics map[string]int32, limit time.Duration,
+	progress func(behind, of int, after time.Duration)) error {
 	names := make([]string, 0, len(topics))
 	for t := range topics {
 		names = append(names, t)
@@ -204,7 +208,7 @@ func waitAllCaughtUp(ctx context.Context, mp *mirrorPair, topics map[string]int3
 	if err != nil {
 		return fmt.Errorf("source end offsets: %w", err)
 	}
-	behind := len(src)
+	behind, told := len(src), time.Now()
 	for start := time.Now(); time.Since(start) < limit; {
 		dst, err := partitionEnds(ctx, mp.dst.Addr, names)
 		if err == nil {
@@ -217,6 +221,10 @@ func waitAllCaughtUp(ctx context.Context, mp *mirrorPair, topics map[string]int3
 			if behind == 0 {
 				return nil
 			}
+		}
+		if time.Since(told) >= 30*time.Second {
+			progress(behind, len(src), time.Since(start))
+			told = time.Now()
 		}
 		select {
 		case <-ctx.Done():
