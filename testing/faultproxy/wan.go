@@ -1,6 +1,7 @@
 package faultproxy
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -161,15 +162,16 @@ func (p *WAN) pipe(dst, src net.Conn, dir int) {
 	acks := make(chan chunk, wanMaxReads)
 	go func() {
 		defer close(q)
-		size := min(wanReadSize, p.window)
+		// One buffer for the reads, a copy of the size read for the queue:
+		// requests are small and frequent, answers large.
+		buf := make([]byte, min(wanReadSize, p.window))
 		for {
-			b := make([]byte, size)
-			n, err := src.Read(b)
+			n, err := src.Read(buf)
 			if n > 0 {
 				if !win.acquire(int64(n)) {
 					return
 				}
-				q <- chunk{b[:n], time.Now().Add(time.Duration(p.rtt.Load()) / 2)}
+				q <- chunk{bytes.Clone(buf[:n]), time.Now().Add(time.Duration(p.rtt.Load()) / 2)}
 			}
 			if err != nil {
 				return
