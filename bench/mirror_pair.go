@@ -152,8 +152,17 @@ func (mp *mirrorPair) close() error {
 // (the third field of net.ipv4.tcp_rmem): what a long link's TCP
 // connection gets by default on this machine. 6 MiB, the kernel's default,
 // when it cannot be read.
-func tcpWindow() int64 {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_rmem")
+func tcpWindow() int64 { return sysctlMax("/proc/sys/net/ipv4/tcp_rmem", 6<<20) }
+
+// tcpSendBuffer is the most Linux autotunes a send buffer to (the third
+// field of net.ipv4.tcp_wmem, 4 MiB by default): a sender keeps its
+// unacknowledged bytes there, so it bounds the bytes in flight too.
+func tcpSendBuffer() int64 { return sysctlMax("/proc/sys/net/ipv4/tcp_wmem", 4<<20) }
+
+// sysctlMax reads the third field of a tcp_rmem-like file, def if it
+// cannot.
+func sysctlMax(path string, def int64) int64 {
+	b, err := os.ReadFile(path)
 	if err == nil {
 		if f := strings.Fields(string(b)); len(f) == 3 {
 			if n, err := strconv.ParseInt(f[2], 10, 64); err == nil && n > 0 {
@@ -161,5 +170,5 @@ func tcpWindow() int64 {
 			}
 		}
 	}
-	return 6 << 20
+	return def
 }

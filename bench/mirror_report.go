@@ -95,6 +95,8 @@ func (rep *Report) unthrottledTable() *table {
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.2f", d.Seconds()) }
 
+func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
+
 // rttTable: the mirror's throughput across each round trip, against its
 // throughput at 0 ms in the same run.
 func (rep *Report) rttTable() *table {
@@ -129,7 +131,9 @@ func (rep *Report) mirrorTables() []struct {
 	window := "the WAN proxy's window"
 	for _, r := range rep.Results {
 		if r.Mirror != nil && r.Mirror.Window > 0 {
-			window = fmt.Sprintf("%d MiB (net.ipv4.tcp_rmem's maximum here, what Linux autotunes a receive window to)", r.Mirror.Window>>20)
+			window = fmt.Sprintf("%s (net.ipv4.tcp_rmem's maximum here is %s: what Linux autotunes a receive window to; its "+
+				"net.ipv4.tcp_wmem maximum, which bounds a Linux sender's unacknowledged bytes, is %s: --mirror-window %d models that sender)",
+				mib(r.Mirror.Window), mib(tcpWindow()), mib(tcpSendBuffer()), tcpSendBuffer())
 			break
 		}
 	}

@@ -231,3 +231,43 @@ func TestMirrorWorkloadFlags(t *testing.T) {
 		t.Errorf("--quick mirror options: %+v", o)
 	}
 }
+
+// TestLagThirds: the lag's medians over the first and last third of a
+// load, and the verdict drawn from them.
+func TestLagThirds(t *testing.T) {
+	var samples []lagSample
+	for i := range 30 {
+		// A lag that grows by 100 records every 100 ms.
+		samples = append(samples, lagSample{at: time.Duration(i) * 100 * time.Millisecond, src: int64(1000 + 200*i), dst: int64(1000 + 100*i)})
+	}
+	first, last := lagThirds(samples, 3*time.Second)
+	if first != 450 || last != 2450 {
+		t.Fatalf("thirds %d and %d, want 450 and 2450", first, last)
+	}
+	for _, tc := range []struct {
+		first, last int64
+		produced    float64
+		bounded     bool
+	}{
+		{450, 2450, 1000, false}, // grew fivefold, more than 100 ms of records
+		{450, 900, 1000, true},   // at most twice
+		{10, 90, 1000, true},     // under 100 ms of records: noise
+		{0, 500, 1000, false},
+	} {
+		m := &MirrorLag{LagFirstThird: tc.first, LagLastThird: tc.last, ProducedRecsPerSec: tc.produced}
+		if got := m.lagBounded(); got != tc.bounded {
+			t.Errorf("first %d, last %d at %v rec/s: bounded %v, want %v", tc.first, tc.last, tc.produced, got, tc.bounded)
+		}
+	}
+}
+
+// TestScaleTopics: n partitions in topics of 50, the last with the rest.
+func TestScaleTopics(t *testing.T) {
+	ts := scaleTopics(120)
+	if len(ts) != 3 || ts["scale-00000"] != 50 || ts["scale-00001"] != 50 || ts["scale-00002"] != 20 {
+		t.Fatalf("scaleTopics(120) = %v", ts)
+	}
+	if w := tcpWindow(); w <= 0 {
+		t.Fatalf("tcpWindow() = %d", w)
+	}
+}
