@@ -27,7 +27,9 @@ child process) or against a running broker (--against), and prints a table.
 
 Usage: tandem bench [flags]
 
-  tandem bench --quick                      reduced matrix, under 2 minutes
+  tandem bench --quick                      reduced matrix, about 2 minutes
+  tandem bench --quick --workloads mirror-rtt,mirror-scale,mirror-catchup
+                                            reduced mirror workloads of issue 40
   tandem bench --out docs/benchmarks.md     full matrix, Markdown + SVG
   tandem bench --against 127.0.0.1:9092     client workloads against any broker
 
@@ -49,12 +51,12 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 	fs.SetOutput(io.Discard) // a bad flag is one line and --help goes to stdout, as in every tandem command
 	fs.Usage = func() {}
 	var (
-		quick       = fs.Bool("quick", false, "reduced matrix: 1 KiB and 100 B produce, consume backlog, e2e latency, mirror; 2s runs")
+		quick       = fs.Bool("quick", false, "reduced matrix: 1 KiB and 100 B produce, consume backlog, e2e latency, mirror, mirror-unthrottled; 2s runs")
 		out         = fs.String("out", "", "write a Markdown report to this file (and a plot next to it, .svg)")
 		svg         = fs.String("svg", "", "write the SVG plot to this file (default: --out with .svg)")
 		against     = fs.String("against", "", "host:port of a running Kafka-compatible broker (no process metrics)")
 		targets     = fs.String("targets", "tandem,kfake", "brokers to start: tandem, kfake")
-		kinds       = fs.String("workloads", "produce,consume,e2e", "workload kinds: produce, consume, e2e, mirror (unset: also mirror at 1 KiB, 6 partitions; with --quick: filters the quick matrix)")
+		kinds       = fs.String("workloads", "produce,consume,e2e", "workload kinds: produce, consume, e2e, mirror, mirror-unthrottled, mirror-rtt, mirror-scale, mirror-catchup (unset: all of them, mirror at 1 KiB and 6 partitions; with --quick: filters the quick matrix and the reduced mirror workloads)")
 		sizes       = fs.String("sizes", "100,1024,16384", "record value sizes in bytes")
 		partitions  = fs.String("partitions", "1,6,64", "partition counts")
 		acks        = fs.String("acks", "1,all", "acks (produce); consume and e2e use all when listed")
@@ -73,6 +75,7 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 		catchUp     = fs.Int64("cluster-catchup-bytes", 256<<20, "with --cluster: bytes a stopped follower falls behind before it returns (0: skip)")
 		failovers   = fs.Int("cluster-failovers", 20, "with --cluster: leader kills to time (0: skip)")
 		props       = kvFlag{}
+		mf          = addMirrorFlags(fs)
 	)
 	fs.Var(props, "set", "Tandem broker property key=value (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -103,17 +106,13 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 		Cluster: *cluster, ClusterCatchUpBytes: *catchUp, ClusterFailovers: *failovers,
 		ClusterWorkload: Workload{Kind: Produce, RecordSize: 1024, Partitions: 6, Acks: -1, Compression: "none",
 			Duration: *duration, Runs: *runs, Seed: *seed},
+		Mirrors: mf.options(*quick),
 	}
 	var err error
 	if *quick {
-		r.Workloads = QuickWorkloads(*seed)
-		if isSet(fs, "workloads") {
-			ks := splitList(*kinds)
-			r.Workloads = slices.DeleteFunc(r.Workloads, func(w Workload) bool { return !slices.Contains(ks, string(w.Kind)) })
-			if len(r.Workloads) == 0 {
-				fmt.Fprintf(os.Stderr, "tandem bench: --quick has no workloads of kinds %q\n", *kinds)
-				return 2
-			}
+		if r.Workloads, err = quickWithMirrors(*seed, mf, isSet(fs, "workloads"), *kinds); err != nil {
+			fmt.Fprintln(os.Stderr, "tandem bench:", err)
+			return 2
 		}
 		if !isSet(fs, "backlog") {
 			r.Backlog = 128 << 20
@@ -122,14 +121,13 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 			r.LimitDuration = time.Second
 		}
 	} else {
-		r.Workloads, err = matrix(*kinds, *sizes, *partitions, *acks, *compression, *duration, *runs, *seed)
+		steady := Workload{Kind: Mirror, RecordSize: 1024, Partitions: 6, Acks: -1, Compression: "none", Duration: *duration, Runs: *runs, Seed: *seed}
+		r.Workloads, err = fullWithMirrors(mf, isSet(fs, "workloads"), *kinds, steady, func(kinds string) ([]Workload, error) {
+			return matrix(kinds, *sizes, *partitions, *acks, *compression, *duration, *runs, *seed)
+		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "tandem bench:", err)
 			return 2
-		}
-		if !isSet(fs, "workloads") {
-			r.Workloads = append(r.Workloads, Workload{Kind: Mirror, RecordSize: 1024, Partitions: 6, Acks: -1,
-				Compression: "none", Duration: *duration, Runs: *runs, Seed: *seed})
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -140,16 +138,22 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 		return 1
 	}
 	rep.Command = strings.TrimSpace("tandem bench " + strings.Join(args, " "))
+	return report(rep, err, *out, *svg)
+}
+
+// report prints the report, writes its files and checks every result;
+// runErr is the error that ended the run early, if any.
+func report(rep *Report, runErr error, out, svg string) int {
 	rep.WriteText(os.Stdout)
-	if *out != "" && *svg == "" {
-		*svg = strings.TrimSuffix(*out, filepath.Ext(*out)) + ".svg"
+	if out != "" && svg == "" {
+		svg = strings.TrimSuffix(out, filepath.Ext(out)) + ".svg"
 	}
-	if werr := writeReports(rep, *out, *svg); werr != nil {
+	if werr := writeReports(rep, out, svg); werr != nil {
 		fmt.Fprintln(os.Stderr, "tandem bench:", werr)
 		return 1
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "tandem bench:", err)
+	if runErr != nil {
+		fmt.Fprintln(os.Stderr, "tandem bench:", runErr)
 		return 1
 	}
 	code := 0
@@ -160,6 +164,57 @@ func MainWithPlugins(args []string, plugins func() []any) int {
 		}
 	}
 	return code
+}
+
+// quickWithMirrors is --quick's matrix with mirror-unthrottled, or, with
+// --workloads, its workloads of those kinds among the quick matrix and
+// the reduced mirror workloads.
+func quickWithMirrors(seed int64, mf *mirrorFlags, filter bool, kinds string) ([]Workload, error) {
+	if !filter {
+		extra, err := mf.workloads(MirrorUnthrottled, true, seed)
+		return append(QuickWorkloads(seed), extra...), err
+	}
+	extra, err := mf.all(true, seed)
+	if err != nil {
+		return nil, err
+	}
+	ks := splitList(kinds)
+	ws := slices.DeleteFunc(append(QuickWorkloads(seed), extra...), func(w Workload) bool { return !slices.Contains(ks, string(w.Kind)) })
+	if len(ws) == 0 {
+		return nil, fmt.Errorf("--quick has no workloads of kinds %q", kinds)
+	}
+	return ws, nil
+}
+
+// fullWithMirrors is the full matrix (built by matrix from the kinds
+// that are a cross product) followed by the mirror workloads that have
+// their own parameters; with --workloads unset, steady and every other
+// mirror workload.
+func fullWithMirrors(mf *mirrorFlags, filter bool, kinds string, steady Workload, matrix func(kinds string) ([]Workload, error)) ([]Workload, error) {
+	var crossed, own []string
+	for _, k := range splitList(kinds) {
+		if Kind(k).mirrors() && Kind(k) != Mirror {
+			own = append(own, k)
+		} else {
+			crossed = append(crossed, k)
+		}
+	}
+	ws, err := matrix(strings.Join(crossed, ","))
+	if err != nil {
+		return nil, err
+	}
+	if !filter {
+		extra, err := mf.all(false, steady.Seed)
+		return append(append(ws, steady), extra...), err
+	}
+	for _, k := range own {
+		extra, err := mf.workloads(Kind(k), false, steady.Seed)
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, extra...)
+	}
+	return ws, nil
 }
 
 // QuickWorkloads is the reduced matrix of --quick.

@@ -242,6 +242,7 @@ func (b *brokerProc) Stop() error {
 type procStats struct {
 	CPU        time.Duration // user + system time
 	PeakRSS    int64         // VmHWM, bytes
+	RSS        int64         // VmRSS, bytes
 	WriteBytes int64         // bytes the process caused to be sent to storage
 }
 
@@ -273,6 +274,12 @@ func readProc(pid int) (procStats, error) {
 	if err := scanProcFile(fmt.Sprintf("/proc/%d/status", pid), "VmHWM:", func(v string) {
 		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 		s.PeakRSS = kb << 10
+	}); err != nil {
+		return s, err
+	}
+	if err := scanProcFile(fmt.Sprintf("/proc/%d/status", pid), "VmRSS:", func(v string) {
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		s.RSS = kb << 10
 	}); err != nil {
 		return s, err
 	}

@@ -15,8 +15,8 @@ import (
 
 func mirrorClientOpt() kgo.Opt { return admin.Opt() }
 
-func createMirror(ctx context.Context, cl *kgo.Client, name, source string) error {
-	return admin.New(cl).CreateMirror(ctx, name, map[string]string{"bootstrap.servers": source})
+func createMirrorWith(ctx context.Context, cl *kgo.Client, name string, configs map[string]string) error {
+	return admin.New(cl).CreateMirror(ctx, name, configs)
 }
 
 func addMirrorTopic(ctx context.Context, cl *kgo.Client, topic, mirror string) error {

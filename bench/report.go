@@ -68,6 +68,9 @@ func ratio(a, b float64) string {
 func (rep *Report) resultsTable() *table {
 	t := &table{head: []string{"target", "workload", "MB/s median (min-max)", "records/s", "e2e ms p50/p99/p999 @ offered rec/s", "broker CPU s/GB", "broker peak RSS MiB", "disk bytes/byte", "read/expected"}}
 	for _, r := range rep.Results {
+		if r.Workload.Kind == MirrorScale || r.Workload.Kind == MirrorCatchUp {
+			continue // no throughput of their own: their tables
+		}
 		if r.Err != "" {
 			msg := r.Err
 			if len(msg) > 120 {
@@ -105,7 +108,7 @@ func (rep *Report) resultsTable() *table {
 func (rep *Report) comparable() bool {
 	var tandem, kfake bool
 	for _, r := range rep.Results {
-		if r.Skip != "" || r.Workload.Kind == Mirror {
+		if r.Skip != "" || r.Workload.Kind.mirrors() {
 			continue
 		}
 		tandem = tandem || r.Target == "tandem"
@@ -128,7 +131,7 @@ func (rep *Report) relativeTable() *table {
 		l = &Limits{}
 	}
 	for _, r := range rep.Results {
-		if r.Target != "tandem" || r.Err != "" || r.Workload.Kind == Mirror {
+		if r.Target != "tandem" || r.Err != "" || r.Workload.Kind.mirrors() {
 			continue
 		}
 		k, ok := kf[r.Workload.Name()]
@@ -159,12 +162,18 @@ func (rep *Report) limitsTable() *table {
 
 // WriteText prints the tables for a terminal.
 func (rep *Report) WriteText(w io.Writer) {
-	if len(rep.Results) > 0 {
-		rep.resultsTable().text(w)
+	if rt := rep.resultsTable(); len(rt.rows) > 0 {
+		rt.text(w)
 	}
 	if mt := rep.mirrorTable(); len(mt.rows) > 0 {
 		fmt.Fprintln(w)
 		mt.text(w)
+	}
+	for _, mt := range rep.mirrorTables() {
+		if len(mt.t.rows) > 0 {
+			fmt.Fprintf(w, "\n%s\n", mt.title)
+			mt.t.text(w)
+		}
 	}
 	if rep.Limits != nil {
 		fmt.Fprintln(w)
@@ -218,19 +227,30 @@ func (rep *Report) WriteMarkdown(w io.Writer, svgName string) {
 	default:
 		fmt.Fprint(w, "Durability: no fsync before acknowledging (Tandem tandem.log.sync=false; kfake with DataDir, without SyncWrites).\n\n")
 	}
-	fmt.Fprintln(w, "## Results")
-	fmt.Fprintln(w)
-	rep.resultsTable().markdown(w)
+	if rt := rep.resultsTable(); len(rt.rows) > 0 {
+		fmt.Fprintln(w, "## Results")
+		fmt.Fprintln(w)
+		rt.markdown(w)
+	}
 	if mt := rep.mirrorTable(); len(mt.rows) > 0 {
 		fmt.Fprintln(w, "\n## Mirror")
 		fmt.Fprintln(w)
 		fmt.Fprint(w, "A source and a destination Tandem, each in a child process; the destination mirrors a topic of the source "+
 			"(plugins/mirror) while the source gets a steady offered load (50% of the median rate of the matching produce workload, "+
-			"or --mirror-rate). Mirrored records/s: the destination's growth from the start of the load until it ends where the source "+
+			"or --mirror-rate; mirror-unthrottled: as fast as the source acknowledges; mirror-rtt: --mirror-rtt-mbps across a round "+
+			"trip). Mirrored records/s: the destination's growth from the start of the load until it ends where the source "+
 			"does. Lag in records: source minus destination high watermarks, summed over partitions, sampled every 100 ms under the "+
-			"load. Lag in ms: from each record's send timestamp to its read by a consumer of the destination. The broker figures of "+
+			"load. Lag in ms: from each record's send timestamp to its read by a consumer of the destination. Mirrored/produced: "+
+			"records on the destination at the end against records acknowledged on the source; after each run both sides' records "+
+			"are compared by a digest of each partition (offsets, timestamps, keys, values). The broker figures of "+
 			"the results table are the destination's, per value byte mirrored.\n\n")
 		mt.markdown(w)
+	}
+	for _, mt := range rep.mirrorTables() {
+		if len(mt.t.rows) > 0 {
+			fmt.Fprintf(w, "\n## %s\n\n%s\n\n", mt.title, mt.about)
+			mt.t.markdown(w)
+		}
 	}
 	if rep.Limits != nil {
 		fmt.Fprintln(w, "\n## Limits of this machine")
@@ -287,7 +307,7 @@ func (rep *Report) WriteSVG(w io.Writer) {
 	var ok, lats []Result
 	maxMB := 0.0
 	for _, r := range rep.Results {
-		if r.Err != "" || r.Skip != "" {
+		if r.Err != "" || r.Skip != "" || r.Scale != nil || r.CatchUp != nil {
 			continue
 		}
 		ok = append(ok, r)

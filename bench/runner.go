@@ -48,8 +48,10 @@ type Result struct {
 	FirstErr   string
 	Err        string // the workload failed on this target: no figures
 
-	Mirror *MirrorLag // mirror only
-	Skip   string     // the workload does not apply to this target (kfake has no mirroring): no figures, shown as "-"
+	Mirror  *MirrorLag     // mirror, mirror-unthrottled, mirror-rtt
+	Scale   *ScaleResult   // mirror-scale
+	CatchUp *CatchUpResult // mirror-catchup
+	Skip    string         // the workload does not apply to this target (kfake has no mirroring): no figures, shown as "-"
 
 	// Broker process figures; zero against an external broker.
 	HasProc        bool
@@ -82,6 +84,8 @@ type Runner struct {
 	// MirrorRate is the offered load of mirror workloads in records/s; 0:
 	// half the median rate of the matching produce workload on Tandem.
 	MirrorRate float64
+	// Mirrors are the other mirror workloads' parameters.
+	Mirrors MirrorOptions
 	// RestartBytes, when set, measures a Tandem broker's restart after a
 	// SIGKILL with a log of this size on disk (after the workloads).
 	RestartBytes int64
@@ -153,73 +157,13 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		targets = []string{r.Against}
 	}
 	defer func() { rep.Duration = time.Since(rep.Started) }()
-	// A workload that fails on a target is reported as failed and the run
-	// goes on, so that one bad cell does not cost the rest of a long run.
-	fail := func(w Workload, target string, err error) {
-		r.logf("%-8s %-36s FAILED: %v", target, w.Name(), err)
-		rep.Results = append(rep.Results, Result{Workload: w, Target: target, Err: err.Error()})
-	}
-	maxRate := map[string]float64{} // target + produce workload name → median records/s
+	refs := map[string]produceRef{} // target + " " + produce workload name
 	for i, w := range r.Workloads {
-		// End-to-end latency is measured at the same offered load on every
-		// target: half the lowest median produce rate among them.
-		offered, runOn, measureOn := 0.0, targets, targets
-		if w.Kind == Mirror {
-			measureOn = nil
-			for _, target := range targets {
-				if target == "tandem" && r.Against == "" {
-					measureOn = append(measureOn, target)
-				} else {
-					r.logf("%-8s %-36s -: no mirroring", target, w.Name())
-					rep.Results = append(rep.Results, Result{Workload: w, Target: target, Skip: "no mirroring"})
-				}
-			}
-			runOn = measureOn
-			if r.MirrorRate > 0 {
-				offered = r.MirrorRate
-			}
-		}
-		if w.Kind == EndToEnd || (w.Kind == Mirror && offered == 0) {
-			offered, runOn = math.Inf(1), nil
-			for _, target := range measureOn {
-				rate, ok := maxRate[target+" "+w.produceKey()]
-				if !ok {
-					pw := w
-					pw.Kind, pw.Runs = Produce, 1
-					res, err := r.runOne(ctx, target, filepath.Join(dir, fmt.Sprintf("%s-%d-max", target, i)), pw, 0)
-					if err != nil {
-						fail(w, target, fmt.Errorf("measuring the max: %w", err))
-						continue
-					}
-					rate = res.RecsPerSec.Median
-				}
-				offered = min(offered, rate/2)
-				runOn = append(runOn, target)
-			}
-			if offered <= 0 {
-				for _, target := range runOn {
-					fail(w, target, errors.New("no produce rate measured to offer half of"))
-				}
-				runOn = nil
-			}
-		}
-		for _, target := range runOn {
-			run := r.runOne
-			if w.Kind == Mirror {
-				run = func(ctx context.Context, _, dir string, w Workload, offered float64) (Result, error) {
-					return r.runMirror(ctx, dir, w, offered)
-				}
-			}
-			res, err := run(ctx, target, filepath.Join(dir, fmt.Sprintf("%s-%d", target, i)), w, offered)
-			if err != nil {
-				fail(w, target, err)
-				continue
-			}
-			if w.Kind == Produce {
-				maxRate[target+" "+w.Name()] = res.RecsPerSec.Median
-			}
-			r.logf("%-8s %-36s %8.1f MB/s %10.0f rec/s%s", target, w.Name(), res.MBps.Median/1e6, res.RecsPerSec.Median, latencySuffix(res.Latency)+mirrorSuffix(res.Mirror))
-			rep.Results = append(rep.Results, res)
+		wdir := filepath.Join(dir, fmt.Sprintf("%d", i))
+		if w.Kind.mirrors() {
+			r.runMirrorWorkload(ctx, rep, wdir, w, targets, refs)
+		} else {
+			r.runClientWorkload(ctx, rep, wdir, w, targets, refs)
 		}
 		if err := ctx.Err(); err != nil {
 			return rep, err
@@ -240,6 +184,74 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		rep.Cluster = res
 	}
 	return rep, nil
+}
+
+// produceRef is what a produce workload measured on a target, for the
+// workloads that compare with it: its median rate and its broker's CPU
+// per GB.
+type produceRef struct{ recsPerSec, cpuPerGB float64 }
+
+// fail records that a workload failed on a target. A failed workload is
+// reported as such and the run goes on, so that one bad cell does not
+// cost the rest of a long run.
+func (r *Runner) fail(rep *Report, w Workload, target string, err error) {
+	r.logf("%-8s %-36s FAILED: %v", target, w.Name(), err)
+	rep.Results = append(rep.Results, Result{Workload: w, Target: target, Err: err.Error()})
+}
+
+// produceRefFor returns the figures of the produce workload matching w
+// on target: those of this run if it has measured them, else one run of
+// at most 5 s measured now.
+func (r *Runner) produceRefFor(ctx context.Context, refs map[string]produceRef, target, dir string, w Workload) (produceRef, error) {
+	key := target + " " + w.produceKey()
+	if ref, ok := refs[key]; ok {
+		return ref, nil
+	}
+	pw := w
+	pw.Kind, pw.Runs, pw.RTT, pw.Duration = Produce, 1, 0, min(w.Duration, 5*time.Second)
+	res, err := r.runOne(ctx, target, dir+"-"+target+"-max", pw, 0)
+	if err != nil {
+		return produceRef{}, err
+	}
+	refs[key] = produceRef{res.RecsPerSec.Median, res.CPUSecPerGB}
+	return refs[key], nil
+}
+
+// runClientWorkload runs a produce, consume or e2e workload on every
+// target. End-to-end latency is measured at the same offered load on
+// every target: half the lowest median produce rate among them.
+func (r *Runner) runClientWorkload(ctx context.Context, rep *Report, dir string, w Workload, targets []string, refs map[string]produceRef) {
+	offered, runOn := 0.0, targets
+	if w.Kind == EndToEnd {
+		offered, runOn = math.Inf(1), nil
+		for _, target := range targets {
+			ref, err := r.produceRefFor(ctx, refs, target, dir, w)
+			if err != nil {
+				r.fail(rep, w, target, fmt.Errorf("measuring the max: %w", err))
+				continue
+			}
+			offered = min(offered, ref.recsPerSec/2)
+			runOn = append(runOn, target)
+		}
+		if offered <= 0 {
+			for _, target := range runOn {
+				r.fail(rep, w, target, errors.New("no produce rate measured to offer half of"))
+			}
+			runOn = nil
+		}
+	}
+	for _, target := range runOn {
+		res, err := r.runOne(ctx, target, dir+"-"+target, w, offered)
+		if err != nil {
+			r.fail(rep, w, target, err)
+			continue
+		}
+		if w.Kind == Produce {
+			refs[target+" "+w.Name()] = produceRef{res.RecsPerSec.Median, res.CPUSecPerGB}
+		}
+		r.logf("%-8s %-36s %8.1f MB/s %10.0f rec/s%s", target, w.Name(), res.MBps.Median/1e6, res.RecsPerSec.Median, latencySuffix(res.Latency))
+		rep.Results = append(rep.Results, res)
+	}
 }
 
 func latencySuffix(l *Latency) string {
@@ -417,6 +429,18 @@ func (res Result) Check() error {
 	if res.Skip != "" {
 		return nil
 	}
+	switch res.Workload.Kind {
+	case MirrorScale:
+		if res.Scale == nil {
+			return errors.New("no mirror-scale figures")
+		}
+		return res.Scale.check()
+	case MirrorCatchUp:
+		if res.CatchUp == nil {
+			return errors.New("no mirror-catchup figures")
+		}
+		return res.CatchUp.check()
+	}
 	var errs []error
 	if res.Errors > 0 {
 		errs = append(errs, fmt.Errorf("%d errors (first: %s)", res.Errors, res.FirstErr))
@@ -435,10 +459,10 @@ func (res Result) Check() error {
 			errs = append(errs, fmt.Errorf("latency percentiles: %+v", *l))
 		}
 	}
-	if res.Workload.Kind == Mirror {
+	if res.Workload.Kind.mirrors() {
 		if res.Mirror == nil {
 			errs = append(errs, errors.New("no mirror figures"))
-		} else if err := res.Mirror.check(res.Produced); err != nil {
+		} else if err := res.Mirror.check(res.Produced, res.Workload.RecordSize); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -33,6 +33,9 @@ type Workload struct {
 	Duration    time.Duration
 	Runs        int   // measured runs; figures are the median with min and max
 	Seed        int64 // payload bytes are a function of the seed alone
+	// RTT is the round trip between the clusters of a mirror-rtt
+	// workload (through a WAN proxy); part of its name.
+	RTT time.Duration
 }
 
 // Name is a stable, topic-safe name such as "produce-1KiB-p6-acksall-none".
@@ -41,7 +44,11 @@ func (w Workload) Name() string {
 	if w.Acks == -1 {
 		acks = "acksall"
 	}
-	return fmt.Sprintf("%s-%s-p%d-%s-%s", w.Kind, sizeName(w.RecordSize), w.Partitions, acks, w.Compression)
+	name := fmt.Sprintf("%s-%s-p%d-%s-%s", w.Kind, sizeName(w.RecordSize), w.Partitions, acks, w.Compression)
+	if w.Kind == MirrorRTT {
+		name += fmt.Sprintf("-rtt%dms", w.RTT.Milliseconds())
+	}
+	return name
 }
 
 func sizeName(n int) string {
@@ -60,8 +67,10 @@ func (w Workload) produceKey() string {
 
 func (w Workload) validate() error {
 	switch {
-	case w.Kind != Produce && w.Kind != Consume && w.Kind != EndToEnd && w.Kind != Mirror:
+	case w.Kind != Produce && w.Kind != Consume && w.Kind != EndToEnd && !w.Kind.mirrors():
 		return fmt.Errorf("unknown workload kind %q", w.Kind)
+	case w.RTT < 0 || (w.RTT > 0 && w.Kind != MirrorRTT):
+		return fmt.Errorf("round trip %v: only a mirror-rtt workload has one", w.RTT)
 	case w.RecordSize < 16:
 		return fmt.Errorf("record size %d: must be at least 16 bytes", w.RecordSize)
 	case w.Partitions < 1:
@@ -338,6 +347,7 @@ type consumer struct {
 	target    atomic.Int64 // -1 until known
 	latencies bool
 	lat       []time.Duration
+	digests   map[int32]*digest // nil: not kept (see withDigests)
 	errs      int64
 	closeOnce sync.Once
 }
@@ -353,6 +363,13 @@ func newConsumer(addr, topic string, latencies bool) (*consumer, error) {
 }
 
 func (c *consumer) want(n int64) { c.target.Store(n) }
+
+// withDigests makes the consumer keep a digest of each partition's
+// records, read once run has returned.
+func (c *consumer) withDigests() *consumer {
+	c.digests = map[int32]*digest{}
+	return c
+}
 
 func (c *consumer) close() { c.closeOnce.Do(c.cl.Close) }
 
@@ -394,6 +411,9 @@ func (c *consumer) run(ctx context.Context) error {
 		fs.EachRecord(func(r *kgo.Record) {
 			n++
 			b += int64(len(r.Value))
+			if c.digests != nil {
+				c.digestOf(r.Partition).add(r)
+			}
 			if c.latencies && binary.BigEndian.Uint64(r.Value[8:]) != 0 { // not the warm-up record
 				c.lat = append(c.lat, now.Sub(sentAt(r.Value)))
 			}
