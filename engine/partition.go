@@ -65,7 +65,9 @@ type Partition struct {
 	aborted     []abortedTxn // by Last
 	openTxns    int          // producers with an open transaction
 	waitCh      chan struct{}
-	gen         uint64 // bumped by anything that removes or rewrites batches
+	waiters     waiters // Watch(w, false): woken with waitCh
+	endWaiters  waiters // Watch(w, true): woken when the log end moves
+	gen         uint64  // bumped by anything that removes or rewrites batches
 
 	// What was appended since the last sync round took it: entries in the
 	// order they must be applied, and producers whose state changed.
@@ -147,6 +149,7 @@ func (p *Partition) persistStateLocked() error {
 func (p *Partition) notifyLocked() {
 	close(p.waitCh)
 	p.waitCh = make(chan struct{})
+	p.waiters.wake()
 }
 
 // Wait returns a channel closed the next time the high watermark
@@ -801,4 +804,12 @@ func (p *Partition) advance(end int64) int64 {
 	defer p.mu.Unlock()
 	p.advanceLocked(end)
 	return p.hwm
+}
+
+// Deleted reports whether the partition was deleted: a holder of it must
+// look the partition up again.
+func (p *Partition) Deleted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.deleted
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -42,6 +41,8 @@ type fetchPart struct {
 	// from their files (see fetchResponse); whoever drops them closes them.
 	recs   *engine.Records
 	nbytes int
+	// ep is the engine's partition as last looked up (fetchedPartition).
+	ep *engine.Partition
 	// replicaSeen: this request's fetch offset was recorded as the
 	// follower's log end (once per request, not per long-poll read).
 	replicaSeen bool
@@ -147,28 +148,28 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 		deadline = t.C
 	}
 	for {
-		total, done, waits := b.readParts(parts, maxBytes, iso, replica, req.Version)
-		if done || total >= int(req.MinBytes) || deadline == nil || len(waits) == 0 {
+		// One waiter for every partition read: woken by the first of
+		// them to move, and by the fetch itself once it stops waiting,
+		// so that the partitions it watched drop it.
+		w := engine.NewWaiter()
+		total, done, watched := b.readParts(parts, maxBytes, iso, replica, req.Version, w)
+		if done || total >= int(req.MinBytes) || deadline == nil || !watched {
+			w.Wake()
 			break
 		}
-		cases := make([]reflect.SelectCase, 0, len(waits)+2)
-		cases = append(cases,
-			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(deadline)},
-			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
-		for _, w := range waits {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
-		}
-		chosen, _, _ := reflect.Select(cases)
-		if chosen == 1 {
+		select {
+		case <-w.C():
+		case <-deadline:
+			deadline = nil // one last read below
+		case <-ctx.Done():
+			w.Wake()
 			for _, fp := range parts {
 				fp.recs.Close()
 				fp.recs = nil
 			}
 			return nil, nil // the client is gone or the broker is closing: no one to answer
 		}
-		if chosen == 0 {
-			deadline = nil // one last read below
-		}
+		w.Wake()
 	}
 
 	// Build the response: every partition for a full fetch, only those
@@ -213,12 +214,12 @@ type replicaFetch struct {
 
 // readParts reads every partition once into its out field. total is the
 // bytes read; done is true when the fetch must be answered now (an error or
-// a diverging epoch); waits are channels that close when a read partition's
-// high watermark moves.
-func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolation, replica replicaFetch, version int16) (total int, done bool, waits []<-chan struct{}) {
-	var leaderRate int64 // leader.replication.throttled.rate, 0: unlimited
+// a diverging epoch); each partition read wakes w when its high watermark
+// moves (a follower's: its log end), and watched says there was one.
+func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolation, replica replicaFetch, version int16, w *engine.Waiter) (total int, done bool, watched bool) {
+	rd := partReader{b: b, iso: iso, replica: replica, version: version, w: w}
 	if replica.id >= 0 {
-		leaderRate = b.repl.LeaderThrottleRate()
+		rd.leaderRate = b.repl.LeaderThrottleRate() // leader.replication.throttled.rate, 0: unlimited
 	}
 	for _, fp := range parts {
 		o := &fp.out
@@ -227,131 +228,191 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		o.HighWatermark = -1
 		fp.recs.Close() // from an earlier read of this fetch
 		fp.recs, fp.nbytes = nil, 0
-		fail := func(err *kerr.Error) {
-			o.ErrorCode = err.Code
-			done = true
+		n, stop, read := rd.read(fp, maxBytes-total, total == 0)
+		if o.ErrorCode != 0 {
 			b.m.fetchErrors.Inc()
 		}
-		if fp.denied {
-			fail(kerr.TopicAuthorizationFailed)
-			continue
+		total, done, watched = total+n, done || stop, watched || read
+	}
+	return total, done, watched
+}
+
+// partReader reads one partition of a fetch (readParts).
+type partReader struct {
+	b          *Broker
+	iso        engine.Isolation
+	replica    replicaFetch
+	version    int16
+	w          *engine.Waiter
+	leaderRate int64
+}
+
+// read reads fp into fp.out and fp.recs with at most left bytes (first:
+// nothing was read before it, so a first batch larger than left passes,
+// KIP-74). n is the bytes read, done says the fetch must be answered
+// now, watched that the partition will wake the fetch's waiter.
+func (rd *partReader) read(fp *fetchPart, left int, first bool) (n int, done, watched bool) {
+	b, o := rd.b, &fp.out
+	fail := func(err *kerr.Error) (int, bool, bool) {
+		o.ErrorCode = err.Code
+		return 0, true, watched
+	}
+	if fp.denied {
+		return fail(kerr.TopicAuthorizationFailed)
+	}
+	if fp.topic == nil {
+		if rd.version >= 13 {
+			return fail(kerr.UnknownTopicID)
 		}
-		if fp.topic == nil {
-			if version >= 13 {
-				fail(kerr.UnknownTopicID)
-			} else {
-				fail(kerr.UnknownTopicOrPartition)
-			}
-			continue
+		return fail(kerr.UnknownTopicOrPartition)
+	}
+	ep, part, kerrErr := b.fetchedPartition(fp)
+	if kerrErr != nil {
+		o.CurrentLeader.LeaderID, o.CurrentLeader.LeaderEpoch = part.Leader, part.LeaderEpoch
+		return fail(kerrErr)
+	}
+	// KIP-320: a fetcher with an older epoch is fenced; a newer one
+	// means our metadata is behind.
+	if e := fp.req.CurrentLeaderEpoch; e != -1 && e != part.LeaderEpoch {
+		o.CurrentLeader.LeaderID, o.CurrentLeader.LeaderEpoch = part.Leader, part.LeaderEpoch
+		if e < part.LeaderEpoch {
+			return fail(kerr.FencedLeaderEpoch)
 		}
-		ep, part, kerrErr := b.ledPartition(fp.topic, fp.key.partition)
-		if kerrErr != nil {
-			fail(kerrErr)
-			o.CurrentLeader.LeaderID, o.CurrentLeader.LeaderEpoch = part.Leader, part.LeaderEpoch
-			continue
+		return fail(kerr.UnknownLeaderEpoch)
+	}
+	var seq int64
+	if rd.replica.id >= 0 {
+		if err := b.repl.CheckReplica(fp.topic.ID, fp.key.partition, rd.replica.id, rd.replica.epoch, *part); err != nil {
+			return fail(err)
 		}
-		// KIP-320: a fetcher with an older epoch is fenced; a newer one
-		// means our metadata is behind.
-		if e := fp.req.CurrentLeaderEpoch; e != -1 && e != part.LeaderEpoch {
-			if e < part.LeaderEpoch {
-				fail(kerr.FencedLeaderEpoch)
-			} else {
-				fail(kerr.UnknownLeaderEpoch)
-			}
-			o.CurrentLeader.LeaderID, o.CurrentLeader.LeaderEpoch = part.Leader, part.LeaderEpoch
-			continue
+		// Stamped before the read, which sees every truncation
+		// that happened before the stamp.
+		seq = b.repl.StampFetch()
+		ep.Watch(rd.w, true) // followers wait for new data, not for the hwm
+	} else {
+		ep.Watch(rd.w, false) // before reading: no missed wakeup
+	}
+	watched = true
+	offs := ep.Offsets()
+	o.HighWatermark, o.LastStableOffset, o.LogStartOffset = offs.HighWatermark, offs.LastStable, offs.LogStart
+	if fp.req.LastFetchedEpoch >= 0 && rd.version >= 12 {
+		// The fetcher's log may have diverged from ours: tell it
+		// where its last epoch ends here so it truncates.
+		epoch, end := ep.EndOffsetForEpoch(fp.req.LastFetchedEpoch)
+		if epoch < fp.req.LastFetchedEpoch || end < fp.req.FetchOffset {
+			o.DivergingEpoch.Epoch, o.DivergingEpoch.EndOffset = epoch, end
+			return 0, true, watched
 		}
-		var seq int64
-		if replica.id >= 0 {
-			if err := b.repl.CheckReplica(fp.topic.ID, fp.key.partition, replica.id, replica.epoch, part); err != nil {
-				fail(err)
-				continue
-			}
-			// Stamped before the read, which sees every truncation
-			// that happened before the stamp.
-			seq = b.repl.StampFetch()
-			waits = append(waits, ep.WaitEnd()) // followers wait for new data, not for the hwm
-		} else {
-			waits = append(waits, ep.Wait()) // before reading: no missed wakeup
-		}
-		offs := ep.Offsets()
-		o.HighWatermark, o.LastStableOffset, o.LogStartOffset = offs.HighWatermark, offs.LastStable, offs.LogStart
-		if fp.req.LastFetchedEpoch >= 0 && version >= 12 {
-			// The fetcher's log may have diverged from ours: tell it
-			// where its last epoch ends here so it truncates.
-			epoch, end := ep.EndOffsetForEpoch(fp.req.LastFetchedEpoch)
-			if epoch < fp.req.LastFetchedEpoch || end < fp.req.FetchOffset {
-				o.DivergingEpoch.Epoch, o.DivergingEpoch.EndOffset = epoch, end
-				done = true
-				continue
-			}
-		}
-		if replica.id >= 0 && fp.req.FetchOffset <= offs.LogEnd && !fp.replicaSeen {
-			// The follower's log matched ours up to its fetch offset:
-			// recorded once per request (a fetch answered with a
-			// diverging epoch or out of range is not).
-			fp.replicaSeen = true
-			b.repl.Fetched(fp.topic.ID, fp.key.partition, replica.id, fp.req.FetchOffset, seq)
-		}
-		limit := min(int(fp.req.PartitionMaxBytes), maxBytes-total)
-		if limit <= 0 {
-			continue // the response is full; report positions only
-		}
-		throttled := leaderRate > 0 && replication.LeaderThrottled(fp.topic, fp.key.partition, replica.id, part)
-		if throttled {
-			// Kafka's leader throttle: over the quota, a throttled
-			// follower out of the ISR gets positions only.
-			if b.repl.LeaderQuota().Wait(leaderRate, time.Now()) > 0 {
-				continue
-			}
-			limit = int(min(int64(limit), leaderRate)) // a second's worth
-		}
-		readIso := iso
-		if replica.id >= 0 {
-			readIso = engine.ReadLogEnd // a follower reads up to the log end
-		}
-		res, recs, err := ep.FetchRecords(fp.req.FetchOffset, limit, readIso)
-		if err != nil {
-			o.ErrorCode = plugin.ErrorCode(err)
-			o.HighWatermark, o.LastStableOffset, o.LogStartOffset = -1, -1, -1
-			if replica.id >= 0 && errors.Is(err, kerr.OffsetOutOfRange) {
-				// A follower below our log start starts its log over
-				// there (server/replication/follower.go): tell it where that is.
-				o.LogStartOffset = ep.Offsets().LogStart
-			}
-			done = true
-			b.m.fetchErrors.Inc()
-			continue
-		}
-		o.HighWatermark, o.LastStableOffset, o.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
-		if replica.id >= 0 && replication.MirrorLeaderEpoch(&fp.req.UnknownTags) >= 0 {
-			// A follower of a mirror partition: the latest epoch in
-			// the log, read after the records so that it bounds them
-			// (server/replication/mirror_epoch.go).
-			replication.SetMirrorLeaderEpoch(&o.UnknownTags, ep.LastFetchedEpoch())
-		}
-		n := recs.Len()
-		// KIP-74: only the first batch of the response may exceed the
-		// limits, so that a large batch never blocks a consumer.
-		if total > 0 && n > limit {
-			recs.Close()
-			continue
-		}
-		fp.recs, fp.nbytes = recs, n
-		if throttled {
-			b.repl.LeaderQuota().Record(n, leaderRate, time.Now())
-			b.m.throttledLeader.Add(n)
-		}
-		for _, a := range res.AbortedTxns {
-			o.AbortedTransactions = append(o.AbortedTransactions, kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
-		}
-		if iso == engine.ReadCommitted && o.AbortedTransactions == nil {
+	}
+	if rd.replica.id >= 0 && fp.req.FetchOffset <= offs.LogEnd && !fp.replicaSeen {
+		// The follower's log matched ours up to its fetch offset:
+		// recorded once per request (a fetch answered with a
+		// diverging epoch or out of range is not).
+		fp.replicaSeen = true
+		b.repl.Fetched(fp.topic.ID, fp.key.partition, rd.replica.id, fp.req.FetchOffset, seq)
+	}
+	limit := min(int(fp.req.PartitionMaxBytes), left)
+	if limit <= 0 {
+		return 0, false, watched // the response is full; report positions only
+	}
+	if rd.replica.id < 0 && fp.req.FetchOffset == visibleEnd(offs, rd.iso) {
+		// A consumer at the end of what it may read: nothing to read
+		// (the common case of a session's idle partitions).
+		if rd.iso == engine.ReadCommitted {
 			o.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
 		}
-		total += n
-		b.m.fetchBytes.Add(n)
+		return 0, false, watched
 	}
-	return total, done, waits
+	n, stop := rd.records(fp, ep, *part, limit, first)
+	return n, stop, watched
+}
+
+// visibleEnd is where a consumer at isolation iso stops reading.
+func visibleEnd(offs engine.Offsets, iso engine.Isolation) int64 {
+	if iso == engine.ReadCommitted {
+		return offs.LastStable
+	}
+	return offs.HighWatermark
+}
+
+// records reads fp's records (at most limit bytes, more only for a
+// first batch) into fp.recs.
+func (rd *partReader) records(fp *fetchPart, ep *engine.Partition, part metadata.Partition, limit int, first bool) (n int, done bool) {
+	b, o := rd.b, &fp.out
+	throttled := rd.leaderRate > 0 && replication.LeaderThrottled(fp.topic, fp.key.partition, rd.replica.id, part)
+	if throttled {
+		// Kafka's leader throttle: over the quota, a throttled
+		// follower out of the ISR gets positions only.
+		if b.repl.LeaderQuota().Wait(rd.leaderRate, time.Now()) > 0 {
+			return 0, false
+		}
+		limit = int(min(int64(limit), rd.leaderRate)) // a second's worth
+	}
+	readIso := rd.iso
+	if rd.replica.id >= 0 {
+		readIso = engine.ReadLogEnd // a follower reads up to the log end
+	}
+	res, recs, err := ep.FetchRecords(fp.req.FetchOffset, limit, readIso)
+	if err != nil {
+		o.ErrorCode = plugin.ErrorCode(err)
+		o.HighWatermark, o.LastStableOffset, o.LogStartOffset = -1, -1, -1
+		if rd.replica.id >= 0 && errors.Is(err, kerr.OffsetOutOfRange) {
+			// A follower below our log start starts its log over
+			// there (server/replication/follower.go): tell it where that is.
+			o.LogStartOffset = ep.Offsets().LogStart
+		}
+		return 0, true
+	}
+	o.HighWatermark, o.LastStableOffset, o.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
+	if rd.replica.id >= 0 && replication.MirrorLeaderEpoch(&fp.req.UnknownTags) >= 0 {
+		// A follower of a mirror partition: the latest epoch in
+		// the log, read after the records so that it bounds them
+		// (server/replication/mirror_epoch.go).
+		replication.SetMirrorLeaderEpoch(&o.UnknownTags, ep.LastFetchedEpoch())
+	}
+	n = recs.Len()
+	// KIP-74: only the first batch of the response may exceed the
+	// limits, so that a large batch never blocks a consumer.
+	if !first && n > limit {
+		recs.Close()
+		return 0, false
+	}
+	fp.recs, fp.nbytes = recs, n
+	if throttled {
+		b.repl.LeaderQuota().Record(n, rd.leaderRate, time.Now())
+		b.m.throttledLeader.Add(n)
+	}
+	for _, a := range res.AbortedTxns {
+		o.AbortedTransactions = append(o.AbortedTransactions, kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
+	}
+	if rd.iso == engine.ReadCommitted && o.AbortedTransactions == nil {
+		o.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
+	}
+	b.m.fetchBytes.Add(n)
+	return n, false
+}
+
+// fetchedPartition is ledPartition for a fetch's partition, which keeps
+// the engine's partition between the rounds of a fetch session (a
+// partition deleted meanwhile is looked up again).
+func (b *Broker) fetchedPartition(fp *fetchPart) (*engine.Partition, *metadata.Partition, *kerr.Error) {
+	t, p := fp.topic, fp.key.partition
+	if p < 0 || int(p) >= len(t.Partitions) {
+		return nil, &metadata.Partition{}, kerr.UnknownTopicOrPartition
+	}
+	part := &t.Partitions[p]
+	if part.Leader != b.cfg.NodeID {
+		return nil, part, kerr.NotLeaderForPartition
+	}
+	if fp.ep == nil || fp.ep.Deleted() {
+		fp.ep = b.engine.Partition(t.ID, p)
+	}
+	if fp.ep == nil {
+		// The image says we lead it but the engine has not created it:
+		// only possible for an image not yet applied, so ask for a retry.
+		return nil, part, kerr.NotLeaderForPartition
+	}
+	return fp.ep, part, nil
 }
 
 // fetchSession is a KIP-227 incremental fetch session: the partitions a
