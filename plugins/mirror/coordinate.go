@@ -192,17 +192,48 @@ func (p *Plugin) writeState(ctx context.Context, k mirrorstate.PartitionKey, id 
 			out = next
 			return nil
 		}
-		if err := p.writeRemote(ctx, node, k, wire.StatePartition{
-			PartitionIndex: k.Partition, LastMirroredOffset: next.LMO, State: int8(next.State), LastMirrorEpoch: next.LME,
-			Reason: next.Reason, TopicID: id, StopOffset: next.StopAt, StopEpoch: next.StopEpoch, StopDone: next.StopDone, StopIndex: next.StopIndex,
-			CutSet: next.Cut.Set, CutAt: next.Cut.At, CutTime: next.Cut.Time, CutRecords: next.Cut.Records, CutMs: next.Cut.Ms, CompleteAt: next.CompleteAt,
-		}); err != nil {
+		if err := p.writeRemote(ctx, node, k, statePartition(k.Partition, id, next)); err != nil {
 			return err
 		}
 		out = next
 		return nil
 	})
 	return out, err
+}
+
+// statePartition is a partition's state as WriteMirrorStates carries it.
+func statePartition(partition int32, id uuid.UUID, st mirrorstate.PartitionState) wire.StatePartition {
+	return wire.StatePartition{
+		PartitionIndex: partition, LastMirroredOffset: st.LMO, State: int8(st.State), LastMirrorEpoch: st.LME,
+		Reason: st.Reason, TopicID: id, StopOffset: st.StopAt, StopEpoch: st.StopEpoch, StopDone: st.StopDone, StopIndex: st.StopIndex,
+		CutSet: st.Cut.Set, CutAt: st.Cut.At, CutTime: st.Cut.Time, CutRecords: st.Cut.Records, CutMs: st.Cut.Ms, CompleteAt: st.CompleteAt,
+	}
+}
+
+// writeRemoteTopics sends the states of several partitions, by topic, in
+// one WriteMirrorStates to coordinator node.
+func (p *Plugin) writeRemoteTopics(ctx context.Context, node int32, mirror string, topics map[string][]wire.StatePartition) error {
+	req := &wire.WriteMirrorStatesRequest{MirrorName: mirror}
+	for name, parts := range topics {
+		req.TopicsUpdated = append(req.TopicsUpdated, wire.StatesTopic{Name: name, Partitions: parts})
+	}
+	resp, err := p.send(ctx, node, req)
+	if err != nil {
+		return err
+	}
+	r := resp.(*wire.WriteMirrorStatesResponse)
+	if r.ErrorCode != 0 {
+		return fmt.Errorf("writing mirror states on broker %d: %w", node, wire.ErrorForCode(r.ErrorCode))
+	}
+	var errs []error
+	for _, t := range r.Topics {
+		for _, sp := range t.Partitions {
+			if sp.ErrorCode != 0 {
+				errs = append(errs, fmt.Errorf("writing mirror state of %s-%d on broker %d: %w", t.Name, sp.PartitionIndex, node, wire.ErrorForCode(sp.ErrorCode)))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // writeRemote sends one partition's WriteMirrorStates to coordinator

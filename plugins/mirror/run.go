@@ -53,6 +53,8 @@ type mirrorRun struct {
 	src     source        // the source loop's own state
 	gen     atomic.Uint64 // fetch.Target.Generation: see changed
 
+	ctl control // the control loop's own
+
 	mu       sync.Mutex // guards what follows; never held across I/O
 	failed   string     // why the source cannot be used ("" if it can)
 	code     int16
@@ -248,6 +250,7 @@ func (r *mirrorRun) controlStep() error {
 	r.mu.Unlock()
 	parts := r.sortedParts(nil)
 	var errs []error
+	var due []*ledPartition // CompleteAt to persist
 	for _, pt := range parts {
 		st, _ := r.state(pt.topicPartition)
 		var err error
@@ -265,11 +268,16 @@ func (r *mirrorRun) controlStep() error {
 			if sle, ok := bumps[pt.topicPartition]; ok {
 				err = r.bumpEpoch(pt, bumpMinEpoch(sle))
 			}
-			err = errors.Join(err, r.saveComplete(pt, completeEvery))
+			if r.completeDue(pt, completeEvery) {
+				due = append(due, pt)
+			}
 		}
 		if err != nil && r.ctx.Err() == nil {
 			errs = append(errs, fmt.Errorf("%s-%d (%s): %w", pt.topic, pt.partition, st, err))
 		}
+	}
+	if err := r.saveCompletes(due); err != nil && r.ctx.Err() == nil {
+		errs = append(errs, err)
 	}
 	if err := r.finishStops(parts); err != nil {
 		errs = append(errs, err)
@@ -286,21 +294,15 @@ func (r *mirrorRun) release() {
 }
 
 // syncParts brings r.parts in line with the mirror's topics and the
-// partitions this broker leads, and reads each one's persisted state.
+// partitions this broker leads, and reads each one's persisted state:
+// all of them when the image changed, else only those of the
+// __mirror_state shards that changed since last read (changedStates).
 func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
-	host := r.p.Host()
-	want := map[topicPartition]uuid.UUID{}
-	for name, mt := range m.Topics {
-		t := img.Topics[name]
-		if t == nil || t.ID != mt.ID {
-			continue
-		}
-		for i, pp := range t.Partitions {
-			if pp.Leader == host.NodeID() {
-				want[topicPartition{name, int32(i)}] = t.ID
-			}
-		}
+	full := img != r.ctl.img
+	if full {
+		r.ctl.setWant(r.p, r.name, img, m)
 	}
+	want := r.ctl.want
 	moved := false // partitions or their states changed: tell the fetchers
 	defer func() {
 		if moved {
@@ -322,49 +324,127 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 	if err := r.p.ensureStateTopic(r.ctx); err != nil {
 		return err
 	}
-	states := r.p.readStatesBatch(r.ctx, r.name, want)
-	for k, id := range want {
-		st, ok := states[k]
-		var err error
-		if !ok {
-			if st, err = r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.topic, Partition: k.partition}, id); err != nil {
-				return err
-			}
+	states, err := r.changedStates(full)
+	if err != nil {
+		return err
+	}
+	for k, st := range states {
+		changed, err := r.syncPart(img, m, k, want[k], st)
+		if err != nil {
+			return err
 		}
-		if stopped := m.Topics[k.topic].Stopped; !stopped && (st.State == mirrorstate.Unknown || st.State == mirrorstate.Stopped && int64(img.Index) >= st.StopIndex) {
-			// A new mirror partition, or one added again (failback). A
-			// STOPPED partition whose stop this image does not show yet
-			// (another broker finished the topic a moment ago) is not.
-			if st, err = r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.topic, Partition: k.partition}, id, func(s *mirrorstate.PartitionState) error {
-				s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex, s.Cut = mirrorstate.Preparing, "", -1, -1, false, 0, mirrorstate.Cut{At: -1}
-				return nil
-			}); err != nil {
-				return err
-			}
-		}
-		r.mu.Lock()
-		pt := r.parts[k]
-		if pt == nil {
-			pt = &ledPartition{topicPartition: k, id: id, leader: -1, leaderEpoch: -1, srcEnd: -1, lagMs: -1, logStartTo: -1}
-			r.parts[k] = pt
-			moved = true
-		}
-		if pt.state != st.State {
-			pt.stopDone, moved = false, true
-		}
-		if st.State == mirrorstate.Stopping && st.StopDone {
-			pt.stopDone = true // done by this partition's earlier leader
-		}
-		pt.state, pt.reason = st.State, st.Reason
-		if pt.caughtUpAt.IsZero() && st.CompleteAt > 0 { // a restart: as last persisted
-			pt.caughtUpAt, pt.savedAt = time.UnixMilli(st.CompleteAt), st.CompleteAt
-		}
-		if ep := host.Partition(id, k.partition); ep != nil {
-			pt.dstLEO = ep.Offsets().LogEnd
-		}
-		r.mu.Unlock()
+		moved = moved || changed
 	}
 	return nil
+}
+
+// syncPart takes in one partition's persisted state; changed says the
+// partition is new here or its state moved.
+func (r *mirrorRun) syncPart(img *metadata.Image, m *metadata.Mirror, k topicPartition, id uuid.UUID, st mirrorstate.PartitionState) (changed bool, err error) {
+	if stopped := m.Topics[k.topic].Stopped; !stopped && (st.State == mirrorstate.Unknown || st.State == mirrorstate.Stopped && int64(img.Index) >= st.StopIndex) {
+		// A new mirror partition, or one added again (failback). A
+		// STOPPED partition whose stop this image does not show yet
+		// (another broker finished the topic a moment ago) is not.
+		if st, err = r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.topic, Partition: k.partition}, id, func(s *mirrorstate.PartitionState) error {
+			s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex, s.Cut = mirrorstate.Preparing, "", -1, -1, false, 0, mirrorstate.Cut{At: -1}
+			return nil
+		}); err != nil {
+			return false, err
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pt := r.parts[k]
+	if pt == nil {
+		pt = &ledPartition{topicPartition: k, id: id, leader: -1, leaderEpoch: -1, srcEnd: -1, lagMs: -1, logStartTo: -1}
+		r.parts[k] = pt
+		changed = true
+	}
+	if pt.state != st.State {
+		pt.stopDone, changed = false, true
+	}
+	if st.State == mirrorstate.Stopping && st.StopDone {
+		pt.stopDone = true // done by this partition's earlier leader
+	}
+	pt.state, pt.reason = st.State, st.Reason
+	if pt.caughtUpAt.IsZero() && st.CompleteAt > 0 { // a restart: as last persisted
+		pt.caughtUpAt, pt.savedAt = time.UnixMilli(st.CompleteAt), st.CompleteAt
+	}
+	if ep := r.p.Host().Partition(id, k.partition); ep != nil {
+		pt.dstLEO = ep.Offsets().LogEnd
+	}
+	return changed, nil
+}
+
+// control is what the control loop keeps between its steps: the
+// partitions it wants as of an image, grouped by their __mirror_state
+// shard, and the version of each local shard as it last read it.
+type control struct {
+	img    *metadata.Image
+	want   map[topicPartition]uuid.UUID
+	shards map[int32][]topicPartition
+	seen   map[int32]shardMark
+}
+
+// shardMark is a local shard as last read: a shard that is still the
+// same object at the same version has no news.
+type shardMark struct {
+	shard   *mirrorstate.Shard
+	version uint64
+}
+
+// setWant computes the mirror partitions this broker leads in img.
+func (c *control) setWant(p *Plugin, mirror string, img *metadata.Image, m *metadata.Mirror) {
+	c.img, c.want, c.shards = img, map[topicPartition]uuid.UUID{}, map[int32][]topicPartition{}
+	me := p.Host().NodeID()
+	for name, mt := range m.Topics {
+		t := img.Topics[name]
+		if t == nil || t.ID != mt.ID {
+			continue
+		}
+		for i, pp := range t.Partitions {
+			if pp.Leader == me {
+				k := topicPartition{name, int32(i)}
+				c.want[k] = t.ID
+				shard := p.PartitionFor(coordKey(mirror, t.ID, int32(i)))
+				c.shards[shard] = append(c.shards[shard], k)
+			}
+		}
+	}
+}
+
+// changedStates reads the persisted states of the wanted partitions
+// that may have changed: every one when full, else those of the local
+// shards whose version moved, and every one on a shard another broker
+// coordinates (read from it each step).
+func (r *mirrorRun) changedStates(full bool) (map[topicPartition]mirrorstate.PartitionState, error) {
+	c := &r.ctl
+	if full || c.seen == nil {
+		c.seen = map[int32]shardMark{}
+	}
+	out := map[topicPartition]mirrorstate.PartitionState{}
+	remote := map[topicPartition]uuid.UUID{}
+	for shard, keys := range c.shards {
+		if err := r.p.readShardLocal(r.ctx, r.name, shard, keys, c.want, c.seen, out); err != nil {
+			for _, k := range keys {
+				remote[k] = c.want[k]
+			}
+		}
+	}
+	for k, st := range r.p.readStatesBatch(r.ctx, r.name, remote) {
+		out[k] = st
+	}
+	for k, id := range remote {
+		if _, ok := out[k]; ok {
+			continue
+		}
+		st, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.topic, Partition: k.partition}, id)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = st
+	}
+	return out, nil
 }
 
 // completeEvery is how often a mirroring partition persists when it last
@@ -372,16 +452,25 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 // restart may count it complete up to, at most this much behind.
 const completeEvery = 10 * time.Second
 
+// completeDue reports whether the partition's CompleteAt moved by at
+// least every since last persisted.
+func (r *mirrorRun) completeDue(pt *ledPartition, every time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	complete := pt.completeAt()
+	at := complete.UnixMilli()
+	return !complete.IsZero() && at > pt.savedAt && at-pt.savedAt >= every.Milliseconds()
+}
+
 // saveComplete persists the partition's CompleteAt if it moved by at
 // least every since last persisted.
 func (r *mirrorRun) saveComplete(pt *ledPartition, every time.Duration) error {
-	r.mu.Lock()
-	complete := pt.completeAt()
-	at, saved, known := complete.UnixMilli(), pt.savedAt, !complete.IsZero()
-	r.mu.Unlock()
-	if !known || at <= saved || at-saved < every.Milliseconds() {
+	if !r.completeDue(pt, every) {
 		return nil
 	}
+	r.mu.Lock()
+	at := pt.completeAt().UnixMilli()
+	r.mu.Unlock()
 	if _, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}, pt.id, func(s *mirrorstate.PartitionState) error {
 		s.CompleteAt = max(s.CompleteAt, at)
 		return nil
@@ -392,6 +481,48 @@ func (r *mirrorRun) saveComplete(pt *ledPartition, every time.Duration) error {
 	pt.savedAt = at
 	r.mu.Unlock()
 	return nil
+}
+
+// saveCompletes persists the CompleteAt of parts: one write a
+// __mirror_state shard on this broker, one read and one write a broker
+// that coordinates others, so that ten thousand quiet partitions cost a
+// few writes every completeEvery, not ten thousand.
+func (r *mirrorRun) saveCompletes(parts []*ledPartition) error {
+	if len(parts) == 0 {
+		return nil
+	}
+	byShard := map[int32][]completeSave{}
+	r.mu.Lock()
+	for _, pt := range parts {
+		shard := r.p.PartitionFor(coordKey(r.name, pt.id, pt.partition))
+		byShard[shard] = append(byShard[shard], completeSave{k: pt.topicPartition, id: pt.id, at: pt.completeAt().UnixMilli()})
+	}
+	r.mu.Unlock()
+	remote := map[topicPartition]completeSave{}
+	for shard, saves := range byShard {
+		if err := r.p.saveCompletesLocal(r.ctx, r.name, shard, saves); err != nil {
+			for _, c := range saves {
+				remote[c.k] = c
+			}
+		}
+	}
+	var err error
+	if len(remote) > 0 {
+		err = r.p.saveCompletesRemote(r.ctx, r.name, remote)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, saves := range byShard {
+		for _, c := range saves {
+			if _, unsaved := remote[c.k]; unsaved && err != nil {
+				continue // tried again at the next step
+			}
+			if pt := r.parts[c.k]; pt != nil {
+				pt.savedAt = max(pt.savedAt, c.at)
+			}
+		}
+	}
+	return err
 }
 
 // setState persists a partition's new state; the coordinator refuses

@@ -128,6 +128,13 @@ type Shard struct {
 	Parts map[PartitionKey]*PartitionState
 	// Diverged are the divergence manifest entries.
 	Diverged map[ManifestKey]*ManifestEntry
+	// Version counts the changes to Parts that a partition's leader
+	// acts on (all but CompleteAt and the last mirrored offset and
+	// epoch, which only the leader itself writes), so that a reader
+	// that saw version v of this shard knows there is nothing new while
+	// it still is v: a destination leader checks its local shards each
+	// second without reading every partition's state.
+	Version uint64
 }
 
 var _ coord.StateMachine = (*Shard)(nil)
@@ -150,7 +157,14 @@ func (s *Shard) get(k PartitionKey) *PartitionState {
 // Set makes st the partition's state, once the records StateRecords
 // returned for it are written.
 func (s *Shard) Set(k PartitionKey, st PartitionState) {
-	*s.get(k) = st
+	p := s.get(k)
+	was, now := *p, st
+	was.CompleteAt, was.LMO, was.LME = 0, 0, 0
+	now.CompleteAt, now.LMO, now.LME = 0, 0, 0
+	if was != now {
+		s.Version++
+	}
+	*p = st
 }
 
 // Replay implements coord.StateMachine.
@@ -183,8 +197,10 @@ func (s *Shard) Replay(key, value []byte) error {
 		return nil
 	case value == nil:
 		delete(s.Parts, k)
+		s.Version++
 		return nil
 	}
+	s.Version++
 	version := v.Int16()
 	p := s.get(k)
 	switch typ {

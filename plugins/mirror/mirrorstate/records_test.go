@@ -196,3 +196,31 @@ func TestReplayRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestShardVersion: the version moves with what a partition's leader
+// acts on (its state, reason, the failover's fields), not with what only
+// the leader writes (CompleteAt, the last mirrored offset and epoch).
+func TestShardVersion(t *testing.T) {
+	s := NewShard()
+	k := PartitionKey{Mirror: "m", Topic: "t", Partition: 0}
+	st := NewPartitionState()
+	st.State = Mirroring
+	s.Set(k, st)
+	v := s.Version
+	if v == 0 {
+		t.Fatal("a new partition's state did not move the version")
+	}
+	st.CompleteAt, st.LMO, st.LME = 1000, 5, 2
+	s.Set(k, st)
+	if s.Version != v {
+		t.Fatalf("CompleteAt and the last mirrored offset moved the version: %d to %d", v, s.Version)
+	}
+	if s.Parts[k].CompleteAt != 1000 {
+		t.Fatalf("CompleteAt %d not kept", s.Parts[k].CompleteAt)
+	}
+	st.State = Pausing
+	s.Set(k, st)
+	if s.Version == v {
+		t.Fatal("a state change did not move the version")
+	}
+}
