@@ -30,7 +30,7 @@ func addMirrorFlags(fs *flag.FlagSet) *mirrorFlags {
 		rtts:                fs.String("mirror-rtts", "0,100ms,200ms", "mirror-rtt: round trips between the clusters (--quick: the same)"),
 		rttMBps:             fs.Float64("mirror-rtt-mbps", 95, "mirror-rtt: offered load on the source, MB/s of 1 KiB values (acks=all)"),
 		rttDuration:         fs.Duration("mirror-rtt-duration", 20*time.Second, "mirror-rtt: length of the load at each round trip (--quick: 5s)"),
-		window:              fs.Int64("mirror-window", 0, "mirror-rtt, mirror-catchup: the WAN proxy's window per connection and direction, bytes (0: net.ipv4.tcp_rmem's maximum)"),
+		window:              fs.Int64("mirror-window", 0, "mirror-rtt, mirror-catchup: the WAN proxy's window per connection and direction, bytes (0: the smaller of net.ipv4.tcp_rmem's and tcp_wmem's maximums, what Linux lets one connection have in flight)"),
 		unthrottledDuration: fs.Duration("mirror-unthrottled-duration", 20*time.Second, "mirror-unthrottled: length of the load (--quick: 6s)"),
 		scale:               fs.String("mirror-scale", "1000,10000,50000", "mirror-scale: idle mirrored partitions, in topics of 50 (--quick: 500,2000)"),
 		scaleRecords:        fs.Int("mirror-scale-records", 3, "mirror-scale: records per partition"),

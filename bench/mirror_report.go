@@ -131,9 +131,10 @@ func (rep *Report) mirrorTables() []struct {
 	window := "the WAN proxy's window"
 	for _, r := range rep.Results {
 		if r.Mirror != nil && r.Mirror.Window > 0 {
-			window = fmt.Sprintf("%s (net.ipv4.tcp_rmem's maximum here is %s: what Linux autotunes a receive window to; its "+
-				"net.ipv4.tcp_wmem maximum, which bounds a Linux sender's unacknowledged bytes, is %s: --mirror-window %d models that sender)",
-				mib(r.Mirror.Window), mib(tcpWindow()), mib(tcpSendBuffer()), tcpSendBuffer())
+			window = fmt.Sprintf("%s (by default the smaller of net.ipv4.tcp_rmem's maximum, %s here, what Linux autotunes a receive window to, "+
+				"and net.ipv4.tcp_wmem's, %s here, what it autotunes a sender's buffer of unacknowledged bytes to: what one connection "+
+				"has in flight on this machine without tuning)",
+				mib(r.Mirror.Window), mib(tcpWindow()), mib(tcpSendBuffer()))
 			break
 		}
 	}

@@ -77,7 +77,7 @@ func (o MirrorOptions) window() int64 {
 	if o.Window > 0 {
 		return o.Window
 	}
-	return tcpWindow()
+	return min(tcpWindow(), tcpSendBuffer())
 }
 func (o MirrorOptions) scaleRecords() int          { return orDefault(o.ScaleRecords, 3) }
 func (o MirrorOptions) scaleIdle() time.Duration   { return orDefault(o.ScaleIdle, 30*time.Second) }

@@ -365,10 +365,19 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 		unlock()
 		return fail(AppendResult{}, fmt.Errorf("%s-%d: log unavailable after a storage error (%v): %w", p.topic, p.part, p.failed, kerr.KafkaStorageError))
 	}
-	bufp := writeBufs.Get().(*[]byte)
-	defer writeBufs.Put(bufp)
-	res, buf, err := p.prepareLocked(req, batches, metas, assign, cfg, (*bufp)[:0])
-	*bufp = buf[:0]
+	var buf []byte
+	var res AppendResult
+	if assign {
+		bufp := writeBufs.Get().(*[]byte)
+		defer writeBufs.Put(bufp) // after the write below
+		res, buf, err = p.prepareLocked(req, batches, metas, assign, cfg, (*bufp)[:0])
+		*bufp = buf[:0]
+	} else {
+		// Copied batches (a mirror's, a follower's) are written as they
+		// came: nothing in them changes, and the engine keeps none of
+		// their bytes after the write.
+		res, buf, err = p.prepareLocked(req, batches, metas, assign, cfg, nil)
+	}
 	if err == nil && !res.Duplicate {
 		err = p.writeLocked(buf, metas, cfg, p.applyLocked)
 	}
@@ -389,7 +398,7 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 		defer p.e.closeMu.RUnlock()
 		if sync {
 			<-round.done
-			if err := round.failed[p]; err != nil {
+			if err := round.err; err != nil {
 				return AppendResult{}, fmt.Errorf("%s-%d: sync: %v: %w", p.topic, p.part, err, kerr.KafkaStorageError)
 			}
 		}
@@ -459,7 +468,8 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 		size += len(b)
 	}
 	// Sized up front: growing would copy every batch again.
-	if cap(buf) < size {
+	inPlace := buf == nil && !assign && size == len(req.Records)
+	if !inPlace && cap(buf) < size {
 		buf = make([]byte, 0, size)
 	}
 	fail := func(err error) (AppendResult, []byte, error) {
@@ -477,8 +487,13 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 			}
 		}
 		// The batch is copied once, into buf, and its offsets are set
-		// in the copy: the caller's records are only read.
-		buf = append(buf, b...)
+		// in the copy: the caller's records are only read. In place,
+		// buf is the caller's records.
+		if inPlace {
+			buf = req.Records[:len(buf)+len(b)]
+		} else {
+			buf = append(buf, b...)
+		}
 		b = batch(buf[len(buf)-len(b):])
 		batches[i] = b
 		if assign {

@@ -12,12 +12,15 @@ import (
 // that recovery after a crash has little to replay.
 const lazySyncInterval = time.Second
 
-// syncer group-commits appends: one goroutine fsyncs every segment file
-// written since its last round, then writes the metadata of what became
-// durable (index entries, producer state, epochs, aborted transactions,
-// recovery points) to Pebble in one unsynced batch per partition, then
-// wakes the appends that wait. Appends arriving during a round wait for
-// the next one, so one fdatasync per file covers all of them.
+// syncer group-commits appends: a round fsyncs every segment file written
+// since the last round, each in a goroutine of its own, and as each
+// file's sync ends writes the metadata of what became durable in it
+// (index entries, producer state, epochs, aborted transactions, recovery
+// points) to Pebble in one unsynced batch and wakes the appends to it
+// that wait. Appends arriving during a round wait for the next one, so
+// one fdatasync per file covers all of them; an append does not wait for
+// other partitions' syncs (a mirror catching up writes tens of MiB a
+// round, which a local producer's few KiB must not wait behind).
 //
 // Pebble never holds metadata of bytes that are not durable in a segment
 // file: a crash can lose Pebble's unsynced tail (recovery then replays
@@ -32,30 +35,39 @@ type syncer struct {
 	next  *syncRound   // the round that will cover appends registered now
 }
 
-// syncRound is one group commit. Its done channel closes when the files
-// are synced; failed holds the partitions whose sync failed.
+// syncRound is one group commit, by partition.
 type syncRound struct {
-	done   chan struct{}
-	failed map[*Partition]error
+	parts map[*Partition]*partSync // written under syncer.mu until the round starts
 }
 
-func newSyncRound() *syncRound { return &syncRound{done: make(chan struct{})} }
+// partSync is a partition's part of a round: done closes once its file
+// is synced and its metadata written (err: the sync failed).
+type partSync struct {
+	done chan struct{}
+	err  error
+}
+
+func newSyncRound() *syncRound { return &syncRound{parts: map[*Partition]*partSync{}} }
 
 func newSyncer(e *Engine) *syncer {
 	return &syncer{e: e, kick: make(chan struct{}, 1), next: newSyncRound()}
 }
 
-// register notes that p has pending metadata and returns the round that
-// will cover what p has written so far. urgent wakes the syncer (an
-// append waits for it); otherwise the lazy timer picks p up. The caller
-// holds p.mu.
-func (s *syncer) register(p *Partition, urgent bool) *syncRound {
+// register notes that p has pending metadata and returns p's part of the
+// round that will cover what p has written so far. urgent wakes the
+// syncer (an append waits for it); otherwise the lazy timer picks p up.
+// The caller holds p.mu.
+func (s *syncer) register(p *Partition, urgent bool) *partSync {
 	s.mu.Lock()
 	if !p.dirty {
 		p.dirty = true
 		s.dirty = append(s.dirty, p)
 	}
-	r := s.next
+	ps := s.next.parts[p]
+	if ps == nil {
+		ps = &partSync{done: make(chan struct{})}
+		s.next.parts[p] = ps
+	}
 	s.mu.Unlock()
 	if urgent {
 		select {
@@ -63,7 +75,7 @@ func (s *syncer) register(p *Partition, urgent bool) *syncRound {
 		default:
 		}
 	}
-	return r
+	return ps
 }
 
 // run is the syncer goroutine; it returns after a last round once stop
@@ -92,17 +104,10 @@ func (s *syncer) round() {
 	}
 	s.dirty, s.next = nil, newSyncRound()
 	s.mu.Unlock()
-	defer close(r.done)
-	if len(parts) == 0 {
-		return
-	}
-	type work struct {
-		p   *Partition
-		w   pendingMeta
-		err error
-	}
-	ws := make([]work, 0, len(parts))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
 	for _, p := range parts {
+		ps := r.parts[p]
 		// metaMu is held until the metadata is applied: a truncation or
 		// retention pass of p waits for this round rather than commit
 		// before entries taken here.
@@ -112,36 +117,31 @@ func (s *syncer) round() {
 		p.mu.Unlock()
 		if !ok {
 			p.metaMu.Unlock()
+			close(ps.done)
 			continue
 		}
-		ws = append(ws, work{p: p, w: w})
-	}
-	// fdatasync in parallel: the filesystem merges concurrent syncs into
-	// one journal commit, where one after the other would each wait for
-	// their own.
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	for i := range ws {
+		// fdatasync in parallel: the filesystem merges concurrent syncs
+		// into one journal commit, where one after the other would each
+		// wait for their own.
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			ws[i].err = ws[i].w.sync(s.e)
+			s.finish(p, w, ps)
 		}()
 	}
 	wg.Wait()
-	for i := range ws {
-		w := &ws[i]
-		if w.err != nil {
-			if r.failed == nil {
-				r.failed = make(map[*Partition]error)
-			}
-			r.failed[w.p] = w.err
-			w.p.syncFailed(w.w, w.err)
-		} else {
-			w.p.applyPending(w.w, pebble.NoSync)
-			w.p.advance(w.w.end)
-		}
-		w.p.metaMu.Unlock()
+}
+
+// finish syncs p's file, writes the metadata that became durable (or
+// rolls p back if the sync failed) and wakes p's appends.
+func (s *syncer) finish(p *Partition, w pendingMeta, ps *partSync) {
+	defer close(ps.done)
+	defer p.metaMu.Unlock()
+	if ps.err = w.sync(s.e); ps.err != nil {
+		p.syncFailed(w, ps.err)
+		return
 	}
+	p.applyPending(w, pebble.NoSync)
+	p.advance(w.end)
 }
