@@ -195,7 +195,7 @@ func (c *conn) roundTrip(ctx context.Context, req kmsg.Request, v int16) (kmsg.R
 	resp := req.ResponseKind()
 	resp.SetVersion(v)
 	var buf []byte
-	if err := c.recv(ctx, resp, &buf, func(n int) error { return nil }); err != nil {
+	if err := c.recv(ctx, resp, &buf, func(n int) (int, error) { return n, nil }); err != nil {
 		return nil, err
 	}
 	return resp, nil
@@ -218,9 +218,10 @@ func (c *conn) send(ctx context.Context, req kmsg.Request) error {
 
 // recv reads the answer to the oldest request sent into *buf (grown when
 // it is too small; its bytes are the answer's until the next recv into
-// it) and decodes it into resp, whose version is set. reserve is called
-// with the answer's size before the buffer grows for it: it may refuse.
-func (c *conn) recv(ctx context.Context, resp kmsg.Response, buf *[]byte, reserve func(n int) error) error {
+// it) and decodes it into resp, whose version is set. grow is called
+// with the answer's size before the buffer grows for it: it returns the
+// capacity to allocate (at least n), or refuses.
+func (c *conn) recv(ctx context.Context, resp kmsg.Response, buf *[]byte, grow func(n int) (int, error)) error {
 	defer c.watch(ctx)()
 	if len(c.sent) == 0 {
 		return errors.New("no request to read the answer of")
@@ -239,10 +240,11 @@ func (c *conn) recv(ctx context.Context, resp kmsg.Response, buf *[]byte, reserv
 		return fmt.Errorf("an answer of %d bytes (at most %d are read)", n, maxAnswer)
 	}
 	if n > cap(*buf) {
-		if err := reserve(n); err != nil {
+		size, err := grow(n)
+		if err != nil {
 			return err
 		}
-		*buf = make([]byte, n)
+		*buf = make([]byte, max(n, size))
 	}
 	b := (*buf)[:n]
 	if _, err := io.ReadFull(c.br, b); err != nil {

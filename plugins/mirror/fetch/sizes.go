@@ -120,14 +120,22 @@ func (s *sizes) reserve() {
 	}
 }
 
-// grow is conn.recv's reserve: an answer of n bytes needs a buffer of n.
-func (s *sizes) grow(n int) error {
-	if extra := int64(n) - s.held; extra > 0 {
+// grow is conn.recv's: an answer of n bytes does not fit the buffer. The
+// new buffer is as large as the answer limit and then some (answers a
+// little larger than the last would each allocate, and zero, a fresh
+// buffer the kernel then faults in page by page), or n if larger.
+func (s *sizes) grow(n int) (int, error) {
+	size := max(n, int(s.answer)+answerSlack)
+	if extra := int64(size) - s.held; extra > 0 {
 		s.budget.force(extra)
 		s.held += extra
 	}
-	return nil
+	return size, nil
 }
+
+// answerSlack is what an answer may carry beyond its record bytes
+// (headers of its topics and partitions) before its buffer grows.
+const answerSlack = 256 << 10
 
 // adapt sets the next limits from an answer: total record bytes, and
 // whether some partition was bound by its limit.
