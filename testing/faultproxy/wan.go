@@ -61,6 +61,14 @@ func ListenWAN(target string, rtt time.Duration, window int64) (*WAN, error) {
 // Addr is the proxy's address.
 func (p *WAN) Addr() string { return p.ln.Addr().String() }
 
+// SetTarget changes where new connections go (a broker that advertises
+// the proxy's address is started after the proxy).
+func (p *WAN) SetTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
 // SetRTT changes the round trip for the bytes read from now on.
 func (p *WAN) SetRTT(rtt time.Duration) { p.rtt.Store(int64(rtt)) }
 
@@ -134,7 +142,10 @@ func (p *WAN) serve(c net.Conn) {
 		return
 	}
 	defer p.track(c, false)
-	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	up, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		return
 	}
