@@ -328,30 +328,46 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 	if err != nil {
 		return err
 	}
-	for k, st := range states {
-		changed, err := r.syncPart(img, m, k, want[k], st)
-		if err != nil {
-			return err
-		}
-		moved = moved || changed
+	if err = r.startParts(img, m, states); err != nil {
+		r.ctl.seen = nil // read again the shards of the partitions that did not start
 	}
-	return nil
+	for k, st := range states {
+		moved = r.syncPart(k, want[k], st) || moved
+	}
+	return err
+}
+
+// startParts moves the partitions of states that start (again) to
+// PREPARING, in one batch: a new mirror partition, or one added again
+// (failback). A STOPPED partition whose stop img does not show yet
+// (another broker finished the topic a moment ago) is not. A partition
+// whose write failed is dropped from states (read again next step).
+func (r *mirrorRun) startParts(img *metadata.Image, m *metadata.Mirror, states map[topicPartition]mirrorstate.PartitionState) error {
+	var ups []stateUpdate
+	for k, st := range states {
+		if stopped := m.Topics[k.topic].Stopped; !stopped && (st.State == mirrorstate.Unknown || st.State == mirrorstate.Stopped && int64(img.Index) >= st.StopIndex) {
+			ups = append(ups, stateUpdate{k: k, id: r.ctl.want[k], update: func(s *mirrorstate.PartitionState) error {
+				s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex, s.Cut = mirrorstate.Preparing, "", -1, -1, false, 0, mirrorstate.Cut{At: -1}
+				return nil
+			}})
+		}
+	}
+	if len(ups) == 0 {
+		return nil
+	}
+	done, failed := r.p.writeStateBatch(r.ctx, r.name, ups)
+	maps.Copy(states, done)
+	var err error
+	for k, e := range failed {
+		delete(states, k)
+		err = e
+	}
+	return err
 }
 
 // syncPart takes in one partition's persisted state; changed says the
 // partition is new here or its state moved.
-func (r *mirrorRun) syncPart(img *metadata.Image, m *metadata.Mirror, k topicPartition, id uuid.UUID, st mirrorstate.PartitionState) (changed bool, err error) {
-	if stopped := m.Topics[k.topic].Stopped; !stopped && (st.State == mirrorstate.Unknown || st.State == mirrorstate.Stopped && int64(img.Index) >= st.StopIndex) {
-		// A new mirror partition, or one added again (failback). A
-		// STOPPED partition whose stop this image does not show yet
-		// (another broker finished the topic a moment ago) is not.
-		if st, err = r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.topic, Partition: k.partition}, id, func(s *mirrorstate.PartitionState) error {
-			s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex, s.Cut = mirrorstate.Preparing, "", -1, -1, false, 0, mirrorstate.Cut{At: -1}
-			return nil
-		}); err != nil {
-			return false, err
-		}
-	}
+func (r *mirrorRun) syncPart(k topicPartition, id uuid.UUID, st mirrorstate.PartitionState) (changed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pt := r.parts[k]
@@ -373,7 +389,7 @@ func (r *mirrorRun) syncPart(img *metadata.Image, m *metadata.Mirror, k topicPar
 	if ep := r.p.Host().Partition(id, k.partition); ep != nil {
 		pt.dstLEO = ep.Offsets().LogEnd
 	}
-	return changed, nil
+	return changed
 }
 
 // control is what the control loop keeps between its steps: the
@@ -483,46 +499,37 @@ func (r *mirrorRun) saveComplete(pt *ledPartition, every time.Duration) error {
 	return nil
 }
 
-// saveCompletes persists the CompleteAt of parts: one write a
-// __mirror_state shard on this broker, one read and one write a broker
-// that coordinates others, so that ten thousand quiet partitions cost a
-// few writes every completeEvery, not ten thousand.
+// saveCompletes persists the CompleteAt of parts (writeStateBatch: a few
+// writes every completeEvery for ten thousand quiet partitions, not ten
+// thousand).
 func (r *mirrorRun) saveCompletes(parts []*ledPartition) error {
 	if len(parts) == 0 {
 		return nil
 	}
-	byShard := map[int32][]completeSave{}
+	var ups []stateUpdate
+	at := map[topicPartition]int64{}
 	r.mu.Lock()
 	for _, pt := range parts {
-		shard := r.p.PartitionFor(coordKey(r.name, pt.id, pt.partition))
-		byShard[shard] = append(byShard[shard], completeSave{k: pt.topicPartition, id: pt.id, at: pt.completeAt().UnixMilli()})
+		complete := pt.completeAt().UnixMilli()
+		at[pt.topicPartition] = complete
+		ups = append(ups, stateUpdate{k: pt.topicPartition, id: pt.id, update: func(s *mirrorstate.PartitionState) error {
+			s.CompleteAt = max(s.CompleteAt, complete)
+			return nil
+		}})
 	}
 	r.mu.Unlock()
-	remote := map[topicPartition]completeSave{}
-	for shard, saves := range byShard {
-		if err := r.p.saveCompletesLocal(r.ctx, r.name, shard, saves); err != nil {
-			for _, c := range saves {
-				remote[c.k] = c
-			}
-		}
-	}
-	var err error
-	if len(remote) > 0 {
-		err = r.p.saveCompletesRemote(r.ctx, r.name, remote)
-	}
+	done, failed := r.p.writeStateBatch(r.ctx, r.name, ups)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, saves := range byShard {
-		for _, c := range saves {
-			if _, unsaved := remote[c.k]; unsaved && err != nil {
-				continue // tried again at the next step
-			}
-			if pt := r.parts[c.k]; pt != nil {
-				pt.savedAt = max(pt.savedAt, c.at)
-			}
+	for k := range done {
+		if pt := r.parts[k]; pt != nil {
+			pt.savedAt = max(pt.savedAt, at[k])
 		}
 	}
-	return err
+	for _, err := range failed {
+		return err // tried again at the next step
+	}
+	return nil
 }
 
 // setState persists a partition's new state; the coordinator refuses

@@ -116,16 +116,16 @@ func (r *mirrorRun) sourceStep() error {
 		r.syncFetchers(parts)
 		src.assigned = true
 	}
-	var errs []error
+	var preparing []*ledPartition
 	for _, pt := range src.preparing {
 		if st, _ := r.state(pt.topicPartition); st == mirrorstate.Preparing {
-			if err := r.prepare(pt); err != nil && r.ctx.Err() == nil {
-				r.setTrouble([]*ledPartition{pt}, err)
-				errs = append(errs, fmt.Errorf("prepare %s-%d: %w", pt.topic, pt.partition, err))
-			}
+			preparing = append(preparing, pt)
 		}
 	}
-	return errors.Join(errs...)
+	if len(preparing) == 0 || r.ctx.Err() != nil {
+		return nil
+	}
+	return r.prepare(preparing)
 }
 
 // collectParts gathers the run's partitions with a source side as of
@@ -373,14 +373,17 @@ func (r *mirrorRun) assignLeaders(parts []*ledPartition) {
 	}
 }
 
-// lastMirrorEpoch asks the source for the partition's last mirror epoch:
-// the epoch its own mirroring of the topic stopped at, -1 if it never
-// mirrored it (KIP-1279 "Log Convergence").
-func (r *mirrorRun) lastMirrorEpoch(pt *ledPartition) (int32, error) {
+// lastMirrorEpochs asks the source for the last mirror epoch of each of
+// parts, in requests of at most lmeBatch partitions: the epoch its own
+// mirroring of the topic stopped at, -1 if it never mirrored it
+// (KIP-1279 "Log Convergence"). A partition the source answered with an
+// error is missing, with the error returned.
+func (r *mirrorRun) lastMirrorEpochs(parts []*ledPartition) (map[topicPartition]int32, error) {
+	out := make(map[topicPartition]int32, len(parts))
 	if r.src.mirrors == nil {
 		resp, err := r.request(-1, kmsg.NewPtrApiVersionsRequest())
 		if err != nil {
-			return -1, r.sourceErr("ApiVersions", err)
+			return nil, r.sourceErr("ApiVersions", err)
 		}
 		serves := slices.ContainsFunc(resp.(*kmsg.ApiVersionsResponse).ApiKeys, func(k kmsg.ApiVersionsResponseApiKey) bool {
 			return k.ApiKey == wire.KeyLastMirroredOffsets
@@ -388,47 +391,133 @@ func (r *mirrorRun) lastMirrorEpoch(pt *ledPartition) (int32, error) {
 		r.src.mirrors = &serves
 	}
 	if !*r.src.mirrors {
-		return -1, nil // a source without mirroring (e.g. Apache Kafka) never mirrored the partition
+		for _, pt := range parts {
+			out[pt.topicPartition] = -1 // a source without mirroring (e.g. Apache Kafka) never mirrored the partition
+		}
+		return out, nil
 	}
-	req := &wire.LastMirroredOffsetsRequest{MirrorName: r.name, Topics: []wire.PartitionsTopic{{Name: pt.topic, Partitions: []int32{pt.partition}}}}
+	var errs []error
+	for chunk := range slices.Chunk(parts, lmeBatch) {
+		errs = append(errs, r.lastMirrorEpochsOf(chunk, out))
+	}
+	return out, errors.Join(errs...)
+}
+
+// lmeBatch is the most partitions one LastMirroredOffsets asks for.
+const lmeBatch = 1000
+
+// lastMirrorEpochsOf asks for one chunk of lastMirrorEpochs into out.
+func (r *mirrorRun) lastMirrorEpochsOf(parts []*ledPartition, out map[topicPartition]int32) error {
+	req := &wire.LastMirroredOffsetsRequest{MirrorName: r.name}
+	idx := map[string]int{}
+	for _, pt := range parts {
+		i, ok := idx[pt.topic]
+		if !ok {
+			i = len(req.Topics)
+			idx[pt.topic] = i
+			req.Topics = append(req.Topics, wire.PartitionsTopic{Name: pt.topic})
+		}
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, pt.partition)
+	}
 	resp, err := r.request(-1, req)
 	if err != nil {
-		return -1, r.sourceErr("LastMirroredOffsets", err)
+		return r.sourceErr("LastMirroredOffsets", err)
 	}
 	lr := resp.(*wire.LastMirroredOffsetsResponse)
 	if lr.ErrorCode != 0 {
-		return -1, fmt.Errorf("last mirror epoch of %s-%d: %w", pt.topic, pt.partition, wire.ErrorForCode(lr.ErrorCode))
+		return fmt.Errorf("last mirror epochs: %w", wire.ErrorForCode(lr.ErrorCode))
 	}
+	var errs []error
 	for _, t := range lr.Topics {
 		for _, p := range t.Partitions {
-			if t.Name == pt.topic && p.PartitionIndex == pt.partition {
-				if p.ErrorCode != 0 {
-					return -1, fmt.Errorf("last mirror epoch of %s-%d: %w", pt.topic, pt.partition, wire.ErrorForCode(p.ErrorCode))
-				}
-				return p.LastMirrorEpoch, nil
+			if p.ErrorCode != 0 {
+				errs = append(errs, fmt.Errorf("last mirror epoch of %s-%d: %w", t.Name, p.PartitionIndex, wire.ErrorForCode(p.ErrorCode)))
+				continue
 			}
+			out[topicPartition{t.Name, p.PartitionIndex}] = p.LastMirrorEpoch
 		}
 	}
-	return -1, nil
+	for _, pt := range parts {
+		if _, ok := out[pt.topicPartition]; !ok {
+			out[pt.topicPartition] = -1 // not in the answer: never mirrored there
+		}
+	}
+	return errors.Join(errs...)
 }
 
-// prepare is PREPARING: LME truncation. The log is cut at the start of
-// the first epoch above the source's last mirror epoch (everything, when
-// the source never mirrored the partition: scenario A); epoch-based
-// truncation during fetch then finishes the convergence.
-func (r *mirrorRun) prepare(pt *ledPartition) error {
-	lme, err := r.lastMirrorEpoch(pt)
-	if err != nil {
+// prepare is PREPARING for parts: LME truncation. Each log is cut at the
+// start of the first epoch above the source's last mirror epoch
+// (everything, when the source never mirrored the partition: scenario
+// A); epoch-based truncation during fetch then finishes the convergence.
+// The last mirror epochs are asked in one request and the MIRRORING
+// states written in one batch: a mirror of ten thousand partitions
+// starts in seconds, not in ten thousand round trips.
+func (r *mirrorRun) prepare(parts []*ledPartition) error {
+	lmes, err := r.lastMirrorEpochs(parts)
+	if err != nil && len(lmes) == 0 {
+		r.setTrouble(parts, err)
 		return err
 	}
+	errs := []error{err}
+	var ready []stateUpdate
+	for _, pt := range parts {
+		lme, ok := lmes[pt.topicPartition]
+		if !ok {
+			r.setTrouble([]*ledPartition{pt}, err) // the source refused to say
+			continue
+		}
+		done, err := r.truncateToLME(pt, lme)
+		if err != nil && r.ctx.Err() == nil {
+			r.setTrouble([]*ledPartition{pt}, err)
+			errs = append(errs, fmt.Errorf("prepare %s-%d: %w", pt.topic, pt.partition, err))
+		}
+		if done {
+			ready = append(ready, stateUpdate{k: pt.topicPartition, id: pt.id, update: func(s *mirrorstate.PartitionState) error {
+				s.State, s.Reason = mirrorstate.Mirroring, ""
+				return nil
+			}})
+		}
+	}
+	return errors.Join(append(errs, r.setStates(ready))...)
+}
+
+// setStates writes a batch of state updates (writeStateBatch) and takes
+// in the states written, as setState does one.
+func (r *mirrorRun) setStates(ups []stateUpdate) error {
+	if len(ups) == 0 {
+		return nil
+	}
+	done, failed := r.p.writeStateBatch(r.ctx, r.name, ups)
+	moved := false
+	r.mu.Lock()
+	for k, st := range done {
+		if pt := r.parts[k]; pt != nil {
+			moved = moved || pt.state != st.State
+			pt.state, pt.reason, pt.trouble = st.State, st.Reason, ""
+		}
+	}
+	r.mu.Unlock()
+	if moved {
+		r.changed()
+	}
+	var errs []error
+	for k, err := range failed {
+		errs = append(errs, fmt.Errorf("%s-%d: %w", k.topic, k.partition, err))
+	}
+	return errors.Join(errs...)
+}
+
+// truncateToLME cuts pt's log to its last mirror epoch lme and waits
+// until the ISR has too; done says the partition may move to MIRRORING.
+func (r *mirrorRun) truncateToLME(pt *ledPartition, lme int32) (done bool, err error) {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 	if st, _ := r.state(pt.topicPartition); st != mirrorstate.Preparing {
-		return nil // stopped or paused meanwhile
+		return false, nil // stopped or paused meanwhile
 	}
 	ep, err := r.partition(pt)
 	if err != nil {
-		return err
+		return false, err
 	}
 	to := int64(0)
 	if lme >= 0 {
@@ -439,7 +528,7 @@ func (r *mirrorRun) prepare(pt *ledPartition) error {
 	if to < ep.Offsets().LogEnd {
 		r.log.Info("mirror LME truncation", "topic", pt.topic, "partition", pt.partition, "lme", lme, "offset", to)
 		if err := r.truncate(pt, ep, to, fmt.Sprintf("last mirror epoch %d", lme)); err != nil {
-			return r.fail(pt, fmt.Errorf("LME truncation to %d: %w", to, err))
+			return false, r.fail(pt, fmt.Errorf("LME truncation to %d: %w", to, err))
 		}
 	}
 	// The KIP's MIRRORING: every ISR member has truncated too. Waited
@@ -452,14 +541,13 @@ func (r *mirrorRun) prepare(pt *ledPartition) error {
 		cancel()
 		r.applyMu.Lock()
 		if err != nil {
-			return fmt.Errorf("waiting for the ISR to truncate to the last mirror epoch: %w", err)
+			return false, fmt.Errorf("waiting for the ISR to truncate to the last mirror epoch: %w", err)
 		}
 		if st, _ := r.state(pt.topicPartition); st != mirrorstate.Preparing {
-			return nil
+			return false, nil
 		}
 	}
-	r.setTrouble([]*ledPartition{pt}, nil)
-	return r.setState(pt, mirrorstate.Mirroring, "")
+	return true, nil
 }
 
 // isrTruncationWait bounds one wait for the ISR to truncate; PREPARING

@@ -3,7 +3,6 @@ package mirror
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -70,79 +69,145 @@ func (p *Plugin) readShardLocal(ctx context.Context, mirror string, shard int32,
 	})
 }
 
-// completeSave is a CompleteAt to persist (saveCompletes).
-type completeSave struct {
-	k  topicPartition
-	id uuid.UUID
-	at int64
+// stateUpdate is one partition's change in a batch of writeStateBatch.
+type stateUpdate struct {
+	k      topicPartition
+	id     uuid.UUID
+	update func(st *mirrorstate.PartitionState) error
 }
 
-// saveCompletesLocal persists the CompleteAt of saves on __mirror_state
-// shard, on this broker, in one write; NOT_COORDINATOR when another
-// broker coordinates it.
-func (p *Plugin) saveCompletesLocal(ctx context.Context, mirror string, shard int32, saves []completeSave) error {
-	c := saves[0]
-	if leader, _ := p.stateLeader(coordKey(mirror, c.id, c.k.partition)); leader >= 0 && leader != p.Host().NodeID() {
-		return fmt.Errorf("__mirror_state partition %d is on broker %d: %w", shard, leader, kerr.NotCoordinator)
+// writeStateBatch is writeState for many partitions of a mirror: one write
+// for each __mirror_state shard on this broker, one read and one write
+// for each other broker that coordinates some of them, where one each
+// would cost a round of the coordinator's log (a mirror of ten thousand
+// partitions starts with two state writes each). It returns the new
+// state of each partition written and the error of each not.
+func (p *Plugin) writeStateBatch(ctx context.Context, mirror string, ups []stateUpdate) (map[topicPartition]mirrorstate.PartitionState, map[topicPartition]error) {
+	done := map[topicPartition]mirrorstate.PartitionState{}
+	failed := map[topicPartition]error{}
+	byShard := map[int32][]stateUpdate{}
+	for _, u := range ups {
+		shard := p.PartitionFor(coordKey(mirror, u.id, u.k.partition))
+		byShard[shard] = append(byShard[shard], u)
 	}
-	return p.Runtime().Do(ctx, shard, func(sh *coord.Shard) error {
+	byNode := map[int32][]stateUpdate{}
+	for shard, us := range byShard {
+		leader, _ := p.stateLeader(coordKey(mirror, us[0].id, us[0].k.partition))
+		if leader >= 0 && leader != p.Host().NodeID() {
+			byNode[leader] = append(byNode[leader], us...)
+			continue
+		}
+		p.writeShardLocal(ctx, mirror, shard, us, done, failed)
+	}
+	for node, us := range byNode {
+		p.writeStatesRemote(ctx, mirror, node, us, done, failed)
+	}
+	return done, failed
+}
+
+// next applies u to cur, refusing what the KIP does not allow.
+func (u stateUpdate) next(mirror string, cur mirrorstate.PartitionState) (mirrorstate.PartitionState, error) {
+	next := cur
+	next.TopicID = u.id
+	if err := u.update(&next); err != nil {
+		return cur, err
+	}
+	if !cur.State.CanMove(next.State) {
+		return cur, fmt.Errorf("mirror %s topic %s partition %d: %s cannot move to %s", mirror, u.k.topic, u.k.partition, cur.State, next.State)
+	}
+	return next, nil
+}
+
+// writeShardLocal applies us on shard, on this broker, in one write.
+func (p *Plugin) writeShardLocal(ctx context.Context, mirror string, shard int32, us []stateUpdate, done map[topicPartition]mirrorstate.PartitionState, failed map[topicPartition]error) {
+	type set struct {
+		u  stateUpdate
+		k  mirrorstate.PartitionKey
+		st mirrorstate.PartitionState
+	}
+	var sets []set
+	err := p.Runtime().Do(ctx, shard, func(sh *coord.Shard) error {
 		s := sh.State().(*mirrorstate.Shard)
 		var recs []coord.Record
-		type set struct {
-			k  mirrorstate.PartitionKey
-			st mirrorstate.PartitionState
-		}
-		var sets []set
-		for _, c := range saves {
-			k := mirrorstate.PartitionKey{Mirror: mirror, Topic: c.k.topic, Partition: c.k.partition}
-			cur := s.Parts[k]
-			if cur == nil || cur.CompleteAt >= c.at {
-				continue // a partition with no state yet has nothing to complete
+		for _, u := range us {
+			k := mirrorstate.PartitionKey{Mirror: mirror, Topic: u.k.topic, Partition: u.k.partition}
+			cur := mirrorstate.NewPartitionState()
+			if st := s.Parts[k]; st != nil {
+				cur = *st
 			}
-			next := *cur
-			next.CompleteAt = c.at
-			recs = append(recs, mirrorstate.StateRecords(k, *cur, next)...)
-			sets = append(sets, set{k, next})
+			next, err := u.next(mirror, cur)
+			if err != nil {
+				failed[u.k] = err
+				continue
+			}
+			if next != cur {
+				recs = append(recs, mirrorstate.StateRecords(k, cur, next)...)
+			}
+			sets = append(sets, set{u, k, next})
 		}
-		if len(recs) == 0 {
-			return nil
-		}
-		if err := sh.Write(ctx, recs...); err != nil {
-			return err
+		if len(recs) > 0 {
+			if err := sh.Write(ctx, recs...); err != nil {
+				return err
+			}
 		}
 		for _, x := range sets {
 			s.Set(x.k, x.st)
 		}
 		return nil
 	})
+	for _, x := range sets {
+		if err != nil {
+			failed[x.u.k] = err
+		} else {
+			done[x.u.k] = x.st
+		}
+	}
+	if err != nil && len(sets) == 0 {
+		for _, u := range us {
+			if _, ok := failed[u.k]; !ok {
+				failed[u.k] = err
+			}
+		}
+	}
 }
 
-// saveCompletesRemote persists the CompleteAt of saves on the brokers
-// that coordinate them: one read and one write each.
-func (p *Plugin) saveCompletesRemote(ctx context.Context, mirror string, saves map[topicPartition]completeSave) error {
-	ids := make(map[topicPartition]uuid.UUID, len(saves))
-	for k, c := range saves {
-		ids[k] = c.id
+// writeStatesRemote applies us on coordinator node: a read of their
+// states, then one write.
+func (p *Plugin) writeStatesRemote(ctx context.Context, mirror string, node int32, us []stateUpdate, done map[topicPartition]mirrorstate.PartitionState, failed map[topicPartition]error) {
+	ids := make(map[topicPartition]uuid.UUID, len(us))
+	for _, u := range us {
+		ids[u.k] = u.id
 	}
-	states := p.readStatesBatch(ctx, mirror, ids)
-	byNode := map[int32]map[string][]wire.StatePartition{}
-	for k, c := range saves {
-		st, ok := states[k]
-		leader, _ := p.stateLeader(coordKey(mirror, c.id, k.partition))
-		if !ok || leader < 0 || st.CompleteAt >= c.at || st.State == mirrorstate.Unknown {
+	cur := p.readStatesBatch(ctx, mirror, ids)
+	topics := map[string][]wire.StatePartition{}
+	next := map[topicPartition]mirrorstate.PartitionState{}
+	for _, u := range us {
+		st, ok := cur[u.k]
+		if !ok {
+			failed[u.k] = fmt.Errorf("reading the mirror state of %s-%d on broker %d: no answer: %w", u.k.topic, u.k.partition, node, errUnreachable)
 			continue
 		}
-		st.CompleteAt = c.at
-		if byNode[leader] == nil {
-			byNode[leader] = map[string][]wire.StatePartition{}
+		n, err := u.next(mirror, st)
+		if err != nil {
+			failed[u.k] = err
+			continue
 		}
-		byNode[leader][k.topic] = append(byNode[leader][k.topic], statePartition(k.partition, c.id, st))
+		next[u.k] = n
+		if n != st {
+			topics[u.k.topic] = append(topics[u.k.topic], statePartition(u.k.partition, u.id, n))
+		}
 	}
-	var errs []error
-	for node, topics := range byNode {
-		errs = append(errs, p.writeRemoteTopics(ctx, node, mirror, topics))
+	var err error
+	if len(topics) > 0 {
+		err = p.writeRemoteTopics(ctx, node, mirror, topics)
 	}
-	return errors.Join(errs...)
+	for k, n := range next {
+		if err != nil {
+			failed[k] = err
+		} else {
+			done[k] = n
+		}
+	}
 }
 
 // writeStateLocal persists a partition's new state (and offsets, when
