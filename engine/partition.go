@@ -321,8 +321,26 @@ var writeBufs = sync.Pool{New: func() any { return new([]byte) }}
 // fsync, so that their syncs are grouped. wait must be called exactly once
 // (the engine cannot close before).
 func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait func() (AppendResult, error)) {
-	fail := func(res AppendResult, err error) func() (AppendResult, error) {
-		return func() (AppendResult, error) { return res, err }
+	wait, err := p.Write(ctx, req)
+	if err != nil {
+		return func() (AppendResult, error) { return AppendResult{}, err }
+	}
+	return wait
+}
+
+// Write is AppendAsync that tells at once an append refused before
+// anything was written (a validator's error, a batch out of order, a
+// deleted or failed partition): err, with a nil wait. Otherwise wait is
+// AppendAsync's, to be called exactly once; it fails only if the
+// batches could not be made durable. A mirror's fetcher writes its next
+// answer before the last one is durable, and must know at once whether
+// the log ends where it fetched from.
+func (p *Partition) Write(ctx context.Context, req *AppendRequest) (wait func() (AppendResult, error), err error) {
+	fail := func(res AppendResult, err error) (func() (AppendResult, error), error) {
+		if err == nil { // a duplicate: nothing to write, nothing failed
+			return func() (AppendResult, error) { return res, nil }, nil
+		}
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(AppendResult{}, err)
@@ -414,7 +432,7 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 			}
 		}
 		return res, nil
-	}
+	}, nil
 }
 
 // validateBatch checks one batch beyond its header and returns its index

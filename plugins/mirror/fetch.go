@@ -302,21 +302,22 @@ func (t *fetchTarget) Apply(p fetch.Partition, rp *kmsg.FetchResponseTopicPartit
 	if pt == nil {
 		return 0, nil, nil
 	}
-	return t.r.applyPartition(pt, rp)
+	return t.r.applyPartition(pt, p.FetchOffset, rp)
 }
 
 // Refresh implements fetch.Refresher with refreshEnds.
 func (t *fetchTarget) Refresh() { t.r.refreshEnds(t.key.Broker, t.parts) }
 
-// applyPartition applies one partition of a fetch response: truncation on
-// a diverging epoch or a log start past our end, then the batches,
-// appended unchanged. It works only on a partition still MIRRORING, with
-// applyMu held. The append is written before it returns; wait (nil when
-// nothing was appended) waits until it is durable and finishes the
-// partition's bookkeeping, without applyMu, so that the fetch waits
-// for its partitions' fsyncs together. The fetcher has trimmed the
-// batches to whole ones not above the epoch it fetched for.
-func (r *mirrorRun) applyPartition(pt *ledPartition, rp *kmsg.FetchResponseTopicPartition) (n int, wait func() error, err error) {
+// applyPartition applies one partition of a fetch response sent from
+// offset from: truncation on a diverging epoch or a log start past our
+// end, then the batches, appended unchanged. It works only on a partition
+// still MIRRORING whose log ends where the fetch started, with applyMu
+// held. The append is written before it returns; wait (nil when nothing
+// was appended) waits until it is durable and finishes the partition's
+// bookkeeping, without applyMu and without the answer's bytes (the
+// fetcher reads its next answer into them meanwhile). The fetcher has
+// trimmed the batches to whole ones not above the epoch it fetched for.
+func (r *mirrorRun) applyPartition(pt *ledPartition, from int64, rp *kmsg.FetchResponseTopicPartition) (n int, wait func() error, err error) {
 	switch rp.ErrorCode {
 	case 0:
 	case kerr.OffsetOutOfRange.Code:
@@ -327,48 +328,17 @@ func (r *mirrorRun) applyPartition(pt *ledPartition, rp *kmsg.FetchResponseTopic
 		r.markStale() // leadership or the topic changed on the source
 		return 0, nil, err
 	}
-	r.applyMu.Lock()
-	defer r.applyMu.Unlock()
-	if st, _ := r.state(pt.topicPartition); st != mirrorstate.Mirroring {
-		return 0, nil, nil // taken from the fetcher meanwhile
+	ep, written, err := r.appendFetched(pt, from, rp)
+	if ref := (writeRefused{}); errors.As(err, &ref) {
+		return 0, nil, r.refused(pt, rp.RecordBatches, ref.error)
 	}
-	ep, err := r.partition(pt)
-	if err != nil {
+	if err != nil || written == nil {
 		return 0, nil, err
 	}
-	r.learnedEnd(pt, rp.HighWatermark)
-	if d := rp.DivergingEpoch; d.Epoch >= 0 || d.EndOffset >= 0 {
-		// Epoch-based truncation: our last epoch ends earlier on the
-		// source (an unclean election there, or a failback).
-		_, end := ep.EndOffsetForEpoch(d.Epoch)
-		to := min(d.EndOffset, end)
-		if end < 0 {
-			to = d.EndOffset
-		}
-		r.log.Info("mirror epoch truncation", "topic", pt.topic, "partition", pt.partition, "epoch", d.Epoch, "offset", to)
-		if err := r.truncate(pt, ep, to, fmt.Sprintf("diverging epoch %d", d.Epoch)); err != nil {
-			return 0, nil, r.fail(pt, fmt.Errorf("epoch truncation to %d: %w", to, err))
-		}
-		return 1, nil, nil
-	}
-	batches := rp.RecordBatches
-	if len(batches) == 0 {
-		r.caughtUp(pt, ep)
-		return 0, nil, nil
-	}
-	appended := ep.AppendAsync(r.ctx, &engine.AppendRequest{Topic: pt.topic, TopicID: pt.id, Partition: pt.partition,
-		Origin: engine.OriginMirror, Records: batches, Acks: -1})
-	return len(batches), func() error {
-		_, err := appended()
-		switch {
-		case errors.Is(err, wire.ErrMirrorLeaderEpochExceeded):
-			r.scheduleBump(pt.topic, pt.partition, maxBatchEpoch(batches))
-			return r.setState(pt, mirrorstate.EpochFencing, "")
-		case errors.Is(err, engine.ErrUnexpectedAppendOffset):
-			return err // our log moved meanwhile: fetch again from its end
-		case err != nil:
+	return len(rp.RecordBatches), func() error {
+		if _, err := written(); err != nil {
 			if st, _ := r.state(pt.topicPartition); st != mirrorstate.Mirroring {
-				return nil // the validator saw it taken away first
+				return nil // taken away meanwhile
 			}
 			return r.fail(pt, fmt.Errorf("append mirrored batches: %w", err))
 		}
@@ -390,6 +360,77 @@ func (r *mirrorRun) applyPartition(pt *ledPartition, rp *kmsg.FetchResponseTopic
 		r.caughtUp(pt, ep)
 		return nil
 	}, nil
+}
+
+// appendFetched does applyPartition's work on the log, with applyMu held:
+// a diverging epoch's truncation, or the append. written is nil when
+// nothing was written (nothing to append, the partition left MIRRORING,
+// a truncation); an append refused before anything was written is a
+// writeRefused error.
+func (r *mirrorRun) appendFetched(pt *ledPartition, from int64, rp *kmsg.FetchResponseTopicPartition) (ep *engine.Partition, written func() (engine.AppendResult, error), err error) {
+	r.applyMu.Lock()
+	defer r.applyMu.Unlock()
+	if st, _ := r.state(pt.topicPartition); st != mirrorstate.Mirroring {
+		return nil, nil, nil // taken from the fetcher meanwhile
+	}
+	if ep, err = r.partition(pt); err != nil {
+		return nil, nil, err
+	}
+	r.learnedEnd(pt, rp.HighWatermark)
+	if d := rp.DivergingEpoch; d.Epoch >= 0 || d.EndOffset >= 0 {
+		// Epoch-based truncation: our last epoch ends earlier on the
+		// source (an unclean election there, or a failback).
+		_, end := ep.EndOffsetForEpoch(d.Epoch)
+		to := min(d.EndOffset, end)
+		if end < 0 {
+			to = d.EndOffset
+		}
+		r.log.Info("mirror epoch truncation", "topic", pt.topic, "partition", pt.partition, "epoch", d.Epoch, "offset", to)
+		if err := r.truncate(pt, ep, to, fmt.Sprintf("diverging epoch %d", d.Epoch)); err != nil {
+			return nil, nil, r.fail(pt, fmt.Errorf("epoch truncation to %d: %w", to, err))
+		}
+		return ep, nil, nil
+	}
+	if len(rp.RecordBatches) == 0 {
+		r.caughtUp(pt, ep)
+		return ep, nil, nil
+	}
+	// The fetcher sends its next Fetch before its appends are durable:
+	// if one of them failed meanwhile, the log no longer ends where this
+	// answer starts, and appending it would leave a hole.
+	r.mu.Lock()
+	end := max(ep.Offsets().LogEnd, pt.logStartTo)
+	r.mu.Unlock()
+	if end != from {
+		return ep, nil, fmt.Errorf("fetched from offset %d, the log ends at %d: %w", from, end, engine.ErrUnexpectedAppendOffset)
+	}
+	written, err = ep.Write(r.ctx, &engine.AppendRequest{Topic: pt.topic, TopicID: pt.id, Partition: pt.partition,
+		Origin: engine.OriginMirror, Records: rp.RecordBatches, Acks: -1})
+	if err != nil {
+		return ep, nil, writeRefused{err}
+	}
+	return ep, written, nil
+}
+
+// writeRefused is an append the engine refused before writing anything.
+type writeRefused struct{ error }
+
+func (w writeRefused) Unwrap() error { return w.error }
+
+// refused is what an append refused before anything was written means
+// for the partition.
+func (r *mirrorRun) refused(pt *ledPartition, batches []byte, err error) error {
+	switch {
+	case errors.Is(err, wire.ErrMirrorLeaderEpochExceeded):
+		r.scheduleBump(pt.topic, pt.partition, maxBatchEpoch(batches))
+		return r.setState(pt, mirrorstate.EpochFencing, "")
+	case errors.Is(err, engine.ErrUnexpectedAppendOffset):
+		return err // our log moved meanwhile: fetch again from its end
+	}
+	if st, _ := r.state(pt.topicPartition); st != mirrorstate.Mirroring {
+		return nil // the validator saw it taken away first
+	}
+	return r.fail(pt, fmt.Errorf("append mirrored batches: %w", err))
 }
 
 // caughtUp records the partition's log end after an apply, and whether it

@@ -38,6 +38,7 @@ type conn struct {
 	wbuf     []byte
 	versions map[int16]int16 // the broker's maximum version of each key
 	timeout  time.Duration   // bounds each write and each read
+	rtt      time.Duration   // of the ApiVersions exchange at dial: the link's round trip
 	// expires is when the broker ends the SASL session (KIP-368): the
 	// fetcher dials again before, rather than re-authenticating in
 	// place. Zero: never.
@@ -99,10 +100,12 @@ func (d dialer) dial(ctx context.Context, addr string) (*conn, error) {
 // handshake learns the broker's versions (ApiVersions v0, which every
 // broker since 0.10 answers in the same form) and authenticates.
 func (c *conn) handshake(ctx context.Context, mech sasl.Mechanism) error {
+	start := time.Now()
 	resp, err := c.roundTrip(ctx, kmsg.NewPtrApiVersionsRequest(), 0)
 	if err != nil {
 		return fmt.Errorf("ApiVersions: %w", err)
 	}
+	c.rtt = time.Since(start)
 	av := resp.(*kmsg.ApiVersionsResponse)
 	if err := kerr.ErrorForCode(av.ErrorCode); err != nil {
 		return fmt.Errorf("ApiVersions: %w", err)

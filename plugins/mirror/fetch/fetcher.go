@@ -2,11 +2,12 @@
 // MirrorFetcherThread: one Fetcher per source broker and fetcher id
 // (mirror.num.replica.fetchers of them per broker), each with its own
 // connection to the source. A round of a fetcher sends one Fetch in its
-// fetch session (session.go) for the partitions it is given, and, while
-// the source answers, waits until the previous round's appends are
-// durable; then it trims each partition's answer to whole batches not
-// above the epoch it was asked for (KAFKA-18723) and hands each to be
-// applied. The fetch sizes follow the link (sizes.go).
+// fetch session (session.go) for the partitions it is given, trims each
+// partition's answer to whole batches not above the epoch it was asked
+// for (KAFKA-18723) and hands each to be applied; a goroutine of the
+// fetcher's then waits for the round's appends to be durable while the
+// fetcher goes on with the next round (at most two rounds ahead). The
+// fetch sizes follow the link (sizes.go).
 //
 // What a partition's answer means (truncation on a diverging epoch,
 // OFFSET_OUT_OF_RANGE, epoch fencing, the partition's state) is the
@@ -17,13 +18,14 @@ package fetch
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
-	"crypto/tls"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -66,11 +68,12 @@ type Partition struct {
 }
 
 // Target is the mirror as one fetcher sees it. A fetcher calls its target
-// from its own goroutine only: Generation before each round, and
-// Partitions when the generation changed (and at the first round); for
-// each Fetch either Unreachable or Answered; after an answer without a
-// top-level error, Apply for each partition in it; and the waits Apply
-// returned, in order, before the next round's answer is applied.
+// from its own goroutine only (but the waits): Generation before each
+// round, and Partitions when the generation changed (and at the first
+// round); for each Fetch either Unreachable or Answered; after an answer
+// without a top-level error, Apply for each partition in it. The waits
+// Apply returned are called from the fetcher's waiter goroutine, in
+// order, concurrently with the next round's calls.
 type Target interface {
 	// Generation changes whenever Partitions would say something new
 	// other than what the fetcher's own appends did: a partition added,
@@ -95,12 +98,19 @@ type Target interface {
 	// error had nothing new at the source: its high watermark is the
 	// one last given to Apply, as of sent.
 	Answered(sent time.Time, err error)
-	// Apply applies one partition's answer. Its RecordBatches are
-	// trimmed to whole batches not above p.LeaderEpoch. The append must
-	// be written before Apply returns; wait is nil when nothing was
-	// appended, else it waits until the append is durable (the fetcher
-	// calls it once, while its next Fetch is at the source). n counts
-	// towards the fetcher's bytes and the throttle.
+	// Apply applies one partition's answer to a Fetch from
+	// p.FetchOffset. Its RecordBatches are trimmed to whole batches not
+	// above p.LeaderEpoch, and they are the fetcher's buffer: the
+	// append must be written before Apply returns, and wait must not
+	// read them. Apply must refuse an answer unless the partition's log
+	// ends at p.FetchOffset: the fetcher sends its next Fetch, and writes
+	// its answer, before the appends of the round before are durable,
+	// and when one of those fails the next answer starts past the log's
+	// end (appending it would leave a hole). wait is nil when nothing
+	// was appended, else it waits until the append is durable; the
+	// fetcher's waiter goroutine calls it once, in the order of the
+	// rounds, while the fetcher calls the target for the next round.
+	// n counts towards the fetcher's bytes and the throttle.
 	Apply(p Partition, rp *kmsg.FetchResponseTopicPartition) (n int, wait func() error, err error)
 }
 
@@ -166,7 +176,14 @@ type Fetcher struct {
 	gen         uint64
 	loaded      bool // sess holds the partitions of generation gen
 	sizes       *sizes
-	pending     []func() error // the waits of the last round's appends
+	// rounds takes each round's waits to the fetcher's waiter
+	// goroutine, which calls them in order while the fetcher goes on
+	// (the engine makes one round durable while the fetcher reads and
+	// writes the next); it holds one round, so that the fetcher is at
+	// most two rounds ahead of what is durable. failed says a wait
+	// failed: the fetcher asks for the positions again.
+	rounds chan []func() error
+	failed atomic.Bool
 }
 
 type noCount struct{}
@@ -189,7 +206,7 @@ func New(ctx context.Context, k Key, cfg Config, t Target) *Fetcher {
 		cfg.Budget = NewBudget(DefaultBudget)
 	}
 	f := &Fetcher{key: k, cfg: cfg, t: t, done: make(chan struct{}), poke: make(chan struct{}, 1), sess: newSession(),
-		sizes: newSizes(cfg.Budget, cfg.MaxBytes, cfg.PartitionMaxBytes, cfg.FixedSizes)}
+		sizes: newSizes(cfg.Budget, cfg.MaxBytes, cfg.PartitionMaxBytes, cfg.FixedSizes), rounds: make(chan []func() error, 1)}
 	f.ctx, f.cancel = context.WithCancel(ctx)
 	return f
 }
@@ -218,7 +235,9 @@ func (f *Fetcher) Run() {
 	defer close(f.done)
 	defer f.sizes.release(0)
 	defer f.closeConn()
-	defer f.flush() // every wait is called, even when stopped
+	waited := make(chan struct{})
+	go func() { defer close(waited); f.waiter() }()
+	defer func() { close(f.rounds); <-waited }() // every wait is called, even when stopped
 	for f.ctx.Err() == nil {
 		fetched, err := f.round()
 		f.refresh()
@@ -232,9 +251,6 @@ func (f *Fetcher) Run() {
 			wait = f.cfg.Backoff
 		case fetched:
 			continue
-		}
-		if err := f.flush(); err != nil {
-			f.loaded = false
 		}
 		select {
 		case <-f.ctx.Done():
@@ -299,14 +315,16 @@ func (f *Fetcher) closeConn() {
 	f.sess.reset() // a session lives on its connection's broker, not on the connection; a new one is safe either way
 }
 
-// flush calls the waits of the last round's appends.
-func (f *Fetcher) flush() error {
-	var errs []error
-	for _, wait := range f.pending {
-		errs = append(errs, wait())
+// waiter calls each round's waits, in order, until rounds is closed.
+func (f *Fetcher) waiter() {
+	for waits := range f.rounds {
+		for _, wait := range waits {
+			if err := wait(); err != nil {
+				f.failed.Store(true)
+				f.cfg.Log.Debug("mirror append", "source_broker", f.key.Broker, "err", err)
+			}
+		}
 	}
-	f.pending = f.pending[:0]
-	return errors.Join(errs...)
 }
 
 // round is one Fetch: sent, the last round's appends waited for while it
@@ -320,42 +338,41 @@ func (f *Fetcher) round() (fetched bool, err error) {
 		return false, nil
 	}
 	f.sizes.reserve()
-	resp, sent, sentEpoch, appendErr, err := f.exchange()
-	if appendErr != nil {
-		// The Fetch was sent from positions past appends that then
-		// failed: its records would land beyond a hole. They are
-		// dropped, and the next round fetches from the logs' ends.
+	if f.failed.Swap(false) {
+		// An append of an earlier round failed after this round's
+		// positions moved past it: Apply refuses the answers that start
+		// past a log's end, and the positions are asked for again.
 		f.loaded = false
+		if err := f.load(); err != nil {
+			return false, err
+		}
 	}
+	resp, sent, sentEpoch, err := f.exchange()
 	if err != nil {
 		return false, err
 	}
 	if !f.sess.answered(sentEpoch, resp) {
-		return true, appendErr // the session was lost: a full fetch next
+		return true, nil // the session was lost: a full fetch next
 	}
 	if resp.ErrorCode != 0 {
 		err := fmt.Errorf("fetch from source broker %d: %w", f.key.Broker, kerr.ErrorForCode(resp.ErrorCode))
 		f.t.Answered(sent, err)
-		return false, errors.Join(appendErr, err)
+		return false, err
 	}
 	f.t.Answered(sent, nil)
-	if appendErr != nil {
-		return true, appendErr
-	}
 	return true, f.apply(resp)
 }
 
-// exchange sends the round's Fetch and reads its answer; meanwhile the
-// last round's appends are waited for: appendErr says one failed.
-func (f *Fetcher) exchange() (resp *kmsg.FetchResponse, sent time.Time, sentEpoch int32, appendErr, err error) {
+// exchange sends the round's Fetch and reads its answer.
+func (f *Fetcher) exchange() (resp *kmsg.FetchResponse, sent time.Time, sentEpoch int32, err error) {
 	c, err := f.connect()
 	if err != nil {
-		return nil, sent, 0, nil, f.unreachable(err)
+		return nil, sent, 0, f.unreachable(err)
 	}
 	v, ok := c.version(kmsg.NewPtrFetchRequest())
 	if !ok || v < 4 {
 		f.closeConn()
-		return nil, sent, 0, nil, fmt.Errorf("source broker %d does not serve Fetch v4 or later (record batches)", f.key.Broker)
+		return nil, sent, 0, fmt.Errorf("source broker %d does not serve Fetch v4 or later (record batches)", f.key.Broker)
 	}
 	req := f.sess.request(v, f.sizes.partition)
 	req.MaxWaitMillis = int32(f.cfg.MaxWait.Milliseconds())
@@ -363,16 +380,16 @@ func (f *Fetcher) exchange() (resp *kmsg.FetchResponse, sent time.Time, sentEpoc
 	sentEpoch, sent = req.SessionEpoch, time.Now()
 	f.cfg.Requests.Add(1)
 	if err := c.send(f.ctx, req); err != nil {
-		return nil, sent, 0, nil, f.unreachable(err)
+		return nil, sent, 0, f.unreachable(err)
 	}
-	appendErr = f.flush()
 	resp = req.ResponseKind().(*kmsg.FetchResponse)
 	resp.SetVersion(v)
 	if err := c.recv(f.ctx, resp, &f.sizes.buf, f.sizes.grow); err != nil {
-		return nil, sent, 0, nil, errors.Join(appendErr, f.unreachable(err))
+		return nil, sent, 0, f.unreachable(err)
 	}
-	return resp, sent, sentEpoch, appendErr, nil
+	return resp, sent, sentEpoch, nil
 }
+
 
 // unreachable closes the connection after a failed exchange and reports
 // it, unless the fetcher was stopped (an abandoned fetch is not the
@@ -392,6 +409,7 @@ func (f *Fetcher) unreachable(err error) error {
 func (f *Fetcher) apply(resp *kmsg.FetchResponse) error {
 	total, bound := 0, false
 	var errs []error
+	var waits []func() error
 	for ti := range resp.Topics {
 		t := &resp.Topics[ti]
 		for i := range t.Partitions {
@@ -413,7 +431,7 @@ func (f *Fetcher) apply(resp *kmsg.FetchResponse) error {
 				continue
 			}
 			f.sess.moved(pt, tr.last.LastOffset()+1, tr.last.PartitionLeaderEpoch)
-			f.pending = append(f.pending, func() error {
+			waits = append(waits, func() error {
 				if err := wait(); err != nil {
 					return fmt.Errorf("%s-%d: %w", p.Topic, p.Partition, err)
 				}
@@ -421,7 +439,20 @@ func (f *Fetcher) apply(resp *kmsg.FetchResponse) error {
 			})
 		}
 	}
-	f.sizes.adapt(total, bound)
+	var rtt time.Duration
+	if f.conn != nil {
+		rtt = f.conn.rtt
+	}
+	if len(waits) > 0 {
+		select {
+		case f.rounds <- waits: // waits while the waiter is a round behind
+		case <-f.ctx.Done():
+			for _, wait := range waits { // stopped: called here, as the waiter may be gone
+				wait()
+			}
+		}
+	}
+	f.sizes.adapt(total, bound, rtt)
 	f.cfg.Bytes.Add(total)
 	f.throttle(total)
 	if err := errors.Join(errs...); err != nil {
@@ -441,9 +472,6 @@ func (f *Fetcher) throttle(n int) {
 	rate := f.cfg.Rate()
 	if rate <= 0 || n <= 0 {
 		return
-	}
-	if err := f.flush(); err != nil { // the appends are not left waiting through the sleep
-		f.loaded = false
 	}
 	select {
 	case <-f.ctx.Done():

@@ -295,6 +295,11 @@ func (t *target) Apply(p Partition, rp *kmsg.FetchResponseTopicPartition) (int, 
 		return 0, nil, nil
 	}
 	ep := t.dst.parts[p.Partition]
+	if end := ep.Offsets().LogEnd; end != p.FetchOffset && t.from == nil {
+		// As the mirror does: an earlier append failed after this
+		// Fetch was sent.
+		return 0, nil, fmt.Errorf("fetched from %d, the log ends at %d: %w", p.FetchOffset, end, engine.ErrUnexpectedAppendOffset)
+	}
 	appended := ep.AppendAsync(context.Background(), &engine.AppendRequest{Topic: topic, TopicID: engine.TopicID(t.id), Partition: p.Partition,
 		Origin: engine.OriginMirror, Records: rp.RecordBatches, Acks: -1})
 	return len(rp.RecordBatches), func() error {
@@ -811,11 +816,12 @@ func (f *failFirstWait) Apply(p Partition, rp *kmsg.FetchResponseTopicPartition)
 	return f.target.Apply(p, rp)
 }
 
-// TestNoHoleAfterFailedAppend: the next Fetch is sent before the last
-// round's appends are durable, from the positions after them. When one
-// of those appends fails, the answer to that Fetch is dropped and the
-// partition fetched again from its log's end: no records land past a
-// hole. (One batch per answer: PartitionMaxBytes 1.)
+// TestNoHoleAfterFailedAppend: the next Fetch is sent, and its answer
+// written, before the last round's appends are durable, from the
+// positions after them. When one of those appends fails, the target
+// refuses the answers that start past its log's end (the Target
+// contract) and the fetcher asks it for the positions again: no records
+// land past a hole. (One batch per answer: PartitionMaxBytes 1.)
 func TestNoHoleAfterFailedAppend(t *testing.T) {
 	s := newSource(t, 1, 1)
 	for range 4 {

@@ -1,6 +1,9 @@
 package fetch
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // A fetcher's fetch sizes follow the link it fetches over. One Fetch is
 // in flight per fetcher, so a fetcher carries at most one answer per
@@ -8,10 +11,14 @@ import "sync"
 // carries 10 MB/s a partition, whatever the bandwidth. So, unless the
 // operator set replica.fetch.max.bytes or replica.fetch.response.max.bytes
 // (then they are what Kafka makes them, fixed limits), a fetcher starts at
-// Kafka's defaults and doubles a limit each time an answer shows it was
-// the bound (a partition returned at least half its limit and had more;
-// the answer at least half of its own), up to maxAnswerLimit, and halves
-// it again after a run of small answers. Every limit a fetcher asks for
+// Kafka's defaults and, over a link whose round trip is at least
+// growRTT, doubles a limit each time an answer shows it was the bound (a
+// partition returned at least half its limit and had more; the answer at
+// least half of its own), up to maxAnswerLimit, and halves it again
+// after a run of small answers. Over a short link the limits stay where
+// they start: rounds are quick there, and large answers only cost (a
+// buffer out of the CPU's caches, tens of MiB to fsync at once that a
+// local producer's acknowledgements wait behind). Every limit a fetcher asks for
 // is reserved first from the mirror fetchers' Budget, so that the memory
 // of all answers is bounded before it is allocated.
 
@@ -28,6 +35,8 @@ const (
 	// shrinkAfter is the run of small answers (under an eighth of the
 	// limit) after which the limits halve, and the buffer is let go.
 	shrinkAfter = 50
+	// growRTT is the least round trip over which the limits grow.
+	growRTT = 5 * time.Millisecond
 )
 
 // DefaultBudget is what the mirror fetchers of one broker may reserve for
@@ -138,10 +147,14 @@ func (s *sizes) grow(n int) (int, error) {
 const answerSlack = 256 << 10
 
 // adapt sets the next limits from an answer: total record bytes, and
-// whether some partition was bound by its limit.
-func (s *sizes) adapt(total int, partitionBound bool) {
+// whether some partition was bound by its limit, over a link of round
+// trip rtt.
+func (s *sizes) adapt(total int, partitionBound bool, rtt time.Duration) {
 	if s.fixed {
 		return
+	}
+	if rtt < growRTT {
+		partitionBound, total = false, min(total, int(s.answer)/4) // nothing to cover: do not grow
 	}
 	if partitionBound && s.partition < s.answer {
 		s.partition = min(s.answer, 2*s.partition)

@@ -1,6 +1,9 @@
 package fetch
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestSizesFollowTheLink: limits double while answers come back bound by
 // them, up to maxAnswerLimit or what the budget has left, and halve back
@@ -13,23 +16,23 @@ func TestSizesFollowTheLink(t *testing.T) {
 	if s.answer != DefaultMaxBytes || s.partition != DefaultPartitionMaxBytes || b.Used() != DefaultMaxBytes {
 		t.Fatalf("start: answer %d partition %d used %d", s.answer, s.partition, b.Used())
 	}
-	s.adapt(int(s.answer), true) // a full answer, a partition at its limit
+	s.adapt(int(s.answer), true, time.Second) // a full answer, a partition at its limit
 	if s.answer != 2*DefaultMaxBytes || s.partition != 2*DefaultPartitionMaxBytes {
 		t.Fatalf("after a full answer: answer %d partition %d", s.answer, s.partition)
 	}
-	s.adapt(int(s.answer), true) // 40 MiB: fits the 48 MiB budget
-	s.adapt(int(s.answer), true) // 80 MiB: does not
+	s.adapt(int(s.answer), true, time.Second) // 40 MiB: fits the 48 MiB budget
+	s.adapt(int(s.answer), true, time.Second) // 80 MiB: does not
 	if s.answer != 40<<20 || b.Used() != 40<<20 || s.held != 40<<20 {
 		t.Fatalf("at the budget: answer %d held %d used %d, want 40 MiB each", s.answer, s.held, b.Used())
 	}
 	for range shrinkAfter {
-		s.adapt(0, false)
+		s.adapt(0, false, time.Second)
 	}
 	if s.answer != 20<<20 || b.Used() != 20<<20 {
 		t.Fatalf("after %d empty answers: answer %d used %d, want 20 MiB", shrinkAfter, s.answer, b.Used())
 	}
 	for range 10 * shrinkAfter {
-		s.adapt(0, false)
+		s.adapt(0, false, time.Second)
 	}
 	if s.answer != DefaultMaxBytes || s.partition != DefaultPartitionMaxBytes {
 		t.Fatalf("idle: answer %d partition %d, want the defaults", s.answer, s.partition)
@@ -44,7 +47,7 @@ func TestSizesFollowTheLink(t *testing.T) {
 func TestFixedSizes(t *testing.T) {
 	s := newSizes(NewBudget(1<<30), 1<<20, 1<<10, true)
 	for range 5 {
-		s.adapt(int(s.answer), true)
+		s.adapt(int(s.answer), true, time.Second)
 	}
 	if s.answer != 1<<20 || s.partition != 1<<10 {
 		t.Fatalf("fixed sizes moved: answer %d partition %d", s.answer, s.partition)
@@ -62,13 +65,25 @@ func TestBudgetStartsAnywhere(t *testing.T) {
 	if b.Used() != 2*DefaultMaxBytes {
 		t.Fatalf("used %d, want both starting limits", b.Used())
 	}
-	two.adapt(int(two.answer), true)
+	two.adapt(int(two.answer), true, time.Second)
 	if two.answer != DefaultMaxBytes {
 		t.Fatalf("grew to %d over a spent budget", two.answer)
 	}
 	one.release(0)
-	two.adapt(int(two.answer), true)
+	two.adapt(int(two.answer), true, time.Second)
 	if two.answer != 2*DefaultMaxBytes || b.Used() != 2*DefaultMaxBytes {
 		t.Fatalf("after a release: answer %d used %d", two.answer, b.Used())
+	}
+}
+
+// TestSizesStayOverAShortLink: over a round trip below growRTT the
+// limits stay where they start, however full the answers.
+func TestSizesStayOverAShortLink(t *testing.T) {
+	s := newSizes(NewBudget(1<<30), 0, 0, false)
+	for range 5 {
+		s.adapt(int(s.answer), true, time.Millisecond)
+	}
+	if s.answer != DefaultMaxBytes || s.partition != DefaultPartitionMaxBytes {
+		t.Fatalf("over 1 ms: answer %d partition %d, want the defaults", s.answer, s.partition)
 	}
 }
