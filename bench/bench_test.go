@@ -82,7 +82,7 @@ func TestHarness(t *testing.T) {
 		t.Fatalf("restart not measured: %+v", rs)
 	}
 	l := rep.Limits
-	if l == nil || l.LoopbackTCP <= 0 || l.FileAppend <= 0 || l.FileAppendSync <= 0 || l.PebbleAppend <= 0 {
+	if l == nil || l.LoopbackTCP <= 0 || l.FileAppend <= 0 || l.FileAppendSync <= 0 || l.PebbleAppend <= 0 || l.MirrorPipe <= 0 {
 		t.Fatalf("limits not measured: %+v", l)
 	}
 
@@ -254,5 +254,14 @@ func TestWriteGeneratedKeepsHandWritten(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(bare); string(got) != "hand-written only\n" {
 		t.Fatalf("file without markers changed: %q", got)
+	}
+}
+
+// TestMirrorPipe: the mirror pipe limit carries bytes and names a rate.
+func TestMirrorPipe(t *testing.T) {
+	chunk := bytes.Repeat([]byte("x"), 1<<20)
+	rate, err := mirrorPipe(t.TempDir(), chunk, 200*time.Millisecond)
+	if err != nil || rate <= 0 {
+		t.Fatalf("mirror pipe: %v MB/s, %v", rate/1e6, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"os"
@@ -24,6 +25,12 @@ type Limits struct {
 	FileAppendSync   float64 // the same with fdatasync after every 1 MiB
 	PebbleAppend     float64 // 1 KiB values, 64 MiB memtable, concurrent Sync commits
 	PebbleValueBytes int     // value size of the Pebble limit
+	// MirrorPipe is the least a mirror's catch-up does, without Kafka
+	// and in one process on this machine's cores: a file in the page
+	// cache sent over loopback TCP with sendfile (as a source broker
+	// serves a Fetch), read on the other end, its CRC-32C computed and
+	// appended to a file with an fdatasync every 8 MiB.
+	MirrorPipe float64
 }
 
 // measureLimits runs each limit for d, using dir for files.
@@ -46,7 +53,100 @@ func measureLimits(dir string, d time.Duration, seed int64) (*Limits, error) {
 	if l.PebbleAppend, err = pebbleAppend(filepath.Join(dir, "pebble"), chunk[:1024], d); err != nil {
 		return nil, fmt.Errorf("pebble limit: %w", err)
 	}
+	if l.MirrorPipe, err = mirrorPipe(dir, chunk, d); err != nil {
+		return nil, fmt.Errorf("mirror pipe limit: %w", err)
+	}
 	return l, nil
+}
+
+// mirrorPipe measures Limits.MirrorPipe for d.
+func mirrorPipe(dir string, chunk []byte, d time.Duration) (float64, error) {
+	src := filepath.Join(dir, "pipe-source")
+	f, err := os.Create(src)
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(src)
+	for range 64 { // 64 MiB, sent again and again
+		if _, err := f.Write(chunk); err != nil {
+			f.Close()
+			return 0, err
+		}
+	}
+	f.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	sent := make(chan error, 1)
+	go func() { sent <- sendFileLoop(ln, src, d) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	n, elapsed, err := crcAppend(c, filepath.Join(dir, "pipe-dest"))
+	if err := errors.Join(err, <-sent); err != nil {
+		return 0, err
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// sendFileLoop accepts one connection and sends file on it (sendfile, by
+// io.Copy to a TCP connection) until d has passed.
+func sendFileLoop(ln net.Listener, file string, d time.Duration) error {
+	c, err := ln.Accept()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for start := time.Now(); time.Since(start) < d; {
+		f, err := os.Open(file)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(c, f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// crcAppend reads c to its end, computing each MiB's CRC-32C and
+// appending it to file with an fdatasync every 8 MiB.
+func crcAppend(c net.Conn, file string) (n int64, elapsed time.Duration, err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer os.Remove(file)
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	table := crc32.MakeTable(crc32.Castagnoli)
+	start := time.Now()
+	for {
+		m, rerr := io.ReadFull(c, buf)
+		if m > 0 {
+			crc32.Checksum(buf[:m], table)
+			if _, err := f.Write(buf[:m]); err != nil {
+				return 0, 0, err
+			}
+			if n += int64(m); n%(8<<20) == 0 {
+				if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+					return 0, 0, fmt.Errorf("fdatasync: %w", err)
+				}
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			return n, time.Since(start), syscall.Fdatasync(int(f.Fd()))
+		}
+		if rerr != nil {
+			return 0, 0, rerr
+		}
+	}
 }
 
 func loopbackTCP(chunk []byte, d time.Duration) (float64, error) {

@@ -302,7 +302,7 @@ func (c *CatchUpResult) check() error {
 // the local producer's latency against its own with no mirror.
 func (rep *Report) catchUpTable(l *Limits) *table {
 	t := &table{head: []string{"backlog MiB", "RTT ms", "throttle B/s", "caught up s", "first progress s", "MB/s", "MB/s after first progress",
-		"/ file append+fdatasync", "/ file append", "/ loopback TCP", "local producer rec/s", "local p99 ms no mirror",
+		"/ mirror pipe", "/ file append+fdatasync", "/ file append", "/ loopback TCP", "local producer rec/s", "local p99 ms no mirror",
 		"local p99 ms during", "during/no mirror"}}
 	if l == nil {
 		l = &Limits{}
@@ -317,7 +317,7 @@ func (rep *Report) catchUpTable(l *Limits) *table {
 			throttle = "-"
 		}
 		t.add(fmt.Sprint(c.BacklogBytes>>20), fmt.Sprint(c.RTT.Milliseconds()), throttle, secs(c.CatchUp), secs(c.FirstProgress),
-			mb(c.rate()), mb(c.steadyRate()), ratio(c.rate(), l.FileAppendSync), ratio(c.rate(), l.FileAppend), ratio(c.rate(), l.LoopbackTCP),
+			mb(c.rate()), mb(c.steadyRate()), ratio(c.rate(), l.MirrorPipe), ratio(c.rate(), l.FileAppendSync), ratio(c.rate(), l.FileAppend), ratio(c.rate(), l.LoopbackTCP),
 			fmt.Sprintf("%.0f", c.LocalRate), ms(c.LocalBase.P99), ms(c.LocalDur.P99), ratio(float64(c.LocalDur.P99), float64(c.LocalBase.P99)))
 	}
 	return t

@@ -156,6 +156,7 @@ func (rep *Report) limitsTable() *table {
 		t.add("file append, 1 MiB writes", mb(l.FileAppend))
 		t.add("file append, fdatasync every 1 MiB", mb(l.FileAppendSync))
 		t.add("Pebble batch append, 1 KiB values, 64 MiB memtable, grouped Sync commits", mb(l.PebbleAppend))
+		t.add("mirror pipe: a cached file sent over loopback TCP (sendfile), CRC-32C, file append, fdatasync every 8 MiB", mb(l.MirrorPipe))
 	}
 	return t
 }
