@@ -110,7 +110,7 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 			r.ErrorCode, _ = code(clusterDenied)
 			break
 		}
-		r.Topics, r.ErrorCode = p.readStates(ctx, req)
+		r.Topics, r.Shards, r.ErrorCode = p.readStates(ctx, req)
 	case *wire.WriteMirrorStatesRequest:
 		r := resp.(*wire.WriteMirrorStatesResponse)
 		if !clusterAction {
@@ -622,17 +622,64 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 	return pd
 }
 
-func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesRequest) ([]wire.StatesTopic, int16) {
+// shardMarks are the __mirror_state shards a ReadMirrorStates from
+// another broker touches: the marks it knew (ReadMirrorStatesRequest
+// KnownShards) and what they are now here.
+type shardMarks struct {
+	p     *Plugin
+	ctx   context.Context
+	known map[int32]wire.ShardMark
+	now   map[int32]wire.ShardMark
+}
+
+// unchanged reports whether the shard of a partition's coordinator key
+// is as the asker knew it.
+func (m *shardMarks) unchanged(key string) bool {
+	shard := m.p.PartitionFor(key)
+	now, ok := m.now[shard]
+	if !ok {
+		now = wire.ShardMark{Shard: shard, Incarnation: 0, Version: -1} // not here: never unchanged
+		m.p.Runtime().Do(m.ctx, shard, func(sh *coord.Shard) error {
+			s := sh.State().(*mirrorstate.Shard)
+			now.Incarnation, now.Version = int64(s.Incarnation), int64(s.Version)
+			return nil
+		})
+		m.now[shard] = now
+	}
+	k, knew := m.known[shard]
+	return knew && now.Version >= 0 && k == now
+}
+
+// list is the marks of the shards touched, for the answer.
+func (m *shardMarks) list() []wire.ShardMark {
+	var out []wire.ShardMark
+	for _, mk := range m.now {
+		if mk.Version >= 0 {
+			out = append(out, mk)
+		}
+	}
+	return out
+}
+
+func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesRequest) ([]wire.StatesTopic, []wire.ShardMark, int16) {
 	img := p.awaitMirrors(ctx, req.MirrorName)
 	m := img.Mirrors[req.MirrorName]
 	var out []wire.StatesTopic
+	marks := shardMarks{p: p, ctx: ctx, known: map[int32]wire.ShardMark{}, now: map[int32]wire.ShardMark{}}
+	for _, k := range req.KnownShards {
+		marks.known[k.Shard] = k
+	}
 	for _, t := range req.Topics {
 		st := wire.StatesTopic{Name: t.Name}
 		if !t.TopicID.IsZero() && req.NeedPartitionStates {
 			// Another broker asks this coordinator for the states it
 			// keeps: they are answered whatever this broker's image says
-			// of the mirror (it may not have it yet, or any more).
+			// of the mirror (it may not have it yet, or any more); those
+			// of a shard still as the asker knew it are left out.
 			for _, idx := range t.Partitions {
+				if marks.unchanged(coordKey(req.MirrorName, t.TopicID, idx)) {
+					continue
+				}
 				sp := wire.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
 				k := mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: idx}
 				s, err := p.readStateLocal(ctx, k, t.TopicID)
@@ -647,7 +694,7 @@ func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesReque
 			continue
 		}
 		if m == nil {
-			return nil, wire.ErrMirrorNotFound.Code
+			return nil, nil, wire.ErrMirrorNotFound.Code
 		}
 		mt, ok := m.Topics[t.Name]
 		if !req.NeedPartitionStates {
@@ -669,9 +716,9 @@ func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesReque
 		out = append(out, st)
 	}
 	if len(req.Topics) == 0 && m == nil {
-		return nil, wire.ErrMirrorNotFound.Code
+		return nil, nil, wire.ErrMirrorNotFound.Code
 	}
-	return out, 0
+	return out, marks.list(), 0
 }
 
 // setState fills a response's partition with a persisted state.

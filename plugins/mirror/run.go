@@ -18,6 +18,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/uuid"
 )
@@ -400,6 +401,55 @@ type control struct {
 	want   map[topicPartition]uuid.UUID
 	shards map[int32][]topicPartition
 	seen   map[int32]shardMark
+	// remoteSeen are the marks of the shards other brokers coordinate,
+	// as they last answered them.
+	remoteSeen map[int32]wire.ShardMark
+}
+
+// readRemoteShards reads from coordinator node the states of the wanted
+// partitions of shards that changed since the marks it last gave
+// (ReadMirrorStates KnownShards); those it could not read go to missing.
+func (r *mirrorRun) readRemoteShards(node int32, shards []int32, out map[topicPartition]mirrorstate.PartitionState, missing map[topicPartition]uuid.UUID) {
+	c := &r.ctl
+	req := &wire.ReadMirrorStatesRequest{MirrorName: r.name, NeedPartitionStates: true}
+	idx := map[string]int{}
+	for _, shard := range shards {
+		if mk, ok := c.remoteSeen[shard]; ok {
+			req.KnownShards = append(req.KnownShards, mk)
+		}
+		for _, k := range c.shards[shard] {
+			missing[k] = c.want[k]
+			i, ok := idx[k.topic]
+			if !ok {
+				i = len(req.Topics)
+				idx[k.topic] = i
+				req.Topics = append(req.Topics, wire.PartitionsTopic{Name: k.topic, TopicID: c.want[k]})
+			}
+			req.Topics[i].Partitions = append(req.Topics[i].Partitions, k.partition)
+		}
+	}
+	resp, err := r.p.send(r.ctx, node, req)
+	if err != nil || resp.(*wire.ReadMirrorStatesResponse).ErrorCode != 0 {
+		return
+	}
+	rr := resp.(*wire.ReadMirrorStatesResponse)
+	for _, t := range rr.Topics {
+		for _, sp := range t.Partitions {
+			k := topicPartition{t.Name, sp.PartitionIndex}
+			if id, ok := c.want[k]; ok && sp.ErrorCode == 0 {
+				out[k] = stateOf(&sp, id)
+				delete(missing, k)
+			}
+		}
+	}
+	for _, mk := range rr.Shards {
+		if known, ok := c.remoteSeen[mk.Shard]; ok && known == mk {
+			for _, k := range c.shards[mk.Shard] { // left out: as last read
+				delete(missing, k)
+			}
+		}
+		c.remoteSeen[mk.Shard] = mk
+	}
 }
 
 // shardMark is a local shard as last read: a shard that is still the
@@ -436,24 +486,22 @@ func (c *control) setWant(p *Plugin, mirror string, img *metadata.Image, m *meta
 func (r *mirrorRun) changedStates(full bool) (map[topicPartition]mirrorstate.PartitionState, error) {
 	c := &r.ctl
 	if full || c.seen == nil {
-		c.seen = map[int32]shardMark{}
+		c.seen, c.remoteSeen = map[int32]shardMark{}, map[int32]wire.ShardMark{}
 	}
 	out := map[topicPartition]mirrorstate.PartitionState{}
-	remote := map[topicPartition]uuid.UUID{}
+	byNode := map[int32][]int32{} // shards other brokers coordinate
 	for shard, keys := range c.shards {
 		if err := r.p.readShardLocal(r.ctx, r.name, shard, keys, c.want, c.seen, out); err != nil {
-			for _, k := range keys {
-				remote[k] = c.want[k]
-			}
+			k := keys[0]
+			leader, _ := r.p.stateLeader(coordKey(r.name, c.want[k], k.partition))
+			byNode[leader] = append(byNode[leader], shard)
 		}
 	}
-	for k, st := range r.p.readStatesBatch(r.ctx, r.name, remote) {
-		out[k] = st
+	remote := map[topicPartition]uuid.UUID{} // not answered: one by one
+	for node, shards := range byNode {
+		r.readRemoteShards(node, shards, out, remote)
 	}
 	for k, id := range remote {
-		if _, ok := out[k]; ok {
-			continue
-		}
 		st, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.topic, Partition: k.partition}, id)
 		if err != nil {
 			return nil, err

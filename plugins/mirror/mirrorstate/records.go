@@ -1,6 +1,7 @@
 package mirrorstate
 
 import (
+	"math/rand/v2"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -135,13 +136,17 @@ type Shard struct {
 	// it still is v: a destination leader checks its local shards each
 	// second without reading every partition's state.
 	Version uint64
+	// Incarnation tells this shard from the one before it at the same
+	// version (the shard loaded again, here or on another broker), for
+	// a reader on another broker that kept a version.
+	Incarnation uint64
 }
 
 var _ coord.StateMachine = (*Shard)(nil)
 
 // NewShard is an empty shard, before its records are replayed.
 func NewShard() *Shard {
-	return &Shard{Parts: map[PartitionKey]*PartitionState{}, Diverged: map[ManifestKey]*ManifestEntry{}}
+	return &Shard{Parts: map[PartitionKey]*PartitionState{}, Diverged: map[ManifestKey]*ManifestEntry{}, Incarnation: rand.Uint64()}
 }
 
 func (s *Shard) get(k PartitionKey) *PartitionState {

@@ -52,6 +52,8 @@ func sampleMessages() ([]kmsg.Request, []kmsg.Response) {
 		&MirrorTopicsRequest{key: KeyResumeMirrorTopics, MirrorName: "m", Topics: []string{}}, // nil is sent as empty
 		&MirrorTopicsRequest{key: KeyDeleteMirror, MirrorName: "m", Topics: []string{}},
 		&BumpLeaderEpochsRequest{Topics: []BumpTopic{{TopicID: id, Partitions: []BumpPartition{{PartitionIndex: 3, MinLeaderEpoch: 41}}}}},
+		&ReadMirrorStatesRequest{MirrorName: "m", Topics: []PartitionsTopic{{Name: "t", Partitions: []int32{1}, TopicID: id}}, NeedPartitionStates: true,
+			KnownShards: []ShardMark{{Shard: 3, Incarnation: -7, Version: 9}}},
 	}
 	resps := []kmsg.Response{
 		&CreateMirrorResponse{ErrResponse{ThrottleTimeMs: 1, ErrorCode: 139, ErrorMessage: sp("exists")}},
@@ -78,6 +80,7 @@ func sampleMessages() ([]kmsg.Request, []kmsg.Response) {
 		&WriteMirrorStatesResponse{Topics: []ErrTopic{{Name: "t", Partitions: []ErrPartition{{PartitionIndex: 0, ErrorCode: 141}}}}},
 		&MirrorTopicsResponse{ErrResponse{key: KeyPauseMirrorTopics, ErrorCode: 138, ErrorMessage: sp("no such mirror")}},
 		&BumpLeaderEpochsResponse{Topics: []BumpTopic{{TopicID: id, Partitions: []BumpPartition{{PartitionIndex: 3, LeaderEpoch: 51}}}}},
+		&ReadMirrorStatesResponse{Topics: []StatesTopic{}, Shards: []ShardMark{{Shard: 0, Incarnation: 1, Version: 2}, {Shard: 49, Incarnation: 3, Version: 4}}},
 	}
 	return reqs, resps
 }

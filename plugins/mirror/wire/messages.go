@@ -468,6 +468,18 @@ type ReadMirrorStatesRequest struct {
 	MirrorName          string
 	Topics              []PartitionsTopic
 	NeedPartitionStates bool
+	// KnownShards (tag 0, between brokers) are the __mirror_state shards
+	// whose states the asker already has: the coordinator leaves out the
+	// partitions of those still the same (ReadMirrorStatesResponse.Shards).
+	KnownShards []ShardMark
+}
+
+// ShardMark is a __mirror_state shard as a coordinator has it: nothing of
+// its partitions' states changed while the mark is the same.
+type ShardMark struct {
+	Shard       int32
+	Incarnation int64
+	Version     int64
 }
 
 func (r *ReadMirrorStatesRequest) Key() int16               { return KeyReadMirrorStates }
@@ -532,6 +544,10 @@ type ReadMirrorStatesResponse struct {
 	ThrottleTimeMs int32
 	ErrorCode      int16
 	Topics         []StatesTopic
+	// Shards (tag 0) are the marks of the shards of the partitions
+	// asked, to a request with KnownShards: a partition left out of
+	// Topics is of a shard whose mark is the one the asker knew.
+	Shards []ShardMark
 }
 
 func (r *ReadMirrorStatesResponse) Key() int16               { return KeyReadMirrorStates }
@@ -720,6 +736,8 @@ var (
 	divergedEntries = structs("Diverged", append(slices.Clone(divergedRange), boolean("Done"))...)
 
 	errResponse = []field{i32("ThrottleTimeMs"), i16("ErrorCode"), nstr("ErrorMessage")}
+
+	shardMarks = func(name string) field { return structs(name, i32("Shard"), i64("Incarnation"), i64("Version")) }
 )
 
 var schemas = map[reflect.Type][]field{
@@ -772,10 +790,12 @@ var schemas = map[reflect.Type][]field{
 				i64("TruncatedAt"), str("Cause"), i64("CopyStart"), i64("CopyEnd"))),
 			tagged(4, str("SourceClusterID"))),
 	},
-	typeOf[ReadMirrorStatesRequest](): {str("MirrorName"), partitionsTopics, boolean("NeedPartitionStates")},
+	typeOf[ReadMirrorStatesRequest](): {str("MirrorName"), partitionsTopics, boolean("NeedPartitionStates"),
+		tagged(0, shardMarks("KnownShards"))},
 	typeOf[ReadMirrorStatesResponse](): {
 		i32("ThrottleTimeMs"), i16("ErrorCode"),
 		structs("Topics", str("Name"), structs("Partitions", statePartitionErr...)),
+		tagged(0, shardMarks("Shards")),
 	},
 	typeOf[WriteMirrorStatesRequest](): {
 		str("MirrorName"),
