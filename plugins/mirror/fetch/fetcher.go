@@ -390,7 +390,6 @@ func (f *Fetcher) exchange() (resp *kmsg.FetchResponse, sent time.Time, sentEpoc
 	return resp, sent, sentEpoch, nil
 }
 
-
 // unreachable closes the connection after a failed exchange and reports
 // it, unless the fetcher was stopped (an abandoned fetch is not the
 // source's fault).

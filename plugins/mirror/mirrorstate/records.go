@@ -1,8 +1,8 @@
 package mirrorstate
 
 import (
-	"math/rand/v2"
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 
