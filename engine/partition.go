@@ -65,9 +65,10 @@ type Partition struct {
 	aborted     []abortedTxn // by Last
 	openTxns    int          // producers with an open transaction
 	waitCh      chan struct{}
-	waiters     waiters // Watch(w, false): woken with waitCh
-	endWaiters  waiters // Watch(w, true): woken when the log end moves
-	gen         uint64  // bumped by anything that removes or rewrites batches
+	syncing     atomic.Bool // a sync round's fdatasync of the partition runs
+	waiters     waiters     // Watch(w, false): woken with waitCh
+	endWaiters  waiters     // Watch(w, true): woken when the log end moves
+	gen         uint64      // bumped by anything that removes or rewrites batches
 
 	// What was appended since the last sync round took it: entries in the
 	// order they must be applied, and producers whose state changed.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -18,9 +19,12 @@ const lazySyncInterval = time.Second
 // (index entries, producer state, epochs, aborted transactions, recovery
 // points) to Pebble in one unsynced batch and wakes the appends to it
 // that wait. Appends arriving during a round wait for the next one, so
-// one fdatasync per file covers all of them; an append does not wait for
+// one fdatasync per file covers all of them. An append does not wait for
 // other partitions' syncs (a mirror catching up writes tens of MiB a
-// round, which a local producer's few KiB must not wait behind).
+// round, which a local producer's few KiB must not wait behind): a round
+// does not wait for the syncs it started, and a partition whose last
+// sync still runs is left to the next round, which its sync's end
+// starts.
 //
 // Pebble never holds metadata of bytes that are not durable in a segment
 // file: a crash can lose Pebble's unsynced tail (recovery then replays
@@ -29,6 +33,8 @@ const lazySyncInterval = time.Second
 type syncer struct {
 	e    *Engine
 	kick chan struct{}
+	sem  chan struct{}  // bounds the syncs in flight
+	wg   sync.WaitGroup // the syncs in flight
 
 	mu    sync.Mutex
 	dirty []*Partition // partitions with pending metadata, in the order they got it
@@ -41,16 +47,30 @@ type syncRound struct {
 }
 
 // partSync is a partition's part of a round: done closes once its file
-// is synced and its metadata written (err: the sync failed).
+// is synced and its metadata written (err: the sync failed). also are
+// the parts of earlier rounds that the partition was left out of (its
+// sync was running), which end with this one.
 type partSync struct {
 	done chan struct{}
 	err  error
+	also []*partSync
+}
+
+// end wakes the waiters of ps and of the parts it took over.
+func (ps *partSync) end(err error) {
+	for _, x := range append(ps.also, ps) {
+		x.err = err
+		close(x.done)
+	}
 }
 
 func newSyncRound() *syncRound { return &syncRound{parts: map[*Partition]*partSync{}} }
 
 func newSyncer(e *Engine) *syncer {
-	return &syncer{e: e, kick: make(chan struct{}, 1), next: newSyncRound()}
+	// fdatasync in parallel: the filesystem merges concurrent syncs into
+	// one journal commit, where one after the other would each wait for
+	// their own.
+	return &syncer{e: e, kick: make(chan struct{}, 1), sem: make(chan struct{}, 8), next: newSyncRound()}
 }
 
 // register notes that p has pending metadata and returns p's part of the
@@ -70,12 +90,16 @@ func (s *syncer) register(p *Partition, urgent bool) *partSync {
 	}
 	s.mu.Unlock()
 	if urgent {
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
+		s.wake()
 	}
 	return ps
+}
+
+func (s *syncer) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 // run is the syncer goroutine; it returns after a last round once stop
@@ -88,14 +112,23 @@ func (s *syncer) run(stop <-chan struct{}) {
 		case <-s.kick:
 		case <-t.C:
 		case <-stop:
-			s.round()
-			return
+			for { // until no partition is left to a next round
+				s.round()
+				s.wg.Wait()
+				s.mu.Lock()
+				left := len(s.dirty)
+				s.mu.Unlock()
+				if left == 0 {
+					return
+				}
+			}
 		}
 		s.round()
 	}
 }
 
-// round runs one group commit.
+// round runs one group commit: it starts the sync of each partition
+// with pending metadata and returns.
 func (s *syncer) round() {
 	s.mu.Lock()
 	parts, r := s.dirty, s.next
@@ -104,10 +137,12 @@ func (s *syncer) round() {
 	}
 	s.dirty, s.next = nil, newSyncRound()
 	s.mu.Unlock()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
 	for _, p := range parts {
 		ps := r.parts[p]
+		if p.syncing.Load() {
+			s.later(p, ps)
+			continue
+		}
 		// metaMu is held until the metadata is applied: a truncation or
 		// retention pass of p waits for this round rather than commit
 		// before entries taken here.
@@ -117,31 +152,59 @@ func (s *syncer) round() {
 		p.mu.Unlock()
 		if !ok {
 			p.metaMu.Unlock()
-			close(ps.done)
+			ps.end(nil)
 			continue
 		}
-		// fdatasync in parallel: the filesystem merges concurrent syncs
-		// into one journal commit, where one after the other would each
-		// wait for their own.
-		wg.Add(1)
-		sem <- struct{}{}
+		p.syncing.Store(true)
+		s.wg.Add(1)
+		s.sem <- struct{}{}
 		go func() {
-			defer func() { <-sem; wg.Done() }()
+			defer func() { <-s.sem; s.wg.Done() }()
 			s.finish(p, w, ps)
 		}()
 	}
-	wg.Wait()
+}
+
+// later leaves p's part of a round to the next round: p's last sync
+// still runs, and starts that round when it ends.
+func (s *syncer) later(p *Partition, ps *partSync) {
+	s.mu.Lock()
+	if !p.dirty {
+		p.dirty = true
+		s.dirty = append(s.dirty, p)
+	}
+	if cur := s.next.parts[p]; cur != nil {
+		cur.also = append(cur.also, ps)
+	} else {
+		s.next.parts[p] = ps
+	}
+	s.mu.Unlock()
+	if !p.syncing.Load() {
+		s.wake() // the sync ended meanwhile, before it could see p dirty
+	}
 }
 
 // finish syncs p's file, writes the metadata that became durable (or
-// rolls p back if the sync failed) and wakes p's appends.
+// rolls p back if the sync failed) and wakes p's appends; if more of p
+// waits for a round, it starts one.
 func (s *syncer) finish(p *Partition, w pendingMeta, ps *partSync) {
-	defer close(ps.done)
-	defer p.metaMu.Unlock()
-	if ps.err = w.sync(s.e); ps.err != nil {
-		p.syncFailed(w, ps.err)
-		return
+	if s.e.testHook != nil {
+		s.e.hook(fmt.Sprintf("sync:partition:%s-%d", p.topic, p.part))
 	}
-	p.applyPending(w, pebble.NoSync)
-	p.advance(w.end)
+	err := w.sync(s.e)
+	if err != nil {
+		p.syncFailed(w, err)
+	} else {
+		p.applyPending(w, pebble.NoSync)
+		p.advance(w.end)
+	}
+	p.metaMu.Unlock()
+	p.syncing.Store(false)
+	ps.end(err)
+	s.mu.Lock()
+	more := p.dirty
+	s.mu.Unlock()
+	if more {
+		s.wake()
+	}
 }
