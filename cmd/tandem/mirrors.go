@@ -370,7 +370,19 @@ func (c *mirrorsCmd) pauseResume(ctx context.Context, pause bool) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "Mirror %s: done.\n", c.name)
+	done, until := "Paused", "stop copying until --resume"
+	if !pause {
+		done, until = "Resumed", "copy from the source again"
+	}
+	what := "its topics"
+	if len(c.topics) > 0 {
+		what = "its topics matching " + strings.Join(c.topics, ", ")
+	} else if ms, err := c.a.ListMirrors(ctx); err == nil {
+		if i := slices.IndexFunc(ms, func(m wire.ListedMirror) bool { return m.MirrorName == c.name }); i >= 0 {
+			what = fmt.Sprintf("its %d topic(s)", ms[i].TopicCount)
+		}
+	}
+	fmt.Fprintf(c.stdout, "%s mirror %s: %s %s.\n", done, c.name, what, until)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -411,6 +412,7 @@ func (c *mirrorsCmd) diverged(ctx context.Context) error {
 	for _, m := range ms {
 		ds = append(ds, m.Diverged...)
 	}
+	sortDiverged(ds)
 	if c.asJSON {
 		if ds == nil {
 			ds = []divergedRange{}
@@ -421,12 +423,34 @@ func (c *mirrorsCmd) diverged(ctx context.Context) error {
 		fmt.Fprintf(c.stdout, "Mirror %s has truncated nothing.\n", c.name)
 		return nil
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	return printDiverged(c.stdout, ds)
+}
+
+// sortDiverged puts ranges in the order of the log: by topic, partition
+// and offset (brokers answer their own partitions' ranges in turn).
+func sortDiverged(ds []divergedRange) {
+	slices.SortStableFunc(ds, func(a, b divergedRange) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.FirstOffset, b.FirstOffset))
+	})
+}
+
+// printDiverged prints the divergence manifest as a table; offset ranges
+// are inclusive, COPIED-TO's as OFFSETS' (copy_end in JSON is the offset
+// after the copy, as a log end is).
+func printDiverged(w io.Writer, ds []divergedRange) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOFFSETS\tEPOCHS\tRECORDS\tTIMESTAMPS\tTRUNCATED\tCAUSE\tCOPIED-TO")
 	for _, d := range ds {
-		fmt.Fprintf(tw, "%s\t%d\t%d-%d\t%d-%d\t%d\t%s - %s\t%s\t%s\t%s@%d-%d\n", d.Topic, d.Partition, d.FirstOffset, d.LastOffset,
+		copied := fmt.Sprintf("%s@%d-%d", d.CopiedTo, d.CopyStart, d.CopyEnd-1)
+		switch {
+		case d.CopyEnd < 0:
+			copied = d.CopiedTo + " (copying)"
+		case d.CopyEnd <= d.CopyStart:
+			copied = d.CopiedTo + " (nothing)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d-%d\t%d-%d\t%d\t%s - %s\t%s\t%s\t%s\n", d.Topic, d.Partition, d.FirstOffset, d.LastOffset,
 			d.FirstEpoch, d.LastEpoch, d.Records, d.FirstTimestamp.Format(time.RFC3339), d.LastTimestamp.Format(time.RFC3339),
-			d.TruncatedAt.Format(time.RFC3339), d.Cause, d.CopiedTo, d.CopyStart, d.CopyEnd)
+			d.TruncatedAt.Format(time.RFC3339), d.Cause, copied)
 	}
 	return tw.Flush()
 }

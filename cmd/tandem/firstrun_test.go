@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
+)
+
+// What a new user found wrong in the first five minutes (issue 41): the
+// polish a Kafka user notices, read as the user reads it.
+
+// TestCLIPolish (issue 41, item 10): flag errors name flags as the docs
+// write them (--bootstrap-server, not -bootstrap-server); --help writes
+// a one-letter flag -e, not --e; topic IDs are URL-safe base64 without
+// padding, as Kafka's tools print them; --pause says what it paused.
+func TestCLIPolish(t *testing.T) {
+	r := tandemCLI(t, "", "topics", "list", "--bootstrap", "x:1")
+	if r.code != 2 || !strings.Contains(r.stderr, "--bootstrap") || strings.Contains(r.stderr, " -bootstrap") {
+		t.Fatalf("an unknown flag: exit %d, stderr %q; want exit 2 naming --bootstrap", r.code, r.stderr)
+	}
+	r = tandemCLI(t, "", "topics", "create", "t", "--partitions")
+	if r.code != 2 || !strings.Contains(r.stderr, "flag needs an argument: --partitions") {
+		t.Fatalf("a flag without its value: exit %d, stderr %q", r.code, r.stderr)
+	}
+	help := ok(t, "", "consume", "--help")
+	if strings.Contains(help, "--e\n") || !strings.Contains(help, "\n  -e\n") {
+		t.Fatalf("consume --help writes the one-letter flag e as --e, or not at all:\n%s", help)
+	}
+
+	b := tandemtest.StartInProcess(t, nil)
+	out := ok(t, "", "topics", "create", "ids", "--partitions", "1", "--bootstrap-server", b.Addr())
+	tds, err := adminOf(t, b.Addr()).ListTopics(ctxT(t), "ids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := tds["ids"].ID
+	want := base64.RawURLEncoding.EncodeToString(id[:])
+	if !strings.Contains(out, "ID "+want+".") {
+		t.Fatalf("topics create printed %q; want the ID as %s (URL-safe base64, no padding)", out, want)
+	}
+	for _, args := range [][]string{{"topics", "list", "--json"}, {"topics", "describe", "ids", "--json"}, {"topics", "describe", "ids"}} {
+		out := ok(t, "", append(args, "--bootstrap-server", b.Addr())...)
+		if !strings.Contains(out, want) {
+			t.Fatalf("tandem %v does not print the topic ID as %s:\n%s", args, want, out)
+		}
+	}
+
+	// --pause and --resume say what they did.
+	src := tandemtest.StartInProcess(t, nil)
+	ok(t, "", "topics", "create", "orders", "--bootstrap-server", src.Addr())
+	ok(t, "", "mirrors", "--bootstrap-server", b.Addr(), "--create", "--add", "--mirror", "dr", "--source-bootstrap", src.Addr(), "--topic", "orders")
+	if out := ok(t, "", "mirrors", "--bootstrap-server", b.Addr(), "--pause", "--mirror", "dr"); out != "Paused mirror dr: its 1 topic(s) stop copying until --resume.\n" {
+		t.Fatalf("--pause printed %q", out)
+	}
+	if out := ok(t, "", "mirrors", "--bootstrap-server", b.Addr(), "--resume", "--mirror", "dr", "--topic", "ord.*"); out != "Resumed mirror dr: its topics matching ord.* copy from the source again.\n" {
+		t.Fatalf("--resume --topic printed %q", out)
+	}
+}
+
+// TestDivergedTable (issue 41, item 10): --diverged lists ranges in the
+// order of the log, whatever order the brokers answered in, and its
+// COPIED-TO range is inclusive as OFFSETS is.
+func TestDivergedTable(t *testing.T) {
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	r := func(p int32, first, last, copyStart, copyEnd int64) divergedRange {
+		return divergedRange{Topic: "events", Partition: p, FirstOffset: first, LastOffset: last, Records: last - first + 1,
+			FirstTimestamp: at, LastTimestamp: at, TruncatedAt: at, Cause: "failback", CopiedTo: "events.diverged/" + string('0'+rune(p)),
+			CopyStart: copyStart, CopyEnd: copyEnd}
+	}
+	ds := []divergedRange{r(2, 10, 19, 0, 10), r(0, 5, 5, 3, 4), r(1, 7, 8, 0, 2), r(0, 1, 2, 0, 2)}
+	sortDiverged(ds)
+	var buf bytes.Buffer
+	if err := printDiverged(&buf, ds); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n")[1:] {
+		f := strings.Fields(l)
+		got = append(got, f[1]+" "+f[2]+" "+f[len(f)-1])
+	}
+	want := []string{"0 1-2 events.diverged/0@0-1", "0 5-5 events.diverged/0@3-3", "1 7-8 events.diverged/1@0-1", "2 10-19 events.diverged/2@0-9"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("--diverged rows (partition, offsets, copied to):\n%s\nwant %q", buf.String(), want)
+	}
+}
+
+// TestServeAddressInUseLeavesNoDataDir (issue 41, item 10): `serve` on a
+// Kafka address in use exits 2 and leaves no new data dir behind (it
+// left meta.properties and .lock, so the next start was not a first
+// one); a data dir that was there is kept.
+func TestServeAddressInUseLeavesNoDataDir(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := filepath.Join(t.TempDir(), "fresh")
+	r := tandemCLI(t, "", "serve", "--data-dir", dir, "--listen", ln.Addr().String(), "--http", "")
+	if r.code != 2 {
+		t.Fatalf("serve on an address in use: exit %d\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		entries, _ := os.ReadDir(dir)
+		t.Fatalf("serve on an address in use left %s behind (%v)", dir, entries)
+	}
+	kept := t.TempDir()
+	if r := tandemCLI(t, "", "serve", "--data-dir", kept, "--listen", ln.Addr().String(), "--http", ""); r.code != 2 {
+		t.Fatalf("serve on an address in use: exit %d\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(kept); err != nil {
+		t.Fatalf("a data dir that was there before is gone: %v", err)
+	}
+}
