@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-kafka/tandem"
+	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -116,5 +118,29 @@ func TestServeAddressInUseLeavesNoDataDir(t *testing.T) {
 	}
 	if _, err := os.Stat(kept); err != nil {
 		t.Fatalf("a data dir that was there before is gone: %v", err)
+	}
+}
+
+// TestClientWaitsForStartingBroker (issue 41, item 6): the quick start
+// pasted as one block ran `tandem topics create` before the broker
+// listened and failed 1 time in 5 (connection refused). A client
+// command tries a refused connection again for a few seconds, as Kafka's
+// tools do; an address where nothing comes up still fails in words.
+func TestClientWaitsForStartingBroker(t *testing.T) {
+	addr := deadAddr(t)
+	done := make(chan cliResult, 1)
+	go func() { done <- tandemCLI(t, "", "topics", "create", "early", "--bootstrap-server", addr) }()
+	time.Sleep(1500 * time.Millisecond) // the command has been refused a few times by now
+	b, err := tandem.NewBroker(server.Config{DataDir: t.TempDir(), Listen: addr, Logger: tandemtest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctxT(t)); err != nil {
+		t.Fatalf("start a broker on %s: %v", addr, err)
+	}
+	defer b.Close()
+	r := <-done
+	if r.code != 0 || !strings.Contains(r.stdout, "Created topic early") {
+		t.Fatalf("topics create against a broker that started 1.5 s later: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
