@@ -431,6 +431,7 @@ type describedMirror struct {
 	SourceClusterID string               `json:"source_cluster_id,omitzero"` // as the mirror recorded it
 	Partitions      []describedPartition `json:"partitions,omitzero"`
 	Diverged        []divergedRange      `json:"diverged,omitzero"`
+	unlisted        int                  // topics of the mirror without partitions here yet
 }
 
 type describedPartition struct {
@@ -519,6 +520,9 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 				continue
 			}
 			matched = true
+			if len(t.Partitions) == 0 {
+				dm.unlisted++ // mirrored, not created here yet
+			}
 			for _, p := range t.Partitions {
 				dp := describedPartition{Topic: t.TopicName, Partition: p.PartitionIndex, SourceOffset: known(p.SourceOffset),
 					DestinationOffset: known(p.DestinationOffset), Lag: known(p.Lag), LagMs: known(p.LagMs), State: p.State, Reason: p.Reason,
@@ -548,7 +552,7 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 // only as it was a while ago, or is not held safely here (no leader, an
 // ISR below min.insync.replicas).
 func (m describedMirror) unhealthy() bool {
-	return m.State == "FAILED" || slices.ContainsFunc(m.Partitions, func(p describedPartition) bool {
+	return m.State == "FAILED" || m.unlisted > 0 || slices.ContainsFunc(m.Partitions, func(p describedPartition) bool {
 		return p.State == "FAILED" || p.Reason != "" && p.State != "STOPPED" || p.stale || p.DestinationIssue != ""
 	})
 }
@@ -571,6 +575,9 @@ func (c *mirrorsCmd) describe(ctx context.Context) error {
 			}
 			if m.ACLSync != "" {
 				fmt.Fprintf(c.stderr, "mirror %s: ACL sync: %s\n", m.Mirror, m.ACLSync)
+			}
+			if m.unlisted > 0 {
+				fmt.Fprintf(c.stderr, "mirror %s: %d topic(s) have no partitions here yet (being created)\n", m.Mirror, m.unlisted)
 			}
 		}
 	}

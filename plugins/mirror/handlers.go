@@ -103,7 +103,14 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 		}
 	case *wire.DescribeMirrorsRequest:
 		r := resp.(*wire.DescribeMirrorsResponse)
-		r.Mirrors = p.describe(ctx, rc, req, p.awaitMirrors(ctx, req.MirrorNames...))
+		img := p.Image()
+		if !req.Local {
+			// An operator's describe reads its writes: a topic added
+			// through another broker a moment ago is listed, never an
+			// empty mirror that a script waiting for lag 0 would pass.
+			img = p.latestImage(ctx, req.MirrorNames...)
+		}
+		r.Mirrors = p.describe(ctx, rc, req, img)
 	case *wire.ReadMirrorStatesRequest:
 		r := resp.(*wire.ReadMirrorStatesResponse)
 		if !clusterAction {
@@ -541,6 +548,12 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
 				t := img.Topics[tn]
 				if t == nil {
+					if !m.Topics[tn].Stopped {
+						// Mirrored, not created here (yet): listed
+						// without partitions, so that no view shows
+						// an empty mirror as one that is caught up.
+						dm.Topics = append(dm.Topics, wire.DescribedTopic{TopicName: tn})
+					}
 					continue
 				}
 				dt := wire.DescribedTopic{TopicName: tn}
