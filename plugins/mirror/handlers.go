@@ -567,6 +567,9 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 						if pd.Reason == "" {
 							pd.Reason = rd.Reason
 						}
+						if rd.State == mirrorstate.Failed.String() && cutOffState(pd.State) {
+							pd.State = rd.State // its leader cannot reach the source
+						}
 					}
 					if failed && stateNeedsSource(pd.State) {
 						// The mirror cannot use its source: nothing it
@@ -574,6 +577,9 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 						pd.SourceStale = pd.SourceOffset >= 0
 						if pd.Reason == "" && dm.ErrorMessage != nil {
 							pd.Reason = *dm.ErrorMessage
+						}
+						if cutOffState(pd.State) {
+							pd.State = mirrorstate.Failed.String()
 						}
 					}
 					dt.Partitions = append(dt.Partitions, pd)
@@ -621,6 +627,9 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 			pd.LagMs = 0
 		}
 		pd.SourceStale = !r.sourceCurrent(pt, now)
+	}
+	if r.cutOff(pt) && cutOffState(pd.State) {
+		pd.State = mirrorstate.Failed.String()
 	}
 	switch {
 	case pd.Reason != "":

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +101,81 @@ func TestDescribeRightAfterAdd(t *testing.T) {
 			t.Fatalf("describe on broker %d right after adding %s on broker %d lists %d of its 2 partitions",
 				dst.Brokers[(i+1)%3].ID, topic, dst.Brokers[i%3].ID, parts)
 		}
+	}
+}
+
+// TestSourceDownOneModel (issue 41, items 2 and 3): with the whole source
+// killed, stderr said "mirror m1: FAILED" while every row said MIRRORING,
+// /metrics counted the partitions MIRRORING and none FAILED, and the
+// console showed a lag of 0 and 0 ms where the CLI showed >=0. One model:
+// a partition that cannot reach its source is FAILED in every view (rows,
+// --json, /metrics, the console) with the reason, and its lag is a lower
+// bound ("≥") with the age of the source end behind it, never a bare 0.
+func TestSourceDownOneModel(t *testing.T) {
+	src := tandemtest.StartProcess(t, t.TempDir(), "--set", "offsets.topic.num.partitions=2", "--set", "mirror.topic.num.partitions=2")
+	createTopicOn(t, src.Addr, "orders", 2)
+	produceN(t, src.Addr, "orders", 2, 100)
+	dst := tandemtest.StartProcess(t, t.TempDir(), "--set", "mirror.topic.num.partitions=2", "--set", "offsets.topic.num.partitions=2",
+		"--set", "replica.fetch.wait.max.ms=200", "--set", "mirror.replica.fetch.backoff.ms=200", "--set", "mirror.request.timeout.ms=3000",
+		"--set", "mirror.socket.connection.setup.timeout.ms=1000")
+	if code, out, errOut := runMirrors(t, "--bootstrap-server", dst.Addr, "--create", "--add", "--mirror", "m1",
+		"--source-bootstrap", src.Addr, "--topic", "orders"); code != 0 {
+		t.Fatalf("--create --add: exit %d\n%s%s", code, out, errOut)
+	}
+	waitFor(t, 60*time.Second, "the mirror caught up", func() bool {
+		code, ms, _ := describeJSON(t, dst.Addr, "--mirror", "m1")
+		return code == 0 && len(ms) == 1 && len(jsonPartitions(ms[0])) == 2 && jsonPartitions(ms[0])[0]["lag"] == 0.0 && jsonPartitions(ms[0])[1]["lag"] == 0.0
+	})
+	src.Kill9()
+	waitFor(t, 60*time.Second, "--describe to say the mirror is FAILED", func() bool {
+		_, ms, _ := describeJSON(t, dst.Addr, "--mirror", "m1")
+		return len(ms) == 1 && ms[0]["state"] == "FAILED"
+	})
+	waitFor(t, 30*time.Second, "every view to say FAILED", func() bool {
+		_, ms, _ := describeJSON(t, dst.Addr, "--mirror", "m1")
+		for _, p := range jsonPartitions(ms[0]) {
+			if p["state"] != "FAILED" || p["reason"] == nil {
+				t.Logf("--json partition %v", p)
+				return false
+			}
+		}
+		_, page := httpGet(t, "http://"+dst.HTTPAddr+"/metrics")
+		failed, ok1 := metricValue(page, `tandem_mirror_partitions{mirror="m1",state="FAILED"}`)
+		mirroring, ok2 := metricValue(page, `tandem_mirror_partitions{mirror="m1",state="MIRRORING"}`)
+		if !ok1 || !ok2 || failed != 2 || mirroring != 0 {
+			t.Logf("/metrics: FAILED %v, MIRRORING %v", failed, mirroring)
+			return false
+		}
+		for _, p := range consoleMirror(t, dst.HTTPAddr, "m1")["partitions"].([]any) {
+			if p.(map[string]any)["state"] != "FAILED" {
+				t.Logf("console partition %v", p)
+				return false
+			}
+		}
+		return true
+	})
+	code, out, errOut := runMirrors(t, "--bootstrap-server", dst.Addr, "--describe", "--mirror", "m1")
+	if code != 1 || strings.Contains(out, "MIRRORING") || strings.Count(out, "FAILED") != 2 || !strings.Contains(out, ">=") {
+		t.Fatalf("--describe with the source down: exit %d\n%s%s\nwant exit 1, both rows FAILED with a lag of >=N", code, out, errOut)
+	}
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("TANDEM_REQUIRE_CHROMIUM") != "" {
+			t.Fatalf("no headless browser: %s is missing, and TANDEM_REQUIRE_CHROMIUM is set", chromiumPath)
+		}
+		t.Skipf("no headless browser (%s): the console's page is not checked", chromiumPath)
+	}
+	dom := chromium(t, "http://"+dst.HTTPAddr+"/#mirrors", "--dump-dom")
+	lagCell := regexp.MustCompile(`<td class="num" data-lag-records="">([^<]*)</td><td class="num" data-lag-time="">([^<]*)</td><td class="num" data-source-age="">([^<]*)</td>`)
+	cells := lagCell.FindAllStringSubmatch(dom, -1)
+	if len(cells) != 2 {
+		t.Fatalf("the mirrors page has %d partition rows with lag, lag time and source age cells, want 2:\n%s", len(cells), dom)
+	}
+	for _, c := range cells {
+		if !strings.HasPrefix(c[1], "≥ ") || !strings.HasPrefix(c[2], "≥ ") || c[3] == "-" {
+			t.Fatalf("the mirrors page shows a lag of %q, %q (source age %q) with the source down; want \"≥\" lower bounds and the age of the source end", c[1], c[2], c[3])
+		}
+	}
+	if strings.Contains(dom, `data-state="MIRRORING"`) {
+		t.Fatalf("the mirrors page shows a MIRRORING partition with the source down")
 	}
 }
