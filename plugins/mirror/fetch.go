@@ -407,12 +407,15 @@ func (r *mirrorRun) refreshEnds(broker int32, parts []*ledPartition) {
 
 // measureLagMs sets the lag in milliseconds of the partitions that are
 // behind their source: the source's newest record time (ListOffsets
-// MAX_TIMESTAMP, KIP-734) minus the destination's (its log's max
-// timestamp), that is how much newer the newest unmirrored record is
-// than everything mirrored so far. Record time, not wall-clock time: a
+// MAX_TIMESTAMP, KIP-734) minus the time the destination is known
+// complete up to, its newest record's or, if later, when it last held
+// everything the source had (caughtUpAt): the span of record time the
+// unmirrored records can cover. Record time, not wall-clock time: a
 // quiet source with a stalled mirror does not look worse by the minute,
-// and a busy one that is seconds behind shows those seconds. A
-// destination log still empty keeps the previous value.
+// and a busy one that is seconds behind shows those seconds; a burst
+// after a quiet gap shows the burst, not the gap (the consistent cut
+// takes the same point). A destination log still empty keeps the
+// previous value.
 func (r *mirrorRun) measureLagMs(broker int32, parts []*ledPartition) {
 	r.mu.Lock()
 	parts = slices.DeleteFunc(slices.Clone(parts), func(pt *ledPartition) bool { return pt.srcEnd <= pt.dstLEO })
@@ -436,7 +439,11 @@ func (r *mirrorRun) measureLagMs(broker int32, parts []*ledPartition) {
 		if _, dstTs, _, ok := ep.MaxTimestamp(); ok {
 			r.mu.Lock()
 			if pt.srcEnd > pt.dstLEO {
-				pt.lagMs = max(1, lp.Timestamp-dstTs)
+				complete := dstTs
+				if !pt.caughtUpAt.IsZero() {
+					complete = max(complete, pt.caughtUpAt.UnixMilli())
+				}
+				pt.lagMs = max(1, lp.Timestamp-complete)
 			}
 			r.mu.Unlock()
 		}

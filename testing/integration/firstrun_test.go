@@ -179,3 +179,55 @@ func TestSourceDownOneModel(t *testing.T) {
 		t.Fatalf("the mirrors page shows a MIRRORING partition with the source down")
 	}
 }
+
+// TestLagTimeAfterQuietGap (issue 41, item 4): a mirror caught up on a
+// source that was quiet for two minutes, paused, then 1,000 records
+// produced within a second: the lag in record time said 110 s (the quiet
+// gap before the records, not the span they cover). The time a failover
+// would give up is the record time from when the destination last held
+// everything the source had (or its newest record, if later) to the
+// source's newest record: about a second here, in --describe and in a
+// forced failover's report alike.
+func TestLagTimeAfterQuietGap(t *testing.T) {
+	src := startMirrorCluster(t, "")
+	dst := startMirrorClusterProps(t, "", map[string]string{"mirror.replica.fetch.backoff.ms": "100"})
+	createMirrorTopic(t, src, "quiet", 1)
+	cl := tandemtest.Client(t, src.addr(), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	old := time.Now().Add(-2 * time.Minute) // the source's last records before a quiet gap
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "quiet", Value: []byte("before the gap"), Timestamp: old}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	a := dst.admin()
+	if err := a.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddTopicsToMirror(ctx, map[string]string{"quiet": "m"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the mirror caught up", func() bool {
+		parts, _ := describe(t, dst, "m")
+		p, ok := parts["quiet/0"]
+		return ok && p.Lag == 0 && !p.SourceStale
+	})
+	if err := a.PauseMirror(ctx, "m"); err != nil {
+		t.Fatal(err)
+	}
+	var burst []*kgo.Record
+	for i := range 1000 {
+		burst = append(burst, &kgo.Record{Topic: "quiet", Value: fmt.Appendf(nil, "burst %d", i)})
+	}
+	if err := cl.ProduceSync(ctx, burst...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var p wire.PartitionDetail
+	waitFor(t, time.Minute, "the paused mirror to measure its lag", func() bool {
+		parts, _ := describe(t, dst, "m")
+		p = parts["quiet/0"]
+		return p.Lag == 1000 && p.LagMs >= 0
+	})
+	if p.LagMs > 10_000 {
+		t.Fatalf("a paused mirror 1,000 records behind, all produced within a second: lag %d ms, want the span they cover (about a second), not the quiet gap before them", p.LagMs)
+	}
+}
