@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -229,5 +230,38 @@ func TestLagTimeAfterQuietGap(t *testing.T) {
 	})
 	if p.LagMs > 10_000 {
 		t.Fatalf("a paused mirror 1,000 records behind, all produced within a second: lag %d ms, want the span they cover (about a second), not the quiet gap before them", p.LagMs)
+	}
+}
+
+// TestHealthWarningClears (issue 41, item 5): /healthz kept "broker 1:
+// Fetch from broker 1: ... connection refused" for over two minutes after
+// broker 1 was back and the cluster healthy: the followers that had
+// fetched from it fetched from a new leader since, and nothing cleared
+// their last error. A warning clears within seconds of its cause.
+func TestHealthWarningClears(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, map[string]string{"offsets.topic.num.partitions": "3", "auto.leader.rebalance.enable": "false"})
+	createTopicRF(t, c, "rf3", 3, 3, nil)
+	produceRange(t, c, "rf3", 0, 100)
+	dead := c.Leader("rf3", 0)
+	c.Broker(dead).Kill()
+	warned := func(b *tandemtest.ClusterBroker) bool {
+		return slices.ContainsFunc(b.Broker().Health(), func(h string) bool { return strings.HasPrefix(h, fmt.Sprintf("broker %d: ", dead)) })
+	}
+	others := slices.DeleteFunc(slices.Clone(c.Brokers), func(b *tandemtest.ClusterBroker) bool { return b.ID == dead })
+	waitFor(t, 30*time.Second, "a warning of the dead broker", func() bool { return slices.ContainsFunc(others, warned) })
+	c.Broker(dead).Restart()
+	c.WaitFor("every broker live", func(img *metadata.Image) bool {
+		for _, b := range img.Brokers {
+			if !b.Live() {
+				return false
+			}
+		}
+		return len(img.Brokers) == 3
+	})
+	back := time.Now()
+	waitFor(t, 45*time.Second, "the warning to clear", func() bool { return !slices.ContainsFunc(others, warned) })
+	t.Logf("the warning cleared %v after broker %d was back", time.Since(back).Round(time.Second), dead)
+	if d := time.Since(back); d > 20*time.Second {
+		t.Fatalf("the warning of broker %d cleared %v after it was back; want within seconds", dead, d)
 	}
 }
