@@ -144,3 +144,33 @@ func TestClientWaitsForStartingBroker(t *testing.T) {
 		t.Fatalf("topics create against a broker that started 1.5 s later: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestFailbackTopic (issue 41, item 8): after one topic of a mirror was
+// failed over, `--failback --topic events` ignored --topic and refused,
+// naming the other topic still mirrored: neither a whole nor a partial
+// failback was possible. What was failed over comes back: the topics
+// named, or without --topic every failed-over one, and a topic still
+// mirrored stays as it is.
+func TestFailbackTopic(t *testing.T) {
+	a := tandemtest.StartInProcess(t, nil) // the old primary
+	b := tandemtest.StartInProcess(t, nil) // its mirror, then the new primary of events
+	for _, topic := range []string{"events", "orders"} {
+		ok(t, "", "topics", "create", topic, "--bootstrap-server", a.Addr())
+		ok(t, strings.Repeat("x\n", 20), "produce", topic, "--bootstrap-server", a.Addr())
+	}
+	ok(t, "", "mirrors", "--bootstrap-server", b.Addr(), "--create", "--add", "--mirror", "dr", "--source-bootstrap", a.Addr(), "--topic", "events", "--topic", "orders")
+	ok(t, "", "mirrors", "--bootstrap-server", b.Addr(), "--failover", "--mirror", "dr", "--topic", "events", "--timeout", "60s")
+	fails(t, 1, `not failed over orders`, "mirrors", "--bootstrap-server", a.Addr(), "--failback", "--mirror", "dr",
+		"--source-bootstrap", b.Addr(), "--topic", "orders", "--yes")
+	out := ok(t, "", "mirrors", "--bootstrap-server", a.Addr(), "--failback", "--mirror", "dr", "--source-bootstrap", b.Addr(), "--topic", "events", "--yes")
+	if !strings.Contains(out, "copies 1 topic(s)") || !strings.Contains(out, "[events]") {
+		t.Fatalf("--failback --topic events:\n%s", out)
+	}
+	var topics []map[string]any
+	unmarshal(t, ok(t, "", "topics", "list", "--json", "--bootstrap-server", a.Addr()), &topics)
+	for _, tp := range topics {
+		if want := map[string]any{"events": "dr", "orders": nil}; tp["mirror"] != want[tp["topic"].(string)] && (tp["topic"] == "events" || tp["topic"] == "orders") {
+			t.Fatalf("after failing back events only, the old primary's %s has mirror %v", tp["topic"], tp["mirror"])
+		}
+	}
+}

@@ -74,7 +74,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		{name: "add", run: c.add, usage: "add --topic to --mirror; a topic that exists here with records is truncated to the source's log: what that removes is shown first, and needs --yes"},
 		{name: "remove", run: c.remove, usage: "remove --topic (a regular expression) from --mirror at once: failover, the KIP's raw meaning"},
 		{name: "failover", run: c.failover, usage: "safe promote of --mirror (or only --topic): wait up to --timeout for lag 0 against the source, then fail over; refuses if that does not happen or the source is unreachable, unless --force, which reports the lag given up"},
-		{name: "failback", run: c.failback, usage: "on the old primary (--bootstrap-server): mirror --mirror's topics back from the new one (--source-bootstrap, --config), showing what truncation removes first"},
+		{name: "failback", run: c.failback, usage: "on the old primary (--bootstrap-server): mirror --mirror's failed-over topics (or only --topic) back from the new one (--source-bootstrap, --config), showing what truncation removes first"},
 		{name: "pause", run: func(ctx context.Context) error { return c.pauseResume(ctx, true) }, usage: "pause --mirror (optionally only --topic)"},
 		{name: "resume", run: func(ctx context.Context) error { return c.pauseResume(ctx, false) }, usage: "resume --mirror (optionally only --topic)"},
 		{name: "delete", run: c.deleteMirror, usage: "delete --mirror: each of its topics fails over first (becomes writable, keeps its data), then the mirror is gone"},
@@ -86,11 +86,17 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	}
 	mirrorNamed := func() error { return need(flagReq{"--mirror", c.name != ""}) }
 	checks := map[string]func() error{
-		"create":          func() error { _, err := c.mirrorConfigs(); return err },
-		"add":             func() error { return need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}) },
-		"remove":          func() error { return need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}) },
-		"failover":        mirrorNamed,
-		"failback":        func() error { _, err := c.mirrorConfigs(); return err },
+		"create":   func() error { _, err := c.mirrorConfigs(); return err },
+		"add":      func() error { return need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}) },
+		"remove":   func() error { return need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}) },
+		"failover": mirrorNamed,
+		"failback": func() error {
+			if _, err := c.mirrorConfigs(); err != nil {
+				return err
+			}
+			_, err := c.topicFilter()
+			return err
+		},
 		"pause":           mirrorNamed,
 		"resume":          mirrorNamed,
 		"delete":          mirrorNamed,

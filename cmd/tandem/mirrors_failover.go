@@ -351,23 +351,41 @@ func (c *mirrorsCmd) failedOverTopics(ctx context.Context, cfg map[string]string
 		}
 		return nil, fmt.Errorf("the new primary %s has no mirror %s", c.source, c.name)
 	}
+	match, err := c.topicFilter()
+	if err != nil {
+		return nil, err
+	}
 	states := map[string][]string{}
 	for _, t := range ms[0].Topics {
+		if !match(t.TopicName) {
+			continue
+		}
+		states[t.TopicName] = []string{}
 		for _, p := range t.Partitions {
 			if !slices.Contains(states[t.TopicName], p.State) {
 				states[t.TopicName] = append(states[t.TopicName], p.State)
 			}
 		}
 	}
-	var out []string
+	// What was failed over comes back: a topic still mirrored from here
+	// stays as it is (named with --topic, it is an error).
+	var out, mirrored []string
 	for _, t := range slices.Sorted(maps.Keys(states)) {
-		if !slices.Equal(states[t], []string{"STOPPED"}) {
-			return nil, fmt.Errorf("topic %s of mirror %s is %v on the new primary %s, not failed over: fail it over there first (--failover)", t, c.name, states[t], c.source)
+		if slices.Equal(states[t], []string{"STOPPED"}) {
+			out = append(out, t)
+		} else {
+			mirrored = append(mirrored, fmt.Sprintf("%s (%s)", t, strings.Join(states[t], ", ")))
 		}
-		out = append(out, t)
 	}
-	if len(out) == 0 {
+	switch {
+	case len(states) == 0 && len(c.topics) > 0:
+		return nil, fmt.Errorf("no topic of mirror %s on the new primary %s matches --topic %s", c.name, c.source, strings.Join(c.topics, ", --topic "))
+	case len(states) == 0:
 		return nil, fmt.Errorf("mirror %s on the new primary %s has no topic", c.name, c.source)
+	case len(mirrored) > 0 && (len(c.topics) > 0 || len(out) == 0):
+		return nil, fmt.Errorf("mirror %s on the new primary %s has not failed over %s: fail it over there first (--failover)", c.name, c.source, strings.Join(mirrored, ", "))
+	case len(mirrored) > 0:
+		fmt.Fprintf(c.stdout, "Not failed over on %s, so still mirrored from here: %s.\n", c.source, strings.Join(mirrored, ", "))
 	}
 	return out, nil
 }
