@@ -574,9 +574,9 @@ func (c *mirrorsCmd) describe(ctx context.Context) error {
 			return err
 		}
 	} else {
-		printDescribed(c.stdout, ms)
+		said := printDescribed(c.stdout, ms)
 		for _, m := range ms {
-			if m.Error != "" {
+			if m.Error != "" && !said[m.Mirror+"\x00"+m.Error] {
 				fmt.Fprintf(c.stderr, "mirror %s: %s: %s\n", m.Mirror, m.State, m.Error)
 			}
 			if m.ACLSync != "" {
@@ -593,10 +593,21 @@ func (c *mirrorsCmd) describe(ctx context.Context) error {
 	return nil
 }
 
+// sinceSuffix is the " (since T)" a reason ends with, "" if none.
+func sinceSuffix(reason string) string {
+	if i := strings.LastIndex(reason, " (since "); i >= 0 && strings.HasSuffix(reason, ")") {
+		return reason[i:]
+	}
+	return ""
+}
+
 // printDescribed prints the KIP's table, then the lag in milliseconds,
 // how old the source offset is, and why a partition cannot be copied;
-// "-" is unknown.
-func printDescribed(w io.Writer, ms []describedMirror) {
+// "-" is unknown. A reason is said once per mirror, below the table, and
+// its rows point to it ([1]): a source that cannot be reached is one
+// reason, not the same 300 characters on every row. It returns the
+// notes printed, so that the mirror's error is not said twice.
+func printDescribed(w io.Writer, ms []describedMirror) map[string]bool {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MIRROR\tTOPIC\tPARTITION\tSOURCE-OFFSET\tDESTINATION-OFFSET\tLAG\tSTATE\tLAG-MS\tSOURCE-AGE\tREASON")
 	opt := func(v *int64) string {
@@ -605,6 +616,8 @@ func printDescribed(w io.Writer, ms []describedMirror) {
 		}
 		return fmt.Sprint(*v)
 	}
+	var notes []string // "mirror: reason", numbered from 1
+	said := map[string]bool{}
 	for _, m := range ms {
 		for _, p := range m.Partitions {
 			age := "-"
@@ -623,11 +636,24 @@ func printDescribed(w io.Writer, ms []describedMirror) {
 				reason = strings.TrimPrefix(p.DestinationIssue+"; "+reason, "; ")
 				reason = strings.TrimSuffix(reason, "; ")
 			}
+			if reason != "" {
+				note := "mirror " + m.Mirror + ": " + reason
+				i := slices.Index(notes, note)
+				if i < 0 {
+					i, notes = len(notes), append(notes, note)
+					said[m.Mirror+"\x00"+strings.TrimSuffix(p.Reason, sinceSuffix(p.Reason))] = true
+				}
+				reason = fmt.Sprintf("[%d]", i+1)
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Mirror, p.Topic, p.Partition, opt(p.SourceOffset),
 				opt(p.DestinationOffset), lag, p.State, lagMs, age, reason)
 		}
 	}
 	tw.Flush()
+	for i, n := range notes {
+		fmt.Fprintf(w, "[%d] %s\n", i+1, n)
+	}
+	return said
 }
 
 func (c *mirrorsCmd) describeConfig(ctx context.Context) error {

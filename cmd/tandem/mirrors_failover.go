@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -49,7 +50,7 @@ func (c *mirrorsCmd) failover(ctx context.Context) error {
 		printFailover(c.stdout, now)
 	}
 	if err != nil {
-		return err
+		return refusal(c.stdout, err)
 	}
 	printFailedOverBefore(c.stdout, c.name, before)
 	if len(now) == 0 {
@@ -388,6 +389,39 @@ func (c *mirrorsCmd) failedOverTopics(ctx context.Context, cfg map[string]string
 		fmt.Fprintf(c.stdout, "Not failed over on %s, so still mirrored from here: %s.\n", c.source, strings.Join(mirrored, ", "))
 	}
 	return out, nil
+}
+
+// refusalRE splits a safe failover's refusal: what it refused, then per
+// reason the partitions it holds for ("a-0, a-1: reason; b-0: lag 3"),
+// then the --force hint and the error code.
+var refusalRE = regexp.MustCompile(`^(.*?(?:nothing would be lost|still behind the source after [^:]+)): (.*) (\(--force fails over anyway\))`)
+
+// refusal prints the partitions a safe failover refused for, one reason
+// a line, and returns the refusal itself in one short line: with many
+// partitions the broker's message is hundreds of characters.
+func refusal(w io.Writer, err error) error {
+	var ae *admin.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	m := refusalRE.FindStringSubmatch(ae.Message)
+	if m == nil {
+		return err
+	}
+	fmt.Fprintln(w, "Not failed over; the partitions, by reason:")
+	for _, item := range strings.Split(m[2], "; ") {
+		ids, reason, ok := strings.Cut(item, ": ")
+		if !ok {
+			fmt.Fprintf(w, "  %s\n", item)
+			continue
+		}
+		parts := strings.Split(ids, ", ")
+		if len(parts) > 8 {
+			ids = fmt.Sprintf("%s and %d more", strings.Join(parts[:8], ", "), len(parts)-8)
+		}
+		fmt.Fprintf(w, "  %s: %s\n", ids, reason)
+	}
+	return fmt.Errorf("%s, for the partitions above %s [%s]", m[1], m[3], ae.Code.Message)
 }
 
 // divergedRange is a manifest entry as --diverged and --describe --json

@@ -633,10 +633,12 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 	}
 	switch {
 	case pd.Reason != "":
+	case r.failed != "":
+		// Not copied while the mirror's source fails it: the one cause,
+		// said as the mirror says it, before what each partition saw.
+		pd.Reason = r.failed
 	case pt.trouble != "":
 		pd.Reason = fmt.Sprintf("%s (since %s)", pt.trouble, pt.troubleAt.UTC().Format(time.RFC3339))
-	case r.failed != "":
-		pd.Reason = r.failed // not copied while the mirror's source fails it
 	case pd.SourceStale:
 		pd.Reason = staleReason(pt.srcEndAt)
 	}

@@ -159,6 +159,19 @@ func TestSourceDownOneModel(t *testing.T) {
 	if code != 1 || strings.Contains(out, "MIRRORING") || strings.Count(out, "FAILED") != 2 || !strings.Contains(out, ">=") {
 		t.Fatalf("--describe with the source down: exit %d\n%s%s\nwant exit 1, both rows FAILED with a lag of >=N", code, out, errOut)
 	}
+	// Item 9: the reason once per mirror, the rows pointing to it, and
+	// not again on stderr.
+	if strings.Count(out, "[1]") != 3 || !strings.Contains(out, "\n[1] mirror m1: ") || strings.Contains(errOut, "cannot") {
+		t.Fatalf("--describe with the source down says its reason more than once:\n%s%s", out, errOut)
+	}
+	// Item 9: a safe failover's refusal is one short line on stderr; the
+	// partitions and why are listed on stdout.
+	code, out, errOut = runMirrors(t, "--bootstrap-server", dst.Addr, "--failover", "--mirror", "m1", "--timeout", "5s")
+	if code != 1 || strings.Count(errOut, "\n") != 1 || len(errOut) > 200 || !strings.Contains(out, "orders-0") {
+		t.Fatalf("a safe failover with the source down: exit %d\nstdout:\n%s\nstderr (%d characters):\n%s\nwant exit 1, one short line on stderr, the partitions on stdout",
+			code, out, len(errOut), errOut)
+	}
+	t.Logf("a safe failover with the source down:\n%s%s", out, errOut)
 	if _, err := os.Stat(chromiumPath); err != nil {
 		if os.Getenv("TANDEM_REQUIRE_CHROMIUM") != "" {
 			t.Fatalf("no headless browser: %s is missing, and TANDEM_REQUIRE_CHROMIUM is set", chromiumPath)
