@@ -174,3 +174,43 @@ func TestFailbackTopic(t *testing.T) {
 		}
 	}
 }
+
+// TestMirrorsAliases: the KIP's current revision (its prototype's
+// kafka-cluster-mirrors.sh) spells the flags --start, --stop, --topics,
+// --exclude, --mirror-config and --failed; tandem mirrors takes them
+// beside kafka-mirrors.sh's.
+func TestMirrorsAliases(t *testing.T) {
+	src := tandemtest.StartInProcess(t, nil)
+	dst := tandemtest.StartInProcess(t, nil)
+	for _, topic := range []string{"audit", "orders-1", "orders-test"} {
+		ok(t, "", "topics", "create", topic, "--bootstrap-server", src.Addr())
+	}
+	cfg := filepath.Join(t.TempDir(), "source.properties")
+	if err := os.WriteFile(cfg, []byte("bootstrap.servers="+src.Addr()+"\nmirror.metadata.refresh.interval.ms=500\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := []string{"mirrors", "--bootstrap-server", dst.Addr()}
+	ok(t, "", append(d, "--create", "--mirror", "dr", "--mirror-config", cfg)...)
+	out := ok(t, "", append(d, "--start", "--mirror", "dr", "--topics", "audit,orders-.*", "--exclude", "orders-test")...)
+	if !strings.Contains(out, "Added 1 topic(s) to mirror dr: [audit]") || !strings.Contains(out, "mirror.topics.include=orders-.*") {
+		t.Fatalf("--start --topics audit,orders-.* --exclude orders-test:\n%s", out)
+	}
+	conf := ok(t, "", append(d, "--describe-config", "--mirror", "dr")...)
+	for _, want := range []string{"bootstrap.servers=" + src.Addr(), "mirror.topics.include=orders-.*", "mirror.topics.exclude=orders-test", "mirror.metadata.refresh.interval.ms=500"} {
+		if !strings.Contains(conf, want+"\n") {
+			t.Fatalf("--describe-config lacks %s:\n%s", want, conf)
+		}
+	}
+	waitFor(t, "the metadata sync to add orders-1 (and not orders-test)", func() bool {
+		r := tandemCLI(t, "", append(d, "--describe", "--mirror", "dr", "--json")...)
+		return strings.Contains(r.stdout, `"topic":"orders-1"`) && !strings.Contains(r.stdout, `"topic":"orders-test"`)
+	})
+	if out := ok(t, "", append(d, "--describe", "--mirror", "dr", "--failed")...); !strings.Contains(out, "No FAILED partitions.") {
+		t.Fatalf("--describe --failed with none failed:\n%s", out)
+	}
+	if out := ok(t, "", append(d, "--stop", "--mirror", "dr", "--topics", "audit")...); !strings.Contains(out, "Removed 1 topic(s) from mirror dr: [audit]") {
+		t.Fatalf("--stop --topics audit:\n%s", out)
+	}
+	fails(t, 2, `--exclude goes with --add`, append(d, "--describe", "--exclude", "x")...)
+	fails(t, 2, `--failed goes with --describe`, append(d, "--list", "--failed")...)
+}

@@ -38,6 +38,9 @@ type mirrorsCmd struct {
 	consistent     bool
 	noValidate     bool
 	timeout        time.Duration
+	exclude        []string // --exclude: patterns --add (--start) leaves out
+	failedOnly     bool     // --failed: --describe lists FAILED partitions only
+	mirrorConfig   string   // --mirror-config FILE: the mirror's configs, bootstrap.servers among them
 }
 
 // mirrorsOp is one operation of `tandem mirrors`, chosen by its flag.
@@ -56,7 +59,9 @@ const mirrorsDoc = `Manages Cluster Mirroring (KIP-1279) on the destination clus
 --bootstrap-server: creates mirrors of a source cluster, adds topics to them
 (byte-for-byte copies with the same offsets and topic IDs), shows their lag,
 fails them over and back. The flags are those of Apache Kafka's
-kafka-mirrors.sh, plus --failover, --failback and --diverged.
+kafka-mirrors.sh, plus --failover, --failback and --diverged; the KIP's
+current spellings (--start, --stop, --topics, --exclude, --mirror-config,
+--failed) work too.
 
 Usage: tandem mirrors --bootstrap-server HOST:PORT[,HOST:PORT...] --OPERATION [flags]
 `
@@ -86,8 +91,14 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	}
 	mirrorNamed := func() error { return need(flagReq{"--mirror", c.name != ""}) }
 	checks := map[string]func() error{
-		"create":   func() error { _, err := c.mirrorConfigs(); return err },
-		"add":      func() error { return need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}) },
+		"create": func() error { _, err := c.mirrorConfigs(); return err },
+		"add": func() error {
+			if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}); err != nil {
+				return err
+			}
+			_, _, err := c.splitAdd()
+			return err
+		},
 		"remove":   func() error { return need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}) },
 		"failover": mirrorNamed,
 		"failback": func() error {
@@ -131,6 +142,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.consistent, "consistent", false, "with --failover: fail every topic named over at one consistent cut (one source time, no transaction split, group offsets clamped to it)")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "with --failover: how long to wait for lag 0")
 	fs.Var(&c.topics, "topic", "topic `NAME` or regular expression (repeatable)")
+	c.registerAliases(fs, ops)
 	fs.Var(&c.configs, "config", "mirror config `k=v` (repeatable)")
 	fs.Var(&c.deleteConfigs, "delete-config", "with --alter: mirror config `k` to remove (repeatable)")
 	if code, done := fs.parse(args, stdout, stderr); done {
@@ -141,6 +153,9 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	}
 	if *allTopics {
 		c.topics = multiFlag{".*"}
+	}
+	if err := c.readMirrorConfig(); err != nil {
+		return exit(stderr, "mirrors", err)
 	}
 	var chosen []*mirrorsOp
 	for _, op := range ops {
@@ -168,6 +183,12 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.consistent && chosen[0].name != "failover" {
 		return exit(stderr, "mirrors", usageErrorf("--consistent goes with --failover"))
+	}
+	if len(c.exclude) > 0 && !strings.HasSuffix(chosen[0].name, "add") {
+		return exit(stderr, "mirrors", usageErrorf("--exclude goes with --add (--start)"))
+	}
+	if c.failedOnly && chosen[0].name != "describe" {
+		return exit(stderr, "mirrors", usageErrorf("--failed goes with --describe"))
 	}
 	// Nothing is sent before the command line is known to be whole.
 	if chosen[0].check != nil {
@@ -293,22 +314,28 @@ func (c *mirrorsCmd) add(ctx context.Context) error {
 	if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}); err != nil {
 		return err
 	}
-	m := map[string]string{}
-	for _, t := range c.topics {
-		m[t] = c.name
-	}
-	plan, err := c.a.PlanAddTopics(ctx, m)
+	names, patterns, err := c.splitAdd()
 	if err != nil {
 		return err
 	}
-	if err := c.confirmTruncation(plan, "--add"); err != nil {
-		return err
+	if len(names) > 0 {
+		m := map[string]string{}
+		for _, t := range names {
+			m[t] = c.name
+		}
+		plan, err := c.a.PlanAddTopics(ctx, m)
+		if err != nil {
+			return err
+		}
+		if err := c.confirmTruncation(plan, "--add"); err != nil {
+			return err
+		}
+		if err := c.a.AddTopicsToMirror(ctx, m); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "Added %d topic(s) to mirror %s: %v\n", len(names), c.name, names)
 	}
-	if err := c.a.AddTopicsToMirror(ctx, m); err != nil {
-		return err
-	}
-	fmt.Fprintf(c.stdout, "Added %d topic(s) to mirror %s: %v\n", len(c.topics), c.name, []string(c.topics))
-	return nil
+	return c.savePatterns(ctx, patterns)
 }
 
 // confirmTruncation shows what adding topics removes from their logs here
@@ -530,6 +557,9 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 				dm.unlisted++ // mirrored, not created here yet
 			}
 			for _, p := range t.Partitions {
+				if c.failedOnly && p.State != "FAILED" {
+					continue
+				}
 				dp := describedPartition{Topic: t.TopicName, Partition: p.PartitionIndex, SourceOffset: known(p.SourceOffset),
 					DestinationOffset: known(p.DestinationOffset), Lag: known(p.Lag), LagMs: known(p.LagMs), State: p.State, Reason: p.Reason,
 					RPOKnown: p.Lag >= 0 && p.LagMs >= 0 && !p.SourceStale, DestinationIssue: p.DestinationIssue, stale: p.SourceStale}
@@ -574,6 +604,9 @@ func (c *mirrorsCmd) describe(ctx context.Context) error {
 			return err
 		}
 	} else {
+		if c.failedOnly && !slices.ContainsFunc(ms, func(m describedMirror) bool { return len(m.Partitions) > 0 }) {
+			fmt.Fprintln(c.stdout, "No FAILED partitions.")
+		}
 		said := printDescribed(c.stdout, ms)
 		for _, m := range ms {
 			if m.Error != "" && !said[m.Mirror+"\x00"+m.Error] {
