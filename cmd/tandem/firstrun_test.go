@@ -214,3 +214,21 @@ func TestMirrorsAliases(t *testing.T) {
 	fails(t, 2, `--exclude goes with --add`, append(d, "--describe", "--exclude", "x")...)
 	fails(t, 2, `--failed goes with --describe`, append(d, "--list", "--failed")...)
 }
+
+// TestProduceShowsBrokerMessage (issue 41, item 7): `tandem produce` to
+// a read-only mirror topic printed "POLICY_VIOLATION: Request parameters
+// do not satisfy the configured policy." without the broker's message
+// (franz-go's producer keeps the code only), where topics delete and
+// alter-config said which mirror writes the topic. Every command shows
+// the broker's message.
+func TestProduceShowsBrokerMessage(t *testing.T) {
+	src := tandemtest.StartInProcess(t, nil)
+	dst := tandemtest.StartInProcess(t, nil)
+	ok(t, "", "topics", "create", "orders", "--bootstrap-server", src.Addr())
+	ok(t, "", "mirrors", "--bootstrap-server", dst.Addr(), "--create", "--add", "--mirror", "dr", "--source-bootstrap", src.Addr(), "--topic", "orders")
+	r := tandemCLI(t, "a\nb\n", "produce", "orders", "--bootstrap-server", dst.Addr())
+	if r.code != 1 || !strings.Contains(r.stderr, "read-only mirror topic of mirror dr") || strings.Count(r.stderr, "\n") != 1 {
+		t.Fatalf("produce to a read-only mirror topic: exit %d, stderr:\n%s\nwant one line with the broker's message (read-only mirror topic of mirror dr)", r.code, r.stderr)
+	}
+	t.Logf("produce to a read-only mirror topic: %s", r.stderr)
+}
