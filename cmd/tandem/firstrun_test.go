@@ -58,6 +58,9 @@ func TestCLIPolish(t *testing.T) {
 	src := tandemtest.StartInProcess(t, nil)
 	ok(t, "", "topics", "create", "orders", "--bootstrap-server", src.Addr())
 	ok(t, "", "mirrors", "--bootstrap-server", b.Addr(), "--create", "--add", "--mirror", "dr", "--source-bootstrap", src.Addr(), "--topic", "orders")
+	waitFor(t, "the mirror copying", func() bool {
+		return tandemCLI(t, "", "mirrors", "--bootstrap-server", b.Addr(), "--describe", "--mirror", "dr").code == 0
+	})
 	if out := ok(t, "", "mirrors", "--bootstrap-server", b.Addr(), "--pause", "--mirror", "dr"); out != "Paused mirror dr: its 1 topic(s) stop copying until --resume.\n" {
 		t.Fatalf("--pause printed %q", out)
 	}
