@@ -406,16 +406,13 @@ func (r *mirrorRun) refreshEnds(broker int32, parts []*ledPartition) {
 }
 
 // measureLagMs sets the lag in milliseconds of the partitions that are
-// behind their source: the source's newest record time (ListOffsets
-// MAX_TIMESTAMP, KIP-734) minus the time the destination is known
-// complete up to, its newest record's or, if later, when it last held
-// everything the source had (caughtUpAt): the span of record time the
-// unmirrored records can cover. Record time, not wall-clock time: a
-// quiet source with a stalled mirror does not look worse by the minute,
-// and a busy one that is seconds behind shows those seconds; a burst
-// after a quiet gap shows the burst, not the gap (the consistent cut
-// takes the same point). A destination log still empty keeps the
-// previous value.
+// behind their source: the span of record time a failover now would give
+// up (lagspan.go), from the oldest record the destination lacks to the
+// source's newest (ListOffsets MAX_TIMESTAMP, KIP-734). Record time, not
+// wall-clock time: a quiet source with a stalled mirror does not look
+// worse by the minute, a busy one that is seconds behind shows those
+// seconds, and a burst after a quiet gap shows the burst, not the gap. A
+// destination log still empty keeps the previous value.
 func (r *mirrorRun) measureLagMs(broker int32, parts []*ledPartition) {
 	r.mu.Lock()
 	parts = slices.DeleteFunc(slices.Clone(parts), func(pt *ledPartition) bool { return pt.srcEnd <= pt.dstLEO })
@@ -427,25 +424,11 @@ func (r *mirrorRun) measureLagMs(broker int32, parts []*ledPartition) {
 	if err != nil {
 		return // the fetches report the source's health
 	}
+	newest := map[*ledPartition]int64{}
 	for _, pt := range parts {
-		lp, ok := offs[pt.topicPartition]
-		if !ok || lp.ErrorCode != 0 || lp.Offset < 0 {
-			continue
-		}
-		ep, err := r.partition(pt)
-		if err != nil {
-			continue
-		}
-		if _, dstTs, _, ok := ep.MaxTimestamp(); ok {
-			r.mu.Lock()
-			if pt.srcEnd > pt.dstLEO {
-				complete := dstTs
-				if !pt.caughtUpAt.IsZero() {
-					complete = max(complete, pt.caughtUpAt.UnixMilli())
-				}
-				pt.lagMs = max(1, lp.Timestamp-complete)
-			}
-			r.mu.Unlock()
+		if lp, ok := offs[pt.topicPartition]; ok && lp.ErrorCode == 0 && lp.Offset >= 0 {
+			newest[pt] = lp.Timestamp
 		}
 	}
+	r.setLagSpans(broker, newest)
 }

@@ -278,3 +278,53 @@ func TestHealthWarningClears(t *testing.T) {
 		t.Fatalf("the warning of broker %d cleared %v after it was back; want within seconds", dead, d)
 	}
 }
+
+// TestLagTimeOfTheRecordsLost (issue 41, item 4): the lag in record time
+// is the span the records a failover would give up cover, from the
+// oldest of them to the newest, whatever time passed before them. A
+// paused mirror, caught up before, then two records 5 s apart stamped 20
+// minutes ahead on partition 0 and one record on partition 1 (as a lone
+// failover barrier after a failback, which read LAG 1 LAG-MS 63234):
+// 5000 ms and about 0 ms, not the 20 minutes between.
+func TestLagTimeOfTheRecordsLost(t *testing.T) {
+	src := startMirrorCluster(t, "")
+	dst := startMirrorClusterProps(t, "", map[string]string{"mirror.replica.fetch.backoff.ms": "100"})
+	createMirrorTopic(t, src, "late", 2)
+	cl := tandemtest.Client(t, src.addr(), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	produce := func(p int32, ts time.Time) {
+		t.Helper()
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "late", Partition: p, Value: []byte("x"), Timestamp: ts}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(0, time.Now().Add(-time.Minute))
+	produce(1, time.Now().Add(-time.Minute))
+	a := dst.admin()
+	if err := a.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddTopicsToMirror(ctx, map[string]string{"late": "m"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the mirror caught up", func() bool {
+		parts, _ := describe(t, dst, "m")
+		return parts["late/0"].Lag == 0 && parts["late/1"].Lag == 0 && !parts["late/0"].SourceStale && !parts["late/1"].SourceStale
+	})
+	if err := a.PauseMirror(ctx, "m"); err != nil {
+		t.Fatal(err)
+	}
+	ahead := time.Now().Add(20 * time.Minute).Truncate(time.Second)
+	produce(0, ahead)
+	produce(0, ahead.Add(5*time.Second))
+	produce(1, ahead)
+	var parts map[string]wire.PartitionDetail
+	waitFor(t, time.Minute, "the paused mirror to measure its lag", func() bool {
+		parts, _ = describe(t, dst, "m")
+		return parts["late/0"].Lag == 2 && parts["late/0"].LagMs > 0 && parts["late/1"].Lag == 1 && parts["late/1"].LagMs > 0
+	})
+	if p0, p1 := parts["late/0"].LagMs, parts["late/1"].LagMs; p0 != 5000 || p1 > 1 {
+		t.Fatalf("lag in record time: partition 0 (2 records 5 s apart) %d ms, partition 1 (1 record) %d ms; want 5000 and about 0", p0, p1)
+	}
+}
