@@ -89,45 +89,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		{name: "alter", run: c.alter, usage: "alter the configs of --mirror: --config k=v sets, --delete-config k removes"},
 		{name: "diverged", run: c.diverged, usage: "print the divergence manifest of --mirror: records truncations removed, copied to <topic>.diverged"},
 	}
-	mirrorNamed := func() error { return need(flagReq{"--mirror", c.name != ""}) }
-	checks := map[string]func() error{
-		"create": func() error { _, err := c.mirrorConfigs(); return err },
-		"add": func() error {
-			if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}); err != nil {
-				return err
-			}
-			_, _, err := c.splitAdd()
-			return err
-		},
-		"remove":   func() error { return need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}) },
-		"failover": mirrorNamed,
-		"failback": func() error {
-			if _, err := c.mirrorConfigs(); err != nil {
-				return err
-			}
-			_, err := c.topicFilter()
-			return err
-		},
-		"pause":           mirrorNamed,
-		"resume":          mirrorNamed,
-		"delete":          mirrorNamed,
-		"describe":        func() error { _, err := c.topicFilter(); return err },
-		"describe-config": mirrorNamed,
-		"alter": func() error {
-			if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--config or --delete-config", len(c.configs)+len(c.deleteConfigs) > 0}); err != nil {
-				return err
-			}
-			_, err := keyValues(c.configs)
-			return err
-		},
-		"diverged": func() error {
-			if err := mirrorNamed(); err != nil {
-				return err
-			}
-			_, err := c.topicFilter()
-			return err
-		},
-	}
+	checks := c.opChecks()
 	for _, op := range ops {
 		op.check = checks[op.name]
 		fs.BoolVar(&op.on, op.name, false, op.usage)
@@ -181,22 +143,8 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tandem mirrors: choose one of %s (--create --add does both)\n", strings.Join(names, ", "))
 		return 2
 	}
-	if c.consistent && chosen[0].name != "failover" {
-		return exit(stderr, "mirrors", usageErrorf("--consistent goes with --failover"))
-	}
-	if len(c.exclude) > 0 && !strings.HasSuffix(chosen[0].name, "add") {
-		return exit(stderr, "mirrors", usageErrorf("--exclude goes with --add (--start)"))
-	}
-	if c.failedOnly && chosen[0].name != "describe" {
-		return exit(stderr, "mirrors", usageErrorf("--failed goes with --describe"))
-	}
 	// Nothing is sent before the command line is known to be whole.
-	if chosen[0].check != nil {
-		if err := chosen[0].check(); err != nil {
-			return exit(stderr, "mirrors", err)
-		}
-	}
-	if err := c.client.check(); err != nil {
+	if err := c.checkFlags(chosen[0]); err != nil {
 		return exit(stderr, "mirrors", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+c.timeout)
@@ -215,6 +163,69 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return exit(stderr, "mirrors", err)
+}
+
+// checkFlags checks the command line of op: the flags that go with
+// another operation only, the flags op needs, the connection's.
+func (c *mirrorsCmd) checkFlags(op *mirrorsOp) error {
+	switch {
+	case c.consistent && op.name != "failover":
+		return usageErrorf("--consistent goes with --failover")
+	case len(c.exclude) > 0 && !strings.HasSuffix(op.name, "add"):
+		return usageErrorf("--exclude goes with --add (--start)")
+	case c.failedOnly && op.name != "describe":
+		return usageErrorf("--failed goes with --describe")
+	}
+	if op.check != nil {
+		if err := op.check(); err != nil {
+			return err
+		}
+	}
+	return c.client.check()
+}
+
+// opChecks are the flags each operation needs, checked before anything
+// is sent.
+func (c *mirrorsCmd) opChecks() map[string]func() error {
+	mirrorNamed := func() error { return need(flagReq{"--mirror", c.name != ""}) }
+	return map[string]func() error{
+		"create": func() error { _, err := c.mirrorConfigs(); return err },
+		"add": func() error {
+			if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}); err != nil {
+				return err
+			}
+			_, _, err := c.splitAdd()
+			return err
+		},
+		"remove":   func() error { return need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}) },
+		"failover": mirrorNamed,
+		"failback": func() error {
+			if _, err := c.mirrorConfigs(); err != nil {
+				return err
+			}
+			_, err := c.topicFilter()
+			return err
+		},
+		"pause":           mirrorNamed,
+		"resume":          mirrorNamed,
+		"delete":          mirrorNamed,
+		"describe":        func() error { _, err := c.topicFilter(); return err },
+		"describe-config": mirrorNamed,
+		"alter": func() error {
+			if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--config or --delete-config", len(c.configs)+len(c.deleteConfigs) > 0}); err != nil {
+				return err
+			}
+			_, err := keyValues(c.configs)
+			return err
+		},
+		"diverged": func() error {
+			if err := mirrorNamed(); err != nil {
+				return err
+			}
+			_, err := c.topicFilter()
+			return err
+		},
+	}
 }
 
 // isTerminal reports whether f is a character device (a terminal, or

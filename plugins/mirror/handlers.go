@@ -102,15 +102,7 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 			r.Mirrors = append(r.Mirrors, wire.ListedMirror{MirrorName: name, SourceBootstrap: m.Configs["bootstrap.servers"], TopicCount: int32(n)})
 		}
 	case *wire.DescribeMirrorsRequest:
-		r := resp.(*wire.DescribeMirrorsResponse)
-		img := p.Image()
-		if !req.Local {
-			// An operator's describe reads its writes: a topic added
-			// through another broker a moment ago is listed, never an
-			// empty mirror that a script waiting for lag 0 would pass.
-			img = p.latestImage(ctx, req.MirrorNames...)
-		}
-		r.Mirrors = p.describe(ctx, rc, req, img)
+		resp.(*wire.DescribeMirrorsResponse).Mirrors = p.describe(ctx, rc, req, p.describedImage(ctx, req))
 	case *wire.ReadMirrorStatesRequest:
 		r := resp.(*wire.ReadMirrorStatesResponse)
 		if !clusterAction {
@@ -471,6 +463,18 @@ func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, re
 	return out
 }
 
+// describedImage is the image a DescribeMirrors answers from: an
+// operator's reads its writes (a topic added through another broker a
+// moment ago is listed, never an empty mirror that a script waiting for
+// lag 0 would pass); another broker gathering a description (Local)
+// gets this broker's own.
+func (p *Plugin) describedImage(ctx context.Context, req *wire.DescribeMirrorsRequest) *metadata.Image {
+	if req.Local {
+		return p.Image()
+	}
+	return p.latestImage(ctx, req.MirrorNames...)
+}
+
 // describe answers DescribeMirrors from img: a client's request passes an
 // image caught up with the controller (awaitMirrors), the console this
 // broker's own.
@@ -559,29 +563,8 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 				dt := wire.DescribedTopic{TopicName: tn}
 				for i := range t.Partitions {
 					pd := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
-					if rd, ok := remote.details[topicPartition{tn, int32(i)}]; ok {
-						// The leader's view of the source side; the state
-						// is the coordinator's either way.
-						pd.SourceOffset, pd.SourceOffsetTime, pd.DestinationOffset = rd.SourceOffset, rd.SourceOffsetTime, rd.DestinationOffset
-						pd.Lag, pd.LagMs, pd.SourceStale = rd.Lag, rd.LagMs, rd.SourceStale
-						if pd.Reason == "" {
-							pd.Reason = rd.Reason
-						}
-						if rd.State == mirrorstate.Failed.String() && cutOffState(pd.State) {
-							pd.State = rd.State // its leader cannot reach the source
-						}
-					}
-					if failed && stateNeedsSource(pd.State) {
-						// The mirror cannot use its source: nothing it
-						// learned of it is the source's state now.
-						pd.SourceStale = pd.SourceOffset >= 0
-						if pd.Reason == "" && dm.ErrorMessage != nil {
-							pd.Reason = *dm.ErrorMessage
-						}
-						if cutOffState(pd.State) {
-							pd.State = mirrorstate.Failed.String()
-						}
-					}
+					rd, led := remote.details[topicPartition{tn, int32(i)}]
+					pd = withLeaderView(pd, rd, led, failed, dm.ErrorMessage)
 					dt.Partitions = append(dt.Partitions, pd)
 					all = append(all, pd)
 				}
@@ -592,6 +575,36 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 		out = append(out, dm)
 	}
 	return out
+}
+
+// withLeaderView completes pd, a partition as this broker sees it, with
+// rd, its leader's view of the source side (led: another broker leads
+// it; the state is the coordinator's either way, but FAILED while the
+// leader cannot reach the source), and with the mirror's failure to use
+// its source (failed, with mirrorErr).
+func withLeaderView(pd, rd wire.PartitionDetail, led, failed bool, mirrorErr *string) wire.PartitionDetail {
+	if led {
+		pd.SourceOffset, pd.SourceOffsetTime, pd.DestinationOffset = rd.SourceOffset, rd.SourceOffsetTime, rd.DestinationOffset
+		pd.Lag, pd.LagMs, pd.SourceStale = rd.Lag, rd.LagMs, rd.SourceStale
+		if pd.Reason == "" {
+			pd.Reason = rd.Reason
+		}
+		if rd.State == mirrorstate.Failed.String() && cutOffState(pd.State) {
+			pd.State = rd.State
+		}
+	}
+	if failed && stateNeedsSource(pd.State) {
+		// The mirror cannot use its source: nothing it learned of it is
+		// the source's state now.
+		pd.SourceStale = pd.SourceOffset >= 0
+		if pd.Reason == "" && mirrorErr != nil {
+			pd.Reason = *mirrorErr
+		}
+		if cutOffState(pd.State) {
+			pd.State = mirrorstate.Failed.String()
+		}
+	}
+	return pd
 }
 
 // describePartition is partition i of t as this broker sees it: its
