@@ -206,7 +206,7 @@ func TestMirrorsAliases(t *testing.T) {
 	}
 	waitFor(t, "the metadata sync to add orders-1 (and not orders-test)", func() bool {
 		r := tandemCLI(t, "", append(d, "--describe", "--mirror", "dr", "--json")...)
-		return strings.Contains(r.stdout, `"topic":"orders-1"`) && !strings.Contains(r.stdout, `"topic":"orders-test"`)
+		return r.code == 0 && strings.Contains(r.stdout, `"topic":"orders-1"`) && !strings.Contains(r.stdout, `"topic":"orders-test"`)
 	})
 	if out := ok(t, "", append(d, "--describe", "--mirror", "dr", "--failed")...); !strings.Contains(out, "No FAILED partitions.") {
 		t.Fatalf("--describe --failed with none failed:\n%s", out)

@@ -81,6 +81,7 @@ type ledPartition struct {
 	srcEndAt    time.Time // when srcEnd was learned
 	trouble     string    // why the partition cannot be copied now ("" when it can)
 	troubleAt   time.Time // since when
+	cutOff      bool      // trouble is the source's: unreachable, or no leader there (cutOff in truth.go)
 	dstLEO      int64
 	lagMs       int64     // lag in record time (see measureLagMs); -1 unknown, 0 caught up
 	caughtUpAt  time.Time // when the log last held all of a source end offset just learned

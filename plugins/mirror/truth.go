@@ -37,7 +37,9 @@ func (r *mirrorRun) sourceCurrent(pt *ledPartition, now time.Time) bool {
 // cutOff reports whether a partition that should be copied now cannot
 // reach its source: the mirror's source fails it (unreachable, refusing
 // its credentials, another cluster) or the partition's own source side
-// does (its source broker gone, no leader there). Every view shows such
+// does (its source broker unreachable, no leader there: pt.cutOff). A
+// partition that cannot be copied for a reason of this cluster (not
+// hosted here yet, say) keeps its state and says why. Every view shows such
 // a partition FAILED, with the reason, until the source answers again:
 // one model of "cannot reach its source" for --describe, --json, the
 // console, /metrics (tandem_mirror_partitions{state="FAILED"}) and the
@@ -47,7 +49,7 @@ func (r *mirrorRun) sourceCurrent(pt *ledPartition, now time.Time) bool {
 func (r *mirrorRun) cutOff(pt *ledPartition) bool {
 	switch pt.state {
 	case mirrorstate.Preparing, mirrorstate.Mirroring, mirrorstate.EpochFencing:
-		return r.failed != "" || pt.trouble != ""
+		return r.failed != "" || pt.trouble != "" && pt.cutOff
 	}
 	return false
 }
