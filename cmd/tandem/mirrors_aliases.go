@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -63,7 +64,7 @@ func (c *mirrorsCmd) readMirrorConfig() error {
 		return usageErrorf("--mirror-config %s: %v", c.mirrorConfig, err)
 	}
 	var cfg multiFlag
-	for _, k := range slices.Sorted(mapKeys(props)) {
+	for _, k := range slices.Sorted(maps.Keys(props)) {
 		if k == "bootstrap.servers" {
 			if c.source == "" {
 				c.source = props[k]
@@ -74,16 +75,6 @@ func (c *mirrorsCmd) readMirrorConfig() error {
 	}
 	c.configs = append(cfg, c.configs...) // later wins: the flags
 	return nil
-}
-
-func mapKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // isPattern reports whether a --topic is a regular expression rather
