@@ -620,7 +620,9 @@ func (c *mirrorsCmd) describe(ctx context.Context) error {
 		}
 		said := printDescribed(c.stdout, ms)
 		for _, m := range ms {
-			if m.Error != "" && !said[m.Mirror+"\x00"+m.Error] {
+			// A mirror failed over whole has no use for its source:
+			// /healthz does not warn of it either (--json keeps it).
+			if m.Error != "" && m.State != "STOPPED" && !said[m.Mirror+"\x00"+m.Error] {
 				fmt.Fprintf(c.stderr, "mirror %s: %s: %s\n", m.Mirror, m.State, m.Error)
 			}
 			if m.ACLSync != "" {

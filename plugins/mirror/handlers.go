@@ -562,9 +562,9 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 				}
 				dt := wire.DescribedTopic{TopicName: tn}
 				for i := range t.Partitions {
-					pd := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
+					pd, cut := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
 					rd, led := remote.details[topicPartition{tn, int32(i)}]
-					pd = withLeaderView(pd, rd, led, failed, dm.ErrorMessage)
+					pd = withLeaderView(pd, rd, led, cut, failed, dm.ErrorMessage)
 					dt.Partitions = append(dt.Partitions, pd)
 					all = append(all, pd)
 				}
@@ -577,32 +577,34 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 	return out
 }
 
-// withLeaderView completes pd, a partition as this broker sees it, with
-// rd, its leader's view of the source side (led: another broker leads
-// it; the state is the coordinator's either way, but FAILED while the
-// leader cannot reach the source), and with the mirror's failure to use
-// its source (failed, with mirrorErr).
-func withLeaderView(pd, rd wire.PartitionDetail, led, failed bool, mirrorErr *string) wire.PartitionDetail {
+// withLeaderView completes pd, a partition as this broker sees it (its
+// state the coordinator's), with rd, its leader's view of the source
+// side (led: another broker leads it), and shows it FAILED when it is
+// cut off from its source: its leader here or there says so (cut, or
+// rd FAILED), or the mirror cannot use its source (failed, mirrorErr),
+// whose reason is then the mirror's, one for every partition rather
+// than what each leader's dial saw.
+func withLeaderView(pd, rd wire.PartitionDetail, led, cut, failed bool, mirrorErr *string) wire.PartitionDetail {
+	coordinated := pd.State
 	if led {
 		pd.SourceOffset, pd.SourceOffsetTime, pd.DestinationOffset = rd.SourceOffset, rd.SourceOffsetTime, rd.DestinationOffset
 		pd.Lag, pd.LagMs, pd.SourceStale = rd.Lag, rd.LagMs, rd.SourceStale
 		if pd.Reason == "" {
 			pd.Reason = rd.Reason
 		}
-		if rd.State == mirrorstate.Failed.String() && cutOffState(pd.State) {
-			pd.State = rd.State
-		}
+		cut = cut || rd.State == mirrorstate.Failed.String()
 	}
-	if failed && stateNeedsSource(pd.State) {
-		// The mirror cannot use its source: nothing it learned of it is
-		// the source's state now.
+	if failed && stateNeedsSource(coordinated) {
+		// Nothing the mirror learned of its source is the source's state
+		// now.
 		pd.SourceStale = pd.SourceOffset >= 0
-		if pd.Reason == "" && mirrorErr != nil {
+		if mirrorErr != nil && (pd.Reason == "" || cutOffState(coordinated)) {
 			pd.Reason = *mirrorErr
 		}
-		if cutOffState(pd.State) {
-			pd.State = mirrorstate.Failed.String()
-		}
+		cut = true
+	}
+	if cut && cutOffState(coordinated) {
+		pd.State = mirrorstate.Failed.String()
 	}
 	return pd
 }
@@ -611,8 +613,8 @@ func withLeaderView(pd, rd wire.PartitionDetail, led, failed bool, mirrorErr *st
 // state (the coordinator's), the destination's health (the image's),
 // and, if this broker leads it, its source side as of now.
 func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror string, img *metadata.Image, t *metadata.Topic, i int32,
-	states map[topicPartition]mirrorstate.PartitionState, now time.Time) wire.PartitionDetail {
-	pd := wire.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: mirrorstate.Unknown.String()}
+	states map[topicPartition]mirrorstate.PartitionState, now time.Time) (pd wire.PartitionDetail, cut bool) {
+	pd = wire.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: mirrorstate.Unknown.String()}
 	if st, ok := states[topicPartition{t.Name, i}]; ok {
 		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
 	} else if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: i}, t.ID); err == nil {
@@ -625,13 +627,13 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 		pd.DestinationOffset = ep.Offsets().LogEnd
 	}
 	if r == nil {
-		return pd
+		return pd, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pt := r.parts[topicPartition{t.Name, i}]
 	if pt == nil || !needsSource(pt.state) {
-		return pd // not copied here (any more): the source side is not ours to tell
+		return pd, false // not copied here (any more): the source side is not ours to tell
 	}
 	if pt.srcEnd >= 0 && pd.DestinationOffset >= 0 {
 		pd.SourceOffset, pd.SourceOffsetTime = pt.srcEnd, pt.srcEndAt.UnixMilli()
@@ -641,9 +643,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 		}
 		pd.SourceStale = !r.sourceCurrent(pt, now)
 	}
-	if r.cutOff(pt) && cutOffState(pd.State) {
-		pd.State = mirrorstate.Failed.String()
-	}
+	cut = r.cutOff(pt) && cutOffState(pd.State) // shown FAILED by withLeaderView
 	switch {
 	case pd.Reason != "":
 	case r.failed != "":
@@ -655,7 +655,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 	case pd.SourceStale:
 		pd.Reason = staleReason(pt.srcEndAt)
 	}
-	return pd
+	return pd, cut
 }
 
 func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesRequest) ([]wire.StatesTopic, int16) {
