@@ -132,3 +132,33 @@ func recvName(r *ast.FieldList) string {
 	}
 	return ""
 }
+
+// TestREADMENamesOneTestCommand (issue 41, item 13): README's first
+// block names one command that sets up a fresh machine and passes the
+// tests (`bash .ci/run`), and that script installs every tool the
+// suites look for (kcat, promtool, chromium) and runs the test command
+// README names (`make test`), as CI does.
+func TestREADMENamesOneTestCommand(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, _ := strings.Cut(string(readme), "```sh\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !regexp.MustCompile(`(?m)^bash \.ci/run\s+#.*fresh`).MatchString(block) || !regexp.MustCompile(`(?m)^make test\s`).MatchString(block) {
+		t.Fatalf("README's first block does not name `bash .ci/run` for a fresh machine and `make test`:\n%s", block)
+	}
+	ci, err := os.ReadFile(".ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range []string{"kcat", "chromium", "prometheus"} {
+		if !strings.Contains(string(ci), "need+=("+pkg+")") {
+			t.Errorf(".ci/run does not install %s", pkg)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(string(ci)), "\n")
+	if last := lines[len(lines)-1]; last != "make test" {
+		t.Errorf(".ci/run ends with %q, not the test command README names (make test)", last)
+	}
+}

@@ -47,10 +47,19 @@ func raftLevel(level hclog.Level, msg string, args []any) slog.Level {
 		}
 		return slog.LevelWarn
 	}
-	if peerContact[msg] {
+	if peerContact[msg] || leadershipStep[msg] {
 		return slog.LevelDebug
 	}
 	return slog.LevelError
+}
+
+// leadershipStep are raft's errors that are a normal step of a
+// leadership change, not a fault: a leader learns from a follower that a
+// newer term began (another node won an election, as when the cluster
+// stops one node after another) and steps down. The controller's own
+// lines say who leads.
+var leadershipStep = map[string]bool{
+	"peer has newer term, stopping replication": true,
 }
 
 // peerContact are raft's lines about a peer it cannot reach, repeated at

@@ -192,6 +192,15 @@ func (ct *configTarget) validate(next map[string]string) error {
 	if len(fixed) > 0 {
 		return config.Errorf(kerr.InvalidRequest, "%sCannot update these configs dynamically: %s", prefix, strings.Join(fixed, ", "))
 	}
+	var perBroker []string
+	for _, k := range slices.Sorted(maps.Keys(next)) {
+		if ct.name == "" && config.Brokers[k].PerBroker && next[k] != ct.current[k] {
+			perBroker = append(perBroker, k)
+		}
+	}
+	if len(perBroker) > 0 {
+		return config.Errorf(kerr.InvalidRequest, "%sCannot update these configs at default cluster level, broker id must be specified: %s", prefix, strings.Join(perBroker, ", "))
+	}
 	for _, k := range slices.Sorted(maps.Keys(next)) {
 		if err := config.Brokers[k].Check(next[k]); err != nil {
 			return config.Errorf(kerr.InvalidRequest, "%s%s", prefix, err.Error())

@@ -304,3 +304,38 @@ func TestAlterBrokerConfigs(t *testing.T) {
 		t.Fatalf("engine retention after delete: %d", got)
 	}
 }
+
+// TestKafka3ConfigsAccepted: what Kafka 3.x accepts and librdkafka's
+// suite sets (0092_mixed_msgver, 0081_admin): the deprecated topic
+// config message.format.version (accepted, described, ignored: every
+// batch is v2), and a per-broker dynamic config of Kafka's that Tandem
+// has no use for (sasl.kerberos.min.time.before.relogin, accepted on a
+// broker, refused at the cluster-wide default as Kafka refuses it).
+func TestKafka3ConfigsAccepted(t *testing.T) {
+	b := startBroker(t, nil)
+	adm, ctx := newAdmin(t, b), testCtx(t)
+	if _, err := adm.CreateTopics(ctx, 1, 1, nil, "mv"); err != nil {
+		t.Fatal(err)
+	}
+	resps, err := adm.AlterTopicConfigsState(ctx, []kadm.AlterConfig{{Name: "message.format.version", Value: kadm.StringPtr("0.10.0")}}, "mv")
+	if err != nil || resps[0].Err != nil {
+		t.Fatalf("AlterConfigs message.format.version=0.10.0: %v %+v %s", err, resps, resps[0].ErrMessage)
+	}
+	if c := topicConfig(t, adm, "mv", "message.format.version"); c.MaybeValue() != "0.10.0" || c.Source != kmsg.ConfigSourceDynamicTopicConfig {
+		t.Fatalf("message.format.version described as %+v", c)
+	}
+	resps, err = adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "message.format.version", Value: kadm.StringPtr("not-a-version")}}, "mv")
+	if err != nil || !errors.Is(resps[0].Err, kerr.InvalidConfig) {
+		t.Fatalf("message.format.version=not-a-version: %v %+v, want INVALID_CONFIG", err, resps)
+	}
+
+	set := []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "sasl.kerberos.min.time.before.relogin", Value: kadm.StringPtr("58000")}}
+	resps, err = adm.AlterBrokerConfigs(ctx, set, b.cfg.NodeID)
+	if err != nil || resps[0].Err != nil {
+		t.Fatalf("alter broker %d sasl.kerberos.min.time.before.relogin: %v %+v %s", b.cfg.NodeID, err, resps, resps[0].ErrMessage)
+	}
+	resps, err = adm.AlterBrokerConfigs(ctx, set)
+	if err != nil || !errors.Is(resps[0].Err, kerr.InvalidRequest) || !strings.Contains(resps[0].ErrMessage, "broker id must be specified") {
+		t.Fatalf("the same at the cluster-wide default: %v %+v, want INVALID_REQUEST (a per-broker config)", err, resps)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -280,5 +281,50 @@ func TestDeleteRecords(t *testing.T) {
 	resp = rawRequest(t, b.Addr(), req).(*kmsg.DeleteRecordsResponse)
 	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 || p.LowWatermark != 5 {
 		t.Fatalf("delete to the high watermark: %+v", p)
+	}
+}
+
+// TestListOffsetsV0: the version sarama sends to a cluster it is not told
+// is 0.10.1 or newer (Burrow 1.2.1 does so), which Kafka 3.x serves:
+// latest and earliest as a list of one offset, empty for none. Before,
+// the broker closed the connection (unsupported version 0).
+func TestListOffsetsV0(t *testing.T) {
+	b := startBroker(t, nil)
+	adm, ctx := newAdmin(t, b), testCtx(t)
+	if _, err := adm.CreateTopics(ctx, 1, 1, nil, "v0"); err != nil {
+		t.Fatal(err)
+	}
+	produceAt(t, b, "v0", 1000, 2000, 3000)
+	v0 := func(ts int64, max int32) kmsg.ListOffsetsRequestTopicPartition {
+		rp := listPart(0, -1, ts)
+		rp.MaxNumOffsets = max
+		return rp
+	}
+	got := listOffsetsRaw(t, b, 0, 0, "v0", v0(-1, 1))
+	if g := got[0]; g.ErrorCode != 0 || len(g.OldStyleOffsets) != 1 || g.OldStyleOffsets[0] != 3 {
+		t.Fatalf("v0 latest: %+v, want offsets [3]", g)
+	}
+	got = listOffsetsRaw(t, b, 0, 0, "v0", v0(-2, 1))
+	if g := got[0]; g.ErrorCode != 0 || len(g.OldStyleOffsets) != 1 || g.OldStyleOffsets[0] != 0 {
+		t.Fatalf("v0 earliest: %+v, want offsets [0]", g)
+	}
+	got = listOffsetsRaw(t, b, 0, 0, "v0", v0(4000, 1))
+	if g := got[0]; g.ErrorCode != 0 || len(g.OldStyleOffsets) != 0 {
+		t.Fatalf("v0 after the last timestamp: %+v, want no offsets", g)
+	}
+
+	// sarama as Burrow 1.2.1 configures it (a 0.10.0 cluster: v0).
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V0_10_0_0
+	cl, err := sarama.NewClient([]string{b.Addr()}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if off, err := cl.GetOffset("v0", 0, sarama.OffsetNewest); err != nil || off != 3 {
+		t.Fatalf("sarama (ListOffsets v0) newest: %d, %v; want 3", off, err)
+	}
+	if off, err := cl.GetOffset("v0", 0, sarama.OffsetOldest); err != nil || off != 0 {
+		t.Fatalf("sarama (ListOffsets v0) oldest: %d, %v; want 0", off, err)
 	}
 }

@@ -45,14 +45,14 @@ const byBroker = "the broker"
 // its plugins' keys) closes the connection. Minimums follow what current
 // clients need: Fetch from v4 (record batches with LastStableOffset, what
 // the Java 4.x client requires), Produce from v0 (message sets are
-// refused per batch, not per request), ListOffsets from v1 (kafka-go uses
-// v1). The SASL keys have no handler: the connection answers them
+// refused per batch, not per request), ListOffsets from v0 (sarama sends
+// it to a cluster it is not told is 0.10.1 or newer). The SASL keys have no handler: the connection answers them
 // (auth.go) before any request is dispatched.
 func (b *Broker) coreAPIs() []wire.API[handler] {
 	return []wire.API[handler]{
-		api(kmsg.Produce, 0, 13, b.handleProduce), // v13: topic IDs
-		api(kmsg.Fetch, 4, 18, b.handleFetch),     // v13+: topic IDs
-		api(kmsg.ListOffsets, 1, 10, b.handleListOffsets),
+		api(kmsg.Produce, 0, 13, b.handleProduce),         // v13: topic IDs
+		api(kmsg.Fetch, 4, 18, b.handleFetch),             // v13+: topic IDs
+		api(kmsg.ListOffsets, 0, 10, b.handleListOffsets), // v0: sarama's default (Burrow)
 		api(kmsg.Metadata, 0, 13, b.handleMetadata),
 		{Versions: versions(kmsg.SASLHandshake, 0, 1)},
 		api(kmsg.ApiVersions, 0, 5, b.handleApiVersions), // v5: KIP-1242 cluster/node check

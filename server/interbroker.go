@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
@@ -66,23 +67,36 @@ func (p *peerClients) close() {
 	p.clients = nil
 }
 
-// peerErrors remembers, per broker, why talking to it last failed, so
-// that a failure is logged once (not at every retry) and shown in
-// /healthz until it recovers.
+// peerErrors remembers, per broker, why talking to it last failed and
+// when, so that a failure is logged once (not at every retry) and shown
+// in /healthz while it lasts: until a request to the broker succeeds,
+// or until nothing has failed for peerWarningTTL (the followers that
+// fetched from a dead leader fetch from its successor once it is back,
+// and no request to it succeeds to clear the warning).
 type peerErrors struct {
 	mu   sync.Mutex
-	last map[int32]string
+	last map[int32]peerError
 }
+
+type peerError struct {
+	msg string
+	at  time.Time // the latest failure
+}
+
+// peerWarningTTL is how long a failure is shown without another: a
+// failing exchange is retried at least every 10 s (1 s for replication,
+// 10 s for refused credentials).
+const peerWarningTTL = 15 * time.Second
 
 func (b *Broker) interBrokerFailed(peer int32, addr string, err error) {
 	msg := err.Error()
 	auth := errAuthFailure(err)
 	b.peerErrs.mu.Lock()
 	if b.peerErrs.last == nil {
-		b.peerErrs.last = map[int32]string{}
+		b.peerErrs.last = map[int32]peerError{}
 	}
-	same := b.peerErrs.last[peer] == msg
-	b.peerErrs.last[peer] = msg
+	same := b.peerErrs.last[peer].msg == msg
+	b.peerErrs.last[peer] = peerError{msg, time.Now()}
 	b.peerErrs.mu.Unlock()
 	if same {
 		return
@@ -122,7 +136,12 @@ func (b *Broker) peerHealth() []string {
 	defer b.peerErrs.mu.Unlock()
 	var out []string
 	for _, id := range sortedKeys(b.peerErrs.last) {
-		out = append(out, fmt.Sprintf("broker %d: %s", id, b.peerErrs.last[id]))
+		e := b.peerErrs.last[id]
+		if time.Since(e.at) > peerWarningTTL {
+			delete(b.peerErrs.last, id) // its cause is gone; a new failure is logged again
+			continue
+		}
+		out = append(out, fmt.Sprintf("broker %d: %s", id, e.msg))
 	}
 	return out
 }

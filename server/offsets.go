@@ -38,6 +38,14 @@ func checkLeaderEpoch(requested int32, part metadata.Partition) *kerr.Error {
 
 // handleListOffsets answers offsets by timestamp and the special
 // timestamps earliest, latest, max-timestamp and the tiered-storage ones.
+//
+// v0 (Kafka 3.x serves it, 4.0 dropped it; sarama sends it unless told
+// the cluster is 0.10.1 or newer, as Burrow 1.2.1 does) answers a list
+// of offsets, MaxNumOffsets at most. Kafka lists segment base offsets
+// before the timestamp, newest first; Tandem answers the one offset a
+// later version would (latest, earliest, or the first at the
+// timestamp), which is what the clients that still send v0 ask for
+// (MaxNumOffsets 1).
 func (b *Broker) handleListOffsets(ctx context.Context, rc *RequestContext, req *kmsg.ListOffsetsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
 	img := b.image()
@@ -64,6 +72,9 @@ func (b *Broker) handleListOffsets(ctx context.Context, rc *RequestContext, req 
 			if kerrErr != nil {
 				sp.ErrorCode = kerrErr.Code
 				sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, -1
+			}
+			if req.Version == 0 && sp.Offset >= 0 && rp.MaxNumOffsets > 0 {
+				sp.OldStyleOffsets = []int64{sp.Offset}
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}

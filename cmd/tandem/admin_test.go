@@ -164,7 +164,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"topics", "add-partitions", "t"}, `^tandem topics add-partitions: --partitions N is required`},
 		{[]string{"topics", "alter-config", "t"}, `^tandem topics alter-config: nothing to alter`},
 		{[]string{"topics", "list", "extra"}, `^tandem topics list: unexpected arguments \["extra"\]$`},
-		{[]string{"topics", "list", "--bogus"}, `^tandem topics list: flag provided but not defined: -bogus`},
+		{[]string{"topics", "list", "--bogus"}, `^tandem topics list: flag provided but not defined: --bogus`},
 		{[]string{"groups", "reset-offsets", "g", "--all-topics"}, `^tandem groups reset-offsets: choose one of --to-earliest`},
 		{[]string{"groups", "reset-offsets", "g", "--to-earliest"}, `^tandem groups reset-offsets: choose --topic T`},
 		{[]string{"groups", "reset-offsets", "g", "--all-topics", "--to-datetime", "yesterday"}, `^tandem groups reset-offsets: --to-datetime "yesterday"`},
@@ -245,7 +245,7 @@ func TestTopicsCommands(t *testing.T) {
 	unmarshal(t, ok(t, "", append([]string{"topics", "list", "--json"}, bs...)...), &listed)
 	jsonKeys(t, "topics list --json", listed, "topic", "topic_id", "internal", "partitions", "replication_factor", "mirror")
 	if len(listed) != 2 || listed[1]["topic"] != "orders" || listed[1]["partitions"] != 6.0 || listed[1]["mirror"] != nil ||
-		listed[1]["topic_id"] != details["orders"].ID.String() {
+		listed[1]["topic_id"] != topicID(details["orders"].ID) {
 		t.Fatalf("topics list --json: %v", listed)
 	}
 

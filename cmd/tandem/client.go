@@ -210,11 +210,42 @@ func (c *clientFlags) connect(ctx context.Context, extra ...kgo.Opt) (*kgo.Clien
 	}
 	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if err := cl.Ping(pctx); err != nil {
-		cl.Close()
-		return nil, dials.reachError(c.what, seeds, err)
+	start := time.Now()
+	for {
+		dials.mu.Lock()
+		clear(dials.errs) // this try's causes
+		dials.mu.Unlock()
+		err := cl.Ping(pctx)
+		if err == nil {
+			return cl, nil
+		}
+		// A broker that is starting refuses connections for a moment,
+		// so the command right after `tandem serve &` in a script would
+		// fail: a refused connection is tried again for a few seconds,
+		// as Kafka's tools retry until their timeout.
+		if !dials.refused(seeds) || time.Since(start) > refusedRetry || pctx.Err() != nil {
+			cl.Close()
+			return nil, dials.reachError(c.what, seeds, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	return cl, nil
+}
+
+// refusedRetry is how long a cluster that refuses connections is tried.
+const refusedRetry = 5 * time.Second
+
+// refused reports whether every seed refused the connection: nothing
+// listens there yet (a broker starting), as against a name that does not
+// resolve or an address that does not answer.
+func (d *dialErrors) refused(seeds []string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range seeds {
+		if err := d.errs[s]; err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			return false
+		}
+	}
+	return true
 }
 
 // dialErrors records why each address could not be dialed.

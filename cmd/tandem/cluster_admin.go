@@ -143,22 +143,68 @@ func describeClusterState(ctx context.Context, cl *kgo.Client, adm *kadm.Client)
 			}
 		}
 	}
-	for _, p := range s.Offline {
-		s.Problems = append(s.Problems, fmt.Sprintf("partition %s/%d is offline: no leader (replicas %s, offline %s)", p.Topic, p.Partition, ids(p.Replicas), ids(p.OfflineReps)))
+	internal := map[string]bool{}
+	for _, d := range details {
+		internal[d.Topic] = d.IsInternal || strings.HasPrefix(d.Topic, "__")
 	}
-	for _, p := range s.UnderMinISR {
-		s.Problems = append(s.Problems, fmt.Sprintf("partition %s/%d is under its minimum ISR: ISR %s of replicas %s, min.insync.replicas %d (acks=all produce is refused)",
-			p.Topic, p.Partition, ids(p.ISR), ids(p.Replicas), *p.MinISR))
-	}
-	for _, p := range s.UnderReplicated {
-		if !slices.ContainsFunc(s.UnderMinISR, func(q partitionState) bool { return q.Topic == p.Topic && q.Partition == p.Partition }) {
-			s.Problems = append(s.Problems, fmt.Sprintf("partition %s/%d is under-replicated: ISR %s of replicas %s", p.Topic, p.Partition, ids(p.ISR), ids(p.Replicas)))
-		}
-	}
+	s.Problems = append(s.Problems, partitionProblems(s, internal)...)
 	s.MirrorProblems = append(s.MirrorProblems, mirrorProblems(ctx, cl)...)
 	s.Problems = append(s.Problems, s.MirrorProblems...)
 	s.Healthy = len(s.Problems) == 0
 	return s, nil
+}
+
+// partitionProblems says in words what is wrong with partitions: one
+// line per partition of a user's topic, and one line per internal topic
+// and kind of problem (one dead broker leaves dozens of
+// __consumer_offsets and __mirror_state partitions under-replicated, a
+// wall that hides the user's own).
+func partitionProblems(s *clusterState, internal map[string]bool) []string {
+	var out []string
+	summary := map[string][]int32{} // "topic\x00kind" → partitions
+	var order []string
+	note := func(p partitionState, kind, line string) {
+		if !internal[p.Topic] {
+			out = append(out, line)
+			return
+		}
+		k := p.Topic + "\x00" + kind
+		if _, ok := summary[k]; !ok {
+			order = append(order, k)
+		}
+		summary[k] = append(summary[k], p.Partition)
+	}
+	for _, p := range s.Offline {
+		note(p, "offline (no leader)", fmt.Sprintf("partition %s/%d is offline: no leader (replicas %s, offline %s)", p.Topic, p.Partition, ids(p.Replicas), ids(p.OfflineReps)))
+	}
+	for _, p := range s.UnderMinISR {
+		note(p, "under their minimum ISR (acks=all produce is refused)", fmt.Sprintf("partition %s/%d is under its minimum ISR: ISR %s of replicas %s, min.insync.replicas %d (acks=all produce is refused)",
+			p.Topic, p.Partition, ids(p.ISR), ids(p.Replicas), *p.MinISR))
+	}
+	for _, p := range s.UnderReplicated {
+		if !slices.ContainsFunc(s.UnderMinISR, func(q partitionState) bool { return q.Topic == p.Topic && q.Partition == p.Partition }) {
+			note(p, "under-replicated", fmt.Sprintf("partition %s/%d is under-replicated: ISR %s of replicas %s", p.Topic, p.Partition, ids(p.ISR), ids(p.Replicas)))
+		}
+	}
+	for _, k := range order {
+		topic, kind, _ := strings.Cut(k, "\x00")
+		out = append(out, fmt.Sprintf("internal topic %s: %d partition(s) %s: %s", topic, len(summary[k]), kind, somePartitions(summary[k])))
+	}
+	return out
+}
+
+// somePartitions lists partition numbers, the first eight of them if
+// there are more.
+func somePartitions(ps []int32) string {
+	var names []string
+	for i, p := range ps {
+		if i == 8 {
+			names = append(names, fmt.Sprintf("and %d more", len(ps)-8))
+			break
+		}
+		names = append(names, fmt.Sprint(p))
+	}
+	return strings.Join(names, ", ")
 }
 
 func printClusterState(w io.Writer, s *clusterState) {

@@ -35,7 +35,7 @@ func TestCommandsAgainstKfake(t *testing.T) {
 	}
 	var listed []map[string]any
 	unmarshal(t, cmd("", "topics", "list", "--json"), &listed)
-	if len(listed) != 1 || listed[0]["topic"] != "orders" || listed[0]["partitions"] != 6.0 || listed[0]["topic_id"] != d["orders"].ID.String() {
+	if len(listed) != 1 || listed[0]["topic"] != "orders" || listed[0]["partitions"] != 6.0 || listed[0]["topic_id"] != topicID(d["orders"].ID) {
 		t.Fatalf("topics list --json: %v", listed)
 	}
 	cmd("", "topics", "add-partitions", "orders", "--partitions", "8")

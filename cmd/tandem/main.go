@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime/debug"
 	"strings"
 )
@@ -143,7 +144,7 @@ func (f *flags) parse(args []string, stdout, stderr io.Writer) (code int, done b
 			f.printHelp(stdout)
 			return 0, true
 		case err != nil:
-			return exit(stderr, f.Name(), usageErrorf("%v (tandem %s --help lists the flags)", err, f.Name())), true
+			return exit(stderr, f.Name(), usageErrorf("%s (tandem %s --help lists the flags)", flagNames(err.Error()), f.Name())), true
 		}
 		rest := f.Args()
 		if n := len(args) - len(rest); len(rest) == 0 || n > 0 && args[n-1] == "--" {
@@ -158,6 +159,29 @@ func (f *flags) parse(args []string, stdout, stderr io.Writer) (code int, done b
 	return 0, false
 }
 
+// dashed is a flag's name as the docs write it: --name, and -e for a
+// one-letter flag (Go's flag package takes either spelling).
+func dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// flagRef is a flag named in an error of Go's flag package, which
+// writes every name with one dash ("flag provided but not defined: -x").
+var flagRef = regexp.MustCompile(`(^|: | flag )-{1,2}([A-Za-z0-9][A-Za-z0-9._-]*)`)
+
+// flagNames rewrites the flags an error of the flag package names as
+// dashed writes them, so that an error says --bootstrap-server as the
+// docs and --help do.
+func flagNames(msg string) string {
+	return flagRef.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := flagRef.FindStringSubmatch(m)
+		return sub[1] + dashed(sub[2])
+	})
+}
+
 // printHelp prints doc and the flags, written --name as README does.
 func (f *flags) printHelp(w io.Writer) {
 	fmt.Fprint(w, strings.TrimRight(f.doc, "\n")+"\n")
@@ -168,7 +192,7 @@ func (f *flags) printHelp(w io.Writer) {
 			first = false
 		}
 		typ, usage := flag.UnquoteUsage(fl)
-		line := "  --" + fl.Name
+		line := "  " + dashed(fl.Name)
 		if typ != "" {
 			line += " " + typ
 		}

@@ -38,6 +38,9 @@ type mirrorsCmd struct {
 	consistent     bool
 	noValidate     bool
 	timeout        time.Duration
+	exclude        []string // --exclude: patterns --add (--start) leaves out
+	failedOnly     bool     // --failed: --describe lists FAILED partitions only
+	mirrorConfig   string   // --mirror-config FILE: the mirror's configs, bootstrap.servers among them
 }
 
 // mirrorsOp is one operation of `tandem mirrors`, chosen by its flag.
@@ -56,7 +59,9 @@ const mirrorsDoc = `Manages Cluster Mirroring (KIP-1279) on the destination clus
 --bootstrap-server: creates mirrors of a source cluster, adds topics to them
 (byte-for-byte copies with the same offsets and topic IDs), shows their lag,
 fails them over and back. The flags are those of Apache Kafka's
-kafka-mirrors.sh, plus --failover, --failback and --diverged.
+kafka-mirrors.sh, plus --failover, --failback and --diverged; the KIP's
+current spellings (--start, --stop, --topics, --exclude, --mirror-config,
+--failed) work too.
 
 Usage: tandem mirrors --bootstrap-server HOST:PORT[,HOST:PORT...] --OPERATION [flags]
 `
@@ -74,7 +79,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		{name: "add", run: c.add, usage: "add --topic to --mirror; a topic that exists here with records is truncated to the source's log: what that removes is shown first, and needs --yes"},
 		{name: "remove", run: c.remove, usage: "remove --topic (a regular expression) from --mirror at once: failover, the KIP's raw meaning"},
 		{name: "failover", run: c.failover, usage: "safe promote of --mirror (or only --topic): wait up to --timeout for lag 0 against the source, then fail over; refuses if that does not happen or the source is unreachable, unless --force, which reports the lag given up"},
-		{name: "failback", run: c.failback, usage: "on the old primary (--bootstrap-server): mirror --mirror's topics back from the new one (--source-bootstrap, --config), showing what truncation removes first"},
+		{name: "failback", run: c.failback, usage: "on the old primary (--bootstrap-server): mirror --mirror's failed-over topics (or only --topic) back from the new one (--source-bootstrap, --config), showing what truncation removes first"},
 		{name: "pause", run: func(ctx context.Context) error { return c.pauseResume(ctx, true) }, usage: "pause --mirror (optionally only --topic)"},
 		{name: "resume", run: func(ctx context.Context) error { return c.pauseResume(ctx, false) }, usage: "resume --mirror (optionally only --topic)"},
 		{name: "delete", run: c.deleteMirror, usage: "delete --mirror: each of its topics fails over first (becomes writable, keeps its data), then the mirror is gone"},
@@ -84,33 +89,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		{name: "alter", run: c.alter, usage: "alter the configs of --mirror: --config k=v sets, --delete-config k removes"},
 		{name: "diverged", run: c.diverged, usage: "print the divergence manifest of --mirror: records truncations removed, copied to <topic>.diverged"},
 	}
-	mirrorNamed := func() error { return need(flagReq{"--mirror", c.name != ""}) }
-	checks := map[string]func() error{
-		"create":          func() error { _, err := c.mirrorConfigs(); return err },
-		"add":             func() error { return need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}) },
-		"remove":          func() error { return need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}) },
-		"failover":        mirrorNamed,
-		"failback":        func() error { _, err := c.mirrorConfigs(); return err },
-		"pause":           mirrorNamed,
-		"resume":          mirrorNamed,
-		"delete":          mirrorNamed,
-		"describe":        func() error { _, err := c.topicFilter(); return err },
-		"describe-config": mirrorNamed,
-		"alter": func() error {
-			if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--config or --delete-config", len(c.configs)+len(c.deleteConfigs) > 0}); err != nil {
-				return err
-			}
-			_, err := keyValues(c.configs)
-			return err
-		},
-		"diverged": func() error {
-			if err := mirrorNamed(); err != nil {
-				return err
-			}
-			_, err := c.topicFilter()
-			return err
-		},
-	}
+	checks := c.opChecks()
 	for _, op := range ops {
 		op.check = checks[op.name]
 		fs.BoolVar(&op.on, op.name, false, op.usage)
@@ -125,6 +104,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.consistent, "consistent", false, "with --failover: fail every topic named over at one consistent cut (one source time, no transaction split, group offsets clamped to it)")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "with --failover: how long to wait for lag 0")
 	fs.Var(&c.topics, "topic", "topic `NAME` or regular expression (repeatable)")
+	c.registerAliases(fs, ops)
 	fs.Var(&c.configs, "config", "mirror config `k=v` (repeatable)")
 	fs.Var(&c.deleteConfigs, "delete-config", "with --alter: mirror config `k` to remove (repeatable)")
 	if code, done := fs.parse(args, stdout, stderr); done {
@@ -135,6 +115,9 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	}
 	if *allTopics {
 		c.topics = multiFlag{".*"}
+	}
+	if err := c.readMirrorConfig(); err != nil {
+		return exit(stderr, "mirrors", err)
 	}
 	var chosen []*mirrorsOp
 	for _, op := range ops {
@@ -160,16 +143,8 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tandem mirrors: choose one of %s (--create --add does both)\n", strings.Join(names, ", "))
 		return 2
 	}
-	if c.consistent && chosen[0].name != "failover" {
-		return exit(stderr, "mirrors", usageErrorf("--consistent goes with --failover"))
-	}
 	// Nothing is sent before the command line is known to be whole.
-	if chosen[0].check != nil {
-		if err := chosen[0].check(); err != nil {
-			return exit(stderr, "mirrors", err)
-		}
-	}
-	if err := c.client.check(); err != nil {
+	if err := c.checkFlags(chosen[0]); err != nil {
 		return exit(stderr, "mirrors", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+c.timeout)
@@ -188,6 +163,69 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return exit(stderr, "mirrors", err)
+}
+
+// checkFlags checks the command line of op: the flags that go with
+// another operation only, the flags op needs, the connection's.
+func (c *mirrorsCmd) checkFlags(op *mirrorsOp) error {
+	switch {
+	case c.consistent && op.name != "failover":
+		return usageErrorf("--consistent goes with --failover")
+	case len(c.exclude) > 0 && !strings.HasSuffix(op.name, "add"):
+		return usageErrorf("--exclude goes with --add (--start)")
+	case c.failedOnly && op.name != "describe":
+		return usageErrorf("--failed goes with --describe")
+	}
+	if op.check != nil {
+		if err := op.check(); err != nil {
+			return err
+		}
+	}
+	return c.client.check()
+}
+
+// opChecks are the flags each operation needs, checked before anything
+// is sent.
+func (c *mirrorsCmd) opChecks() map[string]func() error {
+	mirrorNamed := func() error { return need(flagReq{"--mirror", c.name != ""}) }
+	return map[string]func() error{
+		"create": func() error { _, err := c.mirrorConfigs(); return err },
+		"add": func() error {
+			if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}); err != nil {
+				return err
+			}
+			_, _, err := c.splitAdd()
+			return err
+		},
+		"remove":   func() error { return need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}) },
+		"failover": mirrorNamed,
+		"failback": func() error {
+			if _, err := c.mirrorConfigs(); err != nil {
+				return err
+			}
+			_, err := c.topicFilter()
+			return err
+		},
+		"pause":           mirrorNamed,
+		"resume":          mirrorNamed,
+		"delete":          mirrorNamed,
+		"describe":        func() error { _, err := c.topicFilter(); return err },
+		"describe-config": mirrorNamed,
+		"alter": func() error {
+			if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--config or --delete-config", len(c.configs)+len(c.deleteConfigs) > 0}); err != nil {
+				return err
+			}
+			_, err := keyValues(c.configs)
+			return err
+		},
+		"diverged": func() error {
+			if err := mirrorNamed(); err != nil {
+				return err
+			}
+			_, err := c.topicFilter()
+			return err
+		},
+	}
 }
 
 // isTerminal reports whether f is a character device (a terminal, or
@@ -287,22 +325,28 @@ func (c *mirrorsCmd) add(ctx context.Context) error {
 	if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--topic", len(c.topics) > 0}); err != nil {
 		return err
 	}
-	m := map[string]string{}
-	for _, t := range c.topics {
-		m[t] = c.name
-	}
-	plan, err := c.a.PlanAddTopics(ctx, m)
+	names, patterns, err := c.splitAdd()
 	if err != nil {
 		return err
 	}
-	if err := c.confirmTruncation(plan, "--add"); err != nil {
-		return err
+	if len(names) > 0 {
+		m := map[string]string{}
+		for _, t := range names {
+			m[t] = c.name
+		}
+		plan, err := c.a.PlanAddTopics(ctx, m)
+		if err != nil {
+			return err
+		}
+		if err := c.confirmTruncation(plan, "--add"); err != nil {
+			return err
+		}
+		if err := c.a.AddTopicsToMirror(ctx, m); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "Added %d topic(s) to mirror %s: %v\n", len(names), c.name, names)
 	}
-	if err := c.a.AddTopicsToMirror(ctx, m); err != nil {
-		return err
-	}
-	fmt.Fprintf(c.stdout, "Added %d topic(s) to mirror %s: %v\n", len(c.topics), c.name, []string(c.topics))
-	return nil
+	return c.savePatterns(ctx, patterns)
 }
 
 // confirmTruncation shows what adding topics removes from their logs here
@@ -370,7 +414,19 @@ func (c *mirrorsCmd) pauseResume(ctx context.Context, pause bool) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "Mirror %s: done.\n", c.name)
+	done, until := "Paused", "stop copying until --resume"
+	if !pause {
+		done, until = "Resumed", "copy from the source again"
+	}
+	what := "its topics"
+	if len(c.topics) > 0 {
+		what = "its topics matching " + strings.Join(c.topics, ", ")
+	} else if ms, err := c.a.ListMirrors(ctx); err == nil {
+		if i := slices.IndexFunc(ms, func(m wire.ListedMirror) bool { return m.MirrorName == c.name }); i >= 0 {
+			what = fmt.Sprintf("its %d topic(s)", ms[i].TopicCount)
+		}
+	}
+	fmt.Fprintf(c.stdout, "%s mirror %s: %s %s.\n", done, c.name, what, until)
 	return nil
 }
 
@@ -419,6 +475,7 @@ type describedMirror struct {
 	SourceClusterID string               `json:"source_cluster_id,omitzero"` // as the mirror recorded it
 	Partitions      []describedPartition `json:"partitions,omitzero"`
 	Diverged        []divergedRange      `json:"diverged,omitzero"`
+	unlisted        int                  // topics of the mirror without partitions here yet
 }
 
 type describedPartition struct {
@@ -507,7 +564,13 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 				continue
 			}
 			matched = true
+			if len(t.Partitions) == 0 {
+				dm.unlisted++ // mirrored, not created here yet
+			}
 			for _, p := range t.Partitions {
+				if c.failedOnly && p.State != "FAILED" {
+					continue
+				}
 				dp := describedPartition{Topic: t.TopicName, Partition: p.PartitionIndex, SourceOffset: known(p.SourceOffset),
 					DestinationOffset: known(p.DestinationOffset), Lag: known(p.Lag), LagMs: known(p.LagMs), State: p.State, Reason: p.Reason,
 					RPOKnown: p.Lag >= 0 && p.LagMs >= 0 && !p.SourceStale, DestinationIssue: p.DestinationIssue, stale: p.SourceStale}
@@ -536,7 +599,7 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 // only as it was a while ago, or is not held safely here (no leader, an
 // ISR below min.insync.replicas).
 func (m describedMirror) unhealthy() bool {
-	return m.State == "FAILED" || slices.ContainsFunc(m.Partitions, func(p describedPartition) bool {
+	return m.State == "FAILED" || m.unlisted > 0 || slices.ContainsFunc(m.Partitions, func(p describedPartition) bool {
 		return p.State == "FAILED" || p.Reason != "" && p.State != "STOPPED" || p.stale || p.DestinationIssue != ""
 	})
 }
@@ -552,13 +615,21 @@ func (c *mirrorsCmd) describe(ctx context.Context) error {
 			return err
 		}
 	} else {
-		printDescribed(c.stdout, ms)
+		if c.failedOnly && !slices.ContainsFunc(ms, func(m describedMirror) bool { return len(m.Partitions) > 0 }) {
+			fmt.Fprintln(c.stdout, "No FAILED partitions.")
+		}
+		said := printDescribed(c.stdout, ms)
 		for _, m := range ms {
-			if m.Error != "" {
+			// A mirror failed over whole has no use for its source:
+			// /healthz does not warn of it either (--json keeps it).
+			if m.Error != "" && m.State != "STOPPED" && !said[m.Mirror+"\x00"+m.Error] {
 				fmt.Fprintf(c.stderr, "mirror %s: %s: %s\n", m.Mirror, m.State, m.Error)
 			}
 			if m.ACLSync != "" {
 				fmt.Fprintf(c.stderr, "mirror %s: ACL sync: %s\n", m.Mirror, m.ACLSync)
+			}
+			if m.unlisted > 0 {
+				fmt.Fprintf(c.stderr, "mirror %s: %d topic(s) have no partitions here yet (being created)\n", m.Mirror, m.unlisted)
 			}
 		}
 	}
@@ -568,10 +639,21 @@ func (c *mirrorsCmd) describe(ctx context.Context) error {
 	return nil
 }
 
+// sinceSuffix is the " (since T)" a reason ends with, "" if none.
+func sinceSuffix(reason string) string {
+	if i := strings.LastIndex(reason, " (since "); i >= 0 && strings.HasSuffix(reason, ")") {
+		return reason[i:]
+	}
+	return ""
+}
+
 // printDescribed prints the KIP's table, then the lag in milliseconds,
 // how old the source offset is, and why a partition cannot be copied;
-// "-" is unknown.
-func printDescribed(w io.Writer, ms []describedMirror) {
+// "-" is unknown. A reason is said once per mirror, below the table, and
+// its rows point to it ([1]): a source that cannot be reached is one
+// reason, not the same 300 characters on every row. It returns the
+// notes printed, so that the mirror's error is not said twice.
+func printDescribed(w io.Writer, ms []describedMirror) map[string]bool {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MIRROR\tTOPIC\tPARTITION\tSOURCE-OFFSET\tDESTINATION-OFFSET\tLAG\tSTATE\tLAG-MS\tSOURCE-AGE\tREASON")
 	opt := func(v *int64) string {
@@ -580,6 +662,8 @@ func printDescribed(w io.Writer, ms []describedMirror) {
 		}
 		return fmt.Sprint(*v)
 	}
+	var notes []string // "mirror: reason", numbered from 1
+	said := map[string]bool{}
 	for _, m := range ms {
 		for _, p := range m.Partitions {
 			age := "-"
@@ -598,11 +682,24 @@ func printDescribed(w io.Writer, ms []describedMirror) {
 				reason = strings.TrimPrefix(p.DestinationIssue+"; "+reason, "; ")
 				reason = strings.TrimSuffix(reason, "; ")
 			}
+			if reason != "" {
+				note := "mirror " + m.Mirror + ": " + reason
+				i := slices.Index(notes, note)
+				if i < 0 {
+					i, notes = len(notes), append(notes, note)
+					said[m.Mirror+"\x00"+strings.TrimSuffix(p.Reason, sinceSuffix(p.Reason))] = true
+				}
+				reason = fmt.Sprintf("[%d]", i+1)
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Mirror, p.Topic, p.Partition, opt(p.SourceOffset),
 				opt(p.DestinationOffset), lag, p.State, lagMs, age, reason)
 		}
 	}
 	tw.Flush()
+	for i, n := range notes {
+		fmt.Fprintf(w, "[%d] %s\n", i+1, n)
+	}
+	return said
 }
 
 func (c *mirrorsCmd) describeConfig(ctx context.Context) error {

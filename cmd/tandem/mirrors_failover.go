@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -48,7 +50,7 @@ func (c *mirrorsCmd) failover(ctx context.Context) error {
 		printFailover(c.stdout, now)
 	}
 	if err != nil {
-		return err
+		return refusal(c.stdout, err)
 	}
 	printFailedOverBefore(c.stdout, c.name, before)
 	if len(now) == 0 {
@@ -350,25 +352,76 @@ func (c *mirrorsCmd) failedOverTopics(ctx context.Context, cfg map[string]string
 		}
 		return nil, fmt.Errorf("the new primary %s has no mirror %s", c.source, c.name)
 	}
+	match, err := c.topicFilter()
+	if err != nil {
+		return nil, err
+	}
 	states := map[string][]string{}
 	for _, t := range ms[0].Topics {
+		if !match(t.TopicName) {
+			continue
+		}
+		states[t.TopicName] = []string{}
 		for _, p := range t.Partitions {
 			if !slices.Contains(states[t.TopicName], p.State) {
 				states[t.TopicName] = append(states[t.TopicName], p.State)
 			}
 		}
 	}
-	var out []string
+	// What was failed over comes back: a topic still mirrored from here
+	// stays as it is (named with --topic, it is an error).
+	var out, mirrored []string
 	for _, t := range slices.Sorted(maps.Keys(states)) {
-		if !slices.Equal(states[t], []string{"STOPPED"}) {
-			return nil, fmt.Errorf("topic %s of mirror %s is %v on the new primary %s, not failed over: fail it over there first (--failover)", t, c.name, states[t], c.source)
+		if slices.Equal(states[t], []string{"STOPPED"}) {
+			out = append(out, t)
+		} else {
+			mirrored = append(mirrored, fmt.Sprintf("%s (%s)", t, strings.Join(states[t], ", ")))
 		}
-		out = append(out, t)
 	}
-	if len(out) == 0 {
+	switch {
+	case len(states) == 0 && len(c.topics) > 0:
+		return nil, fmt.Errorf("no topic of mirror %s on the new primary %s matches --topic %s", c.name, c.source, strings.Join(c.topics, ", --topic "))
+	case len(states) == 0:
 		return nil, fmt.Errorf("mirror %s on the new primary %s has no topic", c.name, c.source)
+	case len(mirrored) > 0 && (len(c.topics) > 0 || len(out) == 0):
+		return nil, fmt.Errorf("mirror %s on the new primary %s has not failed over %s: fail it over there first (--failover)", c.name, c.source, strings.Join(mirrored, ", "))
+	case len(mirrored) > 0:
+		fmt.Fprintf(c.stdout, "Not failed over on %s, so still mirrored from here: %s.\n", c.source, strings.Join(mirrored, ", "))
 	}
 	return out, nil
+}
+
+// refusalRE splits a safe failover's refusal: what it refused, then per
+// reason the partitions it holds for ("a-0, a-1: reason; b-0: lag 3"),
+// then the --force hint and the error code.
+var refusalRE = regexp.MustCompile(`^(.*?(?:nothing would be lost|still behind the source after [^:]+)): (.*) (\(--force fails over anyway\))`)
+
+// refusal prints the partitions a safe failover refused for, one reason
+// a line, and returns the refusal itself in one short line: with many
+// partitions the broker's message is hundreds of characters.
+func refusal(w io.Writer, err error) error {
+	var ae *admin.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	m := refusalRE.FindStringSubmatch(ae.Message)
+	if m == nil {
+		return err
+	}
+	fmt.Fprintln(w, "Not failed over; the partitions, by reason:")
+	for _, item := range strings.Split(m[2], "; ") {
+		ids, reason, ok := strings.Cut(item, ": ")
+		if !ok {
+			fmt.Fprintf(w, "  %s\n", item)
+			continue
+		}
+		parts := strings.Split(ids, ", ")
+		if len(parts) > 8 {
+			ids = fmt.Sprintf("%s and %d more", strings.Join(parts[:8], ", "), len(parts)-8)
+		}
+		fmt.Fprintf(w, "  %s: %s\n", ids, reason)
+	}
+	return fmt.Errorf("%s, for the partitions above %s [%s]", m[1], m[3], ae.Code.Message)
 }
 
 // divergedRange is a manifest entry as --diverged and --describe --json
@@ -411,6 +464,7 @@ func (c *mirrorsCmd) diverged(ctx context.Context) error {
 	for _, m := range ms {
 		ds = append(ds, m.Diverged...)
 	}
+	sortDiverged(ds)
 	if c.asJSON {
 		if ds == nil {
 			ds = []divergedRange{}
@@ -421,12 +475,34 @@ func (c *mirrorsCmd) diverged(ctx context.Context) error {
 		fmt.Fprintf(c.stdout, "Mirror %s has truncated nothing.\n", c.name)
 		return nil
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	return printDiverged(c.stdout, ds)
+}
+
+// sortDiverged puts ranges in the order of the log: by topic, partition
+// and offset (brokers answer their own partitions' ranges in turn).
+func sortDiverged(ds []divergedRange) {
+	slices.SortStableFunc(ds, func(a, b divergedRange) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.FirstOffset, b.FirstOffset))
+	})
+}
+
+// printDiverged prints the divergence manifest as a table; offset ranges
+// are inclusive, COPIED-TO's as OFFSETS' (copy_end in JSON is the offset
+// after the copy, as a log end is).
+func printDiverged(w io.Writer, ds []divergedRange) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOFFSETS\tEPOCHS\tRECORDS\tTIMESTAMPS\tTRUNCATED\tCAUSE\tCOPIED-TO")
 	for _, d := range ds {
-		fmt.Fprintf(tw, "%s\t%d\t%d-%d\t%d-%d\t%d\t%s - %s\t%s\t%s\t%s@%d-%d\n", d.Topic, d.Partition, d.FirstOffset, d.LastOffset,
+		copied := fmt.Sprintf("%s@%d-%d", d.CopiedTo, d.CopyStart, d.CopyEnd-1)
+		switch {
+		case d.CopyEnd < 0:
+			copied = d.CopiedTo + " (copying)"
+		case d.CopyEnd <= d.CopyStart:
+			copied = d.CopiedTo + " (nothing)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d-%d\t%d-%d\t%d\t%s - %s\t%s\t%s\t%s\n", d.Topic, d.Partition, d.FirstOffset, d.LastOffset,
 			d.FirstEpoch, d.LastEpoch, d.Records, d.FirstTimestamp.Format(time.RFC3339), d.LastTimestamp.Format(time.RFC3339),
-			d.TruncatedAt.Format(time.RFC3339), d.Cause, d.CopiedTo, d.CopyStart, d.CopyEnd)
+			d.TruncatedAt.Format(time.RFC3339), d.Cause, copied)
 	}
 	return tw.Flush()
 }

@@ -151,25 +151,36 @@ func TestClusterHealth(t *testing.T) {
 		return r.code, s
 	}
 	waitFor(t, "a healthy cluster", func() bool { code, _ := healthy(); return code == 0 })
+	// A group's commit creates __consumer_offsets, three replicas of
+	// 50 partitions: one broker down leaves every one under-replicated.
+	ok(t, "x\n", append([]string{"produce", "rf3"}, bs...)...)
+	ok(t, "", append([]string{"consume", "rf3", "--group", "g", "--from-beginning", "--count", "1"}, bs...)...)
+	waitFor(t, "a healthy cluster with __consumer_offsets", func() bool { code, _ := healthy(); return code == 0 })
 
 	c.Broker(3).Stop()
 	var s clusterState
 	waitFor(t, "health to see broker 3 gone", func() bool {
 		var code int
 		code, s = healthy()
-		return code == 1 && len(s.UnderReplicated) == 3
+		return code == 1 && len(s.UnderReplicated) == 3+50
 	})
 	if s.Healthy || len(s.Offline) != 0 {
 		t.Fatalf("cluster health with broker 3 down: %+v", s)
 	}
 	for _, p := range s.UnderReplicated {
-		if p.Topic != "rf3" || len(p.ISR) != 2 || p.Leader == 3 {
+		if p.Topic != "rf3" && p.Topic != "__consumer_offsets" || len(p.ISR) != 2 || p.Leader == 3 {
 			t.Fatalf("under-replicated %+v with broker 3 down", p)
 		}
 	}
 	text := tandemCLI(t, "", append([]string{"cluster", "health"}, bs...)...)
 	if text.code != 1 || !strings.Contains(text.stdout, "unhealthy") || !strings.Contains(text.stdout, "broker 3") {
 		t.Fatalf("cluster health, text: exit %d\n%s", text.code, text.stdout)
+	}
+	// Issue 41: the user's partitions one line each, an internal topic
+	// one line (not 50).
+	if lines := strings.Count(text.stdout, "\n"); lines > 8 || !strings.Contains(text.stdout, "internal topic __consumer_offsets: 50 partition(s) under-replicated") ||
+		strings.Count(text.stdout, "partition rf3/") != 3 {
+		t.Fatalf("cluster health with broker 3 down, %d lines:\n%s\nwant rf3's 3 partitions one line each and __consumer_offsets in one line", lines, text.stdout)
 	}
 
 	c.Broker(3).Restart()

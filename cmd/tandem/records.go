@@ -55,7 +55,9 @@ func produce(args []string, stdout, stderr io.Writer) int {
 		}
 		return nil
 	}
-	opts := []kgo.Opt{kgo.RequiredAcks(kgo.AllISRAcks()), kgo.UnknownTopicRetries(2), kgo.ProducerLinger(5 * time.Millisecond)}
+	messages := &produceMessages{}
+	opts := append([]kgo.Opt{kgo.RequiredAcks(kgo.AllISRAcks()), kgo.UnknownTopicRetries(2), kgo.ProducerLinger(5 * time.Millisecond)},
+		messages.opts(&c.client)...)
 	if slices.Contains(args, "--partition") || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--partition=") }) {
 		opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	}
@@ -72,7 +74,7 @@ func produce(args []string, stdout, stderr io.Writer) int {
 			defer mu.Unlock()
 			if err != nil {
 				if firstErr == nil {
-					firstErr = err
+					firstErr = kafkaError(err, messages.of(r.Topic, r.Partition)) // the broker's words
 				}
 				return
 			}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -161,7 +162,17 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 	// on a data dir in use hears of the data dir, not of the HTTP port.
 	// What the command line names cannot be used (a data dir in use or
 	// another node's, a port in use): nothing was started, exit 2.
+	_, statErr := os.Stat(cfg.DataDir)
+	fresh := errors.Is(statErr, fs.ErrNotExist)
 	if err := b.CheckDataDir(); err != nil {
+		return usageError{err}
+	}
+	// Nothing started: a data dir this run made (meta.properties, .lock)
+	// goes again, so that the next try is a first start too.
+	unused := func(err error) error {
+		if fresh {
+			os.RemoveAll(cfg.DataDir)
+		}
 		return usageError{err}
 	}
 	b.SetProcessMemoryLimit()
@@ -171,7 +182,7 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 	if httpAddr != "" {
 		var err error
 		if httpLn, err = net.Listen("tcp", httpAddr); err != nil {
-			return usageError{fmt.Errorf("http listener: %w", err)}
+			return unused(fmt.Errorf("http listener: %w", err))
 		}
 		hs := &http.Server{Handler: httpHandler(b, &started, con), ReadHeaderTimeout: 10 * time.Second}
 		go hs.Serve(httpLn)
@@ -184,7 +195,7 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 
 	if err := b.Start(ctx); err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
-			return usageError{err}
+			return unused(err)
 		}
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -95,7 +96,7 @@ func topicsList(args []string, stdout, stderr io.Writer) int {
 		mirrors := mirrorNames(ctx, adm, details.Names())
 		out := []listedTopic{}
 		for _, d := range details.Sorted() {
-			out = append(out, listedTopic{Topic: d.Topic, TopicID: d.ID.String(), Internal: d.IsInternal,
+			out = append(out, listedTopic{Topic: d.Topic, TopicID: topicID(d.ID), Internal: d.IsInternal,
 				Partitions: len(d.Partitions), ReplicationFactor: replicationFactor(d), Mirror: mirrors[d.Topic]})
 		}
 		if c.asJSON {
@@ -208,7 +209,7 @@ func topicsCreate(args []string, stdout, stderr io.Writer) int {
 			case r.Err != nil:
 				errs[t] = kafkaError(r.Err, r.ErrMessage)
 			default:
-				fmt.Fprintf(stdout, "Created topic %s: %d partition(s), replication factor %d, ID %s.\n", t, r.NumPartitions, r.ReplicationFactor, r.ID)
+				fmt.Fprintf(stdout, "Created topic %s: %d partition(s), replication factor %d, ID %s.\n", t, r.NumPartitions, r.ReplicationFactor, topicID(r.ID))
 			}
 		}
 		return topicFailures(errs)
@@ -329,7 +330,7 @@ func describeTopics(ctx context.Context, cl *kgo.Client, adm *kadm.Client, names
 	}
 	out := []describedTopic{}
 	for _, d := range details.Sorted() {
-		dt := describedTopic{Topic: d.Topic, TopicID: d.ID.String(), Internal: d.IsInternal, ReplicationFactor: replicationFactor(d),
+		dt := describedTopic{Topic: d.Topic, TopicID: topicID(d.ID), Internal: d.IsInternal, ReplicationFactor: replicationFactor(d),
 			Configs: configs[d.Topic], Partitions: []describedTopicPart{}}
 		if dt.Configs == nil {
 			dt.Configs = map[string]*string{}
@@ -553,3 +554,8 @@ func topicsAlterConfig(args []string, stdout, stderr io.Writer) int {
 		return topicFailures(errs)
 	})
 }
+
+// topicID is a topic ID as Kafka's tools print it: URL-safe base64
+// without padding (kafka-topics.sh, and Tandem's cluster IDs), not the
+// standard alphabet kadm's String uses.
+func topicID(id kadm.TopicID) string { return base64.RawURLEncoding.EncodeToString(id[:]) }

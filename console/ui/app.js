@@ -28,10 +28,11 @@ function svg(tag, attrs) {
 }
 
 const unknown = (n) => n === undefined || n === null || n < 0;
-const num = (n) => (unknown(n) ? "unknown" : n.toLocaleString("en-US"));
+// Unknown reads "-", as in tandem's tables, never 0.
+const num = (n) => (unknown(n) ? "-" : n.toLocaleString("en-US"));
 
 function duration(ms) {
-  if (unknown(ms)) return "unknown";
+  if (unknown(ms)) return "-";
   if (ms < 1000) return ms + " ms";
   if (ms < 60000) return (ms / 1000).toFixed(1) + " s";
   if (ms < 3600000) return (ms / 60000).toFixed(1) + " min";
@@ -45,7 +46,19 @@ function bytes(n) {
   return (i ? n.toFixed(1) : n) + " " + units[i];
 }
 
-const time = (ms) => (ms ? new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "unknown");
+const time = (ms) => (ms ? new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "-");
+
+// lagText is a partition's lag as tandem mirrors --describe prints it:
+// "-" while unknown, and "≥ N" when the source end behind it is stale
+// (the source unreachable or silent): a lower bound, never a made-up 0.
+function lagText(v, stale, fmt) {
+  if (unknown(v)) return "-";
+  return (stale ? "≥ " : "") + fmt(v);
+}
+
+// ageText is how long ago the source end behind a partition's lag was
+// learned, as SOURCE-AGE is.
+const ageText = (at) => (at > 0 ? duration(Math.max(0, Date.now() - at)) : "-");
 
 function stateBadge(s) {
   let cls = "badge";
@@ -63,7 +76,7 @@ function stateBadge(s) {
 function partBadge(p, m) {
   let problem = "";
   if (p.destinationIssue) problem = "destination degraded";
-  else if (p.state === "MIRRORING" && m.state === "FAILED") problem = "source unreachable";
+  else if ((p.state === "MIRRORING" || p.state === "FAILED") && m.state === "FAILED") problem = "source unreachable";
   else if (p.state === "MIRRORING" && p.reason) problem = "not copying";
   else if (p.state === "MIRRORING" && p.sourceStale) problem = "source silent";
   if (!problem) return stateBadge(p.state);
@@ -74,7 +87,7 @@ function partBadge(p, m) {
 // end offset is current, "at least" with their age when one is not.
 function rpoText(r) {
   if (r.known) return [duration(r.ms), num(r.records) + " records"];
-  const atLeast = (s) => (s === "unknown" ? s : "at least " + s);
+  const atLeast = (s) => (s === "-" ? s : "at least " + s);
   const seen = r.asOf ? " · source end last learned " + duration(Date.now() - r.asOf) + " ago" : "";
   return [atLeast(duration(r.ms)), atLeast(num(r.records)) + " records" + seen];
 }
@@ -194,7 +207,9 @@ function drawMirrors(ms) {
     const parts = m.partitions.map((p) => el("tr", { "data-partition": p.topic + "/" + p.partition, "data-state": p.state, "data-lag": p.lag },
       el("td", {}, p.topic), el("td", { class: "num" }, p.partition), el("td", {}, partBadge(p, m)),
       el("td", { class: "num" }, num(p.sourceOffset)), el("td", { class: "num" }, num(p.destinationOffset)),
-      el("td", { class: "num", "data-lag-records": "" }, num(p.lag)), el("td", { class: "num" }, duration(p.lagMs)),
+      el("td", { class: "num", "data-lag-records": "" }, lagText(p.lag, p.sourceStale, num)),
+      el("td", { class: "num", "data-lag-time": "" }, lagText(p.lagMs, p.sourceStale, duration)),
+      el("td", { class: "num", "data-source-age": "" }, ageText(p.sourceOffsetTime)),
       el("td", { class: "reason" }, [p.destinationIssue, p.reason].filter(Boolean).join("; "))));
     const diverged = m.diverged.map((d) => cells([d.topic + "/" + d.partition, d.firstOffset + "–" + d.lastOffset, num(d.records),
       time(d.truncatedAt), d.cause, d.topic + ".diverged/" + d.partition + " @ " + d.copyStart + "–" + d.copyEnd]));
@@ -211,8 +226,8 @@ function drawMirrors(ms) {
         chart("Lag in record time, last hour", m.history, "ms", "line-ms", 1000, duration),
         chart("Lag in records, last hour", m.history, "records", "line-records", 10, (v) => v.toLocaleString("en-US"))),
       el("h3", {}, "Partitions"),
-      parts.length ? table(["Topic", "Partition", "State", "Source end", "Destination end", "Lag (records)", "Lag (time)", "Reason"], parts,
-        [0, 1, 0, 1, 1, 1, 1, 0]) : el("p", { class: "muted" }, "No topics mirrored yet."),
+      parts.length ? table(["Topic", "Partition", "State", "Source end", "Destination end", "Lag (records)", "Lag (time)", "Source age", "Reason"], parts,
+        [0, 1, 0, 1, 1, 1, 1, 1, 0]) : el("p", { class: "muted" }, "No topics mirrored yet."),
       el("h3", {}, "Divergence manifest"),
       diverged.length ? table(["Partition", "Offsets removed", "Records", "Truncated at", "Cause", "Copied to"], diverged)
         : el("p", { class: "muted", "data-manifest-empty": "" }, "Nothing diverged: no truncation removed records.")));

@@ -168,14 +168,23 @@ func (p *Plugin) addTopics(ctx context.Context, req *wire.AddTopicsToMirrorReque
 
 // topicRF is the replication factor of the topics mirror m creates here:
 // the mirror's mirror.topic.replication.factor, else this cluster's
-// default.replication.factor. The destination decides how many copies
-// it keeps, as it does for its own topics; the source's replication
-// factor says nothing about the brokers here.
+// default.replication.factor if it is set, else min(3, the brokers
+// registered here). The destination decides how many copies it keeps,
+// as it does for its own topics; the source's replication factor says
+// nothing about the brokers here. Kafka's default.replication.factor of
+// 1 suits a developer's topics, not a disaster-recovery copy: one
+// broker lost would make the copy unavailable when it is needed.
 func (p *Plugin) topicRF(m *metadata.Mirror) int16 {
 	if n, err := strconv.ParseInt(m.Configs["mirror.topic.replication.factor"], 10, 16); err == nil && n > 0 {
 		return int16(n)
 	}
-	return p.cfg.TopicRF
+	if p.cfg.TopicRF > 0 {
+		return p.cfg.TopicRF
+	}
+	// Registered, not live: a broker down now does not make the copy
+	// smaller for good (CreateTopics refuses it until the broker is back,
+	// as it refuses any replication factor above the live brokers).
+	return int16(max(1, min(3, len(p.Image().Brokers))))
 }
 
 // sourceTopics describes topics on a mirror's source cluster: their specs

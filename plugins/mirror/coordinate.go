@@ -279,6 +279,15 @@ func (p *Plugin) awaitMirrors(ctx context.Context, names ...string) *metadata.Im
 	if len(names) > 0 && !slices.ContainsFunc(names, func(n string) bool { return img.Mirrors[n] == nil }) {
 		return img
 	}
+	return p.latestImage(ctx, names...)
+}
+
+// latestImage returns the image once it holds every change the controller
+// has made (or after imageWait): what an operator changed through one
+// broker a moment ago, another broker then shows (a topic added to a
+// mirror, read by --describe right after --add).
+func (p *Plugin) latestImage(ctx context.Context, names ...string) *metadata.Image {
+	md := p.Host().Metadata()
 	ctx, cancel := context.WithTimeout(ctx, imageWait)
 	defer cancel()
 	if err := md.CatchUp(ctx); err != nil {

@@ -224,6 +224,8 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 					lagging = append(lagging, fmt.Sprintf("%s: its leader, broker %d, did not answer", id, l))
 				case rfresh && pd.Lag == 0:
 					// caught up
+				case pd.State == mirrorstate.Failed.String() && pd.Reason != "":
+					broken = append(broken, fmt.Sprintf("%s: %s", id, pd.Reason)) // cut off from its source, say why
 				case pd.State == mirrorstate.Failed.String() || pd.State == mirrorstate.Stopping.String() || pd.State == mirrorstate.Stopped.String():
 					broken = append(broken, fmt.Sprintf("%s is %s", id, pd.State))
 				case pd.State == mirrorstate.Paused.String() || pd.State == mirrorstate.Pausing.String():

@@ -186,6 +186,7 @@ type fetchTarget struct {
 	answeredAt time.Time // when the last answer's Fetch was sent
 	trouble    string    // why the fetcher cannot fetch now ("" when it can)
 	troubleAt  time.Time
+	cutOff     bool // trouble is the source's (ledPartition.cutOff)
 	// The fetcher goroutine's own, from Partitions: the fetcher's
 	// partitions (paused ones too), and those it fetches.
 	parts     []*ledPartition
@@ -294,6 +295,7 @@ func (t *fetchTarget) setTrouble(err error) {
 	default:
 		t.trouble = err.Error()
 	}
+	t.cutOff = errors.Is(err, wire.ErrMirrorSourceUnavailable)
 }
 
 // Apply implements fetch.Target with applyPartition.
@@ -581,12 +583,12 @@ func (r *mirrorRun) refreshEnds(broker int32, parts []*ledPartition) {
 }
 
 // measureLagMs sets the lag in milliseconds of the partitions that are
-// behind their source: the source's newest record time (ListOffsets
-// MAX_TIMESTAMP, KIP-734) minus the destination's (its log's max
-// timestamp), that is how much newer the newest unmirrored record is
-// than everything mirrored so far. Record time, not wall-clock time: a
-// quiet source with a stalled mirror does not look worse by the minute,
-// and a busy one that is seconds behind shows those seconds. A
+// behind their source: the span of record time a failover now would give
+// up (lagspan.go), from the oldest record the destination lacks to the
+// source's newest (ListOffsets MAX_TIMESTAMP, KIP-734). Record time, not
+// wall-clock time: a quiet source with a stalled mirror does not look
+// worse by the minute, a busy one that is seconds behind shows those
+// seconds, and a burst after a quiet gap shows the burst, not the gap. A
 // destination log still empty keeps the previous value.
 func (r *mirrorRun) measureLagMs(broker int32, parts []*ledPartition) {
 	r.mu.Lock()
@@ -599,21 +601,11 @@ func (r *mirrorRun) measureLagMs(broker int32, parts []*ledPartition) {
 	if err != nil {
 		return // the fetches report the source's health
 	}
+	newest := map[*ledPartition]int64{}
 	for _, pt := range parts {
-		lp, ok := offs[pt.topicPartition]
-		if !ok || lp.ErrorCode != 0 || lp.Offset < 0 {
-			continue
-		}
-		ep, err := r.partition(pt)
-		if err != nil {
-			continue
-		}
-		if _, dstTs, _, ok := ep.MaxTimestamp(); ok {
-			r.mu.Lock()
-			if pt.srcEnd > pt.dstLEO {
-				pt.lagMs = max(1, lp.Timestamp-dstTs)
-			}
-			r.mu.Unlock()
+		if lp, ok := offs[pt.topicPartition]; ok && lp.ErrorCode == 0 && lp.Offset >= 0 {
+			newest[pt] = lp.Timestamp
 		}
 	}
+	r.setLagSpans(broker, newest)
 }

@@ -102,8 +102,7 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 			r.Mirrors = append(r.Mirrors, wire.ListedMirror{MirrorName: name, SourceBootstrap: m.Configs["bootstrap.servers"], TopicCount: int32(n)})
 		}
 	case *wire.DescribeMirrorsRequest:
-		r := resp.(*wire.DescribeMirrorsResponse)
-		r.Mirrors = p.describe(ctx, rc, req, p.awaitMirrors(ctx, req.MirrorNames...))
+		resp.(*wire.DescribeMirrorsResponse).Mirrors = p.describe(ctx, rc, req, p.describedImage(ctx, req))
 	case *wire.ReadMirrorStatesRequest:
 		r := resp.(*wire.ReadMirrorStatesResponse)
 		if !clusterAction {
@@ -464,6 +463,18 @@ func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, re
 	return out
 }
 
+// describedImage is the image a DescribeMirrors answers from: an
+// operator's reads its writes (a topic added through another broker a
+// moment ago is listed, never an empty mirror that a script waiting for
+// lag 0 would pass); another broker gathering a description (Local)
+// gets this broker's own.
+func (p *Plugin) describedImage(ctx context.Context, req *wire.DescribeMirrorsRequest) *metadata.Image {
+	if req.Local {
+		return p.Image()
+	}
+	return p.latestImage(ctx, req.MirrorNames...)
+}
+
 // describe answers DescribeMirrors from img: a client's request passes an
 // image caught up with the controller (awaitMirrors), the console this
 // broker's own.
@@ -541,28 +552,19 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
 				t := img.Topics[tn]
 				if t == nil {
+					if !m.Topics[tn].Stopped {
+						// Mirrored, not created here (yet): listed
+						// without partitions, so that no view shows
+						// an empty mirror as one that is caught up.
+						dm.Topics = append(dm.Topics, wire.DescribedTopic{TopicName: tn})
+					}
 					continue
 				}
 				dt := wire.DescribedTopic{TopicName: tn}
 				for i := range t.Partitions {
-					pd := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
-					if rd, ok := remote.details[topicPartition{tn, int32(i)}]; ok {
-						// The leader's view of the source side; the state
-						// is the coordinator's either way.
-						pd.SourceOffset, pd.SourceOffsetTime, pd.DestinationOffset = rd.SourceOffset, rd.SourceOffsetTime, rd.DestinationOffset
-						pd.Lag, pd.LagMs, pd.SourceStale = rd.Lag, rd.LagMs, rd.SourceStale
-						if pd.Reason == "" {
-							pd.Reason = rd.Reason
-						}
-					}
-					if failed && stateNeedsSource(pd.State) {
-						// The mirror cannot use its source: nothing it
-						// learned of it is the source's state now.
-						pd.SourceStale = pd.SourceOffset >= 0
-						if pd.Reason == "" && dm.ErrorMessage != nil {
-							pd.Reason = *dm.ErrorMessage
-						}
-					}
+					pd, cut := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
+					rd, led := remote.details[topicPartition{tn, int32(i)}]
+					pd = withLeaderView(pd, rd, led, cut, failed, dm.ErrorMessage)
 					dt.Partitions = append(dt.Partitions, pd)
 					all = append(all, pd)
 				}
@@ -575,12 +577,44 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 	return out
 }
 
+// withLeaderView completes pd, a partition as this broker sees it (its
+// state the coordinator's), with rd, its leader's view of the source
+// side (led: another broker leads it), and shows it FAILED when it is
+// cut off from its source: its leader here or there says so (cut, or
+// rd FAILED), or the mirror cannot use its source (failed, mirrorErr),
+// whose reason is then the mirror's, one for every partition rather
+// than what each leader's dial saw.
+func withLeaderView(pd, rd wire.PartitionDetail, led, cut, failed bool, mirrorErr *string) wire.PartitionDetail {
+	coordinated := pd.State
+	if led {
+		pd.SourceOffset, pd.SourceOffsetTime, pd.DestinationOffset = rd.SourceOffset, rd.SourceOffsetTime, rd.DestinationOffset
+		pd.Lag, pd.LagMs, pd.SourceStale = rd.Lag, rd.LagMs, rd.SourceStale
+		if pd.Reason == "" {
+			pd.Reason = rd.Reason
+		}
+		cut = cut || rd.State == mirrorstate.Failed.String()
+	}
+	if failed && stateNeedsSource(coordinated) {
+		// Nothing the mirror learned of its source is the source's state
+		// now.
+		pd.SourceStale = pd.SourceOffset >= 0
+		if mirrorErr != nil && (pd.Reason == "" || cutOffState(coordinated)) {
+			pd.Reason = *mirrorErr
+		}
+		cut = true
+	}
+	if cut && cutOffState(coordinated) {
+		pd.State = mirrorstate.Failed.String()
+	}
+	return pd
+}
+
 // describePartition is partition i of t as this broker sees it: its
 // state (the coordinator's), the destination's health (the image's),
 // and, if this broker leads it, its source side as of now.
 func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror string, img *metadata.Image, t *metadata.Topic, i int32,
-	states map[topicPartition]mirrorstate.PartitionState, now time.Time) wire.PartitionDetail {
-	pd := wire.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: mirrorstate.Unknown.String()}
+	states map[topicPartition]mirrorstate.PartitionState, now time.Time) (pd wire.PartitionDetail, cut bool) {
+	pd = wire.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: mirrorstate.Unknown.String()}
 	if st, ok := states[topicPartition{t.Name, i}]; ok {
 		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
 	} else if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: i}, t.ID); err == nil {
@@ -593,13 +627,13 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 		pd.DestinationOffset = ep.Offsets().LogEnd
 	}
 	if r == nil {
-		return pd
+		return pd, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	lp := r.parts[topicPartition{t.Name, i}]
 	if lp == nil || !needsSource(lp.state) {
-		return pd // not copied here (any more): the source side is not ours to tell
+		return pd, false // not copied here (any more): the source side is not ours to tell
 	}
 	pt := lp.view()
 	if pt.srcEnd >= 0 && pd.DestinationOffset >= 0 {
@@ -610,16 +644,19 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 		}
 		pd.SourceStale = !r.sourceCurrent(lp, now)
 	}
+	cut = r.cutOff(&pt) && cutOffState(pd.State) // shown FAILED by withLeaderView
 	switch {
 	case pd.Reason != "":
+	case r.failed != "":
+		// Not copied while the mirror's source fails it: the one cause,
+		// said as the mirror says it, before what each partition saw.
+		pd.Reason = r.failed
 	case pt.trouble != "":
 		pd.Reason = fmt.Sprintf("%s (since %s)", pt.trouble, pt.troubleAt.UTC().Format(time.RFC3339))
-	case r.failed != "":
-		pd.Reason = r.failed // not copied while the mirror's source fails it
 	case pd.SourceStale:
 		pd.Reason = staleReason(pt.srcEndAt)
 	}
-	return pd
+	return pd, cut
 }
 
 // shardMarks are the __mirror_state shards a ReadMirrorStates from

@@ -113,7 +113,7 @@ func (m *pluginMetrics) trackRun(r *mirrorRun) {
 			defer r.mu.Unlock()
 			n := 0
 			for _, pt := range r.parts {
-				if pt.state == s {
+				if r.shownState(pt) == s { // cut off from the source: FAILED, as every view says
 					n++
 				}
 			}

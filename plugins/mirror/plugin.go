@@ -42,7 +42,7 @@ const Topic = mirrorstate.Topic
 type Config struct {
 	Partitions        int32 // mirror.topic.num.partitions (50)
 	ReplicationFactor int16 // mirror.topic.replication.factor (3, capped at the brokers registered): of __mirror_state
-	TopicRF           int16 // default.replication.factor (1): of mirror topics, unless their mirror says otherwise
+	TopicRF           int16 // default.replication.factor: of mirror topics, unless their mirror says otherwise; 0 when unset (min(3, live brokers))
 	MinISR            int   // min.insync.replicas (1), the static broker default
 	// Fetchers is mirror.num.replica.fetchers. Unset (0), a source
 	// broker gets one fetcher per 20 ms of round trip to the source, at
@@ -75,7 +75,7 @@ func ParseConfig(props map[string]string) (Config, error) {
 	c := Config{
 		Partitions:        int32(num("mirror.topic.num.partitions", 50, 1)),
 		ReplicationFactor: int16(r.Int("mirror.topic.replication.factor", 3, 1, math.MaxInt16)),
-		TopicRF:           int16(r.Int("default.replication.factor", 1, 1, math.MaxInt16)),
+		TopicRF:           int16(r.Int("default.replication.factor", 0, 1, math.MaxInt16)),
 		MinISR:            int(num("min.insync.replicas", 1, 1)),
 		Fetchers:          int(num("mirror.num.replica.fetchers", 0, 1)),
 		RefreshInterval:   ms("mirror.metadata.refresh.interval.ms", 30000, 1),

@@ -86,6 +86,7 @@ type ledPartition struct {
 	srcEndAt    time.Time // when srcEnd was learned
 	trouble     string    // why the partition cannot be copied now ("" when it can)
 	troubleAt   time.Time // since when
+	cutOff      bool      // trouble is the source's: unreachable, or no leader there (cutOff in truth.go)
 	dstLEO      int64
 	lagMs       int64     // lag in record time (see measureLagMs); -1 unknown, 0 caught up
 	caughtUpAt  time.Time // when the log last held all of a source end offset just learned
@@ -134,12 +135,22 @@ func (pt *ledPartition) troubleNow() (string, time.Time) {
 	return pt.trouble, pt.troubleAt
 }
 
+// cutOffNow reports whether the trouble troubleNow tells is the
+// source's (cutOff in truth.go); r.mu is held.
+func (pt *ledPartition) cutOffNow() bool {
+	if pt.trouble == "" && pt.fetcher != nil && pt.fetcher.trouble != "" {
+		return pt.fetcher.cutOff
+	}
+	return pt.trouble != "" && pt.cutOff
+}
+
 // view is a copy of pt with the times and trouble its fetcher adds
 // (endAt, completeAt, troubleNow); r.mu is held.
 func (pt *ledPartition) view() ledPartition {
 	v := *pt
 	v.srcEndAt, v.caughtUpAt = pt.endAt(), pt.completeAt()
 	v.trouble, v.troubleAt = pt.troubleNow()
+	v.cutOff = pt.cutOffNow()
 	v.fetcher = nil
 	return v
 }

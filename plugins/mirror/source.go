@@ -260,6 +260,7 @@ func (r *mirrorRun) setTrouble(parts []*ledPartition, err error) {
 		default:
 			pt.trouble = err.Error()
 		}
+		pt.cutOff = errors.Is(err, wire.ErrMirrorSourceUnavailable)
 	}
 }
 
@@ -365,7 +366,8 @@ func (r *mirrorRun) assignLeaders(parts []*ledPartition) {
 			pt.trouble = ""
 			r.p.metrics.trackPart(r, pt)
 		} else if pt.trouble != trouble {
-			pt.trouble, pt.troubleAt = trouble, time.Now()
+			// The source cannot serve it: cut off from its source.
+			pt.trouble, pt.troubleAt, pt.cutOff = trouble, time.Now(), true
 		}
 	}
 	if slices.ContainsFunc(parts, func(pt *ledPartition) bool { return pt.leader < 0 }) {

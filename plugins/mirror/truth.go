@@ -35,6 +35,46 @@ func (r *mirrorRun) sourceCurrent(pt *ledPartition, now time.Time) bool {
 	return pt.srcEnd >= 0 && trouble == "" && r.failed == "" && now.Sub(pt.endAt()) < r.p.sourceStaleAfter()
 }
 
+// cutOff reports whether a partition that should be copied now cannot
+// reach its source: the mirror's source fails it (unreachable, refusing
+// its credentials, another cluster) or the partition's own source side
+// does (its source broker unreachable, no leader there: pt.cutOff). A
+// partition that cannot be copied for a reason of this cluster (not
+// hosted here yet, say) keeps its state and says why. Every view shows such
+// a partition FAILED, with the reason, until the source answers again:
+// one model of "cannot reach its source" for --describe, --json, the
+// console, /metrics (tandem_mirror_partitions{state="FAILED"}) and the
+// alert on it. The state kept by the coordinator does not change (the
+// mirror resumes by itself); a paused partition stays PAUSED (nothing
+// is copied either way). r.mu is held.
+func (r *mirrorRun) cutOff(pt *ledPartition) bool {
+	switch pt.state {
+	case mirrorstate.Preparing, mirrorstate.Mirroring, mirrorstate.EpochFencing:
+		return r.failed != "" || pt.cutOffNow()
+	}
+	return false
+}
+
+// shownState is the state every view shows of a partition this broker
+// leads: FAILED while it is cut off from its source, else its own.
+// r.mu is held.
+func (r *mirrorRun) shownState(pt *ledPartition) mirrorstate.State {
+	if r.cutOff(pt) {
+		return mirrorstate.Failed
+	}
+	return pt.state
+}
+
+// cutOffState is the same rule for a state by name, when the mirror's
+// source fails it: what a broker that does not lead the partition shows.
+func cutOffState(name string) bool {
+	switch name {
+	case mirrorstate.Preparing.String(), mirrorstate.Mirroring.String(), mirrorstate.EpochFencing.String():
+		return true
+	}
+	return false
+}
+
 // staleReason is the REASON of a partition whose source end offset is
 // not current though nothing failed yet (a source that stopped
 // answering, before its requests time out).

@@ -7,6 +7,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -35,7 +36,10 @@ type Def struct {
 	// Dynamic: a broker config that can be altered cluster-wide at run
 	// time (Kafka's DynamicBrokerConfig set, restricted to what Tandem
 	// uses or reports).
-	Dynamic   bool
+	Dynamic bool
+	// PerBroker: a dynamic broker config Kafka takes only for one broker
+	// (AlterConfigs on BROKER "<id>"), never as the cluster-wide default.
+	PerBroker bool
 	Sensitive bool
 	Doc       string
 }
@@ -175,6 +179,10 @@ var TopicList = []*Def{
 	{Name: "max.compaction.lag.ms", Type: kmsg.ConfigTypeLong, Default: kmsg.StringPtr(maxLong), Valid: atLeast(1), Synonyms: syn("log.cleaner.max.compaction.lag.ms"), Doc: "The longest a message remains ineligible for compaction."},
 	{Name: "max.message.bytes", Type: kmsg.ConfigTypeInt, Default: kmsg.StringPtr("1048588"), Valid: atLeast(0), Synonyms: syn("message.max.bytes"),
 		Doc: "The largest record batch size allowed."},
+	// Kafka 3.x accepts and ignores it (every batch is v2 from IBP 3.0);
+	// 4.0 dropped it. Clients and tools that set it keep working.
+	{Name: "message.format.version", Type: kmsg.ConfigTypeString, Default: kmsg.StringPtr("3.0-IV1"), Valid: messageFormatVersion, Synonyms: syn("log.message.format.version"),
+		Doc: "Deprecated (Kafka 3.x), accepted and ignored: every batch is stored as the client sent it, in message format v2."},
 	{Name: "message.timestamp.after.max.ms", Type: kmsg.ConfigTypeLong, Default: kmsg.StringPtr("3600000"), Valid: atLeast(0), Synonyms: syn("log.message.timestamp.after.max.ms"),
 		Doc: "How far in the future a CreateTime timestamp may be."},
 	{Name: "message.timestamp.before.max.ms", Type: kmsg.ConfigTypeLong, Default: kmsg.StringPtr(maxLong), Valid: atLeast(0), Synonyms: syn("log.message.timestamp.before.max.ms"),
@@ -214,6 +222,25 @@ var TopicList = []*Def{
 }
 
 func syn(name string) []Synonym { return []Synonym{{name, 1}} }
+
+// messageFormatVersion accepts what Kafka 3.x's MetadataVersion parses:
+// 0.8.0 … 3.x, with or without an -IVn suffix.
+func messageFormatVersion(v string) string {
+	if !messageFormatRE.MatchString(strings.TrimSpace(v)) {
+		return "Version " + v + " is not a valid version"
+	}
+	return ""
+}
+
+var messageFormatRE = regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+){0,2}(-IV[0-9]+)?$`)
+
+// kerberos is a SASL/GSSAPI setting Kafka lets each broker change at run
+// time. Tandem has no GSSAPI: they are accepted, stored and described,
+// so that tools that set them (librdkafka's suite) work, and do nothing.
+func kerberos(name string, typ kmsg.ConfigType, def string) *Def {
+	return &Def{Name: name, Type: typ, Default: kmsg.StringPtr(def), Dynamic: true, PerBroker: true,
+		Doc: "Kafka's SASL/GSSAPI setting, accepted per broker and ignored: Tandem has no GSSAPI."}
+}
 
 func gzipLevel(v string) string {
 	n, _ := strconv.Atoi(strings.TrimSpace(v))
@@ -303,6 +330,10 @@ var BrokerList = []*Def{
 	{Name: "tandem.memory.budget", Type: kmsg.ConfigTypeLong, Default: kmsg.StringPtr("268435456"), Valid: atLeast(32 << 20),
 		Doc: "Memory the broker sizes its caches to; tandem serve makes it the Go runtime's soft memory limit (unless GOMEMLIMIT is set)."},
 	{Name: "unclean.leader.election.enable", Type: kmsg.ConfigTypeBoolean, Default: kmsg.StringPtr("false"), Dynamic: true, Doc: "Whether replicas not in the ISR may be elected leader as a last resort."},
+	kerberos("sasl.kerberos.kinit.cmd", kmsg.ConfigTypeString, "/usr/bin/kinit"),
+	kerberos("sasl.kerberos.min.time.before.relogin", kmsg.ConfigTypeLong, "60000"),
+	kerberos("sasl.kerberos.ticket.renew.jitter", kmsg.ConfigTypeDouble, "0.05"),
+	kerberos("sasl.kerberos.ticket.renew.window.factor", kmsg.ConfigTypeDouble, "0.8"),
 }
 
 var (

@@ -71,8 +71,10 @@ type Loss struct {
 	Known int64
 	// KnownMs is their span in record time, as the broker's lag_ms is
 	// defined: the newest timestamp among the acknowledged records below
-	// the learned source end minus the newest below the destination end;
-	// 0 when Known is 0, -1 when nothing was mirrored (no time on the
+	// the learned source end minus the timestamp of the first of them
+	// newer than everything below the destination end (the oldest record
+	// given up, as ListOffsets by timestamp finds it), at least 1; 0 when
+	// Known is 0, -1 when nothing was mirrored (no time on the
 	// destination to measure from).
 	KnownMs int64
 	// Beyond is the number of acknowledged records at or above the
@@ -110,7 +112,14 @@ func Lost(acked []Acked, dstEnd, srcEnd int64) Loss {
 	if l.Known > 0 {
 		src, _ := newestBelow(srcEnd)
 		if dst, ok := newestBelow(dstEnd); ok {
-			l.KnownMs = max(1, src-dst) // behind by a record or more: at least 1 ms, as the broker says
+			from := dst
+			for _, r := range acked {
+				if r.Offset >= dstEnd && r.Timestamp > dst {
+					from = r.Timestamp // the oldest record given up
+					break
+				}
+			}
+			l.KnownMs = max(1, src-from) // behind by a record or more: at least 1 ms, as the broker says
 		} else {
 			l.KnownMs = -1
 		}

@@ -58,7 +58,8 @@ var clusterDefaults = map[string]string{
 // StartCluster starts n brokers (node IDs 1..n) with the plugins of
 // `tandem serve` and the given properties, each on a fresh data dir, and
 // returns once every broker is registered and unfenced. Every broker is
-// closed at the end of the test.
+// closed at the end of the test. A property given as "" is left unset
+// (the broker's own default, where clusterDefaults set one).
 //
 // A "listeners" property names the protocol of the one Kafka listener
 // (e.g. "SASL_PLAINTEXT://127.0.0.1:0"): each broker gets it on its own
@@ -84,6 +85,7 @@ func startCluster(t testing.TB, n int, props map[string]string) (*Cluster, error
 	t.Helper()
 	c := &Cluster{t: t, props: maps.Clone(clusterDefaults), net: newNetwork()}
 	maps.Copy(c.props, props)
+	maps.DeleteFunc(c.props, func(_, v string) bool { return v == "" }) // unset: the broker's default
 	ctrl := pickAddrs(t, n)
 	kafka := pickAddrs(t, n)
 	for i := range n {
