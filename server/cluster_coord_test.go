@@ -782,3 +782,74 @@ func TestClusterShareGroupConsume(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterIsolatedCoordinator: the broker that coordinates a group
+// is cut off from the other brokers, and so from the controller, but not
+// from clients (issue 44's partitions found it). The controller fences
+// it, another broker coordinates the group and acknowledges a newer
+// commit. The cut-off broker cannot learn that, and must not answer from
+// its state: its offset, older than one acknowledged, would move the
+// group's offsets backwards for a client that asks it (or a member that
+// resumes from it). It answered the old offset before; now, with no
+// heartbeat answered for the session timeout, it is not the coordinator.
+func TestClusterIsolatedCoordinator(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, coordProps)
+	ctx := ctxFor(t, 2*time.Minute)
+	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
+	if _, err := adm.CreateTopic(ctx, 1, 3, nil, "zc"); err != nil {
+		t.Fatal(err)
+	}
+	commit := func(adm *kadm.Client, at int64) {
+		t.Helper()
+		eventually(t, ctx, func() (kadm.OffsetResponses, error) {
+			r, err := adm.CommitOffsets(ctx, "zg", kadm.Offsets{"zc": {0: {Topic: "zc", Partition: 0, At: at, LeaderEpoch: -1}}})
+			if err == nil {
+				err = r.Error()
+			}
+			return r, err
+		})
+	}
+	commit(adm, 10)
+	internalTopicReplicated(t, c, "__consumer_offsets")
+	old := coordinatorOf(t, adm.FindGroupCoordinators(ctx, "zg"), "zg")
+	var others []int32
+	for _, b := range c.Brokers {
+		if b.ID != old {
+			others = append(others, b.ID)
+		}
+	}
+	c.Partition([]int32{old}, others)
+	defer c.Heal()
+	live := liveAddrs(c, old)
+	adm2 := kadm.NewClient(tandemtest.Client(t, live[0], kgo.SeedBrokers(live...)))
+	eventually(t, ctx, func() (int32, error) {
+		rs := adm2.FindGroupCoordinators(ctx, "zg")
+		if err := rs.Error(); err != nil || rs["zg"].NodeID == old {
+			return 0, fmt.Errorf("coordinator %d (%v)", rs["zg"].NodeID, err)
+		}
+		return rs["zg"].NodeID, nil
+	})
+	commit(adm2, 20) // acknowledged by the new coordinator
+
+	conn := tandemtest.Dial(t, c.Broker(old).Addr)
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Version, req.Group = 7, "zg"
+	resp, err := conn.Request(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := resp.(*kmsg.OffsetFetchResponse)
+	if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+		if !errors.Is(err, kerr.NotCoordinator) && !errors.Is(err, kerr.CoordinatorNotAvailable) {
+			t.Fatalf("the cut-off broker answered %v; want NOT_COORDINATOR", err)
+		}
+		return
+	}
+	for _, rt := range r.Topics {
+		for _, rp := range rt.Partitions {
+			if rp.Offset < 20 {
+				t.Fatalf("the cut-off broker %d answered offset %d for %s-%d after 20 was acknowledged by the new coordinator", old, rp.Offset, rt.Topic, rp.Partition)
+			}
+		}
+	}
+}

@@ -78,6 +78,11 @@ type Replicas interface {
 	CheckWritable(id engine.TopicID, partition int32) (leaderEpoch int32, err error)
 	// AwaitReplicated returns once the high watermark covers last.
 	AwaitReplicated(ctx context.Context, id engine.TopicID, partition int32, leaderEpoch int32, last int64, timeout time.Duration) error
+	// CheckSession fails while this broker may have been fenced without
+	// knowing it (no heartbeat answered for the session timeout): a
+	// shard then serves nothing from its state, which another broker
+	// may have moved past.
+	CheckSession() error
 }
 
 // WriteTimeout bounds how long a shard write waits for the ISR to have
@@ -308,6 +313,11 @@ func (sh *Shard) Do(ctx context.Context, fn func(sh *Shard) error) error {
 	case <-sh.loaded:
 	case <-ctx.Done():
 		return fmt.Errorf("%s-%d: %w", sh.r.cfg.Topic, sh.partition, kerr.CoordinatorLoadInProgress)
+	}
+	if sh.r.repl != nil {
+		if err := sh.r.repl.CheckSession(); err != nil {
+			return fmt.Errorf("%s-%d: %v: %w", sh.r.cfg.Topic, sh.partition, err, kerr.NotCoordinator)
+		}
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
