@@ -86,7 +86,7 @@ type Net struct {
 
 // names are what this package makes: tdm<pid>b<k> (bridge),
 // tdm<pid>v<k>h<i> (root side of a veth), tdm<pid>n<k>h<i> (namespace).
-var names = regexp.MustCompile(`^tdm(\d+)[bvn]\d+`)
+var names = regexp.MustCompile(`^tdm(\d+)[bvn](\d+)`)
 
 var seq struct {
 	sync.Mutex
@@ -227,10 +227,19 @@ func (nt *Net) remove() {
 // no longer running left behind (killed before their cleanups ran).
 func Sweep() error {
 	var errs error
+	seq.Lock()
+	made := seq.n
+	seq.Unlock()
 	gone := func(name string) bool {
 		m := names.FindStringSubmatch(name)
 		if m == nil {
 			return false
+		}
+		if pid, _ := strconv.Atoi(m[1]); pid == os.Getpid() {
+			// Ours by name: a dead process with our PID left it,
+			// unless this process made it.
+			k, _ := strconv.Atoi(m[2])
+			return k > made
 		}
 		_, err := os.Stat("/proc/" + m[1])
 		return os.IsNotExist(err)
