@@ -32,6 +32,9 @@ type Batch struct {
 type NodeLog struct {
 	Node  string // for reports: "A1", "broker 3"...
 	Parts map[string][]Batch
+	// Offsets are each partition's offsets as the engine opened them
+	// (the high watermark is the last one checkpointed).
+	Offsets map[string]engine.Offsets
 }
 
 // ReadDataDir reads every partition of the stopped broker whose data
@@ -43,7 +46,7 @@ func ReadDataDir(node, dir string) (NodeLog, error) {
 		return NodeLog{}, fmt.Errorf("%s: %w", node, err)
 	}
 	defer e.Close()
-	out := NodeLog{Node: node, Parts: map[string][]Batch{}}
+	out := NodeLog{Node: node, Parts: map[string][]Batch{}, Offsets: map[string]engine.Offsets{}}
 	for _, sp := range e.Stored() {
 		p := e.Partition(sp.TopicID, sp.Partition)
 		if p == nil {
@@ -67,7 +70,8 @@ func ReadDataDir(node, dir string) (NodeLog, error) {
 				}
 			}
 		}
-		out.Parts[fmt.Sprintf("%s-%d", sp.Topic, sp.Partition)] = bs
+		k := fmt.Sprintf("%s-%d", sp.Topic, sp.Partition)
+		out.Parts[k], out.Offsets[k] = bs, p.Offsets()
 	}
 	return out, nil
 }
@@ -98,11 +102,13 @@ func CompareReplicas(nodes []NodeLog, want func(part string) bool) ReplicaReport
 		ref := nodes[holders[part][0]]
 		r.Batches += len(ref.Parts[part])
 		for _, i := range holders[part] {
-			if p := epochsDecrease(ref.Parts[part]); p != "" && i == holders[part][0] {
-				r.Problems = append(r.Problems, fmt.Sprintf("%s on %s: %s", part, ref.Node, p))
+			if p := epochsDecrease(nodes[i].Parts[part]); p != "" {
+				r.Problems = append(r.Problems, fmt.Sprintf("%s on %s: %s", part, nodes[i].Node, p))
 			}
 			if d := diffLogs(ref.Parts[part], nodes[i].Parts[part]); d != "" {
-				r.Problems = append(r.Problems, fmt.Sprintf("%s: %s and %s differ: %s", part, ref.Node, nodes[i].Node, d))
+				a, b := ref.Offsets[part], nodes[i].Offsets[part]
+				r.Problems = append(r.Problems, fmt.Sprintf("%s: %s (log end %d, high watermark %d) and %s (%d, %d) differ: %s",
+					part, ref.Node, a.LogEnd, a.HighWatermark, nodes[i].Node, b.LogEnd, b.HighWatermark, d))
 			}
 		}
 	}
@@ -136,7 +142,15 @@ func diffLogs(a, b []Batch) string {
 		}
 	}
 	if len(a) != len(b) {
-		return fmt.Sprintf("%d batches vs %d", len(a), len(b))
+		longer := a[len(b):]
+		if len(b) > len(a) {
+			longer = b[len(a):]
+		}
+		var tail []string
+		for _, x := range longer[:min(len(longer), 3)] {
+			tail = append(tail, fmt.Sprintf("[%d,%d] epoch %d", x.Base, x.Last, x.Epoch))
+		}
+		return fmt.Sprintf("%d batches vs %d, the longer one goes on with %s", len(a), len(b), strings.Join(tail, ", "))
 	}
 	return ""
 }

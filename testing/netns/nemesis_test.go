@@ -3,6 +3,7 @@ package netns_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -196,43 +197,64 @@ func (c *cluster) settle(ctx context.Context, what string) time.Duration {
 	return 0
 }
 
-// converge waits until every broker holds the same number of bytes of
-// each partition it replicates (DescribeLogDirs): the followers have
-// everything their leaders have.
+// converge waits until every broker answers DescribeLogDirs and holds
+// the same number of bytes of each partition as the other replicas, all
+// that the metadata names: the followers have everything their leaders
+// have.
 func (c *cluster) converge(ctx context.Context) time.Duration {
 	c.t.Helper()
 	adm := kadm.NewClient(tandemtest.Client(c.t, c.c.Addrs()[0], c.seeds()))
 	start := time.Now()
-	var last string
+	var last error
 	for time.Since(start) < settleBound {
-		dirs, err := adm.DescribeAllLogDirs(ctx, nil)
-		sizes := map[string]map[int64]bool{}
-		if err == nil {
-			dirs.Each(func(d kadm.DescribedLogDir) {
-				d.Topics.Each(func(p kadm.DescribedLogDirPartition) {
-					k := fmt.Sprintf("%s-%d", p.Topic, p.Partition)
-					if sizes[k] == nil {
-						sizes[k] = map[int64]bool{}
-					}
-					sizes[k][p.Size] = true
-				})
-			})
-			last = ""
-			for k, s := range sizes {
-				if len(s) > 1 {
-					last = fmt.Sprintf("%s: replicas of sizes %v", k, s)
-				}
-			}
-			if last == "" && len(sizes) > 0 {
-				return time.Since(start)
-			}
-		} else {
-			last = err.Error()
+		if last = c.sameSizes(ctx, adm); last == nil {
+			return time.Since(start)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	c.t.Fatalf("%s: replicas not the same size within %v: %s", c.name, settleBound, last)
+	c.t.Fatalf("%s: replicas not the same size within %v: %v", c.name, settleBound, last)
 	return 0
+}
+
+func (c *cluster) sameSizes(ctx context.Context, adm *kadm.Client) error {
+	dirs, err := adm.DescribeAllLogDirs(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if len(dirs) != len(c.c.Brokers) {
+		return fmt.Errorf("%d of %d brokers described their log dirs", len(dirs), len(c.c.Brokers))
+	}
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	sizes := map[tp][]int64{}
+	var errs []error
+	dirs.Each(func(d kadm.DescribedLogDir) {
+		if d.Err != nil {
+			errs = append(errs, fmt.Errorf("broker %d: %w", d.Broker, d.Err))
+		}
+		d.Topics.Each(func(p kadm.DescribedLogDirPartition) {
+			sizes[tp{p.Topic, p.Partition}] = append(sizes[tp{p.Topic, p.Partition}], p.Size)
+		})
+	})
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	topics, err := adm.ListTopicsWithInternal(ctx)
+	if err != nil {
+		return err
+	}
+	for k, s := range sizes {
+		want := len(topics[k.topic].Partitions[k.partition].Replicas)
+		if len(s) != want || slices.Min(s) != slices.Max(s) {
+			return fmt.Errorf("%s-%d: %d replicas of sizes %v (the metadata names %d)", k.topic, k.partition, len(s), s, want)
+		}
+	}
+	if len(sizes) == 0 {
+		return errors.New("no partitions described")
+	}
+	return nil
 }
 
 // logs stops every broker of the clusters and reads their data dirs,
