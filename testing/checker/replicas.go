@@ -142,8 +142,10 @@ func diffLogs(a, b []Batch) string {
 		}
 	}
 	if len(a) != len(b) {
-		longer := a[len(b):]
-		if len(b) > len(a) {
+		var longer []Batch
+		if len(a) > len(b) {
+			longer = a[len(b):]
+		} else {
 			longer = b[len(a):]
 		}
 		var tail []string
