@@ -315,8 +315,12 @@ func (sh *Shard) Do(ctx context.Context, fn func(sh *Shard) error) error {
 		return fmt.Errorf("%s-%d: %w", sh.r.cfg.Topic, sh.partition, kerr.CoordinatorLoadInProgress)
 	}
 	if sh.r.repl != nil {
+		// Not NOT_COORDINATOR: the shard is still this broker's as far
+		// as it knows, and work of its own (a transaction's markers)
+		// waits and retries rather than leaving it to a successor
+		// that may never come.
 		if err := sh.r.repl.CheckSession(); err != nil {
-			return fmt.Errorf("%s-%d: %v: %w", sh.r.cfg.Topic, sh.partition, err, kerr.NotCoordinator)
+			return fmt.Errorf("%s-%d: %v: %w", sh.r.cfg.Topic, sh.partition, err, kerr.CoordinatorNotAvailable)
 		}
 	}
 	sh.mu.Lock()

@@ -64,8 +64,8 @@ type Host interface {
 	// fenced it and moved its leaderships where it cannot see them. What
 	// a plugin serves from its own state (a coordinator's) may then be
 	// older than what the new leaders acknowledged; coordinators answer
-	// NOT_COORDINATOR instead (engine/coord does it for them). Always
-	// nil on a standalone broker.
+	// COORDINATOR_NOT_AVAILABLE instead (engine/coord does it for them).
+	// Always nil on a standalone broker.
 	CheckSession() error
 	// Contain runs f, work of the plugin outside any request (the body
 	// of a goroutine it starts, a timer's callback), so that a panic in
