@@ -110,6 +110,13 @@ func TestPartitionMirror(t *testing.T) {
 		t.Errorf("load: %v", err)
 	}
 	lag := caughtUp(ctx, t, adm, src, settleBound)
+	// Paused, the mirror writes nothing more to __mirror_state (a
+	// running one notes every 10 s that it is caught up), so that the
+	// replicas stand still when they are compared.
+	if err := adm.PauseMirror(ctx, mirrorName); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	paused(ctx, t, adm)
 	checkMirror(ctx, t, src, dst, load, &leaders)
 	t.Logf("mirror: settled after each heal in %v (bound %v); the mirror at the source's end %v after the load stopped",
 		roundAll(settled), settleBound, lag.Round(10*time.Millisecond))
@@ -160,6 +167,31 @@ func mirroring(ctx context.Context, adm *admin.Client, ends map[string]int64) er
 		return fmt.Errorf("%d partitions mirrored, want %d", n, len(ends))
 	}
 	return nil
+}
+
+// paused waits until every partition of the mirror is PAUSED.
+func paused(ctx context.Context, t *testing.T, adm *admin.Client) {
+	t.Helper()
+	var last error
+	for deadline := time.Now().Add(settleBound); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		ms, err := adm.DescribeMirrors(ctx, mirrorName)
+		if last = err; err == nil && len(ms) != 1 {
+			last = fmt.Errorf("%d mirrors described", len(ms))
+		}
+		if last == nil {
+			for _, tp := range ms[0].Topics {
+				for _, p := range tp.Partitions {
+					if p.State != mirrorstate.Paused.String() {
+						last = fmt.Errorf("%s-%d: %s", tp.TopicName, p.PartitionIndex, p.State)
+					}
+				}
+			}
+			if last == nil {
+				return
+			}
+		}
+	}
+	t.Fatalf("mirror not paused within %v: %v", settleBound, last)
 }
 
 // checkMirror reads both clusters back and compares every replica.
