@@ -392,17 +392,22 @@ func withBroker(img *metadata.Image, b metadata.Broker) func(int32) bool {
 // Session is a broker's session with the controller: registration, then
 // heartbeats until it is closed.
 type Session struct {
-	c        *Controller
-	req      RegisterRequest
-	mu       sync.Mutex
-	epoch    int64
-	fenced   bool
-	shutdown bool          // a controlled shutdown was asked for
-	diskFull func() bool   // ReportDiskFull; nil: never full
-	stopping chan struct{} // closed when ShouldShutdown came
-	changed  chan struct{} // closed and replaced on every answer
-	cancel   context.CancelFunc
-	done     chan struct{}
+	c      *Controller
+	req    RegisterRequest
+	mu     sync.Mutex
+	epoch  int64
+	fenced bool
+	// confirmed is when the last heartbeat (or registration) that the
+	// controller answered was sent: the controller heard from this
+	// broker after that, so it fences it no earlier than a session
+	// timeout later (Current).
+	confirmed time.Time
+	shutdown  bool          // a controlled shutdown was asked for
+	diskFull  func() bool   // ReportDiskFull; nil: never full
+	stopping  chan struct{} // closed when ShouldShutdown came
+	changed   chan struct{} // closed and replaced on every answer
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 // ReportDiskFull makes the heartbeats say whether full reports the data
@@ -457,6 +462,7 @@ func (s *Session) register(ctx context.Context, waiting bool) error {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var res RegisterResult
 		var err error
+		sent := time.Now()
 		if c.stream == nil {
 			res, err = c.register(rctx, s.req)
 		} else {
@@ -465,7 +471,7 @@ func (s *Session) register(ctx context.Context, waiting bool) error {
 		cancel()
 		if err == nil {
 			s.mu.Lock()
-			s.epoch, s.fenced = res.Epoch, true
+			s.epoch, s.fenced, s.confirmed = res.Epoch, true, sent
 			s.mu.Unlock()
 			return nil
 		}
@@ -542,10 +548,11 @@ func (s *Session) run(ctx context.Context) {
 		s.mu.Unlock()
 		req.DiskFull = full != nil && full()
 		controller := c.Image().ControllerID
+		sent := time.Now()
 		res, err := s.beat(ctx, &conn, req)
 		switch {
 		case err == nil:
-			s.answered(res)
+			s.answered(res, sent)
 			retry = 0
 		case errors.Is(err, kerr.StaleBrokerEpoch) || errors.Is(err, kerr.BrokerIDNotRegistered):
 			c.log.Warn("the controller lost this broker's registration; registering again", "err", err)
@@ -593,10 +600,11 @@ func (s *Session) sleep(ctx context.Context, d time.Duration, controller int32) 
 	}
 }
 
-func (s *Session) answered(res HeartbeatResult) {
+func (s *Session) answered(res HeartbeatResult, sent time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.fenced = res.Fenced
+	s.confirmed = sent
 	if res.ShouldShutdown {
 		select {
 		case <-s.stopping:
@@ -661,6 +669,21 @@ func (s *Session) Fenced() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.fenced
+}
+
+// Current reports whether a heartbeat (or the registration) this broker
+// sent less than broker.session.timeout.ms ago was answered. Past that
+// the controller, which fences a broker a session timeout after it last
+// heard from it, may have fenced this one and moved its leaderships to
+// brokers that cannot reach it: a broker cut off from the controller
+// cannot learn it, and what it serves from its own state (a
+// coordinator's offsets) may be older than what the new leaders have
+// acknowledged since. Measured from the send, never later than the
+// controller's own clock starts.
+func (s *Session) Current() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Since(s.confirmed) < s.c.sessionTimeout()
 }
 
 // Shutdown asks the controller for a controlled shutdown and waits until

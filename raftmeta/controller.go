@@ -76,6 +76,9 @@ type Config struct {
 	// the defaults.
 	Limits PartitionLimits
 	Logger *slog.Logger
+	// beforeRaft, set by tests, runs once the controller port is open and
+	// before raft starts: the window in which a peer may already ask.
+	beforeRaft func()
 }
 
 // Controller owns this node's raft instance and the metadata image, and
@@ -109,9 +112,12 @@ type Controller struct {
 	metrics  ControllerMetrics
 
 	observer *raft.Observer
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	closed   atomic.Bool
+	// raftStarted is closed once raft is set: the controller port is
+	// raft's transport and opens first, and what it serves waits for it.
+	raftStarted chan struct{}
+	stop        chan struct{}
+	wg          sync.WaitGroup
+	closed      atomic.Bool
 }
 
 type published struct {
@@ -135,11 +141,12 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 		cfg.Logger = slog.Default()
 	}
 	c := &Controller{
-		cfg:      cfg,
-		log:      cfg.Logger.With("component", "raftmeta"),
-		leaderID: -1,
-		deciding: make(chan struct{}, 1),
-		stop:     make(chan struct{}),
+		cfg:         cfg,
+		log:         cfg.Logger.With("component", "raftmeta"),
+		leaderID:    -1,
+		deciding:    make(chan struct{}, 1),
+		raftStarted: make(chan struct{}),
+		stop:        make(chan struct{}),
 	}
 	c.rpcs.c = c
 	empty := &metadata.Image{ControllerID: -1}
@@ -192,12 +199,16 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 		}
 	}
 	c.raftAddr = trans.LocalAddr()
+	if cfg.beforeRaft != nil {
+		cfg.beforeRaft()
+	}
 	r, err := raft.NewRaft(rc, (*fsm)(c), store, store, snaps, trans)
 	if err != nil {
 		c.closeTransport()
 		return nil, fmt.Errorf("raftmeta: start raft: %w", err)
 	}
 	c.raft = r
+	close(c.raftStarted)
 	if err := c.checkStoredVoters(); err != nil {
 		c.Close()
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -344,5 +345,33 @@ func TestClusterRefusesMisconfiguredNodes(t *testing.T) {
 	}
 	if _, ok := img.Brokers[4]; ok {
 		t.Fatal("the node with another voter list was registered")
+	}
+}
+
+// TestRPCBeforeRaftStarts: a node's controller port opens before its
+// raft starts (raft's transport is that port), and a peer may ask it
+// something in between, as the brokers of a cluster whose nodes start
+// together do. The request waits until raft runs and is answered then;
+// it crashed the node (a nil raft) before.
+func TestRPCBeforeRaftStarts(t *testing.T) {
+	addrs := freeAddrs(t, 2)
+	voters := testVoters(addrs)
+	peer := openNode(t, 2, voters, nil)
+	asked := make(chan error, 1)
+	openNode(t, 1, voters, func(cfg *Config) {
+		cfg.beforeRaft = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			_, err := peer.c.rpcs.call(ctx, addrs[0], rpcRequest{Op: "catchUp"})
+			asked <- err
+		}
+	})
+	if err := <-asked; !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a request to a node whose raft has not started: %v; want no answer until it has", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := peer.c.rpcs.call(ctx, addrs[0], rpcRequest{Op: "catchUp"}); err != nil {
+		t.Fatalf("once raft runs: %v", err)
 	}
 }

@@ -200,6 +200,14 @@ type sessionResult interface {
 
 // serveRPC serves one node's requests on conn until it closes.
 func (c *Controller) serveRPC(conn net.Conn, from int32) {
+	// A peer may ask before this node's raft runs (its port opens first,
+	// and the nodes of a cluster start together): it waits.
+	select {
+	case <-c.raftStarted:
+	case <-c.stream.done:
+		conn.Close()
+		return
+	}
 	c.rpcConns.Store(conn, struct{}{})
 	defer c.rpcConns.Delete(conn)
 	defer conn.Close()

@@ -782,3 +782,150 @@ func TestClusterShareGroupConsume(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterIsolatedCoordinator: the broker that coordinates a group
+// is cut off from the other brokers, and so from the controller, but not
+// from clients (issue 44's partitions found it). The controller fences
+// it, another broker coordinates the group and acknowledges a newer
+// commit. The cut-off broker cannot learn that, and must not answer from
+// its state: its offset, older than one acknowledged, would move the
+// group's offsets backwards for a client that asks it (or a member that
+// resumes from it). It answered the old offset before; now, with no
+// heartbeat answered for the session timeout, it is not the coordinator.
+func TestClusterIsolatedCoordinator(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, coordProps)
+	ctx := ctxFor(t, 2*time.Minute)
+	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
+	if _, err := adm.CreateTopic(ctx, 1, 3, nil, "zc"); err != nil {
+		t.Fatal(err)
+	}
+	commit := func(adm *kadm.Client, at int64) {
+		t.Helper()
+		eventually(t, ctx, func() (kadm.OffsetResponses, error) {
+			r, err := adm.CommitOffsets(ctx, "zg", kadm.Offsets{"zc": {0: {Topic: "zc", Partition: 0, At: at, LeaderEpoch: -1}}})
+			if err == nil {
+				err = r.Error()
+			}
+			return r, err
+		})
+	}
+	commit(adm, 10)
+	internalTopicReplicated(t, c, "__consumer_offsets")
+	old := coordinatorOf(t, adm.FindGroupCoordinators(ctx, "zg"), "zg")
+	var others []int32
+	for _, b := range c.Brokers {
+		if b.ID != old {
+			others = append(others, b.ID)
+		}
+	}
+	c.Partition([]int32{old}, others)
+	defer c.Heal()
+	live := liveAddrs(c, old)
+	adm2 := kadm.NewClient(tandemtest.Client(t, live[0], kgo.SeedBrokers(live...)))
+	eventually(t, ctx, func() (int32, error) {
+		rs := adm2.FindGroupCoordinators(ctx, "zg")
+		if err := rs.Error(); err != nil || rs["zg"].NodeID == old {
+			return 0, fmt.Errorf("coordinator %d (%v)", rs["zg"].NodeID, err)
+		}
+		return rs["zg"].NodeID, nil
+	})
+	commit(adm2, 20) // acknowledged by the new coordinator
+
+	conn := tandemtest.Dial(t, c.Broker(old).Addr)
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Version, req.Group = 7, "zg"
+	resp, err := conn.Request(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := resp.(*kmsg.OffsetFetchResponse)
+	if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+		if !errors.Is(err, kerr.NotCoordinator) && !errors.Is(err, kerr.CoordinatorNotAvailable) {
+			t.Fatalf("the cut-off broker answered %v; want NOT_COORDINATOR", err)
+		}
+		return
+	}
+	for _, rt := range r.Topics {
+		for _, rp := range rt.Partitions {
+			if rp.Offset < 20 {
+				t.Fatalf("the cut-off broker %d answered offset %d for %s-%d after 20 was acknowledged by the new coordinator", old, rp.Offset, rt.Topic, rp.Partition)
+			}
+		}
+	}
+}
+
+// TestClusterTxnCompletesAfterSessionLapse: a transaction coordinator
+// whose markers are refused (min.insync.replicas above the replicas)
+// retries them; meanwhile its broker is cut from the controller long
+// enough for its own session to lapse (its broker.session.timeout.ms is
+// shorter than the controller's, so it keeps its leaderships) and its
+// shard answers COORDINATOR_NOT_AVAILABLE. Once the link and the topic
+// are back, the transaction completes. Before, the retries stopped at the
+// first such answer, as if another broker coordinated the transaction,
+// and it stayed PrepareCommit: its producer got CONCURRENT_TRANSACTIONS
+// until leadership moved (issue 44's partition runs hung so).
+func TestClusterTxnCompletesAfterSessionLapse(t *testing.T) {
+	c := tandemtest.StartCluster(t, 3, coordProps)
+	ctx := ctxFor(t, 3*time.Minute)
+	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
+	ctl := c.Image().ControllerID
+	x := c.Brokers[ctl%3].ID // not the controller
+	c.Broker(x).Props = map[string]string{"broker.session.timeout.ms": "1000", "broker.heartbeat.interval.ms": "200"}
+	c.Broker(x).Stop()
+	c.Broker(x).Restart()
+	if _, err := adm.CreateTopic(ctx, 1, 3, nil, "lapse"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, func() (int32, error) { // creates __transaction_state
+		rs := adm.FindTxnCoordinators(ctx, "tx-0")
+		return rs["tx-0"].NodeID, rs.Error()
+	})
+	internalTopicReplicated(t, c, "__transaction_state")
+	id := ""
+	for i := 0; id == ""; i++ {
+		if i == 200 {
+			t.Fatalf("no transactional id of 200 is coordinated by broker %d", x)
+		}
+		if n := coordinatorOf(t, adm.FindTxnCoordinators(ctx, fmt.Sprintf("tx-%d", i)), fmt.Sprintf("tx-%d", i)); n == x {
+			id = fmt.Sprintf("tx-%d", i)
+		}
+	}
+	prod := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.TransactionalID(id), kgo.DefaultProduceTopic("lapse"))
+	if err := prod.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	minISR := func(v string) {
+		t.Helper()
+		res, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "min.insync.replicas", Value: kadm.StringPtr(v)}}, "lapse")
+		if err == nil {
+			_, err = res.On("lapse", nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.WaitFor("min.insync.replicas "+v, func(img *metadata.Image) bool { return img.Topics["lapse"].Configs["min.insync.replicas"] == v })
+	}
+	minISR("4") // the markers are refused: the coordinator retries them
+	if err := prod.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	c.Partition([]int32{x}, []int32{ctl})
+	time.Sleep(3 * time.Second) // x's session (1 s) lapses; the controller's (4 s) does not
+	c.Heal()
+	minISR("2")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		d, err := describeTxn(ctx, adm, id)
+		if err == nil && d[id].State == "CompleteCommit" {
+			if d[id].Coordinator != x {
+				t.Fatalf("the transaction moved to coordinator %d: the test wants broker %d to keep it", d[id].Coordinator, x)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("transaction %s not completed 30 s after the link and the topic came back: %+v (%v)", id, d[id], err)
+		}
+	}
+}

@@ -159,6 +159,15 @@ func (b *Broker) CheckWritable(id engine.TopicID, p int32) (int32, error) {
 	return part.LeaderEpoch, nil
 }
 
+// CheckSession implements plugin.Host (and coord.Replicas).
+func (b *Broker) CheckSession() error {
+	if b.session == nil || b.session.Current() {
+		return nil
+	}
+	return fmt.Errorf("broker %d: no heartbeat answered by the controller within broker.session.timeout.ms (%v): it may be fenced, its leaderships elsewhere",
+		b.cfg.NodeID, b.props.Cluster.SessionTimeout)
+}
+
 // AwaitReplicated implements plugin.Host (and coord.Replicas): the wait
 // of an acks=all produce after its append.
 func (b *Broker) AwaitReplicated(ctx context.Context, id engine.TopicID, p int32, leaderEpoch int32, last int64, timeout time.Duration) error {

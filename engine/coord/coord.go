@@ -78,6 +78,11 @@ type Replicas interface {
 	CheckWritable(id engine.TopicID, partition int32) (leaderEpoch int32, err error)
 	// AwaitReplicated returns once the high watermark covers last.
 	AwaitReplicated(ctx context.Context, id engine.TopicID, partition int32, leaderEpoch int32, last int64, timeout time.Duration) error
+	// CheckSession fails while this broker may have been fenced without
+	// knowing it (no heartbeat answered for the session timeout): a
+	// shard then serves nothing from its state, which another broker
+	// may have moved past.
+	CheckSession() error
 }
 
 // WriteTimeout bounds how long a shard write waits for the ISR to have
@@ -308,6 +313,15 @@ func (sh *Shard) Do(ctx context.Context, fn func(sh *Shard) error) error {
 	case <-sh.loaded:
 	case <-ctx.Done():
 		return fmt.Errorf("%s-%d: %w", sh.r.cfg.Topic, sh.partition, kerr.CoordinatorLoadInProgress)
+	}
+	if sh.r.repl != nil {
+		// Not NOT_COORDINATOR: the shard is still this broker's as far
+		// as it knows, and work of its own (a transaction's markers)
+		// waits and retries rather than leaving it to a successor
+		// that may never come.
+		if err := sh.r.repl.CheckSession(); err != nil {
+			return fmt.Errorf("%s-%d: %v: %w", sh.r.cfg.Topic, sh.partition, err, kerr.CoordinatorNotAvailable)
+		}
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

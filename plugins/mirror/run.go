@@ -206,14 +206,35 @@ func (r *mirrorRun) scheduleBump(topic string, partition int32, sle int32) {
 	r.bumps[k] = max(r.bumps[k], sle)
 }
 
-// state returns a partition's state as this run knows it.
+// state returns a partition's state as this run knows it: UNKNOWN for
+// one this broker no longer leads in its latest metadata, whatever
+// r.parts still says. syncParts forgets such a partition on the control
+// loop, which may be held up for seconds by a write to __mirror_state
+// (on a broker that was cut off, for as long as it was); a fetch must not
+// append meanwhile, next to the follower fetcher that now copies the new
+// leader into the same log (issue 44's TestPartitionMirror: the two
+// fought over the log, and the replica never converged).
 func (r *mirrorRun) state(k topicPartition) (mirrorstate.State, bool) {
+	if !r.leads(k) {
+		return mirrorstate.Unknown, false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if pt := r.parts[k]; pt != nil {
 		return pt.state, true
 	}
 	return mirrorstate.Unknown, false
+}
+
+// leads reports whether this broker leads partition k in its latest
+// metadata image.
+func (r *mirrorRun) leads(k topicPartition) bool {
+	h, img := r.p.Host(), r.p.Image()
+	if h == nil || img == nil {
+		return false
+	}
+	t := img.Topics[k.topic]
+	return t != nil && int(k.partition) < len(t.Partitions) && t.Partitions[k.partition].Leader == h.NodeID()
 }
 
 // sortedParts returns the partitions in topic and partition order.

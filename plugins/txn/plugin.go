@@ -223,6 +223,7 @@ func (p *Plugin) complete(ctx context.Context, e ending) error {
 		pending = s.txns[e.id].ending(e)
 		return nil
 	}); err != nil || !pending {
+		p.retryUnavailable(e, err)
 		return err
 	}
 	if failed, err := p.writeMarkers(ctx, e); err != nil {
@@ -240,7 +241,7 @@ func (p *Plugin) complete(ctx context.Context, e ending) error {
 		}
 		return err
 	}
-	return p.do(ctx, e.id, func(s *shardState) error {
+	err := p.do(ctx, e.id, func(s *shardState) error {
 		m := s.txns[e.id]
 		if !m.ending(e) {
 			return nil // completed already
@@ -257,6 +258,23 @@ func (p *Plugin) complete(ctx context.Context, e ending) error {
 		}
 		return s.put(n)
 	})
+	p.retryUnavailable(e, err)
+	return err
+}
+
+// retryUnavailable completes e later when err says that this broker's
+// shard could not serve for a while (COORDINATOR_NOT_AVAILABLE: its
+// session with the controller lapsed, or a write was not replicated in
+// time; COORDINATOR_LOAD_IN_PROGRESS) rather than that another broker
+// coordinates it now (NOT_COORDINATOR, whose Loaded completes it). A
+// transaction left in PrepareCommit or PrepareAbort here would answer
+// CONCURRENT_TRANSACTIONS to its producer until leadership moved: issue
+// 44's partition runs hung a transactional producer so for minutes.
+func (p *Plugin) retryUnavailable(e ending, err error) {
+	if errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.CoordinatorLoadInProgress) {
+		e.attempts++
+		p.completeLater(e, markerRetry)
+	}
 }
 
 // markerRetry is the pause before markers that could not be written are

@@ -58,6 +58,15 @@ type Host interface {
 	// the ISR shrank below min.insync.replicas, REQUEST_TIMED_OUT after
 	// timeout (0: 30 s), or ctx's error.
 	AwaitReplicated(ctx context.Context, id engine.TopicID, p int32, leaderEpoch int32, last int64, timeout time.Duration) error
+	// CheckSession returns an error while this broker's session with
+	// the controller has lapsed: no heartbeat it sent within
+	// broker.session.timeout.ms was answered, so the controller may have
+	// fenced it and moved its leaderships where it cannot see them. What
+	// a plugin serves from its own state (a coordinator's) may then be
+	// older than what the new leaders acknowledged; coordinators answer
+	// COORDINATOR_NOT_AVAILABLE instead (engine/coord does it for them).
+	// Always nil on a standalone broker.
+	CheckSession() error
 	// Contain runs f, work of the plugin outside any request (the body
 	// of a goroutine it starts, a timer's callback), so that a panic in
 	// f fails the plugin instead of ending the process: the broker stops

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -38,6 +39,12 @@ type ledPartition struct {
 	part      metadata.Partition // as of the last applied image
 	followers map[int32]*follower
 	altering  bool // an AlterPartition is in flight
+	// joining are the followers an AlterPartition proposed to add to
+	// the ISR, until the image says what became of it: the high
+	// watermark waits for them too (Kafka's maximal ISR), since the
+	// controller may commit the ISR with them, and then elect one,
+	// before this leader hears of it.
+	joining []int32
 	// electedEnd is the log end when this broker became leader in
 	// part.LeaderEpoch (Kafka's leaderEpochStartOffset).
 	electedEnd int64
@@ -69,6 +76,9 @@ func (m *Manager) lead(t *metadata.Topic, p int32, part metadata.Partition, ep *
 	newEpoch := lp.part.LeaderEpoch != part.LeaderEpoch || lp.part.Replicas == nil
 	if newEpoch {
 		lp.electedEnd = ep.Offsets().LogEnd
+	}
+	if newEpoch || lp.part.PartitionEpoch != part.PartitionEpoch {
+		lp.joining = nil // the image says what became of a proposal
 	}
 	lp.part = part
 	now := time.Now()
@@ -107,11 +117,12 @@ func (m *Manager) leading(id engine.TopicID, p int32) *ledPartition {
 }
 
 // updateHWM sets the high watermark to what every member of the maximal
-// ISR has; with no follower in it, to the leader's durable end.
+// ISR (the ISR and the followers being added to it) has; with no
+// follower in it, to the leader's durable end.
 func (lp *ledPartition) updateHWM(self int32) {
 	lp.mu.Lock()
 	hwm := int64(math.MaxInt64)
-	for _, id := range lp.part.ISR {
+	for _, id := range slices.Concat(lp.part.ISR, lp.joining) {
 		if id == self {
 			continue
 		}
@@ -184,7 +195,12 @@ func (lp *ledPartition) laggards(now time.Time, lag time.Duration) []int32 {
 }
 
 // alterISR asks the controller for a new ISR, one request at a time per
-// partition. The new image brings the result.
+// partition. The new image brings the result. Followers it adds count
+// for the high watermark from now on (joining). An answer that may not
+// be the controller's (a timeout, a lost connection, no controller) is
+// asked again, as Kafka's AlterPartitionManager does, until the
+// controller answers or the image moves on: the change may have been
+// made.
 func (m *Manager) alterISR(lp *ledPartition, isr []int32, why string) {
 	if m.cfg.Session == nil {
 		return
@@ -196,31 +212,88 @@ func (m *Manager) alterISR(lp *ledPartition, isr []int32, why string) {
 	}
 	lp.altering = true
 	part := lp.part
+	for _, id := range isr {
+		if !slices.Contains(part.ISR, id) && !slices.Contains(lp.joining, id) {
+			lp.joining = append(lp.joining, id)
+		}
+	}
 	lp.mu.Unlock()
 	m.cfg.Loops.Add(1)
 	go func() {
 		defer m.cfg.Loops.Done()
 		defer func() { lp.mu.Lock(); lp.altering = false; lp.mu.Unlock() }()
-		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
-		defer cancel()
-		_, err := m.cfg.Controller.AlterPartition(ctx, raftmeta.AlterPartitionRequest{
-			Broker: m.cfg.NodeID, BrokerEpoch: m.cfg.Session.Epoch(), TopicID: lp.key.id, Partition: lp.key.p,
-			LeaderEpoch: part.LeaderEpoch, PartitionEpoch: part.PartitionEpoch, ISR: isr,
-		})
-		if err != nil {
-			if m.ctx.Err() == nil {
-				m.cfg.Log.Warn("ISR change refused", "topic", lp.topic, "partition", lp.key.p, "isr", isr, "why", why, "err", err)
+		for m.ctx.Err() == nil && !lp.changedSince(part) {
+			err := m.askISR(lp, part, isr, why)
+			if !unsure(err) {
+				if err != nil && !staleProposal(err) {
+					lp.dropJoining(part) // refused: the ISR stays as the image has it
+				}
+				return
 			}
-			return
+			select {
+			case <-m.ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
 		}
-		m.cfg.Log.Info("ISR changed", "topic", lp.topic, "partition", lp.key.p, "from", part.ISR, "to", isr, "why", why)
-		// Wait for the image that has it, so that the next decision
-		// starts from it.
-		m.awaitImage(ctx, func(img *metadata.Image) bool {
-			t := img.TopicsByID[lp.key.id]
-			return t == nil || int(lp.key.p) >= len(t.Partitions) || t.Partitions[lp.key.p].PartitionEpoch > part.PartitionEpoch
-		})
 	}()
+}
+
+// askISR sends one AlterPartition and, once it is made, waits for the
+// image that has it, so that the next decision starts from it.
+func (m *Manager) askISR(lp *ledPartition, part metadata.Partition, isr []int32, why string) error {
+	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+	defer cancel()
+	_, err := m.cfg.Controller.AlterPartition(ctx, raftmeta.AlterPartitionRequest{
+		Broker: m.cfg.NodeID, BrokerEpoch: m.cfg.Session.Epoch(), TopicID: lp.key.id, Partition: lp.key.p,
+		LeaderEpoch: part.LeaderEpoch, PartitionEpoch: part.PartitionEpoch, ISR: isr,
+	})
+	if err != nil {
+		if m.ctx.Err() == nil {
+			m.cfg.Log.Warn("ISR change refused", "topic", lp.topic, "partition", lp.key.p, "isr", isr, "why", why, "err", err)
+		}
+		return err
+	}
+	m.cfg.Log.Info("ISR changed", "topic", lp.topic, "partition", lp.key.p, "from", part.ISR, "to", isr, "why", why)
+	m.awaitImage(ctx, func(img *metadata.Image) bool {
+		t := img.TopicsByID[lp.key.id]
+		return t == nil || int(lp.key.p) >= len(t.Partitions) || t.Partitions[lp.key.p].PartitionEpoch > part.PartitionEpoch
+	})
+	return nil
+}
+
+// unsure reports whether an AlterPartition's error leaves open whether
+// the controller made the change: no answer from it (a timeout, a lost
+// connection, no active controller) or its own REQUEST_TIMED_OUT (the
+// change proposed to the quorum, not yet committed).
+func unsure(err error) bool {
+	var ke *kerr.Error
+	return err != nil && (!errors.As(err, &ke) || ke == kerr.RequestTimedOut || ke == kerr.NotController)
+}
+
+// staleProposal reports whether the controller refused a proposal made
+// from a partition state that has changed since (another ISR, another
+// leader): the image that says what it is now is on its way, and clears
+// the followers joining.
+func staleProposal(err error) bool {
+	return errors.Is(err, kerr.InvalidUpdateVersion) || errors.Is(err, kerr.FencedLeaderEpoch) || errors.Is(err, kerr.NotLeaderForPartition)
+}
+
+// changedSince reports whether the applied image has moved the
+// partition on from part.
+func (lp *ledPartition) changedSince(part metadata.Partition) bool {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	return lp.part.LeaderEpoch != part.LeaderEpoch || lp.part.PartitionEpoch != part.PartitionEpoch
+}
+
+// dropJoining forgets the followers proposed from part, unless the image
+// has moved on meanwhile (lead cleared them then).
+func (lp *ledPartition) dropJoining(part metadata.Partition) {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	if lp.part.LeaderEpoch == part.LeaderEpoch && lp.part.PartitionEpoch == part.PartitionEpoch {
+		lp.joining = nil
+	}
 }
 
 // awaitImage returns once the applied image is one for which ready is

@@ -9,6 +9,7 @@ package checker
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -48,6 +49,13 @@ func (h *History) Len() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.acked)
+}
+
+// Acknowledged returns every acknowledged value with its place.
+func (h *History) Acknowledged() map[string]Place {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.acked)
 }
 
 // Record is a value read back at a place.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,7 +61,7 @@ func TestSoak(t *testing.T) {
 	var (
 		h                 checker.History
 		unacked           atomic.Int64
-		txns              txnLog
+		txns              = checker.TxnLog{Topic: "soak-txn", ID: "soak-txn"}
 		grouped, shared   atomic.Int64
 		wg                sync.WaitGroup
 		loadCtx, stopLoad = context.WithCancel(ctx)
@@ -98,7 +97,7 @@ func TestSoak(t *testing.T) {
 		}
 		return cl.Flush(context.Background())
 	})
-	worker("transactions", func() error { return txns.run(loadCtx, seeds) })
+	worker("transactions", func() error { return txns.Run(loadCtx, seeds) })
 	worker("consumer group", func() error {
 		cl, err := kgo.NewClient(seeds, kgo.ConsumerGroup("soak-group"), kgo.ConsumeTopics("soak"),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(500*time.Millisecond))
@@ -222,7 +221,13 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := h.Check(read)
-	txnRep := txns.check(t, ctx, seeds)
+	txnRep, err := txns.Check(ctx, seeds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !txnRep.OK() || !txnRep.Ran() {
+		t.Errorf("soak: %s", txnRep)
+	}
 	t.Logf("soak: %v over %v, faults %d (%s); %d records not acknowledged", rep, length, len(done), strings.Join(done, ", "), unacked.Load())
 	t.Logf("soak: %s", txnRep)
 	t.Logf("soak: consumer group read %d records, share group %d", grouped.Load(), shared.Load())
@@ -309,186 +314,6 @@ func sampleProcs(c *tandemtest.ProcCluster) []procSample {
 		rss, _, _ := b.Mem()
 		files, _ := b.OpenFiles()
 		out = append(out, procSample{rss, files})
-	}
-	return out
-}
-
-// txnLog runs a transactional producer and remembers what it meant each
-// transaction to be: committed (acknowledged), aborted, or in doubt (the
-// commit failed: all of it or nothing).
-type txnLog struct {
-	mu                          sync.Mutex
-	committed, aborted, inDoubt map[string]bool // transaction -> true
-	values                      map[string][]string
-}
-
-func (l *txnLog) note(kind map[string]bool, txn string, values []string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	kind[txn] = true
-	l.values[txn] = values
-}
-
-func (l *txnLog) run(ctx context.Context, seeds kgo.Opt) error {
-	l.committed, l.aborted, l.inDoubt, l.values = map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string][]string{}
-	newClient := func() (*kgo.Client, error) {
-		return kgo.NewClient(seeds, kgo.DefaultProduceTopic("soak-txn"), kgo.TransactionalID("soak-txn"),
-			kgo.TransactionTimeout(10*time.Second), kgo.RecordDeliveryTimeout(20*time.Second))
-	}
-	cl, err := newClient()
-	if err != nil {
-		return err
-	}
-	defer func() { cl.Close() }()
-	for n := 0; ctx.Err() == nil; n++ {
-		txn := fmt.Sprintf("t%06d", n)
-		if err := cl.BeginTransaction(); err != nil {
-			return fmt.Errorf("begin %s: %w", txn, err)
-		}
-		var values []string
-		var perr error
-		for i := range 4 {
-			v := fmt.Sprintf("%s-%d", txn, i)
-			values = append(values, v)
-			if perr = cl.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); perr != nil {
-				break
-			}
-		}
-		commit := kgo.TransactionEndTry(n%4 != 3 && perr == nil)
-		endCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := cl.EndTransaction(endCtx, commit)
-		cancel()
-		switch {
-		case commit == kgo.TryAbort:
-			// An abort that failed is never committed: the coordinator
-			// aborts it on timeout or when the next client fences it.
-			l.note(l.aborted, txn, values)
-		case err == nil:
-			l.note(l.committed, txn, values)
-		default:
-			l.note(l.inDoubt, txn, values)
-		}
-		if err != nil || perr != nil {
-			// A new client, as an application would after an error it
-			// cannot tell apart from a fatal one.
-			cl.Close()
-			if cl, err = newClient(); err != nil {
-				return err
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	return nil
-}
-
-// check reads soak-txn committed once every transaction has ended (the
-// last stable offsets caught up with the ends) and compares.
-func (l *txnLog) check(t *testing.T, ctx context.Context, seeds kgo.Opt) string {
-	t.Helper()
-	cl, err := kgo.NewClient(seeds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm := kadm.NewClient(cl)
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		ends, err1 := adm.ListEndOffsets(ctx, "soak-txn")
-		stable, err2 := adm.ListCommittedOffsets(ctx, "soak-txn")
-		if err1 == nil && err2 == nil && ends.Error() == nil && stable.Error() == nil {
-			same := true
-			ends.Each(func(o kadm.ListedOffset) {
-				s, _ := stable.Lookup("soak-txn", o.Partition)
-				same = same && s.Offset == o.Offset
-			})
-			if same {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("soak-txn: a transaction is still open two minutes after the load stopped")
-		}
-	}
-	cl.Close()
-
-	read := readCommitted(t, ctx, seeds, "soak-txn")
-	seen := map[string]int{}
-	byTxn := map[string][]string{}
-	for _, v := range read {
-		seen[v]++
-		txn, _, _ := strings.Cut(v, "-")
-		byTxn[txn] = append(byTxn[txn], v)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var problems []string
-	for v, n := range seen {
-		if n > 1 {
-			problems = append(problems, fmt.Sprintf("%s read %d times", v, n))
-		}
-	}
-	whole := func(txn string) bool {
-		got := slices.Sorted(slices.Values(byTxn[txn]))
-		return slices.Equal(got, l.values[txn])
-	}
-	for txn := range l.committed {
-		if !whole(txn) {
-			problems = append(problems, fmt.Sprintf("committed %s: read %v, want %v", txn, byTxn[txn], l.values[txn]))
-		}
-	}
-	for txn := range l.aborted {
-		if len(byTxn[txn]) > 0 {
-			problems = append(problems, fmt.Sprintf("aborted %s: read %v", txn, byTxn[txn]))
-		}
-	}
-	inDoubtVisible := 0
-	for txn := range l.inDoubt {
-		if len(byTxn[txn]) > 0 {
-			inDoubtVisible++
-			if !whole(txn) {
-				problems = append(problems, fmt.Sprintf("in-doubt %s: part of it read: %v", txn, byTxn[txn]))
-			}
-		}
-	}
-	for txn := range byTxn {
-		if !l.committed[txn] && !l.aborted[txn] && !l.inDoubt[txn] {
-			problems = append(problems, fmt.Sprintf("%s read but never ended: %v", txn, byTxn[txn]))
-		}
-	}
-	slices.Sort(problems)
-	if len(problems) > 0 {
-		t.Errorf("transactions: %d problems: %s", len(problems), strings.Join(first(problems, 20), "; "))
-	}
-	if len(l.committed) == 0 || len(l.aborted) == 0 {
-		t.Errorf("transactions: %d committed, %d aborted: the load did not run", len(l.committed), len(l.aborted))
-	}
-	return fmt.Sprintf("transactions: %d committed (read whole), %d aborted (none read), %d in doubt (%d read whole), %d problems",
-		len(l.committed), len(l.aborted), len(l.inDoubt), inDoubtVisible, len(problems))
-}
-
-func first(s []string, n int) []string {
-	if len(s) > n {
-		return append(s[:n:n], "...")
-	}
-	return s
-}
-
-// readCommitted reads a topic at read_committed until a few seconds pass
-// with nothing new (every transaction has ended: see check).
-func readCommitted(t *testing.T, ctx context.Context, seeds kgo.Opt, topic string) []string {
-	cl, err := kgo.NewClient(seeds, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var out []string
-	for quiet := time.Now(); time.Since(quiet) < 5*time.Second; {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		fs.EachRecord(func(r *kgo.Record) {
-			out = append(out, string(r.Value))
-			quiet = time.Now()
-		})
 	}
 	return out
 }

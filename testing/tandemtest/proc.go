@@ -27,7 +27,8 @@ type Proc struct {
 	bin     string
 	dataDir string
 	extra   []string
-	dir     string // scratch: ready file, logs
+	wrap    []string // the command the binary runs under, if any
+	dir     string   // scratch: ready file, logs
 
 	// Addr is the Kafka listener (host:port); it stays the same across
 	// Restart. HTTPAddr is the /metrics and /healthz endpoint.
@@ -80,6 +81,12 @@ func (p *Proc) launch() error {
 	p.args = args
 	p.logPath = filepath.Join(p.dir, fmt.Sprintf("tandem-%d.log", p.starts))
 	cmd := exec.Command(p.bin, args...)
+	if len(p.wrap) > 0 {
+		// The wrapper (ip netns exec NS, say) execs the binary in the
+		// same process: the PID, the signals and Pdeathsig are the
+		// broker's.
+		cmd = exec.Command(p.wrap[0], append(append(p.wrap[1:len(p.wrap):len(p.wrap)], p.bin), args...)...)
+	}
 	// If the test process dies, the broker must not outlive it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	proc, err := localcluster.Start(cmd, p.logPath)

@@ -83,14 +83,27 @@ func startProcCluster(t testing.TB, bin string, n int, props map[string]string, 
 		p := &Proc{t: t, bin: bin, dataDir: t.TempDir(), extra: extra, dir: t.TempDir()}
 		c.Brokers = append(c.Brokers, p)
 	}
-	var err error
+	if err := startAll(c.Brokers); err != nil {
+		return nil, err
+	}
 	for _, p := range c.Brokers {
+		t.Cleanup(p.cleanup)
+	}
+	return c, nil
+}
+
+// startAll launches the processes together, since the nodes of a
+// cluster wait for each other, and waits until each serves. On an error
+// every process is stopped and its log shown.
+func startAll(procs []*Proc) error {
+	var err error
+	for _, p := range procs {
 		if e := p.launch(); e != nil {
 			err = errors.Join(err, e)
 		}
 	}
-	errs := make(chan error, n)
-	for _, p := range c.Brokers {
+	errs := make(chan error, len(procs))
+	for _, p := range procs {
 		go func() {
 			if p.proc == nil {
 				errs <- nil
@@ -99,19 +112,50 @@ func startProcCluster(t testing.TB, bin string, n int, props map[string]string, 
 			errs <- p.await()
 		}()
 	}
-	for range n {
+	for range procs {
 		err = errors.Join(err, <-errs)
 	}
 	if err != nil {
-		for _, p := range c.Brokers {
+		for _, p := range procs {
 			p.cleanup()
 		}
-		return nil, err
 	}
-	for _, p := range c.Brokers {
+	return err
+}
+
+// ProcSpec is one `tandem serve` process of StartProcs.
+type ProcSpec struct {
+	// Args are serve's flags after the defaults (--data-dir, --listen
+	// 127.0.0.1:0, --http 127.0.0.1:0, --ready-file), which they may
+	// override: --node-id, --listen, --set key=value.
+	Args []string
+	// Wrap, if not empty, is a command that runs the binary (its path
+	// and the flags are appended): `ip netns exec NAME` starts it in a
+	// network namespace. It must exec the binary in its own process.
+	Wrap []string
+}
+
+// StartProcs starts a `tandem serve` process per spec, each on a fresh
+// data dir, together, and returns once every one serves (answers
+// ApiVersions at the address of its ready file), as a cluster whose
+// Brokers[i] is specs[i] (node i+1, for Broker, when the specs' node IDs
+// are 1..n). Every process is killed at the end of the test. Unlike
+// StartProcCluster it sets nothing of a cluster: the specs carry
+// controller.quorum.voters and the listeners.
+func StartProcs(t testing.TB, specs []ProcSpec) *ProcCluster {
+	t.Helper()
+	bin := BuildBinary(t)
+	procs := make([]*Proc, len(specs))
+	for i, s := range specs {
+		procs[i] = &Proc{t: t, bin: bin, dataDir: t.TempDir(), extra: s.Args, wrap: s.Wrap, dir: t.TempDir()}
+	}
+	if err := startAll(procs); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
 		t.Cleanup(p.cleanup)
 	}
-	return c, nil
+	return &ProcCluster{t: t, Brokers: procs}
 }
 
 // Addrs are the brokers' Kafka addresses, as seed brokers.
