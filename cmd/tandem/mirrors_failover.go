@@ -375,6 +375,7 @@ func (c *mirrorsCmd) failedOverTopics(ctx context.Context, cfg map[string]string
 // print it.
 type divergedRange struct {
 	Topic          string    `json:"topic"`
+	SourceTopic    string    `json:"source_topic,omitzero"` // the mirror topic's name on the source, when not topic
 	Partition      int32     `json:"partition"`
 	FirstOffset    int64     `json:"first_offset"`
 	LastOffset     int64     `json:"last_offset"`
@@ -392,7 +393,7 @@ type divergedRange struct {
 
 func divergedOf(d wire.DivergedRange) divergedRange {
 	ms := func(v int64) time.Time { return time.UnixMilli(v).UTC() }
-	return divergedRange{Topic: d.Topic, Partition: d.Partition, FirstOffset: d.FirstOffset, LastOffset: d.LastOffset,
+	return divergedRange{Topic: d.Topic, SourceTopic: d.SourceTopic, Partition: d.Partition, FirstOffset: d.FirstOffset, LastOffset: d.LastOffset,
 		FirstEpoch: d.FirstEpoch, LastEpoch: d.LastEpoch, Records: d.Records, FirstTimestamp: ms(d.FirstTimestamp),
 		LastTimestamp: ms(d.LastTimestamp), TruncatedAt: ms(d.TruncatedAt), Cause: d.Cause,
 		CopiedTo: fmt.Sprintf("%s.diverged/%d", d.Topic, d.Partition), CopyStart: d.CopyStart, CopyEnd: d.CopyEnd}
@@ -424,7 +425,11 @@ func (c *mirrorsCmd) diverged(ctx context.Context) error {
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOFFSETS\tEPOCHS\tRECORDS\tTIMESTAMPS\tTRUNCATED\tCAUSE\tCOPIED-TO")
 	for _, d := range ds {
-		fmt.Fprintf(tw, "%s\t%d\t%d-%d\t%d-%d\t%d\t%s - %s\t%s\t%s\t%s@%d-%d\n", d.Topic, d.Partition, d.FirstOffset, d.LastOffset,
+		topic := d.Topic
+		if d.SourceTopic != "" {
+			topic += " (source " + d.SourceTopic + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d-%d\t%d-%d\t%d\t%s - %s\t%s\t%s\t%s@%d-%d\n", topic, d.Partition, d.FirstOffset, d.LastOffset,
 			d.FirstEpoch, d.LastEpoch, d.Records, d.FirstTimestamp.Format(time.RFC3339), d.LastTimestamp.Format(time.RFC3339),
 			d.TruncatedAt.Format(time.RFC3339), d.Cause, d.CopiedTo, d.CopyStart, d.CopyEnd)
 	}

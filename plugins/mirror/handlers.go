@@ -239,7 +239,11 @@ func (p *Plugin) createMirror(ctx context.Context, req *wire.CreateMirrorRequest
 	if p.Image().Mirrors[name] != nil {
 		return fmt.Errorf("mirror %s already exists: %w", name, wire.ErrMirrorAlreadyExists)
 	}
-	if err := p.probeSource(ctx, configs); err != nil {
+	reachable, err := p.probeSource(ctx, configs)
+	if err != nil {
+		return err
+	}
+	if err := p.checkNewMirror(ctx, name, configs, reachable); err != nil {
 		return err
 	}
 	if err := p.ensureStateTopic(ctx); err != nil {
@@ -515,7 +519,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 			if halt != "" {
 				dm.ErrorCode, dm.ErrorMessage, failed = kerr.InconsistentClusterID.Code, wire.NonEmpty(halt), true
 			}
-			dm.ACLSync, dm.SourceClusterID = aclSync, m.SourceClusterID
+			dm.ACLSync, dm.SourceClusterID, dm.TopicPrefix = aclSync, m.SourceClusterID, mirrorcfg.Prefix(m.Configs)
 			dm.Diverged = p.manifest(ctx, name)
 			var remote remoteMirror
 			if !req.Local {
@@ -527,6 +531,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 					dm.ErrorCode, dm.ErrorMessage, failed = remote.errCode, wire.NonEmpty(remote.errMsg), true
 				}
 			}
+			sourceNames(m, dm.Diverged)
 			want := map[topicPartition]uuid.UUID{}
 			for tn := range m.Topics {
 				if t := img.Topics[tn]; t != nil {
@@ -544,6 +549,9 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 					continue
 				}
 				dt := wire.DescribedTopic{TopicName: tn}
+				if src := m.Topics[tn].SourceName(tn); src != tn {
+					dt.SourceTopicName = src
+				}
 				for i := range t.Partitions {
 					pd := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
 					if rd, ok := remote.details[topicPartition{tn, int32(i)}]; ok {
@@ -573,6 +581,16 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 		out = append(out, dm)
 	}
 	return out
+}
+
+// sourceNames sets the source names of the manifest entries of mirror m
+// whose topics are named otherwise on the source.
+func sourceNames(m *metadata.Mirror, entries []wire.DivergedRange) {
+	for i := range entries {
+		if mt, ok := m.Topics[entries[i].Topic]; ok && mt.SourceName(entries[i].Topic) != entries[i].Topic {
+			entries[i].SourceTopic = mt.SourceName(entries[i].Topic)
+		}
+	}
 }
 
 // describePartition is partition i of t as this broker sees it: its
@@ -892,6 +910,9 @@ func (p *Plugin) AlterConfigResource(ctx context.Context, rc *plugin.RequestCont
 	}
 	if _, err := clientOpts(next, p.cfg); err != nil {
 		return err
+	}
+	if err := mirrorcfg.PrefixChange(m.Configs, next); err != nil {
+		return fmt.Errorf("%v: %w", err, kerr.InvalidConfig)
 	}
 	if validateOnly {
 		return nil
