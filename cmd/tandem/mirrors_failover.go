@@ -249,16 +249,20 @@ func (c *mirrorsCmd) failback(ctx context.Context) error {
 		created = true
 		fmt.Fprintf(c.stdout, "Created mirror %s from %s.\n", c.name, c.source)
 	}
-	m := map[string]string{}
+	var add []wire.AddTopic
+	names := make([]string, 0, len(topics))
 	for _, t := range topics {
-		m[t] = c.name
+		// The topic here is the one the new primary copied (its
+		// source name there), whatever its name there.
+		add = append(add, wire.AddTopic{TopicName: t.name, MirrorName: &c.name, DestinationName: t.here})
+		names = append(names, t.name)
 	}
-	plan, err := c.a.PlanAddTopics(ctx, m)
+	plan, err := c.a.AddTopics(ctx, add, true)
 	if err == nil {
 		err = c.confirmTruncation(plan, "--failback")
 	}
 	if err == nil {
-		err = c.a.AddTopicsToMirror(ctx, m)
+		_, err = c.a.AddTopics(ctx, add, false)
 	}
 	if err != nil {
 		if created { // leave nothing behind
@@ -268,7 +272,7 @@ func (c *mirrorsCmd) failback(ctx context.Context) error {
 		}
 		return err
 	}
-	fmt.Fprintf(c.stdout, "Failing back: mirror %s here now copies %d topic(s) from %s: %v\n", c.name, len(topics), c.source, topics)
+	fmt.Fprintf(c.stdout, "Failing back: mirror %s here now copies %d topic(s) from %s: %v\n", c.name, len(topics), c.source, names)
 	return nil
 }
 
@@ -327,10 +331,15 @@ func clusterIDOf(ctx context.Context, cfg map[string]string) (string, error) {
 	return *resp.ClusterID, nil
 }
 
+// failedTopic is a topic of the new primary that failed over: its name
+// there, and the name here of the topic it copied when that differs
+// ("" when the same: mirrors without mirror.topic.prefix).
+type failedTopic struct{ name, here string }
+
 // failedOverTopics reads, on the new primary, the topics of mirror
 // c.name that failed over (STOPPED): those this cluster must now mirror
 // back. A topic still mirroring there has not failed over.
-func (c *mirrorsCmd) failedOverTopics(ctx context.Context, cfg map[string]string) ([]string, error) {
+func (c *mirrorsCmd) failedOverTopics(ctx context.Context, cfg map[string]string) ([]failedTopic, error) {
 	opts, err := mirrorcfg.ClientOpts(cfg)
 	if err != nil {
 		return nil, err
@@ -350,20 +359,21 @@ func (c *mirrorsCmd) failedOverTopics(ctx context.Context, cfg map[string]string
 		}
 		return nil, fmt.Errorf("the new primary %s has no mirror %s", c.source, c.name)
 	}
-	states := map[string][]string{}
+	states, here := map[string][]string{}, map[string]string{}
 	for _, t := range ms[0].Topics {
+		here[t.TopicName] = t.SourceTopicName
 		for _, p := range t.Partitions {
 			if !slices.Contains(states[t.TopicName], p.State) {
 				states[t.TopicName] = append(states[t.TopicName], p.State)
 			}
 		}
 	}
-	var out []string
+	var out []failedTopic
 	for _, t := range slices.Sorted(maps.Keys(states)) {
 		if !slices.Equal(states[t], []string{"STOPPED"}) {
 			return nil, fmt.Errorf("topic %s of mirror %s is %v on the new primary %s, not failed over: fail it over there first (--failover)", t, c.name, states[t], c.source)
 		}
-		out = append(out, t)
+		out = append(out, failedTopic{t, here[t]})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("mirror %s on the new primary %s has no topic", c.name, c.source)

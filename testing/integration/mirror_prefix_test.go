@@ -190,3 +190,69 @@ func TestMirrorPrefixRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestMirrorPrefixFailback: B mirrors A's orders as a.orders; B fails
+// a.orders over and takes writes while A, cut off, writes too; `tandem
+// mirrors --failback` on A makes A's orders a copy of B's a.orders (A's
+// own writes after the split go to orders.diverged, whose manifest names
+// both topics); then back to where it started: A fails over, and
+// --failback on B makes a.orders a mirror of A's orders again.
+func TestMirrorPrefixFailback(t *testing.T) {
+	a, b := startMirrorCluster(t, ""), startMirrorCluster(t, "")
+	createMirrorTopic(t, a, "orders", 2)
+	ends := produceN(t, a.addr(), "orders", 2, 10)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	prefixedMirror(t, a, b, "m", "a.", nil)
+	if err := b.admin().AddTopicsToMirror(ctx, map[string]string{"orders": "m"}); err != nil {
+		t.Fatal(err)
+	}
+	waitMirrored(t, b, "m", "a.orders", ends, time.Minute)
+	ok := func(addr string, args ...string) string {
+		t.Helper()
+		code, out, errOut := runMirrors(t, append([]string{"--bootstrap-server", addr}, args...)...)
+		if code != 0 {
+			t.Fatalf("tandem mirrors %v: exit %d\n%s%s", args, code, out, errOut)
+		}
+		return out
+	}
+
+	// The split: B fails over and takes writes, A writes too.
+	ok(b.addr(), "--failover", "--mirror", "m", "--topic", "a.orders", "--force")
+	produceN(t, b.addr(), "a.orders", 2, 5)
+	produceN(t, a.addr(), "orders", 2, 3)
+
+	// Failback on A: A's orders becomes B's a.orders, byte for byte.
+	ok(a.addr(), "--failback", "--mirror", "m", "--source-bootstrap", b.addr(), "--yes")
+	for p := range int32(2) {
+		waitFor(t, time.Minute, "A's orders to converge with B's a.orders", func() bool {
+			return a.partition("orders", p).Offsets().LogEnd == b.partition("a.orders", p).Offsets().LogEnd
+		})
+		sameLog(t, fmt.Sprintf("A's orders-%d and B's a.orders-%d", p, p), b.partition("a.orders", p), a.partition("orders", p))
+		if got := a.partition("orders.diverged", p).Offsets().LogEnd; got == 0 {
+			t.Fatalf("orders.diverged-%d on A is empty: A's own writes after the split were not kept", p)
+		}
+	}
+	_, dm := states(t, a.admin(), "m")
+	if len(dm.Topics) != 1 || dm.Topics[0].TopicName != "orders" || dm.Topics[0].SourceTopicName != "a.orders" {
+		t.Fatalf("A's mirror m after failback: %+v, want orders copying a.orders", dm.Topics)
+	}
+	if len(dm.Diverged) == 0 || !slices.ContainsFunc(dm.Diverged, func(d wire.DivergedRange) bool { return d.Topic == "orders" && d.SourceTopic == "a.orders" }) {
+		t.Fatalf("A's divergence manifest %+v, want entries of orders naming its source topic a.orders", dm.Diverged)
+	}
+	if out := ok(a.addr(), "--diverged", "--mirror", "m", "--json"); !strings.Contains(out, `"source_topic":"a.orders"`) {
+		t.Fatalf("--diverged --json: %s", out)
+	}
+
+	// Back to where it started.
+	ok(a.addr(), "--failover", "--mirror", "m")
+	ends = produceN(t, a.addr(), "orders", 2, 4)
+	ok(b.addr(), "--failback", "--mirror", "m", "--source-bootstrap", a.addr(), "--yes")
+	waitMirrored(t, b, "m", "a.orders", ends, time.Minute)
+	for p := range int32(2) {
+		sameLog(t, fmt.Sprintf("A's orders-%d and B's a.orders-%d after going back", p, p), a.partition("orders", p), b.partition("a.orders", p))
+	}
+	if err := produceOne(t, b, "a.orders", 0, "local"); err == nil {
+		t.Fatal("a.orders on B is writable after going back")
+	}
+}
