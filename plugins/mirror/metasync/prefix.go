@@ -71,6 +71,14 @@ func failedOver(t wire.DescribedTopic) bool {
 	return len(t.Partitions) > 0 && !slices.ContainsFunc(t.Partitions, func(p wire.PartitionDetail) bool { return p.State != "STOPPED" })
 }
 
+// needSourceMirrors reports whether discovery must ask the source for
+// its mirror topics: a prefixed mirror's patterns select a topic it does
+// not hold yet. (Comparing counts missed a new candidate when the mirror
+// held a topic its patterns no longer select, or one deleted there.)
+func needSourceMirrors(prefix string, candidates []string, held map[string]string) bool {
+	return prefix != "" && slices.ContainsFunc(candidates, func(name string) bool { _, ok := held[name]; return !ok })
+}
+
 // discoverable returns the source topics (by source name) a mirror with
 // prefix discovers, given those it already holds (by source name),
 // the source's own mirror topics, and taken, which reports a name here

@@ -31,6 +31,28 @@ func TestDiscoverable(t *testing.T) {
 	}
 }
 
+// TestNeedSourceMirrors: a prefixed mirror asks the source for its
+// mirror topics whenever its patterns select a topic it does not hold,
+// also when it holds as many others (one the patterns no longer select).
+func TestNeedSourceMirrors(t *testing.T) {
+	held := map[string]string{"old": "b.old"}
+	for _, c := range []struct {
+		prefix     string
+		candidates []string
+		want       bool
+	}{
+		{"b.", []string{"a.orders"}, true},
+		{"b.", []string{"a.orders", "old"}, true},
+		{"b.", []string{"old"}, false},
+		{"b.", nil, false},
+		{"", []string{"a.orders"}, false},
+	} {
+		if got := needSourceMirrors(c.prefix, c.candidates, held); got != c.want {
+			t.Errorf("prefix %q, candidates %v, held %v: %v, want %v", c.prefix, c.candidates, held, got, c.want)
+		}
+	}
+}
+
 func TestFailedOver(t *testing.T) {
 	parts := func(states ...string) wire.DescribedTopic {
 		var dt wire.DescribedTopic

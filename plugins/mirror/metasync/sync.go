@@ -682,7 +682,7 @@ func (s *mirrorSync) discover(ctx context.Context, cl *kgo.Client, m *metadata.M
 	prefix := mirrorcfg.Prefix(m.Configs)
 	held := m.BySource()
 	var sourceMirrors SourceMirrors
-	if prefix != "" && len(candidates) > len(held) {
+	if needSourceMirrors(prefix, candidates, held) {
 		var err error
 		if sourceMirrors, err = SourceMirrorTopics(ctx, cl); err != nil {
 			return nil, fmt.Errorf("the source's mirror topics: %v: %w", err, wire.ErrMirrorSourceUnavailable)
