@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
@@ -255,4 +256,72 @@ func TestMirrorPrefixFailback(t *testing.T) {
 	if err := produceOne(t, b, "a.orders", 0, "local"); err == nil {
 		t.Fatal("a.orders on B is writable after going back")
 	}
+}
+
+// TestMirrorPrefixSync: a prefixed mirror's metadata sync follows the
+// prefix: the source topic's configs land on p.orders, a group's
+// committed offsets of orders on p.orders, and ACL bindings on orders
+// (literal) and on every topic (the literal wildcard) on p.orders and on
+// the prefixed pattern p.; a group binding keeps its name.
+func TestMirrorPrefixSync(t *testing.T) {
+	src, dst := startSyncCluster(t), startSyncCluster(t)
+	retention := "7200000"
+	src.createTopic("orders", 2, map[string]*string{"retention.ms": &retention})
+	src.produceTo("orders", 20)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sk, dk := src.kadm(), dst.kadm()
+	for _, b := range []*kadm.ACLBuilder{
+		kadm.NewACLs().Topics("orders").ResourcePatternType(kadm.ACLPatternLiteral).Allow("User:bob").Operations(kadm.OpRead),
+		kadm.NewACLs().Topics("*").ResourcePatternType(kadm.ACLPatternLiteral).Allow("User:eve").Operations(kadm.OpDescribe),
+		kadm.NewACLs().Groups("g").ResourcePatternType(kadm.ACLPatternLiteral).Allow("User:bob").Operations(kadm.OpRead),
+	} {
+		if res, err := sk.CreateACLs(ctx, b); err != nil || res[0].Err != nil {
+			t.Fatalf("create source ACL: %v %v", err, res)
+		}
+	}
+	commit := kadm.Offsets{}
+	commit.Add(kadm.Offset{Topic: "orders", Partition: 0, At: 7, LeaderEpoch: -1})
+	commit.Add(kadm.Offset{Topic: "orders", Partition: 1, At: 3, LeaderEpoch: -1})
+	if _, err := sk.CommitOffsets(ctx, "cg", commit); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.admin().CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.b.Addr(), "mirror.topic.prefix": "p.",
+		"mirror.topics.include": "orders", "mirror.acl.include": "*"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "p.orders with the source's retention.ms", func() bool {
+		tp := dst.topic("p.orders")
+		return tp != nil && tp.ID == src.topic("orders").ID && tp.Configs["retention.ms"] == retention
+	})
+	waitFor(t, 20*time.Second, "cg's offsets on p.orders", func() bool {
+		offs, err := dk.FetchOffsets(ctx, "cg")
+		if err != nil {
+			return false
+		}
+		o0, ok0 := offs.Lookup("p.orders", 0)
+		o1, ok1 := offs.Lookup("p.orders", 1)
+		_, plain := offs.Lookup("orders", 0)
+		return ok0 && ok1 && o0.At == 7 && o1.At == 3 && !plain
+	})
+	want := []string{
+		"GROUP:g:LITERAL:User:bob:READ:ALLOW",
+		"TOPIC:p.:PREFIXED:User:eve:DESCRIBE:ALLOW",
+		"TOPIC:p.orders:LITERAL:User:bob:READ:ALLOW",
+	}
+	var got []string
+	waitFor(t, 20*time.Second, "the prefixed ACLs", func() bool {
+		res, err := dk.DescribeACLs(ctx, kadm.NewACLs().AnyResource().ResourcePatternType(kadm.ACLPatternAny).Allow().AllowHosts().Deny().DenyHosts().Operations(kadm.OpAny))
+		if err != nil {
+			return false
+		}
+		got = nil
+		for _, r := range res {
+			for _, d := range r.Described {
+				got = append(got, fmt.Sprintf("%s:%s:%s:%s:%s:%s", d.Type, d.Name, d.Pattern, d.Principal, d.Operation, d.Permission))
+			}
+		}
+		slices.Sort(got)
+		return slices.Equal(slices.Compact(got), want)
+	})
 }
