@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Mirrors with mirror.topic.prefix (issue 43): the source's topic T is
@@ -99,6 +101,25 @@ func TestMirrorTopicPrefix(t *testing.T) {
 	}
 	if m := b.metrics(); !strings.Contains(m, `topic="a.orders",source_topic="orders"`) {
 		t.Fatalf("/metrics has no series of a.orders naming its source topic orders")
+	}
+	var views []plugin.MirrorView
+	for _, pl := range b.b.Plugins() {
+		if d, ok := pl.(plugin.MirrorDescriber); ok {
+			views = d.DescribeMirrors(ctx)
+		}
+	}
+	if len(views) != 1 || len(views[0].Partitions) != 3 || slices.ContainsFunc(views[0].Partitions, func(p plugin.MirrorPartitionView) bool {
+		return p.Topic != "a.orders" || p.SourceTopic != "orders"
+	}) {
+		t.Fatalf("the console's mirrors: %+v, want the partitions of a.orders naming source topic orders", views)
+	}
+	code, out, errOut := runMirrors(t, "--bootstrap-server", b.addr(), "--describe", "--mirror", "from-a")
+	if code != 0 || !regexp.MustCompile(`(?m)^MIRROR\s+TOPIC\s+SOURCE-TOPIC\s+PARTITION\s`).MatchString(out) || !regexp.MustCompile(`(?m)^from-a\s+a\.orders\s+orders\s+2\s`).MatchString(out) {
+		t.Fatalf("--describe: exit %d\n%s%s\nwant a SOURCE-TOPIC column naming orders", code, out, errOut)
+	}
+	code, out, errOut = runMirrors(t, "--bootstrap-server", b.addr(), "--describe", "--mirror", "from-a", "--json")
+	if code != 0 || !strings.Contains(out, `"topic_prefix":"a."`) || !strings.Contains(out, `"topic":"a.orders","source_topic":"orders"`) {
+		t.Fatalf("--describe --json: exit %d\n%s%s\nwant topic_prefix and source_topic", code, out, errOut)
 	}
 	err = ba.AlterMirrorConfigs(ctx, "from-a", map[string]string{"mirror.topic.prefix": "x."}, nil)
 	if !errors.Is(err, kerr.InvalidConfig) || !strings.Contains(err.Error(), "cannot be changed") {
@@ -243,6 +264,14 @@ func TestMirrorPrefixFailback(t *testing.T) {
 	}
 	if out := ok(a.addr(), "--diverged", "--mirror", "m", "--json"); !strings.Contains(out, `"source_topic":"a.orders"`) {
 		t.Fatalf("--diverged --json: %s", out)
+	}
+	for _, pl := range a.b.Plugins() {
+		if d, isD := pl.(plugin.MirrorDescriber); isD {
+			views := d.DescribeMirrors(ctx)
+			if len(views) != 1 || len(views[0].Diverged) == 0 || slices.ContainsFunc(views[0].Diverged, func(d plugin.DivergedView) bool { return d.Topic != "orders" || d.SourceTopic != "a.orders" }) {
+				t.Fatalf("the console's divergence manifest on A: %+v, want entries of orders naming source topic a.orders", views)
+			}
+		}
 	}
 
 	// Back to where it started.
