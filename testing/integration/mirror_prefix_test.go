@@ -290,8 +290,9 @@ func TestMirrorPrefixFailback(t *testing.T) {
 // TestMirrorPrefixSync: a prefixed mirror's metadata sync follows the
 // prefix: the source topic's configs land on p.orders, a group's
 // committed offsets of orders on p.orders, and ACL bindings on orders
-// (literal) and on every topic (the literal wildcard) on p.orders and on
-// the prefixed pattern p.; a group binding keeps its name.
+// (literal), on topics starting ord (prefixed) and on every topic (the
+// literal wildcard) on p.orders, p.ord (prefixed) and the prefixed
+// pattern p.; a group binding keeps its name.
 func TestMirrorPrefixSync(t *testing.T) {
 	src, dst := startSyncCluster(t), startSyncCluster(t)
 	retention := "7200000"
@@ -303,6 +304,7 @@ func TestMirrorPrefixSync(t *testing.T) {
 	for _, b := range []*kadm.ACLBuilder{
 		kadm.NewACLs().Topics("orders").ResourcePatternType(kadm.ACLPatternLiteral).Allow("User:bob").Operations(kadm.OpRead),
 		kadm.NewACLs().Topics("*").ResourcePatternType(kadm.ACLPatternLiteral).Allow("User:eve").Operations(kadm.OpDescribe),
+		kadm.NewACLs().Topics("ord").ResourcePatternType(kadm.ACLPatternPrefixed).Allow("User:carl").Operations(kadm.OpWrite),
 		kadm.NewACLs().Groups("g").ResourcePatternType(kadm.ACLPatternLiteral).Allow("User:bob").Operations(kadm.OpRead),
 	} {
 		if res, err := sk.CreateACLs(ctx, b); err != nil || res[0].Err != nil {
@@ -336,6 +338,7 @@ func TestMirrorPrefixSync(t *testing.T) {
 	want := []string{
 		"GROUP:g:LITERAL:User:bob:READ:ALLOW",
 		"TOPIC:p.:PREFIXED:User:eve:DESCRIBE:ALLOW",
+		"TOPIC:p.ord:PREFIXED:User:carl:WRITE:ALLOW",
 		"TOPIC:p.orders:LITERAL:User:bob:READ:ALLOW",
 	}
 	var got []string
