@@ -235,6 +235,7 @@ func userTopics(img *metadata.Image) []string {
 // only); the group, moved to B, resumes on orders
 // and a.orders exactly at the offsets it committed on A.
 func TestMirrorActiveActive(t *testing.T) {
+	tandemtest.Long(t) // about 30 s
 	a, pxs := proxiedCluster(t)
 	b := tandemtest.StartCluster(t, 3, clusterMirrorProps)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
