@@ -88,6 +88,9 @@ type TopicSpec struct {
 	Assignments [][]int32
 	Configs     map[string]string
 	Internal    bool
+	// Source is a mirror topic's name on its source cluster when it is
+	// not Name (AddMirrorTopics; "" means Name).
+	Source string
 }
 
 // ValidTopicName returns a kerr.InvalidTopicException error unless name

@@ -102,6 +102,9 @@ func addMirrorTopicRecords(img *metadata.Image, mirror string, specs []TopicSpec
 			return nil, fmt.Errorf("topic %q appears twice: %w", s.Name, kerr.InvalidRequest)
 		}
 		seen[s.Name] = true
+		if s.Source == s.Name {
+			s.Source = "" // the same name: nothing to remember
+		}
 		if s.ID.IsZero() {
 			return nil, fmt.Errorf("topic %q: a mirror topic needs its source topic ID: %w", s.Name, kerr.InvalidRequest)
 		}
@@ -137,7 +140,7 @@ func addMirrorTopicRecords(img *metadata.Image, mirror string, specs []TopicSpec
 			recs = append(recs, partitionRecords(s.ID, 0, assign(brokers, len(img.Topics)+i, 0, int(s.Partitions), rf))...)
 		}
 		recs = append(recs, mirrorNameRecord(s.Name, mirror),
-			metadata.Record{Type: metadata.RecordMirrorTopic, MirrorRecords: metadata.MirrorRecords{MirrorTopic: &metadata.MirrorTopicRecord{Mirror: mirror, Topic: s.Name, ID: s.ID}}})
+			metadata.Record{Type: metadata.RecordMirrorTopic, MirrorRecords: metadata.MirrorRecords{MirrorTopic: &metadata.MirrorTopicRecord{Mirror: mirror, Topic: s.Name, ID: s.ID, Source: s.Source}}})
 	}
 	return recs, nil
 }
@@ -164,7 +167,7 @@ var stopMirrorTopic = decision[mirrorArgs, none]{"StopMirrorTopic", func(c *Cont
 			recs = append(recs, mirrorNameRecord(a.Topic, "")) // also after a stop of older versions, which cleared it apart
 		}
 		if !mt.Stopped {
-			recs = append(recs, metadata.Record{Type: metadata.RecordMirrorTopic, MirrorRecords: metadata.MirrorRecords{MirrorTopic: &metadata.MirrorTopicRecord{Mirror: a.Name, Topic: a.Topic, ID: mt.ID, Stopped: true}}})
+			recs = append(recs, metadata.Record{Type: metadata.RecordMirrorTopic, MirrorRecords: metadata.MirrorRecords{MirrorTopic: &metadata.MirrorTopicRecord{Mirror: a.Name, Topic: a.Topic, ID: mt.ID, Stopped: true, Source: mt.Source}}})
 		}
 		return recs, nil
 	})

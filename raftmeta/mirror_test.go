@@ -74,3 +74,43 @@ func TestMirrorNameFollowsMembership(t *testing.T) {
 }
 
 func strPtr(s string) *string { return &s }
+
+// TestMirrorTopicSourceName: a mirror topic named otherwise than on its
+// source (mirror.topic.prefix) keeps its source name through its stop,
+// and one named the same records none.
+func TestMirrorTopicSourceName(t *testing.T) {
+	n := newNode(t)
+	c := n.c
+	registerBrokers(t, c, 1)
+	if err := c.CreateMirror(ctxT(t), "m", map[string]string{"bootstrap.servers": "127.0.0.1:1", "mirror.topic.prefix": "a."}); err != nil {
+		t.Fatal(err)
+	}
+	err := c.AddMirrorTopics(ctxT(t), "m", []TopicSpec{
+		{Name: "a.orders", Source: "orders", ID: uuid.Random(), Partitions: 1, ReplicationFactor: 1},
+		{Name: "same", Source: "same", ID: uuid.Random(), Partitions: 1, ReplicationFactor: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		m := c.Image().Mirrors["m"]
+		if got := m.Topics["a.orders"].SourceName("a.orders"); got != "orders" {
+			t.Fatalf("%s: a.orders's source name %q, want orders", when, got)
+		}
+		if mt := m.Topics["same"]; mt.Source != "" || mt.SourceName("same") != "same" {
+			t.Fatalf("%s: same's source %q, want none (the same name)", when, mt.Source)
+		}
+		if by := m.BySource(); by["orders"] != "a.orders" || by["same"] != "same" {
+			t.Fatalf("%s: BySource %v", when, by)
+		}
+	}
+	check("added")
+	if err := c.StopMirrorTopic(ctxT(t), "m", "a.orders"); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Image().Mirrors["m"].Topics["a.orders"].Stopped {
+		t.Fatal("a.orders not stopped")
+	}
+	check("stopped")
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -473,6 +474,7 @@ type describedMirror struct {
 	ACLSync         string               `json:"acl_sync,omitzero"`
 	SourceReachable *bool                `json:"source_reachable,omitzero"`  // --describe: false while the source cannot be reached
 	SourceClusterID string               `json:"source_cluster_id,omitzero"` // as the mirror recorded it
+	TopicPrefix     string               `json:"topic_prefix,omitzero"`      // mirror.topic.prefix
 	Partitions      []describedPartition `json:"partitions,omitzero"`
 	Diverged        []divergedRange      `json:"diverged,omitzero"`
 	unlisted        int                  // topics of the mirror without partitions here yet
@@ -480,6 +482,7 @@ type describedMirror struct {
 
 type describedPartition struct {
 	Topic             string     `json:"topic"`
+	SourceTopic       string     `json:"source_topic,omitzero"` // the source's name, when not topic (mirror.topic.prefix)
 	Partition         int32      `json:"partition"`
 	State             string     `json:"state"`
 	SourceOffset      *int64     `json:"source_offset"`
@@ -547,7 +550,7 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 		}
 		reachable := m.ErrorCode != wire.ErrMirrorSourceUnavailable.Code
 		dm := describedMirror{Mirror: m.MirrorName, State: m.State, ACLSync: m.ACLSync, SourceReachable: &reachable,
-			SourceClusterID: m.SourceClusterID, Partitions: []describedPartition{}, Diverged: []divergedRange{}}
+			SourceClusterID: m.SourceClusterID, TopicPrefix: m.TopicPrefix, Partitions: []describedPartition{}, Diverged: []divergedRange{}}
 		if i := slices.IndexFunc(listed, func(l wire.ListedMirror) bool { return l.MirrorName == m.MirrorName }); i >= 0 {
 			dm.SourceBootstrap, dm.TopicCount = listed[i].SourceBootstrap, listed[i].TopicCount
 		}
@@ -571,7 +574,7 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 				if c.failedOnly && p.State != "FAILED" {
 					continue
 				}
-				dp := describedPartition{Topic: t.TopicName, Partition: p.PartitionIndex, SourceOffset: known(p.SourceOffset),
+				dp := describedPartition{Topic: t.TopicName, SourceTopic: t.SourceTopicName, Partition: p.PartitionIndex, SourceOffset: known(p.SourceOffset),
 					DestinationOffset: known(p.DestinationOffset), Lag: known(p.Lag), LagMs: known(p.LagMs), State: p.State, Reason: p.Reason,
 					RPOKnown: p.Lag >= 0 && p.LagMs >= 0 && !p.SourceStale, DestinationIssue: p.DestinationIssue, stale: p.SourceStale}
 				if p.SourceOffsetTime > 0 {
@@ -649,13 +652,28 @@ func sinceSuffix(reason string) string {
 
 // printDescribed prints the KIP's table, then the lag in milliseconds,
 // how old the source offset is, and why a partition cannot be copied;
-// "-" is unknown. A reason is said once per mirror, below the table, and
-// its rows point to it ([1]): a source that cannot be reached is one
-// reason, not the same 300 characters on every row. It returns the
-// notes printed, so that the mirror's error is not said twice.
+// "-" is unknown. When a topic has another name on the source
+// (mirror.topic.prefix), a SOURCE-TOPIC column follows TOPIC. A reason
+// is said once per mirror, below the table, and its rows point to it
+// ([1]): a source that cannot be reached is one reason, not the same
+// 300 characters on every row. It returns the notes printed, so that
+// the mirror's error is not said twice.
 func printDescribed(w io.Writer, ms []describedMirror) map[string]bool {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MIRROR\tTOPIC\tPARTITION\tSOURCE-OFFSET\tDESTINATION-OFFSET\tLAG\tSTATE\tLAG-MS\tSOURCE-AGE\tREASON")
+	renamed := slices.ContainsFunc(ms, func(m describedMirror) bool {
+		return slices.ContainsFunc(m.Partitions, func(p describedPartition) bool { return p.SourceTopic != "" })
+	})
+	topic := func(p describedPartition) string {
+		if !renamed {
+			return p.Topic
+		}
+		return p.Topic + "\t" + cmp.Or(p.SourceTopic, p.Topic)
+	}
+	if renamed {
+		fmt.Fprintln(tw, "MIRROR\tTOPIC\tSOURCE-TOPIC\tPARTITION\tSOURCE-OFFSET\tDESTINATION-OFFSET\tLAG\tSTATE\tLAG-MS\tSOURCE-AGE\tREASON")
+	} else {
+		fmt.Fprintln(tw, "MIRROR\tTOPIC\tPARTITION\tSOURCE-OFFSET\tDESTINATION-OFFSET\tLAG\tSTATE\tLAG-MS\tSOURCE-AGE\tREASON")
+	}
 	opt := func(v *int64) string {
 		if v == nil {
 			return "-"
@@ -691,7 +709,7 @@ func printDescribed(w io.Writer, ms []describedMirror) map[string]bool {
 				}
 				reason = fmt.Sprintf("[%d]", i+1)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Mirror, p.Topic, p.Partition, opt(p.SourceOffset),
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Mirror, topic(p), p.Partition, opt(p.SourceOffset),
 				opt(p.DestinationOffset), lag, p.State, lagMs, age, reason)
 		}
 	}

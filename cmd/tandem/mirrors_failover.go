@@ -251,16 +251,20 @@ func (c *mirrorsCmd) failback(ctx context.Context) error {
 		created = true
 		fmt.Fprintf(c.stdout, "Created mirror %s from %s.\n", c.name, c.source)
 	}
-	m := map[string]string{}
+	var add []wire.AddTopic
+	names := make([]string, 0, len(topics))
 	for _, t := range topics {
-		m[t] = c.name
+		// The topic here is the one the new primary copied (its
+		// source name there), whatever its name there.
+		add = append(add, wire.AddTopic{TopicName: t.name, MirrorName: &c.name, DestinationName: t.here})
+		names = append(names, t.name)
 	}
-	plan, err := c.a.PlanAddTopics(ctx, m)
+	plan, err := c.a.AddTopics(ctx, add, true)
 	if err == nil {
 		err = c.confirmTruncation(plan, "--failback")
 	}
 	if err == nil {
-		err = c.a.AddTopicsToMirror(ctx, m)
+		_, err = c.a.AddTopics(ctx, add, false)
 	}
 	if err != nil {
 		if created { // leave nothing behind
@@ -270,7 +274,7 @@ func (c *mirrorsCmd) failback(ctx context.Context) error {
 		}
 		return err
 	}
-	fmt.Fprintf(c.stdout, "Failing back: mirror %s here now copies %d topic(s) from %s: %v\n", c.name, len(topics), c.source, topics)
+	fmt.Fprintf(c.stdout, "Failing back: mirror %s here now copies %d topic(s) from %s: %v\n", c.name, len(topics), c.source, names)
 	return nil
 }
 
@@ -329,10 +333,15 @@ func clusterIDOf(ctx context.Context, cfg map[string]string) (string, error) {
 	return *resp.ClusterID, nil
 }
 
+// failedTopic is a topic of the new primary that failed over: its name
+// there, and the name here of the topic it copied when that differs
+// ("" when the same: mirrors without mirror.topic.prefix).
+type failedTopic struct{ name, here string }
+
 // failedOverTopics reads, on the new primary, the topics of mirror
 // c.name that failed over (STOPPED): those this cluster must now mirror
 // back. A topic still mirroring there has not failed over.
-func (c *mirrorsCmd) failedOverTopics(ctx context.Context, cfg map[string]string) ([]string, error) {
+func (c *mirrorsCmd) failedOverTopics(ctx context.Context, cfg map[string]string) ([]failedTopic, error) {
 	opts, err := mirrorcfg.ClientOpts(cfg)
 	if err != nil {
 		return nil, err
@@ -356,12 +365,13 @@ func (c *mirrorsCmd) failedOverTopics(ctx context.Context, cfg map[string]string
 	if err != nil {
 		return nil, err
 	}
-	states := map[string][]string{}
+	states, here := map[string][]string{}, map[string]string{}
 	for _, t := range ms[0].Topics {
 		if !match(t.TopicName) {
 			continue
 		}
 		states[t.TopicName] = []string{}
+		here[t.TopicName] = t.SourceTopicName
 		for _, p := range t.Partitions {
 			if !slices.Contains(states[t.TopicName], p.State) {
 				states[t.TopicName] = append(states[t.TopicName], p.State)
@@ -370,10 +380,11 @@ func (c *mirrorsCmd) failedOverTopics(ctx context.Context, cfg map[string]string
 	}
 	// What was failed over comes back: a topic still mirrored from here
 	// stays as it is (named with --topic, it is an error).
-	var out, mirrored []string
+	var out []failedTopic
+	var mirrored []string
 	for _, t := range slices.Sorted(maps.Keys(states)) {
 		if slices.Equal(states[t], []string{"STOPPED"}) {
-			out = append(out, t)
+			out = append(out, failedTopic{t, here[t]})
 		} else {
 			mirrored = append(mirrored, fmt.Sprintf("%s (%s)", t, strings.Join(states[t], ", ")))
 		}
@@ -428,6 +439,7 @@ func refusal(w io.Writer, err error) error {
 // print it.
 type divergedRange struct {
 	Topic          string    `json:"topic"`
+	SourceTopic    string    `json:"source_topic,omitzero"` // the mirror topic's name on the source, when not topic
 	Partition      int32     `json:"partition"`
 	FirstOffset    int64     `json:"first_offset"`
 	LastOffset     int64     `json:"last_offset"`
@@ -445,7 +457,7 @@ type divergedRange struct {
 
 func divergedOf(d wire.DivergedRange) divergedRange {
 	ms := func(v int64) time.Time { return time.UnixMilli(v).UTC() }
-	return divergedRange{Topic: d.Topic, Partition: d.Partition, FirstOffset: d.FirstOffset, LastOffset: d.LastOffset,
+	return divergedRange{Topic: d.Topic, SourceTopic: d.SourceTopic, Partition: d.Partition, FirstOffset: d.FirstOffset, LastOffset: d.LastOffset,
 		FirstEpoch: d.FirstEpoch, LastEpoch: d.LastEpoch, Records: d.Records, FirstTimestamp: ms(d.FirstTimestamp),
 		LastTimestamp: ms(d.LastTimestamp), TruncatedAt: ms(d.TruncatedAt), Cause: d.Cause,
 		CopiedTo: fmt.Sprintf("%s.diverged/%d", d.Topic, d.Partition), CopyStart: d.CopyStart, CopyEnd: d.CopyEnd}
@@ -493,6 +505,10 @@ func printDiverged(w io.Writer, ds []divergedRange) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOFFSETS\tEPOCHS\tRECORDS\tTIMESTAMPS\tTRUNCATED\tCAUSE\tCOPIED-TO")
 	for _, d := range ds {
+		topic := d.Topic
+		if d.SourceTopic != "" {
+			topic += " (source " + d.SourceTopic + ")"
+		}
 		copied := fmt.Sprintf("%s@%d-%d", d.CopiedTo, d.CopyStart, d.CopyEnd-1)
 		switch {
 		case d.CopyEnd < 0:
@@ -500,7 +516,7 @@ func printDiverged(w io.Writer, ds []divergedRange) error {
 		case d.CopyEnd <= d.CopyStart:
 			copied = d.CopiedTo + " (nothing)"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d-%d\t%d-%d\t%d\t%s - %s\t%s\t%s\t%s\n", d.Topic, d.Partition, d.FirstOffset, d.LastOffset,
+		fmt.Fprintf(tw, "%s\t%d\t%d-%d\t%d-%d\t%d\t%s - %s\t%s\t%s\t%s\n", topic, d.Partition, d.FirstOffset, d.LastOffset,
 			d.FirstEpoch, d.LastEpoch, d.Records, d.FirstTimestamp.Format(time.RFC3339), d.LastTimestamp.Format(time.RFC3339),
 			d.TruncatedAt.Format(time.RFC3339), d.Cause, copied)
 	}

@@ -205,13 +205,13 @@ function drawMirrors(ms) {
   if (!ms.length) out.push(el("p", { class: "muted" }, "No mirrors. Create one with tandem mirrors --create."));
   for (const m of ms) {
     const parts = m.partitions.map((p) => el("tr", { "data-partition": p.topic + "/" + p.partition, "data-state": p.state, "data-lag": p.lag },
-      el("td", {}, p.topic), el("td", { class: "num" }, p.partition), el("td", {}, partBadge(p, m)),
+      el("td", {}, p.topic + (p.sourceTopic ? " (source: " + p.sourceTopic + ")" : "")), el("td", { class: "num" }, p.partition), el("td", {}, partBadge(p, m)),
       el("td", { class: "num" }, num(p.sourceOffset)), el("td", { class: "num" }, num(p.destinationOffset)),
       el("td", { class: "num", "data-lag-records": "" }, lagText(p.lag, p.sourceStale, num)),
       el("td", { class: "num", "data-lag-time": "" }, lagText(p.lagMs, p.sourceStale, duration)),
       el("td", { class: "num", "data-source-age": "" }, ageText(p.sourceOffsetTime)),
       el("td", { class: "reason" }, [p.destinationIssue, p.reason].filter(Boolean).join("; "))));
-    const diverged = m.diverged.map((d) => cells([d.topic + "/" + d.partition, d.firstOffset + "–" + d.lastOffset, num(d.records),
+    const diverged = m.diverged.map((d) => cells([d.topic + "/" + d.partition + (d.sourceTopic ? " (source: " + d.sourceTopic + ")" : ""), d.firstOffset + "–" + d.lastOffset, num(d.records),
       time(d.truncatedAt), d.cause, d.topic + ".diverged/" + d.partition + " @ " + d.copyStart + "–" + d.copyEnd]));
     out.push(el("div", { class: "card", "data-mirror": m.name },
       el("div", { class: "card-head" }, el("h2", {}, m.name), stateBadge(m.state),

@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
@@ -44,12 +47,12 @@ func (p *Plugin) sourceClient(m *metadata.Mirror) (*kgo.Client, error) {
 // cannot be reached now is accepted (it may be down: the mirror shows
 // FAILED until it is back); an address that answers, but not as a Kafka
 // broker, refuses the mirror, naming the address, within seconds.
-func (p *Plugin) probeSource(ctx context.Context, configs map[string]string) error {
+// reachable says a broker answered.
+func (p *Plugin) probeSource(ctx context.Context, configs map[string]string) (reachable bool, err error) {
 	var tc *tls.Config
 	if strings.HasSuffix(strings.ToUpper(configs["security.protocol"]), "SSL") {
-		var err error
 		if tc, err = tlsConfig(configs); err != nil {
-			return err
+			return false, err
 		}
 	}
 	var notKafka []string
@@ -57,7 +60,7 @@ func (p *Plugin) probeSource(ctx context.Context, configs map[string]string) err
 		addr = strings.TrimSpace(addr)
 		switch err := probeKafka(ctx, addr, tc, min(p.cfg.ConnectTimeout, 5*time.Second)); {
 		case err == nil:
-			return nil
+			return true, nil
 		case !errors.Is(err, errNotKafka):
 			// Unreachable now: the mirror will tell when it is back.
 		default:
@@ -65,7 +68,77 @@ func (p *Plugin) probeSource(ctx context.Context, configs map[string]string) err
 		}
 	}
 	if len(notKafka) > 0 {
-		return fmt.Errorf("mirror config bootstrap.servers: no Kafka broker answers at %s: %w", strings.Join(notKafka, ", "), kerr.InvalidConfig)
+		return false, fmt.Errorf("mirror config bootstrap.servers: no Kafka broker answers at %s: %w", strings.Join(notKafka, ", "), kerr.InvalidConfig)
+	}
+	return false, nil
+}
+
+// checkNewMirror refuses a mirror (name, configs) that would write what
+// another mirror writes: the same mirror.topic.prefix as another's (two
+// sources' orders would both be prefix+orders here), or, when its source
+// answers, a topic its mirror.topics.include would discover that another
+// mirror already holds here; and a mirror whose source is this very
+// cluster. A source that does not answer now is accepted, as always
+// (AddTopicsToMirror and discovery check again).
+func (p *Plugin) checkNewMirror(ctx context.Context, name string, configs map[string]string, reachable bool) error {
+	img := p.Image()
+	prefix := mirrorcfg.Prefix(configs)
+	for _, other := range slices.Sorted(maps.Keys(img.Mirrors)) {
+		if prefix != "" && mirrorcfg.Prefix(img.Mirrors[other].Configs) == prefix {
+			return fmt.Errorf("mirrors %s and %s would both name their topics %s<source topic> here: give each its own %s: %w",
+				name, other, prefix, mirrorcfg.TopicPrefix, kerr.InvalidConfig)
+		}
+	}
+	if !reachable {
+		return nil
+	}
+	m := &metadata.Mirror{Name: name, Configs: configs}
+	cl, err := p.sourceClient(m)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, min(p.cfg.RequestTimeout, 5*time.Second))
+	defer cancel()
+	resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl) // every topic
+	if err != nil {
+		return nil // it answered ApiVersions only: AddTopicsToMirror checks again
+	}
+	if resp.ClusterID != nil && *resp.ClusterID == img.ClusterID {
+		return selfMirror(m, img.ClusterID)
+	}
+	return discoveryTaken(img, m, resp)
+}
+
+// discoveryTaken refuses a new mirror m whose mirror.topics.include
+// selects a source topic (of resp) whose name here another mirror
+// already holds, when either mirror renames its topics.
+func discoveryTaken(img *metadata.Image, m *metadata.Mirror, resp *kmsg.MetadataResponse) error {
+	in, err := mirrorcfg.Regexps("mirror.topics.include", m.Configs["mirror.topics.include"])
+	if err != nil || len(in) == 0 {
+		return err
+	}
+	ex, err := mirrorcfg.Regexps("mirror.topics.exclude", m.Configs["mirror.topics.exclude"])
+	if err != nil {
+		return err
+	}
+	match := func(res []*regexp.Regexp, s string) bool {
+		return slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(s) })
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || metasync.IsInternal(*t.Topic, t.IsInternal) || !match(in, *t.Topic) || match(ex, *t.Topic) {
+			continue
+		}
+		dest := mirrorcfg.DestName(m.Configs, *t.Topic)
+		other := img.MirrorOf(dest)
+		if other == "" {
+			continue
+		}
+		if otherSrc := img.Mirrors[other].Topics[dest].SourceName(dest); otherSrc != dest || dest != *t.Topic {
+			return nameTaken(dest, m.Name, *t.Topic, other, otherSrc)
+		}
+		// Both without prefixes: as always, discovery leaves the topic
+		// to the mirror that holds it.
 	}
 	return nil
 }
@@ -125,19 +198,9 @@ func (p *Plugin) addTopics(ctx context.Context, req *wire.AddTopicsToMirrorReque
 		}
 	}
 	img := p.awaitMirrors(ctx, names...)
-	byMirror := map[string][]string{}
-	for _, t := range req.Topics {
-		if t.MirrorName == nil || img.Mirrors[*t.MirrorName] == nil {
-			name := "<null>"
-			if t.MirrorName != nil {
-				name = *t.MirrorName
-			}
-			return uuid.UUID{}, nil, fmt.Errorf("mirror %s does not exist: %w", name, wire.ErrMirrorNotFound)
-		}
-		if other := img.MirrorOf(t.TopicName); other != "" {
-			return uuid.UUID{}, nil, fmt.Errorf("topic %s is already mirrored by mirror %s: %w", t.TopicName, other, wire.ErrTopicAlreadyMirrored)
-		}
-		byMirror[*t.MirrorName] = append(byMirror[*t.MirrorName], t.TopicName)
+	byMirror, err := addedTopics(img, req.Topics)
+	if err != nil {
+		return uuid.UUID{}, nil, err
 	}
 	if err := p.ensureStateTopic(ctx); err != nil {
 		return uuid.UUID{}, nil, err
@@ -166,6 +229,56 @@ func (p *Plugin) addTopics(ctx context.Context, req *wire.AddTopicsToMirrorReque
 	return first, plan, nil
 }
 
+// addedTopic is a topic of AddTopicsToMirror: its name on the source and
+// here.
+type addedTopic struct{ src, dest string }
+
+// addedTopics groups the topics of an AddTopicsToMirror by mirror, with
+// their names here, and refuses a topic whose name here another mirror
+// (or another topic of the request) already takes: two mirrors never
+// write one topic.
+func addedTopics(img *metadata.Image, topics []wire.AddTopic) (map[string][]addedTopic, error) {
+	byMirror := map[string][]addedTopic{}
+	taken := map[string]addedTopic{} // by name here, with the mirror in src's place
+	takenBy := map[string]string{}
+	for _, t := range topics {
+		if t.MirrorName == nil || img.Mirrors[*t.MirrorName] == nil {
+			name := "<null>"
+			if t.MirrorName != nil {
+				name = *t.MirrorName
+			}
+			return nil, fmt.Errorf("mirror %s does not exist: %w", name, wire.ErrMirrorNotFound)
+		}
+		mirror := *t.MirrorName
+		dest := cmp.Or(t.DestinationName, mirrorcfg.DestName(img.Mirrors[mirror].Configs, t.TopicName))
+		if other := img.MirrorOf(dest); other != "" {
+			return nil, nameTaken(dest, mirror, t.TopicName, other, img.Mirrors[other].Topics[dest].SourceName(dest))
+		}
+		if prev, ok := taken[dest]; ok && (takenBy[dest] != mirror || prev.src != t.TopicName) {
+			return nil, nameTaken(dest, mirror, t.TopicName, takenBy[dest], prev.src)
+		}
+		taken[dest], takenBy[dest] = addedTopic{t.TopicName, dest}, mirror
+		byMirror[mirror] = append(byMirror[mirror], addedTopic{t.TopicName, dest})
+	}
+	return byMirror, nil
+}
+
+// nameTaken refuses mirror's copy of source topic src as dest here,
+// which mirror other already copies (or is asked to copy) from its
+// source topic otherSrc. Without prefixes the message is what it always
+// was.
+func nameTaken(dest, mirror, src, other, otherSrc string) error {
+	if src == dest && otherSrc == dest && mirror != other {
+		return fmt.Errorf("topic %s is already mirrored by mirror %s: %w", dest, other, wire.ErrTopicAlreadyMirrored)
+	}
+	if mirror == other && src == otherSrc {
+		return fmt.Errorf("topic %s is already mirrored by mirror %s: %w", dest, other, wire.ErrTopicAlreadyMirrored)
+	}
+	return fmt.Errorf("topic %s here would be mirror %s's copy of its source topic %s, and is mirror %s's copy of its source topic %s: "+
+		"two mirrors never write one topic (give each mirror its own %s): %w",
+		dest, mirror, src, other, otherSrc, mirrorcfg.TopicPrefix, wire.ErrTopicAlreadyMirrored)
+}
+
 // topicRF is the replication factor of the topics mirror m creates here:
 // the mirror's mirror.topic.replication.factor, else this cluster's
 // default.replication.factor if it is set, else min(3, the brokers
@@ -189,7 +302,7 @@ func (p *Plugin) topicRF(m *metadata.Mirror) int16 {
 
 // sourceTopics describes topics on a mirror's source cluster: their specs
 // here, and what truncation takes from those that exist here.
-func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []string) ([]raftmeta.TopicSpec, []wire.Truncation, error) {
+func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []addedTopic) ([]raftmeta.TopicSpec, []wire.Truncation, error) {
 	cl, err := p.sourceClient(m)
 	if err != nil {
 		return nil, nil, err
@@ -200,10 +313,12 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 	unavailable := func(what string, err error) error {
 		return fmt.Errorf("source cluster %s of mirror %s: %s: %v: %w", m.Configs["bootstrap.servers"], m.Name, what, err, wire.ErrMirrorSourceUnavailable)
 	}
+	dest := map[string]string{} // source names to ours
 	mreq := kmsg.NewPtrMetadataRequest()
 	for _, t := range topics {
+		dest[t.src] = t.dest
 		mt := kmsg.NewMetadataRequestTopic()
-		mt.Topic = kmsg.StringPtr(t)
+		mt.Topic = kmsg.StringPtr(t.src)
 		mreq.Topics = append(mreq.Topics, mt)
 	}
 	resp, err := mreq.RequestWith(ctx, cl)
@@ -211,6 +326,16 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 		return nil, nil, unavailable("metadata", err)
 	}
 	img := p.Image()
+	if resp.ClusterID != nil && *resp.ClusterID == img.ClusterID {
+		return nil, nil, selfMirror(m, img.ClusterID)
+	}
+	prefixed := slices.ContainsFunc(topics, func(t addedTopic) bool { return t.src != t.dest })
+	var theirs metasync.SourceMirrors // the source's own mirrors
+	if prefixed {
+		if theirs, err = metasync.SourceMirrorTopics(ctx, cl); err != nil {
+			return nil, nil, unavailable("its mirrors", err)
+		}
+	}
 	exclude := metasync.ExcludedProps(m.Configs)
 	creq := kmsg.NewPtrDescribeConfigsRequest()
 	var specs []raftmeta.TopicSpec
@@ -225,11 +350,15 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 		if metasync.IsInternal(name, t.IsInternal) {
 			return nil, nil, fmt.Errorf("topic %s is internal to the source cluster and never mirrored: %w", name, kerr.InvalidRequest)
 		}
-		if here := img.Topics[name]; here != nil && (here.ID != t.TopicID || len(here.Partitions) != len(t.Partitions)) {
-			return nil, nil, fmt.Errorf("topic %s exists here with ID %s and %d partitions, the source's has ID %s and %d: %w",
-				name, here.ID.Base64(), len(here.Partitions), uuid.UUID(t.TopicID).Base64(), len(t.Partitions), kerr.TopicAlreadyExists)
+		here := dest[name]
+		if err := p.checkDest(img, m, name, here, t, theirs.Topics); err != nil {
+			return nil, nil, err
 		}
-		specs = append(specs, raftmeta.TopicSpec{Name: name, ID: t.TopicID, Partitions: int32(len(t.Partitions)), ReplicationFactor: p.topicRF(m)})
+		spec := raftmeta.TopicSpec{Name: here, ID: t.TopicID, Partitions: int32(len(t.Partitions)), ReplicationFactor: p.topicRF(m)}
+		if here != name {
+			spec.Source = name
+		}
+		specs = append(specs, spec)
 		r := kmsg.NewDescribeConfigsRequestResource()
 		r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, name
 		creq.Resources = append(creq.Resources, r)
@@ -243,6 +372,9 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 			continue
 		}
 		for _, c := range r.Configs {
+			if c.Name == mirrorNameConfig && c.Value != nil && *c.Value != "" && specs[i].Source != "" {
+				return nil, nil, mirrorOfMirror(m, specs[i], *c.Value)
+			}
 			if c.Name == mirrorNameConfig && c.Value != nil && *c.Value != "" && img.Topics[specs[i].Name] != nil {
 				return nil, nil, mirrorLoop(img.ClusterID, resp.ClusterID, specs[i].Name, *c.Value)
 			}
@@ -259,6 +391,51 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 		return nil, nil, unavailable("last mirror epochs", err)
 	}
 	return specs, plan, nil
+}
+
+// checkDest checks that source topic src (described by t) may become
+// topic dest here: a topic of that name here must be that topic (same ID
+// and partitions); a prefixed copy must not be of a mirror topic of the
+// source (mirrorTopics), nor of a topic whose ID this cluster holds
+// under another name (one ID, one topic: a cluster cannot hold two).
+func (p *Plugin) checkDest(img *metadata.Image, m *metadata.Mirror, src, dest string, t kmsg.MetadataResponseTopic, mirrorTopics map[string]string) error {
+	if here := img.Topics[dest]; here != nil && (here.ID != t.TopicID || len(here.Partitions) != len(t.Partitions)) {
+		return fmt.Errorf("topic %s exists here with ID %s and %d partitions, the source's has ID %s and %d: %w",
+			dest, here.ID.Base64(), len(here.Partitions), uuid.UUID(t.TopicID).Base64(), len(t.Partitions), kerr.TopicAlreadyExists)
+	}
+	if src == dest {
+		return nil // as always: the controller refuses an ID held under another name
+	}
+	if sm, ok := mirrorTopics[src]; ok {
+		return mirrorOfMirror(m, raftmeta.TopicSpec{Name: dest, Source: src}, sm)
+	}
+	if other := img.TopicsByID[t.TopicID]; other != nil && other.Name != dest {
+		return idTaken(m.Name, src, dest, uuid.UUID(t.TopicID), other.Name)
+	}
+	return nil
+}
+
+// idTaken refuses a prefixed copy of a topic whose ID this cluster
+// already holds under another name: this cluster's own topic mirrored
+// back by the other side's mirror and failed over there, or a copy made
+// by another mirror.
+func idTaken(mirror, src, dest string, id uuid.UUID, holder string) error {
+	return fmt.Errorf("mirror %s cannot copy source topic %s to %s: its topic ID %s is already topic %s here, and a cluster holds a topic ID once "+
+		"(is the source's %s a copy of this cluster's %s?): %w", mirror, src, dest, id.Base64(), holder, src, holder, kerr.InconsistentTopicID)
+}
+
+// mirrorOfMirror refuses a prefixed copy of a topic that is itself a
+// mirror topic on the source: in two clusters mirroring each other it
+// would come back with both prefixes (a.b.orders), and so on forever.
+func mirrorOfMirror(m *metadata.Mirror, spec raftmeta.TopicSpec, sourceMirror string) error {
+	return fmt.Errorf("topic %s on the source of mirror %s is a mirror topic there (mirror %s): a mirror with %s never copies mirror topics, which would come back as %s: %w",
+		spec.Source, m.Name, sourceMirror, mirrorcfg.TopicPrefix, spec.Name, wire.ErrTopicAlreadyMirrored)
+}
+
+// selfMirror refuses a mirror whose source is this very cluster.
+func selfMirror(m *metadata.Mirror, id string) error {
+	return fmt.Errorf("the source of mirror %s (%s) is this very cluster (cluster ID %s): a cluster never mirrors itself: %w",
+		m.Name, m.Configs["bootstrap.servers"], id, kerr.InvalidRequest)
 }
 
 // mirrorLoop is the refusal of a mirror loop: the source's topic is a
@@ -280,15 +457,19 @@ func mirrorLoop(here string, source *string, topic, sourceMirror string) error {
 // partitions here that have records: the mirror will truncate to where
 // the source's last mirror epoch (LME) ends here (everything if the source
 // never mirrored the topic), then to where that epoch ends on the source.
+// The source is asked by its names, the plan names the topics here.
 func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror string, specs []raftmeta.TopicSpec) ([]wire.Truncation, error) {
 	img := p.Image()
 	eng := p.Host()
 	lmeReq := &wire.LastMirroredOffsetsRequest{MirrorName: mirror}
+	here := map[string]string{} // source names to ours
 	for _, s := range specs {
 		if img.Topics[s.Name] == nil {
 			continue // created here: empty
 		}
-		pt := wire.PartitionsTopic{Name: s.Name}
+		src := cmp.Or(s.Source, s.Name)
+		here[src] = s.Name
+		pt := wire.PartitionsTopic{Name: src}
 		for i := range s.Partitions {
 			pt.Partitions = append(pt.Partitions, i)
 		}
@@ -349,13 +530,13 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 	}
 	var plan []wire.Truncation
 	for _, t := range lmeReq.Topics {
-		id := img.Topics[t.Name].ID
+		id := img.Topics[here[t.Name]].ID
 		for _, i := range t.Partitions {
 			ep := eng.Partition(id, i)
 			if ep == nil {
 				continue // not hosted here
 			}
-			k := topicPartition{t.Name, i}
+			k := topicPartition{t.Name, i} // by source name, as asked
 			offs := ep.Offsets()
 			lme, to := int32(-1), offs.LogStart
 			if e, ok := lmes[k]; ok {
@@ -370,7 +551,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 				}
 			}
 			if to < offs.LogEnd {
-				plan = append(plan, wire.Truncation{Topic: t.Name, Partition: i, LogEnd: offs.LogEnd, TruncateTo: to, LastMirrorEpoch: lme})
+				plan = append(plan, wire.Truncation{Topic: here[t.Name], Partition: i, LogEnd: offs.LogEnd, TruncateTo: to, LastMirrorEpoch: lme})
 			}
 		}
 	}

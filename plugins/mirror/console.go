@@ -74,14 +74,14 @@ func (p *Plugin) DescribeMirrors(ctx context.Context) []plugin.MirrorView {
 		}
 		for _, t := range dm.Topics {
 			for _, pd := range t.Partitions {
-				v.Partitions = append(v.Partitions, plugin.MirrorPartitionView{Topic: t.TopicName, Partition: pd.PartitionIndex,
+				v.Partitions = append(v.Partitions, plugin.MirrorPartitionView{Topic: t.TopicName, SourceTopic: t.SourceTopicName, Partition: pd.PartitionIndex,
 					State: pd.State, Reason: pd.Reason, SourceOffset: pd.SourceOffset, SourceOffsetTime: pd.SourceOffsetTime,
 					DestinationOffset: pd.DestinationOffset, Lag: pd.Lag, LagMs: pd.LagMs, SourceStale: pd.SourceStale,
 					DestinationIssue: pd.DestinationIssue})
 			}
 		}
 		for _, d := range dm.Diverged {
-			v.Diverged = append(v.Diverged, plugin.DivergedView{Topic: d.Topic, Partition: d.Partition,
+			v.Diverged = append(v.Diverged, plugin.DivergedView{Topic: d.Topic, SourceTopic: d.SourceTopic, Partition: d.Partition,
 				FirstOffset: d.FirstOffset, LastOffset: d.LastOffset, FirstTimestamp: d.FirstTimestamp, LastTimestamp: d.LastTimestamp,
 				Records: d.Records, TruncatedAt: d.TruncatedAt, Cause: d.Cause, CopyStart: d.CopyStart, CopyEnd: d.CopyEnd})
 		}

@@ -190,7 +190,7 @@ type fetchTarget struct {
 	// The fetcher goroutine's own, from Partitions: the fetcher's
 	// partitions (paused ones too), and those it fetches.
 	parts     []*ledPartition
-	mirroring map[topicPartition]*ledPartition
+	mirroring map[topicPartition]*ledPartition // by source name (fetch.Partition.Topic)
 }
 
 var _ fetch.Refresher = (*fetchTarget)(nil)
@@ -234,7 +234,7 @@ func (t *fetchTarget) Partitions() ([]fetch.Partition, error) {
 		if pt.fetcher != t {
 			pt.fetcher, pt.fetchedSince = t, now
 		}
-		t.mirroring[pt.topicPartition] = pt
+		t.mirroring[topicPartition{pt.src, pt.partition}] = pt
 		wants = append(wants, want{pt, pt.leaderEpoch, pt.logStartTo})
 	}
 	r.mu.Unlock()
@@ -249,7 +249,7 @@ func (t *fetchTarget) Partitions() ([]fetch.Partition, error) {
 			continue
 		}
 		offs := ep.Offsets()
-		p := fetch.Partition{Topic: pt.topic, TopicID: pt.id, Partition: pt.partition,
+		p := fetch.Partition{Topic: pt.src, TopicID: pt.id, Partition: pt.partition,
 			FetchOffset: max(offs.LogEnd, w.logStartTo), LeaderEpoch: w.epoch, LastFetchedEpoch: -1}
 		if offs.LogEnd > offs.LogStart && w.logStartTo < 0 {
 			p.LastFetchedEpoch = ep.EpochAt(offs.LogEnd - 1)
@@ -514,18 +514,20 @@ func (r *mirrorRun) outOfRange(pt *ledPartition) error {
 	return nil
 }
 
-// listOffsets asks a source broker for one timestamp's offsets of parts.
+// listOffsets asks a source broker for one timestamp's offsets of parts,
+// by their names here.
 func (r *mirrorRun) listOffsets(broker int32, ts int64, parts []*ledPartition) (map[topicPartition]kmsg.ListOffsetsResponseTopicPartition, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
 	idx := map[string]int{}
+	here := map[string]string{} // source names to ours
 	for _, pt := range parts {
-		i, ok := idx[pt.topic]
+		i, ok := idx[pt.src]
 		if !ok {
 			i = len(req.Topics)
-			idx[pt.topic] = i
+			idx[pt.src], here[pt.src] = i, pt.topic
 			rt := kmsg.NewListOffsetsRequestTopic()
-			rt.Topic = pt.topic
+			rt.Topic = pt.src
 			req.Topics = append(req.Topics, rt)
 		}
 		lp := kmsg.NewListOffsetsRequestTopicPartition()
@@ -539,8 +541,12 @@ func (r *mirrorRun) listOffsets(broker int32, ts int64, parts []*ledPartition) (
 	r.contacted()
 	out := map[topicPartition]kmsg.ListOffsetsResponseTopicPartition{}
 	for _, rt := range resp.(*kmsg.ListOffsetsResponse).Topics {
+		name, ok := here[rt.Topic]
+		if !ok {
+			continue
+		}
 		for _, rp := range rt.Partitions {
-			out[topicPartition{rt.Topic, rp.Partition}] = rp
+			out[topicPartition{name, rp.Partition}] = rp
 		}
 	}
 	return out, nil

@@ -238,7 +238,11 @@ func (p *Plugin) createMirror(ctx context.Context, req *wire.CreateMirrorRequest
 	if p.Image().Mirrors[name] != nil {
 		return fmt.Errorf("mirror %s already exists: %w", name, wire.ErrMirrorAlreadyExists)
 	}
-	if err := p.probeSource(ctx, configs); err != nil {
+	reachable, err := p.probeSource(ctx, configs)
+	if err != nil {
+		return err
+	}
+	if err := p.checkNewMirror(ctx, name, configs, reachable); err != nil {
 		return err
 	}
 	if err := p.ensureStateTopic(ctx); err != nil {
@@ -526,7 +530,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 			if halt != "" {
 				dm.ErrorCode, dm.ErrorMessage, failed = kerr.InconsistentClusterID.Code, wire.NonEmpty(halt), true
 			}
-			dm.ACLSync, dm.SourceClusterID = aclSync, m.SourceClusterID
+			dm.ACLSync, dm.SourceClusterID, dm.TopicPrefix = aclSync, m.SourceClusterID, mirrorcfg.Prefix(m.Configs)
 			dm.Diverged = p.manifest(ctx, name)
 			var remote remoteMirror
 			if !req.Local {
@@ -538,6 +542,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 					dm.ErrorCode, dm.ErrorMessage, failed = remote.errCode, wire.NonEmpty(remote.errMsg), true
 				}
 			}
+			sourceNames(m, dm.Diverged)
 			want := map[topicPartition]uuid.UUID{}
 			for tn := range m.Topics {
 				if t := img.Topics[tn]; t != nil {
@@ -561,6 +566,9 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 					continue
 				}
 				dt := wire.DescribedTopic{TopicName: tn}
+				if src := m.Topics[tn].SourceName(tn); src != tn {
+					dt.SourceTopicName = src
+				}
 				for i := range t.Partitions {
 					pd, cut := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
 					rd, led := remote.details[topicPartition{tn, int32(i)}]
@@ -607,6 +615,16 @@ func withLeaderView(pd, rd wire.PartitionDetail, led, cut, failed bool, mirrorEr
 		pd.State = mirrorstate.Failed.String()
 	}
 	return pd
+}
+
+// sourceNames sets the source names of the manifest entries of mirror m
+// whose topics are named otherwise on the source.
+func sourceNames(m *metadata.Mirror, entries []wire.DivergedRange) {
+	for i := range entries {
+		if mt, ok := m.Topics[entries[i].Topic]; ok && mt.SourceName(entries[i].Topic) != entries[i].Topic {
+			entries[i].SourceTopic = mt.SourceName(entries[i].Topic)
+		}
+	}
 }
 
 // describePartition is partition i of t as this broker sees it: its
@@ -929,6 +947,9 @@ func (p *Plugin) AlterConfigResource(ctx context.Context, rc *plugin.RequestCont
 	}
 	if _, err := clientOpts(next, p.cfg); err != nil {
 		return err
+	}
+	if err := mirrorcfg.PrefixChange(m.Configs, next); err != nil {
+		return fmt.Errorf("%v: %w", err, kerr.InvalidConfig)
 	}
 	if validateOnly {
 		return nil

@@ -71,9 +71,13 @@ type topicPartition struct {
 	partition int32
 }
 
-// ledPartition is a mirror partition this broker leads.
+// ledPartition is a mirror partition this broker leads. Its
+// topicPartition names it here; src is its topic's name on the source
+// (the same unless the mirror has a mirror.topic.prefix), which every
+// request to the source uses.
 type ledPartition struct {
 	topicPartition
+	src      string
 	id       uuid.UUID
 	state    mirrorstate.State
 	reason   string // of a FAILED state
@@ -365,7 +369,7 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 		r.ctl.seen = nil // read again the shards of the partitions that did not start
 	}
 	for k, st := range states {
-		moved = r.syncPart(k, want[k], st) || moved
+		moved = r.syncPart(k, r.ctl.source[k.topic], want[k], st) || moved
 	}
 	return err
 }
@@ -400,12 +404,12 @@ func (r *mirrorRun) startParts(img *metadata.Image, m *metadata.Mirror, states m
 
 // syncPart takes in one partition's persisted state; changed says the
 // partition is new here or its state moved.
-func (r *mirrorRun) syncPart(k topicPartition, id uuid.UUID, st mirrorstate.PartitionState) (changed bool) {
+func (r *mirrorRun) syncPart(k topicPartition, src string, id uuid.UUID, st mirrorstate.PartitionState) (changed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pt := r.parts[k]
 	if pt == nil {
-		pt = &ledPartition{topicPartition: k, id: id, leader: -1, leaderEpoch: -1, srcEnd: -1, lagMs: -1, logStartTo: -1}
+		pt = &ledPartition{topicPartition: k, src: src, id: id, leader: -1, leaderEpoch: -1, srcEnd: -1, lagMs: -1, logStartTo: -1}
 		r.parts[k] = pt
 		changed = true
 	}
@@ -431,6 +435,7 @@ func (r *mirrorRun) syncPart(k topicPartition, id uuid.UUID, st mirrorstate.Part
 type control struct {
 	img    *metadata.Image
 	want   map[topicPartition]uuid.UUID
+	source map[string]string // the wanted topics' names on the source
 	shards map[int32][]topicPartition
 	seen   map[int32]shardMark
 	// remoteSeen are the marks of the shards other brokers coordinate,
@@ -493,13 +498,14 @@ type shardMark struct {
 
 // setWant computes the mirror partitions this broker leads in img.
 func (c *control) setWant(p *Plugin, mirror string, img *metadata.Image, m *metadata.Mirror) {
-	c.img, c.want, c.shards = img, map[topicPartition]uuid.UUID{}, map[int32][]topicPartition{}
+	c.img, c.want, c.shards, c.source = img, map[topicPartition]uuid.UUID{}, map[int32][]topicPartition{}, map[string]string{}
 	me := p.Host().NodeID()
 	for name, mt := range m.Topics {
 		t := img.Topics[name]
 		if t == nil || t.ID != mt.ID {
 			continue
 		}
+		c.source[name] = mt.SourceName(name)
 		for i, pp := range t.Partitions {
 			if pp.Leader == me {
 				k := topicPartition{name, int32(i)}

@@ -36,7 +36,7 @@ type source struct {
 	rtt      time.Duration // the least round trip to the source measured (0: none yet); r.mu
 
 	// The run's partitions with a source side, as of generation gen
-	// (mirrorRun.changed), their topics, those PREPARING, and whether
+	// (mirrorRun.changed), their topics' source names, those PREPARING, and whether
 	// their leaders were assigned from meta: a step walks them only
 	// when one of those changed.
 	gen       uint64
@@ -139,7 +139,7 @@ func (r *mirrorRun) collectParts(gen uint64) {
 	defer r.mu.Unlock()
 	for i, pt := range src.parts {
 		if i == 0 || pt.topic != src.parts[i-1].topic { // sorted by topic
-			src.topics = append(src.topics, pt.topic)
+			src.topics = append(src.topics, pt.src)
 		}
 		if pt.state == mirrorstate.Preparing {
 			src.preparing = append(src.preparing, pt)
@@ -346,7 +346,7 @@ func (r *mirrorRun) assignLeaders(parts []*ledPartition) {
 		was, wasEpoch := pt.leader, pt.leaderEpoch
 		pt.leader, pt.leaderEpoch = -1, -1
 		trouble := "the source's metadata does not list the partition"
-		if t := r.src.byTopic[pt.topic]; t != nil && t.ErrorCode != 0 {
+		if t := r.src.byTopic[pt.src]; t != nil && t.ErrorCode != 0 {
 			trouble = fmt.Sprintf("source topic: %v", kerr.ErrorForCode(t.ErrorCode))
 		} else if t != nil {
 			for _, sp := range t.Partitions {
@@ -412,12 +412,13 @@ const lmeBatch = 1000
 func (r *mirrorRun) lastMirrorEpochsOf(parts []*ledPartition, out map[topicPartition]int32) error {
 	req := &wire.LastMirroredOffsetsRequest{MirrorName: r.name}
 	idx := map[string]int{}
+	here := map[string]string{} // source names to ours
 	for _, pt := range parts {
-		i, ok := idx[pt.topic]
+		i, ok := idx[pt.src]
 		if !ok {
 			i = len(req.Topics)
-			idx[pt.topic] = i
-			req.Topics = append(req.Topics, wire.PartitionsTopic{Name: pt.topic})
+			idx[pt.src], here[pt.src] = i, pt.topic
+			req.Topics = append(req.Topics, wire.PartitionsTopic{Name: pt.src})
 		}
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, pt.partition)
 	}
@@ -436,7 +437,9 @@ func (r *mirrorRun) lastMirrorEpochsOf(parts []*ledPartition, out map[topicParti
 				errs = append(errs, fmt.Errorf("last mirror epoch of %s-%d: %w", t.Name, p.PartitionIndex, wire.ErrorForCode(p.ErrorCode)))
 				continue
 			}
-			out[topicPartition{t.Name, p.PartitionIndex}] = p.LastMirrorEpoch
+			if name, ok := here[t.Name]; ok {
+				out[topicPartition{name, p.PartitionIndex}] = p.LastMirrorEpoch
+			}
 		}
 	}
 	for _, pt := range parts {

@@ -76,6 +76,19 @@ type MirrorSyncRecord struct {
 type MirrorTopic struct {
 	ID      UUID `json:"id"`
 	Stopped bool `json:"stopped,omitempty"`
+	// Source is the topic's name on the source cluster when it is not
+	// the topic's name here (a mirror with mirror.topic.prefix, or a
+	// failback of such a topic); "" means the same name.
+	Source string `json:"source,omitempty"`
+}
+
+// SourceName is the name on the source cluster of the member topic
+// named dest here.
+func (mt MirrorTopic) SourceName(dest string) string {
+	if mt.Source != "" {
+		return mt.Source
+	}
+	return dest
 }
 
 // MirrorTopicRecord sets a topic's membership.
@@ -84,6 +97,7 @@ type MirrorTopicRecord struct {
 	Topic   string `json:"topic"`
 	ID      UUID   `json:"id"`
 	Stopped bool   `json:"stopped,omitempty"`
+	Source  string `json:"source,omitempty"` // MirrorTopic.Source
 }
 
 // MirrorRecords holds the record bodies of this file (embedded in Record;
@@ -120,6 +134,16 @@ func (img *Image) LastMirrorOf(topic string) (string, MirrorTopic, bool) {
 		}
 	}
 	return "", MirrorTopic{}, false
+}
+
+// BySource maps the source names of the mirror's topics to their names
+// here.
+func (m *Mirror) BySource() map[string]string {
+	out := make(map[string]string, len(m.Topics))
+	for name, mt := range m.Topics {
+		out[mt.SourceName(name)] = name
+	}
+	return out
 }
 
 func (m *Mirror) clone() *Mirror {
@@ -173,7 +197,7 @@ func (b *builder) applyMirror(r *Record) (ok bool, err error) {
 		if m.Topics == nil {
 			m.Topics = map[string]MirrorTopic{}
 		}
-		m.Topics[mt.Topic] = MirrorTopic{ID: mt.ID, Stopped: mt.Stopped}
+		m.Topics[mt.Topic] = MirrorTopic{ID: mt.ID, Stopped: mt.Stopped, Source: mt.Source}
 		img.Mirrors[mt.Mirror] = m
 	case RecordMirrorSync:
 		ms := r.MirrorSync

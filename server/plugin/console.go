@@ -65,7 +65,10 @@ type MirrorView struct {
 // while unknown (the source's end offset never learned): unknown is never
 // shown as 0.
 type MirrorPartitionView struct {
-	Topic             string `json:"topic"`
+	Topic string `json:"topic"`
+	// SourceTopic is the topic's name on the source when it is not
+	// Topic (a mirror with mirror.topic.prefix).
+	SourceTopic       string `json:"sourceTopic,omitempty"`
 	Partition         int32  `json:"partition"`
 	State             string `json:"state"` // UNKNOWN, PREPARING, MIRRORING, ..., as the KIP names them
 	Reason            string `json:"reason"`
@@ -88,6 +91,7 @@ type MirrorPartitionView struct {
 // Partition of Topic + ".diverged" at [CopyStart, CopyEnd).
 type DivergedView struct {
 	Topic          string `json:"topic"`
+	SourceTopic    string `json:"sourceTopic,omitempty"` // as MirrorPartitionView's
 	Partition      int32  `json:"partition"`
 	FirstOffset    int64  `json:"firstOffset"`
 	LastOffset     int64  `json:"lastOffset"`

@@ -68,10 +68,21 @@ var clusterDefaults = map[string]string{
 // whole start is then retried on fresh addresses and data dirs.
 func StartCluster(t testing.TB, n int, props map[string]string) *Cluster {
 	t.Helper()
+	return StartClusterNodes(t, n, props, nil)
+}
+
+// StartClusterNodes is StartCluster with properties of each node's own
+// (nodeProps, nil for none) over the cluster's, as ClusterBroker.Props.
+// A "listeners" property with several listeners gets the broker's
+// address on its first (the one the cluster's brokers and tests use);
+// the others keep theirs (another listener, advertised elsewhere, say
+// through a testing/faultproxy).
+func StartClusterNodes(t testing.TB, n int, props map[string]string, nodeProps func(id int32) map[string]string) *Cluster {
+	t.Helper()
 	var err error
 	for attempt := 1; ; attempt++ {
 		var c *Cluster
-		if c, err = startCluster(t, n, props); err == nil {
+		if c, err = startCluster(t, n, props, nodeProps); err == nil {
 			return c
 		}
 		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 5 {
@@ -81,7 +92,7 @@ func StartCluster(t testing.TB, n int, props map[string]string) *Cluster {
 	}
 }
 
-func startCluster(t testing.TB, n int, props map[string]string) (*Cluster, error) {
+func startCluster(t testing.TB, n int, props map[string]string, nodeProps func(int32) map[string]string) (*Cluster, error) {
 	t.Helper()
 	c := &Cluster{t: t, props: maps.Clone(clusterDefaults), net: newNetwork()}
 	maps.Copy(c.props, props)
@@ -94,7 +105,11 @@ func startCluster(t testing.TB, n int, props map[string]string) (*Cluster, error
 	}
 	c.props["controller.quorum.voters"] = localcluster.Voters(ctrl)
 	for i := range n {
-		c.Brokers = append(c.Brokers, &ClusterBroker{c: c, ID: int32(i + 1), Dir: t.TempDir(), Addr: kafka[i], ControllerAddr: ctrl[i]})
+		b := &ClusterBroker{c: c, ID: int32(i + 1), Dir: t.TempDir(), Addr: kafka[i], ControllerAddr: ctrl[i]}
+		if nodeProps != nil {
+			b.Props = nodeProps(b.ID)
+		}
+		c.Brokers = append(c.Brokers, b)
 	}
 	stopAll := func() {
 		// All at once, as a crash: a controlled shutdown of the last
@@ -150,8 +165,12 @@ func (b *ClusterBroker) start() error {
 	props := maps.Clone(b.c.props)
 	maps.Copy(props, b.Props)
 	if l := props["listeners"]; l != "" {
-		name, _, _ := strings.Cut(l, "://")
+		first, rest, _ := strings.Cut(l, ",")
+		name, _, _ := strings.Cut(first, "://")
 		props["listeners"] = name + "://" + b.Addr
+		if rest != "" {
+			props["listeners"] += "," + rest
+		}
 	}
 	br, err := tandem.NewBroker(server.Config{
 		NodeID:  b.ID,

@@ -124,11 +124,20 @@ func (c *Client) PlanAddTopics(ctx context.Context, topicToMirror map[string]str
 }
 
 func (c *Client) addTopics(ctx context.Context, topicToMirror map[string]string, validateOnly bool) ([]wire.Truncation, error) {
-	req := &wire.AddTopicsToMirrorRequest{ValidateOnly: validateOnly}
+	var topics []wire.AddTopic
 	for _, t := range slices.Sorted(maps.Keys(topicToMirror)) {
 		m := topicToMirror[t]
-		req.Topics = append(req.Topics, wire.AddTopic{TopicName: t, MirrorName: &m})
+		topics = append(topics, wire.AddTopic{TopicName: t, MirrorName: &m})
 	}
+	return c.AddTopics(ctx, topics, validateOnly)
+}
+
+// AddTopics is AddTopicsToMirror with each topic as given: a
+// DestinationName names the topic here when it is not what the mirror's
+// mirror.topic.prefix makes of the source's name (a failback of a
+// prefixed topic). validateOnly only returns the truncation plan.
+func (c *Client) AddTopics(ctx context.Context, topics []wire.AddTopic, validateOnly bool) ([]wire.Truncation, error) {
+	req := &wire.AddTopicsToMirrorRequest{ValidateOnly: validateOnly, Topics: topics}
 	resp, err := c.do(ctx, req)
 	if err != nil {
 		return nil, err

@@ -76,7 +76,7 @@ func (s *mirrorSync) syncShareGroups(ctx context.Context, cl *kgo.Client, f filt
 			errs = append(errs, fmt.Errorf("share group %s: describe source offsets: %w", g, d.Err))
 			continue
 		}
-		if err := s.syncShareGroup(ctx, sgo, g, d.Offsets, bounds, paused); err != nil {
+		if err := s.syncShareGroup(ctx, sgo, g, renameShareOffsets(d.Offsets, s.namesHere()), bounds, paused); err != nil {
 			errs = append(errs, fmt.Errorf("share group %s: %w", g, err))
 		}
 	}
@@ -95,6 +95,28 @@ func (s *mirrorSync) mirroredTopics() map[string]*metadata.Topic {
 	for name, mt := range m.Topics {
 		if t := img.Topics[name]; !mt.Stopped && t != nil && t.ID == mt.ID {
 			out[name] = t
+		}
+	}
+	return out
+}
+
+// namesHere maps the source names of the mirror's topics to their names
+// here (they differ with mirror.topic.prefix).
+func (s *mirrorSync) namesHere() map[string]string {
+	m := s.p.Host().Metadata().Image().Mirrors[s.name]
+	if m == nil {
+		return nil
+	}
+	return m.BySource()
+}
+
+// renameShareOffsets names the source's share offsets by the topics here
+// (here: source name to name here); topics not mirrored are left out.
+func renameShareOffsets(src kadm.ShareOffsets, here map[string]string) kadm.ShareOffsets {
+	out := kadm.ShareOffsets{}
+	for topic, ps := range src {
+		if name, ok := here[topic]; ok {
+			out[name] = ps
 		}
 	}
 	return out

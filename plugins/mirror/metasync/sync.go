@@ -183,6 +183,9 @@ type mirrorSync struct {
 	gone map[string]int
 	// noACLs is set once the source is found not to serve DescribeAcls.
 	noACLs bool
+	// skipped are the source topics discovery left out last cycle because
+	// their topic IDs are topics here under other names (logged once).
+	skipped map[string]string
 
 	mu      sync.Mutex
 	halt    string // why sync is halted (a changed source cluster ID)
@@ -423,7 +426,7 @@ func (s *mirrorSync) cycle() error {
 	if err := s.syncTopics(ctx, cl, m, f, src, s.deleted(ctx, cl, m, src), paused); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.syncGroups(ctx, cl, f, paused); err != nil {
+	if err := s.syncGroups(ctx, cl, f, src, paused); err != nil {
 		s.groupErrs.Inc()
 		errs = append(errs, err)
 	}
@@ -518,7 +521,7 @@ func (s *mirrorSync) deleted(ctx context.Context, cl *kgo.Client, m *metadata.Mi
 	req := kmsg.NewPtrMetadataRequest()
 	var asked []string
 	for name, mt := range m.Topics {
-		if st, ok := src[name]; mt.Stopped || ok && st.err == 0 && st.id == mt.ID {
+		if st, ok := src[mt.SourceName(name)]; mt.Stopped || ok && st.err == 0 && st.id == mt.ID {
 			delete(s.gone, name)
 			continue
 		}
@@ -555,35 +558,33 @@ func (s *mirrorSync) deleted(ctx context.Context, cl *kgo.Client, m *metadata.Mi
 
 // syncTopics discovers, creates, grows, reconfigures and stops mirror
 // topics, and bumps destination epochs the source is closing in on.
+// Topics are named here by their names here; src, the patterns and the
+// source's configs by the source's names (mirror.topic.prefix).
 func (s *mirrorSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata.Mirror, f filters, src map[string]srcTopic, deleted map[string]bool, paused map[topicPartition]bool) error {
 	meta := s.p.Host().Metadata()
 	img := meta.Image()
 	var errs []error
-	var stop, active, added []string
+	var stop, active []string
 	for name, mt := range m.Topics {
 		if mt.Stopped {
 			continue
 		}
-		st, ok := src[name]
+		st, ok := src[mt.SourceName(name)]
 		switch {
 		case topicPaused(paused, name):
 		case deleted[name]:
 			s.log.Warn("source topic deleted: stopping its mirror partitions; the destination topic is kept", "topic", name)
 			stop = append(stop, name)
-		case anyMatch(f.topicsEx, name):
+		case anyMatch(f.topicsEx, mt.SourceName(name)):
 			s.log.Info("topic excluded by mirror.topics.exclude: stopping its mirror", "topic", name)
 			stop = append(stop, name)
 		case ok && st.err == 0 && st.id == mt.ID:
 			active = append(active, name)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(src)) {
-		st := src[name]
-		if _, known := m.Topics[name]; known || st.err != 0 || !anyMatch(f.topicsIn, name) || anyMatch(f.topicsEx, name) ||
-			img.MirrorOf(name) != "" || strings.HasSuffix(name, mirrorstate.DivergedSuffix) {
-			continue
-		}
-		added = append(added, name)
+	added, err := s.discover(ctx, cl, m, f, src, img)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	slices.Sort(stop)
 	for _, name := range stop {
@@ -596,29 +597,41 @@ func (s *mirrorSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata
 		}
 	}
 
-	configs, err := s.sourceConfigs(ctx, cl, append(slices.Clone(active), added...), f.propsEx)
+	srcNames := make([]string, 0, len(active)+len(added))
+	for _, name := range active {
+		srcNames = append(srcNames, m.Topics[name].SourceName(name))
+	}
+	configs, mirrored, err := s.sourceConfigs(ctx, cl, append(srcNames, added...), f.propsEx)
 	if err != nil {
 		s.configErrs.Inc()
 		return errors.Join(append(errs, err)...)
 	}
 	// New topics: each created with the source's ID, partition count and
 	// configs in the same metadata batch as its mirror membership.
+	prefix := mirrorcfg.Prefix(m.Configs)
 	for _, name := range added {
+		if prefix != "" && mirrored[name] {
+			continue // a mirror topic on the source (its mirror.name says): never copied with a prefix
+		}
 		st := src[name]
-		spec := raftmeta.TopicSpec{Name: name, ID: st.id, Partitions: int32(len(st.epochs)), ReplicationFactor: s.p.TopicRF(m), Configs: maps.Clone(configs[name])}
+		spec := raftmeta.TopicSpec{Name: prefix + name, ID: st.id, Partitions: int32(len(st.epochs)), ReplicationFactor: s.p.TopicRF(m), Configs: maps.Clone(configs[name])}
+		if prefix != "" {
+			spec.Source = name
+		}
 		if err := meta.AddMirrorTopics(ctx, s.name, []raftmeta.TopicSpec{spec}); err != nil {
 			s.refreshErrs.Inc()
-			errs = append(errs, fmt.Errorf("create mirror topic %s: %w", name, err))
+			errs = append(errs, fmt.Errorf("create mirror topic %s: %w", spec.Name, err))
 			continue
 		}
-		s.log.Info("mirror topic discovered and created", "topic", name, "partitions", spec.Partitions)
+		s.log.Info("mirror topic discovered and created", "topic", spec.Name, "source_topic", name, "partitions", spec.Partitions)
 	}
 	if len(added) > 0 {
 		s.p.Poke()
 	}
 	img = meta.Image()
 	for _, name := range active {
-		t, st := img.Topics[name], src[name]
+		srcName := m.Topics[name].SourceName(name)
+		t, st := img.Topics[name], src[srcName]
 		if t == nil {
 			continue
 		}
@@ -634,7 +647,7 @@ func (s *mirrorSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata
 		// mirror.name is the controller's, set and cleared with the
 		// membership: a cycle that began before a failover finished
 		// must not name the topic again.
-		changes := configChanges(name, t.Configs, configs[name], f.propsEx)
+		changes := configChanges(name, t.Configs, configs[srcName], f.propsEx)
 		if len(changes) > 0 {
 			if err := meta.AlterConfigs(ctx, changes); err != nil {
 				s.configErrs.Inc()
@@ -654,6 +667,54 @@ func (s *mirrorSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata
 	return errors.Join(errs...)
 }
 
+// discover returns the source topics (by source name) the mirror's
+// patterns select that it does not hold yet and may create: not a name
+// here another mirror holds, with a prefix not a mirror topic of the
+// source, nor a topic whose ID this cluster holds under another name
+// (logged once: the source's copy of one of ours, failed over there).
+func (s *mirrorSync) discover(ctx context.Context, cl *kgo.Client, m *metadata.Mirror, f filters, src map[string]srcTopic, img *metadata.Image) ([]string, error) {
+	var candidates []string
+	for _, name := range slices.Sorted(maps.Keys(src)) {
+		if st := src[name]; st.err == 0 && anyMatch(f.topicsIn, name) && !anyMatch(f.topicsEx, name) && !strings.HasSuffix(name, mirrorstate.DivergedSuffix) {
+			candidates = append(candidates, name)
+		}
+	}
+	prefix := mirrorcfg.Prefix(m.Configs)
+	held := m.BySource()
+	var sourceMirrors SourceMirrors
+	if needSourceMirrors(prefix, candidates, held) {
+		var err error
+		if sourceMirrors, err = SourceMirrorTopics(ctx, cl); err != nil {
+			return nil, fmt.Errorf("the source's mirror topics: %v: %w", err, wire.ErrMirrorSourceUnavailable)
+		}
+	}
+	idHere := map[string]string{} // source name to the topic here holding its ID under another name
+	taken := func(dest string) bool { return img.MirrorOf(dest) != "" }
+	out := discoverable(candidates, prefix, held, sourceMirrors.Topics, taken)
+	if prefix != "" {
+		out = slices.DeleteFunc(out, func(name string) bool {
+			if t := img.TopicsByID[src[name].id]; t != nil && t.Name != prefix+name {
+				idHere[name] = t.Name
+				return true
+			}
+			return false
+		})
+	}
+	s.noteSkipped(idHere)
+	return out, nil
+}
+
+// noteSkipped logs, once per topic, a source topic discovery leaves out
+// because this cluster holds its topic ID under another name.
+func (s *mirrorSync) noteSkipped(idHere map[string]string) {
+	for name, holder := range idHere {
+		if s.skipped[name] != holder {
+			s.log.Info("source topic not discovered: its topic ID is already a topic here (a copy of this cluster's own topic)", "source_topic", name, "topic", holder)
+		}
+	}
+	s.skipped = idHere
+}
+
 // stopTopic moves a mirror topic's partitions to STOPPING; the mirror's
 // fetch loop finishes the stop (epoch bump, LME, barrier) and records
 // STOPPED, and the topic stays with its data.
@@ -671,11 +732,12 @@ func (s *mirrorSync) stopTopic(topic, reason string) error {
 }
 
 // sourceConfigs describes topics' configs on the source and keeps those
-// set on the topic that are not excluded.
-func (s *mirrorSync) sourceConfigs(ctx context.Context, cl *kgo.Client, topics []string, exclude map[string]bool) (map[string]map[string]string, error) {
-	out := map[string]map[string]string{}
+// set on the topic that are not excluded; mirrored are the topics whose
+// mirror.name is set there (mirror topics of the source).
+func (s *mirrorSync) sourceConfigs(ctx context.Context, cl *kgo.Client, topics []string, exclude map[string]bool) (out map[string]map[string]string, mirrored map[string]bool, err error) {
+	out, mirrored = map[string]map[string]string{}, map[string]bool{}
 	if len(topics) == 0 {
-		return out, nil
+		return out, mirrored, nil
 	}
 	req := kmsg.NewPtrDescribeConfigsRequest()
 	for _, t := range topics {
@@ -685,7 +747,7 @@ func (s *mirrorSync) sourceConfigs(ctx context.Context, cl *kgo.Client, topics [
 	}
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return nil, fmt.Errorf("describe topic configs on the source: %v: %w", err, wire.ErrMirrorSourceUnavailable)
+		return nil, nil, fmt.Errorf("describe topic configs on the source: %v: %w", err, wire.ErrMirrorSourceUnavailable)
 	}
 	var errs []error
 	for _, r := range resp.Resources {
@@ -695,13 +757,16 @@ func (s *mirrorSync) sourceConfigs(ctx context.Context, cl *kgo.Client, topics [
 		}
 		c := map[string]string{}
 		for _, e := range r.Configs {
+			if e.Name == metadata.MirrorNameConfig && e.Value != nil && *e.Value != "" {
+				mirrored[r.ResourceName] = true
+			}
 			if e.Source == kmsg.ConfigSourceDynamicTopicConfig && e.Value != nil && !exclude[e.Name] {
 				c[e.Name] = *e.Value
 			}
 		}
 		out[r.ResourceName] = c
 	}
-	return out, errors.Join(errs...)
+	return out, mirrored, errors.Join(errs...)
 }
 
 // configChanges aligns a destination topic's configs with the source's:
@@ -724,10 +789,11 @@ func configChanges(topic string, dest, src map[string]string, exclude map[string
 
 // syncGroups copies the committed offsets of the source's consumer groups
 // (classic and consumer protocol; share groups' start offsets are
-// syncShareGroups') for the mirror's active topics. Groups active here are skipped;
+// syncShareGroups') for the mirror's active topics: a source topic's
+// offsets go to its topic here (mirror.topic.prefix + its name). Groups active here are skipped;
 // each offset is clamped to max(log start, min(source offset, log end))
 // of the destination partition and carries its leader epoch.
-func (s *mirrorSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, paused map[topicPartition]bool) error {
+func (s *mirrorSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, src map[string]srcTopic, paused map[topicPartition]bool) error {
 	host := s.p.Host()
 	gos, ok := plugin.Find[plugin.GroupOffsets](host.Plugins())
 	if !ok {
@@ -738,14 +804,18 @@ func (s *mirrorSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, 
 	if m == nil {
 		return nil
 	}
-	mirrored := map[string]*metadata.Topic{}
+	mirrored := map[string]*metadata.Topic{} // by source name: group offsets name the source's topics
 	for name, mt := range m.Topics {
 		if t := img.Topics[name]; !mt.Stopped && t != nil && t.ID == mt.ID {
-			mirrored[name] = t
+			mirrored[mt.SourceName(name)] = t
 		}
 	}
 	if len(mirrored) == 0 {
 		return nil
+	}
+	var own map[string]*metadata.Topic
+	if mirrorcfg.Prefix(m.Configs) != "" {
+		own = ownCopies(img, src)
 	}
 	adm := kadm.NewClient(cl)
 	listed, err := adm.ListGroups(ctx)
@@ -760,14 +830,19 @@ func (s *mirrorSync) syncGroups(ctx context.Context, cl *kgo.Client, f filters, 
 		if g.GroupType == "share" || g.GroupType == "streams" || !anyMatch(f.groupsIn, g.Group) || anyMatch(f.groupsEx, g.Group) {
 			continue
 		}
-		if err := s.syncGroup(ctx, adm, gos, g.Group, mirrored, paused); err != nil {
+		if err := s.syncGroup(ctx, adm, gos, g.Group, mirrored, own, paused); err != nil {
 			errs = append(errs, fmt.Errorf("group %s: %w", g.Group, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (s *mirrorSync) syncGroup(ctx context.Context, adm *kadm.Client, gos plugin.GroupOffsets, group string, mirrored map[string]*metadata.Topic, paused map[topicPartition]bool) error {
+// syncGroup copies one group's offsets: those of the mirror's topics
+// (mirrored, by source name), and those of the source's copies of this
+// cluster's own topics (own, by source name; a prefixed mirror only),
+// which only ever move forward: the topic is written here, and a group
+// of this cluster's that read further must not read again.
+func (s *mirrorSync) syncGroup(ctx context.Context, adm *kadm.Client, gos plugin.GroupOffsets, group string, mirrored, own map[string]*metadata.Topic, paused map[topicPartition]bool) error {
 	srcOffs, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
 		return fmt.Errorf("fetch source offsets: %w", err)
@@ -782,8 +857,11 @@ func (s *mirrorSync) syncGroup(ctx context.Context, adm *kadm.Client, gos plugin
 	eng := s.p.Host()
 	commit := map[plugin.TopicPartition]plugin.CommittedOffset{}
 	srcOffs.Each(func(o kadm.OffsetResponse) {
-		t := mirrored[o.Topic]
-		if o.Err != nil || t == nil || o.At < 0 || paused[topicPartition{o.Topic, o.Partition}] {
+		t, forward := mirrored[o.Topic], false
+		if t == nil {
+			t, forward = own[o.Topic], true
+		}
+		if o.Err != nil || t == nil || o.At < 0 || paused[topicPartition{t.Name, o.Partition}] {
 			return
 		}
 		ep := eng.Partition(t.ID, o.Partition)
@@ -798,9 +876,11 @@ func (s *mirrorSync) syncGroup(ctx context.Context, adm *kadm.Client, gos plugin
 				epoch = ep.EpochAt(at - 1)
 			}
 		}
-		tp := plugin.TopicPartition{Topic: o.Topic, Partition: o.Partition}
+		tp := plugin.TopicPartition{Topic: t.Name, Partition: o.Partition}
 		want := plugin.CommittedOffset{Offset: at, LeaderEpoch: epoch, Metadata: o.Metadata}
-		if c, ok := cur[tp]; !ok || c != want {
+		if c, ok := cur[tp]; forward && ok && c.Offset >= want.Offset {
+			return // this cluster's own topic: never backwards
+		} else if !ok || c != want {
 			commit[tp] = want
 		}
 	})
@@ -866,7 +946,17 @@ func (s *mirrorSync) syncACLs(ctx context.Context, cl *kgo.Client, f filters) er
 		return nil
 	}
 	dest := store.DescribeACLs(metadata.ACLFilter{ResourceType: 1, PatternType: 1, Operation: 1, Permission: 1})
-	plan := planACLs(sourceACLs(resp), dest, m.ManagedACLs, f.acls)
+	source, rules := sourceACLs(resp), f.acls
+	if prefix := mirrorcfg.Prefix(m.Configs); prefix != "" {
+		// The rules select by the source's names; the bindings here
+		// are on ours.
+		theirs, err := SourceMirrorTopics(ctx, cl)
+		if err != nil {
+			return fmt.Errorf("the source's mirrors: %w", err)
+		}
+		source, rules = prefixACLs(source, rules, prefix, theirs.Prefixes), []mirrorcfg.ACLRule{{}}
+	}
+	plan := planACLs(source, dest, m.ManagedACLs, rules)
 	if len(plan.create) == 0 && len(plan.delete) == 0 && slices.Equal(plan.managed, m.ManagedACLs) {
 		return nil
 	}

@@ -54,6 +54,7 @@ var mirrorConfigs = map[string]func(v string, c map[string]string) error{
 	"mirror.topic.properties.exclude":       func(string, map[string]string) error { return nil },
 	"mirror.metadata.refresh.interval.ms":   positiveInt,
 	"mirror.topic.replication.factor":       validRF,
+	TopicPrefix:                             validPrefix,
 }
 
 // unsupportedConfigs are keys of the KIP's mirror table Tandem does not

@@ -146,3 +146,14 @@ func TestErrorForCode(t *testing.T) {
 		t.Fatalf("ErrorForCode(3) = %v, want kerr's", err)
 	}
 }
+
+// TestPrefixFieldsRoundTrip: the tagged fields of issue 43 (a mirror's
+// topic prefix, a topic's and a manifest entry's source name, an added
+// topic's name here) survive a round trip, and messages without them
+// are coded as before (the golden file pins that).
+func TestPrefixFieldsRoundTrip(t *testing.T) {
+	roundTrip(t, &AddTopicsToMirrorRequest{Topics: []AddTopic{{TopicName: "a.orders", MirrorName: sp("m"), DestinationName: "orders"}}}, new(AddTopicsToMirrorRequest))
+	roundTrip(t, &DescribeMirrorsResponse{Mirrors: []DescribedMirror{{MirrorName: "m", TopicPrefix: "a.",
+		Topics:   []DescribedTopic{{TopicName: "a.orders", SourceTopicName: "orders", Partitions: []PartitionDetail{{State: "MIRRORING"}}}},
+		Diverged: []DivergedRange{{Topic: "a.orders", SourceTopic: "orders", Cause: "c"}}}}}, new(DescribeMirrorsResponse))
+}

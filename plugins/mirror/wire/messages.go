@@ -132,10 +132,15 @@ type AddTopicsToMirrorRequest struct {
 	ValidateOnly bool // tag 0
 }
 
+// AddTopic names a source topic. Tagged field 0, DestinationName, is
+// the topic's name here when it is not what the mirror's
+// mirror.topic.prefix makes of TopicName (a failback of a prefixed
+// topic: the old primary's orders copies the new primary's a.orders).
 type AddTopic struct {
-	TopicID    uuid.UUID
-	TopicName  string
-	MirrorName *string
+	TopicID         uuid.UUID
+	TopicName       string
+	MirrorName      *string
+	DestinationName string // tag 0
 }
 
 func (r *AddTopicsToMirrorRequest) Key() int16               { return KeyAddTopicsToMirror }
@@ -401,6 +406,7 @@ type DescribedMirror struct {
 	ACLSync              string          // tag 2
 	Diverged             []DivergedRange // tag 3
 	SourceClusterID      string          // tag 4
+	TopicPrefix          string          // tag 5: mirror.topic.prefix ("" for none)
 }
 
 // DivergedRange is an entry of a mirror's divergence manifest: records a
@@ -421,11 +427,19 @@ type DivergedRange struct {
 	Cause          string
 	CopyStart      int64
 	CopyEnd        int64
+	// SourceTopic is the mirror topic's name on the source when it is
+	// not Topic (DescribeMirrors' tag 0 of a manifest entry; "" when
+	// the same).
+	SourceTopic string
 }
 
+// DescribedTopic is a mirror topic by its name here. Tagged field 0,
+// SourceTopicName, is its name on the source when that differs ("" when
+// it is the same: a mirror without mirror.topic.prefix).
 type DescribedTopic struct {
-	TopicName  string
-	Partitions []PartitionDetail
+	TopicName       string
+	Partitions      []PartitionDetail
+	SourceTopicName string // tag 0
 }
 
 // PartitionDetail is one mirrored partition. SourceOffset is the source's
@@ -747,7 +761,7 @@ var schemas = map[reflect.Type][]field{
 	},
 	typeOf[ErrResponse](): errResponse,
 	typeOf[AddTopicsToMirrorRequest](): {
-		structs("Topics", uid("TopicID"), str("TopicName"), nstr("MirrorName")),
+		structs("Topics", uid("TopicID"), str("TopicName"), nstr("MirrorName"), tagged(0, str("DestinationName"))),
 		tagged(0, boolean("ValidateOnly")),
 	},
 	typeOf[TopicResponse](): {
@@ -782,13 +796,14 @@ var schemas = map[reflect.Type][]field{
 			structs("Topics", str("TopicName"),
 				structs("Partitions", i32("PartitionIndex"), i64("SourceOffset"), i64("DestinationOffset"), i64("Lag"), str("State"),
 					tagged(0, str("Reason")), tagged(1, i64("LagMs")), tagged(2, i64("SourceOffsetTime")),
-					tagged(3, boolean("SourceStale")), tagged(4, str("DestinationIssue")))),
+					tagged(3, boolean("SourceStale")), tagged(4, str("DestinationIssue"))),
+				tagged(0, str("SourceTopicName"))),
 			i32("AuthorizedOperations"),
 			tagged(0, nstr("ErrorMessage")), tagged(1, str("State")), tagged(2, str("ACLSync")),
 			tagged(3, structs("Diverged", str("Topic"), i32("Partition"), i64("FirstOffset"), i64("LastOffset"),
 				i32("FirstEpoch"), i32("LastEpoch"), i64("Records"), i64("FirstTimestamp"), i64("LastTimestamp"),
-				i64("TruncatedAt"), str("Cause"), i64("CopyStart"), i64("CopyEnd"))),
-			tagged(4, str("SourceClusterID"))),
+				i64("TruncatedAt"), str("Cause"), i64("CopyStart"), i64("CopyEnd"), tagged(0, str("SourceTopic")))),
+			tagged(4, str("SourceClusterID")), tagged(5, str("TopicPrefix"))),
 	},
 	typeOf[ReadMirrorStatesRequest](): {str("MirrorName"), partitionsTopics, boolean("NeedPartitionStates"),
 		tagged(0, shardMarks("KnownShards"))},
