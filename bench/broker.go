@@ -22,7 +22,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/tandem-kafka/tandem/localcluster"
+	"github.com/tandem-kafka/tandem/internal/localcluster"
 )
 
 // childEnv marks a process started as a benchmark broker, so that a test

@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tandem-kafka/tandem/localcluster"
+	"github.com/tandem-kafka/tandem/internal/localcluster"
 )
 
 // ClusterResult is what --cluster measured: replicated produce against

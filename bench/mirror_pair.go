@@ -13,7 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tandem-kafka/tandem/localcluster"
+	"github.com/tandem-kafka/tandem/internal/localcluster"
 	"github.com/tandem-kafka/tandem/testing/faultproxy"
 )
 

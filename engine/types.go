@@ -12,7 +12,7 @@ package engine
 import (
 	"time"
 
-	"github.com/tandem-kafka/tandem/uuid"
+	"github.com/tandem-kafka/tandem/internal/uuid"
 )
 
 // TopicID is a Kafka topic ID (a UUID), the key under which a partition's

@@ -16,8 +16,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // Voter is one entry of controller.quorum.voters: a node ID and the

@@ -29,8 +29,8 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // Config configures a Controller.

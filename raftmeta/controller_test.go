@@ -14,8 +14,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // node is a controller on a Pebble instance that can be restarted.

@@ -3,8 +3,8 @@ package raftmeta
 import (
 	"testing"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // TestMirrorNameFollowsMembership: a topic's mirror.name is set in the

@@ -11,11 +11,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/config"
 	"github.com/tandem-kafka/tandem/server/plugin"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // handleCreateTopics validates each topic as Kafka's controller does,

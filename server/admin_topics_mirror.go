@@ -7,10 +7,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/config"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // createTopicsRequest is CreateTopics from version 8 (KIP-1279): each

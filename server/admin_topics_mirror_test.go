@@ -8,9 +8,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // v8Topic is one topic of a CreateTopics v8 request as the test writes

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandem-kafka/tandem/properties"
+	"github.com/tandem-kafka/tandem/internal/properties"
 )
 
 // startOn starts a broker with node ID node on dir and returns it, or the

@@ -17,8 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tandem-kafka/tandem/kafkaclient"
-	"github.com/tandem-kafka/tandem/properties"
+	"github.com/tandem-kafka/tandem/internal/kafkaclient"
+	"github.com/tandem-kafka/tandem/internal/properties"
 )
 
 // clientFlags are the flags of every command that talks to a cluster:

@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tandem-kafka/tandem/localcluster"
+	"github.com/tandem-kafka/tandem/internal/localcluster"
 )
 
 const clusterDoc = `Starts a local cluster of N brokers in one command, for tryouts and demos:

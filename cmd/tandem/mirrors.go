@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/kafkaclient"
+	"github.com/tandem-kafka/tandem/internal/kafkaclient"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"

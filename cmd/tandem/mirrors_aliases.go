@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tandem-kafka/tandem/properties"
+	"github.com/tandem-kafka/tandem/internal/properties"
 )
 
 // The spellings of the KIP's current revision (its prototype's

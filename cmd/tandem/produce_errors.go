@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/kafkaclient"
+	"github.com/tandem-kafka/tandem/internal/kafkaclient"
 )
 
 // produceMessages keeps the error messages of Produce responses, which

@@ -21,8 +21,8 @@ import (
 
 	"github.com/tandem-kafka/tandem"
 	"github.com/tandem-kafka/tandem/console"
+	"github.com/tandem-kafka/tandem/internal/properties"
 	"github.com/tandem-kafka/tandem/prom"
-	"github.com/tandem-kafka/tandem/properties"
 	"github.com/tandem-kafka/tandem/server"
 )
 

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // Server-side assignors (KIP-848): the broker computes every member's

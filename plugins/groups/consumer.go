@@ -10,8 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // KIP-848's consumer protocol, as Kafka's group coordinator runs it. A

@@ -9,9 +9,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 func (p *Plugin) handleConsumerGroupHeartbeat(ctx context.Context, rc *plugin.RequestContext, req *kmsg.ConsumerGroupHeartbeatRequest) kmsg.Response {

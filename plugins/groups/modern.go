@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
-	"github.com/tandem-kafka/tandem/uuid"
+	"github.com/tandem-kafka/tandem/internal/uuid"
 )
 
 // groupKind is the protocol a group uses: the classic one (JoinGroup,

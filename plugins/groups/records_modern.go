@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
-	"github.com/tandem-kafka/tandem/uuid"
+	"github.com/tandem-kafka/tandem/internal/uuid"
 )
 
 // Records of KIP-848 consumer groups and KIP-932 share groups in

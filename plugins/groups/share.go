@@ -11,9 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // Share groups (KIP-932): membership and assignment, as Kafka's group

@@ -3,10 +3,10 @@ package mirror
 import (
 	"context"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // The metadata sync (discovery, topic creation and growth, config,

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // TestAddedTopics: AddTopicsToMirror's names here, and the refusal of

@@ -14,11 +14,11 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/diverged"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // Divergence quarantine: what a truncation removes from a mirror

@@ -9,9 +9,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // A mirror partition's state machine and its __mirror_state records are

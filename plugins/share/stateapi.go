@@ -6,8 +6,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/server/plugin"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // The share-group state APIs (InitializeShareGroupState,

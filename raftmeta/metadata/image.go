@@ -15,7 +15,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/tandem-kafka/tandem/uuid"
+	"github.com/tandem-kafka/tandem/internal/uuid"
 )
 
 // UUID is a Kafka UUID (topic IDs), the same type as engine.TopicID.

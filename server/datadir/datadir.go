@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tandem-kafka/tandem/properties"
+	"github.com/tandem-kafka/tandem/internal/properties"
 )
 
 // A broker's data dir holds, beside the engine's data/ and the metadata

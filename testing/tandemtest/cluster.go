@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tandem-kafka/tandem"
-	"github.com/tandem-kafka/tandem/localcluster"
+	"github.com/tandem-kafka/tandem/internal/localcluster"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server"
 )

@@ -18,7 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/localcluster"
+	"github.com/tandem-kafka/tandem/internal/localcluster"
 )
 
 // Proc is a tandem binary running as a child process.

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tandem-kafka/tandem/localcluster"
+	"github.com/tandem-kafka/tandem/internal/localcluster"
 )
 
 // ProcCluster is a multi-broker cluster of `tandem serve` processes:

@@ -4,7 +4,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/uuid"
+	"github.com/tandem-kafka/tandem/internal/uuid"
 )
 
 // A fetcher keeps a KIP-227 fetch session with its source broker, as

@@ -7,10 +7,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // TestDiscoverable: what a mirror's discovery adds, by source name.

@@ -32,6 +32,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
@@ -39,7 +40,6 @@ import (
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 // Plugin is what the metadata sync needs of the mirror plugin, which

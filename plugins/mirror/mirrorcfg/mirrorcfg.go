@@ -21,7 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tandem-kafka/tandem/kafkaclient"
+	"github.com/tandem-kafka/tandem/internal/kafkaclient"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 )
 

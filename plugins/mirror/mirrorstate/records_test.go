@@ -7,8 +7,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
-	"github.com/tandem-kafka/tandem/uuid"
 )
 
 var (

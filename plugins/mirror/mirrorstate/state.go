@@ -11,7 +11,7 @@
 // plugin's (plugins/mirror, state.go and coordinate.go).
 package mirrorstate
 
-import "github.com/tandem-kafka/tandem/uuid"
+import "github.com/tandem-kafka/tandem/internal/uuid"
 
 // Topic is the internal topic holding mirror partition states.
 const Topic = "__mirror_state"

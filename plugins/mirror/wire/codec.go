@@ -6,7 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kbin"
 
-	"github.com/tandem-kafka/tandem/uuid"
+	"github.com/tandem-kafka/tandem/internal/uuid"
 )
 
 // The mirror messages are coded as kmsg's are generated: from one
