@@ -56,12 +56,16 @@ type partSync struct {
 	also []*partSync
 }
 
-// end wakes the waiters of ps and of the parts it took over.
+// end wakes the waiters of ps and of the parts it took over, and of
+// those they took over: a partition left out of several rounds in a row
+// hands its parts on each time.
 func (ps *partSync) end(err error) {
-	for _, x := range append(ps.also, ps) {
-		x.err = err
-		close(x.done)
+	for _, x := range ps.also {
+		x.end(err)
 	}
+	ps.also = nil
+	ps.err = err
+	close(ps.done)
 }
 
 func newSyncRound() *syncRound { return &syncRound{parts: map[*Partition]*partSync{}} }

@@ -65,3 +65,24 @@ func TestSyncDoesNotWaitForOthers(t *testing.T) {
 		t.Fatalf("fast partition's high watermark %d, want 1", got)
 	}
 }
+
+// TestSyncPartEndsWhatItTookOver: a partition left out of two rounds in
+// a row (its sync still ran) hands its first part to the part of the
+// round after, which hands both to the next: ending the last must wake
+// the appends waiting on all three. Under franz-go's suite an append
+// registered while a round was still starting other partitions' syncs
+// waited forever, and the broker never stopped, since the part of the
+// first round was handed over twice and only one level was woken.
+func TestSyncPartEndsWhatItTookOver(t *testing.T) {
+	first := &partSync{done: make(chan struct{})}
+	second := &partSync{done: make(chan struct{}), also: []*partSync{first}}
+	third := &partSync{done: make(chan struct{}), also: []*partSync{second}}
+	third.end(nil)
+	for i, ps := range []*partSync{first, second, third} {
+		select {
+		case <-ps.done:
+		default:
+			t.Errorf("part %d of 3 not woken", i+1)
+		}
+	}
+}
