@@ -21,9 +21,28 @@ set -eu
 cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
 pid=
+# A broker that does not stop cleanly fails the run, with its log shown:
+# set -e alone would end the script on wait's status without a word.
 cleanup() {
-	[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+	st=0
+	if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
+		wait "$pid" 2>/dev/null || st=$?
+	fi
+	if [ "$st" -ne 0 ]; then
+		echo "the brokers did not stop cleanly (tandem cluster exited $st):" >&2
+		tail -n 20 "$dir/broker.log" >&2 || true
+		for f in "$dir"/data/node-*.log; do
+			# A broker that hung has its goroutines after SIGQUIT.
+			echo "== $f" >&2
+			if grep -q '^SIGQUIT' "$f"; then
+				sed -n '/^SIGQUIT/,$p' "$f" | head -n 5000 >&2
+			else
+				tail -n 20 "$f" >&2
+			fi
+		done
+	fi
 	rm -rf "$dir"
+	[ "$st" -eq 0 ] || exit 1
 }
 trap cleanup EXIT INT TERM
 

@@ -497,9 +497,10 @@ func (c *localCluster) restart(ctx context.Context, id int) (string, error) {
 }
 
 // stop sends SIGTERM to every running broker at once (each moves its
-// leaderships away and exits) and waits for them; a second signal, or a
-// broker still running after a minute, gets SIGKILL. It returns an error
-// naming the brokers that did not stop cleanly.
+// leaderships away and exits) and waits for them; a second signal kills
+// them, and a broker still running after a minute gets SIGQUIT (its
+// goroutines in its log) and then SIGKILL. It returns an error naming
+// the brokers that did not stop cleanly.
 func (c *localCluster) stop(restoreSignals func()) error {
 	kill := make(chan os.Signal, 1)
 	signal.Notify(kill, syscall.SIGTERM, os.Interrupt)
@@ -519,9 +520,16 @@ func (c *localCluster) stop(restoreSignals func()) error {
 			c.killAll()
 			<-n.proc.Done()
 		case <-deadline:
+			// Go prints every goroutine's stack on SIGQUIT, into the
+			// node's log: what the broker was waiting for.
+			c.signalAll(syscall.SIGQUIT)
+			select {
+			case <-n.proc.Done():
+			case <-time.After(5 * time.Second):
+			}
 			c.killAll()
 			<-n.proc.Done()
-			errs = append(errs, fmt.Errorf("node %d did not stop within a minute; killed", n.id))
+			errs = append(errs, fmt.Errorf("node %d did not stop within a minute; its goroutines are in its log (SIGQUIT), then it was killed: %s", n.id, n.logPath))
 		}
 		// A broker that exited on its own earlier was reported then.
 		if st := n.proc.State(); !n.gone && st.Exited() && st.ExitCode() != 0 {
@@ -534,10 +542,13 @@ func (c *localCluster) stop(restoreSignals func()) error {
 
 // killAll kills every running broker at once, without waiting for one
 // before killing the next.
-func (c *localCluster) killAll() {
+func (c *localCluster) killAll() { c.signalAll(os.Kill) }
+
+// signalAll sends sig to every running broker.
+func (c *localCluster) signalAll(sig os.Signal) {
 	for _, n := range c.nodes {
 		if n.proc.Running() {
-			n.proc.Signal(os.Kill)
+			n.proc.Signal(sig)
 		}
 	}
 }
