@@ -76,7 +76,7 @@ func TestMetricsPromtool(t *testing.T) {
 		t.Fatalf("promtool check metrics: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		`tandem_mirror_lag_records\{mirror="m1",topic="orders",partition="1",client_id="MirrorFetcherThread-1-\d+-m1"\} 0`,
+		`tandem_mirror_lag_records\{mirror="m1",topic="orders",source_topic="orders",partition="1",client_id="MirrorFetcherThread-1-\d+-m1"\} 0`,
 		`tandem_mirror_partitions\{mirror="m1",state="MIRRORING"\} 2`,
 		`tandem_mirror_max_lag_records\{mirror="m1"\} 0`,
 		`tandem_mirror_destination_partitions\{mirror="m1",health="ok"\} 2`,

@@ -625,7 +625,7 @@ func TestMirrorSpecPoints(t *testing.T) {
 		`tandem_mirror_partitions{mirror="m",state="STOPPED"}`,
 		`tandem_mirror_partitions{mirror="m",state="FAILED"} 0`,
 		`tandem_mirror_metadata_refresh_errors_total{mirror="m"}`,
-		`tandem_mirror_lag_records{mirror="m",topic="p",partition="0",client_id="MirrorFetcherThread-0-0-m"}`,
+		`tandem_mirror_lag_records{mirror="m",topic="p",source_topic="p",partition="0",client_id="MirrorFetcherThread-0-0-m"}`,
 		`tandem_mirror_fetch_bytes_total{mirror="m",client_id="MirrorFetcherThread-0-0-m"`,
 		`tandem_mirror_fetch_requests_total{mirror="m",client_id="MirrorFetcherThread-0-0-m"`,
 	} {

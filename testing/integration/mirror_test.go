@@ -385,7 +385,7 @@ func TestMirrorEndToEnd(t *testing.T) {
 	}
 	var metricsText bytes.Buffer
 	dst.b.WritePrometheus(&metricsText)
-	for _, m := range []string{`tandem_mirror_max_lag_records{mirror="m1"}`, `tandem_mirror_lag_records{mirror="m1",topic="` + topic + `",partition="0",client_id="MirrorFetcherThread-`,
+	for _, m := range []string{`tandem_mirror_max_lag_records{mirror="m1"}`, `tandem_mirror_lag_records{mirror="m1",topic="` + topic + `",source_topic="` + topic + `",partition="0",client_id="MirrorFetcherThread-`,
 		`tandem_mirror_partitions{mirror="m1",state="MIRRORING"} 6`, `tandem_server_requests_total{api="CreateMirror"} 1`, `tandem_server_requests_total{api="AddTopicsToMirror"}`} {
 		if !strings.Contains(metricsText.String(), m) {
 			t.Fatalf("metric %s missing from /metrics", m)
