@@ -23,7 +23,7 @@ import (
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
@@ -190,7 +190,7 @@ func probeKafka(ctx context.Context, addr string, tc *tls.Config, timeout time.D
 // ID, all in one metadata batch per mirror, or none at all. The answer
 // says what LME and replication truncation will remove from topics that
 // exist here with records (a failback); validate-only, nothing is added.
-func (p *Plugin) addTopics(ctx context.Context, req *wire.AddTopicsToMirrorRequest) (uuid.UUID, []wire.Truncation, error) {
+func (p *Plugin) addTopics(ctx context.Context, req *mirrorproto.AddTopicsToMirrorRequest) (uuid.UUID, []mirrorproto.Truncation, error) {
 	var names []string
 	for _, t := range req.Topics {
 		if t.MirrorName != nil {
@@ -206,7 +206,7 @@ func (p *Plugin) addTopics(ctx context.Context, req *wire.AddTopicsToMirrorReque
 		return uuid.UUID{}, nil, err
 	}
 	var first uuid.UUID
-	var plan []wire.Truncation
+	var plan []mirrorproto.Truncation
 	for _, mirror := range slices.Sorted(maps.Keys(byMirror)) {
 		specs, truncs, err := p.sourceTopics(ctx, img.Mirrors[mirror], byMirror[mirror])
 		if err != nil {
@@ -237,7 +237,7 @@ type addedTopic struct{ src, dest string }
 // their names here, and refuses a topic whose name here another mirror
 // (or another topic of the request) already takes: two mirrors never
 // write one topic.
-func addedTopics(img *metadata.Image, topics []wire.AddTopic) (map[string][]addedTopic, error) {
+func addedTopics(img *metadata.Image, topics []mirrorproto.AddTopic) (map[string][]addedTopic, error) {
 	byMirror := map[string][]addedTopic{}
 	taken := map[string]addedTopic{} // by name here, with the mirror in src's place
 	takenBy := map[string]string{}
@@ -247,7 +247,7 @@ func addedTopics(img *metadata.Image, topics []wire.AddTopic) (map[string][]adde
 			if t.MirrorName != nil {
 				name = *t.MirrorName
 			}
-			return nil, fmt.Errorf("mirror %s does not exist: %w", name, wire.ErrMirrorNotFound)
+			return nil, fmt.Errorf("mirror %s does not exist: %w", name, mirrorproto.ErrMirrorNotFound)
 		}
 		mirror := *t.MirrorName
 		dest := cmp.Or(t.DestinationName, mirrorcfg.DestName(img.Mirrors[mirror].Configs, t.TopicName))
@@ -269,14 +269,14 @@ func addedTopics(img *metadata.Image, topics []wire.AddTopic) (map[string][]adde
 // was.
 func nameTaken(dest, mirror, src, other, otherSrc string) error {
 	if src == dest && otherSrc == dest && mirror != other {
-		return fmt.Errorf("topic %s is already mirrored by mirror %s: %w", dest, other, wire.ErrTopicAlreadyMirrored)
+		return fmt.Errorf("topic %s is already mirrored by mirror %s: %w", dest, other, mirrorproto.ErrTopicAlreadyMirrored)
 	}
 	if mirror == other && src == otherSrc {
-		return fmt.Errorf("topic %s is already mirrored by mirror %s: %w", dest, other, wire.ErrTopicAlreadyMirrored)
+		return fmt.Errorf("topic %s is already mirrored by mirror %s: %w", dest, other, mirrorproto.ErrTopicAlreadyMirrored)
 	}
 	return fmt.Errorf("topic %s here would be mirror %s's copy of its source topic %s, and is mirror %s's copy of its source topic %s: "+
 		"two mirrors never write one topic (give each mirror its own %s): %w",
-		dest, mirror, src, other, otherSrc, mirrorcfg.TopicPrefix, wire.ErrTopicAlreadyMirrored)
+		dest, mirror, src, other, otherSrc, mirrorcfg.TopicPrefix, mirrorproto.ErrTopicAlreadyMirrored)
 }
 
 // topicRF is the replication factor of the topics mirror m creates here:
@@ -302,7 +302,7 @@ func (p *Plugin) topicRF(m *metadata.Mirror) int16 {
 
 // sourceTopics describes topics on a mirror's source cluster: their specs
 // here, and what truncation takes from those that exist here.
-func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []addedTopic) ([]raftmeta.TopicSpec, []wire.Truncation, error) {
+func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []addedTopic) ([]raftmeta.TopicSpec, []mirrorproto.Truncation, error) {
 	cl, err := p.sourceClient(m)
 	if err != nil {
 		return nil, nil, err
@@ -311,7 +311,7 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 	ctx, cancel := context.WithTimeout(ctx, min(p.cfg.RequestTimeout, sourceTimeout))
 	defer cancel()
 	unavailable := func(what string, err error) error {
-		return fmt.Errorf("source cluster %s of mirror %s: %s: %v: %w", m.Configs["bootstrap.servers"], m.Name, what, err, wire.ErrMirrorSourceUnavailable)
+		return fmt.Errorf("source cluster %s of mirror %s: %s: %v: %w", m.Configs["bootstrap.servers"], m.Name, what, err, mirrorproto.ErrMirrorSourceUnavailable)
 	}
 	dest := map[string]string{} // source names to ours
 	mreq := kmsg.NewPtrMetadataRequest()
@@ -429,7 +429,7 @@ func idTaken(mirror, src, dest string, id uuid.UUID, holder string) error {
 // would come back with both prefixes (a.b.orders), and so on forever.
 func mirrorOfMirror(m *metadata.Mirror, spec raftmeta.TopicSpec, sourceMirror string) error {
 	return fmt.Errorf("topic %s on the source of mirror %s is a mirror topic there (mirror %s): a mirror with %s never copies mirror topics, which would come back as %s: %w",
-		spec.Source, m.Name, sourceMirror, mirrorcfg.TopicPrefix, spec.Name, wire.ErrTopicAlreadyMirrored)
+		spec.Source, m.Name, sourceMirror, mirrorcfg.TopicPrefix, spec.Name, mirrorproto.ErrTopicAlreadyMirrored)
 }
 
 // selfMirror refuses a mirror whose source is this very cluster.
@@ -450,7 +450,7 @@ func mirrorLoop(here string, source *string, topic, sourceMirror string) error {
 		src = *source
 	}
 	return fmt.Errorf("mirror loop: topic %s on source cluster %s is mirrored by its mirror %s from this cluster %s; fail it over there first: %w",
-		topic, src, sourceMirror, here, wire.ErrTopicAlreadyMirrored)
+		topic, src, sourceMirror, here, mirrorproto.ErrTopicAlreadyMirrored)
 }
 
 // truncationPlan predicts what adding topics to a mirror removes from the
@@ -458,10 +458,10 @@ func mirrorLoop(here string, source *string, topic, sourceMirror string) error {
 // the source's last mirror epoch (LME) ends here (everything if the source
 // never mirrored the topic), then to where that epoch ends on the source.
 // The source is asked by its names, the plan names the topics here.
-func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror string, specs []raftmeta.TopicSpec) ([]wire.Truncation, error) {
+func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror string, specs []raftmeta.TopicSpec) ([]mirrorproto.Truncation, error) {
 	img := p.Image()
 	eng := p.Host()
-	lmeReq := &wire.LastMirroredOffsetsRequest{MirrorName: mirror}
+	lmeReq := &mirrorproto.LastMirroredOffsetsRequest{MirrorName: mirror}
 	here := map[string]string{} // source names to ours
 	for _, s := range specs {
 		if img.Topics[s.Name] == nil {
@@ -469,7 +469,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 		}
 		src := cmp.Or(s.Source, s.Name)
 		here[src] = s.Name
-		pt := wire.PartitionsTopic{Name: src}
+		pt := mirrorproto.PartitionsTopic{Name: src}
 		for i := range s.Partitions {
 			pt.Partitions = append(pt.Partitions, i)
 		}
@@ -479,7 +479,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 		return nil, nil
 	}
 	lmes := map[topicPartition]int32{}
-	served, err := servesKey(ctx, cl, wire.KeyLastMirroredOffsets)
+	served, err := servesKey(ctx, cl, mirrorproto.KeyLastMirroredOffsets)
 	if err != nil {
 		return nil, err
 	}
@@ -488,10 +488,10 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 		if err != nil {
 			return nil, err
 		}
-		for _, t := range resp.(*wire.LastMirroredOffsetsResponse).Topics {
+		for _, t := range resp.(*mirrorproto.LastMirroredOffsetsResponse).Topics {
 			for _, pp := range t.Partitions {
 				if pp.ErrorCode != 0 {
-					return nil, fmt.Errorf("%s-%d: %w", t.Name, pp.PartitionIndex, wire.ErrorForCode(pp.ErrorCode))
+					return nil, fmt.Errorf("%s-%d: %w", t.Name, pp.PartitionIndex, mirrorproto.ErrorForCode(pp.ErrorCode))
 				}
 				lmes[topicPartition{t.Name, pp.PartitionIndex}] = pp.LastMirrorEpoch
 			}
@@ -528,7 +528,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 			}
 		}
 	}
-	var plan []wire.Truncation
+	var plan []mirrorproto.Truncation
 	for _, t := range lmeReq.Topics {
 		id := img.Topics[here[t.Name]].ID
 		for _, i := range t.Partitions {
@@ -551,7 +551,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 				}
 			}
 			if to < offs.LogEnd {
-				plan = append(plan, wire.Truncation{Topic: here[t.Name], Partition: i, LogEnd: offs.LogEnd, TruncateTo: to, LastMirrorEpoch: lme})
+				plan = append(plan, mirrorproto.Truncation{Topic: here[t.Name], Partition: i, LogEnd: offs.LogEnd, TruncateTo: to, LastMirrorEpoch: lme})
 			}
 		}
 	}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/internal/uuid"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
@@ -124,23 +124,23 @@ func (p *Plugin) readState(ctx context.Context, k mirrorstate.PartitionKey, id u
 
 // readPartitionRemote asks coordinator node for a partition's state and
 // manifest entries.
-func (p *Plugin) readPartitionRemote(ctx context.Context, node int32, k mirrorstate.PartitionKey, id uuid.UUID) (wire.StatePartition, error) {
-	req := &wire.ReadMirrorStatesRequest{MirrorName: k.Mirror, NeedPartitionStates: true,
-		Topics: []wire.PartitionsTopic{{Name: k.Topic, Partitions: []int32{k.Partition}, TopicID: id}}}
+func (p *Plugin) readPartitionRemote(ctx context.Context, node int32, k mirrorstate.PartitionKey, id uuid.UUID) (mirrorproto.StatePartition, error) {
+	req := &mirrorproto.ReadMirrorStatesRequest{MirrorName: k.Mirror, NeedPartitionStates: true,
+		Topics: []mirrorproto.PartitionsTopic{{Name: k.Topic, Partitions: []int32{k.Partition}, TopicID: id}}}
 	resp, err := p.send(ctx, node, req)
 	if err != nil {
-		return wire.StatePartition{}, err
+		return mirrorproto.StatePartition{}, err
 	}
-	r := resp.(*wire.ReadMirrorStatesResponse)
+	r := resp.(*mirrorproto.ReadMirrorStatesResponse)
 	if r.ErrorCode != 0 {
-		return wire.StatePartition{}, fmt.Errorf("reading mirror state on broker %d: %w", node, wire.ErrorForCode(r.ErrorCode))
+		return mirrorproto.StatePartition{}, fmt.Errorf("reading mirror state on broker %d: %w", node, mirrorproto.ErrorForCode(r.ErrorCode))
 	}
 	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
-		return wire.StatePartition{}, fmt.Errorf("reading mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
+		return mirrorproto.StatePartition{}, fmt.Errorf("reading mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
 	}
 	sp := r.Topics[0].Partitions[0]
 	if sp.ErrorCode != 0 {
-		return wire.StatePartition{}, fmt.Errorf("reading mirror state of %s-%d on broker %d: %w", k.Topic, k.Partition, node, wire.ErrorForCode(sp.ErrorCode))
+		return mirrorproto.StatePartition{}, fmt.Errorf("reading mirror state of %s-%d on broker %d: %w", k.Topic, k.Partition, node, mirrorproto.ErrorForCode(sp.ErrorCode))
 	}
 	return sp, nil
 }
@@ -155,7 +155,7 @@ func (p *Plugin) readStateRemote(ctx context.Context, node int32, k mirrorstate.
 
 // stateOf is the persisted state a coordinator answered; id is the topic
 // ID asked for, for an answer without one.
-func stateOf(sp *wire.StatePartition, id uuid.UUID) mirrorstate.PartitionState {
+func stateOf(sp *mirrorproto.StatePartition, id uuid.UUID) mirrorstate.PartitionState {
 	st := mirrorstate.PartitionState{State: mirrorstate.State(sp.State), Reason: sp.Reason, TopicID: sp.TopicID, LMO: sp.LastMirroredOffset, LME: sp.LastMirrorEpoch,
 		StopAt: sp.StopOffset, StopEpoch: sp.StopEpoch, StopDone: sp.StopDone, StopIndex: sp.StopIndex,
 		Cut: mirrorstate.Cut{Set: sp.CutSet, At: sp.CutAt, Time: sp.CutTime, Records: sp.CutRecords, Ms: sp.CutMs}, CompleteAt: sp.CompleteAt}
@@ -202,8 +202,8 @@ func (p *Plugin) writeState(ctx context.Context, k mirrorstate.PartitionKey, id 
 }
 
 // statePartition is a partition's state as WriteMirrorStates carries it.
-func statePartition(partition int32, id uuid.UUID, st mirrorstate.PartitionState) wire.StatePartition {
-	return wire.StatePartition{
+func statePartition(partition int32, id uuid.UUID, st mirrorstate.PartitionState) mirrorproto.StatePartition {
+	return mirrorproto.StatePartition{
 		PartitionIndex: partition, LastMirroredOffset: st.LMO, State: int8(st.State), LastMirrorEpoch: st.LME,
 		Reason: st.Reason, TopicID: id, StopOffset: st.StopAt, StopEpoch: st.StopEpoch, StopDone: st.StopDone, StopIndex: st.StopIndex,
 		CutSet: st.Cut.Set, CutAt: st.Cut.At, CutTime: st.Cut.Time, CutRecords: st.Cut.Records, CutMs: st.Cut.Ms, CompleteAt: st.CompleteAt,
@@ -212,24 +212,24 @@ func statePartition(partition int32, id uuid.UUID, st mirrorstate.PartitionState
 
 // writeRemoteTopics sends the states of several partitions, by topic, in
 // one WriteMirrorStates to coordinator node.
-func (p *Plugin) writeRemoteTopics(ctx context.Context, node int32, mirror string, topics map[string][]wire.StatePartition) error {
-	req := &wire.WriteMirrorStatesRequest{MirrorName: mirror}
+func (p *Plugin) writeRemoteTopics(ctx context.Context, node int32, mirror string, topics map[string][]mirrorproto.StatePartition) error {
+	req := &mirrorproto.WriteMirrorStatesRequest{MirrorName: mirror}
 	for name, parts := range topics {
-		req.TopicsUpdated = append(req.TopicsUpdated, wire.StatesTopic{Name: name, Partitions: parts})
+		req.TopicsUpdated = append(req.TopicsUpdated, mirrorproto.StatesTopic{Name: name, Partitions: parts})
 	}
 	resp, err := p.send(ctx, node, req)
 	if err != nil {
 		return err
 	}
-	r := resp.(*wire.WriteMirrorStatesResponse)
+	r := resp.(*mirrorproto.WriteMirrorStatesResponse)
 	if r.ErrorCode != 0 {
-		return fmt.Errorf("writing mirror states on broker %d: %w", node, wire.ErrorForCode(r.ErrorCode))
+		return fmt.Errorf("writing mirror states on broker %d: %w", node, mirrorproto.ErrorForCode(r.ErrorCode))
 	}
 	var errs []error
 	for _, t := range r.Topics {
 		for _, sp := range t.Partitions {
 			if sp.ErrorCode != 0 {
-				errs = append(errs, fmt.Errorf("writing mirror state of %s-%d on broker %d: %w", t.Name, sp.PartitionIndex, node, wire.ErrorForCode(sp.ErrorCode)))
+				errs = append(errs, fmt.Errorf("writing mirror state of %s-%d on broker %d: %w", t.Name, sp.PartitionIndex, node, mirrorproto.ErrorForCode(sp.ErrorCode)))
 			}
 		}
 	}
@@ -238,21 +238,21 @@ func (p *Plugin) writeRemoteTopics(ctx context.Context, node int32, mirror strin
 
 // writeRemote sends one partition's WriteMirrorStates to coordinator
 // node.
-func (p *Plugin) writeRemote(ctx context.Context, node int32, k mirrorstate.PartitionKey, sp wire.StatePartition) error {
-	req := &wire.WriteMirrorStatesRequest{MirrorName: k.Mirror, TopicsUpdated: []wire.StatesTopic{{Name: k.Topic, Partitions: []wire.StatePartition{sp}}}}
+func (p *Plugin) writeRemote(ctx context.Context, node int32, k mirrorstate.PartitionKey, sp mirrorproto.StatePartition) error {
+	req := &mirrorproto.WriteMirrorStatesRequest{MirrorName: k.Mirror, TopicsUpdated: []mirrorproto.StatesTopic{{Name: k.Topic, Partitions: []mirrorproto.StatePartition{sp}}}}
 	resp, err := p.send(ctx, node, req)
 	if err != nil {
 		return err
 	}
-	r := resp.(*wire.WriteMirrorStatesResponse)
+	r := resp.(*mirrorproto.WriteMirrorStatesResponse)
 	if r.ErrorCode != 0 {
-		return fmt.Errorf("writing mirror state on broker %d: %w", node, wire.ErrorForCode(r.ErrorCode))
+		return fmt.Errorf("writing mirror state on broker %d: %w", node, mirrorproto.ErrorForCode(r.ErrorCode))
 	}
 	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
 		return fmt.Errorf("writing mirror state on broker %d: %d topics in the answer: %w", node, len(r.Topics), kerr.UnknownServerError)
 	}
 	if c := r.Topics[0].Partitions[0].ErrorCode; c != 0 {
-		return fmt.Errorf("writing mirror state of %s-%d on broker %d: %w", k.Topic, k.Partition, node, wire.ErrorForCode(c))
+		return fmt.Errorf("writing mirror state of %s-%d on broker %d: %w", k.Topic, k.Partition, node, mirrorproto.ErrorForCode(c))
 	}
 	return nil
 }
@@ -301,8 +301,8 @@ func (p *Plugin) latestImage(ctx context.Context, names ...string) *metadata.Ima
 // whether their runs can use the source (errCode, errMsg: the first
 // failure one reported).
 type remoteMirror struct {
-	details  map[topicPartition]wire.PartitionDetail
-	diverged []wire.DivergedRange
+	details  map[topicPartition]mirrorproto.PartitionDetail
+	diverged []mirrorproto.DivergedRange
 	errCode  int16
 	errMsg   string
 }
@@ -312,7 +312,7 @@ type remoteMirror struct {
 // own view (DescribeMirrors with Local). A leader that does not answer
 // leaves its partitions out: their lag stays unknown, never 0.
 func (p *Plugin) remoteView(ctx context.Context, mirror string) remoteMirror {
-	out := remoteMirror{details: map[topicPartition]wire.PartitionDetail{}}
+	out := remoteMirror{details: map[topicPartition]mirrorproto.PartitionDetail{}}
 	img := p.Image()
 	m := img.Mirrors[mirror]
 	if m == nil {
@@ -342,13 +342,13 @@ func (p *Plugin) remoteView(ctx context.Context, mirror string) remoteMirror {
 		go func() {
 			defer wg.Done()
 			p.Contain(func() {
-				resp, err := p.send(ctx, node, &wire.DescribeMirrorsRequest{MirrorNames: []string{mirror}, Local: true})
+				resp, err := p.send(ctx, node, &mirrorproto.DescribeMirrorsRequest{MirrorNames: []string{mirror}, Local: true})
 				if err != nil {
 					return
 				}
 				mu.Lock()
 				defer mu.Unlock()
-				for _, dm := range resp.(*wire.DescribeMirrorsResponse).Mirrors {
+				for _, dm := range resp.(*mirrorproto.DescribeMirrorsResponse).Mirrors {
 					if dm.ErrorCode != 0 && dm.State == "" {
 						continue // not described there (not in its image yet)
 					}
@@ -377,7 +377,7 @@ func (p *Plugin) remoteView(ctx context.Context, mirror string) remoteMirror {
 }
 
 // remoteDetailsOnly is remoteView's partition details.
-func (p *Plugin) remoteDetailsOnly(ctx context.Context, mirror string) map[topicPartition]wire.PartitionDetail {
+func (p *Plugin) remoteDetailsOnly(ctx context.Context, mirror string) map[topicPartition]mirrorproto.PartitionDetail {
 	return p.remoteView(ctx, mirror).details
 }
 
@@ -400,11 +400,11 @@ func (p *Plugin) readStatesBatch(ctx context.Context, mirror string, parts map[t
 		byNode[leader] = append(byNode[leader], k)
 	}
 	for node, keys := range byNode {
-		req := &wire.ReadMirrorStatesRequest{MirrorName: mirror, NeedPartitionStates: true}
+		req := &mirrorproto.ReadMirrorStatesRequest{MirrorName: mirror, NeedPartitionStates: true}
 		for _, k := range keys {
-			i := slices.IndexFunc(req.Topics, func(t wire.PartitionsTopic) bool { return t.Name == k.topic })
+			i := slices.IndexFunc(req.Topics, func(t mirrorproto.PartitionsTopic) bool { return t.Name == k.topic })
 			if i < 0 {
-				req.Topics = append(req.Topics, wire.PartitionsTopic{Name: k.topic, TopicID: parts[k]})
+				req.Topics = append(req.Topics, mirrorproto.PartitionsTopic{Name: k.topic, TopicID: parts[k]})
 				i = len(req.Topics) - 1
 			}
 			req.Topics[i].Partitions = append(req.Topics[i].Partitions, k.partition)
@@ -413,7 +413,7 @@ func (p *Plugin) readStatesBatch(ctx context.Context, mirror string, parts map[t
 		if err != nil {
 			continue
 		}
-		for _, t := range resp.(*wire.ReadMirrorStatesResponse).Topics {
+		for _, t := range resp.(*mirrorproto.ReadMirrorStatesResponse).Topics {
 			for _, sp := range t.Partitions {
 				k := topicPartition{t.Name, sp.PartitionIndex}
 				id, ok := parts[k]

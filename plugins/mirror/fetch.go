@@ -15,8 +15,8 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/internal/kafkaclient"
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 )
 
 // The fetch itself (KIP-1279's MirrorFetcherThread: the Fetch request,
@@ -295,7 +295,7 @@ func (t *fetchTarget) setTrouble(err error) {
 	default:
 		t.trouble = err.Error()
 	}
-	t.cutOff = errors.Is(err, wire.ErrMirrorSourceUnavailable)
+	t.cutOff = errors.Is(err, mirrorproto.ErrMirrorSourceUnavailable)
 }
 
 // Apply implements fetch.Target with applyPartition.
@@ -423,7 +423,7 @@ func (w writeRefused) Unwrap() error { return w.error }
 // for the partition.
 func (r *mirrorRun) refused(pt *ledPartition, batches []byte, err error) error {
 	switch {
-	case errors.Is(err, wire.ErrMirrorLeaderEpochExceeded):
+	case errors.Is(err, mirrorproto.ErrMirrorLeaderEpochExceeded):
 		r.scheduleBump(pt.topic, pt.partition, maxBatchEpoch(batches))
 		return r.setState(pt, mirrorstate.EpochFencing, "")
 	case errors.Is(err, engine.ErrUnexpectedAppendOffset):

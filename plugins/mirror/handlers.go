@@ -19,8 +19,8 @@ import (
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/diverged"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -33,8 +33,8 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 	clusterAction := rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster")
 	clusterDenied := fmt.Errorf("mirror API %d needs CLUSTER_ACTION on the cluster: %w", req.Key(), kerr.ClusterAuthorizationFailed)
 	switch req := req.(type) {
-	case *wire.CreateMirrorRequest:
-		r := resp.(*wire.CreateMirrorResponse)
+	case *mirrorproto.CreateMirrorRequest:
+		r := resp.(*mirrorproto.CreateMirrorResponse)
 		name := ""
 		if req.MirrorName != nil {
 			name = *req.MirrorName
@@ -44,8 +44,8 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 			break
 		}
 		r.SetErr(code(p.createMirror(ctx, req)))
-	case *wire.AddTopicsToMirrorRequest:
-		r := resp.(*wire.AddTopicsToMirrorResponse)
+	case *mirrorproto.AddTopicsToMirrorRequest:
+		r := resp.(*mirrorproto.AddTopicsToMirrorResponse)
 		var denied error
 		for _, t := range req.Topics {
 			if t.MirrorName != nil && denied == nil {
@@ -59,9 +59,9 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 		id, plan, err := p.addTopics(ctx, req)
 		r.TopicID, r.Truncations = id, plan
 		c, msg := code(err)
-		r.ErrorCode, r.ErrorMessage = c, wire.NonEmpty(msg)
-	case *wire.RemoveTopicsFromMirrorRequest:
-		r := resp.(*wire.RemoveTopicsFromMirrorResponse)
+		r.ErrorCode, r.ErrorMessage = c, mirrorproto.NonEmpty(msg)
+	case *mirrorproto.RemoveTopicsFromMirrorRequest:
+		r := resp.(*mirrorproto.RemoveTopicsFromMirrorResponse)
 		if err := mirrorAuthorized(rc, kmsg.ACLOperationAlter, req.MirrorName); err != nil {
 			r.ErrorCode, _ = code(err)
 			break
@@ -79,14 +79,14 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 				msg += fmt.Sprintf("; %d partition(s) had failed over already", n)
 			}
 		}
-		r.ErrorCode, r.ErrorMessage = c, wire.NonEmpty(msg)
-	case *wire.LastMirroredOffsetsRequest:
+		r.ErrorCode, r.ErrorMessage = c, mirrorproto.NonEmpty(msg)
+	case *mirrorproto.LastMirroredOffsetsRequest:
 		// Asked by the destination of a failback with its credentials on
 		// this (source) cluster: DESCRIBE on each topic, as ListOffsets.
-		r := resp.(*wire.LastMirroredOffsetsResponse)
+		r := resp.(*mirrorproto.LastMirroredOffsetsResponse)
 		r.Topics = p.lastMirrored(ctx, rc, req)
-	case *wire.ListMirrorsRequest:
-		r := resp.(*wire.ListMirrorsResponse)
+	case *mirrorproto.ListMirrorsRequest:
+		r := resp.(*mirrorproto.ListMirrorsResponse)
 		img := p.awaitMirrors(ctx)
 		for _, name := range slices.Sorted(maps.Keys(img.Mirrors)) {
 			m := img.Mirrors[name]
@@ -99,28 +99,28 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 					n++
 				}
 			}
-			r.Mirrors = append(r.Mirrors, wire.ListedMirror{MirrorName: name, SourceBootstrap: m.Configs["bootstrap.servers"], TopicCount: int32(n)})
+			r.Mirrors = append(r.Mirrors, mirrorproto.ListedMirror{MirrorName: name, SourceBootstrap: m.Configs["bootstrap.servers"], TopicCount: int32(n)})
 		}
-	case *wire.DescribeMirrorsRequest:
-		resp.(*wire.DescribeMirrorsResponse).Mirrors = p.describe(ctx, rc, req, p.describedImage(ctx, req))
-	case *wire.ReadMirrorStatesRequest:
-		r := resp.(*wire.ReadMirrorStatesResponse)
+	case *mirrorproto.DescribeMirrorsRequest:
+		resp.(*mirrorproto.DescribeMirrorsResponse).Mirrors = p.describe(ctx, rc, req, p.describedImage(ctx, req))
+	case *mirrorproto.ReadMirrorStatesRequest:
+		r := resp.(*mirrorproto.ReadMirrorStatesResponse)
 		if !clusterAction {
 			r.ErrorCode, _ = code(clusterDenied)
 			break
 		}
 		r.Topics, r.Shards, r.ErrorCode = p.readStates(ctx, req)
-	case *wire.WriteMirrorStatesRequest:
-		r := resp.(*wire.WriteMirrorStatesResponse)
+	case *mirrorproto.WriteMirrorStatesRequest:
+		r := resp.(*mirrorproto.WriteMirrorStatesResponse)
 		if !clusterAction {
 			r.ErrorCode, _ = code(clusterDenied)
 			break
 		}
 		r.Topics = p.writeStates(ctx, req)
-	case *wire.MirrorTopicsRequest:
-		r := resp.(*wire.MirrorTopicsResponse)
+	case *mirrorproto.MirrorTopicsRequest:
+		r := resp.(*mirrorproto.MirrorTopicsResponse)
 		op := kmsg.ACLOperationAlter
-		if req.Key() == wire.KeyDeleteMirror {
+		if req.Key() == mirrorproto.KeyDeleteMirror {
 			op = kmsg.ACLOperationDelete
 		}
 		if err := mirrorAuthorized(rc, op, req.MirrorName); err != nil {
@@ -129,20 +129,20 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 		}
 		var err error
 		switch req.Key() {
-		case wire.KeyPauseMirrorTopics:
+		case mirrorproto.KeyPauseMirrorTopics:
 			err = p.pause(ctx, req.MirrorName, req.Topics, true)
-		case wire.KeyResumeMirrorTopics:
+		case mirrorproto.KeyResumeMirrorTopics:
 			err = p.pause(ctx, req.MirrorName, req.Topics, false)
-		case wire.KeyDeleteMirror:
+		case mirrorproto.KeyDeleteMirror:
 			err = p.deleteMirror(ctx, req.MirrorName)
 		}
 		r.SetErr(code(err))
-	case *wire.BumpLeaderEpochsRequest:
-		r := resp.(*wire.BumpLeaderEpochsResponse)
+	case *mirrorproto.BumpLeaderEpochsRequest:
+		r := resp.(*mirrorproto.BumpLeaderEpochsResponse)
 		for _, t := range req.Topics {
-			bt := wire.BumpTopic{TopicID: t.TopicID}
+			bt := mirrorproto.BumpTopic{TopicID: t.TopicID}
 			for _, bp := range t.Partitions {
-				out := wire.BumpPartition{PartitionIndex: bp.PartitionIndex, LeaderEpoch: -1}
+				out := mirrorproto.BumpPartition{PartitionIndex: bp.PartitionIndex, LeaderEpoch: -1}
 				if !clusterAction {
 					out.ErrorCode, _ = code(clusterDenied)
 				} else if e, err := p.bumpLeaderEpoch(ctx, t.TopicID, bp.PartitionIndex, bp.MinLeaderEpoch); err != nil {
@@ -176,10 +176,10 @@ func mirrorAuthorized(rc *plugin.RequestContext, op kmsg.ACLOperation, name stri
 	if rc.Allowed(cop, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
 		return nil
 	}
-	return fmt.Errorf("%s on mirror %s is not authorized: %w", op, name, wire.ErrMirrorAuthorizationFailed)
+	return fmt.Errorf("%s on mirror %s is not authorized: %w", op, name, mirrorproto.ErrMirrorAuthorizationFailed)
 }
 
-func alreadyStopped(report []wire.FailoverPartition) int {
+func alreadyStopped(report []mirrorproto.FailoverPartition) int {
 	n := 0
 	for _, fp := range report {
 		if fp.AlreadyStopped {
@@ -189,7 +189,7 @@ func alreadyStopped(report []wire.FailoverPartition) int {
 	return n
 }
 
-func topicNames(ts []wire.RemoveTopic) []string {
+func topicNames(ts []mirrorproto.RemoveTopic) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
 		out[i] = t.TopicName
@@ -221,7 +221,7 @@ func (p *Plugin) throttledRate() int64 {
 	return p.cfg.ThrottledRate
 }
 
-func (p *Plugin) createMirror(ctx context.Context, req *wire.CreateMirrorRequest) error {
+func (p *Plugin) createMirror(ctx context.Context, req *mirrorproto.CreateMirrorRequest) error {
 	if req.MirrorName == nil || *req.MirrorName == "" {
 		return fmt.Errorf("a mirror needs a name: %w", kerr.InvalidRequest)
 	}
@@ -236,7 +236,7 @@ func (p *Plugin) createMirror(ctx context.Context, req *wire.CreateMirrorRequest
 		return err
 	}
 	if p.Image().Mirrors[name] != nil {
-		return fmt.Errorf("mirror %s already exists: %w", name, wire.ErrMirrorAlreadyExists)
+		return fmt.Errorf("mirror %s already exists: %w", name, mirrorproto.ErrMirrorAlreadyExists)
 	}
 	reachable, err := p.probeSource(ctx, configs)
 	if err != nil {
@@ -268,7 +268,7 @@ func mirrorTopics(m *metadata.Mirror, names []string) ([]string, error) {
 					done = append(done, t)
 				}
 			}
-			return nil, fmt.Errorf("mirror %s: %s failed over already (STOPPED): %w", m.Name, strings.Join(done, ", "), wire.ErrTopicNotMirrored)
+			return nil, fmt.Errorf("mirror %s: %s failed over already (STOPPED): %w", m.Name, strings.Join(done, ", "), mirrorproto.ErrTopicNotMirrored)
 		}
 	}
 	return active, nil
@@ -305,10 +305,10 @@ func mirrorTopicsAll(m *metadata.Mirror, names []string) (active, stopped []stri
 		}
 		if !slices.ContainsFunc(active, re.MatchString) && !slices.ContainsFunc(stopped, re.MatchString) {
 			if len(m.Topics) == 0 {
-				return nil, nil, fmt.Errorf("mirror %s has no topic: %w", m.Name, wire.ErrTopicNotMirrored)
+				return nil, nil, fmt.Errorf("mirror %s has no topic: %w", m.Name, mirrorproto.ErrTopicNotMirrored)
 			}
 			return nil, nil, fmt.Errorf("no topic of mirror %s matches %q (its topics: %s): %w", m.Name, n,
-				someNames(slices.Sorted(maps.Keys(m.Topics))), wire.ErrTopicNotMirrored)
+				someNames(slices.Sorted(maps.Keys(m.Topics))), mirrorproto.ErrTopicNotMirrored)
 		}
 		a, s = match(active, re, a), match(stopped, re, s)
 	}
@@ -385,7 +385,7 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause bool) error {
 	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
 	if m == nil {
-		return fmt.Errorf("mirror %s does not exist: %w", mirror, wire.ErrMirrorNotFound)
+		return fmt.Errorf("mirror %s does not exist: %w", mirror, mirrorproto.ErrMirrorNotFound)
 	}
 	topics, err := mirrorTopics(m, names)
 	if err != nil {
@@ -412,10 +412,10 @@ func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause
 func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
 	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
 	if m == nil {
-		return fmt.Errorf("mirror %s does not exist: %w", mirror, wire.ErrMirrorNotFound)
+		return fmt.Errorf("mirror %s does not exist: %w", mirror, mirrorproto.ErrMirrorNotFound)
 	}
 	if topics, _ := mirrorTopics(m, nil); len(topics) > 0 {
-		if _, _, err := p.removeTopics(ctx, mirror, topics, wire.FailoverNow, 0, false); err != nil {
+		if _, _, err := p.removeTopics(ctx, mirror, topics, mirrorproto.FailoverNow, 0, false); err != nil {
 			return err
 		}
 	}
@@ -425,15 +425,15 @@ func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
 // lastMirrored answers LastMirroredOffsets from whichever mirror holds (or
 // held) each topic; the last mirror epoch is -1 for a partition never
 // mirrored here.
-func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, req *wire.LastMirroredOffsetsRequest) []wire.OffsetsTopic {
+func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.LastMirroredOffsetsRequest) []mirrorproto.OffsetsTopic {
 	img := p.Image()
-	var out []wire.OffsetsTopic
+	var out []mirrorproto.OffsetsTopic
 	for _, t := range req.Topics {
-		ot := wire.OffsetsTopic{Name: t.Name}
+		ot := mirrorproto.OffsetsTopic{Name: t.Name}
 		mirror, mt, ok := img.LastMirrorOf(t.Name)
 		allowed := rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, t.Name)
 		for _, idx := range t.Partitions {
-			op := wire.OffsetsPartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1}
+			op := mirrorproto.OffsetsPartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1}
 			if !allowed {
 				op.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			} else if here := img.Topics[t.Name]; !ok && here != nil {
@@ -472,7 +472,7 @@ func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, re
 // moment ago is listed, never an empty mirror that a script waiting for
 // lag 0 would pass); another broker gathering a description (Local)
 // gets this broker's own.
-func (p *Plugin) describedImage(ctx context.Context, req *wire.DescribeMirrorsRequest) *metadata.Image {
+func (p *Plugin) describedImage(ctx context.Context, req *mirrorproto.DescribeMirrorsRequest) *metadata.Image {
 	if req.Local {
 		return p.Image()
 	}
@@ -482,15 +482,15 @@ func (p *Plugin) describedImage(ctx context.Context, req *wire.DescribeMirrorsRe
 // describe answers DescribeMirrors from img: a client's request passes an
 // image caught up with the controller (awaitMirrors), the console this
 // broker's own.
-func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *wire.DescribeMirrorsRequest, img *metadata.Image) []wire.DescribedMirror {
+func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.DescribeMirrorsRequest, img *metadata.Image) []mirrorproto.DescribedMirror {
 	names := req.MirrorNames
 	all := len(names) == 0
 	if all {
 		names = slices.Sorted(maps.Keys(img.Mirrors))
 	}
-	var out []wire.DescribedMirror
+	var out []mirrorproto.DescribedMirror
 	for _, name := range names {
-		dm := wire.DescribedMirror{MirrorName: name, AuthorizedOperations: -2147483648}
+		dm := mirrorproto.DescribedMirror{MirrorName: name, AuthorizedOperations: -2147483648}
 		m := img.Mirrors[name]
 		denied := mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name)
 		if denied != nil && req.Local && rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
@@ -512,23 +512,23 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 		case denied != nil:
 			var msg string
 			dm.ErrorCode, msg = code(denied)
-			dm.ErrorMessage = wire.NonEmpty(msg)
+			dm.ErrorMessage = mirrorproto.NonEmpty(msg)
 		case m == nil:
-			dm.ErrorCode = wire.ErrMirrorNotFound.Code
-			dm.ErrorMessage = wire.NonEmpty("mirror " + name + " does not exist")
+			dm.ErrorCode = mirrorproto.ErrMirrorNotFound.Code
+			dm.ErrorMessage = mirrorproto.NonEmpty("mirror " + name + " does not exist")
 		default:
 			failed := false
 			r := p.run(name)
 			if r != nil {
 				r.mu.Lock()
 				if r.failed != "" {
-					dm.ErrorCode, dm.ErrorMessage, failed = r.code, wire.NonEmpty(r.failed), true
+					dm.ErrorCode, dm.ErrorMessage, failed = r.code, mirrorproto.NonEmpty(r.failed), true
 				}
 				r.mu.Unlock()
 			}
 			halt, aclSync := p.meta.Status(name)
 			if halt != "" {
-				dm.ErrorCode, dm.ErrorMessage, failed = kerr.InconsistentClusterID.Code, wire.NonEmpty(halt), true
+				dm.ErrorCode, dm.ErrorMessage, failed = kerr.InconsistentClusterID.Code, mirrorproto.NonEmpty(halt), true
 			}
 			dm.ACLSync, dm.SourceClusterID, dm.TopicPrefix = aclSync, m.SourceClusterID, mirrorcfg.Prefix(m.Configs)
 			dm.Diverged = p.manifest(ctx, name)
@@ -539,7 +539,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 				if !failed && remote.errCode != 0 {
 					// Another leader's run cannot use the source: the
 					// source is the same for all of them.
-					dm.ErrorCode, dm.ErrorMessage, failed = remote.errCode, wire.NonEmpty(remote.errMsg), true
+					dm.ErrorCode, dm.ErrorMessage, failed = remote.errCode, mirrorproto.NonEmpty(remote.errMsg), true
 				}
 			}
 			sourceNames(m, dm.Diverged)
@@ -553,7 +553,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 			}
 			states := p.readStatesBatch(ctx, name, want) // one request per coordinating broker
 			now := time.Now()
-			var all []wire.PartitionDetail
+			var all []mirrorproto.PartitionDetail
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
 				t := img.Topics[tn]
 				if t == nil {
@@ -561,11 +561,11 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 						// Mirrored, not created here (yet): listed
 						// without partitions, so that no view shows
 						// an empty mirror as one that is caught up.
-						dm.Topics = append(dm.Topics, wire.DescribedTopic{TopicName: tn})
+						dm.Topics = append(dm.Topics, mirrorproto.DescribedTopic{TopicName: tn})
 					}
 					continue
 				}
-				dt := wire.DescribedTopic{TopicName: tn}
+				dt := mirrorproto.DescribedTopic{TopicName: tn}
 				if src := m.Topics[tn].SourceName(tn); src != tn {
 					dt.SourceTopicName = src
 				}
@@ -592,7 +592,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 // rd FAILED), or the mirror cannot use its source (failed, mirrorErr),
 // whose reason is then the mirror's, one for every partition rather
 // than what each leader's dial saw.
-func withLeaderView(pd, rd wire.PartitionDetail, led, cut, failed bool, mirrorErr *string) wire.PartitionDetail {
+func withLeaderView(pd, rd mirrorproto.PartitionDetail, led, cut, failed bool, mirrorErr *string) mirrorproto.PartitionDetail {
 	coordinated := pd.State
 	if led {
 		pd.SourceOffset, pd.SourceOffsetTime, pd.DestinationOffset = rd.SourceOffset, rd.SourceOffsetTime, rd.DestinationOffset
@@ -619,7 +619,7 @@ func withLeaderView(pd, rd wire.PartitionDetail, led, cut, failed bool, mirrorEr
 
 // sourceNames sets the source names of the manifest entries of mirror m
 // whose topics are named otherwise on the source.
-func sourceNames(m *metadata.Mirror, entries []wire.DivergedRange) {
+func sourceNames(m *metadata.Mirror, entries []mirrorproto.DivergedRange) {
 	for i := range entries {
 		if mt, ok := m.Topics[entries[i].Topic]; ok && mt.SourceName(entries[i].Topic) != entries[i].Topic {
 			entries[i].SourceTopic = mt.SourceName(entries[i].Topic)
@@ -631,8 +631,8 @@ func sourceNames(m *metadata.Mirror, entries []wire.DivergedRange) {
 // state (the coordinator's), the destination's health (the image's),
 // and, if this broker leads it, its source side as of now.
 func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror string, img *metadata.Image, t *metadata.Topic, i int32,
-	states map[topicPartition]mirrorstate.PartitionState, now time.Time) (pd wire.PartitionDetail, cut bool) {
-	pd = wire.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: mirrorstate.Unknown.String()}
+	states map[topicPartition]mirrorstate.PartitionState, now time.Time) (pd mirrorproto.PartitionDetail, cut bool) {
+	pd = mirrorproto.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: mirrorstate.Unknown.String()}
 	if st, ok := states[topicPartition{t.Name, i}]; ok {
 		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
 	} else if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: i}, t.ID); err == nil {
@@ -683,8 +683,8 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 type shardMarks struct {
 	p     *Plugin
 	ctx   context.Context
-	known map[int32]wire.ShardMark
-	now   map[int32]wire.ShardMark
+	known map[int32]mirrorproto.ShardMark
+	now   map[int32]mirrorproto.ShardMark
 }
 
 // unchanged reports whether the shard of a partition's coordinator key
@@ -693,7 +693,7 @@ func (m *shardMarks) unchanged(key string) bool {
 	shard := m.p.PartitionFor(key)
 	now, ok := m.now[shard]
 	if !ok {
-		now = wire.ShardMark{Shard: shard, Incarnation: 0, Version: -1} // not here: never unchanged
+		now = mirrorproto.ShardMark{Shard: shard, Incarnation: 0, Version: -1} // not here: never unchanged
 		m.p.Runtime().Do(m.ctx, shard, func(sh *coord.Shard) error {
 			s := sh.State().(*mirrorstate.Shard)
 			now.Incarnation, now.Version = int64(s.Incarnation), int64(s.Version)
@@ -706,8 +706,8 @@ func (m *shardMarks) unchanged(key string) bool {
 }
 
 // list is the marks of the shards touched, for the answer.
-func (m *shardMarks) list() []wire.ShardMark {
-	var out []wire.ShardMark
+func (m *shardMarks) list() []mirrorproto.ShardMark {
+	var out []mirrorproto.ShardMark
 	for _, mk := range m.now {
 		if mk.Version >= 0 {
 			out = append(out, mk)
@@ -716,16 +716,16 @@ func (m *shardMarks) list() []wire.ShardMark {
 	return out
 }
 
-func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesRequest) ([]wire.StatesTopic, []wire.ShardMark, int16) {
+func (p *Plugin) readStates(ctx context.Context, req *mirrorproto.ReadMirrorStatesRequest) ([]mirrorproto.StatesTopic, []mirrorproto.ShardMark, int16) {
 	img := p.awaitMirrors(ctx, req.MirrorName)
 	m := img.Mirrors[req.MirrorName]
-	var out []wire.StatesTopic
-	marks := shardMarks{p: p, ctx: ctx, known: map[int32]wire.ShardMark{}, now: map[int32]wire.ShardMark{}}
+	var out []mirrorproto.StatesTopic
+	marks := shardMarks{p: p, ctx: ctx, known: map[int32]mirrorproto.ShardMark{}, now: map[int32]mirrorproto.ShardMark{}}
 	for _, k := range req.KnownShards {
 		marks.known[k.Shard] = k
 	}
 	for _, t := range req.Topics {
-		st := wire.StatesTopic{Name: t.Name}
+		st := mirrorproto.StatesTopic{Name: t.Name}
 		if !t.TopicID.IsZero() && req.NeedPartitionStates {
 			// Another broker asks this coordinator for the states it
 			// keeps: they are answered whatever this broker's image says
@@ -735,7 +735,7 @@ func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesReque
 				if marks.unchanged(coordKey(req.MirrorName, t.TopicID, idx)) {
 					continue
 				}
-				sp := wire.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
+				sp := mirrorproto.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
 				k := mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: idx}
 				s, err := p.readStateLocal(ctx, k, t.TopicID)
 				if err == nil {
@@ -749,18 +749,18 @@ func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesReque
 			continue
 		}
 		if m == nil {
-			return nil, nil, wire.ErrMirrorNotFound.Code
+			return nil, nil, mirrorproto.ErrMirrorNotFound.Code
 		}
 		mt, ok := m.Topics[t.Name]
 		if !req.NeedPartitionStates {
-			st.Partitions = []wire.StatePartition{p.topicState(ctx, req.MirrorName, t.Name, mt, ok)}
+			st.Partitions = []mirrorproto.StatePartition{p.topicState(ctx, req.MirrorName, t.Name, mt, ok)}
 			out = append(out, st)
 			continue
 		}
 		for _, idx := range t.Partitions {
-			sp := wire.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
+			sp := mirrorproto.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
 			if !ok {
-				sp.ErrorCode = wire.ErrTopicNotMirrored.Code
+				sp.ErrorCode = mirrorproto.ErrTopicNotMirrored.Code
 			} else if s, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: idx}, mt.ID); err != nil {
 				sp.ErrorCode, _ = code(err)
 			} else {
@@ -771,13 +771,13 @@ func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesReque
 		out = append(out, st)
 	}
 	if len(req.Topics) == 0 && m == nil {
-		return nil, nil, wire.ErrMirrorNotFound.Code
+		return nil, nil, mirrorproto.ErrMirrorNotFound.Code
 	}
 	return out, marks.list(), 0
 }
 
 // setState fills a response's partition with a persisted state.
-func setState(sp *wire.StatePartition, s mirrorstate.PartitionState) {
+func setState(sp *mirrorproto.StatePartition, s mirrorstate.PartitionState) {
 	sp.LastMirroredOffset, sp.State, sp.LastMirrorEpoch, sp.Reason, sp.TopicID = s.LMO, int8(s.State), s.LME, s.Reason, s.TopicID
 	sp.StopOffset, sp.StopEpoch, sp.StopDone, sp.StopIndex = s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex
 	sp.CutSet, sp.CutAt, sp.CutTime, sp.CutRecords, sp.CutMs, sp.CompleteAt = s.Cut.Set, s.Cut.At, s.Cut.Time, s.Cut.Records, s.Cut.Ms, s.CompleteAt
@@ -788,11 +788,11 @@ func setState(sp *wire.StatePartition, s mirrorstate.PartitionState) {
 // partitions' when they agree; when they differ, FAILED if one failed,
 // else the transition some are still in (STOPPING, PAUSING, PREPARING,
 // EPOCH_FENCING), else the first partition's.
-func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt metadata.MirrorTopic, ok bool) wire.StatePartition {
-	sp := wire.StatePartition{PartitionIndex: -1, LastMirroredOffset: -1, LastMirrorEpoch: -1, TopicID: mt.ID}
+func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt metadata.MirrorTopic, ok bool) mirrorproto.StatePartition {
+	sp := mirrorproto.StatePartition{PartitionIndex: -1, LastMirroredOffset: -1, LastMirrorEpoch: -1, TopicID: mt.ID}
 	t := p.Image().Topics[topic]
 	if !ok || t == nil {
-		sp.ErrorCode = wire.ErrTopicNotMirrored.Code
+		sp.ErrorCode = mirrorproto.ErrTopicNotMirrored.Code
 		return sp
 	}
 	var states []mirrorstate.State
@@ -821,17 +821,17 @@ func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt metada
 // writeStates is WriteMirrorStates: TopicsUpdated are persisted; the
 // states of RemovedTopics are deleted (tombstones), whatever partitions
 // they had.
-func (p *Plugin) writeStates(ctx context.Context, req *wire.WriteMirrorStatesRequest) []wire.ErrTopic {
+func (p *Plugin) writeStates(ctx context.Context, req *mirrorproto.WriteMirrorStatesRequest) []mirrorproto.ErrTopic {
 	img := p.Image()
-	var out []wire.ErrTopic
+	var out []mirrorproto.ErrTopic
 	for _, name := range req.RemovedTopics {
-		et := wire.ErrTopic{Name: name}
+		et := mirrorproto.ErrTopic{Name: name}
 		c, _ := code(p.removeStatesLocal(ctx, req.MirrorName, name))
-		et.Partitions = append(et.Partitions, wire.ErrPartition{PartitionIndex: -1, ErrorCode: c})
+		et.Partitions = append(et.Partitions, mirrorproto.ErrPartition{PartitionIndex: -1, ErrorCode: c})
 		out = append(out, et)
 	}
 	for _, t := range req.TopicsUpdated {
-		et := wire.ErrTopic{Name: t.Name}
+		et := mirrorproto.ErrTopic{Name: t.Name}
 		for _, sp := range t.Partitions {
 			id := sp.TopicID
 			if tt := img.Topics[t.Name]; id.IsZero() && tt != nil {
@@ -843,7 +843,7 @@ func (p *Plugin) writeStates(ctx context.Context, req *wire.WriteMirrorStatesReq
 			// partition with manifest entries carries only them.
 			if len(sp.Diverged) > 0 {
 				c, _ := code(p.writeEntriesLocal(ctx, mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: sp.PartitionIndex}, id, sp.Diverged))
-				et.Partitions = append(et.Partitions, wire.ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
+				et.Partitions = append(et.Partitions, mirrorproto.ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
 				continue
 			}
 			_, err := p.writeStateLocal(ctx, mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: sp.PartitionIndex}, id, func(s *mirrorstate.PartitionState) error {
@@ -853,7 +853,7 @@ func (p *Plugin) writeStates(ctx context.Context, req *wire.WriteMirrorStatesReq
 				return nil
 			})
 			c, _ := code(err)
-			et.Partitions = append(et.Partitions, wire.ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
+			et.Partitions = append(et.Partitions, mirrorproto.ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
 		}
 		out = append(out, et)
 	}
@@ -900,7 +900,7 @@ func (p *Plugin) DescribeConfigResource(ctx context.Context, rc *plugin.RequestC
 	}
 	m := p.awaitMirrors(ctx, name).Mirrors[name]
 	if m == nil {
-		return nil, fmt.Errorf("mirror %s does not exist: %w", name, wire.ErrMirrorNotFound)
+		return nil, fmt.Errorf("mirror %s does not exist: %w", name, mirrorproto.ErrMirrorNotFound)
 	}
 	var out []kmsg.DescribeConfigsResponseResourceConfig
 	for _, k := range slices.Sorted(maps.Keys(m.Configs)) {
@@ -926,7 +926,7 @@ func (p *Plugin) AlterConfigResource(ctx context.Context, rc *plugin.RequestCont
 	}
 	m := p.awaitMirrors(ctx, name).Mirrors[name]
 	if m == nil {
-		return fmt.Errorf("mirror %s does not exist: %w", name, wire.ErrMirrorNotFound)
+		return fmt.Errorf("mirror %s does not exist: %w", name, mirrorproto.ErrMirrorNotFound)
 	}
 	next := maps.Clone(m.Configs)
 	if next == nil {

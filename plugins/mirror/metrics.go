@@ -10,8 +10,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/prom"
 )
 
@@ -99,8 +99,8 @@ func (m *pluginMetrics) trackRun(r *mirrorRun) {
 		},
 		// The divergence manifest: what truncations took from the
 		// mirror's partitions (copied to <topic>.diverged first).
-		"tandem_mirror_diverged_records" + label: m.diverged(r, func(d wire.DivergedRange) float64 { return float64(d.Records) }),
-		"tandem_mirror_diverged_ranges" + label:  m.diverged(r, func(wire.DivergedRange) float64 { return 1 }),
+		"tandem_mirror_diverged_records" + label: m.diverged(r, func(d mirrorproto.DivergedRange) float64 { return float64(d.Records) }),
+		"tandem_mirror_diverged_ranges" + label:  m.diverged(r, func(mirrorproto.DivergedRange) float64 { return 1 }),
 	}
 	for _, h := range []string{healthOK, healthNoLeader, healthUnderMinISR} {
 		gauges[fmt.Sprintf("tandem_mirror_destination_partitions{mirror=%q,health=%q}", r.name, h)] = func() float64 {
@@ -128,7 +128,7 @@ func (m *pluginMetrics) trackRun(r *mirrorRun) {
 	}
 }
 
-func (m *pluginMetrics) diverged(r *mirrorRun, of func(wire.DivergedRange) float64) func() float64 {
+func (m *pluginMetrics) diverged(r *mirrorRun, of func(mirrorproto.DivergedRange) float64) func() float64 {
 	return func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

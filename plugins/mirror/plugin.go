@@ -8,7 +8,7 @@
 // mirror topics read-only through the engine's AppendValidator, and runs
 // one fetch loop per mirror against the source cluster with franz-go.
 //
-// Its leaf packages: wire (the mirror APIs' messages), mirrorcfg (a
+// Its leaf packages: mirrorproto (the mirror APIs' messages), mirrorcfg (a
 // mirror's configs), mirrorstate (a partition's state machine and its
 // __mirror_state records) and admin (the Go client of the mirror APIs).
 package mirror
@@ -29,8 +29,8 @@ import (
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
 	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -345,14 +345,14 @@ func code(err error) (int16, string) {
 // APIVersions implements plugin.APIHandler.
 func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 	var out []kmsg.ApiVersionsResponseApiKey
-	for k := wire.KeyCreateMirror; k <= wire.KeyBumpLeaderEpochs; k++ {
+	for k := mirrorproto.KeyCreateMirror; k <= mirrorproto.KeyBumpLeaderEpochs; k++ {
 		out = append(out, kmsg.ApiVersionsResponseApiKey{ApiKey: k})
 	}
 	return out
 }
 
 // NewRequest implements plugin.APIHandler.
-func (p *Plugin) NewRequest(key int16) kmsg.Request { return wire.NewRequest(key) }
+func (p *Plugin) NewRequest(key int16) kmsg.Request { return mirrorproto.NewRequest(key) }
 
 // OwnsProp implements plugin.PropsOwner: the mirror.* properties and the
 // replica.fetch.* ones the mirror fetchers use.

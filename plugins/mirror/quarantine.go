@@ -16,8 +16,8 @@ import (
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/diverged"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
@@ -79,7 +79,7 @@ func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition 
 	meta := p.Host().Metadata()
 	img := meta.Image()
 	if img.MirrorOf(name) != "" {
-		return nil, fmt.Errorf("%s is a mirror topic: %w", name, wire.ErrReadOnlyTopic)
+		return nil, fmt.Errorf("%s is a mirror topic: %w", name, mirrorproto.ErrReadOnlyTopic)
 	}
 	src := img.Topics[topic]
 	if src == nil {
@@ -137,7 +137,7 @@ func (p *Plugin) shardOf(ctx context.Context, k mirrorstate.PartitionKey, id uui
 // pendingEntry returns the partition's manifest entry whose copy is not
 // done, nil if none, from the partition's coordinator.
 func (p *Plugin) pendingEntry(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID) (*mirrorstate.ManifestEntry, error) {
-	var entries []wire.DivergedEntry
+	var entries []mirrorproto.DivergedEntry
 	err := p.coordinated(ctx, coordKey(k.Mirror, id, k.Partition), func() error {
 		var err error
 		entries, err = p.entriesLocal(ctx, k, id)
@@ -160,32 +160,32 @@ func (p *Plugin) pendingEntry(ctx context.Context, k mirrorstate.PartitionKey, i
 
 // entriesLocal returns the partition's manifest entries from the local
 // shard.
-func (p *Plugin) entriesLocal(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID) ([]wire.DivergedEntry, error) {
-	var out []wire.DivergedEntry
+func (p *Plugin) entriesLocal(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID) ([]mirrorproto.DivergedEntry, error) {
+	var out []mirrorproto.DivergedEntry
 	err := p.shardOf(ctx, k, id, func(_ *coord.Shard, s *mirrorstate.Shard) error {
 		for dk, e := range s.Diverged {
 			if dk.PartitionKey == k {
-				out = append(out, wire.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.Done})
+				out = append(out, mirrorproto.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.Done})
 			}
 		}
 		return nil
 	})
-	slices.SortFunc(out, func(a, b wire.DivergedEntry) int { return cmp.Compare(a.CopyStart, b.CopyStart) })
+	slices.SortFunc(out, func(a, b mirrorproto.DivergedEntry) int { return cmp.Compare(a.CopyStart, b.CopyStart) })
 	return out, err
 }
 
 // writeEntry persists a manifest entry on the partition's coordinator.
 func (p *Plugin) writeEntry(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID, e *mirrorstate.ManifestEntry) error {
-	entry := wire.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.Done}
+	entry := mirrorproto.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.Done}
 	return p.coordinated(ctx, coordKey(k.Mirror, id, k.Partition), func() error {
-		return p.writeEntriesLocal(ctx, k, id, []wire.DivergedEntry{entry})
+		return p.writeEntriesLocal(ctx, k, id, []mirrorproto.DivergedEntry{entry})
 	}, func(node int32) error {
-		return p.writeRemote(ctx, node, k, wire.StatePartition{PartitionIndex: k.Partition, TopicID: id, Diverged: []wire.DivergedEntry{entry}})
+		return p.writeRemote(ctx, node, k, mirrorproto.StatePartition{PartitionIndex: k.Partition, TopicID: id, Diverged: []mirrorproto.DivergedEntry{entry}})
 	})
 }
 
 // writeEntriesLocal persists manifest entries on the local shard.
-func (p *Plugin) writeEntriesLocal(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID, entries []wire.DivergedEntry) error {
+func (p *Plugin) writeEntriesLocal(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID, entries []mirrorproto.DivergedEntry) error {
 	return p.shardOf(ctx, k, id, func(sh *coord.Shard, s *mirrorstate.Shard) error {
 		var recs []coord.Record
 		for _, e := range entries {
@@ -207,8 +207,8 @@ func (p *Plugin) writeEntriesLocal(ctx context.Context, k mirrorstate.PartitionK
 
 // manifest returns a mirror's divergence manifest: the finished entries
 // on the shards this broker leads, oldest first.
-func (p *Plugin) manifest(ctx context.Context, mirror string) []wire.DivergedRange {
-	var out []wire.DivergedRange
+func (p *Plugin) manifest(ctx context.Context, mirror string) []mirrorproto.DivergedRange {
+	var out []mirrorproto.DivergedRange
 	for _, sh := range p.Runtime().Shards() {
 		sh.Do(ctx, func(sh *coord.Shard) error { //nolint:errcheck // a shard that is going away has nothing to add
 			for dk, e := range sh.State().(*mirrorstate.Shard).Diverged {
@@ -219,7 +219,7 @@ func (p *Plugin) manifest(ctx context.Context, mirror string) []wire.DivergedRan
 			return nil
 		})
 	}
-	slices.SortFunc(out, func(a, b wire.DivergedRange) int {
+	slices.SortFunc(out, func(a, b mirrorproto.DivergedRange) int {
 		return cmp.Or(cmp.Compare(a.TruncatedAt, b.TruncatedAt), strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
 	})
 	return out

@@ -18,8 +18,8 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
@@ -440,7 +440,7 @@ type control struct {
 	seen   map[int32]shardMark
 	// remoteSeen are the marks of the shards other brokers coordinate,
 	// as they last answered them.
-	remoteSeen map[int32]wire.ShardMark
+	remoteSeen map[int32]mirrorproto.ShardMark
 }
 
 // readRemoteShards reads from coordinator node the states of the wanted
@@ -448,7 +448,7 @@ type control struct {
 // (ReadMirrorStates KnownShards); those it could not read go to missing.
 func (r *mirrorRun) readRemoteShards(node int32, shards []int32, out map[topicPartition]mirrorstate.PartitionState, missing map[topicPartition]uuid.UUID) {
 	c := &r.ctl
-	req := &wire.ReadMirrorStatesRequest{MirrorName: r.name, NeedPartitionStates: true}
+	req := &mirrorproto.ReadMirrorStatesRequest{MirrorName: r.name, NeedPartitionStates: true}
 	idx := map[string]int{}
 	for _, shard := range shards {
 		if mk, ok := c.remoteSeen[shard]; ok {
@@ -460,16 +460,16 @@ func (r *mirrorRun) readRemoteShards(node int32, shards []int32, out map[topicPa
 			if !ok {
 				i = len(req.Topics)
 				idx[k.topic] = i
-				req.Topics = append(req.Topics, wire.PartitionsTopic{Name: k.topic, TopicID: c.want[k]})
+				req.Topics = append(req.Topics, mirrorproto.PartitionsTopic{Name: k.topic, TopicID: c.want[k]})
 			}
 			req.Topics[i].Partitions = append(req.Topics[i].Partitions, k.partition)
 		}
 	}
 	resp, err := r.p.send(r.ctx, node, req)
-	if err != nil || resp.(*wire.ReadMirrorStatesResponse).ErrorCode != 0 {
+	if err != nil || resp.(*mirrorproto.ReadMirrorStatesResponse).ErrorCode != 0 {
 		return
 	}
-	rr := resp.(*wire.ReadMirrorStatesResponse)
+	rr := resp.(*mirrorproto.ReadMirrorStatesResponse)
 	for _, t := range rr.Topics {
 		for _, sp := range t.Partitions {
 			k := topicPartition{t.Name, sp.PartitionIndex}
@@ -524,7 +524,7 @@ func (c *control) setWant(p *Plugin, mirror string, img *metadata.Image, m *meta
 func (r *mirrorRun) changedStates(full bool) (map[topicPartition]mirrorstate.PartitionState, error) {
 	c := &r.ctl
 	if full || c.seen == nil {
-		c.seen, c.remoteSeen = map[int32]shardMark{}, map[int32]wire.ShardMark{}
+		c.seen, c.remoteSeen = map[int32]shardMark{}, map[int32]mirrorproto.ShardMark{}
 	}
 	out := map[topicPartition]mirrorstate.PartitionState{}
 	byNode := map[int32][]int32{} // shards other brokers coordinate

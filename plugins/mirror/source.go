@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -224,7 +224,7 @@ func (r *mirrorRun) sourceErr(what string, err error) error {
 	if ke := (*kerr.Error)(nil); errors.As(err, &ke) {
 		return fmt.Errorf("source cluster %s refused %s: %w", r.configs["bootstrap.servers"], what, err)
 	}
-	return fmt.Errorf("source cluster %s unreachable (%s): %v: %w", r.configs["bootstrap.servers"], what, err, wire.ErrMirrorSourceUnavailable)
+	return fmt.Errorf("source cluster %s unreachable (%s): %v: %w", r.configs["bootstrap.servers"], what, err, mirrorproto.ErrMirrorSourceUnavailable)
 }
 
 func (r *mirrorRun) setFailed(err error) {
@@ -236,7 +236,7 @@ func (r *mirrorRun) setFailed(err error) {
 	}
 	r.code, r.failed = code(err)
 	if r.code == kerr.UnknownServerError.Code {
-		r.code = wire.ErrMirrorSourceUnavailable.Code
+		r.code = mirrorproto.ErrMirrorSourceUnavailable.Code
 	}
 }
 
@@ -260,7 +260,7 @@ func (r *mirrorRun) setTrouble(parts []*ledPartition, err error) {
 		default:
 			pt.trouble = err.Error()
 		}
-		pt.cutOff = errors.Is(err, wire.ErrMirrorSourceUnavailable)
+		pt.cutOff = errors.Is(err, mirrorproto.ErrMirrorSourceUnavailable)
 	}
 }
 
@@ -388,7 +388,7 @@ func (r *mirrorRun) lastMirrorEpochs(parts []*ledPartition) (map[topicPartition]
 			return nil, r.sourceErr("ApiVersions", err)
 		}
 		serves := slices.ContainsFunc(resp.(*kmsg.ApiVersionsResponse).ApiKeys, func(k kmsg.ApiVersionsResponseApiKey) bool {
-			return k.ApiKey == wire.KeyLastMirroredOffsets
+			return k.ApiKey == mirrorproto.KeyLastMirroredOffsets
 		})
 		r.src.mirrors = &serves
 	}
@@ -410,7 +410,7 @@ const lmeBatch = 1000
 
 // lastMirrorEpochsOf asks for one chunk of lastMirrorEpochs into out.
 func (r *mirrorRun) lastMirrorEpochsOf(parts []*ledPartition, out map[topicPartition]int32) error {
-	req := &wire.LastMirroredOffsetsRequest{MirrorName: r.name}
+	req := &mirrorproto.LastMirroredOffsetsRequest{MirrorName: r.name}
 	idx := map[string]int{}
 	here := map[string]string{} // source names to ours
 	for _, pt := range parts {
@@ -418,7 +418,7 @@ func (r *mirrorRun) lastMirrorEpochsOf(parts []*ledPartition, out map[topicParti
 		if !ok {
 			i = len(req.Topics)
 			idx[pt.src], here[pt.src] = i, pt.topic
-			req.Topics = append(req.Topics, wire.PartitionsTopic{Name: pt.src})
+			req.Topics = append(req.Topics, mirrorproto.PartitionsTopic{Name: pt.src})
 		}
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, pt.partition)
 	}
@@ -426,15 +426,15 @@ func (r *mirrorRun) lastMirrorEpochsOf(parts []*ledPartition, out map[topicParti
 	if err != nil {
 		return r.sourceErr("LastMirroredOffsets", err)
 	}
-	lr := resp.(*wire.LastMirroredOffsetsResponse)
+	lr := resp.(*mirrorproto.LastMirroredOffsetsResponse)
 	if lr.ErrorCode != 0 {
-		return fmt.Errorf("last mirror epochs: %w", wire.ErrorForCode(lr.ErrorCode))
+		return fmt.Errorf("last mirror epochs: %w", mirrorproto.ErrorForCode(lr.ErrorCode))
 	}
 	var errs []error
 	for _, t := range lr.Topics {
 		for _, p := range t.Partitions {
 			if p.ErrorCode != 0 {
-				errs = append(errs, fmt.Errorf("last mirror epoch of %s-%d: %w", t.Name, p.PartitionIndex, wire.ErrorForCode(p.ErrorCode)))
+				errs = append(errs, fmt.Errorf("last mirror epoch of %s-%d: %w", t.Name, p.PartitionIndex, mirrorproto.ErrorForCode(p.ErrorCode)))
 				continue
 			}
 			if name, ok := here[t.Name]; ok {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/internal/uuid"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 )
 
 // A mirror partition's state machine and its __mirror_state records are
@@ -179,7 +179,7 @@ func (p *Plugin) writeStatesRemote(ctx context.Context, mirror string, node int3
 		ids[u.k] = u.id
 	}
 	cur := p.readStatesBatch(ctx, mirror, ids)
-	topics := map[string][]wire.StatePartition{}
+	topics := map[string][]mirrorproto.StatePartition{}
 	next := map[topicPartition]mirrorstate.PartitionState{}
 	for _, u := range us {
 		st, ok := cur[u.k]

@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
@@ -143,7 +143,7 @@ func (p *Plugin) destinationHealth(img *metadata.Image, t *metadata.Topic, i int
 // while the source fails it (unreachable, another cluster), PAUSED when
 // every partition still mirrored is paused, else MIRRORING. A mirror
 // without partitions is MIRRORING, or FAILED.
-func mirrorState(failed bool, parts []wire.PartitionDetail) string {
+func mirrorState(failed bool, parts []mirrorproto.PartitionDetail) string {
 	live, paused := 0, 0
 	for _, pd := range parts {
 		switch pd.State {

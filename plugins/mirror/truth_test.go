@@ -3,7 +3,7 @@ package mirror
 import (
 	"testing"
 
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 )
 
 // TestWithLeaderView: a partition cut off from its source is FAILED in
@@ -13,20 +13,20 @@ import (
 // PAUSED, and a partition the mirror set FAILED keeps its own reason.
 func TestWithLeaderView(t *testing.T) {
 	mirrorErr := "source cluster a:9092 unreachable"
-	part := func(state, reason string) wire.PartitionDetail {
-		return wire.PartitionDetail{State: state, Reason: reason, SourceOffset: 10, DestinationOffset: 10}
+	part := func(state, reason string) mirrorproto.PartitionDetail {
+		return mirrorproto.PartitionDetail{State: state, Reason: reason, SourceOffset: 10, DestinationOffset: 10}
 	}
 	for _, c := range []struct {
 		name              string
-		pd, rd            wire.PartitionDetail
+		pd, rd            mirrorproto.PartitionDetail
 		led, cut, failed  bool
 		wantState, reason string
 	}{
-		{"led here, mirror failed", part("MIRRORING", "dial b:9092 refused"), wire.PartitionDetail{}, false, true, true, "FAILED", mirrorErr},
+		{"led here, mirror failed", part("MIRRORING", "dial b:9092 refused"), mirrorproto.PartitionDetail{}, false, true, true, "FAILED", mirrorErr},
 		{"led elsewhere, mirror failed", part("MIRRORING", ""), part("FAILED", "dial c:9092 refused"), true, false, true, "FAILED", mirrorErr},
 		{"led elsewhere, its source leader gone", part("MIRRORING", ""), part("FAILED", "source partition has no leader"), true, false, false, "FAILED", "source partition has no leader"},
-		{"paused, mirror failed", part("PAUSED", ""), wire.PartitionDetail{}, false, false, true, "PAUSED", mirrorErr},
-		{"set FAILED by the mirror", part("FAILED", "diverged"), wire.PartitionDetail{}, false, false, true, "FAILED", "diverged"},
+		{"paused, mirror failed", part("PAUSED", ""), mirrorproto.PartitionDetail{}, false, false, true, "PAUSED", mirrorErr},
+		{"set FAILED by the mirror", part("FAILED", "diverged"), mirrorproto.PartitionDetail{}, false, false, true, "FAILED", "diverged"},
 		{"copying", part("MIRRORING", ""), part("MIRRORING", ""), true, false, false, "MIRRORING", ""},
 	} {
 		var errp *string

@@ -1,8 +1,8 @@
-// Package wire holds the cluster mirroring messages of KIP-1279: the API
+// Package mirrorproto holds the cluster mirroring messages of KIP-1279: the API
 // keys, the error codes, every request and response with its encoding.
 // It imports nothing of Tandem's but uuid, so the admin client, the
 // command line and the tests speak the mirror APIs without the plugin.
-package wire
+package mirrorproto
 
 import (
 	"reflect"
