@@ -46,7 +46,7 @@ type Config struct {
 	MinISR            int   // min.insync.replicas (1), the static broker default
 	// Fetchers is mirror.num.replica.fetchers. Unset (0), a source
 	// broker gets one fetcher per 20 ms of round trip to the source, at
-	// least one and at most 8 (fetch.go, fetcherCount).
+	// least one and at most 8 (fetchtarget.go, fetcherCount).
 	Fetchers          int
 	RefreshInterval   time.Duration // mirror.metadata.refresh.interval.ms (30000)
 	RequestTimeout    time.Duration // mirror.request.timeout.ms (30000)

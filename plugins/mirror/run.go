@@ -33,7 +33,8 @@ import (
 //   - the source loop (source.go) keeps the source's metadata, prepares
 //     new partitions (LME truncation) and runs one fetcher per source
 //     broker, KIP-1279's MirrorFetcherThread (plugins/mirror/fetch;
-//     the run's side of it is fetch.go).
+//     the run's side of it is fetchtarget.go, and what an answer does
+//     to a partition apply.go).
 //
 // The fetchers and the source loop change a partition's log only with
 // applyMu held and only while the partition is in the state they work

@@ -9,7 +9,7 @@
 // with, and copies committed consumer and share group offsets and ACLs.
 //
 // It reaches the mirror plugin only through Plugin, a few methods the
-// plugin implements (plugins/mirror, metasync.go), so that it does not
+// plugin implements (plugins/mirror, metadatasync.go), so that it does not
 // import the plugin; the broker through plugin.Host.
 package metasync
 
@@ -43,7 +43,7 @@ import (
 )
 
 // Plugin is what the metadata sync needs of the mirror plugin, which
-// implements it (plugins/mirror, metasync.go). The sync reads and writes
+// implements it (plugins/mirror, metadatasync.go). The sync reads and writes
 // mirror partition states through it rather than through
 // __mirror_state itself, since only the plugin knows which broker
 // coordinates each partition.
