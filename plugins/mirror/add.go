@@ -493,7 +493,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 				if pp.ErrorCode != 0 {
 					return nil, fmt.Errorf("%s-%d: %w", t.Name, pp.PartitionIndex, mirrorproto.ErrorForCode(pp.ErrorCode))
 				}
-				lmes[topicPartition{t.Name, pp.PartitionIndex}] = pp.LastMirrorEpoch
+				lmes[topicPartition{Topic: t.Name, Partition: pp.PartitionIndex}] = pp.LastMirrorEpoch
 			}
 		}
 	}
@@ -505,7 +505,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 		ot := kmsg.NewOffsetForLeaderEpochRequestTopic()
 		ot.Topic = t.Name
 		for _, i := range t.Partitions {
-			if lme, ok := lmes[topicPartition{t.Name, i}]; ok && lme >= 0 {
+			if lme, ok := lmes[topicPartition{Topic: t.Name, Partition: i}]; ok && lme >= 0 {
 				op := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
 				op.Partition, op.CurrentLeaderEpoch, op.LeaderEpoch = i, -1, lme
 				ot.Partitions = append(ot.Partitions, op)
@@ -523,7 +523,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 		for _, t := range oresp.Topics {
 			for _, pp := range t.Partitions {
 				if pp.ErrorCode == 0 && pp.EndOffset >= 0 {
-					ends[topicPartition{t.Topic, pp.Partition}] = pp.EndOffset
+					ends[topicPartition{Topic: t.Topic, Partition: pp.Partition}] = pp.EndOffset
 				}
 			}
 		}
@@ -536,7 +536,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 			if ep == nil {
 				continue // not hosted here
 			}
-			k := topicPartition{t.Name, i} // by source name, as asked
+			k := topicPartition{Topic: t.Name, Partition: i} // by source name, as asked
 			offs := ep.Offsets()
 			lme, to := int32(-1), offs.LogStart
 			if e, ok := lmes[k]; ok {

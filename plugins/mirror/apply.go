@@ -63,7 +63,7 @@ func (r *mirrorRun) applyPartition(pt *ledPartition, from int64, rp *kmsg.FetchR
 			r.applyMu.Lock()
 			if st, _ := r.state(pt.topicPartition); st == mirrorstate.Mirroring {
 				if _, err := ep.DeleteRecords(logStartTo); err != nil {
-					r.log.Warn("mirror: move log start", "topic", pt.topic, "partition", pt.partition, "err", err)
+					r.log.Warn("mirror: move log start", "topic", pt.Topic, "partition", pt.Partition, "err", err)
 				}
 			}
 			r.applyMu.Unlock()
@@ -96,7 +96,7 @@ func (r *mirrorRun) appendFetched(pt *ledPartition, from int64, rp *kmsg.FetchRe
 		if end < 0 {
 			to = d.EndOffset
 		}
-		r.log.Info("mirror epoch truncation", "topic", pt.topic, "partition", pt.partition, "epoch", d.Epoch, "offset", to)
+		r.log.Info("mirror epoch truncation", "topic", pt.Topic, "partition", pt.Partition, "epoch", d.Epoch, "offset", to)
 		if err := r.truncate(pt, ep, to, fmt.Sprintf("diverging epoch %d", d.Epoch)); err != nil {
 			return nil, nil, r.fail(pt, fmt.Errorf("epoch truncation to %d: %w", to, err))
 		}
@@ -115,7 +115,7 @@ func (r *mirrorRun) appendFetched(pt *ledPartition, from int64, rp *kmsg.FetchRe
 	if end != from {
 		return ep, nil, fmt.Errorf("fetched from offset %d, the log ends at %d: %w", from, end, engine.ErrUnexpectedAppendOffset)
 	}
-	written, err = ep.Write(r.ctx, &engine.AppendRequest{Topic: pt.topic, TopicID: pt.id, Partition: pt.partition,
+	written, err = ep.Write(r.ctx, &engine.AppendRequest{Topic: pt.Topic, TopicID: pt.id, Partition: pt.Partition,
 		Origin: engine.OriginMirror, Records: rp.RecordBatches, Acks: -1})
 	if err != nil {
 		return ep, nil, writeRefused{err}
@@ -133,7 +133,7 @@ func (w writeRefused) Unwrap() error { return w.error }
 func (r *mirrorRun) refused(pt *ledPartition, batches []byte, err error) error {
 	switch {
 	case errors.Is(err, mirrorproto.ErrMirrorLeaderEpochExceeded):
-		r.scheduleBump(pt.topic, pt.partition, maxBatchEpoch(batches))
+		r.scheduleBump(pt.Topic, pt.Partition, maxBatchEpoch(batches))
 		return r.setState(pt, mirrorstate.EpochFencing, "")
 	case errors.Is(err, engine.ErrUnexpectedAppendOffset):
 		return err // our log moved meanwhile: fetch again from its end
@@ -208,7 +208,7 @@ func (r *mirrorRun) outOfRange(pt *ledPartition) error {
 	defer r.changed() // the fetcher's position moved
 	switch leo := ep.Offsets().LogEnd; {
 	case leo < start:
-		r.log.Info("mirror: source log start is past our end; restarting there", "topic", pt.topic, "partition", pt.partition, "start", start)
+		r.log.Info("mirror: source log start is past our end; restarting there", "topic", pt.Topic, "partition", pt.Partition, "start", start)
 		if err := ep.Truncate(0); err != nil {
 			return err
 		}
@@ -234,13 +234,13 @@ func (r *mirrorRun) listOffsets(broker int32, ts int64, parts []*ledPartition) (
 		i, ok := idx[pt.src]
 		if !ok {
 			i = len(req.Topics)
-			idx[pt.src], here[pt.src] = i, pt.topic
+			idx[pt.src], here[pt.src] = i, pt.Topic
 			rt := kmsg.NewListOffsetsRequestTopic()
 			rt.Topic = pt.src
 			req.Topics = append(req.Topics, rt)
 		}
 		lp := kmsg.NewListOffsetsRequestTopicPartition()
-		lp.Partition, lp.Timestamp, lp.CurrentLeaderEpoch = pt.partition, ts, -1
+		lp.Partition, lp.Timestamp, lp.CurrentLeaderEpoch = pt.Partition, ts, -1
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, lp)
 	}
 	resp, err := r.request(broker, req)
@@ -255,7 +255,7 @@ func (r *mirrorRun) listOffsets(broker int32, ts int64, parts []*ledPartition) (
 			continue
 		}
 		for _, rp := range rt.Partitions {
-			out[topicPartition{name, rp.Partition}] = rp
+			out[topicPartition{Topic: name, Partition: rp.Partition}] = rp
 		}
 	}
 	return out, nil

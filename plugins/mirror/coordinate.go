@@ -324,7 +324,7 @@ func (p *Plugin) remoteView(ctx context.Context, mirror string) remoteMirror {
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
 			if l := t.Partitions[i].Leader; l >= 0 && l != self {
-				led[l] = append(led[l], topicPartition{name, int32(i)})
+				led[l] = append(led[l], topicPartition{Topic: name, Partition: int32(i)})
 			}
 		}
 	}
@@ -363,7 +363,7 @@ func (p *Plugin) remoteView(ctx context.Context, mirror string) remoteMirror {
 					out.diverged = append(out.diverged, dm.Diverged...)
 					for _, dt := range dm.Topics {
 						for _, pd := range dt.Partitions {
-							if k := (topicPartition{dt.TopicName, pd.PartitionIndex}); slices.Contains(keys, k) {
+							if k := (topicPartition{Topic: dt.TopicName, Partition: pd.PartitionIndex}); slices.Contains(keys, k) {
 								out.details[k] = pd
 							}
 						}
@@ -390,9 +390,9 @@ func (p *Plugin) readStatesBatch(ctx context.Context, mirror string, parts map[t
 	out := map[topicPartition]mirrorstate.PartitionState{}
 	byNode := map[int32][]topicPartition{}
 	for k, id := range parts {
-		leader, _ := p.stateLeader(coordKey(mirror, id, k.partition))
+		leader, _ := p.stateLeader(coordKey(mirror, id, k.Partition))
 		if leader < 0 || leader == p.Host().NodeID() {
-			if st, err := p.readStateLocal(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: k.topic, Partition: k.partition}, id); err == nil {
+			if st, err := p.readStateLocal(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: k.Topic, Partition: k.Partition}, id); err == nil {
 				out[k] = st
 			}
 			continue
@@ -402,12 +402,12 @@ func (p *Plugin) readStatesBatch(ctx context.Context, mirror string, parts map[t
 	for node, keys := range byNode {
 		req := &mirrorproto.ReadMirrorStatesRequest{MirrorName: mirror, NeedPartitionStates: true}
 		for _, k := range keys {
-			i := slices.IndexFunc(req.Topics, func(t mirrorproto.PartitionsTopic) bool { return t.Name == k.topic })
+			i := slices.IndexFunc(req.Topics, func(t mirrorproto.PartitionsTopic) bool { return t.Name == k.Topic })
 			if i < 0 {
-				req.Topics = append(req.Topics, mirrorproto.PartitionsTopic{Name: k.topic, TopicID: parts[k]})
+				req.Topics = append(req.Topics, mirrorproto.PartitionsTopic{Name: k.Topic, TopicID: parts[k]})
 				i = len(req.Topics) - 1
 			}
-			req.Topics[i].Partitions = append(req.Topics[i].Partitions, k.partition)
+			req.Topics[i].Partitions = append(req.Topics[i].Partitions, k.Partition)
 		}
 		resp, err := p.send(ctx, node, req)
 		if err != nil {
@@ -415,7 +415,7 @@ func (p *Plugin) readStatesBatch(ctx context.Context, mirror string, parts map[t
 		}
 		for _, t := range resp.(*mirrorproto.ReadMirrorStatesResponse).Topics {
 			for _, sp := range t.Partitions {
-				k := topicPartition{t.Name, sp.PartitionIndex}
+				k := topicPartition{Topic: t.Name, Partition: sp.PartitionIndex}
 				id, ok := parts[k]
 				if !ok || sp.ErrorCode != 0 {
 					continue

@@ -108,7 +108,7 @@ func (p *Plugin) sourceSnapshot(ctx context.Context, mirror string) map[topicPar
 		if pt.srcEnd < 0 {
 			continue
 		}
-		out[k] = mirrorproto.PartitionDetail{PartitionIndex: k.partition, SourceOffset: pt.srcEnd, SourceOffsetTime: pt.endAt().UnixMilli(),
+		out[k] = mirrorproto.PartitionDetail{PartitionIndex: k.Partition, SourceOffset: pt.srcEnd, SourceOffsetTime: pt.endAt().UnixMilli(),
 			LagMs: pt.lagMs, SourceStale: !r.sourceCurrent(pt, now), DestinationOffset: -1, Lag: -1}
 	}
 	return out
@@ -198,7 +198,7 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 	for _, name := range topics {
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
-			k := topicPartition{name, int32(i)}
+			k := topicPartition{Topic: name, Partition: int32(i)}
 			id := fmt.Sprintf("%s-%d", name, i)
 			var pt ledPartition
 			found := false
@@ -277,7 +277,7 @@ func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []str
 			} else if ep := p.Host().Partition(t.ID, int32(i)); ep != nil {
 				fp.DestinationOffset = ep.Offsets().LogEnd
 			}
-			if sd, ok := snapshot[topicPartition{name, int32(i)}]; ok && sd.SourceOffset >= 0 && fp.DestinationOffset >= 0 {
+			if sd, ok := snapshot[topicPartition{Topic: name, Partition: int32(i)}]; ok && sd.SourceOffset >= 0 && fp.DestinationOffset >= 0 {
 				fp.SourceOffset, fp.SourceOffsetTime, fp.SourceStale = sd.SourceOffset, sd.SourceOffsetTime, sd.SourceStale
 				fp.Lag, fp.LagMs = max(0, sd.SourceOffset-fp.DestinationOffset), sd.LagMs
 				if fp.Lag == 0 {

@@ -26,7 +26,7 @@ import (
 
 // fetcherOf is the fetcher of pt given its source leader; r.mu is held.
 func (r *mirrorRun) fetcherOf(pt *ledPartition) fetch.Key {
-	return fetch.KeyOf(pt.topic, pt.partition, pt.leader, r.fetcherCount())
+	return fetch.KeyOf(pt.Topic, pt.Partition, pt.leader, r.fetcherCount())
 }
 
 // Fetchers of a source broker over a long link. One Fetch is in flight
@@ -234,7 +234,7 @@ func (t *fetchTarget) Partitions() ([]fetch.Partition, error) {
 		if pt.fetcher != t {
 			pt.fetcher, pt.fetchedSince = t, now
 		}
-		t.mirroring[topicPartition{pt.src, pt.partition}] = pt
+		t.mirroring[topicPartition{Topic: pt.src, Partition: pt.Partition}] = pt
 		wants = append(wants, want{pt, pt.leaderEpoch, pt.logStartTo})
 	}
 	r.mu.Unlock()
@@ -249,7 +249,7 @@ func (t *fetchTarget) Partitions() ([]fetch.Partition, error) {
 			continue
 		}
 		offs := ep.Offsets()
-		p := fetch.Partition{Topic: pt.src, TopicID: pt.id, Partition: pt.partition,
+		p := fetch.Partition{Topic: pt.src, TopicID: pt.id, Partition: pt.Partition,
 			FetchOffset: max(offs.LogEnd, w.logStartTo), LeaderEpoch: w.epoch, LastFetchedEpoch: -1}
 		if offs.LogEnd > offs.LogStart && w.logStartTo < 0 {
 			p.LastFetchedEpoch = ep.EpochAt(offs.LogEnd - 1)
@@ -300,7 +300,7 @@ func (t *fetchTarget) setTrouble(err error) {
 
 // Apply implements fetch.Target with applyPartition.
 func (t *fetchTarget) Apply(p fetch.Partition, rp *kmsg.FetchResponseTopicPartition) (int, func() error, error) {
-	pt := t.mirroring[topicPartition{p.Topic, p.Partition}]
+	pt := t.mirroring[topicPartition{Topic: p.Topic, Partition: p.Partition}]
 	if pt == nil {
 		return 0, nil, nil
 	}

@@ -354,7 +354,7 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 		for _, name := range topics {
 			t := img.Topics[name]
 			for i := 0; t != nil && i < len(t.Partitions); i++ {
-				want[topicPartition{name, int32(i)}] = t.ID
+				want[topicPartition{Topic: name, Partition: int32(i)}] = t.ID
 			}
 		}
 		states := p.readStatesBatch(ctx, mirror, want) // one request per coordinating broker
@@ -363,7 +363,7 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 			st, read := states[k]
 			if !read {
 				var err error
-				st, err = p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: k.topic, Partition: k.partition}, id)
+				st, err = p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: k.Topic, Partition: k.Partition}, id)
 				read = err == nil
 			}
 			if ok = read && st.State == s; !ok {
@@ -547,7 +547,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *m
 			for tn := range m.Topics {
 				if t := img.Topics[tn]; t != nil {
 					for i := range t.Partitions {
-						want[topicPartition{tn, int32(i)}] = t.ID
+						want[topicPartition{Topic: tn, Partition: int32(i)}] = t.ID
 					}
 				}
 			}
@@ -571,7 +571,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *m
 				}
 				for i := range t.Partitions {
 					pd, cut := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
-					rd, led := remote.details[topicPartition{tn, int32(i)}]
+					rd, led := remote.details[topicPartition{Topic: tn, Partition: int32(i)}]
 					pd = withLeaderView(pd, rd, led, cut, failed, dm.ErrorMessage)
 					dt.Partitions = append(dt.Partitions, pd)
 					all = append(all, pd)
@@ -633,7 +633,7 @@ func sourceNames(m *metadata.Mirror, entries []mirrorproto.DivergedRange) {
 func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror string, img *metadata.Image, t *metadata.Topic, i int32,
 	states map[topicPartition]mirrorstate.PartitionState, now time.Time) (pd mirrorproto.PartitionDetail, cut bool) {
 	pd = mirrorproto.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: mirrorstate.Unknown.String()}
-	if st, ok := states[topicPartition{t.Name, i}]; ok {
+	if st, ok := states[topicPartition{Topic: t.Name, Partition: i}]; ok {
 		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
 	} else if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: i}, t.ID); err == nil {
 		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
@@ -649,7 +649,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	lp := r.parts[topicPartition{t.Name, i}]
+	lp := r.parts[topicPartition{Topic: t.Name, Partition: i}]
 	if lp == nil || !needsSource(lp.state) {
 		return pd, false // not copied here (any more): the source side is not ours to tell
 	}

@@ -160,9 +160,9 @@ func (m *pluginMetrics) trackPart(r *mirrorRun, pt *ledPartition) {
 		}
 		m.unregister(old.names)
 	}
-	labels := fmt.Sprintf(`{mirror=%q,topic=%q,partition="%d",client_id=%q}`, r.name, pt.topic, pt.partition, clientID(r, k))
-	if pt.src != pt.topic { // a prefixed mirror: the source's name too
-		labels = fmt.Sprintf(`{mirror=%q,topic=%q,source_topic=%q,partition="%d",client_id=%q}`, r.name, pt.topic, pt.src, pt.partition, clientID(r, k))
+	labels := fmt.Sprintf(`{mirror=%q,topic=%q,partition="%d",client_id=%q}`, r.name, pt.Topic, pt.Partition, clientID(r, k))
+	if pt.src != pt.Topic { // a prefixed mirror: the source's name too
+		labels = fmt.Sprintf(`{mirror=%q,topic=%q,source_topic=%q,partition="%d",client_id=%q}`, r.name, pt.Topic, pt.src, pt.Partition, clientID(r, k))
 	}
 	lag := "tandem_mirror_lag_records" + labels
 	lagSeconds := "tandem_mirror_lag_seconds" + labels

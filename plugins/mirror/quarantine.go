@@ -33,7 +33,7 @@ import (
 func (r *mirrorRun) truncate(pt *ledPartition, ep *engine.Partition, to int64, cause string) error {
 	to = max(to, 0)
 	if err := r.quarantine(pt, ep, to, cause); err != nil {
-		return fmt.Errorf("not truncated to %d: copying what it removes to %s%s: %w", to, pt.topic, mirrorstate.DivergedSuffix, err)
+		return fmt.Errorf("not truncated to %d: copying what it removes to %s%s: %w", to, pt.Topic, mirrorstate.DivergedSuffix, err)
 	}
 	defer r.changed() // the fetcher's position moved
 	return ep.Truncate(to)
@@ -42,16 +42,16 @@ func (r *mirrorRun) truncate(pt *ledPartition, ep *engine.Partition, to int64, c
 // quarantine copies what truncating ep to offset removes into
 // <topic>.diverged and records it (diverged.Quarantine).
 func (r *mirrorRun) quarantine(pt *ledPartition, ep *engine.Partition, to int64, cause string) error {
-	m := partitionManifest{p: r.p, k: mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}, id: pt.id}
+	m := partitionManifest{p: r.p, k: mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}, id: pt.id}
 	e, err := diverged.Quarantine(r.ctx, ep, to, cause, m, func() (*engine.Partition, error) {
-		return r.p.divergedPartition(r.ctx, pt.topic, pt.partition, ep)
+		return r.p.divergedPartition(r.ctx, pt.Topic, pt.Partition, ep)
 	})
 	if err != nil || e == nil {
 		return err
 	}
-	r.log.Warn("mirror truncation: the records it removes were copied first", "topic", pt.topic, "partition", pt.partition,
+	r.log.Warn("mirror truncation: the records it removes were copied first", "topic", pt.Topic, "partition", pt.Partition,
 		"cause", cause, "first_offset", e.FirstOffset, "last_offset", e.LastOffset, "records", e.Records,
-		"copied_to", fmt.Sprintf("%s%s/%d@%d-%d", pt.topic, mirrorstate.DivergedSuffix, pt.partition, e.CopyStart, e.CopyEnd))
+		"copied_to", fmt.Sprintf("%s%s/%d@%d-%d", pt.Topic, mirrorstate.DivergedSuffix, pt.Partition, e.CopyStart, e.CopyEnd))
 	return nil
 }
 

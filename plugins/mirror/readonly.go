@@ -80,7 +80,7 @@ func (p *Plugin) partState(mirror, topic string, partition int32) mirrorstate.St
 	if r == nil {
 		return mirrorstate.Unknown
 	}
-	st, _ := r.state(topicPartition{topic, partition})
+	st, _ := r.state(topicPartition{Topic: topic, Partition: partition})
 	return st
 }
 

@@ -67,10 +67,7 @@ type mirrorRun struct {
 }
 
 // topicPartition names a partition of a mirror whose name is known.
-type topicPartition struct {
-	topic     string
-	partition int32
-}
+type topicPartition = mirrorstate.TopicPartition
 
 // ledPartition is a mirror partition this broker leads. Its
 // topicPartition names it here; src is its topic's name on the source
@@ -207,7 +204,7 @@ func (r *mirrorRun) poke() {
 func (r *mirrorRun) scheduleBump(topic string, partition int32, sle int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := topicPartition{topic, partition}
+	k := topicPartition{Topic: topic, Partition: partition}
 	r.bumps[k] = max(r.bumps[k], sle)
 }
 
@@ -238,8 +235,8 @@ func (r *mirrorRun) leads(k topicPartition) bool {
 	if h == nil || img == nil {
 		return false
 	}
-	t := img.Topics[k.topic]
-	return t != nil && int(k.partition) < len(t.Partitions) && t.Partitions[k.partition].Leader == h.NodeID()
+	t := img.Topics[k.Topic]
+	return t != nil && int(k.Partition) < len(t.Partitions) && t.Partitions[k.Partition].Leader == h.NodeID()
 }
 
 // sortedParts returns the partitions in topic and partition order.
@@ -253,7 +250,7 @@ func (r *mirrorRun) sortedParts(keep func(*ledPartition) bool) []*ledPartition {
 		}
 	}
 	slices.SortFunc(out, func(a, b *ledPartition) int {
-		return cmp.Or(strings.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
 	})
 	return out
 }
@@ -311,7 +308,7 @@ func (r *mirrorRun) controlStep() error {
 			}
 		}
 		if err != nil && r.ctx.Err() == nil {
-			errs = append(errs, fmt.Errorf("%s-%d (%s): %w", pt.topic, pt.partition, st, err))
+			errs = append(errs, fmt.Errorf("%s-%d (%s): %w", pt.Topic, pt.Partition, st, err))
 		}
 	}
 	if err := r.saveCompletes(due); err != nil && r.ctx.Err() == nil {
@@ -370,7 +367,7 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 		r.ctl.seen = nil // read again the shards of the partitions that did not start
 	}
 	for k, st := range states {
-		moved = r.syncPart(k, r.ctl.source[k.topic], want[k], st) || moved
+		moved = r.syncPart(k, r.ctl.source[k.Topic], want[k], st) || moved
 	}
 	return err
 }
@@ -383,7 +380,7 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 func (r *mirrorRun) startParts(img *metadata.Image, m *metadata.Mirror, states map[topicPartition]mirrorstate.PartitionState) error {
 	var ups []stateUpdate
 	for k, st := range states {
-		if stopped := m.Topics[k.topic].Stopped; !stopped && (st.State == mirrorstate.Unknown || st.State == mirrorstate.Stopped && int64(img.Index) >= st.StopIndex) {
+		if stopped := m.Topics[k.Topic].Stopped; !stopped && (st.State == mirrorstate.Unknown || st.State == mirrorstate.Stopped && int64(img.Index) >= st.StopIndex) {
 			ups = append(ups, stateUpdate{k: k, id: r.ctl.want[k], update: func(s *mirrorstate.PartitionState) error {
 				s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex, s.Cut = mirrorstate.Preparing, "", -1, -1, false, 0, mirrorstate.Cut{At: -1}
 				return nil
@@ -424,7 +421,7 @@ func (r *mirrorRun) syncPart(k topicPartition, src string, id uuid.UUID, st mirr
 	if pt.caughtUpAt.IsZero() && st.CompleteAt > 0 { // a restart: as last persisted
 		pt.caughtUpAt, pt.savedAt = time.UnixMilli(st.CompleteAt), st.CompleteAt
 	}
-	if ep := r.p.Host().Partition(id, k.partition); ep != nil {
+	if ep := r.p.Host().Partition(id, k.Partition); ep != nil {
 		pt.dstLEO = ep.Offsets().LogEnd
 	}
 	return changed
@@ -457,13 +454,13 @@ func (r *mirrorRun) readRemoteShards(node int32, shards []int32, out map[topicPa
 		}
 		for _, k := range c.shards[shard] {
 			missing[k] = c.want[k]
-			i, ok := idx[k.topic]
+			i, ok := idx[k.Topic]
 			if !ok {
 				i = len(req.Topics)
-				idx[k.topic] = i
-				req.Topics = append(req.Topics, mirrorproto.PartitionsTopic{Name: k.topic, TopicID: c.want[k]})
+				idx[k.Topic] = i
+				req.Topics = append(req.Topics, mirrorproto.PartitionsTopic{Name: k.Topic, TopicID: c.want[k]})
 			}
-			req.Topics[i].Partitions = append(req.Topics[i].Partitions, k.partition)
+			req.Topics[i].Partitions = append(req.Topics[i].Partitions, k.Partition)
 		}
 	}
 	resp, err := r.p.send(r.ctx, node, req)
@@ -473,7 +470,7 @@ func (r *mirrorRun) readRemoteShards(node int32, shards []int32, out map[topicPa
 	rr := resp.(*mirrorproto.ReadMirrorStatesResponse)
 	for _, t := range rr.Topics {
 		for _, sp := range t.Partitions {
-			k := topicPartition{t.Name, sp.PartitionIndex}
+			k := topicPartition{Topic: t.Name, Partition: sp.PartitionIndex}
 			if id, ok := c.want[k]; ok && sp.ErrorCode == 0 {
 				out[k] = stateOf(&sp, id)
 				delete(missing, k)
@@ -509,7 +506,7 @@ func (c *control) setWant(p *Plugin, mirror string, img *metadata.Image, m *meta
 		c.source[name] = mt.SourceName(name)
 		for i, pp := range t.Partitions {
 			if pp.Leader == me {
-				k := topicPartition{name, int32(i)}
+				k := topicPartition{Topic: name, Partition: int32(i)}
 				c.want[k] = t.ID
 				shard := p.PartitionFor(coordKey(mirror, t.ID, int32(i)))
 				c.shards[shard] = append(c.shards[shard], k)
@@ -532,7 +529,7 @@ func (r *mirrorRun) changedStates(full bool) (map[topicPartition]mirrorstate.Par
 	for shard, keys := range c.shards {
 		if err := r.p.readShardLocal(r.ctx, r.name, shard, keys, c.want, c.seen, out); err != nil {
 			k := keys[0]
-			leader, _ := r.p.stateLeader(coordKey(r.name, c.want[k], k.partition))
+			leader, _ := r.p.stateLeader(coordKey(r.name, c.want[k], k.Partition))
 			byNode[leader] = append(byNode[leader], shard)
 		}
 	}
@@ -541,7 +538,7 @@ func (r *mirrorRun) changedStates(full bool) (map[topicPartition]mirrorstate.Par
 		r.readRemoteShards(node, shards, out, remote)
 	}
 	for k, id := range remote {
-		st, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.topic, Partition: k.partition}, id)
+		st, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.Topic, Partition: k.Partition}, id)
 		if err != nil {
 			return nil, err
 		}
@@ -574,7 +571,7 @@ func (r *mirrorRun) saveComplete(pt *ledPartition, every time.Duration) error {
 	r.mu.Lock()
 	at := pt.completeAt().UnixMilli()
 	r.mu.Unlock()
-	if _, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}, pt.id, func(s *mirrorstate.PartitionState) error {
+	if _, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}, pt.id, func(s *mirrorstate.PartitionState) error {
 		s.CompleteAt = max(s.CompleteAt, at)
 		return nil
 	}); err != nil {
@@ -623,7 +620,7 @@ func (r *mirrorRun) saveCompletes(parts []*ledPartition) error {
 // transitions the KIP does not allow (a concurrent failover wins over a
 // fetcher's EPOCH_FENCING, say).
 func (r *mirrorRun) setState(pt *ledPartition, s mirrorstate.State, reason string) error {
-	st, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}, pt.id, func(st *mirrorstate.PartitionState) error {
+	st, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}, pt.id, func(st *mirrorstate.PartitionState) error {
 		st.State, st.Reason = s, reason
 		return nil
 	})
@@ -646,7 +643,7 @@ func (r *mirrorRun) fail(pt *ledPartition, err error) error {
 	if r.ctx.Err() != nil {
 		return err // shutting down: not the partition's fault
 	}
-	r.log.Warn("mirror partition failed", "topic", pt.topic, "partition", pt.partition, "err", err)
+	r.log.Warn("mirror partition failed", "topic", pt.Topic, "partition", pt.Partition, "err", err)
 	if serr := r.setState(pt, mirrorstate.Failed, err.Error()); serr != nil {
 		return serr
 	}
@@ -654,9 +651,9 @@ func (r *mirrorRun) fail(pt *ledPartition, err error) error {
 }
 
 func (r *mirrorRun) partition(pt *ledPartition) (*engine.Partition, error) {
-	ep := r.p.Host().Partition(pt.id, pt.partition)
+	ep := r.p.Host().Partition(pt.id, pt.Partition)
 	if ep == nil {
-		return nil, fmt.Errorf("%s-%d is not hosted here: %w", pt.topic, pt.partition, kerr.NotLeaderForPartition)
+		return nil, fmt.Errorf("%s-%d is not hosted here: %w", pt.Topic, pt.Partition, kerr.NotLeaderForPartition)
 	}
 	return ep, nil
 }
@@ -678,7 +675,7 @@ func (r *mirrorRun) bump(pt *ledPartition, sle int32) error {
 // bumpEpoch asks the controller for a leader epoch above minEpoch and
 // waits until the local partition has it.
 func (r *mirrorRun) bumpEpoch(pt *ledPartition, minEpoch int32) error {
-	epoch, err := r.p.bumpLeaderEpoch(r.ctx, pt.id, pt.partition, minEpoch)
+	epoch, err := r.p.bumpLeaderEpoch(r.ctx, pt.id, pt.Partition, minEpoch)
 	if err != nil {
 		return err
 	}

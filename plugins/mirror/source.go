@@ -138,7 +138,7 @@ func (r *mirrorRun) collectParts(gen uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, pt := range src.parts {
-		if i == 0 || pt.topic != src.parts[i-1].topic { // sorted by topic
+		if i == 0 || pt.Topic != src.parts[i-1].Topic { // sorted by topic
 			src.topics = append(src.topics, pt.src)
 		}
 		if pt.state == mirrorstate.Preparing {
@@ -351,7 +351,7 @@ func (r *mirrorRun) assignLeaders(parts []*ledPartition) {
 		} else if t != nil {
 			for _, sp := range t.Partitions {
 				switch {
-				case sp.Partition != pt.partition:
+				case sp.Partition != pt.Partition:
 				case sp.ErrorCode != 0 || sp.Leader < 0:
 					trouble = fmt.Sprintf("source partition has no leader: %v", kerr.ErrorForCode(sp.ErrorCode))
 				default:
@@ -417,10 +417,10 @@ func (r *mirrorRun) lastMirrorEpochsOf(parts []*ledPartition, out map[topicParti
 		i, ok := idx[pt.src]
 		if !ok {
 			i = len(req.Topics)
-			idx[pt.src], here[pt.src] = i, pt.topic
+			idx[pt.src], here[pt.src] = i, pt.Topic
 			req.Topics = append(req.Topics, mirrorproto.PartitionsTopic{Name: pt.src})
 		}
-		req.Topics[i].Partitions = append(req.Topics[i].Partitions, pt.partition)
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, pt.Partition)
 	}
 	resp, err := r.request(-1, req)
 	if err != nil {
@@ -438,7 +438,7 @@ func (r *mirrorRun) lastMirrorEpochsOf(parts []*ledPartition, out map[topicParti
 				continue
 			}
 			if name, ok := here[t.Name]; ok {
-				out[topicPartition{name, p.PartitionIndex}] = p.LastMirrorEpoch
+				out[topicPartition{Topic: name, Partition: p.PartitionIndex}] = p.LastMirrorEpoch
 			}
 		}
 	}
@@ -474,7 +474,7 @@ func (r *mirrorRun) prepare(parts []*ledPartition) error {
 		done, err := r.truncateToLME(pt, lme)
 		if err != nil && r.ctx.Err() == nil {
 			r.setTrouble([]*ledPartition{pt}, err)
-			errs = append(errs, fmt.Errorf("prepare %s-%d: %w", pt.topic, pt.partition, err))
+			errs = append(errs, fmt.Errorf("prepare %s-%d: %w", pt.Topic, pt.Partition, err))
 		}
 		if done {
 			ready = append(ready, stateUpdate{k: pt.topicPartition, id: pt.id, update: func(s *mirrorstate.PartitionState) error {
@@ -507,7 +507,7 @@ func (r *mirrorRun) setStates(ups []stateUpdate) error {
 	}
 	var errs []error
 	for k, err := range failed {
-		errs = append(errs, fmt.Errorf("%s-%d: %w", k.topic, k.partition, err))
+		errs = append(errs, fmt.Errorf("%s-%d: %w", k.Topic, k.Partition, err))
 	}
 	return errors.Join(errs...)
 }
@@ -531,7 +531,7 @@ func (r *mirrorRun) truncateToLME(pt *ledPartition, lme int32) (done bool, err e
 		}
 	}
 	if to < ep.Offsets().LogEnd {
-		r.log.Info("mirror LME truncation", "topic", pt.topic, "partition", pt.partition, "lme", lme, "offset", to)
+		r.log.Info("mirror LME truncation", "topic", pt.Topic, "partition", pt.Partition, "lme", lme, "offset", to)
 		if err := r.truncate(pt, ep, to, fmt.Sprintf("last mirror epoch %d", lme)); err != nil {
 			return false, r.fail(pt, fmt.Errorf("LME truncation to %d: %w", to, err))
 		}
@@ -542,7 +542,7 @@ func (r *mirrorRun) truncateToLME(pt *ledPartition, lme int32) (done bool, err e
 	if rc, ok := r.p.Host().(plugin.ReplicaConvergence); ok {
 		r.applyMu.Unlock()
 		ctx, cancel := context.WithTimeout(r.ctx, isrTruncationWait)
-		err := rc.AwaitISRTruncated(ctx, pt.id, pt.partition)
+		err := rc.AwaitISRTruncated(ctx, pt.id, pt.Partition)
 		cancel()
 		r.applyMu.Lock()
 		if err != nil {

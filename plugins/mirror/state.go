@@ -47,7 +47,7 @@ func (p *Plugin) readStateLocal(ctx context.Context, k mirrorstate.PartitionKey,
 // error (NOT_COORDINATOR: another broker coordinates the shard) reads
 // nothing.
 func (p *Plugin) readShardLocal(ctx context.Context, mirror string, shard int32, keys []topicPartition, ids map[topicPartition]uuid.UUID, seen map[int32]shardMark, out map[topicPartition]mirrorstate.PartitionState) error {
-	leader, _ := p.stateLeader(coordKey(mirror, ids[keys[0]], keys[0].partition))
+	leader, _ := p.stateLeader(coordKey(mirror, ids[keys[0]], keys[0].Partition))
 	if leader >= 0 && leader != p.Host().NodeID() {
 		return fmt.Errorf("__mirror_state partition %d is on broker %d: %w", shard, leader, kerr.NotCoordinator)
 	}
@@ -59,7 +59,7 @@ func (p *Plugin) readShardLocal(ctx context.Context, mirror string, shard int32,
 		for _, k := range keys {
 			st := mirrorstate.NewPartitionState()
 			st.TopicID = ids[k]
-			if cur := s.Parts[mirrorstate.PartitionKey{Mirror: mirror, Topic: k.topic, Partition: k.partition}]; cur != nil {
+			if cur := s.Parts[mirrorstate.PartitionKey{Mirror: mirror, Topic: k.Topic, Partition: k.Partition}]; cur != nil {
 				st = *cur
 			}
 			out[k] = st
@@ -87,12 +87,12 @@ func (p *Plugin) writeStateBatch(ctx context.Context, mirror string, ups []state
 	failed := map[topicPartition]error{}
 	byShard := map[int32][]stateUpdate{}
 	for _, u := range ups {
-		shard := p.PartitionFor(coordKey(mirror, u.id, u.k.partition))
+		shard := p.PartitionFor(coordKey(mirror, u.id, u.k.Partition))
 		byShard[shard] = append(byShard[shard], u)
 	}
 	byNode := map[int32][]stateUpdate{}
 	for shard, us := range byShard {
-		leader, _ := p.stateLeader(coordKey(mirror, us[0].id, us[0].k.partition))
+		leader, _ := p.stateLeader(coordKey(mirror, us[0].id, us[0].k.Partition))
 		if leader >= 0 && leader != p.Host().NodeID() {
 			byNode[leader] = append(byNode[leader], us...)
 			continue
@@ -113,7 +113,7 @@ func (u stateUpdate) next(mirror string, cur mirrorstate.PartitionState) (mirror
 		return cur, err
 	}
 	if !cur.State.CanMove(next.State) {
-		return cur, fmt.Errorf("mirror %s topic %s partition %d: %s cannot move to %s", mirror, u.k.topic, u.k.partition, cur.State, next.State)
+		return cur, fmt.Errorf("mirror %s topic %s partition %d: %s cannot move to %s", mirror, u.k.Topic, u.k.Partition, cur.State, next.State)
 	}
 	return next, nil
 }
@@ -130,7 +130,7 @@ func (p *Plugin) writeShardLocal(ctx context.Context, mirror string, shard int32
 		s := sh.State().(*mirrorstate.Shard)
 		var recs []coord.Record
 		for _, u := range us {
-			k := mirrorstate.PartitionKey{Mirror: mirror, Topic: u.k.topic, Partition: u.k.partition}
+			k := mirrorstate.PartitionKey{Mirror: mirror, Topic: u.k.Topic, Partition: u.k.Partition}
 			cur := mirrorstate.NewPartitionState()
 			if st := s.Parts[k]; st != nil {
 				cur = *st
@@ -184,7 +184,7 @@ func (p *Plugin) writeStatesRemote(ctx context.Context, mirror string, node int3
 	for _, u := range us {
 		st, ok := cur[u.k]
 		if !ok {
-			failed[u.k] = fmt.Errorf("reading the mirror state of %s-%d on broker %d: no answer: %w", u.k.topic, u.k.partition, node, errUnreachable)
+			failed[u.k] = fmt.Errorf("reading the mirror state of %s-%d on broker %d: no answer: %w", u.k.Topic, u.k.Partition, node, errUnreachable)
 			continue
 		}
 		n, err := u.next(mirror, st)
@@ -194,7 +194,7 @@ func (p *Plugin) writeStatesRemote(ctx context.Context, mirror string, node int3
 		}
 		next[u.k] = n
 		if n != st {
-			topics[u.k.topic] = append(topics[u.k.topic], statePartition(u.k.partition, u.id, n))
+			topics[u.k.Topic] = append(topics[u.k.Topic], statePartition(u.k.Partition, u.id, n))
 		}
 	}
 	var err error

@@ -42,7 +42,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 	if err != nil {
 		return err
 	}
-	k := mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}
+	k := mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}
 	st, err := r.p.readState(r.ctx, k, pt.id)
 	if err != nil {
 		return err
@@ -61,7 +61,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 		}); err != nil {
 			return err
 		}
-		r.p.stopHook(pt.topic, pt.partition, StepFetcherRemoved)
+		r.p.stopHook(pt.Topic, pt.Partition, StepFetcherRemoved)
 	}
 	// 1b. A consistent failover waits for its set's cut and truncates
 	// to it (cutover.go); the rest goes on from the cut.
@@ -81,7 +81,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 	if err := r.bumpEpoch(pt, max(st.StopEpoch, lme)); err != nil {
 		return err
 	}
-	r.p.stopHook(pt.topic, pt.partition, StepEpochBumped)
+	r.p.stopHook(pt.Topic, pt.Partition, StepEpochBumped)
 
 	// 3. Abort what the source's coordinators left open: they will never
 	// end those transactions here. Only open ones, so a resumed stop
@@ -89,12 +89,12 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 	if _, err := ep.AbortOpenTransactions(r.ctx); err != nil {
 		return r.fail(pt, err)
 	}
-	r.p.stopHook(pt.topic, pt.partition, StepTxnsAborted)
+	r.p.stopHook(pt.Topic, pt.Partition, StepTxnsAborted)
 
 	// 4. Persist the last mirror epoch, twice: for the mirror, and for the
 	// topic alone (mirror name ""), which outlives the mirror's deletion
 	// so that a later failback still finds it.
-	for _, key := range []mirrorstate.PartitionKey{k, {Mirror: "", Topic: pt.topic, Partition: pt.partition}} {
+	for _, key := range []mirrorstate.PartitionKey{k, {Mirror: "", Topic: pt.Topic, Partition: pt.Partition}} {
 		if _, err := r.p.writeState(r.ctx, key, pt.id, func(s *mirrorstate.PartitionState) error {
 			s.LME, s.LMO = lme, st.StopAt-1
 			if key.Mirror == "" {
@@ -105,7 +105,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 			return err
 		}
 	}
-	r.p.stopHook(pt.topic, pt.partition, StepLMEPersisted)
+	r.p.stopHook(pt.Topic, pt.Partition, StepLMEPersisted)
 
 	// 5. One producer-state barrier: unless a resumed stop wrote it.
 	has, err := hasBarrier(ep, st.StopAt)
@@ -117,7 +117,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 			return r.fail(pt, err)
 		}
 	}
-	r.p.stopHook(pt.topic, pt.partition, StepBarrierWritten)
+	r.p.stopHook(pt.Topic, pt.Partition, StepBarrierWritten)
 	// Persisted, so that whichever broker finishes the topic (the leader
 	// of its partition 0) knows this partition is done.
 	if _, err := r.p.writeState(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
@@ -169,7 +169,7 @@ func (r *mirrorRun) finishStops(parts []*ledPartition) error {
 	r.mu.Lock()
 	for _, pt := range parts {
 		if pt.state == mirrorstate.Stopping {
-			byTopic[pt.topic] = append(byTopic[pt.topic], pt)
+			byTopic[pt.Topic] = append(byTopic[pt.Topic], pt)
 		}
 	}
 	r.mu.Unlock()
@@ -198,7 +198,7 @@ func (r *mirrorRun) finishStops(parts []*ledPartition) error {
 		// topic, so a finisher that dies half way is followed by the
 		// partition's next leader.
 		for i := len(t.Partitions) - 1; i >= 0; i-- {
-			k := topicPartition{topic, int32(i)}
+			k := topicPartition{Topic: topic, Partition: int32(i)}
 			st, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: topic, Partition: int32(i)}, t.ID, func(s *mirrorstate.PartitionState) error {
 				s.State, s.Reason, s.StopIndex = mirrorstate.Stopped, "", stopIndex
 				return nil
@@ -222,7 +222,7 @@ func (r *mirrorRun) finishStops(parts []*ledPartition) error {
 // others as their coordinator persisted it.
 func (r *mirrorRun) topicStopDone(t *metadata.Topic, local []*ledPartition) (bool, error) {
 	for i := range t.Partitions {
-		k := topicPartition{t.Name, int32(i)}
+		k := topicPartition{Topic: t.Name, Partition: int32(i)}
 		r.mu.Lock()
 		j := slices.IndexFunc(local, func(pt *ledPartition) bool { return pt.topicPartition == k })
 		done := j >= 0 && local[j].stopDone
