@@ -58,7 +58,7 @@ func (r *mirrorRun) applyCut(pt *ledPartition, ep *engine.Partition, st mirrorst
 		decided := c.At >= 0
 		if decided { // only the decider's own cut says all are written
 			if t := r.p.Image().Topics[decider.Topic]; t != nil {
-				ds, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: decider.Topic, Partition: 0}, t.ID)
+				ds, err := r.p.store.Read(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: decider.Topic, Partition: 0}, t.ID)
 				decided = err == nil && ds.Cut.Set == c.Set && ds.Cut.At >= 0
 			}
 		}
@@ -75,7 +75,7 @@ func (r *mirrorRun) applyCut(pt *ledPartition, ep *engine.Partition, st mirrorst
 	}
 	r.p.stopHook(pt.Topic, pt.Partition, StepCutApplied)
 	k := mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}
-	st, err := r.p.writeState(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
+	st, err := r.p.store.Write(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
 		s.StopAt = c.At
 		return nil
 	})
@@ -117,13 +117,13 @@ func (r *mirrorRun) decideCut(set string) error {
 			want[topicPartition{Topic: name, Partition: int32(i)}] = t.ID
 		}
 	}
-	states := r.p.readStatesBatch(r.ctx, r.name, want)
+	states := r.p.store.ReadBatch(r.ctx, r.name, want)
 	var members []cutMember
 	for k, id := range want {
 		st, ok := states[k]
 		if !ok {
 			var err error
-			if st, err = r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.Topic, Partition: k.Partition}, id); err != nil {
+			if st, err = r.p.store.Read(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.Topic, Partition: k.Partition}, id); err != nil {
 				return err
 			}
 		}
@@ -179,7 +179,7 @@ func (r *mirrorRun) decideCut(set string) error {
 			r.p.stopHook(decider.Topic, decider.Partition, StepCutDeciding)
 		}
 		records, ms := cut.Loss(parts[i], cuts[i], t)
-		if _, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: m.Topic, Partition: m.Partition}, m.id, func(s *mirrorstate.PartitionState) error {
+		if _, err := r.p.store.Write(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: m.Topic, Partition: m.Partition}, m.id, func(s *mirrorstate.PartitionState) error {
 			if s.Cut.Set != set {
 				return fmt.Errorf("%s-%d left the consistent failover of %s", m.Topic, m.Partition, set)
 			}
@@ -259,7 +259,7 @@ func (r *mirrorRun) fetchBatches(leader int32, m cutMember, offset int64) ([]cut
 	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = m.Partition, offset, cut.FetchBytes
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp, err := r.p.send(r.ctx, leader, req)
+	resp, err := r.p.store.Send(r.ctx, leader, req)
 	if err != nil {
 		return nil, none, err
 	}
@@ -298,7 +298,7 @@ func (r *mirrorRun) fetchBatches(leader int32, m cutMember, offset int64) ([]cut
 func (r *mirrorRun) clampGroups(t *metadata.Topic) error {
 	cuts := map[int32]int64{}
 	for i := range t.Partitions {
-		st, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: t.Name, Partition: int32(i)}, t.ID)
+		st, err := r.p.store.Read(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: t.Name, Partition: int32(i)}, t.ID)
 		if err != nil {
 			return err
 		}
@@ -310,7 +310,7 @@ func (r *mirrorRun) clampGroups(t *metadata.Topic) error {
 		return nil
 	}
 	for node := range r.p.Image().Brokers {
-		resp, err := r.p.send(r.ctx, node, kmsg.NewPtrListGroupsRequest())
+		resp, err := r.p.store.Send(r.ctx, node, kmsg.NewPtrListGroupsRequest())
 		if err == nil {
 			err = kerr.ErrorForCode(resp.(*kmsg.ListGroupsResponse).ErrorCode)
 		}
@@ -346,7 +346,7 @@ func (r *mirrorRun) clampGroup(node int32, group, topic string, cuts map[int32]i
 	g := kmsg.NewOffsetFetchRequestGroup()
 	g.Group, g.Topics = group, []kmsg.OffsetFetchRequestGroupTopic{gt}
 	fetch.Groups = []kmsg.OffsetFetchRequestGroup{g} // v8 on
-	resp, err := r.p.send(r.ctx, node, fetch)
+	resp, err := r.p.store.Send(r.ctx, node, fetch)
 	if err != nil {
 		return err
 	}
@@ -390,7 +390,7 @@ func (r *mirrorRun) clampGroup(node int32, group, topic string, cuts map[int32]i
 		return nil
 	}
 	commit.Topics = append(commit.Topics, ct)
-	resp, err = r.p.send(r.ctx, node, commit)
+	resp, err = r.p.store.Send(r.ctx, node, commit)
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ func (p *Plugin) stoppedReport(ctx context.Context, mirror string, topics []stri
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
 			fp := mirrorproto.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, AlreadyStopped: true}
-			if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
+			if st, err := p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
 				fp.CutTime, fp.CutRecords, fp.CutMs = cutReport(st)
 			}
@@ -271,7 +271,7 @@ func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []str
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
 			fp := mirrorproto.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1}
-			if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
+			if st, err := p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
 				fp.CutTime, fp.CutRecords, fp.CutMs = cutReport(st)
 			} else if ep := p.Host().Partition(t.ID, int32(i)); ep != nil {

@@ -3,7 +3,6 @@ package mirror
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -15,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/diverged"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
@@ -109,14 +107,14 @@ func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, r
 			r.ErrorCode, _ = code(clusterDenied)
 			break
 		}
-		r.Topics, r.Shards, r.ErrorCode = p.readStates(ctx, req)
+		r.Topics, r.Shards, r.ErrorCode = p.store.ServeRead(ctx, p.awaitMirrors(ctx, req.MirrorName), req)
 	case *mirrorproto.WriteMirrorStatesRequest:
 		r := resp.(*mirrorproto.WriteMirrorStatesResponse)
 		if !clusterAction {
 			r.ErrorCode, _ = code(clusterDenied)
 			break
 		}
-		r.Topics = p.writeStates(ctx, req)
+		r.Topics = p.store.ServeWrite(ctx, req)
 	case *mirrorproto.MirrorTopicsRequest:
 		r := resp.(*mirrorproto.MirrorTopicsResponse)
 		op := kmsg.ACLOperationAlter
@@ -333,7 +331,7 @@ func (p *Plugin) setTopicStates(ctx context.Context, mirror string, topics []str
 			continue
 		}
 		for i := range t.Partitions {
-			if _, err := p.writeState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID, update); err != nil {
+			if _, err := p.store.Write(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID, update); err != nil {
 				return err
 			}
 		}
@@ -357,13 +355,13 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 				want[topicPartition{Topic: name, Partition: int32(i)}] = t.ID
 			}
 		}
-		states := p.readStatesBatch(ctx, mirror, want) // one request per coordinating broker
+		states := p.store.ReadBatch(ctx, mirror, want) // one request per coordinating broker
 		ok := true
 		for k, id := range want {
 			st, read := states[k]
 			if !read {
 				var err error
-				st, err = p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: k.Topic, Partition: k.Partition}, id)
+				st, err = p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: k.Topic, Partition: k.Partition}, id)
 				read = err == nil
 			}
 			if ok = read && st.State == s; !ok {
@@ -439,11 +437,11 @@ func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, re
 			} else if here := img.Topics[t.Name]; !ok && here != nil {
 				// No mirror holds the topic (any more): the epochs kept
 				// for the topic alone when its mirroring last stopped.
-				if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: "", Topic: t.Name, Partition: idx}, here.ID); err == nil && st.TopicID == here.ID {
+				if st, err := p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: "", Topic: t.Name, Partition: idx}, here.ID); err == nil && st.TopicID == here.ID {
 					op.LastMirroredOffset, op.LastMirrorEpoch = st.LMO, st.LME
 				}
 			} else if ok {
-				st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: idx}, mt.ID)
+				st, err := p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: idx}, mt.ID)
 				switch {
 				case err != nil:
 					op.ErrorCode, _ = code(err)
@@ -531,7 +529,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *m
 				dm.ErrorCode, dm.ErrorMessage, failed = kerr.InconsistentClusterID.Code, mirrorproto.NonEmpty(halt), true
 			}
 			dm.ACLSync, dm.SourceClusterID, dm.TopicPrefix = aclSync, m.SourceClusterID, mirrorcfg.Prefix(m.Configs)
-			dm.Diverged = p.manifest(ctx, name)
+			dm.Diverged = p.store.Manifest(ctx, name)
 			var remote remoteMirror
 			if !req.Local {
 				remote = p.remoteView(ctx, name)
@@ -551,7 +549,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *m
 					}
 				}
 			}
-			states := p.readStatesBatch(ctx, name, want) // one request per coordinating broker
+			states := p.store.ReadBatch(ctx, name, want) // one request per coordinating broker
 			now := time.Now()
 			var all []mirrorproto.PartitionDetail
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
@@ -635,7 +633,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 	pd = mirrorproto.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: mirrorstate.Unknown.String()}
 	if st, ok := states[topicPartition{Topic: t.Name, Partition: i}]; ok {
 		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
-	} else if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: i}, t.ID); err == nil {
+	} else if st, err := p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: i}, t.ID); err == nil {
 		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
 	} else {
 		_, pd.Reason = code(err)
@@ -675,216 +673,6 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 		pd.Reason = staleReason(pt.srcEndAt)
 	}
 	return pd, cut
-}
-
-// shardMarks are the __mirror_state shards a ReadMirrorStates from
-// another broker touches: the marks it knew (ReadMirrorStatesRequest
-// KnownShards) and what they are now here.
-type shardMarks struct {
-	p     *Plugin
-	ctx   context.Context
-	known map[int32]mirrorproto.ShardMark
-	now   map[int32]mirrorproto.ShardMark
-}
-
-// unchanged reports whether the shard of a partition's coordinator key
-// is as the asker knew it.
-func (m *shardMarks) unchanged(key string) bool {
-	shard := m.p.PartitionFor(key)
-	now, ok := m.now[shard]
-	if !ok {
-		now = mirrorproto.ShardMark{Shard: shard, Incarnation: 0, Version: -1} // not here: never unchanged
-		m.p.Runtime().Do(m.ctx, shard, func(sh *coord.Shard) error {
-			s := sh.State().(*mirrorstate.Shard)
-			now.Incarnation, now.Version = int64(s.Incarnation), int64(s.Version)
-			return nil
-		})
-		m.now[shard] = now
-	}
-	k, knew := m.known[shard]
-	return knew && now.Version >= 0 && k == now
-}
-
-// list is the marks of the shards touched, for the answer.
-func (m *shardMarks) list() []mirrorproto.ShardMark {
-	var out []mirrorproto.ShardMark
-	for _, mk := range m.now {
-		if mk.Version >= 0 {
-			out = append(out, mk)
-		}
-	}
-	return out
-}
-
-func (p *Plugin) readStates(ctx context.Context, req *mirrorproto.ReadMirrorStatesRequest) ([]mirrorproto.StatesTopic, []mirrorproto.ShardMark, int16) {
-	img := p.awaitMirrors(ctx, req.MirrorName)
-	m := img.Mirrors[req.MirrorName]
-	var out []mirrorproto.StatesTopic
-	marks := shardMarks{p: p, ctx: ctx, known: map[int32]mirrorproto.ShardMark{}, now: map[int32]mirrorproto.ShardMark{}}
-	for _, k := range req.KnownShards {
-		marks.known[k.Shard] = k
-	}
-	for _, t := range req.Topics {
-		st := mirrorproto.StatesTopic{Name: t.Name}
-		if !t.TopicID.IsZero() && req.NeedPartitionStates {
-			// Another broker asks this coordinator for the states it
-			// keeps: they are answered whatever this broker's image says
-			// of the mirror (it may not have it yet, or any more); those
-			// of a shard still as the asker knew it are left out.
-			for _, idx := range t.Partitions {
-				if marks.unchanged(coordKey(req.MirrorName, t.TopicID, idx)) {
-					continue
-				}
-				sp := mirrorproto.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
-				k := mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: idx}
-				s, err := p.readStateLocal(ctx, k, t.TopicID)
-				if err == nil {
-					setState(&sp, s)
-					sp.Diverged, err = p.entriesLocal(ctx, k, t.TopicID)
-				}
-				sp.ErrorCode, _ = code(err)
-				st.Partitions = append(st.Partitions, sp)
-			}
-			out = append(out, st)
-			continue
-		}
-		if m == nil {
-			return nil, nil, mirrorproto.ErrMirrorNotFound.Code
-		}
-		mt, ok := m.Topics[t.Name]
-		if !req.NeedPartitionStates {
-			st.Partitions = []mirrorproto.StatePartition{p.topicState(ctx, req.MirrorName, t.Name, mt, ok)}
-			out = append(out, st)
-			continue
-		}
-		for _, idx := range t.Partitions {
-			sp := mirrorproto.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
-			if !ok {
-				sp.ErrorCode = mirrorproto.ErrTopicNotMirrored.Code
-			} else if s, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: idx}, mt.ID); err != nil {
-				sp.ErrorCode, _ = code(err)
-			} else {
-				setState(&sp, s)
-			}
-			st.Partitions = append(st.Partitions, sp)
-		}
-		out = append(out, st)
-	}
-	if len(req.Topics) == 0 && m == nil {
-		return nil, nil, mirrorproto.ErrMirrorNotFound.Code
-	}
-	return out, marks.list(), 0
-}
-
-// setState fills a response's partition with a persisted state.
-func setState(sp *mirrorproto.StatePartition, s mirrorstate.PartitionState) {
-	sp.LastMirroredOffset, sp.State, sp.LastMirrorEpoch, sp.Reason, sp.TopicID = s.LMO, int8(s.State), s.LME, s.Reason, s.TopicID
-	sp.StopOffset, sp.StopEpoch, sp.StopDone, sp.StopIndex = s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex
-	sp.CutSet, sp.CutAt, sp.CutTime, sp.CutRecords, sp.CutMs, sp.CompleteAt = s.Cut.Set, s.Cut.At, s.Cut.Time, s.Cut.Records, s.Cut.Ms, s.CompleteAt
-}
-
-// topicState is ReadMirrorStates without NeedPartitionStates: one entry
-// per topic (partition index -1, no offsets) whose state is its
-// partitions' when they agree; when they differ, FAILED if one failed,
-// else the transition some are still in (STOPPING, PAUSING, PREPARING,
-// EPOCH_FENCING), else the first partition's.
-func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt metadata.MirrorTopic, ok bool) mirrorproto.StatePartition {
-	sp := mirrorproto.StatePartition{PartitionIndex: -1, LastMirroredOffset: -1, LastMirrorEpoch: -1, TopicID: mt.ID}
-	t := p.Image().Topics[topic]
-	if !ok || t == nil {
-		sp.ErrorCode = mirrorproto.ErrTopicNotMirrored.Code
-		return sp
-	}
-	var states []mirrorstate.State
-	for i := range t.Partitions {
-		s, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: topic, Partition: int32(i)}, mt.ID)
-		if err != nil {
-			sp.ErrorCode, _ = code(err)
-			return sp
-		}
-		states = append(states, s.State)
-	}
-	st := mirrorstate.Unknown
-	if len(states) > 0 {
-		st = states[0]
-	}
-	for _, s := range []mirrorstate.State{mirrorstate.Failed, mirrorstate.Stopping, mirrorstate.Pausing, mirrorstate.Preparing, mirrorstate.EpochFencing} {
-		if slices.Contains(states, s) && slices.ContainsFunc(states, func(o mirrorstate.State) bool { return o != s }) {
-			st = s
-			break
-		}
-	}
-	sp.State = int8(st)
-	return sp
-}
-
-// writeStates is WriteMirrorStates: TopicsUpdated are persisted; the
-// states of RemovedTopics are deleted (tombstones), whatever partitions
-// they had.
-func (p *Plugin) writeStates(ctx context.Context, req *mirrorproto.WriteMirrorStatesRequest) []mirrorproto.ErrTopic {
-	img := p.Image()
-	var out []mirrorproto.ErrTopic
-	for _, name := range req.RemovedTopics {
-		et := mirrorproto.ErrTopic{Name: name}
-		c, _ := code(p.removeStatesLocal(ctx, req.MirrorName, name))
-		et.Partitions = append(et.Partitions, mirrorproto.ErrPartition{PartitionIndex: -1, ErrorCode: c})
-		out = append(out, et)
-	}
-	for _, t := range req.TopicsUpdated {
-		et := mirrorproto.ErrTopic{Name: t.Name}
-		for _, sp := range t.Partitions {
-			id := sp.TopicID
-			if tt := img.Topics[t.Name]; id.IsZero() && tt != nil {
-				id = tt.ID
-			}
-			// Written on this broker's shard only: WriteMirrorStates is
-			// what the other brokers send to the coordinator, which
-			// answers NOT_COORDINATOR when it is not (any more). A
-			// partition with manifest entries carries only them.
-			if len(sp.Diverged) > 0 {
-				c, _ := code(p.writeEntriesLocal(ctx, mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: sp.PartitionIndex}, id, sp.Diverged))
-				et.Partitions = append(et.Partitions, mirrorproto.ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
-				continue
-			}
-			_, err := p.writeStateLocal(ctx, mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: sp.PartitionIndex}, id, func(s *mirrorstate.PartitionState) error {
-				s.State, s.LMO, s.LME, s.Reason = mirrorstate.State(sp.State), sp.LastMirroredOffset, sp.LastMirrorEpoch, sp.Reason
-				s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex = sp.StopOffset, sp.StopEpoch, sp.StopDone, sp.StopIndex
-				s.Cut, s.CompleteAt = mirrorstate.Cut{Set: sp.CutSet, At: sp.CutAt, Time: sp.CutTime, Records: sp.CutRecords, Ms: sp.CutMs}, sp.CompleteAt
-				return nil
-			})
-			c, _ := code(err)
-			et.Partitions = append(et.Partitions, mirrorproto.ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
-		}
-		out = append(out, et)
-	}
-	return out
-}
-
-// removeStatesLocal deletes the states a mirror keeps for a topic, on
-// every __mirror_state shard this broker leads.
-func (p *Plugin) removeStatesLocal(ctx context.Context, mirror, topic string) error {
-	var errs []error
-	for _, sh := range p.Runtime().Shards() {
-		errs = append(errs, sh.Do(ctx, func(sh *coord.Shard) error {
-			s := sh.State().(*mirrorstate.Shard)
-			var recs []coord.Record
-			for k := range s.Parts {
-				if k.Mirror == mirror && k.Topic == topic {
-					recs = append(recs, mirrorstate.Tombstones(k)...)
-				}
-			}
-			if err := sh.Write(ctx, recs...); err != nil {
-				return err
-			}
-			for k := range s.Parts {
-				if k.Mirror == mirror && k.Topic == topic {
-					delete(s.Parts, k)
-				}
-			}
-			return nil
-		}))
-	}
-	return errors.Join(errs...)
 }
 
 // --- the MIRROR config resource (type 64) ---

@@ -133,7 +133,7 @@ func (m *pluginMetrics) diverged(r *mirrorRun, of func(mirrorproto.DivergedRange
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		var n float64
-		for _, d := range m.p.manifest(ctx, r.name) {
+		for _, d := range m.p.store.Manifest(ctx, r.name) {
 			n += of(d)
 		}
 		return n

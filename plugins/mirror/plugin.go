@@ -31,6 +31,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/plugins/mirror/statestore"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -111,6 +112,7 @@ type Plugin struct {
 	runs    map[string]*mirrorRun // by mirror name
 	metrics *pluginMetrics
 	meta    *metasync.Manager // metadata sync of the mirrors this broker coordinates
+	store   *statestore.Store // the mirror partitions' states on __mirror_state
 	// fetchBudget bounds the answers of all this broker's mirror
 	// fetchers together.
 	fetchBudget *fetch.Budget
@@ -165,6 +167,7 @@ func New(props map[string]string, log *slog.Logger, opts ...Option) *Plugin {
 		Logger:  p.log,
 		Err:     err,
 	})
+	p.store = statestore.New(storeCoordinator{p.Coordinator}, cfg.RequestTimeout)
 	return p
 }
 
@@ -275,7 +278,7 @@ func (p *Plugin) run(name string) *mirrorRun {
 }
 
 // LocateCoordinator implements plugin.CoordinatorLocator: MIRROR keys are
-// coordKey strings (or a mirror name for its metadata sync).
+// statestore.Key strings (or a mirror name for its metadata sync).
 func (p *Plugin) LocateCoordinator(keyType int8, key string) (plugin.InternalTopic, int32, bool) {
 	_, partition, ok := p.Coordinator.LocateCoordinator(keyType, key)
 	return p.stateTopic(), partition, ok
@@ -285,7 +288,7 @@ func (p *Plugin) LocateCoordinator(keyType int8, key string) (plugin.InternalTop
 // the coordinator of a mirror's key needs DESCRIBE on the mirror, as
 // describing the mirror does.
 func (p *Plugin) AuthorizeCoordinator(rc *plugin.RequestContext, _ int8, key string) error {
-	name, _, _ := strings.Cut(key, ":") // coordKey: mirror:topic-id:partition, or the mirror's name
+	name, _, _ := strings.Cut(key, ":") // statestore.Key: mirror:topic-id:partition, or the mirror's name
 	return mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name)
 }
 

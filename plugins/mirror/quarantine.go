@@ -1,19 +1,16 @@
 package mirror
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/diverged"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
@@ -64,11 +61,11 @@ type partitionManifest struct {
 }
 
 func (m partitionManifest) Pending(ctx context.Context) (*mirrorstate.ManifestEntry, error) {
-	return m.p.pendingEntry(ctx, m.k, m.id)
+	return m.p.store.PendingEntry(ctx, m.k, m.id)
 }
 
 func (m partitionManifest) Write(ctx context.Context, e *mirrorstate.ManifestEntry) error {
-	return m.p.writeEntry(ctx, m.k, m.id, e)
+	return m.p.store.WriteEntry(ctx, m.k, m.id, e)
 }
 
 // divergedPartition returns partition p of <topic>.diverged, creating the
@@ -125,102 +122,4 @@ func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition 
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-// shardOf runs fn on the __mirror_state shard of a mirror partition.
-func (p *Plugin) shardOf(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID, fn func(*coord.Shard, *mirrorstate.Shard) error) error {
-	return p.Do(ctx, coordKey(k.Mirror, id, k.Partition), func(sh *coord.Shard) error {
-		return fn(sh, sh.State().(*mirrorstate.Shard))
-	})
-}
-
-// pendingEntry returns the partition's manifest entry whose copy is not
-// done, nil if none, from the partition's coordinator.
-func (p *Plugin) pendingEntry(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID) (*mirrorstate.ManifestEntry, error) {
-	var entries []mirrorproto.DivergedEntry
-	err := p.coordinated(ctx, coordKey(k.Mirror, id, k.Partition), func() error {
-		var err error
-		entries, err = p.entriesLocal(ctx, k, id)
-		return err
-	}, func(node int32) error {
-		sp, err := p.readPartitionRemote(ctx, node, k, id)
-		entries = sp.Diverged
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range entries {
-		if !e.Done {
-			return &mirrorstate.ManifestEntry{DivergedRange: e.DivergedRange}, nil
-		}
-	}
-	return nil, nil
-}
-
-// entriesLocal returns the partition's manifest entries from the local
-// shard.
-func (p *Plugin) entriesLocal(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID) ([]mirrorproto.DivergedEntry, error) {
-	var out []mirrorproto.DivergedEntry
-	err := p.shardOf(ctx, k, id, func(_ *coord.Shard, s *mirrorstate.Shard) error {
-		for dk, e := range s.Diverged {
-			if dk.PartitionKey == k {
-				out = append(out, mirrorproto.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.Done})
-			}
-		}
-		return nil
-	})
-	slices.SortFunc(out, func(a, b mirrorproto.DivergedEntry) int { return cmp.Compare(a.CopyStart, b.CopyStart) })
-	return out, err
-}
-
-// writeEntry persists a manifest entry on the partition's coordinator.
-func (p *Plugin) writeEntry(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID, e *mirrorstate.ManifestEntry) error {
-	entry := mirrorproto.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.Done}
-	return p.coordinated(ctx, coordKey(k.Mirror, id, k.Partition), func() error {
-		return p.writeEntriesLocal(ctx, k, id, []mirrorproto.DivergedEntry{entry})
-	}, func(node int32) error {
-		return p.writeRemote(ctx, node, k, mirrorproto.StatePartition{PartitionIndex: k.Partition, TopicID: id, Diverged: []mirrorproto.DivergedEntry{entry}})
-	})
-}
-
-// writeEntriesLocal persists manifest entries on the local shard.
-func (p *Plugin) writeEntriesLocal(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID, entries []mirrorproto.DivergedEntry) error {
-	return p.shardOf(ctx, k, id, func(sh *coord.Shard, s *mirrorstate.Shard) error {
-		var recs []coord.Record
-		for _, e := range entries {
-			me := &mirrorstate.ManifestEntry{DivergedRange: e.DivergedRange, Done: e.Done}
-			me.Topic, me.Partition = k.Topic, k.Partition
-			recs = append(recs, mirrorstate.EntryRecord(mirrorstate.ManifestKey{PartitionKey: k, CopyStart: e.CopyStart}, me))
-		}
-		if err := sh.Write(ctx, recs...); err != nil {
-			return err
-		}
-		for _, e := range entries {
-			me := &mirrorstate.ManifestEntry{DivergedRange: e.DivergedRange, Done: e.Done}
-			me.Topic, me.Partition = k.Topic, k.Partition
-			s.Diverged[mirrorstate.ManifestKey{PartitionKey: k, CopyStart: e.CopyStart}] = me
-		}
-		return nil
-	})
-}
-
-// manifest returns a mirror's divergence manifest: the finished entries
-// on the shards this broker leads, oldest first.
-func (p *Plugin) manifest(ctx context.Context, mirror string) []mirrorproto.DivergedRange {
-	var out []mirrorproto.DivergedRange
-	for _, sh := range p.Runtime().Shards() {
-		sh.Do(ctx, func(sh *coord.Shard) error { //nolint:errcheck // a shard that is going away has nothing to add
-			for dk, e := range sh.State().(*mirrorstate.Shard).Diverged {
-				if dk.Mirror == mirror && e.Done {
-					out = append(out, e.DivergedRange)
-				}
-			}
-			return nil
-		})
-	}
-	slices.SortFunc(out, func(a, b mirrorproto.DivergedRange) int {
-		return cmp.Or(cmp.Compare(a.TruncatedAt, b.TruncatedAt), strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
-	})
-	return out
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/plugins/mirror/statestore"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
@@ -378,10 +379,10 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 // (another broker finished the topic a moment ago) is not. A partition
 // whose write failed is dropped from states (read again next step).
 func (r *mirrorRun) startParts(img *metadata.Image, m *metadata.Mirror, states map[topicPartition]mirrorstate.PartitionState) error {
-	var ups []stateUpdate
+	var ups []statestore.Update
 	for k, st := range states {
 		if stopped := m.Topics[k.Topic].Stopped; !stopped && (st.State == mirrorstate.Unknown || st.State == mirrorstate.Stopped && int64(img.Index) >= st.StopIndex) {
-			ups = append(ups, stateUpdate{k: k, id: r.ctl.want[k], update: func(s *mirrorstate.PartitionState) error {
+			ups = append(ups, statestore.Update{Partition: k, TopicID: r.ctl.want[k], Apply: func(s *mirrorstate.PartitionState) error {
 				s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex, s.Cut = mirrorstate.Preparing, "", -1, -1, false, 0, mirrorstate.Cut{At: -1}
 				return nil
 			}})
@@ -390,7 +391,7 @@ func (r *mirrorRun) startParts(img *metadata.Image, m *metadata.Mirror, states m
 	if len(ups) == 0 {
 		return nil
 	}
-	done, failed := r.p.writeStateBatch(r.ctx, r.name, ups)
+	done, failed := r.p.store.WriteBatch(r.ctx, r.name, ups)
 	maps.Copy(states, done)
 	var err error
 	for k, e := range failed {
@@ -435,7 +436,7 @@ type control struct {
 	want   map[topicPartition]uuid.UUID
 	source map[string]string // the wanted topics' names on the source
 	shards map[int32][]topicPartition
-	seen   map[int32]shardMark
+	seen   map[int32]statestore.Mark
 	// remoteSeen are the marks of the shards other brokers coordinate,
 	// as they last answered them.
 	remoteSeen map[int32]mirrorproto.ShardMark
@@ -463,7 +464,7 @@ func (r *mirrorRun) readRemoteShards(node int32, shards []int32, out map[topicPa
 			req.Topics[i].Partitions = append(req.Topics[i].Partitions, k.Partition)
 		}
 	}
-	resp, err := r.p.send(r.ctx, node, req)
+	resp, err := r.p.store.Send(r.ctx, node, req)
 	if err != nil || resp.(*mirrorproto.ReadMirrorStatesResponse).ErrorCode != 0 {
 		return
 	}
@@ -472,7 +473,7 @@ func (r *mirrorRun) readRemoteShards(node int32, shards []int32, out map[topicPa
 		for _, sp := range t.Partitions {
 			k := topicPartition{Topic: t.Name, Partition: sp.PartitionIndex}
 			if id, ok := c.want[k]; ok && sp.ErrorCode == 0 {
-				out[k] = stateOf(&sp, id)
+				out[k] = statestore.StateOf(&sp, id)
 				delete(missing, k)
 			}
 		}
@@ -485,13 +486,6 @@ func (r *mirrorRun) readRemoteShards(node int32, shards []int32, out map[topicPa
 		}
 		c.remoteSeen[mk.Shard] = mk
 	}
-}
-
-// shardMark is a local shard as last read: a shard that is still the
-// same object at the same version has no news.
-type shardMark struct {
-	shard   *mirrorstate.Shard
-	version uint64
 }
 
 // setWant computes the mirror partitions this broker leads in img.
@@ -508,7 +502,7 @@ func (c *control) setWant(p *Plugin, mirror string, img *metadata.Image, m *meta
 			if pp.Leader == me {
 				k := topicPartition{Topic: name, Partition: int32(i)}
 				c.want[k] = t.ID
-				shard := p.PartitionFor(coordKey(mirror, t.ID, int32(i)))
+				shard := p.PartitionFor(statestore.Key(mirror, t.ID, int32(i)))
 				c.shards[shard] = append(c.shards[shard], k)
 			}
 		}
@@ -522,14 +516,14 @@ func (c *control) setWant(p *Plugin, mirror string, img *metadata.Image, m *meta
 func (r *mirrorRun) changedStates(full bool) (map[topicPartition]mirrorstate.PartitionState, error) {
 	c := &r.ctl
 	if full || c.seen == nil {
-		c.seen, c.remoteSeen = map[int32]shardMark{}, map[int32]mirrorproto.ShardMark{}
+		c.seen, c.remoteSeen = map[int32]statestore.Mark{}, map[int32]mirrorproto.ShardMark{}
 	}
 	out := map[topicPartition]mirrorstate.PartitionState{}
 	byNode := map[int32][]int32{} // shards other brokers coordinate
 	for shard, keys := range c.shards {
-		if err := r.p.readShardLocal(r.ctx, r.name, shard, keys, c.want, c.seen, out); err != nil {
+		if err := r.p.store.ReadShardLocal(r.ctx, r.name, shard, keys, c.want, c.seen, out); err != nil {
 			k := keys[0]
-			leader, _ := r.p.stateLeader(coordKey(r.name, c.want[k], k.Partition))
+			leader, _ := r.p.store.Leader(statestore.Key(r.name, c.want[k], k.Partition))
 			byNode[leader] = append(byNode[leader], shard)
 		}
 	}
@@ -538,7 +532,7 @@ func (r *mirrorRun) changedStates(full bool) (map[topicPartition]mirrorstate.Par
 		r.readRemoteShards(node, shards, out, remote)
 	}
 	for k, id := range remote {
-		st, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.Topic, Partition: k.Partition}, id)
+		st, err := r.p.store.Read(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.Topic, Partition: k.Partition}, id)
 		if err != nil {
 			return nil, err
 		}
@@ -571,7 +565,7 @@ func (r *mirrorRun) saveComplete(pt *ledPartition, every time.Duration) error {
 	r.mu.Lock()
 	at := pt.completeAt().UnixMilli()
 	r.mu.Unlock()
-	if _, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}, pt.id, func(s *mirrorstate.PartitionState) error {
+	if _, err := r.p.store.Write(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}, pt.id, func(s *mirrorstate.PartitionState) error {
 		s.CompleteAt = max(s.CompleteAt, at)
 		return nil
 	}); err != nil {
@@ -583,26 +577,26 @@ func (r *mirrorRun) saveComplete(pt *ledPartition, every time.Duration) error {
 	return nil
 }
 
-// saveCompletes persists the CompleteAt of parts (writeStateBatch: a few
+// saveCompletes persists the CompleteAt of parts (Store.WriteBatch: a few
 // writes every completeEvery for ten thousand quiet partitions, not ten
 // thousand).
 func (r *mirrorRun) saveCompletes(parts []*ledPartition) error {
 	if len(parts) == 0 {
 		return nil
 	}
-	var ups []stateUpdate
+	var ups []statestore.Update
 	at := map[topicPartition]int64{}
 	r.mu.Lock()
 	for _, pt := range parts {
 		complete := pt.completeAt().UnixMilli()
 		at[pt.topicPartition] = complete
-		ups = append(ups, stateUpdate{k: pt.topicPartition, id: pt.id, update: func(s *mirrorstate.PartitionState) error {
+		ups = append(ups, statestore.Update{Partition: pt.topicPartition, TopicID: pt.id, Apply: func(s *mirrorstate.PartitionState) error {
 			s.CompleteAt = max(s.CompleteAt, complete)
 			return nil
 		}})
 	}
 	r.mu.Unlock()
-	done, failed := r.p.writeStateBatch(r.ctx, r.name, ups)
+	done, failed := r.p.store.WriteBatch(r.ctx, r.name, ups)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k := range done {
@@ -620,7 +614,7 @@ func (r *mirrorRun) saveCompletes(parts []*ledPartition) error {
 // transitions the KIP does not allow (a concurrent failover wins over a
 // fetcher's EPOCH_FENCING, say).
 func (r *mirrorRun) setState(pt *ledPartition, s mirrorstate.State, reason string) error {
-	st, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}, pt.id, func(st *mirrorstate.PartitionState) error {
+	st, err := r.p.store.Write(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}, pt.id, func(st *mirrorstate.PartitionState) error {
 		st.State, st.Reason = s, reason
 		return nil
 	})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/plugins/mirror/statestore"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -464,7 +465,7 @@ func (r *mirrorRun) prepare(parts []*ledPartition) error {
 		return err
 	}
 	errs := []error{err}
-	var ready []stateUpdate
+	var ready []statestore.Update
 	for _, pt := range parts {
 		lme, ok := lmes[pt.topicPartition]
 		if !ok {
@@ -477,7 +478,7 @@ func (r *mirrorRun) prepare(parts []*ledPartition) error {
 			errs = append(errs, fmt.Errorf("prepare %s-%d: %w", pt.Topic, pt.Partition, err))
 		}
 		if done {
-			ready = append(ready, stateUpdate{k: pt.topicPartition, id: pt.id, update: func(s *mirrorstate.PartitionState) error {
+			ready = append(ready, statestore.Update{Partition: pt.topicPartition, TopicID: pt.id, Apply: func(s *mirrorstate.PartitionState) error {
 				s.State, s.Reason = mirrorstate.Mirroring, ""
 				return nil
 			}})
@@ -486,13 +487,13 @@ func (r *mirrorRun) prepare(parts []*ledPartition) error {
 	return errors.Join(append(errs, r.setStates(ready))...)
 }
 
-// setStates writes a batch of state updates (writeStateBatch) and takes
+// setStates writes a batch of state updates (Store.WriteBatch) and takes
 // in the states written, as setState does one.
-func (r *mirrorRun) setStates(ups []stateUpdate) error {
+func (r *mirrorRun) setStates(ups []statestore.Update) error {
 	if len(ups) == 0 {
 		return nil
 	}
-	done, failed := r.p.writeStateBatch(r.ctx, r.name, ups)
+	done, failed := r.p.store.WriteBatch(r.ctx, r.name, ups)
 	moved := false
 	r.mu.Lock()
 	for k, st := range done {

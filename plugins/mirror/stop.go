@@ -43,7 +43,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 		return err
 	}
 	k := mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}
-	st, err := r.p.readState(r.ctx, k, pt.id)
+	st, err := r.p.store.Read(r.ctx, k, pt.id)
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 		r.mu.Lock()
 		complete := pt.completeAt().UnixMilli()
 		r.mu.Unlock()
-		if st, err = r.p.writeState(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
+		if st, err = r.p.store.Write(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
 			s.StopAt, s.StopEpoch, s.CompleteAt = offs.LogEnd, offs.LeaderEpoch, max(s.CompleteAt, complete)
 			return nil
 		}); err != nil {
@@ -95,7 +95,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 	// topic alone (mirror name ""), which outlives the mirror's deletion
 	// so that a later failback still finds it.
 	for _, key := range []mirrorstate.PartitionKey{k, {Mirror: "", Topic: pt.Topic, Partition: pt.Partition}} {
-		if _, err := r.p.writeState(r.ctx, key, pt.id, func(s *mirrorstate.PartitionState) error {
+		if _, err := r.p.store.Write(r.ctx, key, pt.id, func(s *mirrorstate.PartitionState) error {
 			s.LME, s.LMO = lme, st.StopAt-1
 			if key.Mirror == "" {
 				s.State = mirrorstate.Stopped
@@ -120,7 +120,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 	r.p.stopHook(pt.Topic, pt.Partition, StepBarrierWritten)
 	// Persisted, so that whichever broker finishes the topic (the leader
 	// of its partition 0) knows this partition is done.
-	if _, err := r.p.writeState(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
+	if _, err := r.p.store.Write(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
 		s.StopDone = true
 		return nil
 	}); err != nil {
@@ -199,7 +199,7 @@ func (r *mirrorRun) finishStops(parts []*ledPartition) error {
 		// partition's next leader.
 		for i := len(t.Partitions) - 1; i >= 0; i-- {
 			k := topicPartition{Topic: topic, Partition: int32(i)}
-			st, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: topic, Partition: int32(i)}, t.ID, func(s *mirrorstate.PartitionState) error {
+			st, err := r.p.store.Write(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: topic, Partition: int32(i)}, t.ID, func(s *mirrorstate.PartitionState) error {
 				s.State, s.Reason, s.StopIndex = mirrorstate.Stopped, "", stopIndex
 				return nil
 			})
@@ -233,7 +233,7 @@ func (r *mirrorRun) topicStopDone(t *metadata.Topic, local []*ledPartition) (boo
 			}
 			continue
 		}
-		st, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: t.Name, Partition: int32(i)}, t.ID)
+		st, err := r.p.store.Read(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: t.Name, Partition: int32(i)}, t.ID)
 		if err != nil {
 			return false, err
 		}
