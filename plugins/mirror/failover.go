@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/admit"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
@@ -33,7 +34,7 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 	if len(names) == 0 {
 		return nil, nil, fmt.Errorf("no topic named: %w", kerr.InvalidRequest)
 	}
-	topics, stopped, err := mirrorTopicsAll(m, names)
+	topics, stopped, err := admit.SelectAll(m, names)
 	if err != nil {
 		return nil, nil, err
 	}

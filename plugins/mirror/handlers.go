@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/internal/uuid"
+	"github.com/tandem-kafka/tandem/plugins/mirror/admit"
 	"github.com/tandem-kafka/tandem/plugins/mirror/diverged"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
@@ -249,78 +249,6 @@ func (p *Plugin) createMirror(ctx context.Context, req *mirrorproto.CreateMirror
 	return p.Host().Metadata().CreateMirror(ctx, name, configs)
 }
 
-// mirrorTopics resolves topic names (anchored regular expressions) to the
-// mirror's active topics; none means all of them. A name that matches
-// only topics already failed over, or none, is an error saying which.
-func mirrorTopics(m *metadata.Mirror, names []string) ([]string, error) {
-	active, stopped, err := mirrorTopicsAll(m, names)
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range names {
-		re := regexp.MustCompile("^(?:" + n + ")$") // compiled by mirrorTopicsAll
-		if !slices.ContainsFunc(active, re.MatchString) {
-			var done []string
-			for _, t := range stopped {
-				if re.MatchString(t) {
-					done = append(done, t)
-				}
-			}
-			return nil, fmt.Errorf("mirror %s: %s failed over already (STOPPED): %w", m.Name, strings.Join(done, ", "), mirrorproto.ErrTopicNotMirrored)
-		}
-	}
-	return active, nil
-}
-
-// mirrorTopicsAll resolves topic names (anchored regular expressions; none
-// means all) to the mirror's topics, those still mirrored (active) and
-// those failed over (stopped). A name that matches no topic of the mirror
-// at all is an error naming it.
-func mirrorTopicsAll(m *metadata.Mirror, names []string) (active, stopped []string, err error) {
-	for _, t := range slices.Sorted(maps.Keys(m.Topics)) {
-		if m.Topics[t].Stopped {
-			stopped = append(stopped, t)
-		} else {
-			active = append(active, t)
-		}
-	}
-	if len(names) == 0 {
-		return active, stopped, nil
-	}
-	match := func(all []string, re *regexp.Regexp, out []string) []string {
-		for _, t := range all {
-			if re.MatchString(t) && !slices.Contains(out, t) {
-				out = append(out, t)
-			}
-		}
-		return out
-	}
-	var a, s []string
-	for _, n := range names {
-		re, err := regexp.Compile("^(?:" + n + ")$")
-		if err != nil {
-			return nil, nil, fmt.Errorf("topic pattern %q: %v: %w", n, err, kerr.InvalidRequest)
-		}
-		if !slices.ContainsFunc(active, re.MatchString) && !slices.ContainsFunc(stopped, re.MatchString) {
-			if len(m.Topics) == 0 {
-				return nil, nil, fmt.Errorf("mirror %s has no topic: %w", m.Name, mirrorproto.ErrTopicNotMirrored)
-			}
-			return nil, nil, fmt.Errorf("no topic of mirror %s matches %q (its topics: %s): %w", m.Name, n,
-				someNames(slices.Sorted(maps.Keys(m.Topics))), mirrorproto.ErrTopicNotMirrored)
-		}
-		a, s = match(active, re, a), match(stopped, re, s)
-	}
-	return a, s, nil
-}
-
-// someNames lists names, the first five of them if there are more.
-func someNames(names []string) string {
-	if len(names) > 5 {
-		return fmt.Sprintf("%s and %d more", strings.Join(names[:5], ", "), len(names)-5)
-	}
-	return strings.Join(names, ", ")
-}
-
 // setTopicStates moves every partition of topics to a state and wakes the
 // mirror's loop.
 func (p *Plugin) setTopicStates(ctx context.Context, mirror string, topics []string, update func(s *mirrorstate.PartitionState) error) error {
@@ -385,7 +313,7 @@ func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause
 	if m == nil {
 		return fmt.Errorf("mirror %s does not exist: %w", mirror, mirrorproto.ErrMirrorNotFound)
 	}
-	topics, err := mirrorTopics(m, names)
+	topics, err := admit.Select(m, names)
 	if err != nil {
 		return err
 	}
@@ -412,7 +340,7 @@ func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
 	if m == nil {
 		return fmt.Errorf("mirror %s does not exist: %w", mirror, mirrorproto.ErrMirrorNotFound)
 	}
-	if topics, _ := mirrorTopics(m, nil); len(topics) > 0 {
+	if topics, _ := admit.Select(m, nil); len(topics) > 0 {
 		if _, _, err := p.removeTopics(ctx, mirror, topics, mirrorproto.FailoverNow, 0, false); err != nil {
 			return err
 		}
