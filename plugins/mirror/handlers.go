@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -16,6 +15,7 @@ import (
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admit"
 	"github.com/tandem-kafka/tandem/plugins/mirror/diverged"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorapi"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
@@ -23,177 +23,63 @@ import (
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// HandleRequest implements plugin.APIHandler.
-func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
-	resp := req.ResponseKind()
-	resp.SetVersion(req.GetVersion())
-	// Inter-broker and controller APIs need CLUSTER_ACTION, as Kafka's do.
-	clusterAction := rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster")
-	clusterDenied := fmt.Errorf("mirror API %d needs CLUSTER_ACTION on the cluster: %w", req.Key(), kerr.ClusterAuthorizationFailed)
-	switch req := req.(type) {
-	case *mirrorproto.CreateMirrorRequest:
-		r := resp.(*mirrorproto.CreateMirrorResponse)
-		name := ""
-		if req.MirrorName != nil {
-			name = *req.MirrorName
-		}
-		if err := mirrorAuthorized(rc, kmsg.ACLOperationCreate, name); err != nil {
-			r.SetErr(code(err))
-			break
-		}
-		r.SetErr(code(p.createMirror(ctx, req)))
-	case *mirrorproto.AddTopicsToMirrorRequest:
-		r := resp.(*mirrorproto.AddTopicsToMirrorResponse)
-		var denied error
-		for _, t := range req.Topics {
-			if t.MirrorName != nil && denied == nil {
-				denied = mirrorAuthorized(rc, kmsg.ACLOperationAlter, *t.MirrorName)
-			}
-		}
-		if denied != nil {
-			r.ErrorCode, _ = code(denied)
-			break
-		}
-		id, plan, err := p.addTopics(ctx, req)
-		r.TopicID, r.Truncations = id, plan
-		c, msg := code(err)
-		r.ErrorCode, r.ErrorMessage = c, mirrorproto.NonEmpty(msg)
-	case *mirrorproto.RemoveTopicsFromMirrorRequest:
-		r := resp.(*mirrorproto.RemoveTopicsFromMirrorResponse)
-		if err := mirrorAuthorized(rc, kmsg.ACLOperationAlter, req.MirrorName); err != nil {
-			r.ErrorCode, _ = code(err)
-			break
-		}
-		timeout := time.Duration(req.TimeoutMs) * time.Millisecond
-		if timeout <= 0 {
-			timeout = p.cfg.RequestTimeout
-		}
-		removed, report, err := p.removeTopics(ctx, req.MirrorName, topicNames(req.Topics), req.Mode, timeout, req.Consistent)
-		r.Failover = report
-		c, msg := code(err)
-		if err == nil {
-			msg = fmt.Sprintf("Removed %d topic(s) from mirror %s: [%s]", len(removed), req.MirrorName, strings.Join(removed, ", "))
-			if n := alreadyStopped(report); n > 0 {
-				msg += fmt.Sprintf("; %d partition(s) had failed over already", n)
-			}
-		}
-		r.ErrorCode, r.ErrorMessage = c, mirrorproto.NonEmpty(msg)
-	case *mirrorproto.LastMirroredOffsetsRequest:
-		// Asked by the destination of a failback with its credentials on
-		// this (source) cluster: DESCRIBE on each topic, as ListOffsets.
-		r := resp.(*mirrorproto.LastMirroredOffsetsResponse)
-		r.Topics = p.lastMirrored(ctx, rc, req)
-	case *mirrorproto.ListMirrorsRequest:
-		r := resp.(*mirrorproto.ListMirrorsResponse)
-		img := p.awaitMirrors(ctx)
-		for _, name := range slices.Sorted(maps.Keys(img.Mirrors)) {
-			m := img.Mirrors[name]
-			if mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name) != nil {
-				continue // hidden, as ListGroups hides groups
-			}
-			n := 0
-			for _, mt := range m.Topics {
-				if !mt.Stopped {
-					n++
-				}
-			}
-			r.Mirrors = append(r.Mirrors, mirrorproto.ListedMirror{MirrorName: name, SourceBootstrap: m.Configs["bootstrap.servers"], TopicCount: int32(n)})
-		}
-	case *mirrorproto.DescribeMirrorsRequest:
-		resp.(*mirrorproto.DescribeMirrorsResponse).Mirrors = p.describe(ctx, rc, req, p.describedImage(ctx, req))
-	case *mirrorproto.ReadMirrorStatesRequest:
-		r := resp.(*mirrorproto.ReadMirrorStatesResponse)
-		if !clusterAction {
-			r.ErrorCode, _ = code(clusterDenied)
-			break
-		}
-		r.Topics, r.Shards, r.ErrorCode = p.store.ServeRead(ctx, p.awaitMirrors(ctx, req.MirrorName), req)
-	case *mirrorproto.WriteMirrorStatesRequest:
-		r := resp.(*mirrorproto.WriteMirrorStatesResponse)
-		if !clusterAction {
-			r.ErrorCode, _ = code(clusterDenied)
-			break
-		}
-		r.Topics = p.store.ServeWrite(ctx, req)
-	case *mirrorproto.MirrorTopicsRequest:
-		r := resp.(*mirrorproto.MirrorTopicsResponse)
-		op := kmsg.ACLOperationAlter
-		if req.Key() == mirrorproto.KeyDeleteMirror {
-			op = kmsg.ACLOperationDelete
-		}
-		if err := mirrorAuthorized(rc, op, req.MirrorName); err != nil {
-			r.SetErr(code(err))
-			break
-		}
-		var err error
-		switch req.Key() {
-		case mirrorproto.KeyPauseMirrorTopics:
-			err = p.pause(ctx, req.MirrorName, req.Topics, true)
-		case mirrorproto.KeyResumeMirrorTopics:
-			err = p.pause(ctx, req.MirrorName, req.Topics, false)
-		case mirrorproto.KeyDeleteMirror:
-			err = p.deleteMirror(ctx, req.MirrorName)
-		}
-		r.SetErr(code(err))
-	case *mirrorproto.BumpLeaderEpochsRequest:
-		r := resp.(*mirrorproto.BumpLeaderEpochsResponse)
-		for _, t := range req.Topics {
-			bt := mirrorproto.BumpTopic{TopicID: t.TopicID}
-			for _, bp := range t.Partitions {
-				out := mirrorproto.BumpPartition{PartitionIndex: bp.PartitionIndex, LeaderEpoch: -1}
-				if !clusterAction {
-					out.ErrorCode, _ = code(clusterDenied)
-				} else if e, err := p.bumpLeaderEpoch(ctx, t.TopicID, bp.PartitionIndex, bp.MinLeaderEpoch); err != nil {
-					out.ErrorCode, _ = code(err)
-				} else {
-					out.LeaderEpoch = e
-				}
-				bt.Partitions = append(bt.Partitions, out)
-			}
-			r.Topics = append(r.Topics, bt)
-		}
-	default:
-		return nil, fmt.Errorf("mirror: unexpected request %T", req)
-	}
-	return resp, nil
+// apiBackend is the plugin as the mirror APIs see it (mirrorapi.Backend).
+type apiBackend struct{ *Plugin }
+
+func (b apiBackend) CreateMirror(ctx context.Context, req *mirrorproto.CreateMirrorRequest) error {
+	return b.createMirror(ctx, req)
 }
 
-// mirrorAuthorized checks op on the MIRROR resource (ACL resource type
-// 8); the matching cluster-wide binding (ALTER on CLUSTER for changes,
-// DESCRIBE for reads, DESCRIBE_CONFIGS and ALTER_CONFIGS for configs),
-// which administrators hold, also allows it.
-func mirrorAuthorized(rc *plugin.RequestContext, op kmsg.ACLOperation, name string) error {
-	if rc.Allowed(op, plugin.ACLResourceMirror, name) {
-		return nil
-	}
-	cop := kmsg.ACLOperationAlter
-	switch op {
-	case kmsg.ACLOperationDescribe, kmsg.ACLOperationDescribeConfigs, kmsg.ACLOperationAlterConfigs:
-		cop = op
-	}
-	if rc.Allowed(cop, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
-		return nil
-	}
-	return fmt.Errorf("%s on mirror %s is not authorized: %w", op, name, mirrorproto.ErrMirrorAuthorizationFailed)
+func (b apiBackend) AddTopics(ctx context.Context, req *mirrorproto.AddTopicsToMirrorRequest) (uuid.UUID, []mirrorproto.Truncation, error) {
+	return b.addTopics(ctx, req)
 }
 
-func alreadyStopped(report []mirrorproto.FailoverPartition) int {
-	n := 0
-	for _, fp := range report {
-		if fp.AlreadyStopped {
-			n++
-		}
-	}
-	return n
+func (b apiBackend) RemoveTopics(ctx context.Context, mirror string, topics []string, mode int8, timeout time.Duration, consistent bool) ([]string, []mirrorproto.FailoverPartition, error) {
+	return b.removeTopics(ctx, mirror, topics, mode, timeout, consistent)
 }
 
-func topicNames(ts []mirrorproto.RemoveTopic) []string {
-	out := make([]string, len(ts))
-	for i, t := range ts {
-		out[i] = t.TopicName
-	}
-	return out
+func (b apiBackend) LastMirrored(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.LastMirroredOffsetsRequest) []mirrorproto.OffsetsTopic {
+	return b.lastMirrored(ctx, rc, req)
 }
+
+func (b apiBackend) Mirrors(ctx context.Context, names ...string) *metadata.Image {
+	return b.awaitMirrors(ctx, names...)
+}
+
+func (b apiBackend) Describe(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.DescribeMirrorsRequest) []mirrorproto.DescribedMirror {
+	return b.describe(ctx, rc, req, b.describedImage(ctx, req))
+}
+
+func (b apiBackend) ReadStates(ctx context.Context, req *mirrorproto.ReadMirrorStatesRequest) ([]mirrorproto.StatesTopic, []mirrorproto.ShardMark, int16) {
+	return b.store.ServeRead(ctx, b.awaitMirrors(ctx, req.MirrorName), req)
+}
+
+func (b apiBackend) WriteStates(ctx context.Context, req *mirrorproto.WriteMirrorStatesRequest) []mirrorproto.ErrTopic {
+	return b.store.ServeWrite(ctx, req)
+}
+
+func (b apiBackend) Pause(ctx context.Context, mirror string, topics []string, pause bool) error {
+	return b.pause(ctx, mirror, topics, pause)
+}
+
+func (b apiBackend) DeleteMirror(ctx context.Context, mirror string) error {
+	return b.deleteMirror(ctx, mirror)
+}
+
+func (b apiBackend) BumpLeaderEpoch(ctx context.Context, id uuid.UUID, partition, minEpoch int32) (int32, error) {
+	return b.bumpLeaderEpoch(ctx, id, partition, minEpoch)
+}
+
+func (b apiBackend) CheckConfigs(configs map[string]string) error {
+	_, err := clientOpts(configs, b.cfg)
+	return err
+}
+
+func (b apiBackend) AlterConfigs(ctx context.Context, mirror string, configs map[string]string) error {
+	return b.Host().Metadata().AlterMirrorConfigs(ctx, mirror, configs)
+}
+
+func (b apiBackend) RequestTimeout() time.Duration { return b.cfg.RequestTimeout }
 
 // bumpLeaderEpoch is BumpLeaderEpochs: the controller sets the epoch to
 // max(minEpoch+1, current).
@@ -418,7 +304,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *m
 	for _, name := range names {
 		dm := mirrorproto.DescribedMirror{MirrorName: name, AuthorizedOperations: -2147483648}
 		m := img.Mirrors[name]
-		denied := mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name)
+		denied := mirrorapi.Authorized(rc, kmsg.ACLOperationDescribe, name)
 		if denied != nil && req.Local && rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
 			denied = nil // another broker gathering a description (remoteView), as it reads states
 		}
@@ -429,7 +315,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *m
 			dm.AuthorizedOperations = 0
 			for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationCreate, kmsg.ACLOperationDelete, kmsg.ACLOperationAlter,
 				kmsg.ACLOperationDescribe, kmsg.ACLOperationDescribeConfigs, kmsg.ACLOperationAlterConfigs} {
-				if mirrorAuthorized(rc, op, name) == nil {
+				if mirrorapi.Authorized(rc, op, name) == nil {
 					dm.AuthorizedOperations |= 1 << op
 				}
 			}
@@ -601,74 +487,4 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 		pd.Reason = staleReason(pt.srcEndAt)
 	}
 	return pd, cut
-}
-
-// --- the MIRROR config resource (type 64) ---
-
-// ConfigResourceType implements plugin.ConfigResourceHandler.
-func (p *Plugin) ConfigResourceType() kmsg.ConfigResourceType { return kmsg.ConfigResourceType(64) }
-
-// DescribeConfigResource implements plugin.ConfigResourceHandler. Secrets
-// are reported as sensitive with a null value, never in clear.
-func (p *Plugin) DescribeConfigResource(ctx context.Context, rc *plugin.RequestContext, name string, keys []string) ([]kmsg.DescribeConfigsResponseResourceConfig, error) {
-	if err := mirrorAuthorized(rc, kmsg.ACLOperationDescribeConfigs, name); err != nil {
-		return nil, err
-	}
-	m := p.awaitMirrors(ctx, name).Mirrors[name]
-	if m == nil {
-		return nil, fmt.Errorf("mirror %s does not exist: %w", name, mirrorproto.ErrMirrorNotFound)
-	}
-	var out []kmsg.DescribeConfigsResponseResourceConfig
-	for _, k := range slices.Sorted(maps.Keys(m.Configs)) {
-		if keys != nil && !slices.Contains(keys, k) {
-			continue
-		}
-		c := kmsg.NewDescribeConfigsResponseResourceConfig()
-		c.Name, c.Source, c.ConfigType = k, kmsg.ConfigSourceDynamicTopicConfig, kmsg.ConfigTypeString
-		c.IsSensitive = mirrorcfg.Secret(k)
-		if !c.IsSensitive {
-			v := m.Configs[k]
-			c.Value = &v
-		}
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-// AlterConfigResource implements plugin.ConfigResourceHandler.
-func (p *Plugin) AlterConfigResource(ctx context.Context, rc *plugin.RequestContext, name string, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig, validateOnly bool) error {
-	if err := mirrorAuthorized(rc, kmsg.ACLOperationAlterConfigs, name); err != nil {
-		return err
-	}
-	m := p.awaitMirrors(ctx, name).Mirrors[name]
-	if m == nil {
-		return fmt.Errorf("mirror %s does not exist: %w", name, mirrorproto.ErrMirrorNotFound)
-	}
-	next := maps.Clone(m.Configs)
-	if next == nil {
-		next = map[string]string{}
-	}
-	for _, op := range ops {
-		switch op.Op {
-		case kmsg.IncrementalAlterConfigOpSet:
-			if op.Value == nil {
-				return fmt.Errorf("null value for %s: %w", op.Name, kerr.InvalidRequest)
-			}
-			next[op.Name] = *op.Value
-		case kmsg.IncrementalAlterConfigOpDelete:
-			delete(next, op.Name)
-		default:
-			return fmt.Errorf("operation %d on mirror config %s is not supported: %w", op.Op, op.Name, kerr.InvalidRequest)
-		}
-	}
-	if _, err := clientOpts(next, p.cfg); err != nil {
-		return err
-	}
-	if err := mirrorcfg.PrefixChange(m.Configs, next); err != nil {
-		return fmt.Errorf("%v: %w", err, kerr.InvalidConfig)
-	}
-	if validateOnly {
-		return nil
-	}
-	return p.Host().Metadata().AlterMirrorConfigs(ctx, name, next)
 }

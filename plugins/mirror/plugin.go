@@ -29,7 +29,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
 	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
-	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorapi"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/statestore"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
@@ -103,6 +103,8 @@ func ParseConfig(props map[string]string) (Config, error) {
 // plugin.LeaderObserver and plugin.CoordinatorLocator.
 type Plugin struct {
 	*plugin.Coordinator
+	// The mirror APIs and the MIRROR config resource, over apiBackend.
+	*mirrorapi.Handler
 	cfg Config
 	log *slog.Logger
 
@@ -168,6 +170,7 @@ func New(props map[string]string, log *slog.Logger, opts ...Option) *Plugin {
 		Err:     err,
 	})
 	p.store = statestore.New(storeCoordinator{p.Coordinator}, cfg.RequestTimeout)
+	p.Handler = mirrorapi.New(apiBackend{p})
 	return p
 }
 
@@ -289,7 +292,7 @@ func (p *Plugin) LocateCoordinator(keyType int8, key string) (plugin.InternalTop
 // describing the mirror does.
 func (p *Plugin) AuthorizeCoordinator(rc *plugin.RequestContext, _ int8, key string) error {
 	name, _, _ := strings.Cut(key, ":") // statestore.Key: mirror:topic-id:partition, or the mirror's name
-	return mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name)
+	return mirrorapi.Authorized(rc, kmsg.ACLOperationDescribe, name)
 }
 
 // stateTopic is __mirror_state as it is created: its replication factor
@@ -344,18 +347,6 @@ func code(err error) (int16, string) {
 	}
 	return plugin.ErrorCode(err), err.Error()
 }
-
-// APIVersions implements plugin.APIHandler.
-func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
-	var out []kmsg.ApiVersionsResponseApiKey
-	for k := mirrorproto.KeyCreateMirror; k <= mirrorproto.KeyBumpLeaderEpochs; k++ {
-		out = append(out, kmsg.ApiVersionsResponseApiKey{ApiKey: k})
-	}
-	return out
-}
-
-// NewRequest implements plugin.APIHandler.
-func (p *Plugin) NewRequest(key int16) kmsg.Request { return mirrorproto.NewRequest(key) }
 
 // OwnsProp implements plugin.PropsOwner: the mirror.* properties and the
 // replica.fetch.* ones the mirror fetchers use.
