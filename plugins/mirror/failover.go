@@ -12,6 +12,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/admit"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorview"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
@@ -245,7 +246,7 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 				lagging = append(lagging, id+": not mirroring yet")
 			case fresh && leo >= pt.srcEnd:
 				// caught up
-			case pt.state == mirrorstate.Failed || !needsSource(pt.state):
+			case pt.state == mirrorstate.Failed || !mirrorview.NeedsSource(pt.state):
 				broken = append(broken, fmt.Sprintf("%s is %s", id, pt.state))
 			case pt.state == mirrorstate.Paused || pt.state == mirrorstate.Pausing:
 				broken = append(broken, fmt.Sprintf("%s is %s with lag %d (resume it first)", id, pt.state, max(0, pt.srcEnd-leo)))

@@ -16,6 +16,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorview"
 )
 
 // The fetch itself (KIP-1279's MirrorFetcherThread: the Fetch request,
@@ -197,7 +198,7 @@ var _ fetch.Refresher = (*fetchTarget)(nil)
 
 // mine reports whether pt is this fetcher's; r.mu is held.
 func (t *fetchTarget) mine(pt *ledPartition) bool {
-	return pt.leader >= 0 && pt.fetchKey == t.key && needsSource(pt.state)
+	return pt.leader >= 0 && pt.fetchKey == t.key && mirrorview.NeedsSource(pt.state)
 }
 
 // Generation implements fetch.Target.

@@ -19,6 +19,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorview"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -354,7 +355,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *m
 					dm.ErrorCode, dm.ErrorMessage, failed = remote.errCode, mirrorproto.NonEmpty(remote.errMsg), true
 				}
 			}
-			sourceNames(m, dm.Diverged)
+			mirrorview.SourceNames(m, dm.Diverged)
 			want := map[topicPartition]uuid.UUID{}
 			for tn := range m.Topics {
 				if t := img.Topics[tn]; t != nil {
@@ -384,59 +385,17 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *m
 				for i := range t.Partitions {
 					pd, cut := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
 					rd, led := remote.details[topicPartition{Topic: tn, Partition: int32(i)}]
-					pd = withLeaderView(pd, rd, led, cut, failed, dm.ErrorMessage)
+					pd = mirrorview.WithLeaderView(pd, rd, led, cut, failed, dm.ErrorMessage)
 					dt.Partitions = append(dt.Partitions, pd)
 					all = append(all, pd)
 				}
 				dm.Topics = append(dm.Topics, dt)
 			}
-			dm.State = mirrorState(failed, all)
+			dm.State = mirrorview.MirrorState(failed, all)
 		}
 		out = append(out, dm)
 	}
 	return out
-}
-
-// withLeaderView completes pd, a partition as this broker sees it (its
-// state the coordinator's), with rd, its leader's view of the source
-// side (led: another broker leads it), and shows it FAILED when it is
-// cut off from its source: its leader here or there says so (cut, or
-// rd FAILED), or the mirror cannot use its source (failed, mirrorErr),
-// whose reason is then the mirror's, one for every partition rather
-// than what each leader's dial saw.
-func withLeaderView(pd, rd mirrorproto.PartitionDetail, led, cut, failed bool, mirrorErr *string) mirrorproto.PartitionDetail {
-	coordinated := pd.State
-	if led {
-		pd.SourceOffset, pd.SourceOffsetTime, pd.DestinationOffset = rd.SourceOffset, rd.SourceOffsetTime, rd.DestinationOffset
-		pd.Lag, pd.LagMs, pd.SourceStale = rd.Lag, rd.LagMs, rd.SourceStale
-		if pd.Reason == "" {
-			pd.Reason = rd.Reason
-		}
-		cut = cut || rd.State == mirrorstate.Failed.String()
-	}
-	if failed && stateNeedsSource(coordinated) {
-		// Nothing the mirror learned of its source is the source's state
-		// now.
-		pd.SourceStale = pd.SourceOffset >= 0
-		if mirrorErr != nil && (pd.Reason == "" || cutOffState(coordinated)) {
-			pd.Reason = *mirrorErr
-		}
-		cut = true
-	}
-	if cut && cutOffState(coordinated) {
-		pd.State = mirrorstate.Failed.String()
-	}
-	return pd
-}
-
-// sourceNames sets the source names of the manifest entries of mirror m
-// whose topics are named otherwise on the source.
-func sourceNames(m *metadata.Mirror, entries []mirrorproto.DivergedRange) {
-	for i := range entries {
-		if mt, ok := m.Topics[entries[i].Topic]; ok && mt.SourceName(entries[i].Topic) != entries[i].Topic {
-			entries[i].SourceTopic = mt.SourceName(entries[i].Topic)
-		}
-	}
 }
 
 // describePartition is partition i of t as this broker sees it: its
@@ -452,7 +411,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 	} else {
 		_, pd.Reason = code(err)
 	}
-	pd.DestinationIssue = p.destinationIssue(img, t, i)
+	pd.DestinationIssue = mirrorview.DestinationIssue(img, t, i, p.cfg.MinISR)
 	if ep := p.Host().Partition(t.ID, i); ep != nil {
 		pd.DestinationOffset = ep.Offsets().LogEnd
 	}
@@ -462,7 +421,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	lp := r.parts[topicPartition{Topic: t.Name, Partition: i}]
-	if lp == nil || !needsSource(lp.state) {
+	if lp == nil || !mirrorview.NeedsSource(lp.state) {
 		return pd, false // not copied here (any more): the source side is not ours to tell
 	}
 	pt := lp.view()
@@ -474,7 +433,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 		}
 		pd.SourceStale = !r.sourceCurrent(lp, now)
 	}
-	cut = r.cutOff(&pt) && cutOffState(pd.State) // shown FAILED by withLeaderView
+	cut = r.cutOff(&pt) && mirrorview.CutOffState(pd.State) // shown FAILED by mirrorview.WithLeaderView
 	switch {
 	case pd.Reason != "":
 	case r.failed != "":
@@ -484,7 +443,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 	case pt.trouble != "":
 		pd.Reason = fmt.Sprintf("%s (since %s)", pt.trouble, pt.troubleAt.UTC().Format(time.RFC3339))
 	case pd.SourceStale:
-		pd.Reason = staleReason(pt.srcEndAt)
+		pd.Reason = mirrorview.StaleReason(pt.srcEndAt)
 	}
 	return pd, cut
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorview"
 	"github.com/tandem-kafka/tandem/prom"
 )
 
@@ -78,7 +79,7 @@ func (m *pluginMetrics) trackRun(r *mirrorRun) {
 			defer r.mu.Unlock()
 			lag := int64(0)
 			for _, pt := range r.parts {
-				if !needsSource(pt.state) {
+				if !mirrorview.NeedsSource(pt.state) {
 					continue
 				}
 				l := pt.lag()
@@ -102,9 +103,9 @@ func (m *pluginMetrics) trackRun(r *mirrorRun) {
 		"tandem_mirror_diverged_records" + label: m.diverged(r, func(d mirrorproto.DivergedRange) float64 { return float64(d.Records) }),
 		"tandem_mirror_diverged_ranges" + label:  m.diverged(r, func(mirrorproto.DivergedRange) float64 { return 1 }),
 	}
-	for _, h := range []string{healthOK, healthNoLeader, healthUnderMinISR} {
+	for _, h := range []string{mirrorview.HealthOK, mirrorview.HealthNoLeader, mirrorview.HealthUnderMinISR} {
 		gauges[fmt.Sprintf("tandem_mirror_destination_partitions{mirror=%q,health=%q}", r.name, h)] = func() float64 {
-			return float64(m.p.destinationCounts(r.name)[h])
+			return float64(mirrorview.DestinationCounts(m.p.Image(), r.name, m.p.cfg.MinISR)[h])
 		}
 	}
 	for _, s := range metricStates {

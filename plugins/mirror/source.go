@@ -15,6 +15,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorview"
 	"github.com/tandem-kafka/tandem/plugins/mirror/statestore"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -45,16 +46,6 @@ type source struct {
 	topics    []string
 	preparing []*ledPartition
 	assigned  bool
-}
-
-// needsSource reports whether a partition in state s has a source side:
-// one being prepared, copied or paused.
-func needsSource(s mirrorstate.State) bool {
-	switch s {
-	case mirrorstate.Preparing, mirrorstate.Mirroring, mirrorstate.EpochFencing, mirrorstate.Pausing, mirrorstate.Paused:
-		return true
-	}
-	return false
 }
 
 func (r *mirrorRun) sourceLoop() {
@@ -134,7 +125,7 @@ func (r *mirrorRun) sourceStep() error {
 func (r *mirrorRun) collectParts(gen uint64) {
 	src := &r.src
 	src.gen, src.assigned = gen, false
-	src.parts = r.sortedParts(func(pt *ledPartition) bool { return needsSource(pt.state) })
+	src.parts = r.sortedParts(func(pt *ledPartition) bool { return mirrorview.NeedsSource(pt.state) })
 	src.topics, src.preparing = []string{}, nil // no topics: a mirror without topics still checks its source
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -390,7 +390,7 @@ type DescribeMirrorsResponse struct {
 
 // DescribedMirror is one mirror. Tagged fields: 0 ErrorMessage (why the
 // mirror fails, e.g. its source is unreachable), 1 State (the mirror's
-// own state, mirrorState: MIRRORING, PAUSED, STOPPED or FAILED), 2
+// own state, mirrorview.MirrorState: MIRRORING, PAUSED, STOPPED or FAILED), 2
 // ACLSync (how the ACL sync fares: "" when it works or is not
 // configured, "unsupported by source" for a source without DescribeAcls,
 // else its last error), 3 Diverged (the divergence manifest), 4
