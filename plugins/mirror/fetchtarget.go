@@ -112,7 +112,7 @@ func (r *mirrorRun) syncFetchers(parts []*ledPartition) {
 // source broker's address; r.mu is held.
 func (r *mirrorRun) newFetcher(k fetch.Key) *fetch.Fetcher {
 	host, port := r.brokerAddr(k.Broker)
-	stats := r.p.metrics.fetcherStats(r, k, host, port)
+	stats := r.p.metrics.FetcherStats(runMetrics{r}, k, host, port)
 	cfg := r.p.cfg
 	sec, err := kafkaclient.Security(r.configs)
 	if err != nil { // validated when the mirror was created or altered
@@ -135,8 +135,8 @@ func (r *mirrorRun) newFetcher(k fetch.Key) *fetch.Fetcher {
 		Backoff:           cfg.Backoff,
 		Rate:              r.p.throttledRate,
 		Log:               r.log,
-		Requests:          stats.requests,
-		Bytes:             stats.bytes,
+		Requests:          stats.Requests,
+		Bytes:             stats.Bytes,
 	}, &fetchTarget{r: r, key: k})
 }
 

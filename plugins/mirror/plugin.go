@@ -30,6 +30,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
 	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorapi"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrormetrics"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/statestore"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
@@ -112,7 +113,7 @@ type Plugin struct {
 	ctx     context.Context // nil until Start, canceled by Stop
 	cancel  context.CancelFunc
 	runs    map[string]*mirrorRun // by mirror name
-	metrics *pluginMetrics
+	metrics *mirrormetrics.Set
 	meta    *metasync.Manager // metadata sync of the mirrors this broker coordinates
 	store   *statestore.Store // the mirror partitions' states on __mirror_state
 	// fetchBudget bounds the answers of all this broker's mirror
@@ -181,7 +182,7 @@ func (p *Plugin) Start(ctx context.Context, host plugin.Host) error {
 	}
 	p.mu.Lock()
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	p.metrics = newPluginMetrics(p, host.MetricsSet())
+	p.metrics = mirrormetrics.New(host.MetricsSet())
 	p.mu.Unlock()
 	img := host.Metadata().Image()
 	p.sync(img)

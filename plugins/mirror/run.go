@@ -177,7 +177,7 @@ func newRun(p *Plugin, m *metadata.Mirror) *mirrorRun {
 
 // start runs the loops; stop ends them.
 func (r *mirrorRun) start() {
-	r.p.metrics.trackRun(r)
+	r.p.metrics.TrackRun(runMetrics{r})
 	r.wg.Add(2)
 	go func() { defer r.wg.Done(); r.p.Contain(r.controlLoop) }()
 	go func() { defer r.wg.Done(); r.p.Contain(r.sourceLoop) }()
@@ -186,7 +186,7 @@ func (r *mirrorRun) start() {
 func (r *mirrorRun) stop() {
 	r.cancel()
 	r.wg.Wait()
-	r.p.metrics.forget(r)
+	r.p.metrics.Forget(runMetrics{r})
 }
 
 func signal(c chan struct{}) {
@@ -349,7 +349,7 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 	for k := range r.parts {
 		if _, ok := want[k]; !ok {
 			delete(r.parts, k)
-			r.p.metrics.forgetPart(r, k)
+			r.p.metrics.ForgetPart(runMetrics{r}, k)
 			moved = true
 		}
 	}

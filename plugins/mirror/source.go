@@ -356,7 +356,7 @@ func (r *mirrorRun) assignLeaders(parts []*ledPartition) {
 		}
 		if trouble == "" {
 			pt.trouble = ""
-			r.p.metrics.trackPart(r, pt)
+			r.p.metrics.TrackPart(runMetrics{r}, pt.topicPartition, pt.src, pt.fetchKey, partMetrics{r, pt})
 		} else if pt.trouble != trouble {
 			// The source cannot serve it: cut off from its source.
 			pt.trouble, pt.troubleAt, pt.cutOff = trouble, time.Now(), true
