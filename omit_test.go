@@ -22,9 +22,9 @@ func TestOmitPlugins(t *testing.T) {
 	// tandem mirrors and bench speak them to any broker, so every build
 	// has them (DESIGN.md: no omit twins).
 	clients := map[string]bool{
-		mod + "/plugins/mirror/wire":      true,
-		mod + "/plugins/mirror/admin":     true,
-		mod + "/plugins/mirror/mirrorcfg": true,
+		mod + "/plugins/mirror/mirrorproto": true,
+		mod + "/plugins/mirror/admin":       true,
+		mod + "/plugins/mirror/mirrorcfg":   true,
 	}
 	deps := func(t *testing.T, tags ...string) string {
 		t.Helper()

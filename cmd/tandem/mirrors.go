@@ -20,7 +20,7 @@ import (
 	"github.com/tandem-kafka/tandem/internal/kafkaclient"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 )
 
 // mirrorsCmd is one run of `tandem mirrors`: its flags and its client.
@@ -352,7 +352,7 @@ func (c *mirrorsCmd) add(ctx context.Context) error {
 
 // confirmTruncation shows what adding topics removes from their logs here
 // and goes on with --yes, or when the operator says so at a terminal.
-func (c *mirrorsCmd) confirmTruncation(plan []wire.Truncation, op string) error {
+func (c *mirrorsCmd) confirmTruncation(plan []mirrorproto.Truncation, op string) error {
 	var total int64
 	for _, t := range plan {
 		total += t.Records()
@@ -377,7 +377,7 @@ func (c *mirrorsCmd) confirmTruncation(plan []wire.Truncation, op string) error 
 	return fmt.Errorf("%s would truncate %d record(s): run it again with --yes to proceed", op, total)
 }
 
-func printTruncations(w io.Writer, plan []wire.Truncation) {
+func printTruncations(w io.Writer, plan []mirrorproto.Truncation) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tLOG-END\tTRUNCATE-TO\tRECORDS\tSOURCE-LAST-MIRROR-EPOCH")
 	for _, t := range plan {
@@ -423,7 +423,7 @@ func (c *mirrorsCmd) pauseResume(ctx context.Context, pause bool) error {
 	if len(c.topics) > 0 {
 		what = "its topics matching " + strings.Join(c.topics, ", ")
 	} else if ms, err := c.a.ListMirrors(ctx); err == nil {
-		if i := slices.IndexFunc(ms, func(m wire.ListedMirror) bool { return m.MirrorName == c.name }); i >= 0 {
+		if i := slices.IndexFunc(ms, func(m mirrorproto.ListedMirror) bool { return m.MirrorName == c.name }); i >= 0 {
 			what = fmt.Sprintf("its %d topic(s)", ms[i].TopicCount)
 		}
 	}
@@ -548,10 +548,10 @@ func (c *mirrorsCmd) described(ctx context.Context) ([]describedMirror, error) {
 		if m.ErrorCode != 0 && m.State == "" {
 			return nil, admin.ErrorOf(m.ErrorCode, m.ErrorMessage)
 		}
-		reachable := m.ErrorCode != wire.ErrMirrorSourceUnavailable.Code
+		reachable := m.ErrorCode != mirrorproto.ErrMirrorSourceUnavailable.Code
 		dm := describedMirror{Mirror: m.MirrorName, State: m.State, ACLSync: m.ACLSync, SourceReachable: &reachable,
 			SourceClusterID: m.SourceClusterID, TopicPrefix: m.TopicPrefix, Partitions: []describedPartition{}, Diverged: []divergedRange{}}
-		if i := slices.IndexFunc(listed, func(l wire.ListedMirror) bool { return l.MirrorName == m.MirrorName }); i >= 0 {
+		if i := slices.IndexFunc(listed, func(l mirrorproto.ListedMirror) bool { return l.MirrorName == m.MirrorName }); i >= 0 {
 			dm.SourceBootstrap, dm.TopicCount = listed[i].SourceBootstrap, listed[i].TopicCount
 		}
 		for _, d := range m.Diverged {

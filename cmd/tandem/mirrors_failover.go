@@ -19,7 +19,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 )
 
 // failover is --failover: a safe promote. The broker waits for lag 0
@@ -38,7 +38,7 @@ func (c *mirrorsCmd) failover(ctx context.Context) error {
 	if c.asJSON {
 		return printFailoverJSON(c.stdout, report, err)
 	}
-	var now, before []wire.FailoverPartition
+	var now, before []mirrorproto.FailoverPartition
 	for _, p := range report {
 		if p.AlreadyStopped {
 			before = append(before, p)
@@ -100,7 +100,7 @@ func (c *mirrorsCmd) failover(ctx context.Context) error {
 // printCut says where a consistent failover cut its partitions: the
 // source time T they all end at, and what was moved beyond it into the
 // divergence quarantine (<topic>.diverged, listed by --diverged).
-func printCut(w io.Writer, report []wire.FailoverPartition) {
+func printCut(w io.Writer, report []mirrorproto.FailoverPartition) {
 	var t, records, ms int64
 	cut := 0
 	for _, p := range report {
@@ -146,7 +146,7 @@ type failoverJSON struct {
 // printFailoverJSON prints --failover --json: {"partitions": [...],
 // "error": "..."}, the report also when the failover failed (a refused
 // safe failover reports the lag that refused it).
-func printFailoverJSON(w io.Writer, report []wire.FailoverPartition, err error) error {
+func printFailoverJSON(w io.Writer, report []mirrorproto.FailoverPartition, err error) error {
 	out := struct {
 		Partitions []failoverJSON `json:"partitions"`
 		Error      *string        `json:"error"`
@@ -176,7 +176,7 @@ func printFailoverJSON(w io.Writer, report []wire.FailoverPartition, err error) 
 // printFailedOverBefore says which partitions had failed over before, and
 // where their mirrored data ends: a failover repeated (by a script, after
 // a timeout) answers what was done, not an error.
-func printFailedOverBefore(w io.Writer, name string, before []wire.FailoverPartition) {
+func printFailedOverBefore(w io.Writer, name string, before []mirrorproto.FailoverPartition) {
 	byTopic := map[string][]string{}
 	for _, p := range before {
 		at := "an offset not recorded"
@@ -192,7 +192,7 @@ func printFailedOverBefore(w io.Writer, name string, before []wire.FailoverParti
 
 // printFailover prints where a failover left each partition; a lag from a
 // source end offset that was not current is a lower bound (">=").
-func printFailover(w io.Writer, report []wire.FailoverPartition) {
+func printFailover(w io.Writer, report []mirrorproto.FailoverPartition) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tSOURCE-OFFSET\tLEARNED\tDESTINATION-OFFSET\tLAG\tLAG-MS")
 	opt := func(v int64, stale bool) string {
@@ -251,12 +251,12 @@ func (c *mirrorsCmd) failback(ctx context.Context) error {
 		created = true
 		fmt.Fprintf(c.stdout, "Created mirror %s from %s.\n", c.name, c.source)
 	}
-	var add []wire.AddTopic
+	var add []mirrorproto.AddTopic
 	names := make([]string, 0, len(topics))
 	for _, t := range topics {
 		// The topic here is the one the new primary copied (its
 		// source name there), whatever its name there.
-		add = append(add, wire.AddTopic{TopicName: t.name, MirrorName: &c.name, DestinationName: t.here})
+		add = append(add, mirrorproto.AddTopic{TopicName: t.name, MirrorName: &c.name, DestinationName: t.here})
 		names = append(names, t.name)
 	}
 	plan, err := c.a.AddTopics(ctx, add, true)
@@ -282,7 +282,7 @@ func (c *mirrorsCmd) failback(ctx context.Context) error {
 // cluster --source-bootstrap names (cluster ID newID): the cluster ID the
 // mirror recorded, or else the one its configured bootstrap servers
 // answer with, whatever addresses either is spelled with.
-func (c *mirrorsCmd) sameSource(ctx context.Context, m wire.DescribedMirror, cfg map[string]string, newID string) error {
+func (c *mirrorsCmd) sameSource(ctx context.Context, m mirrorproto.DescribedMirror, cfg map[string]string, newID string) error {
 	described, err := c.a.DescribeMirrorConfigs(ctx, c.name)
 	if err != nil {
 		return err
@@ -455,7 +455,7 @@ type divergedRange struct {
 	CopyEnd        int64     `json:"copy_end"`
 }
 
-func divergedOf(d wire.DivergedRange) divergedRange {
+func divergedOf(d mirrorproto.DivergedRange) divergedRange {
 	ms := func(v int64) time.Time { return time.UnixMilli(v).UTC() }
 	return divergedRange{Topic: d.Topic, SourceTopic: d.SourceTopic, Partition: d.Partition, FirstOffset: d.FirstOffset, LastOffset: d.LastOffset,
 		FirstEpoch: d.FirstEpoch, LastEpoch: d.LastEpoch, Records: d.Records, FirstTimestamp: ms(d.FirstTimestamp),

@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 )
 
 // A consistent failover's report says the cut's time and, per partition,
 // what went into the quarantine beyond it; --json carries the same.
 func TestPrintCut(t *testing.T) {
 	at := time.Date(2026, 12, 5, 12, 0, 1, 300e6, time.UTC).UnixMilli()
-	report := []wire.FailoverPartition{
+	report := []mirrorproto.FailoverPartition{
 		{Topic: "orders", Partition: 0, DestinationOffset: 10, CutTime: at, CutRecords: 0},
 		{Topic: "orders", Partition: 1, DestinationOffset: 7, CutTime: at, CutRecords: 3, CutMs: 400},
 	}
@@ -28,7 +28,7 @@ func TestPrintCut(t *testing.T) {
 		t.Fatalf("printCut:\n%s\nwant:\n%s", b.String(), want)
 	}
 	b.Reset()
-	printCut(&b, []wire.FailoverPartition{{Topic: "orders"}}) // no cut: nothing said
+	printCut(&b, []mirrorproto.FailoverPartition{{Topic: "orders"}}) // no cut: nothing said
 	if b.Len() != 0 {
 		t.Fatalf("printCut without a cut: %q", b.String())
 	}

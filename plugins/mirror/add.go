@@ -4,13 +4,9 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"net"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,9 +17,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/internal/uuid"
+	"github.com/tandem-kafka/tandem/plugins/mirror/admit"
 	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
@@ -58,10 +55,10 @@ func (p *Plugin) probeSource(ctx context.Context, configs map[string]string) (re
 	var notKafka []string
 	for _, addr := range strings.Split(configs["bootstrap.servers"], ",") {
 		addr = strings.TrimSpace(addr)
-		switch err := probeKafka(ctx, addr, tc, min(p.cfg.ConnectTimeout, 5*time.Second)); {
+		switch err := admit.ProbeKafka(ctx, addr, tc, min(p.cfg.ConnectTimeout, 5*time.Second)); {
 		case err == nil:
 			return true, nil
-		case !errors.Is(err, errNotKafka):
+		case !errors.Is(err, admit.ErrNotKafka):
 			// Unreachable now: the mirror will tell when it is back.
 		default:
 			notKafka = append(notKafka, fmt.Sprintf("%s (%v)", addr, err))
@@ -105,84 +102,9 @@ func (p *Plugin) checkNewMirror(ctx context.Context, name string, configs map[st
 		return nil // it answered ApiVersions only: AddTopicsToMirror checks again
 	}
 	if resp.ClusterID != nil && *resp.ClusterID == img.ClusterID {
-		return selfMirror(m, img.ClusterID)
+		return admit.SelfMirror(m, img.ClusterID)
 	}
-	return discoveryTaken(img, m, resp)
-}
-
-// discoveryTaken refuses a new mirror m whose mirror.topics.include
-// selects a source topic (of resp) whose name here another mirror
-// already holds, when either mirror renames its topics.
-func discoveryTaken(img *metadata.Image, m *metadata.Mirror, resp *kmsg.MetadataResponse) error {
-	in, err := mirrorcfg.Regexps("mirror.topics.include", m.Configs["mirror.topics.include"])
-	if err != nil || len(in) == 0 {
-		return err
-	}
-	ex, err := mirrorcfg.Regexps("mirror.topics.exclude", m.Configs["mirror.topics.exclude"])
-	if err != nil {
-		return err
-	}
-	match := func(res []*regexp.Regexp, s string) bool {
-		return slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(s) })
-	}
-	for _, t := range resp.Topics {
-		if t.Topic == nil || metasync.IsInternal(*t.Topic, t.IsInternal) || !match(in, *t.Topic) || match(ex, *t.Topic) {
-			continue
-		}
-		dest := mirrorcfg.DestName(m.Configs, *t.Topic)
-		other := img.MirrorOf(dest)
-		if other == "" {
-			continue
-		}
-		if otherSrc := img.Mirrors[other].Topics[dest].SourceName(dest); otherSrc != dest || dest != *t.Topic {
-			return nameTaken(dest, m.Name, *t.Topic, other, otherSrc)
-		}
-		// Both without prefixes: as always, discovery leaves the topic
-		// to the mirror that holds it.
-	}
-	return nil
-}
-
-var errNotKafka = errors.New("not a Kafka listener")
-
-// probeKafka sends an ApiVersions v0 request to addr and checks that what
-// comes back is its answer. A connection that cannot be made is a dial
-// error; anything else that goes wrong wraps errNotKafka.
-func probeKafka(ctx context.Context, addr string, tc *tls.Config, timeout time.Duration) error {
-	d := &net.Dialer{Timeout: timeout}
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(timeout)) //nolint:errcheck // a failed read reports it
-	if tc != nil {
-		tc = tc.Clone()
-		if tc.ServerName == "" {
-			tc.ServerName, _, _ = net.SplitHostPort(addr)
-		}
-		tconn := tls.Client(conn, tc)
-		if err := tconn.HandshakeContext(ctx); err != nil {
-			return fmt.Errorf("TLS handshake: %v: %w", err, errNotKafka)
-		}
-		conn = tconn
-	}
-	const corr = 0x7a6d
-	req := binary.BigEndian.AppendUint16(nil, 18)    // ApiVersions
-	req = binary.BigEndian.AppendUint16(req, 0)      // v0
-	req = binary.BigEndian.AppendUint32(req, corr)   // correlation ID
-	req = binary.BigEndian.AppendUint16(req, 0xffff) // null client ID
-	if _, err := conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(req))), req...)); err != nil {
-		return fmt.Errorf("%v: %w", err, errNotKafka)
-	}
-	var head [8]byte
-	if _, err := io.ReadFull(conn, head[:]); err != nil {
-		return fmt.Errorf("no answer to ApiVersions: %v: %w", err, errNotKafka)
-	}
-	if size := binary.BigEndian.Uint32(head[:]); size < 4 || size > 1<<20 || binary.BigEndian.Uint32(head[4:]) != corr {
-		return fmt.Errorf("the answer to ApiVersions starts with %q: %w", head[:], errNotKafka)
-	}
-	return nil
+	return admit.DiscoveryTaken(img, m, resp)
 }
 
 // addTopics is AddTopicsToMirror: every topic is checked on the source
@@ -190,7 +112,7 @@ func probeKafka(ctx context.Context, addr string, tc *tls.Config, timeout time.D
 // ID, all in one metadata batch per mirror, or none at all. The answer
 // says what LME and replication truncation will remove from topics that
 // exist here with records (a failback); validate-only, nothing is added.
-func (p *Plugin) addTopics(ctx context.Context, req *wire.AddTopicsToMirrorRequest) (uuid.UUID, []wire.Truncation, error) {
+func (p *Plugin) addTopics(ctx context.Context, req *mirrorproto.AddTopicsToMirrorRequest) (uuid.UUID, []mirrorproto.Truncation, error) {
 	var names []string
 	for _, t := range req.Topics {
 		if t.MirrorName != nil {
@@ -198,7 +120,7 @@ func (p *Plugin) addTopics(ctx context.Context, req *wire.AddTopicsToMirrorReque
 		}
 	}
 	img := p.awaitMirrors(ctx, names...)
-	byMirror, err := addedTopics(img, req.Topics)
+	byMirror, err := admit.AddedTopics(img, req.Topics)
 	if err != nil {
 		return uuid.UUID{}, nil, err
 	}
@@ -206,7 +128,7 @@ func (p *Plugin) addTopics(ctx context.Context, req *wire.AddTopicsToMirrorReque
 		return uuid.UUID{}, nil, err
 	}
 	var first uuid.UUID
-	var plan []wire.Truncation
+	var plan []mirrorproto.Truncation
 	for _, mirror := range slices.Sorted(maps.Keys(byMirror)) {
 		specs, truncs, err := p.sourceTopics(ctx, img.Mirrors[mirror], byMirror[mirror])
 		if err != nil {
@@ -227,56 +149,6 @@ func (p *Plugin) addTopics(ctx context.Context, req *wire.AddTopicsToMirrorReque
 		p.poke()
 	}
 	return first, plan, nil
-}
-
-// addedTopic is a topic of AddTopicsToMirror: its name on the source and
-// here.
-type addedTopic struct{ src, dest string }
-
-// addedTopics groups the topics of an AddTopicsToMirror by mirror, with
-// their names here, and refuses a topic whose name here another mirror
-// (or another topic of the request) already takes: two mirrors never
-// write one topic.
-func addedTopics(img *metadata.Image, topics []wire.AddTopic) (map[string][]addedTopic, error) {
-	byMirror := map[string][]addedTopic{}
-	taken := map[string]addedTopic{} // by name here, with the mirror in src's place
-	takenBy := map[string]string{}
-	for _, t := range topics {
-		if t.MirrorName == nil || img.Mirrors[*t.MirrorName] == nil {
-			name := "<null>"
-			if t.MirrorName != nil {
-				name = *t.MirrorName
-			}
-			return nil, fmt.Errorf("mirror %s does not exist: %w", name, wire.ErrMirrorNotFound)
-		}
-		mirror := *t.MirrorName
-		dest := cmp.Or(t.DestinationName, mirrorcfg.DestName(img.Mirrors[mirror].Configs, t.TopicName))
-		if other := img.MirrorOf(dest); other != "" {
-			return nil, nameTaken(dest, mirror, t.TopicName, other, img.Mirrors[other].Topics[dest].SourceName(dest))
-		}
-		if prev, ok := taken[dest]; ok && (takenBy[dest] != mirror || prev.src != t.TopicName) {
-			return nil, nameTaken(dest, mirror, t.TopicName, takenBy[dest], prev.src)
-		}
-		taken[dest], takenBy[dest] = addedTopic{t.TopicName, dest}, mirror
-		byMirror[mirror] = append(byMirror[mirror], addedTopic{t.TopicName, dest})
-	}
-	return byMirror, nil
-}
-
-// nameTaken refuses mirror's copy of source topic src as dest here,
-// which mirror other already copies (or is asked to copy) from its
-// source topic otherSrc. Without prefixes the message is what it always
-// was.
-func nameTaken(dest, mirror, src, other, otherSrc string) error {
-	if src == dest && otherSrc == dest && mirror != other {
-		return fmt.Errorf("topic %s is already mirrored by mirror %s: %w", dest, other, wire.ErrTopicAlreadyMirrored)
-	}
-	if mirror == other && src == otherSrc {
-		return fmt.Errorf("topic %s is already mirrored by mirror %s: %w", dest, other, wire.ErrTopicAlreadyMirrored)
-	}
-	return fmt.Errorf("topic %s here would be mirror %s's copy of its source topic %s, and is mirror %s's copy of its source topic %s: "+
-		"two mirrors never write one topic (give each mirror its own %s): %w",
-		dest, mirror, src, other, otherSrc, mirrorcfg.TopicPrefix, wire.ErrTopicAlreadyMirrored)
 }
 
 // topicRF is the replication factor of the topics mirror m creates here:
@@ -302,7 +174,7 @@ func (p *Plugin) topicRF(m *metadata.Mirror) int16 {
 
 // sourceTopics describes topics on a mirror's source cluster: their specs
 // here, and what truncation takes from those that exist here.
-func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []addedTopic) ([]raftmeta.TopicSpec, []wire.Truncation, error) {
+func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []admit.AddedTopic) ([]raftmeta.TopicSpec, []mirrorproto.Truncation, error) {
 	cl, err := p.sourceClient(m)
 	if err != nil {
 		return nil, nil, err
@@ -311,14 +183,14 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 	ctx, cancel := context.WithTimeout(ctx, min(p.cfg.RequestTimeout, sourceTimeout))
 	defer cancel()
 	unavailable := func(what string, err error) error {
-		return fmt.Errorf("source cluster %s of mirror %s: %s: %v: %w", m.Configs["bootstrap.servers"], m.Name, what, err, wire.ErrMirrorSourceUnavailable)
+		return fmt.Errorf("source cluster %s of mirror %s: %s: %v: %w", m.Configs["bootstrap.servers"], m.Name, what, err, mirrorproto.ErrMirrorSourceUnavailable)
 	}
 	dest := map[string]string{} // source names to ours
 	mreq := kmsg.NewPtrMetadataRequest()
 	for _, t := range topics {
-		dest[t.src] = t.dest
+		dest[t.Src] = t.Dest
 		mt := kmsg.NewMetadataRequestTopic()
-		mt.Topic = kmsg.StringPtr(t.src)
+		mt.Topic = kmsg.StringPtr(t.Src)
 		mreq.Topics = append(mreq.Topics, mt)
 	}
 	resp, err := mreq.RequestWith(ctx, cl)
@@ -327,9 +199,9 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 	}
 	img := p.Image()
 	if resp.ClusterID != nil && *resp.ClusterID == img.ClusterID {
-		return nil, nil, selfMirror(m, img.ClusterID)
+		return nil, nil, admit.SelfMirror(m, img.ClusterID)
 	}
-	prefixed := slices.ContainsFunc(topics, func(t addedTopic) bool { return t.src != t.dest })
+	prefixed := slices.ContainsFunc(topics, func(t admit.AddedTopic) bool { return t.Src != t.Dest })
 	var theirs metasync.SourceMirrors // the source's own mirrors
 	if prefixed {
 		if theirs, err = metasync.SourceMirrorTopics(ctx, cl); err != nil {
@@ -351,7 +223,7 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 			return nil, nil, fmt.Errorf("topic %s is internal to the source cluster and never mirrored: %w", name, kerr.InvalidRequest)
 		}
 		here := dest[name]
-		if err := p.checkDest(img, m, name, here, t, theirs.Topics); err != nil {
+		if err := admit.CheckDest(img, m, name, here, t, theirs.Topics); err != nil {
 			return nil, nil, err
 		}
 		spec := raftmeta.TopicSpec{Name: here, ID: t.TopicID, Partitions: int32(len(t.Partitions)), ReplicationFactor: p.topicRF(m)}
@@ -373,10 +245,10 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 		}
 		for _, c := range r.Configs {
 			if c.Name == mirrorNameConfig && c.Value != nil && *c.Value != "" && specs[i].Source != "" {
-				return nil, nil, mirrorOfMirror(m, specs[i], *c.Value)
+				return nil, nil, admit.MirrorOfMirror(m, specs[i], *c.Value)
 			}
 			if c.Name == mirrorNameConfig && c.Value != nil && *c.Value != "" && img.Topics[specs[i].Name] != nil {
-				return nil, nil, mirrorLoop(img.ClusterID, resp.ClusterID, specs[i].Name, *c.Value)
+				return nil, nil, admit.MirrorLoop(img.ClusterID, resp.ClusterID, specs[i].Name, *c.Value)
 			}
 			if c.Source == kmsg.ConfigSourceDynamicTopicConfig && c.Value != nil && !exclude[c.Name] {
 				if specs[i].Configs == nil {
@@ -393,75 +265,15 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 	return specs, plan, nil
 }
 
-// checkDest checks that source topic src (described by t) may become
-// topic dest here: a topic of that name here must be that topic (same ID
-// and partitions); a prefixed copy must not be of a mirror topic of the
-// source (mirrorTopics), nor of a topic whose ID this cluster holds
-// under another name (one ID, one topic: a cluster cannot hold two).
-func (p *Plugin) checkDest(img *metadata.Image, m *metadata.Mirror, src, dest string, t kmsg.MetadataResponseTopic, mirrorTopics map[string]string) error {
-	if here := img.Topics[dest]; here != nil && (here.ID != t.TopicID || len(here.Partitions) != len(t.Partitions)) {
-		return fmt.Errorf("topic %s exists here with ID %s and %d partitions, the source's has ID %s and %d: %w",
-			dest, here.ID.Base64(), len(here.Partitions), uuid.UUID(t.TopicID).Base64(), len(t.Partitions), kerr.TopicAlreadyExists)
-	}
-	if src == dest {
-		return nil // as always: the controller refuses an ID held under another name
-	}
-	if sm, ok := mirrorTopics[src]; ok {
-		return mirrorOfMirror(m, raftmeta.TopicSpec{Name: dest, Source: src}, sm)
-	}
-	if other := img.TopicsByID[t.TopicID]; other != nil && other.Name != dest {
-		return idTaken(m.Name, src, dest, uuid.UUID(t.TopicID), other.Name)
-	}
-	return nil
-}
-
-// idTaken refuses a prefixed copy of a topic whose ID this cluster
-// already holds under another name: this cluster's own topic mirrored
-// back by the other side's mirror and failed over there, or a copy made
-// by another mirror.
-func idTaken(mirror, src, dest string, id uuid.UUID, holder string) error {
-	return fmt.Errorf("mirror %s cannot copy source topic %s to %s: its topic ID %s is already topic %s here, and a cluster holds a topic ID once "+
-		"(is the source's %s a copy of this cluster's %s?): %w", mirror, src, dest, id.Base64(), holder, src, holder, kerr.InconsistentTopicID)
-}
-
-// mirrorOfMirror refuses a prefixed copy of a topic that is itself a
-// mirror topic on the source: in two clusters mirroring each other it
-// would come back with both prefixes (a.b.orders), and so on forever.
-func mirrorOfMirror(m *metadata.Mirror, spec raftmeta.TopicSpec, sourceMirror string) error {
-	return fmt.Errorf("topic %s on the source of mirror %s is a mirror topic there (mirror %s): a mirror with %s never copies mirror topics, which would come back as %s: %w",
-		spec.Source, m.Name, sourceMirror, mirrorcfg.TopicPrefix, spec.Name, wire.ErrTopicAlreadyMirrored)
-}
-
-// selfMirror refuses a mirror whose source is this very cluster.
-func selfMirror(m *metadata.Mirror, id string) error {
-	return fmt.Errorf("the source of mirror %s (%s) is this very cluster (cluster ID %s): a cluster never mirrors itself: %w",
-		m.Name, m.Configs["bootstrap.servers"], id, kerr.InvalidRequest)
-}
-
-// mirrorLoop is the refusal of a mirror loop: the source's topic is a
-// mirror topic (mirror.name set there) with the ID of the topic here
-// (checked before), so its records come from this cluster, directly or
-// through others, and mirroring it back would copy it onto itself. Once
-// the source has failed it over (mirror.name cleared), adding it is a
-// failback.
-func mirrorLoop(here string, source *string, topic, sourceMirror string) error {
-	src := "<unknown>"
-	if source != nil {
-		src = *source
-	}
-	return fmt.Errorf("mirror loop: topic %s on source cluster %s is mirrored by its mirror %s from this cluster %s; fail it over there first: %w",
-		topic, src, sourceMirror, here, wire.ErrTopicAlreadyMirrored)
-}
-
 // truncationPlan predicts what adding topics to a mirror removes from the
 // partitions here that have records: the mirror will truncate to where
 // the source's last mirror epoch (LME) ends here (everything if the source
 // never mirrored the topic), then to where that epoch ends on the source.
 // The source is asked by its names, the plan names the topics here.
-func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror string, specs []raftmeta.TopicSpec) ([]wire.Truncation, error) {
+func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror string, specs []raftmeta.TopicSpec) ([]mirrorproto.Truncation, error) {
 	img := p.Image()
 	eng := p.Host()
-	lmeReq := &wire.LastMirroredOffsetsRequest{MirrorName: mirror}
+	lmeReq := &mirrorproto.LastMirroredOffsetsRequest{MirrorName: mirror}
 	here := map[string]string{} // source names to ours
 	for _, s := range specs {
 		if img.Topics[s.Name] == nil {
@@ -469,7 +281,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 		}
 		src := cmp.Or(s.Source, s.Name)
 		here[src] = s.Name
-		pt := wire.PartitionsTopic{Name: src}
+		pt := mirrorproto.PartitionsTopic{Name: src}
 		for i := range s.Partitions {
 			pt.Partitions = append(pt.Partitions, i)
 		}
@@ -479,7 +291,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 		return nil, nil
 	}
 	lmes := map[topicPartition]int32{}
-	served, err := servesKey(ctx, cl, wire.KeyLastMirroredOffsets)
+	served, err := admit.ServesKey(ctx, cl, mirrorproto.KeyLastMirroredOffsets)
 	if err != nil {
 		return nil, err
 	}
@@ -488,12 +300,12 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 		if err != nil {
 			return nil, err
 		}
-		for _, t := range resp.(*wire.LastMirroredOffsetsResponse).Topics {
+		for _, t := range resp.(*mirrorproto.LastMirroredOffsetsResponse).Topics {
 			for _, pp := range t.Partitions {
 				if pp.ErrorCode != 0 {
-					return nil, fmt.Errorf("%s-%d: %w", t.Name, pp.PartitionIndex, wire.ErrorForCode(pp.ErrorCode))
+					return nil, fmt.Errorf("%s-%d: %w", t.Name, pp.PartitionIndex, mirrorproto.ErrorForCode(pp.ErrorCode))
 				}
-				lmes[topicPartition{t.Name, pp.PartitionIndex}] = pp.LastMirrorEpoch
+				lmes[topicPartition{Topic: t.Name, Partition: pp.PartitionIndex}] = pp.LastMirrorEpoch
 			}
 		}
 	}
@@ -505,7 +317,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 		ot := kmsg.NewOffsetForLeaderEpochRequestTopic()
 		ot.Topic = t.Name
 		for _, i := range t.Partitions {
-			if lme, ok := lmes[topicPartition{t.Name, i}]; ok && lme >= 0 {
+			if lme, ok := lmes[topicPartition{Topic: t.Name, Partition: i}]; ok && lme >= 0 {
 				op := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
 				op.Partition, op.CurrentLeaderEpoch, op.LeaderEpoch = i, -1, lme
 				ot.Partitions = append(ot.Partitions, op)
@@ -523,12 +335,12 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 		for _, t := range oresp.Topics {
 			for _, pp := range t.Partitions {
 				if pp.ErrorCode == 0 && pp.EndOffset >= 0 {
-					ends[topicPartition{t.Topic, pp.Partition}] = pp.EndOffset
+					ends[topicPartition{Topic: t.Topic, Partition: pp.Partition}] = pp.EndOffset
 				}
 			}
 		}
 	}
-	var plan []wire.Truncation
+	var plan []mirrorproto.Truncation
 	for _, t := range lmeReq.Topics {
 		id := img.Topics[here[t.Name]].ID
 		for _, i := range t.Partitions {
@@ -536,7 +348,7 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 			if ep == nil {
 				continue // not hosted here
 			}
-			k := topicPartition{t.Name, i} // by source name, as asked
+			k := topicPartition{Topic: t.Name, Partition: i} // by source name, as asked
 			offs := ep.Offsets()
 			lme, to := int32(-1), offs.LogStart
 			if e, ok := lmes[k]; ok {
@@ -551,18 +363,9 @@ func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror stri
 				}
 			}
 			if to < offs.LogEnd {
-				plan = append(plan, wire.Truncation{Topic: here[t.Name], Partition: i, LogEnd: offs.LogEnd, TruncateTo: to, LastMirrorEpoch: lme})
+				plan = append(plan, mirrorproto.Truncation{Topic: here[t.Name], Partition: i, LogEnd: offs.LogEnd, TruncateTo: to, LastMirrorEpoch: lme})
 			}
 		}
 	}
 	return plan, nil
-}
-
-// servesKey reports whether the cluster behind cl advertises an API key.
-func servesKey(ctx context.Context, cl *kgo.Client, key int16) (bool, error) {
-	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
-	if err != nil {
-		return false, err
-	}
-	return slices.ContainsFunc(resp.ApiKeys, func(k kmsg.ApiVersionsResponseApiKey) bool { return k.ApiKey == key }), nil
 }

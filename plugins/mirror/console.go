@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -64,7 +64,7 @@ func (p *Plugin) DescribeMirrors(ctx context.Context) []plugin.MirrorView {
 		return nil
 	}
 	var out []plugin.MirrorView
-	for _, dm := range p.describe(ctx, &plugin.RequestContext{}, &wire.DescribeMirrorsRequest{}, img) {
+	for _, dm := range p.describe(ctx, &plugin.RequestContext{}, &mirrorproto.DescribeMirrorsRequest{}, img) {
 		v := plugin.MirrorView{Name: dm.MirrorName, State: dm.State, ACLSync: dm.ACLSync}
 		if m := img.Mirrors[dm.MirrorName]; m != nil {
 			v.Source = m.Configs["bootstrap.servers"]

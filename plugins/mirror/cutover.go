@@ -39,7 +39,7 @@ func cutSetOf(topics []string) string {
 // cutDecider is the partition whose leader decides the cut of set.
 func cutDecider(set string) topicPartition {
 	first, _, _ := strings.Cut(set, ",")
-	return topicPartition{first, 0}
+	return topicPartition{Topic: first, Partition: 0}
 }
 
 // applyCut is STOPPING's consistent-cut step, between removing the
@@ -57,8 +57,8 @@ func (r *mirrorRun) applyCut(pt *ledPartition, ep *engine.Partition, st mirrorst
 	if c.At < 0 || pt.topicPartition != decider {
 		decided := c.At >= 0
 		if decided { // only the decider's own cut says all are written
-			if t := r.p.Image().Topics[decider.topic]; t != nil {
-				ds, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: decider.topic, Partition: 0}, t.ID)
+			if t := r.p.Image().Topics[decider.Topic]; t != nil {
+				ds, err := r.p.store.Read(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: decider.Topic, Partition: 0}, t.ID)
 				decided = err == nil && ds.Cut.Set == c.Set && ds.Cut.At >= 0
 			}
 		}
@@ -73,9 +73,9 @@ func (r *mirrorRun) applyCut(pt *ledPartition, ep *engine.Partition, st mirrorst
 	if err := r.truncate(pt, ep, c.At, cause); err != nil {
 		return st, false, r.fail(pt, err)
 	}
-	r.p.stopHook(pt.topic, pt.partition, StepCutApplied)
-	k := mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}
-	st, err := r.p.writeState(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
+	r.p.stopHook(pt.Topic, pt.Partition, StepCutApplied)
+	k := mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}
+	st, err := r.p.store.Write(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
 		s.StopAt = c.At
 		return nil
 	})
@@ -114,16 +114,16 @@ func (r *mirrorRun) decideCut(set string) error {
 	for _, name := range strings.Split(set, ",") {
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
-			want[topicPartition{name, int32(i)}] = t.ID
+			want[topicPartition{Topic: name, Partition: int32(i)}] = t.ID
 		}
 	}
-	states := r.p.readStatesBatch(r.ctx, r.name, want)
+	states := r.p.store.ReadBatch(r.ctx, r.name, want)
 	var members []cutMember
 	for k, id := range want {
 		st, ok := states[k]
 		if !ok {
 			var err error
-			if st, err = r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.topic, Partition: k.partition}, id); err != nil {
+			if st, err = r.p.store.Read(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.Topic, Partition: k.Partition}, id); err != nil {
 				return err
 			}
 		}
@@ -176,12 +176,12 @@ func (r *mirrorRun) decideCut(set string) error {
 	for n, i := range order {
 		m := members[i]
 		if n == len(order)-1 {
-			r.p.stopHook(decider.topic, decider.partition, StepCutDeciding)
+			r.p.stopHook(decider.Topic, decider.Partition, StepCutDeciding)
 		}
 		records, ms := cut.Loss(parts[i], cuts[i], t)
-		if _, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: m.topic, Partition: m.partition}, m.id, func(s *mirrorstate.PartitionState) error {
+		if _, err := r.p.store.Write(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: m.Topic, Partition: m.Partition}, m.id, func(s *mirrorstate.PartitionState) error {
 			if s.Cut.Set != set {
-				return fmt.Errorf("%s-%d left the consistent failover of %s", m.topic, m.partition, set)
+				return fmt.Errorf("%s-%d left the consistent failover of %s", m.Topic, m.Partition, set)
 			}
 			s.Cut.At, s.Cut.Time, s.Cut.Records, s.Cut.Ms = cuts[i], t, records, ms
 			return nil
@@ -203,13 +203,13 @@ var errCutNotYet = errors.New("the log's end is not replicated yet")
 // leads the partition, else from its leader with Fetch.
 func (r *mirrorRun) held(m cutMember, from, end int64) (cut.Part, error) {
 	host := r.p.Host()
-	t := r.p.Image().Topics[m.topic]
-	if t == nil || int(m.partition) >= len(t.Partitions) {
-		return cut.Part{}, fmt.Errorf("%s-%d: %w", m.topic, m.partition, kerr.UnknownTopicOrPartition)
+	t := r.p.Image().Topics[m.Topic]
+	if t == nil || int(m.Partition) >= len(t.Partitions) {
+		return cut.Part{}, fmt.Errorf("%s-%d: %w", m.Topic, m.Partition, kerr.UnknownTopicOrPartition)
 	}
-	leader := t.Partitions[m.partition].Leader
+	leader := t.Partitions[m.Partition].Leader
 	if leader == host.NodeID() {
-		if ep := host.Partition(m.id, m.partition); ep != nil {
+		if ep := host.Partition(m.id, m.Partition); ep != nil {
 			if ep.Offsets().HighWatermark < end {
 				return cut.Part{}, errCutNotYet
 			}
@@ -217,7 +217,7 @@ func (r *mirrorRun) held(m cutMember, from, end int64) (cut.Part, error) {
 		}
 	}
 	if leader < 0 {
-		return cut.Part{}, fmt.Errorf("%s-%d has no leader: %w", m.topic, m.partition, kerr.LeaderNotAvailable)
+		return cut.Part{}, fmt.Errorf("%s-%d has no leader: %w", m.Topic, m.Partition, kerr.LeaderNotAvailable)
 	}
 	p := cut.Part{End: end, FromLogStart: true}
 	if end <= 0 {
@@ -254,31 +254,31 @@ func (r *mirrorRun) fetchBatches(leader int32, m cutMember, offset int64) ([]cut
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID, req.MaxBytes = -1, cut.FetchBytes
 	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic, rt.TopicID = m.topic, m.id
+	rt.Topic, rt.TopicID = m.Topic, m.id
 	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = m.partition, offset, cut.FetchBytes
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = m.Partition, offset, cut.FetchBytes
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp, err := r.p.send(r.ctx, leader, req)
+	resp, err := r.p.store.Send(r.ctx, leader, req)
 	if err != nil {
 		return nil, none, err
 	}
 	fr := resp.(*kmsg.FetchResponse)
 	if err := kerr.ErrorForCode(fr.ErrorCode); err != nil {
-		return nil, none, fmt.Errorf("fetching %s-%d from broker %d: %w", m.topic, m.partition, leader, err)
+		return nil, none, fmt.Errorf("fetching %s-%d from broker %d: %w", m.Topic, m.Partition, leader, err)
 	}
 	if len(fr.Topics) != 1 || len(fr.Topics[0].Partitions) != 1 {
-		return nil, none, fmt.Errorf("fetching %s-%d from broker %d: an answer for other partitions", m.topic, m.partition, leader)
+		return nil, none, fmt.Errorf("fetching %s-%d from broker %d: an answer for other partitions", m.Topic, m.Partition, leader)
 	}
 	fp := fr.Topics[0].Partitions[0]
 	if err := kerr.ErrorForCode(fp.ErrorCode); err != nil {
-		return nil, fp, fmt.Errorf("fetching %s-%d at %d from broker %d: %w", m.topic, m.partition, offset, leader, err)
+		return nil, fp, fmt.Errorf("fetching %s-%d at %d from broker %d: %w", m.Topic, m.Partition, offset, leader, err)
 	}
 	var out []cut.Batch
 	for _, b := range engine.WholeBatches(fp.RecordBatches) {
 		cb, err := cut.BatchOf(b)
 		if err != nil {
-			return nil, none, fmt.Errorf("fetching %s-%d at %d from broker %d: %w", m.topic, m.partition, offset, leader, err)
+			return nil, none, fmt.Errorf("fetching %s-%d at %d from broker %d: %w", m.Topic, m.Partition, offset, leader, err)
 		}
 		out = append(out, cb)
 	}
@@ -298,7 +298,7 @@ func (r *mirrorRun) fetchBatches(leader int32, m cutMember, offset int64) ([]cut
 func (r *mirrorRun) clampGroups(t *metadata.Topic) error {
 	cuts := map[int32]int64{}
 	for i := range t.Partitions {
-		st, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: t.Name, Partition: int32(i)}, t.ID)
+		st, err := r.p.store.Read(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: t.Name, Partition: int32(i)}, t.ID)
 		if err != nil {
 			return err
 		}
@@ -310,7 +310,7 @@ func (r *mirrorRun) clampGroups(t *metadata.Topic) error {
 		return nil
 	}
 	for node := range r.p.Image().Brokers {
-		resp, err := r.p.send(r.ctx, node, kmsg.NewPtrListGroupsRequest())
+		resp, err := r.p.store.Send(r.ctx, node, kmsg.NewPtrListGroupsRequest())
 		if err == nil {
 			err = kerr.ErrorForCode(resp.(*kmsg.ListGroupsResponse).ErrorCode)
 		}
@@ -346,7 +346,7 @@ func (r *mirrorRun) clampGroup(node int32, group, topic string, cuts map[int32]i
 	g := kmsg.NewOffsetFetchRequestGroup()
 	g.Group, g.Topics = group, []kmsg.OffsetFetchRequestGroupTopic{gt}
 	fetch.Groups = []kmsg.OffsetFetchRequestGroup{g} // v8 on
-	resp, err := r.p.send(r.ctx, node, fetch)
+	resp, err := r.p.store.Send(r.ctx, node, fetch)
 	if err != nil {
 		return err
 	}
@@ -390,7 +390,7 @@ func (r *mirrorRun) clampGroup(node int32, group, topic string, cuts map[int32]i
 		return nil
 	}
 	commit.Topics = append(commit.Topics, ct)
-	resp, err = r.p.send(r.ctx, node, commit)
+	resp, err = r.p.store.Send(r.ctx, node, commit)
 	if err != nil {
 		return err
 	}

@@ -9,8 +9,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/admit"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorview"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
@@ -24,16 +26,16 @@ import (
 // be repeated. A consistent failover stops the topics newly stopping at
 // one cut (cutover.go); the report then says its time and what each
 // partition gave up beyond it.
-func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string, mode int8, timeout time.Duration, consistent bool) ([]string, []wire.FailoverPartition, error) {
+func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string, mode int8, timeout time.Duration, consistent bool) ([]string, []mirrorproto.FailoverPartition, error) {
 	start := time.Now()
 	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
 	if m == nil {
-		return nil, nil, fmt.Errorf("mirror %s does not exist: %w", mirror, wire.ErrMirrorNotFound)
+		return nil, nil, fmt.Errorf("mirror %s does not exist: %w", mirror, mirrorproto.ErrMirrorNotFound)
 	}
 	if len(names) == 0 {
 		return nil, nil, fmt.Errorf("no topic named: %w", kerr.InvalidRequest)
 	}
-	topics, stopped, err := mirrorTopicsAll(m, names)
+	topics, stopped, err := admit.SelectAll(m, names)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -41,7 +43,7 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 	if len(topics) == 0 {
 		return nil, done, nil
 	}
-	if mode != wire.FailoverNow {
+	if mode != mirrorproto.FailoverNow {
 		if err := p.awaitCaughtUp(ctx, mirror, topics, mode, timeout); err != nil {
 			return nil, append(p.failoverReport(ctx, mirror, topics, p.sourceSnapshot(ctx, mirror)), done...), err
 		}
@@ -75,14 +77,14 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 
 // stoppedReport is where the failover of topics, done before, left each
 // of their partitions: the end of the mirrored data (StopAt).
-func (p *Plugin) stoppedReport(ctx context.Context, mirror string, topics []string) []wire.FailoverPartition {
+func (p *Plugin) stoppedReport(ctx context.Context, mirror string, topics []string) []mirrorproto.FailoverPartition {
 	img := p.Image()
-	var out []wire.FailoverPartition
+	var out []mirrorproto.FailoverPartition
 	for _, name := range topics {
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
-			fp := wire.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, AlreadyStopped: true}
-			if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
+			fp := mirrorproto.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, AlreadyStopped: true}
+			if st, err := p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
 				fp.CutTime, fp.CutRecords, fp.CutMs = cutReport(st)
 			}
@@ -95,7 +97,7 @@ func (p *Plugin) stoppedReport(ctx context.Context, mirror string, topics []stri
 // sourceSnapshot is what the leaders of the mirror's partitions know of
 // their source side now: this broker's runs and the others' (remoteView),
 // each with SourceStale as sourceCurrent says at this moment.
-func (p *Plugin) sourceSnapshot(ctx context.Context, mirror string) map[topicPartition]wire.PartitionDetail {
+func (p *Plugin) sourceSnapshot(ctx context.Context, mirror string) map[topicPartition]mirrorproto.PartitionDetail {
 	out := p.remoteDetailsOnly(ctx, mirror)
 	r := p.run(mirror)
 	if r == nil {
@@ -108,7 +110,7 @@ func (p *Plugin) sourceSnapshot(ctx context.Context, mirror string) map[topicPar
 		if pt.srcEnd < 0 {
 			continue
 		}
-		out[k] = wire.PartitionDetail{PartitionIndex: k.partition, SourceOffset: pt.srcEnd, SourceOffsetTime: pt.endAt().UnixMilli(),
+		out[k] = mirrorproto.PartitionDetail{PartitionIndex: k.Partition, SourceOffset: pt.srcEnd, SourceOffsetTime: pt.endAt().UnixMilli(),
 			LagMs: pt.lagMs, SourceStale: !r.sourceCurrent(pt, now), DestinationOffset: -1, Lag: -1}
 	}
 	return out
@@ -128,12 +130,12 @@ func (p *Plugin) awaitCaughtUp(ctx context.Context, mirror string, topics []stri
 		switch {
 		case len(lagging) == 0 && len(broken) == 0:
 			return nil
-		case len(broken) > 0 && mode == wire.FailoverForce:
+		case len(broken) > 0 && mode == mirrorproto.FailoverForce:
 			return nil
 		case len(broken) > 0:
 			return fmt.Errorf("mirror %s: the source cannot confirm that nothing would be lost: %s (--force fails over anyway): %w",
-				mirror, byReason(broken), wire.ErrMirrorSourceUnavailable)
-		case time.Now().After(deadline) && mode == wire.FailoverForce:
+				mirror, byReason(broken), mirrorproto.ErrMirrorSourceUnavailable)
+		case time.Now().After(deadline) && mode == mirrorproto.FailoverForce:
 			return nil
 		case time.Now().After(deadline):
 			return fmt.Errorf("mirror %s: still behind the source after %v: %s (--force fails over anyway): %w",
@@ -164,7 +166,7 @@ func byReason(items []string) string {
 		if i := strings.LastIndex(reason, " (since "); i > 0 && strings.HasSuffix(reason, ")") {
 			reason = reason[:i]
 		}
-		for _, e := range wire.Errors {
+		for _, e := range mirrorproto.Errors {
 			reason = strings.TrimSuffix(reason, ": "+e.Error())
 		}
 		if _, seen := parts[reason]; !seen {
@@ -188,7 +190,7 @@ func byReason(items []string) string {
 func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, start time.Time) (lagging, broken []string) {
 	img := p.Image()
 	r := p.run(mirror)
-	var remote map[topicPartition]wire.PartitionDetail
+	var remote map[topicPartition]mirrorproto.PartitionDetail
 	for _, name := range topics {
 		if t := img.Topics[name]; t != nil && slices.ContainsFunc(t.Partitions, func(pp metadata.Partition) bool { return pp.Leader != p.Host().NodeID() }) {
 			remote = p.remoteDetailsOnly(ctx, mirror)
@@ -198,7 +200,7 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 	for _, name := range topics {
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
-			k := topicPartition{name, int32(i)}
+			k := topicPartition{Topic: name, Partition: int32(i)}
 			id := fmt.Sprintf("%s-%d", name, i)
 			var pt ledPartition
 			found := false
@@ -244,7 +246,7 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 				lagging = append(lagging, id+": not mirroring yet")
 			case fresh && leo >= pt.srcEnd:
 				// caught up
-			case pt.state == mirrorstate.Failed || !needsSource(pt.state):
+			case pt.state == mirrorstate.Failed || !mirrorview.NeedsSource(pt.state):
 				broken = append(broken, fmt.Sprintf("%s is %s", id, pt.state))
 			case pt.state == mirrorstate.Paused || pt.state == mirrorstate.Pausing:
 				broken = append(broken, fmt.Sprintf("%s is %s with lag %d (resume it first)", id, pt.state, max(0, pt.srcEnd-leo)))
@@ -264,20 +266,20 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 // offset last learned and when, whether it was still the source's end
 // (snapshot, taken before the stop), the end of the mirrored data (where
 // a stop left it), and the lag between them.
-func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []string, snapshot map[topicPartition]wire.PartitionDetail) []wire.FailoverPartition {
+func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []string, snapshot map[topicPartition]mirrorproto.PartitionDetail) []mirrorproto.FailoverPartition {
 	img := p.Image()
-	var out []wire.FailoverPartition
+	var out []mirrorproto.FailoverPartition
 	for _, name := range topics {
 		t := img.Topics[name]
 		for i := 0; t != nil && i < len(t.Partitions); i++ {
-			fp := wire.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1}
-			if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
+			fp := mirrorproto.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1}
+			if st, err := p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
 				fp.CutTime, fp.CutRecords, fp.CutMs = cutReport(st)
 			} else if ep := p.Host().Partition(t.ID, int32(i)); ep != nil {
 				fp.DestinationOffset = ep.Offsets().LogEnd
 			}
-			if sd, ok := snapshot[topicPartition{name, int32(i)}]; ok && sd.SourceOffset >= 0 && fp.DestinationOffset >= 0 {
+			if sd, ok := snapshot[topicPartition{Topic: name, Partition: int32(i)}]; ok && sd.SourceOffset >= 0 && fp.DestinationOffset >= 0 {
 				fp.SourceOffset, fp.SourceOffsetTime, fp.SourceStale = sd.SourceOffset, sd.SourceOffsetTime, sd.SourceStale
 				fp.Lag, fp.LagMs = max(0, sd.SourceOffset-fp.DestinationOffset), sd.LagMs
 				if fp.Lag == 0 {

@@ -3,7 +3,7 @@ package mirror
 import (
 	"testing"
 
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 )
 
 // TestByReason: a refused failover names each reason once, with the
@@ -11,7 +11,7 @@ import (
 // MIRROR_SOURCE_UNAVAILABLE's description included, once per partition
 // and again for the error itself).
 func TestByReason(t *testing.T) {
-	down := "source cluster a:1 unreachable (a fetch from broker 2): connection refused: " + wire.ErrMirrorSourceUnavailable.Error()
+	down := "source cluster a:1 unreachable (a fetch from broker 2): connection refused: " + mirrorproto.ErrMirrorSourceUnavailable.Error()
 	got := byReason([]string{
 		"orders-0: " + down,
 		"orders-1: " + down + " (since 2026-12-05T06:16:15Z)",

@@ -3,199 +3,84 @@ package mirror
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/internal/uuid"
+	"github.com/tandem-kafka/tandem/plugins/mirror/admit"
 	"github.com/tandem-kafka/tandem/plugins/mirror/diverged"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorapi"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorview"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// HandleRequest implements plugin.APIHandler.
-func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
-	resp := req.ResponseKind()
-	resp.SetVersion(req.GetVersion())
-	// Inter-broker and controller APIs need CLUSTER_ACTION, as Kafka's do.
-	clusterAction := rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster")
-	clusterDenied := fmt.Errorf("mirror API %d needs CLUSTER_ACTION on the cluster: %w", req.Key(), kerr.ClusterAuthorizationFailed)
-	switch req := req.(type) {
-	case *wire.CreateMirrorRequest:
-		r := resp.(*wire.CreateMirrorResponse)
-		name := ""
-		if req.MirrorName != nil {
-			name = *req.MirrorName
-		}
-		if err := mirrorAuthorized(rc, kmsg.ACLOperationCreate, name); err != nil {
-			r.SetErr(code(err))
-			break
-		}
-		r.SetErr(code(p.createMirror(ctx, req)))
-	case *wire.AddTopicsToMirrorRequest:
-		r := resp.(*wire.AddTopicsToMirrorResponse)
-		var denied error
-		for _, t := range req.Topics {
-			if t.MirrorName != nil && denied == nil {
-				denied = mirrorAuthorized(rc, kmsg.ACLOperationAlter, *t.MirrorName)
-			}
-		}
-		if denied != nil {
-			r.ErrorCode, _ = code(denied)
-			break
-		}
-		id, plan, err := p.addTopics(ctx, req)
-		r.TopicID, r.Truncations = id, plan
-		c, msg := code(err)
-		r.ErrorCode, r.ErrorMessage = c, wire.NonEmpty(msg)
-	case *wire.RemoveTopicsFromMirrorRequest:
-		r := resp.(*wire.RemoveTopicsFromMirrorResponse)
-		if err := mirrorAuthorized(rc, kmsg.ACLOperationAlter, req.MirrorName); err != nil {
-			r.ErrorCode, _ = code(err)
-			break
-		}
-		timeout := time.Duration(req.TimeoutMs) * time.Millisecond
-		if timeout <= 0 {
-			timeout = p.cfg.RequestTimeout
-		}
-		removed, report, err := p.removeTopics(ctx, req.MirrorName, topicNames(req.Topics), req.Mode, timeout, req.Consistent)
-		r.Failover = report
-		c, msg := code(err)
-		if err == nil {
-			msg = fmt.Sprintf("Removed %d topic(s) from mirror %s: [%s]", len(removed), req.MirrorName, strings.Join(removed, ", "))
-			if n := alreadyStopped(report); n > 0 {
-				msg += fmt.Sprintf("; %d partition(s) had failed over already", n)
-			}
-		}
-		r.ErrorCode, r.ErrorMessage = c, wire.NonEmpty(msg)
-	case *wire.LastMirroredOffsetsRequest:
-		// Asked by the destination of a failback with its credentials on
-		// this (source) cluster: DESCRIBE on each topic, as ListOffsets.
-		r := resp.(*wire.LastMirroredOffsetsResponse)
-		r.Topics = p.lastMirrored(ctx, rc, req)
-	case *wire.ListMirrorsRequest:
-		r := resp.(*wire.ListMirrorsResponse)
-		img := p.awaitMirrors(ctx)
-		for _, name := range slices.Sorted(maps.Keys(img.Mirrors)) {
-			m := img.Mirrors[name]
-			if mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name) != nil {
-				continue // hidden, as ListGroups hides groups
-			}
-			n := 0
-			for _, mt := range m.Topics {
-				if !mt.Stopped {
-					n++
-				}
-			}
-			r.Mirrors = append(r.Mirrors, wire.ListedMirror{MirrorName: name, SourceBootstrap: m.Configs["bootstrap.servers"], TopicCount: int32(n)})
-		}
-	case *wire.DescribeMirrorsRequest:
-		resp.(*wire.DescribeMirrorsResponse).Mirrors = p.describe(ctx, rc, req, p.describedImage(ctx, req))
-	case *wire.ReadMirrorStatesRequest:
-		r := resp.(*wire.ReadMirrorStatesResponse)
-		if !clusterAction {
-			r.ErrorCode, _ = code(clusterDenied)
-			break
-		}
-		r.Topics, r.Shards, r.ErrorCode = p.readStates(ctx, req)
-	case *wire.WriteMirrorStatesRequest:
-		r := resp.(*wire.WriteMirrorStatesResponse)
-		if !clusterAction {
-			r.ErrorCode, _ = code(clusterDenied)
-			break
-		}
-		r.Topics = p.writeStates(ctx, req)
-	case *wire.MirrorTopicsRequest:
-		r := resp.(*wire.MirrorTopicsResponse)
-		op := kmsg.ACLOperationAlter
-		if req.Key() == wire.KeyDeleteMirror {
-			op = kmsg.ACLOperationDelete
-		}
-		if err := mirrorAuthorized(rc, op, req.MirrorName); err != nil {
-			r.SetErr(code(err))
-			break
-		}
-		var err error
-		switch req.Key() {
-		case wire.KeyPauseMirrorTopics:
-			err = p.pause(ctx, req.MirrorName, req.Topics, true)
-		case wire.KeyResumeMirrorTopics:
-			err = p.pause(ctx, req.MirrorName, req.Topics, false)
-		case wire.KeyDeleteMirror:
-			err = p.deleteMirror(ctx, req.MirrorName)
-		}
-		r.SetErr(code(err))
-	case *wire.BumpLeaderEpochsRequest:
-		r := resp.(*wire.BumpLeaderEpochsResponse)
-		for _, t := range req.Topics {
-			bt := wire.BumpTopic{TopicID: t.TopicID}
-			for _, bp := range t.Partitions {
-				out := wire.BumpPartition{PartitionIndex: bp.PartitionIndex, LeaderEpoch: -1}
-				if !clusterAction {
-					out.ErrorCode, _ = code(clusterDenied)
-				} else if e, err := p.bumpLeaderEpoch(ctx, t.TopicID, bp.PartitionIndex, bp.MinLeaderEpoch); err != nil {
-					out.ErrorCode, _ = code(err)
-				} else {
-					out.LeaderEpoch = e
-				}
-				bt.Partitions = append(bt.Partitions, out)
-			}
-			r.Topics = append(r.Topics, bt)
-		}
-	default:
-		return nil, fmt.Errorf("mirror: unexpected request %T", req)
-	}
-	return resp, nil
+// apiBackend is the plugin as the mirror APIs see it (mirrorapi.Backend).
+type apiBackend struct{ *Plugin }
+
+func (b apiBackend) CreateMirror(ctx context.Context, req *mirrorproto.CreateMirrorRequest) error {
+	return b.createMirror(ctx, req)
 }
 
-// mirrorAuthorized checks op on the MIRROR resource (ACL resource type
-// 8); the matching cluster-wide binding (ALTER on CLUSTER for changes,
-// DESCRIBE for reads, DESCRIBE_CONFIGS and ALTER_CONFIGS for configs),
-// which administrators hold, also allows it.
-func mirrorAuthorized(rc *plugin.RequestContext, op kmsg.ACLOperation, name string) error {
-	if rc.Allowed(op, plugin.ACLResourceMirror, name) {
-		return nil
-	}
-	cop := kmsg.ACLOperationAlter
-	switch op {
-	case kmsg.ACLOperationDescribe, kmsg.ACLOperationDescribeConfigs, kmsg.ACLOperationAlterConfigs:
-		cop = op
-	}
-	if rc.Allowed(cop, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
-		return nil
-	}
-	return fmt.Errorf("%s on mirror %s is not authorized: %w", op, name, wire.ErrMirrorAuthorizationFailed)
+func (b apiBackend) AddTopics(ctx context.Context, req *mirrorproto.AddTopicsToMirrorRequest) (uuid.UUID, []mirrorproto.Truncation, error) {
+	return b.addTopics(ctx, req)
 }
 
-func alreadyStopped(report []wire.FailoverPartition) int {
-	n := 0
-	for _, fp := range report {
-		if fp.AlreadyStopped {
-			n++
-		}
-	}
-	return n
+func (b apiBackend) RemoveTopics(ctx context.Context, mirror string, topics []string, mode int8, timeout time.Duration, consistent bool) ([]string, []mirrorproto.FailoverPartition, error) {
+	return b.removeTopics(ctx, mirror, topics, mode, timeout, consistent)
 }
 
-func topicNames(ts []wire.RemoveTopic) []string {
-	out := make([]string, len(ts))
-	for i, t := range ts {
-		out[i] = t.TopicName
-	}
-	return out
+func (b apiBackend) LastMirrored(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.LastMirroredOffsetsRequest) []mirrorproto.OffsetsTopic {
+	return b.lastMirrored(ctx, rc, req)
 }
+
+func (b apiBackend) Mirrors(ctx context.Context, names ...string) *metadata.Image {
+	return b.awaitMirrors(ctx, names...)
+}
+
+func (b apiBackend) Describe(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.DescribeMirrorsRequest) []mirrorproto.DescribedMirror {
+	return b.describe(ctx, rc, req, b.describedImage(ctx, req))
+}
+
+func (b apiBackend) ReadStates(ctx context.Context, req *mirrorproto.ReadMirrorStatesRequest) ([]mirrorproto.StatesTopic, []mirrorproto.ShardMark, int16) {
+	return b.store.ServeRead(ctx, b.awaitMirrors(ctx, req.MirrorName), req)
+}
+
+func (b apiBackend) WriteStates(ctx context.Context, req *mirrorproto.WriteMirrorStatesRequest) []mirrorproto.ErrTopic {
+	return b.store.ServeWrite(ctx, req)
+}
+
+func (b apiBackend) Pause(ctx context.Context, mirror string, topics []string, pause bool) error {
+	return b.pause(ctx, mirror, topics, pause)
+}
+
+func (b apiBackend) DeleteMirror(ctx context.Context, mirror string) error {
+	return b.deleteMirror(ctx, mirror)
+}
+
+func (b apiBackend) BumpLeaderEpoch(ctx context.Context, id uuid.UUID, partition, minEpoch int32) (int32, error) {
+	return b.bumpLeaderEpoch(ctx, id, partition, minEpoch)
+}
+
+func (b apiBackend) CheckConfigs(configs map[string]string) error {
+	_, err := clientOpts(configs, b.cfg)
+	return err
+}
+
+func (b apiBackend) AlterConfigs(ctx context.Context, mirror string, configs map[string]string) error {
+	return b.Host().Metadata().AlterMirrorConfigs(ctx, mirror, configs)
+}
+
+func (b apiBackend) RequestTimeout() time.Duration { return b.cfg.RequestTimeout }
 
 // bumpLeaderEpoch is BumpLeaderEpochs: the controller sets the epoch to
 // max(minEpoch+1, current).
@@ -221,7 +106,7 @@ func (p *Plugin) throttledRate() int64 {
 	return p.cfg.ThrottledRate
 }
 
-func (p *Plugin) createMirror(ctx context.Context, req *wire.CreateMirrorRequest) error {
+func (p *Plugin) createMirror(ctx context.Context, req *mirrorproto.CreateMirrorRequest) error {
 	if req.MirrorName == nil || *req.MirrorName == "" {
 		return fmt.Errorf("a mirror needs a name: %w", kerr.InvalidRequest)
 	}
@@ -236,7 +121,7 @@ func (p *Plugin) createMirror(ctx context.Context, req *wire.CreateMirrorRequest
 		return err
 	}
 	if p.Image().Mirrors[name] != nil {
-		return fmt.Errorf("mirror %s already exists: %w", name, wire.ErrMirrorAlreadyExists)
+		return fmt.Errorf("mirror %s already exists: %w", name, mirrorproto.ErrMirrorAlreadyExists)
 	}
 	reachable, err := p.probeSource(ctx, configs)
 	if err != nil {
@@ -251,78 +136,6 @@ func (p *Plugin) createMirror(ctx context.Context, req *wire.CreateMirrorRequest
 	return p.Host().Metadata().CreateMirror(ctx, name, configs)
 }
 
-// mirrorTopics resolves topic names (anchored regular expressions) to the
-// mirror's active topics; none means all of them. A name that matches
-// only topics already failed over, or none, is an error saying which.
-func mirrorTopics(m *metadata.Mirror, names []string) ([]string, error) {
-	active, stopped, err := mirrorTopicsAll(m, names)
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range names {
-		re := regexp.MustCompile("^(?:" + n + ")$") // compiled by mirrorTopicsAll
-		if !slices.ContainsFunc(active, re.MatchString) {
-			var done []string
-			for _, t := range stopped {
-				if re.MatchString(t) {
-					done = append(done, t)
-				}
-			}
-			return nil, fmt.Errorf("mirror %s: %s failed over already (STOPPED): %w", m.Name, strings.Join(done, ", "), wire.ErrTopicNotMirrored)
-		}
-	}
-	return active, nil
-}
-
-// mirrorTopicsAll resolves topic names (anchored regular expressions; none
-// means all) to the mirror's topics, those still mirrored (active) and
-// those failed over (stopped). A name that matches no topic of the mirror
-// at all is an error naming it.
-func mirrorTopicsAll(m *metadata.Mirror, names []string) (active, stopped []string, err error) {
-	for _, t := range slices.Sorted(maps.Keys(m.Topics)) {
-		if m.Topics[t].Stopped {
-			stopped = append(stopped, t)
-		} else {
-			active = append(active, t)
-		}
-	}
-	if len(names) == 0 {
-		return active, stopped, nil
-	}
-	match := func(all []string, re *regexp.Regexp, out []string) []string {
-		for _, t := range all {
-			if re.MatchString(t) && !slices.Contains(out, t) {
-				out = append(out, t)
-			}
-		}
-		return out
-	}
-	var a, s []string
-	for _, n := range names {
-		re, err := regexp.Compile("^(?:" + n + ")$")
-		if err != nil {
-			return nil, nil, fmt.Errorf("topic pattern %q: %v: %w", n, err, kerr.InvalidRequest)
-		}
-		if !slices.ContainsFunc(active, re.MatchString) && !slices.ContainsFunc(stopped, re.MatchString) {
-			if len(m.Topics) == 0 {
-				return nil, nil, fmt.Errorf("mirror %s has no topic: %w", m.Name, wire.ErrTopicNotMirrored)
-			}
-			return nil, nil, fmt.Errorf("no topic of mirror %s matches %q (its topics: %s): %w", m.Name, n,
-				someNames(slices.Sorted(maps.Keys(m.Topics))), wire.ErrTopicNotMirrored)
-		}
-		a, s = match(active, re, a), match(stopped, re, s)
-	}
-	return a, s, nil
-}
-
-// someNames lists names, the first five of them if there are more.
-func someNames(names []string) string {
-	if len(names) > 5 {
-		return fmt.Sprintf("%s and %d more", strings.Join(names[:5], ", "), len(names)-5)
-	}
-	return strings.Join(names, ", ")
-}
-
 // setTopicStates moves every partition of topics to a state and wakes the
 // mirror's loop.
 func (p *Plugin) setTopicStates(ctx context.Context, mirror string, topics []string, update func(s *mirrorstate.PartitionState) error) error {
@@ -333,7 +146,7 @@ func (p *Plugin) setTopicStates(ctx context.Context, mirror string, topics []str
 			continue
 		}
 		for i := range t.Partitions {
-			if _, err := p.writeState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID, update); err != nil {
+			if _, err := p.store.Write(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID, update); err != nil {
 				return err
 			}
 		}
@@ -354,16 +167,16 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 		for _, name := range topics {
 			t := img.Topics[name]
 			for i := 0; t != nil && i < len(t.Partitions); i++ {
-				want[topicPartition{name, int32(i)}] = t.ID
+				want[topicPartition{Topic: name, Partition: int32(i)}] = t.ID
 			}
 		}
-		states := p.readStatesBatch(ctx, mirror, want) // one request per coordinating broker
+		states := p.store.ReadBatch(ctx, mirror, want) // one request per coordinating broker
 		ok := true
 		for k, id := range want {
 			st, read := states[k]
 			if !read {
 				var err error
-				st, err = p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: k.topic, Partition: k.partition}, id)
+				st, err = p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: k.Topic, Partition: k.Partition}, id)
 				read = err == nil
 			}
 			if ok = read && st.State == s; !ok {
@@ -385,9 +198,9 @@ func (p *Plugin) waitStates(ctx context.Context, mirror string, topics []string,
 func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause bool) error {
 	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
 	if m == nil {
-		return fmt.Errorf("mirror %s does not exist: %w", mirror, wire.ErrMirrorNotFound)
+		return fmt.Errorf("mirror %s does not exist: %w", mirror, mirrorproto.ErrMirrorNotFound)
 	}
-	topics, err := mirrorTopics(m, names)
+	topics, err := admit.Select(m, names)
 	if err != nil {
 		return err
 	}
@@ -412,10 +225,10 @@ func (p *Plugin) pause(ctx context.Context, mirror string, names []string, pause
 func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
 	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
 	if m == nil {
-		return fmt.Errorf("mirror %s does not exist: %w", mirror, wire.ErrMirrorNotFound)
+		return fmt.Errorf("mirror %s does not exist: %w", mirror, mirrorproto.ErrMirrorNotFound)
 	}
-	if topics, _ := mirrorTopics(m, nil); len(topics) > 0 {
-		if _, _, err := p.removeTopics(ctx, mirror, topics, wire.FailoverNow, 0, false); err != nil {
+	if topics, _ := admit.Select(m, nil); len(topics) > 0 {
+		if _, _, err := p.removeTopics(ctx, mirror, topics, mirrorproto.FailoverNow, 0, false); err != nil {
 			return err
 		}
 	}
@@ -425,25 +238,25 @@ func (p *Plugin) deleteMirror(ctx context.Context, mirror string) error {
 // lastMirrored answers LastMirroredOffsets from whichever mirror holds (or
 // held) each topic; the last mirror epoch is -1 for a partition never
 // mirrored here.
-func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, req *wire.LastMirroredOffsetsRequest) []wire.OffsetsTopic {
+func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.LastMirroredOffsetsRequest) []mirrorproto.OffsetsTopic {
 	img := p.Image()
-	var out []wire.OffsetsTopic
+	var out []mirrorproto.OffsetsTopic
 	for _, t := range req.Topics {
-		ot := wire.OffsetsTopic{Name: t.Name}
+		ot := mirrorproto.OffsetsTopic{Name: t.Name}
 		mirror, mt, ok := img.LastMirrorOf(t.Name)
 		allowed := rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, t.Name)
 		for _, idx := range t.Partitions {
-			op := wire.OffsetsPartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1}
+			op := mirrorproto.OffsetsPartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1}
 			if !allowed {
 				op.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			} else if here := img.Topics[t.Name]; !ok && here != nil {
 				// No mirror holds the topic (any more): the epochs kept
 				// for the topic alone when its mirroring last stopped.
-				if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: "", Topic: t.Name, Partition: idx}, here.ID); err == nil && st.TopicID == here.ID {
+				if st, err := p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: "", Topic: t.Name, Partition: idx}, here.ID); err == nil && st.TopicID == here.ID {
 					op.LastMirroredOffset, op.LastMirrorEpoch = st.LMO, st.LME
 				}
 			} else if ok {
-				st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: idx}, mt.ID)
+				st, err := p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: idx}, mt.ID)
 				switch {
 				case err != nil:
 					op.ErrorCode, _ = code(err)
@@ -472,7 +285,7 @@ func (p *Plugin) lastMirrored(ctx context.Context, rc *plugin.RequestContext, re
 // moment ago is listed, never an empty mirror that a script waiting for
 // lag 0 would pass); another broker gathering a description (Local)
 // gets this broker's own.
-func (p *Plugin) describedImage(ctx context.Context, req *wire.DescribeMirrorsRequest) *metadata.Image {
+func (p *Plugin) describedImage(ctx context.Context, req *mirrorproto.DescribeMirrorsRequest) *metadata.Image {
 	if req.Local {
 		return p.Image()
 	}
@@ -482,17 +295,17 @@ func (p *Plugin) describedImage(ctx context.Context, req *wire.DescribeMirrorsRe
 // describe answers DescribeMirrors from img: a client's request passes an
 // image caught up with the controller (awaitMirrors), the console this
 // broker's own.
-func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *wire.DescribeMirrorsRequest, img *metadata.Image) []wire.DescribedMirror {
+func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.DescribeMirrorsRequest, img *metadata.Image) []mirrorproto.DescribedMirror {
 	names := req.MirrorNames
 	all := len(names) == 0
 	if all {
 		names = slices.Sorted(maps.Keys(img.Mirrors))
 	}
-	var out []wire.DescribedMirror
+	var out []mirrorproto.DescribedMirror
 	for _, name := range names {
-		dm := wire.DescribedMirror{MirrorName: name, AuthorizedOperations: -2147483648}
+		dm := mirrorproto.DescribedMirror{MirrorName: name, AuthorizedOperations: -2147483648}
 		m := img.Mirrors[name]
-		denied := mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name)
+		denied := mirrorapi.Authorized(rc, kmsg.ACLOperationDescribe, name)
 		if denied != nil && req.Local && rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
 			denied = nil // another broker gathering a description (remoteView), as it reads states
 		}
@@ -503,7 +316,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 			dm.AuthorizedOperations = 0
 			for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationCreate, kmsg.ACLOperationDelete, kmsg.ACLOperationAlter,
 				kmsg.ACLOperationDescribe, kmsg.ACLOperationDescribeConfigs, kmsg.ACLOperationAlterConfigs} {
-				if mirrorAuthorized(rc, op, name) == nil {
+				if mirrorapi.Authorized(rc, op, name) == nil {
 					dm.AuthorizedOperations |= 1 << op
 				}
 			}
@@ -512,26 +325,26 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 		case denied != nil:
 			var msg string
 			dm.ErrorCode, msg = code(denied)
-			dm.ErrorMessage = wire.NonEmpty(msg)
+			dm.ErrorMessage = mirrorproto.NonEmpty(msg)
 		case m == nil:
-			dm.ErrorCode = wire.ErrMirrorNotFound.Code
-			dm.ErrorMessage = wire.NonEmpty("mirror " + name + " does not exist")
+			dm.ErrorCode = mirrorproto.ErrMirrorNotFound.Code
+			dm.ErrorMessage = mirrorproto.NonEmpty("mirror " + name + " does not exist")
 		default:
 			failed := false
 			r := p.run(name)
 			if r != nil {
 				r.mu.Lock()
 				if r.failed != "" {
-					dm.ErrorCode, dm.ErrorMessage, failed = r.code, wire.NonEmpty(r.failed), true
+					dm.ErrorCode, dm.ErrorMessage, failed = r.code, mirrorproto.NonEmpty(r.failed), true
 				}
 				r.mu.Unlock()
 			}
 			halt, aclSync := p.meta.Status(name)
 			if halt != "" {
-				dm.ErrorCode, dm.ErrorMessage, failed = kerr.InconsistentClusterID.Code, wire.NonEmpty(halt), true
+				dm.ErrorCode, dm.ErrorMessage, failed = kerr.InconsistentClusterID.Code, mirrorproto.NonEmpty(halt), true
 			}
 			dm.ACLSync, dm.SourceClusterID, dm.TopicPrefix = aclSync, m.SourceClusterID, mirrorcfg.Prefix(m.Configs)
-			dm.Diverged = p.manifest(ctx, name)
+			dm.Diverged = p.store.Manifest(ctx, name)
 			var remote remoteMirror
 			if !req.Local {
 				remote = p.remoteView(ctx, name)
@@ -539,21 +352,21 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 				if !failed && remote.errCode != 0 {
 					// Another leader's run cannot use the source: the
 					// source is the same for all of them.
-					dm.ErrorCode, dm.ErrorMessage, failed = remote.errCode, wire.NonEmpty(remote.errMsg), true
+					dm.ErrorCode, dm.ErrorMessage, failed = remote.errCode, mirrorproto.NonEmpty(remote.errMsg), true
 				}
 			}
-			sourceNames(m, dm.Diverged)
+			mirrorview.SourceNames(m, dm.Diverged)
 			want := map[topicPartition]uuid.UUID{}
 			for tn := range m.Topics {
 				if t := img.Topics[tn]; t != nil {
 					for i := range t.Partitions {
-						want[topicPartition{tn, int32(i)}] = t.ID
+						want[topicPartition{Topic: tn, Partition: int32(i)}] = t.ID
 					}
 				}
 			}
-			states := p.readStatesBatch(ctx, name, want) // one request per coordinating broker
+			states := p.store.ReadBatch(ctx, name, want) // one request per coordinating broker
 			now := time.Now()
-			var all []wire.PartitionDetail
+			var all []mirrorproto.PartitionDetail
 			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
 				t := img.Topics[tn]
 				if t == nil {
@@ -561,86 +374,44 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *w
 						// Mirrored, not created here (yet): listed
 						// without partitions, so that no view shows
 						// an empty mirror as one that is caught up.
-						dm.Topics = append(dm.Topics, wire.DescribedTopic{TopicName: tn})
+						dm.Topics = append(dm.Topics, mirrorproto.DescribedTopic{TopicName: tn})
 					}
 					continue
 				}
-				dt := wire.DescribedTopic{TopicName: tn}
+				dt := mirrorproto.DescribedTopic{TopicName: tn}
 				if src := m.Topics[tn].SourceName(tn); src != tn {
 					dt.SourceTopicName = src
 				}
 				for i := range t.Partitions {
 					pd, cut := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
-					rd, led := remote.details[topicPartition{tn, int32(i)}]
-					pd = withLeaderView(pd, rd, led, cut, failed, dm.ErrorMessage)
+					rd, led := remote.details[topicPartition{Topic: tn, Partition: int32(i)}]
+					pd = mirrorview.WithLeaderView(pd, rd, led, cut, failed, dm.ErrorMessage)
 					dt.Partitions = append(dt.Partitions, pd)
 					all = append(all, pd)
 				}
 				dm.Topics = append(dm.Topics, dt)
 			}
-			dm.State = mirrorState(failed, all)
+			dm.State = mirrorview.MirrorState(failed, all)
 		}
 		out = append(out, dm)
 	}
 	return out
 }
 
-// withLeaderView completes pd, a partition as this broker sees it (its
-// state the coordinator's), with rd, its leader's view of the source
-// side (led: another broker leads it), and shows it FAILED when it is
-// cut off from its source: its leader here or there says so (cut, or
-// rd FAILED), or the mirror cannot use its source (failed, mirrorErr),
-// whose reason is then the mirror's, one for every partition rather
-// than what each leader's dial saw.
-func withLeaderView(pd, rd wire.PartitionDetail, led, cut, failed bool, mirrorErr *string) wire.PartitionDetail {
-	coordinated := pd.State
-	if led {
-		pd.SourceOffset, pd.SourceOffsetTime, pd.DestinationOffset = rd.SourceOffset, rd.SourceOffsetTime, rd.DestinationOffset
-		pd.Lag, pd.LagMs, pd.SourceStale = rd.Lag, rd.LagMs, rd.SourceStale
-		if pd.Reason == "" {
-			pd.Reason = rd.Reason
-		}
-		cut = cut || rd.State == mirrorstate.Failed.String()
-	}
-	if failed && stateNeedsSource(coordinated) {
-		// Nothing the mirror learned of its source is the source's state
-		// now.
-		pd.SourceStale = pd.SourceOffset >= 0
-		if mirrorErr != nil && (pd.Reason == "" || cutOffState(coordinated)) {
-			pd.Reason = *mirrorErr
-		}
-		cut = true
-	}
-	if cut && cutOffState(coordinated) {
-		pd.State = mirrorstate.Failed.String()
-	}
-	return pd
-}
-
-// sourceNames sets the source names of the manifest entries of mirror m
-// whose topics are named otherwise on the source.
-func sourceNames(m *metadata.Mirror, entries []wire.DivergedRange) {
-	for i := range entries {
-		if mt, ok := m.Topics[entries[i].Topic]; ok && mt.SourceName(entries[i].Topic) != entries[i].Topic {
-			entries[i].SourceTopic = mt.SourceName(entries[i].Topic)
-		}
-	}
-}
-
 // describePartition is partition i of t as this broker sees it: its
 // state (the coordinator's), the destination's health (the image's),
 // and, if this broker leads it, its source side as of now.
 func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror string, img *metadata.Image, t *metadata.Topic, i int32,
-	states map[topicPartition]mirrorstate.PartitionState, now time.Time) (pd wire.PartitionDetail, cut bool) {
-	pd = wire.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: mirrorstate.Unknown.String()}
-	if st, ok := states[topicPartition{t.Name, i}]; ok {
+	states map[topicPartition]mirrorstate.PartitionState, now time.Time) (pd mirrorproto.PartitionDetail, cut bool) {
+	pd = mirrorproto.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: mirrorstate.Unknown.String()}
+	if st, ok := states[topicPartition{Topic: t.Name, Partition: i}]; ok {
 		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
-	} else if st, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: i}, t.ID); err == nil {
+	} else if st, err := p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: i}, t.ID); err == nil {
 		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
 	} else {
 		_, pd.Reason = code(err)
 	}
-	pd.DestinationIssue = p.destinationIssue(img, t, i)
+	pd.DestinationIssue = mirrorview.DestinationIssue(img, t, i, p.cfg.MinISR)
 	if ep := p.Host().Partition(t.ID, i); ep != nil {
 		pd.DestinationOffset = ep.Offsets().LogEnd
 	}
@@ -649,8 +420,8 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	lp := r.parts[topicPartition{t.Name, i}]
-	if lp == nil || !needsSource(lp.state) {
+	lp := r.parts[topicPartition{Topic: t.Name, Partition: i}]
+	if lp == nil || !mirrorview.NeedsSource(lp.state) {
 		return pd, false // not copied here (any more): the source side is not ours to tell
 	}
 	pt := lp.view()
@@ -662,7 +433,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 		}
 		pd.SourceStale = !r.sourceCurrent(lp, now)
 	}
-	cut = r.cutOff(&pt) && cutOffState(pd.State) // shown FAILED by withLeaderView
+	cut = r.cutOff(&pt) && mirrorview.CutOffState(pd.State) // shown FAILED by mirrorview.WithLeaderView
 	switch {
 	case pd.Reason != "":
 	case r.failed != "":
@@ -672,287 +443,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 	case pt.trouble != "":
 		pd.Reason = fmt.Sprintf("%s (since %s)", pt.trouble, pt.troubleAt.UTC().Format(time.RFC3339))
 	case pd.SourceStale:
-		pd.Reason = staleReason(pt.srcEndAt)
+		pd.Reason = mirrorview.StaleReason(pt.srcEndAt)
 	}
 	return pd, cut
-}
-
-// shardMarks are the __mirror_state shards a ReadMirrorStates from
-// another broker touches: the marks it knew (ReadMirrorStatesRequest
-// KnownShards) and what they are now here.
-type shardMarks struct {
-	p     *Plugin
-	ctx   context.Context
-	known map[int32]wire.ShardMark
-	now   map[int32]wire.ShardMark
-}
-
-// unchanged reports whether the shard of a partition's coordinator key
-// is as the asker knew it.
-func (m *shardMarks) unchanged(key string) bool {
-	shard := m.p.PartitionFor(key)
-	now, ok := m.now[shard]
-	if !ok {
-		now = wire.ShardMark{Shard: shard, Incarnation: 0, Version: -1} // not here: never unchanged
-		m.p.Runtime().Do(m.ctx, shard, func(sh *coord.Shard) error {
-			s := sh.State().(*mirrorstate.Shard)
-			now.Incarnation, now.Version = int64(s.Incarnation), int64(s.Version)
-			return nil
-		})
-		m.now[shard] = now
-	}
-	k, knew := m.known[shard]
-	return knew && now.Version >= 0 && k == now
-}
-
-// list is the marks of the shards touched, for the answer.
-func (m *shardMarks) list() []wire.ShardMark {
-	var out []wire.ShardMark
-	for _, mk := range m.now {
-		if mk.Version >= 0 {
-			out = append(out, mk)
-		}
-	}
-	return out
-}
-
-func (p *Plugin) readStates(ctx context.Context, req *wire.ReadMirrorStatesRequest) ([]wire.StatesTopic, []wire.ShardMark, int16) {
-	img := p.awaitMirrors(ctx, req.MirrorName)
-	m := img.Mirrors[req.MirrorName]
-	var out []wire.StatesTopic
-	marks := shardMarks{p: p, ctx: ctx, known: map[int32]wire.ShardMark{}, now: map[int32]wire.ShardMark{}}
-	for _, k := range req.KnownShards {
-		marks.known[k.Shard] = k
-	}
-	for _, t := range req.Topics {
-		st := wire.StatesTopic{Name: t.Name}
-		if !t.TopicID.IsZero() && req.NeedPartitionStates {
-			// Another broker asks this coordinator for the states it
-			// keeps: they are answered whatever this broker's image says
-			// of the mirror (it may not have it yet, or any more); those
-			// of a shard still as the asker knew it are left out.
-			for _, idx := range t.Partitions {
-				if marks.unchanged(coordKey(req.MirrorName, t.TopicID, idx)) {
-					continue
-				}
-				sp := wire.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
-				k := mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: idx}
-				s, err := p.readStateLocal(ctx, k, t.TopicID)
-				if err == nil {
-					setState(&sp, s)
-					sp.Diverged, err = p.entriesLocal(ctx, k, t.TopicID)
-				}
-				sp.ErrorCode, _ = code(err)
-				st.Partitions = append(st.Partitions, sp)
-			}
-			out = append(out, st)
-			continue
-		}
-		if m == nil {
-			return nil, nil, wire.ErrMirrorNotFound.Code
-		}
-		mt, ok := m.Topics[t.Name]
-		if !req.NeedPartitionStates {
-			st.Partitions = []wire.StatePartition{p.topicState(ctx, req.MirrorName, t.Name, mt, ok)}
-			out = append(out, st)
-			continue
-		}
-		for _, idx := range t.Partitions {
-			sp := wire.StatePartition{PartitionIndex: idx, LastMirroredOffset: -1, LastMirrorEpoch: -1, StopOffset: -1, StopEpoch: -1}
-			if !ok {
-				sp.ErrorCode = wire.ErrTopicNotMirrored.Code
-			} else if s, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: idx}, mt.ID); err != nil {
-				sp.ErrorCode, _ = code(err)
-			} else {
-				setState(&sp, s)
-			}
-			st.Partitions = append(st.Partitions, sp)
-		}
-		out = append(out, st)
-	}
-	if len(req.Topics) == 0 && m == nil {
-		return nil, nil, wire.ErrMirrorNotFound.Code
-	}
-	return out, marks.list(), 0
-}
-
-// setState fills a response's partition with a persisted state.
-func setState(sp *wire.StatePartition, s mirrorstate.PartitionState) {
-	sp.LastMirroredOffset, sp.State, sp.LastMirrorEpoch, sp.Reason, sp.TopicID = s.LMO, int8(s.State), s.LME, s.Reason, s.TopicID
-	sp.StopOffset, sp.StopEpoch, sp.StopDone, sp.StopIndex = s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex
-	sp.CutSet, sp.CutAt, sp.CutTime, sp.CutRecords, sp.CutMs, sp.CompleteAt = s.Cut.Set, s.Cut.At, s.Cut.Time, s.Cut.Records, s.Cut.Ms, s.CompleteAt
-}
-
-// topicState is ReadMirrorStates without NeedPartitionStates: one entry
-// per topic (partition index -1, no offsets) whose state is its
-// partitions' when they agree; when they differ, FAILED if one failed,
-// else the transition some are still in (STOPPING, PAUSING, PREPARING,
-// EPOCH_FENCING), else the first partition's.
-func (p *Plugin) topicState(ctx context.Context, mirror, topic string, mt metadata.MirrorTopic, ok bool) wire.StatePartition {
-	sp := wire.StatePartition{PartitionIndex: -1, LastMirroredOffset: -1, LastMirrorEpoch: -1, TopicID: mt.ID}
-	t := p.Image().Topics[topic]
-	if !ok || t == nil {
-		sp.ErrorCode = wire.ErrTopicNotMirrored.Code
-		return sp
-	}
-	var states []mirrorstate.State
-	for i := range t.Partitions {
-		s, err := p.readState(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: topic, Partition: int32(i)}, mt.ID)
-		if err != nil {
-			sp.ErrorCode, _ = code(err)
-			return sp
-		}
-		states = append(states, s.State)
-	}
-	st := mirrorstate.Unknown
-	if len(states) > 0 {
-		st = states[0]
-	}
-	for _, s := range []mirrorstate.State{mirrorstate.Failed, mirrorstate.Stopping, mirrorstate.Pausing, mirrorstate.Preparing, mirrorstate.EpochFencing} {
-		if slices.Contains(states, s) && slices.ContainsFunc(states, func(o mirrorstate.State) bool { return o != s }) {
-			st = s
-			break
-		}
-	}
-	sp.State = int8(st)
-	return sp
-}
-
-// writeStates is WriteMirrorStates: TopicsUpdated are persisted; the
-// states of RemovedTopics are deleted (tombstones), whatever partitions
-// they had.
-func (p *Plugin) writeStates(ctx context.Context, req *wire.WriteMirrorStatesRequest) []wire.ErrTopic {
-	img := p.Image()
-	var out []wire.ErrTopic
-	for _, name := range req.RemovedTopics {
-		et := wire.ErrTopic{Name: name}
-		c, _ := code(p.removeStatesLocal(ctx, req.MirrorName, name))
-		et.Partitions = append(et.Partitions, wire.ErrPartition{PartitionIndex: -1, ErrorCode: c})
-		out = append(out, et)
-	}
-	for _, t := range req.TopicsUpdated {
-		et := wire.ErrTopic{Name: t.Name}
-		for _, sp := range t.Partitions {
-			id := sp.TopicID
-			if tt := img.Topics[t.Name]; id.IsZero() && tt != nil {
-				id = tt.ID
-			}
-			// Written on this broker's shard only: WriteMirrorStates is
-			// what the other brokers send to the coordinator, which
-			// answers NOT_COORDINATOR when it is not (any more). A
-			// partition with manifest entries carries only them.
-			if len(sp.Diverged) > 0 {
-				c, _ := code(p.writeEntriesLocal(ctx, mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: sp.PartitionIndex}, id, sp.Diverged))
-				et.Partitions = append(et.Partitions, wire.ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
-				continue
-			}
-			_, err := p.writeStateLocal(ctx, mirrorstate.PartitionKey{Mirror: req.MirrorName, Topic: t.Name, Partition: sp.PartitionIndex}, id, func(s *mirrorstate.PartitionState) error {
-				s.State, s.LMO, s.LME, s.Reason = mirrorstate.State(sp.State), sp.LastMirroredOffset, sp.LastMirrorEpoch, sp.Reason
-				s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex = sp.StopOffset, sp.StopEpoch, sp.StopDone, sp.StopIndex
-				s.Cut, s.CompleteAt = mirrorstate.Cut{Set: sp.CutSet, At: sp.CutAt, Time: sp.CutTime, Records: sp.CutRecords, Ms: sp.CutMs}, sp.CompleteAt
-				return nil
-			})
-			c, _ := code(err)
-			et.Partitions = append(et.Partitions, wire.ErrPartition{PartitionIndex: sp.PartitionIndex, ErrorCode: c})
-		}
-		out = append(out, et)
-	}
-	return out
-}
-
-// removeStatesLocal deletes the states a mirror keeps for a topic, on
-// every __mirror_state shard this broker leads.
-func (p *Plugin) removeStatesLocal(ctx context.Context, mirror, topic string) error {
-	var errs []error
-	for _, sh := range p.Runtime().Shards() {
-		errs = append(errs, sh.Do(ctx, func(sh *coord.Shard) error {
-			s := sh.State().(*mirrorstate.Shard)
-			var recs []coord.Record
-			for k := range s.Parts {
-				if k.Mirror == mirror && k.Topic == topic {
-					recs = append(recs, mirrorstate.Tombstones(k)...)
-				}
-			}
-			if err := sh.Write(ctx, recs...); err != nil {
-				return err
-			}
-			for k := range s.Parts {
-				if k.Mirror == mirror && k.Topic == topic {
-					delete(s.Parts, k)
-				}
-			}
-			return nil
-		}))
-	}
-	return errors.Join(errs...)
-}
-
-// --- the MIRROR config resource (type 64) ---
-
-// ConfigResourceType implements plugin.ConfigResourceHandler.
-func (p *Plugin) ConfigResourceType() kmsg.ConfigResourceType { return kmsg.ConfigResourceType(64) }
-
-// DescribeConfigResource implements plugin.ConfigResourceHandler. Secrets
-// are reported as sensitive with a null value, never in clear.
-func (p *Plugin) DescribeConfigResource(ctx context.Context, rc *plugin.RequestContext, name string, keys []string) ([]kmsg.DescribeConfigsResponseResourceConfig, error) {
-	if err := mirrorAuthorized(rc, kmsg.ACLOperationDescribeConfigs, name); err != nil {
-		return nil, err
-	}
-	m := p.awaitMirrors(ctx, name).Mirrors[name]
-	if m == nil {
-		return nil, fmt.Errorf("mirror %s does not exist: %w", name, wire.ErrMirrorNotFound)
-	}
-	var out []kmsg.DescribeConfigsResponseResourceConfig
-	for _, k := range slices.Sorted(maps.Keys(m.Configs)) {
-		if keys != nil && !slices.Contains(keys, k) {
-			continue
-		}
-		c := kmsg.NewDescribeConfigsResponseResourceConfig()
-		c.Name, c.Source, c.ConfigType = k, kmsg.ConfigSourceDynamicTopicConfig, kmsg.ConfigTypeString
-		c.IsSensitive = mirrorcfg.Secret(k)
-		if !c.IsSensitive {
-			v := m.Configs[k]
-			c.Value = &v
-		}
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-// AlterConfigResource implements plugin.ConfigResourceHandler.
-func (p *Plugin) AlterConfigResource(ctx context.Context, rc *plugin.RequestContext, name string, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig, validateOnly bool) error {
-	if err := mirrorAuthorized(rc, kmsg.ACLOperationAlterConfigs, name); err != nil {
-		return err
-	}
-	m := p.awaitMirrors(ctx, name).Mirrors[name]
-	if m == nil {
-		return fmt.Errorf("mirror %s does not exist: %w", name, wire.ErrMirrorNotFound)
-	}
-	next := maps.Clone(m.Configs)
-	if next == nil {
-		next = map[string]string{}
-	}
-	for _, op := range ops {
-		switch op.Op {
-		case kmsg.IncrementalAlterConfigOpSet:
-			if op.Value == nil {
-				return fmt.Errorf("null value for %s: %w", op.Name, kerr.InvalidRequest)
-			}
-			next[op.Name] = *op.Value
-		case kmsg.IncrementalAlterConfigOpDelete:
-			delete(next, op.Name)
-		default:
-			return fmt.Errorf("operation %d on mirror config %s is not supported: %w", op.Op, op.Name, kerr.InvalidRequest)
-		}
-	}
-	if _, err := clientOpts(next, p.cfg); err != nil {
-		return err
-	}
-	if err := mirrorcfg.PrefixChange(m.Configs, next); err != nil {
-		return fmt.Errorf("%v: %w", err, kerr.InvalidConfig)
-	}
-	if validateOnly {
-		return nil
-	}
-	return p.Host().Metadata().AlterMirrorConfigs(ctx, name, next)
 }

@@ -61,16 +61,16 @@ func (r *mirrorRun) firstNewer(broker int32, after map[*ledPartition]int64) map[
 	req.ReplicaID = -1
 	idx := map[string]int{}
 	for pt, ts := range after {
-		i, ok := idx[pt.topic]
+		i, ok := idx[pt.Topic]
 		if !ok {
 			i = len(req.Topics)
-			idx[pt.topic] = i
+			idx[pt.Topic] = i
 			rt := kmsg.NewListOffsetsRequestTopic()
-			rt.Topic = pt.topic
+			rt.Topic = pt.Topic
 			req.Topics = append(req.Topics, rt)
 		}
 		lp := kmsg.NewListOffsetsRequestTopicPartition()
-		lp.Partition, lp.Timestamp, lp.CurrentLeaderEpoch = pt.partition, ts+1, -1
+		lp.Partition, lp.Timestamp, lp.CurrentLeaderEpoch = pt.Partition, ts+1, -1
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, lp)
 	}
 	resp, err := r.request(broker, req)
@@ -83,7 +83,7 @@ func (r *mirrorRun) firstNewer(broker int32, after map[*ledPartition]int64) map[
 	}
 	for _, rt := range resp.(*kmsg.ListOffsetsResponse).Topics {
 		for _, rp := range rt.Partitions {
-			if pt := byKey[topicPartition{rt.Topic, rp.Partition}]; pt != nil && rp.ErrorCode == 0 && rp.Offset >= 0 {
+			if pt := byKey[topicPartition{Topic: rt.Topic, Partition: rp.Partition}]; pt != nil && rp.ErrorCode == 0 && rp.Offset >= 0 {
 				out[pt] = rp.Timestamp
 			}
 		}

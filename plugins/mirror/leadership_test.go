@@ -54,7 +54,7 @@ func TestDeposedLeaderAppendsNothing(t *testing.T) {
 	if err := p.Coordinator.Start(context.Background(), leaderHost{node: 1, img: &cur}); err != nil {
 		t.Fatal(err)
 	}
-	tp := topicPartition{"orders", 0}
+	tp := topicPartition{Topic: "orders", Partition: 0}
 	p.runs["dr"] = &mirrorRun{p: p, name: "dr", parts: map[topicPartition]*ledPartition{tp: {topicPartition: tp, id: id, state: mirrorstate.Mirroring}}}
 	req := &engine.AppendRequest{Topic: "orders", TopicID: id, Partition: 0, Origin: engine.OriginMirror}
 	if err := p.ValidateAppend(req); err != nil {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/recordbatch"
 )
@@ -167,16 +167,16 @@ func TestConfigSecretsRedacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.MaxVersions(wire.ClientVersions()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.MaxVersions(mirrorproto.ClientVersions()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
 	jaas := `org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2";`
-	create := &wire.CreateMirrorRequest{MirrorName: sp("m"), Configs: []wire.MirrorConfig{{Name: "bootstrap.servers", Value: sp("127.0.0.1:1")},
+	create := &mirrorproto.CreateMirrorRequest{MirrorName: sp("m"), Configs: []mirrorproto.MirrorConfig{{Name: "bootstrap.servers", Value: sp("127.0.0.1:1")},
 		{Name: "security.protocol", Value: sp("SASL_PLAINTEXT")}, {Name: "sasl.jaas.config", Value: &jaas}, {Name: "sasl.oauthbearer.token", Value: sp("k3y")}}}
 	resp, err := cl.Request(ctx, create)
-	if err != nil || resp.(*wire.CreateMirrorResponse).ErrorCode != 0 {
+	if err != nil || resp.(*mirrorproto.CreateMirrorResponse).ErrorCode != 0 {
 		t.Fatalf("create mirror: %v %+v", err, resp)
 	}
 	req := kmsg.NewPtrDescribeConfigsRequest()

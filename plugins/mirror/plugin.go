@@ -8,7 +8,7 @@
 // mirror topics read-only through the engine's AppendValidator, and runs
 // one fetch loop per mirror against the source cluster with franz-go.
 //
-// Its leaf packages: wire (the mirror APIs' messages), mirrorcfg (a
+// Its leaf packages: mirrorproto (the mirror APIs' messages), mirrorcfg (a
 // mirror's configs), mirrorstate (a partition's state machine and its
 // __mirror_state records) and admin (the Go client of the mirror APIs).
 package mirror
@@ -29,8 +29,10 @@ import (
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
 	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorapi"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrormetrics"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/statestore"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -46,7 +48,7 @@ type Config struct {
 	MinISR            int   // min.insync.replicas (1), the static broker default
 	// Fetchers is mirror.num.replica.fetchers. Unset (0), a source
 	// broker gets one fetcher per 20 ms of round trip to the source, at
-	// least one and at most 8 (fetch.go, fetcherCount).
+	// least one and at most 8 (fetchtarget.go, fetcherCount).
 	Fetchers          int
 	RefreshInterval   time.Duration // mirror.metadata.refresh.interval.ms (30000)
 	RequestTimeout    time.Duration // mirror.request.timeout.ms (30000)
@@ -102,6 +104,8 @@ func ParseConfig(props map[string]string) (Config, error) {
 // plugin.LeaderObserver and plugin.CoordinatorLocator.
 type Plugin struct {
 	*plugin.Coordinator
+	// The mirror APIs and the MIRROR config resource, over apiBackend.
+	*mirrorapi.Handler
 	cfg Config
 	log *slog.Logger
 
@@ -109,8 +113,9 @@ type Plugin struct {
 	ctx     context.Context // nil until Start, canceled by Stop
 	cancel  context.CancelFunc
 	runs    map[string]*mirrorRun // by mirror name
-	metrics *pluginMetrics
+	metrics *mirrormetrics.Set
 	meta    *metasync.Manager // metadata sync of the mirrors this broker coordinates
+	store   *statestore.Store // the mirror partitions' states on __mirror_state
 	// fetchBudget bounds the answers of all this broker's mirror
 	// fetchers together.
 	fetchBudget *fetch.Budget
@@ -165,6 +170,8 @@ func New(props map[string]string, log *slog.Logger, opts ...Option) *Plugin {
 		Logger:  p.log,
 		Err:     err,
 	})
+	p.store = statestore.New(storeCoordinator{p.Coordinator}, cfg.RequestTimeout)
+	p.Handler = mirrorapi.New(apiBackend{p})
 	return p
 }
 
@@ -175,7 +182,7 @@ func (p *Plugin) Start(ctx context.Context, host plugin.Host) error {
 	}
 	p.mu.Lock()
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	p.metrics = newPluginMetrics(p, host.MetricsSet())
+	p.metrics = mirrormetrics.New(host.MetricsSet())
 	p.mu.Unlock()
 	img := host.Metadata().Image()
 	p.sync(img)
@@ -275,7 +282,7 @@ func (p *Plugin) run(name string) *mirrorRun {
 }
 
 // LocateCoordinator implements plugin.CoordinatorLocator: MIRROR keys are
-// coordKey strings (or a mirror name for its metadata sync).
+// statestore.Key strings (or a mirror name for its metadata sync).
 func (p *Plugin) LocateCoordinator(keyType int8, key string) (plugin.InternalTopic, int32, bool) {
 	_, partition, ok := p.Coordinator.LocateCoordinator(keyType, key)
 	return p.stateTopic(), partition, ok
@@ -285,8 +292,8 @@ func (p *Plugin) LocateCoordinator(keyType int8, key string) (plugin.InternalTop
 // the coordinator of a mirror's key needs DESCRIBE on the mirror, as
 // describing the mirror does.
 func (p *Plugin) AuthorizeCoordinator(rc *plugin.RequestContext, _ int8, key string) error {
-	name, _, _ := strings.Cut(key, ":") // coordKey: mirror:topic-id:partition, or the mirror's name
-	return mirrorAuthorized(rc, kmsg.ACLOperationDescribe, name)
+	name, _, _ := strings.Cut(key, ":") // statestore.Key: mirror:topic-id:partition, or the mirror's name
+	return mirrorapi.Authorized(rc, kmsg.ACLOperationDescribe, name)
 }
 
 // stateTopic is __mirror_state as it is created: its replication factor
@@ -341,18 +348,6 @@ func code(err error) (int16, string) {
 	}
 	return plugin.ErrorCode(err), err.Error()
 }
-
-// APIVersions implements plugin.APIHandler.
-func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
-	var out []kmsg.ApiVersionsResponseApiKey
-	for k := wire.KeyCreateMirror; k <= wire.KeyBumpLeaderEpochs; k++ {
-		out = append(out, kmsg.ApiVersionsResponseApiKey{ApiKey: k})
-	}
-	return out
-}
-
-// NewRequest implements plugin.APIHandler.
-func (p *Plugin) NewRequest(key int16) kmsg.Request { return wire.NewRequest(key) }
 
 // OwnsProp implements plugin.PropsOwner: the mirror.* properties and the
 // replica.fetch.* ones the mirror fetchers use.

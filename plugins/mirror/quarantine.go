@@ -1,23 +1,20 @@
 package mirror
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/diverged"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta"
 )
 
@@ -33,7 +30,7 @@ import (
 func (r *mirrorRun) truncate(pt *ledPartition, ep *engine.Partition, to int64, cause string) error {
 	to = max(to, 0)
 	if err := r.quarantine(pt, ep, to, cause); err != nil {
-		return fmt.Errorf("not truncated to %d: copying what it removes to %s%s: %w", to, pt.topic, mirrorstate.DivergedSuffix, err)
+		return fmt.Errorf("not truncated to %d: copying what it removes to %s%s: %w", to, pt.Topic, mirrorstate.DivergedSuffix, err)
 	}
 	defer r.changed() // the fetcher's position moved
 	return ep.Truncate(to)
@@ -42,16 +39,16 @@ func (r *mirrorRun) truncate(pt *ledPartition, ep *engine.Partition, to int64, c
 // quarantine copies what truncating ep to offset removes into
 // <topic>.diverged and records it (diverged.Quarantine).
 func (r *mirrorRun) quarantine(pt *ledPartition, ep *engine.Partition, to int64, cause string) error {
-	m := partitionManifest{p: r.p, k: mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}, id: pt.id}
+	m := partitionManifest{p: r.p, k: mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}, id: pt.id}
 	e, err := diverged.Quarantine(r.ctx, ep, to, cause, m, func() (*engine.Partition, error) {
-		return r.p.divergedPartition(r.ctx, pt.topic, pt.partition, ep)
+		return r.p.divergedPartition(r.ctx, pt.Topic, pt.Partition, ep)
 	})
 	if err != nil || e == nil {
 		return err
 	}
-	r.log.Warn("mirror truncation: the records it removes were copied first", "topic", pt.topic, "partition", pt.partition,
+	r.log.Warn("mirror truncation: the records it removes were copied first", "topic", pt.Topic, "partition", pt.Partition,
 		"cause", cause, "first_offset", e.FirstOffset, "last_offset", e.LastOffset, "records", e.Records,
-		"copied_to", fmt.Sprintf("%s%s/%d@%d-%d", pt.topic, mirrorstate.DivergedSuffix, pt.partition, e.CopyStart, e.CopyEnd))
+		"copied_to", fmt.Sprintf("%s%s/%d@%d-%d", pt.Topic, mirrorstate.DivergedSuffix, pt.Partition, e.CopyStart, e.CopyEnd))
 	return nil
 }
 
@@ -64,11 +61,11 @@ type partitionManifest struct {
 }
 
 func (m partitionManifest) Pending(ctx context.Context) (*mirrorstate.ManifestEntry, error) {
-	return m.p.pendingEntry(ctx, m.k, m.id)
+	return m.p.store.PendingEntry(ctx, m.k, m.id)
 }
 
 func (m partitionManifest) Write(ctx context.Context, e *mirrorstate.ManifestEntry) error {
-	return m.p.writeEntry(ctx, m.k, m.id, e)
+	return m.p.store.WriteEntry(ctx, m.k, m.id, e)
 }
 
 // divergedPartition returns partition p of <topic>.diverged, creating the
@@ -79,7 +76,7 @@ func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition 
 	meta := p.Host().Metadata()
 	img := meta.Image()
 	if img.MirrorOf(name) != "" {
-		return nil, fmt.Errorf("%s is a mirror topic: %w", name, wire.ErrReadOnlyTopic)
+		return nil, fmt.Errorf("%s is a mirror topic: %w", name, mirrorproto.ErrReadOnlyTopic)
 	}
 	src := img.Topics[topic]
 	if src == nil {
@@ -125,102 +122,4 @@ func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition 
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-// shardOf runs fn on the __mirror_state shard of a mirror partition.
-func (p *Plugin) shardOf(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID, fn func(*coord.Shard, *mirrorstate.Shard) error) error {
-	return p.Do(ctx, coordKey(k.Mirror, id, k.Partition), func(sh *coord.Shard) error {
-		return fn(sh, sh.State().(*mirrorstate.Shard))
-	})
-}
-
-// pendingEntry returns the partition's manifest entry whose copy is not
-// done, nil if none, from the partition's coordinator.
-func (p *Plugin) pendingEntry(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID) (*mirrorstate.ManifestEntry, error) {
-	var entries []wire.DivergedEntry
-	err := p.coordinated(ctx, coordKey(k.Mirror, id, k.Partition), func() error {
-		var err error
-		entries, err = p.entriesLocal(ctx, k, id)
-		return err
-	}, func(node int32) error {
-		sp, err := p.readPartitionRemote(ctx, node, k, id)
-		entries = sp.Diverged
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range entries {
-		if !e.Done {
-			return &mirrorstate.ManifestEntry{DivergedRange: e.DivergedRange}, nil
-		}
-	}
-	return nil, nil
-}
-
-// entriesLocal returns the partition's manifest entries from the local
-// shard.
-func (p *Plugin) entriesLocal(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID) ([]wire.DivergedEntry, error) {
-	var out []wire.DivergedEntry
-	err := p.shardOf(ctx, k, id, func(_ *coord.Shard, s *mirrorstate.Shard) error {
-		for dk, e := range s.Diverged {
-			if dk.PartitionKey == k {
-				out = append(out, wire.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.Done})
-			}
-		}
-		return nil
-	})
-	slices.SortFunc(out, func(a, b wire.DivergedEntry) int { return cmp.Compare(a.CopyStart, b.CopyStart) })
-	return out, err
-}
-
-// writeEntry persists a manifest entry on the partition's coordinator.
-func (p *Plugin) writeEntry(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID, e *mirrorstate.ManifestEntry) error {
-	entry := wire.DivergedEntry{DivergedRange: e.DivergedRange, Done: e.Done}
-	return p.coordinated(ctx, coordKey(k.Mirror, id, k.Partition), func() error {
-		return p.writeEntriesLocal(ctx, k, id, []wire.DivergedEntry{entry})
-	}, func(node int32) error {
-		return p.writeRemote(ctx, node, k, wire.StatePartition{PartitionIndex: k.Partition, TopicID: id, Diverged: []wire.DivergedEntry{entry}})
-	})
-}
-
-// writeEntriesLocal persists manifest entries on the local shard.
-func (p *Plugin) writeEntriesLocal(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID, entries []wire.DivergedEntry) error {
-	return p.shardOf(ctx, k, id, func(sh *coord.Shard, s *mirrorstate.Shard) error {
-		var recs []coord.Record
-		for _, e := range entries {
-			me := &mirrorstate.ManifestEntry{DivergedRange: e.DivergedRange, Done: e.Done}
-			me.Topic, me.Partition = k.Topic, k.Partition
-			recs = append(recs, mirrorstate.EntryRecord(mirrorstate.ManifestKey{PartitionKey: k, CopyStart: e.CopyStart}, me))
-		}
-		if err := sh.Write(ctx, recs...); err != nil {
-			return err
-		}
-		for _, e := range entries {
-			me := &mirrorstate.ManifestEntry{DivergedRange: e.DivergedRange, Done: e.Done}
-			me.Topic, me.Partition = k.Topic, k.Partition
-			s.Diverged[mirrorstate.ManifestKey{PartitionKey: k, CopyStart: e.CopyStart}] = me
-		}
-		return nil
-	})
-}
-
-// manifest returns a mirror's divergence manifest: the finished entries
-// on the shards this broker leads, oldest first.
-func (p *Plugin) manifest(ctx context.Context, mirror string) []wire.DivergedRange {
-	var out []wire.DivergedRange
-	for _, sh := range p.Runtime().Shards() {
-		sh.Do(ctx, func(sh *coord.Shard) error { //nolint:errcheck // a shard that is going away has nothing to add
-			for dk, e := range sh.State().(*mirrorstate.Shard).Diverged {
-				if dk.Mirror == mirror && e.Done {
-					out = append(out, e.DivergedRange)
-				}
-			}
-			return nil
-		})
-	}
-	slices.SortFunc(out, func(a, b wire.DivergedRange) int {
-		return cmp.Or(cmp.Compare(a.TruncatedAt, b.TruncatedAt), strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
-	})
-	return out
 }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -44,12 +44,12 @@ func (p *Plugin) ValidateAppend(req *engine.AppendRequest) error {
 	case engine.OriginMirror:
 		if st := p.partState(mirror, req.Topic, req.Partition); st != mirrorstate.Mirroring {
 			return fmt.Errorf("%s-%d is not a MIRRORING partition (mirror %q, %s): a fetcher may not append: %w",
-				req.Topic, req.Partition, mirror, st, wire.ErrReadOnlyTopic)
+				req.Topic, req.Partition, mirror, st, mirrorproto.ErrReadOnlyTopic)
 		}
 		return p.checkEpochs(img, mirror, req)
 	case engine.OriginMirrorControl:
 		if st := p.partState(mirror, req.Topic, req.Partition); mirror != "" && st != mirrorstate.Stopping {
-			return fmt.Errorf("%s-%d is %s, not STOPPING: %w", req.Topic, req.Partition, st, wire.ErrReadOnlyTopic)
+			return fmt.Errorf("%s-%d is %s, not STOPPING: %w", req.Topic, req.Partition, st, mirrorproto.ErrReadOnlyTopic)
 		}
 		return nil
 	}
@@ -80,7 +80,7 @@ func (p *Plugin) partState(mirror, topic string, partition int32) mirrorstate.St
 	if r == nil {
 		return mirrorstate.Unknown
 	}
-	st, _ := r.state(topicPartition{topic, partition})
+	st, _ := r.state(topicPartition{Topic: topic, Partition: partition})
 	return st
 }
 
@@ -97,7 +97,7 @@ func (p *Plugin) checkEpochs(img *metadata.Image, mirror string, req *engine.App
 	sle := maxBatchEpoch(req.Records)
 	fence, bump := epochCheck(sle, dle)
 	if fence {
-		return fmt.Errorf("%s-%d: batch leader epoch %d above destination epoch %d: %w", req.Topic, req.Partition, sle, dle, wire.ErrMirrorLeaderEpochExceeded)
+		return fmt.Errorf("%s-%d: batch leader epoch %d above destination epoch %d: %w", req.Topic, req.Partition, sle, dle, mirrorproto.ErrMirrorLeaderEpochExceeded)
 	}
 	if bump {
 		if r := p.run(mirror); r != nil {

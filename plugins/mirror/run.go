@@ -18,8 +18,9 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/statestore"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
@@ -33,7 +34,8 @@ import (
 //   - the source loop (source.go) keeps the source's metadata, prepares
 //     new partitions (LME truncation) and runs one fetcher per source
 //     broker, KIP-1279's MirrorFetcherThread (plugins/mirror/fetch;
-//     the run's side of it is fetch.go).
+//     the run's side of it is fetchtarget.go, and what an answer does
+//     to a partition apply.go).
 //
 // The fetchers and the source loop change a partition's log only with
 // applyMu held and only while the partition is in the state they work
@@ -66,10 +68,7 @@ type mirrorRun struct {
 }
 
 // topicPartition names a partition of a mirror whose name is known.
-type topicPartition struct {
-	topic     string
-	partition int32
-}
+type topicPartition = mirrorstate.TopicPartition
 
 // ledPartition is a mirror partition this broker leads. Its
 // topicPartition names it here; src is its topic's name on the source
@@ -178,7 +177,7 @@ func newRun(p *Plugin, m *metadata.Mirror) *mirrorRun {
 
 // start runs the loops; stop ends them.
 func (r *mirrorRun) start() {
-	r.p.metrics.trackRun(r)
+	r.p.metrics.TrackRun(runMetrics{r})
 	r.wg.Add(2)
 	go func() { defer r.wg.Done(); r.p.Contain(r.controlLoop) }()
 	go func() { defer r.wg.Done(); r.p.Contain(r.sourceLoop) }()
@@ -187,7 +186,7 @@ func (r *mirrorRun) start() {
 func (r *mirrorRun) stop() {
 	r.cancel()
 	r.wg.Wait()
-	r.p.metrics.forget(r)
+	r.p.metrics.Forget(runMetrics{r})
 }
 
 func signal(c chan struct{}) {
@@ -206,7 +205,7 @@ func (r *mirrorRun) poke() {
 func (r *mirrorRun) scheduleBump(topic string, partition int32, sle int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := topicPartition{topic, partition}
+	k := topicPartition{Topic: topic, Partition: partition}
 	r.bumps[k] = max(r.bumps[k], sle)
 }
 
@@ -237,8 +236,8 @@ func (r *mirrorRun) leads(k topicPartition) bool {
 	if h == nil || img == nil {
 		return false
 	}
-	t := img.Topics[k.topic]
-	return t != nil && int(k.partition) < len(t.Partitions) && t.Partitions[k.partition].Leader == h.NodeID()
+	t := img.Topics[k.Topic]
+	return t != nil && int(k.Partition) < len(t.Partitions) && t.Partitions[k.Partition].Leader == h.NodeID()
 }
 
 // sortedParts returns the partitions in topic and partition order.
@@ -252,7 +251,7 @@ func (r *mirrorRun) sortedParts(keep func(*ledPartition) bool) []*ledPartition {
 		}
 	}
 	slices.SortFunc(out, func(a, b *ledPartition) int {
-		return cmp.Or(strings.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
 	})
 	return out
 }
@@ -310,7 +309,7 @@ func (r *mirrorRun) controlStep() error {
 			}
 		}
 		if err != nil && r.ctx.Err() == nil {
-			errs = append(errs, fmt.Errorf("%s-%d (%s): %w", pt.topic, pt.partition, st, err))
+			errs = append(errs, fmt.Errorf("%s-%d (%s): %w", pt.Topic, pt.Partition, st, err))
 		}
 	}
 	if err := r.saveCompletes(due); err != nil && r.ctx.Err() == nil {
@@ -350,7 +349,7 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 	for k := range r.parts {
 		if _, ok := want[k]; !ok {
 			delete(r.parts, k)
-			r.p.metrics.forgetPart(r, k)
+			r.p.metrics.ForgetPart(runMetrics{r}, k)
 			moved = true
 		}
 	}
@@ -369,7 +368,7 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 		r.ctl.seen = nil // read again the shards of the partitions that did not start
 	}
 	for k, st := range states {
-		moved = r.syncPart(k, r.ctl.source[k.topic], want[k], st) || moved
+		moved = r.syncPart(k, r.ctl.source[k.Topic], want[k], st) || moved
 	}
 	return err
 }
@@ -380,10 +379,10 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 // (another broker finished the topic a moment ago) is not. A partition
 // whose write failed is dropped from states (read again next step).
 func (r *mirrorRun) startParts(img *metadata.Image, m *metadata.Mirror, states map[topicPartition]mirrorstate.PartitionState) error {
-	var ups []stateUpdate
+	var ups []statestore.Update
 	for k, st := range states {
-		if stopped := m.Topics[k.topic].Stopped; !stopped && (st.State == mirrorstate.Unknown || st.State == mirrorstate.Stopped && int64(img.Index) >= st.StopIndex) {
-			ups = append(ups, stateUpdate{k: k, id: r.ctl.want[k], update: func(s *mirrorstate.PartitionState) error {
+		if stopped := m.Topics[k.Topic].Stopped; !stopped && (st.State == mirrorstate.Unknown || st.State == mirrorstate.Stopped && int64(img.Index) >= st.StopIndex) {
+			ups = append(ups, statestore.Update{Partition: k, TopicID: r.ctl.want[k], Apply: func(s *mirrorstate.PartitionState) error {
 				s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex, s.Cut = mirrorstate.Preparing, "", -1, -1, false, 0, mirrorstate.Cut{At: -1}
 				return nil
 			}})
@@ -392,7 +391,7 @@ func (r *mirrorRun) startParts(img *metadata.Image, m *metadata.Mirror, states m
 	if len(ups) == 0 {
 		return nil
 	}
-	done, failed := r.p.writeStateBatch(r.ctx, r.name, ups)
+	done, failed := r.p.store.WriteBatch(r.ctx, r.name, ups)
 	maps.Copy(states, done)
 	var err error
 	for k, e := range failed {
@@ -423,7 +422,7 @@ func (r *mirrorRun) syncPart(k topicPartition, src string, id uuid.UUID, st mirr
 	if pt.caughtUpAt.IsZero() && st.CompleteAt > 0 { // a restart: as last persisted
 		pt.caughtUpAt, pt.savedAt = time.UnixMilli(st.CompleteAt), st.CompleteAt
 	}
-	if ep := r.p.Host().Partition(id, k.partition); ep != nil {
+	if ep := r.p.Host().Partition(id, k.Partition); ep != nil {
 		pt.dstLEO = ep.Offsets().LogEnd
 	}
 	return changed
@@ -437,10 +436,10 @@ type control struct {
 	want   map[topicPartition]uuid.UUID
 	source map[string]string // the wanted topics' names on the source
 	shards map[int32][]topicPartition
-	seen   map[int32]shardMark
+	seen   map[int32]statestore.Mark
 	// remoteSeen are the marks of the shards other brokers coordinate,
 	// as they last answered them.
-	remoteSeen map[int32]wire.ShardMark
+	remoteSeen map[int32]mirrorproto.ShardMark
 }
 
 // readRemoteShards reads from coordinator node the states of the wanted
@@ -448,7 +447,7 @@ type control struct {
 // (ReadMirrorStates KnownShards); those it could not read go to missing.
 func (r *mirrorRun) readRemoteShards(node int32, shards []int32, out map[topicPartition]mirrorstate.PartitionState, missing map[topicPartition]uuid.UUID) {
 	c := &r.ctl
-	req := &wire.ReadMirrorStatesRequest{MirrorName: r.name, NeedPartitionStates: true}
+	req := &mirrorproto.ReadMirrorStatesRequest{MirrorName: r.name, NeedPartitionStates: true}
 	idx := map[string]int{}
 	for _, shard := range shards {
 		if mk, ok := c.remoteSeen[shard]; ok {
@@ -456,25 +455,25 @@ func (r *mirrorRun) readRemoteShards(node int32, shards []int32, out map[topicPa
 		}
 		for _, k := range c.shards[shard] {
 			missing[k] = c.want[k]
-			i, ok := idx[k.topic]
+			i, ok := idx[k.Topic]
 			if !ok {
 				i = len(req.Topics)
-				idx[k.topic] = i
-				req.Topics = append(req.Topics, wire.PartitionsTopic{Name: k.topic, TopicID: c.want[k]})
+				idx[k.Topic] = i
+				req.Topics = append(req.Topics, mirrorproto.PartitionsTopic{Name: k.Topic, TopicID: c.want[k]})
 			}
-			req.Topics[i].Partitions = append(req.Topics[i].Partitions, k.partition)
+			req.Topics[i].Partitions = append(req.Topics[i].Partitions, k.Partition)
 		}
 	}
-	resp, err := r.p.send(r.ctx, node, req)
-	if err != nil || resp.(*wire.ReadMirrorStatesResponse).ErrorCode != 0 {
+	resp, err := r.p.store.Send(r.ctx, node, req)
+	if err != nil || resp.(*mirrorproto.ReadMirrorStatesResponse).ErrorCode != 0 {
 		return
 	}
-	rr := resp.(*wire.ReadMirrorStatesResponse)
+	rr := resp.(*mirrorproto.ReadMirrorStatesResponse)
 	for _, t := range rr.Topics {
 		for _, sp := range t.Partitions {
-			k := topicPartition{t.Name, sp.PartitionIndex}
+			k := topicPartition{Topic: t.Name, Partition: sp.PartitionIndex}
 			if id, ok := c.want[k]; ok && sp.ErrorCode == 0 {
-				out[k] = stateOf(&sp, id)
+				out[k] = statestore.StateOf(&sp, id)
 				delete(missing, k)
 			}
 		}
@@ -489,13 +488,6 @@ func (r *mirrorRun) readRemoteShards(node int32, shards []int32, out map[topicPa
 	}
 }
 
-// shardMark is a local shard as last read: a shard that is still the
-// same object at the same version has no news.
-type shardMark struct {
-	shard   *mirrorstate.Shard
-	version uint64
-}
-
 // setWant computes the mirror partitions this broker leads in img.
 func (c *control) setWant(p *Plugin, mirror string, img *metadata.Image, m *metadata.Mirror) {
 	c.img, c.want, c.shards, c.source = img, map[topicPartition]uuid.UUID{}, map[int32][]topicPartition{}, map[string]string{}
@@ -508,9 +500,9 @@ func (c *control) setWant(p *Plugin, mirror string, img *metadata.Image, m *meta
 		c.source[name] = mt.SourceName(name)
 		for i, pp := range t.Partitions {
 			if pp.Leader == me {
-				k := topicPartition{name, int32(i)}
+				k := topicPartition{Topic: name, Partition: int32(i)}
 				c.want[k] = t.ID
-				shard := p.PartitionFor(coordKey(mirror, t.ID, int32(i)))
+				shard := p.PartitionFor(statestore.Key(mirror, t.ID, int32(i)))
 				c.shards[shard] = append(c.shards[shard], k)
 			}
 		}
@@ -524,14 +516,14 @@ func (c *control) setWant(p *Plugin, mirror string, img *metadata.Image, m *meta
 func (r *mirrorRun) changedStates(full bool) (map[topicPartition]mirrorstate.PartitionState, error) {
 	c := &r.ctl
 	if full || c.seen == nil {
-		c.seen, c.remoteSeen = map[int32]shardMark{}, map[int32]wire.ShardMark{}
+		c.seen, c.remoteSeen = map[int32]statestore.Mark{}, map[int32]mirrorproto.ShardMark{}
 	}
 	out := map[topicPartition]mirrorstate.PartitionState{}
 	byNode := map[int32][]int32{} // shards other brokers coordinate
 	for shard, keys := range c.shards {
-		if err := r.p.readShardLocal(r.ctx, r.name, shard, keys, c.want, c.seen, out); err != nil {
+		if err := r.p.store.ReadShardLocal(r.ctx, r.name, shard, keys, c.want, c.seen, out); err != nil {
 			k := keys[0]
-			leader, _ := r.p.stateLeader(coordKey(r.name, c.want[k], k.partition))
+			leader, _ := r.p.store.Leader(statestore.Key(r.name, c.want[k], k.Partition))
 			byNode[leader] = append(byNode[leader], shard)
 		}
 	}
@@ -540,7 +532,7 @@ func (r *mirrorRun) changedStates(full bool) (map[topicPartition]mirrorstate.Par
 		r.readRemoteShards(node, shards, out, remote)
 	}
 	for k, id := range remote {
-		st, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.topic, Partition: k.partition}, id)
+		st, err := r.p.store.Read(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: k.Topic, Partition: k.Partition}, id)
 		if err != nil {
 			return nil, err
 		}
@@ -573,7 +565,7 @@ func (r *mirrorRun) saveComplete(pt *ledPartition, every time.Duration) error {
 	r.mu.Lock()
 	at := pt.completeAt().UnixMilli()
 	r.mu.Unlock()
-	if _, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}, pt.id, func(s *mirrorstate.PartitionState) error {
+	if _, err := r.p.store.Write(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}, pt.id, func(s *mirrorstate.PartitionState) error {
 		s.CompleteAt = max(s.CompleteAt, at)
 		return nil
 	}); err != nil {
@@ -585,26 +577,26 @@ func (r *mirrorRun) saveComplete(pt *ledPartition, every time.Duration) error {
 	return nil
 }
 
-// saveCompletes persists the CompleteAt of parts (writeStateBatch: a few
+// saveCompletes persists the CompleteAt of parts (Store.WriteBatch: a few
 // writes every completeEvery for ten thousand quiet partitions, not ten
 // thousand).
 func (r *mirrorRun) saveCompletes(parts []*ledPartition) error {
 	if len(parts) == 0 {
 		return nil
 	}
-	var ups []stateUpdate
+	var ups []statestore.Update
 	at := map[topicPartition]int64{}
 	r.mu.Lock()
 	for _, pt := range parts {
 		complete := pt.completeAt().UnixMilli()
 		at[pt.topicPartition] = complete
-		ups = append(ups, stateUpdate{k: pt.topicPartition, id: pt.id, update: func(s *mirrorstate.PartitionState) error {
+		ups = append(ups, statestore.Update{Partition: pt.topicPartition, TopicID: pt.id, Apply: func(s *mirrorstate.PartitionState) error {
 			s.CompleteAt = max(s.CompleteAt, complete)
 			return nil
 		}})
 	}
 	r.mu.Unlock()
-	done, failed := r.p.writeStateBatch(r.ctx, r.name, ups)
+	done, failed := r.p.store.WriteBatch(r.ctx, r.name, ups)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k := range done {
@@ -622,7 +614,7 @@ func (r *mirrorRun) saveCompletes(parts []*ledPartition) error {
 // transitions the KIP does not allow (a concurrent failover wins over a
 // fetcher's EPOCH_FENCING, say).
 func (r *mirrorRun) setState(pt *ledPartition, s mirrorstate.State, reason string) error {
-	st, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}, pt.id, func(st *mirrorstate.PartitionState) error {
+	st, err := r.p.store.Write(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}, pt.id, func(st *mirrorstate.PartitionState) error {
 		st.State, st.Reason = s, reason
 		return nil
 	})
@@ -645,7 +637,7 @@ func (r *mirrorRun) fail(pt *ledPartition, err error) error {
 	if r.ctx.Err() != nil {
 		return err // shutting down: not the partition's fault
 	}
-	r.log.Warn("mirror partition failed", "topic", pt.topic, "partition", pt.partition, "err", err)
+	r.log.Warn("mirror partition failed", "topic", pt.Topic, "partition", pt.Partition, "err", err)
 	if serr := r.setState(pt, mirrorstate.Failed, err.Error()); serr != nil {
 		return serr
 	}
@@ -653,9 +645,9 @@ func (r *mirrorRun) fail(pt *ledPartition, err error) error {
 }
 
 func (r *mirrorRun) partition(pt *ledPartition) (*engine.Partition, error) {
-	ep := r.p.Host().Partition(pt.id, pt.partition)
+	ep := r.p.Host().Partition(pt.id, pt.Partition)
 	if ep == nil {
-		return nil, fmt.Errorf("%s-%d is not hosted here: %w", pt.topic, pt.partition, kerr.NotLeaderForPartition)
+		return nil, fmt.Errorf("%s-%d is not hosted here: %w", pt.Topic, pt.Partition, kerr.NotLeaderForPartition)
 	}
 	return ep, nil
 }
@@ -677,7 +669,7 @@ func (r *mirrorRun) bump(pt *ledPartition, sle int32) error {
 // bumpEpoch asks the controller for a leader epoch above minEpoch and
 // waits until the local partition has it.
 func (r *mirrorRun) bumpEpoch(pt *ledPartition, minEpoch int32) error {
-	epoch, err := r.p.bumpLeaderEpoch(r.ctx, pt.id, pt.partition, minEpoch)
+	epoch, err := r.p.bumpLeaderEpoch(r.ctx, pt.id, pt.Partition, minEpoch)
 	if err != nil {
 		return err
 	}

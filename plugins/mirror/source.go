@@ -13,8 +13,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorview"
+	"github.com/tandem-kafka/tandem/plugins/mirror/statestore"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -44,16 +46,6 @@ type source struct {
 	topics    []string
 	preparing []*ledPartition
 	assigned  bool
-}
-
-// needsSource reports whether a partition in state s has a source side:
-// one being prepared, copied or paused.
-func needsSource(s mirrorstate.State) bool {
-	switch s {
-	case mirrorstate.Preparing, mirrorstate.Mirroring, mirrorstate.EpochFencing, mirrorstate.Pausing, mirrorstate.Paused:
-		return true
-	}
-	return false
 }
 
 func (r *mirrorRun) sourceLoop() {
@@ -133,12 +125,12 @@ func (r *mirrorRun) sourceStep() error {
 func (r *mirrorRun) collectParts(gen uint64) {
 	src := &r.src
 	src.gen, src.assigned = gen, false
-	src.parts = r.sortedParts(func(pt *ledPartition) bool { return needsSource(pt.state) })
+	src.parts = r.sortedParts(func(pt *ledPartition) bool { return mirrorview.NeedsSource(pt.state) })
 	src.topics, src.preparing = []string{}, nil // no topics: a mirror without topics still checks its source
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, pt := range src.parts {
-		if i == 0 || pt.topic != src.parts[i-1].topic { // sorted by topic
+		if i == 0 || pt.Topic != src.parts[i-1].Topic { // sorted by topic
 			src.topics = append(src.topics, pt.src)
 		}
 		if pt.state == mirrorstate.Preparing {
@@ -224,7 +216,7 @@ func (r *mirrorRun) sourceErr(what string, err error) error {
 	if ke := (*kerr.Error)(nil); errors.As(err, &ke) {
 		return fmt.Errorf("source cluster %s refused %s: %w", r.configs["bootstrap.servers"], what, err)
 	}
-	return fmt.Errorf("source cluster %s unreachable (%s): %v: %w", r.configs["bootstrap.servers"], what, err, wire.ErrMirrorSourceUnavailable)
+	return fmt.Errorf("source cluster %s unreachable (%s): %v: %w", r.configs["bootstrap.servers"], what, err, mirrorproto.ErrMirrorSourceUnavailable)
 }
 
 func (r *mirrorRun) setFailed(err error) {
@@ -236,7 +228,7 @@ func (r *mirrorRun) setFailed(err error) {
 	}
 	r.code, r.failed = code(err)
 	if r.code == kerr.UnknownServerError.Code {
-		r.code = wire.ErrMirrorSourceUnavailable.Code
+		r.code = mirrorproto.ErrMirrorSourceUnavailable.Code
 	}
 }
 
@@ -260,7 +252,7 @@ func (r *mirrorRun) setTrouble(parts []*ledPartition, err error) {
 		default:
 			pt.trouble = err.Error()
 		}
-		pt.cutOff = errors.Is(err, wire.ErrMirrorSourceUnavailable)
+		pt.cutOff = errors.Is(err, mirrorproto.ErrMirrorSourceUnavailable)
 	}
 }
 
@@ -351,7 +343,7 @@ func (r *mirrorRun) assignLeaders(parts []*ledPartition) {
 		} else if t != nil {
 			for _, sp := range t.Partitions {
 				switch {
-				case sp.Partition != pt.partition:
+				case sp.Partition != pt.Partition:
 				case sp.ErrorCode != 0 || sp.Leader < 0:
 					trouble = fmt.Sprintf("source partition has no leader: %v", kerr.ErrorForCode(sp.ErrorCode))
 				default:
@@ -364,7 +356,7 @@ func (r *mirrorRun) assignLeaders(parts []*ledPartition) {
 		}
 		if trouble == "" {
 			pt.trouble = ""
-			r.p.metrics.trackPart(r, pt)
+			r.p.metrics.TrackPart(runMetrics{r}, pt.topicPartition, pt.src, pt.fetchKey, partMetrics{r, pt})
 		} else if pt.trouble != trouble {
 			// The source cannot serve it: cut off from its source.
 			pt.trouble, pt.troubleAt, pt.cutOff = trouble, time.Now(), true
@@ -388,7 +380,7 @@ func (r *mirrorRun) lastMirrorEpochs(parts []*ledPartition) (map[topicPartition]
 			return nil, r.sourceErr("ApiVersions", err)
 		}
 		serves := slices.ContainsFunc(resp.(*kmsg.ApiVersionsResponse).ApiKeys, func(k kmsg.ApiVersionsResponseApiKey) bool {
-			return k.ApiKey == wire.KeyLastMirroredOffsets
+			return k.ApiKey == mirrorproto.KeyLastMirroredOffsets
 		})
 		r.src.mirrors = &serves
 	}
@@ -410,35 +402,35 @@ const lmeBatch = 1000
 
 // lastMirrorEpochsOf asks for one chunk of lastMirrorEpochs into out.
 func (r *mirrorRun) lastMirrorEpochsOf(parts []*ledPartition, out map[topicPartition]int32) error {
-	req := &wire.LastMirroredOffsetsRequest{MirrorName: r.name}
+	req := &mirrorproto.LastMirroredOffsetsRequest{MirrorName: r.name}
 	idx := map[string]int{}
 	here := map[string]string{} // source names to ours
 	for _, pt := range parts {
 		i, ok := idx[pt.src]
 		if !ok {
 			i = len(req.Topics)
-			idx[pt.src], here[pt.src] = i, pt.topic
-			req.Topics = append(req.Topics, wire.PartitionsTopic{Name: pt.src})
+			idx[pt.src], here[pt.src] = i, pt.Topic
+			req.Topics = append(req.Topics, mirrorproto.PartitionsTopic{Name: pt.src})
 		}
-		req.Topics[i].Partitions = append(req.Topics[i].Partitions, pt.partition)
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, pt.Partition)
 	}
 	resp, err := r.request(-1, req)
 	if err != nil {
 		return r.sourceErr("LastMirroredOffsets", err)
 	}
-	lr := resp.(*wire.LastMirroredOffsetsResponse)
+	lr := resp.(*mirrorproto.LastMirroredOffsetsResponse)
 	if lr.ErrorCode != 0 {
-		return fmt.Errorf("last mirror epochs: %w", wire.ErrorForCode(lr.ErrorCode))
+		return fmt.Errorf("last mirror epochs: %w", mirrorproto.ErrorForCode(lr.ErrorCode))
 	}
 	var errs []error
 	for _, t := range lr.Topics {
 		for _, p := range t.Partitions {
 			if p.ErrorCode != 0 {
-				errs = append(errs, fmt.Errorf("last mirror epoch of %s-%d: %w", t.Name, p.PartitionIndex, wire.ErrorForCode(p.ErrorCode)))
+				errs = append(errs, fmt.Errorf("last mirror epoch of %s-%d: %w", t.Name, p.PartitionIndex, mirrorproto.ErrorForCode(p.ErrorCode)))
 				continue
 			}
 			if name, ok := here[t.Name]; ok {
-				out[topicPartition{name, p.PartitionIndex}] = p.LastMirrorEpoch
+				out[topicPartition{Topic: name, Partition: p.PartitionIndex}] = p.LastMirrorEpoch
 			}
 		}
 	}
@@ -464,7 +456,7 @@ func (r *mirrorRun) prepare(parts []*ledPartition) error {
 		return err
 	}
 	errs := []error{err}
-	var ready []stateUpdate
+	var ready []statestore.Update
 	for _, pt := range parts {
 		lme, ok := lmes[pt.topicPartition]
 		if !ok {
@@ -474,10 +466,10 @@ func (r *mirrorRun) prepare(parts []*ledPartition) error {
 		done, err := r.truncateToLME(pt, lme)
 		if err != nil && r.ctx.Err() == nil {
 			r.setTrouble([]*ledPartition{pt}, err)
-			errs = append(errs, fmt.Errorf("prepare %s-%d: %w", pt.topic, pt.partition, err))
+			errs = append(errs, fmt.Errorf("prepare %s-%d: %w", pt.Topic, pt.Partition, err))
 		}
 		if done {
-			ready = append(ready, stateUpdate{k: pt.topicPartition, id: pt.id, update: func(s *mirrorstate.PartitionState) error {
+			ready = append(ready, statestore.Update{Partition: pt.topicPartition, TopicID: pt.id, Apply: func(s *mirrorstate.PartitionState) error {
 				s.State, s.Reason = mirrorstate.Mirroring, ""
 				return nil
 			}})
@@ -486,13 +478,13 @@ func (r *mirrorRun) prepare(parts []*ledPartition) error {
 	return errors.Join(append(errs, r.setStates(ready))...)
 }
 
-// setStates writes a batch of state updates (writeStateBatch) and takes
+// setStates writes a batch of state updates (Store.WriteBatch) and takes
 // in the states written, as setState does one.
-func (r *mirrorRun) setStates(ups []stateUpdate) error {
+func (r *mirrorRun) setStates(ups []statestore.Update) error {
 	if len(ups) == 0 {
 		return nil
 	}
-	done, failed := r.p.writeStateBatch(r.ctx, r.name, ups)
+	done, failed := r.p.store.WriteBatch(r.ctx, r.name, ups)
 	moved := false
 	r.mu.Lock()
 	for k, st := range done {
@@ -507,7 +499,7 @@ func (r *mirrorRun) setStates(ups []stateUpdate) error {
 	}
 	var errs []error
 	for k, err := range failed {
-		errs = append(errs, fmt.Errorf("%s-%d: %w", k.topic, k.partition, err))
+		errs = append(errs, fmt.Errorf("%s-%d: %w", k.Topic, k.Partition, err))
 	}
 	return errors.Join(errs...)
 }
@@ -531,7 +523,7 @@ func (r *mirrorRun) truncateToLME(pt *ledPartition, lme int32) (done bool, err e
 		}
 	}
 	if to < ep.Offsets().LogEnd {
-		r.log.Info("mirror LME truncation", "topic", pt.topic, "partition", pt.partition, "lme", lme, "offset", to)
+		r.log.Info("mirror LME truncation", "topic", pt.Topic, "partition", pt.Partition, "lme", lme, "offset", to)
 		if err := r.truncate(pt, ep, to, fmt.Sprintf("last mirror epoch %d", lme)); err != nil {
 			return false, r.fail(pt, fmt.Errorf("LME truncation to %d: %w", to, err))
 		}
@@ -542,7 +534,7 @@ func (r *mirrorRun) truncateToLME(pt *ledPartition, lme int32) (done bool, err e
 	if rc, ok := r.p.Host().(plugin.ReplicaConvergence); ok {
 		r.applyMu.Unlock()
 		ctx, cancel := context.WithTimeout(r.ctx, isrTruncationWait)
-		err := rc.AwaitISRTruncated(ctx, pt.id, pt.partition)
+		err := rc.AwaitISRTruncated(ctx, pt.id, pt.Partition)
 		cancel()
 		r.applyMu.Lock()
 		if err != nil {

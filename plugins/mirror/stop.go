@@ -42,8 +42,8 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 	if err != nil {
 		return err
 	}
-	k := mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.topic, Partition: pt.partition}
-	st, err := r.p.readState(r.ctx, k, pt.id)
+	k := mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}
+	st, err := r.p.store.Read(r.ctx, k, pt.id)
 	if err != nil {
 		return err
 	}
@@ -55,13 +55,13 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 		r.mu.Lock()
 		complete := pt.completeAt().UnixMilli()
 		r.mu.Unlock()
-		if st, err = r.p.writeState(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
+		if st, err = r.p.store.Write(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
 			s.StopAt, s.StopEpoch, s.CompleteAt = offs.LogEnd, offs.LeaderEpoch, max(s.CompleteAt, complete)
 			return nil
 		}); err != nil {
 			return err
 		}
-		r.p.stopHook(pt.topic, pt.partition, StepFetcherRemoved)
+		r.p.stopHook(pt.Topic, pt.Partition, StepFetcherRemoved)
 	}
 	// 1b. A consistent failover waits for its set's cut and truncates
 	// to it (cutover.go); the rest goes on from the cut.
@@ -81,7 +81,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 	if err := r.bumpEpoch(pt, max(st.StopEpoch, lme)); err != nil {
 		return err
 	}
-	r.p.stopHook(pt.topic, pt.partition, StepEpochBumped)
+	r.p.stopHook(pt.Topic, pt.Partition, StepEpochBumped)
 
 	// 3. Abort what the source's coordinators left open: they will never
 	// end those transactions here. Only open ones, so a resumed stop
@@ -89,13 +89,13 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 	if _, err := ep.AbortOpenTransactions(r.ctx); err != nil {
 		return r.fail(pt, err)
 	}
-	r.p.stopHook(pt.topic, pt.partition, StepTxnsAborted)
+	r.p.stopHook(pt.Topic, pt.Partition, StepTxnsAborted)
 
 	// 4. Persist the last mirror epoch, twice: for the mirror, and for the
 	// topic alone (mirror name ""), which outlives the mirror's deletion
 	// so that a later failback still finds it.
-	for _, key := range []mirrorstate.PartitionKey{k, {Mirror: "", Topic: pt.topic, Partition: pt.partition}} {
-		if _, err := r.p.writeState(r.ctx, key, pt.id, func(s *mirrorstate.PartitionState) error {
+	for _, key := range []mirrorstate.PartitionKey{k, {Mirror: "", Topic: pt.Topic, Partition: pt.Partition}} {
+		if _, err := r.p.store.Write(r.ctx, key, pt.id, func(s *mirrorstate.PartitionState) error {
 			s.LME, s.LMO = lme, st.StopAt-1
 			if key.Mirror == "" {
 				s.State = mirrorstate.Stopped
@@ -105,7 +105,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 			return err
 		}
 	}
-	r.p.stopHook(pt.topic, pt.partition, StepLMEPersisted)
+	r.p.stopHook(pt.Topic, pt.Partition, StepLMEPersisted)
 
 	// 5. One producer-state barrier: unless a resumed stop wrote it.
 	has, err := hasBarrier(ep, st.StopAt)
@@ -117,10 +117,10 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 			return r.fail(pt, err)
 		}
 	}
-	r.p.stopHook(pt.topic, pt.partition, StepBarrierWritten)
+	r.p.stopHook(pt.Topic, pt.Partition, StepBarrierWritten)
 	// Persisted, so that whichever broker finishes the topic (the leader
 	// of its partition 0) knows this partition is done.
-	if _, err := r.p.writeState(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
+	if _, err := r.p.store.Write(r.ctx, k, pt.id, func(s *mirrorstate.PartitionState) error {
 		s.StopDone = true
 		return nil
 	}); err != nil {
@@ -169,7 +169,7 @@ func (r *mirrorRun) finishStops(parts []*ledPartition) error {
 	r.mu.Lock()
 	for _, pt := range parts {
 		if pt.state == mirrorstate.Stopping {
-			byTopic[pt.topic] = append(byTopic[pt.topic], pt)
+			byTopic[pt.Topic] = append(byTopic[pt.Topic], pt)
 		}
 	}
 	r.mu.Unlock()
@@ -198,8 +198,8 @@ func (r *mirrorRun) finishStops(parts []*ledPartition) error {
 		// topic, so a finisher that dies half way is followed by the
 		// partition's next leader.
 		for i := len(t.Partitions) - 1; i >= 0; i-- {
-			k := topicPartition{topic, int32(i)}
-			st, err := r.p.writeState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: topic, Partition: int32(i)}, t.ID, func(s *mirrorstate.PartitionState) error {
+			k := topicPartition{Topic: topic, Partition: int32(i)}
+			st, err := r.p.store.Write(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: topic, Partition: int32(i)}, t.ID, func(s *mirrorstate.PartitionState) error {
 				s.State, s.Reason, s.StopIndex = mirrorstate.Stopped, "", stopIndex
 				return nil
 			})
@@ -222,7 +222,7 @@ func (r *mirrorRun) finishStops(parts []*ledPartition) error {
 // others as their coordinator persisted it.
 func (r *mirrorRun) topicStopDone(t *metadata.Topic, local []*ledPartition) (bool, error) {
 	for i := range t.Partitions {
-		k := topicPartition{t.Name, int32(i)}
+		k := topicPartition{Topic: t.Name, Partition: int32(i)}
 		r.mu.Lock()
 		j := slices.IndexFunc(local, func(pt *ledPartition) bool { return pt.topicPartition == k })
 		done := j >= 0 && local[j].stopDone
@@ -233,7 +233,7 @@ func (r *mirrorRun) topicStopDone(t *metadata.Topic, local []*ledPartition) (boo
 			}
 			continue
 		}
-		st, err := r.p.readState(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: t.Name, Partition: int32(i)}, t.ID)
+		st, err := r.p.store.Read(r.ctx, mirrorstate.PartitionKey{Mirror: r.name, Topic: t.Name, Partition: int32(i)}, t.ID)
 		if err != nil {
 			return false, err
 		}

@@ -1,19 +1,14 @@
 package mirror
 
 import (
-	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
-	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
-// What every view of a mirror may claim (DescribeMirrors, and through it
-// tandem mirrors --describe and --json, the console, a failover's
-// report; /healthz and /metrics from the same state): the rules live
-// here, once, so that no two views disagree.
+// What every view of a mirror may claim is mirrorview's, once, so that
+// no two views disagree; here are the rules that read a run's own
+// partitions (r.mu held).
 
 // sourceStaleAfter is how long a source end offset stays the source's
 // end "now": a fetcher that works learns it with every fetch, at least
@@ -63,132 +58,4 @@ func (r *mirrorRun) shownState(pt *ledPartition) mirrorstate.State {
 		return mirrorstate.Failed
 	}
 	return pt.state
-}
-
-// cutOffState is the same rule for a state by name, when the mirror's
-// source fails it: what a broker that does not lead the partition shows.
-func cutOffState(name string) bool {
-	switch name {
-	case mirrorstate.Preparing.String(), mirrorstate.Mirroring.String(), mirrorstate.EpochFencing.String():
-		return true
-	}
-	return false
-}
-
-// staleReason is the REASON of a partition whose source end offset is
-// not current though nothing failed yet (a source that stopped
-// answering, before its requests time out).
-func staleReason(at time.Time) string {
-	return "the source's end offset was last learned at " + at.UTC().Format(time.RFC3339)
-}
-
-// minISR is min.insync.replicas for partition i of t as its leader
-// checks acks=all: the topic's, else the leader's dynamic broker
-// config, the cluster's, this broker's static property.
-func (p *Plugin) minISR(img *metadata.Image, t *metadata.Topic, leader int32) int {
-	const key = "min.insync.replicas"
-	v, ok := t.Configs[key]
-	if !ok {
-		v, ok = img.NodeConfigs[leader][key]
-	}
-	if !ok {
-		v, ok = img.BrokerConfigs[key]
-	}
-	if n, err := strconv.Atoi(v); ok && err == nil && n > 0 {
-		return n
-	}
-	return max(1, p.cfg.MinISR)
-}
-
-// destinationIssue says why partition i of t on this (the destination)
-// cluster does not hold its copy safely: it has no leader, so nothing is
-// copied and nothing can be read, or its ISR is below
-// min.insync.replicas, so one more failure may lose what was copied and
-// a failover's acks=all producers would be refused. "" when neither.
-func (p *Plugin) destinationIssue(img *metadata.Image, t *metadata.Topic, i int32) string {
-	if int(i) >= len(t.Partitions) {
-		return ""
-	}
-	part := t.Partitions[i]
-	if part.Leader < 0 {
-		return fmt.Sprintf("destination partition has no leader (replicas %v)", part.Replicas)
-	}
-	if n := p.minISR(img, t, part.Leader); len(part.ISR) < n {
-		return fmt.Sprintf("destination ISR %v is below min.insync.replicas %d (replicas %v)", part.ISR, n, part.Replicas)
-	}
-	return ""
-}
-
-// Destination health, as tandem_mirror_destination_partitions labels it.
-const (
-	healthOK          = "ok"
-	healthNoLeader    = "no_leader"
-	healthUnderMinISR = "under_min_isr"
-)
-
-// destinationHealth is destinationIssue as a label.
-func (p *Plugin) destinationHealth(img *metadata.Image, t *metadata.Topic, i int32) string {
-	part := t.Partitions[i]
-	switch {
-	case part.Leader < 0:
-		return healthNoLeader
-	case len(part.ISR) < p.minISR(img, t, part.Leader):
-		return healthUnderMinISR
-	}
-	return healthOK
-}
-
-// mirrorState is a mirror's state as every view shows it: STOPPED once
-// every partition failed over (its source no longer matters), FAILED
-// while the source fails it (unreachable, another cluster), PAUSED when
-// every partition still mirrored is paused, else MIRRORING. A mirror
-// without partitions is MIRRORING, or FAILED.
-func mirrorState(failed bool, parts []wire.PartitionDetail) string {
-	live, paused := 0, 0
-	for _, pd := range parts {
-		switch pd.State {
-		case mirrorstate.Stopped.String():
-			continue
-		case mirrorstate.Paused.String():
-			paused++
-		}
-		live++
-	}
-	switch {
-	case len(parts) > 0 && live == 0:
-		return mirrorstate.Stopped.String()
-	case failed:
-		return mirrorstate.Failed.String()
-	case live > 0 && paused == live:
-		return mirrorstate.Paused.String()
-	}
-	return mirrorstate.Mirroring.String()
-}
-
-// stateNeedsSource is needsSource for a state's name.
-func stateNeedsSource(name string) bool {
-	for s := mirrorstate.Preparing; s <= mirrorstate.Failed; s++ {
-		if s.String() == name {
-			return needsSource(s)
-		}
-	}
-	return false
-}
-
-// destinationCounts counts the partitions of a mirror's topics (failed
-// over ones included, as DescribeMirrors lists them) by
-// destinationHealth.
-func (p *Plugin) destinationCounts(mirror string) map[string]int {
-	out := map[string]int{}
-	img := p.Image()
-	if img == nil || img.Mirrors[mirror] == nil {
-		return out
-	}
-	for name := range img.Mirrors[mirror].Topics {
-		t := img.Topics[name]
-		for i := 0; t != nil && i < len(t.Partitions); i++ {
-			out[p.destinationHealth(img, t, int32(i))]++
-		}
-	}
-	return out
 }

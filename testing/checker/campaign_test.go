@@ -19,8 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/testing/checker"
 	"github.com/tandem-kafka/tandem/testing/faultproxy"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
@@ -419,7 +419,7 @@ func (c *campaign) run(r int, f fault, failback bool) runResult {
 	// console of each partition's leader shows directly: they agree (a
 	// leader that never learned its source's end, just elected after a
 	// kill, says unknown in both).
-	var before map[string]wire.PartitionDetail
+	var before map[string]mirrorproto.PartitionDetail
 	console := map[int32]map[string]any{}
 	waitCond(t, 30*time.Second, fmt.Sprintf("run %d: --describe and the leaders' consoles agreeing", r), func() error {
 		var err error
@@ -555,7 +555,7 @@ func (c *campaign) failback(ctx context.Context, r int, topic string, parts int3
 		t.Fatalf("run %d: describe %s: %v", r, back, err)
 	}
 	for p := range parts {
-		var ranges []wire.DivergedRange
+		var ranges []mirrorproto.DivergedRange
 		for _, d := range ms[0].Diverged {
 			if d.Topic == topic && d.Partition == p {
 				ranges = append(ranges, d)

@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -149,7 +149,7 @@ func mirrorAdmin(t *testing.T, seeds []string) *admin.Client {
 
 // describePartitions is a mirror's partitions as the cluster describes
 // them ("topic/partition" → detail).
-func describePartitions(ctx context.Context, a *admin.Client, name string) (map[string]wire.PartitionDetail, error) {
+func describePartitions(ctx context.Context, a *admin.Client, name string) (map[string]mirrorproto.PartitionDetail, error) {
 	ms, err := a.DescribeMirrors(ctx, name)
 	if err != nil {
 		return nil, err
@@ -157,7 +157,7 @@ func describePartitions(ctx context.Context, a *admin.Client, name string) (map[
 	if len(ms) != 1 {
 		return nil, fmt.Errorf("%d mirrors described", len(ms))
 	}
-	out := map[string]wire.PartitionDetail{}
+	out := map[string]mirrorproto.PartitionDetail{}
 	for _, tp := range ms[0].Topics {
 		for _, p := range tp.Partitions {
 			out[fmt.Sprintf("%s/%d", tp.TopicName, p.PartitionIndex)] = p

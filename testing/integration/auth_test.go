@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -180,7 +180,7 @@ func TestFindMirrorCoordinatorACL(t *testing.T) {
 		return codes
 	}
 	bob := saslRaw(t, addr, "bob")
-	denied := wire.ErrMirrorAuthorizationFailed.Code
+	denied := mirrorproto.ErrMirrorAuthorizationFailed.Code
 	if codes := find(bob, "m1", "m1:AAAAAAAAAAAAAAAAAAAAAA:0"); codes[0] != denied || codes[1] != denied {
 		t.Fatalf("without ACLs: %v, want MIRROR_AUTHORIZATION_FAILED", codes)
 	}

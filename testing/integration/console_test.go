@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -109,7 +109,7 @@ func TestConsoleMirrorsPage(t *testing.T) {
 	want := []string{"orders/0", "orders/1", "orders/2", "payments/0", "payments/1"}
 	// Each phase waits for the broker first (DescribeMirrors), then for
 	// the page: a browser start costs seconds on a loaded machine.
-	phase := func(what string, describe func(map[string]wire.PartitionDetail) bool, page func(rows map[string][2]string, dom string) bool) string {
+	phase := func(what string, describe func(map[string]mirrorproto.PartitionDetail) bool, page func(rows map[string][2]string, dom string) bool) string {
 		t.Helper()
 		waitFor(t, 90*time.Second, what+" (DescribeMirrors)", func() bool {
 			st, _ := states(t, adm, "dr-east")
@@ -123,7 +123,7 @@ func TestConsoleMirrorsPage(t *testing.T) {
 		})
 		return dom
 	}
-	every := func(st map[string]wire.PartitionDetail, ok func(wire.PartitionDetail) bool) bool {
+	every := func(st map[string]mirrorproto.PartitionDetail, ok func(mirrorproto.PartitionDetail) bool) bool {
 		for _, p := range st {
 			if !ok(p) {
 				return false
@@ -132,8 +132,8 @@ func TestConsoleMirrorsPage(t *testing.T) {
 		return true
 	}
 
-	dom := phase("every partition MIRRORING with lag 0", func(st map[string]wire.PartitionDetail) bool {
-		return every(st, func(p wire.PartitionDetail) bool { return p.State == "MIRRORING" && p.Lag == 0 })
+	dom := phase("every partition MIRRORING with lag 0", func(st map[string]mirrorproto.PartitionDetail) bool {
+		return every(st, func(p mirrorproto.PartitionDetail) bool { return p.State == "MIRRORING" && p.Lag == 0 })
 	}, func(rows map[string][2]string, _ string) bool {
 		for _, p := range want {
 			if rows[p] != [2]string{"MIRRORING", "0"} {
@@ -168,10 +168,10 @@ func TestConsoleMirrorsPage(t *testing.T) {
 	}
 	waitFor(t, 90*time.Second, "PAUSED (DescribeMirrors)", func() bool {
 		st, _ := states(t, adm, "dr-east")
-		return every(st, func(p wire.PartitionDetail) bool { return p.State == "PAUSED" })
+		return every(st, func(p mirrorproto.PartitionDetail) bool { return p.State == "PAUSED" })
 	})
 	produceN(t, src.addr(), "payments", 2, 30)
-	phase("PAUSED with the lag built up since", func(st map[string]wire.PartitionDetail) bool {
+	phase("PAUSED with the lag built up since", func(st map[string]mirrorproto.PartitionDetail) bool {
 		return st["payments/0"].Lag == 30 && st["payments/1"].Lag == 30
 	}, func(rows map[string][2]string, dom string) bool {
 		for _, p := range want {

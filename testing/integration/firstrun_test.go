@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -79,21 +79,21 @@ func TestDescribeRightAfterAdd(t *testing.T) {
 	for i := range n {
 		topic := fmt.Sprintf("t%d", i)
 		name := "dr"
-		add := &wire.AddTopicsToMirrorRequest{Topics: []wire.AddTopic{{TopicName: topic, MirrorName: &name}}}
+		add := &mirrorproto.AddTopicsToMirrorRequest{Topics: []mirrorproto.AddTopic{{TopicName: topic, MirrorName: &name}}}
 		retryCoord(t, "add "+topic, func() error {
 			resp, err := via(i).Request(ctx, add)
 			if err != nil {
 				return err
 			}
-			r := resp.(*wire.AddTopicsToMirrorResponse)
+			r := resp.(*mirrorproto.AddTopicsToMirrorResponse)
 			return admin.ErrorOf(r.ErrorCode, r.ErrorMessage)
 		})
-		resp, err := via(i+1).Request(ctx, &wire.DescribeMirrorsRequest{MirrorNames: []string{"dr"}})
+		resp, err := via(i+1).Request(ctx, &mirrorproto.DescribeMirrorsRequest{MirrorNames: []string{"dr"}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		parts := 0
-		for _, dt := range resp.(*wire.DescribeMirrorsResponse).Mirrors[0].Topics {
+		for _, dt := range resp.(*mirrorproto.DescribeMirrorsResponse).Mirrors[0].Topics {
 			if dt.TopicName == topic {
 				parts = len(dt.Partitions)
 			}
@@ -235,7 +235,7 @@ func TestLagTimeAfterQuietGap(t *testing.T) {
 	if err := cl.ProduceSync(ctx, burst...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	var p wire.PartitionDetail
+	var p mirrorproto.PartitionDetail
 	waitFor(t, time.Minute, "the paused mirror to measure its lag", func() bool {
 		parts, _ := describe(t, dst, "m")
 		p = parts["quiet/0"]
@@ -319,7 +319,7 @@ func TestLagTimeOfTheRecordsLost(t *testing.T) {
 	produce(0, ahead)
 	produce(0, ahead.Add(5*time.Second))
 	produce(1, ahead)
-	var parts map[string]wire.PartitionDetail
+	var parts map[string]mirrorproto.PartitionDetail
 	waitFor(t, time.Minute, "the paused mirror to measure its lag", func() bool {
 		parts, _ = describe(t, dst, "m")
 		return parts["late/0"].Lag == 2 && parts["late/0"].LagMs > 0 && parts["late/1"].Lag == 1 && parts["late/1"].LagMs > 0

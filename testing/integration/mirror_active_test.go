@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tandem-kafka/tandem/internal/localcluster"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/faultproxy"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
@@ -498,7 +498,7 @@ func TestMirrorManyToOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = ca.AddTopicsToMirror(ctx, map[string]string{"1.orders": "edge5"})
-	if !errors.Is(err, wire.ErrTopicAlreadyMirrored) || !strings.Contains(err.Error(), "edge5") || !strings.Contains(err.Error(), "edge1") {
+	if !errors.Is(err, mirrorproto.ErrTopicAlreadyMirrored) || !strings.Contains(err.Error(), "edge5") || !strings.Contains(err.Error(), "edge1") {
 		t.Fatalf("--add 1.orders to edge5 (prefix e, e1.orders here): %v, want TOPIC_ALREADY_MIRRORED naming edge5 and edge1", err)
 	}
 	if central.topic("e1.orders").ID != edges[0].topic("orders").ID {

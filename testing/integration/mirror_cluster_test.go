@@ -19,7 +19,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -108,7 +108,7 @@ func mirrorStateLeader(t *testing.T, c *tandemtest.Cluster, name, topic string, 
 }
 
 // describeOn asks one broker (not any) for a mirror's description.
-func describeOn(t *testing.T, addr, name string) map[string]wire.PartitionDetail {
+func describeOn(t *testing.T, addr, name string) map[string]mirrorproto.PartitionDetail {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -116,7 +116,7 @@ func describeOn(t *testing.T, addr, name string) map[string]wire.PartitionDetail
 	if err != nil || len(ms) != 1 {
 		return nil
 	}
-	out := map[string]wire.PartitionDetail{}
+	out := map[string]mirrorproto.PartitionDetail{}
 	for _, tp := range ms[0].Topics {
 		for _, p := range tp.Partitions {
 			out[fmt.Sprintf("%s/%d", tp.TopicName, p.PartitionIndex)] = p
@@ -526,12 +526,12 @@ func checkStateCoordination(t *testing.T, dst *tandemtest.Cluster, name, topic s
 	for p := range parts {
 		coordinator := mirrorStateLeader(t, dst, name, topic, p)
 		for _, b := range dst.Brokers {
-			resp, err := tandemtest.Dial(t, b.Addr).Request(&wire.ReadMirrorStatesRequest{MirrorName: name, NeedPartitionStates: true,
-				Topics: []wire.PartitionsTopic{{Name: topic, Partitions: []int32{p}, TopicID: id}}})
+			resp, err := tandemtest.Dial(t, b.Addr).Request(&mirrorproto.ReadMirrorStatesRequest{MirrorName: name, NeedPartitionStates: true,
+				Topics: []mirrorproto.PartitionsTopic{{Name: topic, Partitions: []int32{p}, TopicID: id}}})
 			if err != nil {
 				t.Fatalf("ReadMirrorStates on broker %d: %v", b.ID, err)
 			}
-			r := resp.(*wire.ReadMirrorStatesResponse)
+			r := resp.(*mirrorproto.ReadMirrorStatesResponse)
 			if r.ErrorCode != 0 || len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
 				t.Fatalf("ReadMirrorStates on broker %d: %+v", b.ID, r)
 			}

@@ -17,8 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -64,7 +64,7 @@ func produceN(t *testing.T, addr, topic string, partitions int32, n int) map[int
 }
 
 // describe returns the partitions of one mirror by "topic/partition".
-func describe(t *testing.T, c *mirrorCluster, name string) (map[string]wire.PartitionDetail, wire.DescribedMirror) {
+func describe(t *testing.T, c *mirrorCluster, name string) (map[string]mirrorproto.PartitionDetail, mirrorproto.DescribedMirror) {
 	t.Helper()
 	return states(t, c.admin(), name)
 }
@@ -210,7 +210,7 @@ func TestMirrorLagTruth(t *testing.T) {
 	}
 	// The lag is computed from the source end offset last learned; until
 	// one is learned it is unknown, never 0.
-	checkLag := func(st map[string]wire.PartitionDetail, ends map[int32]int64) {
+	checkLag := func(st map[string]mirrorproto.PartitionDetail, ends map[int32]int64) {
 		t.Helper()
 		for p := range ends {
 			pd := st[fmt.Sprintf("lag/%d", p)]
@@ -593,26 +593,26 @@ func TestMirrorSpecPoints(t *testing.T) {
 
 	// ReadMirrorStates per topic; WriteMirrorStates' RemovedTopics.
 	cl := dst.client()
-	readStates := func(req *wire.ReadMirrorStatesRequest) *wire.ReadMirrorStatesResponse {
+	readStates := func(req *mirrorproto.ReadMirrorStatesRequest) *mirrorproto.ReadMirrorStatesResponse {
 		t.Helper()
 		resp, err := cl.Request(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return resp.(*wire.ReadMirrorStatesResponse)
+		return resp.(*mirrorproto.ReadMirrorStatesResponse)
 	}
-	rs := readStates(&wire.ReadMirrorStatesRequest{MirrorName: "m", Topics: []wire.PartitionsTopic{{Name: "q"}}})
+	rs := readStates(&mirrorproto.ReadMirrorStatesRequest{MirrorName: "m", Topics: []mirrorproto.PartitionsTopic{{Name: "q"}}})
 	if got := rs.Topics[0].Partitions; len(got) != 1 || got[0].PartitionIndex != -1 || got[0].State != int8(mirrorstate.Mirroring) {
 		t.Fatalf("ReadMirrorStates without partition states: %+v", got)
 	}
 	if _, err := da.RemoveTopicsFromMirror(ctx, "m", []string{"q"}); err != nil {
 		t.Fatal(err)
 	}
-	ws, err := cl.Request(ctx, &wire.WriteMirrorStatesRequest{MirrorName: "m", RemovedTopics: []string{"q"}})
-	if err != nil || ws.(*wire.WriteMirrorStatesResponse).Topics[0].Partitions[0].ErrorCode != 0 {
+	ws, err := cl.Request(ctx, &mirrorproto.WriteMirrorStatesRequest{MirrorName: "m", RemovedTopics: []string{"q"}})
+	if err != nil || ws.(*mirrorproto.WriteMirrorStatesResponse).Topics[0].Partitions[0].ErrorCode != 0 {
 		t.Fatalf("WriteMirrorStates removing q: %v %+v", err, ws)
 	}
-	rs = readStates(&wire.ReadMirrorStatesRequest{MirrorName: "m", NeedPartitionStates: true, Topics: []wire.PartitionsTopic{{Name: "q", Partitions: []int32{0}}}})
+	rs = readStates(&mirrorproto.ReadMirrorStatesRequest{MirrorName: "m", NeedPartitionStates: true, Topics: []mirrorproto.PartitionsTopic{{Name: "q", Partitions: []int32{0}}}})
 	if got := rs.Topics[0].Partitions[0]; got.State != int8(mirrorstate.Unknown) || got.LastMirroredOffset != -1 {
 		t.Fatalf("q-0 after its states were removed: state %d, last mirrored offset %d", got.State, got.LastMirroredOffset)
 	}

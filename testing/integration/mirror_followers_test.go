@@ -17,7 +17,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -201,7 +201,7 @@ func retryCoord(t *testing.T, what string, fn func() error) {
 		if err == nil {
 			return
 		}
-		if i == 50 || !errors.Is(err, kerr.NotCoordinator) && !errors.Is(err, wire.ErrMirrorSourceUnavailable) {
+		if i == 50 || !errors.Is(err, kerr.NotCoordinator) && !errors.Is(err, mirrorproto.ErrMirrorSourceUnavailable) {
 			t.Fatalf("%s: %v", what, err)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -353,16 +353,16 @@ func TestBumpLeaderEpochsForwarded(t *testing.T) {
 	defer cl.Close()
 	tp := c.Image().Topics[topic]
 	before := tp.Partitions[1].LeaderEpoch
-	bump := func(minEpoch int32) wire.BumpPartition {
+	bump := func(minEpoch int32) mirrorproto.BumpPartition {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		req := &wire.BumpLeaderEpochsRequest{Topics: []wire.BumpTopic{{TopicID: tp.ID, Partitions: []wire.BumpPartition{{PartitionIndex: 1, MinLeaderEpoch: minEpoch}}}}}
+		req := &mirrorproto.BumpLeaderEpochsRequest{Topics: []mirrorproto.BumpTopic{{TopicID: tp.ID, Partitions: []mirrorproto.BumpPartition{{PartitionIndex: 1, MinLeaderEpoch: minEpoch}}}}}
 		resp, err := cl.SeedBrokers()[0].Request(ctx, req)
 		if err != nil {
 			t.Fatalf("BumpLeaderEpochs to broker %d: %v", other.ID, err)
 		}
-		r := resp.(*wire.BumpLeaderEpochsResponse)
+		r := resp.(*mirrorproto.BumpLeaderEpochsResponse)
 		if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
 			t.Fatalf("BumpLeaderEpochs answered %+v", r)
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -168,7 +168,7 @@ func TestMirrorPrefixRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = ba.AddTopicsToMirror(ctx, map[string]string{"a.orders": "from-c"})
-	if !errors.Is(err, wire.ErrTopicAlreadyMirrored) || !strings.Contains(err.Error(), "from-c") || !strings.Contains(err.Error(), "from-a") {
+	if !errors.Is(err, mirrorproto.ErrTopicAlreadyMirrored) || !strings.Contains(err.Error(), "from-c") || !strings.Contains(err.Error(), "from-a") {
 		t.Fatalf("C's a.orders onto B's a.orders: %v, want TOPIC_ALREADY_MIRRORED naming both mirrors", err)
 	}
 	// ... and at --create, when its patterns would discover it.
@@ -181,7 +181,7 @@ func TestMirrorPrefixRefusals(t *testing.T) {
 	// never copied back (it would be b.a.orders).
 	prefixedMirror(t, b, a, "from-b", "b.", nil)
 	err = aa.AddTopicsToMirror(ctx, map[string]string{"a.orders": "from-b"})
-	if !errors.Is(err, wire.ErrTopicAlreadyMirrored) || !strings.Contains(err.Error(), "mirror topic there") {
+	if !errors.Is(err, mirrorproto.ErrTopicAlreadyMirrored) || !strings.Contains(err.Error(), "mirror topic there") {
 		t.Fatalf("copying B's a.orders back as b.a.orders: %v, want TOPIC_ALREADY_MIRRORED (a mirror topic of the source)", err)
 	}
 	// Once B failed it over it is B's own topic, but its ID is A's
@@ -262,7 +262,7 @@ func TestMirrorPrefixFailback(t *testing.T) {
 	if len(dm.Topics) != 1 || dm.Topics[0].TopicName != "orders" || dm.Topics[0].SourceTopicName != "a.orders" {
 		t.Fatalf("A's mirror m after failback: %+v, want orders copying a.orders", dm.Topics)
 	}
-	if len(dm.Diverged) == 0 || !slices.ContainsFunc(dm.Diverged, func(d wire.DivergedRange) bool { return d.Topic == "orders" && d.SourceTopic == "a.orders" }) {
+	if len(dm.Diverged) == 0 || !slices.ContainsFunc(dm.Diverged, func(d mirrorproto.DivergedRange) bool { return d.Topic == "orders" && d.SourceTopic == "a.orders" }) {
 		t.Fatalf("A's divergence manifest %+v, want entries of orders naming its source topic a.orders", dm.Diverged)
 	}
 	if out := ok(a.addr(), "--diverged", "--mirror", "m", "--json"); !strings.Contains(out, `"source_topic":"a.orders"`) {

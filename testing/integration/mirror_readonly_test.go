@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/testing/recordbatch"
 )
 
@@ -304,7 +304,7 @@ func TestMirrorSafeFailover(t *testing.T) {
 
 	// The source gone: refused unless forced; forced, the lag is reported.
 	src.b.Close()
-	if _, err := da.Failover(ctx, "m", []string{"gone"}, admin.FailoverOptions{Timeout: time.Minute}); !errors.Is(err, wire.ErrMirrorSourceUnavailable) {
+	if _, err := da.Failover(ctx, "m", []string{"gone"}, admin.FailoverOptions{Timeout: time.Minute}); !errors.Is(err, mirrorproto.ErrMirrorSourceUnavailable) {
 		t.Fatalf("safe failover with the source gone: %v", err)
 	}
 	report, err = da.Failover(ctx, "m", []string{"gone", "slow"}, admin.FailoverOptions{Force: true, Timeout: time.Minute})

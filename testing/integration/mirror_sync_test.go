@@ -20,7 +20,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/groups"
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/txn"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server"
@@ -125,7 +125,7 @@ func (c *syncCluster) metrics() string {
 }
 
 // mirrorStates returns the partition states and the description of a mirror.
-func (c *syncCluster) mirrorStates(name string) (map[string]wire.PartitionDetail, wire.DescribedMirror) {
+func (c *syncCluster) mirrorStates(name string) (map[string]mirrorproto.PartitionDetail, mirrorproto.DescribedMirror) {
 	return states(c.t, c.admin(), name)
 }
 

@@ -22,7 +22,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/groups"
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/txn"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server"
@@ -197,7 +197,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 // states returns "topic/partition" → state of a mirror.
-func states(t *testing.T, a *admin.Client, name string) (map[string]wire.PartitionDetail, wire.DescribedMirror) {
+func states(t *testing.T, a *admin.Client, name string) (map[string]mirrorproto.PartitionDetail, mirrorproto.DescribedMirror) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -205,7 +205,7 @@ func states(t *testing.T, a *admin.Client, name string) (map[string]wire.Partiti
 	if err != nil || len(ms) != 1 {
 		t.Fatalf("describe mirror %s: %v (%d mirrors)", name, err, len(ms))
 	}
-	out := map[string]wire.PartitionDetail{}
+	out := map[string]mirrorproto.PartitionDetail{}
 	for _, tp := range ms[0].Topics {
 		for _, p := range tp.Partitions {
 			out[fmt.Sprintf("%s/%d", tp.TopicName, p.PartitionIndex)] = p
@@ -598,7 +598,7 @@ func TestMirrorFaultsAndBadInput(t *testing.T) {
 	if err := da.DeleteMirror(ctx, "m"); err != nil {
 		t.Fatalf("delete mirror: %v", err)
 	}
-	if ms, err := da.ListMirrors(ctx); err != nil || slices.ContainsFunc(ms, func(m wire.ListedMirror) bool { return m.MirrorName == "m" }) {
+	if ms, err := da.ListMirrors(ctx); err != nil || slices.ContainsFunc(ms, func(m mirrorproto.ListedMirror) bool { return m.MirrorName == "m" }) {
 		t.Fatalf("mirror m still listed after delete: %v %v", ms, err)
 	}
 	lmo, err := da.LastMirroredOffsets(ctx, "any", map[string][]int32{"events": {0, 1, 2}})

@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
@@ -392,12 +392,12 @@ func TestMirrorReadYourWrites(t *testing.T) {
 	via := func(i int) *kgo.Broker { return cl.Broker(int(dst.Brokers[i%3].ID)) }
 	for i := range 30 {
 		name := fmt.Sprintf("ryw-%d", i)
-		create := &wire.CreateMirrorRequest{MirrorName: &name, Configs: []wire.MirrorConfig{{Name: "bootstrap.servers", Value: &bootstrap}}}
+		create := &mirrorproto.CreateMirrorRequest{MirrorName: &name, Configs: []mirrorproto.MirrorConfig{{Name: "bootstrap.servers", Value: &bootstrap}}}
 		resp, err := via(i).Request(ctx, create)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := resp.(*wire.CreateMirrorResponse); r.ErrorCode != 0 {
+		if r := resp.(*mirrorproto.CreateMirrorResponse); r.ErrorCode != 0 {
 			t.Fatalf("create %s: %v", name, admin.ErrorOf(r.ErrorCode, r.ErrorMessage))
 		}
 
@@ -414,32 +414,32 @@ func TestMirrorReadYourWrites(t *testing.T) {
 			t.Fatalf("configs of %s on broker %d right after its create on broker %d: %v", name, dst.Brokers[(i+1)%3].ID, dst.Brokers[i%3].ID, err)
 		}
 
-		list, err := via(i+2).Request(ctx, &wire.DescribeMirrorsRequest{MirrorNames: []string{name}})
+		list, err := via(i+2).Request(ctx, &mirrorproto.DescribeMirrorsRequest{MirrorNames: []string{name}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range list.(*wire.DescribeMirrorsResponse).Mirrors {
+		for _, m := range list.(*mirrorproto.DescribeMirrorsResponse).Mirrors {
 			if m.ErrorCode != 0 {
 				t.Fatalf("describe %s on broker %d right after its create on broker %d: %v", name, dst.Brokers[(i+2)%3].ID, dst.Brokers[i%3].ID, admin.ErrorOf(m.ErrorCode, m.ErrorMessage))
 			}
 		}
 
 		if i%2 == 0 { // a list right after a create, or right after a delete
-			del := wire.NewDeleteMirrorRequest()
+			del := mirrorproto.NewDeleteMirrorRequest()
 			del.MirrorName = name
 			resp, err = via(i+1).Request(ctx, del)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r := resp.(*wire.MirrorTopicsResponse); r.ErrorCode != 0 {
+			if r := resp.(*mirrorproto.MirrorTopicsResponse); r.ErrorCode != 0 {
 				t.Fatalf("delete %s: %v", name, admin.ErrorOf(r.ErrorCode, r.ErrorMessage))
 			}
 		}
-		listed, err := via(i+2).Request(ctx, &wire.ListMirrorsRequest{})
+		listed, err := via(i+2).Request(ctx, &mirrorproto.ListMirrorsRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		found := slices.ContainsFunc(listed.(*wire.ListMirrorsResponse).Mirrors, func(m wire.ListedMirror) bool { return m.MirrorName == name })
+		found := slices.ContainsFunc(listed.(*mirrorproto.ListMirrorsResponse).Mirrors, func(m mirrorproto.ListedMirror) bool { return m.MirrorName == name })
 		if found != (i%2 == 1) {
 			t.Fatalf("ListMirrors on broker %d lists %s: %v, want %v (deleted: %v)", dst.Brokers[(i+2)%3].ID, name, found, i%2 == 1, i%2 == 0)
 		}

@@ -48,7 +48,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/groups"
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	mirroradmin "github.com/tandem-kafka/tandem/plugins/mirror/admin"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/share"
 	"github.com/tandem-kafka/tandem/plugins/txn"
 	"github.com/tandem-kafka/tandem/server"
@@ -674,7 +674,7 @@ type matrixEntry struct {
 func authFailure(code int16) bool {
 	switch code {
 	case kerr.TopicAuthorizationFailed.Code, kerr.GroupAuthorizationFailed.Code,
-		kerr.ClusterAuthorizationFailed.Code, kerr.TransactionalIDAuthorizationFailed.Code, wire.ErrMirrorAuthorizationFailed.Code:
+		kerr.ClusterAuthorizationFailed.Code, kerr.TransactionalIDAuthorizationFailed.Code, mirrorproto.ErrMirrorAuthorizationFailed.Code:
 		return true
 	}
 	return false
@@ -1489,68 +1489,68 @@ func txnMirrorMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry 
 			return kerr.TransactionalIDAuthorizationFailed.Code // hidden
 		}},
 
-		wire.KeyCreateMirror: {need: []grant{mirrorG("m-new-", kmsg.ACLOperationCreate)}, req: func() kmsg.Request {
+		mirrorproto.KeyCreateMirror: {need: []grant{mirrorG("m-new-", kmsg.ACLOperationCreate)}, req: func() kmsg.Request {
 			name := "m-new-" + seq()
-			return &wire.CreateMirrorRequest{MirrorName: &name, Configs: []wire.MirrorConfig{{Name: "bootstrap.servers", Value: kmsg.StringPtr("127.0.0.1:1")}}}
-		}, code: func(r kmsg.Response) int16 { return r.(*wire.CreateMirrorResponse).ErrorCode }},
-		wire.KeyAddTopicsToMirror: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
-			return &wire.AddTopicsToMirrorRequest{Topics: []wire.AddTopic{{TopicName: "m-missing", MirrorName: kmsg.StringPtr(mm)}}}
-		}, code: func(r kmsg.Response) int16 { return r.(*wire.AddTopicsToMirrorResponse).ErrorCode },
+			return &mirrorproto.CreateMirrorRequest{MirrorName: &name, Configs: []mirrorproto.MirrorConfig{{Name: "bootstrap.servers", Value: kmsg.StringPtr("127.0.0.1:1")}}}
+		}, code: func(r kmsg.Response) int16 { return r.(*mirrorproto.CreateMirrorResponse).ErrorCode }},
+		mirrorproto.KeyAddTopicsToMirror: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			return &mirrorproto.AddTopicsToMirrorRequest{Topics: []mirrorproto.AddTopic{{TopicName: "m-missing", MirrorName: kmsg.StringPtr(mm)}}}
+		}, code: func(r kmsg.Response) int16 { return r.(*mirrorproto.AddTopicsToMirrorResponse).ErrorCode },
 			ok: []int16{kerr.UnknownTopicOrPartition.Code}}, // authorized: the source has no m-missing
-		wire.KeyRemoveTopicsFromMirror: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
-			return &wire.RemoveTopicsFromMirrorRequest{MirrorName: mm, Topics: []wire.RemoveTopic{{TopicName: "m-none"}}}
-		}, code: func(r kmsg.Response) int16 { return r.(*wire.RemoveTopicsFromMirrorResponse).ErrorCode },
-			ok: []int16{wire.ErrTopicNotMirrored.Code}},
-		wire.KeyLastMirroredOffsets: {need: []grant{topicG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
-			return &wire.LastMirroredOffsetsRequest{MirrorName: mm, Topics: []wire.PartitionsTopic{{Name: mTopic, Partitions: []int32{0}}}}
+		mirrorproto.KeyRemoveTopicsFromMirror: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			return &mirrorproto.RemoveTopicsFromMirrorRequest{MirrorName: mm, Topics: []mirrorproto.RemoveTopic{{TopicName: "m-none"}}}
+		}, code: func(r kmsg.Response) int16 { return r.(*mirrorproto.RemoveTopicsFromMirrorResponse).ErrorCode },
+			ok: []int16{mirrorproto.ErrTopicNotMirrored.Code}},
+		mirrorproto.KeyLastMirroredOffsets: {need: []grant{topicG(kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return &mirrorproto.LastMirroredOffsetsRequest{MirrorName: mm, Topics: []mirrorproto.PartitionsTopic{{Name: mTopic, Partitions: []int32{0}}}}
 		}, code: func(r kmsg.Response) int16 {
-			lr := r.(*wire.LastMirroredOffsetsResponse)
+			lr := r.(*mirrorproto.LastMirroredOffsetsResponse)
 			if lr.ErrorCode != 0 {
 				return lr.ErrorCode
 			}
 			return lr.Topics[0].Partitions[0].ErrorCode
 		}},
-		wire.KeyListMirrors: {need: []grant{mirrorG(mm, kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
-			return &wire.ListMirrorsRequest{}
+		mirrorproto.KeyListMirrors: {need: []grant{mirrorG(mm, kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return &mirrorproto.ListMirrorsRequest{}
 		}, code: func(r kmsg.Response) int16 {
-			lr := r.(*wire.ListMirrorsResponse)
+			lr := r.(*mirrorproto.ListMirrorsResponse)
 			for _, m := range lr.Mirrors {
 				if m.MirrorName == mm {
 					return lr.ErrorCode
 				}
 			}
-			return wire.ErrMirrorAuthorizationFailed.Code // hidden
+			return mirrorproto.ErrMirrorAuthorizationFailed.Code // hidden
 		}},
-		wire.KeyDescribeMirrors: {need: []grant{mirrorG(mm, kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
-			return &wire.DescribeMirrorsRequest{MirrorNames: []string{mm}}
-		}, code: func(r kmsg.Response) int16 { return r.(*wire.DescribeMirrorsResponse).Mirrors[0].ErrorCode }},
-		wire.KeyReadMirrorStates: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
-			return &wire.ReadMirrorStatesRequest{MirrorName: mm}
-		}, code: func(r kmsg.Response) int16 { return r.(*wire.ReadMirrorStatesResponse).ErrorCode }},
-		wire.KeyWriteMirrorStates: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
-			return &wire.WriteMirrorStatesRequest{MirrorName: mm}
-		}, code: func(r kmsg.Response) int16 { return r.(*wire.WriteMirrorStatesResponse).ErrorCode }},
-		wire.KeyPauseMirrorTopics: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
-			r := wire.NewPauseMirrorTopicsRequest()
+		mirrorproto.KeyDescribeMirrors: {need: []grant{mirrorG(mm, kmsg.ACLOperationDescribe)}, req: func() kmsg.Request {
+			return &mirrorproto.DescribeMirrorsRequest{MirrorNames: []string{mm}}
+		}, code: func(r kmsg.Response) int16 { return r.(*mirrorproto.DescribeMirrorsResponse).Mirrors[0].ErrorCode }},
+		mirrorproto.KeyReadMirrorStates: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
+			return &mirrorproto.ReadMirrorStatesRequest{MirrorName: mm}
+		}, code: func(r kmsg.Response) int16 { return r.(*mirrorproto.ReadMirrorStatesResponse).ErrorCode }},
+		mirrorproto.KeyWriteMirrorStates: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
+			return &mirrorproto.WriteMirrorStatesRequest{MirrorName: mm}
+		}, code: func(r kmsg.Response) int16 { return r.(*mirrorproto.WriteMirrorStatesResponse).ErrorCode }},
+		mirrorproto.KeyPauseMirrorTopics: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			r := mirrorproto.NewPauseMirrorTopicsRequest()
 			r.MirrorName = mm
 			return r
-		}, code: func(r kmsg.Response) int16 { return r.(*wire.MirrorTopicsResponse).ErrorCode }},
-		wire.KeyResumeMirrorTopics: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
-			r := wire.NewResumeMirrorTopicsRequest()
+		}, code: func(r kmsg.Response) int16 { return r.(*mirrorproto.MirrorTopicsResponse).ErrorCode }},
+		mirrorproto.KeyResumeMirrorTopics: {need: []grant{mirrorG(mm, kmsg.ACLOperationAlter)}, req: func() kmsg.Request {
+			r := mirrorproto.NewResumeMirrorTopicsRequest()
 			r.MirrorName = mm
 			return r
-		}, code: func(r kmsg.Response) int16 { return r.(*wire.MirrorTopicsResponse).ErrorCode }},
-		wire.KeyDeleteMirror: {need: []grant{mirrorG("m-del-mirror", kmsg.ACLOperationDelete)}, req: func() kmsg.Request {
-			r := wire.NewDeleteMirrorRequest()
+		}, code: func(r kmsg.Response) int16 { return r.(*mirrorproto.MirrorTopicsResponse).ErrorCode }},
+		mirrorproto.KeyDeleteMirror: {need: []grant{mirrorG("m-del-mirror", kmsg.ACLOperationDelete)}, req: func() kmsg.Request {
+			r := mirrorproto.NewDeleteMirrorRequest()
 			r.MirrorName = "m-del-mirror"
 			return r
-		}, code: func(r kmsg.Response) int16 { return r.(*wire.MirrorTopicsResponse).ErrorCode }},
-		wire.KeyBumpLeaderEpochs: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
+		}, code: func(r kmsg.Response) int16 { return r.(*mirrorproto.MirrorTopicsResponse).ErrorCode }},
+		mirrorproto.KeyBumpLeaderEpochs: {need: []grant{clusterG(kmsg.ACLOperationClusterAction)}, req: func() kmsg.Request {
 			// MinLeaderEpoch -1: the epoch stays max(0, current).
-			return &wire.BumpLeaderEpochsRequest{Topics: []wire.BumpTopic{{TopicID: topicID,
-				Partitions: []wire.BumpPartition{{PartitionIndex: 0, MinLeaderEpoch: -1}}}}}
+			return &mirrorproto.BumpLeaderEpochsRequest{Topics: []mirrorproto.BumpTopic{{TopicID: topicID,
+				Partitions: []mirrorproto.BumpPartition{{PartitionIndex: 0, MinLeaderEpoch: -1}}}}}
 		}, code: func(r kmsg.Response) int16 {
-			return r.(*wire.BumpLeaderEpochsResponse).Topics[0].Partitions[0].ErrorCode
+			return r.(*mirrorproto.BumpLeaderEpochsResponse).Topics[0].Partitions[0].ErrorCode
 		}},
 	}
 }
@@ -1558,7 +1558,7 @@ func txnMirrorMatrix(topicID [16]byte, seq func() string) map[int16]matrixEntry 
 // apiName names an API key, the mirror keys included (kmsg calls 94
 // UnregisterController).
 func apiName(key int16) string {
-	if key >= wire.KeyCreateMirror && key <= wire.KeyBumpLeaderEpochs {
+	if key >= mirrorproto.KeyCreateMirror && key <= mirrorproto.KeyBumpLeaderEpochs {
 		return fmt.Sprintf("Mirror%d", key)
 	}
 	return kmsg.NameForKey(key)

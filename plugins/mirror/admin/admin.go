@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 )
 
 // Client sends mirror requests through a franz-go client to the
@@ -30,7 +30,7 @@ type Client struct{ cl *kgo.Client }
 func New(cl *kgo.Client) *Client { return &Client{cl: cl} }
 
 // Opt lets a franz-go client send the mirror requests.
-func Opt() kgo.Opt { return kgo.MaxVersions(wire.ClientVersions()) }
+func Opt() kgo.Opt { return kgo.MaxVersions(mirrorproto.ClientVersions()) }
 
 // Error is an error a broker answered a mirror request with: a Kafka
 // error code (errors.Is works on it) and the broker's message.
@@ -58,7 +58,7 @@ func ErrorOf(code int16, msg *string) error {
 		return nil
 	}
 	e := &Error{Code: kerr.UnknownServerError}
-	errors.As(wire.ErrorForCode(code), &e.Code)
+	errors.As(mirrorproto.ErrorForCode(code), &e.Code)
 	if msg != nil {
 		e.Message = *msg
 	}
@@ -77,7 +77,7 @@ func (c *Client) Supported(ctx context.Context) error {
 		return err
 	}
 	for _, k := range resp.(*kmsg.ApiVersionsResponse).ApiKeys {
-		if k.ApiKey == wire.KeyListMirrors {
+		if k.ApiKey == mirrorproto.KeyListMirrors {
 			return nil
 		}
 	}
@@ -97,16 +97,16 @@ func (c *Client) do(ctx context.Context, req kmsg.Request) (kmsg.Response, error
 // CreateMirror defines a mirror with its configs (bootstrap.servers of the
 // source, security settings, ...).
 func (c *Client) CreateMirror(ctx context.Context, name string, configs map[string]string) error {
-	req := &wire.CreateMirrorRequest{MirrorName: &name}
+	req := &mirrorproto.CreateMirrorRequest{MirrorName: &name}
 	for _, k := range slices.Sorted(maps.Keys(configs)) {
 		v := configs[k]
-		req.Configs = append(req.Configs, wire.MirrorConfig{Name: k, Value: &v})
+		req.Configs = append(req.Configs, mirrorproto.MirrorConfig{Name: k, Value: &v})
 	}
 	resp, err := c.do(ctx, req)
 	if err != nil {
 		return err
 	}
-	r := resp.(*wire.CreateMirrorResponse)
+	r := resp.(*mirrorproto.CreateMirrorResponse)
 	return ErrorOf(r.ErrorCode, r.ErrorMessage)
 }
 
@@ -119,15 +119,15 @@ func (c *Client) AddTopicsToMirror(ctx context.Context, topicToMirror map[string
 // PlanAddTopics is AddTopicsToMirror validated against both clusters but
 // not done: it returns what truncation would remove from topics that
 // exist here with records (a failback).
-func (c *Client) PlanAddTopics(ctx context.Context, topicToMirror map[string]string) ([]wire.Truncation, error) {
+func (c *Client) PlanAddTopics(ctx context.Context, topicToMirror map[string]string) ([]mirrorproto.Truncation, error) {
 	return c.addTopics(ctx, topicToMirror, true)
 }
 
-func (c *Client) addTopics(ctx context.Context, topicToMirror map[string]string, validateOnly bool) ([]wire.Truncation, error) {
-	var topics []wire.AddTopic
+func (c *Client) addTopics(ctx context.Context, topicToMirror map[string]string, validateOnly bool) ([]mirrorproto.Truncation, error) {
+	var topics []mirrorproto.AddTopic
 	for _, t := range slices.Sorted(maps.Keys(topicToMirror)) {
 		m := topicToMirror[t]
-		topics = append(topics, wire.AddTopic{TopicName: t, MirrorName: &m})
+		topics = append(topics, mirrorproto.AddTopic{TopicName: t, MirrorName: &m})
 	}
 	return c.AddTopics(ctx, topics, validateOnly)
 }
@@ -136,13 +136,13 @@ func (c *Client) addTopics(ctx context.Context, topicToMirror map[string]string,
 // DestinationName names the topic here when it is not what the mirror's
 // mirror.topic.prefix makes of the source's name (a failback of a
 // prefixed topic). validateOnly only returns the truncation plan.
-func (c *Client) AddTopics(ctx context.Context, topics []wire.AddTopic, validateOnly bool) ([]wire.Truncation, error) {
-	req := &wire.AddTopicsToMirrorRequest{ValidateOnly: validateOnly, Topics: topics}
+func (c *Client) AddTopics(ctx context.Context, topics []mirrorproto.AddTopic, validateOnly bool) ([]mirrorproto.Truncation, error) {
+	req := &mirrorproto.AddTopicsToMirrorRequest{ValidateOnly: validateOnly, Topics: topics}
 	resp, err := c.do(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	r := resp.(*wire.AddTopicsToMirrorResponse)
+	r := resp.(*mirrorproto.AddTopicsToMirrorResponse)
 	return r.Truncations, ErrorOf(r.ErrorCode, r.ErrorMessage)
 }
 
@@ -150,15 +150,15 @@ func (c *Client) AddTopics(ctx context.Context, topics []wire.AddTopic, validate
 // regular expressions): they fail over and become writable. It returns
 // the broker's summary ("Removed N topic(s) ...").
 func (c *Client) RemoveTopicsFromMirror(ctx context.Context, name string, topics []string) (string, error) {
-	req := &wire.RemoveTopicsFromMirrorRequest{MirrorName: name}
+	req := &mirrorproto.RemoveTopicsFromMirrorRequest{MirrorName: name}
 	for _, t := range topics {
-		req.Topics = append(req.Topics, wire.RemoveTopic{TopicName: t})
+		req.Topics = append(req.Topics, mirrorproto.RemoveTopic{TopicName: t})
 	}
 	resp, err := c.do(ctx, req)
 	if err != nil {
 		return "", err
 	}
-	r := resp.(*wire.RemoveTopicsFromMirrorResponse)
+	r := resp.(*mirrorproto.RemoveTopicsFromMirrorResponse)
 	if err := ErrorOf(r.ErrorCode, r.ErrorMessage); err != nil {
 		return "", err
 	}
@@ -189,64 +189,64 @@ type FailoverOptions struct {
 // partitions, when the source is unreachable or the timeout passes,
 // unless Force. It returns where each partition was left: with Force,
 // the lag given up.
-func (c *Client) Failover(ctx context.Context, name string, topics []string, o FailoverOptions) ([]wire.FailoverPartition, error) {
-	req := &wire.RemoveTopicsFromMirrorRequest{MirrorName: name, Mode: wire.FailoverSafe, TimeoutMs: int32(o.Timeout.Milliseconds()), Consistent: o.Consistent}
+func (c *Client) Failover(ctx context.Context, name string, topics []string, o FailoverOptions) ([]mirrorproto.FailoverPartition, error) {
+	req := &mirrorproto.RemoveTopicsFromMirrorRequest{MirrorName: name, Mode: mirrorproto.FailoverSafe, TimeoutMs: int32(o.Timeout.Milliseconds()), Consistent: o.Consistent}
 	if o.Force {
-		req.Mode = wire.FailoverForce
+		req.Mode = mirrorproto.FailoverForce
 	}
 	for _, t := range topics {
-		req.Topics = append(req.Topics, wire.RemoveTopic{TopicName: t})
+		req.Topics = append(req.Topics, mirrorproto.RemoveTopic{TopicName: t})
 	}
 	resp, err := c.do(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	r := resp.(*wire.RemoveTopicsFromMirrorResponse)
+	r := resp.(*mirrorproto.RemoveTopicsFromMirrorResponse)
 	return r.Failover, ErrorOf(r.ErrorCode, r.ErrorMessage)
 }
 
 // ListMirrors lists the mirrors.
-func (c *Client) ListMirrors(ctx context.Context) ([]wire.ListedMirror, error) {
-	resp, err := c.do(ctx, &wire.ListMirrorsRequest{})
+func (c *Client) ListMirrors(ctx context.Context) ([]mirrorproto.ListedMirror, error) {
+	resp, err := c.do(ctx, &mirrorproto.ListMirrorsRequest{})
 	if err != nil {
 		return nil, err
 	}
-	r := resp.(*wire.ListMirrorsResponse)
+	r := resp.(*mirrorproto.ListMirrorsResponse)
 	return r.Mirrors, ErrorOf(r.ErrorCode, nil)
 }
 
 // DescribeMirrors describes mirrors (all if names is empty).
-func (c *Client) DescribeMirrors(ctx context.Context, names ...string) ([]wire.DescribedMirror, error) {
-	resp, err := c.do(ctx, &wire.DescribeMirrorsRequest{MirrorNames: names})
+func (c *Client) DescribeMirrors(ctx context.Context, names ...string) ([]mirrorproto.DescribedMirror, error) {
+	resp, err := c.do(ctx, &mirrorproto.DescribeMirrorsRequest{MirrorNames: names})
 	if err != nil {
 		return nil, err
 	}
-	return resp.(*wire.DescribeMirrorsResponse).Mirrors, nil
+	return resp.(*mirrorproto.DescribeMirrorsResponse).Mirrors, nil
 }
 
-func (c *Client) topicsOp(ctx context.Context, req *wire.MirrorTopicsRequest, name string, topics []string) error {
+func (c *Client) topicsOp(ctx context.Context, req *mirrorproto.MirrorTopicsRequest, name string, topics []string) error {
 	req.MirrorName, req.Topics = name, topics
 	resp, err := c.do(ctx, req)
 	if err != nil {
 		return err
 	}
-	r := resp.(*wire.MirrorTopicsResponse)
+	r := resp.(*mirrorproto.MirrorTopicsResponse)
 	return ErrorOf(r.ErrorCode, r.ErrorMessage)
 }
 
 // PauseMirror pauses topics of a mirror (all if none are named).
 func (c *Client) PauseMirror(ctx context.Context, name string, topics ...string) error {
-	return c.topicsOp(ctx, wire.NewPauseMirrorTopicsRequest(), name, topics)
+	return c.topicsOp(ctx, mirrorproto.NewPauseMirrorTopicsRequest(), name, topics)
 }
 
 // ResumeMirror resumes topics of a mirror (all if none are named).
 func (c *Client) ResumeMirror(ctx context.Context, name string, topics ...string) error {
-	return c.topicsOp(ctx, wire.NewResumeMirrorTopicsRequest(), name, topics)
+	return c.topicsOp(ctx, mirrorproto.NewResumeMirrorTopicsRequest(), name, topics)
 }
 
 // DeleteMirror stops every topic of a mirror and deletes it.
 func (c *Client) DeleteMirror(ctx context.Context, name string) error {
-	return c.topicsOp(ctx, wire.NewDeleteMirrorRequest(), name, nil)
+	return c.topicsOp(ctx, mirrorproto.NewDeleteMirrorRequest(), name, nil)
 }
 
 // MirrorConfig is one config of a mirror as the broker describes it; a
@@ -315,15 +315,15 @@ const mirrorResource = kmsg.ConfigResourceType(64)
 
 // LastMirroredOffsets returns, per topic and partition, the last mirrored
 // offset and the last mirror epoch.
-func (c *Client) LastMirroredOffsets(ctx context.Context, name string, topics map[string][]int32) ([]wire.OffsetsTopic, error) {
-	req := &wire.LastMirroredOffsetsRequest{MirrorName: name}
+func (c *Client) LastMirroredOffsets(ctx context.Context, name string, topics map[string][]int32) ([]mirrorproto.OffsetsTopic, error) {
+	req := &mirrorproto.LastMirroredOffsetsRequest{MirrorName: name}
 	for _, t := range slices.Sorted(maps.Keys(topics)) {
-		req.Topics = append(req.Topics, wire.PartitionsTopic{Name: t, Partitions: topics[t]})
+		req.Topics = append(req.Topics, mirrorproto.PartitionsTopic{Name: t, Partitions: topics[t]})
 	}
 	resp, err := c.do(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	r := resp.(*wire.LastMirroredOffsetsResponse)
+	r := resp.(*mirrorproto.LastMirroredOffsetsResponse)
 	return r.Topics, ErrorOf(r.ErrorCode, nil)
 }

@@ -26,8 +26,8 @@ import (
 	"time"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 )
 
 // copyChunk bounds the bytes of one append of copies: memory stays
@@ -105,13 +105,13 @@ func Quarantine(ctx context.Context, ep *engine.Partition, to int64, cause strin
 // removed returns what truncating ep to offset to removes, nil if
 // nothing: whole batches, from the one holding to (or the log start, if
 // later) on. The copy range is left for Quarantine to fill in.
-func removed(ep *engine.Partition, to int64) (*wire.DivergedRange, error) {
-	var span *wire.DivergedRange
+func removed(ep *engine.Partition, to int64) (*mirrorproto.DivergedRange, error) {
+	var span *mirrorproto.DivergedRange
 	err := eachBatch(ep, max(to, ep.Offsets().LogStart), func(bs [][]byte) error {
 		for _, b := range bs {
 			bi := infoOf(b)
 			if span == nil {
-				span = &wire.DivergedRange{Topic: ep.Topic(), Partition: ep.Index(), FirstOffset: bi.base, FirstEpoch: bi.epoch, FirstTimestamp: bi.firstTs}
+				span = &mirrorproto.DivergedRange{Topic: ep.Topic(), Partition: ep.Index(), FirstOffset: bi.base, FirstEpoch: bi.epoch, FirstTimestamp: bi.firstTs}
 			}
 			span.LastOffset, span.LastEpoch, span.LastTimestamp = bi.last, bi.epoch, max(span.LastTimestamp, bi.maxTs)
 			span.Records += int64(bi.records)
@@ -209,21 +209,21 @@ func eachBatch(ep *engine.Partition, offset int64, fn func([][]byte) error) erro
 
 // Merge merges manifest entries gathered from several brokers (a shard
 // that moved may be answered twice), oldest first.
-func Merge(a, b []wire.DivergedRange) []wire.DivergedRange {
+func Merge(a, b []mirrorproto.DivergedRange) []mirrorproto.DivergedRange {
 	type key struct {
 		topic     string
 		partition int32
 		copyStart int64
 	}
 	seen := map[key]bool{}
-	var out []wire.DivergedRange
+	var out []mirrorproto.DivergedRange
 	for _, d := range slices.Concat(a, b) {
 		if k := (key{d.Topic, d.Partition, d.CopyStart}); !seen[k] {
 			seen[k] = true
 			out = append(out, d)
 		}
 	}
-	slices.SortFunc(out, func(a, b wire.DivergedRange) int {
+	slices.SortFunc(out, func(a, b mirrorproto.DivergedRange) int {
 		return cmp.Or(cmp.Compare(a.TruncatedAt, b.TruncatedAt), strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
 	})
 	return out

@@ -13,8 +13,8 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 )
 
 // TestCopiedUpTo: an interrupted quarantine copy resumes after the
@@ -207,9 +207,9 @@ func sameCopies(t *testing.T, dp *engine.Partition, copyStart int64, want [][]by
 
 // rangeOf is the manifest's description of batches bs of t-0, as the
 // quarantine must write it.
-func rangeOf(t *testing.T, bs [][]byte) wire.DivergedRange {
+func rangeOf(t *testing.T, bs [][]byte) mirrorproto.DivergedRange {
 	first, last := header(t, bs[0]), header(t, bs[len(bs)-1])
-	r := wire.DivergedRange{Topic: "t", Partition: 0, FirstOffset: first.BaseOffset, FirstEpoch: first.PartitionLeaderEpoch, FirstTimestamp: first.BaseTimestamp,
+	r := mirrorproto.DivergedRange{Topic: "t", Partition: 0, FirstOffset: first.BaseOffset, FirstEpoch: first.PartitionLeaderEpoch, FirstTimestamp: first.BaseTimestamp,
 		LastOffset: last.LastOffset(), LastEpoch: last.PartitionLeaderEpoch}
 	for _, b := range bs {
 		h := header(t, b)
@@ -296,7 +296,7 @@ func TestQuarantineResumes(t *testing.T) {
 // is, with what it copied, before the new range gets its entry.
 func TestQuarantineClosesOtherPending(t *testing.T) {
 	ep, dp, stored := quarantineLogs(t, 1, 1, 1, 2)
-	other := mirrorstate.ManifestEntry{DivergedRange: wire.DivergedRange{Topic: "t", FirstOffset: 100, LastOffset: 120, Records: 21}}
+	other := mirrorstate.ManifestEntry{DivergedRange: mirrorproto.DivergedRange{Topic: "t", FirstOffset: 100, LastOffset: 120, Records: 21}}
 	other.CopyStart, other.CopyEnd, other.TruncatedAt, other.Cause = 0, -1, 42, "diverging epoch 5"
 	m := newFakeManifest(dp)
 	m.entries[0] = other
@@ -326,7 +326,7 @@ func TestQuarantineClosesOtherPending(t *testing.T) {
 func TestQuarantineNothingRemoved(t *testing.T) {
 	ep, dp, _ := quarantineLogs(t, 1, 2)
 	m := newFakeManifest(dp)
-	other := mirrorstate.ManifestEntry{DivergedRange: wire.DivergedRange{Topic: "t", FirstOffset: 100, CopyEnd: -1}}
+	other := mirrorstate.ManifestEntry{DivergedRange: mirrorproto.DivergedRange{Topic: "t", FirstOffset: 100, CopyEnd: -1}}
 	m.entries[0] = other
 	for _, to := range []int64{ep.Offsets().LogEnd, ep.Offsets().LogEnd + 5} {
 		e, err := Quarantine(context.Background(), ep, to, "x", m, func() (*engine.Partition, error) {
@@ -342,17 +342,17 @@ func TestQuarantineNothingRemoved(t *testing.T) {
 // Manifests gathered from several brokers merge into one, each entry
 // once, oldest first.
 func TestMerge(t *testing.T) {
-	d := func(topic string, at, copyStart int64) wire.DivergedRange {
-		return wire.DivergedRange{Topic: topic, CopyStart: copyStart, TruncatedAt: at}
+	d := func(topic string, at, copyStart int64) mirrorproto.DivergedRange {
+		return mirrorproto.DivergedRange{Topic: topic, CopyStart: copyStart, TruncatedAt: at}
 	}
-	got := Merge([]wire.DivergedRange{d("b", 30, 0), d("a", 10, 0)}, []wire.DivergedRange{d("a", 10, 0), d("a", 20, 5), d("b", 10, 7)})
-	want := []wire.DivergedRange{d("a", 10, 0), d("b", 10, 7), d("a", 20, 5), d("b", 30, 0)}
+	got := Merge([]mirrorproto.DivergedRange{d("b", 30, 0), d("a", 10, 0)}, []mirrorproto.DivergedRange{d("a", 10, 0), d("a", 20, 5), d("b", 10, 7)})
+	want := []mirrorproto.DivergedRange{d("a", 10, 0), d("b", 10, 7), d("a", 20, 5), d("b", 30, 0)}
 	if !slices.Equal(got, want) {
 		t.Fatalf("merged %+v, want %+v", got, want)
 	}
 	// Two copies of a partition truncated in the same millisecond are
 	// two entries: CopyStart tells them apart.
-	if got := Merge([]wire.DivergedRange{d("a", 10, 0)}, []wire.DivergedRange{d("a", 10, 3)}); len(got) != 2 {
+	if got := Merge([]mirrorproto.DivergedRange{d("a", 10, 0)}, []mirrorproto.DivergedRange{d("a", 10, 3)}); len(got) != 2 {
 		t.Fatalf("merged %+v, want both", got)
 	}
 }

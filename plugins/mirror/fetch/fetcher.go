@@ -13,7 +13,7 @@
 // OFFSET_OUT_OF_RANGE, epoch fencing, the partition's state) is the
 // mirror's, not the fetcher's: the fetcher reaches the mirror only
 // through Target, which the mirror plugin implements (plugins/mirror,
-// fetch.go), so that it does not import the plugin.
+// fetchtarget.go), so that it does not import the plugin.
 package fetch
 
 import (

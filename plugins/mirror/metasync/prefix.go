@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
@@ -43,16 +43,16 @@ func SourceMirrorTopics(ctx context.Context, cl *kgo.Client) (SourceMirrors, err
 	if err != nil {
 		return out, fmt.Errorf("ApiVersions: %w", err)
 	}
-	if !slices.ContainsFunc(versions.ApiKeys, func(k kmsg.ApiVersionsResponseApiKey) bool { return k.ApiKey == wire.KeyDescribeMirrors }) {
+	if !slices.ContainsFunc(versions.ApiKeys, func(k kmsg.ApiVersionsResponseApiKey) bool { return k.ApiKey == mirrorproto.KeyDescribeMirrors }) {
 		return out, nil
 	}
 	// Local: the source's states and its image, without asking each of
 	// its leaders for their lag.
-	resp, err := cl.Request(ctx, &wire.DescribeMirrorsRequest{Local: true})
+	resp, err := cl.Request(ctx, &mirrorproto.DescribeMirrorsRequest{Local: true})
 	if err != nil {
 		return out, fmt.Errorf("DescribeMirrors: %w", err)
 	}
-	for _, m := range resp.(*wire.DescribeMirrorsResponse).Mirrors {
+	for _, m := range resp.(*mirrorproto.DescribeMirrorsResponse).Mirrors {
 		if m.TopicPrefix != "" {
 			out.Prefixes = append(out.Prefixes, m.TopicPrefix)
 		}
@@ -67,8 +67,8 @@ func SourceMirrorTopics(ctx context.Context, cl *kgo.Client) (SourceMirrors, err
 
 // failedOver reports whether every partition of a described mirror
 // topic is STOPPED: a writable topic of the source's own now.
-func failedOver(t wire.DescribedTopic) bool {
-	return len(t.Partitions) > 0 && !slices.ContainsFunc(t.Partitions, func(p wire.PartitionDetail) bool { return p.State != "STOPPED" })
+func failedOver(t mirrorproto.DescribedTopic) bool {
+	return len(t.Partitions) > 0 && !slices.ContainsFunc(t.Partitions, func(p mirrorproto.PartitionDetail) bool { return p.State != "STOPPED" })
 }
 
 // needSourceMirrors reports whether discovery must ask the source for

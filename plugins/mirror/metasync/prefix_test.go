@@ -9,7 +9,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
@@ -54,15 +54,15 @@ func TestNeedSourceMirrors(t *testing.T) {
 }
 
 func TestFailedOver(t *testing.T) {
-	parts := func(states ...string) wire.DescribedTopic {
-		var dt wire.DescribedTopic
+	parts := func(states ...string) mirrorproto.DescribedTopic {
+		var dt mirrorproto.DescribedTopic
 		for i, s := range states {
-			dt.Partitions = append(dt.Partitions, wire.PartitionDetail{PartitionIndex: int32(i), State: s})
+			dt.Partitions = append(dt.Partitions, mirrorproto.PartitionDetail{PartitionIndex: int32(i), State: s})
 		}
 		return dt
 	}
 	for _, tc := range []struct {
-		t    wire.DescribedTopic
+		t    mirrorproto.DescribedTopic
 		want bool
 	}{
 		{parts("STOPPED", "STOPPED"), true},

@@ -9,7 +9,7 @@
 // with, and copies committed consumer and share group offsets and ACLs.
 //
 // It reaches the mirror plugin only through Plugin, a few methods the
-// plugin implements (plugins/mirror, metasync.go), so that it does not
+// plugin implements (plugins/mirror, metadatasync.go), so that it does not
 // import the plugin; the broker through plugin.Host.
 package metasync
 
@@ -34,8 +34,8 @@ import (
 
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
 	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
@@ -43,7 +43,7 @@ import (
 )
 
 // Plugin is what the metadata sync needs of the mirror plugin, which
-// implements it (plugins/mirror, metasync.go). The sync reads and writes
+// implements it (plugins/mirror, metadatasync.go). The sync reads and writes
 // mirror partition states through it rather than through
 // __mirror_state itself, since only the plugin knows which broker
 // coordinates each partition.
@@ -403,7 +403,7 @@ func (s *mirrorSync) cycle() error {
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		s.refreshErrs.Inc()
-		return fmt.Errorf("source metadata: %v: %w", err, wire.ErrMirrorSourceUnavailable)
+		return fmt.Errorf("source metadata: %v: %w", err, mirrorproto.ErrMirrorSourceUnavailable)
 	}
 	if err := s.checkClusterID(ctx, m, resp); err != nil {
 		s.refreshErrs.Inc()
@@ -685,7 +685,7 @@ func (s *mirrorSync) discover(ctx context.Context, cl *kgo.Client, m *metadata.M
 	if needSourceMirrors(prefix, candidates, held) {
 		var err error
 		if sourceMirrors, err = SourceMirrorTopics(ctx, cl); err != nil {
-			return nil, fmt.Errorf("the source's mirror topics: %v: %w", err, wire.ErrMirrorSourceUnavailable)
+			return nil, fmt.Errorf("the source's mirror topics: %v: %w", err, mirrorproto.ErrMirrorSourceUnavailable)
 		}
 	}
 	idHere := map[string]string{} // source name to the topic here holding its ID under another name
@@ -747,7 +747,7 @@ func (s *mirrorSync) sourceConfigs(ctx context.Context, cl *kgo.Client, topics [
 	}
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return nil, nil, fmt.Errorf("describe topic configs on the source: %v: %w", err, wire.ErrMirrorSourceUnavailable)
+		return nil, nil, fmt.Errorf("describe topic configs on the source: %v: %w", err, mirrorproto.ErrMirrorSourceUnavailable)
 	}
 	var errs []error
 	for _, r := range resp.Resources {

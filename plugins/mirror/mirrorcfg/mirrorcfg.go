@@ -1,7 +1,7 @@
 // Package mirrorcfg is a mirror's configs (the MIRROR config resource):
 // their keys, their validation, and the client options for its source
 // cluster. It imports nothing of Tandem's but kafkaclient and
-// plugins/mirror/wire, so the CLI can build a client of a mirror's
+// plugins/mirror/mirrorproto, so the CLI can build a client of a mirror's
 // source cluster, and check a mirror's configs, without the plugin.
 package mirrorcfg
 
@@ -22,7 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tandem-kafka/tandem/internal/kafkaclient"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 )
 
 // The configs of a mirror (the MIRROR config resource, type 64): each key
@@ -260,7 +260,7 @@ func (t Timeouts) ClientOpts(c map[string]string) ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mirror config %v: %w", err, kerr.InvalidConfig)
 	}
-	opts := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.MaxVersions(wire.ClientVersions()), kgo.DialTimeout(t.Connect), kgo.RequestRetries(0),
+	opts := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.MaxVersions(mirrorproto.ClientVersions()), kgo.DialTimeout(t.Connect), kgo.RequestRetries(0),
 		kgo.RetryTimeout(t.Request), kgo.MetadataMinAge(100 * time.Millisecond)}
 	return append(opts, security...), nil
 }

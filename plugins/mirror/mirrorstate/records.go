@@ -7,7 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 
 	"github.com/tandem-kafka/tandem/engine/coord"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 )
 
 // Records of __mirror_state. Keys start with an int16 type, as Kafka's
@@ -89,7 +89,7 @@ type ManifestKey struct {
 // records are all copied (before that, a resumed truncation finishes the
 // copy).
 type ManifestEntry struct {
-	wire.DivergedRange
+	mirrorproto.DivergedRange
 	Done bool
 }
 
@@ -191,7 +191,7 @@ func (s *Shard) Replay(key, value []byte) error {
 		return nil
 	case typ == recDiverged:
 		v.Int16()
-		e := &ManifestEntry{DivergedRange: wire.DivergedRange{Topic: k.Topic, Partition: k.Partition, CopyStart: dk.CopyStart}}
+		e := &ManifestEntry{DivergedRange: mirrorproto.DivergedRange{Topic: k.Topic, Partition: k.Partition, CopyStart: dk.CopyStart}}
 		e.FirstOffset, e.LastOffset, e.FirstEpoch, e.LastEpoch = v.Int64(), v.Int64(), v.Int32(), v.Int32()
 		e.Records, e.FirstTimestamp, e.LastTimestamp, e.TruncatedAt = v.Int64(), v.Int64(), v.Int64(), v.Int64()
 		e.Cause, e.CopyEnd, e.Done = v.String(), v.Int64(), v.Bool()

@@ -8,7 +8,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/internal/uuid"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 )
 
 var (
@@ -16,7 +16,7 @@ var (
 	testState = PartitionState{State: Stopping, Reason: "failover", TopicID: uuid.UUID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
 		LMO: 41, LME: 7, StopAt: 42, StopEpoch: 8, StopDone: true, StopIndex: 99, CompleteAt: 1700000000123,
 		Cut: Cut{Set: "orders,payments", At: 40, Time: 1700000000000, Records: 2, Ms: 15}}
-	testEntry = &ManifestEntry{DivergedRange: wire.DivergedRange{Topic: "orders", Partition: 3, FirstOffset: 10, LastOffset: 12,
+	testEntry = &ManifestEntry{DivergedRange: mirrorproto.DivergedRange{Topic: "orders", Partition: 3, FirstOffset: 10, LastOffset: 12,
 		FirstEpoch: 4, LastEpoch: 5, Records: 3, FirstTimestamp: 1000, LastTimestamp: 2000, TruncatedAt: 3000,
 		Cause: "unclean election", CopyStart: 100, CopyEnd: 103}, Done: true}
 )

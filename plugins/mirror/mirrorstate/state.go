@@ -90,6 +90,13 @@ func (s State) CanMove(to State) bool {
 	return false
 }
 
+// TopicPartition names a partition of a mirror whose name is known (the
+// plugin's runs and the state store key their partitions by it).
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
 // PartitionKey names a mirror partition: __mirror_state keys its records
 // by it, so that compaction keeps one of each per partition.
 type PartitionKey struct {

@@ -22,7 +22,7 @@ var _ metasync.Plugin = metasyncPlugin{}
 func (p metasyncPlugin) Started() context.Context { return p.started() }
 
 func (p metasyncPlugin) ReadState(ctx context.Context, k mirrorstate.PartitionKey, id uuid.UUID) (mirrorstate.PartitionState, error) {
-	return p.readState(ctx, k, id)
+	return p.store.Read(ctx, k, id)
 }
 
 func (p metasyncPlugin) SetTopicStates(ctx context.Context, mirror string, topics []string, update func(*mirrorstate.PartitionState) error) error {

@@ -1,8 +1,8 @@
-// Package wire holds the cluster mirroring messages of KIP-1279: the API
+// Package mirrorproto holds the cluster mirroring messages of KIP-1279: the API
 // keys, the error codes, every request and response with its encoding.
 // It imports nothing of Tandem's but uuid, so the admin client, the
 // command line and the tests speak the mirror APIs without the plugin.
-package wire
+package mirrorproto
 
 import (
 	"reflect"
@@ -390,7 +390,7 @@ type DescribeMirrorsResponse struct {
 
 // DescribedMirror is one mirror. Tagged fields: 0 ErrorMessage (why the
 // mirror fails, e.g. its source is unreachable), 1 State (the mirror's
-// own state, mirrorState: MIRRORING, PAUSED, STOPPED or FAILED), 2
+// own state, mirrorview.MirrorState: MIRRORING, PAUSED, STOPPED or FAILED), 2
 // ACLSync (how the ACL sync fares: "" when it works or is not
 // configured, "unsupported by source" for a source without DescribeAcls,
 // else its last error), 3 Diverged (the divergence manifest), 4

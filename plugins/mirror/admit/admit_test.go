@@ -1,4 +1,4 @@
-package mirror
+package admit
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/tandem-kafka/tandem/internal/uuid"
-	"github.com/tandem-kafka/tandem/plugins/mirror/wire"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
@@ -22,28 +22,28 @@ func TestAddedTopics(t *testing.T) {
 		"other":  {Name: "other"},
 	}
 	m := func(s string) *string { return &s }
-	got, err := addedTopics(img, []wire.AddTopic{{TopicName: "orders", MirrorName: m("from-c")}, {TopicName: "x", MirrorName: m("other")},
+	got, err := AddedTopics(img, []mirrorproto.AddTopic{{TopicName: "orders", MirrorName: m("from-c")}, {TopicName: "x", MirrorName: m("other")},
 		{TopicName: "a.orders", MirrorName: m("other"), DestinationName: "back"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, o := got["from-c"], got["other"]; len(c) != 1 || c[0] != (addedTopic{"orders", "c.orders"}) ||
-		len(o) != 2 || o[0] != (addedTopic{"x", "x"}) || o[1] != (addedTopic{"a.orders", "back"}) {
+	if c, o := got["from-c"], got["other"]; len(c) != 1 || c[0] != (AddedTopic{"orders", "c.orders"}) ||
+		len(o) != 2 || o[0] != (AddedTopic{"x", "x"}) || o[1] != (AddedTopic{"a.orders", "back"}) {
 		t.Fatalf("added %v", got)
 	}
 	for _, tc := range []struct {
-		topics []wire.AddTopic
+		topics []mirrorproto.AddTopic
 		want   []string // in the message
 	}{
 		// other's a.orders is from-a's copy of orders.
-		{[]wire.AddTopic{{TopicName: "a.orders", MirrorName: m("other")}}, []string{"other", "from-a", "orders", "a.orders"}},
+		{[]mirrorproto.AddTopic{{TopicName: "a.orders", MirrorName: m("other")}}, []string{"other", "from-a", "orders", "a.orders"}},
 		// Without prefixes, the message of old.
-		{[]wire.AddTopic{{TopicName: "pay", MirrorName: m("other")}}, []string{"topic pay is already mirrored by mirror plain"}},
+		{[]mirrorproto.AddTopic{{TopicName: "pay", MirrorName: m("other")}}, []string{"topic pay is already mirrored by mirror plain"}},
 		// Two mirrors of one request onto one name.
-		{[]wire.AddTopic{{TopicName: "c.x", MirrorName: m("other")}, {TopicName: "x", MirrorName: m("from-c")}}, []string{"from-c", "other", "c.x"}},
+		{[]mirrorproto.AddTopic{{TopicName: "c.x", MirrorName: m("other")}, {TopicName: "x", MirrorName: m("from-c")}}, []string{"from-c", "other", "c.x"}},
 	} {
-		_, err := addedTopics(img, tc.topics)
-		if !errors.Is(err, wire.ErrTopicAlreadyMirrored) {
+		_, err := AddedTopics(img, tc.topics)
+		if !errors.Is(err, mirrorproto.ErrTopicAlreadyMirrored) {
 			t.Errorf("%+v: %v, want TOPIC_ALREADY_MIRRORED", tc.topics, err)
 			continue
 		}
@@ -53,7 +53,7 @@ func TestAddedTopics(t *testing.T) {
 			}
 		}
 	}
-	if _, err := addedTopics(img, []wire.AddTopic{{TopicName: "x", MirrorName: m("nosuch")}}); !errors.Is(err, wire.ErrMirrorNotFound) {
+	if _, err := AddedTopics(img, []mirrorproto.AddTopic{{TopicName: "x", MirrorName: m("nosuch")}}); !errors.Is(err, mirrorproto.ErrMirrorNotFound) {
 		t.Errorf("a missing mirror: %v", err)
 	}
 }

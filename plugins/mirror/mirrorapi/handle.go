@@ -1,0 +1,200 @@
+package mirrorapi
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
+	"github.com/tandem-kafka/tandem/server/plugin"
+)
+
+// APIVersions implements plugin.APIHandler.
+func (h *Handler) APIVersions() []kmsg.ApiVersionsResponseApiKey {
+	var out []kmsg.ApiVersionsResponseApiKey
+	for k := mirrorproto.KeyCreateMirror; k <= mirrorproto.KeyBumpLeaderEpochs; k++ {
+		out = append(out, kmsg.ApiVersionsResponseApiKey{ApiKey: k})
+	}
+	return out
+}
+
+// NewRequest implements plugin.APIHandler.
+func (h *Handler) NewRequest(key int16) kmsg.Request { return mirrorproto.NewRequest(key) }
+
+// HandleRequest implements plugin.APIHandler.
+func (h *Handler) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
+	resp := req.ResponseKind()
+	resp.SetVersion(req.GetVersion())
+	// Inter-broker and controller APIs need CLUSTER_ACTION, as Kafka's do.
+	clusterAction := rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster")
+	clusterDenied := fmt.Errorf("mirror API %d needs CLUSTER_ACTION on the cluster: %w", req.Key(), kerr.ClusterAuthorizationFailed)
+	switch req := req.(type) {
+	case *mirrorproto.CreateMirrorRequest:
+		r := resp.(*mirrorproto.CreateMirrorResponse)
+		name := ""
+		if req.MirrorName != nil {
+			name = *req.MirrorName
+		}
+		if err := Authorized(rc, kmsg.ACLOperationCreate, name); err != nil {
+			r.SetErr(code(err))
+			break
+		}
+		r.SetErr(code(h.b.CreateMirror(ctx, req)))
+	case *mirrorproto.AddTopicsToMirrorRequest:
+		r := resp.(*mirrorproto.AddTopicsToMirrorResponse)
+		var denied error
+		for _, t := range req.Topics {
+			if t.MirrorName != nil && denied == nil {
+				denied = Authorized(rc, kmsg.ACLOperationAlter, *t.MirrorName)
+			}
+		}
+		if denied != nil {
+			r.ErrorCode, _ = code(denied)
+			break
+		}
+		id, plan, err := h.b.AddTopics(ctx, req)
+		r.TopicID, r.Truncations = id, plan
+		c, msg := code(err)
+		r.ErrorCode, r.ErrorMessage = c, mirrorproto.NonEmpty(msg)
+	case *mirrorproto.RemoveTopicsFromMirrorRequest:
+		r := resp.(*mirrorproto.RemoveTopicsFromMirrorResponse)
+		if err := Authorized(rc, kmsg.ACLOperationAlter, req.MirrorName); err != nil {
+			r.ErrorCode, _ = code(err)
+			break
+		}
+		timeout := time.Duration(req.TimeoutMs) * time.Millisecond
+		if timeout <= 0 {
+			timeout = h.b.RequestTimeout()
+		}
+		removed, report, err := h.b.RemoveTopics(ctx, req.MirrorName, topicNames(req.Topics), req.Mode, timeout, req.Consistent)
+		r.Failover = report
+		c, msg := code(err)
+		if err == nil {
+			msg = fmt.Sprintf("Removed %d topic(s) from mirror %s: [%s]", len(removed), req.MirrorName, strings.Join(removed, ", "))
+			if n := alreadyStopped(report); n > 0 {
+				msg += fmt.Sprintf("; %d partition(s) had failed over already", n)
+			}
+		}
+		r.ErrorCode, r.ErrorMessage = c, mirrorproto.NonEmpty(msg)
+	case *mirrorproto.LastMirroredOffsetsRequest:
+		// Asked by the destination of a failback with its credentials on
+		// this (source) cluster: DESCRIBE on each topic, as ListOffsets.
+		r := resp.(*mirrorproto.LastMirroredOffsetsResponse)
+		r.Topics = h.b.LastMirrored(ctx, rc, req)
+	case *mirrorproto.ListMirrorsRequest:
+		r := resp.(*mirrorproto.ListMirrorsResponse)
+		img := h.b.Mirrors(ctx)
+		for _, name := range slices.Sorted(maps.Keys(img.Mirrors)) {
+			m := img.Mirrors[name]
+			if Authorized(rc, kmsg.ACLOperationDescribe, name) != nil {
+				continue // hidden, as ListGroups hides groups
+			}
+			n := 0
+			for _, mt := range m.Topics {
+				if !mt.Stopped {
+					n++
+				}
+			}
+			r.Mirrors = append(r.Mirrors, mirrorproto.ListedMirror{MirrorName: name, SourceBootstrap: m.Configs["bootstrap.servers"], TopicCount: int32(n)})
+		}
+	case *mirrorproto.DescribeMirrorsRequest:
+		resp.(*mirrorproto.DescribeMirrorsResponse).Mirrors = h.b.Describe(ctx, rc, req)
+	case *mirrorproto.ReadMirrorStatesRequest:
+		r := resp.(*mirrorproto.ReadMirrorStatesResponse)
+		if !clusterAction {
+			r.ErrorCode, _ = code(clusterDenied)
+			break
+		}
+		r.Topics, r.Shards, r.ErrorCode = h.b.ReadStates(ctx, req)
+	case *mirrorproto.WriteMirrorStatesRequest:
+		r := resp.(*mirrorproto.WriteMirrorStatesResponse)
+		if !clusterAction {
+			r.ErrorCode, _ = code(clusterDenied)
+			break
+		}
+		r.Topics = h.b.WriteStates(ctx, req)
+	case *mirrorproto.MirrorTopicsRequest:
+		r := resp.(*mirrorproto.MirrorTopicsResponse)
+		op := kmsg.ACLOperationAlter
+		if req.Key() == mirrorproto.KeyDeleteMirror {
+			op = kmsg.ACLOperationDelete
+		}
+		if err := Authorized(rc, op, req.MirrorName); err != nil {
+			r.SetErr(code(err))
+			break
+		}
+		var err error
+		switch req.Key() {
+		case mirrorproto.KeyPauseMirrorTopics:
+			err = h.b.Pause(ctx, req.MirrorName, req.Topics, true)
+		case mirrorproto.KeyResumeMirrorTopics:
+			err = h.b.Pause(ctx, req.MirrorName, req.Topics, false)
+		case mirrorproto.KeyDeleteMirror:
+			err = h.b.DeleteMirror(ctx, req.MirrorName)
+		}
+		r.SetErr(code(err))
+	case *mirrorproto.BumpLeaderEpochsRequest:
+		r := resp.(*mirrorproto.BumpLeaderEpochsResponse)
+		for _, t := range req.Topics {
+			bt := mirrorproto.BumpTopic{TopicID: t.TopicID}
+			for _, bp := range t.Partitions {
+				out := mirrorproto.BumpPartition{PartitionIndex: bp.PartitionIndex, LeaderEpoch: -1}
+				if !clusterAction {
+					out.ErrorCode, _ = code(clusterDenied)
+				} else if e, err := h.b.BumpLeaderEpoch(ctx, t.TopicID, bp.PartitionIndex, bp.MinLeaderEpoch); err != nil {
+					out.ErrorCode, _ = code(err)
+				} else {
+					out.LeaderEpoch = e
+				}
+				bt.Partitions = append(bt.Partitions, out)
+			}
+			r.Topics = append(r.Topics, bt)
+		}
+	default:
+		return nil, fmt.Errorf("mirror: unexpected request %T", req)
+	}
+	return resp, nil
+}
+
+// Authorized checks op on the MIRROR resource (ACL resource type
+// 8); the matching cluster-wide binding (ALTER on CLUSTER for changes,
+// DESCRIBE for reads, DESCRIBE_CONFIGS and ALTER_CONFIGS for configs),
+// which administrators hold, also allows it.
+func Authorized(rc *plugin.RequestContext, op kmsg.ACLOperation, name string) error {
+	if rc.Allowed(op, plugin.ACLResourceMirror, name) {
+		return nil
+	}
+	cop := kmsg.ACLOperationAlter
+	switch op {
+	case kmsg.ACLOperationDescribe, kmsg.ACLOperationDescribeConfigs, kmsg.ACLOperationAlterConfigs:
+		cop = op
+	}
+	if rc.Allowed(cop, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
+		return nil
+	}
+	return fmt.Errorf("%s on mirror %s is not authorized: %w", op, name, mirrorproto.ErrMirrorAuthorizationFailed)
+}
+
+func alreadyStopped(report []mirrorproto.FailoverPartition) int {
+	n := 0
+	for _, fp := range report {
+		if fp.AlreadyStopped {
+			n++
+		}
+	}
+	return n
+}
+
+func topicNames(ts []mirrorproto.RemoveTopic) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.TopicName
+	}
+	return out
+}
