@@ -307,7 +307,7 @@ func (f *fetcher) truncateTo(fp *followed, epoch int32, end int64) error {
 	}
 	f.m.cfg.Log.Info("truncating a follower's log to its leader's", "topic", fp.topic, "partition", fp.key.p,
 		"leader", f.leader, "from", offs.LogEnd, "to", at, "leader_epoch", epoch)
-	if err := fp.ep.TruncateTo(at); err != nil {
+	if err := fp.ep.Truncate(at); err != nil {
 		return fmt.Errorf("truncate %s-%d to %d: %w", fp.topic, fp.key.p, at, err)
 	}
 	return nil
