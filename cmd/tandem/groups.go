@@ -411,9 +411,7 @@ func groupsResetOffsets(args []string, stdout, stderr io.Writer) int {
 	execute := c.Bool("execute", false, "do it (without: a dry run)")
 	var (
 		selected map[string][]int32 // topic → partitions; nil partitions: all
-		how      string
-		n        int64
-		at       time.Time
+		how      resetHow
 	)
 	check := func() error {
 		if c.NArg() != 1 {
@@ -422,50 +420,12 @@ func groupsResetOffsets(args []string, stdout, stderr io.Writer) int {
 		if (len(topicFlags) > 0) == *allTopics {
 			return usageErrorf("choose --topic T (repeatable) or --all-topics")
 		}
-		selected = map[string][]int32{}
-		for _, tf := range topicFlags {
-			t, ps, hasPs := strings.Cut(tf, ":")
-			if t == "" {
-				return usageErrorf("--topic %q: want TOPIC or TOPIC:P,P", tf)
-			}
-			selected[t] = nil
-			if hasPs {
-				for _, p := range strings.Split(ps, ",") {
-					v, err := strconv.ParseInt(strings.TrimSpace(p), 10, 32)
-					if err != nil || v < 0 {
-						return usageErrorf("--topic %q: %q is not a partition number", tf, p)
-					}
-					selected[t] = append(selected[t], int32(v))
-				}
-			}
-		}
-		var ways []string
-		for name, on := range map[string]bool{"--to-earliest": *earliest, "--to-latest": *latest, "--to-offset": *toOffset != "",
-			"--to-datetime": *toDatetime != "", "--shift-by": *shiftBy != ""} {
-			if on {
-				ways = append(ways, name)
-			}
-		}
-		if len(ways) != 1 {
-			return usageErrorf("choose one of --to-earliest, --to-latest, --to-offset N, --to-datetime T, --shift-by N")
-		}
-		how = ways[0]
 		var err error
-		switch how {
-		case "--to-offset":
-			if n, err = strconv.ParseInt(*toOffset, 10, 64); err != nil || n < 0 {
-				return usageErrorf("--to-offset %q: want an offset, 0 or more", *toOffset)
-			}
-		case "--shift-by":
-			if n, err = strconv.ParseInt(*shiftBy, 10, 64); err != nil {
-				return usageErrorf("--shift-by %q: want a whole number", *shiftBy)
-			}
-		case "--to-datetime":
-			if at, err = parseDatetime(*toDatetime); err != nil {
-				return err
-			}
+		if selected, err = resetSelection(topicFlags); err != nil {
+			return err
 		}
-		return nil
+		how, err = resetWay(*earliest, *latest, *toOffset, *toDatetime, *shiftBy)
+		return err
 	}
 	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
 		group := c.Arg(0)
@@ -484,104 +444,17 @@ func groupsResetOffsets(args []string, stdout, stderr io.Writer) int {
 		if len(d.Members) > 0 {
 			return fmt.Errorf("group %s has %d member(s) (state %s): offsets can only be reset while it has none; stop its consumers first", group, len(d.Members), d.State)
 		}
-		current := map[string]map[int32]*int64{}
-		for _, p := range d.Partitions {
-			if current[p.Topic] == nil {
-				current[p.Topic] = map[int32]*int64{}
-			}
-			current[p.Topic][p.Partition] = p.CommittedOffset
-			if d.Type == "share" {
-				current[p.Topic][p.Partition] = p.StartOffset
-			}
-		}
-		// The partitions to move.
-		parts := kadm.TopicsSet{}
-		if *allTopics {
-			for t, ps := range current {
-				for p := range ps {
-					parts.Add(t, p)
-				}
-			}
-		} else {
-			details, err := adm.ListTopics(ctx, slices.Collect(maps.Keys(selected))...)
-			if err != nil {
-				return fmt.Errorf("reading the metadata: %w", err)
-			}
-			for t, ps := range selected {
-				dt, ok := details[t]
-				if !ok || dt.Err != nil {
-					return fmt.Errorf("topic %s: %w", t, orErr(dt.Err, kerr.UnknownTopicOrPartition))
-				}
-				if ps == nil {
-					for p := range dt.Partitions {
-						parts.Add(t, p)
-					}
-				}
-				for _, p := range ps {
-					if _, ok := dt.Partitions[p]; !ok {
-						return fmt.Errorf("topic %s has no partition %d (it has %d)", t, p, len(dt.Partitions))
-					}
-					parts.Add(t, p)
-				}
-			}
+		current := groupOffsetsNow(d)
+		parts, err := resetPartitions(ctx, adm, *allTopics, selected, current)
+		if err != nil {
+			return err
 		}
 		if len(parts) == 0 {
 			return fmt.Errorf("group %s has no offsets to reset", group)
 		}
-		topics := parts.Topics()
-		starts, err := adm.ListStartOffsets(ctx, topics...)
-		if err == nil {
-			err = starts.Error()
-		}
+		plan, offsets, err := planReset(ctx, adm, group, parts, current, how)
 		if err != nil {
-			return fmt.Errorf("reading the log start offsets: %w", err)
-		}
-		ends, err := adm.ListEndOffsets(ctx, topics...)
-		if err == nil {
-			err = ends.Error()
-		}
-		if err != nil {
-			return fmt.Errorf("reading the log end offsets: %w", err)
-		}
-		var after kadm.ListedOffsets
-		if how == "--to-datetime" {
-			if after, err = adm.ListOffsetsAfterMilli(ctx, at.UnixMilli(), topics...); err == nil {
-				err = after.Error()
-			}
-			if err != nil {
-				return fmt.Errorf("finding the offsets at %s: %w", at.Format(time.RFC3339), err)
-			}
-		}
-		var plan []offsetReset
-		offsets := kadm.Offsets{}
-		for _, tp := range parts.Sorted() {
-			for _, p := range tp.Partitions {
-				start, _ := starts.Lookup(tp.Topic, p)
-				end, _ := ends.Lookup(tp.Topic, p)
-				cur := current[tp.Topic][p]
-				var to int64
-				switch how {
-				case "--to-earliest":
-					to = start.Offset
-				case "--to-latest":
-					to = end.Offset
-				case "--to-offset":
-					to = n
-				case "--to-datetime":
-					to = end.Offset
-					if o, ok := after.Lookup(tp.Topic, p); ok && o.Offset >= 0 {
-						to = o.Offset
-					}
-				case "--shift-by":
-					if cur == nil {
-						return fmt.Errorf("%s/%d: the group has no offset there to shift; use --to-offset, --to-earliest or --to-latest", tp.Topic, p)
-					}
-					to = *cur + n
-				}
-				to = max(start.Offset, min(end.Offset, to))
-				plan = append(plan, offsetReset{Group: group, Topic: tp.Topic, Partition: p, CurrentOffset: cur, NewOffset: to})
-				offsets.Add(kadm.Offset{Topic: tp.Topic, Partition: p, At: to, LeaderEpoch: -1})
-			}
+			return err
 		}
 		if *execute {
 			if err := commitReset(ctx, adm, d.Type, group, offsets); err != nil {
@@ -591,18 +464,211 @@ func groupsResetOffsets(args []string, stdout, stderr io.Writer) int {
 		if c.asJSON {
 			return printJSON(stdout, plan)
 		}
-		t := newTable(stdout, "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET")
-		for _, r := range plan {
-			t.row(r.Group, r.Topic, r.Partition, orDash(r.CurrentOffset), r.NewOffset)
-		}
-		t.flush()
-		if *execute {
-			fmt.Fprintf(stdout, "Reset the offsets of group %s: %d partition(s).\n", group, len(plan))
-		} else {
-			fmt.Fprintln(stdout, "Dry run: nothing changed. --execute commits these offsets.")
-		}
+		printReset(stdout, group, plan, *execute)
 		return nil
 	})
+}
+
+// resetSelection is the partitions reset-offsets' --topic flags name:
+// topic → partitions, nil partitions for all of them.
+func resetSelection(topicFlags multiFlag) (map[string][]int32, error) {
+	selected := map[string][]int32{}
+	for _, tf := range topicFlags {
+		t, ps, hasPs := strings.Cut(tf, ":")
+		if t == "" {
+			return nil, usageErrorf("--topic %q: want TOPIC or TOPIC:P,P", tf)
+		}
+		selected[t] = nil
+		if hasPs {
+			for _, p := range strings.Split(ps, ",") {
+				v, err := strconv.ParseInt(strings.TrimSpace(p), 10, 32)
+				if err != nil || v < 0 {
+					return nil, usageErrorf("--topic %q: %q is not a partition number", tf, p)
+				}
+				selected[t] = append(selected[t], int32(v))
+			}
+		}
+	}
+	return selected, nil
+}
+
+// resetHow is how reset-offsets moves each partition: how is the flag
+// chosen (--to-earliest, --to-latest, --to-offset, --to-datetime or
+// --shift-by), n the offset or shift and at the time it takes.
+type resetHow struct {
+	how string
+	n   int64
+	at  time.Time
+}
+
+// resetWay checks that exactly one way of moving the offsets is chosen
+// and parses its argument.
+func resetWay(earliest, latest bool, toOffset, toDatetime, shiftBy string) (resetHow, error) {
+	var ways []string
+	for name, on := range map[string]bool{"--to-earliest": earliest, "--to-latest": latest, "--to-offset": toOffset != "",
+		"--to-datetime": toDatetime != "", "--shift-by": shiftBy != ""} {
+		if on {
+			ways = append(ways, name)
+		}
+	}
+	if len(ways) != 1 {
+		return resetHow{}, usageErrorf("choose one of --to-earliest, --to-latest, --to-offset N, --to-datetime T, --shift-by N")
+	}
+	h := resetHow{how: ways[0]}
+	var err error
+	switch h.how {
+	case "--to-offset":
+		if h.n, err = strconv.ParseInt(toOffset, 10, 64); err != nil || h.n < 0 {
+			return h, usageErrorf("--to-offset %q: want an offset, 0 or more", toOffset)
+		}
+	case "--shift-by":
+		if h.n, err = strconv.ParseInt(shiftBy, 10, 64); err != nil {
+			return h, usageErrorf("--shift-by %q: want a whole number", shiftBy)
+		}
+	case "--to-datetime":
+		if h.at, err = parseDatetime(toDatetime); err != nil {
+			return h, err
+		}
+	}
+	return h, nil
+}
+
+// groupOffsetsNow is a described group's offset of each partition
+// (topic → partition → offset, nil where none is committed): its
+// committed offsets, or a share group's start offsets.
+func groupOffsetsNow(d describedGroup) map[string]map[int32]*int64 {
+	current := map[string]map[int32]*int64{}
+	for _, p := range d.Partitions {
+		if current[p.Topic] == nil {
+			current[p.Topic] = map[int32]*int64{}
+		}
+		current[p.Topic][p.Partition] = p.CommittedOffset
+		if d.Type == "share" {
+			current[p.Topic][p.Partition] = p.StartOffset
+		}
+	}
+	return current
+}
+
+// resetPartitions is the partitions to move: every one the group has an
+// offset for (all), or those selected, checked against the cluster's
+// metadata.
+func resetPartitions(ctx context.Context, adm *kadm.Client, all bool, selected map[string][]int32, current map[string]map[int32]*int64) (kadm.TopicsSet, error) {
+	parts := kadm.TopicsSet{}
+	if all {
+		for t, ps := range current {
+			for p := range ps {
+				parts.Add(t, p)
+			}
+		}
+		return parts, nil
+	}
+	details, err := adm.ListTopics(ctx, slices.Collect(maps.Keys(selected))...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the metadata: %w", err)
+	}
+	for t, ps := range selected {
+		dt, ok := details[t]
+		if !ok || dt.Err != nil {
+			return nil, fmt.Errorf("topic %s: %w", t, orErr(dt.Err, kerr.UnknownTopicOrPartition))
+		}
+		if ps == nil {
+			for p := range dt.Partitions {
+				parts.Add(t, p)
+			}
+		}
+		for _, p := range ps {
+			if _, ok := dt.Partitions[p]; !ok {
+				return nil, fmt.Errorf("topic %s has no partition %d (it has %d)", t, p, len(dt.Partitions))
+			}
+			parts.Add(t, p)
+		}
+	}
+	return parts, nil
+}
+
+// planReset is each partition's new offset, as printed and as committed:
+// where how puts it, moved into the log if it falls outside.
+func planReset(ctx context.Context, adm *kadm.Client, group string, parts kadm.TopicsSet, current map[string]map[int32]*int64, how resetHow) ([]offsetReset, kadm.Offsets, error) {
+	topics := parts.Topics()
+	starts, ends, after, err := resetBounds(ctx, adm, topics, how)
+	if err != nil {
+		return nil, nil, err
+	}
+	var plan []offsetReset
+	offsets := kadm.Offsets{}
+	for _, tp := range parts.Sorted() {
+		for _, p := range tp.Partitions {
+			start, _ := starts.Lookup(tp.Topic, p)
+			end, _ := ends.Lookup(tp.Topic, p)
+			cur := current[tp.Topic][p]
+			var to int64
+			switch how.how {
+			case "--to-earliest":
+				to = start.Offset
+			case "--to-latest":
+				to = end.Offset
+			case "--to-offset":
+				to = how.n
+			case "--to-datetime":
+				to = end.Offset
+				if o, ok := after.Lookup(tp.Topic, p); ok && o.Offset >= 0 {
+					to = o.Offset
+				}
+			case "--shift-by":
+				if cur == nil {
+					return nil, nil, fmt.Errorf("%s/%d: the group has no offset there to shift; use --to-offset, --to-earliest or --to-latest", tp.Topic, p)
+				}
+				to = *cur + how.n
+			}
+			to = max(start.Offset, min(end.Offset, to))
+			plan = append(plan, offsetReset{Group: group, Topic: tp.Topic, Partition: p, CurrentOffset: cur, NewOffset: to})
+			offsets.Add(kadm.Offset{Topic: tp.Topic, Partition: p, At: to, LeaderEpoch: -1})
+		}
+	}
+	return plan, offsets, nil
+}
+
+// resetBounds reads the topics' log start and end offsets and, for
+// --to-datetime, the first offsets at or after its time.
+func resetBounds(ctx context.Context, adm *kadm.Client, topics []string, how resetHow) (starts, ends, after kadm.ListedOffsets, err error) {
+	starts, err = adm.ListStartOffsets(ctx, topics...)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("reading the log start offsets: %w", err)
+	}
+	ends, err = adm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("reading the log end offsets: %w", err)
+	}
+	if how.how == "--to-datetime" {
+		if after, err = adm.ListOffsetsAfterMilli(ctx, how.at.UnixMilli(), topics...); err == nil {
+			err = after.Error()
+		}
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("finding the offsets at %s: %w", how.at.Format(time.RFC3339), err)
+		}
+	}
+	return starts, ends, after, nil
+}
+
+// printReset prints a reset's plan as a table and what became of it.
+func printReset(stdout io.Writer, group string, plan []offsetReset, executed bool) {
+	t := newTable(stdout, "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET")
+	for _, r := range plan {
+		t.row(r.Group, r.Topic, r.Partition, orDash(r.CurrentOffset), r.NewOffset)
+	}
+	t.flush()
+	if executed {
+		fmt.Fprintf(stdout, "Reset the offsets of group %s: %d partition(s).\n", group, len(plan))
+	} else {
+		fmt.Fprintln(stdout, "Dry run: nothing changed. --execute commits these offsets.")
+	}
 }
 
 func orErr(err, otherwise error) error {
