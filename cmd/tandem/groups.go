@@ -151,127 +151,183 @@ func describeGroup(ctx context.Context, adm *kadm.Client, name string, listed ka
 	if !ok {
 		return describedGroup{}, fmt.Errorf("group %s: %w", name, kerr.GroupIDNotFound)
 	}
-	d := describedGroup{Group: name, Type: groupType(l), State: l.State, Coordinator: l.Coordinator, Members: []groupMember{}, Partitions: []groupPartition{}}
-	assigned := map[string]map[int32]string{} // topic → partition → member
-	assign := func(m *groupMember, s kadm.TopicsSet) {
-		m.Assignment = assignmentOf(s)
-		s.Each(func(t string, p int32) {
-			if assigned[t] == nil {
-				assigned[t] = map[int32]string{}
-			}
-			assigned[t][p] = m.MemberID
-		})
+	r := &groupReading{
+		adm: adm, name: name,
+		d:          describedGroup{Group: name, Type: groupType(l), State: l.State, Coordinator: l.Coordinator, Members: []groupMember{}, Partitions: []groupPartition{}},
+		assigned:   map[string]map[int32]string{},
+		partitions: kadm.TopicsSet{},
+		committed:  map[string]map[int32]int64{},
 	}
-	partitions := kadm.TopicsSet{}
-	committed := map[string]map[int32]int64{}
-	var shareOffsets kadm.ShareOffsets
-	switch d.Type {
+	var err error
+	switch r.d.Type {
 	case "share":
-		gs, err := adm.DescribeShareGroups(ctx, name)
-		if err != nil {
-			return d, fmt.Errorf("group %s: %w", name, err)
-		}
-		g := gs[name]
-		if g.Err != nil {
-			return d, fmt.Errorf("group %s: %w", name, g.Err)
-		}
-		d.State, d.Assignor, d.Coordinator = g.GroupState, g.Assignor, g.Coordinator.NodeID
-		for _, m := range g.Members {
-			gm := groupMember{MemberID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost}
-			assign(&gm, m.Assignment)
-			d.Members = append(d.Members, gm)
-		}
-		os, err := adm.DescribeShareGroupOffsets(ctx, name)
-		if err != nil {
-			return d, fmt.Errorf("group %s: reading its start offsets: %w", name, err)
-		}
-		if err := os[name].Err; err != nil {
-			return d, fmt.Errorf("group %s: reading its start offsets: %w", name, err)
-		}
-		shareOffsets = os[name].Offsets
-		for t, ps := range shareOffsets {
-			for p := range ps {
-				partitions.Add(t, p)
-			}
-		}
+		err = r.shareMembers(ctx)
 	case "consumer":
-		gs, err := adm.DescribeConsumerGroups(ctx, name)
-		if err != nil {
-			return d, fmt.Errorf("group %s: %w", name, err)
-		}
-		g := gs[name]
-		if g.Err != nil {
-			return d, fmt.Errorf("group %s: %w", name, g.Err)
-		}
-		d.State, d.Assignor, d.Coordinator = g.State, g.AssignorName, g.Coordinator.NodeID
-		for _, m := range g.Members {
-			gm := groupMember{MemberID: m.MemberID, InstanceID: m.InstanceID, ClientID: m.ClientID, Host: m.ClientHost}
-			assign(&gm, m.Assignment)
-			d.Members = append(d.Members, gm)
-		}
+		err = r.consumerMembers(ctx)
 	default:
-		gs, err := adm.DescribeGroups(ctx, name)
-		if err != nil {
-			return d, fmt.Errorf("group %s: %w", name, err)
-		}
-		g := gs[name]
-		if g.Err != nil {
-			return d, fmt.Errorf("group %s: %w", name, kafkaError(g.Err, g.ErrMessage))
-		}
-		d.State, d.Assignor, d.Coordinator = g.State, g.Protocol, g.Coordinator.NodeID
-		for _, m := range g.Members {
-			gm := groupMember{MemberID: m.MemberID, InstanceID: m.InstanceID, ClientID: m.ClientID, Host: m.ClientHost}
-			s := kadm.TopicsSet{}
-			if ca, ok := m.Assigned.AsConsumer(); ok {
-				for _, t := range ca.Topics {
-					s.Add(t.Topic, t.Partitions...)
-				}
-			}
-			assign(&gm, s)
-			d.Members = append(d.Members, gm)
-		}
+		err = r.classicMembers(ctx)
 	}
-	if d.Type != "share" {
-		offsets, err := adm.FetchOffsets(ctx, name)
-		if err != nil {
-			return d, fmt.Errorf("group %s: reading its committed offsets: %w", name, err)
-		}
-		if err := offsets.Error(); err != nil {
-			return d, fmt.Errorf("group %s: reading its committed offsets: %w", name, err)
-		}
-		offsets.Each(func(o kadm.OffsetResponse) {
-			if committed[o.Topic] == nil {
-				committed[o.Topic] = map[int32]int64{}
-			}
-			committed[o.Topic][o.Partition] = o.At
-			partitions.Add(o.Topic, o.Partition)
-		})
+	if err == nil && r.d.Type != "share" {
+		err = r.committedOffsets(ctx)
 	}
-	for t, ps := range assigned {
+	if err != nil {
+		return r.d, err
+	}
+	for t, ps := range r.assigned {
 		for p := range ps {
-			partitions.Add(t, p)
+			r.partitions.Add(t, p)
 		}
 	}
 	var ends kadm.ListedOffsets
-	if topics := partitions.Topics(); len(topics) > 0 {
+	if topics := r.partitions.Topics(); len(topics) > 0 {
 		ends, _ = adm.ListEndOffsets(ctx, topics...)
 	}
+	r.lags(ends)
+	return r.d, nil
+}
+
+// groupReading is a group being described (describeGroup): what its steps
+// fill in.
+type groupReading struct {
+	adm          *kadm.Client
+	name         string
+	d            describedGroup
+	assigned     map[string]map[int32]string // topic → partition → member
+	partitions   kadm.TopicsSet              // every partition to list
+	committed    map[string]map[int32]int64  // a consumer or classic group's offsets
+	shareOffsets kadm.ShareOffsets           // a share group's
+}
+
+// assign records member m's assignment s.
+func (r *groupReading) assign(m *groupMember, s kadm.TopicsSet) {
+	m.Assignment = assignmentOf(s)
+	s.Each(func(t string, p int32) {
+		if r.assigned[t] == nil {
+			r.assigned[t] = map[int32]string{}
+		}
+		r.assigned[t][p] = m.MemberID
+	})
+}
+
+// shareMembers reads a share group: its state, members and start offsets.
+func (r *groupReading) shareMembers(ctx context.Context) error {
+	name, d := r.name, &r.d
+	gs, err := r.adm.DescribeShareGroups(ctx, name)
+	if err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	g := gs[name]
+	if g.Err != nil {
+		return fmt.Errorf("group %s: %w", name, g.Err)
+	}
+	d.State, d.Assignor, d.Coordinator = g.GroupState, g.Assignor, g.Coordinator.NodeID
+	for _, m := range g.Members {
+		gm := groupMember{MemberID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost}
+		r.assign(&gm, m.Assignment)
+		d.Members = append(d.Members, gm)
+	}
+	os, err := r.adm.DescribeShareGroupOffsets(ctx, name)
+	if err != nil {
+		return fmt.Errorf("group %s: reading its start offsets: %w", name, err)
+	}
+	if err := os[name].Err; err != nil {
+		return fmt.Errorf("group %s: reading its start offsets: %w", name, err)
+	}
+	r.shareOffsets = os[name].Offsets
+	for t, ps := range r.shareOffsets {
+		for p := range ps {
+			r.partitions.Add(t, p)
+		}
+	}
+	return nil
+}
+
+// consumerMembers reads a consumer group's (KIP-848) state and members.
+func (r *groupReading) consumerMembers(ctx context.Context) error {
+	name, d := r.name, &r.d
+	gs, err := r.adm.DescribeConsumerGroups(ctx, name)
+	if err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	g := gs[name]
+	if g.Err != nil {
+		return fmt.Errorf("group %s: %w", name, g.Err)
+	}
+	d.State, d.Assignor, d.Coordinator = g.State, g.AssignorName, g.Coordinator.NodeID
+	for _, m := range g.Members {
+		gm := groupMember{MemberID: m.MemberID, InstanceID: m.InstanceID, ClientID: m.ClientID, Host: m.ClientHost}
+		r.assign(&gm, m.Assignment)
+		d.Members = append(d.Members, gm)
+	}
+	return nil
+}
+
+// classicMembers reads a classic group's state and members.
+func (r *groupReading) classicMembers(ctx context.Context) error {
+	name, d := r.name, &r.d
+	gs, err := r.adm.DescribeGroups(ctx, name)
+	if err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	g := gs[name]
+	if g.Err != nil {
+		return fmt.Errorf("group %s: %w", name, kafkaError(g.Err, g.ErrMessage))
+	}
+	d.State, d.Assignor, d.Coordinator = g.State, g.Protocol, g.Coordinator.NodeID
+	for _, m := range g.Members {
+		gm := groupMember{MemberID: m.MemberID, InstanceID: m.InstanceID, ClientID: m.ClientID, Host: m.ClientHost}
+		s := kadm.TopicsSet{}
+		if ca, ok := m.Assigned.AsConsumer(); ok {
+			for _, t := range ca.Topics {
+				s.Add(t.Topic, t.Partitions...)
+			}
+		}
+		r.assign(&gm, s)
+		d.Members = append(d.Members, gm)
+	}
+	return nil
+}
+
+// committedOffsets reads a consumer or classic group's committed offsets.
+func (r *groupReading) committedOffsets(ctx context.Context) error {
+	offsets, err := r.adm.FetchOffsets(ctx, r.name)
+	if err != nil {
+		return fmt.Errorf("group %s: reading its committed offsets: %w", r.name, err)
+	}
+	if err := offsets.Error(); err != nil {
+		return fmt.Errorf("group %s: reading its committed offsets: %w", r.name, err)
+	}
+	offsets.Each(func(o kadm.OffsetResponse) {
+		if r.committed[o.Topic] == nil {
+			r.committed[o.Topic] = map[int32]int64{}
+		}
+		r.committed[o.Topic][o.Partition] = o.At
+		r.partitions.Add(o.Topic, o.Partition)
+	})
+	return nil
+}
+
+// lags lists every partition with its member, offsets and lag against
+// the log end offsets ends, and the group's total lag when every
+// partition's is known.
+func (r *groupReading) lags(ends kadm.ListedOffsets) {
+	d := &r.d
 	var total int64
 	allKnown := true
-	for _, tp := range partitions.Sorted() {
+	for _, tp := range r.partitions.Sorted() {
 		for _, p := range tp.Partitions {
 			gp := groupPartition{Topic: tp.Topic, Partition: p}
-			if m, ok := assigned[tp.Topic][p]; ok {
+			if m, ok := r.assigned[tp.Topic][p]; ok {
 				gp.MemberID = &m
 			}
 			if e, ok := ends.Lookup(tp.Topic, p); ok && e.Err == nil {
 				gp.LogEndOffset = known64(e.Offset)
 			}
 			if d.Type == "share" {
-				if so, ok := shareOffsets.Lookup(tp.Topic, p); ok && so.Err == nil {
+				if so, ok := r.shareOffsets.Lookup(tp.Topic, p); ok && so.Err == nil {
 					gp.StartOffset, gp.Lag = known64(so.StartOffset), known64(so.Lag)
 				}
-			} else if at, ok := committed[tp.Topic][p]; ok {
+			} else if at, ok := r.committed[tp.Topic][p]; ok {
 				gp.CommittedOffset = known64(at)
 				if gp.CommittedOffset != nil && gp.LogEndOffset != nil {
 					gp.Lag = known64(max(0, *gp.LogEndOffset-*gp.CommittedOffset))
@@ -288,7 +344,6 @@ func describeGroup(ctx context.Context, adm *kadm.Client, name string, listed ka
 	if allKnown {
 		d.TotalLag = &total
 	}
-	return d, nil
 }
 
 const groupsDescribeDoc = `Describes groups (every group when none is named): state, members and
