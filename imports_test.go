@@ -7,8 +7,9 @@ import (
 	"testing"
 )
 
-// TestPluginImports checks the seam of DESIGN.md with go list: no package
-// under plugins/ imports the server package (they import the plugin API,
+// TestPluginImports checks the plugin seam (docs/architecture.md, "The
+// packages": the layering is strict) with go list: no package under
+// plugins/ imports the server package (they import the plugin API,
 // server/plugin) nor another plugin, and the plugin API imports no
 // package of this module but engine, engine/coord, raftmeta,
 // raftmeta/metadata and prom (the metrics set of Host).

@@ -9,9 +9,10 @@ import (
 )
 
 // TestOmitPlugins checks that each build tag really drops its plugin from
-// this package and from the tandem binary (DESIGN.md: compile-time
-// selection), that both still build without it, and that the default build
-// links every plugin. An omit build keeps only a plugin's client-side leaf
+// this package and from the tandem binary (plugins are chosen at compile
+// time: a tandem_omit_<name> tag leaves one out and nothing registers
+// itself at run time), that both still build without it, and that the
+// default build links every plugin. An omit build keeps only a plugin's client-side leaf
 // packages (clients).
 func TestOmitPlugins(t *testing.T) {
 	tandemtest.Long(t)
@@ -20,7 +21,8 @@ func TestOmitPlugins(t *testing.T) {
 	// The mirror APIs' client side (their messages, the admin client, a
 	// mirror's configs) are leaf packages that never import the plugin:
 	// tandem mirrors and bench speak them to any broker, so every build
-	// has them (DESIGN.md: no omit twins).
+	// has them and they have no omit twins (docs/decisions.md: an omit
+	// build drops the plugin, not its client).
 	clients := map[string]bool{
 		mod + "/plugins/mirror/mirrorproto": true,
 		mod + "/plugins/mirror/admin":       true,

@@ -13,6 +13,7 @@ package tandem
 import (
 	"log/slog"
 
+	"github.com/tandem-kafka/tandem/internal/builtin"
 	"github.com/tandem-kafka/tandem/server"
 )
 
@@ -33,23 +34,14 @@ func NewBroker(cfg server.Config) (*server.Broker, error) {
 // the broker properties, for server.Config.Plugins. A nil log means
 // slog.Default(). An invalid property is an error naming it.
 //
-// This is the one place that names every plugin; plugin packages never
-// register themselves into global state, so that a process may run many
-// brokers. Each plugin is added by a with<Plugin> function in its own file
-// guarded by a build tag, with a twin under the opposite tag that adds
-// nothing.
+// internal/builtin is the one place that names every plugin; plugin
+// packages never register themselves into global state, so that a
+// process may run many brokers. Each plugin is added by a with<Plugin>
+// function in its own file there, guarded by a build tag, with a twin
+// under the opposite tag that adds nothing.
 func Plugins(props map[string]string, log *slog.Logger) ([]any, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	var ps []any
-	for _, with := range []func([]any, map[string]string, *slog.Logger) ([]any, error){
-		withGroups, withShare, withTxn, withACL, withMirror,
-	} {
-		var err error
-		if ps, err = with(ps, props, log); err != nil {
-			return nil, err
-		}
-	}
-	return ps, nil
+	return builtin.Plugins(props, log)
 }

@@ -206,61 +206,9 @@ func (r *Runner) measureCluster(ctx context.Context, dir string, catchUpBytes in
 	defer os.RemoveAll(dir)
 	res := &ClusterResult{Workload: w}
 	p := newPayloads(r.Seed, w.RecordSize)
-	// runs measures the produce runs, and the CPU the brokers (pids) and
-	// this process spent on them per GB and as a share of the machine.
-	runs := func(addr, topic string, pids []int) (recs, mbps Stat, cpuPerGB, busy float64, err error) {
-		pids = append(slices.Clone(pids), os.Getpid())
-		cpu := func() (d time.Duration) {
-			for _, pid := range pids {
-				st, _ := readProc(pid)
-				d += st.CPU
-			}
-			return d
-		}
-		var rs, ms []float64
-		var bytes int64
-		start, cpu0 := time.Now(), cpu()
-		for i := range w.Runs {
-			st, err := produce(ctx, addr, topic, w, p, produceOpts{})
-			if err != nil {
-				return recs, mbps, 0, 0, err
-			}
-			if st.Errors > 0 {
-				return recs, mbps, 0, 0, fmt.Errorf("%d produce errors, first: %v", st.Errors, st.FirstErr)
-			}
-			secs := st.Elapsed.Seconds()
-			rs, ms = append(rs, float64(st.Records)/secs), append(ms, float64(st.Bytes)/secs)
-			bytes += st.PBytes
-			r.logf("cluster: %s run %d: %.0f records/s", topic, i+1, rs[len(rs)-1])
-		}
-		used := (cpu() - cpu0).Seconds()
-		busy = used / (time.Since(start).Seconds() * float64(runtime.NumCPU()))
-		return statOf(rs), statOf(ms), used / (float64(bytes) / 1e9), busy, nil
-	}
-
-	// RF=1 on one standalone broker. Both sides start from a disk with
-	// nothing left to write back: the page cache another side dirtied
-	// would slow this one's fsyncs.
-	argv, err := r.brokerArgv()
-	if err != nil {
+	if err := r.measureRF1(ctx, dir, w, p, res); err != nil {
 		return nil, err
 	}
-	syscall.Sync()
-	one, err := spawnBroker(ctx, argv, "tandem", filepath.Join(dir, "single"), r.Sync, r.Props, r.ProfileDir)
-	if err != nil {
-		return nil, err
-	}
-	if err = createTopic(ctx, one.Addr, "rf1", w.Partitions, 1); err == nil {
-		res.RF1, res.RF1MBps, res.RF1CPU, res.RF1Busy, err = runs(one.Addr, "rf1", []int{one.Pid})
-	}
-	if serr := one.Stop(); err == nil {
-		err = serr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("RF=1: %w", err)
-	}
-	os.RemoveAll(filepath.Join(dir, "single"))
-	syscall.Sync()
 
 	// RF=3 on three brokers.
 	c, err := r.startBenchCluster(ctx, filepath.Join(dir, "cluster"), 3)
@@ -275,44 +223,17 @@ func (r *Runner) measureCluster(ctx context.Context, dir string, catchUpBytes in
 	for _, b := range c.brokers {
 		pids = append(pids, b.Pid)
 	}
-	if res.RF3, res.RF3MBps, res.RF3CPU, res.RF3Busy, err = runs(c.kafka[0], "rf3", pids); err != nil {
+	if res.RF3, res.RF3MBps, res.RF3CPU, res.RF3Busy, err = r.clusterRuns(ctx, w, p, c.kafka[0], "rf3", pids); err != nil {
 		return nil, fmt.Errorf("RF=3: %w", err)
 	}
 	r.logf("cluster: RF=3 at %.0f%% of RF=1; CPU per GB %.2f s vs %.2f s (bound %.2f), machine busy %.0f%% vs %.0f%%",
 		100*res.Ratio(), res.RF3CPU, res.RF1CPU, res.CPUBound(), 100*res.RF3Busy, 100*res.RF1Busy)
 
-	// Catch-up: node 3 stops cleanly, the others take catchUpBytes.
 	if catchUpBytes > 0 {
-		if err := createTopic(ctx, c.kafka[0], "catchup", w.Partitions, 3); err != nil {
+		if err := r.measureCatchUp(ctx, c, w, p, catchUpBytes, res); err != nil {
 			return nil, err
 		}
-		if err := c.waitISR(ctx, "catchup", 3); err != nil {
-			return nil, err
-		}
-		if err := c.stopOne(2); err != nil {
-			return nil, fmt.Errorf("stop node 3: %w", err)
-		}
-		fill := w
-		fill.Duration = time.Hour
-		st, err := produce(ctx, c.kafka[0], "catchup", fill, p, produceOpts{maxBytes: catchUpBytes})
-		if err != nil {
-			return nil, fmt.Errorf("catch-up fill: %w", err)
-		}
-		res.CatchUpBytes, res.CatchUpRecords = st.PBytes, st.Produced
-		if err := c.start(ctx, 2); err != nil {
-			return nil, err
-		}
-		start := time.Now()
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-		err = c.waitISR(wctx, "catchup", 3)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		res.CatchUp = time.Since(start)
-		r.logf("cluster: node 3 caught up %d MiB in %v", res.CatchUpBytes>>20, res.CatchUp.Round(time.Millisecond))
 	}
-
 	// Failover: kill -9 the leader of failover-0, time the first acks=all
 	// produce acknowledged after it.
 	if failovers > 0 {
@@ -332,6 +253,101 @@ func (r *Runner) measureCluster(ctx context.Context, dir string, catchUpBytes in
 		}
 	}
 	return res, c.stop()
+}
+
+// clusterRuns measures the produce runs of w to topic at addr, and the
+// CPU the brokers (pids) and this process spent on them per GB and as a
+// share of the machine.
+func (r *Runner) clusterRuns(ctx context.Context, w Workload, p *payloads, addr, topic string, pids []int) (recs, mbps Stat, cpuPerGB, busy float64, err error) {
+	pids = append(slices.Clone(pids), os.Getpid())
+	cpu := func() (d time.Duration) {
+		for _, pid := range pids {
+			st, _ := readProc(pid)
+			d += st.CPU
+		}
+		return d
+	}
+	var rs, ms []float64
+	var bytes int64
+	start, cpu0 := time.Now(), cpu()
+	for i := range w.Runs {
+		st, err := produce(ctx, addr, topic, w, p, produceOpts{})
+		if err != nil {
+			return recs, mbps, 0, 0, err
+		}
+		if st.Errors > 0 {
+			return recs, mbps, 0, 0, fmt.Errorf("%d produce errors, first: %v", st.Errors, st.FirstErr)
+		}
+		secs := st.Elapsed.Seconds()
+		rs, ms = append(rs, float64(st.Records)/secs), append(ms, float64(st.Bytes)/secs)
+		bytes += st.PBytes
+		r.logf("cluster: %s run %d: %.0f records/s", topic, i+1, rs[len(rs)-1])
+	}
+	used := (cpu() - cpu0).Seconds()
+	busy = used / (time.Since(start).Seconds() * float64(runtime.NumCPU()))
+	return statOf(rs), statOf(ms), used / (float64(bytes) / 1e9), busy, nil
+}
+
+// measureRF1 measures RF=1 on one standalone broker. Both sides start
+// from a disk with nothing left to write back: the page cache another
+// side dirtied would slow this one's fsyncs.
+func (r *Runner) measureRF1(ctx context.Context, dir string, w Workload, p *payloads, res *ClusterResult) error {
+	argv, err := r.brokerArgv()
+	if err != nil {
+		return err
+	}
+	syscall.Sync()
+	one, err := spawnBroker(ctx, argv, "tandem", filepath.Join(dir, "single"), r.Sync, r.Props, r.ProfileDir)
+	if err != nil {
+		return err
+	}
+	if err = createTopic(ctx, one.Addr, "rf1", w.Partitions, 1); err == nil {
+		res.RF1, res.RF1MBps, res.RF1CPU, res.RF1Busy, err = r.clusterRuns(ctx, w, p, one.Addr, "rf1", []int{one.Pid})
+	}
+	if serr := one.Stop(); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("RF=1: %w", err)
+	}
+	os.RemoveAll(filepath.Join(dir, "single"))
+	syscall.Sync()
+	return nil
+}
+
+// measureCatchUp times a follower's catch-up: node 3 stops cleanly, the
+// others take catchUpBytes, and node 3 starts again until it is in the
+// ISR.
+func (r *Runner) measureCatchUp(ctx context.Context, c *benchCluster, w Workload, p *payloads, catchUpBytes int64, res *ClusterResult) error {
+	if err := createTopic(ctx, c.kafka[0], "catchup", w.Partitions, 3); err != nil {
+		return err
+	}
+	if err := c.waitISR(ctx, "catchup", 3); err != nil {
+		return err
+	}
+	if err := c.stopOne(2); err != nil {
+		return fmt.Errorf("stop node 3: %w", err)
+	}
+	fill := w
+	fill.Duration = time.Hour
+	st, err := produce(ctx, c.kafka[0], "catchup", fill, p, produceOpts{maxBytes: catchUpBytes})
+	if err != nil {
+		return fmt.Errorf("catch-up fill: %w", err)
+	}
+	res.CatchUpBytes, res.CatchUpRecords = st.PBytes, st.Produced
+	if err := c.start(ctx, 2); err != nil {
+		return err
+	}
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	err = c.waitISR(wctx, "catchup", 3)
+	cancel()
+	if err != nil {
+		return err
+	}
+	res.CatchUp = time.Since(start)
+	r.logf("cluster: node 3 caught up %d MiB in %v", res.CatchUpBytes>>20, res.CatchUp.Round(time.Millisecond))
+	return nil
 }
 
 // failover kills the leader of failover-0 and returns how long it took

@@ -265,7 +265,7 @@ func latencySuffix(l *Latency) string {
 // one). offered is the end-to-end workloads' load in records/s.
 func (r *Runner) runOne(ctx context.Context, target, dir string, w Workload, offered float64) (res Result, err error) {
 	res = Result{Workload: w, Target: target}
-	addr, pid, rf := r.Against, 0, int16(-1)
+	wr := &workloadRun{r: r, ctx: ctx, target: target, w: w, addr: r.Against, rf: -1}
 	if r.Against == "" {
 		argv, err := r.brokerArgv()
 		if err != nil {
@@ -281,111 +281,166 @@ func (r *Runner) runOne(ctx context.Context, target, dir string, w Workload, off
 			}
 			os.RemoveAll(dir)
 		}()
-		addr, pid, rf = b.Addr, b.Pid, 1
+		wr.addr, wr.pid, wr.rf = b.Addr, b.Pid, 1
 	}
-	p := newPayloads(r.Seed, w.RecordSize)
-	topicN := 0
-	newTopic := func() (string, error) {
-		topicN++
-		t := fmt.Sprintf("bench-%s-%d-%d", w.Name(), time.Now().UnixNano()%1e6, topicN)
-		return t, createTopic(ctx, addr, t, w.Partitions, rf)
-	}
-	// doneWith deletes a topic after its run where it would otherwise stay:
-	// kfake holds logs in memory, and a foreign broker is not ours to fill.
-	// A Tandem broker is discarded with its data directory instead.
-	doneWith := func(topic string) {
-		if r.Against != "" || target == "kfake" {
-			if err := deleteTopic(ctx, addr, topic); err != nil {
-				r.logf("delete topic %s: %v", topic, err)
-			}
-		}
-	}
-	var (
-		runs     []runStats
-		consumed int64 // bytes moved in measured runs, for CPU per GB
-		before   procStats
-	)
-	sample := func() (procStats, error) {
-		if pid == 0 {
-			return procStats{}, nil
-		}
-		return readProc(pid)
-	}
+	wr.p = newPayloads(r.Seed, w.RecordSize)
 
 	switch w.Kind {
 	case Produce:
-		if before, err = sample(); err != nil {
-			return res, err
-		}
-		for range w.Runs {
-			topic, err := newTopic()
-			if err != nil {
-				return res, err
-			}
-			st, err := produce(ctx, addr, topic, w, p, produceOpts{})
-			if err != nil {
-				return res, err
-			}
-			runs = append(runs, st)
-			consumed += st.PBytes
-			doneWith(topic)
-		}
+		err = wr.produce()
 	case Consume:
-		topic, err := newTopic()
-		if err != nil {
-			return res, err
-		}
-		backlog := r.backlog()
-		fill := w
-		fill.Duration = 10 * time.Minute // a safety net: the backlog size ends the fill
-		fillSt, err := produce(ctx, addr, topic, fill, p, produceOpts{maxBytes: backlog})
-		if err != nil {
-			return res, fmt.Errorf("pre-fill: %w", err)
-		}
-		res.Produced, res.Errors = fillSt.Produced, fillSt.Errors
-		if before, err = sample(); err != nil {
-			return res, err
-		}
-		for range w.Runs {
-			st, err := consumeAll(ctx, addr, topic, fillSt.Produced)
-			if err != nil {
-				return res, err
-			}
-			runs = append(runs, st)
-			consumed += st.CBytes
-			res.Expected += fillSt.Produced
-		}
-		doneWith(topic)
+		err = wr.consume(&res)
 	case EndToEnd:
-		if before, err = sample(); err != nil {
-			return res, err
-		}
-		var lat []time.Duration
-		for range w.Runs {
-			topic, err := newTopic()
-			if err != nil {
-				return res, err
-			}
-			st, err := produce(ctx, addr, topic, w, p, produceOpts{rate: offered, e2e: true})
-			if err != nil {
-				return res, err
-			}
-			runs = append(runs, st)
-			lat = append(lat, st.Latencies...)
-			consumed += st.PBytes
-			res.Expected += st.Produced
-			doneWith(topic)
-		}
-		slices.Sort(lat)
-		res.Latency = &Latency{
-			P50: percentile(lat, 0.50), P99: percentile(lat, 0.99), P999: percentile(lat, 0.999),
-			Max: percentile(lat, 1), Samples: len(lat), OfferedRecsPerSec: offered,
-		}
+		err = wr.endToEnd(&res, offered)
+	}
+	if err != nil {
+		return res, err
 	}
 
+	produced := wr.sum(&res)
+	if wr.pid != 0 {
+		if err := wr.procFigures(&res, produced); err != nil {
+			return res, err
+		}
+	}
+	if res.Errors > 0 {
+		return res, fmt.Errorf("%d produce errors, first: %s", res.Errors, res.FirstErr)
+	}
+	return res, nil
+}
+
+// workloadRun is one workload run on one broker (Runner.runOne): its runs'
+// figures as they are measured.
+type workloadRun struct {
+	r      *Runner
+	ctx    context.Context
+	target string
+	addr   string
+	pid    int   // the broker's process, 0 for an external broker
+	rf     int16 // replication factor of its topics, -1: the broker's default
+	w      Workload
+	p      *payloads
+	topicN int
+
+	runs     []runStats
+	consumed int64     // bytes moved in measured runs, for CPU per GB
+	before   procStats // the broker's process before the measured runs
+}
+
+// newTopic creates a topic of its own for a run.
+func (wr *workloadRun) newTopic() (string, error) {
+	wr.topicN++
+	t := fmt.Sprintf("bench-%s-%d-%d", wr.w.Name(), time.Now().UnixNano()%1e6, wr.topicN)
+	return t, createTopic(wr.ctx, wr.addr, t, wr.w.Partitions, wr.rf)
+}
+
+// doneWith deletes a topic after its run where it would otherwise stay:
+// kfake holds logs in memory, and a foreign broker is not ours to fill.
+// A Tandem broker is discarded with its data directory instead.
+func (wr *workloadRun) doneWith(topic string) {
+	if wr.r.Against != "" || wr.target == "kfake" {
+		if err := deleteTopic(wr.ctx, wr.addr, topic); err != nil {
+			wr.r.logf("delete topic %s: %v", topic, err)
+		}
+	}
+}
+
+// sample reads the broker's process figures (none for an external broker).
+func (wr *workloadRun) sample() (procStats, error) {
+	if wr.pid == 0 {
+		return procStats{}, nil
+	}
+	return readProc(wr.pid)
+}
+
+// produce measures a produce workload: each run produces to a topic of
+// its own.
+func (wr *workloadRun) produce() (err error) {
+	if wr.before, err = wr.sample(); err != nil {
+		return err
+	}
+	for range wr.w.Runs {
+		topic, err := wr.newTopic()
+		if err != nil {
+			return err
+		}
+		st, err := produce(wr.ctx, wr.addr, topic, wr.w, wr.p, produceOpts{})
+		if err != nil {
+			return err
+		}
+		wr.runs = append(wr.runs, st)
+		wr.consumed += st.PBytes
+		wr.doneWith(topic)
+	}
+	return nil
+}
+
+// consume measures a consume workload: a topic filled with the backlog
+// first, then read whole by each run.
+func (wr *workloadRun) consume(res *Result) error {
+	topic, err := wr.newTopic()
+	if err != nil {
+		return err
+	}
+	backlog := wr.r.backlog()
+	fill := wr.w
+	fill.Duration = 10 * time.Minute // a safety net: the backlog size ends the fill
+	fillSt, err := produce(wr.ctx, wr.addr, topic, fill, wr.p, produceOpts{maxBytes: backlog})
+	if err != nil {
+		return fmt.Errorf("pre-fill: %w", err)
+	}
+	res.Produced, res.Errors = fillSt.Produced, fillSt.Errors
+	if wr.before, err = wr.sample(); err != nil {
+		return err
+	}
+	for range wr.w.Runs {
+		st, err := consumeAll(wr.ctx, wr.addr, topic, fillSt.Produced)
+		if err != nil {
+			return err
+		}
+		wr.runs = append(wr.runs, st)
+		wr.consumed += st.CBytes
+		res.Expected += fillSt.Produced
+	}
+	wr.doneWith(topic)
+	return nil
+}
+
+// endToEnd measures an end-to-end workload at offered records/s: each
+// run produces to a topic of its own and reads back, and res gets the
+// latency percentiles of every run together.
+func (wr *workloadRun) endToEnd(res *Result, offered float64) (err error) {
+	if wr.before, err = wr.sample(); err != nil {
+		return err
+	}
+	var lat []time.Duration
+	for range wr.w.Runs {
+		topic, err := wr.newTopic()
+		if err != nil {
+			return err
+		}
+		st, err := produce(wr.ctx, wr.addr, topic, wr.w, wr.p, produceOpts{rate: offered, e2e: true})
+		if err != nil {
+			return err
+		}
+		wr.runs = append(wr.runs, st)
+		lat = append(lat, st.Latencies...)
+		wr.consumed += st.PBytes
+		res.Expected += st.Produced
+		wr.doneWith(topic)
+	}
+	slices.Sort(lat)
+	res.Latency = &Latency{
+		P50: percentile(lat, 0.50), P99: percentile(lat, 0.99), P999: percentile(lat, 0.999),
+		Max: percentile(lat, 1), Samples: len(lat), OfferedRecsPerSec: offered,
+	}
+	return nil
+}
+
+// sum adds the runs' figures to res and returns the bytes produced.
+func (wr *workloadRun) sum(res *Result) (produced int64) {
 	var mbps, rps []float64
-	var produced int64
-	for _, st := range runs {
+	for _, st := range wr.runs {
 		secs := st.Elapsed.Seconds()
 		mbps = append(mbps, float64(st.Bytes)/secs)
 		rps = append(rps, float64(st.Records)/secs)
@@ -398,26 +453,27 @@ func (r *Runner) runOne(ctx context.Context, target, dir string, w Workload, off
 		}
 	}
 	res.MBps, res.RecsPerSec = statOf(mbps), statOf(rps)
+	return produced
+}
 
-	if pid != 0 {
-		after, err := sample()
-		if err != nil {
-			return res, err
-		}
-		res.HasProc = true
-		res.PeakRSS = after.PeakRSS
-		res.ProcWriteBytes = after.WriteBytes - before.WriteBytes
-		if consumed > 0 {
-			res.CPUSecPerGB = (after.CPU - before.CPU).Seconds() / (float64(consumed) / 1e9)
-		}
-		if produced > 0 {
-			res.DiskPerByte = float64(res.ProcWriteBytes) / float64(produced)
-		}
+// procFigures adds to res what the broker's process spent over the
+// measured runs: peak RSS, bytes written, CPU per GB moved and disk bytes
+// per byte produced.
+func (wr *workloadRun) procFigures(res *Result, produced int64) error {
+	after, err := wr.sample()
+	if err != nil {
+		return err
 	}
-	if res.Errors > 0 {
-		return res, fmt.Errorf("%d produce errors, first: %s", res.Errors, res.FirstErr)
+	res.HasProc = true
+	res.PeakRSS = after.PeakRSS
+	res.ProcWriteBytes = after.WriteBytes - wr.before.WriteBytes
+	if wr.consumed > 0 {
+		res.CPUSecPerGB = (after.CPU - wr.before.CPU).Seconds() / (float64(wr.consumed) / 1e9)
 	}
-	return res, nil
+	if produced > 0 {
+		res.DiskPerByte = float64(res.ProcWriteBytes) / float64(produced)
+	}
+	return nil
 }
 
 // Check returns an error if a result is inconsistent: errors, records read

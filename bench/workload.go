@@ -277,19 +277,8 @@ func produce(ctx context.Context, addr, topic string, w Workload, p *payloads, o
 		defer cons.close()
 		wg.Add(1)
 		go func() { defer wg.Done(); consDone <- cons.run(ctx) }()
-		// Start the clock once the consumer has read the warm-up record, so
-		// that its start-up is not counted as latency.
-		for wait := time.Now(); cons.n.Load() == 0; {
-			select {
-			case err := <-consDone:
-				return st, fmt.Errorf("e2e consumer: %w", err)
-			case <-time.After(time.Millisecond):
-			}
-			if time.Since(wait) > 30*time.Second {
-				cons.close()
-				wg.Wait()
-				return st, errors.New("e2e consumer read nothing in 30s")
-			}
+		if err := cons.awaitWarmUp(consDone, &wg); err != nil {
+			return st, err
 		}
 	}
 
@@ -322,21 +311,51 @@ func produce(ctx context.Context, addr, topic string, w Workload, p *payloads, o
 		st.FirstErr = *e
 	}
 	if o.e2e {
-		cons.want(st.Produced)
-		select {
-		case err = <-consDone:
-		case <-time.After(30*time.Second + w.Duration):
-			err = fmt.Errorf("consumed %d of %d records before timing out", cons.n.Load(), st.Produced)
-			cons.close()
-		}
-		wg.Wait()
-		st.Consumed, st.CBytes = cons.n.Load(), cons.bytes.Load()
-		st.Latencies = cons.lat
-		if err != nil {
-			return st, fmt.Errorf("e2e consumer: %w", err)
+		if err := cons.finish(&st, consDone, &wg, w.Duration); err != nil {
+			return st, err
 		}
 	}
 	return st, nil
+}
+
+// awaitWarmUp waits until the end-to-end consumer (its run's result on
+// ran, its goroutine in wg) has read the warm-up record: the clock starts
+// then, so that its start-up is not counted as latency.
+func (c *consumer) awaitWarmUp(ran chan error, wg *sync.WaitGroup) error {
+	for wait := time.Now(); c.n.Load() == 0; {
+		select {
+		case err := <-ran:
+			return fmt.Errorf("e2e consumer: %w", err)
+		case <-time.After(time.Millisecond):
+		}
+		if time.Since(wait) > 30*time.Second {
+			c.close()
+			wg.Wait()
+			return errors.New("e2e consumer read nothing in 30s")
+		}
+	}
+	return nil
+}
+
+// finish waits for the end-to-end consumer to read every record st
+// produced (a run of duration d; its run's result on ran), and adds what it read and the
+// latencies to st.
+func (c *consumer) finish(st *runStats, ran chan error, wg *sync.WaitGroup, d time.Duration) error {
+	var err error
+	c.want(st.Produced)
+	select {
+	case err = <-ran:
+	case <-time.After(30*time.Second + d):
+		err = fmt.Errorf("consumed %d of %d records before timing out", c.n.Load(), st.Produced)
+		c.close()
+	}
+	wg.Wait()
+	st.Consumed, st.CBytes = c.n.Load(), c.bytes.Load()
+	st.Latencies = c.lat
+	if err != nil {
+		return fmt.Errorf("e2e consumer: %w", err)
+	}
+	return nil
 }
 
 // consumer reads a topic from the start until it has read a wanted number

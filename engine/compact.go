@@ -36,12 +36,53 @@ func (p *Partition) compact(now time.Time, cfg *LogConfig) error {
 	if p.e.closed {
 		return nil
 	}
-	p.mu.Lock()
 	nowMs := now.UnixMilli()
+	segs, firstDirty, gen, err := p.compactable(nowMs, cfg)
+	if err != nil || segs == nil {
+		return err
+	}
+	defer func(all []cleanSeg) {
+		for _, s := range all {
+			p.e.files.release(s.sf)
+		}
+	}(segs)
+
+	deleteRetention := cfg.DeleteRetention
+	if deleteRetention == 0 {
+		deleteRetention = defaultDeleteRetention
+	}
+	c := &compaction{
+		p: p, segs: segs, latest: make(map[string]int64),
+		deleteRetention: deleteRetention,
+		lagCutoff:       nowMs - cfg.MinCompactionLag.Milliseconds(),
+		tombCutoff:      nowMs - deleteRetention.Milliseconds(),
+		tombstoneDue:    int64(math.MaxInt64),
+	}
+	if err := c.mapKeys(firstDirty); err != nil {
+		return err
+	}
+	cleanedUpTo, gen, stopped, err := c.rewrite(gen)
+	if err != nil || stopped {
+		return err
+	}
+	p.mu.Lock()
+	if p.gen == gen {
+		p.cleanedUpTo, p.tombstoneDue = cleanedUpTo, c.tombstoneDue
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// compactable is what a compaction pass at nowMs would clean: the sealed
+// segments wholly below the high watermark, their files acquired (the
+// caller releases them), the first of them written since the last pass,
+// and the partition's generation. No segments (nil) means no pass is due.
+func (p *Partition) compactable(nowMs int64, cfg *LogConfig) (segs []cleanSeg, firstDirty int, gen uint64, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	// Sealed segments wholly below the high watermark can be cleaned.
-	var segs []cleanSeg
 	var total, dirty int64
-	firstDirty := -1
+	firstDirty = -1
 	for i := 0; i+1 < len(p.segs) && p.segs[i+1].base <= p.hwm; i++ {
 		s := p.segs[i]
 		segs = append(segs, cleanSeg{seg: s, sf: s.file, size: s.size, next: p.segs[i+1].base})
@@ -59,43 +100,44 @@ func (p *Partition) compact(now time.Time, cfg *LogConfig) error {
 	// Like Kafka's min.cleanable.dirty.ratio: clean when enough of the
 	// log was written since the last pass, or a kept tombstone expired.
 	if total == 0 || float64(dirty) < cfg.dirtyRatio()*float64(total) && nowMs < p.tombstoneDue {
-		p.mu.Unlock()
-		return nil
+		return nil, 0, 0, nil
 	}
-	gen := p.gen
 	for i := range segs {
 		f, err := p.e.files.acquire(segs[i].sf)
 		if err != nil {
 			for _, s := range segs[:i] {
 				p.e.files.release(s.sf)
 			}
-			p.mu.Unlock()
-			return err
+			return nil, 0, 0, err
 		}
 		segs[i].f = f
 	}
-	p.mu.Unlock()
-	defer func(all []cleanSeg) {
-		for _, s := range all {
-			p.e.files.release(s.sf)
-		}
-	}(segs)
+	return segs, firstDirty, p.gen, nil
+}
 
-	deleteRetention := cfg.DeleteRetention
-	if deleteRetention == 0 {
-		deleteRetention = defaultDeleteRetention
-	}
-	lagCutoff := nowMs - cfg.MinCompactionLag.Milliseconds()
-	tombCutoff := nowMs - deleteRetention.Milliseconds()
+// compaction is one compaction pass over segs (Partition.compact).
+type compaction struct {
+	p    *Partition
+	segs []cleanSeg
+	// latest is the latest offset of every key mapped (mapKeys).
+	latest          map[string]int64
+	buf             []byte // decompressed records, reused
+	deleteRetention time.Duration
+	// lagCutoff: segments with a record younger than this wait
+	// (min.compaction.lag); tombCutoff: tombstones older than this go.
+	lagCutoff, tombCutoff int64
+	// tombstoneDue is when the first tombstone kept expires.
+	tombstoneDue int64
+}
 
-	// Pass 1: the latest offset of every key of the dirty segments (those
-	// written since the last pass), over as many as the map may take of
-	// the memory budget (Kafka's dedupe buffer); the segments after those
-	// wait for the next pass. Every segment up to them is then cleaned
-	// against the map.
-	latest := make(map[string]int64)
-	var buf []byte
-	mapBytes, mapLimit, scanned := int64(0), p.e.cfg.MemoryBudget/8, len(segs)
+// mapKeys is pass 1: the latest offset of every key of the dirty
+// segments (those written since the last pass, from firstDirty), over as
+// many as the map may take of the memory budget (Kafka's dedupe buffer);
+// the segments after those wait for the next pass. Every segment up to
+// them is then cleaned against the map.
+func (c *compaction) mapKeys(firstDirty int) error {
+	segs := c.segs
+	mapBytes, mapLimit, scanned := int64(0), c.p.e.cfg.MemoryBudget/8, len(segs)
 	err := eachBatch(segs[firstDirty:], func(s *cleanSeg, _ int64, b batch) error {
 		if mapBytes > mapLimit {
 			scanned = indexOfSeg(segs, s)
@@ -105,15 +147,15 @@ func (p *Partition) compact(now time.Time, cfg *LogConfig) error {
 			return nil
 		}
 		var err error
-		if buf, err = decompressAll(buf, b, compactDecompressLimit); err != nil {
+		if c.buf, err = decompressAll(c.buf, b, compactDecompressLimit); err != nil {
 			return nil // unreadable: kept as is, and it supersedes nothing
 		}
-		_ = walkRecords(&sliceSource{b: buf}, b.recordCount(), func(r *record) error {
+		_ = walkRecords(&sliceSource{b: c.buf}, b.recordCount(), func(r *record) error {
 			if !r.KeyNull {
-				if _, ok := latest[string(r.Key)]; !ok {
+				if _, ok := c.latest[string(r.Key)]; !ok {
 					mapBytes += int64(len(r.Key)) + 64 // the key and a map entry's overhead
 				}
-				latest[string(r.Key)] = b.baseOffset() + int64(r.OffsetDelta)
+				c.latest[string(r.Key)] = b.baseOffset() + int64(r.OffsetDelta)
 			}
 			return nil
 		})
@@ -124,71 +166,74 @@ func (p *Partition) compact(now time.Time, cfg *LogConfig) error {
 	}
 	// A segment only partly in the map is not cleaned: its later records
 	// might supersede nothing that was seen.
-	segs = segs[:scanned]
+	c.segs = segs[:scanned]
+	return nil
+}
 
-	// Pass 2: rewrite, segment by segment, those with dead records.
-	tombstoneDue := int64(math.MaxInt64)
-	cleanedUpTo := int64(0)
-	for i := range segs {
-		s := &segs[i]
-		if s.seg.maxTs > lagCutoff {
+// rewrite is pass 2: it rewrites, segment by segment, those with dead
+// records, from generation gen. cleanedUpTo is the end of the segments
+// cleaned; stopped says the partition was truncated or trimmed meanwhile,
+// so the pass leaves its result for the next one to redo.
+func (c *compaction) rewrite(gen uint64) (cleanedUpTo int64, _ uint64, stopped bool, _ error) {
+	for i := range c.segs {
+		s := &c.segs[i]
+		if s.seg.maxTs > c.lagCutoff {
 			break // too recent: this and later segments wait
 		}
 		cleanedUpTo = s.next
-		w, err := p.rewriteSegment(s, func(b batch) (batch, error) {
-			if b.isControl() || b.isTransactional() {
-				return b, nil
-			}
-			var err error
-			if buf, err = decompressAll(buf, b, compactDecompressLimit); err != nil {
-				return b, nil
-			}
-			var kept []byte
-			n := int32(0)
-			err = walkRecords(&sliceSource{b: buf}, b.recordCount(), func(r *record) error {
-				// A key not in the map has no later record: the map covers
-				// every record after the segments cleaned before.
-				if off, ok := latest[string(r.Key)]; r.KeyNull || ok && off != b.baseOffset()+int64(r.OffsetDelta) {
-					return nil
-				}
-				if r.ValueNull {
-					if b.maxTimestamp() < tombCutoff {
-						return nil
-					}
-					tombstoneDue = min(tombstoneDue, b.maxTimestamp()+deleteRetention.Milliseconds())
-				}
-				kept = append(kept, r.Raw...)
-				n++
-				return nil
-			})
-			switch {
-			case err != nil || n == b.recordCount():
-				return b, nil
-			case n == 0:
-				return nil, nil
-			default:
-				return rebuildBatch(b, kept, n)
-			}
-		})
+		w, err := c.p.rewriteSegment(s, c.keep)
 		if err != nil {
-			return err
+			return 0, gen, false, err
 		}
 		if w == nil {
 			continue // nothing to remove
 		}
-		if gen, err = p.installSegment(s, w, gen); err != nil {
-			return err
+		if gen, err = c.p.installSegment(s, w, gen); err != nil {
+			return 0, gen, false, err
 		}
 		if gen == 0 {
-			return nil // truncated or trimmed meanwhile: the next pass redoes it
+			return 0, gen, true, nil // truncated or trimmed meanwhile: the next pass redoes it
 		}
 	}
-	p.mu.Lock()
-	if p.gen == gen {
-		p.cleanedUpTo, p.tombstoneDue = cleanedUpTo, tombstoneDue
+	return cleanedUpTo, gen, false, nil
+}
+
+// keep is batch b as compaction leaves it: whole, without its dead
+// records (rebuilt), or gone (nil).
+func (c *compaction) keep(b batch) (batch, error) {
+	if b.isControl() || b.isTransactional() {
+		return b, nil
 	}
-	p.mu.Unlock()
-	return nil
+	var err error
+	if c.buf, err = decompressAll(c.buf, b, compactDecompressLimit); err != nil {
+		return b, nil
+	}
+	var kept []byte
+	n := int32(0)
+	err = walkRecords(&sliceSource{b: c.buf}, b.recordCount(), func(r *record) error {
+		// A key not in the map has no later record: the map covers
+		// every record after the segments cleaned before.
+		if off, ok := c.latest[string(r.Key)]; r.KeyNull || ok && off != b.baseOffset()+int64(r.OffsetDelta) {
+			return nil
+		}
+		if r.ValueNull {
+			if b.maxTimestamp() < c.tombCutoff {
+				return nil
+			}
+			c.tombstoneDue = min(c.tombstoneDue, b.maxTimestamp()+c.deleteRetention.Milliseconds())
+		}
+		kept = append(kept, r.Raw...)
+		n++
+		return nil
+	})
+	switch {
+	case err != nil || n == b.recordCount():
+		return b, nil
+	case n == 0:
+		return nil, nil
+	default:
+		return rebuildBatch(b, kept, n)
+	}
 }
 
 var errMapFull = errors.New("compaction map full")

@@ -140,38 +140,10 @@ func (p *Partition) FetchRecords(offset int64, maxBytes int, iso Isolation) (Fet
 }
 
 func (p *Partition) read(offset int64, maxBytes int, iso Isolation) (res FetchResult, recs *Records, gen uint64, err error) {
-	p.mu.Lock()
-	res = FetchResult{HighWatermark: p.hwm, LastStableOffset: p.lastStableLocked(), LogStartOffset: p.logStart}
-	gen = p.gen
-	if p.deleted {
-		p.mu.Unlock()
-		return res, nil, gen, fmt.Errorf("%s-%d: partition deleted: %w", p.topic, p.part, kerr.UnknownTopicOrPartition)
-	}
-	if offset < p.logStart || offset > p.leo {
-		err := fmt.Errorf("%s-%d: fetch offset %d outside [%d, %d]: %w", p.topic, p.part, offset, p.logStart, p.leo, kerr.OffsetOutOfRange)
-		p.mu.Unlock()
-		return res, nil, gen, err
-	}
-	upper := res.HighWatermark
-	switch iso {
-	case ReadCommitted:
-		upper = res.LastStableOffset
-	case ReadLogEnd: // a follower (replica.go)
-		upper = p.leo
-	}
-	if offset >= upper || len(p.segs) == 0 {
-		p.mu.Unlock()
-		return res, nil, gen, nil
-	}
-	aborted := p.aborted
-	i := max(sort.Search(len(p.segs), func(i int) bool { return p.segs[i].base > offset })-1, 0)
-	pos := int64(-1)
-	if c, ok := p.cursorLocked(offset); ok && c.seg == p.segs[i].base {
-		pos = c.pos
-	}
-	seg, sf, f, end, err := p.openSegLocked(i)
-	p.mu.Unlock()
-	if err != nil {
+	r := logRead{p: p, offset: offset, maxBytes: maxBytes, lastOff: -1}
+	res, aborted, more, err := r.start(iso)
+	gen = r.gen
+	if err != nil || !more {
 		return res, nil, gen, err
 	}
 	recs = &Records{e: p.e}
@@ -181,77 +153,26 @@ func (p *Partition) read(offset int64, maxBytes int, iso Isolation) (res FetchRe
 			recs = nil
 		}
 	}()
-	if pos < 0 && offset <= seg.base {
-		pos = 0 // the segment's first batch (a consumer from the start)
+	if r.pos < 0 && offset <= r.seg.base {
+		r.pos = 0 // the segment's first batch (a consumer from the start)
 	}
-	if pos < 0 {
-		if pos, err = p.indexLookup(seg.base, offset); err != nil {
-			p.e.files.release(sf)
+	if r.pos < 0 {
+		if r.pos, err = p.indexLookup(r.seg.base, offset); err != nil {
+			p.e.files.release(r.sf)
 			return res, recs, gen, err
 		}
 	}
-	lastOff := int64(-1)
-	total := int64(0)
-	for {
-		hr := headerReader{f: f, end: end}
-		// Skip to the batch holding offset (or the first after it: a
-		// compacted gap, or the start of the next segment).
-		var h batchHeader
-		for {
-			if h, err = hr.header(pos); err != nil || h.last >= offset {
-				break
-			}
-			pos += h.size
-		}
-		start := pos
-		full := false
-		for err == nil {
-			if h.base >= upper || total > 0 && total+h.size > int64(maxBytes) {
-				full = true
-				break
-			}
-			total += h.size
-			lastOff = h.last
-			pos += h.size
-			h, err = hr.header(pos)
-		}
-		hr.release()
-		recs.add(sf, f, start, pos-start)
-		if err != nil && err != io.EOF {
-			// A batch being cut by a truncation under the read: what was
-			// read before it is good.
-			p.e.log.Warn("fetch: unreadable batch", "topic", p.topic, "partition", p.part, "segment", seg.base, "position", pos, "err", err)
-			err = nil
-			break
-		}
-		if full {
-			break
-		}
-		// The end of this segment: on to the next one.
-		p.mu.Lock()
-		if p.gen != gen || i+1 >= len(p.segs) || p.segs[i] != seg {
-			p.mu.Unlock()
-			err = nil
-			break
-		}
-		i++
-		seg, sf, f, end, err = p.openSegLocked(i)
-		p.mu.Unlock()
-		if err != nil {
-			break
-		}
-		pos = 0
-	}
-	if lastOff >= 0 {
+	err = r.segments(recs)
+	if r.lastOff >= 0 {
 		p.mu.Lock()
 		if p.gen == gen {
-			p.setCursorLocked(cursor{offset: lastOff + 1, seg: seg.base, pos: pos, gen: gen})
+			p.setCursorLocked(cursor{offset: r.lastOff + 1, seg: r.seg.base, pos: r.pos, gen: gen})
 		}
 		p.mu.Unlock()
 		if iso == ReadCommitted {
 			// The aborted transactions overlapping what is returned.
 			for _, a := range aborted[sort.Search(len(aborted), func(i int) bool { return aborted[i].Last >= offset }):] {
-				if a.First <= lastOff {
+				if a.First <= r.lastOff {
 					res.AbortedTxns = append(res.AbortedTxns, AbortedTxn{ProducerID: a.PID, FirstOffset: a.First})
 				}
 			}
@@ -261,6 +182,119 @@ func (p *Partition) read(offset int64, maxBytes int, iso Isolation) (res FetchRe
 		err = fmt.Errorf("%s-%d: fetch: %w", p.topic, p.part, err)
 	}
 	return res, recs, gen, err
+}
+
+// logRead is one read of a partition's log from offset (Partition.read):
+// the segment it is in and where.
+type logRead struct {
+	p        *Partition
+	offset   int64
+	maxBytes int
+	upper    int64  // where it stops: the high watermark, last stable offset or log end
+	gen      uint64 // the partition's generation when it started
+	// i is the index of seg, whose file sf is open as f, with end bytes
+	// of whole batches; pos is the position in it (-1: unknown yet).
+	i       int
+	seg     *segment
+	sf      *segFile
+	f       vfs.File
+	end     int64
+	pos     int64
+	lastOff int64 // the last offset read, -1 if none
+}
+
+// start looks at the partition under its lock: the result's offsets, the
+// aborted transactions, and whether there is anything to read (more),
+// in which case it opens the segment holding r.offset, and takes the
+// position of the read that ended there if there was one.
+func (r *logRead) start(iso Isolation) (res FetchResult, aborted []abortedTxn, more bool, err error) {
+	p, offset := r.p, r.offset
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	res = FetchResult{HighWatermark: p.hwm, LastStableOffset: p.lastStableLocked(), LogStartOffset: p.logStart}
+	r.gen = p.gen
+	if p.deleted {
+		return res, nil, false, fmt.Errorf("%s-%d: partition deleted: %w", p.topic, p.part, kerr.UnknownTopicOrPartition)
+	}
+	if offset < p.logStart || offset > p.leo {
+		return res, nil, false, fmt.Errorf("%s-%d: fetch offset %d outside [%d, %d]: %w", p.topic, p.part, offset, p.logStart, p.leo, kerr.OffsetOutOfRange)
+	}
+	r.upper = res.HighWatermark
+	switch iso {
+	case ReadCommitted:
+		r.upper = res.LastStableOffset
+	case ReadLogEnd: // a follower (replica.go)
+		r.upper = p.leo
+	}
+	if offset >= r.upper || len(p.segs) == 0 {
+		return res, nil, false, nil
+	}
+	aborted = p.aborted
+	r.i = max(sort.Search(len(p.segs), func(i int) bool { return p.segs[i].base > offset })-1, 0)
+	r.pos = -1
+	if c, ok := p.cursorLocked(offset); ok && c.seg == p.segs[r.i].base {
+		r.pos = c.pos
+	}
+	if r.seg, r.sf, r.f, r.end, err = p.openSegLocked(r.i); err != nil {
+		return res, nil, false, err
+	}
+	return res, aborted, true, nil
+}
+
+// segments reads from r.pos to r.upper or maxBytes into recs, segment
+// after segment while the partition's segments are those the read
+// started with.
+func (r *logRead) segments(recs *Records) (err error) {
+	p, offset := r.p, r.offset
+	total := int64(0)
+	for {
+		hr := headerReader{f: r.f, end: r.end}
+		// Skip to the batch holding offset (or the first after it: a
+		// compacted gap, or the start of the next segment).
+		var h batchHeader
+		for {
+			if h, err = hr.header(r.pos); err != nil || h.last >= offset {
+				break
+			}
+			r.pos += h.size
+		}
+		start := r.pos
+		full := false
+		for err == nil {
+			if h.base >= r.upper || total > 0 && total+h.size > int64(r.maxBytes) {
+				full = true
+				break
+			}
+			total += h.size
+			r.lastOff = h.last
+			r.pos += h.size
+			h, err = hr.header(r.pos)
+		}
+		hr.release()
+		recs.add(r.sf, r.f, start, r.pos-start)
+		if err != nil && err != io.EOF {
+			// A batch being cut by a truncation under the read: what was
+			// read before it is good.
+			p.e.log.Warn("fetch: unreadable batch", "topic", p.topic, "partition", p.part, "segment", r.seg.base, "position", r.pos, "err", err)
+			return nil
+		}
+		if full {
+			return nil
+		}
+		// The end of this segment: on to the next one.
+		p.mu.Lock()
+		if p.gen != r.gen || r.i+1 >= len(p.segs) || p.segs[r.i] != r.seg {
+			p.mu.Unlock()
+			return nil
+		}
+		r.i++
+		r.seg, r.sf, r.f, r.end, err = p.openSegLocked(r.i)
+		p.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		r.pos = 0
+	}
 }
 
 // openSegLocked references segment i's file and returns it with the

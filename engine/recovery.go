@@ -19,6 +19,47 @@ import (
 // failed sync rolls back to the last good one). The recovered metadata
 // is synced before the partition serves.
 func (p *Partition) loadLocked(cut *recoveryPoint) error {
+	p.forgetLocked()
+	point, hasPoint, summaries, compacting, err := p.readMetaLocked()
+	if err != nil {
+		return err
+	}
+	if cut != nil {
+		point, hasPoint = *cut, true
+		point.exact = true
+	}
+	if err := p.openSegmentsLocked(summaries); err != nil {
+		return err
+	}
+	p.pending = p.e.db.NewBatch()
+	for base := range compacting {
+		if err := p.reindexLocked(base); err != nil {
+			return err
+		}
+		p.pending.Delete(compactKey(p.id, p.part, base), nil)
+	}
+	from, pos, err := p.replayStartLocked(point, hasPoint)
+	if err != nil {
+		return err
+	}
+	replayed, err := p.replayLocked(from, pos)
+	if err != nil {
+		return err
+	}
+	p.leo = max(p.leo, p.logStart)
+	p.hwm = p.leo
+	p.countOpenTxnsLocked()
+	if seg := p.active(); seg != nil {
+		p.synced = recoveryPoint{seg: seg.base, pos: seg.size, next: p.leo}
+	} else {
+		p.synced = recoveryPoint{seg: p.leo, next: p.leo}
+	}
+	return p.saveRecoveredLocked(replayed)
+}
+
+// forgetLocked drops the partition's state in memory, for loadLocked to
+// rebuild it.
+func (p *Partition) forgetLocked() {
 	for _, s := range p.segs {
 		p.e.files.retire(s.file)
 	}
@@ -30,22 +71,18 @@ func (p *Partition) loadLocked(cut *recoveryPoint) error {
 	clear(p.dirtyPIDs)
 	p.lastIndexPos, p.failed = -1, nil
 	p.gen++
+}
 
-	point, hasPoint, summaries, compacting, err := p.readMetaLocked()
-	if err != nil {
-		return err
-	}
-	if cut != nil {
-		point, hasPoint = *cut, true
-		point.exact = true
-	}
+// openSegmentsLocked lists the partition's segment files into p.segs,
+// each with its summary from Pebble (summaries, by base) if it has one.
+// Segments wholly below the log start are what a retention pass committed
+// but did not delete before a crash: they go.
+func (p *Partition) openSegmentsLocked(summaries map[int64][]byte) error {
 	fs := p.e.fs
 	bases, err := listSegments(fs, p.dir)
 	if err != nil {
 		return err
 	}
-	// Segments wholly below the log start are what a retention pass
-	// committed but did not delete before a crash.
 	for len(bases) > 1 && bases[1] <= p.logStart {
 		if err := fs.Remove(fs.PathJoin(p.dir, segmentName(bases[0]))); err != nil {
 			return fmt.Errorf("remove segment %d below the log start: %w", bases[0], err)
@@ -67,28 +104,25 @@ func (p *Partition) loadLocked(cut *recoveryPoint) error {
 		}
 		p.segs = append(p.segs, seg)
 	}
-	p.pending = p.e.db.NewBatch()
-	for base := range compacting {
-		if err := p.reindexLocked(base); err != nil {
-			return err
-		}
-		p.pending.Delete(compactKey(p.id, p.part, base), nil)
-	}
+	return nil
+}
 
-	// Where replay starts: the recovery point, if Pebble and the files
-	// agree on it; else from the first segment, with the metadata rebuilt.
+// replayStartLocked is where replay starts (segment from at position
+// pos): the recovery point, if Pebble and the files agree on it; else
+// from the first segment, with the metadata rebuilt. An exact point (a
+// truncation committed but perhaps not done to the files) is cut to
+// first.
+func (p *Partition) replayStartLocked(point recoveryPoint, hasPoint bool) (from int, pos int64, err error) {
 	if hasPoint && point.exact {
-		// A truncation committed but perhaps not done to the files.
 		if i := p.segIndex(point.seg); i >= 0 {
 			err = p.cutLocked(i, point.pos)
 		} else {
 			err = p.dropSegmentsLocked(0)
 		}
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 	}
-	from, pos := 0, int64(0)
 	p.leo = p.logStart
 	if len(p.segs) > 0 {
 		p.leo = p.segs[0].base
@@ -108,20 +142,13 @@ func (p *Partition) loadLocked(cut *recoveryPoint) error {
 	default:
 		p.rebuildLocked(point)
 	}
-	replayed, err := p.replayLocked(from, pos)
-	if err != nil {
-		return err
-	}
-	p.leo = max(p.leo, p.logStart)
-	p.hwm = p.leo
-	p.countOpenTxnsLocked()
-	if seg := p.active(); seg != nil {
-		p.synced = recoveryPoint{seg: seg.base, pos: seg.size, next: p.leo}
-	} else {
-		p.synced = recoveryPoint{seg: p.leo, next: p.leo}
-	}
-	// Make what was replayed durable and write its metadata, unsynced:
-	// the caller syncs Pebble once for every partition it loads.
+	return from, pos, nil
+}
+
+// saveRecoveredLocked makes what was replayed durable and writes its
+// metadata, unsynced: the caller syncs Pebble once for every partition it
+// loads.
+func (p *Partition) saveRecoveredLocked(replayed bool) error {
 	if !replayed && p.pending.Empty() {
 		p.pending.Close()
 		p.pending = nil

@@ -18,7 +18,7 @@ import (
 //
 // Followers read the leader's log up to its end (ReadLogEnd), append
 // what they read with OriginReplica at the leader's offsets and epochs,
-// and truncate where their log diverged (TruncateTo).
+// and truncate where their log diverged (Truncate).
 //
 // The high watermark of a replicated partition is checkpointed under
 //
@@ -163,10 +163,6 @@ func (p *Partition) LastFetchedEpoch() int32 {
 	}
 	return p.latestEpochLocked()
 }
-
-// TruncateTo removes everything at or above offset (Truncate), for a
-// follower whose log diverged from its leader's.
-func (p *Partition) TruncateTo(offset int64) error { return p.Truncate(offset) }
 
 // LogStart is the log start offset.
 func (p *Partition) LogStart() int64 {

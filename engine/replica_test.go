@@ -63,7 +63,7 @@ func TestReplicatedHighWatermark(t *testing.T) {
 	if o := p.Offsets(); o.HighWatermark != 6 || o.LogEnd != 8 {
 		t.Fatalf("restarted replica: %+v, want the checkpointed high watermark 6", o)
 	}
-	if err := p.TruncateTo(6); err != nil {
+	if err := p.Truncate(6); err != nil {
 		t.Fatal(err)
 	}
 	if o := p.Offsets(); o.LogEnd != 6 || o.HighWatermark != 6 {

@@ -152,67 +152,135 @@ func (p *Partition) truncate(offset int64, full bool) error {
 	if err := p.flushLocked(); err != nil {
 		return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, err)
 	}
-	// Where the log is cut: segment i at position pos; leo becomes the
-	// base of the batch holding offset (or offset, in a gap).
-	i, pos, from, leo, logStart := -1, int64(0), offset, offset, p.logStart
-	var sum segment
-	if full || offset < p.logStart {
-		leo, logStart = offset, offset
-	} else if len(p.segs) > 0 {
-		i = max(sort.Search(len(p.segs), func(i int) bool { return p.segs[i].base > offset })-1, 0)
-		if pos, from, sum, err = p.scanToLocked(p.segs[i], offset); err != nil {
-			return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, err)
-		}
-		leo = min(leo, from)
-		if leo < logStart {
-			leo = logStart // the batch holding the log start went: the log is empty
-		}
+	t, err := p.truncationLocked(offset, full)
+	if err != nil {
+		return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, err)
 	}
 	b := p.e.db.NewBatch()
 	defer b.Close()
-	point := recoveryPoint{seg: leo, next: leo, exact: true}
-	if i >= 0 {
-		point.seg, point.pos = p.segs[i].base, pos
-		sum.base, sum.created, sum.size = p.segs[i].base, p.segs[i].created, pos
-		b.Set(segmentKey(p.id, p.part, sum.base), sum.summary(), nil)
-		for _, s := range p.segs[i+1:] {
+	if err := p.writeTruncationLocked(b, t); err != nil {
+		return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, err)
+	}
+	oldStart := p.logStart
+	p.logStart = t.logStart
+	b.Set(stateKey(p.id, p.part), p.encodeState(), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		p.logStart = oldStart
+		return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, err)
+	}
+	p.e.hook("truncate:committed")
+	if t.i >= 0 {
+		err = p.cutLocked(t.i, t.pos)
+		if err == nil {
+			seg := p.segs[t.i]
+			seg.maxTs, seg.maxTsOff, seg.maxTsEpoch, seg.next = t.sum.maxTs, t.sum.maxTsOff, t.sum.maxTsEpoch, t.sum.next
+		}
+	} else {
+		err = p.dropSegmentsLocked(0)
+	}
+	if err != nil {
+		// The exact recovery point finishes the cut at the next start.
+		p.failed = err
+		return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, storageError("%v", err))
+	}
+	p.truncatedLocked(t)
+	return nil
+}
+
+// truncation is a truncation of a partition's log (Partition.truncate):
+// where the log is cut and what goes with it.
+type truncation struct {
+	full bool // StartOver: everything goes, the producer state too
+	// The cut: segment i (-1: every segment goes) at position pos, where
+	// the batch at from starts; sum is the summary of what stays of it.
+	i         int
+	pos, from int64
+	sum       segment
+	// leo and logStart are the log's end and start after it.
+	leo, logStart int64
+	point         recoveryPoint // exact, at the cut
+	// a and k are how many aborted transactions and epochs stay.
+	a, k int
+	// changed is the producers whose state lost batches or a marker.
+	changed map[int64]*producerEntry
+}
+
+// truncationLocked finds where a truncation to offset cuts the log: leo
+// becomes the base of the batch holding offset (or offset, in a gap).
+func (p *Partition) truncationLocked(offset int64, full bool) (*truncation, error) {
+	t := &truncation{full: full, i: -1, from: offset, leo: offset, logStart: p.logStart}
+	if full || offset < p.logStart {
+		t.leo, t.logStart = offset, offset
+	} else if len(p.segs) > 0 {
+		t.i = max(sort.Search(len(p.segs), func(i int) bool { return p.segs[i].base > offset })-1, 0)
+		var err error
+		if t.pos, t.from, t.sum, err = p.scanToLocked(p.segs[t.i], offset); err != nil {
+			return nil, err
+		}
+		t.leo = min(t.leo, t.from)
+		if t.leo < t.logStart {
+			t.leo = t.logStart // the batch holding the log start went: the log is empty
+		}
+	}
+	return t, nil
+}
+
+// writeTruncationLocked writes into b what truncation t changes in the
+// metadata (but the partition's state): the cut segment's summary and the
+// segments after it, an exact recovery point, the index, aborted
+// transactions, epochs and producer state past the cut.
+func (p *Partition) writeTruncationLocked(b *pebble.Batch, t *truncation) error {
+	leo, full := t.leo, t.full
+	t.point = recoveryPoint{seg: leo, next: leo, exact: true}
+	from := t.from
+	if t.i >= 0 {
+		t.point.seg, t.point.pos = p.segs[t.i].base, t.pos
+		t.sum.base, t.sum.created, t.sum.size = p.segs[t.i].base, p.segs[t.i].created, t.pos
+		b.Set(segmentKey(p.id, p.part, t.sum.base), t.sum.summary(), nil)
+		for _, s := range p.segs[t.i+1:] {
 			b.Delete(segmentKey(p.id, p.part, s.base), nil)
 		}
 	} else {
 		b.DeleteRange(segmentKey(p.id, p.part, 0), prefixEnd(subPrefix(p.id, p.part, subSegment)), nil)
 		from = 0
 	}
-	b.Set(recoveryKey(p.id, p.part), point.encode(), nil)
+	b.Set(recoveryKey(p.id, p.part), t.point.encode(), nil)
 	b.DeleteRange(indexKey(p.id, p.part, min(from, leo)), prefixEnd(subPrefix(p.id, p.part, subIndex)), nil)
 	abortedFrom := leo
 	if full {
 		abortedFrom = 0
 	}
 	b.DeleteRange(abortedKey(p.id, p.part, abortedFrom), prefixEnd(subPrefix(p.id, p.part, subAborted)), nil)
-	a := sort.Search(len(p.aborted), func(j int) bool { return p.aborted[j].Last >= abortedFrom })
-	k := sort.Search(len(p.epochs), func(j int) bool { return p.epochs[j].Start >= leo })
+	t.a = sort.Search(len(p.aborted), func(j int) bool { return p.aborted[j].Last >= abortedFrom })
+	t.k = sort.Search(len(p.epochs), func(j int) bool { return p.epochs[j].Start >= leo })
 	if full {
-		k = 0
+		t.k = 0
 	}
-	for _, en := range p.epochs[k:] {
+	for _, en := range p.epochs[t.k:] {
 		b.Delete(epochKey(p.id, p.part, en.Epoch), nil)
 	}
-	// Producer state forgets the batches that are gone, and a
-	// transaction whose marker is gone is open again.
+	return p.writeTruncatedProducersLocked(b, t)
+}
+
+// writeTruncatedProducersLocked writes into b the producer state after
+// truncation t, noting what changed in t.changed: producer state forgets
+// the batches that are gone, and a transaction whose marker is gone is
+// open again.
+func (p *Partition) writeTruncatedProducersLocked(b *pebble.Batch, t *truncation) error {
 	var open map[int64]int64
-	if i >= 0 {
-		if open, err = p.openTxnsLocked(i, pos); err != nil {
-			return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, err)
+	if t.i >= 0 {
+		var err error
+		if open, err = p.openTxnsLocked(t.i, t.pos); err != nil {
+			return err
 		}
 	}
-	changed := map[int64]*producerEntry{}
-	if full {
+	t.changed = map[int64]*producerEntry{}
+	if t.full {
 		b.DeleteRange(subPrefix(p.id, p.part, subProduce), prefixEnd(subPrefix(p.id, p.part, subProduce)), nil)
+		return nil
 	}
+	leo := t.leo
 	for pid, pe := range p.producers {
-		if full {
-			break
-		}
 		j := sort.Search(len(pe.Batches), func(j int) bool { return pe.Batches[j].LastOffset >= leo })
 		start, ok := open[pid]
 		switch {
@@ -225,41 +293,26 @@ func (p *Partition) truncate(offset int64, full bool) error {
 			c := pe.clone()
 			c.Batches = c.Batches[:j]
 			c.TxnStart = start
-			changed[pid] = c
+			t.changed[pid] = c
 			b.Set(producerKey(p.id, p.part, pid), c.encode(), nil)
 		}
 	}
-	oldStart := p.logStart
-	p.logStart = logStart
-	b.Set(stateKey(p.id, p.part), p.encodeState(), nil)
-	if err := b.Commit(pebble.Sync); err != nil {
-		p.logStart = oldStart
-		return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, err)
-	}
-	p.e.hook("truncate:committed")
-	if i >= 0 {
-		err = p.cutLocked(i, pos)
-		if err == nil {
-			seg := p.segs[i]
-			seg.maxTs, seg.maxTsOff, seg.maxTsEpoch, seg.next = sum.maxTs, sum.maxTsOff, sum.maxTsEpoch, sum.next
-		}
-	} else {
-		err = p.dropSegmentsLocked(0)
-	}
-	if err != nil {
-		// The exact recovery point finishes the cut at the next start.
-		p.failed = err
-		return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, storageError("%v", err))
-	}
-	p.epochs = p.epochs[:k:k]
-	for pid, pe := range changed {
+	return nil
+}
+
+// truncatedLocked brings the partition's state in memory to truncation t,
+// once its metadata is committed and its files are cut.
+func (p *Partition) truncatedLocked(t *truncation) {
+	leo, full := t.leo, t.full
+	p.epochs = p.epochs[:t.k:t.k]
+	for pid, pe := range t.changed {
 		p.producers[pid] = pe
 	}
 	if full {
 		p.producers = make(map[int64]*producerEntry)
 	}
 	p.countOpenTxnsLocked()
-	p.aborted = p.aborted[:a:a]
+	p.aborted = p.aborted[:t.a:t.a]
 	p.leo = leo
 	p.hwm = min(p.hwm, leo)
 	if full {
@@ -272,10 +325,9 @@ func (p *Partition) truncate(offset int64, full bool) error {
 	p.repl.target = min(p.repl.target, leo)
 	p.cleanedUpTo = min(p.cleanedUpTo, leo)
 	p.lastIndexPos = -1
-	p.synced = recoveryPoint{seg: point.seg, pos: point.pos, next: leo}
+	p.synced = recoveryPoint{seg: t.point.seg, pos: t.point.pos, next: leo}
 	p.gen++
 	p.notifyLocked()
-	return nil
 }
 
 // scanToLocked walks seg from its start to the first batch whose last

@@ -158,73 +158,18 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 	rc.LocalID = raft.ServerID(strconv.Itoa(int(cfg.NodeID)))
 	rc.Logger = rlog
 
-	var trans raft.Transport
-	var boot raft.Configuration
-	if len(cfg.Voters) == 0 {
-		// A lone voter needs no network, and short timeouts make it lead
-		// (and so open) quickly.
-		rc.HeartbeatTimeout = 50 * time.Millisecond
-		rc.ElectionTimeout = 50 * time.Millisecond
-		rc.LeaderLeaseTimeout = 50 * time.Millisecond
-		_, t := raft.NewInmemTransport(raft.ServerAddress(standaloneAddr(cfg.NodeID)))
-		trans, c.trans = t, t
-		boot.Servers = []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: t.LocalAddr()}}
-	} else {
-		t, err := c.openClusterTransport(rc, rlog)
-		if err != nil {
-			return nil, err
-		}
-		trans, c.trans = t, t
-		if c.isVoter(cfg.NodeID) {
-			for _, v := range cfg.Voters {
-				boot.Servers = append(boot.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(strconv.Itoa(int(v.ID))), Address: raft.ServerAddress(v.Addr)})
-			}
-		}
-	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.Dir, "raft-snapshots"), 2, rlog)
+	trans, boot, err := c.openTransport(rc, rlog)
 	if err != nil {
-		c.closeTransport()
-		return nil, fmt.Errorf("raftmeta: snapshot store: %w", err)
+		return nil, err
 	}
-	store := NewStore(cfg.DB)
-	existing, err := raft.HasExistingState(store, store, snaps)
-	if err != nil {
-		c.closeTransport()
-		return nil, fmt.Errorf("raftmeta: inspect raft state: %w", err)
+	if err := c.startRaft(rc, rlog, trans, boot); err != nil {
+		return nil, err
 	}
-	if !existing && len(boot.Servers) > 0 {
-		if err := raft.BootstrapCluster(rc, store, store, snaps, trans, boot); err != nil {
-			c.closeTransport()
-			return nil, fmt.Errorf("raftmeta: bootstrap: %w", err)
-		}
-	}
-	c.raftAddr = trans.LocalAddr()
-	if cfg.beforeRaft != nil {
-		cfg.beforeRaft()
-	}
-	r, err := raft.NewRaft(rc, (*fsm)(c), store, store, snaps, trans)
-	if err != nil {
-		c.closeTransport()
-		return nil, fmt.Errorf("raftmeta: start raft: %w", err)
-	}
-	c.raft = r
-	close(c.raftStarted)
 	if err := c.checkStoredVoters(); err != nil {
 		c.Close()
 		return nil, err
 	}
-
-	obs := make(chan raft.Observation, 16)
-	c.observer = raft.NewObserver(obs, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
-	})
-	r.RegisterObserver(c.observer)
-	if _, leader := r.LeaderWithID(); leader != "" { // learnt before the observer was in place
-		c.setLeader(nodeID(leader))
-	}
-	c.wg.Add(1)
-	go c.watchLeader(obs)
+	c.observeLeader()
 
 	if c.stream != nil {
 		return c, nil
@@ -234,6 +179,88 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// openTransport opens raft's transport (c.trans) and returns it with the
+// configuration to bootstrap a new quorum with: a standalone node's
+// in-memory transport and itself alone, or a cluster node's controller
+// port and the voters (none for a node that is not one).
+func (c *Controller) openTransport(rc *raft.Config, rlog *raftLogger) (raft.Transport, raft.Configuration, error) {
+	var boot raft.Configuration
+	if len(c.cfg.Voters) == 0 {
+		// A lone voter needs no network, and short timeouts make it lead
+		// (and so open) quickly.
+		rc.HeartbeatTimeout = 50 * time.Millisecond
+		rc.ElectionTimeout = 50 * time.Millisecond
+		rc.LeaderLeaseTimeout = 50 * time.Millisecond
+		_, t := raft.NewInmemTransport(raft.ServerAddress(standaloneAddr(c.cfg.NodeID)))
+		c.trans = t
+		boot.Servers = []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: t.LocalAddr()}}
+		return t, boot, nil
+	}
+	t, err := c.openClusterTransport(rc, rlog)
+	if err != nil {
+		return nil, boot, err
+	}
+	c.trans = t
+	if c.isVoter(c.cfg.NodeID) {
+		for _, v := range c.cfg.Voters {
+			boot.Servers = append(boot.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(strconv.Itoa(int(v.ID))), Address: raft.ServerAddress(v.Addr)})
+		}
+	}
+	return t, boot, nil
+}
+
+// startRaft opens raft's snapshot and log stores, bootstraps the quorum
+// boot on a first start, and starts raft (c.raft) over trans. On error
+// the transport is closed.
+func (c *Controller) startRaft(rc *raft.Config, rlog *raftLogger, trans raft.Transport, boot raft.Configuration) error {
+	cfg := c.cfg
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.Dir, "raft-snapshots"), 2, rlog)
+	if err != nil {
+		c.closeTransport()
+		return fmt.Errorf("raftmeta: snapshot store: %w", err)
+	}
+	store := NewStore(cfg.DB)
+	existing, err := raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		c.closeTransport()
+		return fmt.Errorf("raftmeta: inspect raft state: %w", err)
+	}
+	if !existing && len(boot.Servers) > 0 {
+		if err := raft.BootstrapCluster(rc, store, store, snaps, trans, boot); err != nil {
+			c.closeTransport()
+			return fmt.Errorf("raftmeta: bootstrap: %w", err)
+		}
+	}
+	c.raftAddr = trans.LocalAddr()
+	if cfg.beforeRaft != nil {
+		cfg.beforeRaft()
+	}
+	r, err := raft.NewRaft(rc, (*fsm)(c), store, store, snaps, trans)
+	if err != nil {
+		c.closeTransport()
+		return fmt.Errorf("raftmeta: start raft: %w", err)
+	}
+	c.raft = r
+	close(c.raftStarted)
+	return nil
+}
+
+// observeLeader follows raft's leader changes (watchLeader), starting
+// from the leader raft may have learnt before the observer was in place.
+func (c *Controller) observeLeader() {
+	obs := make(chan raft.Observation, 16)
+	c.observer = raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	c.raft.RegisterObserver(c.observer)
+	if _, leader := c.raft.LeaderWithID(); leader != "" { // learnt before the observer was in place
+		c.setLeader(nodeID(leader))
+	}
+	c.wg.Add(1)
+	go c.watchLeader(obs)
 }
 
 // awaitLeadership waits until this node leads, applies every committed

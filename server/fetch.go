@@ -55,73 +55,19 @@ type fetchPart struct {
 func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.FetchRequest) (kmsg.Response, error) {
 	resp := &fetchResponse{FetchResponse: req.ResponseKind().(*kmsg.FetchResponse)}
 	img := b.image()
-	v13 := req.Version >= 13
-
-	lookup := func(k fetchKey) *metadata.Topic {
-		if v13 {
-			return img.TopicsByID[k.id]
-		}
-		return img.Topics[k.topic]
-	}
-	var requested []*fetchPart
-	for _, rt := range req.Topics {
-		for _, rp := range rt.Partitions {
-			k := fetchKey{partition: rp.Partition}
-			if v13 {
-				k.id = rt.TopicID
-			} else {
-				k.topic = rt.Topic
-			}
-			requested = append(requested, &fetchPart{key: k, req: rp})
-		}
-	}
+	requested := fetchRequested(req)
 
 	// KIP-227 fetch sessions: decide which partitions this fetch covers.
-	parts := requested
-	var sess *fetchSession
-	incremental := false
-	if req.Version >= 7 {
-		switch {
-		case req.SessionEpoch == -1: // sessionless full fetch; closes a session
-			if req.SessionID != 0 {
-				b.sessions.remove(req.SessionID)
-			}
-		case req.SessionEpoch == 0: // new session
-			if req.SessionID != 0 {
-				b.sessions.remove(req.SessionID)
-			}
-			if sess = b.sessions.create(requested); sess != nil {
-				defer sess.mu.Unlock()
-				resp.SessionID = sess.id
-			}
-		default:
-			var code int16
-			sess, code = b.sessions.get(req.SessionID, req.SessionEpoch)
-			if code != 0 {
-				resp.ErrorCode = code
-				return resp, nil
-			}
-			defer sess.mu.Unlock()
-			resp.SessionID = sess.id
-			sess.update(requested, req.ForgottenTopics, v13)
-			parts = sess.parts
-			incremental = true
-		}
+	sess, parts, incremental, code := b.sessions.forFetch(req, requested)
+	if code != 0 {
+		resp.ErrorCode = code
+		return resp, nil
 	}
-	// A fetch with a replica id is a follower's: clients may not pose as
-	// one (CVE-2018-1288), so it needs CLUSTER_ACTION on the cluster, and
-	// only that, as in Kafka: a broker's principal needs no READ on
-	// every topic.
-	fromReplica := req.ReplicaID >= 0 || req.Version >= 15 && req.ReplicaState.ID >= 0
-	replicaDenied := fromReplica && !rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, clusterName)
-	for _, fp := range parts {
-		fp.topic = lookup(fp.key)
-		name := fp.key.topic
-		if fp.topic != nil {
-			name = fp.topic.Name
-		}
-		fp.denied = replicaDenied || !fromReplica && (fp.topic != nil || !v13) && !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeTopic, name)
+	if sess != nil {
+		defer sess.mu.Unlock()
+		resp.SessionID = sess.id
 	}
+	authorizeFetch(img, rc, req, parts)
 
 	iso := engine.ReadUncommitted
 	if req.IsolationLevel == 1 {
@@ -138,9 +84,92 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 	if maxBytes <= 0 {
 		maxBytes = int(^uint32(0) >> 1)
 	}
+	if !b.longPoll(ctx, req, parts, maxBytes, iso, replica) {
+		return nil, nil // the client is gone or the broker is closing: no one to answer
+	}
+	got := fetchAnswer(resp, parts, incremental)
+	if sess != nil {
+		sess.rotate(got)
+	}
+	return resp, nil
+}
 
-	// Read, and while there is less than MinBytes and time left, wait for
-	// any of the partitions' high watermarks to move, then read again.
+// fetchRequested is the partitions a Fetch names, in its order, keyed by
+// topic ID from v13 and by name before.
+func fetchRequested(req *kmsg.FetchRequest) []*fetchPart {
+	var requested []*fetchPart
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			k := fetchKey{partition: rp.Partition}
+			if req.Version >= 13 {
+				k.id = rt.TopicID
+			} else {
+				k.topic = rt.Topic
+			}
+			requested = append(requested, &fetchPart{key: k, req: rp})
+		}
+	}
+	return requested
+}
+
+// forFetch is the KIP-227 step of a fetch: the session it uses (locked,
+// nil for a sessionless fetch), the partitions it covers (requested, or
+// the session's for an incremental fetch) and whether it is incremental;
+// or the error code for the request. A full fetch with a session ID closes
+// that session.
+func (f *fetchSessions) forFetch(req *kmsg.FetchRequest, requested []*fetchPart) (sess *fetchSession, parts []*fetchPart, incremental bool, code int16) {
+	if req.Version < 7 {
+		return nil, requested, false, 0
+	}
+	switch {
+	case req.SessionEpoch == -1: // sessionless full fetch; closes a session
+		if req.SessionID != 0 {
+			f.remove(req.SessionID)
+		}
+	case req.SessionEpoch == 0: // new session
+		if req.SessionID != 0 {
+			f.remove(req.SessionID)
+		}
+		sess = f.create(requested)
+	default:
+		sess, code = f.get(req.SessionID, req.SessionEpoch)
+		if code != 0 {
+			return nil, nil, false, code
+		}
+		sess.update(requested, req.ForgottenTopics, req.Version >= 13)
+		return sess, sess.parts, true, 0
+	}
+	return sess, requested, false, 0
+}
+
+// authorizeFetch looks up each partition's topic in img and marks those
+// the request may not read. A fetch with a replica id is a follower's:
+// clients may not pose as one (CVE-2018-1288), so it needs CLUSTER_ACTION
+// on the cluster, and only that, as in Kafka: a broker's principal needs
+// no READ on every topic.
+func authorizeFetch(img *metadata.Image, rc *RequestContext, req *kmsg.FetchRequest, parts []*fetchPart) {
+	v13 := req.Version >= 13
+	fromReplica := req.ReplicaID >= 0 || req.Version >= 15 && req.ReplicaState.ID >= 0
+	replicaDenied := fromReplica && !rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, clusterName)
+	for _, fp := range parts {
+		if v13 {
+			fp.topic = img.TopicsByID[fp.key.id]
+		} else {
+			fp.topic = img.Topics[fp.key.topic]
+		}
+		name := fp.key.topic
+		if fp.topic != nil {
+			name = fp.topic.Name
+		}
+		fp.denied = replicaDenied || !fromReplica && (fp.topic != nil || !v13) && !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeTopic, name)
+	}
+}
+
+// longPoll reads parts, and while there is less than MinBytes and time
+// left, waits for any of the partitions' high watermarks to move, then
+// reads again. It returns false if ctx ended first, having closed what
+// was read.
+func (b *Broker) longPoll(ctx context.Context, req *kmsg.FetchRequest, parts []*fetchPart, maxBytes int, iso engine.Isolation, replica replicaFetch) bool {
 	var deadline <-chan time.Time
 	if req.MaxWaitMillis > 0 {
 		t := time.NewTimer(time.Duration(req.MaxWaitMillis) * time.Millisecond)
@@ -155,7 +184,7 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 		total, done, watched := b.readParts(parts, maxBytes, iso, replica, req.Version, w)
 		if done || total >= int(req.MinBytes) || deadline == nil || !watched {
 			w.Wake()
-			break
+			return true
 		}
 		select {
 		case <-w.C():
@@ -167,14 +196,16 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 				fp.recs.Close()
 				fp.recs = nil
 			}
-			return nil, nil // the client is gone or the broker is closing: no one to answer
+			return false
 		}
 		w.Wake()
 	}
+}
 
-	// Build the response: every partition for a full fetch, only those
-	// with something new for an incremental one (KIP-227).
-	var got []*fetchPart
+// fetchAnswer builds the response: every partition for a full fetch, only
+// those with something new for an incremental one (KIP-227). It returns
+// the partitions that have records in it.
+func fetchAnswer(resp *fetchResponse, parts []*fetchPart, incremental bool) (got []*fetchPart) {
 	for _, fp := range parts {
 		o := &fp.out
 		changed := !incremental || !fp.sentOnce || o.ErrorCode != 0 || fp.nbytes > 0 ||
@@ -199,10 +230,7 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 		resp.records[n-1] = append(resp.records[n-1], fp.recs)
 		fp.recs = nil // the response owns them; the session must not pin them
 	}
-	if sess != nil {
-		sess.rotate(got)
-	}
-	return resp, nil
+	return got
 }
 
 // replicaFetch is who sends a Fetch: a broker (id >= 0, with its broker

@@ -173,33 +173,7 @@ func (r *fetchResponse) encode(head []byte) []frameSeg {
 		b = arrayLen(b, len(t.Partitions))
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
-			b = kbin.AppendInt32(b, p.Partition)
-			b = kbin.AppendInt16(b, p.ErrorCode)
-			b = kbin.AppendInt64(b, p.HighWatermark)
-			if v >= 4 {
-				b = kbin.AppendInt64(b, p.LastStableOffset)
-			}
-			if v >= 5 {
-				b = kbin.AppendInt64(b, p.LogStartOffset)
-			}
-			if v >= 4 {
-				a := p.AbortedTransactions
-				if flex {
-					b = kbin.AppendCompactNullableArrayLen(b, len(a), a == nil)
-				} else {
-					b = kbin.AppendNullableArrayLen(b, len(a), a == nil)
-				}
-				for _, at := range a {
-					b = kbin.AppendInt64(b, at.ProducerID)
-					b = kbin.AppendInt64(b, at.FirstOffset)
-					if flex {
-						b = append(b, 0)
-					}
-				}
-			}
-			if v >= 11 {
-				b = kbin.AppendInt32(b, p.PreferredReadReplica)
-			}
+			b = appendFetchPartitionHead(b, v, p)
 			var recs *engine.Records
 			if i < len(r.records) && j < len(r.records[i]) {
 				recs = r.records[i][j]
@@ -215,28 +189,7 @@ func (r *fetchResponse) encode(head []byte) []frameSeg {
 			w.splice(recs)
 			b = w.b
 			if flex {
-				diverging := p.DivergingEpoch.Epoch != -1 || p.DivergingEpoch.EndOffset != -1
-				leader := p.CurrentLeader.LeaderID != -1 || p.CurrentLeader.LeaderEpoch != -1
-				tags := p.UnknownTags.Len() // MirrorLeaderEpoch (tag 1279), after ours
-				for _, set := range []bool{diverging, leader} {
-					if set {
-						tags++
-					}
-				}
-				b = kbin.AppendUvarint(b, uint32(tags))
-				if diverging { // tag 0: epoch int32, end offset int64, no tags
-					b = append(b, 0, 13)
-					b = kbin.AppendInt32(b, p.DivergingEpoch.Epoch)
-					b = kbin.AppendInt64(b, p.DivergingEpoch.EndOffset)
-					b = append(b, 0)
-				}
-				if leader { // tag 1: leader id int32, leader epoch int32, no tags
-					b = append(b, 1, 9)
-					b = kbin.AppendInt32(b, p.CurrentLeader.LeaderID)
-					b = kbin.AppendInt32(b, p.CurrentLeader.LeaderEpoch)
-					b = append(b, 0)
-				}
-				b = p.UnknownTags.AppendEach(b)
+				b = appendFetchPartitionTags(b, p)
 			}
 		}
 		if flex {
@@ -248,4 +201,67 @@ func (r *fetchResponse) encode(head []byte) []frameSeg {
 	}
 	w.b = b
 	return w.done()
+}
+
+// appendFetchPartitionHead appends a partition of a version v response up
+// to its records: index, error, offsets, aborted transactions, preferred
+// read replica.
+func appendFetchPartitionHead(b []byte, v int16, p *kmsg.FetchResponseTopicPartition) []byte {
+	flex := v >= 12
+	b = kbin.AppendInt32(b, p.Partition)
+	b = kbin.AppendInt16(b, p.ErrorCode)
+	b = kbin.AppendInt64(b, p.HighWatermark)
+	if v >= 4 {
+		b = kbin.AppendInt64(b, p.LastStableOffset)
+	}
+	if v >= 5 {
+		b = kbin.AppendInt64(b, p.LogStartOffset)
+	}
+	if v >= 4 {
+		a := p.AbortedTransactions
+		if flex {
+			b = kbin.AppendCompactNullableArrayLen(b, len(a), a == nil)
+		} else {
+			b = kbin.AppendNullableArrayLen(b, len(a), a == nil)
+		}
+		for _, at := range a {
+			b = kbin.AppendInt64(b, at.ProducerID)
+			b = kbin.AppendInt64(b, at.FirstOffset)
+			if flex {
+				b = append(b, 0)
+			}
+		}
+	}
+	if v >= 11 {
+		b = kbin.AppendInt32(b, p.PreferredReadReplica)
+	}
+	return b
+}
+
+// appendFetchPartitionTags appends a partition's tagged fields (flexible
+// versions): DivergingEpoch (tag 0) and CurrentLeader (tag 1) when set,
+// then its unknown tags.
+func appendFetchPartitionTags(b []byte, p *kmsg.FetchResponseTopicPartition) []byte {
+	diverging := p.DivergingEpoch.Epoch != -1 || p.DivergingEpoch.EndOffset != -1
+	leader := p.CurrentLeader.LeaderID != -1 || p.CurrentLeader.LeaderEpoch != -1
+	tags := p.UnknownTags.Len() // MirrorLeaderEpoch (tag 1279), after ours
+	for _, set := range []bool{diverging, leader} {
+		if set {
+			tags++
+		}
+	}
+	b = kbin.AppendUvarint(b, uint32(tags))
+	if diverging { // tag 0: epoch int32, end offset int64, no tags
+		b = append(b, 0, 13)
+		b = kbin.AppendInt32(b, p.DivergingEpoch.Epoch)
+		b = kbin.AppendInt64(b, p.DivergingEpoch.EndOffset)
+		b = append(b, 0)
+	}
+	if leader { // tag 1: leader id int32, leader epoch int32, no tags
+		b = append(b, 1, 9)
+		b = kbin.AppendInt32(b, p.CurrentLeader.LeaderID)
+		b = kbin.AppendInt32(b, p.CurrentLeader.LeaderEpoch)
+		b = append(b, 0)
+	}
+	return p.UnknownTags.AppendEach(b)
 }

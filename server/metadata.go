@@ -22,38 +22,10 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 	createDenied := map[string]bool{}
 	if !all {
 		// Auto-create what is missing, then answer from the new image.
-		allow := b.props.AutoCreateTopics && (req.Version < 4 || req.AllowAutoTopicCreation)
-		clusterCreate := allow && rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, clusterName)
-		var create []string
-		for _, rt := range req.Topics {
-			if rt.Topic != nil && img.Topics[*rt.Topic] == nil && allow && raftmeta.ValidTopicName(*rt.Topic) == nil &&
-				rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, *rt.Topic) {
-				// Auto-creation needs CREATE on the cluster or the topic.
-				if clusterCreate || rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeTopic, *rt.Topic) {
-					create = append(create, *rt.Topic)
-				} else {
-					createDenied[*rt.Topic] = true
-				}
-			}
-		}
-		if len(create) > 0 {
-			b.createTopicsAuto(ctx, create)
-			img = b.image()
-		}
+		img, createDenied = b.autoCreateTopics(ctx, rc, req, img)
 	}
 
-	for _, br := range sortedBrokers(img) {
-		if br.Fenced {
-			continue // Kafka lists the brokers clients can use
-		}
-		rb := kmsg.NewMetadataResponseBroker()
-		rb.NodeID = br.ID
-		rb.Host, rb.Port = endpointFor(br, rc.Listener)
-		if br.Rack != "" {
-			rb.Rack = &br.Rack
-		}
-		resp.Brokers = append(resp.Brokers, rb)
-	}
+	resp.Brokers = metadataBrokers(img, rc)
 	resp.ClusterID = &img.ClusterID
 	resp.ControllerID = img.ControllerID
 	if req.Version >= 8 && req.Version <= 10 && req.IncludeClusterAuthorizedOperations {
@@ -61,24 +33,7 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 	}
 
 	addTopic := func(t *metadata.Topic) {
-		rt := kmsg.NewMetadataResponseTopic()
-		rt.Topic, rt.TopicID, rt.IsInternal = &t.Name, t.ID, t.Internal
-		if req.IncludeTopicAuthorizedOperations {
-			rt.AuthorizedOperations = rc.AuthorizedOps(kmsg.ACLResourceTypeTopic, t.Name, topicOps...)
-		}
-		for p, part := range t.Partitions {
-			rp := kmsg.NewMetadataResponseTopicPartition()
-			rp.Partition = int32(p)
-			rp.Leader, rp.LeaderEpoch = part.Leader, part.LeaderEpoch
-			rp.Replicas, rp.ISR = part.Replicas, part.ISR
-			rp.OfflineReplicas = []int32{}
-			rp.OfflineReplicas = offlineReplicas(img, part)
-			if part.Leader == -1 {
-				rp.ErrorCode = kerr.LeaderNotAvailable.Code
-			}
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		resp.Topics = append(resp.Topics, rt)
+		resp.Topics = append(resp.Topics, metadataTopic(img, rc, req, t))
 	}
 	topicErr := func(name *string, id [16]byte, err *kerr.Error) {
 		rt := kmsg.NewMetadataResponseTopic()
@@ -118,6 +73,75 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 		}
 	}
 	return resp, nil
+}
+
+// autoCreateTopics creates the topics a Metadata request names that are
+// missing, when the request and the broker allow it, and returns the image
+// to answer from (the new one if it created any) and the topics it was
+// not allowed to create.
+func (b *Broker) autoCreateTopics(ctx context.Context, rc *RequestContext, req *kmsg.MetadataRequest, img *metadata.Image) (*metadata.Image, map[string]bool) {
+	createDenied := map[string]bool{}
+	allow := b.props.AutoCreateTopics && (req.Version < 4 || req.AllowAutoTopicCreation)
+	clusterCreate := allow && rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, clusterName)
+	var create []string
+	for _, rt := range req.Topics {
+		if rt.Topic != nil && img.Topics[*rt.Topic] == nil && allow && raftmeta.ValidTopicName(*rt.Topic) == nil &&
+			rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, *rt.Topic) {
+			// Auto-creation needs CREATE on the cluster or the topic.
+			if clusterCreate || rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeTopic, *rt.Topic) {
+				create = append(create, *rt.Topic)
+			} else {
+				createDenied[*rt.Topic] = true
+			}
+		}
+	}
+	if len(create) > 0 {
+		b.createTopicsAuto(ctx, create)
+		img = b.image()
+	}
+	return img, createDenied
+}
+
+// metadataBrokers lists the brokers clients can use (Kafka leaves out the
+// fenced ones), by ID, with their endpoint on the request's listener.
+func metadataBrokers(img *metadata.Image, rc *RequestContext) []kmsg.MetadataResponseBroker {
+	var out []kmsg.MetadataResponseBroker
+	for _, br := range sortedBrokers(img) {
+		if br.Fenced {
+			continue
+		}
+		rb := kmsg.NewMetadataResponseBroker()
+		rb.NodeID = br.ID
+		rb.Host, rb.Port = endpointFor(br, rc.Listener)
+		if br.Rack != "" {
+			rb.Rack = &br.Rack
+		}
+		out = append(out, rb)
+	}
+	return out
+}
+
+// metadataTopic is topic t as a Metadata response lists it, with its
+// partitions.
+func metadataTopic(img *metadata.Image, rc *RequestContext, req *kmsg.MetadataRequest, t *metadata.Topic) kmsg.MetadataResponseTopic {
+	rt := kmsg.NewMetadataResponseTopic()
+	rt.Topic, rt.TopicID, rt.IsInternal = &t.Name, t.ID, t.Internal
+	if req.IncludeTopicAuthorizedOperations {
+		rt.AuthorizedOperations = rc.AuthorizedOps(kmsg.ACLResourceTypeTopic, t.Name, topicOps...)
+	}
+	for p, part := range t.Partitions {
+		rp := kmsg.NewMetadataResponseTopicPartition()
+		rp.Partition = int32(p)
+		rp.Leader, rp.LeaderEpoch = part.Leader, part.LeaderEpoch
+		rp.Replicas, rp.ISR = part.Replicas, part.ISR
+		rp.OfflineReplicas = []int32{}
+		rp.OfflineReplicas = offlineReplicas(img, part)
+		if part.Leader == -1 {
+			rp.ErrorCode = kerr.LeaderNotAvailable.Code
+		}
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	return rt
 }
 
 func sortedBrokers(img *metadata.Image) []metadata.Broker {

@@ -41,151 +41,191 @@ const internalClientID = "__admin_client"
 func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kmsg.ProduceRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	img := b.image()
-	// The append must finish even if the client hangs up: acks=0 clients
-	// may close right after writing.
-	ctx = context.WithoutCancel(ctx)
+	pr := &produce{
+		b: b, rc: rc, req: req,
+		// The append must finish even if the client hangs up: acks=0
+		// clients may close right after writing.
+		ctx: context.WithoutCancel(ctx),
+		// A transactional produce needs WRITE on its transactional id, or
+		// every partition fails with TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+		txnDenied: req.TransactionID != nil && !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTransactionalId, *req.TransactionID),
+	}
+	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
+	for i, rt := range req.Topics {
+		pr.topic(img, rt, &resp.Topics[i])
+	}
+	return pr.respond(resp)
+}
+
+// produce is one Produce request being handled: what the steps of its
+// partitions share.
+type produce struct {
+	b         *Broker
+	ctx       context.Context
+	rc        *RequestContext
+	req       *kmsg.ProduceRequest
+	txnDenied bool
 
 	// applied: every partition's batches are in its log; synced: and
 	// durable, with the response filled in.
-	var applied, synced sync.WaitGroup
-	failed := false
-	// A transactional produce needs WRITE on its transactional id, or
-	// every partition fails with TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
-	txnDenied := req.TransactionID != nil && !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTransactionalId, *req.TransactionID)
-	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
-	for i, rt := range req.Topics {
-		st := &resp.Topics[i]
-		st.Topic, st.TopicID = rt.Topic, rt.TopicID
-		var t *metadata.Topic
-		missing := kerr.UnknownTopicOrPartition
-		if req.Version >= 13 {
-			t, missing = img.TopicsByID[rt.TopicID], kerr.UnknownTopicID
-		} else {
-			t = img.Topics[rt.Topic]
+	applied, synced sync.WaitGroup
+	failed          bool
+}
+
+// topic handles the partitions of one topic of the request, answering in
+// st: each is checked (check) and, if it passes, appended (append).
+func (pr *produce) topic(img *metadata.Image, rt kmsg.ProduceRequestTopic, st *kmsg.ProduceResponseTopic) {
+	st.Topic, st.TopicID = rt.Topic, rt.TopicID
+	var t *metadata.Topic
+	missing := kerr.UnknownTopicOrPartition
+	if pr.req.Version >= 13 {
+		t, missing = img.TopicsByID[rt.TopicID], kerr.UnknownTopicID
+	} else {
+		t = img.Topics[rt.Topic]
+	}
+	st.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
+	for j, rp := range rt.Partitions {
+		sp := &st.Partitions[j]
+		*sp = kmsg.NewProduceResponseTopicPartition()
+		sp.Partition = rp.Partition
+		ep, part, err, msg := pr.check(t, rt.Topic, missing, rp, sp)
+		if err != nil {
+			pr.fail(sp, err, msg)
+			continue
 		}
-		st.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
-		for j, rp := range rt.Partitions {
-			sp := &st.Partitions[j]
-			*sp = kmsg.NewProduceResponseTopicPartition()
-			sp.Partition = rp.Partition
-			fail := func(err *kerr.Error, msg string) {
-				failed = true
-				sp.ErrorCode = err.Code
-				if msg != "" {
-					sp.ErrorMessage = &msg
-				}
-				b.m.produceErrors.Inc()
+		pr.append(t, rp, ep, part, sp)
+	}
+}
+
+// fail answers a partition refused before its append with err (and msg,
+// if not empty).
+func (pr *produce) fail(sp *kmsg.ProduceResponseTopicPartition, err *kerr.Error, msg string) {
+	pr.failed = true
+	sp.ErrorCode = err.Code
+	if msg != "" {
+		sp.ErrorMessage = &msg
+	}
+	pr.b.m.produceErrors.Inc()
+}
+
+// check runs a partition's checks before its append, in order: the
+// partition to append to, or the error (and message) it fails with. t is
+// nil for a topic that does not exist (missing says how to answer it),
+// name the request's name for it; a partition led elsewhere names its
+// leader in sp.
+func (pr *produce) check(t *metadata.Topic, name string, missing *kerr.Error, rp kmsg.ProduceRequestTopicPartition, sp *kmsg.ProduceResponseTopicPartition) (*engine.Partition, metadata.Partition, *kerr.Error, string) {
+	b, rc, req := pr.b, pr.rc, pr.req
+	if t != nil {
+		name = t.Name
+	}
+	switch {
+	case pr.txnDenied:
+		return nil, metadata.Partition{}, kerr.TransactionalIDAuthorizationFailed, ""
+	case (t != nil || req.Version < 13) && !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTopic, name):
+		return nil, metadata.Partition{}, kerr.TopicAuthorizationFailed, ""
+	case t == nil:
+		return nil, metadata.Partition{}, missing, ""
+	case req.Acks != 0 && req.Acks != 1 && req.Acks != -1:
+		return nil, metadata.Partition{}, kerr.InvalidRequiredAcks, ""
+	case t.Internal && rc.ClientID != internalClientID:
+		return nil, metadata.Partition{}, kerr.InvalidTopicException, "cannot produce to internal topic " + t.Name
+	case legacyMessages(rp.Records):
+		// Message sets (magic 0 and 1) predate record batches; we
+		// store only batches, like Kafka 4.
+		return nil, metadata.Partition{}, kerr.UnsupportedForMessageFormat, "record batches of magic 2 only"
+	case !oneBatch(rp.Records):
+		// As Kafka since Produce v3: a producer sends one batch
+		// per partition, and the append, its sequence check and
+		// its acknowledgement are of that one batch.
+		return nil, metadata.Partition{}, kerr.InvalidRecord, "a produce request carries one record batch per partition"
+	}
+	ep, part, kerrErr := b.ledPartition(t, rp.Partition)
+	if kerrErr != nil {
+		if kerrErr == kerr.NotLeaderForPartition {
+			sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = part.Leader, part.LeaderEpoch
+		}
+		return nil, part, kerrErr, ""
+	}
+	if err := b.repl.CheckMinISR(t, rp.Partition, part); req.Acks == -1 && err != nil {
+		return nil, part, kerr.NotEnoughReplicas, *plugin.ErrorMessage(err)
+	}
+	if req.TransactionID != nil {
+		// The guard before the coordinator adds the partition to
+		// the transaction (Produce v12+): a refused partition must
+		// not get the transaction's markers.
+		err := plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Name, Op: plugin.OpWrite})
+		if err == nil {
+			err = b.verifyTxn(pr.ctx, req.Version, *req.TransactionID, t.Name, rp.Partition, ep, rp.Records)
+		}
+		if err != nil {
+			var kerrErr *kerr.Error
+			if !errors.As(err, &kerrErr) {
+				kerrErr = kerr.UnknownServerError
 			}
-			name := rt.Topic
-			if t != nil {
-				name = t.Name
-			}
-			switch {
-			case txnDenied:
-				fail(kerr.TransactionalIDAuthorizationFailed, "")
-				continue
-			case (t != nil || req.Version < 13) && !rc.Allowed(kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTopic, name):
-				fail(kerr.TopicAuthorizationFailed, "")
-				continue
-			case t == nil:
-				fail(missing, "")
-				continue
-			case req.Acks != 0 && req.Acks != 1 && req.Acks != -1:
-				fail(kerr.InvalidRequiredAcks, "")
-				continue
-			case t.Internal && rc.ClientID != internalClientID:
-				fail(kerr.InvalidTopicException, "cannot produce to internal topic "+t.Name)
-				continue
-			case legacyMessages(rp.Records):
-				// Message sets (magic 0 and 1) predate record batches; we
-				// store only batches, like Kafka 4.
-				fail(kerr.UnsupportedForMessageFormat, "record batches of magic 2 only")
-				continue
-			case !oneBatch(rp.Records):
-				// As Kafka since Produce v3: a producer sends one batch
-				// per partition, and the append, its sequence check and
-				// its acknowledgement are of that one batch.
-				fail(kerr.InvalidRecord, "a produce request carries one record batch per partition")
-				continue
-			}
-			ep, part, kerrErr := b.ledPartition(t, rp.Partition)
-			if kerrErr != nil {
-				fail(kerrErr, "")
-				if kerrErr == kerr.NotLeaderForPartition {
-					sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = part.Leader, part.LeaderEpoch
-				}
-				continue
-			}
-			if err := b.repl.CheckMinISR(t, rp.Partition, part); req.Acks == -1 && err != nil {
-				fail(kerr.NotEnoughReplicas, *plugin.ErrorMessage(err))
-				continue
-			}
-			if req.TransactionID != nil {
-				// The guard before the coordinator adds the partition to
-				// the transaction (Produce v12+): a refused partition must
-				// not get the transaction's markers.
-				err := plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Name, Op: plugin.OpWrite})
-				if err == nil {
-					err = b.verifyTxn(ctx, req.Version, *req.TransactionID, t.Name, rp.Partition, ep, rp.Records)
-				}
-				if err != nil {
-					var kerrErr *kerr.Error
-					if !errors.As(err, &kerrErr) {
-						kerrErr = kerr.UnknownServerError
-					}
-					fail(kerrErr, err.Error())
-					continue
-				}
-			}
-			areq := &engine.AppendRequest{
-				Topic: t.Name, TopicID: t.ID, Partition: rp.Partition,
-				Origin: engine.OriginClient, Records: rp.Records, Acks: req.Acks,
-			}
-			// Partitions append concurrently so that Pebble groups their
-			// commits (and fsyncs) instead of paying one per partition.
-			applied.Add(1)
-			synced.Add(1)
-			go func() {
-				defer synced.Done()
-				// Validation decompresses the batch: what that takes is
-				// counted in the request budget while it runs.
-				inflate, err := b.reqBytes.AcquireInflate(ctx, engine.DecodeMemory(rp.Records))
-				wait := func() (engine.AppendResult, error) { return engine.AppendResult{}, err }
-				if err == nil {
-					wait = ep.AppendAsync(ctx, areq)
-					b.reqBytes.ReleaseInflate(inflate)
-				}
-				applied.Done()
-				res, err := wait()
-				if err == nil && req.Acks == -1 && len(part.Replicas) > 1 {
-					// acks=all: answered once every ISR member has it.
-					err = b.repl.AwaitReplicated(ctx, t, rp.Partition, part.LeaderEpoch, ep, res.LastOffset, time.Duration(req.TimeoutMillis)*time.Millisecond)
-				}
-				if err != nil {
-					b.log.Debug("produce rejected", "topic", t.Name, "partition", rp.Partition, "err", err)
-					sp.ErrorCode, sp.ErrorMessage = plugin.ErrorCode(err), plugin.ErrorMessage(err)
-					if !kerr.IsRetriable(err) && b.produceRefusals.first(rc.ClientID, t.Name, sp.ErrorCode) {
-						b.log.Warn("produce refused (logged once per client, topic and error)", "client_id", rc.ClientID, "client", rc.ClientAddr,
-							"topic", t.Name, "err", *sp.ErrorMessage, "code", kerr.ErrorForCode(sp.ErrorCode))
-					}
-					b.m.produceErrors.Inc()
-					return
-				}
-				sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = res.BaseOffset, res.LogAppendTime, res.LogStartOffset
-				b.m.produceBytes.Add(len(rp.Records))
-			}()
+			return nil, part, kerrErr, err.Error()
 		}
 	}
-	if req.Acks != 0 {
+	return ep, part, nil, ""
+}
+
+// append appends a checked partition's batch to ep in a goroutine of its
+// own, answering in sp once it is durable (and, for acks=all, replicated).
+// Partitions append concurrently so that Pebble groups their commits (and
+// fsyncs) instead of paying one per partition.
+func (pr *produce) append(t *metadata.Topic, rp kmsg.ProduceRequestTopicPartition, ep *engine.Partition, part metadata.Partition, sp *kmsg.ProduceResponseTopicPartition) {
+	b, rc, req, ctx := pr.b, pr.rc, pr.req, pr.ctx
+	areq := &engine.AppendRequest{
+		Topic: t.Name, TopicID: t.ID, Partition: rp.Partition,
+		Origin: engine.OriginClient, Records: rp.Records, Acks: req.Acks,
+	}
+	pr.applied.Add(1)
+	pr.synced.Add(1)
+	go func() {
+		defer pr.synced.Done()
+		// Validation decompresses the batch: what that takes is
+		// counted in the request budget while it runs.
+		inflate, err := b.reqBytes.AcquireInflate(ctx, engine.DecodeMemory(rp.Records))
+		wait := func() (engine.AppendResult, error) { return engine.AppendResult{}, err }
+		if err == nil {
+			wait = ep.AppendAsync(ctx, areq)
+			b.reqBytes.ReleaseInflate(inflate)
+		}
+		pr.applied.Done()
+		res, err := wait()
+		if err == nil && req.Acks == -1 && len(part.Replicas) > 1 {
+			// acks=all: answered once every ISR member has it.
+			err = b.repl.AwaitReplicated(ctx, t, rp.Partition, part.LeaderEpoch, ep, res.LastOffset, time.Duration(req.TimeoutMillis)*time.Millisecond)
+		}
+		if err != nil {
+			b.log.Debug("produce rejected", "topic", t.Name, "partition", rp.Partition, "err", err)
+			sp.ErrorCode, sp.ErrorMessage = plugin.ErrorCode(err), plugin.ErrorMessage(err)
+			if !kerr.IsRetriable(err) && b.produceRefusals.first(rc.ClientID, t.Name, sp.ErrorCode) {
+				b.log.Warn("produce refused (logged once per client, topic and error)", "client_id", rc.ClientID, "client", rc.ClientAddr,
+					"topic", t.Name, "err", *sp.ErrorMessage, "code", kerr.ErrorForCode(sp.ErrorCode))
+			}
+			b.m.produceErrors.Inc()
+			return
+		}
+		sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = res.BaseOffset, res.LogAppendTime, res.LogStartOffset
+		b.m.produceBytes.Add(len(rp.Records))
+	}()
+}
+
+// respond answers the request once its partitions are appended: with acks
+// set, a response sent once they are durable; with acks=0 none, or
+// errAcks0Failed if a partition failed.
+func (pr *produce) respond(resp *kmsg.ProduceResponse) (kmsg.Response, error) {
+	if pr.req.Acks != 0 {
 		// The batches are in their logs, in this request's order: the
 		// connection may go on with its next request while these wait
 		// for their fsync (see pendingResponse).
-		applied.Wait()
+		pr.applied.Wait()
 		ready := make(chan struct{})
-		go func() { synced.Wait(); close(ready) }()
+		go func() { pr.synced.Wait(); close(ready) }()
 		return &pendingResponse{Response: resp, ready: ready}, nil
 	}
-	synced.Wait()
+	pr.synced.Wait()
+	failed := pr.failed
 	for i := range resp.Topics {
 		for _, sp := range resp.Topics[i].Partitions {
 			failed = failed || sp.ErrorCode != 0

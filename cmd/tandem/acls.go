@@ -277,66 +277,11 @@ func aclsCreate(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return err
 		}
-		type grant struct {
-			res aclResource
-			op  kmsg.ACLOperation
+		grants, err := f.grants()
+		if err != nil {
+			return err
 		}
-		var grants []grant
-		if f.producer || f.consumer {
-			if len(f.topics) == 0 || f.consumer && len(f.groups) == 0 {
-				return usageErrorf("--producer needs --topic; --consumer needs --topic and --group")
-			}
-			for _, t := range f.topics {
-				if f.producer {
-					for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationWrite, kmsg.ACLOperationDescribe, kmsg.ACLOperationCreate} {
-						grants = append(grants, grant{aclResource{kmsg.ACLResourceTypeTopic, t}, op})
-					}
-				}
-				if f.consumer {
-					for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationRead, kmsg.ACLOperationDescribe} {
-						grants = append(grants, grant{aclResource{kmsg.ACLResourceTypeTopic, t}, op})
-					}
-				}
-			}
-			if f.consumer {
-				for _, g := range f.groups {
-					grants = append(grants, grant{aclResource{kmsg.ACLResourceTypeGroup, g}, kmsg.ACLOperationRead})
-				}
-			}
-		} else {
-			resources := f.resources()
-			if len(resources) == 0 {
-				return usageErrorf("name a resource: --topic, --group, --cluster, --transactional-id or --delegation-token")
-			}
-			ops, err := f.ops(kmsg.ACLOperationAll)
-			if err != nil {
-				return err
-			}
-			for _, r := range resources {
-				for _, op := range ops {
-					grants = append(grants, grant{r, op})
-				}
-			}
-		}
-		for _, side := range []struct {
-			principals, hosts multiFlag
-			perm              kmsg.ACLPermissionType
-		}{{f.allow, f.allowHost, kmsg.ACLPermissionTypeAllow}, {f.deny, f.denyHost, kmsg.ACLPermissionTypeDeny}} {
-			hosts := side.hosts
-			if len(hosts) == 0 {
-				hosts = multiFlag{"*"}
-			}
-			for _, p := range side.principals {
-				for _, h := range hosts {
-					for _, g := range grants {
-						cr := kmsg.NewCreateACLsRequestCreation()
-						cr.ResourceType, cr.ResourceName, cr.ResourcePatternType = g.res.typ, g.res.name, pattern
-						cr.Principal, cr.Host, cr.Operation, cr.PermissionType = p, h, g.op, side.perm
-						creations = append(creations, cr)
-					}
-				}
-			}
-		}
+		creations = f.creations(grants, pattern)
 		return nil
 	}
 	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, cl *kgo.Client, _ *kadm.Client) error {
@@ -370,6 +315,84 @@ func aclsCreate(args []string, stdout, stderr io.Writer) int {
 		}
 		return nil
 	})
+}
+
+// aclGrant is an operation on a resource that acls create grants or
+// denies.
+type aclGrant struct {
+	res aclResource
+	op  kmsg.ACLOperation
+}
+
+// grants is what acls create's flags grant (or deny): --producer's and
+// --consumer's operations on their topics and groups, or the operations
+// named on the resources named.
+func (f *aclFlags) grants() ([]aclGrant, error) {
+	var grants []aclGrant
+	if f.producer || f.consumer {
+		if len(f.topics) == 0 || f.consumer && len(f.groups) == 0 {
+			return nil, usageErrorf("--producer needs --topic; --consumer needs --topic and --group")
+		}
+		for _, t := range f.topics {
+			if f.producer {
+				for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationWrite, kmsg.ACLOperationDescribe, kmsg.ACLOperationCreate} {
+					grants = append(grants, aclGrant{aclResource{kmsg.ACLResourceTypeTopic, t}, op})
+				}
+			}
+			if f.consumer {
+				for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationRead, kmsg.ACLOperationDescribe} {
+					grants = append(grants, aclGrant{aclResource{kmsg.ACLResourceTypeTopic, t}, op})
+				}
+			}
+		}
+		if f.consumer {
+			for _, g := range f.groups {
+				grants = append(grants, aclGrant{aclResource{kmsg.ACLResourceTypeGroup, g}, kmsg.ACLOperationRead})
+			}
+		}
+		return grants, nil
+	}
+	resources := f.resources()
+	if len(resources) == 0 {
+		return nil, usageErrorf("name a resource: --topic, --group, --cluster, --transactional-id or --delegation-token")
+	}
+	ops, err := f.ops(kmsg.ACLOperationAll)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range resources {
+		for _, op := range ops {
+			grants = append(grants, aclGrant{r, op})
+		}
+	}
+	return grants, nil
+}
+
+// creations is the ACLs acls create asks for: each grant for each
+// allowed principal and host, then for each denied one (any host when
+// none is named), with resource pattern type pattern.
+func (f *aclFlags) creations(grants []aclGrant, pattern kmsg.ACLResourcePatternType) []kmsg.CreateACLsRequestCreation {
+	var creations []kmsg.CreateACLsRequestCreation
+	for _, side := range []struct {
+		principals, hosts multiFlag
+		perm              kmsg.ACLPermissionType
+	}{{f.allow, f.allowHost, kmsg.ACLPermissionTypeAllow}, {f.deny, f.denyHost, kmsg.ACLPermissionTypeDeny}} {
+		hosts := side.hosts
+		if len(hosts) == 0 {
+			hosts = multiFlag{"*"}
+		}
+		for _, p := range side.principals {
+			for _, h := range hosts {
+				for _, g := range grants {
+					cr := kmsg.NewCreateACLsRequestCreation()
+					cr.ResourceType, cr.ResourceName, cr.ResourcePatternType = g.res.typ, g.res.name, pattern
+					cr.Principal, cr.Host, cr.Operation, cr.PermissionType = p, h, g.op, side.perm
+					creations = append(creations, cr)
+				}
+			}
+		}
+	}
+	return creations
 }
 
 // dedupeJoin joins messages with "; ", the same reason once: "ALLOW

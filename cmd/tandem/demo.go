@@ -75,72 +75,13 @@ func runDemo(stdout, stderr io.Writer, brokers, records, size int, rate int64, i
 		}
 	}()
 	rf := min(3, brokers)
-	// start starts one cluster of the demo, of brokers brokers, and
-	// returns its bootstrap servers, node 1 first.
-	start := func(name string, brokers int, extra map[string]string) ([]string, error) {
-		props := map[string]string{"mirror.topic.num.partitions": "3", "offsets.topic.num.partitions": "3",
-			"transaction.state.log.num.partitions": "3", "replica.fetch.wait.max.ms": "100", "mirror.replica.fetch.backoff.ms": "200"}
-		listen := []string{"127.0.0.1:0"}
-		if brokers > 1 {
-			addrs, err := freeLoopbackAddrs(2 * brokers)
-			if err != nil {
-				return nil, err
-			}
-			listen = addrs[:brokers]
-			voters := make([]string, brokers)
-			for i, a := range addrs[brokers:] {
-				voters[i] = fmt.Sprintf("%d@%s", i+1, a)
-			}
-			props["controller.quorum.voters"] = strings.Join(voters, ",")
-			for _, k := range []string{"default.replication.factor", "offsets.topic.replication.factor", "transaction.state.log.replication.factor", "mirror.topic.replication.factor"} {
-				props[k] = strconv.Itoa(rf)
-			}
-		}
-		for k, v := range extra {
-			props[k] = v
-		}
-		// A cluster's voters start together: each waits for a majority.
-		bs, dirs := make([]*server.Broker, brokers), make([]string, brokers)
-		errs := make(chan error, brokers)
-		for i := range brokers {
-			go func() {
-				dir, err := os.MkdirTemp("", fmt.Sprintf("tandem-demo-%s-%d-", name, i+1))
-				if err != nil {
-					errs <- err
-					return
-				}
-				b, err := tandem.NewBroker(server.Config{NodeID: int32(i + 1), DataDir: dir, Listen: listen[i], Props: props, Logger: log})
-				if err == nil {
-					err = b.Start(ctx)
-				}
-				if err != nil {
-					os.RemoveAll(dir)
-					errs <- fmt.Errorf("start the %s cluster: %w", name, err)
-					return
-				}
-				bs[i], dirs[i] = b, dir
-				errs <- nil
-			}()
-		}
-		var err error
-		for range brokers {
-			err = cmpErr(err, <-errs)
-		}
-		stops = append(stops, func() { closeAll(bs, dirs) })
-		if err != nil {
-			return nil, err
-		}
-		addrs := make([]string, brokers)
-		for i, b := range bs {
-			addrs[i] = b.Addr()
-		}
-		return addrs, nil
-	}
-	srcAddrs, err := start("source", brokers, nil)
+	srcAddrs, stop, err := startDemoCluster(ctx, log, "source", brokers, rf, nil)
+	stops = append(stops, stop)
 	if err != nil {
 		return err
 	}
-	dstAddrs, err := start("destination", 1, map[string]string{"mirror.replication.throttled.rate": strconv.FormatInt(rate, 10)})
+	dstAddrs, stop, err := startDemoCluster(ctx, log, "destination", 1, rf, map[string]string{"mirror.replication.throttled.rate": strconv.FormatInt(rate, 10)})
+	stops = append(stops, stop)
 	if err != nil {
 		return err
 	}
@@ -157,18 +98,7 @@ func runDemo(stdout, stderr io.Writer, brokers, records, size int, rate int64, i
 		return fmt.Errorf("create topic %s on the source: %w", topic, err)
 	}
 	// A first half before the mirror exists, the rest while it mirrors.
-	produce := func(from, to int) error {
-		rng := rand.New(rand.NewPCG(uint64(from), 1))
-		for i := from; i < to; i++ {
-			value := fmt.Appendf(make([]byte, 0, size), "record %d ", i)
-			for len(value) < size { // random letters: the lag is not compressed away
-				value = append(value, byte('a'+rng.IntN(26)))
-			}
-			cl.Produce(ctx, &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: value}, nil)
-		}
-		return cl.Flush(ctx)
-	}
-	if err := produce(0, records/2); err != nil {
+	if err := produceDemo(ctx, cl, size, 0, records/2); err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}
 	fmt.Fprintf(stdout, "produced %d records to topic %s (replication factor %d) on the source\n\n", records/2, topic, rf)
@@ -183,15 +113,100 @@ func runDemo(stdout, stderr io.Writer, brokers, records, size int, rate int64, i
 		}
 	}
 	produced := make(chan error, 1)
-	go func() { produced <- produce(records/2, records) }()
+	go func() { produced <- produceDemo(ctx, cl, size, records/2, records) }()
 
 	acl, err := kgo.NewClient(kgo.SeedBrokers(dstAddrs...), admin.Opt())
 	if err != nil {
 		return err
 	}
 	defer acl.Close()
-	a := admin.New(acl)
-	describe := []string{"--bootstrap-server", dstAddrs[0], "--describe", "--mirror", name}
+	return watchDemo(ctx, stdout, stderr, admin.New(acl), kadm.NewClient(cl), dstAddrs[0], name, topic, records, produced, interval, duration)
+}
+
+// startDemoCluster starts one cluster of the demo, of brokers brokers (a
+// replication factor of rf for more than one), with the properties extra,
+// and returns its bootstrap servers, node 1 first, and what stops it
+// (never nil, to be called even if starting failed).
+func startDemoCluster(ctx context.Context, log *slog.Logger, name string, brokers, rf int, extra map[string]string) ([]string, func(), error) {
+	props := map[string]string{"mirror.topic.num.partitions": "3", "offsets.topic.num.partitions": "3",
+		"transaction.state.log.num.partitions": "3", "replica.fetch.wait.max.ms": "100", "mirror.replica.fetch.backoff.ms": "200"}
+	listen := []string{"127.0.0.1:0"}
+	if brokers > 1 {
+		addrs, err := freeLoopbackAddrs(2 * brokers)
+		if err != nil {
+			return nil, func() {}, err
+		}
+		listen = addrs[:brokers]
+		voters := make([]string, brokers)
+		for i, a := range addrs[brokers:] {
+			voters[i] = fmt.Sprintf("%d@%s", i+1, a)
+		}
+		props["controller.quorum.voters"] = strings.Join(voters, ",")
+		for _, k := range []string{"default.replication.factor", "offsets.topic.replication.factor", "transaction.state.log.replication.factor", "mirror.topic.replication.factor"} {
+			props[k] = strconv.Itoa(rf)
+		}
+	}
+	for k, v := range extra {
+		props[k] = v
+	}
+	// A cluster's voters start together: each waits for a majority.
+	bs, dirs := make([]*server.Broker, brokers), make([]string, brokers)
+	errs := make(chan error, brokers)
+	for i := range brokers {
+		go func() {
+			dir, err := os.MkdirTemp("", fmt.Sprintf("tandem-demo-%s-%d-", name, i+1))
+			if err != nil {
+				errs <- err
+				return
+			}
+			b, err := tandem.NewBroker(server.Config{NodeID: int32(i + 1), DataDir: dir, Listen: listen[i], Props: props, Logger: log})
+			if err == nil {
+				err = b.Start(ctx)
+			}
+			if err != nil {
+				os.RemoveAll(dir)
+				errs <- fmt.Errorf("start the %s cluster: %w", name, err)
+				return
+			}
+			bs[i], dirs[i] = b, dir
+			errs <- nil
+		}()
+	}
+	var err error
+	for range brokers {
+		err = cmpErr(err, <-errs)
+	}
+	stop := func() { closeAll(bs, dirs) }
+	if err != nil {
+		return nil, stop, err
+	}
+	addrs := make([]string, brokers)
+	for i, b := range bs {
+		addrs[i] = b.Addr()
+	}
+	return addrs, stop, nil
+}
+
+// produceDemo produces the demo's records from to to (keys their numbers,
+// values of size bytes, random letters after "record N": the lag is not
+// compressed away) and waits for them.
+func produceDemo(ctx context.Context, cl *kgo.Client, size, from, to int) error {
+	rng := rand.New(rand.NewPCG(uint64(from), 1))
+	for i := from; i < to; i++ {
+		value := fmt.Appendf(make([]byte, 0, size), "record %d ", i)
+		for len(value) < size {
+			value = append(value, byte('a'+rng.IntN(26)))
+		}
+		cl.Produce(ctx, &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: value}, nil)
+	}
+	return cl.Flush(ctx)
+}
+
+// watchDemo prints tandem mirrors --describe of the demo's mirror on the
+// destination dst every interval until the second half of the records is
+// produced (produced says when) and the mirror has caught up, or ctx ends.
+func watchDemo(ctx context.Context, stdout, stderr io.Writer, a *admin.Client, src *kadm.Client, dst, name, topic string, records int, produced chan error, interval, duration time.Duration) error {
+	describe := []string{"--bootstrap-server", dst, "--describe", "--mirror", name}
 	done := false
 	for !done {
 		select {
@@ -210,7 +225,7 @@ func runDemo(stdout, stderr io.Writer, brokers, records, size int, rate int64, i
 			default:
 			}
 		}
-		done = produced == nil && caughtUp(ctx, a, kadm.NewClient(cl), name, topic)
+		done = produced == nil && caughtUp(ctx, a, src, name, topic)
 		fmt.Fprintf(stdout, "\n$ tandem mirrors %s\n", strings.Join(describe, " "))
 		if code := mirrors(describe, stdout, stderr); code != 0 {
 			return fmt.Errorf("describe failed")

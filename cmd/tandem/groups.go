@@ -151,127 +151,183 @@ func describeGroup(ctx context.Context, adm *kadm.Client, name string, listed ka
 	if !ok {
 		return describedGroup{}, fmt.Errorf("group %s: %w", name, kerr.GroupIDNotFound)
 	}
-	d := describedGroup{Group: name, Type: groupType(l), State: l.State, Coordinator: l.Coordinator, Members: []groupMember{}, Partitions: []groupPartition{}}
-	assigned := map[string]map[int32]string{} // topic → partition → member
-	assign := func(m *groupMember, s kadm.TopicsSet) {
-		m.Assignment = assignmentOf(s)
-		s.Each(func(t string, p int32) {
-			if assigned[t] == nil {
-				assigned[t] = map[int32]string{}
-			}
-			assigned[t][p] = m.MemberID
-		})
+	r := &groupReading{
+		adm: adm, name: name,
+		d:          describedGroup{Group: name, Type: groupType(l), State: l.State, Coordinator: l.Coordinator, Members: []groupMember{}, Partitions: []groupPartition{}},
+		assigned:   map[string]map[int32]string{},
+		partitions: kadm.TopicsSet{},
+		committed:  map[string]map[int32]int64{},
 	}
-	partitions := kadm.TopicsSet{}
-	committed := map[string]map[int32]int64{}
-	var shareOffsets kadm.ShareOffsets
-	switch d.Type {
+	var err error
+	switch r.d.Type {
 	case "share":
-		gs, err := adm.DescribeShareGroups(ctx, name)
-		if err != nil {
-			return d, fmt.Errorf("group %s: %w", name, err)
-		}
-		g := gs[name]
-		if g.Err != nil {
-			return d, fmt.Errorf("group %s: %w", name, g.Err)
-		}
-		d.State, d.Assignor, d.Coordinator = g.GroupState, g.Assignor, g.Coordinator.NodeID
-		for _, m := range g.Members {
-			gm := groupMember{MemberID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost}
-			assign(&gm, m.Assignment)
-			d.Members = append(d.Members, gm)
-		}
-		os, err := adm.DescribeShareGroupOffsets(ctx, name)
-		if err != nil {
-			return d, fmt.Errorf("group %s: reading its start offsets: %w", name, err)
-		}
-		if err := os[name].Err; err != nil {
-			return d, fmt.Errorf("group %s: reading its start offsets: %w", name, err)
-		}
-		shareOffsets = os[name].Offsets
-		for t, ps := range shareOffsets {
-			for p := range ps {
-				partitions.Add(t, p)
-			}
-		}
+		err = r.shareMembers(ctx)
 	case "consumer":
-		gs, err := adm.DescribeConsumerGroups(ctx, name)
-		if err != nil {
-			return d, fmt.Errorf("group %s: %w", name, err)
-		}
-		g := gs[name]
-		if g.Err != nil {
-			return d, fmt.Errorf("group %s: %w", name, g.Err)
-		}
-		d.State, d.Assignor, d.Coordinator = g.State, g.AssignorName, g.Coordinator.NodeID
-		for _, m := range g.Members {
-			gm := groupMember{MemberID: m.MemberID, InstanceID: m.InstanceID, ClientID: m.ClientID, Host: m.ClientHost}
-			assign(&gm, m.Assignment)
-			d.Members = append(d.Members, gm)
-		}
+		err = r.consumerMembers(ctx)
 	default:
-		gs, err := adm.DescribeGroups(ctx, name)
-		if err != nil {
-			return d, fmt.Errorf("group %s: %w", name, err)
-		}
-		g := gs[name]
-		if g.Err != nil {
-			return d, fmt.Errorf("group %s: %w", name, kafkaError(g.Err, g.ErrMessage))
-		}
-		d.State, d.Assignor, d.Coordinator = g.State, g.Protocol, g.Coordinator.NodeID
-		for _, m := range g.Members {
-			gm := groupMember{MemberID: m.MemberID, InstanceID: m.InstanceID, ClientID: m.ClientID, Host: m.ClientHost}
-			s := kadm.TopicsSet{}
-			if ca, ok := m.Assigned.AsConsumer(); ok {
-				for _, t := range ca.Topics {
-					s.Add(t.Topic, t.Partitions...)
-				}
-			}
-			assign(&gm, s)
-			d.Members = append(d.Members, gm)
-		}
+		err = r.classicMembers(ctx)
 	}
-	if d.Type != "share" {
-		offsets, err := adm.FetchOffsets(ctx, name)
-		if err != nil {
-			return d, fmt.Errorf("group %s: reading its committed offsets: %w", name, err)
-		}
-		if err := offsets.Error(); err != nil {
-			return d, fmt.Errorf("group %s: reading its committed offsets: %w", name, err)
-		}
-		offsets.Each(func(o kadm.OffsetResponse) {
-			if committed[o.Topic] == nil {
-				committed[o.Topic] = map[int32]int64{}
-			}
-			committed[o.Topic][o.Partition] = o.At
-			partitions.Add(o.Topic, o.Partition)
-		})
+	if err == nil && r.d.Type != "share" {
+		err = r.committedOffsets(ctx)
 	}
-	for t, ps := range assigned {
+	if err != nil {
+		return r.d, err
+	}
+	for t, ps := range r.assigned {
 		for p := range ps {
-			partitions.Add(t, p)
+			r.partitions.Add(t, p)
 		}
 	}
 	var ends kadm.ListedOffsets
-	if topics := partitions.Topics(); len(topics) > 0 {
+	if topics := r.partitions.Topics(); len(topics) > 0 {
 		ends, _ = adm.ListEndOffsets(ctx, topics...)
 	}
+	r.lags(ends)
+	return r.d, nil
+}
+
+// groupReading is a group being described (describeGroup): what its steps
+// fill in.
+type groupReading struct {
+	adm          *kadm.Client
+	name         string
+	d            describedGroup
+	assigned     map[string]map[int32]string // topic → partition → member
+	partitions   kadm.TopicsSet              // every partition to list
+	committed    map[string]map[int32]int64  // a consumer or classic group's offsets
+	shareOffsets kadm.ShareOffsets           // a share group's
+}
+
+// assign records member m's assignment s.
+func (r *groupReading) assign(m *groupMember, s kadm.TopicsSet) {
+	m.Assignment = assignmentOf(s)
+	s.Each(func(t string, p int32) {
+		if r.assigned[t] == nil {
+			r.assigned[t] = map[int32]string{}
+		}
+		r.assigned[t][p] = m.MemberID
+	})
+}
+
+// shareMembers reads a share group: its state, members and start offsets.
+func (r *groupReading) shareMembers(ctx context.Context) error {
+	name, d := r.name, &r.d
+	gs, err := r.adm.DescribeShareGroups(ctx, name)
+	if err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	g := gs[name]
+	if g.Err != nil {
+		return fmt.Errorf("group %s: %w", name, g.Err)
+	}
+	d.State, d.Assignor, d.Coordinator = g.GroupState, g.Assignor, g.Coordinator.NodeID
+	for _, m := range g.Members {
+		gm := groupMember{MemberID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost}
+		r.assign(&gm, m.Assignment)
+		d.Members = append(d.Members, gm)
+	}
+	os, err := r.adm.DescribeShareGroupOffsets(ctx, name)
+	if err != nil {
+		return fmt.Errorf("group %s: reading its start offsets: %w", name, err)
+	}
+	if err := os[name].Err; err != nil {
+		return fmt.Errorf("group %s: reading its start offsets: %w", name, err)
+	}
+	r.shareOffsets = os[name].Offsets
+	for t, ps := range r.shareOffsets {
+		for p := range ps {
+			r.partitions.Add(t, p)
+		}
+	}
+	return nil
+}
+
+// consumerMembers reads a consumer group's (KIP-848) state and members.
+func (r *groupReading) consumerMembers(ctx context.Context) error {
+	name, d := r.name, &r.d
+	gs, err := r.adm.DescribeConsumerGroups(ctx, name)
+	if err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	g := gs[name]
+	if g.Err != nil {
+		return fmt.Errorf("group %s: %w", name, g.Err)
+	}
+	d.State, d.Assignor, d.Coordinator = g.State, g.AssignorName, g.Coordinator.NodeID
+	for _, m := range g.Members {
+		gm := groupMember{MemberID: m.MemberID, InstanceID: m.InstanceID, ClientID: m.ClientID, Host: m.ClientHost}
+		r.assign(&gm, m.Assignment)
+		d.Members = append(d.Members, gm)
+	}
+	return nil
+}
+
+// classicMembers reads a classic group's state and members.
+func (r *groupReading) classicMembers(ctx context.Context) error {
+	name, d := r.name, &r.d
+	gs, err := r.adm.DescribeGroups(ctx, name)
+	if err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	g := gs[name]
+	if g.Err != nil {
+		return fmt.Errorf("group %s: %w", name, kafkaError(g.Err, g.ErrMessage))
+	}
+	d.State, d.Assignor, d.Coordinator = g.State, g.Protocol, g.Coordinator.NodeID
+	for _, m := range g.Members {
+		gm := groupMember{MemberID: m.MemberID, InstanceID: m.InstanceID, ClientID: m.ClientID, Host: m.ClientHost}
+		s := kadm.TopicsSet{}
+		if ca, ok := m.Assigned.AsConsumer(); ok {
+			for _, t := range ca.Topics {
+				s.Add(t.Topic, t.Partitions...)
+			}
+		}
+		r.assign(&gm, s)
+		d.Members = append(d.Members, gm)
+	}
+	return nil
+}
+
+// committedOffsets reads a consumer or classic group's committed offsets.
+func (r *groupReading) committedOffsets(ctx context.Context) error {
+	offsets, err := r.adm.FetchOffsets(ctx, r.name)
+	if err != nil {
+		return fmt.Errorf("group %s: reading its committed offsets: %w", r.name, err)
+	}
+	if err := offsets.Error(); err != nil {
+		return fmt.Errorf("group %s: reading its committed offsets: %w", r.name, err)
+	}
+	offsets.Each(func(o kadm.OffsetResponse) {
+		if r.committed[o.Topic] == nil {
+			r.committed[o.Topic] = map[int32]int64{}
+		}
+		r.committed[o.Topic][o.Partition] = o.At
+		r.partitions.Add(o.Topic, o.Partition)
+	})
+	return nil
+}
+
+// lags lists every partition with its member, offsets and lag against
+// the log end offsets ends, and the group's total lag when every
+// partition's is known.
+func (r *groupReading) lags(ends kadm.ListedOffsets) {
+	d := &r.d
 	var total int64
 	allKnown := true
-	for _, tp := range partitions.Sorted() {
+	for _, tp := range r.partitions.Sorted() {
 		for _, p := range tp.Partitions {
 			gp := groupPartition{Topic: tp.Topic, Partition: p}
-			if m, ok := assigned[tp.Topic][p]; ok {
+			if m, ok := r.assigned[tp.Topic][p]; ok {
 				gp.MemberID = &m
 			}
 			if e, ok := ends.Lookup(tp.Topic, p); ok && e.Err == nil {
 				gp.LogEndOffset = known64(e.Offset)
 			}
 			if d.Type == "share" {
-				if so, ok := shareOffsets.Lookup(tp.Topic, p); ok && so.Err == nil {
+				if so, ok := r.shareOffsets.Lookup(tp.Topic, p); ok && so.Err == nil {
 					gp.StartOffset, gp.Lag = known64(so.StartOffset), known64(so.Lag)
 				}
-			} else if at, ok := committed[tp.Topic][p]; ok {
+			} else if at, ok := r.committed[tp.Topic][p]; ok {
 				gp.CommittedOffset = known64(at)
 				if gp.CommittedOffset != nil && gp.LogEndOffset != nil {
 					gp.Lag = known64(max(0, *gp.LogEndOffset-*gp.CommittedOffset))
@@ -288,7 +344,6 @@ func describeGroup(ctx context.Context, adm *kadm.Client, name string, listed ka
 	if allKnown {
 		d.TotalLag = &total
 	}
-	return d, nil
 }
 
 const groupsDescribeDoc = `Describes groups (every group when none is named): state, members and
@@ -411,9 +466,7 @@ func groupsResetOffsets(args []string, stdout, stderr io.Writer) int {
 	execute := c.Bool("execute", false, "do it (without: a dry run)")
 	var (
 		selected map[string][]int32 // topic → partitions; nil partitions: all
-		how      string
-		n        int64
-		at       time.Time
+		how      resetHow
 	)
 	check := func() error {
 		if c.NArg() != 1 {
@@ -422,50 +475,12 @@ func groupsResetOffsets(args []string, stdout, stderr io.Writer) int {
 		if (len(topicFlags) > 0) == *allTopics {
 			return usageErrorf("choose --topic T (repeatable) or --all-topics")
 		}
-		selected = map[string][]int32{}
-		for _, tf := range topicFlags {
-			t, ps, hasPs := strings.Cut(tf, ":")
-			if t == "" {
-				return usageErrorf("--topic %q: want TOPIC or TOPIC:P,P", tf)
-			}
-			selected[t] = nil
-			if hasPs {
-				for _, p := range strings.Split(ps, ",") {
-					v, err := strconv.ParseInt(strings.TrimSpace(p), 10, 32)
-					if err != nil || v < 0 {
-						return usageErrorf("--topic %q: %q is not a partition number", tf, p)
-					}
-					selected[t] = append(selected[t], int32(v))
-				}
-			}
-		}
-		var ways []string
-		for name, on := range map[string]bool{"--to-earliest": *earliest, "--to-latest": *latest, "--to-offset": *toOffset != "",
-			"--to-datetime": *toDatetime != "", "--shift-by": *shiftBy != ""} {
-			if on {
-				ways = append(ways, name)
-			}
-		}
-		if len(ways) != 1 {
-			return usageErrorf("choose one of --to-earliest, --to-latest, --to-offset N, --to-datetime T, --shift-by N")
-		}
-		how = ways[0]
 		var err error
-		switch how {
-		case "--to-offset":
-			if n, err = strconv.ParseInt(*toOffset, 10, 64); err != nil || n < 0 {
-				return usageErrorf("--to-offset %q: want an offset, 0 or more", *toOffset)
-			}
-		case "--shift-by":
-			if n, err = strconv.ParseInt(*shiftBy, 10, 64); err != nil {
-				return usageErrorf("--shift-by %q: want a whole number", *shiftBy)
-			}
-		case "--to-datetime":
-			if at, err = parseDatetime(*toDatetime); err != nil {
-				return err
-			}
+		if selected, err = resetSelection(topicFlags); err != nil {
+			return err
 		}
-		return nil
+		how, err = resetWay(*earliest, *latest, *toOffset, *toDatetime, *shiftBy)
+		return err
 	}
 	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
 		group := c.Arg(0)
@@ -484,104 +499,17 @@ func groupsResetOffsets(args []string, stdout, stderr io.Writer) int {
 		if len(d.Members) > 0 {
 			return fmt.Errorf("group %s has %d member(s) (state %s): offsets can only be reset while it has none; stop its consumers first", group, len(d.Members), d.State)
 		}
-		current := map[string]map[int32]*int64{}
-		for _, p := range d.Partitions {
-			if current[p.Topic] == nil {
-				current[p.Topic] = map[int32]*int64{}
-			}
-			current[p.Topic][p.Partition] = p.CommittedOffset
-			if d.Type == "share" {
-				current[p.Topic][p.Partition] = p.StartOffset
-			}
-		}
-		// The partitions to move.
-		parts := kadm.TopicsSet{}
-		if *allTopics {
-			for t, ps := range current {
-				for p := range ps {
-					parts.Add(t, p)
-				}
-			}
-		} else {
-			details, err := adm.ListTopics(ctx, slices.Collect(maps.Keys(selected))...)
-			if err != nil {
-				return fmt.Errorf("reading the metadata: %w", err)
-			}
-			for t, ps := range selected {
-				dt, ok := details[t]
-				if !ok || dt.Err != nil {
-					return fmt.Errorf("topic %s: %w", t, orErr(dt.Err, kerr.UnknownTopicOrPartition))
-				}
-				if ps == nil {
-					for p := range dt.Partitions {
-						parts.Add(t, p)
-					}
-				}
-				for _, p := range ps {
-					if _, ok := dt.Partitions[p]; !ok {
-						return fmt.Errorf("topic %s has no partition %d (it has %d)", t, p, len(dt.Partitions))
-					}
-					parts.Add(t, p)
-				}
-			}
+		current := groupOffsetsNow(d)
+		parts, err := resetPartitions(ctx, adm, *allTopics, selected, current)
+		if err != nil {
+			return err
 		}
 		if len(parts) == 0 {
 			return fmt.Errorf("group %s has no offsets to reset", group)
 		}
-		topics := parts.Topics()
-		starts, err := adm.ListStartOffsets(ctx, topics...)
-		if err == nil {
-			err = starts.Error()
-		}
+		plan, offsets, err := planReset(ctx, adm, group, parts, current, how)
 		if err != nil {
-			return fmt.Errorf("reading the log start offsets: %w", err)
-		}
-		ends, err := adm.ListEndOffsets(ctx, topics...)
-		if err == nil {
-			err = ends.Error()
-		}
-		if err != nil {
-			return fmt.Errorf("reading the log end offsets: %w", err)
-		}
-		var after kadm.ListedOffsets
-		if how == "--to-datetime" {
-			if after, err = adm.ListOffsetsAfterMilli(ctx, at.UnixMilli(), topics...); err == nil {
-				err = after.Error()
-			}
-			if err != nil {
-				return fmt.Errorf("finding the offsets at %s: %w", at.Format(time.RFC3339), err)
-			}
-		}
-		var plan []offsetReset
-		offsets := kadm.Offsets{}
-		for _, tp := range parts.Sorted() {
-			for _, p := range tp.Partitions {
-				start, _ := starts.Lookup(tp.Topic, p)
-				end, _ := ends.Lookup(tp.Topic, p)
-				cur := current[tp.Topic][p]
-				var to int64
-				switch how {
-				case "--to-earliest":
-					to = start.Offset
-				case "--to-latest":
-					to = end.Offset
-				case "--to-offset":
-					to = n
-				case "--to-datetime":
-					to = end.Offset
-					if o, ok := after.Lookup(tp.Topic, p); ok && o.Offset >= 0 {
-						to = o.Offset
-					}
-				case "--shift-by":
-					if cur == nil {
-						return fmt.Errorf("%s/%d: the group has no offset there to shift; use --to-offset, --to-earliest or --to-latest", tp.Topic, p)
-					}
-					to = *cur + n
-				}
-				to = max(start.Offset, min(end.Offset, to))
-				plan = append(plan, offsetReset{Group: group, Topic: tp.Topic, Partition: p, CurrentOffset: cur, NewOffset: to})
-				offsets.Add(kadm.Offset{Topic: tp.Topic, Partition: p, At: to, LeaderEpoch: -1})
-			}
+			return err
 		}
 		if *execute {
 			if err := commitReset(ctx, adm, d.Type, group, offsets); err != nil {
@@ -591,18 +519,211 @@ func groupsResetOffsets(args []string, stdout, stderr io.Writer) int {
 		if c.asJSON {
 			return printJSON(stdout, plan)
 		}
-		t := newTable(stdout, "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET")
-		for _, r := range plan {
-			t.row(r.Group, r.Topic, r.Partition, orDash(r.CurrentOffset), r.NewOffset)
-		}
-		t.flush()
-		if *execute {
-			fmt.Fprintf(stdout, "Reset the offsets of group %s: %d partition(s).\n", group, len(plan))
-		} else {
-			fmt.Fprintln(stdout, "Dry run: nothing changed. --execute commits these offsets.")
-		}
+		printReset(stdout, group, plan, *execute)
 		return nil
 	})
+}
+
+// resetSelection is the partitions reset-offsets' --topic flags name:
+// topic → partitions, nil partitions for all of them.
+func resetSelection(topicFlags multiFlag) (map[string][]int32, error) {
+	selected := map[string][]int32{}
+	for _, tf := range topicFlags {
+		t, ps, hasPs := strings.Cut(tf, ":")
+		if t == "" {
+			return nil, usageErrorf("--topic %q: want TOPIC or TOPIC:P,P", tf)
+		}
+		selected[t] = nil
+		if hasPs {
+			for _, p := range strings.Split(ps, ",") {
+				v, err := strconv.ParseInt(strings.TrimSpace(p), 10, 32)
+				if err != nil || v < 0 {
+					return nil, usageErrorf("--topic %q: %q is not a partition number", tf, p)
+				}
+				selected[t] = append(selected[t], int32(v))
+			}
+		}
+	}
+	return selected, nil
+}
+
+// resetHow is how reset-offsets moves each partition: how is the flag
+// chosen (--to-earliest, --to-latest, --to-offset, --to-datetime or
+// --shift-by), n the offset or shift and at the time it takes.
+type resetHow struct {
+	how string
+	n   int64
+	at  time.Time
+}
+
+// resetWay checks that exactly one way of moving the offsets is chosen
+// and parses its argument.
+func resetWay(earliest, latest bool, toOffset, toDatetime, shiftBy string) (resetHow, error) {
+	var ways []string
+	for name, on := range map[string]bool{"--to-earliest": earliest, "--to-latest": latest, "--to-offset": toOffset != "",
+		"--to-datetime": toDatetime != "", "--shift-by": shiftBy != ""} {
+		if on {
+			ways = append(ways, name)
+		}
+	}
+	if len(ways) != 1 {
+		return resetHow{}, usageErrorf("choose one of --to-earliest, --to-latest, --to-offset N, --to-datetime T, --shift-by N")
+	}
+	h := resetHow{how: ways[0]}
+	var err error
+	switch h.how {
+	case "--to-offset":
+		if h.n, err = strconv.ParseInt(toOffset, 10, 64); err != nil || h.n < 0 {
+			return h, usageErrorf("--to-offset %q: want an offset, 0 or more", toOffset)
+		}
+	case "--shift-by":
+		if h.n, err = strconv.ParseInt(shiftBy, 10, 64); err != nil {
+			return h, usageErrorf("--shift-by %q: want a whole number", shiftBy)
+		}
+	case "--to-datetime":
+		if h.at, err = parseDatetime(toDatetime); err != nil {
+			return h, err
+		}
+	}
+	return h, nil
+}
+
+// groupOffsetsNow is a described group's offset of each partition
+// (topic → partition → offset, nil where none is committed): its
+// committed offsets, or a share group's start offsets.
+func groupOffsetsNow(d describedGroup) map[string]map[int32]*int64 {
+	current := map[string]map[int32]*int64{}
+	for _, p := range d.Partitions {
+		if current[p.Topic] == nil {
+			current[p.Topic] = map[int32]*int64{}
+		}
+		current[p.Topic][p.Partition] = p.CommittedOffset
+		if d.Type == "share" {
+			current[p.Topic][p.Partition] = p.StartOffset
+		}
+	}
+	return current
+}
+
+// resetPartitions is the partitions to move: every one the group has an
+// offset for (all), or those selected, checked against the cluster's
+// metadata.
+func resetPartitions(ctx context.Context, adm *kadm.Client, all bool, selected map[string][]int32, current map[string]map[int32]*int64) (kadm.TopicsSet, error) {
+	parts := kadm.TopicsSet{}
+	if all {
+		for t, ps := range current {
+			for p := range ps {
+				parts.Add(t, p)
+			}
+		}
+		return parts, nil
+	}
+	details, err := adm.ListTopics(ctx, slices.Collect(maps.Keys(selected))...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the metadata: %w", err)
+	}
+	for t, ps := range selected {
+		dt, ok := details[t]
+		if !ok || dt.Err != nil {
+			return nil, fmt.Errorf("topic %s: %w", t, orErr(dt.Err, kerr.UnknownTopicOrPartition))
+		}
+		if ps == nil {
+			for p := range dt.Partitions {
+				parts.Add(t, p)
+			}
+		}
+		for _, p := range ps {
+			if _, ok := dt.Partitions[p]; !ok {
+				return nil, fmt.Errorf("topic %s has no partition %d (it has %d)", t, p, len(dt.Partitions))
+			}
+			parts.Add(t, p)
+		}
+	}
+	return parts, nil
+}
+
+// planReset is each partition's new offset, as printed and as committed:
+// where how puts it, moved into the log if it falls outside.
+func planReset(ctx context.Context, adm *kadm.Client, group string, parts kadm.TopicsSet, current map[string]map[int32]*int64, how resetHow) ([]offsetReset, kadm.Offsets, error) {
+	topics := parts.Topics()
+	starts, ends, after, err := resetBounds(ctx, adm, topics, how)
+	if err != nil {
+		return nil, nil, err
+	}
+	var plan []offsetReset
+	offsets := kadm.Offsets{}
+	for _, tp := range parts.Sorted() {
+		for _, p := range tp.Partitions {
+			start, _ := starts.Lookup(tp.Topic, p)
+			end, _ := ends.Lookup(tp.Topic, p)
+			cur := current[tp.Topic][p]
+			var to int64
+			switch how.how {
+			case "--to-earliest":
+				to = start.Offset
+			case "--to-latest":
+				to = end.Offset
+			case "--to-offset":
+				to = how.n
+			case "--to-datetime":
+				to = end.Offset
+				if o, ok := after.Lookup(tp.Topic, p); ok && o.Offset >= 0 {
+					to = o.Offset
+				}
+			case "--shift-by":
+				if cur == nil {
+					return nil, nil, fmt.Errorf("%s/%d: the group has no offset there to shift; use --to-offset, --to-earliest or --to-latest", tp.Topic, p)
+				}
+				to = *cur + how.n
+			}
+			to = max(start.Offset, min(end.Offset, to))
+			plan = append(plan, offsetReset{Group: group, Topic: tp.Topic, Partition: p, CurrentOffset: cur, NewOffset: to})
+			offsets.Add(kadm.Offset{Topic: tp.Topic, Partition: p, At: to, LeaderEpoch: -1})
+		}
+	}
+	return plan, offsets, nil
+}
+
+// resetBounds reads the topics' log start and end offsets and, for
+// --to-datetime, the first offsets at or after its time.
+func resetBounds(ctx context.Context, adm *kadm.Client, topics []string, how resetHow) (starts, ends, after kadm.ListedOffsets, err error) {
+	starts, err = adm.ListStartOffsets(ctx, topics...)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("reading the log start offsets: %w", err)
+	}
+	ends, err = adm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("reading the log end offsets: %w", err)
+	}
+	if how.how == "--to-datetime" {
+		if after, err = adm.ListOffsetsAfterMilli(ctx, how.at.UnixMilli(), topics...); err == nil {
+			err = after.Error()
+		}
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("finding the offsets at %s: %w", how.at.Format(time.RFC3339), err)
+		}
+	}
+	return starts, ends, after, nil
+}
+
+// printReset prints a reset's plan as a table and what became of it.
+func printReset(stdout io.Writer, group string, plan []offsetReset, executed bool) {
+	t := newTable(stdout, "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET")
+	for _, r := range plan {
+		t.row(r.Group, r.Topic, r.Partition, orDash(r.CurrentOffset), r.NewOffset)
+	}
+	t.flush()
+	if executed {
+		fmt.Fprintf(stdout, "Reset the offsets of group %s: %d partition(s).\n", group, len(plan))
+	} else {
+		fmt.Fprintln(stdout, "Dry run: nothing changed. --execute commits these offsets.")
+	}
 }
 
 func orErr(err, otherwise error) error {

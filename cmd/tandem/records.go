@@ -220,23 +220,11 @@ func consume(args []string, stdout, stderr io.Writer) int {
 			start = kgo.NewOffset().At(*offset)
 		}
 		// A second client reads: the first stays the admin's.
-		opts := append(cl.Opts(), kgo.KeepControlRecords(), kgo.ConsumeResetOffset(start))
-		switch {
-		case *group != "":
-			opts = append(opts, kgo.ConsumerGroup(*group), kgo.ConsumeTopics(topic), kgo.AutoCommitMarks())
-		case len(partitions) > 0:
-			ps := map[int32]kgo.Offset{}
-			for _, p := range partitions {
-				ps[p] = start
-			}
-			opts = append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: ps}))
-		default:
-			opts = append(opts, kgo.ConsumeTopics(topic))
-		}
+		opts := consumeOpts(cl, topic, *group, partitions, start)
 		// -e: where each partition ends now, and where reading starts.
-		var left, limit map[int32]int64 // partition → the offset to reach; every partition → its end
+		rl := &readLoop{stdout: stdout, atEnd: atEnd, count: *count, asJSON: c.asJSON, printKey: *printKey, printHeaders: *printHeaders, group: *group}
 		if atEnd {
-			if left, limit, err = endsToReach(ctx, adm, topic, partitions, *group, *fromBeginning, *offset); err != nil {
+			if rl.left, rl.limit, err = endsToReach(ctx, adm, topic, partitions, *group, *fromBeginning, *offset); err != nil {
 				return err
 			}
 		}
@@ -245,46 +233,8 @@ func consume(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		defer rd.Close()
-		printed := 0
-		var failure error
-	poll:
-		for !(atEnd && len(left) == 0) && (*count == 0 || printed < *count) {
-			fs := rd.PollFetches(ctx)
-			if ctx.Err() != nil {
-				break // Ctrl-C: the normal end
-			}
-			var fetchErr error
-			fs.EachError(func(t string, p int32, err error) {
-				if fetchErr == nil && !errors.Is(err, context.Canceled) {
-					fetchErr = fmt.Errorf("reading %s/%d: %w", t, p, err)
-				}
-			})
-			if fetchErr != nil {
-				failure = fetchErr
-				break
-			}
-			for _, r := range fs.Records() {
-				if atEnd {
-					if to, ok := left[r.Partition]; ok && r.Offset+1 >= to {
-						delete(left, r.Partition)
-					}
-				}
-				if r.Attrs.IsControl() || atEnd && r.Offset >= limit[r.Partition] {
-					continue // a transaction marker, or past the end as it was at the start
-				}
-				if err := printRecord(stdout, r, c.asJSON, *printKey, *printHeaders); err != nil {
-					failure = err
-					break poll
-				}
-				if *group != "" {
-					rd.MarkCommitRecords(r)
-				}
-				printed++
-				if *count > 0 && printed >= *count {
-					break poll
-				}
-			}
-		}
+		rl.rd = rd
+		failure := rl.run(ctx)
 		if *group != "" {
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -294,6 +244,81 @@ func consume(args []string, stdout, stderr io.Writer) int {
 		}
 		return failure
 	})
+}
+
+// consumeOpts are the options of consume's reading client: cl's, reading
+// topic from start as a member of group, or partitions, or every
+// partition.
+func consumeOpts(cl *kgo.Client, topic, group string, partitions []int32, start kgo.Offset) []kgo.Opt {
+	opts := append(cl.Opts(), kgo.KeepControlRecords(), kgo.ConsumeResetOffset(start))
+	switch {
+	case group != "":
+		opts = append(opts, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.AutoCommitMarks())
+	case len(partitions) > 0:
+		ps := map[int32]kgo.Offset{}
+		for _, p := range partitions {
+			ps[p] = start
+		}
+		opts = append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: ps}))
+	default:
+		opts = append(opts, kgo.ConsumeTopics(topic))
+	}
+	return opts
+}
+
+// readLoop is consume's reading: records printed until Ctrl-C, count of
+// them, or with atEnd the end of every partition as it was at the start.
+type readLoop struct {
+	rd     *kgo.Client
+	stdout io.Writer
+	atEnd  bool
+	// left: partition → the offset to reach; limit: every partition →
+	// its end (endsToReach).
+	left, limit                    map[int32]int64
+	count                          int
+	asJSON, printKey, printHeaders bool
+	group                          string // marks what it printed for the commit
+}
+
+// run polls and prints; its error is the first failure to read or print.
+func (l *readLoop) run(ctx context.Context) error {
+	printed := 0
+	for !(l.atEnd && len(l.left) == 0) && (l.count == 0 || printed < l.count) {
+		fs := l.rd.PollFetches(ctx)
+		if ctx.Err() != nil {
+			break // Ctrl-C: the normal end
+		}
+		var fetchErr error
+		fs.EachError(func(t string, p int32, err error) {
+			if fetchErr == nil && !errors.Is(err, context.Canceled) {
+				fetchErr = fmt.Errorf("reading %s/%d: %w", t, p, err)
+			}
+		})
+		if fetchErr != nil {
+			return fetchErr
+		}
+		for _, r := range fs.Records() {
+			if l.atEnd {
+				if to, ok := l.left[r.Partition]; ok && r.Offset+1 >= to {
+					delete(l.left, r.Partition)
+				}
+			}
+			if r.Attrs.IsControl() || l.atEnd && r.Offset >= l.limit[r.Partition] {
+				continue // a transaction marker, or past the end as it was at the start
+			}
+			if err := printRecord(l.stdout, r, l.asJSON, l.printKey, l.printHeaders); err != nil {
+				return err
+			}
+			if l.group != "" {
+				l.rd.MarkCommitRecords(r)
+			}
+			printed++
+			if l.count > 0 && printed >= l.count {
+				return nil
+			}
+		}
+	}
+	return nil
 }
 
 // endsToReach returns, for -e, the end offset of every partition at the

@@ -142,17 +142,7 @@ func (s *shardState) consumerHeartbeat(a *cgHeartbeat) (cgAnswer, error) {
 	self := func(id string) bool { return id == cur.id || replaced != nil && id == replaced.id }
 
 	if replaced != nil {
-		c.recs = append(c.recs, memberTombstones(kindConsumer, g.name, replaced.id)...)
-		if t, ok := m.target[replaced.id]; ok {
-			c.put(modernKey{recConsumerTargetMember, g.name, cur.id}, targetValue(t))
-		}
-		c.then(func() {
-			t, had := m.target[replaced.id]
-			m.removeMember(replaced)
-			if had {
-				m.target[cur.id] = t
-			}
-		})
+		s.replaceConsumer(c, g, cur, replaced)
 	}
 	if old == nil || !sameMeta(old, cur) {
 		c.put(modernKey{recConsumerMember, g.name, cur.id}, cur.metaValue().encode(true))
@@ -170,44 +160,8 @@ func (s *shardState) consumerHeartbeat(a *cgHeartbeat) (cgAnswer, error) {
 	if err != nil {
 		return cgAnswer{}, err
 	}
-	epoch := m.epoch
-	if bump || img.Index != m.checked {
-		hash := metadataHash(img, subscribedNames(members, regexes))
-		bump = bump || hash != m.metadataHash
-		c.then(func() { m.checked, m.metadataHash = img.Index, hash })
-		if bump {
-			epoch++
-			c.put(modernKey{typ: recConsumerMetadata, group: g.name}, groupMetaValue{epoch: epoch, metadataHash: hash, createdMs: m.createdMs}.encode(true))
-			c.then(func() { m.epoch = epoch })
-		}
-	}
-
-	targetEpoch, target := m.assignmentEpoch, m.target[cur.id]
-	if replaced != nil && target == nil {
-		target = m.target[replaced.id]
-	}
-	if epoch > m.assignmentEpoch {
-		prev := func(id string) assignment {
-			if id == cur.id && replaced != nil {
-				return m.target[replaced.id]
-			}
-			return m.target[id]
-		}
-		targets := s.computeTargets(members, prev, regexes, img)
-		for _, mm := range members {
-			if t := targets[mm.id]; !t.equal(prev(mm.id)) || mm.id == cur.id && replaced != nil {
-				c.put(modernKey{recConsumerTargetMember, g.name, mm.id}, targetValue(t))
-			}
-		}
-		c.put(modernKey{typ: recConsumerTargetMeta, group: g.name}, epochValue(epoch))
-		c.then(func() {
-			for id, t := range targets {
-				m.target[id] = t
-			}
-			m.assignmentEpoch = epoch
-		})
-		targetEpoch, target = epoch, targets[cur.id]
-	}
+	epoch := s.consumerGroupEpoch(c, g, members, regexes, img, bump)
+	targetEpoch, target := s.consumerTarget(c, g, cur, replaced, members, regexes, img, epoch)
 
 	exists := func(id uuid.UUID) bool { return img.TopicsByID[id] != nil }
 	owner := func(k tpid) bool { o, ok := m.owners[k]; return ok && !self(o) }
@@ -226,6 +180,77 @@ func (s *shardState) consumerHeartbeat(a *cgHeartbeat) (cgAnswer, error) {
 		ans.assignment = next.assigned
 	}
 	return ans, nil
+}
+
+// replaceConsumer writes in c that static member cur takes over from
+// replaced: replaced's records go and its target assignment becomes
+// cur's.
+func (s *shardState) replaceConsumer(c *change, g *group, cur, replaced *mmember) {
+	m := g.m
+	c.recs = append(c.recs, memberTombstones(kindConsumer, g.name, replaced.id)...)
+	if t, ok := m.target[replaced.id]; ok {
+		c.put(modernKey{recConsumerTargetMember, g.name, cur.id}, targetValue(t))
+	}
+	c.then(func() {
+		t, had := m.target[replaced.id]
+		m.removeMember(replaced)
+		if had {
+			m.target[cur.id] = t
+		}
+	})
+}
+
+// consumerGroupEpoch is the group's epoch after a heartbeat: bumped (and
+// written in c) when bump says the members or their subscriptions changed,
+// or when the metadata of the topics members subscribe to did.
+func (s *shardState) consumerGroupEpoch(c *change, g *group, members []*mmember, regexes map[string][]string, img *metadata.Image, bump bool) int32 {
+	m := g.m
+	epoch := m.epoch
+	if bump || img.Index != m.checked {
+		hash := metadataHash(img, subscribedNames(members, regexes))
+		bump = bump || hash != m.metadataHash
+		c.then(func() { m.checked, m.metadataHash = img.Index, hash })
+		if bump {
+			epoch++
+			c.put(modernKey{typ: recConsumerMetadata, group: g.name}, groupMetaValue{epoch: epoch, metadataHash: hash, createdMs: m.createdMs}.encode(true))
+			c.then(func() { m.epoch = epoch })
+		}
+	}
+	return epoch
+}
+
+// consumerTarget is member cur's target assignment and its epoch: the
+// current one, or, when the group's epoch passed the assignment's, every
+// member's computed again (written in c where it changed).
+func (s *shardState) consumerTarget(c *change, g *group, cur, replaced *mmember, members []*mmember, regexes map[string][]string, img *metadata.Image, epoch int32) (int32, assignment) {
+	m := g.m
+	targetEpoch, target := m.assignmentEpoch, m.target[cur.id]
+	if replaced != nil && target == nil {
+		target = m.target[replaced.id]
+	}
+	if epoch <= m.assignmentEpoch {
+		return targetEpoch, target
+	}
+	prev := func(id string) assignment {
+		if id == cur.id && replaced != nil {
+			return m.target[replaced.id]
+		}
+		return m.target[id]
+	}
+	targets := s.computeTargets(members, prev, regexes, img)
+	for _, mm := range members {
+		if t := targets[mm.id]; !t.equal(prev(mm.id)) || mm.id == cur.id && replaced != nil {
+			c.put(modernKey{recConsumerTargetMember, g.name, mm.id}, targetValue(t))
+		}
+	}
+	c.put(modernKey{typ: recConsumerTargetMeta, group: g.name}, epochValue(epoch))
+	c.then(func() {
+		for id, t := range targets {
+			m.target[id] = t
+		}
+		m.assignmentEpoch = epoch
+	})
+	return epoch, targets[cur.id]
 }
 
 // consumerMember finds the member a heartbeat is from: old is its state

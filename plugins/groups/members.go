@@ -24,6 +24,36 @@ type joinArgs struct {
 // completes.
 func (s *shardState) join(a joinArgs) (chan joinResult, error) {
 	ch := make(chan joinResult, 1)
+	g, err := s.joinedGroup(a)
+	if err != nil {
+		return nil, err
+	}
+	if a.memberID == "" {
+		return s.joinNew(g, a, ch)
+	}
+	if a.instanceID != nil {
+		if cur, ok := g.static[*a.instanceID]; ok && cur != a.memberID {
+			return nil, kerr.FencedInstanceID
+		}
+	}
+	if _, ok := g.pending[a.memberID]; ok {
+		if len(g.members) >= s.p.cfg.MaxSize {
+			return nil, kerr.GroupMaxSizeReached
+		}
+		s.addMember(g, a.member(a.memberID, ch))
+		return ch, nil
+	}
+	m := g.members[a.memberID]
+	if m == nil {
+		return nil, kerr.UnknownMemberID
+	}
+	return s.rejoin(g, m, a, ch)
+}
+
+// joinedGroup is the classic group a JoinGroup joins: the existing one,
+// an empty consumer group converted (KIP-848's downgrade), or a new one
+// for a member without an id; its protocols must fit the member's.
+func (s *shardState) joinedGroup(a joinArgs) (*group, error) {
 	g := s.groups[a.group]
 	if g != nil && g.kind != kindClassic {
 		if g.kind != kindConsumer || !g.isEmpty() || !s.p.allowsMigration(kindClassic) {
@@ -53,53 +83,47 @@ func (s *shardState) join(a joinArgs) (chan joinResult, error) {
 	} else if g.protocolType != a.protocolType || len(s.commonProtocols(g, a.protocols)) == 0 {
 		return nil, kerr.InconsistentGroupProtocol
 	}
-	newMember := func(id string) *member {
-		return &member{id: id, clientID: a.clientID, clientHost: a.clientHost, instanceID: a.instanceID,
-			sessionTimeoutMs: a.sessionMs, rebalanceTimeoutMs: a.rebalanceMs, protocolType: a.protocolType,
-			protocols: a.protocols, join: ch}
-	}
+	return g, nil
+}
 
-	if a.memberID == "" {
-		id := newMemberID(a.clientID)
-		if a.instanceID != nil {
-			if old := g.members[g.static[*a.instanceID]]; old != nil {
-				return ch, s.rejoinStatic(g, old, newMember(id), a)
-			}
-		} else if a.version >= 4 {
-			// KIP-394: the member must come back with the id, so that
-			// a client that never gets this answer leaves no ghost.
-			g.pending[id] = s.sh.AfterFunc(time.Duration(a.sessionMs)*time.Millisecond, func() {
-				if _, ok := g.pending[id]; ok {
-					delete(g.pending, id)
-					s.tryCompleteJoin(g)
-				}
-			})
-			ch <- joinResult{err: kerr.MemberIDRequired, memberID: id}
-			return ch, nil
-		}
-		if len(g.members) >= s.p.cfg.MaxSize {
-			return nil, kerr.GroupMaxSizeReached
-		}
-		s.addMember(g, newMember(id))
-		return ch, nil
-	}
+// member is the member a JoinGroup makes, with id, answered on ch.
+func (a joinArgs) member(id string, ch chan joinResult) *member {
+	return &member{id: id, clientID: a.clientID, clientHost: a.clientHost, instanceID: a.instanceID,
+		sessionTimeoutMs: a.sessionMs, rebalanceTimeoutMs: a.rebalanceMs, protocolType: a.protocolType,
+		protocols: a.protocols, join: ch}
+}
 
+// joinNew handles a JoinGroup without a member id: a static member
+// rejoining under a new id, a member told to come back with its id
+// (KIP-394), or a member added.
+func (s *shardState) joinNew(g *group, a joinArgs, ch chan joinResult) (chan joinResult, error) {
+	id := newMemberID(a.clientID)
 	if a.instanceID != nil {
-		if cur, ok := g.static[*a.instanceID]; ok && cur != a.memberID {
-			return nil, kerr.FencedInstanceID
+		if old := g.members[g.static[*a.instanceID]]; old != nil {
+			return ch, s.rejoinStatic(g, old, a.member(id, ch), a)
 		}
-	}
-	if _, ok := g.pending[a.memberID]; ok {
-		if len(g.members) >= s.p.cfg.MaxSize {
-			return nil, kerr.GroupMaxSizeReached
-		}
-		s.addMember(g, newMember(a.memberID))
+	} else if a.version >= 4 {
+		// KIP-394: the member must come back with the id, so that
+		// a client that never gets this answer leaves no ghost.
+		g.pending[id] = s.sh.AfterFunc(time.Duration(a.sessionMs)*time.Millisecond, func() {
+			if _, ok := g.pending[id]; ok {
+				delete(g.pending, id)
+				s.tryCompleteJoin(g)
+			}
+		})
+		ch <- joinResult{err: kerr.MemberIDRequired, memberID: id}
 		return ch, nil
 	}
-	m := g.members[a.memberID]
-	if m == nil {
-		return nil, kerr.UnknownMemberID
+	if len(g.members) >= s.p.cfg.MaxSize {
+		return nil, kerr.GroupMaxSizeReached
 	}
+	s.addMember(g, a.member(id, ch))
+	return ch, nil
+}
+
+// rejoin handles a JoinGroup of member m, by the group's state: a
+// rebalance joined or started, or the current generation answered again.
+func (s *shardState) rejoin(g *group, m *member, a joinArgs, ch chan joinResult) (chan joinResult, error) {
 	update := func() {
 		s.answerJoin(m, joinResult{err: kerr.RebalanceInProgress}) // a previous join of the same member
 		m.protocols, m.sessionTimeoutMs, m.rebalanceTimeoutMs = a.protocols, a.sessionMs, a.rebalanceMs

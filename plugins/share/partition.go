@@ -283,41 +283,27 @@ func (sp *sharePartition) acquire(member string, lim fetchLimits, now time.Time)
 	cfg := sp.p.groupConfig(sp.key.group)
 	offs := ep.Offsets()
 	sp.skipTo(offs.LogStart)
-	limit, iso := offs.HighWatermark, engine.ReadUncommitted
+	a := &acquisition{sp: sp, member: member, lim: lim, cfg: cfg, limit: offs.HighWatermark, aborted: map[int64][]int64{}}
+	iso := engine.ReadUncommitted
 	if cfg.ReadCommitted {
-		limit, iso = offs.LastStable, engine.ReadCommitted
+		a.limit, iso = offs.LastStable, engine.ReadCommitted
 	}
-	var want []int64 // available records, delivered again
-	for o := sp.start; o < sp.end && len(want) < lim.maxRecords; o++ {
+	for o := sp.start; o < sp.end && len(a.want) < lim.maxRecords; o++ {
 		if sp.recs[o].state == stateAvailable {
-			want = append(want, o)
+			a.want = append(a.want, o)
 		}
 	}
-	fresh := func(got int) bool {
-		return sp.end < limit && sp.end-sp.start < int64(cfg.MaxRecordLocks) && got < lim.maxRecords
-	}
-	if len(want) == 0 && !fresh(0) {
+	if len(a.want) == 0 && !a.fresh() {
 		return nil, nil, nil
 	}
 	from := sp.end
-	if len(want) > 0 {
-		from = want[0]
+	if len(a.want) > 0 {
+		from = a.want[0]
 	}
-	deadline := now.Add(cfg.RecordLock)
+	a.deadline = now.Add(cfg.RecordLock)
 	var raws [][]byte
-	var acquired []int64
-	take := func(o int64) {
-		r := sp.recs[o]
-		if r == nil {
-			r = &inflight{}
-			sp.recs[o] = r
-		}
-		r.state, r.count, r.member, r.deadline = stateAcquired, r.count+1, member, deadline
-		acquired = append(acquired, o)
-	}
-	aborted := map[int64][]int64{} // producer → first offsets of its aborted transactions not passed yet
-	bytes, wi := 0, 0
-	for wi < len(want) || fresh(len(acquired)) {
+	bytes := 0
+	for a.wi < len(a.want) || a.fresh() {
 		if bytes >= lim.maxBytes && len(raws) > 0 {
 			break
 		}
@@ -325,9 +311,9 @@ func (sp *sharePartition) acquire(member string, lim fetchLimits, now time.Time)
 		if err != nil {
 			return nil, nil, err
 		}
-		for _, a := range res.AbortedTxns {
-			if !slices.Contains(aborted[a.ProducerID], a.FirstOffset) {
-				aborted[a.ProducerID] = append(aborted[a.ProducerID], a.FirstOffset)
+		for _, at := range res.AbortedTxns {
+			if !slices.Contains(a.aborted[at.ProducerID], at.FirstOffset) {
+				a.aborted[at.ProducerID] = append(a.aborted[at.ProducerID], at.FirstOffset)
 			}
 		}
 		if len(res.Batches) == 0 {
@@ -338,59 +324,103 @@ func (sp *sharePartition) acquire(member string, lim fetchLimits, now time.Time)
 			if err != nil {
 				return nil, nil, err
 			}
-			base, last := h.BaseOffset, h.LastOffset()
-			from = last + 1
-			include := false
-			for ; wi < len(want) && want[wi] <= last; wi++ {
-				if want[wi] >= base {
-					take(want[wi])
-					include = true
-				}
-			}
-			if last >= sp.end && fresh(len(acquired)) {
-				lo, hi := max(base, sp.end), last
-				control, txn := h.Attributes&0x20 != 0, h.Attributes&0x10 != 0
-				if control && txn {
-					if fs := aborted[h.ProducerID]; len(fs) > 0 && fs[0] <= base {
-						aborted[h.ProducerID] = fs[1:] // the abort marker ends that transaction
-					}
-				}
-				isAborted := txn && !control && cfg.ReadCommitted && slices.ContainsFunc(aborted[h.ProducerID], func(f int64) bool { return f <= base })
-				if control || isAborted {
-					// Markers and aborted records are never delivered.
-					for o := lo; o <= hi; o++ {
-						sp.recs[o] = &inflight{state: stateArchived}
-					}
-					sp.end = hi + 1
-				} else {
-					if lim.strict {
-						hi = min(hi, lo+int64(lim.maxRecords-len(acquired))-1)
-					}
-					for o := lo; o <= hi; o++ {
-						take(o)
-					}
-					sp.end = hi + 1
-					include = true
-				}
-			}
-			if include {
+			from = h.LastOffset() + 1
+			if a.batch(h) {
 				raws = append(raws, raw)
 				bytes += len(raw)
 			}
-			if wi >= len(want) && !fresh(len(acquired)) {
+			if a.wi >= len(a.want) && !a.fresh() {
 				break
 			}
 		}
-		if from >= limit {
+		if from >= a.limit {
 			break
 		}
 	}
 	sp.advance()
-	if len(acquired) > 0 {
-		sp.p.stats().acquired.Add(len(acquired))
+	if len(a.acquired) > 0 {
+		sp.p.stats().acquired.Add(len(a.acquired))
 		sp.arm()
 	}
-	return raws, ranges(acquired, sp.recs), nil
+	return raws, ranges(a.acquired, sp.recs), nil
+}
+
+// acquisition is one acquire of a share-partition's records for member.
+type acquisition struct {
+	sp     *sharePartition
+	member string
+	lim    fetchLimits
+	cfg    plugin.ShareGroupConfig
+	limit  int64 // the high watermark, or the last stable offset for read_committed
+
+	deadline time.Time // of the acquisition lock
+	// want are the available records to deliver again, wi the first not
+	// passed yet.
+	want     []int64
+	wi       int
+	acquired []int64
+	aborted  map[int64][]int64 // producer → first offsets of its aborted transactions not passed yet
+}
+
+// fresh says records not delivered yet may be acquired too: there are
+// some, the in-flight window has room, and the limit is not reached.
+func (a *acquisition) fresh() bool {
+	sp := a.sp
+	return sp.end < a.limit && sp.end-sp.start < int64(a.cfg.MaxRecordLocks) && len(a.acquired) < a.lim.maxRecords
+}
+
+// take acquires record o for the member.
+func (a *acquisition) take(o int64) {
+	sp := a.sp
+	r := sp.recs[o]
+	if r == nil {
+		r = &inflight{}
+		sp.recs[o] = r
+	}
+	r.state, r.count, r.member, r.deadline = stateAcquired, r.count+1, a.member, a.deadline
+	a.acquired = append(a.acquired, o)
+}
+
+// batch acquires what the member gets of the batch with header h: the
+// wanted records in it, and records not delivered yet (markers and
+// aborted records are archived instead, never delivered). It says whether
+// the batch goes in the response.
+func (a *acquisition) batch(h engine.BatchHeader) (include bool) {
+	sp, lim := a.sp, a.lim
+	base, last := h.BaseOffset, h.LastOffset()
+	for ; a.wi < len(a.want) && a.want[a.wi] <= last; a.wi++ {
+		if a.want[a.wi] >= base {
+			a.take(a.want[a.wi])
+			include = true
+		}
+	}
+	if last < sp.end || !a.fresh() {
+		return include
+	}
+	lo, hi := max(base, sp.end), last
+	control, txn := h.Attributes&0x20 != 0, h.Attributes&0x10 != 0
+	if control && txn {
+		if fs := a.aborted[h.ProducerID]; len(fs) > 0 && fs[0] <= base {
+			a.aborted[h.ProducerID] = fs[1:] // the abort marker ends that transaction
+		}
+	}
+	isAborted := txn && !control && a.cfg.ReadCommitted && slices.ContainsFunc(a.aborted[h.ProducerID], func(f int64) bool { return f <= base })
+	if control || isAborted {
+		// Markers and aborted records are never delivered.
+		for o := lo; o <= hi; o++ {
+			sp.recs[o] = &inflight{state: stateArchived}
+		}
+		sp.end = hi + 1
+		return include
+	}
+	if lim.strict {
+		hi = min(hi, lo+int64(lim.maxRecords-len(a.acquired))-1)
+	}
+	for o := lo; o <= hi; o++ {
+		a.take(o)
+	}
+	sp.end = hi + 1
+	return true
 }
 
 // ranges groups acquired offsets into runs of the same delivery count.

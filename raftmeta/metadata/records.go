@@ -212,20 +212,55 @@ func (b *builder) topic(id UUID) (*Topic, error) {
 }
 
 func (b *builder) apply(r *Record) error {
-	img := b.img
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%s record: %s: %w", r.Type, fmt.Sprintf(format, args...), kerr.InvalidRequest)
+	switch r.Type {
+	case RecordCluster, RecordRegisterBroker, RecordBrokerChange:
+		return b.applyBroker(r)
+	case RecordTopic, RecordRemoveTopic:
+		return b.applyTopic(r)
+	case RecordPartition:
+		return b.applyPartition(r)
+	case RecordPartitionChange:
+		return b.applyPartitionChange(r)
+	case RecordConfig:
+		return b.applyConfig(r)
+	case RecordProducerIDs:
+		pr := r.ProducerIDs
+		if pr == nil || pr.First != b.img.NextProducerID || pr.Next <= pr.First {
+			return badRecord(r, "producer ids %+v, next is %d", pr, b.img.NextProducerID)
+		}
+		b.img.NextProducerID = pr.Next
+	default:
+		if ok, err := b.applySecurity(r); ok {
+			return err
+		}
+		if ok, err := b.applyMirror(r); ok {
+			return err
+		}
+		return badRecord(r, "unknown record type")
 	}
+	return nil
+}
+
+// badRecord is the error of a record that cannot apply: INVALID_REQUEST,
+// saying what is wrong with it.
+func badRecord(r *Record, format string, args ...any) error {
+	return fmt.Errorf("%s record: %s: %w", r.Type, fmt.Sprintf(format, args...), kerr.InvalidRequest)
+}
+
+// applyBroker applies the cluster's ID, a broker's registration or a
+// change of a registered broker.
+func (b *builder) applyBroker(r *Record) error {
+	img := b.img
 	switch r.Type {
 	case RecordCluster:
 		if r.ClusterID == "" || img.ClusterID != "" && img.ClusterID != r.ClusterID {
-			return bad("cluster ID %q after %q", r.ClusterID, img.ClusterID)
+			return badRecord(r, "cluster ID %q after %q", r.ClusterID, img.ClusterID)
 		}
 		img.ClusterID = r.ClusterID
 
 	case RecordRegisterBroker:
 		if r.Broker == nil || r.Broker.ID < 0 {
-			return bad("missing or negative broker")
+			return badRecord(r, "missing or negative broker")
 		}
 		br := *r.Broker
 		br.Epoch = int64(b.index)
@@ -234,7 +269,7 @@ func (b *builder) apply(r *Record) error {
 	case RecordBrokerChange:
 		bc := r.BrokerChange
 		if bc == nil {
-			return bad("missing change")
+			return badRecord(r, "missing change")
 		}
 		br, ok := img.Brokers[bc.ID]
 		if !ok || br.Epoch != bc.Epoch {
@@ -250,116 +285,16 @@ func (b *builder) apply(r *Record) error {
 			br.DiskFull = *bc.DiskFull
 		}
 		img.Brokers[br.ID] = br
+	}
+	return nil
+}
 
-	case RecordTopic:
-		tr := r.Topic
-		switch {
-		case tr == nil || tr.ID.IsZero():
-			return bad("missing topic or ID")
-		case img.Topics[tr.Name] != nil:
-			return fmt.Errorf("topic %q: %w", tr.Name, kerr.TopicAlreadyExists)
-		case img.TopicsByID[tr.ID] != nil:
-			return bad("topic ID %s already in use", tr.ID)
-		}
-		t := &Topic{Name: tr.Name, ID: tr.ID, Partitions: []Partition{}, Internal: tr.Internal}
-		if len(tr.Configs) > 0 {
-			t.Configs = cloneMap(tr.Configs)
-		}
-		b.owned[t] = true
-		img.Topics[t.Name] = t
-		img.TopicsByID[t.ID] = t
-
-	case RecordPartition:
-		pr := r.Partition
-		if pr == nil {
-			return bad("missing partition")
-		}
-		t, err := b.topic(pr.TopicID)
-		if err != nil {
-			return err
-		}
-		if int(pr.Partition) != len(t.Partitions) || len(pr.Replicas) == 0 {
-			return bad("partition %d of %q with %d replicas, topic has %d partitions", pr.Partition, t.Name, len(pr.Replicas), len(t.Partitions))
-		}
-		t.Partitions = append(t.Partitions, Partition{
-			Replicas:    slices.Clone(pr.Replicas),
-			ISR:         slices.Clone(pr.ISR),
-			Leader:      pr.Leader,
-			LeaderEpoch: pr.LeaderEpoch,
-		})
-
-	case RecordPartitionChange:
-		pc := r.PartitionChange
-		if pc == nil {
-			return bad("missing change")
-		}
-		t, err := b.topic(pc.TopicID)
-		if err != nil {
-			return err
-		}
-		if pc.Partition < 0 || int(pc.Partition) >= len(t.Partitions) {
-			return fmt.Errorf("partition %d of %q: %w", pc.Partition, t.Name, kerr.UnknownTopicOrPartition)
-		}
-		p := &t.Partitions[pc.Partition]
-		if pc.LeaderEpoch != nil {
-			if *pc.LeaderEpoch < p.LeaderEpoch {
-				return bad("leader epoch %d below current %d", *pc.LeaderEpoch, p.LeaderEpoch)
-			}
-			p.LeaderEpoch = *pc.LeaderEpoch
-		}
-		if pc.Leader != nil {
-			p.Leader = *pc.Leader
-		}
-		if pc.ISR != nil {
-			p.ISR = slices.Clone(pc.ISR)
-		}
-		if pc.Replicas != nil {
-			p.Replicas = slices.Clone(pc.Replicas)
-		}
-		if ra := pc.Reassignment; ra != nil {
-			p.AddingReplicas, p.RemovingReplicas = slices.Clone(ra.Adding), slices.Clone(ra.Removing)
-		}
-		p.PartitionEpoch++
-
-	case RecordConfig:
-		cr := r.Config
-		if cr == nil {
-			return bad("missing config")
-		}
-		switch cr.ResourceType {
-		case ConfigResourceTopic:
-			t0 := img.Topics[cr.ResourceName]
-			if t0 == nil {
-				return fmt.Errorf("topic %q: %w", cr.ResourceName, kerr.UnknownTopicOrPartition)
-			}
-			t, _ := b.topic(t0.ID)
-			t.Configs = setConfig(t.Configs, cr.Key, cr.Value)
-		case ConfigResourceBroker:
-			if cr.ResourceName == "" {
-				img.BrokerConfigs = setConfig(img.BrokerConfigs, cr.Key, cr.Value)
-				break
-			}
-			id, err := strconv.ParseInt(cr.ResourceName, 10, 32)
-			if err != nil || id < 0 {
-				return bad("broker resource name %q", cr.ResourceName)
-			}
-			if m := setConfig(img.NodeConfigs[int32(id)], cr.Key, cr.Value); m != nil {
-				img.NodeConfigs[int32(id)] = m
-			} else {
-				delete(img.NodeConfigs, int32(id))
-			}
-		case ConfigResourceGroup:
-			if cr.ResourceName == "" {
-				return bad("empty group name")
-			}
-			b.setGroupConfig(cr)
-		default:
-			return bad("resource type %d", cr.ResourceType)
-		}
-
-	case RecordRemoveTopic:
+// applyTopic applies a topic's creation (without partitions) or removal.
+func (b *builder) applyTopic(r *Record) error {
+	img := b.img
+	if r.Type == RecordRemoveTopic {
 		if r.RemoveTopic == nil {
-			return bad("missing topic ID")
+			return badRecord(r, "missing topic ID")
 		}
 		t := img.TopicsByID[*r.RemoveTopic]
 		if t == nil {
@@ -367,22 +302,123 @@ func (b *builder) apply(r *Record) error {
 		}
 		delete(img.TopicsByID, t.ID)
 		delete(img.Topics, t.Name)
+		return nil
+	}
+	tr := r.Topic
+	switch {
+	case tr == nil || tr.ID.IsZero():
+		return badRecord(r, "missing topic or ID")
+	case img.Topics[tr.Name] != nil:
+		return fmt.Errorf("topic %q: %w", tr.Name, kerr.TopicAlreadyExists)
+	case img.TopicsByID[tr.ID] != nil:
+		return badRecord(r, "topic ID %s already in use", tr.ID)
+	}
+	t := &Topic{Name: tr.Name, ID: tr.ID, Partitions: []Partition{}, Internal: tr.Internal}
+	if len(tr.Configs) > 0 {
+		t.Configs = cloneMap(tr.Configs)
+	}
+	b.owned[t] = true
+	img.Topics[t.Name] = t
+	img.TopicsByID[t.ID] = t
+	return nil
+}
 
-	case RecordProducerIDs:
-		pr := r.ProducerIDs
-		if pr == nil || pr.First != img.NextProducerID || pr.Next <= pr.First {
-			return bad("producer ids %+v, next is %d", pr, img.NextProducerID)
+// applyPartition applies a new partition, the next of its topic.
+func (b *builder) applyPartition(r *Record) error {
+	pr := r.Partition
+	if pr == nil {
+		return badRecord(r, "missing partition")
+	}
+	t, err := b.topic(pr.TopicID)
+	if err != nil {
+		return err
+	}
+	if int(pr.Partition) != len(t.Partitions) || len(pr.Replicas) == 0 {
+		return badRecord(r, "partition %d of %q with %d replicas, topic has %d partitions", pr.Partition, t.Name, len(pr.Replicas), len(t.Partitions))
+	}
+	t.Partitions = append(t.Partitions, Partition{
+		Replicas:    slices.Clone(pr.Replicas),
+		ISR:         slices.Clone(pr.ISR),
+		Leader:      pr.Leader,
+		LeaderEpoch: pr.LeaderEpoch,
+	})
+	return nil
+}
+
+// applyPartitionChange applies a change of a partition's leader, epoch,
+// ISR, replicas or reassignment, which bumps its partition epoch.
+func (b *builder) applyPartitionChange(r *Record) error {
+	pc := r.PartitionChange
+	if pc == nil {
+		return badRecord(r, "missing change")
+	}
+	t, err := b.topic(pc.TopicID)
+	if err != nil {
+		return err
+	}
+	if pc.Partition < 0 || int(pc.Partition) >= len(t.Partitions) {
+		return fmt.Errorf("partition %d of %q: %w", pc.Partition, t.Name, kerr.UnknownTopicOrPartition)
+	}
+	p := &t.Partitions[pc.Partition]
+	if pc.LeaderEpoch != nil {
+		if *pc.LeaderEpoch < p.LeaderEpoch {
+			return badRecord(r, "leader epoch %d below current %d", *pc.LeaderEpoch, p.LeaderEpoch)
 		}
-		img.NextProducerID = pr.Next
+		p.LeaderEpoch = *pc.LeaderEpoch
+	}
+	if pc.Leader != nil {
+		p.Leader = *pc.Leader
+	}
+	if pc.ISR != nil {
+		p.ISR = slices.Clone(pc.ISR)
+	}
+	if pc.Replicas != nil {
+		p.Replicas = slices.Clone(pc.Replicas)
+	}
+	if ra := pc.Reassignment; ra != nil {
+		p.AddingReplicas, p.RemovingReplicas = slices.Clone(ra.Adding), slices.Clone(ra.Removing)
+	}
+	p.PartitionEpoch++
+	return nil
+}
 
+// applyConfig applies a config set or deleted on a topic, a broker (all
+// brokers for an empty name) or a group.
+func (b *builder) applyConfig(r *Record) error {
+	img := b.img
+	cr := r.Config
+	if cr == nil {
+		return badRecord(r, "missing config")
+	}
+	switch cr.ResourceType {
+	case ConfigResourceTopic:
+		t0 := img.Topics[cr.ResourceName]
+		if t0 == nil {
+			return fmt.Errorf("topic %q: %w", cr.ResourceName, kerr.UnknownTopicOrPartition)
+		}
+		t, _ := b.topic(t0.ID)
+		t.Configs = setConfig(t.Configs, cr.Key, cr.Value)
+	case ConfigResourceBroker:
+		if cr.ResourceName == "" {
+			img.BrokerConfigs = setConfig(img.BrokerConfigs, cr.Key, cr.Value)
+			break
+		}
+		id, err := strconv.ParseInt(cr.ResourceName, 10, 32)
+		if err != nil || id < 0 {
+			return badRecord(r, "broker resource name %q", cr.ResourceName)
+		}
+		if m := setConfig(img.NodeConfigs[int32(id)], cr.Key, cr.Value); m != nil {
+			img.NodeConfigs[int32(id)] = m
+		} else {
+			delete(img.NodeConfigs, int32(id))
+		}
+	case ConfigResourceGroup:
+		if cr.ResourceName == "" {
+			return badRecord(r, "empty group name")
+		}
+		b.setGroupConfig(cr)
 	default:
-		if ok, err := b.applySecurity(r); ok {
-			return err
-		}
-		if ok, err := b.applyMirror(r); ok {
-			return err
-		}
-		return bad("unknown record type")
+		return badRecord(r, "resource type %d", cr.ResourceType)
 	}
 	return nil
 }

@@ -307,7 +307,7 @@ func (f *fetcher) truncateTo(fp *followed, epoch int32, end int64) error {
 	}
 	f.m.cfg.Log.Info("truncating a follower's log to its leader's", "topic", fp.topic, "partition", fp.key.p,
 		"leader", f.leader, "from", offs.LogEnd, "to", at, "leader_epoch", epoch)
-	if err := fp.ep.TruncateTo(at); err != nil {
+	if err := fp.ep.Truncate(at); err != nil {
 		return fmt.Errorf("truncate %s-%d to %d: %w", fp.topic, fp.key.p, at, err)
 	}
 	return nil
@@ -315,6 +315,44 @@ func (f *fetcher) truncateTo(fp *followed, epoch int32, end int64) error {
 
 // fetch sends one Fetch and appends what it brings.
 func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed) error {
+	cp := &f.m.cfg
+	fr := f.request(parts)
+	if len(fr.fetching) == 0 {
+		if fr.quotaWait > 0 { // only throttled partitions, over their quota
+			select {
+			case <-ctx.Done():
+			case <-time.After(min(fr.quotaWait, time.Second)):
+			}
+		}
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, cp.FetchWait+30*time.Second)
+	defer cancel()
+	resp, err := fr.req.RequestWith(rctx, conn)
+	if err != nil {
+		return fmt.Errorf("Fetch from broker %d: %w", f.leader, err)
+	}
+	if resp.ErrorCode != 0 {
+		return fmt.Errorf("Fetch from broker %d: %w", f.leader, kerr.ErrorForCode(resp.ErrorCode))
+	}
+	return f.apply(ctx, resp, fr)
+}
+
+// followerFetch is a follower's Fetch request and what its answer is
+// checked and applied against.
+type followerFetch struct {
+	req      *kmsg.FetchRequest
+	fetching map[partKey]*followed
+	bounds   map[partKey]int32 // KAFKA-18723: the highest batch epoch each partition may take
+	// throttled are the partitions under a follower throttle.
+	throttled map[partKey]throttle
+	quotaWait time.Duration // > 0: a throttled partition was left out
+}
+
+// request builds the Fetch of the partitions of parts that are truncated
+// to the leader's log and not over their throttle's quota, each from its
+// log end offset.
+func (f *fetcher) request(parts []*followed) *followerFetch {
 	m := f.m
 	cp := &m.cfg
 	req := kmsg.NewPtrFetchRequest()
@@ -324,23 +362,20 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 	req.MinBytes = 1
 	req.MaxBytes = cp.FetchResponseBytes
 	req.SessionEpoch = -1
+	fr := &followerFetch{req: req, fetching: map[partKey]*followed{}, bounds: map[partKey]int32{}, throttled: map[partKey]throttle{}}
 	byID := map[[16]byte]int{}
-	fetching := map[partKey]*followed{}
-	bounds := map[partKey]int32{} // KAFKA-18723: the highest batch epoch each partition may take
 	img := m.image()
 	rates := m.followerThrottleRates()
-	throttled := map[partKey]throttle{}
-	var quotaWait time.Duration // > 0: a throttled partition was left out
 	for _, fp := range parts {
 		if !fp.truncated {
 			continue
 		}
 		if th, ok := m.followerThrottle(img, fp, rates); ok {
 			if w := th.q.Wait(th.rate, time.Now()); w > 0 {
-				quotaWait = max(quotaWait, w)
+				fr.quotaWait = max(fr.quotaWait, w)
 				continue
 			}
-			throttled[fp.key] = th
+			fr.throttled[fp.key] = th
 		}
 		i, ok := byID[fp.key.id]
 		if !ok {
@@ -356,10 +391,10 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 		rp.FetchOffset, rp.LogStartOffset = offs.LogEnd, offs.LogStart
 		rp.LastFetchedEpoch = fp.ep.LastFetchedEpoch()
 		rp.PartitionMaxBytes = cp.FetchMaxBytes
-		if th, ok := throttled[fp.key]; ok {
+		if th, ok := fr.throttled[fp.key]; ok {
 			rp.PartitionMaxBytes = int32(min(int64(cp.FetchMaxBytes), th.rate)) // a second's worth
 		}
-		bounds[fp.key] = fp.leaderEpoch
+		fr.bounds[fp.key] = fp.leaderEpoch
 		if img.MirrorOf(fp.topic) != "" {
 			if fp.mirrorEpoch < 0 {
 				// The leader's log continues ours, whose latest epoch
@@ -367,33 +402,22 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 				fp.mirrorEpoch = max(rp.LastFetchedEpoch, 0)
 			}
 			SetMirrorLeaderEpoch(&rp.UnknownTags, fp.mirrorEpoch)
-			bounds[fp.key] = fp.mirrorEpoch
+			fr.bounds[fp.key] = fp.mirrorEpoch
 		}
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
-		fetching[fp.key] = fp
+		fr.fetching[fp.key] = fp
 	}
-	if len(fetching) == 0 {
-		if quotaWait > 0 { // only throttled partitions, over their quota
-			select {
-			case <-ctx.Done():
-			case <-time.After(min(quotaWait, time.Second)):
-			}
-		}
-		return nil
-	}
-	rctx, cancel := context.WithTimeout(ctx, cp.FetchWait+30*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(rctx, conn)
-	if err != nil {
-		return fmt.Errorf("Fetch from broker %d: %w", f.leader, err)
-	}
-	if resp.ErrorCode != 0 {
-		return fmt.Errorf("Fetch from broker %d: %w", f.leader, kerr.ErrorForCode(resp.ErrorCode))
-	}
-	// The partitions are applied together: each append waits for its
-	// segment file's sync, and one after the other a response of n
-	// partitions cost n syncs in a row before the next fetch could tell
-	// the leader (and so acks=all) how far this replica got.
+	return fr
+}
+
+// apply applies the partitions of a Fetch's answer that are still
+// followed, and returns the first error of any.
+//
+// The partitions are applied together: each append waits for its
+// segment file's sync, and one after the other a response of n
+// partitions cost n syncs in a row before the next fetch could tell
+// the leader (and so acks=all) how far this replica got.
+func (f *fetcher) apply(ctx context.Context, resp *kmsg.FetchResponse, fr *followerFetch) error {
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -402,18 +426,18 @@ func (f *fetcher) fetch(ctx context.Context, conn *kgo.Broker, parts []*followed
 	for _, rt := range resp.Topics {
 		for i := range rt.Partitions {
 			rp := &rt.Partitions[i]
-			fp := fetching[partKey{rt.TopicID, rp.Partition}]
+			fp := fr.fetching[partKey{rt.TopicID, rp.Partition}]
 			if fp == nil || !f.current(fp) {
 				continue
 			}
-			if th, ok := throttled[fp.key]; ok {
+			if th, ok := fr.throttled[fp.key]; ok {
 				th.q.Record(len(rp.RecordBatches), th.rate, time.Now())
 				th.bytes.Add(len(rp.RecordBatches))
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := f.handle(ctx, fp, rp, bounds[fp.key]); err != nil {
+				if err := f.handle(ctx, fp, rp, fr.bounds[fp.key]); err != nil {
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = err

@@ -1,6 +1,6 @@
 //go:build tandem_omit_share || tandem_omit_groups
 
-package tandem
+package builtin
 
 import "log/slog"
 

@@ -1,6 +1,6 @@
 //go:build !tandem_omit_txn
 
-package tandem
+package builtin
 
 import (
 	"fmt"
