@@ -27,139 +27,166 @@ func (h *Handler) APIVersions() []kmsg.ApiVersionsResponseApiKey {
 // NewRequest implements plugin.APIHandler.
 func (h *Handler) NewRequest(key int16) kmsg.Request { return mirrorproto.NewRequest(key) }
 
-// HandleRequest implements plugin.APIHandler.
+// HandleRequest implements plugin.APIHandler: each key's answer is
+// filled by a method of its own.
 func (h *Handler) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
 	resp := req.ResponseKind()
 	resp.SetVersion(req.GetVersion())
-	// Inter-broker and controller APIs need CLUSTER_ACTION, as Kafka's do.
-	clusterAction := rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster")
-	clusterDenied := fmt.Errorf("mirror API %d needs CLUSTER_ACTION on the cluster: %w", req.Key(), kerr.ClusterAuthorizationFailed)
 	switch req := req.(type) {
 	case *mirrorproto.CreateMirrorRequest:
-		r := resp.(*mirrorproto.CreateMirrorResponse)
-		name := ""
-		if req.MirrorName != nil {
-			name = *req.MirrorName
-		}
-		if err := Authorized(rc, kmsg.ACLOperationCreate, name); err != nil {
-			r.SetErr(code(err))
-			break
-		}
-		r.SetErr(code(h.b.CreateMirror(ctx, req)))
+		h.createMirror(ctx, rc, req, resp.(*mirrorproto.CreateMirrorResponse))
 	case *mirrorproto.AddTopicsToMirrorRequest:
-		r := resp.(*mirrorproto.AddTopicsToMirrorResponse)
-		var denied error
-		for _, t := range req.Topics {
-			if t.MirrorName != nil && denied == nil {
-				denied = Authorized(rc, kmsg.ACLOperationAlter, *t.MirrorName)
-			}
-		}
-		if denied != nil {
-			r.ErrorCode, _ = code(denied)
-			break
-		}
-		id, plan, err := h.b.AddTopics(ctx, req)
-		r.TopicID, r.Truncations = id, plan
-		c, msg := code(err)
-		r.ErrorCode, r.ErrorMessage = c, mirrorproto.NonEmpty(msg)
+		h.addTopics(ctx, rc, req, resp.(*mirrorproto.AddTopicsToMirrorResponse))
 	case *mirrorproto.RemoveTopicsFromMirrorRequest:
-		r := resp.(*mirrorproto.RemoveTopicsFromMirrorResponse)
-		if err := Authorized(rc, kmsg.ACLOperationAlter, req.MirrorName); err != nil {
-			r.ErrorCode, _ = code(err)
-			break
-		}
-		timeout := time.Duration(req.TimeoutMs) * time.Millisecond
-		if timeout <= 0 {
-			timeout = h.b.RequestTimeout()
-		}
-		removed, report, err := h.b.RemoveTopics(ctx, req.MirrorName, topicNames(req.Topics), req.Mode, timeout, req.Consistent)
-		r.Failover = report
-		c, msg := code(err)
-		if err == nil {
-			msg = fmt.Sprintf("Removed %d topic(s) from mirror %s: [%s]", len(removed), req.MirrorName, strings.Join(removed, ", "))
-			if n := alreadyStopped(report); n > 0 {
-				msg += fmt.Sprintf("; %d partition(s) had failed over already", n)
-			}
-		}
-		r.ErrorCode, r.ErrorMessage = c, mirrorproto.NonEmpty(msg)
+		h.removeTopics(ctx, rc, req, resp.(*mirrorproto.RemoveTopicsFromMirrorResponse))
 	case *mirrorproto.LastMirroredOffsetsRequest:
 		// Asked by the destination of a failback with its credentials on
 		// this (source) cluster: DESCRIBE on each topic, as ListOffsets.
-		r := resp.(*mirrorproto.LastMirroredOffsetsResponse)
-		r.Topics = h.b.LastMirrored(ctx, rc, req)
+		resp.(*mirrorproto.LastMirroredOffsetsResponse).Topics = h.b.LastMirrored(ctx, rc, req)
 	case *mirrorproto.ListMirrorsRequest:
-		r := resp.(*mirrorproto.ListMirrorsResponse)
-		img := h.b.Mirrors(ctx)
-		for _, name := range slices.Sorted(maps.Keys(img.Mirrors)) {
-			m := img.Mirrors[name]
-			if Authorized(rc, kmsg.ACLOperationDescribe, name) != nil {
-				continue // hidden, as ListGroups hides groups
-			}
-			n := 0
-			for _, mt := range m.Topics {
-				if !mt.Stopped {
-					n++
-				}
-			}
-			r.Mirrors = append(r.Mirrors, mirrorproto.ListedMirror{MirrorName: name, SourceBootstrap: m.Configs["bootstrap.servers"], TopicCount: int32(n)})
-		}
+		h.listMirrors(ctx, rc, resp.(*mirrorproto.ListMirrorsResponse))
 	case *mirrorproto.DescribeMirrorsRequest:
 		resp.(*mirrorproto.DescribeMirrorsResponse).Mirrors = h.b.Describe(ctx, rc, req)
 	case *mirrorproto.ReadMirrorStatesRequest:
 		r := resp.(*mirrorproto.ReadMirrorStatesResponse)
-		if !clusterAction {
-			r.ErrorCode, _ = code(clusterDenied)
+		if err := clusterAction(rc, req); err != nil {
+			r.ErrorCode, _ = code(err)
 			break
 		}
 		r.Topics, r.Shards, r.ErrorCode = h.b.ReadStates(ctx, req)
 	case *mirrorproto.WriteMirrorStatesRequest:
 		r := resp.(*mirrorproto.WriteMirrorStatesResponse)
-		if !clusterAction {
-			r.ErrorCode, _ = code(clusterDenied)
+		if err := clusterAction(rc, req); err != nil {
+			r.ErrorCode, _ = code(err)
 			break
 		}
 		r.Topics = h.b.WriteStates(ctx, req)
 	case *mirrorproto.MirrorTopicsRequest:
-		r := resp.(*mirrorproto.MirrorTopicsResponse)
-		op := kmsg.ACLOperationAlter
-		if req.Key() == mirrorproto.KeyDeleteMirror {
-			op = kmsg.ACLOperationDelete
-		}
-		if err := Authorized(rc, op, req.MirrorName); err != nil {
-			r.SetErr(code(err))
-			break
-		}
-		var err error
-		switch req.Key() {
-		case mirrorproto.KeyPauseMirrorTopics:
-			err = h.b.Pause(ctx, req.MirrorName, req.Topics, true)
-		case mirrorproto.KeyResumeMirrorTopics:
-			err = h.b.Pause(ctx, req.MirrorName, req.Topics, false)
-		case mirrorproto.KeyDeleteMirror:
-			err = h.b.DeleteMirror(ctx, req.MirrorName)
-		}
-		r.SetErr(code(err))
+		h.mirrorTopics(ctx, rc, req, resp.(*mirrorproto.MirrorTopicsResponse))
 	case *mirrorproto.BumpLeaderEpochsRequest:
-		r := resp.(*mirrorproto.BumpLeaderEpochsResponse)
-		for _, t := range req.Topics {
-			bt := mirrorproto.BumpTopic{TopicID: t.TopicID}
-			for _, bp := range t.Partitions {
-				out := mirrorproto.BumpPartition{PartitionIndex: bp.PartitionIndex, LeaderEpoch: -1}
-				if !clusterAction {
-					out.ErrorCode, _ = code(clusterDenied)
-				} else if e, err := h.b.BumpLeaderEpoch(ctx, t.TopicID, bp.PartitionIndex, bp.MinLeaderEpoch); err != nil {
-					out.ErrorCode, _ = code(err)
-				} else {
-					out.LeaderEpoch = e
-				}
-				bt.Partitions = append(bt.Partitions, out)
-			}
-			r.Topics = append(r.Topics, bt)
-		}
+		h.bumpLeaderEpochs(ctx, rc, req, resp.(*mirrorproto.BumpLeaderEpochsResponse))
 	default:
 		return nil, fmt.Errorf("mirror: unexpected request %T", req)
 	}
 	return resp, nil
+}
+
+// clusterAction is nil when the request may use an inter-broker or
+// controller API: those need CLUSTER_ACTION, as Kafka's do.
+func clusterAction(rc *plugin.RequestContext, req kmsg.Request) error {
+	if rc.Allowed(kmsg.ACLOperationClusterAction, kmsg.ACLResourceTypeCluster, "kafka-cluster") {
+		return nil
+	}
+	return fmt.Errorf("mirror API %d needs CLUSTER_ACTION on the cluster: %w", req.Key(), kerr.ClusterAuthorizationFailed)
+}
+
+func (h *Handler) createMirror(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.CreateMirrorRequest, r *mirrorproto.CreateMirrorResponse) {
+	name := ""
+	if req.MirrorName != nil {
+		name = *req.MirrorName
+	}
+	if err := Authorized(rc, kmsg.ACLOperationCreate, name); err != nil {
+		r.SetErr(code(err))
+		return
+	}
+	r.SetErr(code(h.b.CreateMirror(ctx, req)))
+}
+
+func (h *Handler) addTopics(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.AddTopicsToMirrorRequest, r *mirrorproto.AddTopicsToMirrorResponse) {
+	var denied error
+	for _, t := range req.Topics {
+		if t.MirrorName != nil && denied == nil {
+			denied = Authorized(rc, kmsg.ACLOperationAlter, *t.MirrorName)
+		}
+	}
+	if denied != nil {
+		r.ErrorCode, _ = code(denied)
+		return
+	}
+	id, plan, err := h.b.AddTopics(ctx, req)
+	r.TopicID, r.Truncations = id, plan
+	c, msg := code(err)
+	r.ErrorCode, r.ErrorMessage = c, mirrorproto.NonEmpty(msg)
+}
+
+func (h *Handler) removeTopics(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.RemoveTopicsFromMirrorRequest, r *mirrorproto.RemoveTopicsFromMirrorResponse) {
+	if err := Authorized(rc, kmsg.ACLOperationAlter, req.MirrorName); err != nil {
+		r.ErrorCode, _ = code(err)
+		return
+	}
+	timeout := time.Duration(req.TimeoutMs) * time.Millisecond
+	if timeout <= 0 {
+		timeout = h.b.RequestTimeout()
+	}
+	removed, report, err := h.b.RemoveTopics(ctx, req.MirrorName, topicNames(req.Topics), req.Mode, timeout, req.Consistent)
+	r.Failover = report
+	c, msg := code(err)
+	if err == nil {
+		msg = fmt.Sprintf("Removed %d topic(s) from mirror %s: [%s]", len(removed), req.MirrorName, strings.Join(removed, ", "))
+		if n := alreadyStopped(report); n > 0 {
+			msg += fmt.Sprintf("; %d partition(s) had failed over already", n)
+		}
+	}
+	r.ErrorCode, r.ErrorMessage = c, mirrorproto.NonEmpty(msg)
+}
+
+func (h *Handler) listMirrors(ctx context.Context, rc *plugin.RequestContext, r *mirrorproto.ListMirrorsResponse) {
+	img := h.b.Mirrors(ctx)
+	for _, name := range slices.Sorted(maps.Keys(img.Mirrors)) {
+		m := img.Mirrors[name]
+		if Authorized(rc, kmsg.ACLOperationDescribe, name) != nil {
+			continue // hidden, as ListGroups hides groups
+		}
+		n := 0
+		for _, mt := range m.Topics {
+			if !mt.Stopped {
+				n++
+			}
+		}
+		r.Mirrors = append(r.Mirrors, mirrorproto.ListedMirror{MirrorName: name, SourceBootstrap: m.Configs["bootstrap.servers"], TopicCount: int32(n)})
+	}
+}
+
+// mirrorTopics serves PauseMirrorTopics, ResumeMirrorTopics and
+// DeleteMirror, which share their messages.
+func (h *Handler) mirrorTopics(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.MirrorTopicsRequest, r *mirrorproto.MirrorTopicsResponse) {
+	op := kmsg.ACLOperationAlter
+	if req.Key() == mirrorproto.KeyDeleteMirror {
+		op = kmsg.ACLOperationDelete
+	}
+	if err := Authorized(rc, op, req.MirrorName); err != nil {
+		r.SetErr(code(err))
+		return
+	}
+	var err error
+	switch req.Key() {
+	case mirrorproto.KeyPauseMirrorTopics:
+		err = h.b.Pause(ctx, req.MirrorName, req.Topics, true)
+	case mirrorproto.KeyResumeMirrorTopics:
+		err = h.b.Pause(ctx, req.MirrorName, req.Topics, false)
+	case mirrorproto.KeyDeleteMirror:
+		err = h.b.DeleteMirror(ctx, req.MirrorName)
+	}
+	r.SetErr(code(err))
+}
+
+func (h *Handler) bumpLeaderEpochs(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.BumpLeaderEpochsRequest, r *mirrorproto.BumpLeaderEpochsResponse) {
+	denied := clusterAction(rc, req)
+	for _, t := range req.Topics {
+		bt := mirrorproto.BumpTopic{TopicID: t.TopicID}
+		for _, bp := range t.Partitions {
+			out := mirrorproto.BumpPartition{PartitionIndex: bp.PartitionIndex, LeaderEpoch: -1}
+			if denied != nil {
+				out.ErrorCode, _ = code(denied)
+			} else if e, err := h.b.BumpLeaderEpoch(ctx, t.TopicID, bp.PartitionIndex, bp.MinLeaderEpoch); err != nil {
+				out.ErrorCode, _ = code(err)
+			} else {
+				out.LeaderEpoch = e
+			}
+			bt.Partitions = append(bt.Partitions, out)
+		}
+		r.Topics = append(r.Topics, bt)
+	}
 }
 
 // Authorized checks op on the MIRROR resource (ACL resource type
