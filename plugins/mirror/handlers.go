@@ -313,13 +313,7 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *m
 			continue // describing every mirror shows those the principal may see
 		}
 		if req.IncludeAuthorizedOperations && denied == nil {
-			dm.AuthorizedOperations = 0
-			for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationCreate, kmsg.ACLOperationDelete, kmsg.ACLOperationAlter,
-				kmsg.ACLOperationDescribe, kmsg.ACLOperationDescribeConfigs, kmsg.ACLOperationAlterConfigs} {
-				if mirrorapi.Authorized(rc, op, name) == nil {
-					dm.AuthorizedOperations |= 1 << op
-				}
-			}
+			dm.AuthorizedOperations = authorizedOperations(rc, name)
 		}
 		switch {
 		case denied != nil:
@@ -330,72 +324,93 @@ func (p *Plugin) describe(ctx context.Context, rc *plugin.RequestContext, req *m
 			dm.ErrorCode = mirrorproto.ErrMirrorNotFound.Code
 			dm.ErrorMessage = mirrorproto.NonEmpty("mirror " + name + " does not exist")
 		default:
-			failed := false
-			r := p.run(name)
-			if r != nil {
-				r.mu.Lock()
-				if r.failed != "" {
-					dm.ErrorCode, dm.ErrorMessage, failed = r.code, mirrorproto.NonEmpty(r.failed), true
-				}
-				r.mu.Unlock()
-			}
-			halt, aclSync := p.meta.Status(name)
-			if halt != "" {
-				dm.ErrorCode, dm.ErrorMessage, failed = kerr.InconsistentClusterID.Code, mirrorproto.NonEmpty(halt), true
-			}
-			dm.ACLSync, dm.SourceClusterID, dm.TopicPrefix = aclSync, m.SourceClusterID, mirrorcfg.Prefix(m.Configs)
-			dm.Diverged = p.store.Manifest(ctx, name)
-			var remote remoteMirror
-			if !req.Local {
-				remote = p.remoteView(ctx, name)
-				dm.Diverged = diverged.Merge(dm.Diverged, remote.diverged)
-				if !failed && remote.errCode != 0 {
-					// Another leader's run cannot use the source: the
-					// source is the same for all of them.
-					dm.ErrorCode, dm.ErrorMessage, failed = remote.errCode, mirrorproto.NonEmpty(remote.errMsg), true
-				}
-			}
-			mirrorview.SourceNames(m, dm.Diverged)
-			want := map[topicPartition]uuid.UUID{}
-			for tn := range m.Topics {
-				if t := img.Topics[tn]; t != nil {
-					for i := range t.Partitions {
-						want[topicPartition{Topic: tn, Partition: int32(i)}] = t.ID
-					}
-				}
-			}
-			states := p.store.ReadBatch(ctx, name, want) // one request per coordinating broker
-			now := time.Now()
-			var all []mirrorproto.PartitionDetail
-			for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
-				t := img.Topics[tn]
-				if t == nil {
-					if !m.Topics[tn].Stopped {
-						// Mirrored, not created here (yet): listed
-						// without partitions, so that no view shows
-						// an empty mirror as one that is caught up.
-						dm.Topics = append(dm.Topics, mirrorproto.DescribedTopic{TopicName: tn})
-					}
-					continue
-				}
-				dt := mirrorproto.DescribedTopic{TopicName: tn}
-				if src := m.Topics[tn].SourceName(tn); src != tn {
-					dt.SourceTopicName = src
-				}
-				for i := range t.Partitions {
-					pd, cut := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
-					rd, led := remote.details[topicPartition{Topic: tn, Partition: int32(i)}]
-					pd = mirrorview.WithLeaderView(pd, rd, led, cut, failed, dm.ErrorMessage)
-					dt.Partitions = append(dt.Partitions, pd)
-					all = append(all, pd)
-				}
-				dm.Topics = append(dm.Topics, dt)
-			}
-			dm.State = mirrorview.MirrorState(failed, all)
+			p.describeMirror(ctx, req, img, m, &dm)
 		}
 		out = append(out, dm)
 	}
 	return out
+}
+
+// authorizedOperations is the bit field of the operations the principal
+// may do on mirror name (DescribeMirrors IncludeAuthorizedOperations).
+func authorizedOperations(rc *plugin.RequestContext, name string) int32 {
+	var ops int32
+	for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationCreate, kmsg.ACLOperationDelete, kmsg.ACLOperationAlter,
+		kmsg.ACLOperationDescribe, kmsg.ACLOperationDescribeConfigs, kmsg.ACLOperationAlterConfigs} {
+		if mirrorapi.Authorized(rc, op, name) == nil {
+			ops |= 1 << op
+		}
+	}
+	return ops
+}
+
+// describeMirror fills dm, mirror m as this broker sees it and, unless
+// the request is another broker's (req.Local), as the leaders of its
+// partitions do.
+func (p *Plugin) describeMirror(ctx context.Context, req *mirrorproto.DescribeMirrorsRequest, img *metadata.Image, m *metadata.Mirror, dm *mirrorproto.DescribedMirror) {
+	name := dm.MirrorName
+	failed := false
+	r := p.run(name)
+	if r != nil {
+		r.mu.Lock()
+		if r.failed != "" {
+			dm.ErrorCode, dm.ErrorMessage, failed = r.code, mirrorproto.NonEmpty(r.failed), true
+		}
+		r.mu.Unlock()
+	}
+	halt, aclSync := p.meta.Status(name)
+	if halt != "" {
+		dm.ErrorCode, dm.ErrorMessage, failed = kerr.InconsistentClusterID.Code, mirrorproto.NonEmpty(halt), true
+	}
+	dm.ACLSync, dm.SourceClusterID, dm.TopicPrefix = aclSync, m.SourceClusterID, mirrorcfg.Prefix(m.Configs)
+	dm.Diverged = p.store.Manifest(ctx, name)
+	var remote remoteMirror
+	if !req.Local {
+		remote = p.remoteView(ctx, name)
+		dm.Diverged = diverged.Merge(dm.Diverged, remote.diverged)
+		if !failed && remote.errCode != 0 {
+			// Another leader's run cannot use the source: the
+			// source is the same for all of them.
+			dm.ErrorCode, dm.ErrorMessage, failed = remote.errCode, mirrorproto.NonEmpty(remote.errMsg), true
+		}
+	}
+	mirrorview.SourceNames(m, dm.Diverged)
+	want := map[topicPartition]uuid.UUID{}
+	for tn := range m.Topics {
+		if t := img.Topics[tn]; t != nil {
+			for i := range t.Partitions {
+				want[topicPartition{Topic: tn, Partition: int32(i)}] = t.ID
+			}
+		}
+	}
+	states := p.store.ReadBatch(ctx, name, want) // one request per coordinating broker
+	now := time.Now()
+	var all []mirrorproto.PartitionDetail
+	for _, tn := range slices.Sorted(maps.Keys(m.Topics)) {
+		t := img.Topics[tn]
+		if t == nil {
+			if !m.Topics[tn].Stopped {
+				// Mirrored, not created here (yet): listed
+				// without partitions, so that no view shows
+				// an empty mirror as one that is caught up.
+				dm.Topics = append(dm.Topics, mirrorproto.DescribedTopic{TopicName: tn})
+			}
+			continue
+		}
+		dt := mirrorproto.DescribedTopic{TopicName: tn}
+		if src := m.Topics[tn].SourceName(tn); src != tn {
+			dt.SourceTopicName = src
+		}
+		for i := range t.Partitions {
+			pd, cut := p.describePartition(ctx, r, name, img, t, int32(i), states, now)
+			rd, led := remote.details[topicPartition{Topic: tn, Partition: int32(i)}]
+			pd = mirrorview.WithLeaderView(pd, rd, led, cut, failed, dm.ErrorMessage)
+			dt.Partitions = append(dt.Partitions, pd)
+			all = append(all, pd)
+		}
+		dm.Topics = append(dm.Topics, dt)
+	}
+	dm.State = mirrorview.MirrorState(failed, all)
 }
 
 // describePartition is partition i of t as this broker sees it: its
