@@ -606,8 +606,17 @@ func (s *mirrorSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata
 		s.configErrs.Inc()
 		return errors.Join(append(errs, err)...)
 	}
-	// New topics: each created with the source's ID, partition count and
-	// configs in the same metadata batch as its mirror membership.
+	errs = append(errs, s.createDiscovered(ctx, m, added, src, configs, mirrored)...)
+	errs = append(errs, s.syncActive(ctx, m, active, src, configs, f.propsEx)...)
+	return errors.Join(errs...)
+}
+
+// createDiscovered creates the topics discovery added: each with the
+// source's ID, partition count and configs, in the same metadata batch
+// as its mirror membership.
+func (s *mirrorSync) createDiscovered(ctx context.Context, m *metadata.Mirror, added []string, src map[string]srcTopic, configs map[string]map[string]string, mirrored map[string]bool) []error {
+	meta := s.p.Host().Metadata()
+	var errs []error
 	prefix := mirrorcfg.Prefix(m.Configs)
 	for _, name := range added {
 		if prefix != "" && mirrored[name] {
@@ -628,7 +637,16 @@ func (s *mirrorSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata
 	if len(added) > 0 {
 		s.p.Poke()
 	}
-	img = meta.Image()
+	return errs
+}
+
+// syncActive brings the mirror topics still copied in line with their
+// source: partitions added there, configs, and the periodic leader
+// epoch bump.
+func (s *mirrorSync) syncActive(ctx context.Context, m *metadata.Mirror, active []string, src map[string]srcTopic, configs map[string]map[string]string, propsEx map[string]bool) []error {
+	meta := s.p.Host().Metadata()
+	var errs []error
+	img := meta.Image()
 	for _, name := range active {
 		srcName := m.Topics[name].SourceName(name)
 		t, st := img.Topics[name], src[srcName]
@@ -647,7 +665,7 @@ func (s *mirrorSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata
 		// mirror.name is the controller's, set and cleared with the
 		// membership: a cycle that began before a failover finished
 		// must not name the topic again.
-		changes := configChanges(name, t.Configs, configs[srcName], f.propsEx)
+		changes := configChanges(name, t.Configs, configs[srcName], propsEx)
 		if len(changes) > 0 {
 			if err := meta.AlterConfigs(ctx, changes); err != nil {
 				s.configErrs.Inc()
@@ -664,7 +682,7 @@ func (s *mirrorSync) syncTopics(ctx context.Context, cl *kgo.Client, m *metadata
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // discover returns the source topics (by source name) the mirror's
