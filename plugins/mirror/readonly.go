@@ -65,7 +65,8 @@ func (p *Plugin) ValidateAppend(req *engine.AppendRequest) error {
 // "Err-137?", franz-go and the Java client UNKNOWN_SERVER_ERROR. So the
 // refusal is POLICY_VIOLATION, which every client knows and none
 // retries, with READ_ONLY_TOPIC and the mirror in its message (Produce
-// v8+ and the admin APIs carry one; see docs/decisions.md).
+// v8+ and the admin APIs carry one; see docs/decisions-mirroring.md,
+// "Read-only mirror topics").
 func errReadOnly(format string, args ...any) error {
 	return fmt.Errorf(format+" [READ_ONLY_TOPIC]: %w", append(args, kerr.PolicyViolation)...)
 }
