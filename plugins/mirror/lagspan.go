@@ -61,12 +61,12 @@ func (r *mirrorRun) firstNewer(broker int32, after map[*ledPartition]int64) map[
 	req.ReplicaID = -1
 	idx := map[string]int{}
 	for pt, ts := range after {
-		i, ok := idx[pt.Topic]
+		i, ok := idx[pt.src] // the source's name (mirror.topic.prefix)
 		if !ok {
 			i = len(req.Topics)
-			idx[pt.Topic] = i
+			idx[pt.src] = i
 			rt := kmsg.NewListOffsetsRequestTopic()
-			rt.Topic = pt.Topic
+			rt.Topic = pt.src
 			req.Topics = append(req.Topics, rt)
 		}
 		lp := kmsg.NewListOffsetsRequestTopicPartition()
@@ -77,9 +77,9 @@ func (r *mirrorRun) firstNewer(broker int32, after map[*ledPartition]int64) map[
 	if err != nil {
 		return out // the fetches report the source's health
 	}
-	byKey := map[topicPartition]*ledPartition{}
+	byKey := map[topicPartition]*ledPartition{} // by source name
 	for pt := range after {
-		byKey[pt.topicPartition] = pt
+		byKey[topicPartition{Topic: pt.src, Partition: pt.Partition}] = pt
 	}
 	for _, rt := range resp.(*kmsg.ListOffsetsResponse).Topics {
 		for _, rp := range rt.Partitions {
