@@ -29,7 +29,9 @@ type source struct {
 	clusterID string // the source's, as first seen
 	// mirrors says whether the source serves LastMirroredOffsets (nil:
 	// not asked yet).
-	mirrors  *bool
+	mirrors *bool
+	// meta, byTopic and metaAt are written with r.mu held: the
+	// fetchers read meta (sourceBrokerAddr).
 	meta     *kmsg.MetadataResponse
 	byTopic  map[string]*kmsg.MetadataResponseTopic // meta's topics by name
 	metaAt   time.Time
@@ -295,7 +297,11 @@ func (r *mirrorRun) refresh(topics []string) error {
 			byTopic[*t.Topic] = t
 		}
 	}
+	// The fetchers read meta for their brokers' addresses
+	// (sourceBrokerAddr), with r.mu held.
+	r.mu.Lock()
 	r.src.meta, r.src.byTopic, r.src.metaAt = m, byTopic, time.Now()
+	r.mu.Unlock()
 	r.measureRTT()
 	r.src.stale.Store(false)
 	r.setFailed(nil)
