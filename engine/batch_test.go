@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -14,9 +15,9 @@ func TestValidateBatches(t *testing.T) {
 	corruptCRC := bytes.Clone(good)
 	corruptCRC[len(corruptCRC)-1] ^= 0xff
 	badMagic := bytes.Clone(good)
-	badMagic[offMagic] = 1
+	badMagic[recordbatch.OffMagic] = 1
 	longLength := bytes.Clone(good)
-	binary.BigEndian.PutUint32(longLength[offBatchLength:], uint32(len(good)))
+	binary.BigEndian.PutUint32(longLength[recordbatch.OffBatchLength:], uint32(len(good)))
 	// A record whose length varint claims one byte more than it has.
 	payload := encodeRecords(recs)
 	payload[0] += 2 // zigzag: +1
@@ -39,11 +40,11 @@ func TestValidateBatches(t *testing.T) {
 	}{
 		{"ok", good, DefaultLogConfig(), 0},
 		{"two batches", append(bytes.Clone(good), good...), DefaultLogConfig(), 0},
-		{"gzip", mkBatch(t, batchOpts{codec: codecGzip}, recs...), DefaultLogConfig(), 0},
-		{"snappy xerial", mkBatch(t, batchOpts{codec: codecSnappy}, recs...), DefaultLogConfig(), 0},
-		{"snappy raw", mkBatch(t, batchOpts{codec: codecSnappy, rawSnap: true}, recs...), DefaultLogConfig(), 0},
-		{"lz4", mkBatch(t, batchOpts{codec: codecLZ4}, recs...), DefaultLogConfig(), 0},
-		{"zstd", mkBatch(t, batchOpts{codec: codecZstd}, recs...), DefaultLogConfig(), 0},
+		{"gzip", mkBatch(t, batchOpts{codec: recordbatch.CodecGzip}, recs...), DefaultLogConfig(), 0},
+		{"snappy xerial", mkBatch(t, batchOpts{codec: recordbatch.CodecSnappy}, recs...), DefaultLogConfig(), 0},
+		{"snappy raw", mkBatch(t, batchOpts{codec: recordbatch.CodecSnappy, rawSnap: true}, recs...), DefaultLogConfig(), 0},
+		{"lz4", mkBatch(t, batchOpts{codec: recordbatch.CodecLZ4}, recs...), DefaultLogConfig(), 0},
+		{"zstd", mkBatch(t, batchOpts{codec: recordbatch.CodecZstd}, recs...), DefaultLogConfig(), 0},
 		{"empty", nil, DefaultLogConfig(), kerr.CorruptMessage.Code},
 		{"bad crc", corruptCRC, DefaultLogConfig(), kerr.CorruptMessage.Code},
 		{"magic 1", badMagic, DefaultLogConfig(), kerr.CorruptMessage.Code},
@@ -54,12 +55,12 @@ func TestValidateBatches(t *testing.T) {
 		{"count above records", mkBatch(t, batchOpts{payload: encodeRecords(recs), count: 4, lastDelt: 3}), DefaultLogConfig(), kerr.CorruptMessage.Code},
 		{"count below records", mkBatch(t, batchOpts{payload: encodeRecords(recs), count: 2, lastDelt: 1}), DefaultLogConfig(), kerr.CorruptMessage.Code},
 		{"count vs last delta", mkBatch(t, batchOpts{payload: encodeRecords(recs), count: 3, lastDelt: 5}), DefaultLogConfig(), kerr.CorruptMessage.Code},
-		{"compressed count mismatch", mkBatch(t, batchOpts{codec: codecZstd, payload: encodeRecords(recs), count: 2, lastDelt: 1}), DefaultLogConfig(), kerr.CorruptMessage.Code},
-		{"garbage compressed payload", mkBatch(t, batchOpts{codec: codecLZ4, payload: []byte("not lz4"), count: 1}), DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"compressed count mismatch", mkBatch(t, batchOpts{codec: recordbatch.CodecZstd, payload: encodeRecords(recs), count: 2, lastDelt: 1}), DefaultLogConfig(), kerr.CorruptMessage.Code},
+		{"garbage compressed payload", mkBatch(t, batchOpts{codec: recordbatch.CodecLZ4, payload: []byte("not lz4"), count: 1}), DefaultLogConfig(), kerr.CorruptMessage.Code},
 		{"record length", badRecordLen, DefaultLogConfig(), kerr.CorruptMessage.Code},
 		{"offset deltas", badDelta, DefaultLogConfig(), kerr.InvalidRecord.Code},
 		{"too large", good, small, kerr.MessageTooLarge.Code},
-		{"control from client", mkBatch(t, batchOpts{attrs: attrControl}, recs...), DefaultLogConfig(), kerr.InvalidRecord.Code},
+		{"control from client", mkBatch(t, batchOpts{attrs: recordbatch.AttrControl}, recs...), DefaultLogConfig(), kerr.InvalidRecord.Code},
 		{"null key on compacted", good, compacted, 0},
 		{"null key on compacted", mkBatch(t, batchOpts{}, rec{val: []byte("v")}), compacted, kerr.InvalidRecord.Code},
 	} {
@@ -81,10 +82,10 @@ func TestValidateBatches(t *testing.T) {
 // panic, and whatever it accepts must read back byte-identical.
 func FuzzAppend(f *testing.F) {
 	f.Add(mkBatch(f, batchOpts{}, kv("a", "1")))
-	f.Add(mkBatch(f, batchOpts{codec: codecZstd}, kv("a", "1"), kv("b", "2")))
-	f.Add(mkBatch(f, batchOpts{codec: codecGzip}, kv("a", "1")))
-	f.Add(mkBatch(f, batchOpts{codec: codecSnappy}, kv("a", "1")))
-	f.Add(mkBatch(f, batchOpts{codec: codecLZ4}, kv("a", "1")))
+	f.Add(mkBatch(f, batchOpts{codec: recordbatch.CodecZstd}, kv("a", "1"), kv("b", "2")))
+	f.Add(mkBatch(f, batchOpts{codec: recordbatch.CodecGzip}, kv("a", "1")))
+	f.Add(mkBatch(f, batchOpts{codec: recordbatch.CodecSnappy}, kv("a", "1")))
+	f.Add(mkBatch(f, batchOpts{codec: recordbatch.CodecLZ4}, kv("a", "1")))
 	e := openTest(f, nil)
 	cfg := DefaultLogConfig()
 	cfg.Compact = true
@@ -92,9 +93,9 @@ func FuzzAppend(f *testing.F) {
 	mirror, _ := e.Create("mirror", TopicID{2}, 0, DefaultLogConfig())
 	f.Fuzz(func(t *testing.T, records []byte) {
 		// Fix the CRC so that the fuzzer gets past it into the records.
-		if len(records) >= batchHeaderLen {
-			if n := int(int32(binary.BigEndian.Uint32(records[offBatchLength:]))); n >= batchHeaderLen-12 && n+12 <= len(records) {
-				batch(records[:n+12]).fixCRC()
+		if len(records) >= recordbatch.HeaderLen {
+			if n := int(int32(binary.BigEndian.Uint32(records[recordbatch.OffBatchLength:]))); n >= recordbatch.HeaderLen-12 && n+12 <= len(records) {
+				recordbatch.Batch(records[:n+12]).FixCRC()
 			}
 		}
 		// Mirrored batches skip record validation: they must still

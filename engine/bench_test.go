@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 )
 
 var benchPar = 16 // goroutines per CPU: enough concurrent appends for group commit
@@ -16,7 +17,7 @@ var benchPar = 16 // goroutines per CPU: enough concurrent appends for group com
 // BenchmarkAppend appends batches of 16 records of 1 KiB to 6 partitions
 // from 16 goroutines per CPU, on disk, with fsync (group commit) on.
 func BenchmarkAppend(b *testing.B) {
-	for _, codec := range []int8{codecNone, codecZstd} {
+	for _, codec := range []int8{recordbatch.CodecNone, recordbatch.CodecZstd} {
 		b.Run(fmt.Sprint("codec", codec), func(b *testing.B) {
 			e := openTest(b, vfs.Default, func(c *Config) { c.Dir = b.TempDir() })
 			var parts []*Partition
@@ -92,11 +93,11 @@ func TestConcurrentAppendFetch(t *testing.T) {
 				}
 				next := int64(0)
 				for _, raw := range res.Batches {
-					if _, err := splitBatches(raw); err != nil || batch(raw).baseOffset() != next || batch(raw).lastOffset() >= res.HighWatermark {
+					if _, err := recordbatch.Split(raw); err != nil || recordbatch.Batch(raw).BaseOffset() != next || recordbatch.Batch(raw).LastOffset() >= res.HighWatermark {
 						t.Errorf("bad read at %d: %v", next, err)
 						return
 					}
-					next = batch(raw).lastOffset() + 1
+					next = recordbatch.Batch(raw).LastOffset() + 1
 				}
 			}
 		}()

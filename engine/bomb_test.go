@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -21,10 +22,10 @@ func TestDecompressionBomb(t *testing.T) {
 	huge := rec{key: []byte("k"), val: make([]byte, 64<<20)}
 	payload := encodeRecords([]rec{huge})
 	// A record claiming a 1 GiB key with nothing behind it.
-	claim := appendVarint(nil, 100)
+	claim := recordbatch.AppendVarint(nil, 100)
 	claim = append(claim, 0, 0, 0) // attributes, timestamp delta, offset delta
-	claim = appendVarint(claim, 1<<30)
-	for _, codec := range []int8{codecZstd, codecGzip, codecLZ4, codecSnappy} {
+	claim = recordbatch.AppendVarint(claim, 1<<30)
+	for _, codec := range []int8{recordbatch.CodecZstd, recordbatch.CodecGzip, recordbatch.CodecLZ4, recordbatch.CodecSnappy} {
 		bomb := mkBatch(t, batchOpts{codec: codec, payload: payload, count: 1})
 		liar := mkBatch(t, batchOpts{codec: codec, payload: claim, count: 1})
 		if len(bomb) > 4<<20 {
@@ -56,10 +57,10 @@ func TestDecompressionBomb(t *testing.T) {
 	zw.Write(payload)
 	zw.Close()
 	stream := mkBatch(t, batchOpts{payload: payload, count: 1})
-	stream = append(stream[:batchHeaderLen:batchHeaderLen], zbuf.Bytes()...)
-	binary.BigEndian.PutUint16(stream[offAttributes:], codecZstd)
-	binary.BigEndian.PutUint32(stream[offBatchLength:], uint32(len(stream)-12))
-	batch(stream).fixCRC()
+	stream = append(stream[:recordbatch.HeaderLen:recordbatch.HeaderLen], zbuf.Bytes()...)
+	binary.BigEndian.PutUint16(stream[recordbatch.OffAttributes:], recordbatch.CodecZstd)
+	binary.BigEndian.PutUint32(stream[recordbatch.OffBatchLength:], uint32(len(stream)-12))
+	recordbatch.Batch(stream).FixCRC()
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)

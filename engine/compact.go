@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 )
 
 const defaultDeleteRetention = 24 * time.Hour
@@ -138,24 +139,24 @@ type compaction struct {
 func (c *compaction) mapKeys(firstDirty int) error {
 	segs := c.segs
 	mapBytes, mapLimit, scanned := int64(0), c.p.e.cfg.MemoryBudget/8, len(segs)
-	err := eachBatch(segs[firstDirty:], func(s *cleanSeg, _ int64, b batch) error {
+	err := eachBatch(segs[firstDirty:], func(s *cleanSeg, _ int64, b recordbatch.Batch) error {
 		if mapBytes > mapLimit {
 			scanned = indexOfSeg(segs, s)
 			return errMapFull
 		}
-		if b.isControl() || b.isTransactional() {
+		if b.IsControl() || b.IsTransactional() {
 			return nil
 		}
 		var err error
-		if c.buf, err = decompressAll(c.buf, b, compactDecompressLimit); err != nil {
+		if c.buf, err = recordbatch.DecompressAll(c.buf, b, compactDecompressLimit); err != nil {
 			return nil // unreadable: kept as is, and it supersedes nothing
 		}
-		_ = walkRecords(&sliceSource{b: c.buf}, b.recordCount(), func(r *record) error {
+		_ = recordbatch.WalkRecords(&recordbatch.SliceSource{B: c.buf}, b.RecordCount(), func(r *recordbatch.Record) error {
 			if !r.KeyNull {
 				if _, ok := c.latest[string(r.Key)]; !ok {
 					mapBytes += int64(len(r.Key)) + 64 // the key and a map entry's overhead
 				}
-				c.latest[string(r.Key)] = b.baseOffset() + int64(r.OffsetDelta)
+				c.latest[string(r.Key)] = b.BaseOffset() + int64(r.OffsetDelta)
 			}
 			return nil
 		})
@@ -200,34 +201,34 @@ func (c *compaction) rewrite(gen uint64) (cleanedUpTo int64, _ uint64, stopped b
 
 // keep is batch b as compaction leaves it: whole, without its dead
 // records (rebuilt), or gone (nil).
-func (c *compaction) keep(b batch) (batch, error) {
-	if b.isControl() || b.isTransactional() {
+func (c *compaction) keep(b recordbatch.Batch) (recordbatch.Batch, error) {
+	if b.IsControl() || b.IsTransactional() {
 		return b, nil
 	}
 	var err error
-	if c.buf, err = decompressAll(c.buf, b, compactDecompressLimit); err != nil {
+	if c.buf, err = recordbatch.DecompressAll(c.buf, b, compactDecompressLimit); err != nil {
 		return b, nil
 	}
 	var kept []byte
 	n := int32(0)
-	err = walkRecords(&sliceSource{b: c.buf}, b.recordCount(), func(r *record) error {
+	err = recordbatch.WalkRecords(&recordbatch.SliceSource{B: c.buf}, b.RecordCount(), func(r *recordbatch.Record) error {
 		// A key not in the map has no later record: the map covers
 		// every record after the segments cleaned before.
-		if off, ok := c.latest[string(r.Key)]; r.KeyNull || ok && off != b.baseOffset()+int64(r.OffsetDelta) {
+		if off, ok := c.latest[string(r.Key)]; r.KeyNull || ok && off != b.BaseOffset()+int64(r.OffsetDelta) {
 			return nil
 		}
 		if r.ValueNull {
-			if b.maxTimestamp() < c.tombCutoff {
+			if b.MaxTimestamp() < c.tombCutoff {
 				return nil
 			}
-			c.tombstoneDue = min(c.tombstoneDue, b.maxTimestamp()+c.deleteRetention.Milliseconds())
+			c.tombstoneDue = min(c.tombstoneDue, b.MaxTimestamp()+c.deleteRetention.Milliseconds())
 		}
 		kept = append(kept, r.Raw...)
 		n++
 		return nil
 	})
 	switch {
-	case err != nil || n == b.recordCount():
+	case err != nil || n == b.RecordCount():
 		return b, nil
 	case n == 0:
 		return nil, nil
@@ -248,7 +249,7 @@ func indexOfSeg(segs []cleanSeg, s *cleanSeg) int {
 }
 
 // eachBatch calls fn with every batch of the segments, read whole.
-func eachBatch(segs []cleanSeg, fn func(s *cleanSeg, pos int64, b batch) error) error {
+func eachBatch(segs []cleanSeg, fn func(s *cleanSeg, pos int64, b recordbatch.Batch) error) error {
 	var buf []byte
 	for i := range segs {
 		s := &segs[i]
@@ -288,7 +289,7 @@ type cleanedIndex struct{ offset, pos, before int64 }
 // rewriteSegment writes the segment's batches, as keep returns them (nil:
 // dropped), to a new file next to it. It returns nil when keep changed
 // nothing (and removes the copy).
-func (p *Partition) rewriteSegment(s *cleanSeg, keep func(batch) (batch, error)) (*cleaned, error) {
+func (p *Partition) rewriteSegment(s *cleanSeg, keep func(recordbatch.Batch) (recordbatch.Batch, error)) (*cleaned, error) {
 	fs := p.e.fs
 	out := &cleaned{path: s.sf.path + cleanedSuffix}
 	out.sum = segment{base: s.seg.base, next: s.seg.base, created: s.seg.created}
@@ -301,7 +302,7 @@ func (p *Partition) rewriteSegment(s *cleanSeg, keep func(batch) (batch, error))
 		lastIdx = int64(-indexInterval)
 		w       []byte // write buffer
 	)
-	err = eachBatch([]cleanSeg{*s}, func(_ *cleanSeg, _ int64, b batch) error {
+	err = eachBatch([]cleanSeg{*s}, func(_ *cleanSeg, _ int64, b recordbatch.Batch) error {
 		nb, err := keep(b)
 		if err != nil {
 			return err
@@ -318,11 +319,11 @@ func (p *Partition) rewriteSegment(s *cleanSeg, keep func(batch) (batch, error))
 			if pos > 0 {
 				before = out.sum.maxTs
 			}
-			out.index = append(out.index, cleanedIndex{nb.baseOffset(), pos, before})
+			out.index = append(out.index, cleanedIndex{nb.BaseOffset(), pos, before})
 			lastIdx = pos
 		}
-		out.sum.noteBatch(batchMeta{Base: nb.baseOffset(), LastDelta: nb.lastOffsetDelta(), Size: int32(len(nb)),
-			MaxTs: nb.maxTimestamp(), MaxTsDelta: maxTimestampDelta(nb), Epoch: nb.leaderEpoch()})
+		out.sum.noteBatch(batchMeta{Base: nb.BaseOffset(), LastDelta: nb.LastOffsetDelta(), Size: int32(len(nb)),
+			MaxTs: nb.MaxTimestamp(), MaxTsDelta: maxTimestampDelta(nb), Epoch: nb.LeaderEpoch()})
 		if w = append(w, nb...); len(w) >= 1<<20 {
 			_, err = f.Write(w)
 			w = w[:0]
@@ -413,16 +414,16 @@ func (p *Partition) installSegment(s *cleanSeg, c *cleaned, gen uint64) (uint64,
 // rebuildBatch makes a batch with the header of b and the given records
 // (re-compressed with b's codec), keeping base offset and last offset
 // delta so that the offsets of the kept records do not change.
-func rebuildBatch(b batch, records []byte, count int32) (batch, error) {
-	payload, err := compress(b.codec(), records)
+func rebuildBatch(b recordbatch.Batch, records []byte, count int32) (recordbatch.Batch, error) {
+	payload, err := recordbatch.Compress(b.Codec(), records)
 	if err != nil {
 		return nil, fmt.Errorf("compaction: compress: %w", err)
 	}
-	nb := make(batch, batchHeaderLen, batchHeaderLen+len(payload))
-	copy(nb, b[:batchHeaderLen])
+	nb := make(recordbatch.Batch, recordbatch.HeaderLen, recordbatch.HeaderLen+len(payload))
+	copy(nb, b[:recordbatch.HeaderLen])
 	nb = append(nb, payload...)
-	binary.BigEndian.PutUint32(nb[offBatchLength:], uint32(len(nb)-12))
-	binary.BigEndian.PutUint32(nb[offRecordCount:], uint32(count))
-	nb.fixCRC()
+	binary.BigEndian.PutUint32(nb[recordbatch.OffBatchLength:], uint32(len(nb)-12))
+	binary.BigEndian.PutUint32(nb[recordbatch.OffRecordCount:], uint32(count))
+	nb.FixCRC()
 	return nb, nil
 }

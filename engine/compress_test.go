@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -21,7 +22,7 @@ func TestCompressedBatchBound(t *testing.T) {
 	p := mkPart(t, e, cfg)
 	big := bytes.Repeat([]byte("tandem "), (3<<20)/7)
 	next := int64(0)
-	for _, codec := range []int8{codecGzip, codecSnappy, codecLZ4, codecZstd} {
+	for _, codec := range []int8{recordbatch.CodecGzip, recordbatch.CodecSnappy, recordbatch.CodecLZ4, recordbatch.CodecZstd} {
 		b := mkBatch(t, batchOpts{codec: codec}, rec{key: []byte("k"), val: big})
 		if len(b) >= int(cfg.MaxMessageBytes) {
 			t.Fatalf("codec %d: %d bytes compressed, must be under max.message.bytes", codec, len(b))
@@ -36,8 +37,8 @@ func TestCompressedBatchBound(t *testing.T) {
 		next++
 
 		bombs := map[string][]byte{"2 MiB key": encodeRecords([]rec{{key: make([]byte, 2<<20), val: []byte("v")}})}
-		if codec == codecZstd { // one codec is enough: TestDecompressionBomb has them all, and this is slow under -race
-			bombs["past the ceiling"] = encodeRecords([]rec{{key: []byte("k"), val: make([]byte, maxDecompressedBatch)}})
+		if codec == recordbatch.CodecZstd { // one codec is enough: TestDecompressionBomb has them all, and this is slow under -race
+			bombs["past the ceiling"] = encodeRecords([]rec{{key: []byte("k"), val: make([]byte, recordbatch.MaxDecompressed)}})
 		}
 		for name, payload := range bombs {
 			bomb := mkBatch(t, batchOpts{codec: codec, payload: payload, count: 1})
@@ -72,11 +73,11 @@ func TestDecodeMemory(t *testing.T) {
 		want func(int64) bool
 	}{
 		{"none", batchOpts{}, func(m int64) bool { return m == 0 }},
-		{"raw snappy", batchOpts{codec: codecSnappy, rawSnap: true}, func(m int64) bool { return m == n }},
-		{"xerial snappy", batchOpts{codec: codecSnappy}, func(m int64) bool { return m == n }},
-		{"zstd", batchOpts{codec: codecZstd}, func(m int64) bool { return m > 0 && m <= 8<<20+streamOverhead }},
-		{"lz4", batchOpts{codec: codecLZ4}, func(m int64) bool { return m >= 2*64<<10 && m <= 2*4<<20+streamOverhead }},
-		{"gzip", batchOpts{codec: codecGzip}, func(m int64) bool { return m == 32<<10+streamOverhead }},
+		{"raw snappy", batchOpts{codec: recordbatch.CodecSnappy, rawSnap: true}, func(m int64) bool { return m == n }},
+		{"xerial snappy", batchOpts{codec: recordbatch.CodecSnappy}, func(m int64) bool { return m == n }},
+		{"zstd", batchOpts{codec: recordbatch.CodecZstd}, func(m int64) bool { return m > 0 && m <= 8<<20+recordbatch.StreamOverhead }},
+		{"lz4", batchOpts{codec: recordbatch.CodecLZ4}, func(m int64) bool { return m >= 2*64<<10 && m <= 2*4<<20+recordbatch.StreamOverhead }},
+		{"gzip", batchOpts{codec: recordbatch.CodecGzip}, func(m int64) bool { return m == 32<<10+recordbatch.StreamOverhead }},
 	} {
 		c.o.payload = payload
 		b := mkBatch(t, c.o, kv("k", "unused"))
@@ -85,14 +86,14 @@ func TestDecodeMemory(t *testing.T) {
 		}
 	}
 	// Several batches are validated one after the other: the largest.
-	small := mkBatch(t, batchOpts{codec: codecSnappy, rawSnap: true}, kv("k", "v"))
-	big := mkBatch(t, batchOpts{codec: codecSnappy, rawSnap: true, payload: payload}, kv("k", "unused"))
+	small := mkBatch(t, batchOpts{codec: recordbatch.CodecSnappy, rawSnap: true}, kv("k", "v"))
+	big := mkBatch(t, batchOpts{codec: recordbatch.CodecSnappy, rawSnap: true, payload: payload}, kv("k", "unused"))
 	if m := DecodeMemory(append(append([]byte(nil), small...), big...)); m != n {
 		t.Errorf("two batches: %d, want %d", m, n)
 	}
 	// A bomb declares more than the engine decodes: capped.
 	bomb := encodeRecords([]rec{kv("k", strings.Repeat("x", 80<<20))})
-	if m := DecodeMemory(mkBatch(t, batchOpts{codec: codecSnappy, rawSnap: true, payload: bomb}, kv("k", "unused"))); m != maxDecompressedBatch {
-		t.Errorf("bomb: %d, want the cap %d", m, maxDecompressedBatch)
+	if m := DecodeMemory(mkBatch(t, batchOpts{codec: recordbatch.CodecSnappy, rawSnap: true, payload: bomb}, kv("k", "unused"))); m != recordbatch.MaxDecompressed {
+		t.Errorf("bomb: %d, want the cap %d", m, recordbatch.MaxDecompressed)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -57,8 +58,8 @@ func testCrashSafety(t *testing.T, brokenSync bool) {
 					t.Error(err)
 					return
 				}
-				batch(b).setBaseOffset(res.BaseOffset)
-				batch(b).setLeaderEpoch(int32(pi + 1))
+				recordbatch.Batch(b).SetBaseOffset(res.BaseOffset)
+				recordbatch.Batch(b).SetLeaderEpoch(int32(pi + 1))
 				mu.Lock()
 				acks = append(acks, acked{pi, res.BaseOffset, b})
 				mu.Unlock()
@@ -107,10 +108,10 @@ func testCrashSafety(t *testing.T, brokenSync bool) {
 			// Offsets are contiguous from 0 to the log end.
 			next := int64(0)
 			for _, b := range fetchAll(t, p, 0) {
-				if batch(b).baseOffset() != next {
+				if recordbatch.Batch(b).BaseOffset() != next {
 					t.Fatalf("clone %d partition %d: gap at %d", ci, i, next)
 				}
-				next = batch(b).lastOffset() + 1
+				next = recordbatch.Batch(b).LastOffset() + 1
 			}
 			if o := p.Offsets(); o.LogEnd != next || o.HighWatermark != next {
 				t.Fatalf("clone %d partition %d: offsets %+v, data ends at %d", ci, i, o, next)

@@ -4,12 +4,13 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // BatchHeaderLen is the size of a magic-2 record batch header: what comes
 // before its records.
-const BatchHeaderLen = batchHeaderLen
+const BatchHeaderLen = recordbatch.HeaderLen
 
 // BatchHeader is the header of a magic-2 record batch, the one parse of
 // it for code outside the engine (the produce path, plugins). The engine
@@ -40,33 +41,33 @@ type BatchHeader struct {
 // header, such as too few bytes or a Length below the header's, is
 // CORRUPT_MESSAGE.
 func ParseBatchHeader(b []byte) (BatchHeader, error) {
-	if len(b) > offMagic && b[offMagic] < 2 {
-		return BatchHeader{}, fmt.Errorf("record batch magic %d: %w", b[offMagic], kerr.UnsupportedForMessageFormat)
+	if len(b) > recordbatch.OffMagic && b[recordbatch.OffMagic] < 2 {
+		return BatchHeader{}, fmt.Errorf("record batch magic %d: %w", b[recordbatch.OffMagic], kerr.UnsupportedForMessageFormat)
 	}
-	if len(b) < batchHeaderLen {
-		return BatchHeader{}, corrupt("record batch header truncated: %d bytes, need %d", len(b), batchHeaderLen)
+	if len(b) < recordbatch.HeaderLen {
+		return BatchHeader{}, recordbatch.Corrupt("record batch header truncated: %d bytes, need %d", len(b), recordbatch.HeaderLen)
 	}
-	v := batch(b)
+	v := recordbatch.Batch(b)
 	h := BatchHeader{
-		BaseOffset:           v.baseOffset(),
-		Length:               int32(binary.BigEndian.Uint32(b[offBatchLength:])),
-		PartitionLeaderEpoch: v.leaderEpoch(),
-		Magic:                int8(b[offMagic]),
-		CRC:                  binary.BigEndian.Uint32(b[offCRC:]),
-		Attributes:           v.attributes(),
-		LastOffsetDelta:      v.lastOffsetDelta(),
-		BaseTimestamp:        v.baseTimestamp(),
-		MaxTimestamp:         v.maxTimestamp(),
-		ProducerID:           v.producerID(),
-		ProducerEpoch:        v.producerEpoch(),
-		BaseSequence:         v.baseSequence(),
-		NumRecords:           v.recordCount(),
+		BaseOffset:           v.BaseOffset(),
+		Length:               int32(binary.BigEndian.Uint32(b[recordbatch.OffBatchLength:])),
+		PartitionLeaderEpoch: v.LeaderEpoch(),
+		Magic:                int8(b[recordbatch.OffMagic]),
+		CRC:                  binary.BigEndian.Uint32(b[recordbatch.OffCRC:]),
+		Attributes:           v.Attributes(),
+		LastOffsetDelta:      v.LastOffsetDelta(),
+		BaseTimestamp:        v.BaseTimestamp(),
+		MaxTimestamp:         v.MaxTimestamp(),
+		ProducerID:           v.ProducerID(),
+		ProducerEpoch:        v.ProducerEpoch(),
+		BaseSequence:         v.BaseSequence(),
+		NumRecords:           v.RecordCount(),
 	}
 	switch {
 	case h.Magic != 2:
-		return BatchHeader{}, corrupt("record batch magic %d, only 2 is supported", h.Magic)
-	case h.Length < batchHeaderLen-12:
-		return BatchHeader{}, corrupt("record batch length %d is shorter than its header", h.Length)
+		return BatchHeader{}, recordbatch.Corrupt("record batch magic %d, only 2 is supported", h.Magic)
+	case h.Length < recordbatch.HeaderLen-12:
+		return BatchHeader{}, recordbatch.Corrupt("record batch length %d is shorter than its header", h.Length)
 	}
 	return h, nil
 }
@@ -79,14 +80,14 @@ func (h BatchHeader) LastOffset() int64 { return h.BaseOffset + int64(h.LastOffs
 
 // Compression is the codec of the records: 0 none, 1 gzip, 2 snappy,
 // 3 lz4, 4 zstd.
-func (h BatchHeader) Compression() int8 { return int8(h.Attributes & attrCompression) }
+func (h BatchHeader) Compression() int8 { return int8(h.Attributes & recordbatch.AttrCompression) }
 
 // Transactional reports whether the batch is part of a transaction.
-func (h BatchHeader) Transactional() bool { return h.Attributes&attrTransactional != 0 }
+func (h BatchHeader) Transactional() bool { return h.Attributes&recordbatch.AttrTransactional != 0 }
 
 // Control reports whether the batch holds a control record (a
 // transaction marker).
-func (h BatchHeader) Control() bool { return h.Attributes&attrControl != 0 }
+func (h BatchHeader) Control() bool { return h.Attributes&recordbatch.AttrControl != 0 }
 
 // EpochPrefix finds the first record batch in records whose partition
 // leader epoch is above bound (KAFKA-18723: a leader at epoch E never has
@@ -98,17 +99,17 @@ func (h BatchHeader) Control() bool { return h.Attributes&attrControl != 0 }
 func EpochPrefix(records []byte, bound int32) (n int, epoch int32, err error) {
 	for n < len(records) {
 		rest := records[n:]
-		if len(rest) < offLeaderEpoch+4 {
+		if len(rest) < recordbatch.OffLeaderEpoch+4 {
 			return n, -1, nil
 		}
-		size := int(int32(binary.BigEndian.Uint32(rest[offBatchLength:])))
+		size := int(int32(binary.BigEndian.Uint32(rest[recordbatch.OffBatchLength:])))
 		if size < 0 {
 			return n, -1, fmt.Errorf("record batch at byte %d has length %d", n, size)
 		}
-		if e := int32(binary.BigEndian.Uint32(rest[offLeaderEpoch:])); e > bound {
+		if e := int32(binary.BigEndian.Uint32(rest[recordbatch.OffLeaderEpoch:])); e > bound {
 			return n, e, nil
 		}
-		n += offLeaderEpoch + size
+		n += recordbatch.OffLeaderEpoch + size
 	}
 	return n, -1, nil
 }
@@ -120,7 +121,7 @@ func IsProducerBarrier(b []byte) bool {
 	if _, err := ParseBatchHeader(b); err != nil {
 		return false
 	}
-	return isBarrier(batch(b))
+	return isBarrier(recordbatch.Batch(b))
 }
 
 // WholeBatches splits records (the record batches of a Fetch answer, say)
@@ -130,9 +131,9 @@ func IsProducerBarrier(b []byte) bool {
 // batch's ends the split.
 func WholeBatches(records []byte) [][]byte {
 	var out [][]byte
-	for len(records) >= batchHeaderLen {
-		size := 12 + int64(int32(binary.BigEndian.Uint32(records[offBatchLength:])))
-		if size < batchHeaderLen || size > int64(len(records)) {
+	for len(records) >= recordbatch.HeaderLen {
+		size := 12 + int64(int32(binary.BigEndian.Uint32(records[recordbatch.OffBatchLength:])))
+		if size < recordbatch.HeaderLen || size > int64(len(records)) {
 			break
 		}
 		out = append(out, records[:size])
@@ -147,7 +148,7 @@ func WholeBatches(records []byte) [][]byte {
 // a whole magic-2 batch (a fetch answer may end in a partial one).
 func LeadingBatches(b []byte, keep func(BatchHeader) bool) int {
 	n := 0
-	for len(b)-n >= batchHeaderLen { // a shorter tail is a partial batch: no error to build
+	for len(b)-n >= recordbatch.HeaderLen { // a shorter tail is a partial batch: no error to build
 		h, err := ParseBatchHeader(b[n:])
 		if err != nil || h.Size() > int64(len(b)-n) || !keep(h) {
 			return n
@@ -166,5 +167,12 @@ func ControlType(b []byte) int16 {
 	if err != nil || !h.Control() {
 		return -1
 	}
-	return controlType(batch(b))
+	return controlType(recordbatch.Batch(b))
 }
+
+// DecodeMemory is the most that validating records (a Produce's record
+// batches, as AppendRequest.Records) allocates at once to decompress them,
+// read from the batches' headers alone; the broker counts it against
+// queued.max.request.bytes before appending (recordbatch.DecodeMemory
+// says what each codec needs).
+func DecodeMemory(records []byte) int64 { return recordbatch.DecodeMemory(records) }

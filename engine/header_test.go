@@ -6,19 +6,20 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 func TestParseBatchHeader(t *testing.T) {
-	b := mkBatch(t, batchOpts{pid: 7, epoch: 3, seq: 5, attrs: attrTransactional, baseTs: 1_700_000_000_123}, kv("a", "1"), kv("b", "2"), kv("c", "3"))
-	binary.BigEndian.PutUint64(b[offBaseOffset:], 40)
-	binary.BigEndian.PutUint32(b[offLeaderEpoch:], 9)
+	b := mkBatch(t, batchOpts{pid: 7, epoch: 3, seq: 5, attrs: recordbatch.AttrTransactional, baseTs: 1_700_000_000_123}, kv("a", "1"), kv("b", "2"), kv("c", "3"))
+	binary.BigEndian.PutUint64(b[recordbatch.OffBaseOffset:], 40)
+	binary.BigEndian.PutUint32(b[recordbatch.OffLeaderEpoch:], 9)
 	h, err := ParseBatchHeader(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := BatchHeader{BaseOffset: 40, Length: int32(len(b) - 12), PartitionLeaderEpoch: 9, Magic: 2,
-		CRC: binary.BigEndian.Uint32(b[offCRC:]), Attributes: attrTransactional, LastOffsetDelta: 2,
+		CRC: binary.BigEndian.Uint32(b[recordbatch.OffCRC:]), Attributes: recordbatch.AttrTransactional, LastOffsetDelta: 2,
 		BaseTimestamp: 1_700_000_000_123, MaxTimestamp: 1_700_000_000_123, ProducerID: 7, ProducerEpoch: 3, BaseSequence: 5, NumRecords: 3}
 	if h != want {
 		t.Fatalf("header\n%+v, want\n%+v", h, want)
@@ -28,18 +29,18 @@ func TestParseBatchHeader(t *testing.T) {
 	}
 
 	with := func(f func(c []byte)) []byte { c := slices.Clone(b); f(c); return c }
-	legacy := with(func(c []byte) { c[offMagic] = 1 })
+	legacy := with(func(c []byte) { c[recordbatch.OffMagic] = 1 })
 	for _, tc := range []struct {
 		name string
 		b    []byte
 		want *kerr.Error
 	}{
 		{"magic 1", legacy, kerr.UnsupportedForMessageFormat},
-		{"magic 0, shorter than a batch header", with(func(c []byte) { c[offMagic] = 0 })[:26], kerr.UnsupportedForMessageFormat},
-		{"truncated", b[:batchHeaderLen-1], kerr.CorruptMessage},
+		{"magic 0, shorter than a batch header", with(func(c []byte) { c[recordbatch.OffMagic] = 0 })[:26], kerr.UnsupportedForMessageFormat},
+		{"truncated", b[:recordbatch.HeaderLen-1], kerr.CorruptMessage},
 		{"empty", nil, kerr.CorruptMessage},
-		{"magic 3", with(func(c []byte) { c[offMagic] = 3 }), kerr.CorruptMessage},
-		{"length below the header", with(func(c []byte) { binary.BigEndian.PutUint32(c[offBatchLength:], 10) }), kerr.CorruptMessage},
+		{"magic 3", with(func(c []byte) { c[recordbatch.OffMagic] = 3 }), kerr.CorruptMessage},
+		{"length below the header", with(func(c []byte) { binary.BigEndian.PutUint32(c[recordbatch.OffBatchLength:], 10) }), kerr.CorruptMessage},
 	} {
 		if _, err := ParseBatchHeader(tc.b); !errors.Is(err, tc.want) {
 			t.Errorf("%s: err %v, want %v", tc.name, err, tc.want)
@@ -55,8 +56,8 @@ func epochBatch(t *testing.T, base int64, epoch int32, values ...string) []byte 
 		recs = append(recs, kv("k", v))
 	}
 	b := mkBatch(t, batchOpts{}, recs...)
-	binary.BigEndian.PutUint64(b[offBaseOffset:], uint64(base))
-	binary.BigEndian.PutUint32(b[offLeaderEpoch:], uint32(epoch))
+	binary.BigEndian.PutUint64(b[recordbatch.OffBaseOffset:], uint64(base))
+	binary.BigEndian.PutUint32(b[recordbatch.OffLeaderEpoch:], uint32(epoch))
 	return b
 }
 

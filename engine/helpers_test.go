@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/klauspost/compress/snappy"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -60,11 +61,11 @@ func mkBatch(t testing.TB, o batchOpts, recs ...rec) []byte {
 	if payload == nil {
 		payload = encodeRecords(recs)
 	}
-	if o.codec == codecSnappy && o.rawSnap {
+	if o.codec == recordbatch.CodecSnappy && o.rawSnap {
 		payload = snappy.Encode(nil, payload)
-	} else if o.codec != codecNone {
+	} else if o.codec != recordbatch.CodecNone {
 		var err error
-		if payload, err = compress(o.codec, payload); err != nil {
+		if payload, err = recordbatch.Compress(o.codec, payload); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -161,7 +162,7 @@ func fetchAll(t testing.TB, p *Partition, offset int64) [][]byte {
 			return out
 		}
 		out = append(out, res.Batches...)
-		offset = batch(res.Batches[len(res.Batches)-1]).lastOffset() + 1
+		offset = recordbatch.Batch(res.Batches[len(res.Batches)-1]).LastOffset() + 1
 	}
 }
 
@@ -170,12 +171,12 @@ func recordsOf(t testing.TB, batches [][]byte) map[int64]string {
 	t.Helper()
 	out := map[int64]string{}
 	for _, raw := range batches {
-		b := batch(raw)
-		buf, err := decompressAll(nil, b, 1<<30)
+		b := recordbatch.Batch(raw)
+		buf, err := recordbatch.DecompressAll(nil, b, 1<<30)
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = walkRecords(&sliceSource{b: buf}, b.recordCount(), func(r *record) error {
+		err = recordbatch.WalkRecords(&recordbatch.SliceSource{B: buf}, b.RecordCount(), func(r *recordbatch.Record) error {
 			var kr kmsg.Record
 			if err := kr.ReadFrom(r.Raw); err != nil {
 				return err
@@ -184,7 +185,7 @@ func recordsOf(t testing.TB, batches [][]byte) map[int64]string {
 			if kr.Value == nil {
 				v = "<nil>"
 			}
-			out[b.baseOffset()+int64(r.OffsetDelta)] = string(kr.Key) + "=" + v
+			out[b.BaseOffset()+int64(r.OffsetDelta)] = string(kr.Key) + "=" + v
 			return nil
 		})
 		if err != nil {

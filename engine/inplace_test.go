@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"slices"
 	"testing"
+
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 )
 
 // TestCopiedBatchesWrittenInPlace: batches a mirror copies are written
@@ -15,7 +17,7 @@ func TestCopiedBatchesWrittenInPlace(t *testing.T) {
 	p := mkPart(t, e, DefaultLogConfig())
 	a := mkBatch(t, batchOpts{}, kv("a", "1"), kv("b", "2"))
 	b := mkBatch(t, batchOpts{}, kv("c", "3"))
-	batch(b).setBaseOffset(2)
+	recordbatch.Batch(b).SetBaseOffset(2)
 	records := slices.Concat(a, b)
 	want := slices.Clone(records)
 	appendOK(t, p, OriginMirror, records)

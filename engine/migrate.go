@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 )
 
 // migrateV1 moves the record batches of a data directory of format
@@ -70,7 +71,7 @@ func (p *Partition) migrateV1() (moved int64, err error) {
 		if err != nil {
 			return moved, err
 		}
-		bs, err := splitBatches(v)
+		bs, err := recordbatch.Split(v)
 		if err != nil || len(bs) != 1 {
 			return moved, fmt.Errorf("batch at %d: %v", keySuffix64(it.Key()), err)
 		}
@@ -78,15 +79,15 @@ func (p *Partition) migrateV1() (moved int64, err error) {
 		if moved == 0 {
 			// The first batch may start above the log start (retention
 			// keeps a batch straddling it; compaction leaves gaps).
-			p.leo, next = b.baseOffset(), b.baseOffset()
+			p.leo, next = b.BaseOffset(), b.BaseOffset()
 		}
-		if b.baseOffset() < next {
-			return moved, fmt.Errorf("batch at %d below the previous batch's end %d", b.baseOffset(), next)
+		if b.BaseOffset() < next {
+			return moved, fmt.Errorf("batch at %d below the previous batch's end %d", b.BaseOffset(), next)
 		}
-		next = b.lastOffset() + 1
+		next = b.LastOffset() + 1
 		buf = append(buf, b...)
-		metas = append(metas, batchMeta{Base: b.baseOffset(), LastDelta: b.lastOffsetDelta(), Size: int32(len(b)),
-			MaxTs: b.maxTimestamp(), MaxTsDelta: maxTimestampDelta(b), Epoch: b.leaderEpoch()})
+		metas = append(metas, batchMeta{Base: b.BaseOffset(), LastDelta: b.LastOffsetDelta(), Size: int32(len(b)),
+			MaxTs: b.MaxTimestamp(), MaxTsDelta: maxTimestampDelta(b), Epoch: b.LeaderEpoch()})
 		moved += int64(len(b))
 		if len(buf) >= 1<<20 {
 			if err := write(); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -355,7 +356,7 @@ func (p *Partition) Write(ctx context.Context, req *AppendRequest) (wait func() 
 	assign := !req.Origin.Copies()
 	// The batches alias req.Records, which is only read: prepareLocked
 	// copies them into the write buffer.
-	batches, err := splitBatches(req.Records)
+	batches, err := recordbatch.Split(req.Records)
 	if err != nil {
 		return fail(AppendResult{}, fmt.Errorf("%s-%d: %w", p.topic, p.part, err))
 	}
@@ -438,32 +439,32 @@ func (p *Partition) Write(ctx context.Context, req *AppendRequest) (wait func() 
 
 // validateBatch checks one batch beyond its header and returns its index
 // entry (offsets still relative).
-func validateBatch(b batch, cfg *LogConfig, origin Origin) (batchMeta, error) {
-	m := batchMeta{LastDelta: b.lastOffsetDelta(), Size: int32(len(b)), MaxTs: b.maxTimestamp(), MaxTsDelta: b.lastOffsetDelta()}
+func validateBatch(b recordbatch.Batch, cfg *LogConfig, origin Origin) (batchMeta, error) {
+	m := batchMeta{LastDelta: b.LastOffsetDelta(), Size: int32(len(b)), MaxTs: b.MaxTimestamp(), MaxTsDelta: b.LastOffsetDelta()}
 	if origin.Copies() {
 		return m, nil // copied byte for byte: the source validated them
 	}
 	if len(b) > int(cfg.MaxMessageBytes) {
 		return m, fmt.Errorf("batch of %d bytes exceeds max.message.bytes %d: %w", len(b), cfg.MaxMessageBytes, kerr.MessageTooLarge)
 	}
-	if b.recordCount() < 1 || int64(b.recordCount()) != int64(b.lastOffsetDelta())+1 {
-		return m, corrupt("record count %d with last offset delta %d", b.recordCount(), b.lastOffsetDelta())
+	if b.RecordCount() < 1 || int64(b.RecordCount()) != int64(b.LastOffsetDelta())+1 {
+		return m, recordbatch.Corrupt("record count %d with last offset delta %d", b.RecordCount(), b.LastOffsetDelta())
 	}
-	if origin == OriginClient && b.isControl() {
+	if origin == OriginClient && b.IsControl() {
 		return m, fmt.Errorf("clients may not write control batches: %w", kerr.InvalidRecord)
 	}
 	var (
 		i     int32
 		maxTs = int64(-1 << 63)
 	)
-	err := walkBatch(b, maxDecompressedBatch, func(r *record) error {
+	err := recordbatch.Walk(b, recordbatch.MaxDecompressed, func(r *recordbatch.Record) error {
 		if r.OffsetDelta != i {
 			return fmt.Errorf("record %d has offset delta %d: %w", i, r.OffsetDelta, kerr.InvalidRecord)
 		}
-		if cfg.Compact && r.KeyNull && !b.isControl() {
+		if cfg.Compact && r.KeyNull && !b.IsControl() {
 			return fmt.Errorf("compacted topic record %d has no key: %w", i, kerr.InvalidRecord)
 		}
-		if ts := b.baseTimestamp() + r.TimestampDelta; ts > maxTs {
+		if ts := b.BaseTimestamp() + r.TimestampDelta; ts > maxTs {
 			maxTs, m.MaxTsDelta = ts, i
 		}
 		i++
@@ -477,7 +478,7 @@ func validateBatch(b batch, cfg *LogConfig, origin Origin) (batchMeta, error) {
 
 // prepareLocked checks producer state, copies the batches into buf and
 // assigns their offsets there. Nothing in p changes.
-func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []batchMeta, assign bool, cfg *LogConfig, buf []byte) (AppendResult, []byte, error) {
+func (p *Partition) prepareLocked(req *AppendRequest, batches []recordbatch.Batch, metas []batchMeta, assign bool, cfg *LogConfig, buf []byte) (AppendResult, []byte, error) {
 	res := AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: p.logStart}
 	txn := producerTxn{base: p.producers}
 	next := p.leo
@@ -495,7 +496,7 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 		return AppendResult{}, buf, fmt.Errorf("%s-%d: %w", p.topic, p.part, err)
 	}
 	for i, b := range batches {
-		if b.producerID() >= 0 {
+		if b.ProducerID() >= 0 {
 			dup, err := txn.check(b, req.Origin)
 			if err != nil {
 				return fail(err)
@@ -513,31 +514,31 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 		} else {
 			buf = append(buf, b...)
 		}
-		b = batch(buf[len(buf)-len(b):])
+		b = recordbatch.Batch(buf[len(buf)-len(b):])
 		batches[i] = b
 		if assign {
-			b.setBaseOffset(next)
-			b.setLeaderEpoch(p.leaderEpoch)
+			b.SetBaseOffset(next)
+			b.SetLeaderEpoch(p.leaderEpoch)
 			if cfg.LogAppendTime {
-				b.setLogAppendTime(now)
+				b.SetLogAppendTime(now)
 				res.LogAppendTime = now
 				metas[i].MaxTs, metas[i].MaxTsDelta = now, 0
 			}
-		} else if b.baseOffset() < 0 || b.lastOffset() < b.baseOffset() {
-			return fail(corrupt("batch %d: offsets %d to %d", i, b.baseOffset(), b.lastOffset()))
-		} else if b.baseOffset() < next {
-			return fail(fmt.Errorf("batch %d at offset %d, log end offset is %d: %w", i, b.baseOffset(), next, ErrUnexpectedAppendOffset))
+		} else if b.BaseOffset() < 0 || b.LastOffset() < b.BaseOffset() {
+			return fail(recordbatch.Corrupt("batch %d: offsets %d to %d", i, b.BaseOffset(), b.LastOffset()))
+		} else if b.BaseOffset() < next {
+			return fail(fmt.Errorf("batch %d at offset %d, log end offset is %d: %w", i, b.BaseOffset(), next, ErrUnexpectedAppendOffset))
 		}
 		if res.BaseOffset < 0 {
-			res.BaseOffset = b.baseOffset()
+			res.BaseOffset = b.BaseOffset()
 		}
-		metas[i].Base, metas[i].Epoch = b.baseOffset(), b.leaderEpoch()
-		next = b.lastOffset() + 1
-		res.LastOffset = b.lastOffset()
+		metas[i].Base, metas[i].Epoch = b.BaseOffset(), b.LeaderEpoch()
+		next = b.LastOffset() + 1
+		res.LastOffset = b.LastOffset()
 		// Later batches of this append see this one's producer state.
 		if isBarrier(b) {
-			txn.resetAll(b.baseOffset())
-		} else if b.producerID() >= 0 {
+			txn.resetAll(b.BaseOffset())
+		} else if b.ProducerID() >= 0 {
 			txn.update(b)
 		}
 	}
@@ -548,7 +549,7 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []batch, metas []b
 // segment (rolling first when it is full or old) and calls apply for each
 // (applyLocked: they enter the partition's state). On a failed write
 // nothing changes.
-func (p *Partition) writeLocked(buf []byte, metas []batchMeta, cfg *LogConfig, apply func(*segment, int64, batch, batchMeta)) error {
+func (p *Partition) writeLocked(buf []byte, metas []batchMeta, cfg *LogConfig, apply func(*segment, int64, recordbatch.Batch, batchMeta)) error {
 	now := time.Now()
 	seg := p.active()
 	if seg == nil || seg.size > 0 && (seg.size+int64(len(buf)) > cfg.segmentBytes() || now.UnixMilli()-seg.created >= cfg.segmentMs()) {
@@ -574,7 +575,7 @@ func (p *Partition) writeLocked(buf []byte, metas []batchMeta, cfg *LogConfig, a
 	p.e.space.wrote(len(buf))
 	for i, start := 0, seg.size; i < len(metas); i++ {
 		pos := seg.size // applyLocked moves it past each batch
-		apply(seg, pos, batch(buf[pos-start:pos-start+int64(metas[i].Size)]), metas[i])
+		apply(seg, pos, recordbatch.Batch(buf[pos-start:pos-start+int64(metas[i].Size)]), metas[i])
 	}
 	return nil
 }
@@ -613,19 +614,19 @@ func (p *Partition) truncateSegmentLocked(seg *segment, size int64) error {
 
 // applyLocked adds a batch written at pos of seg to the partition's state
 // and its metadata to the pending entries (appends and recovery).
-func (p *Partition) applyLocked(seg *segment, pos int64, b batch, m batchMeta) {
+func (p *Partition) applyLocked(seg *segment, pos int64, b recordbatch.Batch, m batchMeta) {
 	if p.pending == nil {
 		p.pending = p.e.db.NewBatch()
 	}
 	txn := producerTxn{base: p.producers}
 	var aborted []abortedTxn
 	if isBarrier(b) {
-		aborted = txn.resetAll(b.baseOffset())
+		aborted = txn.resetAll(b.BaseOffset())
 		p.pending.DeleteRange(subPrefix(p.id, p.part, subProduce), prefixEnd(subPrefix(p.id, p.part, subProduce)), nil)
 		p.producers = make(map[int64]*producerEntry)
 		clear(p.dirtyPIDs)
 		p.openTxns = 0
-	} else if b.producerID() >= 0 {
+	} else if b.ProducerID() >= 0 {
 		if a := txn.update(b); a != nil {
 			aborted = append(aborted, *a)
 		}
@@ -647,16 +648,16 @@ func (p *Partition) applyLocked(seg *segment, pos int64, b batch, m batchMeta) {
 		}
 		p.dirtyPIDs[pid] = struct{}{}
 	}
-	if e := b.leaderEpoch(); e > p.latestEpochLocked() {
-		p.epochs = append(p.epochs, epochEntry{e, b.baseOffset()})
-		p.pending.Set(epochKey(p.id, p.part, e), epochValue(b.baseOffset()), nil)
+	if e := b.LeaderEpoch(); e > p.latestEpochLocked() {
+		p.epochs = append(p.epochs, epochEntry{e, b.BaseOffset()})
+		p.pending.Set(epochKey(p.id, p.part, e), epochValue(b.BaseOffset()), nil)
 	}
 	p.indexLocked(seg, pos, b, m)
 }
 
 // indexLocked adds a batch written at pos of seg to the segment's summary
 // and the sparse index, and moves the log end past it.
-func (p *Partition) indexLocked(seg *segment, pos int64, b batch, m batchMeta) {
+func (p *Partition) indexLocked(seg *segment, pos int64, b recordbatch.Batch, m batchMeta) {
 	if p.pending == nil {
 		p.pending = p.e.db.NewBatch()
 	}
@@ -665,11 +666,11 @@ func (p *Partition) indexLocked(seg *segment, pos int64, b batch, m batchMeta) {
 		if seg.size > 0 {
 			before = seg.maxTs
 		}
-		p.pending.Set(indexKey(p.id, p.part, b.baseOffset()), indexEntry(pos, before), nil)
+		p.pending.Set(indexKey(p.id, p.part, b.BaseOffset()), indexEntry(pos, before), nil)
 		p.lastIndexPos = pos
 	}
 	seg.noteBatch(m)
-	p.leo = b.lastOffset() + 1
+	p.leo = b.LastOffset() + 1
 }
 
 // rollLocked makes a new active segment starting at next. The old one is

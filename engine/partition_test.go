@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -43,15 +44,15 @@ func TestAppendFetchOffsets(t *testing.T) {
 	}
 	for i, b := range got {
 		want := bytes.Clone(sent[i])
-		batch(want).setBaseOffset(int64(2 * i))
-		batch(want).setLeaderEpoch(3)
+		recordbatch.Batch(want).SetBaseOffset(int64(2 * i))
+		recordbatch.Batch(want).SetLeaderEpoch(3)
 		if !bytes.Equal(b, want) {
 			t.Fatalf("batch %d differs from what was sent (apart from offset and epoch)", i)
 		}
 	}
 	// A fetch inside a batch returns that whole batch.
 	res, err := p.Fetch(3, 1, ReadUncommitted)
-	if err != nil || len(res.Batches) != 1 || batch(res.Batches[0]).baseOffset() != 2 {
+	if err != nil || len(res.Batches) != 1 || recordbatch.Batch(res.Batches[0]).BaseOffset() != 2 {
 		t.Fatalf("fetch at 3: %v %d batches", err, len(res.Batches))
 	}
 	// maxBytes: whole batches only, at least one.
@@ -180,9 +181,9 @@ func TestEpochs(t *testing.T) {
 	m, _ = e.Create("m", TopicID{7}, 0, DefaultLogConfig())
 	m.SetLeaderEpoch(50)
 	src := func(base int64, epoch int32) []byte {
-		x := batch(b())
-		x.setBaseOffset(base)
-		x.setLeaderEpoch(epoch)
+		x := recordbatch.Batch(b())
+		x.SetBaseOffset(base)
+		x.SetLeaderEpoch(epoch)
 		return x
 	}
 	appendOK(t, m, OriginMirror, append(src(0, 2), src(2, 2)...))
@@ -191,7 +192,7 @@ func TestEpochs(t *testing.T) {
 		t.Fatalf("mirror append below the end: %v", err)
 	}
 	got := fetchAll(t, m, 0)
-	if len(got) != 3 || batch(got[2]).leaderEpoch() != 5 || batch(got[2]).baseOffset() != 4 {
+	if len(got) != 3 || recordbatch.Batch(got[2]).LeaderEpoch() != 5 || recordbatch.Batch(got[2]).BaseOffset() != 4 {
 		t.Fatal("mirrored batches were not kept as sent")
 	}
 	if ep, end := m.EndOffsetForEpoch(3); ep != 2 || end != 4 {
@@ -211,7 +212,7 @@ func TestTimestamps(t *testing.T) {
 		base  int64
 		codec int8
 		ds    []int64
-	}{{1000, codecNone, []int64{0, 50, 20}}, {1010, codecZstd, []int64{0, 20}}} {
+	}{{1000, recordbatch.CodecNone, []int64{0, 50, 20}}, {1010, recordbatch.CodecZstd, []int64{0, 20}}} {
 		var recs []rec
 		for _, d := range tc.ds {
 			recs = append(recs, rec{key: []byte("k"), val: []byte("v"), tsDelta: d})
@@ -247,11 +248,11 @@ func TestTimestamps(t *testing.T) {
 	if res.LogAppendTime < before {
 		t.Fatalf("LogAppendTime %d", res.LogAppendTime)
 	}
-	b := batch(fetchAll(t, la, 0)[0])
-	if !b.logAppendTime() || b.maxTimestamp() != res.LogAppendTime {
+	b := recordbatch.Batch(fetchAll(t, la, 0)[0])
+	if !b.LogAppendTime() || b.MaxTimestamp() != res.LogAppendTime {
 		t.Fatal("batch not stamped with LogAppendTime")
 	}
-	if _, err := splitBatches(b); err != nil {
+	if _, err := recordbatch.Split(b); err != nil {
 		t.Fatalf("stamped batch invalid: %v", err)
 	}
 	if off, ts, _, ok := la.OffsetForTimestamp(before); !ok || off != 0 || ts != res.LogAppendTime {
@@ -333,7 +334,7 @@ func TestDeleteRecords(t *testing.T) {
 		t.Fatalf("fetch below the log start: %v", err)
 	}
 	res, err := p.Fetch(3, 1, ReadUncommitted)
-	if err != nil || batch(res.Batches[0]).baseOffset() != 2 || res.LogStartOffset != 3 {
+	if err != nil || recordbatch.Batch(res.Batches[0]).BaseOffset() != 2 || res.LogStartOffset != 3 {
 		t.Fatalf("fetch at the log start: %v %+v", err, res)
 	}
 	if ls, _ := p.DeleteRecords(1); ls != 3 {
@@ -434,10 +435,10 @@ func TestLargeLogFromDisk(t *testing.T) {
 		if i%3 == 1 {
 			v = val[:100] // small batches between the large ones: the index is sparse
 		}
-		b := mkBatch(t, batchOpts{codec: int8(i % 4 / 3 * codecZstd)}, rec{key: []byte(fmt.Sprint(i)), val: v})
+		b := mkBatch(t, batchOpts{codec: int8(i % 4 / 3 * recordbatch.CodecZstd)}, rec{key: []byte(fmt.Sprint(i)), val: v})
 		res := appendOK(t, p, OriginClient, b)
-		batch(b).setBaseOffset(res.BaseOffset)
-		batch(b).setLeaderEpoch(0)
+		recordbatch.Batch(b).SetBaseOffset(res.BaseOffset)
+		recordbatch.Batch(b).SetLeaderEpoch(0)
 		want = append(want, b)
 	}
 	if n := len(p.segs); n < 3 {

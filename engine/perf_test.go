@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"testing"
+
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 )
 
 // TestAppendCopiesOnce checks that an append leaves the caller's records
@@ -27,11 +29,11 @@ func TestAppendCopiesOnce(t *testing.T) {
 		t.Fatalf("%d batches; a read aliases the caller's records: %v", len(got), len(got) == 3)
 	}
 	for i, want := range []int64{0, 1, 2} {
-		b := batch(got[i])
-		if b.baseOffset() != want || !b.logAppendTime() {
-			t.Fatalf("batch %d: base offset %d, log append time %v", i, b.baseOffset(), b.logAppendTime())
+		b := recordbatch.Batch(got[i])
+		if b.BaseOffset() != want || !b.LogAppendTime() {
+			t.Fatalf("batch %d: base offset %d, log append time %v", i, b.BaseOffset(), b.LogAppendTime())
 		}
-		if _, err := splitBatches(got[i]); err != nil { // the CRC covers the stamped time
+		if _, err := recordbatch.Split(got[i]); err != nil { // the CRC covers the stamped time
 			t.Fatalf("batch %d: %v", i, err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -125,10 +126,10 @@ func inSequence(last, first int32) bool {
 
 // check validates b against the producer's state. It returns the original
 // batch when b is a retry of one of the last few batches.
-func (t *producerTxn) check(b batch, origin Origin) (*seqBatch, error) {
-	pid, epoch := b.producerID(), b.producerEpoch()
+func (t *producerTxn) check(b recordbatch.Batch, origin Origin) (*seqBatch, error) {
+	pid, epoch := b.ProducerID(), b.ProducerEpoch()
 	cur := t.get(pid)
-	if cur != nil && (origin == OriginInternal || origin == OriginTxnMarker) && b.isControl() && epoch < cur.Epoch {
+	if cur != nil && (origin == OriginInternal || origin == OriginTxnMarker) && b.IsControl() && epoch < cur.Epoch {
 		// A transaction marker from a coordinator that lost a fencing race.
 		return nil, fmt.Errorf("marker for producer %d epoch %d is older than %d: %w", pid, epoch, cur.Epoch, kerr.InvalidProducerEpoch)
 	}
@@ -138,17 +139,17 @@ func (t *producerTxn) check(b batch, origin Origin) (*seqBatch, error) {
 	if epoch < cur.Epoch {
 		return nil, fmt.Errorf("producer %d epoch %d is older than %d: %w", pid, epoch, cur.Epoch, kerr.InvalidProducerEpoch)
 	}
-	if b.baseSequence() < 0 {
+	if b.BaseSequence() < 0 {
 		return nil, nil
 	}
 	if epoch != cur.Epoch {
-		if b.baseSequence() != 0 {
-			return nil, fmt.Errorf("producer %d new epoch %d starts at sequence %d, not 0: %w", pid, epoch, b.baseSequence(), kerr.OutOfOrderSequenceNumber)
+		if b.BaseSequence() != 0 {
+			return nil, fmt.Errorf("producer %d new epoch %d starts at sequence %d, not 0: %w", pid, epoch, b.BaseSequence(), kerr.OutOfOrderSequenceNumber)
 		}
 		return nil, nil
 	}
 	for i := range cur.Batches {
-		if s := &cur.Batches[i]; s.FirstSeq == b.baseSequence() && s.LastSeq == b.lastSequence() {
+		if s := &cur.Batches[i]; s.FirstSeq == b.BaseSequence() && s.LastSeq == b.LastSequence() {
 			return s, nil
 		}
 	}
@@ -156,8 +157,8 @@ func (t *producerTxn) check(b batch, origin Origin) (*seqBatch, error) {
 	if n := len(cur.Batches); n > 0 {
 		last = cur.Batches[n-1].LastSeq
 	}
-	if !inSequence(last, b.baseSequence()) {
-		return nil, fmt.Errorf("producer %d epoch %d: sequence %d after %d: %w", pid, epoch, b.baseSequence(), last, kerr.OutOfOrderSequenceNumber)
+	if !inSequence(last, b.BaseSequence()) {
+		return nil, fmt.Errorf("producer %d epoch %d: sequence %d after %d: %w", pid, epoch, b.BaseSequence(), last, kerr.OutOfOrderSequenceNumber)
 	}
 	return nil, nil
 }
@@ -185,25 +186,25 @@ const (
 // controlRecord reads a control batch's marker: its type (-1 if
 // unreadable) and, for transaction markers, the coordinator epoch in the
 // value (version int16, coordinator epoch int32).
-func controlRecord(b batch) (typ int16, coordEpoch int32) {
+func controlRecord(b recordbatch.Batch) (typ int16, coordEpoch int32) {
 	typ = -1
-	walkBatch(b, 1<<20, func(r *record) error {
+	recordbatch.Walk(b, 1<<20, func(r *recordbatch.Record) error {
 		if len(r.Key) >= 4 && typ < 0 {
 			typ = int16(binary.BigEndian.Uint16(r.Key[2:]))
 		}
 		return nil
 	})
 	if typ == ControlAbort || typ == ControlCommit {
-		// walkBatch does not keep values: read the value of the single
+		// recordbatch.Walk does not keep values: read the value of the single
 		// uncompressed record directly (markers are never compressed).
-		if rec := b.records(); b.codec() == 0 && len(rec) >= 6 {
+		if rec := b.Records(); b.Codec() == 0 && len(rec) >= 6 {
 			coordEpoch = int32(binary.BigEndian.Uint32(rec[len(rec)-5:]))
 		}
 	}
 	return typ, coordEpoch
 }
 
-func controlType(b batch) int16 {
+func controlType(b recordbatch.Batch) int16 {
 	typ, _ := controlRecord(b)
 	return typ
 }
@@ -211,39 +212,39 @@ func controlType(b batch) int16 {
 // update records b (already given its offsets) in the producer's state.
 // For an ABORT marker closing an open transaction it returns the aborted
 // transaction.
-func (t *producerTxn) update(b batch) (aborted *abortedTxn) {
-	pid := b.producerID()
+func (t *producerTxn) update(b recordbatch.Batch) (aborted *abortedTxn) {
+	pid := b.ProducerID()
 	pe := t.changed[pid]
 	if pe == nil {
 		if old := t.get(pid); old != nil {
 			pe = old.clone()
 		} else {
-			pe = &producerEntry{Epoch: b.producerEpoch(), TxnStart: -1}
+			pe = &producerEntry{Epoch: b.ProducerEpoch(), TxnStart: -1}
 		}
 		if t.changed == nil {
 			t.changed = make(map[int64]*producerEntry)
 		}
 		t.changed[pid] = pe
 	}
-	if b.producerEpoch() != pe.Epoch {
-		pe.Epoch, pe.Batches = b.producerEpoch(), nil
+	if b.ProducerEpoch() != pe.Epoch {
+		pe.Epoch, pe.Batches = b.ProducerEpoch(), nil
 	}
-	pe.LastTimestamp = b.maxTimestamp()
+	pe.LastTimestamp = b.MaxTimestamp()
 	switch {
-	case b.isControl():
+	case b.IsControl():
 		typ, coordEpoch := controlRecord(b)
 		if pe.TxnStart >= 0 && typ == ControlAbort {
-			aborted = &abortedTxn{pid, pe.TxnStart, b.baseOffset()}
+			aborted = &abortedTxn{pid, pe.TxnStart, b.BaseOffset()}
 		}
 		if typ == ControlAbort || typ == ControlCommit {
 			pe.CoordinatorEpoch = coordEpoch
 		}
 		pe.TxnStart = -1
-	case b.isTransactional() && pe.TxnStart < 0:
-		pe.TxnStart = b.baseOffset()
+	case b.IsTransactional() && pe.TxnStart < 0:
+		pe.TxnStart = b.BaseOffset()
 	}
-	if b.baseSequence() >= 0 && !b.isControl() {
-		pe.Batches = append(pe.Batches, seqBatch{b.baseSequence(), b.lastSequence(), b.baseOffset(), b.lastOffset()})
+	if b.BaseSequence() >= 0 && !b.IsControl() {
+		pe.Batches = append(pe.Batches, seqBatch{b.BaseSequence(), b.LastSequence(), b.BaseOffset(), b.LastOffset()})
 		if len(pe.Batches) > maxProducerBatches {
 			pe.Batches = pe.Batches[len(pe.Batches)-maxProducerBatches:]
 		}

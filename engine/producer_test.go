@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -88,12 +89,12 @@ func TestIdempotentProducer(t *testing.T) {
 	appendOK(t, q, OriginClient, mkBatch(t, batchOpts{pid: 7, seq: 0}, kv("a", "1")))
 	// Transactions: the open transaction's start offset is tracked.
 	tx, _ := e.Create("tx", TopicID{6}, 0, DefaultLogConfig())
-	appendOK(t, tx, OriginClient, mkBatch(t, batchOpts{pid: 8, seq: 0, attrs: attrTransactional}, kv("a", "1")))
-	appendOK(t, tx, OriginClient, mkBatch(t, batchOpts{pid: 8, seq: 1, attrs: attrTransactional}, kv("a", "1")))
+	appendOK(t, tx, OriginClient, mkBatch(t, batchOpts{pid: 8, seq: 0, attrs: recordbatch.AttrTransactional}, kv("a", "1")))
+	appendOK(t, tx, OriginClient, mkBatch(t, batchOpts{pid: 8, seq: 1, attrs: recordbatch.AttrTransactional}, kv("a", "1")))
 	if ps := tx.Producers(); ps[0].CurrentTxnStartOffset != 0 {
 		t.Fatalf("txn start %+v", ps)
 	}
-	marker := mkBatch(t, batchOpts{pid: 8, seq: -1, attrs: attrTransactional | attrControl}, rec{key: []byte{0, 0, 0, 1}, val: []byte{0, 0, 0, 0, 0, 0}})
+	marker := mkBatch(t, batchOpts{pid: 8, seq: -1, attrs: recordbatch.AttrTransactional | recordbatch.AttrControl}, rec{key: []byte{0, 0, 0, 1}, val: []byte{0, 0, 0, 0, 0, 0}})
 	if _, err := tx.Append(context.Background(), &AppendRequest{Origin: OriginInternal, Records: marker, Acks: -1}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,10 +110,10 @@ func TestTransactions(t *testing.T) {
 	e := openTest(t, fs)
 	p := mkPart(t, e, DefaultLogConfig())
 	txnBatch := func(pid int64, seq int32) []byte {
-		return mkBatch(t, batchOpts{pid: pid, seq: seq, attrs: attrTransactional}, kv("k", "v"))
+		return mkBatch(t, batchOpts{pid: pid, seq: seq, attrs: recordbatch.AttrTransactional}, kv("k", "v"))
 	}
 	marker := func(pid int64, typ byte) []byte {
-		return mkBatch(t, batchOpts{pid: pid, seq: -1, attrs: attrTransactional | attrControl},
+		return mkBatch(t, batchOpts{pid: pid, seq: -1, attrs: recordbatch.AttrTransactional | recordbatch.AttrControl},
 			rec{key: []byte{0, 0, 0, typ}, val: []byte{0, 0, 0, 0, 0, 0}})
 	}
 	internal := func(b []byte) {

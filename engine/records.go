@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -108,7 +109,7 @@ func (p *Partition) Fetch(offset int64, maxBytes int, iso Isolation) (FetchResul
 	buf, rerr := recs.AppendTo(make([]byte, 0, recs.Len()))
 	recs.Close()
 	for len(buf) >= 12 {
-		n := 12 + int(binary.BigEndian.Uint32(buf[offBatchLength:]))
+		n := 12 + int(binary.BigEndian.Uint32(buf[recordbatch.OffBatchLength:]))
 		res.Batches = append(res.Batches, buf[:n:n])
 		buf = buf[n:]
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 )
 
 // loadLocked (re)builds the partition's state from Pebble and its segment
@@ -296,7 +297,7 @@ func (p *Partition) replayLocked(from int, pos int64) (changed bool, err error) 
 			if err == io.EOF {
 				break
 			}
-			var b batch
+			var b recordbatch.Batch
 			if err == nil {
 				b, err = readBatch(f, pos, h, buf)
 				buf = b
@@ -308,7 +309,7 @@ func (p *Partition) replayLocked(from int, pos int64) (changed bool, err error) 
 				bad = err
 				break
 			}
-			m := batchMeta{Base: h.base, LastDelta: b.lastOffsetDelta(), Size: int32(h.size), MaxTs: h.maxTs,
+			m := batchMeta{Base: h.base, LastDelta: b.LastOffsetDelta(), Size: int32(h.size), MaxTs: h.maxTs,
 				MaxTsDelta: maxTimestampDelta(b), Epoch: h.epoch}
 			p.applyLocked(seg, pos, b, m)
 			pos += h.size
@@ -329,13 +330,13 @@ func (p *Partition) replayLocked(from int, pos int64) (changed bool, err error) 
 
 // maxTimestampDelta is the offset delta of the batch's record with the
 // largest timestamp (the first of them), as appends record it.
-func maxTimestampDelta(b batch) int32 {
-	if b.logAppendTime() {
+func maxTimestampDelta(b recordbatch.Batch) int32 {
+	if b.LogAppendTime() {
 		return 0
 	}
-	delta, maxTs := b.lastOffsetDelta(), int64(math.MinInt64)
-	walkBatch(b, compactDecompressLimit, func(r *record) error {
-		if ts := b.baseTimestamp() + r.TimestampDelta; ts > maxTs {
+	delta, maxTs := b.LastOffsetDelta(), int64(math.MinInt64)
+	recordbatch.Walk(b, compactDecompressLimit, func(r *recordbatch.Record) error {
+		if ts := b.BaseTimestamp() + r.TimestampDelta; ts > maxTs {
 			maxTs, delta = ts, r.OffsetDelta
 		}
 		return nil

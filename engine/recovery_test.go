@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -30,8 +31,8 @@ func appendStored(t *testing.T, p *Partition, b []byte) storedBatch {
 	t.Helper()
 	res := appendOK(t, p, OriginClient, b)
 	b = bytes.Clone(b)
-	batch(b).setBaseOffset(res.BaseOffset)
-	batch(b).setLeaderEpoch(p.Offsets().LeaderEpoch)
+	recordbatch.Batch(b).SetBaseOffset(res.BaseOffset)
+	recordbatch.Batch(b).SetLeaderEpoch(p.Offsets().LeaderEpoch)
 	return storedBatch{p.part, b}
 }
 
@@ -45,21 +46,21 @@ func checkLog(t *testing.T, label string, p *Partition, want map[int64]storedBat
 	got := map[int64][]byte{}
 	next := o.LogStart
 	for _, b := range fetchAll(t, p, o.LogStart) {
-		if _, err := splitBatches(b); err != nil {
-			t.Fatalf("%s: batch at %d: %v", label, batch(b).baseOffset(), err)
+		if _, err := recordbatch.Split(b); err != nil {
+			t.Fatalf("%s: batch at %d: %v", label, recordbatch.Batch(b).BaseOffset(), err)
 		}
-		if batch(b).lastOffset() < next {
-			t.Fatalf("%s: batch at %d goes back below %d", label, batch(b).baseOffset(), next)
+		if recordbatch.Batch(b).LastOffset() < next {
+			t.Fatalf("%s: batch at %d goes back below %d", label, recordbatch.Batch(b).BaseOffset(), next)
 		}
-		got[batch(b).baseOffset()] = b
-		next = batch(b).lastOffset() + 1
+		got[recordbatch.Batch(b).BaseOffset()] = b
+		next = recordbatch.Batch(b).LastOffset() + 1
 		// The same batch found from scratch (index, not cursor).
 		p.mu.Lock()
 		p.gen++
 		p.mu.Unlock()
-		res, err := p.Fetch(batch(b).baseOffset(), 1, ReadUncommitted)
+		res, err := p.Fetch(recordbatch.Batch(b).BaseOffset(), 1, ReadUncommitted)
 		if err != nil || len(res.Batches) != 1 || !bytes.Equal(res.Batches[0], b) {
-			t.Fatalf("%s: fetch at %d from the index: %v", label, batch(b).baseOffset(), err)
+			t.Fatalf("%s: fetch at %d from the index: %v", label, recordbatch.Batch(b).BaseOffset(), err)
 		}
 	}
 	if next != o.LogEnd && len(got) > 0 {
@@ -131,7 +132,7 @@ func TestCrashDuringRollRetentionCompaction(t *testing.T) {
 	val := strings.Repeat("v", 200)
 	for i := range 40 {
 		sb := appendStored(t, a, mkBatch(t, batchOpts{pid: 7, seq: int32(i)}, kv(fmt.Sprint(i), val)))
-		want[batch(sb.data).baseOffset()] = sb
+		want[recordbatch.Batch(sb.data).BaseOffset()] = sb
 		k, v := fmt.Sprintf("k%d", i%5), fmt.Sprintf("%d-%s", i, strings.Repeat(val, 22))
 		appendOK(t, b, OriginClient, mkBatch(t, batchOpts{baseTs: 1_000}, kv(k, v)))
 		keys[k] = v
@@ -227,13 +228,13 @@ func TestRecoveryCutsTornTail(t *testing.T) {
 			want := map[int64]storedBatch{}
 			for i := range 10 {
 				sb := appendStored(t, p, mkBatch(t, batchOpts{pid: 5, seq: int32(i)}, kv("k", fmt.Sprint(i))))
-				want[batch(sb.data).baseOffset()] = sb
+				want[recordbatch.Batch(sb.data).BaseOffset()] = sb
 			}
 			path := p.active().file.path
 			e.Close()
 
 			extra := mkBatch(t, batchOpts{}, kv("torn", "tail"))
-			batch(extra).setBaseOffset(10)
+			recordbatch.Batch(extra).SetBaseOffset(10)
 			switch tail {
 			case "garbage":
 				extra = bytes.Repeat([]byte{0xff, 0, 7}, 50)
@@ -292,8 +293,8 @@ func TestRecoveryReplaysUnsyncedTail(t *testing.T) {
 		if _, err := p.Append(context.Background(), &AppendRequest{Origin: OriginClient, Records: b, Acks: 0}); err != nil {
 			t.Fatal(err)
 		}
-		batch(b).setBaseOffset(int64(i))
-		batch(b).setLeaderEpoch(0)
+		recordbatch.Batch(b).SetBaseOffset(int64(i))
+		recordbatch.Batch(b).SetLeaderEpoch(0)
 		sent = append(sent, b)
 		if i%40 == 39 {
 			images = append(images, fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 70, RNG: rng}))

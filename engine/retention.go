@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -390,7 +391,7 @@ func (p *Partition) openTxnsLocked(i int, pos int64) (map[int64]int64, error) {
 			from = pos
 		}
 		if err := p.walkHeadersLocked(p.segs[k], from, p.segs[k].size, func(h batchHeader) {
-			if h.attrs&attrControl != 0 && h.pid >= 0 {
+			if h.attrs&recordbatch.AttrControl != 0 && h.pid >= 0 {
 				cut[h.pid] = true
 			}
 		}); err != nil {
@@ -410,14 +411,14 @@ func (p *Partition) openTxnsLocked(i int, pos int64) (map[int64]int64, error) {
 		s := map[int64]*seen{}
 		if err := p.walkHeadersLocked(p.segs[k], 0, end, func(h batchHeader) {
 			switch {
-			case h.attrs&attrControl != 0 && h.pid < 0: // a barrier ends them all
+			case h.attrs&recordbatch.AttrControl != 0 && h.pid < 0: // a barrier ends them all
 				for pid := range cut {
 					s[pid] = &seen{marker: true, start: -1}
 				}
 			case !cut[h.pid]:
-			case h.attrs&attrControl != 0:
+			case h.attrs&recordbatch.AttrControl != 0:
 				s[h.pid] = &seen{marker: true, start: -1}
-			case h.attrs&attrTransactional != 0:
+			case h.attrs&recordbatch.AttrTransactional != 0:
 				if x := s[h.pid]; x == nil {
 					s[h.pid] = &seen{start: h.base}
 				} else if x.start < 0 {
@@ -525,12 +526,12 @@ func (p *Partition) searchTimestamp(f vfs.File, base, size, ts, logStart, hwm in
 			if err != nil {
 				return -1, -1, -1, false
 			}
-			if b.logAppendTime() {
+			if b.LogAppendTime() {
 				return max(h.base, logStart), h.maxTs, h.epoch, true
 			}
 			found := false
-			werr := walkBatch(b, compactDecompressLimit, func(r *record) error {
-				o, t := h.base+int64(r.OffsetDelta), b.baseTimestamp()+r.TimestampDelta
+			werr := recordbatch.Walk(b, compactDecompressLimit, func(r *recordbatch.Record) error {
+				o, t := h.base+int64(r.OffsetDelta), b.BaseTimestamp()+r.TimestampDelta
 				if !found && o >= logStart && t >= ts {
 					offset, timestamp, found = o, t, true
 				}

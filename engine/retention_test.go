@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
@@ -96,7 +97,7 @@ func TestRetentionByBytes(t *testing.T) {
 }
 
 func TestCompaction(t *testing.T) {
-	for _, codec := range []int8{codecNone, codecGzip, codecSnappy, codecLZ4, codecZstd} {
+	for _, codec := range []int8{recordbatch.CodecNone, recordbatch.CodecGzip, recordbatch.CodecSnappy, recordbatch.CodecLZ4, recordbatch.CodecZstd} {
 		t.Run(fmt.Sprint("codec", codec), func(t *testing.T) {
 			fs := vfs.NewMem()
 			e := openTest(t, fs)
@@ -131,11 +132,11 @@ func TestCompaction(t *testing.T) {
 			check(want)
 			// Batches keep their offsets and stay valid; batch 3-4 (all dead) is gone.
 			bs := fetchAll(t, p, 0)
-			if len(bs) != 5 || batch(bs[0]).baseOffset() != 0 || batch(bs[0]).lastOffset() != 2 || batch(bs[0]).codec() != codec {
+			if len(bs) != 5 || recordbatch.Batch(bs[0]).BaseOffset() != 0 || recordbatch.Batch(bs[0]).LastOffset() != 2 || recordbatch.Batch(bs[0]).Codec() != codec {
 				t.Fatalf("rewritten batches: %d", len(bs))
 			}
 			for _, b := range bs {
-				if _, err := splitBatches(b); err != nil {
+				if _, err := recordbatch.Split(b); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -154,7 +155,7 @@ func TestCompaction(t *testing.T) {
 			check(want)
 			// Fetching at an offset that compaction removed starts at the next batch.
 			res, err := p.Fetch(3, 1, ReadUncommitted)
-			if err != nil || batch(res.Batches[0]).baseOffset() != 5 {
+			if err != nil || recordbatch.Batch(res.Batches[0]).BaseOffset() != 5 {
 				t.Fatalf("fetch in a compacted gap: %v", err)
 			}
 		})

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 )
 
 // A partition's log is a directory of segment files, named by the offset
@@ -37,7 +38,7 @@ const (
 	maxBatchSize = 1 << 30
 	// headerPeek is the part of a batch header a walk over a segment
 	// reads: up to the producer ID (a truncation reopens transactions).
-	headerPeek = offProducerID + 8
+	headerPeek = recordbatch.OffProducerID + 8
 )
 
 func segmentName(base int64) string { return fmt.Sprintf("%020d%s", base, segmentSuffix) }
@@ -356,18 +357,18 @@ func (r *headerReader) header(pos int64) (batchHeader, error) {
 		}
 		r.at, r.n = pos, int64(n)
 	}
-	h := batch(r.buf[pos-r.at : pos-r.at+headerPeek])
-	length := int64(int32(binary.BigEndian.Uint32(h[offBatchLength:])))
-	if length < batchHeaderLen-12 || length > maxBatchSize || pos+12+length > r.end || h[offMagic] != 2 || h.lastOffsetDelta() < 0 || h.baseOffset() < 0 {
+	h := recordbatch.Batch(r.buf[pos-r.at : pos-r.at+headerPeek])
+	length := int64(int32(binary.BigEndian.Uint32(h[recordbatch.OffBatchLength:])))
+	if length < recordbatch.HeaderLen-12 || length > maxBatchSize || pos+12+length > r.end || h[recordbatch.OffMagic] != 2 || h.LastOffsetDelta() < 0 || h.BaseOffset() < 0 {
 		return batchHeader{}, errTorn
 	}
 	r.last = 12 + length
-	return batchHeader{base: h.baseOffset(), last: h.lastOffset(), size: 12 + length, maxTs: h.maxTimestamp(), epoch: h.leaderEpoch(),
-		attrs: h.attributes(), pid: h.producerID()}, nil
+	return batchHeader{base: h.BaseOffset(), last: h.LastOffset(), size: 12 + length, maxTs: h.MaxTimestamp(), epoch: h.LeaderEpoch(),
+		attrs: h.Attributes(), pid: h.ProducerID()}, nil
 }
 
 // readBatch reads and checks the whole batch at pos (recovery).
-func readBatch(f vfs.File, pos int64, h batchHeader, buf []byte) (batch, error) {
+func readBatch(f vfs.File, pos int64, h batchHeader, buf []byte) (recordbatch.Batch, error) {
 	if int64(cap(buf)) < h.size {
 		buf = make([]byte, h.size)
 	}
@@ -375,7 +376,7 @@ func readBatch(f vfs.File, pos int64, h batchHeader, buf []byte) (batch, error) 
 	if _, err := f.ReadAt(buf, pos); err != nil {
 		return nil, errTorn
 	}
-	bs, err := splitBatches(buf)
+	bs, err := recordbatch.Split(buf)
 	if err != nil || len(bs) != 1 {
 		return nil, errTorn
 	}

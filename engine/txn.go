@@ -7,13 +7,14 @@ import (
 	"sort"
 	"time"
 
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // isBarrier reports whether b is a producer-state barrier (see
 // ControlPIDReset).
-func isBarrier(b batch) bool {
-	return b.isControl() && b.producerID() < 0 && controlType(b) == ControlPIDReset
+func isBarrier(b recordbatch.Batch) bool {
+	return b.IsControl() && b.ProducerID() < 0 && controlType(b) == ControlPIDReset
 }
 
 // controlBatch encodes a control batch of one record: key (version 0,
@@ -31,18 +32,18 @@ func controlBatch(pid int64, epoch int16, typ int16, coordEpoch int32, now time.
 	ts := now.UnixMilli()
 	b := kmsg.RecordBatch{
 		Magic:          2,
-		Attributes:     attrControl | attrTransactional,
+		Attributes:     recordbatch.AttrControl | recordbatch.AttrTransactional,
 		FirstTimestamp: ts, MaxTimestamp: ts,
 		ProducerID: pid, ProducerEpoch: epoch, FirstSequence: -1,
 		NumRecords: 1,
 		Records:    r.AppendTo(nil),
 	}
 	if typ == ControlPIDReset {
-		b.Attributes = attrControl // no transaction of its own
+		b.Attributes = recordbatch.AttrControl // no transaction of its own
 	}
 	out := b.AppendTo(nil)
-	binary.BigEndian.PutUint32(out[offBatchLength:], uint32(len(out)-12))
-	batch(out).fixCRC()
+	binary.BigEndian.PutUint32(out[recordbatch.OffBatchLength:], uint32(len(out)-12))
+	recordbatch.Batch(out).FixCRC()
 	return out
 }
 

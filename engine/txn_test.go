@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 )
 
 // mirrored returns b with its base offset and leader epoch set, as a mirror
 // fetcher appends source batches.
 func mirrored(b []byte, base int64, epoch int32) []byte {
-	batch(b).setBaseOffset(base)
-	batch(b).setLeaderEpoch(epoch)
+	recordbatch.Batch(b).SetBaseOffset(base)
+	recordbatch.Batch(b).SetLeaderEpoch(epoch)
 	return b
 }
 
@@ -27,7 +28,7 @@ func TestAbortOpenTransactionsAndBarrier(t *testing.T) {
 	e := openTest(t, fs)
 	p := mkPart(t, e, DefaultLogConfig())
 	txn := func(pid int64, epoch int16, seq int32, base int64) []byte {
-		return mirrored(mkBatch(t, batchOpts{pid: pid, epoch: epoch, seq: seq, attrs: attrTransactional}, kv("k", "v")), base, 3)
+		return mirrored(mkBatch(t, batchOpts{pid: pid, epoch: epoch, seq: seq, attrs: recordbatch.AttrTransactional}, kv("k", "v")), base, 3)
 	}
 	commit := mirrored(controlBatch(7, 0, ControlCommit, 5, nowForTest()), 2, 3)
 	appendOK(t, p, OriginMirror, txn(7, 0, 0, 0))  // 0: pid 7, committed at 2
@@ -57,8 +58,8 @@ func TestAbortOpenTransactionsAndBarrier(t *testing.T) {
 		t.Fatalf("aborted %+v", res.AbortedTxns)
 	}
 	// The markers carry each producer's epoch: ABORT of pid 8 at epoch 2.
-	if m := batch(res.Batches[4]); !m.isControl() || m.producerID() != 8 || m.producerEpoch() != 2 || controlType(m) != ControlAbort {
-		t.Fatalf("marker at 4: pid %d epoch %d type %d", m.producerID(), m.producerEpoch(), controlType(m))
+	if m := recordbatch.Batch(res.Batches[4]); !m.IsControl() || m.ProducerID() != 8 || m.ProducerEpoch() != 2 || controlType(m) != ControlAbort {
+		t.Fatalf("marker at 4: pid %d epoch %d type %d", m.ProducerID(), m.ProducerEpoch(), controlType(m))
 	}
 	if again, err := p.AbortOpenTransactions(context.Background()); err != nil || len(again) != 0 {
 		t.Fatalf("second AbortOpenTransactions: %v %v", again, err)
@@ -107,7 +108,7 @@ func TestAbortOpenTransactionsAndBarrier(t *testing.T) {
 func TestStaleMarkerRejected(t *testing.T) {
 	e := openTest(t, nil)
 	p := mkPart(t, e, DefaultLogConfig())
-	appendOK(t, p, OriginClient, mkBatch(t, batchOpts{pid: 4, epoch: 3, seq: 0, attrs: attrTransactional}, kv("k", "v")))
+	appendOK(t, p, OriginClient, mkBatch(t, batchOpts{pid: 4, epoch: 3, seq: 0, attrs: recordbatch.AttrTransactional}, kv("k", "v")))
 	_, err := p.WriteTxnMarkers(context.Background(), Marker{ProducerID: 4, ProducerEpoch: 2, Commit: true})
 	if kcode(err) != 47 { // INVALID_PRODUCER_EPOCH
 		t.Fatalf("stale marker: %v", err)
@@ -130,7 +131,7 @@ func TestMarkerEpochBump(t *testing.T) {
 	e := openTest(t, fs)
 	p := mkPart(t, e, DefaultLogConfig())
 	txn := func(epoch int16, seq int32) []byte {
-		return mkBatch(t, batchOpts{pid: 4, epoch: epoch, seq: seq, attrs: attrTransactional}, kv("k", "v"))
+		return mkBatch(t, batchOpts{pid: 4, epoch: epoch, seq: seq, attrs: recordbatch.AttrTransactional}, kv("k", "v"))
 	}
 	appendOK(t, p, OriginClient, txn(3, 0))
 	appendOK(t, p, OriginClient, txn(3, 1))
@@ -177,7 +178,7 @@ func TestTruncateReopensTransaction(t *testing.T) {
 	cfg.SegmentBytes = 1 // a segment per batch: the walk goes back
 	p := mkPart(t, e, cfg)
 	txn := func(pid int64, epoch int16, seq int32, base int64) []byte {
-		return mirrored(mkBatch(t, batchOpts{pid: pid, epoch: epoch, seq: seq, attrs: attrTransactional}, kv("k", "v")), base, 3)
+		return mirrored(mkBatch(t, batchOpts{pid: pid, epoch: epoch, seq: seq, attrs: recordbatch.AttrTransactional}, kv("k", "v")), base, 3)
 	}
 	appendOK(t, p, OriginMirror, txn(7, 0, 0, 0))                                                    // 0: pid 7
 	appendOK(t, p, OriginMirror, txn(7, 0, 1, 1))                                                    // 1: pid 7

@@ -1,4 +1,4 @@
-package engine
+package recordbatch
 
 import (
 	"bufio"
@@ -18,11 +18,11 @@ import (
 
 // Compression codecs of the batch attributes.
 const (
-	codecNone   = 0
-	codecGzip   = 1
-	codecSnappy = 2
-	codecLZ4    = 3
-	codecZstd   = 4
+	CodecNone   = 0
+	CodecGzip   = 1
+	CodecSnappy = 2
+	CodecLZ4    = 3
+	CodecZstd   = 4
 )
 
 // Decoders are pooled: a zstd or gzip decoder is costly to build and
@@ -60,7 +60,7 @@ var errTooLarge = fmt.Errorf("decompressed records exceed the limit: %w", kerr.M
 // the defence against decompression bombs: validating a batch streams its
 // records, so the ceiling bounds the work a batch costs, not memory. It is
 // compaction's own limit, so that every batch accepted can be compacted.
-const maxDecompressedBatch = 64 << 20
+const MaxDecompressed = 64 << 20
 
 // maxStreamedKey bounds a record key read from a decompression stream,
 // the one field validation keeps in memory: larger keys are refused, so
@@ -74,27 +74,27 @@ var errKeyTooLarge = fmt.Errorf("a record key in a compressed batch exceeds %d b
 func decompressor(codec int8, in []byte, limit int) (r io.Reader, close func(), err error) {
 	src := bytes.NewReader(in)
 	switch codec {
-	case codecGzip:
+	case CodecGzip:
 		zr, _ := gzipPool.Get().(*gzip.Reader)
 		if zr == nil {
 			zr = new(gzip.Reader)
 		}
 		if err := zr.Reset(src); err != nil {
 			gzipPool.Put(zr)
-			return nil, nil, corrupt("gzip header: %v", err)
+			return nil, nil, Corrupt("gzip header: %v", err)
 		}
 		return zr, func() { gzipPool.Put(zr) }, nil
-	case codecSnappy:
+	case CodecSnappy:
 		out, err := snappyDecode(nil, in, limit)
 		if err != nil {
 			return nil, nil, err
 		}
 		return bytes.NewReader(out), func() {}, nil
-	case codecLZ4:
+	case CodecLZ4:
 		lr := lz4Pool.Get().(*lz4.Reader)
 		lr.Reset(src)
 		return lr, func() { lr.Reset(nil); lz4Pool.Put(lr) }, nil
-	case codecZstd:
+	case CodecZstd:
 		// A frame that declares its size is checked before the decoder
 		// reserves anything for it.
 		var h zstd.Header
@@ -104,11 +104,11 @@ func decompressor(codec int8, in []byte, limit int) (r io.Reader, close func(), 
 		d := zstdPool.Get().(*zstd.Decoder)
 		if err := d.Reset(src); err != nil {
 			zstdPool.Put(d)
-			return nil, nil, corrupt("zstd: %v", err)
+			return nil, nil, Corrupt("zstd: %v", err)
 		}
 		return d, func() { d.Reset(nil); zstdPool.Put(d) }, nil
 	}
-	return nil, nil, corrupt("unknown compression codec %d", codec)
+	return nil, nil, Corrupt("unknown compression codec %d", codec)
 }
 
 // snappyDecode decodes Kafka's snappy payloads: a raw snappy block (franz-go,
@@ -118,14 +118,14 @@ func snappyDecode(dst, in []byte, limit int) ([]byte, error) {
 	block := func(b []byte) error {
 		n, err := snappy.DecodedLen(b)
 		if err != nil {
-			return corrupt("snappy: %v", err)
+			return Corrupt("snappy: %v", err)
 		}
 		if n > limit-len(dst) {
 			return errTooLarge
 		}
 		dst = grow(dst, n)
 		if _, err := snappy.Decode(dst[len(dst)-n:], b); err != nil {
-			return corrupt("snappy: %v", err)
+			return Corrupt("snappy: %v", err)
 		}
 		return nil
 	}
@@ -133,15 +133,15 @@ func snappyDecode(dst, in []byte, limit int) ([]byte, error) {
 		return dst, block(in)
 	}
 	if len(in) < 16 {
-		return nil, corrupt("xerial snappy header truncated")
+		return nil, Corrupt("xerial snappy header truncated")
 	}
 	for in = in[16:]; len(in) > 0; {
 		if len(in) < 4 {
-			return nil, corrupt("xerial snappy chunk truncated")
+			return nil, Corrupt("xerial snappy chunk truncated")
 		}
 		n := int(uint32(in[0])<<24 | uint32(in[1])<<16 | uint32(in[2])<<8 | uint32(in[3]))
 		if n > len(in)-4 {
-			return nil, corrupt("xerial snappy chunk of %d bytes, %d left", n, len(in)-4)
+			return nil, Corrupt("xerial snappy chunk of %d bytes, %d left", n, len(in)-4)
 		}
 		if err := block(in[4 : 4+n]); err != nil {
 			return nil, err
@@ -237,16 +237,16 @@ func streamErr(err error) error {
 	case err == io.EOF || err == io.ErrUnexpectedEOF:
 		return errShort
 	}
-	return corrupt("decompressing: %v", err)
+	return Corrupt("decompressing: %v", err)
 }
 
-// walkBatch walks the records of b, decompressing them through a bounded
+// Walk walks the records of b, decompressing them through a bounded
 // stream if needed; limit bounds the decompressed size.
-func walkBatch(b batch, limit int, fn func(*record) error) error {
-	if b.codec() == codecNone {
-		return walkRecords(&sliceSource{b: b.records()}, b.recordCount(), fn)
+func Walk(b Batch, limit int, fn func(*Record) error) error {
+	if b.Codec() == CodecNone {
+		return WalkRecords(&SliceSource{B: b.Records()}, b.RecordCount(), fn)
 	}
-	r, done, err := decompressor(b.codec(), b.records(), limit)
+	r, done, err := decompressor(b.Codec(), b.Records(), limit)
 	if err != nil {
 		return err
 	}
@@ -255,21 +255,21 @@ func walkBatch(b batch, limit int, fn func(*record) error) error {
 	br.Reset(&limitedReader{r: r, n: limit})
 	defer func() { br.Reset(nil); bufioPool.Put(br) }()
 	src := &streamSource{br: br, limit: limit}
-	if err := walkRecords(src, b.recordCount(), fn); err != nil {
+	if err := WalkRecords(src, b.RecordCount(), fn); err != nil {
 		return err
 	}
 	return nil
 }
 
-// decompressAll inflates b's records into dst (reused), at most limit bytes.
-func decompressAll(dst []byte, b batch, limit int) ([]byte, error) {
-	if b.codec() == codecNone {
-		return append(dst[:0], b.records()...), nil
+// DecompressAll inflates b's records into dst (reused), at most limit bytes.
+func DecompressAll(dst []byte, b Batch, limit int) ([]byte, error) {
+	if b.Codec() == CodecNone {
+		return append(dst[:0], b.Records()...), nil
 	}
-	if b.codec() == codecSnappy {
-		return snappyDecode(dst[:0], b.records(), limit)
+	if b.Codec() == CodecSnappy {
+		return snappyDecode(dst[:0], b.Records(), limit)
 	}
-	r, done, err := decompressor(b.codec(), b.records(), limit)
+	r, done, err := decompressor(b.Codec(), b.Records(), limit)
 	if err != nil {
 		return nil, err
 	}
@@ -281,14 +281,14 @@ func decompressAll(dst []byte, b batch, limit int) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// compress encodes records with codec (used when compaction rewrites a
+// Compress encodes records with codec (used when compaction rewrites a
 // batch; client batches are never re-encoded).
-func compress(codec int8, records []byte) ([]byte, error) {
+func Compress(codec int8, records []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	switch codec {
-	case codecNone:
+	case CodecNone:
 		return records, nil
-	case codecGzip:
+	case CodecGzip:
 		w := gzip.NewWriter(&buf)
 		if _, err := w.Write(records); err != nil {
 			return nil, err
@@ -296,7 +296,7 @@ func compress(codec int8, records []byte) ([]byte, error) {
 		if err := w.Close(); err != nil {
 			return nil, err
 		}
-	case codecSnappy:
+	case CodecSnappy:
 		// Xerial framing: every client library reads it.
 		buf.Write(xerialHeader)
 		buf.Write([]byte{0, 0, 0, 1, 0, 0, 0, 1})
@@ -307,7 +307,7 @@ func compress(codec int8, records []byte) ([]byte, error) {
 			buf.Write(enc)
 			records = records[n:]
 		}
-	case codecLZ4:
+	case CodecLZ4:
 		w := lz4.NewWriter(&buf)
 		if _, err := w.Write(records); err != nil {
 			return nil, err
@@ -315,7 +315,7 @@ func compress(codec int8, records []byte) ([]byte, error) {
 		if err := w.Close(); err != nil {
 			return nil, err
 		}
-	case codecZstd:
+	case CodecZstd:
 		e := zstdEnc.Get().(*zstd.Encoder)
 		defer zstdEnc.Put(e)
 		return e.EncodeAll(records, nil), nil
@@ -325,9 +325,9 @@ func compress(codec int8, records []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// streamOverhead is what a streaming decoder holds besides its window: the
+// StreamOverhead is what a streaming decoder holds besides its window: the
 // 32 KiB bufio.Reader that validation reads through, and its own tables.
-const streamOverhead = 64 << 10
+const StreamOverhead = 64 << 10
 
 // DecodeMemory is the most that validating records (a Produce's record
 // batches, as AppendRequest.Records) allocates at once to decompress
@@ -339,13 +339,13 @@ const streamOverhead = 64 << 10
 // broker counts it against queued.max.request.bytes before appending.
 func DecodeMemory(records []byte) int64 {
 	var most int64
-	for len(records) >= batchHeaderLen {
-		n := int64(int32(binary.BigEndian.Uint32(records[offBatchLength:]))) + 12
-		if n < batchHeaderLen || n > int64(len(records)) {
-			break // splitBatches refuses it before anything is decoded
+	for len(records) >= HeaderLen {
+		n := int64(int32(binary.BigEndian.Uint32(records[OffBatchLength:]))) + 12
+		if n < HeaderLen || n > int64(len(records)) {
+			break // Split refuses it before anything is decoded
 		}
-		b := batch(records[:n])
-		most = max(most, decodeMemory(b.codec(), b.records()))
+		b := Batch(records[:n])
+		most = max(most, decodeMemory(b.Codec(), b.Records()))
 		records = records[n:]
 	}
 	return most
@@ -353,7 +353,7 @@ func DecodeMemory(records []byte) int64 {
 
 func decodeMemory(codec int8, in []byte) int64 {
 	switch codec {
-	case codecSnappy:
+	case CodecSnappy:
 		var total int64
 		block := func(b []byte) {
 			if n, err := snappy.DecodedLen(b); err == nil {
@@ -372,8 +372,8 @@ func decodeMemory(codec int8, in []byte) int64 {
 				in = in[4+n:]
 			}
 		}
-		return min(total, maxDecompressedBatch)
-	case codecZstd:
+		return min(total, MaxDecompressed)
+	case CodecZstd:
 		window := int64(8 << 20)
 		var h zstd.Header
 		if err := h.Decode(in); err == nil {
@@ -384,8 +384,8 @@ func decodeMemory(codec int8, in []byte) int64 {
 				window = min(window, int64(h.FrameContentSize))
 			}
 		}
-		return window + streamOverhead
-	case codecLZ4:
+		return window + StreamOverhead
+	case CodecLZ4:
 		// Frame: magic (4 bytes), FLG, BD; BD's bits 4-6 give the block
 		// maximum size, 64 KiB (4) to 4 MiB (7).
 		size := int64(4 << 20)
@@ -394,9 +394,9 @@ func decodeMemory(codec int8, in []byte) int64 {
 				size = 1 << (8 + 2*int64(id))
 			}
 		}
-		return 2*size + streamOverhead
-	case codecGzip:
-		return 32<<10 + streamOverhead
+		return 2*size + StreamOverhead
+	case CodecGzip:
+		return 32<<10 + StreamOverhead
 	}
 	return 0
 }
