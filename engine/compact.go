@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
+	"github.com/tandem-kafka/tandem/engine/internal/segfile"
 )
 
 const defaultDeleteRetention = 24 * time.Hour
@@ -18,7 +19,7 @@ const defaultDeleteRetention = 24 * time.Hour
 // cleanSeg is a sealed segment as compaction sees it.
 type cleanSeg struct {
 	seg  *segment
-	sf   *segFile // seg.file when read: compaction replaces it
+	sf   *segfile.File // seg.file when read: compaction replaces it
 	f    vfs.File
 	size int64
 	next int64 // the next segment's base: the end of this one's offsets
@@ -44,7 +45,7 @@ func (p *Partition) compact(now time.Time, cfg *LogConfig) error {
 	}
 	defer func(all []cleanSeg) {
 		for _, s := range all {
-			p.e.files.release(s.sf)
+			p.e.files.Release(s.sf)
 		}
 	}(segs)
 
@@ -104,10 +105,10 @@ func (p *Partition) compactable(nowMs int64, cfg *LogConfig) (segs []cleanSeg, f
 		return nil, 0, 0, nil
 	}
 	for i := range segs {
-		f, err := p.e.files.acquire(segs[i].sf)
+		f, err := p.e.files.Acquire(segs[i].sf)
 		if err != nil {
 			for _, s := range segs[:i] {
-				p.e.files.release(s.sf)
+				p.e.files.Release(s.sf)
 			}
 			return nil, 0, 0, err
 		}
@@ -253,16 +254,16 @@ func eachBatch(segs []cleanSeg, fn func(s *cleanSeg, pos int64, b recordbatch.Ba
 	var buf []byte
 	for i := range segs {
 		s := &segs[i]
-		hr := headerReader{f: s.f, end: s.size}
+		hr := segfile.HeaderReader{F: s.f, End: s.size}
 		for pos := int64(0); ; {
-			h, err := hr.header(pos)
+			h, err := hr.Header(pos)
 			if err == io.EOF {
 				break
 			}
 			if err != nil {
 				return fmt.Errorf("compaction read of segment %d at %d: %w", s.seg.base, pos, err)
 			}
-			b, err := readBatch(s.f, pos, h, buf)
+			b, err := segfile.ReadBatch(s.f, pos, h, buf)
 			if err != nil {
 				return fmt.Errorf("compaction read of segment %d at %d: %w", s.seg.base, pos, err)
 			}
@@ -270,7 +271,7 @@ func eachBatch(segs []cleanSeg, fn func(s *cleanSeg, pos int64, b recordbatch.Ba
 			if err := fn(s, pos, b); err != nil {
 				return err
 			}
-			pos += h.size
+			pos += h.Size
 		}
 	}
 	return nil
@@ -291,7 +292,7 @@ type cleanedIndex struct{ offset, pos, before int64 }
 // nothing (and removes the copy).
 func (p *Partition) rewriteSegment(s *cleanSeg, keep func(recordbatch.Batch) (recordbatch.Batch, error)) (*cleaned, error) {
 	fs := p.e.fs
-	out := &cleaned{path: s.sf.path + cleanedSuffix}
+	out := &cleaned{path: s.sf.Path + segfile.CleanedSuffix}
 	out.sum = segment{base: s.seg.base, next: s.seg.base, created: s.seg.created}
 	f, err := fs.Create(out.path, vfs.WriteCategoryUnspecified)
 	if err != nil {
@@ -379,10 +380,10 @@ func (p *Partition) installSegment(s *cleanSeg, c *cleaned, gen uint64) (uint64,
 		return 0, fmt.Errorf("compaction marker: %w", err)
 	}
 	p.e.hook("compact:marked")
-	if err := fs.Rename(c.path, s.sf.path); err != nil {
+	if err := fs.Rename(c.path, s.sf.Path); err != nil {
 		return 0, fmt.Errorf("compaction rename: %w", err)
 	}
-	if err := syncDir(fs, p.dir); err != nil {
+	if err := segfile.SyncDir(fs, p.dir); err != nil {
 		return 0, err
 	}
 	p.e.hook("compact:renamed")
@@ -399,8 +400,8 @@ func (p *Partition) installSegment(s *cleanSeg, c *cleaned, gen uint64) (uint64,
 	}
 	seg := s.seg
 	old := seg.file
-	seg.file = &segFile{path: old.path}
-	p.e.files.retire(old)
+	seg.file = &segfile.File{Path: old.Path}
+	p.e.files.Retire(old)
 	seg.size, seg.next = c.size, c.sum.next
 	seg.maxTs, seg.maxTsOff, seg.maxTsEpoch = c.sum.maxTs, c.sum.maxTsOff, c.sum.maxTsEpoch
 	if seg.next == seg.base {

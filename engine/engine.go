@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/tandem-kafka/tandem/engine/internal/segfile"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -83,7 +84,7 @@ type Engine struct {
 	db     *pebble.DB
 	fs     vfs.FS // cfg.FS, calling space.onDiskFull on ENOSPC
 	segDir string
-	files  *fileTable
+	files  *segfile.Table
 	syncer *syncer
 	space  *space
 
@@ -140,7 +141,7 @@ func Open(cfg Config) (*Engine, error) {
 	e.space = newSpace(cfg.FS, cfg.Dir, cfg.Logger)
 	e.fs = vfs.OnDiskFull(cfg.FS, e.space.onDiskFull)
 	e.segDir = e.fs.PathJoin(cfg.Dir, segmentsDir)
-	e.files = newFileTable(e.fs, cfg.MaxOpenFiles)
+	e.files = segfile.NewTable(e.fs, cfg.MaxOpenFiles)
 	db, err := pebble.Open(cfg.Dir, e.pebbleOptions())
 	if err != nil {
 		return nil, fmt.Errorf("engine: open pebble at %q: %w", cfg.Dir, err)
@@ -148,7 +149,7 @@ func Open(cfg Config) (*Engine, error) {
 	e.db = db
 	if err := e.openStore(); err != nil {
 		db.Close()
-		e.files.closeAll()
+		e.files.CloseAll()
 		return nil, err
 	}
 	e.syncer = newSyncer(e)
@@ -204,7 +205,7 @@ func (e *Engine) openStore() error {
 	if err := e.fs.MkdirAll(e.segDir, 0o755); err != nil {
 		return fmt.Errorf("engine: create %s: %w", e.segDir, err)
 	}
-	if err := syncDir(e.fs, e.cfg.Dir); err != nil {
+	if err := segfile.SyncDir(e.fs, e.cfg.Dir); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
 	if version == 1 {
@@ -345,7 +346,7 @@ func (e *Engine) Close() error {
 	// A last sync round: a clean shutdown leaves nothing to replay.
 	close(e.syncStop)
 	<-e.syncerDone
-	e.files.closeAll()
+	e.files.CloseAll()
 	if err := e.db.Close(); err != nil {
 		return fmt.Errorf("engine: close pebble: %w", err)
 	}
@@ -441,7 +442,7 @@ func (e *Engine) Delete(id TopicID, partition int32) error {
 			p.pending = nil
 		}
 		for _, s := range p.segs {
-			e.files.retire(s.file)
+			e.files.Retire(s.file)
 		}
 		p.segs = nil
 		p.notifyLocked()
@@ -532,9 +533,7 @@ func (e *Engine) Metrics() Stats {
 	for _, p := range parts {
 		s.DiskUsage += uint64(p.Size())
 	}
-	e.files.mu.Lock()
-	s.OpenFiles = e.files.open
-	e.files.mu.Unlock()
+	s.OpenFiles = e.files.Open()
 	e.closeMu.RLock()
 	if !e.closed {
 		s.DiskUsage += e.db.Metrics().DiskSpaceUsage()

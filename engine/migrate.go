@@ -51,7 +51,7 @@ func (p *Partition) migrateV1() (moved int64, err error) {
 	defer p.mu.Unlock()
 	defer func() {
 		for _, s := range p.segs {
-			e.files.retire(s.file)
+			e.files.Retire(s.file)
 		}
 	}()
 	cfg := p.cfg.Load()

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
+	"github.com/tandem-kafka/tandem/engine/internal/segfile"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -558,12 +559,12 @@ func (p *Partition) writeLocked(buf []byte, metas []batchMeta, cfg *LogConfig, a
 			return p.storageErr(err)
 		}
 	}
-	f, err := p.e.files.acquire(seg.file)
+	f, err := p.e.files.Acquire(seg.file)
 	if err != nil {
 		return p.storageErr(err)
 	}
 	n, err := f.WriteAt(buf, seg.size)
-	p.e.files.release(seg.file)
+	p.e.files.Release(seg.file)
 	if err != nil || n != len(buf) {
 		if err == nil {
 			err = fmt.Errorf("short write: %d of %d bytes", n, len(buf))
@@ -595,19 +596,19 @@ func (p *Partition) rollBackWriteLocked(seg *segment) {
 
 // truncateSegmentLocked cuts the segment's file at size.
 func (p *Partition) truncateSegmentLocked(seg *segment, size int64) error {
-	f, err := p.e.files.acquire(seg.file)
+	f, err := p.e.files.Acquire(seg.file)
 	if err != nil {
 		return err
 	}
-	replaced, err := truncateFile(p.e.fs, f, seg.file.path, size)
-	p.e.files.release(seg.file)
+	replaced, err := segfile.Truncate(p.e.fs, f, seg.file.Path, size)
+	p.e.files.Release(seg.file)
 	if err != nil {
 		return err
 	}
 	if replaced {
 		old := seg.file
-		seg.file = &segFile{path: old.path, rw: old.rw}
-		p.e.files.retire(old)
+		seg.file = &segfile.File{Path: old.Path, RW: old.RW}
+		p.e.files.Retire(old)
 	}
 	return nil
 }
@@ -681,12 +682,12 @@ func (p *Partition) rollLocked(next int64, now time.Time) (*segment, error) {
 		if old.size == 0 && old.base == next {
 			return old, nil
 		}
-		f, err := p.e.files.acquire(old.file)
+		f, err := p.e.files.Acquire(old.file)
 		if err != nil {
 			return nil, err
 		}
 		err = f.SyncData()
-		p.e.files.release(old.file)
+		p.e.files.Release(old.file)
 		if err != nil {
 			return nil, fmt.Errorf("sync segment %d before roll: %w", old.base, err)
 		}
@@ -698,21 +699,21 @@ func (p *Partition) rollLocked(next int64, now time.Time) (*segment, error) {
 		if err := fs.MkdirAll(p.dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s: %w", p.dir, err)
 		}
-		if err := syncDir(fs, p.e.segDir); err != nil {
+		if err := segfile.SyncDir(fs, p.e.segDir); err != nil {
 			return nil, err
 		}
 	}
-	path := fs.PathJoin(p.dir, segmentName(next))
+	path := fs.PathJoin(p.dir, segfile.Name(next))
 	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return nil, fmt.Errorf("create segment: %w", err)
 	}
 	p.e.hook("roll:created")
-	if err := syncDir(fs, p.dir); err != nil {
+	if err := segfile.SyncDir(fs, p.dir); err != nil {
 		f.Close()
 		return nil, err
 	}
-	seg := &segment{base: next, next: next, created: now.UnixMilli(), file: p.e.files.adopt(path, f)}
+	seg := &segment{base: next, next: next, created: now.UnixMilli(), file: p.e.files.Adopt(path, f)}
 	p.segs = append(p.segs, seg)
 	p.lastIndexPos = -1
 	return seg, nil
@@ -722,7 +723,7 @@ func (p *Partition) rollLocked(next int64, now time.Time) (*segment, error) {
 // sync and the metadata to apply once it is durable.
 type pendingMeta struct {
 	batch *pebble.Batch
-	file  *segFile // referenced until synced
+	file  *segfile.File // referenced until synced
 	f     vfs.File
 	point recoveryPoint
 	end   int64 // the log end offset the sync makes durable
@@ -730,7 +731,7 @@ type pendingMeta struct {
 
 // sync fsyncs the file and drops the reference to it.
 func (w pendingMeta) sync(e *Engine) error {
-	defer e.files.release(w.file)
+	defer e.files.Release(w.file)
 	e.hook("sync:before")
 	return w.f.SyncData()
 }
@@ -744,7 +745,7 @@ func (p *Partition) takePendingLocked() (w pendingMeta, ok bool) {
 	if p.deleted || seg == nil || p.pending == nil && len(p.dirtyPIDs) == 0 {
 		return w, false
 	}
-	f, err := p.e.files.acquire(seg.file)
+	f, err := p.e.files.Acquire(seg.file)
 	if err != nil {
 		p.e.log.Warn("sync: segment unavailable", "topic", p.topic, "partition", p.part, "err", err)
 		return w, false

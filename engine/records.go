@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
+	"github.com/tandem-kafka/tandem/engine/internal/segfile"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -24,7 +25,7 @@ type Records struct {
 }
 
 type chunk struct {
-	sf  *segFile
+	sf  *segfile.File
 	f   vfs.File
 	off int64
 	n   int64
@@ -44,7 +45,7 @@ func (r *Records) Close() {
 		return
 	}
 	for _, c := range r.chunks {
-		r.e.files.release(c.sf)
+		r.e.files.Release(c.sf)
 	}
 	r.chunks, r.n = nil, 0
 }
@@ -58,7 +59,7 @@ func (r *Records) Close() {
 func (r *Records) WriteTo(w io.Writer) (int64, error) {
 	var total int64
 	for _, c := range r.chunks {
-		n, handled, err := sendFile(w, c.f, c.off, c.n)
+		n, handled, err := segfile.SendFile(w, c.f, c.off, c.n)
 		if !handled {
 			n, err = io.Copy(w, io.NewSectionReader(c.f, c.off, c.n))
 			if err == nil && n < c.n {
@@ -88,9 +89,9 @@ func (r *Records) AppendTo(dst []byte) ([]byte, error) {
 	return dst, nil
 }
 
-func (r *Records) add(sf *segFile, f vfs.File, off, n int64) {
+func (r *Records) add(sf *segfile.File, f vfs.File, off, n int64) {
 	if n == 0 {
-		r.e.files.release(sf)
+		r.e.files.Release(sf)
 		return
 	}
 	r.chunks = append(r.chunks, chunk{sf, f, off, n})
@@ -159,7 +160,7 @@ func (p *Partition) read(offset int64, maxBytes int, iso Isolation) (res FetchRe
 	}
 	if r.pos < 0 {
 		if r.pos, err = p.indexLookup(r.seg.base, offset); err != nil {
-			p.e.files.release(r.sf)
+			p.e.files.Release(r.sf)
 			return res, recs, gen, err
 		}
 	}
@@ -197,7 +198,7 @@ type logRead struct {
 	// of whole batches; pos is the position in it (-1: unknown yet).
 	i       int
 	seg     *segment
-	sf      *segFile
+	sf      *segfile.File
 	f       vfs.File
 	end     int64
 	pos     int64
@@ -249,29 +250,29 @@ func (r *logRead) segments(recs *Records) (err error) {
 	p, offset := r.p, r.offset
 	total := int64(0)
 	for {
-		hr := headerReader{f: r.f, end: r.end}
+		hr := segfile.HeaderReader{F: r.f, End: r.end}
 		// Skip to the batch holding offset (or the first after it: a
 		// compacted gap, or the start of the next segment).
-		var h batchHeader
+		var h segfile.Header
 		for {
-			if h, err = hr.header(r.pos); err != nil || h.last >= offset {
+			if h, err = hr.Header(r.pos); err != nil || h.Last >= offset {
 				break
 			}
-			r.pos += h.size
+			r.pos += h.Size
 		}
 		start := r.pos
 		full := false
 		for err == nil {
-			if h.base >= r.upper || total > 0 && total+h.size > int64(r.maxBytes) {
+			if h.Base >= r.upper || total > 0 && total+h.Size > int64(r.maxBytes) {
 				full = true
 				break
 			}
-			total += h.size
-			r.lastOff = h.last
-			r.pos += h.size
-			h, err = hr.header(r.pos)
+			total += h.Size
+			r.lastOff = h.Last
+			r.pos += h.Size
+			h, err = hr.Header(r.pos)
 		}
-		hr.release()
+		hr.Release()
 		recs.add(r.sf, r.f, start, r.pos-start)
 		if err != nil && err != io.EOF {
 			// A batch being cut by a truncation under the read: what was
@@ -300,9 +301,9 @@ func (r *logRead) segments(recs *Records) (err error) {
 
 // openSegLocked references segment i's file and returns it with the
 // number of its bytes that are whole batches.
-func (p *Partition) openSegLocked(i int) (*segment, *segFile, vfs.File, int64, error) {
+func (p *Partition) openSegLocked(i int) (*segment, *segfile.File, vfs.File, int64, error) {
 	seg := p.segs[i]
-	f, err := p.e.files.acquire(seg.file)
+	f, err := p.e.files.Acquire(seg.file)
 	if err != nil {
 		return nil, nil, nil, 0, fmt.Errorf("%s-%d: fetch: %w", p.topic, p.part, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/tandem-kafka/tandem/engine/internal/segfile"
 )
 
 // tcpPair returns both ends of a loopback TCP connection.
@@ -62,13 +63,13 @@ func TestRecordsSendfile(t *testing.T) {
 	}
 	server, client := tcpPair(t)
 	c := recs.chunks[0]
-	if _, handled, err := sendFile(io.Discard, c.f, c.off, c.n); handled || err != nil {
+	if _, handled, err := segfile.SendFile(io.Discard, c.f, c.off, c.n); handled || err != nil {
 		t.Fatalf("sendfile to a non-socket: handled %v, %v", handled, err)
 	}
 	done := make(chan error, 1)
 	go func() {
 		// The first chunk by hand, to see that sendfile took it.
-		n, handled, err := sendFile(server, c.f, c.off, c.n)
+		n, handled, err := segfile.SendFile(server, c.f, c.off, c.n)
 		if err == nil && (!handled || n != c.n) {
 			err = fmt.Errorf("sendfile: handled %v, %d of %d bytes", handled, n, c.n)
 		}

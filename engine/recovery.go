@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
+	"github.com/tandem-kafka/tandem/engine/internal/segfile"
 )
 
 // loadLocked (re)builds the partition's state from Pebble and its segment
@@ -62,7 +63,7 @@ func (p *Partition) loadLocked(cut *recoveryPoint) error {
 // rebuild it.
 func (p *Partition) forgetLocked() {
 	for _, s := range p.segs {
-		p.e.files.retire(s.file)
+		p.e.files.Retire(s.file)
 	}
 	if p.pending != nil {
 		p.pending.Close()
@@ -80,24 +81,24 @@ func (p *Partition) forgetLocked() {
 // but did not delete before a crash: they go.
 func (p *Partition) openSegmentsLocked(summaries map[int64][]byte) error {
 	fs := p.e.fs
-	bases, err := listSegments(fs, p.dir)
+	bases, err := segfile.List(fs, p.dir)
 	if err != nil {
 		return err
 	}
 	for len(bases) > 1 && bases[1] <= p.logStart {
-		if err := fs.Remove(fs.PathJoin(p.dir, segmentName(bases[0]))); err != nil {
+		if err := fs.Remove(fs.PathJoin(p.dir, segfile.Name(bases[0]))); err != nil {
 			return fmt.Errorf("remove segment %d below the log start: %w", bases[0], err)
 		}
 		bases = bases[1:]
 	}
 	now := time.Now().UnixMilli()
 	for _, base := range bases {
-		path := fs.PathJoin(p.dir, segmentName(base))
+		path := fs.PathJoin(p.dir, segfile.Name(base))
 		st, err := fs.Stat(path)
 		if err != nil {
 			return fmt.Errorf("segment %d: %w", base, err)
 		}
-		seg := &segment{base: base, next: base, size: st.Size(), created: now, file: &segFile{path: path, rw: true}}
+		seg := &segment{base: base, next: base, size: st.Size(), created: now, file: &segfile.File{Path: path, RW: true}}
 		if v, ok := summaries[base]; ok {
 			if err := seg.decodeSummary(v); err != nil {
 				return err
@@ -168,7 +169,7 @@ func (p *Partition) saveRecoveredLocked(replayed bool) error {
 			return fmt.Errorf("sync recovered segment: %w", err)
 		}
 	} else {
-		p.e.files.release(w.file)
+		p.e.files.Release(w.file)
 	}
 	if err := p.e.db.Apply(w.batch, pebble.NoSync); err != nil {
 		return fmt.Errorf("write recovered metadata: %w", err)
@@ -281,43 +282,43 @@ func (p *Partition) replayLocked(from int, pos int64) (changed bool, err error) 
 				return true, p.dropSegmentsLocked(i)
 			}
 		}
-		f, err := p.e.files.acquire(seg.file)
+		f, err := p.e.files.Acquire(seg.file)
 		if err != nil {
 			return changed, err
 		}
 		st, err := f.Stat()
 		if err != nil {
-			p.e.files.release(seg.file)
+			p.e.files.Release(seg.file)
 			return changed, err
 		}
-		hr := headerReader{f: f, end: st.Size()}
+		hr := segfile.HeaderReader{F: f, End: st.Size()}
 		var bad error
 		for {
-			h, err := hr.header(pos)
+			h, err := hr.Header(pos)
 			if err == io.EOF {
 				break
 			}
 			var b recordbatch.Batch
 			if err == nil {
-				b, err = readBatch(f, pos, h, buf)
+				b, err = segfile.ReadBatch(f, pos, h, buf)
 				buf = b
 			}
-			if err == nil && h.base < p.leo {
-				err = fmt.Errorf("batch at offset %d below the log end %d: %w", h.base, p.leo, errTorn)
+			if err == nil && h.Base < p.leo {
+				err = fmt.Errorf("batch at offset %d below the log end %d: %w", h.Base, p.leo, segfile.ErrTorn)
 			}
 			if err != nil {
 				bad = err
 				break
 			}
-			m := batchMeta{Base: h.base, LastDelta: b.LastOffsetDelta(), Size: int32(h.size), MaxTs: h.maxTs,
-				MaxTsDelta: maxTimestampDelta(b), Epoch: h.epoch}
+			m := batchMeta{Base: h.Base, LastDelta: b.LastOffsetDelta(), Size: int32(h.Size), MaxTs: h.MaxTs,
+				MaxTsDelta: maxTimestampDelta(b), Epoch: h.Epoch}
 			p.applyLocked(seg, pos, b, m)
-			pos += h.size
+			pos += h.Size
 			changed = true
 		}
-		p.e.files.release(seg.file)
+		p.e.files.Release(seg.file)
 		if bad != nil || pos < st.Size() {
-			if !errors.Is(bad, errTorn) && bad != nil {
+			if !errors.Is(bad, segfile.ErrTorn) && bad != nil {
 				return changed, fmt.Errorf("recover segment %d at %d: %w", seg.base, pos, bad)
 			}
 			p.e.log.Warn("recovery: cutting a torn log tail", "topic", p.topic, "partition", p.part,
@@ -362,8 +363,8 @@ func (p *Partition) dropSegmentsLocked(i int) error {
 	}
 	fs := p.e.fs
 	for _, s := range p.segs[i:] {
-		p.e.files.retire(s.file)
-		if err := fs.Remove(s.file.path); err != nil {
+		p.e.files.Retire(s.file)
+		if err := fs.Remove(s.file.Path); err != nil {
 			return fmt.Errorf("remove segment %d: %w", s.base, err)
 		}
 		if p.pending == nil {
@@ -373,7 +374,7 @@ func (p *Partition) dropSegmentsLocked(i int) error {
 	}
 	p.pending.DeleteRange(indexKey(p.id, p.part, p.segs[i].base), prefixEnd(subPrefix(p.id, p.part, subIndex)), nil)
 	p.segs = p.segs[:i:i]
-	return syncDir(fs, p.dir)
+	return segfile.SyncDir(fs, p.dir)
 }
 
 // reindexLocked rebuilds the index entries and the summary of the
@@ -390,28 +391,28 @@ func (p *Partition) reindexLocked(base int64) error {
 		end = indexKey(p.id, p.part, p.segs[i+1].base)
 	}
 	p.pending.DeleteRange(indexKey(p.id, p.part, base), end, nil)
-	f, err := p.e.files.acquire(seg.file)
+	f, err := p.e.files.Acquire(seg.file)
 	if err != nil {
 		return err
 	}
-	defer p.e.files.release(seg.file)
-	hr := headerReader{f: f, end: seg.size}
+	defer p.e.files.Release(seg.file)
+	hr := segfile.HeaderReader{F: f, End: seg.size}
 	seg.next = seg.base
 	pos, last, maxTs := int64(0), int64(-indexInterval), int64(math.MinInt64)
 	for {
-		h, err := hr.header(pos)
+		h, err := hr.Header(pos)
 		if err != nil {
 			break // the file was synced before its rename: only its end stops the walk
 		}
 		if pos-last >= indexInterval {
-			p.pending.Set(indexKey(p.id, p.part, h.base), indexEntry(pos, maxTs), nil)
+			p.pending.Set(indexKey(p.id, p.part, h.Base), indexEntry(pos, maxTs), nil)
 			last = pos
 		}
-		if h.maxTs > maxTs || pos == 0 {
-			maxTs, seg.maxTs, seg.maxTsOff, seg.maxTsEpoch = h.maxTs, h.maxTs, h.last, h.epoch
+		if h.MaxTs > maxTs || pos == 0 {
+			maxTs, seg.maxTs, seg.maxTsOff, seg.maxTsEpoch = h.MaxTs, h.MaxTs, h.Last, h.Epoch
 		}
-		seg.next = h.last + 1
-		pos += h.size
+		seg.next = h.Last + 1
+		pos += h.Size
 	}
 	p.pending.Set(segmentKey(p.id, p.part, base), seg.summary(), nil)
 	return nil

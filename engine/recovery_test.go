@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
+	"github.com/tandem-kafka/tandem/engine/internal/segfile"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -230,7 +231,7 @@ func TestRecoveryCutsTornTail(t *testing.T) {
 				sb := appendStored(t, p, mkBatch(t, batchOpts{pid: 5, seq: int32(i)}, kv("k", fmt.Sprint(i))))
 				want[recordbatch.Batch(sb.data).BaseOffset()] = sb
 			}
-			path := p.active().file.path
+			path := p.active().file.Path
 			e.Close()
 
 			extra := mkBatch(t, batchOpts{}, kv("torn", "tail"))
@@ -339,7 +340,7 @@ func TestRecoveryRebuildsMetadataAheadOfLog(t *testing.T) {
 		sb := appendStored(t, p, mkBatch(t, batchOpts{pid: 11, seq: int32(i)}, kv("k", fmt.Sprint(i))))
 		sizes = append(sizes, int64(len(sb.data)))
 	}
-	path := p.active().file.path
+	path := p.active().file.Path
 	e.Close()
 	keep := sizes[0] + sizes[1] + sizes[2]
 	f, _ := fs.Open(path)
@@ -386,8 +387,8 @@ func TestSegmentRolls(t *testing.T) {
 		t.Fatalf("%d segments (%v), want %d of %d batches", len(p.segs), names, want, per)
 	}
 	for i, s := range p.segs {
-		if s.size > cfg.SegmentBytes || s.base != int64(i*per) || fs.PathBase(s.file.path) != segmentName(s.base) {
-			t.Fatalf("segment %d: base %d, %d bytes, %s", i, s.base, s.size, s.file.path)
+		if s.size > cfg.SegmentBytes || s.base != int64(i*per) || fs.PathBase(s.file.Path) != segfile.Name(s.base) {
+			t.Fatalf("segment %d: base %d, %d bytes, %s", i, s.base, s.size, s.file.Path)
 		}
 	}
 	if n := len(fetchAll(t, p, 0)); n != 10 {

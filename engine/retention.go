@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
+	"github.com/tandem-kafka/tandem/engine/internal/segfile"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -109,9 +110,9 @@ func (p *Partition) removeBelowLocked(n int, logStart int64) error {
 	p.epochs = epochs
 	p.aborted = p.aborted[a:]
 	for _, s := range p.segs[:n] {
-		p.e.files.retire(s.file)
-		if err := p.e.fs.Remove(s.file.path); err != nil {
-			p.e.log.Warn("deleting a segment below the log start", "path", s.file.path, "err", err)
+		p.e.files.Retire(s.file)
+		if err := p.e.fs.Remove(s.file.Path); err != nil {
+			p.e.log.Warn("deleting a segment below the log start", "path", s.file.Path, "err", err)
 		}
 	}
 	p.segs = append([]*segment(nil), p.segs[n:]...)
@@ -336,43 +337,43 @@ func (p *Partition) truncatedLocked(t *truncation) {
 // segment's end and offset when there is none), and the summary of the
 // segment before it.
 func (p *Partition) scanToLocked(seg *segment, offset int64) (pos, base int64, sum segment, err error) {
-	f, err := p.e.files.acquire(seg.file)
+	f, err := p.e.files.Acquire(seg.file)
 	if err != nil {
 		return 0, 0, sum, err
 	}
-	defer p.e.files.release(seg.file)
-	hr := headerReader{f: f, end: seg.size}
+	defer p.e.files.Release(seg.file)
+	hr := segfile.HeaderReader{F: f, End: seg.size}
 	sum.next = seg.base
-	var top batchHeader
+	var top segfile.Header
 	topPos := int64(-1)
 	for {
-		h, err := hr.header(pos)
+		h, err := hr.Header(pos)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
 			return 0, 0, sum, err
 		}
-		if h.last >= offset {
-			base = h.base
+		if h.Last >= offset {
+			base = h.Base
 			break
 		}
-		if topPos < 0 || h.maxTs > top.maxTs {
+		if topPos < 0 || h.MaxTs > top.MaxTs {
 			top, topPos = h, pos
 		}
-		sum.next = h.last + 1
-		pos += h.size
+		sum.next = h.Last + 1
+		pos += h.Size
 	}
 	if pos == seg.size {
 		base = offset
 	}
 	if topPos >= 0 {
 		// The record with the largest timestamp, as appends record it.
-		b, err := readBatch(f, topPos, top, nil)
+		b, err := segfile.ReadBatch(f, topPos, top, nil)
 		if err != nil {
 			return 0, 0, sum, err
 		}
-		sum.maxTs, sum.maxTsOff, sum.maxTsEpoch = top.maxTs, top.base+int64(maxTimestampDelta(b)), top.epoch
+		sum.maxTs, sum.maxTsOff, sum.maxTsEpoch = top.MaxTs, top.Base+int64(maxTimestampDelta(b)), top.Epoch
 	}
 	return pos, base, sum, nil
 }
@@ -390,9 +391,9 @@ func (p *Partition) openTxnsLocked(i int, pos int64) (map[int64]int64, error) {
 		if k == i {
 			from = pos
 		}
-		if err := p.walkHeadersLocked(p.segs[k], from, p.segs[k].size, func(h batchHeader) {
-			if h.attrs&recordbatch.AttrControl != 0 && h.pid >= 0 {
-				cut[h.pid] = true
+		if err := p.walkHeadersLocked(p.segs[k], from, p.segs[k].size, func(h segfile.Header) {
+			if h.Attrs&recordbatch.AttrControl != 0 && h.PID >= 0 {
+				cut[h.PID] = true
 			}
 		}); err != nil {
 			return nil, err
@@ -409,20 +410,20 @@ func (p *Partition) openTxnsLocked(i int, pos int64) (map[int64]int64, error) {
 			start  int64 // first transactional batch after the last marker, -1 none
 		}
 		s := map[int64]*seen{}
-		if err := p.walkHeadersLocked(p.segs[k], 0, end, func(h batchHeader) {
+		if err := p.walkHeadersLocked(p.segs[k], 0, end, func(h segfile.Header) {
 			switch {
-			case h.attrs&recordbatch.AttrControl != 0 && h.pid < 0: // a barrier ends them all
+			case h.Attrs&recordbatch.AttrControl != 0 && h.PID < 0: // a barrier ends them all
 				for pid := range cut {
 					s[pid] = &seen{marker: true, start: -1}
 				}
-			case !cut[h.pid]:
-			case h.attrs&recordbatch.AttrControl != 0:
-				s[h.pid] = &seen{marker: true, start: -1}
-			case h.attrs&recordbatch.AttrTransactional != 0:
-				if x := s[h.pid]; x == nil {
-					s[h.pid] = &seen{start: h.base}
+			case !cut[h.PID]:
+			case h.Attrs&recordbatch.AttrControl != 0:
+				s[h.PID] = &seen{marker: true, start: -1}
+			case h.Attrs&recordbatch.AttrTransactional != 0:
+				if x := s[h.PID]; x == nil {
+					s[h.PID] = &seen{start: h.Base}
 				} else if x.start < 0 {
-					x.start = h.base
+					x.start = h.Base
 				}
 			}
 		}); err != nil {
@@ -442,16 +443,16 @@ func (p *Partition) openTxnsLocked(i int, pos int64) (map[int64]int64, error) {
 
 // walkHeadersLocked calls fn with the header of each batch of seg
 // between byte positions from and end.
-func (p *Partition) walkHeadersLocked(seg *segment, from, end int64, fn func(batchHeader)) error {
-	f, err := p.e.files.acquire(seg.file)
+func (p *Partition) walkHeadersLocked(seg *segment, from, end int64, fn func(segfile.Header)) error {
+	f, err := p.e.files.Acquire(seg.file)
 	if err != nil {
 		return err
 	}
-	defer p.e.files.release(seg.file)
-	hr := headerReader{f: f, end: end}
-	defer hr.release()
+	defer p.e.files.Release(seg.file)
+	hr := segfile.HeaderReader{F: f, End: end}
+	defer hr.Release()
 	for pos := from; ; {
-		h, err := hr.header(pos)
+		h, err := hr.Header(pos)
 		if err == io.EOF {
 			return nil
 		}
@@ -459,7 +460,7 @@ func (p *Partition) walkHeadersLocked(seg *segment, from, end int64, fn func(bat
 			return err
 		}
 		fn(h)
-		pos += h.size
+		pos += h.Size
 	}
 }
 
@@ -482,14 +483,14 @@ func (p *Partition) OffsetForTimestamp(ts int64) (offset, timestamp int64, epoch
 			return -1, -1, -1, false
 		}
 		sf, size := seg.file, seg.size
-		f, err := p.e.files.acquire(sf)
+		f, err := p.e.files.Acquire(sf)
 		p.mu.Unlock()
 		if err != nil {
 			p.e.log.Warn("offset for timestamp", "err", err)
 			return -1, -1, -1, false
 		}
 		offset, timestamp, epoch, ok = p.searchTimestamp(f, seg.base, size, ts, logStart, hwm)
-		p.e.files.release(sf)
+		p.e.files.Release(sf)
 		if ok {
 			return offset, timestamp, epoch, true
 		}
@@ -515,35 +516,35 @@ func (p *Partition) searchTimestamp(f vfs.File, base, size, ts, logStart, hwm in
 		}
 	}
 	p.e.closeMu.RUnlock()
-	hr := headerReader{f: f, end: size}
+	hr := segfile.HeaderReader{F: f, End: size}
 	for {
-		h, err := hr.header(pos)
-		if err != nil || h.base >= hwm {
+		h, err := hr.Header(pos)
+		if err != nil || h.Base >= hwm {
 			return -1, -1, -1, false
 		}
-		if h.maxTs >= ts && h.last >= logStart {
-			b, err := readBatch(f, pos, h, nil)
+		if h.MaxTs >= ts && h.Last >= logStart {
+			b, err := segfile.ReadBatch(f, pos, h, nil)
 			if err != nil {
 				return -1, -1, -1, false
 			}
 			if b.LogAppendTime() {
-				return max(h.base, logStart), h.maxTs, h.epoch, true
+				return max(h.Base, logStart), h.MaxTs, h.Epoch, true
 			}
 			found := false
 			werr := recordbatch.Walk(b, compactDecompressLimit, func(r *recordbatch.Record) error {
-				o, t := h.base+int64(r.OffsetDelta), b.BaseTimestamp()+r.TimestampDelta
+				o, t := h.Base+int64(r.OffsetDelta), b.BaseTimestamp()+r.TimestampDelta
 				if !found && o >= logStart && t >= ts {
 					offset, timestamp, found = o, t, true
 				}
 				return nil
 			})
 			if werr != nil {
-				p.e.log.Warn("offset for timestamp: unreadable batch", "topic", p.topic, "partition", p.part, "base", h.base, "err", werr)
+				p.e.log.Warn("offset for timestamp: unreadable batch", "topic", p.topic, "partition", p.part, "base", h.Base, "err", werr)
 			} else if found {
-				return offset, timestamp, h.epoch, true
+				return offset, timestamp, h.Epoch, true
 			}
 		}
-		pos += h.size
+		pos += h.Size
 	}
 }
 

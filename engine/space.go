@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/tandem-kafka/tandem/engine/internal/segfile"
 )
 
 // A full disk must not stop the broker: client writes are refused with
@@ -139,7 +140,7 @@ func (s *space) check() {
 }
 
 func (s *space) createBallast() error {
-	tmp := s.ballast + tmpSuffix
+	tmp := s.ballast + segfile.TmpSuffix
 	f, err := s.fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err

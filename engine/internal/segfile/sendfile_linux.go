@@ -1,4 +1,4 @@
-package engine
+package segfile
 
 import (
 	"io"
@@ -7,12 +7,12 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// sendFile copies n bytes at off of f to w with sendfile(2) when w is a
+// SendFile copies n bytes at off of f to w with sendfile(2) when w is a
 // socket (a plain TCP connection: TLS connections are not syscall.Conns)
 // and f a file on disk. handled is false when it cannot, and nothing was
 // written. Unlike io.Copy from an *os.File, it never moves the file's
 // offset, so that concurrent readers share one descriptor.
-func sendFile(w io.Writer, f vfs.File, off, n int64) (written int64, handled bool, err error) {
+func SendFile(w io.Writer, f vfs.File, off, n int64) (written int64, handled bool, err error) {
 	sc, ok := w.(syscall.Conn)
 	fd := f.Fd()
 	if !ok || fd == vfs.InvalidFd {
