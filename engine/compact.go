@@ -408,7 +408,7 @@ func (p *Partition) installSegment(s *cleanSeg, c *cleaned, gen uint64) (uint64,
 		seg.next = s.next // emptied: its offsets end where the next segment starts
 	}
 	p.gen++
-	p.e.space.freed()
+	p.e.space.Freed()
 	return p.gen, nil
 }
 

@@ -11,10 +11,12 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/tandem-kafka/tandem/engine/internal/diskspace"
 	"github.com/tandem-kafka/tandem/engine/internal/segfile"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
@@ -86,7 +88,7 @@ type Engine struct {
 	segDir string
 	files  *segfile.Table
 	syncer *syncer
-	space  *space
+	space  *diskspace.Space
 
 	// closeMu is held shared by every operation that writes to Pebble, and
 	// exclusively by Close, so that nothing writes to a closed DB.
@@ -138,8 +140,8 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	// Before Pebble opens: on a full disk, the reserve file makes room for
 	// Pebble's recovery and the metadata a start writes.
-	e.space = newSpace(cfg.FS, cfg.Dir, cfg.Logger)
-	e.fs = vfs.OnDiskFull(cfg.FS, e.space.onDiskFull)
+	e.space = diskspace.New(cfg.FS, cfg.Dir, cfg.Logger)
+	e.fs = vfs.OnDiskFull(cfg.FS, e.space.OnDiskFull)
 	e.segDir = e.fs.PathJoin(cfg.Dir, segmentsDir)
 	e.files = segfile.NewTable(e.fs, cfg.MaxOpenFiles)
 	db, err := pebble.Open(cfg.Dir, e.pebbleOptions())
@@ -155,7 +157,7 @@ func Open(cfg Config) (*Engine, error) {
 	e.syncer = newSyncer(e)
 	go func() { defer close(e.syncerDone); e.syncer.run(e.syncStop) }()
 	e.wg.Add(1)
-	go func() { defer e.wg.Done(); e.space.run(e.stop) }()
+	go func() { defer e.wg.Done(); e.space.Run(e.stop) }()
 	if cfg.RetentionCheckInterval > 0 {
 		e.wg.Add(1)
 		go e.retentionLoop(cfg.RetentionCheckInterval)
@@ -186,8 +188,8 @@ func (e *Engine) pebbleOptions() *pebble.Options {
 		WriteStallEnd: func() {
 			e.log.Warn("pebble write stall ended", "after", time.Since(time.Unix(0, stallStart.Load())))
 		},
-		BackgroundError: e.space.backgroundError,
-		FlushEnd:        func(pebble.FlushInfo) { e.space.backgroundOK() },
+		BackgroundError: e.space.BackgroundError,
+		FlushEnd:        func(pebble.FlushInfo) { e.space.BackgroundOK() },
 	}
 	return opts
 }
@@ -461,7 +463,7 @@ func (e *Engine) Delete(id TopicID, partition int32) error {
 	if err := e.fs.RemoveAll(dir); err != nil {
 		return fmt.Errorf("engine: delete %s partition %d: %w", id, partition, err)
 	}
-	e.space.freed()
+	e.space.Freed()
 	return nil
 }
 
@@ -525,8 +527,8 @@ func (e *Engine) Metrics() Stats {
 	s := Stats{
 		BytesWritten: e.bytesWritten.Load(),
 		Appends:      e.appends.Load(),
-		DiskFull:     e.space.isFull(),
-		DiskFree:     e.space.free(),
+		DiskFull:     e.space.IsFull(),
+		DiskFree:     e.space.Free(),
 	}
 	parts := e.partitions()
 	s.Partitions = len(parts)
@@ -544,12 +546,22 @@ func (e *Engine) Metrics() Stats {
 
 // DiskFull reports whether appends from clients are refused for lack of
 // space (see Stats.DiskFull).
-func (e *Engine) DiskFull() bool { return e.space.isFull() }
+func (e *Engine) DiskFull() bool { return e.space.IsFull() }
 
 func (e *Engine) hook(point string) {
 	if e.testHook != nil {
 		e.testHook(point)
 	}
+}
+
+// defaultMaxOpenFiles leaves half of the process's descriptors to
+// connections and Pebble.
+func defaultMaxOpenFiles() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
+		return 512
+	}
+	return int(min(max(rl.Cur/2, 64), 100_000))
 }
 
 // storageError is the error of a write refused or failed for lack of

@@ -367,7 +367,7 @@ func (p *Partition) Write(ctx context.Context, req *AppendRequest) (wait func() 
 			return fail(AppendResult{}, fmt.Errorf("%s-%d batch %d: %w", p.topic, p.part, i, err))
 		}
 	}
-	if err := p.e.space.allow(req.Origin); err != nil {
+	if err := p.e.space.Allow(req.Origin.ownWrite()); err != nil {
 		return fail(AppendResult{}, fmt.Errorf("%s-%d: %w", p.topic, p.part, err))
 	}
 
@@ -569,11 +569,11 @@ func (p *Partition) writeLocked(buf []byte, metas []batchMeta, cfg *LogConfig, a
 		if err == nil {
 			err = fmt.Errorf("short write: %d of %d bytes", n, len(buf))
 		}
-		p.e.space.noteWriteError(err)
+		p.e.space.NoteWriteError(err)
 		p.rollBackWriteLocked(seg)
 		return p.storageErr(err)
 	}
-	p.e.space.wrote(len(buf))
+	p.e.space.Wrote(len(buf))
 	for i, start := 0, seg.size; i < len(metas); i++ {
 		pos := seg.size // applyLocked moves it past each batch
 		apply(seg, pos, recordbatch.Batch(buf[pos-start:pos-start+int64(metas[i].Size)]), metas[i])
@@ -797,7 +797,7 @@ func (p *Partition) applyPending(w pendingMeta, opts *pebble.WriteOptions) {
 // p.metaMu.
 func (p *Partition) syncFailed(w pendingMeta, err error) {
 	w.batch.Close()
-	p.e.space.noteWriteError(err)
+	p.e.space.NoteWriteError(err)
 	p.e.log.Error("segment sync failed; rolling the log back to its last durable point", "topic", p.topic, "partition", p.part, "err", err)
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -117,7 +117,7 @@ func (p *Partition) removeBelowLocked(n int, logStart int64) error {
 	}
 	p.segs = append([]*segment(nil), p.segs[n:]...)
 	p.gen++
-	p.e.space.freed()
+	p.e.space.Freed()
 	return nil
 }
 

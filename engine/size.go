@@ -15,10 +15,4 @@ func (p *Partition) Size() int64 {
 // Disk returns the total and available bytes of the data dir's
 // filesystem; ok is false where the filesystem has no such figures (an
 // in-memory one).
-func (e *Engine) Disk() (total, avail int64, ok bool) {
-	du, err := e.space.fs.GetDiskUsage(e.space.dir)
-	if err != nil {
-		return 0, 0, false
-	}
-	return int64(du.TotalBytes), int64(du.AvailBytes), true
-}
+func (e *Engine) Disk() (total, avail int64, ok bool) { return e.space.Disk() }

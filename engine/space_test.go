@@ -28,7 +28,7 @@ func TestDiskFullRefusesClientWrites(t *testing.T) {
 	}
 
 	fs.TestingSetDiskUsage(vfs.DiskUsage{TotalBytes: total, AvailBytes: 10 << 20})
-	e.space.freed() // the next append checks
+	e.space.Freed() // the next append checks
 	for _, origin := range []Origin{OriginClient, OriginMirror, OriginReplica} {
 		_, err := p.Append(context.Background(), &AppendRequest{Origin: origin, Records: mkBatch(t, batchOpts{}, kv("b", "2")), Acks: -1})
 		if kcode(err) != kerr.KafkaStorageError.Code {

@@ -52,6 +52,17 @@ const (
 // engine assigns and stamps them for the other origins.
 func (o Origin) Copies() bool { return o == OriginMirror || o == OriginReplica }
 
+// ownWrite says whether an append from o is one of the broker's own
+// writes, which the disk-space reserve is kept for: coordinators,
+// transaction markers that end transactions, a mirror's failover markers.
+func (o Origin) ownWrite() bool {
+	switch o {
+	case OriginInternal, OriginTxnMarker, OriginMirrorControl:
+		return true
+	}
+	return false
+}
+
 func (o Origin) String() string {
 	switch o {
 	case OriginClient:

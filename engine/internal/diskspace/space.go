@@ -1,4 +1,7 @@
-package engine
+// Package diskspace is the engine's disk-space reserve: it watches the free
+// space of the data directory's filesystem, refuses client writes before
+// the disk is full and keeps a ballast file for the broker's own writes.
+package diskspace
 
 import (
 	"errors"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/tandem-kafka/tandem/engine/internal/segfile"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // A full disk must not stop the broker: client writes are refused with
@@ -31,8 +35,8 @@ const (
 	checkInterval = time.Second
 )
 
-// space watches the free space of the data directory's filesystem.
-type space struct {
+// Space watches the free space of the data directory's filesystem.
+type Space struct {
 	fs      vfs.FS // the unwrapped filesystem: the ballast is removed beneath the ENOSPC handler
 	dir     string
 	ballast string
@@ -52,8 +56,8 @@ type space struct {
 	bgErrors atomic.Int32 // consecutive ENOSPC background errors of Pebble
 }
 
-func newSpace(fs vfs.FS, dir string, log *slog.Logger) *space {
-	s := &space{fs: fs, dir: dir, ballast: fs.PathJoin(dir, ballastName), log: log}
+func New(fs vfs.FS, dir string, log *slog.Logger) *Space {
+	s := &Space{fs: fs, dir: dir, ballast: fs.PathJoin(dir, ballastName), log: log}
 	s.check()
 	if s.full.Load() {
 		// Starting on a full disk: give the ballast's room to Pebble's
@@ -63,37 +67,43 @@ func newSpace(fs vfs.FS, dir string, log *slog.Logger) *space {
 	return s
 }
 
-// allow says whether an append from origin may be written now. The
-// broker's own writes (coordinators, transaction markers that end
-// transactions, a mirror's failover markers) are small and go into the
-// reserve; clients and copies of other logs wait for space.
-func (s *space) allow(origin Origin) error {
+// Allow says whether an append may be written now; own says it is one of
+// the broker's own writes (coordinators, transaction markers that end
+// transactions, a mirror's failover markers), which are small and go into
+// the reserve; clients and copies of other logs wait for space.
+func (s *Space) Allow(own bool) error {
 	if s.written.Load() >= s.due.Load() {
 		s.check()
 	}
-	if !s.full.Load() {
-		return nil
-	}
-	switch origin {
-	case OriginInternal, OriginTxnMarker, OriginMirrorControl:
+	if !s.full.Load() || own {
 		return nil
 	}
 	return storageError("disk full: %d bytes free in %s, below the %d kept for the broker's own writes; delete records or topics to free space",
 		s.avail.Load(), s.dir, s.reserve)
 }
 
-func (s *space) wrote(n int) { s.written.Add(int64(n)) }
+func (s *Space) Wrote(n int) { s.written.Add(int64(n)) }
 
-// freed asks for a check at the next append (after deleting data).
-func (s *space) freed() { s.due.Store(0) }
+// Freed asks for a check at the next append (after deleting data).
+func (s *Space) Freed() { s.due.Store(0) }
 
-func (s *space) isFull() bool { return s.full.Load() }
+// Disk returns the total and available bytes of the data dir's
+// filesystem; ok is false where the filesystem has no such figures.
+func (s *Space) Disk() (total, avail int64, ok bool) {
+	du, err := s.fs.GetDiskUsage(s.dir)
+	if err != nil {
+		return 0, 0, false
+	}
+	return int64(du.TotalBytes), int64(du.AvailBytes), true
+}
 
-func (s *space) free() uint64 { return s.avail.Load() }
+func (s *Space) IsFull() bool { return s.full.Load() }
+
+func (s *Space) Free() uint64 { return s.avail.Load() }
 
 // check measures the free space and updates the state. Appends call it
 // every few megabytes written, the background loop every second.
-func (s *space) check() {
+func (s *Space) check() {
 	if !s.mu.TryLock() {
 		return // a check is running
 	}
@@ -139,7 +149,7 @@ func (s *space) check() {
 	s.due.Store(max((avail-need)/4, 1<<20))
 }
 
-func (s *space) createBallast() error {
+func (s *Space) createBallast() error {
 	tmp := s.ballast + segfile.TmpSuffix
 	f, err := s.fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
@@ -162,7 +172,7 @@ func (s *space) createBallast() error {
 	return nil
 }
 
-func (s *space) removeBallast(why string) {
+func (s *Space) removeBallast(why string) {
 	if _, err := s.fs.Stat(s.ballast); err != nil {
 		return
 	}
@@ -173,25 +183,25 @@ func (s *space) removeBallast(why string) {
 	s.log.Error("disk full: removed the disk reserve file to keep the broker running", "path", s.ballast, "reason", why)
 }
 
-// onDiskFull is called by the filesystem wrapper when a write meets
+// OnDiskFull is called by the filesystem wrapper when a write meets
 // ENOSPC, before the write is retried once: free the ballast.
-func (s *space) onDiskFull() {
+func (s *Space) OnDiskFull() {
 	s.full.Store(true)
 	s.removeBallast("a write ran out of space")
 	s.due.Store(0)
 }
 
-// noteWriteError records a failed segment write or sync.
-func (s *space) noteWriteError(err error) {
+// NoteWriteError records a failed segment write or sync.
+func (s *Space) NoteWriteError(err error) {
 	if isNoSpace(err) {
 		s.full.Store(true)
 		s.due.Store(0)
 	}
 }
 
-// run checks the free space every second, so that a full disk is noticed
+// Run checks the free space every second, so that a full disk is noticed
 // when space comes back without an append to trigger the check.
-func (s *space) run(stop <-chan struct{}) {
+func (s *Space) Run(stop <-chan struct{}) {
 	t := time.NewTicker(checkInterval)
 	defer t.Stop()
 	for {
@@ -206,13 +216,13 @@ func (s *space) run(stop <-chan struct{}) {
 	}
 }
 
-// backgroundError is Pebble's hook for failed flushes and compactions.
+// BackgroundError is Pebble's hook for failed flushes and compactions.
 // Pebble retries a failed flush at once, without backoff: on a full disk
 // that is a loop writing and deleting empty tables hundreds of times a
 // second. The hook runs on the flushing goroutine, so sleeping here is
 // the backoff (up to a second; commits wait meanwhile, as they would on
 // the flush anyway).
-func (s *space) backgroundError(err error) {
+func (s *Space) BackgroundError(err error) {
 	if !isNoSpace(err) {
 		s.log.Error("pebble background error", "err", err)
 		return
@@ -225,16 +235,13 @@ func (s *space) backgroundError(err error) {
 	time.Sleep(min(time.Duration(n)*50*time.Millisecond, time.Second))
 }
 
-func (s *space) backgroundOK() { s.bgErrors.Store(0) }
+func (s *Space) BackgroundOK() { s.bgErrors.Store(0) }
 
 func isNoSpace(err error) bool { return errors.Is(err, syscall.ENOSPC) }
 
-// defaultMaxOpenFiles leaves half of the process's descriptors to
-// connections and Pebble.
-func defaultMaxOpenFiles() int {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
-		return 512
-	}
-	return int(min(max(rl.Cur/2, 64), 100_000))
+// storageError is the error of a write refused for lack of space:
+// KAFKA_STORAGE_ERROR, which clients retry (the engine's own
+// storageError).
+func storageError(format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, kerr.KafkaStorageError)...)
 }
