@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -24,25 +25,25 @@ Usage: tandem acls <command> [flags]
 `
 
 func acls(args []string, stdout, stderr io.Writer) int {
-	return runVerbs("acls", aclsDoc, []verb{
-		{"list", "list ACLs (all, or of the resources and --principal named)", aclsList},
-		{"create", "add ACLs: --allow-principal/--deny-principal x --operation x resource", aclsCreate},
-		{"delete", "remove the ACLs that match the resources and principals named", aclsDelete},
+	return cli.RunVerbs("acls", aclsDoc, []cli.Verb{
+		{Name: "list", Summary: "list ACLs (all, or of the resources and --principal named)", Run: aclsList},
+		{Name: "create", Summary: "add ACLs: --allow-principal/--deny-principal x --operation x resource", Run: aclsCreate},
+		{Name: "delete", Summary: "remove the ACLs that match the resources and principals named", Run: aclsDelete},
 	}, args, stdout, stderr)
 }
 
 // aclFlags are kafka-acls.sh's flags.
 type aclFlags struct {
-	topics, groups, txnIDs, tokens   multiFlag
+	topics, groups, txnIDs, tokens   cli.MultiFlag
 	cluster                          bool
 	pattern                          string
-	allow, deny, allowHost, denyHost multiFlag
-	principals                       multiFlag // list's filter
-	operations                       multiFlag
+	allow, deny, allowHost, denyHost cli.MultiFlag
+	principals                       cli.MultiFlag // list's filter
+	operations                       cli.MultiFlag
 	producer, consumer               bool
 }
 
-func (f *aclFlags) register(fs *flags, verb string) {
+func (f *aclFlags) register(fs *cli.Flags, verb string) {
 	fs.Var(&f.topics, "topic", "topic `NAME` (repeatable; with --resource-pattern-type prefixed, a prefix; * is every topic)")
 	fs.Var(&f.groups, "group", "group `NAME` (repeatable)")
 	fs.BoolVar(&f.cluster, "cluster", false, "the cluster resource (kafka-cluster)")
@@ -105,9 +106,9 @@ func (f *aclFlags) patternType(filter bool, def kmsg.ACLResourcePatternType) (km
 		return p, nil
 	}
 	if filter {
-		return 0, usageErrorf("--resource-pattern-type %q: want literal, prefixed, any or match", f.pattern)
+		return 0, cli.UsageErrorf("--resource-pattern-type %q: want literal, prefixed, any or match", f.pattern)
 	}
-	return 0, usageErrorf("--resource-pattern-type %q: want literal or prefixed", f.pattern)
+	return 0, cli.UsageErrorf("--resource-pattern-type %q: want literal or prefixed", f.pattern)
 }
 
 func (f *aclFlags) ops(def kmsg.ACLOperation) ([]kmsg.ACLOperation, error) {
@@ -118,7 +119,7 @@ func (f *aclFlags) ops(def kmsg.ACLOperation) ([]kmsg.ACLOperation, error) {
 	for _, o := range f.operations {
 		op, err := kmsg.ParseACLOperation(o)
 		if err != nil || op == kmsg.ACLOperationAny || op == kmsg.ACLOperationUnknown {
-			return nil, usageErrorf("--operation %q: want one of All, Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, AlterConfigs, IdempotentWrite, CreateTokens, DescribeTokens", o)
+			return nil, cli.UsageErrorf("--operation %q: want one of All, Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, AlterConfigs, IdempotentWrite, CreateTokens, DescribeTokens", o)
 		}
 		if !slices.Contains(out, op) {
 			out = append(out, op)
@@ -131,7 +132,7 @@ func (f *aclFlags) ops(def kmsg.ACLOperation) ([]kmsg.ACLOperation, error) {
 func checkPrincipals(flag string, ps []string) error {
 	for _, p := range ps {
 		if typ, name, ok := strings.Cut(p, ":"); !ok || typ == "" || name == "" {
-			return usageErrorf("%s %q: a principal is TYPE:NAME, e.g. User:alice", flag, p)
+			return cli.UsageErrorf("%s %q: a principal is TYPE:NAME, e.g. User:alice", flag, p)
 		}
 	}
 	return nil
@@ -149,11 +150,11 @@ type listedACL struct {
 }
 
 func printACLs(w io.Writer, acls []listedACL) error {
-	t := newTable(w, "PRINCIPAL", "HOST", "OPERATION", "PERMISSION", "RESOURCE-TYPE", "RESOURCE-NAME", "PATTERN-TYPE")
+	t := cli.NewTable(w, "PRINCIPAL", "HOST", "OPERATION", "PERMISSION", "RESOURCE-TYPE", "RESOURCE-NAME", "PATTERN-TYPE")
 	for _, a := range acls {
-		t.row(a.Principal, a.Host, a.Operation, a.Permission, a.ResourceType, a.ResourceName, a.PatternType)
+		t.Row(a.Principal, a.Host, a.Operation, a.Permission, a.ResourceType, a.ResourceName, a.PatternType)
 	}
-	return t.flush()
+	return t.Flush()
 }
 
 func sortACLs(acls []listedACL) []listedACL {
@@ -172,12 +173,12 @@ Usage: tandem acls list [--topic T ...] [--group G ...] [--cluster] [--transacti
 `
 
 func aclsList(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("acls list", aclsListDoc, true)
+	c := cli.NewAdminCmd("acls list", aclsListDoc, true)
 	var f aclFlags
-	f.register(c.flags, "list")
+	f.register(c.Flags, "list")
 	var reqs []*kmsg.DescribeACLsRequest
 	check := func() error {
-		if err := c.noArgs(); err != nil {
+		if err := c.NoArgs(); err != nil {
 			return err
 		}
 		if err := checkPrincipals("--principal", f.principals); err != nil {
@@ -212,7 +213,7 @@ func aclsList(args []string, stdout, stderr io.Writer) int {
 		}
 		return nil
 	}
-	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, cl *kgo.Client, _ *kadm.Client) error {
+	return c.Run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, cl *kgo.Client, _ *kadm.Client) error {
 		out := []listedACL{}
 		for _, req := range reqs {
 			resp, err := req.RequestWith(ctx, cl)
@@ -220,7 +221,7 @@ func aclsList(args []string, stdout, stderr io.Writer) int {
 				return fmt.Errorf("describing ACLs: %w", err)
 			}
 			if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-				return fmt.Errorf("describing ACLs: %w", kafkaError(err, deref(resp.ErrorMessage)))
+				return fmt.Errorf("describing ACLs: %w", cli.KafkaError(err, deref(resp.ErrorMessage)))
 			}
 			for _, r := range resp.Resources {
 				for _, a := range r.ACLs {
@@ -230,8 +231,8 @@ func aclsList(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		out = sortACLs(out)
-		if c.asJSON {
-			return printJSON(stdout, out)
+		if c.AsJSON {
+			return cli.PrintJSON(stdout, out)
 		}
 		return printACLs(stdout, out)
 	})
@@ -256,22 +257,22 @@ The broker must run with an authorizer (authorizer.class.name).
 `
 
 func aclsCreate(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("acls create", aclsCreateDoc, false)
+	c := cli.NewAdminCmd("acls create", aclsCreateDoc, false)
 	var f aclFlags
-	f.register(c.flags, "create")
+	f.register(c.Flags, "create")
 	var creations []kmsg.CreateACLsRequestCreation
 	check := func() error {
-		if err := c.noArgs(); err != nil {
+		if err := c.NoArgs(); err != nil {
 			return err
 		}
 		if err := errors.Join(checkPrincipals("--allow-principal", f.allow), checkPrincipals("--deny-principal", f.deny)); err != nil {
-			return usageError{err}
+			return cli.Usage(err)
 		}
 		if len(f.allow)+len(f.deny) == 0 {
-			return usageErrorf("name who: --allow-principal User:NAME or --deny-principal User:NAME")
+			return cli.UsageErrorf("name who: --allow-principal User:NAME or --deny-principal User:NAME")
 		}
 		if len(f.allowHost) > 0 && len(f.allow) == 0 || len(f.denyHost) > 0 && len(f.deny) == 0 {
-			return usageErrorf("--allow-host goes with --allow-principal, --deny-host with --deny-principal")
+			return cli.UsageErrorf("--allow-host goes with --allow-principal, --deny-host with --deny-principal")
 		}
 		pattern, err := f.patternType(false, kmsg.ACLResourcePatternTypeLiteral)
 		if err != nil {
@@ -284,7 +285,7 @@ func aclsCreate(args []string, stdout, stderr io.Writer) int {
 		creations = f.creations(grants, pattern)
 		return nil
 	}
-	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, cl *kgo.Client, _ *kadm.Client) error {
+	return c.Run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, cl *kgo.Client, _ *kadm.Client) error {
 		req := kmsg.NewPtrCreateACLsRequest()
 		req.Creations = creations
 		resp, err := req.RequestWith(ctx, cl)
@@ -301,7 +302,7 @@ func aclsCreate(args []string, stdout, stderr io.Writer) int {
 			a := listedACL{Principal: cr.Principal, Host: cr.Host, Operation: cr.Operation.String(), Permission: cr.PermissionType.String(),
 				ResourceType: cr.ResourceType.String(), ResourceName: cr.ResourceName, PatternType: cr.ResourcePatternType.String()}
 			if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
-				errs = append(errs, fmt.Sprintf("%s %s %s on %s %s: %v", a.Permission, a.Principal, a.Operation, a.ResourceType, a.ResourceName, kafkaError(err, deref(r.ErrorMessage))))
+				errs = append(errs, fmt.Sprintf("%s %s %s on %s %s: %v", a.Permission, a.Principal, a.Operation, a.ResourceType, a.ResourceName, cli.KafkaError(err, deref(r.ErrorMessage))))
 				continue
 			}
 			created = append(created, a)
@@ -331,7 +332,7 @@ func (f *aclFlags) grants() ([]aclGrant, error) {
 	var grants []aclGrant
 	if f.producer || f.consumer {
 		if len(f.topics) == 0 || f.consumer && len(f.groups) == 0 {
-			return nil, usageErrorf("--producer needs --topic; --consumer needs --topic and --group")
+			return nil, cli.UsageErrorf("--producer needs --topic; --consumer needs --topic and --group")
 		}
 		for _, t := range f.topics {
 			if f.producer {
@@ -354,7 +355,7 @@ func (f *aclFlags) grants() ([]aclGrant, error) {
 	}
 	resources := f.resources()
 	if len(resources) == 0 {
-		return nil, usageErrorf("name a resource: --topic, --group, --cluster, --transactional-id or --delegation-token")
+		return nil, cli.UsageErrorf("name a resource: --topic, --group, --cluster, --transactional-id or --delegation-token")
 	}
 	ops, err := f.ops(kmsg.ACLOperationAll)
 	if err != nil {
@@ -374,12 +375,12 @@ func (f *aclFlags) grants() ([]aclGrant, error) {
 func (f *aclFlags) creations(grants []aclGrant, pattern kmsg.ACLResourcePatternType) []kmsg.CreateACLsRequestCreation {
 	var creations []kmsg.CreateACLsRequestCreation
 	for _, side := range []struct {
-		principals, hosts multiFlag
+		principals, hosts cli.MultiFlag
 		perm              kmsg.ACLPermissionType
 	}{{f.allow, f.allowHost, kmsg.ACLPermissionTypeAllow}, {f.deny, f.denyHost, kmsg.ACLPermissionTypeDeny}} {
 		hosts := side.hosts
 		if len(hosts) == 0 {
-			hosts = multiFlag{"*"}
+			hosts = cli.MultiFlag{"*"}
 		}
 		for _, p := range side.principals {
 			for _, h := range hosts {
@@ -425,20 +426,20 @@ Usage: tandem acls delete (--topic T ... | --group G ... | --cluster | --transac
 `
 
 func aclsDelete(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("acls delete", aclsDeleteDoc, false)
+	c := cli.NewAdminCmd("acls delete", aclsDeleteDoc, false)
 	var f aclFlags
-	f.register(c.flags, "delete")
+	f.register(c.Flags, "delete")
 	var filters []kmsg.DeleteACLsRequestFilter
 	check := func() error {
-		if err := c.noArgs(); err != nil {
+		if err := c.NoArgs(); err != nil {
 			return err
 		}
 		if err := errors.Join(checkPrincipals("--allow-principal", f.allow), checkPrincipals("--deny-principal", f.deny)); err != nil {
-			return usageError{err}
+			return cli.Usage(err)
 		}
 		resources := f.resources()
 		if len(resources) == 0 {
-			return usageErrorf("name the resource(s) whose ACLs go: --topic, --group, --cluster, --transactional-id or --delegation-token")
+			return cli.UsageErrorf("name the resource(s) whose ACLs go: --topic, --group, --cluster, --transactional-id or --delegation-token")
 		}
 		pattern, err := f.patternType(true, kmsg.ACLResourcePatternTypeLiteral)
 		if err != nil {
@@ -454,7 +455,7 @@ func aclsDelete(args []string, stdout, stderr io.Writer) int {
 		}
 		var whos []who
 		for _, side := range []struct {
-			principals, hosts multiFlag
+			principals, hosts cli.MultiFlag
 			perm              kmsg.ACLPermissionType
 		}{{f.allow, f.allowHost, kmsg.ACLPermissionTypeAllow}, {f.deny, f.denyHost, kmsg.ACLPermissionTypeDeny}} {
 			for _, p := range side.principals {
@@ -481,7 +482,7 @@ func aclsDelete(args []string, stdout, stderr io.Writer) int {
 		}
 		return nil
 	}
-	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, cl *kgo.Client, _ *kadm.Client) error {
+	return c.Run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, cl *kgo.Client, _ *kadm.Client) error {
 		req := kmsg.NewPtrDeleteACLsRequest()
 		req.Filters = filters
 		resp, err := req.RequestWith(ctx, cl)
@@ -492,12 +493,12 @@ func aclsDelete(args []string, stdout, stderr io.Writer) int {
 		var errs []string
 		for _, r := range resp.Results {
 			if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
-				errs = append(errs, "deleting ACLs: "+kafkaError(err, deref(r.ErrorMessage)).Error())
+				errs = append(errs, "deleting ACLs: "+cli.KafkaError(err, deref(r.ErrorMessage)).Error())
 				continue
 			}
 			for _, m := range r.MatchingACLs {
 				if err := kerr.ErrorForCode(m.ErrorCode); err != nil {
-					errs = append(errs, fmt.Sprintf("%s %s on %s %s: %v", m.Principal, m.Operation, m.ResourceType, m.ResourceName, kafkaError(err, deref(m.ErrorMessage))))
+					errs = append(errs, fmt.Sprintf("%s %s on %s %s: %v", m.Principal, m.Operation, m.ResourceType, m.ResourceName, cli.KafkaError(err, deref(m.ErrorMessage))))
 					continue
 				}
 				deleted = append(deleted, listedACL{Principal: m.Principal, Host: m.Host, Operation: m.Operation.String(), Permission: m.PermissionType.String(),

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -273,7 +274,7 @@ func TestTopicsCommands(t *testing.T) {
 	p0 := described[0].Partitions[0]
 	if p0.Leader != b.NodeID() || p0.LogEndOffset == nil || *p0.LogEndOffset != 5 || p0.LogStartOffset == nil || *p0.LogStartOffset != 0 ||
 		!slices.Equal(p0.ISR, []int32{b.NodeID()}) || *described[0].Configs["retention.ms"] != "3600000" {
-		t.Fatalf("describe partition 0: %+v start %v end %v configs %v", p0, orDash(p0.LogStartOffset), orDash(p0.LogEndOffset), described[0].Configs)
+		t.Fatalf("describe partition 0: %+v start %v end %v configs %v", p0, cli.OrDash(p0.LogStartOffset), cli.OrDash(p0.LogEndOffset), described[0].Configs)
 	}
 	if text := ok(t, "", append([]string{"topics", "describe", "orders"}, bs...)...); !regexp.MustCompile(`(?m)^0\s+1\s+\d+\s+1\s+1\s+-\s+0\s+5\s*$`).MatchString(text) ||
 		!strings.Contains(text, "retention.ms=3600000") {

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/tandem-kafka/tandem/internal/localcluster"
 )
 
@@ -89,7 +90,7 @@ func cluster(args []string, stdout, stderr io.Writer) int {
 	if code, ok := clusterVerb(args, stdout, stderr); ok {
 		return code
 	}
-	fs := newFlags("cluster", clusterDoc)
+	fs := cli.NewFlags("cluster", clusterDoc)
 	var o clusterOptions
 	fs.IntVar(&o.brokers, "brokers", 3, "number of brokers (1 to 50)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "directory holding every broker's data and log (default: a temporary directory, removed at exit)")
@@ -105,28 +106,28 @@ func cluster(args []string, stdout, stderr io.Writer) int {
 		o.sets = append(o.sets, s)
 		return nil
 	})
-	if code, done := fs.parse(args, stdout, stderr); done {
+	if code, done := fs.ParseArgs(args, stdout, stderr); done {
 		return code
 	}
 	explicit := make(map[string]bool)
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
-	return exit(stderr, "cluster", o.run(fs, explicit, stdout, stderr))
+	return cli.Exit(stderr, "cluster", o.run(fs, explicit, stdout, stderr))
 }
 
-func (o *clusterOptions) run(fs *flags, explicit map[string]bool, stdout, stderr io.Writer) error {
+func (o *clusterOptions) run(fs *cli.Flags, explicit map[string]bool, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
-		return usageErrorf("unexpected arguments %q", fs.Args())
+		return cli.UsageErrorf("unexpected arguments %q", fs.Args())
 	}
 	if o.brokers < 1 || o.brokers > 50 {
-		return usageErrorf("--brokers %d: want 1 to 50", o.brokers)
+		return cli.UsageErrorf("--brokers %d: want 1 to 50", o.brokers)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return usageErrorf("--log-level: %v", err)
+		return cli.UsageErrorf("--log-level: %v", err)
 	}
 	for _, s := range o.sets {
 		if k, _, _ := parseSet(s); k == "controller.quorum.voters" || k == "node.id" || k == "broker.id" {
-			return usageErrorf("--set %s: tandem cluster sets it for each broker", k)
+			return cli.UsageErrorf("--set %s: tandem cluster sets it for each broker", k)
 		}
 	}
 
@@ -141,11 +142,11 @@ func (o *clusterOptions) run(fs *flags, explicit map[string]bool, stdout, stderr
 	} else {
 		abs, err := filepath.Abs(dir)
 		if err != nil {
-			return usageErrorf("--data-dir: %v", err)
+			return cli.UsageErrorf("--data-dir: %v", err)
 		}
 		dir = abs
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return usageErrorf("--data-dir: %v", err)
+			return cli.UsageErrorf("--data-dir: %v", err)
 		}
 	}
 	layout, err := o.layout(dir, explicit)
@@ -234,13 +235,13 @@ func (o *clusterOptions) layout(dir string, explicit map[string]bool) (*clusterL
 			return nil, fmt.Errorf("%s is not a tandem cluster layout (%v); use another --data-dir", path, err)
 		}
 		if explicit["brokers"] && o.brokers != l.Brokers {
-			return nil, usageErrorf("--data-dir %s holds a cluster of %d brokers, not %d; use another --data-dir", dir, l.Brokers, o.brokers)
+			return nil, cli.UsageErrorf("--data-dir %s holds a cluster of %d brokers, not %d; use another --data-dir", dir, l.Brokers, o.brokers)
 		}
 		if explicit["listen-base"] && !sameBase(o.listenBase, l.Kafka[0]) {
-			return nil, usageErrorf("--data-dir %s holds a cluster listening on %s, not %s; use another --data-dir", dir, l.Kafka[0], o.listenBase)
+			return nil, cli.UsageErrorf("--data-dir %s holds a cluster listening on %s, not %s; use another --data-dir", dir, l.Kafka[0], o.listenBase)
 		}
 		if explicit["http-base"] && !sameHTTP(o.httpBase, l.HTTP) {
-			return nil, usageErrorf("--data-dir %s holds a cluster with HTTP on %q, not %q; use another --data-dir", dir, strings.Join(l.HTTP, ","), o.httpBase)
+			return nil, cli.UsageErrorf("--data-dir %s holds a cluster with HTTP on %q, not %q; use another --data-dir", dir, strings.Join(l.HTTP, ","), o.httpBase)
 		}
 		return &l, nil
 	case !errors.Is(err, os.ErrNotExist):
@@ -248,21 +249,21 @@ func (o *clusterOptions) layout(dir string, explicit map[string]bool) (*clusterL
 	}
 	l := &clusterLayout{Brokers: o.brokers}
 	if l.Kafka, err = portRange(o.listenBase, 0, o.brokers); err != nil {
-		return nil, usageErrorf("--listen-base: %v", err)
+		return nil, cli.UsageErrorf("--listen-base: %v", err)
 	}
 	if l.Controller, err = portRange(o.listenBase, 100, o.brokers); err != nil {
-		return nil, usageErrorf("--listen-base: %v", err)
+		return nil, cli.UsageErrorf("--listen-base: %v", err)
 	}
 	if o.httpBase != "" {
 		if l.HTTP, err = portRange(o.httpBase, 0, o.brokers); err != nil {
-			return nil, usageErrorf("--http-base: %v", err)
+			return nil, cli.UsageErrorf("--http-base: %v", err)
 		}
 	}
 	all := slices.Concat(l.Kafka, l.Controller, l.HTTP)
 	slices.Sort(all)
 	for i := 1; i < len(all); i++ {
 		if all[i] == all[i-1] {
-			return nil, usageErrorf("address %s would serve two things (Kafka ports %s, controller ports %s, HTTP ports %s); choose other bases",
+			return nil, cli.UsageErrorf("address %s would serve two things (Kafka ports %s, controller ports %s, HTTP ports %s); choose other bases",
 				all[i], strings.Join(l.Kafka, ","), strings.Join(l.Controller, ","), strings.Join(l.HTTP, ","))
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -69,7 +70,7 @@ func describeClusterState(ctx context.Context, cl *kgo.Client, adm *kadm.Client)
 		return nil, fmt.Errorf("DescribeCluster: %w", err)
 	}
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return nil, fmt.Errorf("DescribeCluster: %w", kafkaError(err, deref(resp.ErrorMessage)))
+		return nil, fmt.Errorf("DescribeCluster: %w", cli.KafkaError(err, deref(resp.ErrorMessage)))
 	}
 	s.ClusterID, s.Controller = resp.ClusterID, resp.ControllerID
 	for _, b := range resp.Brokers {
@@ -89,7 +90,7 @@ func describeClusterState(ctx context.Context, cl *kgo.Client, adm *kadm.Client)
 			_, err := cl.Broker(int(b.ID)).RetriableRequest(bctx, kmsg.NewPtrApiVersionsRequest())
 			b.Reachable = err == nil
 			if err != nil {
-				b.Error = inWords(err.Error(), err)
+				b.Error = cli.InWords(err.Error(), err)
 			}
 		}()
 	}
@@ -213,7 +214,7 @@ func printClusterState(w io.Writer, s *clusterState) {
 		controller = fmt.Sprint(s.Controller)
 	}
 	fmt.Fprintf(w, "Cluster: %s  Controller: %s  Brokers: %d  Topics: %d  Partitions: %d\n", s.ClusterID, controller, len(s.Brokers), s.Topics, s.Partitions)
-	t := newTable(w, "BROKER", "ADDRESS", "RACK", "STATE", "CONTROLLER")
+	t := cli.NewTable(w, "BROKER", "ADDRESS", "RACK", "STATE", "CONTROLLER")
 	for _, b := range s.Brokers {
 		state := "live"
 		switch {
@@ -226,9 +227,9 @@ func printClusterState(w io.Writer, s *clusterState) {
 		if b.Controller {
 			ctrl = "yes"
 		}
-		t.row(b.ID, net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))), strOrDash(b.Rack), state, ctrl)
+		t.Row(b.ID, net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))), strOrDash(b.Rack), state, ctrl)
 	}
-	t.flush()
+	t.Flush()
 	fmt.Fprintf(w, "Offline partitions: %d  Under-replicated: %d  Under min ISR: %d  Mirrors in trouble: %d\n",
 		len(s.Offline), len(s.UnderReplicated), len(s.UnderMinISR), len(s.MirrorProblems))
 }
@@ -256,16 +257,16 @@ func clusterDescribe(args []string, stdout, stderr io.Writer, health bool) int {
 	if health {
 		name, doc = "cluster health", clusterHealthDoc
 	}
-	c := newAdminCmd(name, doc, true)
+	c := cli.NewAdminCmd(name, doc, true)
 	unhealthy := false
-	code := c.run(args, stdout, stderr, adminTimeout, nil, func(ctx context.Context, cl *kgo.Client, adm *kadm.Client) error {
+	code := c.Run(args, stdout, stderr, adminTimeout, nil, func(ctx context.Context, cl *kgo.Client, adm *kadm.Client) error {
 		s, err := describeClusterState(ctx, cl, adm)
 		if err != nil {
 			return err
 		}
 		unhealthy = !s.Healthy
-		if c.asJSON {
-			return printJSON(stdout, s)
+		if c.AsJSON {
+			return cli.PrintJSON(stdout, s)
 		}
 		if !health {
 			printClusterState(stdout, s)
@@ -301,7 +302,7 @@ func clusterVerb(args []string, stdout, stderr io.Writer) (code int, ok bool) {
 		return clusterRestart(args[1:], stdout, stderr), true
 	}
 	if !strings.HasPrefix(args[0], "-") {
-		return exit(stderr, "cluster", usageErrorf("unknown command %q: tandem cluster [flags] starts a cluster; tandem cluster describe, health or restart N looks at or acts on one", args[0])), true
+		return cli.Exit(stderr, "cluster", cli.UsageErrorf("unknown command %q: tandem cluster [flags] starts a cluster; tandem cluster describe, health or restart N looks at or acts on one", args[0])), true
 	}
 	return 0, false
 }

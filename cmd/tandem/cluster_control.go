@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 )
 
 // A running `tandem cluster` takes commands from two places: lines on its
@@ -143,37 +145,37 @@ a wrong command line.
 
 // clusterRestart is `tandem cluster restart N --data-dir DIR`.
 func clusterRestart(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("cluster restart", clusterRestartDoc)
+	fs := cli.NewFlags("cluster restart", clusterRestartDoc)
 	dir := fs.String("data-dir", "", "the data dir of the running cluster (required)")
 	timeout := fs.Duration("timeout", 3*time.Minute, "give up when the node does not serve within this long")
-	if code, done := fs.parse(args, stdout, stderr); done {
+	if code, done := fs.ParseArgs(args, stdout, stderr); done {
 		return code
 	}
 	node, err := strconv.Atoi(fs.Arg(0))
 	switch {
 	case fs.NArg() != 1 || err != nil || node < 1:
-		return exit(stderr, fs.Name(), usageErrorf("name one node by its number: tandem cluster restart N --data-dir DIR"))
+		return cli.Exit(stderr, fs.Name(), cli.UsageErrorf("name one node by its number: tandem cluster restart N --data-dir DIR"))
 	case *dir == "":
-		return exit(stderr, fs.Name(), usageErrorf("--data-dir DIR is required: the data dir of the running cluster"))
+		return cli.Exit(stderr, fs.Name(), cli.UsageErrorf("--data-dir DIR is required: the data dir of the running cluster"))
 	}
 	if _, err := os.Stat(filepath.Join(*dir, "cluster.json")); err != nil {
-		return exit(stderr, fs.Name(), usageErrorf("--data-dir %s holds no tandem cluster (no cluster.json)", *dir))
+		return cli.Exit(stderr, fs.Name(), cli.UsageErrorf("--data-dir %s holds no tandem cluster (no cluster.json)", *dir))
 	}
 	conn, err := net.DialTimeout("unix", controlSocket(*dir), 5*time.Second)
 	if err != nil {
-		return exit(stderr, fs.Name(), fmt.Errorf("no tandem cluster is running on %s (%s: %s)", *dir, controlSocket(*dir), dialCause(err)))
+		return cli.Exit(stderr, fs.Name(), fmt.Errorf("no tandem cluster is running on %s (%s: %s)", *dir, controlSocket(*dir), cli.DialCause(err)))
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(*timeout))
 	fmt.Fprintf(conn, "restart %d\n", node)
 	line, err := bufio.NewReader(conn).ReadString('\n')
 	if err != nil {
-		return exit(stderr, fs.Name(), fmt.Errorf("node %d: no answer from the cluster on %s: %v", node, *dir, err))
+		return cli.Exit(stderr, fs.Name(), fmt.Errorf("node %d: no answer from the cluster on %s: %v", node, *dir, err))
 	}
 	line = strings.TrimSpace(line)
 	if msg, ok := strings.CutPrefix(line, "ok: "); ok {
 		fmt.Fprintln(stdout, msg)
 		return 0
 	}
-	return exit(stderr, fs.Name(), errors.New(strings.TrimPrefix(line, "error: ")))
+	return cli.Exit(stderr, fs.Name(), errors.New(strings.TrimPrefix(line, "error: ")))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tandem-kafka/tandem"
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/server"
 )
@@ -42,24 +43,24 @@ Usage: tandem demo [flags]
 // topic added with the same code as the two `tandem mirrors` commands it
 // prints.
 func demo(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", demoDoc)
+	fs := cli.NewFlags("demo", demoDoc)
 	records := fs.Int("records", 50000, "records to produce on the source")
 	size := fs.Int("record-bytes", 200, "bytes per record value")
 	rate := fs.Int64("rate", 1<<20, "mirror.replication.throttled.rate of the destination, bytes/s (0: unlimited), so that the lag is visible")
 	interval := fs.Duration("interval", time.Second, "time between two --describe")
 	duration := fs.Duration("duration", 2*time.Minute, "give up after this long")
 	brokers := fs.Int("brokers", 1, "brokers in the source cluster (1 to 9)")
-	if code, done := fs.parse(args, stdout, stderr); done {
+	if code, done := fs.ParseArgs(args, stdout, stderr); done {
 		return code
 	}
 	if fs.NArg() > 0 {
-		return exit(stderr, "demo", usageErrorf("unexpected arguments %q", fs.Args()))
+		return cli.Exit(stderr, "demo", cli.UsageErrorf("unexpected arguments %q", fs.Args()))
 	}
 	if *brokers < 1 || *brokers > 9 {
-		return exit(stderr, "demo", usageErrorf("--brokers %d: want 1 to 9", *brokers))
+		return cli.Exit(stderr, "demo", cli.UsageErrorf("--brokers %d: want 1 to 9", *brokers))
 	}
 	if err := runDemo(stdout, stderr, *brokers, *records, *size, *rate, *interval, *duration); err != nil {
-		return exit(stderr, "demo", err)
+		return cli.Exit(stderr, "demo", err)
 	}
 	return 0
 }

@@ -2,10 +2,14 @@
 
 package main
 
-import "io"
+import (
+	"io"
+
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
+)
 
 // demo starts brokers in this process with the mirror plugin, which this
 // build leaves out.
 func demo(_ []string, _, stderr io.Writer) int {
-	return exit(stderr, "demo", usageErrorf("this binary was built without cluster mirroring (-tags tandem_omit_mirror)"))
+	return cli.Exit(stderr, "demo", cli.UsageErrorf("this binary was built without cluster mirroring (-tags tandem_omit_mirror)"))
 }

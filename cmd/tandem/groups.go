@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -25,11 +26,11 @@ Usage: tandem groups <command> [GROUP...] [flags]
 `
 
 func groups(args []string, stdout, stderr io.Writer) int {
-	return runVerbs("groups", groupsDoc, []verb{
-		{"list", "list groups with their type and state", groupsList},
-		{"describe", "members, assignment, committed offset, end offset and lag per partition", groupsDescribe},
-		{"reset-offsets", "move a group's offsets (a dry run unless --execute; refused while it has members)", groupsResetOffsets},
-		{"delete", "delete groups and their committed offsets", groupsDelete},
+	return cli.RunVerbs("groups", groupsDoc, []cli.Verb{
+		{Name: "list", Summary: "list groups with their type and state", Run: groupsList},
+		{Name: "describe", Summary: "members, assignment, committed offset, end offset and lag per partition", Run: groupsDescribe},
+		{Name: "reset-offsets", Summary: "move a group's offsets (a dry run unless --execute; refused while it has members)", Run: groupsResetOffsets},
+		{Name: "delete", Summary: "delete groups and their committed offsets", Run: groupsDelete},
 	}, args, stdout, stderr)
 }
 
@@ -57,19 +58,19 @@ Usage: tandem groups list [--type classic|consumer|share] [--json]
 `
 
 func groupsList(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("groups list", groupsListDoc, true)
+	c := cli.NewAdminCmd("groups list", groupsListDoc, true)
 	typ := c.String("type", "", "only groups of this `TYPE`: classic, consumer or share")
 	check := func() error {
-		if err := c.noArgs(); err != nil {
+		if err := c.NoArgs(); err != nil {
 			return err
 		}
 		switch *typ {
 		case "", "classic", "consumer", "share":
 			return nil
 		}
-		return usageErrorf("--type %q: want classic, consumer or share", *typ)
+		return cli.UsageErrorf("--type %q: want classic, consumer or share", *typ)
 	}
-	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
+	return c.Run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
 		listed, err := adm.ListGroups(ctx)
 		if err != nil {
 			return fmt.Errorf("listing groups: %w", err)
@@ -81,14 +82,14 @@ func groupsList(args []string, stdout, stderr io.Writer) int {
 				out = append(out, listedGroup{Group: g, Type: groupType(l), State: l.State, ProtocolType: l.ProtocolType, Coordinator: l.Coordinator})
 			}
 		}
-		if c.asJSON {
-			return printJSON(stdout, out)
+		if c.AsJSON {
+			return cli.PrintJSON(stdout, out)
 		}
-		t := newTable(stdout, "GROUP", "TYPE", "STATE", "COORDINATOR")
+		t := cli.NewTable(stdout, "GROUP", "TYPE", "STATE", "COORDINATOR")
 		for _, g := range out {
-			t.row(g.Group, g.Type, g.State, g.Coordinator)
+			t.Row(g.Group, g.Type, g.State, g.Coordinator)
 		}
-		return t.flush()
+		return t.Flush()
 	})
 }
 
@@ -271,7 +272,7 @@ func (r *groupReading) classicMembers(ctx context.Context) error {
 	}
 	g := gs[name]
 	if g.Err != nil {
-		return fmt.Errorf("group %s: %w", name, kafkaError(g.Err, g.ErrMessage))
+		return fmt.Errorf("group %s: %w", name, cli.KafkaError(g.Err, g.ErrMessage))
 	}
 	d.State, d.Assignor, d.Coordinator = g.State, g.Protocol, g.Coordinator.NodeID
 	for _, m := range g.Members {
@@ -356,9 +357,9 @@ Usage: tandem groups describe [GROUP...] [--json]
 `
 
 func groupsDescribe(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("groups describe", groupsDescribeDoc, true)
+	c := cli.NewAdminCmd("groups describe", groupsDescribeDoc, true)
 	check := func() error { return nil }
-	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
+	return c.Run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
 		listed, err := adm.ListGroups(ctx)
 		if err != nil {
 			return fmt.Errorf("listing groups: %w", err)
@@ -377,8 +378,8 @@ func groupsDescribe(args []string, stdout, stderr io.Writer) int {
 			}
 			out = append(out, d)
 		}
-		if c.asJSON {
-			if err := printJSON(stdout, out); err != nil {
+		if c.AsJSON {
+			if err := cli.PrintJSON(stdout, out); err != nil {
 				return err
 			}
 		} else {
@@ -401,31 +402,31 @@ func printGroups(w io.Writer, gs []describedGroup) {
 			lag = fmt.Sprint(*g.TotalLag)
 		}
 		fmt.Fprintf(w, "Group: %s  Type: %s  State: %s  Assignor: %s  Coordinator: %d  Members: %d  Total lag: %s\n",
-			g.Group, g.Type, g.State, cmpOr(g.Assignor, "-"), g.Coordinator, len(g.Members), lag)
+			g.Group, g.Type, g.State, cli.CmpOr(g.Assignor, "-"), g.Coordinator, len(g.Members), lag)
 		if len(g.Members) > 0 {
-			t := newTable(w, "MEMBER-ID", "CLIENT-ID", "HOST", "ASSIGNMENT")
+			t := cli.NewTable(w, "MEMBER-ID", "CLIENT-ID", "HOST", "ASSIGNMENT")
 			for _, m := range g.Members {
 				var as []string
 				for _, a := range m.Assignment {
 					as = append(as, a.Topic+":"+ids(a.Partitions))
 				}
-				t.row(m.MemberID, m.ClientID, m.Host, cmpOr(strings.Join(as, " "), "-"))
+				t.Row(m.MemberID, m.ClientID, m.Host, cli.CmpOr(strings.Join(as, " "), "-"))
 			}
-			t.flush()
+			t.Flush()
 		}
 		offset := "CURRENT-OFFSET"
 		if g.Type == "share" {
 			offset = "START-OFFSET"
 		}
-		t := newTable(w, "TOPIC", "PARTITION", offset, "LOG-END-OFFSET", "LAG", "MEMBER-ID")
+		t := cli.NewTable(w, "TOPIC", "PARTITION", offset, "LOG-END-OFFSET", "LAG", "MEMBER-ID")
 		for _, p := range g.Partitions {
 			at := p.CommittedOffset
 			if g.Type == "share" {
 				at = p.StartOffset
 			}
-			t.row(p.Topic, p.Partition, orDash(at), orDash(p.LogEndOffset), orDash(p.Lag), strOrDash(p.MemberID))
+			t.Row(p.Topic, p.Partition, cli.OrDash(at), cli.OrDash(p.LogEndOffset), cli.OrDash(p.Lag), strOrDash(p.MemberID))
 		}
-		t.flush()
+		t.Flush()
 	}
 }
 
@@ -454,8 +455,8 @@ type offsetReset struct {
 }
 
 func groupsResetOffsets(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("groups reset-offsets", groupsResetOffsetsDoc, true)
-	var topicFlags multiFlag
+	c := cli.NewAdminCmd("groups reset-offsets", groupsResetOffsetsDoc, true)
+	var topicFlags cli.MultiFlag
 	c.Var(&topicFlags, "topic", "`TOPIC` or TOPIC:P,P,... to reset (repeatable)")
 	allTopics := c.Bool("all-topics", false, "every partition the group has an offset for")
 	earliest := c.Bool("to-earliest", false, "to the log start offset")
@@ -470,10 +471,10 @@ func groupsResetOffsets(args []string, stdout, stderr io.Writer) int {
 	)
 	check := func() error {
 		if c.NArg() != 1 {
-			return usageErrorf("name one group: tandem groups reset-offsets GROUP ...")
+			return cli.UsageErrorf("name one group: tandem groups reset-offsets GROUP ...")
 		}
 		if (len(topicFlags) > 0) == *allTopics {
-			return usageErrorf("choose --topic T (repeatable) or --all-topics")
+			return cli.UsageErrorf("choose --topic T (repeatable) or --all-topics")
 		}
 		var err error
 		if selected, err = resetSelection(topicFlags); err != nil {
@@ -482,7 +483,7 @@ func groupsResetOffsets(args []string, stdout, stderr io.Writer) int {
 		how, err = resetWay(*earliest, *latest, *toOffset, *toDatetime, *shiftBy)
 		return err
 	}
-	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
+	return c.Run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
 		group := c.Arg(0)
 		listed, err := adm.ListGroups(ctx)
 		if err != nil {
@@ -516,8 +517,8 @@ func groupsResetOffsets(args []string, stdout, stderr io.Writer) int {
 				return err
 			}
 		}
-		if c.asJSON {
-			return printJSON(stdout, plan)
+		if c.AsJSON {
+			return cli.PrintJSON(stdout, plan)
 		}
 		printReset(stdout, group, plan, *execute)
 		return nil
@@ -526,19 +527,19 @@ func groupsResetOffsets(args []string, stdout, stderr io.Writer) int {
 
 // resetSelection is the partitions reset-offsets' --topic flags name:
 // topic → partitions, nil partitions for all of them.
-func resetSelection(topicFlags multiFlag) (map[string][]int32, error) {
+func resetSelection(topicFlags cli.MultiFlag) (map[string][]int32, error) {
 	selected := map[string][]int32{}
 	for _, tf := range topicFlags {
 		t, ps, hasPs := strings.Cut(tf, ":")
 		if t == "" {
-			return nil, usageErrorf("--topic %q: want TOPIC or TOPIC:P,P", tf)
+			return nil, cli.UsageErrorf("--topic %q: want TOPIC or TOPIC:P,P", tf)
 		}
 		selected[t] = nil
 		if hasPs {
 			for _, p := range strings.Split(ps, ",") {
 				v, err := strconv.ParseInt(strings.TrimSpace(p), 10, 32)
 				if err != nil || v < 0 {
-					return nil, usageErrorf("--topic %q: %q is not a partition number", tf, p)
+					return nil, cli.UsageErrorf("--topic %q: %q is not a partition number", tf, p)
 				}
 				selected[t] = append(selected[t], int32(v))
 			}
@@ -567,18 +568,18 @@ func resetWay(earliest, latest bool, toOffset, toDatetime, shiftBy string) (rese
 		}
 	}
 	if len(ways) != 1 {
-		return resetHow{}, usageErrorf("choose one of --to-earliest, --to-latest, --to-offset N, --to-datetime T, --shift-by N")
+		return resetHow{}, cli.UsageErrorf("choose one of --to-earliest, --to-latest, --to-offset N, --to-datetime T, --shift-by N")
 	}
 	h := resetHow{how: ways[0]}
 	var err error
 	switch h.how {
 	case "--to-offset":
 		if h.n, err = strconv.ParseInt(toOffset, 10, 64); err != nil || h.n < 0 {
-			return h, usageErrorf("--to-offset %q: want an offset, 0 or more", toOffset)
+			return h, cli.UsageErrorf("--to-offset %q: want an offset, 0 or more", toOffset)
 		}
 	case "--shift-by":
 		if h.n, err = strconv.ParseInt(shiftBy, 10, 64); err != nil {
-			return h, usageErrorf("--shift-by %q: want a whole number", shiftBy)
+			return h, cli.UsageErrorf("--shift-by %q: want a whole number", shiftBy)
 		}
 	case "--to-datetime":
 		if h.at, err = parseDatetime(toDatetime); err != nil {
@@ -714,11 +715,11 @@ func resetBounds(ctx context.Context, adm *kadm.Client, topics []string, how res
 
 // printReset prints a reset's plan as a table and what became of it.
 func printReset(stdout io.Writer, group string, plan []offsetReset, executed bool) {
-	t := newTable(stdout, "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET")
+	t := cli.NewTable(stdout, "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET")
 	for _, r := range plan {
-		t.row(r.Group, r.Topic, r.Partition, orDash(r.CurrentOffset), r.NewOffset)
+		t.Row(r.Group, r.Topic, r.Partition, cli.OrDash(r.CurrentOffset), r.NewOffset)
 	}
-	t.flush()
+	t.Flush()
 	if executed {
 		fmt.Fprintf(stdout, "Reset the offsets of group %s: %d partition(s).\n", group, len(plan))
 	} else {
@@ -767,7 +768,7 @@ func parseDatetime(s string) (time.Time, error) {
 			return t, nil
 		}
 	}
-	return time.Time{}, usageErrorf("--to-datetime %q: want RFC 3339 (2026-12-01T04:00:00Z) or 2026-12-01T04:00:00.000 (local time)", s)
+	return time.Time{}, cli.UsageErrorf("--to-datetime %q: want RFC 3339 (2026-12-01T04:00:00Z) or 2026-12-01T04:00:00.000 (local time)", s)
 }
 
 const groupsDeleteDoc = `Deletes groups and their committed offsets. A group with members is
@@ -777,14 +778,14 @@ Usage: tandem groups delete GROUP...
 `
 
 func groupsDelete(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("groups delete", groupsDeleteDoc, false)
+	c := cli.NewAdminCmd("groups delete", groupsDeleteDoc, false)
 	check := func() error {
 		if c.NArg() == 0 {
-			return usageErrorf("name the group(s): tandem groups delete GROUP...")
+			return cli.UsageErrorf("name the group(s): tandem groups delete GROUP...")
 		}
 		return nil
 	}
-	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
+	return c.Run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
 		resps, err := adm.DeleteGroups(ctx, c.Args()...)
 		if err != nil {
 			return fmt.Errorf("deleting groups: %w", err)
@@ -796,7 +797,7 @@ func groupsDelete(args []string, stdout, stderr io.Writer) int {
 			case !ok:
 				errs = append(errs, fmt.Sprintf("group %s: no answer for it", g))
 			case r.Err != nil:
-				errs = append(errs, fmt.Sprintf("group %s: %v", g, kafkaError(r.Err, r.ErrMessage)))
+				errs = append(errs, fmt.Sprintf("group %s: %v", g, cli.KafkaError(r.Err, r.ErrMessage)))
 			default:
 				fmt.Fprintf(stdout, "Deleted group %s.\n", g)
 			}

@@ -20,19 +20,18 @@
 // when the command failed while running; --help prints what the command
 // does and its flags on stdout and exits 0. The commands that talk to a
 // cluster take --bootstrap-server as a comma-separated list and the
-// security flags or --command-config of client.go, and print --json in
+// security flags or --command-config of internal/cli/client.go, and print --json in
 // the shapes docs/cli.md documents.
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"runtime/debug"
 	"strings"
+
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 )
 
 func main() {
@@ -69,7 +68,7 @@ func commands() []command {
 // run dispatches to a command and returns the process exit code.
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		return exit(stderr, "", usageErrorf("no command; tandem help lists them"))
+		return cli.Exit(stderr, "", cli.UsageErrorf("no command; tandem help lists them"))
 	}
 	name := args[0]
 	switch name {
@@ -83,129 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return c.run(args[1:], stdout, stderr)
 		}
 	}
-	return exit(stderr, "", usageErrorf("unknown command %q; tandem help lists the commands", name))
-}
-
-// usageError is a mistake in the command line or in the configuration it
-// names: the command did nothing. It exits 2.
-type usageError struct{ error }
-
-func usageErrorf(format string, args ...any) error {
-	return usageError{fmt.Errorf(format, args...)}
-}
-
-// exit reports the outcome of `tandem <name>`: nothing for a nil err,
-// else the one line "tandem <name>: <message>" on stderr. It returns the
-// exit code: 0, 2 for a usageError, 1 for any other error.
-func exit(stderr io.Writer, name string, err error) int {
-	if err == nil {
-		return 0
-	}
-	prefix := "tandem"
-	if name != "" {
-		prefix += " " + name
-	}
-	// Joined errors and some clients' messages span lines.
-	msg := strings.Join(strings.FieldsFunc(err.Error(), func(r rune) bool { return r == '\n' || r == '\r' }), "; ")
-	fmt.Fprintf(stderr, "%s: %s\n", prefix, inWords(msg, err))
-	if errors.As(err, new(usageError)) {
-		return 2
-	}
-	return 1
-}
-
-// flags is a command's flag set, parsed the CLI's way (see parse).
-type flags struct {
-	*flag.FlagSet
-	doc string
-}
-
-// newFlags returns the flag set of `tandem <name>`. doc is its --help
-// text: what the command does, first, then its usage line and whatever
-// the flags do not say; the flags follow it.
-func newFlags(name, doc string) *flags {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // parse reports errors and help itself
-	fs.Usage = func() {}
-	return &flags{FlagSet: fs, doc: doc}
-}
-
-// parse parses args; flags may follow the arguments (`tandem topics
-// create orders --partitions 6`), and everything after "--" is an
-// argument. With done true the command returns code at once: 0 after
-// --help (printed on stdout), 2 after a bad flag (reported on stderr as
-// one line).
-func (f *flags) parse(args []string, stdout, stderr io.Writer) (code int, done bool) {
-	var positional []string
-	for {
-		err := f.Parse(args)
-		switch {
-		case errors.Is(err, flag.ErrHelp):
-			f.printHelp(stdout)
-			return 0, true
-		case err != nil:
-			return exit(stderr, f.Name(), usageErrorf("%s (tandem %s --help lists the flags)", flagNames(err.Error()), f.Name())), true
-		}
-		rest := f.Args()
-		if n := len(args) - len(rest); len(rest) == 0 || n > 0 && args[n-1] == "--" {
-			positional = append(positional, rest...)
-			break
-		}
-		positional, args = append(positional, rest[0]), rest[1:]
-	}
-	// Parsing "--" alone leaves the flags as they are and makes the
-	// arguments f.Args().
-	f.Parse(append([]string{"--"}, positional...)) //nolint:errcheck // cannot fail
-	return 0, false
-}
-
-// dashed is a flag's name as the docs write it: --name, and -e for a
-// one-letter flag (Go's flag package takes either spelling).
-func dashed(name string) string {
-	if len(name) == 1 {
-		return "-" + name
-	}
-	return "--" + name
-}
-
-// flagRef is a flag named in an error of Go's flag package, which
-// writes every name with one dash ("flag provided but not defined: -x").
-var flagRef = regexp.MustCompile(`(^|: | flag )-{1,2}([A-Za-z0-9][A-Za-z0-9._-]*)`)
-
-// flagNames rewrites the flags an error of the flag package names as
-// dashed writes them, so that an error says --bootstrap-server as the
-// docs and --help do.
-func flagNames(msg string) string {
-	return flagRef.ReplaceAllStringFunc(msg, func(m string) string {
-		sub := flagRef.FindStringSubmatch(m)
-		return sub[1] + dashed(sub[2])
-	})
-}
-
-// printHelp prints doc and the flags, written --name as README does.
-func (f *flags) printHelp(w io.Writer) {
-	fmt.Fprint(w, strings.TrimRight(f.doc, "\n")+"\n")
-	first := true
-	f.VisitAll(func(fl *flag.Flag) {
-		if first {
-			fmt.Fprint(w, "\nFlags:\n")
-			first = false
-		}
-		typ, usage := flag.UnquoteUsage(fl)
-		line := "  " + dashed(fl.Name)
-		if typ != "" {
-			line += " " + typ
-		}
-		fmt.Fprintf(w, "%s\n      %s", line, usage)
-		switch {
-		case fl.DefValue == "" || fl.DefValue == "false" || fl.DefValue == "0" && typ != "int":
-		case typ == "string":
-			fmt.Fprintf(w, " (default %q)", fl.DefValue)
-		default:
-			fmt.Fprintf(w, " (default %s)", fl.DefValue)
-		}
-		fmt.Fprintln(w)
-	})
+	return cli.Exit(stderr, "", cli.UsageErrorf("unknown command %q; tandem help lists the commands", name))
 }
 
 const helpDoc = `Describes tandem, or a command and its flags.
@@ -214,8 +91,8 @@ Usage: tandem help [command]
 `
 
 func help(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("help", helpDoc)
-	if code, done := fs.parse(args, stdout, stderr); done {
+	fs := cli.NewFlags("help", helpDoc)
+	if code, done := fs.ParseArgs(args, stdout, stderr); done {
 		return code
 	}
 	switch fs.NArg() {
@@ -233,10 +110,10 @@ func help(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		if fs.NArg() == 1 {
-			return exit(stderr, "help", usageErrorf("unknown command %q; tandem help lists the commands", fs.Arg(0)))
+			return cli.Exit(stderr, "help", cli.UsageErrorf("unknown command %q; tandem help lists the commands", fs.Arg(0)))
 		}
 	}
-	return exit(stderr, "help", usageErrorf("one command at a time, not %q", fs.Args()))
+	return cli.Exit(stderr, "help", cli.UsageErrorf("one command at a time, not %q", fs.Args()))
 }
 
 func printUsage(w io.Writer) {
@@ -259,12 +136,12 @@ not read) records no revision: make build passes it in then.
 `
 
 func version(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("version", versionDoc)
-	if code, done := fs.parse(args, stdout, stderr); done {
+	fs := cli.NewFlags("version", versionDoc)
+	if code, done := fs.ParseArgs(args, stdout, stderr); done {
 		return code
 	}
 	if fs.NArg() > 0 {
-		return exit(stderr, "version", usageErrorf("unexpected arguments %q", fs.Args()))
+		return cli.Exit(stderr, "version", cli.UsageErrorf("unexpected arguments %q", fs.Args()))
 	}
 	info, _ := debug.ReadBuildInfo()
 	fmt.Fprintln(stdout, versionString(info))

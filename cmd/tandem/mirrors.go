@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/tandem-kafka/tandem/internal/kafkaclient"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
@@ -29,11 +30,11 @@ type mirrorsCmd struct {
 	stdin          io.Reader
 	interactive    bool // stdin is a terminal: ask before truncating
 	a              *admin.Client
-	client         clientFlags
+	client         cli.ClientFlags
 	name, source   string
-	topics         multiFlag
-	configs        multiFlag
-	deleteConfigs  multiFlag
+	topics         cli.MultiFlag
+	configs        cli.MultiFlag
+	deleteConfigs  cli.MultiFlag
 	asJSON, yes    bool
 	force          bool
 	consistent     bool
@@ -73,8 +74,8 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	if out, ok := stdout.(*os.File); ok {
 		c.interactive = isTerminal(os.Stdin) && isTerminal(out)
 	}
-	fs := newFlags("mirrors", mirrorsDoc)
-	c.client.register(fs, "destination cluster")
+	fs := cli.NewFlags("mirrors", mirrorsDoc)
+	c.client.Register(fs, "destination cluster")
 	ops := []*mirrorsOp{
 		{name: "create", run: c.create, usage: "create --mirror from --source-bootstrap with --config k=v; with --add, add --topic to it too"},
 		{name: "add", run: c.add, usage: "add --topic to --mirror; a topic that exists here with records is truncated to the source's log: what that removes is shown first, and needs --yes"},
@@ -108,17 +109,17 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	c.registerAliases(fs, ops)
 	fs.Var(&c.configs, "config", "mirror config `k=v` (repeatable)")
 	fs.Var(&c.deleteConfigs, "delete-config", "with --alter: mirror config `k` to remove (repeatable)")
-	if code, done := fs.parse(args, stdout, stderr); done {
+	if code, done := fs.ParseArgs(args, stdout, stderr); done {
 		return code
 	}
 	if fs.NArg() > 0 {
-		return exit(stderr, "mirrors", usageErrorf("unexpected arguments %q (every option is a flag: tandem mirrors --help)", fs.Args()))
+		return cli.Exit(stderr, "mirrors", cli.UsageErrorf("unexpected arguments %q (every option is a flag: tandem mirrors --help)", fs.Args()))
 	}
 	if *allTopics {
-		c.topics = multiFlag{".*"}
+		c.topics = cli.MultiFlag{".*"}
 	}
 	if err := c.readMirrorConfig(); err != nil {
-		return exit(stderr, "mirrors", err)
+		return cli.Exit(stderr, "mirrors", err)
 	}
 	var chosen []*mirrorsOp
 	for _, op := range ops {
@@ -146,13 +147,13 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	}
 	// Nothing is sent before the command line is known to be whole.
 	if err := c.checkFlags(chosen[0]); err != nil {
-		return exit(stderr, "mirrors", err)
+		return cli.Exit(stderr, "mirrors", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+c.timeout)
 	defer cancel()
-	cl, err := c.client.connect(ctx, admin.Opt())
+	cl, err := c.client.Connect(ctx, admin.Opt())
 	if err != nil {
-		return exit(stderr, "mirrors", err)
+		return cli.Exit(stderr, "mirrors", err)
 	}
 	defer cl.Close()
 	c.a = admin.New(cl)
@@ -163,7 +164,7 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, errUnhealthy) {
 		return 1
 	}
-	return exit(stderr, "mirrors", err)
+	return cli.Exit(stderr, "mirrors", err)
 }
 
 // checkFlags checks the command line of op: the flags that go with
@@ -171,18 +172,18 @@ func mirrors(args []string, stdout, stderr io.Writer) int {
 func (c *mirrorsCmd) checkFlags(op *mirrorsOp) error {
 	switch {
 	case c.consistent && op.name != "failover":
-		return usageErrorf("--consistent goes with --failover")
+		return cli.UsageErrorf("--consistent goes with --failover")
 	case len(c.exclude) > 0 && !strings.HasSuffix(op.name, "add"):
-		return usageErrorf("--exclude goes with --add (--start)")
+		return cli.UsageErrorf("--exclude goes with --add (--start)")
 	case c.failedOnly && op.name != "describe":
-		return usageErrorf("--failed goes with --describe")
+		return cli.UsageErrorf("--failed goes with --describe")
 	}
 	if op.check != nil {
 		if err := op.check(); err != nil {
 			return err
 		}
 	}
-	return c.client.check()
+	return c.client.Check()
 }
 
 // opChecks are the flags each operation needs, checked before anything
@@ -216,7 +217,7 @@ func (c *mirrorsCmd) opChecks() map[string]func() error {
 			if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--config or --delete-config", len(c.configs)+len(c.deleteConfigs) > 0}); err != nil {
 				return err
 			}
-			_, err := keyValues(c.configs)
+			_, err := cli.KeyValues(c.configs)
 			return err
 		},
 		"diverged": func() error {
@@ -255,9 +256,9 @@ func need(reqs ...flagReq) error {
 	case 0:
 		return nil
 	case 1:
-		return usageErrorf("%s is required", missing[0])
+		return cli.UsageErrorf("%s is required", missing[0])
 	}
-	return usageErrorf("%s and %s are required", strings.Join(missing[:len(missing)-1], ", "), missing[len(missing)-1])
+	return cli.UsageErrorf("%s and %s are required", strings.Join(missing[:len(missing)-1], ", "), missing[len(missing)-1])
 }
 
 // mirrorConfigs are the configs of the mirror --mirror from
@@ -267,9 +268,9 @@ func (c *mirrorsCmd) mirrorConfigs() (map[string]string, error) {
 		return nil, err
 	}
 	if _, err := kafkaclient.Seeds(c.source); err != nil {
-		return nil, usageErrorf("--source-bootstrap %q: %v", c.source, err)
+		return nil, cli.UsageErrorf("--source-bootstrap %q: %v", c.source, err)
 	}
-	cfg, err := keyValues(c.configs)
+	cfg, err := cli.KeyValues(c.configs)
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +318,7 @@ func probeSource(ctx context.Context, cfg map[string]string) error {
 		if err == nil {
 			return nil
 		}
-		errs = append(errs, inWords(err.Error(), err))
+		errs = append(errs, cli.InWords(err.Error(), err))
 	}
 	return fmt.Errorf("source cluster %s does not answer as a Kafka cluster: %s (--no-validate creates the mirror anyway)", cfg["bootstrap.servers"], strings.Join(errs, "; "))
 }
@@ -513,7 +514,7 @@ func (c *mirrorsCmd) topicFilter() (func(string) bool, error) {
 	for _, t := range c.topics {
 		re, err := regexp.Compile("^(?:" + t + ")$")
 		if err != nil {
-			return nil, usageErrorf("--topic %q: %v", t, err)
+			return nil, cli.UsageErrorf("--topic %q: %v", t, err)
 		}
 		res = append(res, re)
 	}
@@ -754,7 +755,7 @@ func (c *mirrorsCmd) alter(ctx context.Context) error {
 	if err := need(flagReq{"--mirror", c.name != ""}, flagReq{"--config or --delete-config", len(c.configs)+len(c.deleteConfigs) > 0}); err != nil {
 		return err
 	}
-	set, err := keyValues(c.configs)
+	set, err := cli.KeyValues(c.configs)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/tandem-kafka/tandem/internal/properties"
 )
 
@@ -20,7 +21,7 @@ import (
 // (--remove), --topics (a comma-separated --topic), --exclude (with
 // --add), --mirror-config (the mirror's configs from a properties file)
 // and --failed (--describe, FAILED partitions only).
-func (c *mirrorsCmd) registerAliases(fs *flags, ops []*mirrorsOp) {
+func (c *mirrorsCmd) registerAliases(fs *cli.Flags, ops []*mirrorsOp) {
 	for _, a := range [][2]string{{"start", "add"}, {"stop", "remove"}} {
 		i := slices.IndexFunc(ops, func(op *mirrorsOp) bool { return op.name == a[1] })
 		fs.BoolVar(&ops[i].on, a[0], false, "--"+a[1]+", as the KIP's current revision names it")
@@ -56,14 +57,14 @@ func (c *mirrorsCmd) readMirrorConfig() error {
 	}
 	f, err := os.Open(c.mirrorConfig)
 	if err != nil {
-		return usageErrorf("--mirror-config: %v", err)
+		return cli.UsageErrorf("--mirror-config: %v", err)
 	}
 	defer f.Close()
 	props, err := properties.Read(f)
 	if err != nil {
-		return usageErrorf("--mirror-config %s: %v", c.mirrorConfig, err)
+		return cli.UsageErrorf("--mirror-config %s: %v", c.mirrorConfig, err)
 	}
-	var cfg multiFlag
+	var cfg cli.MultiFlag
 	for _, k := range slices.Sorted(maps.Keys(props)) {
 		if k == "bootstrap.servers" {
 			if c.source == "" {
@@ -89,7 +90,7 @@ func (c *mirrorsCmd) splitAdd() (names, patterns []string, err error) {
 	for _, p := range c.exclude {
 		re, err := regexp.Compile("^(?:" + p + ")$")
 		if err != nil {
-			return nil, nil, usageErrorf("--exclude %q: %v", p, err)
+			return nil, nil, cli.UsageErrorf("--exclude %q: %v", p, err)
 		}
 		ex = append(ex, re)
 	}
@@ -97,7 +98,7 @@ func (c *mirrorsCmd) splitAdd() (names, patterns []string, err error) {
 		switch {
 		case isPattern(t):
 			if _, err := regexp.Compile(t); err != nil {
-				return nil, nil, usageErrorf("--topic %q: %v", t, err)
+				return nil, nil, cli.UsageErrorf("--topic %q: %v", t, err)
 			}
 			patterns = append(patterns, t)
 		case !slices.ContainsFunc(ex, func(re *regexp.Regexp) bool { return re.MatchString(t) }):

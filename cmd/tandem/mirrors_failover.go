@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
@@ -32,7 +33,7 @@ func (c *mirrorsCmd) failover(ctx context.Context) error {
 	}
 	topics := c.topics
 	if len(topics) == 0 {
-		topics = multiFlag{".*"}
+		topics = cli.MultiFlag{".*"}
 	}
 	report, err := c.a.Failover(ctx, c.name, topics, admin.FailoverOptions{Force: c.force, Timeout: c.timeout, Consistent: c.consistent})
 	if c.asJSON {

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -130,7 +131,7 @@ func TestShareGroupCommands(t *testing.T) {
 	})
 	cmd("", "groups", "reset-offsets", "workers", "--topic", "jobs", "--to-offset", "1", "--execute")
 	if s := startOf(); s == nil || *s != 1 {
-		t.Fatalf("start offset after --to-offset 1 --execute: %v", orDash(s))
+		t.Fatalf("start offset after --to-offset 1 --execute: %v", cli.OrDash(s))
 	}
 }
 

@@ -7,15 +7,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/tandem-kafka/tandem/internal/kafkaclient"
 )
 
 // produceMessages keeps the error messages of Produce responses, which
@@ -43,13 +41,13 @@ func (pm *produceMessages) of(topic string, partition int32) string {
 // opts are the client options that dial through the recording
 // connection: TLS (from the flags, read once they are parsed) is done
 // here, so kgo's own DialTLSConfig is cleared.
-func (pm *produceMessages) opts(c *clientFlags) []kgo.Opt {
+func (pm *produceMessages) opts(c *cli.ClientFlags) []kgo.Opt {
 	dial := func(ctx context.Context, network, host string) (net.Conn, error) {
 		conn, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, host)
 		if err != nil {
 			return nil, err
 		}
-		if tc, err := c.tlsConfig(); err != nil || tc != nil {
+		if tc, err := c.TLSConfig(); err != nil || tc != nil {
 			if err != nil {
 				conn.Close()
 				return nil, err
@@ -67,15 +65,6 @@ func (pm *produceMessages) opts(c *clientFlags) []kgo.Opt {
 		return &recordingConn{Conn: conn, pm: pm, versions: map[int32]int16{}}, nil
 	}
 	return []kgo.Opt{kgo.DialTLSConfig(nil), kgo.Dialer(dial)}
-}
-
-// tlsConfig is the TLS configuration the flags ask for, nil for none.
-func (c *clientFlags) tlsConfig() (*tls.Config, error) {
-	props, err := c.props()
-	if err != nil || !strings.HasSuffix(strings.ToUpper(props["security.protocol"]), "SSL") {
-		return nil, err
-	}
-	return kafkaclient.TLSConfig(props)
 }
 
 // recordingConn is a client connection that records Produce answers'

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -33,23 +34,23 @@ The topic must exist (tandem topics create). A line may be up to 16 MiB.
 `
 
 func produce(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("produce", produceDoc, false)
+	c := cli.NewAdminCmd("produce", produceDoc, false)
 	keySep := c.String("key-separator", "", "split each line into key and value at the first `SEP`")
 	partition := c.Int("partition", -1, "write every record to partition `N` (default: by key, or spread)")
-	var headerFlags multiFlag
+	var headerFlags cli.MultiFlag
 	c.Var(&headerFlags, "header", "header `k=v` on every record (repeatable)")
 	var headers []kgo.RecordHeader
 	check := func() error {
 		if c.NArg() != 1 {
-			return usageErrorf("name one topic: tandem produce TOPIC")
+			return cli.UsageErrorf("name one topic: tandem produce TOPIC")
 		}
 		if *partition < -1 || *partition > 1<<31-1 {
-			return usageErrorf("--partition %d: want a partition number", *partition)
+			return cli.UsageErrorf("--partition %d: want a partition number", *partition)
 		}
 		for _, h := range headerFlags {
 			k, v, ok := strings.Cut(h, "=")
 			if !ok || k == "" {
-				return usageErrorf("--header %q: want k=v", h)
+				return cli.UsageErrorf("--header %q: want k=v", h)
 			}
 			headers = append(headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 		}
@@ -57,11 +58,11 @@ func produce(args []string, stdout, stderr io.Writer) int {
 	}
 	messages := &produceMessages{}
 	opts := append([]kgo.Opt{kgo.RequiredAcks(kgo.AllISRAcks()), kgo.UnknownTopicRetries(2), kgo.ProducerLinger(5 * time.Millisecond)},
-		messages.opts(&c.client)...)
+		messages.opts(&c.Client)...)
 	if slices.Contains(args, "--partition") || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--partition=") }) {
 		opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	}
-	return c.run(args, stdout, stderr, 0, check, func(ctx context.Context, cl *kgo.Client, _ *kadm.Client) error {
+	return c.Run(args, stdout, stderr, 0, check, func(ctx context.Context, cl *kgo.Client, _ *kadm.Client) error {
 		topic := c.Arg(0)
 		var (
 			mu       sync.Mutex
@@ -74,7 +75,7 @@ func produce(args []string, stdout, stderr io.Writer) int {
 			defer mu.Unlock()
 			if err != nil {
 				if firstErr == nil {
-					firstErr = kafkaError(err, messages.of(r.Topic, r.Partition)) // the broker's words
+					firstErr = cli.KafkaError(err, messages.of(r.Topic, r.Partition)) // the broker's words
 				}
 				return
 			}
@@ -161,10 +162,10 @@ printed are committed at the end.
 `
 
 func consume(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("consume", consumeDoc, true)
+	c := cli.NewAdminCmd("consume", consumeDoc, true)
 	group := c.String("group", "", "read as a member of consumer group `G` and commit what was printed")
 	fromBeginning := c.Bool("from-beginning", false, "start at the log start (default: the end), where the group has no offset")
-	var partitionFlags multiFlag
+	var partitionFlags cli.MultiFlag
 	c.Var(&partitionFlags, "partition", "read only partition `N` (repeatable; not with --group)")
 	offset := c.Int64("offset", -1, "with --partition: start at offset `N`")
 	count := c.Int("count", 0, "stop after `N` records (0: no limit)")
@@ -176,28 +177,28 @@ func consume(args []string, stdout, stderr io.Writer) int {
 	var partitions []int32
 	check := func() error {
 		if c.NArg() != 1 {
-			return usageErrorf("name one topic: tandem consume TOPIC")
+			return cli.UsageErrorf("name one topic: tandem consume TOPIC")
 		}
 		for _, p := range partitionFlags {
 			v, err := strconv.ParseInt(p, 10, 32)
 			if err != nil || v < 0 {
-				return usageErrorf("--partition %q: want a partition number", p)
+				return cli.UsageErrorf("--partition %q: want a partition number", p)
 			}
 			partitions = append(partitions, int32(v))
 		}
 		switch {
 		case *group != "" && len(partitions) > 0:
-			return usageErrorf("--partition and --group do not go together: a group's members share the partitions")
+			return cli.UsageErrorf("--partition and --group do not go together: a group's members share the partitions")
 		case *offset >= 0 && len(partitions) == 0:
-			return usageErrorf("--offset needs --partition")
+			return cli.UsageErrorf("--offset needs --partition")
 		case *offset >= 0 && *fromBeginning:
-			return usageErrorf("--offset and --from-beginning do not go together")
+			return cli.UsageErrorf("--offset and --from-beginning do not go together")
 		case *count < 0:
-			return usageErrorf("--count %d: want 0 or more", *count)
+			return cli.UsageErrorf("--count %d: want 0 or more", *count)
 		}
 		return nil
 	}
-	return c.run(args, stdout, stderr, 0, check, func(ctx context.Context, cl *kgo.Client, adm *kadm.Client) error {
+	return c.Run(args, stdout, stderr, 0, check, func(ctx context.Context, cl *kgo.Client, adm *kadm.Client) error {
 		topic := c.Arg(0)
 		details, err := adm.ListTopics(ctx, topic)
 		if err != nil {
@@ -222,7 +223,7 @@ func consume(args []string, stdout, stderr io.Writer) int {
 		// A second client reads: the first stays the admin's.
 		opts := consumeOpts(cl, topic, *group, partitions, start)
 		// -e: where each partition ends now, and where reading starts.
-		rl := &readLoop{stdout: stdout, atEnd: atEnd, count: *count, asJSON: c.asJSON, printKey: *printKey, printHeaders: *printHeaders, group: *group}
+		rl := &readLoop{stdout: stdout, atEnd: atEnd, count: *count, asJSON: c.AsJSON, printKey: *printKey, printHeaders: *printHeaders, group: *group}
 		if atEnd {
 			if rl.left, rl.limit, err = endsToReach(ctx, adm, topic, partitions, *group, *fromBeginning, *offset); err != nil {
 				return err
@@ -391,7 +392,7 @@ func printRecord(w io.Writer, r *kgo.Record, asJSON, key, headers bool) error {
 		for _, h := range r.Headers {
 			out.Headers = append(out.Headers, consumedHeader{Key: h.Key, Value: string(h.Value)})
 		}
-		return printJSON(w, out)
+		return cli.PrintJSON(w, out)
 	}
 	var b strings.Builder
 	if headers {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tandem-kafka/tandem"
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/tandem-kafka/tandem/console"
 	"github.com/tandem-kafka/tandem/internal/properties"
 	"github.com/tandem-kafka/tandem/prom"
@@ -63,7 +64,7 @@ broker failed.
 `
 
 func serve(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("serve", serveDoc)
+	fs := cli.NewFlags("serve", serveDoc)
 	var o serveOptions
 	fs.StringVar(&o.dataDir, "data-dir", "tandem-data", "directory holding the broker's data")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:9092", "Kafka listener address (port 0 picks a free port)")
@@ -80,32 +81,32 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		o.sets = append(o.sets, s)
 		return nil
 	})
-	if code, done := fs.parse(args, stdout, stderr); done {
+	if code, done := fs.ParseArgs(args, stdout, stderr); done {
 		return code
 	}
-	return exit(stderr, "serve", o.run(fs, stderr))
+	return cli.Exit(stderr, "serve", o.run(fs, stderr))
 }
 
 // run runs `tandem serve` with the parsed options until SIGTERM or
 // SIGINT, logging to stderr.
-func (o *serveOptions) run(fs *flags, stderr io.Writer) error {
+func (o *serveOptions) run(fs *cli.Flags, stderr io.Writer) error {
 	if fs.NArg() > 0 {
-		return usageErrorf("unexpected arguments %q", fs.Args())
+		return cli.UsageErrorf("unexpected arguments %q", fs.Args())
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return usageErrorf("--log-level: %v", err)
+		return cli.UsageErrorf("--log-level: %v", err)
 	}
 	explicit := make(map[string]bool)
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
 	cfg, err := o.brokerConfig(explicit)
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	b, err := tandem.NewBroker(cfg)
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -165,7 +166,7 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 	_, statErr := os.Stat(cfg.DataDir)
 	fresh := errors.Is(statErr, fs.ErrNotExist)
 	if err := b.CheckDataDir(); err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	// Nothing started: a data dir this run made (meta.properties, .lock)
 	// goes again, so that the next try is a first start too.
@@ -173,7 +174,7 @@ func runServer(ctx context.Context, stop func(), b *server.Broker, cfg server.Co
 		if fresh {
 			os.RemoveAll(cfg.DataDir)
 		}
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	b.SetProcessMemoryLimit()
 	var started atomic.Bool

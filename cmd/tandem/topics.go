@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -24,13 +25,13 @@ Usage: tandem topics <command> [TOPIC...] [flags]
 `
 
 func topics(args []string, stdout, stderr io.Writer) int {
-	return runVerbs("topics", topicsDoc, []verb{
-		{"list", "list topics with their partitions, replication factor and mirror", topicsList},
-		{"create", "create topics (--partitions, --replication-factor, --config k=v)", topicsCreate},
-		{"describe", "partitions (leader, replicas, ISR, offsets), configs and mirror state", topicsDescribe},
-		{"delete", "delete topics", topicsDelete},
-		{"add-partitions", "raise a topic's partition count to --partitions N", topicsAddPartitions},
-		{"alter-config", "set (--config k=v) or remove (--delete-config k) topic configs", topicsAlterConfig},
+	return cli.RunVerbs("topics", topicsDoc, []cli.Verb{
+		{Name: "list", Summary: "list topics with their partitions, replication factor and mirror", Run: topicsList},
+		{Name: "create", Summary: "create topics (--partitions, --replication-factor, --config k=v)", Run: topicsCreate},
+		{Name: "describe", Summary: "partitions (leader, replicas, ISR, offsets), configs and mirror state", Run: topicsDescribe},
+		{Name: "delete", Summary: "delete topics", Run: topicsDelete},
+		{Name: "add-partitions", Summary: "raise a topic's partition count to --partitions N", Run: topicsAddPartitions},
+		{Name: "alter-config", Summary: "set (--config k=v) or remove (--delete-config k) topic configs", Run: topicsAlterConfig},
 	}, args, stdout, stderr)
 }
 
@@ -38,10 +39,10 @@ func topics(args []string, stdout, stderr io.Writer) int {
 const adminTimeout = time.Minute
 
 // needTopics is the check of a verb that takes topic names.
-func needTopics(c *adminCmd) func() error {
+func needTopics(c *cli.AdminCmd) func() error {
 	return func() error {
 		if c.NArg() == 0 {
-			return usageErrorf("name the topic(s): tandem %s TOPIC...", c.Name())
+			return cli.UsageErrorf("name the topic(s): tandem %s TOPIC...", c.Name())
 		}
 		return nil
 	}
@@ -79,9 +80,9 @@ Usage: tandem topics list [--internal] [--json]
 `
 
 func topicsList(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("topics list", topicsListDoc, true)
+	c := cli.NewAdminCmd("topics list", topicsListDoc, true)
 	internal := c.Bool("internal", false, "include internal topics (__consumer_offsets, ...)")
-	return c.run(args, stdout, stderr, adminTimeout, nil, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
+	return c.Run(args, stdout, stderr, adminTimeout, nil, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
 		list := adm.ListTopics
 		if *internal {
 			list = adm.ListTopicsWithInternal
@@ -99,14 +100,14 @@ func topicsList(args []string, stdout, stderr io.Writer) int {
 			out = append(out, listedTopic{Topic: d.Topic, TopicID: topicID(d.ID), Internal: d.IsInternal,
 				Partitions: len(d.Partitions), ReplicationFactor: replicationFactor(d), Mirror: mirrors[d.Topic]})
 		}
-		if c.asJSON {
-			return printJSON(stdout, out)
+		if c.AsJSON {
+			return cli.PrintJSON(stdout, out)
 		}
-		t := newTable(stdout, "TOPIC", "PARTITIONS", "REPLICATION-FACTOR", "MIRROR")
+		t := cli.NewTable(stdout, "TOPIC", "PARTITIONS", "REPLICATION-FACTOR", "MIRROR")
 		for _, l := range out {
-			t.row(l.Topic, l.Partitions, l.ReplicationFactor, strOrDash(l.Mirror))
+			t.Row(l.Topic, l.Partitions, l.ReplicationFactor, strOrDash(l.Mirror))
 		}
-		return t.flush()
+		return t.Flush()
 	})
 }
 
@@ -148,19 +149,6 @@ func mirrorNames(ctx context.Context, adm *kadm.Client, topics []string) map[str
 	return out
 }
 
-// keyValues parses --config k=v flags.
-func keyValues(kvs []string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, kv := range kvs {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, usageErrorf("--config %q: want k=v", kv)
-		}
-		out[k] = v
-	}
-	return out, nil
-}
-
 const topicsCreateDoc = `Creates topics.
 
 Usage: tandem topics create TOPIC... [--partitions N] [--replication-factor N] [--config k=v ...]
@@ -171,10 +159,10 @@ exit status is 1 if any was refused.
 `
 
 func topicsCreate(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("topics create", topicsCreateDoc, false)
+	c := cli.NewAdminCmd("topics create", topicsCreateDoc, false)
 	partitions := c.Int("partitions", -1, "number of partitions (-1: the cluster's num.partitions)")
 	rf := c.Int("replication-factor", -1, "replicas of each partition (-1: the cluster's default.replication.factor)")
-	var configs multiFlag
+	var configs cli.MultiFlag
 	c.Var(&configs, "config", "topic config `k=v` (repeatable), e.g. retention.ms=3600000")
 	var cfg map[string]string
 	check := func() error {
@@ -182,16 +170,16 @@ func topicsCreate(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		if *partitions == 0 || *partitions < -1 || *partitions > 1<<31-1 {
-			return usageErrorf("--partitions %d: want a positive count, or -1 for the cluster's default", *partitions)
+			return cli.UsageErrorf("--partitions %d: want a positive count, or -1 for the cluster's default", *partitions)
 		}
 		if *rf == 0 || *rf < -1 || *rf > 1<<15-1 {
-			return usageErrorf("--replication-factor %d: want a positive count, or -1 for the cluster's default", *rf)
+			return cli.UsageErrorf("--replication-factor %d: want a positive count, or -1 for the cluster's default", *rf)
 		}
 		var err error
-		cfg, err = keyValues(configs)
+		cfg, err = cli.KeyValues(configs)
 		return err
 	}
-	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
+	return c.Run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
 		ptrs := map[string]*string{}
 		for k, v := range cfg {
 			ptrs[k] = &v
@@ -207,7 +195,7 @@ func topicsCreate(args []string, stdout, stderr io.Writer) int {
 			case !ok:
 				errs[t] = errors.New("no answer for it")
 			case r.Err != nil:
-				errs[t] = kafkaError(r.Err, r.ErrMessage)
+				errs[t] = cli.KafkaError(r.Err, r.ErrMessage)
 			default:
 				fmt.Fprintf(stdout, "Created topic %s: %d partition(s), replication factor %d, ID %s.\n", t, r.NumPartitions, r.ReplicationFactor, topicID(r.ID))
 			}
@@ -251,16 +239,16 @@ An offset no broker could give is "-" (null in JSON), never 0.
 `
 
 func topicsDescribe(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("topics describe", topicsDescribeDoc, true)
+	c := cli.NewAdminCmd("topics describe", topicsDescribeDoc, true)
 	internal := c.Bool("internal", false, "with no TOPIC: include internal topics")
 	check := func() error { return nil }
-	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, cl *kgo.Client, adm *kadm.Client) error {
+	return c.Run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, cl *kgo.Client, adm *kadm.Client) error {
 		out, err := describeTopics(ctx, cl, adm, c.Args(), *internal)
 		if err != nil {
 			return err
 		}
-		if c.asJSON {
-			if err := printJSON(stdout, out); err != nil {
+		if c.AsJSON {
+			if err := cli.PrintJSON(stdout, out); err != nil {
 				return err
 			}
 		} else {
@@ -386,7 +374,7 @@ func printTopics(w io.Writer, ts []describedTopic) {
 		fmt.Fprintln(w, line)
 		var cfgs []string
 		for _, k := range slices.Sorted(maps.Keys(t.Configs)) {
-			cfgs = append(cfgs, k+"="+cmpOr(strOrDash(t.Configs[k]), `""`))
+			cfgs = append(cfgs, k+"="+cli.CmpOr(strOrDash(t.Configs[k]), `""`))
 		}
 		if len(cfgs) > 0 {
 			fmt.Fprintf(w, "Configs: %s\n", strings.Join(cfgs, ","))
@@ -395,19 +383,19 @@ func printTopics(w io.Writer, ts []describedTopic) {
 		if t.Mirror != nil {
 			header = append(header, "MIRROR-STATE")
 		}
-		tb := newTable(w, header...)
+		tb := cli.NewTable(w, header...)
 		for _, p := range t.Partitions {
 			leader := fmt.Sprint(p.Leader)
 			if p.Leader < 0 {
 				leader = "none"
 			}
-			cells := []any{p.Partition, leader, p.LeaderEpoch, ids(p.Replicas), ids(p.ISR), ids(p.OfflineReplicas), orDash(p.LogStartOffset), orDash(p.LogEndOffset)}
+			cells := []any{p.Partition, leader, p.LeaderEpoch, ids(p.Replicas), ids(p.ISR), ids(p.OfflineReplicas), cli.OrDash(p.LogStartOffset), cli.OrDash(p.LogEndOffset)}
 			if t.Mirror != nil {
 				cells = append(cells, strOrDash(p.MirrorState))
 			}
-			tb.row(cells...)
+			tb.Row(cells...)
 		}
-		tb.flush()
+		tb.Flush()
 	}
 }
 
@@ -432,8 +420,8 @@ fail it over first (tandem mirrors --failover).
 `
 
 func topicsDelete(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("topics delete", topicsDeleteDoc, false)
-	return c.run(args, stdout, stderr, adminTimeout, needTopics(c), func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
+	c := cli.NewAdminCmd("topics delete", topicsDeleteDoc, false)
+	return c.Run(args, stdout, stderr, adminTimeout, needTopics(c), func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
 		resps, err := adm.DeleteTopics(ctx, c.Args()...)
 		if err != nil {
 			return fmt.Errorf("deleting topics: %w", err)
@@ -445,7 +433,7 @@ func topicsDelete(args []string, stdout, stderr io.Writer) int {
 			case !ok:
 				errs[t] = errors.New("no answer for it")
 			case r.Err != nil:
-				errs[t] = kafkaError(r.Err, r.ErrMessage)
+				errs[t] = cli.KafkaError(r.Err, r.ErrMessage)
 			default:
 				fmt.Fprintf(stdout, "Deleted topic %s.\n", t)
 			}
@@ -462,18 +450,18 @@ Usage: tandem topics add-partitions TOPIC... --partitions N
 `
 
 func topicsAddPartitions(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("topics add-partitions", topicsAddPartitionsDoc, false)
+	c := cli.NewAdminCmd("topics add-partitions", topicsAddPartitionsDoc, false)
 	total := c.Int("partitions", 0, "the partition count after (required)")
 	check := func() error {
 		if err := needTopics(c)(); err != nil {
 			return err
 		}
 		if *total <= 0 || *total > 1<<31-1 {
-			return usageErrorf("--partitions N is required: the partition count after, above the current one")
+			return cli.UsageErrorf("--partitions N is required: the partition count after, above the current one")
 		}
 		return nil
 	}
-	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
+	return c.Run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
 		before, err := adm.ListTopics(ctx, c.Args()...)
 		if err != nil {
 			return fmt.Errorf("reading the metadata: %w", err)
@@ -489,7 +477,7 @@ func topicsAddPartitions(args []string, stdout, stderr io.Writer) int {
 			case !ok:
 				errs[t] = errors.New("no answer for it")
 			case r.Err != nil:
-				errs[t] = kafkaError(r.Err, r.ErrMessage)
+				errs[t] = cli.KafkaError(r.Err, r.ErrMessage)
 			default:
 				fmt.Fprintf(stdout, "Topic %s: %d → %d partitions.\n", t, len(before[t].Partitions), *total)
 			}
@@ -506,8 +494,8 @@ Usage: tandem topics alter-config TOPIC... [--config k=v ...] [--delete-config k
 `
 
 func topicsAlterConfig(args []string, stdout, stderr io.Writer) int {
-	c := newAdminCmd("topics alter-config", topicsAlterConfigDoc, false)
-	var sets, deletes multiFlag
+	c := cli.NewAdminCmd("topics alter-config", topicsAlterConfigDoc, false)
+	var sets, deletes cli.MultiFlag
 	c.Var(&sets, "config", "set topic config `k=v` (repeatable)")
 	c.Var(&deletes, "delete-config", "remove topic config `k` (repeatable)")
 	var alters []kadm.AlterConfig
@@ -516,9 +504,9 @@ func topicsAlterConfig(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		if len(sets)+len(deletes) == 0 {
-			return usageErrorf("nothing to alter: give --config k=v or --delete-config k")
+			return cli.UsageErrorf("nothing to alter: give --config k=v or --delete-config k")
 		}
-		kv, err := keyValues(sets)
+		kv, err := cli.KeyValues(sets)
 		if err != nil {
 			return err
 		}
@@ -528,13 +516,13 @@ func topicsAlterConfig(args []string, stdout, stderr io.Writer) int {
 		}
 		for _, k := range deletes {
 			if _, both := kv[k]; both {
-				return usageErrorf("--config and --delete-config both name %s", k)
+				return cli.UsageErrorf("--config and --delete-config both name %s", k)
 			}
 			alters = append(alters, kadm.AlterConfig{Op: kadm.DeleteConfig, Name: k})
 		}
 		return nil
 	}
-	return c.run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
+	return c.Run(args, stdout, stderr, adminTimeout, check, func(ctx context.Context, _ *kgo.Client, adm *kadm.Client) error {
 		resps, err := adm.AlterTopicConfigs(ctx, alters, c.Args()...)
 		if err != nil {
 			return fmt.Errorf("altering topic configs: %w", err)
@@ -546,7 +534,7 @@ func topicsAlterConfig(args []string, stdout, stderr io.Writer) int {
 			case i < 0:
 				errs[t] = errors.New("no answer for it")
 			case resps[i].Err != nil:
-				errs[t] = kafkaError(resps[i].Err, resps[i].ErrMessage)
+				errs[t] = cli.KafkaError(resps[i].Err, resps[i].ErrMessage)
 			default:
 				fmt.Fprintf(stdout, "Altered the configs of topic %s.\n", t)
 			}

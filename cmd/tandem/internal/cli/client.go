@@ -1,7 +1,8 @@
-package main
+package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,12 +22,12 @@ import (
 	"github.com/tandem-kafka/tandem/internal/properties"
 )
 
-// clientFlags are the flags of every command that talks to a cluster:
+// ClientFlags are the flags of every command that talks to a cluster:
 // where it is and how to log in, as Kafka's tools take them. The flags
 // become Kafka client properties, over those of --command-config, and
 // kafkaclient turns the properties into franz-go options: one meaning for
 // a file that Kafka's tools read too.
-type clientFlags struct {
+type ClientFlags struct {
 	what          string // "cluster", "destination cluster": for help and errors
 	bootstrap     string
 	commandConfig string
@@ -44,8 +45,8 @@ type clientFlags struct {
 // `tandem serve` starts with no flags.
 const defaultBootstrap = "127.0.0.1:9092"
 
-// register adds the flags to fs; what names the cluster in their help.
-func (c *clientFlags) register(fs *flags, what string) {
+// Register adds the flags to fs; what names the cluster in their help.
+func (c *ClientFlags) Register(fs *Flags, what string) {
 	c.what = what
 	fs.StringVar(&c.bootstrap, "bootstrap-server", "", what+" `HOST:PORT[,HOST:PORT...]`, as tandem cluster prints it (default "+defaultBootstrap+", or bootstrap.servers of --command-config)")
 	fs.StringVar(&c.commandConfig, "command-config", "", "Kafka client properties `FILE`: security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.location, ssl.keystore.location (PEM), ... (docs/cli.md)")
@@ -65,21 +66,21 @@ func (c *clientFlags) register(fs *flags, what string) {
 var commandConfigKeys = append([]string{"bootstrap.servers", "client.id"}, kafkaclient.Keys...)
 
 // props returns the client properties the flags describe.
-func (c *clientFlags) props() (map[string]string, error) {
+func (c *ClientFlags) props() (map[string]string, error) {
 	props := map[string]string{}
 	if c.commandConfig != "" {
 		f, err := os.Open(c.commandConfig)
 		if err != nil {
-			return nil, usageErrorf("--command-config: %v", err)
+			return nil, UsageErrorf("--command-config: %v", err)
 		}
 		props, err = properties.Read(f)
 		f.Close()
 		if err != nil {
-			return nil, usageErrorf("--command-config %s: %v", c.commandConfig, err)
+			return nil, UsageErrorf("--command-config %s: %v", c.commandConfig, err)
 		}
 		for k := range props {
 			if !slices.Contains(commandConfigKeys, k) {
-				return nil, usageErrorf("--command-config %s: %s is not a setting tandem reads (it reads %s)", c.commandConfig, k, strings.Join(commandConfigKeys, ", "))
+				return nil, UsageErrorf("--command-config %s: %s is not a setting tandem reads (it reads %s)", c.commandConfig, k, strings.Join(commandConfigKeys, ", "))
 			}
 		}
 	}
@@ -113,42 +114,42 @@ func (c *clientFlags) props() (map[string]string, error) {
 			mech = strings.ToUpper(props["sasl.mechanism"])
 		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
 		default:
-			return nil, usageErrorf("--sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (OAUTHBEARER: sasl.oauthbearer.token in --command-config)", c.mechanism)
+			return nil, UsageErrorf("--sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (OAUTHBEARER: sasl.oauthbearer.token in --command-config)", c.mechanism)
 		}
 		if mech != "" {
 			props["sasl.mechanism"] = mech
 		}
 		if c.user != "" || c.password != "" {
 			if c.user == "" || c.password == "" || strings.ContainsRune(c.user+c.password, '"') {
-				return nil, usageErrorf("--sasl-username and --sasl-password go together (and hold no double quote)")
+				return nil, UsageErrorf("--sasl-username and --sasl-password go together (and hold no double quote)")
 			}
 			props["sasl.jaas.config"] = kafkaclient.JAAS(mech, c.user, c.password)
 		} else if props["sasl.jaas.config"] == "" {
-			return nil, usageErrorf("--sasl-mechanism %s needs --sasl-username and --sasl-password (or sasl.jaas.config in --command-config)", cmpOr(mech, "PLAIN"))
+			return nil, UsageErrorf("--sasl-mechanism %s needs --sasl-username and --sasl-password (or sasl.jaas.config in --command-config)", CmpOr(mech, "PLAIN"))
 		}
 		if !strings.HasPrefix(proto, "SASL") {
-			return nil, usageErrorf("SASL flags with --security-protocol %s: want SASL_PLAINTEXT or SASL_SSL", proto)
+			return nil, UsageErrorf("SASL flags with --security-protocol %s: want SASL_PLAINTEXT or SASL_SSL", proto)
 		}
 	}
 	if tls {
 		if !strings.HasSuffix(proto, "SSL") {
-			return nil, usageErrorf("TLS flags with --security-protocol %s: want SSL or SASL_SSL", proto)
+			return nil, UsageErrorf("TLS flags with --security-protocol %s: want SSL or SASL_SSL", proto)
 		}
 		if c.tlsCA != "" {
 			props["ssl.truststore.type"], props["ssl.truststore.location"] = "PEM", c.tlsCA
 			delete(props, "ssl.truststore.certificates")
 		}
 		if (c.tlsCert == "") != (c.tlsKey == "") {
-			return nil, usageErrorf("--tls-cert and --tls-key go together")
+			return nil, UsageErrorf("--tls-cert and --tls-key go together")
 		}
 		if c.tlsCert != "" {
 			chain, err := os.ReadFile(c.tlsCert)
 			if err != nil {
-				return nil, usageErrorf("--tls-cert: %v", err)
+				return nil, UsageErrorf("--tls-cert: %v", err)
 			}
 			key, err := os.ReadFile(c.tlsKey)
 			if err != nil {
-				return nil, usageErrorf("--tls-key: %v", err)
+				return nil, UsageErrorf("--tls-key: %v", err)
 			}
 			props["ssl.keystore.type"], props["ssl.keystore.certificate.chain"], props["ssl.keystore.key"] = "PEM", string(chain), string(key)
 			delete(props, "ssl.keystore.location")
@@ -157,7 +158,8 @@ func (c *clientFlags) props() (map[string]string, error) {
 	return props, nil
 }
 
-func cmpOr(a, b string) string {
+// CmpOr is a, or b when a is empty.
+func CmpOr(a, b string) string {
 	if a != "" {
 		return a
 	}
@@ -165,15 +167,15 @@ func cmpOr(a, b string) string {
 }
 
 // opts returns the franz-go options of the flags and the seed addresses.
-// Every error is a usageError: nothing was sent.
-func (c *clientFlags) opts() ([]kgo.Opt, []string, error) {
+// Every error is a UsageError: nothing was sent.
+func (c *ClientFlags) opts() ([]kgo.Opt, []string, error) {
 	props, err := c.props()
 	if err != nil {
 		return nil, nil, err
 	}
 	seeds, err := kafkaclient.Seeds(props["bootstrap.servers"])
 	if err != nil {
-		return nil, nil, usageErrorf("--bootstrap-server %q: %v", props["bootstrap.servers"], err)
+		return nil, nil, UsageErrorf("--bootstrap-server %q: %v", props["bootstrap.servers"], err)
 	}
 	security, err := kafkaclient.SecurityOpts(props)
 	if err != nil {
@@ -181,24 +183,33 @@ func (c *clientFlags) opts() ([]kgo.Opt, []string, error) {
 		if c.commandConfig != "" {
 			where = "--command-config " + c.commandConfig
 		}
-		return nil, nil, usageErrorf("%s: %v", where, err)
+		return nil, nil, UsageErrorf("%s: %v", where, err)
 	}
 	opts := append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.DialTimeout(5 * time.Second), kgo.RetryTimeout(30 * time.Second),
-		kgo.ClientID(cmpOr(props["client.id"], "tandem-cli"))}, security...)
+		kgo.ClientID(CmpOr(props["client.id"], "tandem-cli"))}, security...)
 	return opts, seeds, nil
 }
 
-// check reports a usage error in the flags without connecting.
-func (c *clientFlags) check() error {
+// Check reports a usage error in the flags without connecting.
+func (c *ClientFlags) Check() error {
 	_, _, err := c.opts()
 	return err
 }
 
-// connect builds a client and makes sure the cluster answers (a
+// TLSConfig is the TLS configuration the flags ask for, nil for none.
+func (c *ClientFlags) TLSConfig() (*tls.Config, error) {
+	props, err := c.props()
+	if err != nil || !strings.HasSuffix(strings.ToUpper(props["security.protocol"]), "SSL") {
+		return nil, err
+	}
+	return kafkaclient.TLSConfig(props)
+}
+
+// Connect builds a client and makes sure the cluster answers (a
 // broker-only Metadata request), so that an address that cannot be
 // reached is said in words, once, before anything is asked:
 // "cannot reach any of a:9092, b:9093: connection refused".
-func (c *clientFlags) connect(ctx context.Context, extra ...kgo.Opt) (*kgo.Client, error) {
+func (c *ClientFlags) Connect(ctx context.Context, extra ...kgo.Opt) (*kgo.Client, error) {
 	opts, seeds, err := c.opts()
 	if err != nil {
 		return nil, err
@@ -206,7 +217,7 @@ func (c *clientFlags) connect(ctx context.Context, extra ...kgo.Opt) (*kgo.Clien
 	dials := &dialErrors{errs: map[string]error{}}
 	cl, err := kgo.NewClient(slices.Concat(opts, []kgo.Opt{kgo.WithHooks(dials)}, extra)...)
 	if err != nil {
-		return nil, usageError{err}
+		return nil, UsageError{err}
 	}
 	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
@@ -275,23 +286,23 @@ func (d *dialErrors) reachError(what string, seeds []string, last error) error {
 	for _, s := range seeds {
 		why := "not tried"
 		if err, ok := d.errs[s]; ok {
-			why = dialCause(err)
+			why = DialCause(err)
 		}
 		causes[why] = true
 		each = append(each, s+" ("+why+")")
 	}
 	switch {
 	case len(seeds) == 1:
-		return fmt.Errorf("cannot reach %s %s: %s", what, seeds[0], dialCause(d.errs[seeds[0]]))
+		return fmt.Errorf("cannot reach %s %s: %s", what, seeds[0], DialCause(d.errs[seeds[0]]))
 	case len(causes) == 1:
-		return fmt.Errorf("cannot reach any of %s: %s", strings.Join(seeds, ", "), dialCause(d.errs[seeds[0]]))
+		return fmt.Errorf("cannot reach any of %s: %s", strings.Join(seeds, ", "), DialCause(d.errs[seeds[0]]))
 	}
 	return fmt.Errorf("cannot reach any of %s", strings.Join(each, ", "))
 }
 
-// dialCause is why a dial failed, in the words of the system: "connection
+// DialCause is why a dial failed, in the words of the system: "connection
 // refused", "no such host", "i/o timeout".
-func dialCause(err error) string {
+func DialCause(err error) string {
 	var dns *net.DNSError
 	var sys *os.SyscallError
 	var op *net.OpError
@@ -310,42 +321,42 @@ func dialCause(err error) string {
 	return err.Error()
 }
 
-// adminCmd is one run of a command that talks to a cluster: its flags,
+// AdminCmd is one run of a command that talks to a cluster: its flags,
 // the connection flags among them, and --json for a listing.
-type adminCmd struct {
-	*flags
-	client clientFlags
-	asJSON bool
+type AdminCmd struct {
+	*Flags
+	Client ClientFlags
+	AsJSON bool
 }
 
-// newAdminCmd returns the flag set of `tandem NAME` with the connection
+// NewAdminCmd returns the flag set of `tandem NAME` with the connection
 // flags, and --json when listing is true.
-func newAdminCmd(name, doc string, listing bool) *adminCmd {
-	c := &adminCmd{flags: newFlags(name, doc)}
-	c.client.register(c.flags, "cluster")
+func NewAdminCmd(name, doc string, listing bool) *AdminCmd {
+	c := &AdminCmd{Flags: NewFlags(name, doc)}
+	c.Client.Register(c.Flags, "cluster")
 	if listing {
-		c.BoolVar(&c.asJSON, "json", false, "print JSON (shapes in docs/cli.md)")
+		c.BoolVar(&c.AsJSON, "json", false, "print JSON (shapes in docs/cli.md)")
 	}
 	return c
 }
 
-// run parses args, runs check (the command line alone: a usage error
+// Run parses args, runs check (the command line alone: a usage error
 // exits 2 with nothing sent), connects and runs do with a client and its
 // kadm view, within timeout (0: until SIGINT or SIGTERM). It returns the
 // exit code.
-func (c *adminCmd) run(args []string, stdout, stderr io.Writer, timeout time.Duration, check func() error,
+func (c *AdminCmd) Run(args []string, stdout, stderr io.Writer, timeout time.Duration, check func() error,
 	do func(ctx context.Context, cl *kgo.Client, adm *kadm.Client) error, extra ...kgo.Opt) int {
-	if code, done := c.parse(args, stdout, stderr); done {
+	if code, done := c.ParseArgs(args, stdout, stderr); done {
 		return code
 	}
 	if check == nil {
-		check = func() error { return c.noArgs() }
+		check = func() error { return c.NoArgs() }
 	}
 	if err := check(); err != nil {
-		return exit(stderr, c.Name(), err)
+		return Exit(stderr, c.Name(), err)
 	}
-	if err := c.client.check(); err != nil {
-		return exit(stderr, c.Name(), err)
+	if err := c.Client.Check(); err != nil {
+		return Exit(stderr, c.Name(), err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -354,18 +365,18 @@ func (c *adminCmd) run(args []string, stdout, stderr io.Writer, timeout time.Dur
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	cl, err := c.client.connect(ctx, extra...)
+	cl, err := c.Client.Connect(ctx, extra...)
 	if err != nil {
-		return exit(stderr, c.Name(), err)
+		return Exit(stderr, c.Name(), err)
 	}
 	defer cl.Close()
-	return exit(stderr, c.Name(), do(ctx, cl, kadm.NewClient(cl)))
+	return Exit(stderr, c.Name(), do(ctx, cl, kadm.NewClient(cl)))
 }
 
-// noArgs is the check of a command that takes no arguments.
-func (c *adminCmd) noArgs() error {
+// NoArgs is the check of a command that takes no arguments.
+func (c *AdminCmd) NoArgs() error {
 	if c.NArg() > 0 {
-		return usageErrorf("unexpected arguments %q", c.Args())
+		return UsageErrorf("unexpected arguments %q", c.Args())
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -10,12 +10,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// inWords rewrites the message of err, as exit prints it, into what an
+// InWords rewrites the message of err, as Exit prints it, into what an
 // operator reads: a failed dial as "cannot reach HOST:PORT: connection
 // refused" rather than the client library's chain, a request split over
 // brokers (kadm's shard errors) as what each broker answered, and no
 // part said twice in a row.
-func inWords(msg string, err error) string {
+func InWords(msg string, err error) string {
 	var se *kadm.ShardErrors
 	if errors.As(err, &se) {
 		msg = strings.Replace(msg, se.Error(), shardWords(se), 1)
@@ -30,7 +30,7 @@ func inWords(msg string, err error) string {
 		case errors.As(op, &dns):
 			addr = dns.Name
 		}
-		words := fmt.Sprintf("cannot reach %s: %s", addr, dialCause(op))
+		words := fmt.Sprintf("cannot reach %s: %s", addr, DialCause(op))
 		if i := strings.Index(msg, "unable to dial: "+op.Error()); i >= 0 {
 			msg = msg[:i] + words + msg[i+len("unable to dial: "+op.Error()):]
 		} else {
@@ -71,11 +71,11 @@ func dedupe(msg string) string {
 	return strings.Join(out, ": ")
 }
 
-// kafkaError is a Kafka error code's error with the broker's message: the
+// KafkaError is a Kafka error code's error with the broker's message: the
 // error name once, then the broker's words, else the code's description
 // ("TOPIC_ALREADY_EXISTS: Topic 'orders' already exists."). It is nil
 // for a nil err.
-func kafkaError(err error, message string) error {
+func KafkaError(err error, message string) error {
 	var ke *kerr.Error
 	message = strings.TrimSpace(message)
 	if err == nil || !errors.As(err, &ke) || message == "" || strings.Contains(err.Error(), message) {

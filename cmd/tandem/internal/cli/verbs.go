@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -8,52 +8,52 @@ import (
 	"text/tabwriter"
 )
 
-// A verb is one `tandem <command> <verb>`: `tandem topics create`.
-type verb struct {
-	name    string
-	summary string
-	run     func(args []string, stdout, stderr io.Writer) int
+// A Verb is one `tandem <command> <verb>`: `tandem topics create`.
+type Verb struct {
+	Name    string
+	Summary string
+	Run     func(args []string, stdout, stderr io.Writer) int
 }
 
-// runVerbs runs the verb args[0] of `tandem name`, or prints doc and the
+// RunVerbs runs the verb args[0] of `tandem name`, or prints doc and the
 // verbs for --help.
-func runVerbs(name, doc string, verbs []verb, args []string, stdout, stderr io.Writer) int {
+func RunVerbs(name, doc string, verbs []Verb, args []string, stdout, stderr io.Writer) int {
 	var names []string
 	for _, v := range verbs {
-		names = append(names, v.name)
+		names = append(names, v.Name)
 	}
 	if len(args) == 0 {
-		return exit(stderr, name, usageErrorf("choose one of %s (tandem %s --help)", strings.Join(names, ", "), name))
+		return Exit(stderr, name, UsageErrorf("choose one of %s (tandem %s --help)", strings.Join(names, ", "), name))
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, strings.TrimRight(doc, "\n")+"\n\nCommands:\n")
 		for _, v := range verbs {
-			fmt.Fprintf(stdout, "  %-15s %s\n", v.name, v.summary)
+			fmt.Fprintf(stdout, "  %-15s %s\n", v.Name, v.Summary)
 		}
 		fmt.Fprintf(stdout, "\n`tandem %s <command> --help` describes a command and its flags.\n", name)
 		return 0
 	}
 	for _, v := range verbs {
-		if v.name == args[0] {
-			return v.run(args[1:], stdout, stderr)
+		if v.Name == args[0] {
+			return v.Run(args[1:], stdout, stderr)
 		}
 	}
-	return exit(stderr, name, usageErrorf("unknown command %q: choose one of %s", args[0], strings.Join(names, ", ")))
+	return Exit(stderr, name, UsageErrorf("unknown command %q: choose one of %s", args[0], strings.Join(names, ", ")))
 }
 
-// printJSON prints v as one line of JSON.
-func printJSON(w io.Writer, v any) error {
+// PrintJSON prints v as one line of JSON.
+func PrintJSON(w io.Writer, v any) error {
 	return json.NewEncoder(w).Encode(v)
 }
 
-// table is a tab-aligned table with a header, as kafka-topics.sh and
+// Table is a tab-aligned table with a header, as kafka-topics.sh and
 // kafka-consumer-groups.sh print theirs.
-type table struct{ tw *tabwriter.Writer }
+type Table struct{ tw *tabwriter.Writer }
 
-func newTable(w io.Writer, header ...string) *table {
-	t := &table{tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
-	t.row(toAny(header)...)
+func NewTable(w io.Writer, header ...string) *Table {
+	t := &Table{tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+	t.Row(toAny(header)...)
 	return t
 }
 
@@ -65,7 +65,7 @@ func toAny(ss []string) []any {
 	return out
 }
 
-func (t *table) row(cells ...any) {
+func (t *Table) Row(cells ...any) {
 	parts := make([]string, len(cells))
 	for i, c := range cells {
 		parts[i] = fmt.Sprint(c)
@@ -73,18 +73,31 @@ func (t *table) row(cells ...any) {
 	fmt.Fprintln(t.tw, strings.Join(parts, "\t"))
 }
 
-func (t *table) flush() error { return t.tw.Flush() }
+func (t *Table) Flush() error { return t.tw.Flush() }
 
-// orDash prints an unknown (nil) number as "-".
-func orDash(v *int64) string {
+// OrDash prints an unknown (nil) number as "-".
+func OrDash(v *int64) string {
 	if v == nil {
 		return "-"
 	}
 	return fmt.Sprint(*v)
 }
 
-// multiFlag collects a repeated flag.
-type multiFlag []string
+// MultiFlag collects a repeated flag.
+type MultiFlag []string
 
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+func (m *MultiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *MultiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// KeyValues parses --config k=v flags.
+func KeyValues(kvs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, UsageErrorf("--config %q: want k=v", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
