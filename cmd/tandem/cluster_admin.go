@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/mirrorcmd"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -149,7 +150,7 @@ func describeClusterState(ctx context.Context, cl *kgo.Client, adm *kadm.Client)
 		internal[d.Topic] = d.IsInternal || strings.HasPrefix(d.Topic, "__")
 	}
 	s.Problems = append(s.Problems, partitionProblems(s, internal)...)
-	s.MirrorProblems = append(s.MirrorProblems, mirrorProblems(ctx, cl)...)
+	s.MirrorProblems = append(s.MirrorProblems, mirrorcmd.Problems(ctx, cl)...)
 	s.Problems = append(s.Problems, s.MirrorProblems...)
 	s.Healthy = len(s.Problems) == 0
 	return s, nil
@@ -280,7 +281,7 @@ func clusterDescribe(args []string, stdout, stderr io.Writer, health bool) int {
 			}
 		}
 		return nil
-	}, mirrorClientOpts()...)
+	}, mirrorcmd.ClientOpts()...)
 	if code == 0 && unhealthy && health {
 		return 1
 	}

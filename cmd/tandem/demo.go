@@ -19,6 +19,7 @@ import (
 
 	"github.com/tandem-kafka/tandem"
 	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/mirrorcmd"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/server"
 )
@@ -109,7 +110,7 @@ func runDemo(stdout, stderr io.Writer, brokers, records, size int, rate int64, i
 		{"--bootstrap-server", dstAddrs[0], "--add", "--topic", topic, "--mirror", name},
 	} {
 		fmt.Fprintf(stdout, "$ tandem mirrors %s\n", strings.Join(cmd, " "))
-		if code := mirrors(cmd, stdout, stderr); code != 0 {
+		if code := mirrorcmd.Run(cmd, stdout, stderr); code != 0 {
 			return fmt.Errorf("tandem mirrors %s failed", strings.Join(cmd, " "))
 		}
 	}
@@ -228,7 +229,7 @@ func watchDemo(ctx context.Context, stdout, stderr io.Writer, a *admin.Client, s
 		}
 		done = produced == nil && caughtUp(ctx, a, src, name, topic)
 		fmt.Fprintf(stdout, "\n$ tandem mirrors %s\n", strings.Join(describe, " "))
-		if code := mirrors(describe, stdout, stderr); code != 0 {
+		if code := mirrorcmd.Run(describe, stdout, stderr); code != 0 {
 			return fmt.Errorf("describe failed")
 		}
 	}

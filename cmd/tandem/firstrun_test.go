@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/base64"
 	"net"
 	"os"
@@ -66,33 +65,6 @@ func TestCLIPolish(t *testing.T) {
 	}
 	if out := ok(t, "", "mirrors", "--bootstrap-server", b.Addr(), "--resume", "--mirror", "dr", "--topic", "ord.*"); out != "Resumed mirror dr: its topics matching ord.* copy from the source again.\n" {
 		t.Fatalf("--resume --topic printed %q", out)
-	}
-}
-
-// TestDivergedTable (issue 41, item 10): --diverged lists ranges in the
-// order of the log, whatever order the brokers answered in, and its
-// COPIED-TO range is inclusive as OFFSETS is.
-func TestDivergedTable(t *testing.T) {
-	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	r := func(p int32, first, last, copyStart, copyEnd int64) divergedRange {
-		return divergedRange{Topic: "events", Partition: p, FirstOffset: first, LastOffset: last, Records: last - first + 1,
-			FirstTimestamp: at, LastTimestamp: at, TruncatedAt: at, Cause: "failback", CopiedTo: "events.diverged/" + string('0'+rune(p)),
-			CopyStart: copyStart, CopyEnd: copyEnd}
-	}
-	ds := []divergedRange{r(2, 10, 19, 0, 10), r(0, 5, 5, 3, 4), r(1, 7, 8, 0, 2), r(0, 1, 2, 0, 2)}
-	sortDiverged(ds)
-	var buf bytes.Buffer
-	if err := printDiverged(&buf, ds); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n")[1:] {
-		f := strings.Fields(l)
-		got = append(got, f[1]+" "+f[2]+" "+f[len(f)-1])
-	}
-	want := []string{"0 1-2 events.diverged/0@0-1", "0 5-5 events.diverged/0@3-3", "1 7-8 events.diverged/1@0-1", "2 10-19 events.diverged/2@0-9"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Fatalf("--diverged rows (partition, offsets, copied to):\n%s\nwant %q", buf.String(), want)
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 	"strings"
 
 	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/mirrorcmd"
 )
 
 func main() {
@@ -57,7 +58,7 @@ func commands() []command {
 		{name: "acls", summary: "list, create, delete ACLs (kafka-acls.sh's words)", run: acls, verbs: true},
 		{name: "produce", summary: "write records to a topic from stdin", run: produce},
 		{name: "consume", summary: "print the records of a topic", run: consume},
-		{name: "mirrors", summary: "manage cluster mirrors (KIP-1279's kafka-mirrors.sh)", run: mirrors},
+		{name: "mirrors", summary: "manage cluster mirrors (KIP-1279's kafka-mirrors.sh)", run: mirrorcmd.Run},
 		{name: "demo", summary: "mirror a topic between two local clusters and show the lag", run: demo},
 		{name: "bench", summary: "run the benchmark harness", run: runBench},
 		{name: "version", summary: "print the version", run: version},

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
+	"github.com/tandem-kafka/tandem/cmd/tandem/internal/mirrorcmd"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -266,7 +267,7 @@ func topicsDescribe(args []string, stdout, stderr io.Writer) int {
 			return fmt.Errorf("partitions the cluster could not describe: %s", strings.Join(failed, "; "))
 		}
 		return nil
-	}, mirrorClientOpts()...)
+	}, mirrorcmd.ClientOpts()...)
 }
 
 func describeTopics(ctx context.Context, cl *kgo.Client, adm *kadm.Client, names []string, internal bool) ([]describedTopic, error) {
@@ -328,7 +329,7 @@ func describeTopics(ctx context.Context, cl *kgo.Client, adm *kadm.Client, names
 		}
 		var states map[int32]string
 		if dt.Mirror != nil {
-			states = mirrorPartitionStates(ctx, cl, *dt.Mirror, d.Topic)
+			states = mirrorcmd.PartitionStates(ctx, cl, *dt.Mirror, d.Topic)
 		}
 		for _, p := range d.Partitions.Sorted() {
 			dp := describedTopicPart{Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch,

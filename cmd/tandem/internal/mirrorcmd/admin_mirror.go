@@ -1,4 +1,4 @@
-package main
+package mirrorcmd
 
 import (
 	"context"
@@ -13,12 +13,12 @@ import (
 // states the mirror APIs report. Against a cluster without the mirror
 // APIs, a mirror topic shows its mirror.name alone.
 
-// mirrorClientOpts let a client send the mirror requests.
-func mirrorClientOpts() []kgo.Opt { return []kgo.Opt{admin.Opt()} }
+// ClientOpts let a client send the mirror requests.
+func ClientOpts() []kgo.Opt { return []kgo.Opt{admin.Opt()} }
 
-// mirrorPartitionStates returns the state of each partition of topic in
+// PartitionStates returns the state of each partition of topic in
 // mirror name, nil if the cluster cannot say (no mirror APIs, an error).
-func mirrorPartitionStates(ctx context.Context, cl *kgo.Client, name, topic string) map[int32]string {
+func PartitionStates(ctx context.Context, cl *kgo.Client, name, topic string) map[int32]string {
 	a := admin.New(cl)
 	if a.Supported(ctx) != nil {
 		return nil
@@ -38,11 +38,11 @@ func mirrorPartitionStates(ctx context.Context, cl *kgo.Client, name, topic stri
 	return out
 }
 
-// mirrorProblems lists the mirrors in trouble: a mirror FAILED, a
+// Problems lists the mirrors in trouble: a mirror FAILED, a
 // partition FAILED or unable to copy (its REASON), as tandem mirrors
 // --describe exits 1 for. A cluster without the mirror APIs has none;
 // one that cannot describe its mirrors is a problem itself.
-func mirrorProblems(ctx context.Context, cl *kgo.Client) []string {
+func Problems(ctx context.Context, cl *kgo.Client) []string {
 	a := admin.New(cl)
 	if a.Supported(ctx) != nil {
 		return nil

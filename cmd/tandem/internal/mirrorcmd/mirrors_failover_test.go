@@ -1,4 +1,4 @@
-package main
+package mirrorcmd
 
 import (
 	"bytes"
@@ -48,5 +48,32 @@ func TestPrintCut(t *testing.T) {
 	if len(out.Partitions) != 2 || out.Partitions[1].CutRecords != 3 || !out.Partitions[1].CutTime.Equal(time.UnixMilli(at)) ||
 		out.Partitions[0].SourceOffsetTime != nil || out.Error == nil || !strings.Contains(*out.Error, "cannot confirm") {
 		t.Fatalf("--json: %s", b.String())
+	}
+}
+
+// TestDivergedTable (issue 41, item 10): --diverged lists ranges in the
+// order of the log, whatever order the brokers answered in, and its
+// COPIED-TO range is inclusive as OFFSETS is.
+func TestDivergedTable(t *testing.T) {
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	r := func(p int32, first, last, copyStart, copyEnd int64) divergedRange {
+		return divergedRange{Topic: "events", Partition: p, FirstOffset: first, LastOffset: last, Records: last - first + 1,
+			FirstTimestamp: at, LastTimestamp: at, TruncatedAt: at, Cause: "failback", CopiedTo: "events.diverged/" + string('0'+rune(p)),
+			CopyStart: copyStart, CopyEnd: copyEnd}
+	}
+	ds := []divergedRange{r(2, 10, 19, 0, 10), r(0, 5, 5, 3, 4), r(1, 7, 8, 0, 2), r(0, 1, 2, 0, 2)}
+	sortDiverged(ds)
+	var buf bytes.Buffer
+	if err := printDiverged(&buf, ds); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n")[1:] {
+		f := strings.Fields(l)
+		got = append(got, f[1]+" "+f[2]+" "+f[len(f)-1])
+	}
+	want := []string{"0 1-2 events.diverged/0@0-1", "0 5-5 events.diverged/0@3-3", "1 7-8 events.diverged/1@0-1", "2 10-19 events.diverged/2@0-9"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("--diverged rows (partition, offsets, copied to):\n%s\nwant %q", buf.String(), want)
 	}
 }

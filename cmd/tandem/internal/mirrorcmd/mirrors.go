@@ -1,4 +1,9 @@
-package main
+// Package mirrorcmd is `tandem mirrors` (KIP-1279's kafka-mirrors.sh) on the
+// destination cluster: creating mirrors, adding and removing topics,
+// pausing, describing, altering configs, failover and failback, the
+// diverged ranges; and the mirror states that `tandem topics describe`
+// and `tandem cluster health` show.
+package mirrorcmd
 
 import (
 	"cmp"
@@ -68,8 +73,8 @@ current spellings (--start, --stop, --topics, --exclude, --mirror-config,
 Usage: tandem mirrors --bootstrap-server HOST:PORT[,HOST:PORT...] --OPERATION [flags]
 `
 
-// mirrors is `tandem mirrors`, the KIP's kafka-mirrors.sh.
-func mirrors(args []string, stdout, stderr io.Writer) int {
+// Run is `tandem mirrors`, the KIP's kafka-mirrors.sh.
+func Run(args []string, stdout, stderr io.Writer) int {
 	c := &mirrorsCmd{stdout: stdout, stderr: stderr, stdin: os.Stdin}
 	if out, ok := stdout.(*os.File); ok {
 		c.interactive = isTerminal(os.Stdin) && isTerminal(out)
