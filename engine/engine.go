@@ -84,7 +84,7 @@ type Engine struct {
 	cfg    Config
 	log    *slog.Logger
 	db     *pebble.DB
-	fs     vfs.FS // cfg.FS, calling space.onDiskFull on ENOSPC
+	fs     vfs.FS // cfg.FS, calling space.OnDiskFull on ENOSPC
 	segDir string
 	files  *segfile.Table
 	syncer *syncer

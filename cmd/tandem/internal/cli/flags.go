@@ -56,7 +56,7 @@ type Flags struct {
 // the flags do not say; the flags follow it.
 func NewFlags(name, doc string) *Flags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // parse reports errors and help itself
+	fs.SetOutput(io.Discard) // ParseArgs reports errors and help itself
 	fs.Usage = func() {}
 	return &Flags{FlagSet: fs, doc: doc}
 }
