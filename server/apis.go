@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/server/admin"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/server/wire"
 )
@@ -37,6 +38,9 @@ func versions(key kmsg.Key, min, max int16) kmsg.ApiVersionsResponseApiKey {
 	return kmsg.ApiVersionsResponseApiKey{ApiKey: key.Int16(), MinVersion: min, MaxVersion: max}
 }
 
+// clusterName is the name of the one CLUSTER resource.
+const clusterName = plugin.ClusterResource
+
 // byBroker is who registers the broker's own keys in its table.
 const byBroker = "the broker"
 
@@ -50,37 +54,37 @@ const byBroker = "the broker"
 // (auth.go) before any request is dispatched.
 func (b *Broker) coreAPIs() []wire.API[handler] {
 	return []wire.API[handler]{
-		api(kmsg.Produce, 0, 13, b.handleProduce),         // v13: topic IDs
-		api(kmsg.Fetch, 4, 18, b.handleFetch),             // v13+: topic IDs
-		api(kmsg.ListOffsets, 0, 10, b.handleListOffsets), // v0: sarama's default (Burrow)
-		api(kmsg.Metadata, 0, 13, b.handleMetadata),
+		api(kmsg.Produce, 0, 13, b.handleProduce),               // v13: topic IDs
+		api(kmsg.Fetch, 4, 18, b.handleFetch),                   // v13+: topic IDs
+		api(kmsg.ListOffsets, 0, 10, b.admin.HandleListOffsets), // v0: sarama's default (Burrow)
+		api(kmsg.Metadata, 0, 13, b.admin.HandleMetadata),
 		{Versions: versions(kmsg.SASLHandshake, 0, 1)},
 		api(kmsg.ApiVersions, 0, 5, b.handleApiVersions), // v5: KIP-1242 cluster/node check
 		{ // v8: KIP-1279's MirrorInfo, which kmsg does not know
 			Versions: versions(kmsg.CreateTopics, 2, 8),
 			Handler: func(ctx context.Context, rc *RequestContext, req kmsg.Request) (kmsg.Response, error) {
-				if r, ok := req.(*createTopicsRequest); ok {
-					return b.handleCreateTopics(ctx, rc, &r.CreateTopicsRequest, r.mirrorIDs)
+				if r, ok := req.(*admin.CreateTopicsRequest); ok {
+					return b.admin.HandleCreateTopics(ctx, rc, &r.CreateTopicsRequest, r.MirrorIDs)
 				}
-				return b.handleCreateTopics(ctx, rc, req.(*kmsg.CreateTopicsRequest), nil)
+				return b.admin.HandleCreateTopics(ctx, rc, req.(*kmsg.CreateTopicsRequest), nil)
 			},
 		},
-		api(kmsg.DeleteTopics, 1, 6, b.handleDeleteTopics),
-		api(kmsg.DeleteRecords, 0, 2, b.handleDeleteRecords),
-		api(kmsg.InitProducerID, 0, 5, b.handleInitProducerID),
-		api(kmsg.OffsetForLeaderEpoch, 2, 4, b.handleOffsetForLeaderEpoch),
-		api(kmsg.DescribeConfigs, 1, 4, b.handleDescribeConfigs),
-		api(kmsg.DescribeLogDirs, 1, 4, b.handleDescribeLogDirs),
+		api(kmsg.DeleteTopics, 1, 6, b.admin.HandleDeleteTopics),
+		api(kmsg.DeleteRecords, 0, 2, b.admin.HandleDeleteRecords),
+		api(kmsg.InitProducerID, 0, 5, b.admin.HandleInitProducerID),
+		api(kmsg.OffsetForLeaderEpoch, 2, 4, b.admin.HandleOffsetForLeaderEpoch),
+		api(kmsg.DescribeConfigs, 1, 4, b.admin.HandleDescribeConfigs),
+		api(kmsg.DescribeLogDirs, 1, 4, b.admin.HandleDescribeLogDirs),
 		{Versions: versions(kmsg.SASLAuthenticate, 0, 2)},
-		api(kmsg.AlterConfigs, 0, 2, b.handleAlterConfigs),
-		api(kmsg.CreatePartitions, 0, 3, b.handleCreatePartitions),
-		api(kmsg.ElectLeaders, 0, 2, b.handleElectLeaders),
-		api(kmsg.IncrementalAlterConfigs, 0, 1, b.handleIncrementalAlterConfigs),
-		api(kmsg.AlterPartitionAssignments, 0, 1, b.handleAlterPartitionReassignments),
-		api(kmsg.ListPartitionReassignments, 0, 0, b.handleListPartitionReassignments),
-		api(kmsg.DescribeCluster, 0, 2, b.handleDescribeCluster), // v2: fenced brokers
-		api(kmsg.DescribeProducers, 0, 0, b.handleDescribeProducers),
-		api(kmsg.DescribeTopicPartitions, 0, 0, b.handleDescribeTopicPartitions),
+		api(kmsg.AlterConfigs, 0, 2, b.admin.HandleAlterConfigs),
+		api(kmsg.CreatePartitions, 0, 3, b.admin.HandleCreatePartitions),
+		api(kmsg.ElectLeaders, 0, 2, b.admin.HandleElectLeaders),
+		api(kmsg.IncrementalAlterConfigs, 0, 1, b.admin.HandleIncrementalAlterConfigs),
+		api(kmsg.AlterPartitionAssignments, 0, 1, b.admin.HandleAlterPartitionReassignments),
+		api(kmsg.ListPartitionReassignments, 0, 0, b.admin.HandleListPartitionReassignments),
+		api(kmsg.DescribeCluster, 0, 2, b.admin.HandleDescribeCluster), // v2: fenced brokers
+		api(kmsg.DescribeProducers, 0, 0, b.admin.HandleDescribeProducers),
+		api(kmsg.DescribeTopicPartitions, 0, 0, b.admin.HandleDescribeTopicPartitions),
 	}
 }
 

@@ -16,6 +16,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/server/admin"
 )
 
 // preAuthMaxFrame is the frame cap before a connection has authenticated
@@ -412,8 +414,8 @@ func (c *conn) readRequest(br *bufio.Reader, remote string) (r *request, err err
 		r.rc.ClientID = *clientID
 	}
 	r.req = c.b.apis.NewRequest(key)
-	if _, ok := r.req.(*kmsg.CreateTopicsRequest); ok && version >= createTopicsMirrorVersion {
-		r.req = new(createTopicsRequest) // MirrorInfo, which kmsg does not know
+	if _, ok := r.req.(*kmsg.CreateTopicsRequest); ok && version >= admin.CreateTopicsMirrorVersion {
+		r.req = new(admin.CreateTopicsRequest) // MirrorInfo, which kmsg does not know
 	}
 	vr, _ := c.b.apis.Lookup(key)
 	if r.req == nil {

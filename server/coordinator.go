@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/admin"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -37,7 +38,7 @@ func (b *Broker) handleFindCoordinator(ctx context.Context, rc *RequestContext, 
 			}
 		} else {
 			c.NodeID = node.ID
-			c.Host, c.Port = endpointFor(node, rc.Listener) // the listener the client is on
+			c.Host, c.Port = admin.EndpointFor(node, rc.Listener) // the listener the client is on
 		}
 		resp.Coordinators = append(resp.Coordinators, c)
 	}

@@ -35,6 +35,12 @@ func (b *Broker) ledPartition(t *metadata.Topic, p int32) (*engine.Partition, me
 	return ep, part, nil
 }
 
+// txnCoordinator is the plugin serving transactions, nil if none.
+func (b *Broker) txnCoordinator() plugin.TxnCoordinator {
+	tc, _ := plugin.Find[plugin.TxnCoordinator](b.cfg.Plugins)
+	return tc
+}
+
 // internalClientID may write to internal topics, as in Kafka.
 const internalClientID = "__admin_client"
 

@@ -10,7 +10,6 @@ import (
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/config"
-	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Props are the broker properties the server acts on, parsed from
@@ -108,18 +107,12 @@ func ParseProps(m map[string]string) (Props, error) {
 
 // layers returns the config layers of topic t (nil for broker configs)
 // in the latest metadata image.
-func (b *Broker) layers(t *metadata.Topic) config.Layers { return b.layersOf(b.meta.Image(), t) }
+func (b *Broker) layers(t *metadata.Topic) config.Layers { return b.admin.Layers(b.meta.Image(), t) }
 
 // topicLogConfig turns a topic's configs over the broker defaults into the
 // engine's LogConfig.
 func (b *Broker) topicLogConfig(t *metadata.Topic) engine.LogConfig {
 	return config.LogConfig(b.layers(t))
-}
-
-// adminErrCode returns the Kafka error code of err and a message for
-// ErrorMessage fields (plugin.ErrorCode, plugin.ErrorMessage).
-func adminErrCode(err error) (int16, *string) {
-	return plugin.ErrorCode(err), plugin.ErrorMessage(err)
 }
 
 func cfgStr(s string) *string { return &s }

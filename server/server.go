@@ -26,6 +26,7 @@ import (
 	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/admin"
 	"github.com/tandem-kafka/tandem/server/datadir"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/server/quota"
@@ -65,6 +66,7 @@ type Broker struct {
 	produceRefusals refusals
 
 	apis        *apiTable
+	admin       *admin.Admin // the admin and cluster metadata APIs
 	metrics     *prom.Set
 	m           *brokerMetrics
 	sessions    *fetchSessions
@@ -85,9 +87,8 @@ type Broker struct {
 	ibAuth    *interBrokerAuth  // how this broker connects to the others
 	authz     plugin.Authorizer // nil: everything is allowed
 	quotas    *quota.Quotas
-	reauth    time.Duration        // connections.max.reauth.ms
-	now       func() time.Time     // the clock of SASL session lifetimes; time.Now but in tests
-	pids      raftmeta.ProducerIDs // for idempotent producers
+	reauth    time.Duration    // connections.max.reauth.ms
+	now       func() time.Time // the clock of SASL session lifetimes; time.Now but in tests
 
 	// A cluster member's state (cluster_*.go); zero for a standalone
 	// broker.
@@ -166,6 +167,13 @@ func New(cfg Config) (*Broker, error) {
 	if b.quotas, err = quota.New(cfg.Props); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	b.admin = &admin.Admin{
+		NodeID: cfg.NodeID, DataDir: cfg.DataDir, Log: b.log, Plugins: cfg.Plugins, Static: props.static,
+		AutoCreateTopics: props.AutoCreateTopics, NumPartitions: props.NumPartitions,
+		DefaultReplicationFactor: props.DefaultReplicationFactor, DeleteTopicEnable: props.DeleteTopicEnable,
+		PartitionLimits: props.PartitionLimits,
+		Image:           b.image, WaitApplied: b.waitApplied, LedPartition: b.ledPartition,
+	}
 	b.sessions = newFetchSessions(fetchSessionSlots)
 	b.reqBytes = wire.NewBudget(props.QueuedMaxRequestBytes)
 	b.frameReader = wire.FrameReader{Budget: b.reqBytes, Pool: &b.frames, Idle: connIdleTimeout, ReadTimeout: props.RequestReadTimeout}
@@ -219,19 +227,9 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	// Listen before opening storage, so that a port in use fails at once,
 	// and before registering: the registration carries the bound ports.
 	// Connections wait in the backlog until the accept loops start.
-	var endpoints []string
-	for _, l := range b.listeners {
-		if l.ln, err = net.Listen("tcp", l.bind); err != nil {
-			return fmt.Errorf("server: listener %s on %s: %w", l.name, l.bind, err)
-		}
-		l.addr = l.ln.Addr().String()
-		if l.advertise == "" {
-			l.advertise = l.addr
-		} else if h, p, _ := net.SplitHostPort(l.advertise); p == "0" {
-			_, bound, _ := net.SplitHostPort(l.addr)
-			l.advertise = net.JoinHostPort(h, bound)
-		}
-		endpoints = append(endpoints, l.name+"://"+l.advertise)
+	endpoints, err := bindListeners(b.listeners)
+	if err != nil {
+		return err
 	}
 	b.addr = b.listeners[0].addr
 	adv := interBroker(b.listeners, b.cfg.Props).advertise
@@ -260,6 +258,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("server: open metadata: %w", err)
 	}
+	b.admin.Meta, b.admin.Engine = b.meta, b.engine
 	reg := metadata.Broker{ID: b.cfg.NodeID, Host: host, Port: int32(port), Endpoints: strings.Join(endpoints, ",")}
 	if b.meta.Clustered() {
 		if err := b.join(ctx, meta, reg); err != nil {
@@ -304,6 +303,25 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	return nil
 }
 
+// bindListeners binds ls and returns their endpoints as registered
+// (name://advertised address; an advertised port 0 is the bound one).
+func bindListeners(ls []*listener) (endpoints []string, err error) {
+	for _, l := range ls {
+		if l.ln, err = net.Listen("tcp", l.bind); err != nil {
+			return nil, fmt.Errorf("server: listener %s on %s: %w", l.name, l.bind, err)
+		}
+		l.addr = l.ln.Addr().String()
+		if l.advertise == "" {
+			l.advertise = l.addr
+		} else if h, p, _ := net.SplitHostPort(l.advertise); p == "0" {
+			_, bound, _ := net.SplitHostPort(l.addr)
+			l.advertise = net.JoinHostPort(h, bound)
+		}
+		endpoints = append(endpoints, l.name+"://"+l.advertise)
+	}
+	return endpoints, nil
+}
+
 // newReplication is the broker's replication, made once its engine,
 // metadata quorum and registration are open (Start): what it takes of
 // the broker is replication.Config.
@@ -316,7 +334,7 @@ func (b *Broker) newReplication() *replication.Manager {
 		Controller:         b.meta,
 		Images:             &b.applied,
 		Peers:              replicationPeers{b},
-		Layers:             b.layersOf,
+		Layers:             b.admin.Layers,
 		ReplicaLagMax:      b.props.Cluster.ReplicaLagMax,
 		FetchWait:          b.props.Cluster.FetchWait,
 		FetchMaxBytes:      b.props.Cluster.FetchMaxBytes,
