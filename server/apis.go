@@ -150,7 +150,7 @@ func (b *Broker) pluginHandler(h plugin.APIHandler) handler {
 		}
 		defer func() {
 			if v := recover(); v != nil {
-				b.pluginPanicked(name, apiName(req.Key()), v, false)
+				b.plugins.panicked(name, apiName(req.Key()), v, false)
 				resp, err = errorResponse(req, kerr.UnknownServerError, fmt.Sprintf("plugin %s failed serving this request: %v", name, v)), nil
 			}
 		}()

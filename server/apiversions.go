@@ -38,12 +38,12 @@ func (b *Broker) handleApiVersions(_ context.Context, _ *RequestContext, req *km
 	// KIP-1242: a client that names the cluster and node it expects to
 	// reach, and reached another, must rediscover the cluster from its
 	// seeds (an address reused by a different broker).
-	if req.ClusterID != nil && (*req.ClusterID != b.image().ClusterID || req.NodeID != b.cfg.NodeID) {
+	if req.ClusterID != nil && (*req.ClusterID != b.applied.get().ClusterID || req.NodeID != b.cfg.NodeID) {
 		resp.ErrorCode = kerr.RebootstrapRequired.Code
 	}
 	// -1 says "no finalized features epoch": nothing to negotiate.
 	resp.FinalizedFeaturesEpoch = -1
-	if _, ok := b.txnCoordinator().(plugin.TxnPartitionAdder); ok {
+	if _, ok := txnCoordinator(b.cfg.Plugins).(plugin.TxnPartitionAdder); ok {
 		// transaction.version 2 (KIP-890 part 2): clients skip
 		// AddPartitionsToTxn, Produce v12+ adds the partition, and EndTxn
 		// v5 bumps the epoch. The level is fixed by the code (one node,

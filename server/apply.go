@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/config"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -23,6 +24,8 @@ type appliedState struct {
 	mu      sync.Mutex
 	image   *metadata.Image
 	changed chan struct{} // closed when image advances
+	// closed ends every wait: the broker's context, set by Start.
+	closed <-chan struct{}
 }
 
 func (a *appliedState) init() {
@@ -52,27 +55,24 @@ func (a *appliedState) set(img *metadata.Image) {
 	a.changed = make(chan struct{})
 }
 
-// image is the metadata image requests are served from.
-func (b *Broker) image() *metadata.Image { return b.applied.get() }
-
-// waitApplied returns once the metadata loop has applied an image with
+// wait returns once the metadata loop has applied an image with
 // Index >= index, so that partitions created by a request exist in the
 // engine before the request is answered.
-func (b *Broker) waitApplied(ctx context.Context, index uint64) error {
-	img, err := b.awaitImage(ctx, func(img *metadata.Image) bool { return img.Index >= index })
+func (a *appliedState) wait(ctx context.Context, index uint64) error {
+	img, err := a.await(ctx, func(img *metadata.Image) bool { return img.Index >= index })
 	if err != nil {
 		return fmt.Errorf("waiting for metadata index %d (applied %d): %w", index, img.Index, err)
 	}
 	return nil
 }
 
-// awaitImage returns the first applied image for which ready is true, or
+// await returns the first applied image for which ready is true, or
 // the latest one and an error when ctx ends or the broker closes first.
-func (b *Broker) awaitImage(ctx context.Context, ready func(*metadata.Image) bool) (*metadata.Image, error) {
+func (a *appliedState) await(ctx context.Context, ready func(*metadata.Image) bool) (*metadata.Image, error) {
 	for {
-		b.applied.mu.Lock()
-		img, ch := b.applied.image, b.applied.changed
-		b.applied.mu.Unlock()
+		a.mu.Lock()
+		img, ch := a.image, a.changed
+		a.mu.Unlock()
 		if ready(img) {
 			return img, nil
 		}
@@ -80,7 +80,7 @@ func (b *Broker) awaitImage(ctx context.Context, ready func(*metadata.Image) boo
 		case <-ch:
 		case <-ctx.Done():
 			return img, ctx.Err()
-		case <-b.ctx.Done():
+		case <-a.closed:
 			return img, errors.New("broker closed")
 		}
 	}
@@ -123,7 +123,7 @@ func (b *Broker) reconcile(ctx context.Context) error {
 func (b *Broker) metadataLoop() {
 	for {
 		ch := b.meta.Changed()
-		cur := b.image()
+		cur := b.applied.get()
 		if next := b.meta.Image(); next != cur {
 			b.apply(cur, next)
 			continue
@@ -177,7 +177,8 @@ func (b *Broker) apply(old, cur *metadata.Image) {
 // applyTopic creates or updates the engine partitions of t that this broker
 // hosts and reports leadership changes.
 func (b *Broker) applyTopic(old, t *metadata.Topic, img *metadata.Image) {
-	cfg := b.topicLogConfig(t)
+	// The topic's configs over the broker defaults, in the latest image.
+	cfg := config.LogConfig(b.admin.Layers(b.meta.Image(), t))
 	var held []int32
 	for i, part := range t.Partitions {
 		if slices.Contains(part.Replicas, b.cfg.NodeID) {
@@ -228,7 +229,7 @@ func (b *Broker) leaderChange(t *metadata.Topic, p int32, leader bool, epoch int
 	ch := plugin.LeaderChange{Topic: t.Name, TopicID: t.ID, Partition: p, Leader: leader, LeaderEpoch: epoch}
 	for _, o := range b.leaderObs {
 		if !b.plugins.failedOf(o) {
-			b.contain(b.plugins.name(o), "OnLeaderChange", func() { o.OnLeaderChange(ch) })
+			b.plugins.contain(b.plugins.name(o), "OnLeaderChange", func() { o.OnLeaderChange(ch) })
 		}
 	}
 }
@@ -288,7 +289,7 @@ func (q *metaQueue) run(ctx context.Context) {
 			if q.b.plugins.failedOf(q.obs) {
 				continue
 			}
-			q.b.contain(q.b.plugins.name(q.obs), "OnMetadataUpdate", func() {
+			q.b.plugins.contain(q.b.plugins.name(q.obs), "OnMetadataUpdate", func() {
 				q.obs.OnMetadataUpdate(metadata.Diff(it.old, it.cur), it.cur)
 			})
 		}

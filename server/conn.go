@@ -219,7 +219,7 @@ type answer struct {
 func (c *conn) pipelines(r *request) bool {
 	pr, ok := r.req.(*kmsg.ProduceRequest)
 	return ok && pr.Acks != 0 && r.done == nil && !r.raw && !r.badVersion &&
-		len(c.b.image().ClientQuotas) == 0
+		len(c.b.applied.get().ClientQuotas) == 0
 }
 
 // handle runs one request's handler; failed says the connection is closed.

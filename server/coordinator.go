@@ -99,7 +99,7 @@ func (b *Broker) findCoordinator(ctx context.Context, rc *RequestContext, keyTyp
 	if int(partition) >= len(t.Partitions) {
 		return metadata.Broker{}, fmt.Errorf("%s has no partition %d: %w", topic.Name, partition, kerr.CoordinatorNotAvailable)
 	}
-	node, ok := b.image().Brokers[t.Partitions[partition].Leader]
+	node, ok := b.applied.get().Brokers[t.Partitions[partition].Leader]
 	if !ok {
 		return metadata.Broker{}, fmt.Errorf("%s-%d has no live leader: %w", topic.Name, partition, kerr.CoordinatorNotAvailable)
 	}

@@ -54,7 +54,7 @@ type fetchPart struct {
 
 func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.FetchRequest) (kmsg.Response, error) {
 	resp := &fetchResponse{FetchResponse: req.ResponseKind().(*kmsg.FetchResponse)}
-	img := b.image()
+	img := b.applied.get()
 	requested := fetchRequested(req)
 
 	// KIP-227 fetch sessions: decide which partitions this fetch covers.

@@ -36,8 +36,8 @@ func (b *Broker) ledPartition(t *metadata.Topic, p int32) (*engine.Partition, me
 }
 
 // txnCoordinator is the plugin serving transactions, nil if none.
-func (b *Broker) txnCoordinator() plugin.TxnCoordinator {
-	tc, _ := plugin.Find[plugin.TxnCoordinator](b.cfg.Plugins)
+func txnCoordinator(plugins []any) plugin.TxnCoordinator {
+	tc, _ := plugin.Find[plugin.TxnCoordinator](plugins)
 	return tc
 }
 
@@ -46,7 +46,7 @@ const internalClientID = "__admin_client"
 
 func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kmsg.ProduceRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	img := b.image()
+	img := b.applied.get()
 	pr := &produce{
 		b: b, rc: rc, req: req,
 		// The append must finish even if the client hangs up: acks=0
@@ -260,7 +260,7 @@ type pendingResponse struct {
 // Produce v12 (KIP-890 part 2, transaction.version 2) the coordinator
 // adds the partition instead: such clients skip AddPartitionsToTxn.
 func (b *Broker) verifyTxn(ctx context.Context, version int16, txnID, topic string, partition int32, ep *engine.Partition, records []byte) error {
-	tc := b.txnCoordinator()
+	tc := txnCoordinator(b.cfg.Plugins)
 	h, err := engine.ParseBatchHeader(records)
 	if tc == nil || err != nil || !h.Transactional() {
 		return nil // not a transactional batch (or not one at all: the engine says so)

@@ -95,7 +95,7 @@ type Broker struct {
 	controllerAddr string               // where the controller port binds
 	session        *raftmeta.Session    // registration and heartbeats
 	repl           *replication.Manager // partitions led and followed; set by Start
-	peerErrs       peerErrors           // failing inter-broker requests
+	links          *peerLinks           // inter-broker clients, failing peers
 	peers          peerClients          // Send's connections to other brokers
 	shutdownOnce   sync.Once
 	aborting       bool // Abort: no controlled shutdown
@@ -161,6 +161,7 @@ func New(cfg Config) (*Broker, error) {
 		// A standalone broker has no peers to log in to.
 		b.ibAuth = &interBrokerAuth{}
 	}
+	b.links = &peerLinks{nodeID: cfg.NodeID, fetchResponseBytes: props.Cluster.FetchResponseBytes, auth: b.ibAuth, dial: cfg.Dial, log: b.log}
 	if b.reauth, err = reauthMs(cfg.Props); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -172,7 +173,7 @@ func New(cfg Config) (*Broker, error) {
 		AutoCreateTopics: props.AutoCreateTopics, NumPartitions: props.NumPartitions,
 		DefaultReplicationFactor: props.DefaultReplicationFactor, DeleteTopicEnable: props.DeleteTopicEnable,
 		PartitionLimits: props.PartitionLimits,
-		Image:           b.image, WaitApplied: b.waitApplied, LedPartition: b.ledPartition,
+		Image:           b.applied.get, WaitApplied: b.applied.wait, LedPartition: b.ledPartition,
 	}
 	b.sessions = newFetchSessions(fetchSessionSlots)
 	b.reqBytes = wire.NewBudget(props.QueuedMaxRequestBytes)
@@ -213,6 +214,7 @@ func New(cfg Config) (*Broker, error) {
 // opened so far is closed again.
 func (b *Broker) Start(ctx context.Context) (err error) {
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.applied.closed = b.ctx.Done()
 	defer func() {
 		if err != nil {
 			b.Close()
@@ -333,7 +335,7 @@ func (b *Broker) newReplication() *replication.Manager {
 		Engine:             b.engine,
 		Controller:         b.meta,
 		Images:             &b.applied,
-		Peers:              replicationPeers{b},
+		Peers:              b.links,
 		Layers:             b.admin.Layers,
 		ReplicaLagMax:      b.props.Cluster.ReplicaLagMax,
 		FetchWait:          b.props.Cluster.FetchWait,
@@ -407,7 +409,7 @@ func (b *Broker) Close() error {
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := len(b.started) - 1; i >= 0; i-- {
-		if err := b.stopPlugin(stopCtx, b.started[i]); err != nil {
+		if err := b.plugins.stop(stopCtx, b.started[i]); err != nil {
 			errs = append(errs, fmt.Errorf("stop plugin %T: %w", b.started[i], err))
 		}
 	}
