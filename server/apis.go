@@ -54,8 +54,8 @@ const byBroker = "the broker"
 // (auth.go) before any request is dispatched.
 func (b *Broker) coreAPIs() []wire.API[handler] {
 	return []wire.API[handler]{
-		api(kmsg.Produce, 0, 13, b.handleProduce),               // v13: topic IDs
-		api(kmsg.Fetch, 4, 18, b.handleFetch),                   // v13+: topic IDs
+		api(kmsg.Produce, 0, 13, b.produce.handleProduce),       // v13: topic IDs
+		api(kmsg.Fetch, 4, 18, b.fetch.handleFetch),             // v13+: topic IDs
 		api(kmsg.ListOffsets, 0, 10, b.admin.HandleListOffsets), // v0: sarama's default (Burrow)
 		api(kmsg.Metadata, 0, 13, b.admin.HandleMetadata),
 		{Versions: versions(kmsg.SASLHandshake, 0, 1)},

@@ -146,7 +146,7 @@ func (b *Broker) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*meta
 // of an acks=all produce before its append, against the applied image.
 func (b *Broker) CheckWritable(id engine.TopicID, p int32) (int32, error) {
 	t := b.applied.get().TopicsByID[id]
-	_, part, kerrErr := b.ledPartition(t, p)
+	_, part, kerrErr := b.produce.ledPartition(t, p)
 	switch {
 	case kerrErr == kerr.UnknownTopicOrPartition:
 		return -1, fmt.Errorf("partition %d of topic %s: %w", p, id, kerrErr)

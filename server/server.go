@@ -57,19 +57,17 @@ type Config struct {
 // Broker is one Kafka broker: a listener, a storage engine and a member of
 // the metadata quorum.
 type Broker struct {
-	cfg    Config
-	log    *slog.Logger
-	props  Props
-	engine *engine.Engine
-	meta   *raftmeta.Controller
-	// produceRefusals: the produce refusals logged once (produce.go).
-	produceRefusals refusals
-
+	cfg         Config
+	log         *slog.Logger
+	props       Props
+	engine      *engine.Engine
+	meta        *raftmeta.Controller
 	apis        *apiTable
 	admin       *admin.Admin // the admin and cluster metadata APIs
 	metrics     *prom.Set
 	m           *brokerMetrics
-	sessions    *fetchSessions
+	fetch       *fetcher           // Fetch
+	produce     *producer          // Produce
 	frames      wire.FramePool     // produce request buffers, recycled
 	reqBytes    *wire.Budget       // queued.max.request.bytes
 	frameReader wire.FrameReader   // reads requests within reqBytes, into frames
@@ -168,17 +166,18 @@ func New(cfg Config) (*Broker, error) {
 	if b.quotas, err = quota.New(cfg.Props); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	b.reqBytes = wire.NewBudget(props.QueuedMaxRequestBytes)
+	b.frameReader = wire.FrameReader{Budget: b.reqBytes, Pool: &b.frames, Idle: connIdleTimeout, ReadTimeout: props.RequestReadTimeout}
+	b.throttle = security.NewThrottle(props.FailedAuthDelay)
+	b.produce = &producer{nodeID: cfg.NodeID, plugins: cfg.Plugins, log: b.log, applied: &b.applied, reqBytes: b.reqBytes}
+	b.fetch = &fetcher{nodeID: cfg.NodeID, sessions: newFetchSessions(fetchSessionSlots), applied: &b.applied}
 	b.admin = &admin.Admin{
 		NodeID: cfg.NodeID, DataDir: cfg.DataDir, Log: b.log, Plugins: cfg.Plugins, Static: props.static,
 		AutoCreateTopics: props.AutoCreateTopics, NumPartitions: props.NumPartitions,
 		DefaultReplicationFactor: props.DefaultReplicationFactor, DeleteTopicEnable: props.DeleteTopicEnable,
 		PartitionLimits: props.PartitionLimits,
-		Image:           b.applied.get, WaitApplied: b.applied.wait, LedPartition: b.ledPartition,
+		Image:           b.applied.get, WaitApplied: b.applied.wait, LedPartition: b.produce.ledPartition,
 	}
-	b.sessions = newFetchSessions(fetchSessionSlots)
-	b.reqBytes = wire.NewBudget(props.QueuedMaxRequestBytes)
-	b.frameReader = wire.FrameReader{Budget: b.reqBytes, Pool: &b.frames, Idle: connIdleTimeout, ReadTimeout: props.RequestReadTimeout}
-	b.throttle = security.NewThrottle(props.FailedAuthDelay)
 	if b.apis, err = b.newAPITable(cfg.Plugins); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -190,6 +189,7 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.applied.init()
 	b.m = newBrokerMetrics(b)
+	b.fetch.m, b.produce.m = b.m, b.m
 	b.plugins = newPluginState(b)
 	registerHealthMetrics(b)
 	b.leaderObs = plugin.All[plugin.LeaderObserver](cfg.Plugins)
@@ -277,6 +277,8 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	// Replication needs the engine, the controller and the registration,
 	// and plugins may ask it (CheckWritable, AwaitReplicated) from Start.
 	b.repl = b.newReplication()
+	b.fetch.engine, b.fetch.repl = b.engine, b.repl
+	b.produce.engine, b.produce.repl = b.engine, b.repl
 	// Plugins start before anything calls them: before leadership is
 	// reported and before a request can reach them.
 	for _, l := range b.lifecycles {
