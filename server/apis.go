@@ -52,14 +52,15 @@ const byBroker = "the broker"
 // refused per batch, not per request), ListOffsets from v0 (sarama sends
 // it to a cluster it is not told is 0.10.1 or newer). The SASL keys have no handler: the connection answers them
 // (auth.go) before any request is dispatched.
-func (b *Broker) coreAPIs() []wire.API[handler] {
+func (b *Broker) coreAPIs(t *apiTable) []wire.API[handler] {
+	v := &apiVersions{apis: t, nodeID: b.cfg.NodeID, plugins: b.cfg.Plugins, applied: &b.applied}
 	return []wire.API[handler]{
 		api(kmsg.Produce, 0, 13, b.produce.handleProduce),       // v13: topic IDs
 		api(kmsg.Fetch, 4, 18, b.fetch.handleFetch),             // v13+: topic IDs
 		api(kmsg.ListOffsets, 0, 10, b.admin.HandleListOffsets), // v0: sarama's default (Burrow)
 		api(kmsg.Metadata, 0, 13, b.admin.HandleMetadata),
 		{Versions: versions(kmsg.SASLHandshake, 0, 1)},
-		api(kmsg.ApiVersions, 0, 5, b.handleApiVersions), // v5: KIP-1242 cluster/node check
+		api(kmsg.ApiVersions, 0, 5, v.handle), // v5: KIP-1242 cluster/node check
 		{ // v8: KIP-1279's MirrorInfo, which kmsg does not know
 			Versions: versions(kmsg.CreateTopics, 2, 8),
 			Handler: func(ctx context.Context, rc *RequestContext, req kmsg.Request) (kmsg.Response, error) {
@@ -94,7 +95,7 @@ func (b *Broker) coreAPIs() []wire.API[handler] {
 // (plugin.CoordinatorLocator).
 func (b *Broker) newAPITable(plugins []any) (*apiTable, error) {
 	t := new(apiTable)
-	if err := t.Register(byBroker, b.coreAPIs()...); err != nil {
+	if err := t.Register(byBroker, b.coreAPIs(t)...); err != nil {
 		return nil, err
 	}
 	for _, h := range plugin.All[plugin.APIHandler](plugins) {
@@ -109,7 +110,7 @@ func (b *Broker) newAPITable(plugins []any) (*apiTable, error) {
 	}
 	if _, ok := plugin.Find[plugin.CoordinatorLocator](plugins); ok {
 		// v4+ batches keys (KIP-699), v6 adds share groups' key type.
-		if err := t.Register(byBroker, api(kmsg.FindCoordinator, 0, 6, b.handleFindCoordinator)); err != nil {
+		if err := t.Register(byBroker, api(kmsg.FindCoordinator, 0, 6, b.coord.handleFindCoordinator)); err != nil {
 			return nil, fmt.Errorf("FindCoordinator for CoordinatorLocator plugins: %w", err)
 		}
 	}
@@ -124,11 +125,11 @@ func servedByPlugin(t *apiTable, key int16) bool {
 
 // dispatch runs the handler of one request. A nil response means none is
 // sent; an error closes the connection.
-func (b *Broker) dispatch(ctx context.Context, r *request) (kmsg.Response, error) {
+func dispatch(ctx context.Context, apis *apiTable, r *request) (kmsg.Response, error) {
 	if r.badVersion {
-		return b.apiVersionsUnsupported(), nil
+		return apiVersionsUnsupported(apis), nil
 	}
-	if h := b.apis.Handler(r.req.Key()); h != nil {
+	if h := apis.Handler(r.req.Key()); h != nil {
 		return h(ctx, &r.rc, r.req)
 	}
 	// readRequest only decodes the keys served, and the connection
@@ -140,7 +141,9 @@ func (b *Broker) dispatch(ctx context.Context, r *request) (kmsg.Response, error
 // plugin that is not running: listeners accept once every plugin has
 // started, and Close stops plugins after the last request returned. A
 // plugin that failed, or panics serving the request, gets the request an
-// error response instead of closing the client's connection.
+// error response instead of closing the client's connection. It reads
+// b.plugins per request: New makes the API table before the plugins'
+// state.
 func (b *Broker) pluginHandler(h plugin.APIHandler) handler {
 	return func(ctx context.Context, rc *RequestContext, req kmsg.Request) (resp kmsg.Response, err error) {
 		name := b.plugins.name(h)

@@ -103,7 +103,7 @@ func (b *Broker) controlledShutdown() {
 		b.closeMu.Lock()
 		skip := b.session == nil || b.aborting || b.closed || !b.props.Cluster.ControlledShutdown
 		b.closeMu.Unlock()
-		if skip || !b.othersLive() {
+		if skip || !othersLive(b.meta.Image(), b.cfg.NodeID) {
 			// With no other live broker there is nowhere to move
 			// leaderships to (nor, often, a controller to ask).
 			return
@@ -162,10 +162,10 @@ func (b *Broker) Health() []string {
 // has applied: what its answers to clients reflect.
 func (b *Broker) AppliedImage() *metadata.Image { return b.applied.get() }
 
-// othersLive reports whether another broker of the cluster is live.
-func (b *Broker) othersLive() bool {
-	for id, br := range b.meta.Image().Brokers {
-		if id != b.cfg.NodeID && br.Live() {
+// othersLive reports whether a broker of img other than self is live.
+func othersLive(img *metadata.Image, self int32) bool {
+	for id, br := range img.Brokers {
+		if id != self && br.Live() {
 			return true
 		}
 	}

@@ -249,7 +249,7 @@ func (c *conn) handle(ctx context.Context, r *request) (resp kmsg.Response, fail
 	}
 	resp, err = c.gate(ctx, r)
 	if err == nil && resp == nil {
-		resp, err = b.dispatch(ctx, r)
+		resp, err = dispatch(ctx, b.apis, r)
 	}
 	return resp, false, err
 }

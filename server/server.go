@@ -68,13 +68,14 @@ type Broker struct {
 	m           *brokerMetrics
 	fetch       *fetcher           // Fetch
 	produce     *producer          // Produce
+	coord       *coordinators      // FindCoordinator
+	applier     *applier           // the metadata apply loop
 	frames      wire.FramePool     // produce request buffers, recycled
 	reqBytes    *wire.Budget       // queued.max.request.bytes
 	frameReader wire.FrameReader   // reads requests within reqBytes, into frames
 	throttle    *security.Throttle // of failed SASL authentications
 
 	// Hooks found in cfg.Plugins.
-	leaderObs  []plugin.LeaderObserver
 	metaObs    []*metaQueue
 	lifecycles []plugin.Lifecycle
 	plugins    *pluginState       // names, and which failed (contain.go)
@@ -170,6 +171,7 @@ func New(cfg Config) (*Broker, error) {
 	b.frameReader = wire.FrameReader{Budget: b.reqBytes, Pool: &b.frames, Idle: connIdleTimeout, ReadTimeout: props.RequestReadTimeout}
 	b.throttle = security.NewThrottle(props.FailedAuthDelay)
 	b.produce = &producer{nodeID: cfg.NodeID, plugins: cfg.Plugins, log: b.log, applied: &b.applied, reqBytes: b.reqBytes}
+	b.coord = &coordinators{plugins: cfg.Plugins, log: b.log, applied: &b.applied, ensureTopic: b.EnsureTopic}
 	b.fetch = &fetcher{nodeID: cfg.NodeID, sessions: newFetchSessions(fetchSessionSlots), applied: &b.applied}
 	b.admin = &admin.Admin{
 		NodeID: cfg.NodeID, DataDir: cfg.DataDir, Log: b.log, Plugins: cfg.Plugins, Static: props.static,
@@ -192,11 +194,11 @@ func New(cfg Config) (*Broker, error) {
 	b.fetch.m, b.produce.m = b.m, b.m
 	b.plugins = newPluginState(b)
 	registerHealthMetrics(b)
-	b.leaderObs = plugin.All[plugin.LeaderObserver](cfg.Plugins)
 	for _, o := range plugin.All[plugin.MetadataObserver](cfg.Plugins) {
 		b.metaObs = append(b.metaObs, newMetaQueue(o, b))
 	}
 	b.lifecycles = plugin.All[plugin.Lifecycle](cfg.Plugins)
+	b.applier = &applier{nodeID: cfg.NodeID, log: b.log, applied: &b.applied, admin: b.admin, plugins: b.plugins, leaderObs: plugin.All[plugin.LeaderObserver](cfg.Plugins), metaObs: b.metaObs}
 	switch authz := plugin.All[plugin.Authorizer](cfg.Plugins); len(authz) {
 	case 0:
 	case 1:
@@ -287,14 +289,15 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		}
 		b.started = append(b.started, l)
 	}
-	if err := b.reconcile(ctx); err != nil {
+	b.applier.engine, b.applier.meta, b.applier.repl, b.applier.done = b.engine, b.meta, b.repl, b.ctx.Done()
+	if err := b.applier.reconcile(ctx); err != nil {
 		return err
 	}
 	b.loops.Add(1 + len(b.metaObs))
 	for _, q := range b.metaObs {
 		go func() { defer b.loops.Done(); q.run(b.ctx) }()
 	}
-	go func() { defer b.loops.Done(); b.metadataLoop() }()
+	go func() { defer b.loops.Done(); b.applier.loop() }()
 	if b.session != nil {
 		b.loops.Add(1)
 		go func() { defer b.loops.Done(); b.repl.ISRLoop(b.ctx) }()
