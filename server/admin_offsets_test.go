@@ -37,7 +37,7 @@ func bumpEpoch(t *testing.T, b *Broker, topic string) int32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
+	if err := b.applied.wait(ctx, b.meta.Image().Index); err != nil {
 		t.Fatal(err)
 	}
 	return epoch
@@ -151,7 +151,7 @@ func TestListOffsetsNotLeader(t *testing.T) {
 	if err := b.meta.ElectLeader(ctx, tp.ID, 0, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
+	if err := b.applied.wait(ctx, b.meta.Image().Index); err != nil {
 		t.Fatal(err)
 	}
 	got := listOffsetsRaw(t, b, 7, 0, "nl", listPart(0, -1, -1))

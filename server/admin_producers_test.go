@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/server/admin"
 )
 
 func initProducerID(t *testing.T, b *Broker, version int16, txnID *string, id int64, epoch int16) *kmsg.InitProducerIDResponse {
@@ -112,7 +113,7 @@ func TestDescribeCluster(t *testing.T) {
 		t.Fatalf("brokers: %+v (listening on %s)", resp.Brokers, b.Addr())
 	}
 	var allCluster int32 // without an authorizer every cluster operation is allowed
-	for _, op := range clusterOps {
+	for _, op := range admin.ClusterOps {
 		allCluster |= 1 << op
 	}
 	if resp.ClusterAuthorizedOperations != allCluster {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/server/config"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 func TestParsePropsDefaults(t *testing.T) {
@@ -128,8 +129,8 @@ func TestValidateTopicConfigs(t *testing.T) {
 		if !errors.Is(err, kerr.InvalidConfig) || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%v: got %v, want INVALID_CONFIG containing %q", tc.configs, err, tc.msg)
 		}
-		if code, msg := adminErrCode(err); code != kerr.InvalidConfig.Code || msg == nil || *msg != err.Error() {
-			t.Errorf("%v: adminErrCode = %d %v", tc.configs, code, msg)
+		if code, msg := plugin.ErrorCode(err), plugin.ErrorMessage(err); code != kerr.InvalidConfig.Code || msg == nil || *msg != err.Error() {
+			t.Errorf("%v: plugin.ErrorCode, ErrorMessage = %d %v", tc.configs, code, msg)
 		}
 	}
 }

@@ -189,7 +189,7 @@ func TestCreateTopicsRaw(t *testing.T) {
 func TestCreateTopicsAuto(t *testing.T) {
 	b := startBroker(t, map[string]string{"num.partitions": "3"})
 	ctx := testCtx(t)
-	b.createTopicsAuto(ctx, []string{"auto1", "auto1", "bad name", "auto2"})
+	b.admin.CreateTopicsAuto(ctx, []string{"auto1", "auto1", "bad name", "auto2"})
 	img := b.meta.Image()
 	if img.Topics["bad name"] != nil {
 		t.Fatal("invalid name auto-created")
@@ -200,10 +200,10 @@ func TestCreateTopicsAuto(t *testing.T) {
 			t.Fatalf("%s: %+v", name, tp)
 		}
 		if b.engine.Partition(engine.TopicID(tp.ID), 2) == nil {
-			t.Fatalf("%s: engine partition missing after createTopicsAuto", name)
+			t.Fatalf("%s: engine partition missing after CreateTopicsAuto", name)
 		}
 	}
-	b.createTopicsAuto(ctx, []string{"auto1"}) // exists: a no-op
+	b.admin.CreateTopicsAuto(ctx, []string{"auto1"}) // exists: a no-op
 	if b.meta.Image().Topics["auto1"].ID != img.Topics["auto1"].ID {
 		t.Fatal("auto-create replaced an existing topic")
 	}

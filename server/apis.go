@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/server/admin"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/server/wire"
 )
@@ -37,6 +38,9 @@ func versions(key kmsg.Key, min, max int16) kmsg.ApiVersionsResponseApiKey {
 	return kmsg.ApiVersionsResponseApiKey{ApiKey: key.Int16(), MinVersion: min, MaxVersion: max}
 }
 
+// clusterName is the name of the one CLUSTER resource.
+const clusterName = plugin.ClusterResource
+
 // byBroker is who registers the broker's own keys in its table.
 const byBroker = "the broker"
 
@@ -48,39 +52,40 @@ const byBroker = "the broker"
 // refused per batch, not per request), ListOffsets from v0 (sarama sends
 // it to a cluster it is not told is 0.10.1 or newer). The SASL keys have no handler: the connection answers them
 // (auth.go) before any request is dispatched.
-func (b *Broker) coreAPIs() []wire.API[handler] {
+func (b *Broker) coreAPIs(t *apiTable) []wire.API[handler] {
+	v := &apiVersions{apis: t, nodeID: b.cfg.NodeID, plugins: b.cfg.Plugins, applied: &b.applied}
 	return []wire.API[handler]{
-		api(kmsg.Produce, 0, 13, b.handleProduce),         // v13: topic IDs
-		api(kmsg.Fetch, 4, 18, b.handleFetch),             // v13+: topic IDs
-		api(kmsg.ListOffsets, 0, 10, b.handleListOffsets), // v0: sarama's default (Burrow)
-		api(kmsg.Metadata, 0, 13, b.handleMetadata),
+		api(kmsg.Produce, 0, 13, b.produce.handleProduce),       // v13: topic IDs
+		api(kmsg.Fetch, 4, 18, b.fetch.handleFetch),             // v13+: topic IDs
+		api(kmsg.ListOffsets, 0, 10, b.admin.HandleListOffsets), // v0: sarama's default (Burrow)
+		api(kmsg.Metadata, 0, 13, b.admin.HandleMetadata),
 		{Versions: versions(kmsg.SASLHandshake, 0, 1)},
-		api(kmsg.ApiVersions, 0, 5, b.handleApiVersions), // v5: KIP-1242 cluster/node check
+		api(kmsg.ApiVersions, 0, 5, v.handle), // v5: KIP-1242 cluster/node check
 		{ // v8: KIP-1279's MirrorInfo, which kmsg does not know
 			Versions: versions(kmsg.CreateTopics, 2, 8),
 			Handler: func(ctx context.Context, rc *RequestContext, req kmsg.Request) (kmsg.Response, error) {
-				if r, ok := req.(*createTopicsRequest); ok {
-					return b.handleCreateTopics(ctx, rc, &r.CreateTopicsRequest, r.mirrorIDs)
+				if r, ok := req.(*admin.CreateTopicsRequest); ok {
+					return b.admin.HandleCreateTopics(ctx, rc, &r.CreateTopicsRequest, r.MirrorIDs)
 				}
-				return b.handleCreateTopics(ctx, rc, req.(*kmsg.CreateTopicsRequest), nil)
+				return b.admin.HandleCreateTopics(ctx, rc, req.(*kmsg.CreateTopicsRequest), nil)
 			},
 		},
-		api(kmsg.DeleteTopics, 1, 6, b.handleDeleteTopics),
-		api(kmsg.DeleteRecords, 0, 2, b.handleDeleteRecords),
-		api(kmsg.InitProducerID, 0, 5, b.handleInitProducerID),
-		api(kmsg.OffsetForLeaderEpoch, 2, 4, b.handleOffsetForLeaderEpoch),
-		api(kmsg.DescribeConfigs, 1, 4, b.handleDescribeConfigs),
-		api(kmsg.DescribeLogDirs, 1, 4, b.handleDescribeLogDirs),
+		api(kmsg.DeleteTopics, 1, 6, b.admin.HandleDeleteTopics),
+		api(kmsg.DeleteRecords, 0, 2, b.admin.HandleDeleteRecords),
+		api(kmsg.InitProducerID, 0, 5, b.admin.HandleInitProducerID),
+		api(kmsg.OffsetForLeaderEpoch, 2, 4, b.admin.HandleOffsetForLeaderEpoch),
+		api(kmsg.DescribeConfigs, 1, 4, b.admin.HandleDescribeConfigs),
+		api(kmsg.DescribeLogDirs, 1, 4, b.admin.HandleDescribeLogDirs),
 		{Versions: versions(kmsg.SASLAuthenticate, 0, 2)},
-		api(kmsg.AlterConfigs, 0, 2, b.handleAlterConfigs),
-		api(kmsg.CreatePartitions, 0, 3, b.handleCreatePartitions),
-		api(kmsg.ElectLeaders, 0, 2, b.handleElectLeaders),
-		api(kmsg.IncrementalAlterConfigs, 0, 1, b.handleIncrementalAlterConfigs),
-		api(kmsg.AlterPartitionAssignments, 0, 1, b.handleAlterPartitionReassignments),
-		api(kmsg.ListPartitionReassignments, 0, 0, b.handleListPartitionReassignments),
-		api(kmsg.DescribeCluster, 0, 2, b.handleDescribeCluster), // v2: fenced brokers
-		api(kmsg.DescribeProducers, 0, 0, b.handleDescribeProducers),
-		api(kmsg.DescribeTopicPartitions, 0, 0, b.handleDescribeTopicPartitions),
+		api(kmsg.AlterConfigs, 0, 2, b.admin.HandleAlterConfigs),
+		api(kmsg.CreatePartitions, 0, 3, b.admin.HandleCreatePartitions),
+		api(kmsg.ElectLeaders, 0, 2, b.admin.HandleElectLeaders),
+		api(kmsg.IncrementalAlterConfigs, 0, 1, b.admin.HandleIncrementalAlterConfigs),
+		api(kmsg.AlterPartitionAssignments, 0, 1, b.admin.HandleAlterPartitionReassignments),
+		api(kmsg.ListPartitionReassignments, 0, 0, b.admin.HandleListPartitionReassignments),
+		api(kmsg.DescribeCluster, 0, 2, b.admin.HandleDescribeCluster), // v2: fenced brokers
+		api(kmsg.DescribeProducers, 0, 0, b.admin.HandleDescribeProducers),
+		api(kmsg.DescribeTopicPartitions, 0, 0, b.admin.HandleDescribeTopicPartitions),
 	}
 }
 
@@ -90,7 +95,7 @@ func (b *Broker) coreAPIs() []wire.API[handler] {
 // (plugin.CoordinatorLocator).
 func (b *Broker) newAPITable(plugins []any) (*apiTable, error) {
 	t := new(apiTable)
-	if err := t.Register(byBroker, b.coreAPIs()...); err != nil {
+	if err := t.Register(byBroker, b.coreAPIs(t)...); err != nil {
 		return nil, err
 	}
 	for _, h := range plugin.All[plugin.APIHandler](plugins) {
@@ -105,7 +110,7 @@ func (b *Broker) newAPITable(plugins []any) (*apiTable, error) {
 	}
 	if _, ok := plugin.Find[plugin.CoordinatorLocator](plugins); ok {
 		// v4+ batches keys (KIP-699), v6 adds share groups' key type.
-		if err := t.Register(byBroker, api(kmsg.FindCoordinator, 0, 6, b.handleFindCoordinator)); err != nil {
+		if err := t.Register(byBroker, api(kmsg.FindCoordinator, 0, 6, b.coord.handleFindCoordinator)); err != nil {
 			return nil, fmt.Errorf("FindCoordinator for CoordinatorLocator plugins: %w", err)
 		}
 	}
@@ -120,11 +125,11 @@ func servedByPlugin(t *apiTable, key int16) bool {
 
 // dispatch runs the handler of one request. A nil response means none is
 // sent; an error closes the connection.
-func (b *Broker) dispatch(ctx context.Context, r *request) (kmsg.Response, error) {
+func dispatch(ctx context.Context, apis *apiTable, r *request) (kmsg.Response, error) {
 	if r.badVersion {
-		return b.apiVersionsUnsupported(), nil
+		return apiVersionsUnsupported(apis), nil
 	}
-	if h := b.apis.Handler(r.req.Key()); h != nil {
+	if h := apis.Handler(r.req.Key()); h != nil {
 		return h(ctx, &r.rc, r.req)
 	}
 	// readRequest only decodes the keys served, and the connection
@@ -136,7 +141,9 @@ func (b *Broker) dispatch(ctx context.Context, r *request) (kmsg.Response, error
 // plugin that is not running: listeners accept once every plugin has
 // started, and Close stops plugins after the last request returned. A
 // plugin that failed, or panics serving the request, gets the request an
-// error response instead of closing the client's connection.
+// error response instead of closing the client's connection. It reads
+// b.plugins per request: New makes the API table before the plugins'
+// state.
 func (b *Broker) pluginHandler(h plugin.APIHandler) handler {
 	return func(ctx context.Context, rc *RequestContext, req kmsg.Request) (resp kmsg.Response, err error) {
 		name := b.plugins.name(h)
@@ -146,7 +153,7 @@ func (b *Broker) pluginHandler(h plugin.APIHandler) handler {
 		}
 		defer func() {
 			if v := recover(); v != nil {
-				b.pluginPanicked(name, apiName(req.Key()), v, false)
+				b.plugins.panicked(name, apiName(req.Key()), v, false)
 				resp, err = errorResponse(req, kerr.UnknownServerError, fmt.Sprintf("plugin %s failed serving this request: %v", name, v)), nil
 			}
 		}()

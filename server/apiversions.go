@@ -32,18 +32,26 @@ func requestName(req kmsg.Request) string {
 	return strings.TrimSuffix(t.Name(), "Request")
 }
 
-func (b *Broker) handleApiVersions(_ context.Context, _ *RequestContext, req *kmsg.ApiVersionsRequest) (kmsg.Response, error) {
+// apiVersions serves ApiVersions: what it takes of the broker.
+type apiVersions struct {
+	apis    *apiTable
+	nodeID  int32
+	plugins []any
+	applied *appliedState
+}
+
+func (v *apiVersions) handle(_ context.Context, _ *RequestContext, req *kmsg.ApiVersionsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
-	resp.ApiKeys = b.apis.Versions()
+	resp.ApiKeys = v.apis.Versions()
 	// KIP-1242: a client that names the cluster and node it expects to
 	// reach, and reached another, must rediscover the cluster from its
 	// seeds (an address reused by a different broker).
-	if req.ClusterID != nil && (*req.ClusterID != b.image().ClusterID || req.NodeID != b.cfg.NodeID) {
+	if req.ClusterID != nil && (*req.ClusterID != v.applied.get().ClusterID || req.NodeID != v.nodeID) {
 		resp.ErrorCode = kerr.RebootstrapRequired.Code
 	}
 	// -1 says "no finalized features epoch": nothing to negotiate.
 	resp.FinalizedFeaturesEpoch = -1
-	if _, ok := b.txnCoordinator().(plugin.TxnPartitionAdder); ok {
+	if _, ok := txnCoordinator(v.plugins).(plugin.TxnPartitionAdder); ok {
 		// transaction.version 2 (KIP-890 part 2): clients skip
 		// AddPartitionsToTxn, Produce v12+ adds the partition, and EndTxn
 		// v5 bumps the epoch. The level is fixed by the code (one node,
@@ -59,10 +67,10 @@ func (b *Broker) handleApiVersions(_ context.Context, _ *RequestContext, req *km
 // apiVersionsUnsupported is the KIP-511 answer to an ApiVersions request
 // newer than we know: a v0 body with UNSUPPORTED_VERSION that still lists
 // our keys, so the client can retry at a version we serve.
-func (b *Broker) apiVersionsUnsupported() kmsg.Response {
+func apiVersionsUnsupported(apis *apiTable) kmsg.Response {
 	resp := kmsg.NewPtrApiVersionsResponse()
 	resp.Version = 0
 	resp.ErrorCode = kerr.UnsupportedVersion.Code
-	resp.ApiKeys = b.apis.Versions()
+	resp.ApiKeys = apis.Versions()
 	return resp
 }

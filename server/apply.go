@@ -8,8 +8,13 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/admin"
+	"github.com/tandem-kafka/tandem/server/config"
 	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/server/replication"
 )
 
 // The metadata apply loop: the engine and the plugins are brought in line
@@ -23,6 +28,8 @@ type appliedState struct {
 	mu      sync.Mutex
 	image   *metadata.Image
 	changed chan struct{} // closed when image advances
+	// closed ends every wait: the broker's context, set by Start.
+	closed <-chan struct{}
 }
 
 func (a *appliedState) init() {
@@ -52,27 +59,24 @@ func (a *appliedState) set(img *metadata.Image) {
 	a.changed = make(chan struct{})
 }
 
-// image is the metadata image requests are served from.
-func (b *Broker) image() *metadata.Image { return b.applied.get() }
-
-// waitApplied returns once the metadata loop has applied an image with
+// wait returns once the metadata loop has applied an image with
 // Index >= index, so that partitions created by a request exist in the
 // engine before the request is answered.
-func (b *Broker) waitApplied(ctx context.Context, index uint64) error {
-	img, err := b.awaitImage(ctx, func(img *metadata.Image) bool { return img.Index >= index })
+func (a *appliedState) wait(ctx context.Context, index uint64) error {
+	img, err := a.await(ctx, func(img *metadata.Image) bool { return img.Index >= index })
 	if err != nil {
 		return fmt.Errorf("waiting for metadata index %d (applied %d): %w", index, img.Index, err)
 	}
 	return nil
 }
 
-// awaitImage returns the first applied image for which ready is true, or
+// await returns the first applied image for which ready is true, or
 // the latest one and an error when ctx ends or the broker closes first.
-func (b *Broker) awaitImage(ctx context.Context, ready func(*metadata.Image) bool) (*metadata.Image, error) {
+func (a *appliedState) await(ctx context.Context, ready func(*metadata.Image) bool) (*metadata.Image, error) {
 	for {
-		b.applied.mu.Lock()
-		img, ch := b.applied.image, b.applied.changed
-		b.applied.mu.Unlock()
+		a.mu.Lock()
+		img, ch := a.image, a.changed
+		a.mu.Unlock()
 		if ready(img) {
 			return img, nil
 		}
@@ -80,57 +84,75 @@ func (b *Broker) awaitImage(ctx context.Context, ready func(*metadata.Image) boo
 		case <-ch:
 		case <-ctx.Done():
 			return img, ctx.Err()
-		case <-b.ctx.Done():
+		case <-a.closed:
 			return img, errors.New("broker closed")
 		}
 	}
+}
+
+// applier brings the broker in line with each metadata image: the
+// engine's partitions, their replication, the leader observers and the
+// metadata observers' queues; what it takes of the broker.
+type applier struct {
+	nodeID    int32
+	log       *slog.Logger
+	applied   *appliedState
+	admin     *admin.Admin // the config layers of a topic
+	plugins   *pluginState
+	leaderObs []plugin.LeaderObserver
+	metaObs   []*metaQueue
+	// Set by the broker's Start.
+	engine *engine.Engine
+	meta   *raftmeta.Controller
+	repl   *replication.Manager
+	done   <-chan struct{} // the broker closed
 }
 
 // reconcile runs once at Start: it deletes stored partitions whose topic is
 // gone, elects this broker for partitions that have no live leader, and
 // applies the current image (creating partitions, firing OnLeaderChange for
 // every partition we lead).
-func (b *Broker) reconcile(ctx context.Context) error {
-	img := b.meta.Image()
-	for _, sp := range b.engine.Stored() {
+func (ap *applier) reconcile(ctx context.Context) error {
+	img := ap.meta.Image()
+	for _, sp := range ap.engine.Stored() {
 		t := img.TopicsByID[sp.TopicID]
 		if t == nil || int(sp.Partition) >= len(t.Partitions) {
-			b.log.Info("deleting partition of a topic that no longer exists", "topic", sp.Topic, "topic_id", sp.TopicID, "partition", sp.Partition)
-			if err := b.engine.Delete(sp.TopicID, sp.Partition); err != nil {
+			ap.log.Info("deleting partition of a topic that no longer exists", "topic", sp.Topic, "topic_id", sp.TopicID, "partition", sp.Partition)
+			if err := ap.engine.Delete(sp.TopicID, sp.Partition); err != nil {
 				return fmt.Errorf("server: delete stale partition %s-%d: %w", sp.Topic, sp.Partition, err)
 			}
 		}
 	}
 	for _, t := range img.Topics {
-		if b.meta.Clustered() {
+		if ap.meta.Clustered() {
 			break // the controller elects leaders as brokers come and go
 		}
 		for p, part := range t.Partitions {
 			_, live := img.Brokers[part.Leader]
-			if (part.Leader == -1 || !live) && slices.Contains(part.Replicas, b.cfg.NodeID) {
-				if err := b.meta.ElectLeader(ctx, t.ID, int32(p), b.cfg.NodeID); err != nil {
+			if (part.Leader == -1 || !live) && slices.Contains(part.Replicas, ap.nodeID) {
+				if err := ap.meta.ElectLeader(ctx, t.ID, int32(p), ap.nodeID); err != nil {
 					return fmt.Errorf("server: elect leader of %s-%d: %w", t.Name, p, err)
 				}
 			}
 		}
 	}
-	b.apply(&metadata.Image{}, b.meta.Image())
+	ap.apply(&metadata.Image{}, ap.meta.Image())
 	return nil
 }
 
-// metadataLoop applies every new metadata image to the engine and the
+// loop applies every new metadata image to the engine and the
 // plugins, outside of the raft FSM.
-func (b *Broker) metadataLoop() {
+func (ap *applier) loop() {
 	for {
-		ch := b.meta.Changed()
-		cur := b.image()
-		if next := b.meta.Image(); next != cur {
-			b.apply(cur, next)
+		ch := ap.meta.Changed()
+		cur := ap.applied.get()
+		if next := ap.meta.Image(); next != cur {
+			ap.apply(cur, next)
 			continue
 		}
 		select {
 		case <-ch:
-		case <-b.ctx.Done():
+		case <-ap.done:
 			return
 		}
 	}
@@ -139,16 +161,16 @@ func (b *Broker) metadataLoop() {
 // apply brings the engine in line with cur (coming from old), tells leader
 // observers what changed, queues the delta for metadata observers, and
 // publishes cur as the applied image.
-func (b *Broker) apply(old, cur *metadata.Image) {
+func (ap *applier) apply(old, cur *metadata.Image) {
 	delta := metadata.Diff(old, cur)
 	for _, t := range delta.DeletedTopics {
 		for p, part := range t.Partitions {
-			b.repl.Drop(t.ID, int32(p))
-			if part.Leader == b.cfg.NodeID {
-				b.leaderChange(t, int32(p), false, part.LeaderEpoch)
+			ap.repl.Drop(t.ID, int32(p))
+			if part.Leader == ap.nodeID {
+				ap.leaderChange(t, int32(p), false, part.LeaderEpoch)
 			}
-			if err := b.engine.Delete(t.ID, int32(p)); err != nil {
-				b.log.Error("delete partition of deleted topic", "topic", t.Name, "partition", p, "err", err)
+			if err := ap.engine.Delete(t.ID, int32(p)); err != nil {
+				ap.log.Error("delete partition of deleted topic", "topic", t.Name, "partition", p, "err", err)
 			}
 		}
 	}
@@ -166,69 +188,70 @@ func (b *Broker) apply(old, cur *metadata.Image) {
 		if t == nil {
 			continue
 		}
-		b.applyTopic(old.TopicsByID[id], t, cur)
+		ap.applyTopic(old.TopicsByID[id], t, cur)
 	}
-	b.applied.set(cur)
-	for _, q := range b.metaObs {
+	ap.applied.set(cur)
+	for _, q := range ap.metaObs {
 		q.push(old, cur)
 	}
 }
 
 // applyTopic creates or updates the engine partitions of t that this broker
 // hosts and reports leadership changes.
-func (b *Broker) applyTopic(old, t *metadata.Topic, img *metadata.Image) {
-	cfg := b.topicLogConfig(t)
+func (ap *applier) applyTopic(old, t *metadata.Topic, img *metadata.Image) {
+	// The topic's configs over the broker defaults, in the latest image.
+	cfg := config.LogConfig(ap.admin.Layers(ap.meta.Image(), t))
 	var held []int32
 	for i, part := range t.Partitions {
-		if slices.Contains(part.Replicas, b.cfg.NodeID) {
+		if slices.Contains(part.Replicas, ap.nodeID) {
 			held = append(held, int32(i))
 		}
 	}
-	if err := b.engine.CreateAll(t.Name, t.ID, held, cfg); err != nil {
-		b.log.Error("create partitions", "topic", t.Name, "partitions", len(held), "err", err)
+	if err := ap.engine.CreateAll(t.Name, t.ID, held, cfg); err != nil {
+		ap.log.Error("create partitions", "topic", t.Name, "partitions", len(held), "err", err)
 	}
 	for i, part := range t.Partitions {
 		p := int32(i)
-		if !slices.Contains(part.Replicas, b.cfg.NodeID) {
+		if !slices.Contains(part.Replicas, ap.nodeID) {
 			// Reassigned away from us: drop the data.
-			b.repl.Drop(t.ID, p)
-			if b.engine.Partition(t.ID, p) != nil {
-				if err := b.engine.Delete(t.ID, p); err != nil {
-					b.log.Error("delete unassigned partition", "topic", t.Name, "partition", p, "err", err)
+			ap.repl.Drop(t.ID, p)
+			if ap.engine.Partition(t.ID, p) != nil {
+				if err := ap.engine.Delete(t.ID, p); err != nil {
+					ap.log.Error("delete unassigned partition", "topic", t.Name, "partition", p, "err", err)
 				}
 			}
 		} else {
-			ep := b.engine.Partition(t.ID, p)
+			ep := ap.engine.Partition(t.ID, p)
 			if ep == nil {
 				continue // CreateAll failed, logged above
 			}
-			if part.Leader == b.cfg.NodeID && ep.Offsets().LeaderEpoch < part.LeaderEpoch {
+			if part.Leader == ap.nodeID && ep.Offsets().LeaderEpoch < part.LeaderEpoch {
 				if err := ep.SetLeaderEpoch(part.LeaderEpoch); err != nil {
-					b.log.Error("set leader epoch", "topic", t.Name, "partition", p, "epoch", part.LeaderEpoch, "err", err)
+					ap.log.Error("set leader epoch", "topic", t.Name, "partition", p, "epoch", part.LeaderEpoch, "err", err)
 				}
 			}
-			b.repl.Replicate(t, p, part, ep, img)
+			ap.repl.Replicate(t, p, part, ep, img)
 		}
 		var was metadata.Partition
 		was.Leader = -1
 		if old != nil && i < len(old.Partitions) {
 			was = old.Partitions[i]
 		}
-		wasLeader, isLeader := was.Leader == b.cfg.NodeID, part.Leader == b.cfg.NodeID
+		wasLeader, isLeader := was.Leader == ap.nodeID, part.Leader == ap.nodeID
 		switch {
 		case isLeader && (!wasLeader || was.LeaderEpoch != part.LeaderEpoch):
-			b.leaderChange(t, p, true, part.LeaderEpoch)
+			ap.leaderChange(t, p, true, part.LeaderEpoch)
 		case wasLeader && !isLeader:
-			b.leaderChange(t, p, false, was.LeaderEpoch)
+			ap.leaderChange(t, p, false, was.LeaderEpoch)
 		}
 	}
 }
 
-func (b *Broker) leaderChange(t *metadata.Topic, p int32, leader bool, epoch int32) {
+func (ap *applier) leaderChange(t *metadata.Topic, p int32, leader bool, epoch int32) {
 	ch := plugin.LeaderChange{Topic: t.Name, TopicID: t.ID, Partition: p, Leader: leader, LeaderEpoch: epoch}
-	for _, o := range b.leaderObs {
-		if !b.plugins.failedOf(o) {
-			b.contain(b.plugins.name(o), "OnLeaderChange", func() { o.OnLeaderChange(ch) })
+	for _, o := range ap.leaderObs {
+		if !ap.plugins.failedOf(o) {
+			ap.plugins.contain(ap.plugins.name(o), "OnLeaderChange", func() { o.OnLeaderChange(ch) })
 		}
 	}
 }
@@ -288,7 +311,7 @@ func (q *metaQueue) run(ctx context.Context) {
 			if q.b.plugins.failedOf(q.obs) {
 				continue
 			}
-			q.b.contain(q.b.plugins.name(q.obs), "OnMetadataUpdate", func() {
+			q.b.plugins.contain(q.b.plugins.name(q.obs), "OnMetadataUpdate", func() {
 				q.obs.OnMetadataUpdate(metadata.Diff(it.old, it.cur), it.cur)
 			})
 		}

@@ -103,7 +103,7 @@ func (b *Broker) controlledShutdown() {
 		b.closeMu.Lock()
 		skip := b.session == nil || b.aborting || b.closed || !b.props.Cluster.ControlledShutdown
 		b.closeMu.Unlock()
-		if skip || !b.othersLive() {
+		if skip || !othersLive(b.meta.Image(), b.cfg.NodeID) {
 			// With no other live broker there is nowhere to move
 			// leaderships to (nor, often, a controller to ask).
 			return
@@ -138,14 +138,14 @@ func (b *Broker) Health() []string {
 	if b.meta == nil {
 		return nil
 	}
-	out := append(b.meta.Health(), b.peerHealth()...)
+	out := append(b.meta.Health(), b.links.health()...)
 	for _, h := range plugin.All[plugin.HealthReporter](b.cfg.Plugins) {
 		if !b.plugins.failedOf(h) { // a failed plugin may never answer
 			out = append(out, h.Health()...)
 		}
 	}
 	if b.session != nil {
-		img := b.image()
+		img := b.applied.get()
 		if br, ok := img.Brokers[b.cfg.NodeID]; ok && br.Fenced {
 			out = append(out, fmt.Sprintf("broker %d is fenced by the controller", b.cfg.NodeID))
 		}
@@ -160,12 +160,12 @@ func (b *Broker) Health() []string {
 
 // AppliedImage is the last metadata image whose partitions this broker
 // has applied: what its answers to clients reflect.
-func (b *Broker) AppliedImage() *metadata.Image { return b.image() }
+func (b *Broker) AppliedImage() *metadata.Image { return b.applied.get() }
 
-// othersLive reports whether another broker of the cluster is live.
-func (b *Broker) othersLive() bool {
-	for id, br := range b.meta.Image().Brokers {
-		if id != b.cfg.NodeID && br.Live() {
+// othersLive reports whether a broker of img other than self is live.
+func othersLive(img *metadata.Image, self int32) bool {
+	for id, br := range img.Brokers {
+		if id != self && br.Live() {
 			return true
 		}
 	}
@@ -203,7 +203,7 @@ func clusterMetrics(b *Broker, s *prom.Set) {
 			if b.meta == nil {
 				return 0
 			}
-			return float64(f(b.image()))
+			return float64(f(b.applied.get()))
 		})
 	}
 	image("tandem_controller_active", func(img *metadata.Image) int {

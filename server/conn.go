@@ -16,6 +16,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/server/admin"
 )
 
 // preAuthMaxFrame is the frame cap before a connection has authenticated
@@ -217,7 +219,7 @@ type answer struct {
 func (c *conn) pipelines(r *request) bool {
 	pr, ok := r.req.(*kmsg.ProduceRequest)
 	return ok && pr.Acks != 0 && r.done == nil && !r.raw && !r.badVersion &&
-		len(c.b.image().ClientQuotas) == 0
+		len(c.b.applied.get().ClientQuotas) == 0
 }
 
 // handle runs one request's handler; failed says the connection is closed.
@@ -247,7 +249,7 @@ func (c *conn) handle(ctx context.Context, r *request) (resp kmsg.Response, fail
 	}
 	resp, err = c.gate(ctx, r)
 	if err == nil && resp == nil {
-		resp, err = b.dispatch(ctx, r)
+		resp, err = dispatch(ctx, b.apis, r)
 	}
 	return resp, false, err
 }
@@ -412,8 +414,8 @@ func (c *conn) readRequest(br *bufio.Reader, remote string) (r *request, err err
 		r.rc.ClientID = *clientID
 	}
 	r.req = c.b.apis.NewRequest(key)
-	if _, ok := r.req.(*kmsg.CreateTopicsRequest); ok && version >= createTopicsMirrorVersion {
-		r.req = new(createTopicsRequest) // MirrorInfo, which kmsg does not know
+	if _, ok := r.req.(*kmsg.CreateTopicsRequest); ok && version >= admin.CreateTopicsMirrorVersion {
+		r.req = new(admin.CreateTopicsRequest) // MirrorInfo, which kmsg does not know
 	}
 	vr, _ := c.b.apis.Lookup(key)
 	if r.req == nil {

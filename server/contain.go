@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"reflect"
 	"runtime/debug"
@@ -45,6 +46,7 @@ type pluginState struct {
 	failed map[string]pluginFailure
 
 	panics map[string]*metrics.Counter
+	log    *slog.Logger // the broker's
 }
 
 // pluginName is the name of p's package: groups, txn, share, acl, mirror.
@@ -67,7 +69,7 @@ var pluginFamilies = []prom.Family{
 }
 
 func newPluginState(b *Broker) *pluginState {
-	s := &pluginState{names: map[any]string{}, failed: map[string]pluginFailure{}, panics: map[string]*metrics.Counter{}}
+	s := &pluginState{names: map[any]string{}, failed: map[string]pluginFailure{}, panics: map[string]*metrics.Counter{}, log: b.log}
 	if len(b.cfg.Plugins) > 0 {
 		b.metrics.Describe(pluginFamilies...)
 	}
@@ -117,15 +119,14 @@ func (s *pluginState) failedOf(p any) bool {
 	return failed
 }
 
-// recovered records panic v of plugin name. fail marks the plugin failed
+// panicked records panic v of plugin name. fail marks the plugin failed
 // (a panic outside a request).
-func (b *Broker) pluginPanicked(name, where string, v any, fail bool) {
-	s := b.plugins
+func (s *pluginState) panicked(name, where string, v any, fail bool) {
 	if c := s.panics[name]; c != nil {
 		c.Inc()
 	}
 	if !fail {
-		b.log.Error("plugin panicked serving a request; the request answers an error", "plugin", name, "in", where,
+		s.log.Error("plugin panicked serving a request; the request answers an error", "plugin", name, "in", where,
 			"panic", v, "stack", string(debug.Stack()))
 		return
 	}
@@ -134,16 +135,16 @@ func (b *Broker) pluginPanicked(name, where string, v any, fail bool) {
 		s.failed[name] = pluginFailure{reason: fmt.Sprintf("panic in %s: %v", where, v), at: time.Now()}
 	}
 	s.mu.Unlock()
-	b.log.Error("plugin failed: it panicked; the broker no longer calls it and reports unhealthy until restarted",
+	s.log.Error("plugin failed: it panicked; the broker no longer calls it and reports unhealthy until restarted",
 		"plugin", name, "in", where, "panic", v, "stack", string(debug.Stack()))
 }
 
 // contain runs f, a piece of plugin name's work outside any request; a
 // panic in it fails the plugin instead of ending the process.
-func (b *Broker) contain(name, where string, f func()) {
+func (s *pluginState) contain(name, where string, f func()) {
 	defer func() {
 		if v := recover(); v != nil {
-			b.pluginPanicked(name, where, v, true)
+			s.panicked(name, where, v, true)
 		}
 	}()
 	f()
@@ -238,19 +239,19 @@ func setFirst(el, v reflect.Value) {
 	}
 }
 
-// stopPlugin stops l within ctx. A failed plugin may never return from
+// stop stops l within ctx. A failed plugin may never return from
 // Stop (its panic may have left a lock held): it is left behind when ctx
 // ends.
-func (b *Broker) stopPlugin(ctx context.Context, l plugin.Lifecycle) error {
-	if !b.plugins.failedOf(l) {
+func (s *pluginState) stop(ctx context.Context, l plugin.Lifecycle) error {
+	if !s.failedOf(l) {
 		return l.Stop(ctx)
 	}
 	done := make(chan error, 1)
-	go b.contain(b.plugins.name(l), "Stop", func() { done <- l.Stop(ctx) })
+	go s.contain(s.name(l), "Stop", func() { done <- l.Stop(ctx) })
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("plugin %s failed earlier and did not stop: %w", b.plugins.name(l), ctx.Err())
+		return fmt.Errorf("plugin %s failed earlier and did not stop: %w", s.name(l), ctx.Err())
 	}
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/admin"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -18,9 +20,17 @@ import (
 // COORDINATOR_NOT_AVAILABLE (clients retry that).
 const coordinatorTopicWait = 5 * time.Second
 
+// coordinators serves FindCoordinator: what it takes of the broker.
+type coordinators struct {
+	plugins     []any
+	log         *slog.Logger
+	applied     *appliedState
+	ensureTopic func(context.Context, plugin.InternalTopic) (*metadata.Topic, error) // Broker.EnsureTopic
+}
+
 // handleFindCoordinator answers, per key, with the broker leading the
 // internal-topic partition a CoordinatorLocator plugin names.
-func (b *Broker) handleFindCoordinator(ctx context.Context, rc *RequestContext, req *kmsg.FindCoordinatorRequest) (kmsg.Response, error) {
+func (fc *coordinators) handleFindCoordinator(ctx context.Context, rc *RequestContext, req *kmsg.FindCoordinatorRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	keys := req.CoordinatorKeys
 	if req.Version < 4 {
@@ -29,15 +39,15 @@ func (b *Broker) handleFindCoordinator(ctx context.Context, rc *RequestContext, 
 	for _, key := range keys {
 		c := kmsg.NewFindCoordinatorResponseCoordinator()
 		c.Key, c.NodeID, c.Port = key, -1, -1
-		node, err := b.findCoordinator(ctx, rc, req.CoordinatorType, key)
+		node, err := fc.findCoordinator(ctx, rc, req.CoordinatorType, key)
 		if err != nil {
 			c.ErrorCode, c.ErrorMessage = plugin.ErrorCode(err), cfgStr(err.Error())
 			if c.ErrorCode != kerr.CoordinatorNotAvailable.Code {
-				b.log.Debug("find coordinator", "key_type", req.CoordinatorType, "key", key, "err", err)
+				fc.log.Debug("find coordinator", "key_type", req.CoordinatorType, "key", key, "err", err)
 			}
 		} else {
 			c.NodeID = node.ID
-			c.Host, c.Port = endpointFor(node, rc.Listener) // the listener the client is on
+			c.Host, c.Port = admin.EndpointFor(node, rc.Listener) // the listener the client is on
 		}
 		resp.Coordinators = append(resp.Coordinators, c)
 	}
@@ -52,7 +62,7 @@ func (b *Broker) handleFindCoordinator(ctx context.Context, rc *RequestContext, 
 	return resp, nil
 }
 
-func (b *Broker) findCoordinator(ctx context.Context, rc *RequestContext, keyType int8, key string) (metadata.Broker, error) {
+func (fc *coordinators) findCoordinator(ctx context.Context, rc *RequestContext, keyType int8, key string) (metadata.Broker, error) {
 	// Kafka checks DESCRIBE on the group or transactional id.
 	switch keyType {
 	case plugin.CoordinatorGroup:
@@ -67,7 +77,7 @@ func (b *Broker) findCoordinator(ctx context.Context, rc *RequestContext, keyTyp
 	var topic plugin.InternalTopic
 	var partition int32
 	var locator plugin.CoordinatorLocator
-	for _, l := range plugin.All[plugin.CoordinatorLocator](b.cfg.Plugins) {
+	for _, l := range plugin.All[plugin.CoordinatorLocator](fc.plugins) {
 		var found bool
 		if topic, partition, found = l.LocateCoordinator(keyType, key); found {
 			locator = l
@@ -88,17 +98,17 @@ func (b *Broker) findCoordinator(ctx context.Context, rc *RequestContext, keyTyp
 	}
 	ctx, cancel := context.WithTimeout(ctx, coordinatorTopicWait)
 	defer cancel()
-	t, err := b.EnsureTopic(ctx, topic)
+	t, err := fc.ensureTopic(ctx, topic)
 	if err != nil {
 		if !errors.Is(err, kerr.CoordinatorNotAvailable) {
-			b.log.Warn("creating internal topic", "topic", topic.Name, "err", err)
+			fc.log.Warn("creating internal topic", "topic", topic.Name, "err", err)
 		}
 		return metadata.Broker{}, fmt.Errorf("%s: %v: %w", topic.Name, err, kerr.CoordinatorNotAvailable)
 	}
 	if int(partition) >= len(t.Partitions) {
 		return metadata.Broker{}, fmt.Errorf("%s has no partition %d: %w", topic.Name, partition, kerr.CoordinatorNotAvailable)
 	}
-	node, ok := b.image().Brokers[t.Partitions[partition].Leader]
+	node, ok := fc.applied.get().Brokers[t.Partitions[partition].Leader]
 	if !ok {
 		return metadata.Broker{}, fmt.Errorf("%s-%d has no live leader: %w", topic.Name, partition, kerr.CoordinatorNotAvailable)
 	}

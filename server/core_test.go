@@ -36,10 +36,10 @@ func createTopic(t testing.TB, b *Broker, name string, partitions int32, configs
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("create topic %s: %v", name, err)
 	}
-	if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
+	if err := b.applied.wait(ctx, b.meta.Image().Index); err != nil {
 		t.Fatal(err)
 	}
-	return b.image().Topics[name]
+	return b.applied.get().Topics[name]
 }
 
 func produceReq(version int16, topic string, id [16]byte, partition int32, acks int16, records []byte) *kmsg.ProduceRequest {
@@ -545,7 +545,7 @@ func TestHooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
+	if err := b.applied.wait(ctx, b.meta.Image().Index); err != nil {
 		t.Fatal(err)
 	}
 	if e := b.engine.Partition(engine.TopicID(ro.ID), 0).Offsets().LeaderEpoch; e != epoch {
@@ -615,12 +615,12 @@ func TestApiVersions(t *testing.T) {
 		req := kmsg.NewPtrApiVersionsRequest()
 		req.Version, req.ClientSoftwareName, req.ClientSoftwareVersion = v, "test", "1.0"
 		resp := rawRequest(t, b.Addr(), req).(*kmsg.ApiVersionsResponse)
-		if resp.ErrorCode != 0 || len(resp.ApiKeys) != len(b.coreAPIs()) {
+		if resp.ErrorCode != 0 || len(resp.ApiKeys) != len(b.coreAPIs(b.apis)) {
 			t.Fatalf("v%d: error %d, %d keys", v, resp.ErrorCode, len(resp.ApiKeys))
 		}
 	}
 	// v5 (KIP-1242): the cluster and node the client expects must be ours.
-	cluster := b.image().ClusterID
+	cluster := b.applied.get().ClusterID
 	for _, c := range []struct {
 		cluster string
 		node    int32
@@ -688,7 +688,7 @@ func TestMetadata(t *testing.T) {
 		t.Errorf("topic by id: %+v", rt)
 	}
 	// Auto-creation is off: the topic stays missing.
-	if b.image().Topics["nope"] != nil {
+	if b.applied.get().Topics["nope"] != nil {
 		t.Fatal("topic auto-created although disabled")
 	}
 	// v0: an empty list is every topic.
@@ -715,7 +715,7 @@ func TestMetadataAutoCreate(t *testing.T) {
 		t.Fatalf("auto-created topic: %+v", rt)
 	}
 	// The partitions exist in the engine before the answer.
-	id := b.image().Topics[name].ID
+	id := b.applied.get().Topics[name].ID
 	if b.engine.Partition(engine.TopicID(id), 1) == nil {
 		t.Fatal("auto-created partition missing from the engine")
 	}

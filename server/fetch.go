@@ -52,13 +52,23 @@ type fetchPart struct {
 	sentOnce                       bool
 }
 
-func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.FetchRequest) (kmsg.Response, error) {
+// fetcher serves Fetch: what a fetch takes of the broker.
+type fetcher struct {
+	nodeID   int32
+	sessions *fetchSessions
+	applied  *appliedState
+	m        *brokerMetrics
+	engine   *engine.Engine       // set by the broker's Start
+	repl     *replication.Manager // set by the broker's Start
+}
+
+func (f *fetcher) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.FetchRequest) (kmsg.Response, error) {
 	resp := &fetchResponse{FetchResponse: req.ResponseKind().(*kmsg.FetchResponse)}
-	img := b.image()
+	img := f.applied.get()
 	requested := fetchRequested(req)
 
 	// KIP-227 fetch sessions: decide which partitions this fetch covers.
-	sess, parts, incremental, code := b.sessions.forFetch(req, requested)
+	sess, parts, incremental, code := f.sessions.forFetch(req, requested)
 	if code != 0 {
 		resp.ErrorCode = code
 		return resp, nil
@@ -84,7 +94,7 @@ func (b *Broker) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.
 	if maxBytes <= 0 {
 		maxBytes = int(^uint32(0) >> 1)
 	}
-	if !b.longPoll(ctx, req, parts, maxBytes, iso, replica) {
+	if !f.longPoll(ctx, req, parts, maxBytes, iso, replica) {
 		return nil, nil // the client is gone or the broker is closing: no one to answer
 	}
 	got := fetchAnswer(resp, parts, incremental)
@@ -169,7 +179,7 @@ func authorizeFetch(img *metadata.Image, rc *RequestContext, req *kmsg.FetchRequ
 // left, waits for any of the partitions' high watermarks to move, then
 // reads again. It returns false if ctx ended first, having closed what
 // was read.
-func (b *Broker) longPoll(ctx context.Context, req *kmsg.FetchRequest, parts []*fetchPart, maxBytes int, iso engine.Isolation, replica replicaFetch) bool {
+func (f *fetcher) longPoll(ctx context.Context, req *kmsg.FetchRequest, parts []*fetchPart, maxBytes int, iso engine.Isolation, replica replicaFetch) bool {
 	var deadline <-chan time.Time
 	if req.MaxWaitMillis > 0 {
 		t := time.NewTimer(time.Duration(req.MaxWaitMillis) * time.Millisecond)
@@ -181,7 +191,7 @@ func (b *Broker) longPoll(ctx context.Context, req *kmsg.FetchRequest, parts []*
 		// them to move, and by the fetch itself once it stops waiting,
 		// so that the partitions it watched drop it.
 		w := engine.NewWaiter()
-		total, done, watched := b.readParts(parts, maxBytes, iso, replica, req.Version, w)
+		total, done, watched := f.readParts(parts, maxBytes, iso, replica, req.Version, w)
 		if done || total >= int(req.MinBytes) || deadline == nil || !watched {
 			w.Wake()
 			return true
@@ -244,10 +254,10 @@ type replicaFetch struct {
 // bytes read; done is true when the fetch must be answered now (an error or
 // a diverging epoch); each partition read wakes w when its high watermark
 // moves (a follower's: its log end), and watched says there was one.
-func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolation, replica replicaFetch, version int16, w *engine.Waiter) (total int, done bool, watched bool) {
-	rd := partReader{b: b, iso: iso, replica: replica, version: version, w: w}
+func (f *fetcher) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolation, replica replicaFetch, version int16, w *engine.Waiter) (total int, done bool, watched bool) {
+	rd := partReader{f: f, iso: iso, replica: replica, version: version, w: w}
 	if replica.id >= 0 {
-		rd.leaderRate = b.repl.LeaderThrottleRate() // leader.replication.throttled.rate, 0: unlimited
+		rd.leaderRate = f.repl.LeaderThrottleRate() // leader.replication.throttled.rate, 0: unlimited
 	}
 	for _, fp := range parts {
 		o := &fp.out
@@ -258,7 +268,7 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 		fp.recs, fp.nbytes = nil, 0
 		n, stop, read := rd.read(fp, maxBytes-total, total == 0)
 		if o.ErrorCode != 0 {
-			b.m.fetchErrors.Inc()
+			f.m.fetchErrors.Inc()
 		}
 		total, done, watched = total+n, done || stop, watched || read
 	}
@@ -267,7 +277,7 @@ func (b *Broker) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolatio
 
 // partReader reads one partition of a fetch (readParts).
 type partReader struct {
-	b          *Broker
+	f          *fetcher
 	iso        engine.Isolation
 	replica    replicaFetch
 	version    int16
@@ -280,7 +290,7 @@ type partReader struct {
 // KIP-74). n is the bytes read, done says the fetch must be answered
 // now, watched that the partition will wake the fetch's waiter.
 func (rd *partReader) read(fp *fetchPart, left int, first bool) (n int, done, watched bool) {
-	b, o := rd.b, &fp.out
+	f, o := rd.f, &fp.out
 	fail := func(err *kerr.Error) (int, bool, bool) {
 		o.ErrorCode = err.Code
 		return 0, true, watched
@@ -294,7 +304,7 @@ func (rd *partReader) read(fp *fetchPart, left int, first bool) (n int, done, wa
 		}
 		return fail(kerr.UnknownTopicOrPartition)
 	}
-	ep, part, kerrErr := b.fetchedPartition(fp)
+	ep, part, kerrErr := f.fetchedPartition(fp)
 	if kerrErr != nil {
 		o.CurrentLeader.LeaderID, o.CurrentLeader.LeaderEpoch = part.Leader, part.LeaderEpoch
 		return fail(kerrErr)
@@ -310,12 +320,12 @@ func (rd *partReader) read(fp *fetchPart, left int, first bool) (n int, done, wa
 	}
 	var seq int64
 	if rd.replica.id >= 0 {
-		if err := b.repl.CheckReplica(fp.topic.ID, fp.key.partition, rd.replica.id, rd.replica.epoch, *part); err != nil {
+		if err := f.repl.CheckReplica(fp.topic.ID, fp.key.partition, rd.replica.id, rd.replica.epoch, *part); err != nil {
 			return fail(err)
 		}
 		// Stamped before the read, which sees every truncation
 		// that happened before the stamp.
-		seq = b.repl.StampFetch()
+		seq = f.repl.StampFetch()
 		ep.Watch(rd.w, true) // followers wait for new data, not for the hwm
 	} else {
 		ep.Watch(rd.w, false) // before reading: no missed wakeup
@@ -337,7 +347,7 @@ func (rd *partReader) read(fp *fetchPart, left int, first bool) (n int, done, wa
 		// recorded once per request (a fetch answered with a
 		// diverging epoch or out of range is not).
 		fp.replicaSeen = true
-		b.repl.Fetched(fp.topic.ID, fp.key.partition, rd.replica.id, fp.req.FetchOffset, seq)
+		f.repl.Fetched(fp.topic.ID, fp.key.partition, rd.replica.id, fp.req.FetchOffset, seq)
 	}
 	limit := min(int(fp.req.PartitionMaxBytes), left)
 	if limit <= 0 {
@@ -366,12 +376,12 @@ func visibleEnd(offs engine.Offsets, iso engine.Isolation) int64 {
 // records reads fp's records (at most limit bytes, more only for a
 // first batch) into fp.recs.
 func (rd *partReader) records(fp *fetchPart, ep *engine.Partition, part metadata.Partition, limit int, first bool) (n int, done bool) {
-	b, o := rd.b, &fp.out
+	f, o := rd.f, &fp.out
 	throttled := rd.leaderRate > 0 && replication.LeaderThrottled(fp.topic, fp.key.partition, rd.replica.id, part)
 	if throttled {
 		// Kafka's leader throttle: over the quota, a throttled
 		// follower out of the ISR gets positions only.
-		if b.repl.LeaderQuota().Wait(rd.leaderRate, time.Now()) > 0 {
+		if f.repl.LeaderQuota().Wait(rd.leaderRate, time.Now()) > 0 {
 			return 0, false
 		}
 		limit = int(min(int64(limit), rd.leaderRate)) // a second's worth
@@ -407,8 +417,8 @@ func (rd *partReader) records(fp *fetchPart, ep *engine.Partition, part metadata
 	}
 	fp.recs, fp.nbytes = recs, n
 	if throttled {
-		b.repl.LeaderQuota().Record(n, rd.leaderRate, time.Now())
-		b.m.throttledLeader.Add(n)
+		f.repl.LeaderQuota().Record(n, rd.leaderRate, time.Now())
+		f.m.throttledLeader.Add(n)
 	}
 	for _, a := range res.AbortedTxns {
 		o.AbortedTransactions = append(o.AbortedTransactions, kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
@@ -416,24 +426,24 @@ func (rd *partReader) records(fp *fetchPart, ep *engine.Partition, part metadata
 	if rd.iso == engine.ReadCommitted && o.AbortedTransactions == nil {
 		o.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
 	}
-	b.m.fetchBytes.Add(n)
+	f.m.fetchBytes.Add(n)
 	return n, false
 }
 
 // fetchedPartition is ledPartition for a fetch's partition, which keeps
 // the engine's partition between the rounds of a fetch session (a
 // partition deleted meanwhile is looked up again).
-func (b *Broker) fetchedPartition(fp *fetchPart) (*engine.Partition, *metadata.Partition, *kerr.Error) {
+func (f *fetcher) fetchedPartition(fp *fetchPart) (*engine.Partition, *metadata.Partition, *kerr.Error) {
 	t, p := fp.topic, fp.key.partition
 	if p < 0 || int(p) >= len(t.Partitions) {
 		return nil, &metadata.Partition{}, kerr.UnknownTopicOrPartition
 	}
 	part := &t.Partitions[p]
-	if part.Leader != b.cfg.NodeID {
+	if part.Leader != f.nodeID {
 		return nil, part, kerr.NotLeaderForPartition
 	}
 	if fp.ep == nil || fp.ep.Deleted() {
-		fp.ep = b.engine.Partition(t.ID, p)
+		fp.ep = f.engine.Partition(t.ID, p)
 	}
 	if fp.ep == nil {
 		// The image says we lead it but the engine has not created it:

@@ -46,7 +46,7 @@ type pluginHost struct {
 
 // Contain runs f, work of the plugin outside any request, so that a
 // panic in it fails the plugin rather than ending the broker.
-func (h pluginHost) Contain(f func()) { h.contain(h.name, "background work", f) }
+func (h pluginHost) Contain(f func()) { h.plugins.contain(h.name, "background work", f) }
 
 // NodeID implements plugin.Host.
 func (b *Broker) NodeID() int32 { return b.cfg.NodeID }
@@ -93,7 +93,7 @@ func (b *Broker) Send(ctx context.Context, node int32, req kmsg.Request) (kmsg.R
 		p = nil
 	}
 	if p == nil {
-		cl, err := b.interBrokerClient(addr, kgo.MaxVersions(b.sendVersions()))
+		cl, err := b.links.client(addr, kgo.MaxVersions(sendVersions(b.apis)))
 		if err != nil {
 			b.peers.mu.Unlock()
 			return nil, fmt.Errorf("client for broker %d: %w", node, err)
@@ -107,17 +107,17 @@ func (b *Broker) Send(ctx context.Context, node int32, req kmsg.Request) (kmsg.R
 	b.peers.mu.Unlock()
 	resp, err := p.cl.SeedBrokers()[0].Request(ctx, req)
 	if err != nil {
-		b.interBrokerFailed(node, addr, err)
+		b.links.Failed(node, addr, err)
 		return nil, fmt.Errorf("%s to broker %d: %w", kmsg.NameForKey(req.Key()), node, err)
 	}
-	b.interBrokerOK(node)
+	b.links.OK(node)
 	return resp, nil
 }
 
 // EnsureTopic implements plugin.Host: it returns internal topic t from
 // the applied image, creating it first if it does not exist.
 func (b *Broker) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*metadata.Topic, error) {
-	if cur := b.image().Topics[t.Name]; cur != nil {
+	if cur := b.applied.get().Topics[t.Name]; cur != nil {
 		return cur, nil
 	}
 	if b.meta.Image().Topics[t.Name] == nil {
@@ -132,7 +132,7 @@ func (b *Broker) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*meta
 			return nil, fmt.Errorf("create internal topic %s: %w", t.Name, err)
 		}
 	}
-	img, err := b.awaitImage(ctx, func(img *metadata.Image) bool {
+	img, err := b.applied.await(ctx, func(img *metadata.Image) bool {
 		cur := img.Topics[t.Name]
 		return cur != nil && !slices.ContainsFunc(cur.Partitions, func(p metadata.Partition) bool { return p.Leader < 0 })
 	})
@@ -145,8 +145,8 @@ func (b *Broker) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*meta
 // CheckWritable implements plugin.Host (and coord.Replicas): the checks
 // of an acks=all produce before its append, against the applied image.
 func (b *Broker) CheckWritable(id engine.TopicID, p int32) (int32, error) {
-	t := b.image().TopicsByID[id]
-	_, part, kerrErr := b.ledPartition(t, p)
+	t := b.applied.get().TopicsByID[id]
+	_, part, kerrErr := b.produce.ledPartition(t, p)
 	switch {
 	case kerrErr == kerr.UnknownTopicOrPartition:
 		return -1, fmt.Errorf("partition %d of topic %s: %w", p, id, kerrErr)
@@ -171,7 +171,7 @@ func (b *Broker) CheckSession() error {
 // AwaitReplicated implements plugin.Host (and coord.Replicas): the wait
 // of an acks=all produce after its append.
 func (b *Broker) AwaitReplicated(ctx context.Context, id engine.TopicID, p int32, leaderEpoch int32, last int64, timeout time.Duration) error {
-	t := b.image().TopicsByID[id]
+	t := b.applied.get().TopicsByID[id]
 	ep := b.engine.Partition(id, p)
 	if t == nil || ep == nil {
 		return fmt.Errorf("partition %d of topic %s is gone: %w", p, id, kerr.UnknownTopicOrPartition)

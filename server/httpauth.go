@@ -42,7 +42,7 @@ func (b *Broker) Authenticate(ctx context.Context, remoteAddr, user, password st
 	if err := sleep(ctx, wait); err != nil {
 		return "", err
 	}
-	if user == "" || !b.checkPassword(user, password) {
+	if user == "" || !checkPassword(b.listeners, b.meta.Image, user, password) {
 		b.throttle.Failed(host, user)
 		b.m.authFailures.Inc()
 		return "", security.ErrAuth
@@ -56,19 +56,19 @@ func (b *Broker) Authenticate(ctx context.Context, remoteAddr, user, password st
 	return principal, nil
 }
 
-// checkPassword runs the PLAIN mechanism of every SASL listener that
-// enables it, then compares the password's SCRAM keys with the stored
-// ones.
-func (b *Broker) checkPassword(user, password string) bool {
+// checkPassword runs the PLAIN mechanism of every SASL listener of ls
+// that enables it, then compares the password's SCRAM keys with those
+// stored in the latest image (image, called only then).
+func checkPassword(ls []*listener, image func() *metadata.Image, user, password string) bool {
 	msg := []byte("\x00" + user + "\x00" + password)
-	for _, l := range b.listeners {
+	for _, l := range ls {
 		if l.isSASL() && slices.Contains(l.sasl.Mechanisms, security.MechPlain) {
 			if _, done, err := l.sasl.Start(security.MechPlain, nil).Step(msg); err == nil && done {
 				return true
 			}
 		}
 	}
-	img := b.meta.Image()
+	img := image()
 	for mech, stored := range img.Scram[user] {
 		if scramMatches(mech, stored, password) {
 			return true

@@ -1,7 +1,10 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"slices"
 	"sort"
 	"sync"
@@ -16,18 +19,30 @@ import (
 // fetches authenticate like any client and need CLUSTER_ACTION on the
 // cluster when there is an authorizer.
 
-// interBrokerClient returns a client for the broker at addr, on which a
+// peerLinks is how this broker reaches the other brokers: a client of
+// one, logged in as this broker, and the record of failing peers. It is
+// replication.Peers, for the replica fetchers, and Send's.
+type peerLinks struct {
+	nodeID             int32
+	fetchResponseBytes int32 // replica.fetch.response.max.bytes
+	auth               *interBrokerAuth
+	dial               func(ctx context.Context, network, addr string) (net.Conn, error) // Config.Dial
+	log                *slog.Logger
+	errs               peerErrors
+}
+
+// client returns a client for the broker at addr, on which a
 // fetcher sends its requests (SeedBrokers()[0]); extra options come
 // last.
-func (b *Broker) interBrokerClient(addr string, extra ...kgo.Opt) (*kgo.Client, error) {
+func (l *peerLinks) client(addr string, extra ...kgo.Opt) (*kgo.Client, error) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(addr),
-		kgo.ClientID(fmt.Sprintf("tandem-broker-%d", b.cfg.NodeID)),
+		kgo.ClientID(fmt.Sprintf("tandem-broker-%d", l.nodeID)),
 		// A replica fetch may carry replica.fetch.response.max.bytes.
-		kgo.FetchMaxBytes(max(b.props.Cluster.FetchResponseBytes, 1<<20)),
-		kgo.BrokerMaxReadBytes(max(b.props.Cluster.FetchResponseBytes, 1<<20) + 1<<20),
+		kgo.FetchMaxBytes(max(l.fetchResponseBytes, 1<<20)),
+		kgo.BrokerMaxReadBytes(max(l.fetchResponseBytes, 1<<20) + 1<<20),
 	}
-	return kgo.NewClient(slices.Concat(opts, b.ibAuth.opts(b.cfg.Dial), extra)...)
+	return kgo.NewClient(slices.Concat(opts, l.auth.opts(l.dial), extra)...)
 }
 
 // sendVersions are the versions Send may use: franz-go's stable ones
@@ -35,10 +50,10 @@ func (b *Broker) interBrokerClient(addr string, extra ...kgo.Opt) (*kgo.Client, 
 // APIs): franz-go refuses to send a key it does not know, and sends a
 // key it knows (94, UnregisterController to franz-go, CreateMirror to
 // Tandem) at its own version otherwise.
-func (b *Broker) sendVersions() *kversion.Versions {
+func sendVersions(apis *apiTable) *kversion.Versions {
 	v := kversion.Stable()
-	for _, k := range b.apis.Versions() {
-		if servedByPlugin(b.apis, k.ApiKey) { // a peer with the same plugins serves it
+	for _, k := range apis.Versions() {
+		if servedByPlugin(apis, k.ApiKey) { // a peer with the same plugins serves it
 			v.SetMaxKeyVersion(k.ApiKey, k.MaxVersion)
 		}
 	}
@@ -88,57 +103,53 @@ type peerError struct {
 // 10 s for refused credentials).
 const peerWarningTTL = 15 * time.Second
 
-func (b *Broker) interBrokerFailed(peer int32, addr string, err error) {
+// Failed records a failed request to peer, logged unless it failed so
+// last time.
+func (l *peerLinks) Failed(peer int32, addr string, err error) {
 	msg := err.Error()
 	auth := errAuthFailure(err)
-	b.peerErrs.mu.Lock()
-	if b.peerErrs.last == nil {
-		b.peerErrs.last = map[int32]peerError{}
+	l.errs.mu.Lock()
+	if l.errs.last == nil {
+		l.errs.last = map[int32]peerError{}
 	}
-	same := b.peerErrs.last[peer].msg == msg
-	b.peerErrs.last[peer] = peerError{msg, time.Now()}
-	b.peerErrs.mu.Unlock()
+	same := l.errs.last[peer].msg == msg
+	l.errs.last[peer] = peerError{msg, time.Now()}
+	l.errs.mu.Unlock()
 	if same {
 		return
 	}
 	if auth {
-		b.log.Error("inter-broker authentication or authorization failed", "peer", peer, "addr", addr, "err", err)
+		l.log.Error("inter-broker authentication or authorization failed", "peer", peer, "addr", addr, "err", err)
 	} else {
-		b.log.Warn("inter-broker request failed", "peer", peer, "addr", addr, "err", err)
+		l.log.Warn("inter-broker request failed", "peer", peer, "addr", addr, "err", err)
 	}
 }
 
-func (b *Broker) interBrokerOK(peer int32) {
-	b.peerErrs.mu.Lock()
-	defer b.peerErrs.mu.Unlock()
-	if _, ok := b.peerErrs.last[peer]; ok {
-		delete(b.peerErrs.last, peer)
-		b.log.Info("inter-broker requests succeed again", "peer", peer)
+// OK records a request to peer that succeeded.
+func (l *peerLinks) OK(peer int32) {
+	l.errs.mu.Lock()
+	defer l.errs.mu.Unlock()
+	if _, ok := l.errs.last[peer]; ok {
+		delete(l.errs.last, peer)
+		l.log.Info("inter-broker requests succeed again", "peer", peer)
 	}
 }
 
-// replicationPeers is replication.Peers: the broker's inter-broker
-// client and its record of failing peers, for the replica fetchers.
-type replicationPeers struct{ b *Broker }
+// Client is client without extra options (replication.Peers).
+func (l *peerLinks) Client(addr string) (*kgo.Client, error) { return l.client(addr) }
 
-func (p replicationPeers) Client(addr string) (*kgo.Client, error) {
-	return p.b.interBrokerClient(addr)
-}
-func (p replicationPeers) OK(peer int32) { p.b.interBrokerOK(peer) }
-func (p replicationPeers) Failed(peer int32, addr string, err error) {
-	p.b.interBrokerFailed(peer, addr, err)
-}
-func (replicationPeers) AuthFailure(err error) bool { return errAuthFailure(err) }
+// AuthFailure is errAuthFailure (replication.Peers).
+func (*peerLinks) AuthFailure(err error) bool { return errAuthFailure(err) }
 
-// peerHealth lists the brokers this one currently fails to talk to.
-func (b *Broker) peerHealth() []string {
-	b.peerErrs.mu.Lock()
-	defer b.peerErrs.mu.Unlock()
+// health lists the brokers this one currently fails to talk to.
+func (l *peerLinks) health() []string {
+	l.errs.mu.Lock()
+	defer l.errs.mu.Unlock()
 	var out []string
-	for _, id := range sortedKeys(b.peerErrs.last) {
-		e := b.peerErrs.last[id]
+	for _, id := range sortedKeys(l.errs.last) {
+		e := l.errs.last[id]
 		if time.Since(e.at) > peerWarningTTL {
-			delete(b.peerErrs.last, id) // its cause is gone; a new failure is logged again
+			delete(l.errs.last, id) // its cause is gone; a new failure is logged again
 			continue
 		}
 		out = append(out, fmt.Sprintf("broker %d: %s", id, e.msg))

@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/crypto/pkcs12"
 
-	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/security"
 )
 
@@ -314,21 +313,4 @@ func (b *Broker) ListenerAddr(name string) string {
 		}
 	}
 	return ""
-}
-
-// endpointFor returns where a client connected to the named listener
-// reaches br: the same listener's advertised address, as Kafka answers
-// Metadata, else br's registered one.
-func endpointFor(br metadata.Broker, listener string) (string, int32) {
-	for _, e := range strings.Split(br.Endpoints, ",") {
-		name, hp, ok := strings.Cut(e, "://")
-		if !ok || name != listener {
-			continue
-		}
-		h, p, err := net.SplitHostPort(hp)
-		if port, err2 := strconv.Atoi(p); err == nil && err2 == nil {
-			return h, int32(port)
-		}
-	}
-	return br.Host, br.Port
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/prom"
+	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -24,7 +25,9 @@ const groupLagTimeout = 2 * time.Second
 func registerHealthMetrics(b *Broker) {
 	s := b.metrics
 	s.Describe(healthFamilies...)
-	s.RegisterMetricsWriter(b.writeGroupLag)
+	// The engine and the metadata quorum are opened by Start: read at
+	// each scrape.
+	s.RegisterMetricsWriter(func(w io.Writer) { writeGroupLag(w, b.cfg.Plugins, b.meta, b.engine) })
 }
 
 var labelValue = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
@@ -32,21 +35,21 @@ var labelValue = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 // writeGroupLag writes tandem_group_lag_records, asking the groups
 // plugin (plugin.GroupDescriber) at scrape time: group names come and go,
 // and a scrape every few seconds costs one pass over the coordinators.
-func (b *Broker) writeGroupLag(w io.Writer) {
-	d, ok := plugin.Find[plugin.GroupDescriber](b.cfg.Plugins)
-	if !ok || b.meta == nil || b.engine == nil {
+func writeGroupLag(w io.Writer, plugins []any, meta *raftmeta.Controller, eng *engine.Engine) {
+	d, ok := plugin.Find[plugin.GroupDescriber](plugins)
+	if !ok || meta == nil || eng == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), groupLagTimeout)
 	defer cancel()
-	img := b.meta.Image()
+	img := meta.Image()
 	for _, g := range d.DescribeGroups(ctx) {
 		for tp, o := range g.Offsets {
 			t := img.Topics[tp.Topic]
 			if t == nil {
 				continue
 			}
-			ep := b.engine.Partition(engine.TopicID(t.ID), tp.Partition)
+			ep := eng.Partition(engine.TopicID(t.ID), tp.Partition)
 			if ep == nil {
 				continue
 			}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -12,21 +13,23 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/server/replication"
+	"github.com/tandem-kafka/tandem/server/wire"
 )
 
 // ledPartition finds partition p of t if this broker leads it: the one
 // leadership check of appends (produce, plugin.Host.CheckWritable). The code is
 // UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist and
 // NOT_LEADER_OR_FOLLOWER when another broker (or none) leads it.
-func (b *Broker) ledPartition(t *metadata.Topic, p int32) (*engine.Partition, metadata.Partition, *kerr.Error) {
+func (pd *producer) ledPartition(t *metadata.Topic, p int32) (*engine.Partition, metadata.Partition, *kerr.Error) {
 	if t == nil || p < 0 || int(p) >= len(t.Partitions) {
 		return nil, metadata.Partition{}, kerr.UnknownTopicOrPartition
 	}
 	part := t.Partitions[p]
-	if part.Leader != b.cfg.NodeID {
+	if part.Leader != pd.nodeID {
 		return nil, part, kerr.NotLeaderForPartition
 	}
-	ep := b.engine.Partition(t.ID, p)
+	ep := pd.engine.Partition(t.ID, p)
 	if ep == nil {
 		// The image says we lead it but the engine has not created it:
 		// only possible for an image not yet applied, so ask for a retry.
@@ -35,14 +38,33 @@ func (b *Broker) ledPartition(t *metadata.Topic, p int32) (*engine.Partition, me
 	return ep, part, nil
 }
 
+// txnCoordinator is the plugin serving transactions, nil if none.
+func txnCoordinator(plugins []any) plugin.TxnCoordinator {
+	tc, _ := plugin.Find[plugin.TxnCoordinator](plugins)
+	return tc
+}
+
+// producer serves Produce: what an append takes of the broker.
+type producer struct {
+	nodeID   int32
+	plugins  []any
+	log      *slog.Logger
+	applied  *appliedState
+	m        *brokerMetrics       // set by the broker's New, after its table of APIs
+	reqBytes *wire.Budget         // queued.max.request.bytes, which decompression counts in
+	refusals refusals             // the produce refusals logged once
+	engine   *engine.Engine       // set by the broker's Start
+	repl     *replication.Manager // set by the broker's Start
+}
+
 // internalClientID may write to internal topics, as in Kafka.
 const internalClientID = "__admin_client"
 
-func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kmsg.ProduceRequest) (kmsg.Response, error) {
+func (pd *producer) handleProduce(ctx context.Context, rc *RequestContext, req *kmsg.ProduceRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	img := b.image()
+	img := pd.applied.get()
 	pr := &produce{
-		b: b, rc: rc, req: req,
+		pd: pd, rc: rc, req: req,
 		// The append must finish even if the client hangs up: acks=0
 		// clients may close right after writing.
 		ctx: context.WithoutCancel(ctx),
@@ -60,7 +82,7 @@ func (b *Broker) handleProduce(ctx context.Context, rc *RequestContext, req *kms
 // produce is one Produce request being handled: what the steps of its
 // partitions share.
 type produce struct {
-	b         *Broker
+	pd        *producer
 	ctx       context.Context
 	rc        *RequestContext
 	req       *kmsg.ProduceRequest
@@ -105,7 +127,7 @@ func (pr *produce) fail(sp *kmsg.ProduceResponseTopicPartition, err *kerr.Error,
 	if msg != "" {
 		sp.ErrorMessage = &msg
 	}
-	pr.b.m.produceErrors.Inc()
+	pr.pd.m.produceErrors.Inc()
 }
 
 // check runs a partition's checks before its append, in order: the
@@ -114,7 +136,7 @@ func (pr *produce) fail(sp *kmsg.ProduceResponseTopicPartition, err *kerr.Error,
 // name the request's name for it; a partition led elsewhere names its
 // leader in sp.
 func (pr *produce) check(t *metadata.Topic, name string, missing *kerr.Error, rp kmsg.ProduceRequestTopicPartition, sp *kmsg.ProduceResponseTopicPartition) (*engine.Partition, metadata.Partition, *kerr.Error, string) {
-	b, rc, req := pr.b, pr.rc, pr.req
+	pd, rc, req := pr.pd, pr.rc, pr.req
 	if t != nil {
 		name = t.Name
 	}
@@ -139,23 +161,23 @@ func (pr *produce) check(t *metadata.Topic, name string, missing *kerr.Error, rp
 		// its acknowledgement are of that one batch.
 		return nil, metadata.Partition{}, kerr.InvalidRecord, "a produce request carries one record batch per partition"
 	}
-	ep, part, kerrErr := b.ledPartition(t, rp.Partition)
+	ep, part, kerrErr := pd.ledPartition(t, rp.Partition)
 	if kerrErr != nil {
 		if kerrErr == kerr.NotLeaderForPartition {
 			sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = part.Leader, part.LeaderEpoch
 		}
 		return nil, part, kerrErr, ""
 	}
-	if err := b.repl.CheckMinISR(t, rp.Partition, part); req.Acks == -1 && err != nil {
+	if err := pd.repl.CheckMinISR(t, rp.Partition, part); req.Acks == -1 && err != nil {
 		return nil, part, kerr.NotEnoughReplicas, *plugin.ErrorMessage(err)
 	}
 	if req.TransactionID != nil {
 		// The guard before the coordinator adds the partition to
 		// the transaction (Produce v12+): a refused partition must
 		// not get the transaction's markers.
-		err := plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Name, Op: plugin.OpWrite})
+		err := plugin.CheckTopicChange(pd.plugins, plugin.TopicChange{Topic: t.Name, Op: plugin.OpWrite})
 		if err == nil {
-			err = b.verifyTxn(pr.ctx, req.Version, *req.TransactionID, t.Name, rp.Partition, ep, rp.Records)
+			err = pd.verifyTxn(pr.ctx, req.Version, *req.TransactionID, t.Name, rp.Partition, ep, rp.Records)
 		}
 		if err != nil {
 			var kerrErr *kerr.Error
@@ -173,7 +195,7 @@ func (pr *produce) check(t *metadata.Topic, name string, missing *kerr.Error, rp
 // Partitions append concurrently so that Pebble groups their commits (and
 // fsyncs) instead of paying one per partition.
 func (pr *produce) append(t *metadata.Topic, rp kmsg.ProduceRequestTopicPartition, ep *engine.Partition, part metadata.Partition, sp *kmsg.ProduceResponseTopicPartition) {
-	b, rc, req, ctx := pr.b, pr.rc, pr.req, pr.ctx
+	pd, rc, req, ctx := pr.pd, pr.rc, pr.req, pr.ctx
 	areq := &engine.AppendRequest{
 		Topic: t.Name, TopicID: t.ID, Partition: rp.Partition,
 		Origin: engine.OriginClient, Records: rp.Records, Acks: req.Acks,
@@ -184,30 +206,30 @@ func (pr *produce) append(t *metadata.Topic, rp kmsg.ProduceRequestTopicPartitio
 		defer pr.synced.Done()
 		// Validation decompresses the batch: what that takes is
 		// counted in the request budget while it runs.
-		inflate, err := b.reqBytes.AcquireInflate(ctx, engine.DecodeMemory(rp.Records))
+		inflate, err := pd.reqBytes.AcquireInflate(ctx, engine.DecodeMemory(rp.Records))
 		wait := func() (engine.AppendResult, error) { return engine.AppendResult{}, err }
 		if err == nil {
 			wait = ep.AppendAsync(ctx, areq)
-			b.reqBytes.ReleaseInflate(inflate)
+			pd.reqBytes.ReleaseInflate(inflate)
 		}
 		pr.applied.Done()
 		res, err := wait()
 		if err == nil && req.Acks == -1 && len(part.Replicas) > 1 {
 			// acks=all: answered once every ISR member has it.
-			err = b.repl.AwaitReplicated(ctx, t, rp.Partition, part.LeaderEpoch, ep, res.LastOffset, time.Duration(req.TimeoutMillis)*time.Millisecond)
+			err = pd.repl.AwaitReplicated(ctx, t, rp.Partition, part.LeaderEpoch, ep, res.LastOffset, time.Duration(req.TimeoutMillis)*time.Millisecond)
 		}
 		if err != nil {
-			b.log.Debug("produce rejected", "topic", t.Name, "partition", rp.Partition, "err", err)
+			pd.log.Debug("produce rejected", "topic", t.Name, "partition", rp.Partition, "err", err)
 			sp.ErrorCode, sp.ErrorMessage = plugin.ErrorCode(err), plugin.ErrorMessage(err)
-			if !kerr.IsRetriable(err) && b.produceRefusals.first(rc.ClientID, t.Name, sp.ErrorCode) {
-				b.log.Warn("produce refused (logged once per client, topic and error)", "client_id", rc.ClientID, "client", rc.ClientAddr,
+			if !kerr.IsRetriable(err) && pd.refusals.first(rc.ClientID, t.Name, sp.ErrorCode) {
+				pd.log.Warn("produce refused (logged once per client, topic and error)", "client_id", rc.ClientID, "client", rc.ClientAddr,
 					"topic", t.Name, "err", *sp.ErrorMessage, "code", kerr.ErrorForCode(sp.ErrorCode))
 			}
-			b.m.produceErrors.Inc()
+			pd.m.produceErrors.Inc()
 			return
 		}
 		sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = res.BaseOffset, res.LogAppendTime, res.LogStartOffset
-		b.m.produceBytes.Add(len(rp.Records))
+		pd.m.produceBytes.Add(len(rp.Records))
 	}()
 }
 
@@ -253,8 +275,8 @@ type pendingResponse struct {
 // already ended would otherwise start a transaction nobody ends). From
 // Produce v12 (KIP-890 part 2, transaction.version 2) the coordinator
 // adds the partition instead: such clients skip AddPartitionsToTxn.
-func (b *Broker) verifyTxn(ctx context.Context, version int16, txnID, topic string, partition int32, ep *engine.Partition, records []byte) error {
-	tc := b.txnCoordinator()
+func (pd *producer) verifyTxn(ctx context.Context, version int16, txnID, topic string, partition int32, ep *engine.Partition, records []byte) error {
+	tc := txnCoordinator(pd.plugins)
 	h, err := engine.ParseBatchHeader(records)
 	if tc == nil || err != nil || !h.Transactional() {
 		return nil // not a transactional batch (or not one at all: the engine says so)

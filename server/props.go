@@ -6,17 +6,14 @@ import (
 	"sort"
 	"time"
 
-	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta"
-	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/config"
-	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Props are the broker properties the server acts on, parsed from
 // Config.Props (Kafka's server.properties keys). Dynamic cluster-wide
 // overrides stored in the metadata image take precedence over them where
-// Kafka allows it (see topicLogConfig and DescribeConfigs).
+// Kafka allows it (see applyTopic and DescribeConfigs).
 type Props struct {
 	AutoCreateTopics         bool  // auto.create.topics.enable
 	NumPartitions            int32 // num.partitions
@@ -104,22 +101,6 @@ func ParseProps(m map[string]string) (Props, error) {
 	}
 	sort.Strings(p.Unknown)
 	return p, nil
-}
-
-// layers returns the config layers of topic t (nil for broker configs)
-// in the latest metadata image.
-func (b *Broker) layers(t *metadata.Topic) config.Layers { return b.layersOf(b.meta.Image(), t) }
-
-// topicLogConfig turns a topic's configs over the broker defaults into the
-// engine's LogConfig.
-func (b *Broker) topicLogConfig(t *metadata.Topic) engine.LogConfig {
-	return config.LogConfig(b.layers(t))
-}
-
-// adminErrCode returns the Kafka error code of err and a message for
-// ErrorMessage fields (plugin.ErrorCode, plugin.ErrorMessage).
-func adminErrCode(err error) (int16, *string) {
-	return plugin.ErrorCode(err), plugin.ErrorMessage(err)
 }
 
 func cfgStr(s string) *string { return &s }

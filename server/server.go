@@ -26,6 +26,7 @@ import (
 	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/admin"
 	"github.com/tandem-kafka/tandem/server/datadir"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/server/quota"
@@ -56,25 +57,25 @@ type Config struct {
 // Broker is one Kafka broker: a listener, a storage engine and a member of
 // the metadata quorum.
 type Broker struct {
-	cfg    Config
-	log    *slog.Logger
-	props  Props
-	engine *engine.Engine
-	meta   *raftmeta.Controller
-	// produceRefusals: the produce refusals logged once (produce.go).
-	produceRefusals refusals
-
+	cfg         Config
+	log         *slog.Logger
+	props       Props
+	engine      *engine.Engine
+	meta        *raftmeta.Controller
 	apis        *apiTable
+	admin       *admin.Admin // the admin and cluster metadata APIs
 	metrics     *prom.Set
 	m           *brokerMetrics
-	sessions    *fetchSessions
+	fetch       *fetcher           // Fetch
+	produce     *producer          // Produce
+	coord       *coordinators      // FindCoordinator
+	applier     *applier           // the metadata apply loop
 	frames      wire.FramePool     // produce request buffers, recycled
 	reqBytes    *wire.Budget       // queued.max.request.bytes
 	frameReader wire.FrameReader   // reads requests within reqBytes, into frames
 	throttle    *security.Throttle // of failed SASL authentications
 
 	// Hooks found in cfg.Plugins.
-	leaderObs  []plugin.LeaderObserver
 	metaObs    []*metaQueue
 	lifecycles []plugin.Lifecycle
 	plugins    *pluginState       // names, and which failed (contain.go)
@@ -85,16 +86,15 @@ type Broker struct {
 	ibAuth    *interBrokerAuth  // how this broker connects to the others
 	authz     plugin.Authorizer // nil: everything is allowed
 	quotas    *quota.Quotas
-	reauth    time.Duration        // connections.max.reauth.ms
-	now       func() time.Time     // the clock of SASL session lifetimes; time.Now but in tests
-	pids      raftmeta.ProducerIDs // for idempotent producers
+	reauth    time.Duration    // connections.max.reauth.ms
+	now       func() time.Time // the clock of SASL session lifetimes; time.Now but in tests
 
 	// A cluster member's state (cluster_*.go); zero for a standalone
 	// broker.
 	controllerAddr string               // where the controller port binds
 	session        *raftmeta.Session    // registration and heartbeats
 	repl           *replication.Manager // partitions led and followed; set by Start
-	peerErrs       peerErrors           // failing inter-broker requests
+	links          *peerLinks           // inter-broker clients, failing peers
 	peers          peerClients          // Send's connections to other brokers
 	shutdownOnce   sync.Once
 	aborting       bool // Abort: no controlled shutdown
@@ -160,16 +160,26 @@ func New(cfg Config) (*Broker, error) {
 		// A standalone broker has no peers to log in to.
 		b.ibAuth = &interBrokerAuth{}
 	}
+	b.links = &peerLinks{nodeID: cfg.NodeID, fetchResponseBytes: props.Cluster.FetchResponseBytes, auth: b.ibAuth, dial: cfg.Dial, log: b.log}
 	if b.reauth, err = reauthMs(cfg.Props); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	if b.quotas, err = quota.New(cfg.Props); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	b.sessions = newFetchSessions(fetchSessionSlots)
 	b.reqBytes = wire.NewBudget(props.QueuedMaxRequestBytes)
 	b.frameReader = wire.FrameReader{Budget: b.reqBytes, Pool: &b.frames, Idle: connIdleTimeout, ReadTimeout: props.RequestReadTimeout}
 	b.throttle = security.NewThrottle(props.FailedAuthDelay)
+	b.produce = &producer{nodeID: cfg.NodeID, plugins: cfg.Plugins, log: b.log, applied: &b.applied, reqBytes: b.reqBytes}
+	b.coord = &coordinators{plugins: cfg.Plugins, log: b.log, applied: &b.applied, ensureTopic: b.EnsureTopic}
+	b.fetch = &fetcher{nodeID: cfg.NodeID, sessions: newFetchSessions(fetchSessionSlots), applied: &b.applied}
+	b.admin = &admin.Admin{
+		NodeID: cfg.NodeID, DataDir: cfg.DataDir, Log: b.log, Plugins: cfg.Plugins, Static: props.static,
+		AutoCreateTopics: props.AutoCreateTopics, NumPartitions: props.NumPartitions,
+		DefaultReplicationFactor: props.DefaultReplicationFactor, DeleteTopicEnable: props.DeleteTopicEnable,
+		PartitionLimits: props.PartitionLimits,
+		Image:           b.applied.get, WaitApplied: b.applied.wait, LedPartition: b.produce.ledPartition,
+	}
 	if b.apis, err = b.newAPITable(cfg.Plugins); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -181,13 +191,14 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.applied.init()
 	b.m = newBrokerMetrics(b)
+	b.fetch.m, b.produce.m = b.m, b.m
 	b.plugins = newPluginState(b)
 	registerHealthMetrics(b)
-	b.leaderObs = plugin.All[plugin.LeaderObserver](cfg.Plugins)
 	for _, o := range plugin.All[plugin.MetadataObserver](cfg.Plugins) {
 		b.metaObs = append(b.metaObs, newMetaQueue(o, b))
 	}
 	b.lifecycles = plugin.All[plugin.Lifecycle](cfg.Plugins)
+	b.applier = &applier{nodeID: cfg.NodeID, log: b.log, applied: &b.applied, admin: b.admin, plugins: b.plugins, leaderObs: plugin.All[plugin.LeaderObserver](cfg.Plugins), metaObs: b.metaObs}
 	switch authz := plugin.All[plugin.Authorizer](cfg.Plugins); len(authz) {
 	case 0:
 	case 1:
@@ -205,6 +216,7 @@ func New(cfg Config) (*Broker, error) {
 // opened so far is closed again.
 func (b *Broker) Start(ctx context.Context) (err error) {
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.applied.closed = b.ctx.Done()
 	defer func() {
 		if err != nil {
 			b.Close()
@@ -219,19 +231,9 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	// Listen before opening storage, so that a port in use fails at once,
 	// and before registering: the registration carries the bound ports.
 	// Connections wait in the backlog until the accept loops start.
-	var endpoints []string
-	for _, l := range b.listeners {
-		if l.ln, err = net.Listen("tcp", l.bind); err != nil {
-			return fmt.Errorf("server: listener %s on %s: %w", l.name, l.bind, err)
-		}
-		l.addr = l.ln.Addr().String()
-		if l.advertise == "" {
-			l.advertise = l.addr
-		} else if h, p, _ := net.SplitHostPort(l.advertise); p == "0" {
-			_, bound, _ := net.SplitHostPort(l.addr)
-			l.advertise = net.JoinHostPort(h, bound)
-		}
-		endpoints = append(endpoints, l.name+"://"+l.advertise)
+	endpoints, err := bindListeners(b.listeners)
+	if err != nil {
+		return err
 	}
 	b.addr = b.listeners[0].addr
 	adv := interBroker(b.listeners, b.cfg.Props).advertise
@@ -260,6 +262,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("server: open metadata: %w", err)
 	}
+	b.admin.Meta, b.admin.Engine = b.meta, b.engine
 	reg := metadata.Broker{ID: b.cfg.NodeID, Host: host, Port: int32(port), Endpoints: strings.Join(endpoints, ",")}
 	if b.meta.Clustered() {
 		if err := b.join(ctx, meta, reg); err != nil {
@@ -276,6 +279,8 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	// Replication needs the engine, the controller and the registration,
 	// and plugins may ask it (CheckWritable, AwaitReplicated) from Start.
 	b.repl = b.newReplication()
+	b.fetch.engine, b.fetch.repl = b.engine, b.repl
+	b.produce.engine, b.produce.repl = b.engine, b.repl
 	// Plugins start before anything calls them: before leadership is
 	// reported and before a request can reach them.
 	for _, l := range b.lifecycles {
@@ -284,14 +289,15 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		}
 		b.started = append(b.started, l)
 	}
-	if err := b.reconcile(ctx); err != nil {
+	b.applier.engine, b.applier.meta, b.applier.repl, b.applier.done = b.engine, b.meta, b.repl, b.ctx.Done()
+	if err := b.applier.reconcile(ctx); err != nil {
 		return err
 	}
 	b.loops.Add(1 + len(b.metaObs))
 	for _, q := range b.metaObs {
 		go func() { defer b.loops.Done(); q.run(b.ctx) }()
 	}
-	go func() { defer b.loops.Done(); b.metadataLoop() }()
+	go func() { defer b.loops.Done(); b.applier.loop() }()
 	if b.session != nil {
 		b.loops.Add(1)
 		go func() { defer b.loops.Done(); b.repl.ISRLoop(b.ctx) }()
@@ -302,6 +308,25 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	}
 	b.log.Info("broker started", "addr", b.addr, "advertised", adv, "cluster", b.meta.Image().ClusterID)
 	return nil
+}
+
+// bindListeners binds ls and returns their endpoints as registered
+// (name://advertised address; an advertised port 0 is the bound one).
+func bindListeners(ls []*listener) (endpoints []string, err error) {
+	for _, l := range ls {
+		if l.ln, err = net.Listen("tcp", l.bind); err != nil {
+			return nil, fmt.Errorf("server: listener %s on %s: %w", l.name, l.bind, err)
+		}
+		l.addr = l.ln.Addr().String()
+		if l.advertise == "" {
+			l.advertise = l.addr
+		} else if h, p, _ := net.SplitHostPort(l.advertise); p == "0" {
+			_, bound, _ := net.SplitHostPort(l.addr)
+			l.advertise = net.JoinHostPort(h, bound)
+		}
+		endpoints = append(endpoints, l.name+"://"+l.advertise)
+	}
+	return endpoints, nil
 }
 
 // newReplication is the broker's replication, made once its engine,
@@ -315,8 +340,8 @@ func (b *Broker) newReplication() *replication.Manager {
 		Engine:             b.engine,
 		Controller:         b.meta,
 		Images:             &b.applied,
-		Peers:              replicationPeers{b},
-		Layers:             b.layersOf,
+		Peers:              b.links,
+		Layers:             b.admin.Layers,
 		ReplicaLagMax:      b.props.Cluster.ReplicaLagMax,
 		FetchWait:          b.props.Cluster.FetchWait,
 		FetchMaxBytes:      b.props.Cluster.FetchMaxBytes,
@@ -389,7 +414,7 @@ func (b *Broker) Close() error {
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := len(b.started) - 1; i >= 0; i-- {
-		if err := b.stopPlugin(stopCtx, b.started[i]); err != nil {
+		if err := b.plugins.stop(stopCtx, b.started[i]); err != nil {
 			errs = append(errs, fmt.Errorf("stop plugin %T: %w", b.started[i], err))
 		}
 	}

@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"fmt"
@@ -13,25 +13,25 @@ import (
 	"github.com/tandem-kafka/tandem/server/config"
 )
 
-// createTopicsRequest is CreateTopics from version 8 (KIP-1279): each
+// CreateTopicsRequest is CreateTopics from version 8 (KIP-1279): each
 // topic may carry MirrorInfo, a nullable struct holding the source
 // cluster's topic ID, after its configs. franz-go's kmsg stops at
 // version 7, so version 8 is decoded here into the version 7 message
 // plus the IDs; the response is version 7's.
-type createTopicsRequest struct {
+type CreateTopicsRequest struct {
 	kmsg.CreateTopicsRequest
-	// mirrorIDs holds each topic's MirrorInfo.TopicId, zero where
+	// MirrorIDs holds each topic's MirrorInfo.TopicId, zero where
 	// MirrorInfo is null.
-	mirrorIDs []uuid.UUID
+	MirrorIDs []uuid.UUID
 }
 
-// createTopicsMirrorVersion is the first CreateTopics version with
+// CreateTopicsMirrorVersion is the first CreateTopics version with
 // MirrorInfo.
-const createTopicsMirrorVersion = 8
+const CreateTopicsMirrorVersion = 8
 
 // ReadFrom decodes a version 8 body (flexible: compact strings and
 // arrays, tagged fields after every struct).
-func (r *createTopicsRequest) ReadFrom(src []byte) error {
+func (r *CreateTopicsRequest) ReadFrom(src []byte) error {
 	b := kbin.Reader{Src: src}
 	skipTags := func() {
 		for n := b.Uvarint(); n > 0 && b.Ok(); n-- {
@@ -51,7 +51,7 @@ func (r *createTopicsRequest) ReadFrom(src []byte) error {
 		return n
 	}
 	r.Topics = nil
-	r.mirrorIDs = nil
+	r.MirrorIDs = nil
 	for range max(0, arrayLen()) {
 		t := kmsg.NewCreateTopicsRequestTopic()
 		t.Topic = b.CompactString()
@@ -80,7 +80,7 @@ func (r *createTopicsRequest) ReadFrom(src []byte) error {
 		}
 		skipTags()
 		r.Topics = append(r.Topics, t)
-		r.mirrorIDs = append(r.mirrorIDs, id)
+		r.MirrorIDs = append(r.MirrorIDs, id)
 		if !b.Ok() {
 			break
 		}
@@ -95,7 +95,7 @@ func (r *createTopicsRequest) ReadFrom(src []byte) error {
 }
 
 // ResponseKind is version 7's response at the request's version.
-func (r *createTopicsRequest) ResponseKind() kmsg.Response {
+func (r *CreateTopicsRequest) ResponseKind() kmsg.Response {
 	return &kmsg.CreateTopicsResponse{Version: r.Version}
 }
 

@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"context"
@@ -7,24 +7,26 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// handleDescribeLogDirs answers the broker's one log dir, its data dir,
+// HandleDescribeLogDirs answers the broker's one log dir, its data dir,
 // with the size of each partition it hosts: of those named, or of all
 // when none are. It needs DESCRIBE on the cluster; as in Kafka, a
 // principal without it gets no dirs (and, from v3, the error).
-func (b *Broker) handleDescribeLogDirs(_ context.Context, rc *RequestContext, req *kmsg.DescribeLogDirsRequest) (kmsg.Response, error) {
+func (a *Admin) HandleDescribeLogDirs(_ context.Context, rc *plugin.RequestContext, req *kmsg.DescribeLogDirsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.DescribeLogDirsResponse)
 	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, clusterName) {
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return resp, nil
 	}
 	dir := kmsg.NewDescribeLogDirsResponseDir()
-	dir.Dir = b.cfg.DataDir
-	if abs, err := filepath.Abs(b.cfg.DataDir); err == nil {
+	dir.Dir = a.DataDir
+	if abs, err := filepath.Abs(a.DataDir); err == nil {
 		dir.Dir = abs
 	}
-	if total, avail, ok := b.engine.Disk(); ok {
+	if total, avail, ok := a.Engine.Disk(); ok {
 		dir.TotalBytes, dir.UsableBytes = total, avail
 	}
 	var wanted map[string][]int32 // nil: every partition
@@ -34,9 +36,9 @@ func (b *Broker) handleDescribeLogDirs(_ context.Context, rc *RequestContext, re
 			wanted[t.Topic] = append(wanted[t.Topic], t.Partitions...)
 		}
 	}
-	img := b.image()
+	img := a.Image()
 	byTopic := map[string]int{}
-	for _, sp := range b.engine.Stored() {
+	for _, sp := range a.Engine.Stored() {
 		t := img.TopicsByID[sp.TopicID]
 		if t == nil {
 			continue // being deleted
@@ -44,7 +46,7 @@ func (b *Broker) handleDescribeLogDirs(_ context.Context, rc *RequestContext, re
 		if wanted != nil && !slices.Contains(wanted[t.Name], sp.Partition) {
 			continue
 		}
-		p := b.engine.Partition(sp.TopicID, sp.Partition)
+		p := a.Engine.Partition(sp.TopicID, sp.Partition)
 		if p == nil {
 			continue
 		}

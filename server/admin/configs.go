@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"context"
@@ -16,12 +16,12 @@ import (
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// handleDescribeConfigs describes topics and brokers. A broker resource
+// HandleDescribeConfigs describes topics and brokers. A broker resource
 // named "" describes the dynamic cluster-wide defaults only, a resource
 // named by this broker's ID every broker config, as Kafka does.
-func (b *Broker) handleDescribeConfigs(ctx context.Context, rc *RequestContext, req *kmsg.DescribeConfigsRequest) (kmsg.Response, error) {
+func (a *Admin) HandleDescribeConfigs(ctx context.Context, rc *plugin.RequestContext, req *kmsg.DescribeConfigsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
-	img := b.meta.Image()
+	img := a.Meta.Image()
 	for _, r := range req.Resources {
 		rr := kmsg.NewDescribeConfigsResponseResource()
 		rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
@@ -51,7 +51,7 @@ func (b *Broker) handleDescribeConfigs(ctx context.Context, rc *RequestContext, 
 			}
 			rr.Configs = append(rr.Configs, c)
 		}
-		if h := b.configHandler(r.ResourceType); h != nil {
+		if h := a.configHandler(r.ResourceType); h != nil {
 			cfgs, err := h.DescribeConfigResource(ctx, rc, r.ResourceName, r.ConfigNames)
 			rr.Configs = cfgs
 			rr.ErrorCode, rr.ErrorMessage = adminErrCode(err)
@@ -65,17 +65,17 @@ func (b *Broker) handleDescribeConfigs(ctx context.Context, rc *RequestContext, 
 		}
 		switch r.ResourceType {
 		case kmsg.ConfigResourceTypeTopic:
-			t, err := b.configTopic(img, r.ResourceName)
+			t, err := a.configTopic(img, r.ResourceName)
 			if err != nil {
 				rr.ErrorCode, rr.ErrorMessage = adminErrCode(err)
 				break
 			}
-			l := b.layersOf(img, t)
+			l := a.Layers(img, t)
 			for _, d := range config.TopicList {
 				add(d, l.TopicConfig(d), false)
 			}
 		case kmsg.ConfigResourceTypeBroker:
-			node, err := b.brokerResource(r.ResourceName)
+			node, err := a.brokerResource(r.ResourceName)
 			if err != nil {
 				rr.ErrorCode, rr.ErrorMessage = adminErrCode(err)
 				break
@@ -95,10 +95,10 @@ func (b *Broker) handleDescribeConfigs(ctx context.Context, rc *RequestContext, 
 				}
 				break
 			}
-			id := strconv.Itoa(int(b.cfg.NodeID))
+			id := strconv.Itoa(int(a.NodeID))
 			add(&config.Def{Name: "node.id", Type: kmsg.ConfigTypeInt, Doc: "The node ID of this broker."},
 				config.Value{Value: &id, Source: kmsg.ConfigSourceStaticBrokerConfig}, true)
-			l := b.layersOf(img, nil)
+			l := a.Layers(img, nil)
 			for _, d := range config.BrokerList {
 				add(d, l.Broker(d), !d.Dynamic)
 			}
@@ -111,7 +111,7 @@ func (b *Broker) handleDescribeConfigs(ctx context.Context, rc *RequestContext, 
 }
 
 // configTopic finds a topic named by a config resource.
-func (b *Broker) configTopic(img *metadata.Image, name string) (*metadata.Topic, error) {
+func (a *Admin) configTopic(img *metadata.Image, name string) (*metadata.Topic, error) {
 	if err := raftmeta.ValidTopicName(name); err != nil {
 		return nil, err
 	}
@@ -124,19 +124,19 @@ func (b *Broker) configTopic(img *metadata.Image, name string) (*metadata.Topic,
 
 // brokerResource checks a broker resource name: "" is the cluster-wide
 // default (node false), this broker's ID is this broker (node true).
-func (b *Broker) brokerResource(name string) (node bool, err error) {
+func (a *Admin) brokerResource(name string) (node bool, err error) {
 	if name == "" {
 		return false, nil
 	}
-	if id, err := strconv.ParseInt(name, 10, 32); err == nil && int32(id) == b.cfg.NodeID {
+	if id, err := strconv.ParseInt(name, 10, 32); err == nil && int32(id) == a.NodeID {
 		return true, nil
 	}
-	return false, config.Errorf(kerr.InvalidRequest, "Unexpected broker id, expected %d or empty string, but received %s", b.cfg.NodeID, name)
+	return false, config.Errorf(kerr.InvalidRequest, "Unexpected broker id, expected %d or empty string, but received %s", a.NodeID, name)
 }
 
 // layersOf is layers for a given image.
-func (b *Broker) layersOf(img *metadata.Image, t *metadata.Topic) config.Layers {
-	l := config.Layers{Static: b.props.static, Dynamic: img.BrokerConfigs, Node: img.NodeConfigs[b.cfg.NodeID]}
+func (a *Admin) Layers(img *metadata.Image, t *metadata.Topic) config.Layers {
+	l := config.Layers{Static: a.Static, Dynamic: img.BrokerConfigs, Node: img.NodeConfigs[a.NodeID]}
 	if t != nil {
 		l.Topic = t.Configs
 		if l.Topic == nil {
@@ -155,22 +155,22 @@ type configTarget struct {
 }
 
 // alterTarget resolves a resource of AlterConfigs/IncrementalAlterConfigs.
-func (b *Broker) alterTarget(img *metadata.Image, typ kmsg.ConfigResourceType, name string) (configTarget, error) {
+func (a *Admin) alterTarget(img *metadata.Image, typ kmsg.ConfigResourceType, name string) (configTarget, error) {
 	switch typ {
 	case kmsg.ConfigResourceTypeTopic:
-		t, err := b.configTopic(img, name)
+		t, err := a.configTopic(img, name)
 		if err != nil {
 			return configTarget{}, err
 		}
 		return configTarget{resource: metadata.ConfigResourceTopic, name: name, current: t.Configs, topic: t}, nil
 	case kmsg.ConfigResourceTypeBroker:
-		node, err := b.brokerResource(name)
+		node, err := a.brokerResource(name)
 		if err != nil {
 			return configTarget{}, err
 		}
 		ct := configTarget{resource: metadata.ConfigResourceBroker, name: name, current: img.BrokerConfigs}
 		if node {
-			ct.current = img.NodeConfigs[b.cfg.NodeID]
+			ct.current = img.NodeConfigs[a.NodeID]
 		}
 		return ct, nil
 	}
@@ -225,11 +225,11 @@ func (ct *configTarget) changes(next map[string]string) []raftmeta.ConfigChange 
 	return out
 }
 
-// handleAlterConfigs replaces the whole set of dynamic configs of each
+// HandleAlterConfigs replaces the whole set of dynamic configs of each
 // resource (the legacy AlterConfigs semantics).
-func (b *Broker) handleAlterConfigs(ctx context.Context, rc *RequestContext, req *kmsg.AlterConfigsRequest) (kmsg.Response, error) {
+func (a *Admin) HandleAlterConfigs(ctx context.Context, rc *plugin.RequestContext, req *kmsg.AlterConfigsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.AlterConfigsResponse)
-	img := b.meta.Image()
+	img := a.Meta.Image()
 	dups := duplicateResources(len(req.Resources), func(i int) (kmsg.ConfigResourceType, string) {
 		return req.Resources[i].ResourceType, req.Resources[i].ResourceName
 	})
@@ -243,7 +243,7 @@ func (b *Broker) handleAlterConfigs(ctx context.Context, rc *RequestContext, req
 			if err := configDenied(rc, kmsg.ACLOperationAlterConfigs, r.ResourceType, r.ResourceName); err != nil {
 				return err
 			}
-			ct, err := b.alterTarget(img, r.ResourceType, r.ResourceName)
+			ct, err := a.alterTarget(img, r.ResourceType, r.ResourceName)
 			if err != nil {
 				return err
 			}
@@ -257,7 +257,7 @@ func (b *Broker) handleAlterConfigs(ctx context.Context, rc *RequestContext, req
 				}
 				next[c.Name] = *c.Value
 			}
-			return b.applyConfigs(ctx, &ct, next, req.ValidateOnly)
+			return a.applyConfigs(ctx, &ct, next, req.ValidateOnly)
 		}()
 		rr.ErrorCode, rr.ErrorMessage = adminErrCode(err)
 		resp.Resources = append(resp.Resources, rr)
@@ -265,11 +265,11 @@ func (b *Broker) handleAlterConfigs(ctx context.Context, rc *RequestContext, req
 	return resp, nil
 }
 
-// handleIncrementalAlterConfigs applies SET, DELETE, APPEND and SUBTRACT
+// HandleIncrementalAlterConfigs applies SET, DELETE, APPEND and SUBTRACT
 // operations to each resource's dynamic configs.
-func (b *Broker) handleIncrementalAlterConfigs(ctx context.Context, rc *RequestContext, req *kmsg.IncrementalAlterConfigsRequest) (kmsg.Response, error) {
+func (a *Admin) HandleIncrementalAlterConfigs(ctx context.Context, rc *plugin.RequestContext, req *kmsg.IncrementalAlterConfigsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
-	img := b.meta.Image()
+	img := a.Meta.Image()
 	dups := duplicateResources(len(req.Resources), func(i int) (kmsg.ConfigResourceType, string) {
 		return req.Resources[i].ResourceType, req.Resources[i].ResourceName
 	})
@@ -280,13 +280,13 @@ func (b *Broker) handleIncrementalAlterConfigs(ctx context.Context, rc *RequestC
 			if dups[i] {
 				return config.Errorf(kerr.InvalidRequest, "Duplicate resource in the request.")
 			}
-			if h := b.configHandler(r.ResourceType); h != nil {
+			if h := a.configHandler(r.ResourceType); h != nil {
 				return h.AlterConfigResource(ctx, rc, r.ResourceName, r.Configs, req.ValidateOnly)
 			}
 			if err := configDenied(rc, kmsg.ACLOperationAlterConfigs, r.ResourceType, r.ResourceName); err != nil {
 				return err
 			}
-			ct, err := b.alterTarget(img, r.ResourceType, r.ResourceName)
+			ct, err := a.alterTarget(img, r.ResourceType, r.ResourceName)
 			if err != nil {
 				return err
 			}
@@ -339,7 +339,7 @@ func (b *Broker) handleIncrementalAlterConfigs(ctx context.Context, rc *RequestC
 					return config.Errorf(kerr.InvalidRequest, "Unknown config operation %d for %s", c.Op, c.Name)
 				}
 			}
-			return b.applyConfigs(ctx, &ct, next, req.ValidateOnly)
+			return a.applyConfigs(ctx, &ct, next, req.ValidateOnly)
 		}()
 		rr.ErrorCode, rr.ErrorMessage = adminErrCode(err)
 		resp.Resources = append(resp.Resources, rr)
@@ -369,7 +369,7 @@ func duplicateResources(n int, at func(int) (kmsg.ConfigResourceType, string)) [
 // applyConfigs validates the new dynamic configs of a target, writes the
 // difference through raftmeta and pushes the resulting log configs to the
 // engine before the request is answered.
-func (b *Broker) applyConfigs(ctx context.Context, ct *configTarget, next map[string]string, validateOnly bool) error {
+func (a *Admin) applyConfigs(ctx context.Context, ct *configTarget, next map[string]string, validateOnly bool) error {
 	if err := ct.validate(next); err != nil {
 		return err
 	}
@@ -379,26 +379,26 @@ func (b *Broker) applyConfigs(ctx context.Context, ct *configTarget, next map[st
 		for _, ch := range changes {
 			c.Keys = append(c.Keys, ch.Key)
 		}
-		if err := plugin.CheckTopicChange(b.cfg.Plugins, c); err != nil {
+		if err := plugin.CheckTopicChange(a.Plugins, c); err != nil {
 			return err
 		}
 	}
 	if validateOnly || len(changes) == 0 {
 		return nil
 	}
-	if err := b.meta.AlterConfigs(ctx, changes); err != nil {
+	if err := a.Meta.AlterConfigs(ctx, changes); err != nil {
 		return err
 	}
 	// The metadata loop pushes the new log configs to the engine.
-	if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
-		b.log.Warn("alter configs: waiting for metadata", "err", err)
+	if err := a.WaitApplied(ctx, a.Meta.Image().Index); err != nil {
+		a.Log.Warn("alter configs: waiting for metadata", "err", err)
 	}
 	return nil
 }
 
 // configDenied checks op on a config resource as Kafka does: topics by
 // name, broker and broker-logger resources on the cluster.
-func configDenied(rc *RequestContext, op kmsg.ACLOperation, typ kmsg.ConfigResourceType, name string) error {
+func configDenied(rc *plugin.RequestContext, op kmsg.ACLOperation, typ kmsg.ConfigResourceType, name string) error {
 	switch typ {
 	case kmsg.ConfigResourceTypeTopic:
 		if !rc.Allowed(op, kmsg.ACLResourceTypeTopic, name) {

@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -8,8 +8,8 @@ import (
 
 // configHandler returns the plugin serving configs of resource type typ,
 // nil if none does.
-func (b *Broker) configHandler(typ kmsg.ConfigResourceType) plugin.ConfigResourceHandler {
-	for _, h := range plugin.All[plugin.ConfigResourceHandler](b.cfg.Plugins) {
+func (a *Admin) configHandler(typ kmsg.ConfigResourceType) plugin.ConfigResourceHandler {
+	for _, h := range plugin.All[plugin.ConfigResourceHandler](a.Plugins) {
 		if h.ConfigResourceType() == typ {
 			return h
 		}

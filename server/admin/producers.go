@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"context"
@@ -9,17 +9,11 @@ import (
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// txnCoordinator is the plugin serving transactions, nil if none.
-func (b *Broker) txnCoordinator() plugin.TxnCoordinator {
-	tc, _ := plugin.Find[plugin.TxnCoordinator](b.cfg.Plugins)
-	return tc
-}
-
-// handleInitProducerID gives idempotent producers a new producer id with
+// HandleInitProducerID gives idempotent producers a new producer id with
 // epoch 0. A producer that asks with its current id and epoch (KIP-360,
 // v3+) gets a new id too, as Kafka does without a transactional id.
 // A transactional id goes to the transaction coordinator plugin.
-func (b *Broker) handleInitProducerID(ctx context.Context, rc *RequestContext, req *kmsg.InitProducerIDRequest) (kmsg.Response, error) {
+func (a *Admin) HandleInitProducerID(ctx context.Context, rc *plugin.RequestContext, req *kmsg.InitProducerIDRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	switch {
@@ -35,17 +29,17 @@ func (b *Broker) handleInitProducerID(ctx context.Context, rc *RequestContext, r
 	if req.TransactionalID != nil {
 		// Transactional producers belong to the transaction coordinator;
 		// without one, a transactional id is INVALID_REQUEST.
-		if tc := b.txnCoordinator(); tc != nil {
+		if tc, _ := plugin.Find[plugin.TxnCoordinator](a.Plugins); tc != nil {
 			return tc.InitTransactionalProducerID(ctx, rc, req), nil
 		}
-		b.log.Warn("InitProducerId with a transactional id but no transaction coordinator plugin",
+		a.Log.Warn("InitProducerId with a transactional id but no transaction coordinator plugin",
 			"transactional_id", *req.TransactionalID, "client_id", rc.ClientID)
 		resp.ErrorCode = kerr.InvalidRequest.Code
 		return resp, nil
 	}
-	id, err := b.pids.Next(ctx, b.meta)
+	id, err := a.pids.Next(ctx, a.Meta)
 	if err != nil {
-		b.log.Warn("InitProducerId", "err", err)
+		a.Log.Warn("InitProducerId", "err", err)
 		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
 		return resp, nil
 	}
@@ -53,11 +47,11 @@ func (b *Broker) handleInitProducerID(ctx context.Context, rc *RequestContext, r
 	return resp, nil
 }
 
-// handleDescribeProducers lists the active idempotent producers of
+// HandleDescribeProducers lists the active idempotent producers of
 // partitions this broker leads.
-func (b *Broker) handleDescribeProducers(ctx context.Context, rc *RequestContext, req *kmsg.DescribeProducersRequest) (kmsg.Response, error) {
+func (a *Admin) HandleDescribeProducers(ctx context.Context, rc *plugin.RequestContext, req *kmsg.DescribeProducersRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.DescribeProducersResponse)
-	img := b.image()
+	img := a.Image()
 	for _, rt := range req.Topics {
 		st := kmsg.NewDescribeProducersResponseTopic()
 		st.Topic = rt.Topic
@@ -65,7 +59,7 @@ func (b *Broker) handleDescribeProducers(ctx context.Context, rc *RequestContext
 		for _, p := range rt.Partitions {
 			sp := kmsg.NewDescribeProducersResponseTopicPartition()
 			sp.Partition = p
-			ep, _, kerrErr := b.ledPartition(t, p)
+			ep, _, kerrErr := a.LedPartition(t, p)
 			if !rc.Allowed(kmsg.ACLOperationRead, kmsg.ACLResourceTypeTopic, rt.Topic) {
 				kerrErr = kerr.TopicAuthorizationFailed
 			}

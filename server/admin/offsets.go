@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func checkLeaderEpoch(requested int32, part metadata.Partition) *kerr.Error {
 	return nil
 }
 
-// handleListOffsets answers offsets by timestamp and the special
+// HandleListOffsets answers offsets by timestamp and the special
 // timestamps earliest, latest, max-timestamp and the tiered-storage ones.
 //
 // v0 (Kafka 3.x serves it, 4.0 dropped it; sarama sends it unless told
@@ -46,9 +46,9 @@ func checkLeaderEpoch(requested int32, part metadata.Partition) *kerr.Error {
 // later version would (latest, earliest, or the first at the
 // timestamp), which is what the clients that still send v0 ask for
 // (MaxNumOffsets 1).
-func (b *Broker) handleListOffsets(ctx context.Context, rc *RequestContext, req *kmsg.ListOffsetsRequest) (kmsg.Response, error) {
+func (a *Admin) HandleListOffsets(ctx context.Context, rc *plugin.RequestContext, req *kmsg.ListOffsetsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
-	img := b.image()
+	img := a.Image()
 	for _, rt := range req.Topics {
 		st := kmsg.NewListOffsetsResponseTopic()
 		st.Topic = rt.Topic
@@ -67,7 +67,7 @@ func (b *Broker) handleListOffsets(ctx context.Context, rc *RequestContext, req 
 			} else if seen[rp.Partition] > 1 && req.Version >= 2 {
 				kerrErr = kerr.InvalidRequest
 			} else {
-				kerrErr = b.listOffset(req, t, &rp, &sp)
+				kerrErr = a.listOffset(req, t, &rp, &sp)
 			}
 			if kerrErr != nil {
 				sp.ErrorCode = kerrErr.Code
@@ -84,8 +84,8 @@ func (b *Broker) handleListOffsets(ctx context.Context, rc *RequestContext, req 
 }
 
 // listOffset answers one partition of a ListOffsets request into sp.
-func (b *Broker) listOffset(req *kmsg.ListOffsetsRequest, t *metadata.Topic, rp *kmsg.ListOffsetsRequestTopicPartition, sp *kmsg.ListOffsetsResponseTopicPartition) *kerr.Error {
-	ep, part, kerrErr := b.ledPartition(t, rp.Partition)
+func (a *Admin) listOffset(req *kmsg.ListOffsetsRequest, t *metadata.Topic, rp *kmsg.ListOffsetsRequestTopicPartition, sp *kmsg.ListOffsetsResponseTopicPartition) *kerr.Error {
+	ep, part, kerrErr := a.LedPartition(t, rp.Partition)
 	if kerrErr != nil {
 		return kerrErr
 	}
@@ -122,12 +122,12 @@ func (b *Broker) listOffset(req *kmsg.ListOffsetsRequest, t *metadata.Topic, rp 
 	return nil
 }
 
-// handleOffsetForLeaderEpoch answers, per partition, the end offset of the
+// HandleOffsetForLeaderEpoch answers, per partition, the end offset of the
 // largest epoch <= the requested one (KIP-101/KIP-320), which followers
 // and consumers use to detect log divergence after a leader change.
-func (b *Broker) handleOffsetForLeaderEpoch(ctx context.Context, rc *RequestContext, req *kmsg.OffsetForLeaderEpochRequest) (kmsg.Response, error) {
+func (a *Admin) HandleOffsetForLeaderEpoch(ctx context.Context, rc *plugin.RequestContext, req *kmsg.OffsetForLeaderEpochRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
-	img := b.image()
+	img := a.Image()
 	for _, rt := range req.Topics {
 		st := kmsg.NewOffsetForLeaderEpochResponseTopic()
 		st.Topic = rt.Topic
@@ -143,7 +143,7 @@ func (b *Broker) handleOffsetForLeaderEpoch(ctx context.Context, rc *RequestCont
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 			sp.Partition, sp.LeaderEpoch, sp.EndOffset = rp.Partition, -1, -1
-			ep, part, kerrErr := b.ledPartition(t, rp.Partition)
+			ep, part, kerrErr := a.LedPartition(t, rp.Partition)
 			if denied {
 				kerrErr = kerr.TopicAuthorizationFailed
 			}
@@ -167,10 +167,10 @@ func (b *Broker) handleOffsetForLeaderEpoch(ctx context.Context, rc *RequestCont
 	return resp, nil
 }
 
-// handleDeleteRecords moves log start offsets forward.
-func (b *Broker) handleDeleteRecords(ctx context.Context, rc *RequestContext, req *kmsg.DeleteRecordsRequest) (kmsg.Response, error) {
+// HandleDeleteRecords moves log start offsets forward.
+func (a *Admin) HandleDeleteRecords(ctx context.Context, rc *plugin.RequestContext, req *kmsg.DeleteRecordsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.DeleteRecordsResponse)
-	img := b.image()
+	img := a.Image()
 	for _, rt := range req.Topics {
 		st := kmsg.NewDeleteRecordsResponseTopic()
 		st.Topic = rt.Topic
@@ -180,13 +180,13 @@ func (b *Broker) handleDeleteRecords(ctx context.Context, rc *RequestContext, re
 			sp.Partition, sp.LowWatermark = rp.Partition, -1
 			low, err := int64(-1), error(kerr.TopicAuthorizationFailed)
 			if rc.Allowed(kmsg.ACLOperationDelete, kmsg.ACLResourceTypeTopic, rt.Topic) {
-				low, err = b.deleteRecords(t, rp.Partition, rp.Offset)
+				low, err = a.deleteRecords(t, rp.Partition, rp.Offset)
 			}
 			if err != nil {
 				var kerrErr *kerr.Error
 				if !errors.As(err, &kerrErr) {
 					kerrErr = kerr.UnknownServerError
-					b.log.Error("delete records", "topic", rt.Topic, "partition", rp.Partition, "err", err)
+					a.Log.Error("delete records", "topic", rt.Topic, "partition", rp.Partition, "err", err)
 				}
 				sp.ErrorCode = kerrErr.Code
 			} else {
@@ -199,8 +199,8 @@ func (b *Broker) handleDeleteRecords(ctx context.Context, rc *RequestContext, re
 	return resp, nil
 }
 
-func (b *Broker) deleteRecords(t *metadata.Topic, partition int32, offset int64) (int64, error) {
-	ep, _, kerrErr := b.ledPartition(t, partition)
+func (a *Admin) deleteRecords(t *metadata.Topic, partition int32, offset int64) (int64, error) {
+	ep, _, kerrErr := a.LedPartition(t, partition)
 	if kerrErr != nil {
 		return -1, kerrErr
 	}
@@ -212,7 +212,7 @@ func (b *Broker) deleteRecords(t *metadata.Topic, partition int32, offset int64)
 	if cfg := ep.Config(); cfg.Compact && !cfg.Delete {
 		return -1, kerr.PolicyViolation
 	}
-	if err := plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Name, Op: plugin.OpDeleteRecords}); err != nil {
+	if err := plugin.CheckTopicChange(a.Plugins, plugin.TopicChange{Topic: t.Name, Op: plugin.OpDeleteRecords}); err != nil {
 		return -1, err
 	}
 	return ep.DeleteRecords(offset)

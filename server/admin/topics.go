@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"context"
@@ -18,15 +18,15 @@ import (
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// handleCreateTopics validates each topic as Kafka's controller does,
+// HandleCreateTopics validates each topic as Kafka's controller does,
 // hands the valid ones to raftmeta, and waits until the engine has the new
 // partitions before answering. mirrorIDs (version 8) are the topics'
 // MirrorInfo topic IDs, zero where there is none.
-func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req *kmsg.CreateTopicsRequest, mirrorIDs []uuid.UUID) (kmsg.Response, error) {
+func (a *Admin) HandleCreateTopics(ctx context.Context, rc *plugin.RequestContext, req *kmsg.CreateTopicsRequest, mirrorIDs []uuid.UUID) (kmsg.Response, error) {
 	ctx, cancel := requestTimeout(ctx, req.TimeoutMillis)
 	defer cancel()
 	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
-	img := b.meta.Image()
+	img := a.Meta.Image()
 	counts := map[string]int{}
 	for _, t := range req.Topics {
 		counts[t.Topic]++
@@ -47,7 +47,7 @@ func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req
 			err = config.Errorf(kerr.InvalidRequest, "Duplicate topic name.")
 		} else if !clusterCreate && !rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeTopic, t.Topic) {
 			err = config.Errorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
-		} else if spec, err = b.topicSpec(img, &t); err == nil && i < len(mirrorIDs) && !mirrorIDs[i].IsZero() {
+		} else if spec, err = a.topicSpec(img, &t); err == nil && i < len(mirrorIDs) && !mirrorIDs[i].IsZero() {
 			err = mirrorTopicSpec(img, &spec, mirrorIDs[i])
 		}
 		if err != nil {
@@ -61,7 +61,7 @@ func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req
 	if len(specs) == 0 {
 		return resp, nil
 	}
-	errs := b.meta.CreateTopics(ctx, specs, req.ValidateOnly)
+	errs := a.Meta.CreateTopics(ctx, specs, req.ValidateOnly)
 	created := false
 	for i, spec := range specs {
 		rt := &resp.Topics[specAt[i]]
@@ -71,7 +71,7 @@ func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req
 		}
 		created = created || !req.ValidateOnly
 		rt.NumPartitions, rt.ReplicationFactor = spec.Partitions, spec.ReplicationFactor
-		l := b.layers(&metadata.Topic{Configs: spec.Configs})
+		l := a.Layers(a.Meta.Image(), &metadata.Topic{Configs: spec.Configs})
 		for _, d := range config.TopicList {
 			cv := l.TopicConfig(d)
 			c := kmsg.NewCreateTopicsResponseTopicConfig()
@@ -80,14 +80,14 @@ func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req
 		}
 	}
 	if created {
-		img = b.meta.Image()
+		img = a.Meta.Image()
 		for i, spec := range specs {
 			if t := img.Topics[spec.Name]; t != nil && resp.Topics[specAt[i]].ErrorCode == 0 {
 				resp.Topics[specAt[i]].TopicID = t.ID
 			}
 		}
-		if err := b.waitApplied(ctx, img.Index); err != nil {
-			b.log.Warn("create topics: waiting for partitions", "err", err)
+		if err := a.WaitApplied(ctx, img.Index); err != nil {
+			a.Log.Warn("create topics: waiting for partitions", "err", err)
 		}
 	}
 	return resp, nil
@@ -95,7 +95,7 @@ func (b *Broker) handleCreateTopics(ctx context.Context, rc *RequestContext, req
 
 // topicSpec validates one CreateTopics entry against the image and the
 // broker defaults (Kafka's ReplicationControlManager checks, in order).
-func (b *Broker) topicSpec(img *metadata.Image, t *kmsg.CreateTopicsRequestTopic) (raftmeta.TopicSpec, error) {
+func (a *Admin) topicSpec(img *metadata.Image, t *kmsg.CreateTopicsRequestTopic) (raftmeta.TopicSpec, error) {
 	spec := raftmeta.TopicSpec{Name: t.Topic, Partitions: t.NumPartitions, ReplicationFactor: t.ReplicationFactor}
 	if err := raftmeta.ValidTopicName(t.Topic); err != nil {
 		return spec, err
@@ -113,7 +113,7 @@ func (b *Broker) topicSpec(img *metadata.Image, t *kmsg.CreateTopicsRequestTopic
 		if t.ReplicationFactor != -1 {
 			return spec, config.Errorf(kerr.InvalidRequest, "A manual partition assignment was specified, but replicationFactor was not set to -1.")
 		}
-		if err := b.props.PartitionLimits.CheckCount(t.Topic, int64(len(t.ReplicaAssignment))); err != nil {
+		if err := a.PartitionLimits.CheckCount(t.Topic, int64(len(t.ReplicaAssignment))); err != nil {
 			return spec, err
 		}
 		assign := make([][]int32, len(t.ReplicaAssignment))
@@ -133,13 +133,13 @@ func (b *Broker) topicSpec(img *metadata.Image, t *kmsg.CreateTopicsRequestTopic
 		spec.Partitions, spec.ReplicationFactor = int32(len(assign)), int16(len(assign[0]))
 	} else {
 		if spec.Partitions == -1 {
-			spec.Partitions = b.props.NumPartitions
+			spec.Partitions = a.NumPartitions
 		}
 		if spec.Partitions <= 0 {
 			return spec, config.Errorf(kerr.InvalidPartitions, "Number of partitions was set to an invalid non-positive value.")
 		}
 		if spec.ReplicationFactor == -1 {
-			spec.ReplicationFactor = b.props.DefaultReplicationFactor
+			spec.ReplicationFactor = a.DefaultReplicationFactor
 		}
 		if spec.ReplicationFactor <= 0 {
 			return spec, config.Errorf(kerr.InvalidReplicationFactor, "Replication factor must be larger than 0, or -1 to use the default value.")
@@ -160,7 +160,7 @@ func (b *Broker) topicSpec(img *metadata.Image, t *kmsg.CreateTopicsRequestTopic
 		if err := config.ValidateTopic(spec.Configs); err != nil {
 			return spec, err
 		}
-		if err := plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Topic, Op: plugin.OpAlterConfigs, Keys: slices.Sorted(maps.Keys(spec.Configs))}); err != nil {
+		if err := plugin.CheckTopicChange(a.Plugins, plugin.TopicChange{Topic: t.Topic, Op: plugin.OpAlterConfigs, Keys: slices.Sorted(maps.Keys(spec.Configs))}); err != nil {
 			return spec, err
 		}
 	}
@@ -205,32 +205,32 @@ func collidingTopic(img *metadata.Image, name string) string {
 // and that do not exist, with num.partitions and default.replication.factor.
 // Invalid names are skipped (the caller answers INVALID_TOPIC_EXCEPTION);
 // the caller decides whether auto.create.topics.enable allows it.
-func (b *Broker) createTopicsAuto(ctx context.Context, names []string) {
-	img := b.meta.Image()
+func (a *Admin) CreateTopicsAuto(ctx context.Context, names []string) {
+	img := a.Meta.Image()
 	var specs []raftmeta.TopicSpec
 	for _, name := range names {
 		if raftmeta.ValidTopicName(name) != nil || img.Topics[name] != nil || collidingTopic(img, name) != "" ||
 			slices.ContainsFunc(specs, func(s raftmeta.TopicSpec) bool { return s.Name == name }) {
 			continue
 		}
-		specs = append(specs, raftmeta.TopicSpec{Name: name, Partitions: b.props.NumPartitions, ReplicationFactor: b.props.DefaultReplicationFactor})
+		specs = append(specs, raftmeta.TopicSpec{Name: name, Partitions: a.NumPartitions, ReplicationFactor: a.DefaultReplicationFactor})
 	}
 	if len(specs) == 0 {
 		return
 	}
-	for i, err := range b.meta.CreateTopics(ctx, specs, false) {
+	for i, err := range a.Meta.CreateTopics(ctx, specs, false) {
 		// A concurrent request may have created it first: that is fine.
 		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			b.log.Warn("auto-create topic", "topic", specs[i].Name, "err", err)
+			a.Log.Warn("auto-create topic", "topic", specs[i].Name, "err", err)
 		}
 	}
-	if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
-		b.log.Warn("auto-create topics: waiting for partitions", "err", err)
+	if err := a.WaitApplied(ctx, a.Meta.Image().Index); err != nil {
+		a.Log.Warn("auto-create topics: waiting for partitions", "err", err)
 	}
 }
 
-// handleDeleteTopics deletes topics by name (v0-v5) or by name or ID (v6).
-func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req *kmsg.DeleteTopicsRequest) (kmsg.Response, error) {
+// HandleDeleteTopics deletes topics by name (v0-v5) or by name or ID (v6).
+func (a *Admin) HandleDeleteTopics(ctx context.Context, rc *plugin.RequestContext, req *kmsg.DeleteTopicsRequest) (kmsg.Response, error) {
 	ctx, cancel := requestTimeout(ctx, req.TimeoutMillis)
 	defer cancel()
 	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
@@ -248,7 +248,7 @@ func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req
 			items = append(items, item{name: &n})
 		}
 	}
-	img := b.meta.Image()
+	img := a.Meta.Image()
 	var ids []metadata.UUID
 	var idAt []int
 	seen := map[metadata.UUID]bool{}
@@ -258,9 +258,9 @@ func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req
 		var t *metadata.Topic
 		var err error
 		switch {
-		case !b.props.DeleteTopicEnable && req.Version < 3:
+		case !a.DeleteTopicEnable && req.Version < 3:
 			err = config.Errorf(kerr.InvalidRequest, "Topic deletion is disabled.")
-		case !b.props.DeleteTopicEnable:
+		case !a.DeleteTopicEnable:
 			err = config.Errorf(kerr.TopicDeletionDisabled, "Topic deletion is disabled.")
 		case it.name != nil && it.id != [16]byte{}:
 			err = config.Errorf(kerr.InvalidRequest, "You may not specify both topic name and topic id.")
@@ -293,7 +293,7 @@ func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req
 			case t.Internal:
 				err = config.Errorf(kerr.InvalidTopicException, "Internal topic %s cannot be deleted.", t.Name)
 			default:
-				err = plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Name, Op: plugin.OpDeleteTopic})
+				err = plugin.CheckTopicChange(a.Plugins, plugin.TopicChange{Topic: t.Name, Op: plugin.OpDeleteTopic})
 			}
 			seen[t.ID] = true
 		}
@@ -311,13 +311,13 @@ func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req
 	if len(ids) == 0 {
 		return resp, nil
 	}
-	for i, err := range b.meta.DeleteTopics(ctx, ids) {
+	for i, err := range a.Meta.DeleteTopics(ctx, ids) {
 		if err != nil {
 			resp.Topics[idAt[i]].ErrorCode, resp.Topics[idAt[i]].ErrorMessage = adminErrCode(err)
 		}
 	}
-	if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
-		b.log.Warn("delete topics: waiting for partitions to go", "err", err)
+	if err := a.WaitApplied(ctx, a.Meta.Image().Index); err != nil {
+		a.Log.Warn("delete topics: waiting for partitions to go", "err", err)
 	}
 	if req.Version < 5 {
 		for i := range resp.Topics {
@@ -327,8 +327,8 @@ func (b *Broker) handleDeleteTopics(ctx context.Context, rc *RequestContext, req
 	return resp, nil
 }
 
-// handleCreatePartitions grows topics to the requested partition count.
-func (b *Broker) handleCreatePartitions(ctx context.Context, rc *RequestContext, req *kmsg.CreatePartitionsRequest) (kmsg.Response, error) {
+// HandleCreatePartitions grows topics to the requested partition count.
+func (a *Admin) HandleCreatePartitions(ctx context.Context, rc *plugin.RequestContext, req *kmsg.CreatePartitionsRequest) (kmsg.Response, error) {
 	ctx, cancel := requestTimeout(ctx, req.TimeoutMillis)
 	defer cancel()
 	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
@@ -336,7 +336,7 @@ func (b *Broker) handleCreatePartitions(ctx context.Context, rc *RequestContext,
 	for _, t := range req.Topics {
 		counts[t.Topic]++
 	}
-	img := b.meta.Image()
+	img := a.Meta.Image()
 	grew := false
 	for _, t := range req.Topics {
 		if counts[t.Topic] < 0 {
@@ -351,18 +351,18 @@ func (b *Broker) handleCreatePartitions(ctx context.Context, rc *RequestContext,
 		} else if !rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeTopic, t.Topic) {
 			err = config.Errorf(kerr.TopicAuthorizationFailed, "Authorization failed.")
 		} else if err = checkCreatePartitions(img, &t); err == nil {
-			err = plugin.CheckTopicChange(b.cfg.Plugins, plugin.TopicChange{Topic: t.Topic, Op: plugin.OpCreatePartitions})
+			err = plugin.CheckTopicChange(a.Plugins, plugin.TopicChange{Topic: t.Topic, Op: plugin.OpCreatePartitions})
 		}
 		if err == nil {
-			err = b.meta.CreatePartitions(ctx, t.Topic, t.Count, req.ValidateOnly)
+			err = a.Meta.CreatePartitions(ctx, t.Topic, t.Count, req.ValidateOnly)
 			grew = grew || (err == nil && !req.ValidateOnly)
 		}
 		rt.ErrorCode, rt.ErrorMessage = adminErrCode(err)
 		resp.Topics = append(resp.Topics, rt)
 	}
 	if grew {
-		if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
-			b.log.Warn("create partitions: waiting for partitions", "err", err)
+		if err := a.WaitApplied(ctx, a.Meta.Image().Index); err != nil {
+			a.Log.Warn("create partitions: waiting for partitions", "err", err)
 		}
 	}
 	return resp, nil

@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"context"
@@ -11,15 +11,16 @@ import (
 
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// handleElectLeaders runs Kafka's ElectLeaders through the controller:
+// HandleElectLeaders runs Kafka's ElectLeaders through the controller:
 // preferred (v0, or ElectionType 0) moves leadership to each partition's
 // first replica, unclean (1) gives a leaderless partition a live replica
 // even from outside the ISR. No topics means every partition; then, as in
 // Kafka, partitions that needed no election are left out of the answer.
 // It needs ALTER on the cluster.
-func (b *Broker) handleElectLeaders(ctx context.Context, rc *RequestContext, req *kmsg.ElectLeadersRequest) (kmsg.Response, error) {
+func (a *Admin) HandleElectLeaders(ctx context.Context, rc *plugin.RequestContext, req *kmsg.ElectLeadersRequest) (kmsg.Response, error) {
 	ctx, cancel := requestTimeout(ctx, req.TimeoutMillis)
 	defer cancel()
 	resp := req.ResponseKind().(*kmsg.ElectLeadersResponse)
@@ -54,7 +55,7 @@ func (b *Broker) handleElectLeaders(ctx context.Context, rc *RequestContext, req
 	if !all && parts == nil {
 		return resp, nil
 	}
-	res, err := b.meta.ElectLeaders(ctx, unclean, parts)
+	res, err := a.Meta.ElectLeaders(ctx, unclean, parts)
 	if err != nil {
 		var ke *kerr.Error
 		if !errors.As(err, &ke) {
@@ -83,18 +84,18 @@ func (b *Broker) handleElectLeaders(ctx context.Context, rc *RequestContext, req
 		resp.Topics[i].Partitions = append(resp.Topics[i].Partitions, rp)
 	}
 	if elected {
-		if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
-			b.log.Warn("elect leaders: waiting for the new leaders", "err", err)
+		if err := a.WaitApplied(ctx, a.Meta.Image().Index); err != nil {
+			a.Log.Warn("elect leaders: waiting for the new leaders", "err", err)
 		}
 	}
 	return resp, nil
 }
 
-// handleAlterPartitionReassignments starts or cancels (no replicas)
+// HandleAlterPartitionReassignments starts or cancels (no replicas)
 // partition reassignments through the controller; it needs ALTER on the
 // cluster. Without AllowReplicationFactorChange (v1, KIP-860) a target
 // with another number of replicas is refused, as in Kafka.
-func (b *Broker) handleAlterPartitionReassignments(ctx context.Context, rc *RequestContext, req *kmsg.AlterPartitionAssignmentsRequest) (kmsg.Response, error) {
+func (a *Admin) HandleAlterPartitionReassignments(ctx context.Context, rc *plugin.RequestContext, req *kmsg.AlterPartitionAssignmentsRequest) (kmsg.Response, error) {
 	ctx, cancel := requestTimeout(ctx, req.TimeoutMillis)
 	defer cancel()
 	resp := req.ResponseKind().(*kmsg.AlterPartitionAssignmentsResponse)
@@ -102,7 +103,7 @@ func (b *Broker) handleAlterPartitionReassignments(ctx context.Context, rc *Requ
 	type at struct{ t, p int }
 	var reqs []raftmeta.ReassignRequest
 	var where []at
-	img := b.image()
+	img := a.Image()
 	allowed := rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, clusterName)
 	if !allowed {
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
@@ -131,14 +132,14 @@ func (b *Broker) handleAlterPartitionReassignments(ctx context.Context, rc *Requ
 		return resp, nil
 	}
 	started := false
-	for n, err := range b.meta.AlterPartitionReassignments(ctx, reqs) {
+	for n, err := range a.Meta.AlterPartitionReassignments(ctx, reqs) {
 		rp := &resp.Topics[where[n].t].Partitions[where[n].p]
 		rp.ErrorCode, rp.ErrorMessage = adminErrCode(err)
 		started = started || err == nil
 	}
 	if started {
-		if err := b.waitApplied(ctx, b.meta.Image().Index); err != nil {
-			b.log.Warn("reassign partitions: waiting for the new assignment", "err", err)
+		if err := a.WaitApplied(ctx, a.Meta.Image().Index); err != nil {
+			a.Log.Warn("reassign partitions: waiting for the new assignment", "err", err)
 		}
 	}
 	return resp, nil
@@ -156,16 +157,16 @@ func changesRF(img *metadata.Image, topic string, partition int32, n int) bool {
 	return n != len(p.Replicas)-len(p.AddingReplicas)
 }
 
-// handleListPartitionReassignments answers the reassignments in progress
+// HandleListPartitionReassignments answers the reassignments in progress
 // from the applied image: of the partitions named, or of every partition
 // when none are. It needs DESCRIBE on the cluster.
-func (b *Broker) handleListPartitionReassignments(_ context.Context, rc *RequestContext, req *kmsg.ListPartitionReassignmentsRequest) (kmsg.Response, error) {
+func (a *Admin) HandleListPartitionReassignments(_ context.Context, rc *plugin.RequestContext, req *kmsg.ListPartitionReassignmentsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ListPartitionReassignmentsResponse)
 	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, clusterName) {
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return resp, nil
 	}
-	img := b.image()
+	img := a.Image()
 	add := func(name string, t *metadata.Topic, parts []int32) {
 		rt := kmsg.NewListPartitionReassignmentsResponseTopic()
 		rt.Topic = name

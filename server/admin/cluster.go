@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"context"
@@ -6,13 +6,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// handleDescribeCluster describes the registered brokers and the
+// HandleDescribeCluster describes the registered brokers and the
 // controller. Tandem's brokers are not separately addressable controllers,
 // so a request for the controller endpoints is UNSUPPORTED_ENDPOINT_TYPE,
 // as a Kafka broker answers.
-func (b *Broker) handleDescribeCluster(ctx context.Context, rc *RequestContext, req *kmsg.DescribeClusterRequest) (kmsg.Response, error) {
+func (a *Admin) HandleDescribeCluster(ctx context.Context, rc *plugin.RequestContext, req *kmsg.DescribeClusterRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.DescribeClusterResponse)
 	if !rc.Allowed(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, clusterName) {
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
@@ -23,7 +25,7 @@ func (b *Broker) handleDescribeCluster(ctx context.Context, rc *RequestContext, 
 		resp.ErrorMessage = cfgStr("The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER")
 		return resp, nil
 	}
-	img := b.image()
+	img := a.Image()
 	resp.ClusterID, resp.ControllerID = img.ClusterID, img.ControllerID
 	for _, br := range sortedBrokers(img) {
 		// Kafka lists the brokers clients can use; v2 may ask for the
@@ -33,14 +35,14 @@ func (b *Broker) handleDescribeCluster(ctx context.Context, rc *RequestContext, 
 		}
 		rb := kmsg.NewDescribeClusterResponseBroker()
 		rb.NodeID, rb.IsFenced = br.ID, br.Fenced
-		rb.Host, rb.Port = endpointFor(br, rc.Listener)
+		rb.Host, rb.Port = EndpointFor(br, rc.Listener)
 		if br.Rack != "" {
 			rb.Rack = cfgStr(br.Rack)
 		}
 		resp.Brokers = append(resp.Brokers, rb)
 	}
 	if req.IncludeClusterAuthorizedOperations {
-		resp.ClusterAuthorizedOperations = rc.AuthorizedOps(kmsg.ACLResourceTypeCluster, clusterName, clusterOps...)
+		resp.ClusterAuthorizedOperations = rc.AuthorizedOps(kmsg.ACLResourceTypeCluster, clusterName, ClusterOps...)
 	}
 	return resp, nil
 }
@@ -49,15 +51,15 @@ func (b *Broker) handleDescribeCluster(ctx context.Context, rc *RequestContext, 
 // default: the most partitions one DescribeTopicPartitions answer holds.
 const describeTopicPartitionsLimit = 2000
 
-// handleDescribeTopicPartitions (key 75, KIP-966) answers the partitions
+// HandleDescribeTopicPartitions (key 75, KIP-966) answers the partitions
 // of the requested topics (all that the client may describe when none
 // are named) in name order, from the cursor on, at most
 // ResponsePartitionLimit of them, with NextCursor where the next answer
 // starts. Tandem has no eligible leader replicas: ELR and LastKnownELR
 // are empty.
-func (b *Broker) handleDescribeTopicPartitions(_ context.Context, rc *RequestContext, req *kmsg.DescribeTopicPartitionsRequest) (kmsg.Response, error) {
+func (a *Admin) HandleDescribeTopicPartitions(_ context.Context, rc *plugin.RequestContext, req *kmsg.DescribeTopicPartitionsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.DescribeTopicPartitionsResponse)
-	img := b.image()
+	img := a.Image()
 	limit := int(req.ResponsePartitionLimit)
 	if limit <= 0 || limit > describeTopicPartitionsLimit {
 		limit = describeTopicPartitionsLimit

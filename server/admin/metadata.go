@@ -1,35 +1,39 @@
-package server
+package admin
 
 import (
 	"context"
+	"net"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// handleMetadata answers from the applied image. Missing topics are
+// HandleMetadata answers from the applied image. Missing topics are
 // auto-created when the request and the broker allow it.
-func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *kmsg.MetadataRequest) (kmsg.Response, error) {
+func (a *Admin) HandleMetadata(ctx context.Context, rc *plugin.RequestContext, req *kmsg.MetadataRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
-	img := b.image()
+	img := a.Image()
 
 	// v0 has no null topics: an empty list means all of them.
 	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
 	createDenied := map[string]bool{}
 	if !all {
 		// Auto-create what is missing, then answer from the new image.
-		img, createDenied = b.autoCreateTopics(ctx, rc, req, img)
+		img, createDenied = a.autoCreateTopics(ctx, rc, req, img)
 	}
 
 	resp.Brokers = metadataBrokers(img, rc)
 	resp.ClusterID = &img.ClusterID
 	resp.ControllerID = img.ControllerID
 	if req.Version >= 8 && req.Version <= 10 && req.IncludeClusterAuthorizedOperations {
-		resp.AuthorizedOperations = rc.AuthorizedOps(kmsg.ACLResourceTypeCluster, clusterName, clusterOps...)
+		resp.AuthorizedOperations = rc.AuthorizedOps(kmsg.ACLResourceTypeCluster, clusterName, ClusterOps...)
 	}
 
 	addTopic := func(t *metadata.Topic) {
@@ -79,9 +83,9 @@ func (b *Broker) handleMetadata(ctx context.Context, rc *RequestContext, req *km
 // missing, when the request and the broker allow it, and returns the image
 // to answer from (the new one if it created any) and the topics it was
 // not allowed to create.
-func (b *Broker) autoCreateTopics(ctx context.Context, rc *RequestContext, req *kmsg.MetadataRequest, img *metadata.Image) (*metadata.Image, map[string]bool) {
+func (a *Admin) autoCreateTopics(ctx context.Context, rc *plugin.RequestContext, req *kmsg.MetadataRequest, img *metadata.Image) (*metadata.Image, map[string]bool) {
 	createDenied := map[string]bool{}
-	allow := b.props.AutoCreateTopics && (req.Version < 4 || req.AllowAutoTopicCreation)
+	allow := a.AutoCreateTopics && (req.Version < 4 || req.AllowAutoTopicCreation)
 	clusterCreate := allow && rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, clusterName)
 	var create []string
 	for _, rt := range req.Topics {
@@ -96,15 +100,15 @@ func (b *Broker) autoCreateTopics(ctx context.Context, rc *RequestContext, req *
 		}
 	}
 	if len(create) > 0 {
-		b.createTopicsAuto(ctx, create)
-		img = b.image()
+		a.CreateTopicsAuto(ctx, create)
+		img = a.Image()
 	}
 	return img, createDenied
 }
 
 // metadataBrokers lists the brokers clients can use (Kafka leaves out the
 // fenced ones), by ID, with their endpoint on the request's listener.
-func metadataBrokers(img *metadata.Image, rc *RequestContext) []kmsg.MetadataResponseBroker {
+func metadataBrokers(img *metadata.Image, rc *plugin.RequestContext) []kmsg.MetadataResponseBroker {
 	var out []kmsg.MetadataResponseBroker
 	for _, br := range sortedBrokers(img) {
 		if br.Fenced {
@@ -112,7 +116,7 @@ func metadataBrokers(img *metadata.Image, rc *RequestContext) []kmsg.MetadataRes
 		}
 		rb := kmsg.NewMetadataResponseBroker()
 		rb.NodeID = br.ID
-		rb.Host, rb.Port = endpointFor(br, rc.Listener)
+		rb.Host, rb.Port = EndpointFor(br, rc.Listener)
 		if br.Rack != "" {
 			rb.Rack = &br.Rack
 		}
@@ -123,7 +127,7 @@ func metadataBrokers(img *metadata.Image, rc *RequestContext) []kmsg.MetadataRes
 
 // metadataTopic is topic t as a Metadata response lists it, with its
 // partitions.
-func metadataTopic(img *metadata.Image, rc *RequestContext, req *kmsg.MetadataRequest, t *metadata.Topic) kmsg.MetadataResponseTopic {
+func metadataTopic(img *metadata.Image, rc *plugin.RequestContext, req *kmsg.MetadataRequest, t *metadata.Topic) kmsg.MetadataResponseTopic {
 	rt := kmsg.NewMetadataResponseTopic()
 	rt.Topic, rt.TopicID, rt.IsInternal = &t.Name, t.ID, t.Internal
 	if req.IncludeTopicAuthorizedOperations {
@@ -180,4 +184,21 @@ func offlineReplicas(img *metadata.Image, part metadata.Partition) []int32 {
 		}
 	}
 	return out
+}
+
+// EndpointFor returns where a client connected to the named listener
+// reaches br: the same listener's advertised address, as Kafka answers
+// Metadata, else br's registered one.
+func EndpointFor(br metadata.Broker, listener string) (string, int32) {
+	for _, e := range strings.Split(br.Endpoints, ",") {
+		name, hp, ok := strings.Cut(e, "://")
+		if !ok || name != listener {
+			continue
+		}
+		h, p, err := net.SplitHostPort(hp)
+		if port, err2 := strconv.Atoi(p); err == nil && err2 == nil {
+			return h, int32(port)
+		}
+	}
+	return br.Host, br.Port
 }
