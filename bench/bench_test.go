@@ -109,6 +109,7 @@ func TestHarness(t *testing.T) {
 // TestAgainst drives a broker the harness did not start (kfake in this
 // process): client figures only.
 func TestAgainst(t *testing.T) {
+	tandemtest.Long(t) // three workloads of three runs, seconds: the full tier only
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/groups"
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/txn"
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
 // testPlugins are the plugins of the Tandem brokers the tests start (those
@@ -25,6 +26,7 @@ func testPlugins() []any {
 // percentiles must be ordered. kfake is listed and shown as "-". It
 // asserts no speed.
 func TestMirror(t *testing.T) {
+	tandemtest.Long(t) // brokers in child processes, two clusters: the full tier only
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer

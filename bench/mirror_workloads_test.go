@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
 // runMirrorWorkloads runs ws on Tandem with tiny parameters and checks
@@ -55,6 +57,7 @@ func tinyMirror(k Kind) Workload {
 // workloads report both sides' CPU per byte against a produce measured in
 // the same run, and the unthrottled one its lag over the load.
 func TestMirrorCostAndUnthrottled(t *testing.T) {
+	tandemtest.Long(t) // brokers in child processes, two clusters: the full tier only
 	t.Parallel()
 	prod := tinyMirror(Produce)
 	rep := runMirrorWorkloads(t, MirrorOptions{}, []Workload{prod, tinyMirror(Mirror), tinyMirror(MirrorUnthrottled)},
@@ -83,6 +86,7 @@ func TestMirrorCostAndUnthrottled(t *testing.T) {
 // WAN proxy: every record crosses it, the link is reported, and the
 // 50 ms row is set against the 0 ms one.
 func TestMirrorRTT(t *testing.T) {
+	tandemtest.Long(t) // brokers in child processes, two clusters: the full tier only
 	t.Parallel()
 	var ws []Workload
 	for _, rtt := range []time.Duration{0, 50 * time.Millisecond} {
@@ -114,6 +118,7 @@ func TestMirrorRTT(t *testing.T) {
 // TestMirrorScale mirrors 60 and 120 idle partitions by a topic pattern:
 // every partition caught up, both sides' idle figures, the curve's rows.
 func TestMirrorScale(t *testing.T) {
+	tandemtest.Long(t) // brokers in child processes, two clusters: the full tier only
 	t.Parallel()
 	var ws []Workload
 	for _, n := range []int32{60, 120} {
@@ -141,6 +146,7 @@ func TestMirrorScale(t *testing.T) {
 // local producer's latency on both sides of the mirror, the ratios to
 // this run's limits.
 func TestMirrorCatchUp(t *testing.T) {
+	tandemtest.Long(t) // brokers in child processes, two clusters: the full tier only
 	t.Parallel()
 	r := &Runner{
 		Workloads:     []Workload{tinyMirror(MirrorCatchUp)},

@@ -21,6 +21,17 @@ import (
 )
 
 // freeAddrs reserves n loopback addresses for controller ports.
+// long is tandemtest.Long, which this package's tests cannot import (it
+// imports raftmeta): the quick tier (go test -short) skips the test, for
+// it waits out sessions and elections of a three-node quorum for
+// seconds; make test runs it.
+func long(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("full tier only (make test); the quick tier, go test -short, skips it")
+	}
+}
+
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
 	var out []string
@@ -217,6 +228,7 @@ func TestClusterQuorum(t *testing.T) {
 // registers again it is unfenced and leads again where it is the only
 // choice.
 func TestClusterFencesAndElects(t *testing.T) {
+	long(t)
 	nodes := startCluster(t, 3)
 	mustCreate(t, nodes[0].c, TopicSpec{Name: "t", Partitions: 3, ReplicationFactor: 3})
 	var victim *clusterNode
@@ -259,6 +271,7 @@ func TestClusterFencesAndElects(t *testing.T) {
 // controller leaves it to the session: not fenced at once, fenced when
 // the session expires without heartbeats.
 func TestClusterSessionConnClosedListenerUp(t *testing.T) {
+	long(t)
 	nodes := startCluster(t, 3)
 	var victim *clusterNode
 	for _, n := range nodes {
@@ -311,6 +324,7 @@ func TestClusterSessionConnClosedListenerUp(t *testing.T) {
 // of another cluster are refused at once, naming the conflict, and the
 // cluster's metadata is untouched.
 func TestClusterRefusesMisconfiguredNodes(t *testing.T) {
+	long(t)
 	nodes := startCluster(t, 3)
 	voters := nodes[0].cfg.Voters
 

@@ -66,6 +66,7 @@ func produce(t *testing.T, addr, topic string, n int) {
 // partitions; one leaves and the others take over its partitions; after a
 // broker restart a new consumer resumes at the committed offsets.
 func TestGroupConsumeRebalanceRestart(t *testing.T) {
+	tandemtest.Long(t) // rebalances and a broker restart, seconds: the full tier only
 	dir := t.TempDir()
 	b, _ := startBroker(t, dir)
 	addr := b.Addr()

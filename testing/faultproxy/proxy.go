@@ -6,20 +6,14 @@ package faultproxy
 
 import (
 	"net"
-	"sync"
 	"time"
 )
 
 // Proxy forwards connections from its address to a target.
 type Proxy struct {
-	ln net.Listener
+	relay // mu also guards the fields below
 
-	mu     sync.Mutex
-	target string
-	down   time.Time // refuse (close) connections until then
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	down time.Time // refuse (close) connections until then
 
 	// The link's shape (SetLink): each direction delays what it
 	// forwards by latency and shares rate bytes/s among the proxy's
@@ -32,33 +26,18 @@ type Proxy struct {
 // Listen starts a proxy on a free 127.0.0.1 port forwarding to target
 // (which may be set later with SetTarget).
 func Listen(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	p := &Proxy{}
+	if err := p.listen(target, func() bool { return time.Now().Before(p.down) }, p.pipe); err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
 	return p, nil
-}
-
-// Addr is the proxy's address.
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
-
-// SetTarget changes where new connections go.
-func (p *Proxy) SetTarget(target string) {
-	p.mu.Lock()
-	p.target = target
-	p.mu.Unlock()
 }
 
 // Cut closes every connection and refuses new ones for d.
 func (p *Proxy) Cut(d time.Duration) {
 	p.mu.Lock()
 	p.down = time.Now().Add(d)
-	for c := range p.conns {
-		c.Close()
-	}
+	p.closeConns()
 	p.mu.Unlock()
 }
 
@@ -87,74 +66,6 @@ func (p *Proxy) shape(dir, n int) time.Time {
 		at = p.next[dir]
 	}
 	return at
-}
-
-// Close stops the proxy and closes its connections.
-func (p *Proxy) Close() error {
-	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	err := p.ln.Close()
-	p.wg.Wait()
-	return err
-}
-
-// track registers c, or reports false if the proxy refuses it now.
-func (p *Proxy) track(c net.Conn, add bool) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !add {
-		delete(p.conns, c)
-		return true
-	}
-	if p.closed || time.Now().Before(p.down) {
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *Proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			p.serve(c)
-		}()
-	}
-}
-
-func (p *Proxy) serve(c net.Conn) {
-	defer c.Close()
-	if !p.track(c, true) {
-		return
-	}
-	defer p.track(c, false)
-	p.mu.Lock()
-	target := p.target
-	p.mu.Unlock()
-	up, err := net.DialTimeout("tcp", target, 5*time.Second)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	if !p.track(up, true) {
-		return
-	}
-	defer p.track(up, false)
-	done := make(chan struct{}, 2)
-	go func() { p.pipe(up, c, 0); done <- struct{}{} }()
-	go func() { p.pipe(c, up, 1); done <- struct{}{} }()
-	<-done
-	<-done
 }
 
 // chunk is what one read got, and when it may be written.

@@ -21,17 +21,11 @@ import (
 // direction and frees it when the byte is written, so at 100 ms it caps a
 // connection near 20 MB/s whatever window the endpoints would negotiate.
 type WAN struct {
-	ln     net.Listener
-	target string
+	relay  // mu also guards down
+	down   bool
 	window int64
 	rtt    atomic.Int64 // time.Duration
 	fwd    [2]atomic.Int64
-
-	mu     sync.Mutex
-	down   bool
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
 }
 
 // wanReadSize is the most a WAN reads at once; wanMaxReads bounds the
@@ -47,26 +41,12 @@ const (
 // and direction; Linux autotunes a receive window up to the third field
 // of net.ipv4.tcp_rmem).
 func ListenWAN(target string, rtt time.Duration, window int64) (*WAN, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	p := &WAN{window: max(window, 1)}
+	p.rtt.Store(int64(rtt))
+	if err := p.listen(target, func() bool { return p.down }, p.pipe); err != nil {
 		return nil, err
 	}
-	p := &WAN{ln: ln, target: target, window: max(window, 1), conns: map[net.Conn]struct{}{}}
-	p.rtt.Store(int64(rtt))
-	p.wg.Add(1)
-	go p.accept()
 	return p, nil
-}
-
-// Addr is the proxy's address.
-func (p *WAN) Addr() string { return p.ln.Addr().String() }
-
-// SetTarget changes where new connections go (a broker that advertises
-// the proxy's address is started after the proxy).
-func (p *WAN) SetTarget(target string) {
-	p.mu.Lock()
-	p.target = target
-	p.mu.Unlock()
 }
 
 // SetRTT changes the round trip for the bytes read from now on.
@@ -81,9 +61,7 @@ func (p *WAN) Forwarded() [2]int64 { return [2]int64{p.fwd[0].Load(), p.fwd[1].L
 func (p *WAN) Down() {
 	p.mu.Lock()
 	p.down = true
-	for c := range p.conns {
-		c.Close()
-	}
+	p.closeConns()
 	p.mu.Unlock()
 }
 
@@ -92,73 +70,6 @@ func (p *WAN) Up() {
 	p.mu.Lock()
 	p.down = false
 	p.mu.Unlock()
-}
-
-// Close stops the proxy and closes its connections.
-func (p *WAN) Close() error {
-	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	err := p.ln.Close()
-	p.wg.Wait()
-	return err
-}
-
-func (p *WAN) track(c net.Conn, add bool) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !add {
-		delete(p.conns, c)
-		return true
-	}
-	if p.closed || p.down {
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *WAN) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			p.serve(c)
-		}()
-	}
-}
-
-func (p *WAN) serve(c net.Conn) {
-	defer c.Close()
-	if !p.track(c, true) {
-		return
-	}
-	defer p.track(c, false)
-	p.mu.Lock()
-	target := p.target
-	p.mu.Unlock()
-	up, err := net.DialTimeout("tcp", target, 5*time.Second)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	if !p.track(up, true) {
-		return
-	}
-	defer p.track(up, false)
-	done := make(chan struct{}, 2)
-	go func() { p.pipe(up, c, 0); done <- struct{}{} }()
-	go func() { p.pipe(c, up, 1); done <- struct{}{} }()
-	<-done
-	<-done
 }
 
 // pipe copies src to dst as one direction of the link: a reader takes

@@ -44,6 +44,7 @@ func plainAuth(t *testing.T, addr, user, password string) (*kmsg.SASLAuthenticat
 // from that address before is not held up, and a right password after
 // wrong ones gets through.
 func TestSASLThrottle(t *testing.T) {
+	tandemtest.Long(t) // waits out authentication delays, seconds: the full tier only
 	sb := startSecure(t, false, map[string]string{"connection.failed.authentication.delay.ms": "20"})
 	addr := sb.ListenerAddr("SASL_PLAINTEXT")
 	if resp, err := plainAuth(t, addr, "bob", "bob-secret"); err != nil || resp.ErrorCode != 0 {

@@ -68,6 +68,7 @@ func startDaemon(t *testing.T, logPath string, name string, args ...string) {
 // message format down-conversion Tandem does not do), and it reports the
 // group's lag. It skips when burrow or zookeeperd is not installed.
 func TestBurrow(t *testing.T) {
+	tandemtest.Long(t) // Burrow and ZooKeeper processes: the full tier only
 	// CI (.ci/run) sets TANDEM_REQUIRE_BURROW: there a missing Burrow
 	// fails the test rather than skipping it.
 	skip := t.Skip

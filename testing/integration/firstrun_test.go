@@ -29,6 +29,7 @@ import (
 // unavailable is no DR copy. default.replication.factor, when set, still
 // decides.
 func TestMirrorTopicRFDefault(t *testing.T) {
+	tandemtest.Long(t) // two clusters: the full tier only
 	src := tandemtest.StartCluster(t, 1, clusterMirrorProps)
 	unset := maps.Clone(clusterMirrorProps)
 	unset["default.replication.factor"] = "" // the broker's own default, 1
@@ -57,6 +58,7 @@ func TestMirrorTopicRFDefault(t *testing.T) {
 // offsets as unknown), and the CLI exits 1 on a mirror whose topics it
 // cannot list.
 func TestDescribeRightAfterAdd(t *testing.T) {
+	tandemtest.Long(t) // two clusters: the full tier only
 	src := tandemtest.StartCluster(t, 1, clusterMirrorProps)
 	dst := tandemtest.StartCluster(t, 3, clusterMirrorProps)
 	const n = 8
@@ -203,6 +205,7 @@ func TestSourceDownOneModel(t *testing.T) {
 // source's newest record: about a second here, in --describe and in a
 // forced failover's report alike.
 func TestLagTimeAfterQuietGap(t *testing.T) {
+	tandemtest.Long(t) // two clusters, twice: the full tier only
 	// With a prefix the source's times are asked by the source's name
 	// (the oldest lacking record's time was asked by the name here, which
 	// the source does not have, and the span ran from the gap again).
@@ -265,6 +268,7 @@ func lagTimeAfterQuietGap(t *testing.T, prefix string) {
 // fetched from it fetched from a new leader since, and nothing cleared
 // their last error. A warning clears within seconds of its cause.
 func TestHealthWarningClears(t *testing.T) {
+	tandemtest.Long(t) // three brokers, one killed: the full tier only
 	c := tandemtest.StartCluster(t, 3, map[string]string{"offsets.topic.num.partitions": "3", "auto.leader.rebalance.enable": "false"})
 	createTopicRF(t, c, "rf3", 3, 3, nil)
 	produceRange(t, c, "rf3", 0, 100)

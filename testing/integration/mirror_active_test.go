@@ -446,6 +446,7 @@ func resumeOnB(t *testing.T, b *tandemtest.Cluster, group string, want map[strin
 // taken (--create), and one whose prefix e plus a source's 1.orders
 // makes edge1's e1.orders (--create with patterns selecting it, --add).
 func TestMirrorManyToOne(t *testing.T) {
+	tandemtest.Long(t) // four clusters: the full tier only
 	central := startMirrorCluster(t, "")
 	var edges []*mirrorCluster
 	for i := range 3 {

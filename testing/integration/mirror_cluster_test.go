@@ -197,6 +197,7 @@ func sameOnEveryReplica(t *testing.T, src, dst *tandemtest.Cluster, topic string
 // byte-identical to the source, topic IDs equal, lag 0. Then a failover
 // with one destination broker down, and a failback.
 func TestMirrorAcrossClusters(t *testing.T) {
+	tandemtest.Long(t) // two three-broker clusters: the full tier only
 	src := tandemtest.StartCluster(t, 3, clusterMirrorProps)
 	dst := tandemtest.StartCluster(t, 3, clusterMirrorProps)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -565,6 +566,7 @@ func checkStateCoordination(t *testing.T, dst *tandemtest.Cluster, name, topic s
 // acknowledged can be lost with it (seen: a partition back to MIRRORING
 // after its STOPPING was acknowledged).
 func TestMirrorFailoverFinisherKilled(t *testing.T) {
+	tandemtest.Long(t) // two three-broker clusters: the full tier only
 	src := tandemtest.StartCluster(t, 3, clusterMirrorProps)
 	dst := tandemtest.StartCluster(t, 3, clusterMirrorProps)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

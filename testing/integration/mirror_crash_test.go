@@ -119,6 +119,7 @@ func controlBatches(t *testing.T, ep *engine.Partition) (barriers, markers int) 
 // source's epoch as the last mirror epoch, the mirrored data intact, and
 // the topic takes writes.
 func TestMirrorStopCrashAtEachStep(t *testing.T) {
+	tandemtest.Long(t) // a cluster restarted per step: the full tier only
 	steps := []mirror.StopStep{mirror.StepFetcherRemoved, mirror.StepEpochBumped, mirror.StepTxnsAborted,
 		mirror.StepLMEPersisted, mirror.StepBarrierWritten, mirror.StepWritable}
 	src := startMirrorCluster(t, "")

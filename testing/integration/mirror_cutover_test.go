@@ -164,6 +164,7 @@ func readCommitted(t *testing.T, addr, topic string) map[string]int {
 // partition's cut, one cut time for every partition, and what lay
 // beyond the cut in the divergence quarantine.
 func TestMirrorConsistentFailover(t *testing.T) {
+	tandemtest.Long(t) // two clusters, and the CLI (BuildBinary): the full tier only
 	f := pairsFailover(t, true)
 	if f.split == 0 {
 		t.Fatalf("no pair split across the partitions before the failover: the test shows nothing")
@@ -372,6 +373,7 @@ func dumpCut(t *testing.T, c *mirrorCluster, topic string, p int32, from int64) 
 // cut time, and the quarantine holds what the report says was given up,
 // copied once.
 func TestMirrorConsistentCutCrash(t *testing.T) {
+	tandemtest.Long(t) // two clusters, and the CLI (BuildBinary): the full tier only
 	for _, step := range []mirror.StopStep{mirror.StepCutDeciding, mirror.StepCutApplied} {
 		t.Run(string(step), func(t *testing.T) { consistentCutCrash(t, step) })
 	}
@@ -503,6 +505,7 @@ func consistentCutCrash(t *testing.T, step mirror.StopStep) {
 // offsets the mirror synced past the cut is clamped on whichever broker
 // coordinates it.
 func TestMirrorConsistentFailoverAcrossBrokers(t *testing.T) {
+	tandemtest.Long(t) // two three-broker clusters: the full tier only
 	src := tandemtest.StartCluster(t, 3, clusterMirrorProps)
 	dst := tandemtest.StartCluster(t, 3, clusterMirrorProps)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

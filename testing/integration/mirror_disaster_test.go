@@ -194,6 +194,7 @@ func TestMirrorFailoverWithSourceDown(t *testing.T) {
 // learning the source's end offsets; an unreachable source shows on every
 // partition.
 func TestMirrorLagTruth(t *testing.T) {
+	tandemtest.Long(t) // a throttled mirror, seconds: the full tier only
 	src := startKfake(t, kfake.SeedTopics(3, "lag"))
 	srcAddr := src.ListenAddrs()[0]
 	ends := produceN(t, srcAddr, "lag", 3, 300)
@@ -303,6 +304,7 @@ func TestMirrorLagTruth(t *testing.T) {
 // is not a deletion; a real deletion stops the mirror topic; internal
 // topics are never mirrored.
 func TestMirrorSourceTopicDeletion(t *testing.T) {
+	tandemtest.Long(t) // a mirror from kfake, seconds: the full tier only
 	src := startKfake(t, kfake.SeedTopics(1, "__audit", "plain"))
 	srcAddr := src.ListenAddrs()[0]
 	produceN(t, srcAddr, "__audit", 1, 10)

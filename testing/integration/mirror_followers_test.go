@@ -284,6 +284,7 @@ func replicasMatchSource(t *testing.T, src, dst *tandemtest.Cluster, topic strin
 // destination replica, leader and followers, ends byte-identical to the
 // source and with the source's epoch history.
 func TestMirrorFollowersSourceEpochs(t *testing.T) {
+	tandemtest.Long(t) // two three-broker clusters: the full tier only
 	src, dst := mirrorClusterPair(t, nil)
 	const topic = "epochs"
 	createClusterTopic(t, src, topic, 2)
@@ -417,6 +418,7 @@ func logToEnd(t *testing.T, ep *engine.Partition) [][]byte {
 // during the truncation truncates when it comes back: at the end every
 // replica of A is byte-identical to B.
 func TestMirrorFailbackTruncatesEveryReplica(t *testing.T) {
+	tandemtest.Long(t) // two three-broker clusters: the full tier only
 	a, b := mirrorClusterPair(t, nil)
 	const topic = "fb"
 	createClusterTopic(t, a, topic, 1)
@@ -539,6 +541,7 @@ func logBytes(t *testing.T, ep *engine.Partition) int {
 // throttled follower replicates near the rate, and once the throttle is
 // removed it ends byte-identical.
 func TestMirrorFollowerThrottle(t *testing.T) {
+	tandemtest.Long(t) // two three-broker clusters: the full tier only
 	src, dst := mirrorClusterPair(t, nil)
 	const topic = "slow"
 	createClusterTopic(t, src, topic, 1)

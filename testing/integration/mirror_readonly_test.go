@@ -17,6 +17,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/testing/recordbatch"
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
 // TestMirrorReadOnlyHolds is defect 3: on a mirror topic every way of
@@ -205,6 +206,7 @@ func TestMirrorReadOnlyHolds(t *testing.T) {
 // it, it writes no marker into the mirror partition, and the old primary
 // ends byte-identical to the new one.
 func TestMirrorFailbackWithOpenSourceTransaction(t *testing.T) {
+	tandemtest.Long(t) // two clusters: the full tier only
 	a := startMirrorClusterProps(t, "", map[string]string{"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"})
 	b := startMirrorCluster(t, "")
 	createMirrorTopic(t, a, "t", 1)
@@ -257,6 +259,7 @@ func TestMirrorFailbackWithOpenSourceTransaction(t *testing.T) {
 // does not come in time; with the source unreachable it refuses unless
 // forced, and a forced one reports what it gave up.
 func TestMirrorSafeFailover(t *testing.T) {
+	tandemtest.Long(t) // throttled mirrors, seconds: the full tier only
 	src := startMirrorCluster(t, "")
 	// Slow: 2 kB/s of small fetches.
 	dst := startMirrorClusterProps(t, "", map[string]string{"mirror.replication.throttled.rate": "2000", "replica.fetch.max.bytes": "1000"})

@@ -81,6 +81,7 @@ func shareAccept(t *testing.T, cl *kgo.Client, want int, accept func(*kgo.Record
 // it receives the records not acknowledged on the source and none of
 // those acknowledged.
 func TestMirrorShareGroupSync(t *testing.T) {
+	tandemtest.Long(t) // two clusters: the full tier only
 	src, dst := startShareSyncCluster(t), startShareSyncCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

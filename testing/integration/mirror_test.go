@@ -317,6 +317,7 @@ func createMirrorTopic(t *testing.T, c *mirrorCluster, topic string, partitions 
 // (every codec, committed and aborted transactions), checks the copy byte
 // for byte, read-only enforcement, pause/resume, failover and failback.
 func TestMirrorEndToEnd(t *testing.T) {
+	tandemtest.Long(t) // two clusters, 200,000 records: the full tier only
 	src := startMirrorCluster(t, "")
 	dst := startMirrorCluster(t, "")
 	const topic = "orders"
@@ -508,6 +509,7 @@ func fetchRequests(c *mirrorCluster) string {
 // deleted (its last mirror epochs survive). The 10 s network cut is
 // TestMirrorNetworkCut.
 func TestMirrorFaultsAndBadInput(t *testing.T) {
+	tandemtest.Long(t) // two clusters: the full tier only
 	src := startMirrorCluster(t, "")
 	dst := startMirrorCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -819,6 +821,7 @@ func TestPluginPropsNotUnknown(t *testing.T) {
 // destination's newest (records here are one minute apart, so the lag is
 // a whole number of minutes); it is 0 once caught up.
 func TestMirrorLagMs(t *testing.T) {
+	tandemtest.Long(t) // a throttled mirror, seconds: the full tier only
 	src := startMirrorCluster(t, "")
 	// Small fetches, throttled: the mirror needs several seconds.
 	dst := startMirrorClusterProps(t, "", map[string]string{"replica.fetch.max.bytes": "2000", "mirror.replication.throttled.rate": "3000"})

@@ -64,6 +64,7 @@ func replicaCounts(img *metadata.Image, topic string) []int {
 // so a destination broker killed leaves every partition led and copied;
 // mirror topics are moved with reassignment like any other.
 func TestMirrorTopicReplicationFactor(t *testing.T) {
+	tandemtest.Long(t) // two clusters, a broker killed: the full tier only
 	srcProps := maps.Clone(clusterMirrorProps)
 	srcProps["default.replication.factor"] = "1"
 	src := tandemtest.StartCluster(t, 1, srcProps)
@@ -379,6 +380,7 @@ func createTopicOn(t *testing.T, addr, topic string, partitions int32) {
 // the create never answers MIRROR_NOT_FOUND (read your writes across
 // brokers, as an operator's next command expects).
 func TestMirrorReadYourWrites(t *testing.T) {
+	tandemtest.Long(t) // two clusters: the full tier only
 	src := tandemtest.StartCluster(t, 1, clusterMirrorProps)
 	dst := tandemtest.StartCluster(t, 3, clusterMirrorProps)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(dst.Addrs()...), admin.Opt())

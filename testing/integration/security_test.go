@@ -201,6 +201,7 @@ var mechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 // TestSASLClients: franz-go, sarama and kcat authenticate with every
 // mechanism over SASL_PLAINTEXT and SASL_SSL, produce and consume.
 func TestSASLClients(t *testing.T) {
+	tandemtest.Long(t) // three clients, kcat among them, on every mechanism: the full tier only
 	kcat, err := exec.LookPath("kcat")
 	if err != nil {
 		t.Fatalf("kcat is required (apt-get install -y kcat): %v", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tandem-kafka/tandem/testing/netns"
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
 // helperEnv makes the test binary a helper process in a namespace:
@@ -100,6 +101,7 @@ func reaches(nt *netns.Net, a, b int) bool {
 // exactly the links it names, the test's clients reach a host cut from
 // its peers, and Heal restores everything.
 func TestCuts(t *testing.T) {
+	tandemtest.Long(t) // network namespaces and processes: the full tier only
 	netns.Require(t)
 	var made []string
 	t.Run("cuts", func(t *testing.T) {

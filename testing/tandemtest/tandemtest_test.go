@@ -117,6 +117,7 @@ func TestProcessStopRestart(t *testing.T) {
 // someone else before the broker binds it (a parallel test can); the
 // start is retried on fresh ports instead of failing the test.
 func TestStartClusterPortTaken(t *testing.T) {
+	Long(t) // two three-broker cluster starts: the full tier only
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
