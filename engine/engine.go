@@ -83,9 +83,12 @@ type Engine struct {
 	db     *pebble.DB
 	fs     vfs.FS // cfg.FS, calling space.onDiskFull on ENOSPC
 	segDir string
-	files  *fileTable
-	syncer *syncer
-	space  *space
+	// newPartitionDirs syncs segDir for the partition directories
+	// created in it.
+	newPartitionDirs *dirSyncs
+	files            *fileTable
+	syncer           *syncer
+	space            *space
 
 	// closeMu is held shared by every operation that writes to Pebble, and
 	// exclusively by Close, so that nothing writes to a closed DB.
@@ -140,6 +143,7 @@ func Open(cfg Config) (*Engine, error) {
 	e.space = newSpace(cfg.FS, cfg.Dir, cfg.Logger)
 	e.fs = vfs.OnDiskFull(cfg.FS, e.space.onDiskFull)
 	e.segDir = e.fs.PathJoin(cfg.Dir, segmentsDir)
+	e.newPartitionDirs = &dirSyncs{dir: e.segDir}
 	e.files = newFileTable(e.fs, cfg.MaxOpenFiles)
 	db, err := pebble.Open(cfg.Dir, e.pebbleOptions())
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -445,6 +446,39 @@ func truncateFile(fs vfs.FS, f vfs.File, path string, size int64) (replaced bool
 
 // syncDir makes the directory's entries (created, renamed or removed
 // files) durable.
+// dirSyncs makes a directory's new entries durable once for many
+// changes: each change takes a generation, and a sync covers every
+// generation taken before it started, so that the partitions created
+// between two sync rounds cost the segments' directory one fsync.
+type dirSyncs struct {
+	dir    string
+	gen    atomic.Int64 // the last generation taken
+	synced atomic.Int64 // the last generation known durable
+	mu     sync.Mutex   // one sync at a time; the others wait and see it
+}
+
+// changed is called after a change to the directory and returns its
+// generation.
+func (d *dirSyncs) changed() int64 { return d.gen.Add(1) }
+
+// sync returns once the change of generation gen is durable.
+func (d *dirSyncs) sync(fs vfs.FS, gen int64) error {
+	if d.synced.Load() >= gen {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.synced.Load() >= gen {
+		return nil
+	}
+	covers := d.gen.Load()
+	if err := syncDir(fs, d.dir); err != nil {
+		return err
+	}
+	d.synced.Store(covers)
+	return nil
+}
+
 func syncDir(fs vfs.FS, dir string) error {
 	d, err := fs.OpenDir(dir)
 	if err != nil {
