@@ -17,11 +17,19 @@ import (
 // MirrorLag is what a mirror workload measured, over all its runs.
 type MirrorLag struct {
 	// Lag in records: source minus destination high watermarks summed over
-	// the partitions, sampled every 100 ms while the load runs.
+	// the partitions, sampled every mirrorSampleEvery while the load runs.
 	RecordsP50, RecordsP99, RecordsMax int64
 	RecordSamples                      int
-	// Lag in time: from a record's send on the source to its read on the
-	// destination.
+	// The mirror's own lag in time, from the same samples: at each, how
+	// long ago the source's high watermark first passed where the
+	// destination's is now (0 when the destination had all the source
+	// had), an upper bound by up to one sample period. It leaves out
+	// what the clients add: the producer's wait for the source's
+	// acknowledgement, and the destination consumer's fetch.
+	HWMP50, HWMP99, HWMMax time.Duration
+	// Lag in time end to end: from a record's send to the source to its
+	// read on the destination, clients included; compare it with the e2e
+	// workload's latency at the same rate without a mirror.
 	P50, P99, P999, Max time.Duration
 	Samples             int
 	Mirrored            int64   // records on the destination at the end, summed over runs
@@ -57,8 +65,9 @@ type MirrorLag struct {
 	Diverged string
 }
 
-// mirrorSampleEvery is the period of the lag-in-records samples.
-const mirrorSampleEvery = 100 * time.Millisecond
+// mirrorSampleEvery is the period of the high-watermark samples: the
+// resolution of the mirror's own lag in time.
+const mirrorSampleEvery = 20 * time.Millisecond
 
 func (r *Runner) brokerArgv() ([]string, error) {
 	if len(r.BrokerCommand) > 0 {
@@ -154,7 +163,7 @@ func (r *Runner) runMirror(ctx context.Context, dir string, w Workload, offered 
 func mirrorFigures(res *Result, runs []mirrorRun, offered float64) *MirrorLag {
 	var (
 		mbps, rps, produced, mirrored, caughtUp, first, last []float64
-		lat                                                  []time.Duration
+		lat, hwmLag                                          []time.Duration
 		lagRecs                                              []int64
 	)
 	m := &MirrorLag{OfferedRecsPerSec: offered}
@@ -173,6 +182,7 @@ func mirrorFigures(res *Result, runs []mirrorRun, offered float64) *MirrorLag {
 		for _, s := range run.samples {
 			lagRecs = append(lagRecs, s.lag())
 		}
+		hwmLag = append(hwmLag, lagInTime(run.samples)...)
 		m.Mirrored += run.mirrored
 		load := run.load.Seconds()
 		produced = append(produced, float64(run.Produced-1)/load) // the warm-up record came before
@@ -184,6 +194,8 @@ func mirrorFigures(res *Result, runs []mirrorRun, offered float64) *MirrorLag {
 	res.MBps, res.RecsPerSec = statOf(mbps), statOf(rps)
 	slices.Sort(lat)
 	slices.Sort(lagRecs)
+	slices.Sort(hwmLag)
+	m.HWMP50, m.HWMP99, m.HWMMax = percentile(hwmLag, 0.50), percentile(hwmLag, 0.99), percentile(hwmLag, 1)
 	m.P50, m.P99, m.P999, m.Max = percentile(lat, 0.50), percentile(lat, 0.99), percentile(lat, 0.999), percentile(lat, 1)
 	m.Samples, m.RecordSamples = len(lat), len(lagRecs)
 	if n := len(lagRecs); n > 0 {
@@ -203,6 +215,37 @@ type lagSample struct {
 }
 
 func (s lagSample) lag() int64 { return max(0, s.src-s.dst) }
+
+// lagInTime is the mirror's lag in time at each sample: 0 when the
+// destination had what the source had; otherwise the time since the
+// source's high watermark first passed the destination's, that is since
+// the oldest record the destination lacks was acknowledged. That moment
+// lies between the last sample that did not have the record and the
+// first that did; the earlier one is taken, so the lag is never
+// understated (by up to one period overstated). The source's high
+// watermark never falls, so the first sample past a point is found by
+// bisection.
+func lagInTime(samples []lagSample) []time.Duration {
+	out := make([]time.Duration, 0, len(samples))
+	for i, s := range samples {
+		if s.dst >= s.src {
+			out = append(out, 0)
+			continue
+		}
+		j, _ := slices.BinarySearchFunc(samples[:i+1], s.dst, func(x lagSample, dst int64) int {
+			if x.src > dst {
+				return 1
+			}
+			return -1
+		})
+		var since time.Duration // before the first sample: since the load started
+		if j > 0 {
+			since = samples[j-1].at
+		}
+		out = append(out, s.at-since)
+	}
+	return out
+}
 
 // lagThirds returns the median lag of the samples in the first and in the
 // last third of the load: a mirror that keeps up has the same lag in
@@ -520,15 +563,19 @@ func mirrorSuffix(m *MirrorLag) string {
 	if m == nil {
 		return ""
 	}
-	return fmt.Sprintf("  lag records p50 %d p99 %d max %d, ms p50 %s p99 %s p999 %s @ %.0f rec/s",
-		m.RecordsP50, m.RecordsP99, m.RecordsMax, ms(m.P50), ms(m.P99), ms(m.P999), m.OfferedRecsPerSec)
+	return fmt.Sprintf("  lag records p50 %d p99 %d max %d, mirror ms p50 %s p99 %s max %s, e2e ms p50 %s p99 %s p999 %s @ %.0f rec/s",
+		m.RecordsP50, m.RecordsP99, m.RecordsMax, ms(m.HWMP50), ms(m.HWMP99), ms(m.HWMMax), ms(m.P50), ms(m.P99), ms(m.P999), m.OfferedRecsPerSec)
 }
 
 // mirrorTable has a row per mirror result; targets that cannot mirror show
-// "-".
+// "-". Beside the mirror's end-to-end lag it sets the e2e workload's
+// latency at the same kind of load without a mirror, when the run had
+// one: what the clients and a single broker take at that rate on this
+// machine, which the mirror's figure includes.
 func (rep *Report) mirrorTable() *table {
-	t := &table{head: []string{"target", "workload", "mirrored records/s median (min-max)", "mirrored/offered", "lag records p50/p99/max",
-		"lag ms p50/p99/p999 @ offered rec/s", "mirrored/produced"}}
+	t := &table{head: []string{"target", "workload", "mirrored records/s median (min-max)", "produced/offered", "mirrored/offered",
+		"lag records p50/p99/max", "mirror lag ms p50/p99/max (high watermarks)", "e2e lag ms p50/p99/p999 @ offered rec/s",
+		"e2e ms p50/p99 without a mirror", "mirrored/produced"}}
 	for _, r := range rep.Results {
 		if k := r.Workload.Kind; k != Mirror && k != MirrorUnthrottled && k != MirrorRTT {
 			continue
@@ -536,19 +583,38 @@ func (rep *Report) mirrorTable() *table {
 		m := r.Mirror
 		switch {
 		case r.Err != "":
-			t.add(r.Target, r.Workload.Name(), "FAILED", "-", "-", "-", "-")
+			t.add(r.Target, r.Workload.Name(), "FAILED", "-", "-", "-", "-", "-", "-", "-")
 		case m == nil:
-			t.add(r.Target, r.Workload.Name(), "-", "-", "-", "-", "-")
+			t.add(r.Target, r.Workload.Name(), "-", "-", "-", "-", "-", "-", "-", "-")
 		default:
 			t.add(r.Target, r.Workload.Name(),
 				fmt.Sprintf("%.0f (%.0f-%.0f)", r.RecsPerSec.Median, r.RecsPerSec.Min, r.RecsPerSec.Max),
-				ratio(r.RecsPerSec.Median, m.OfferedRecsPerSec),
+				ratio(m.ProducedRecsPerSec, m.OfferedRecsPerSec), ratio(r.RecsPerSec.Median, m.OfferedRecsPerSec),
 				fmt.Sprintf("%d/%d/%d", m.RecordsP50, m.RecordsP99, m.RecordsMax),
+				fmt.Sprintf("%s/%s/%s", ms(m.HWMP50), ms(m.HWMP99), ms(m.HWMMax)),
 				fmt.Sprintf("%s/%s/%s @ %.0f", ms(m.P50), ms(m.P99), ms(m.P999), m.OfferedRecsPerSec),
+				rep.e2eBeside(r.Workload),
 				fmt.Sprintf("%d/%d", m.Mirrored, r.Produced))
 		}
 	}
 	return t
+}
+
+// e2eBeside is the latency of Tandem's e2e workload of the same records
+// in the same run ("-": none ran), for a mirror workload offered at
+// half the produce maximum as e2e is.
+func (rep *Report) e2eBeside(w Workload) string {
+	if w.Kind != Mirror {
+		return "-"
+	}
+	for _, r := range rep.Results {
+		e := r.Workload
+		if r.Target == "tandem" && e.Kind == EndToEnd && r.Latency != nil && r.Err == "" && e.RecordSize == w.RecordSize &&
+			e.Partitions == w.Partitions && e.Acks == w.Acks && e.Compression == w.Compression {
+			return fmt.Sprintf("%s/%s @ %.0f", ms(r.Latency.P50), ms(r.Latency.P99), r.Latency.OfferedRecsPerSec)
+		}
+	}
+	return "-"
 }
 
 // check is Check's part for a mirror result.
@@ -560,7 +626,8 @@ func (m *MirrorLag) check(produced int64, recordSize int) error {
 	if m.Samples == 0 || !(0 < m.P50 && m.P50 <= m.P99 && m.P99 <= m.P999 && m.P999 <= m.Max) {
 		errs = append(errs, fmt.Errorf("lag ms percentiles: %+v", *m))
 	}
-	if m.RecordSamples == 0 || !(0 <= m.RecordsP50 && m.RecordsP50 <= m.RecordsP99 && m.RecordsP99 <= m.RecordsMax) {
+	if m.RecordSamples == 0 || !(0 <= m.RecordsP50 && m.RecordsP50 <= m.RecordsP99 && m.RecordsP99 <= m.RecordsMax) ||
+		!(0 <= m.HWMP50 && m.HWMP50 <= m.HWMP99 && m.HWMP99 <= m.HWMMax) {
 		errs = append(errs, fmt.Errorf("lag records percentiles: %+v", *m))
 	}
 	if m.Diverged != "" {

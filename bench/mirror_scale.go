@@ -83,8 +83,11 @@ func (r *Runner) runMirrorScale(ctx context.Context, dir string, w Workload) (re
 	if err := mp.createMirror(ctx, map[string]string{"mirror.topics.include": "scale-.*"}); err != nil {
 		return res, err
 	}
-	progress := func(behind, of int, after time.Duration) {
-		r.logf("tandem   %-36s %d of %d partitions caught up after %v", w.Name(), of-behind, of, after.Round(time.Second))
+	progress := func(behind, of int, after time.Duration, unknown string) {
+		if unknown != "" {
+			unknown = "; " + unknown
+		}
+		r.logf("tandem   %-36s %d of %d partitions caught up after %v%s", w.Name(), of-behind, of, after.Round(time.Second), unknown)
 	}
 	if err := waitAllCaughtUp(ctx, mp, topics, time.Minute+time.Duration(w.Partitions)*20*time.Millisecond, progress); err != nil {
 		return res, err
@@ -197,25 +200,38 @@ func fillPartitions(ctx context.Context, addr string, topics map[string]int32, r
 }
 
 // waitAllCaughtUp waits until every partition of the topics ends on the
-// destination where it ends on the source, telling progress every 30 s.
+// destination where it ends on the source, telling progress every 30 s:
+// how many are caught up, and what the last listing could not say (a
+// failed listing, or partitions answered with an error), so that a count
+// that stops moving says why.
 func waitAllCaughtUp(ctx context.Context, mp *mirrorPair, topics map[string]int32, limit time.Duration,
-	progress func(behind, of int, after time.Duration)) error {
+	progress func(behind, of int, after time.Duration, unknown string)) error {
 	names := make([]string, 0, len(topics))
-	for t := range topics {
+	want := 0
+	for t, n := range topics {
 		names = append(names, t)
+		want += int(n)
 	}
-	src, err := partitionEnds(ctx, mp.src.Addr, names)
+	src, err := listEnds(ctx, mp.src.Addr, names)
+	if err == nil && len(src.ends) != want {
+		err = fmt.Errorf("%d of %d partitions listed (%s)", len(src.ends), want, src.unknown())
+	}
 	if err != nil {
 		return fmt.Errorf("source end offsets: %w", err)
 	}
-	behind, told := len(src), time.Now()
+	behind, unknown, told := want, "", time.Now()
 	for start := time.Now(); time.Since(start) < limit; {
-		dst, err := partitionEnds(ctx, mp.dst.Addr, names)
-		if err == nil {
-			behind = 0
-			for tp, end := range src {
-				if dst[tp] != end {
-					behind++
+		dst, err := listEnds(ctx, mp.dst.Addr, names)
+		switch {
+		case err != nil:
+			unknown = "listing failed: " + err.Error()
+		default:
+			behind, unknown = 0, dst.unknown()
+			for tp, end := range src.ends {
+				if got, ok := dst.ends[tp]; got != end {
+					if behind++; behind == 1 && unknown == "" {
+						unknown = fmt.Sprintf("e.g. %s-%d ends at %d on the source, at %d on the destination (listed: %v)", tp.topic, tp.partition, end, got, ok)
+					}
 				}
 			}
 			if behind == 0 {
@@ -223,7 +239,7 @@ func waitAllCaughtUp(ctx context.Context, mp *mirrorPair, topics map[string]int3
 			}
 		}
 		if time.Since(told) >= 30*time.Second {
-			progress(behind, len(src), time.Since(start))
+			progress(behind, want, time.Since(start), unknown)
 			told = time.Now()
 		}
 		select {
@@ -232,7 +248,10 @@ func waitAllCaughtUp(ctx context.Context, mp *mirrorPair, topics map[string]int3
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("%d of %d partitions not caught up after %v", behind, len(src), limit)
+	if unknown != "" {
+		return fmt.Errorf("%d of %d partitions not caught up after %v (%s)", behind, want, limit, unknown)
+	}
+	return fmt.Errorf("%d of %d partitions not caught up after %v", behind, want, limit)
 }
 
 type topicPartition struct {
@@ -240,25 +259,44 @@ type topicPartition struct {
 	partition int32
 }
 
-// partitionEnds lists the high watermark of every partition of topics
-// (a topic the broker does not know yet has none).
-func partitionEnds(ctx context.Context, addr string, topics []string) (map[topicPartition]int64, error) {
+// ends are the high watermarks of a broker's partitions, and the errors
+// it answered for the others.
+type ends struct {
+	ends   map[topicPartition]int64
+	errs   int
+	anErr  error
+	errsTP topicPartition
+}
+
+// unknown says which partitions the listing had no end for ("": none).
+func (e ends) unknown() string {
+	if e.errs == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d partitions answered with an error, e.g. %s-%d: %v", e.errs, e.errsTP.topic, e.errsTP.partition, e.anErr)
+}
+
+// listEnds lists the high watermark of every partition of topics.
+func listEnds(ctx context.Context, addr string, topics []string) (ends, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
 	if err != nil {
-		return nil, err
+		return ends{}, err
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	offs, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
 	if err != nil {
-		return nil, err
+		return ends{}, err
 	}
-	out := map[topicPartition]int64{}
+	out := ends{ends: map[topicPartition]int64{}}
 	offs.Each(func(o kadm.ListedOffset) {
-		if o.Err == nil {
-			out[topicPartition{o.Topic, o.Partition}] = o.Offset
+		tp := topicPartition{o.Topic, o.Partition}
+		if o.Err != nil {
+			out.errs, out.anErr, out.errsTP = out.errs+1, o.Err, tp
+			return
 		}
+		out.ends[tp] = o.Offset
 	})
 	return out, nil
 }

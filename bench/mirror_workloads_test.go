@@ -267,6 +267,28 @@ func TestLagThirds(t *testing.T) {
 	}
 }
 
+// TestLagInTime: the mirror's lag in time from high-watermark samples,
+// rounded up to the sample before the source passed the destination.
+func TestLagInTime(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	samples := []lagSample{
+		{at: ms(20), src: 100, dst: 100},  // caught up
+		{at: ms(40), src: 150, dst: 100},  // 100 passed after the sample at 20
+		{at: ms(60), src: 200, dst: 100},  // still lacking record 100: since 20
+		{at: ms(80), src: 250, dst: 180},  // lacks 180, which came after the sample at 40
+		{at: ms(100), src: 250, dst: 250}, // caught up again
+		{at: ms(120), src: 300, dst: 260}, // lacks 260: after the sample at 100
+	}
+	want := []time.Duration{0, ms(20), ms(40), ms(40), 0, ms(20)}
+	if got := lagInTime(samples); !slices.Equal(got, want) {
+		t.Fatalf("lag in time %v, want %v", got, want)
+	}
+	// Behind from the first sample: counted from the start of the load.
+	if got := lagInTime([]lagSample{{at: ms(20), src: 10, dst: 0}}); got[0] != ms(20) {
+		t.Fatalf("lag %v at the first sample, want 20ms", got[0])
+	}
+}
+
 // TestScaleTopics: n partitions in topics of 50, the last with the rest.
 func TestScaleTopics(t *testing.T) {
 	ts := scaleTopics(120)

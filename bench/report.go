@@ -240,8 +240,13 @@ func (rep *Report) WriteMarkdown(w io.Writer, svgName string) {
 			"(plugins/mirror) while the source gets a steady offered load (50% of the median rate of the matching produce workload, "+
 			"or --mirror-rate; mirror-unthrottled: as fast as the source acknowledges; mirror-rtt: --mirror-rtt-mbps across a round "+
 			"trip). Mirrored records/s: the destination's growth from the start of the load until it ends where the source "+
-			"does. Lag in records: source minus destination high watermarks, summed over partitions, sampled every 100 ms under the "+
-			"load. Lag in ms: from each record's send timestamp to its read by a consumer of the destination. Mirrored/produced: "+
+			"does. Produced/offered: what the source acknowledged against what was offered (the mirror cannot carry more). "+
+			"Lag in records: source minus destination high watermarks, summed over partitions, sampled every 20 ms under the "+
+			"load. Mirror lag in ms, from the same samples: how long ago the source's high watermark first passed where the "+
+			"destination's is (0 when the destination has what the source has), rounded up to the sample before, so at most 20 ms "+
+			"over. E2e lag in ms: from each record's send timestamp to its read by a consumer of the destination, so it also holds "+
+			"the producer's wait for the source and the consumer's fetch; beside it, the e2e workload's latency in the same run "+
+			"(produce and consume on one broker at half the produce maximum, no mirror), when it ran. Mirrored/produced: "+
 			"records on the destination at the end against records acknowledged on the source; after each run both sides' records "+
 			"are compared by a digest of each partition (offsets, timestamps, keys, values). The broker figures of "+
 			"the results table are the destination's, per value byte mirrored.\n\n")

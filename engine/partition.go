@@ -76,6 +76,10 @@ type Partition struct {
 	// order they must be applied, and producers whose state changed.
 	pending   *pebble.Batch
 	dirtyPIDs map[int64]struct{}
+	// newDirEntries is the directory change of rolls since the last sync
+	// round took the pending metadata: what the round must make durable
+	// before that metadata, which names the new segment (see rollLocked).
+	newDirEntries dirEntries
 	// lastIndexPos is the position of the active segment's last index
 	// entry (-1: none yet).
 	lastIndexPos int64
@@ -402,12 +406,15 @@ func (p *Partition) Write(ctx context.Context, req *AppendRequest) (wait func() 
 	if err == nil && !res.Duplicate {
 		err = p.writeLocked(buf, metas, cfg, p.applyLocked)
 	}
+	sync := p.e.cfg.SyncWrites && req.Acks != 0
+	if err == nil && res.Duplicate && sync && res.LastOffset >= p.synced.next {
+		return p.awaitOriginalLocked(res), nil
+	}
 	if err != nil || res.Duplicate {
 		unlock()
 		return fail(res, err)
 	}
 	p.notifyEndLocked()
-	sync := p.e.cfg.SyncWrites && req.Acks != 0
 	round := p.e.syncer.register(p, sync)
 	if !sync {
 		p.advanceLocked(p.leo)
@@ -436,6 +443,31 @@ func (p *Partition) Write(ctx context.Context, req *AppendRequest) (wait func() 
 		}
 		return res, nil
 	}, nil
+}
+
+// awaitOriginalLocked answers a duplicate whose original is written but
+// not yet durable (an idempotent producer's retry of a request that
+// timed out while its sync ran): once the original is durable, as its
+// own answer would have been, so that no acknowledged batch is above
+// the high watermark or lost in a crash. If the original's sync failed
+// it is gone (the log rolled back) and the retry is refused, to be
+// retried again. The caller holds p.mu and closeMu (read), which the
+// wait releases, as Write's does.
+func (p *Partition) awaitOriginalLocked(res AppendResult) func() (AppendResult, error) {
+	round := p.e.syncer.register(p, true)
+	p.mu.Unlock()
+	return func() (AppendResult, error) {
+		defer p.e.closeMu.RUnlock()
+		<-round.done
+		p.mu.Lock()
+		durable := p.synced.next > res.LastOffset
+		p.mu.Unlock()
+		if !durable {
+			return AppendResult{}, fmt.Errorf("%s-%d: the original of a retried batch was not made durable: %w", p.topic, p.part, kerr.KafkaStorageError)
+		}
+		p.advance(res.LastOffset + 1)
+		return res, nil
+	}
 }
 
 // validateBatch checks one batch beyond its header and returns its index
@@ -699,9 +731,17 @@ func (p *Partition) rollLocked(next int64, now time.Time) (*segment, error) {
 		if err := fs.MkdirAll(p.dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s: %w", p.dir, err)
 		}
-		if err := segfile.SyncDir(fs, p.e.segDir); err != nil {
+		p.newDirEntries.partitionDir = p.e.newPartitionDirs.changed()
+	}
+	if p.newDirEntries.segment {
+		// A second roll before a sync round: the first segment's entry
+		// is made durable before the next one's exists, so that a crash
+		// never keeps a later segment of the log without an earlier one
+		// (recovery reads the segments as one log).
+		if err := segfile.SyncDir(fs, p.dir); err != nil {
 			return nil, err
 		}
+		p.newDirEntries.segment = false
 	}
 	path := fs.PathJoin(p.dir, segfile.Name(next))
 	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
@@ -709,10 +749,15 @@ func (p *Partition) rollLocked(next int64, now time.Time) (*segment, error) {
 		return nil, fmt.Errorf("create segment: %w", err)
 	}
 	p.e.hook("roll:created")
-	if err := segfile.SyncDir(fs, p.dir); err != nil {
-		f.Close()
-		return nil, err
-	}
+	// The new directory entries are made durable by the sync round that
+	// makes the segment's first bytes durable, before it writes the
+	// metadata that names the segment, rather than here: a mirror taking
+	// on thousands of partitions at once would otherwise wait for two
+	// directory fsyncs a partition, one after the other, where a round
+	// runs them side by side and syncs the segments' directory once for
+	// all the partitions created since the last. Nothing of the segment
+	// is acknowledged before that round.
+	p.newDirEntries.segment = true
 	seg := &segment{base: next, next: next, created: now.UnixMilli(), file: p.e.files.Adopt(path, f)}
 	p.segs = append(p.segs, seg)
 	p.lastIndexPos = -1
@@ -727,13 +772,41 @@ type pendingMeta struct {
 	f     vfs.File
 	point recoveryPoint
 	end   int64 // the log end offset the sync makes durable
+	dir   string
+	dirs  dirEntries // to make durable with the file
 }
 
-// sync fsyncs the file and drops the reference to it.
+// dirEntries are the directory entries a partition's rolls created:
+// its segment directory (the generation of newPartitionDirs that
+// covers it, 0: none) and a segment file in it.
+type dirEntries struct {
+	partitionDir int64
+	segment      bool
+}
+
+// keep adds the entries of a sync that failed back to those of the next.
+func (d *dirEntries) keep(failed dirEntries) {
+	d.partitionDir = max(d.partitionDir, failed.partitionDir)
+	d.segment = d.segment || failed.segment
+}
+
+// sync fsyncs the file, and the directories that hold new entries for
+// it, and drops the reference to it.
 func (w pendingMeta) sync(e *Engine) error {
 	defer e.files.Release(w.file)
 	e.hook("sync:before")
-	return w.f.SyncData()
+	if err := w.f.SyncData(); err != nil {
+		return err
+	}
+	if w.dirs.partitionDir > 0 {
+		if err := e.newPartitionDirs.sync(e.fs, w.dirs.partitionDir); err != nil {
+			return err
+		}
+	}
+	if w.dirs.segment {
+		return segfile.SyncDir(e.fs, w.dir)
+	}
+	return nil
 }
 
 // takePendingLocked hands the pending metadata to a sync round, completed
@@ -766,7 +839,9 @@ func (p *Partition) takePendingLocked() (w pendingMeta, ok bool) {
 	point := recoveryPoint{seg: seg.base, pos: seg.size, next: p.leo}
 	b.Set(recoveryKey(p.id, p.part), point.encode(), nil)
 	p.pending = nil
-	return pendingMeta{batch: b, file: seg.file, f: f, point: point, end: p.leo}, true
+	dirs := p.newDirEntries
+	p.newDirEntries = dirEntries{}
+	return pendingMeta{batch: b, file: seg.file, f: f, point: point, end: p.leo, dir: p.dir, dirs: dirs}, true
 }
 
 // applyPending writes a sync round's metadata to Pebble. If that fails,
@@ -801,6 +876,7 @@ func (p *Partition) syncFailed(w pendingMeta, err error) {
 	p.e.log.Error("segment sync failed; rolling the log back to its last durable point", "topic", p.topic, "partition", p.part, "err", err)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.newDirEntries.keep(w.dirs)
 	if p.deleted {
 		return
 	}
@@ -820,6 +896,7 @@ func (p *Partition) flushLocked() error {
 	}
 	if err := w.sync(p.e); err != nil {
 		w.batch.Close()
+		p.newDirEntries.keep(w.dirs)
 		return err
 	}
 	if err := p.e.db.Apply(w.batch, pebble.NoSync); err != nil {

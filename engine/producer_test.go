@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"math"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
@@ -168,5 +170,66 @@ func TestTransactions(t *testing.T) {
 	}
 	if res, _ := p.Fetch(3, 1<<20, ReadCommitted); len(res.AbortedTxns) != 0 || len(p.aborted) != 0 {
 		t.Fatalf("aborted index after DeleteRecords: %+v", p.aborted)
+	}
+}
+
+// TestDuplicateWaitsForTheOriginal: an idempotent producer's retry of a
+// batch that is written but not yet durable (its first request timed
+// out at the client while the sync ran) is a duplicate, answered with
+// the original's offsets; with acks it is answered only once the
+// original is durable and under the high watermark, as the original's
+// answer would have been. Before, the duplicate was answered at once: a
+// producer's acknowledged record could be above the high watermark, and
+// lost in a crash.
+func TestDuplicateWaitsForTheOriginal(t *testing.T) {
+	e := openTest(t, nil)
+	p := mkPart(t, e, DefaultLogConfig())
+	hold, held := make(chan struct{}), make(chan struct{}, 1)
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before the engine's Close, which waits for the held sync
+	e.testHook = func(point string) {
+		if point == "sync:before" {
+			select {
+			case held <- struct{}{}:
+				<-hold
+			default:
+			}
+		}
+	}
+	b := mkBatch(t, batchOpts{pid: 7, seq: 0}, kv("k", "v"))
+	first, err := p.Write(context.Background(), &AppendRequest{Origin: OriginClient, Records: b, Acks: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-held // the original's sync has started and is held
+	retry, err := p.Write(context.Background(), &AppendRequest{Origin: OriginClient, Records: b, Acks: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan AppendResult, 1)
+	go func() {
+		res, err := retry()
+		if err != nil {
+			t.Error(err)
+		}
+		answered <- res
+	}()
+	var res AppendResult
+	select {
+	case res = <-answered:
+		t.Errorf("the duplicate was answered (%+v) while its original was not durable; high watermark %d", res, p.Offsets().HighWatermark)
+		release()
+	case <-time.After(100 * time.Millisecond):
+		release()
+		res = <-answered
+	}
+	if _, err := first(); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Duplicate || res.BaseOffset != 0 {
+		t.Fatalf("retry answered %+v, want the original's offset 0 as a duplicate", res)
+	}
+	if hw := p.Offsets().HighWatermark; hw < res.LastOffset+1 {
+		t.Fatalf("duplicate answered with the high watermark at %d, below its offset %d", hw, res.LastOffset)
 	}
 }
