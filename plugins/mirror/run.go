@@ -55,6 +55,14 @@ type mirrorRun struct {
 	applyMu sync.Mutex
 	src     source        // the source loop's own state
 	gen     atomic.Uint64 // fetch.Target.Generation: see changed
+	// written counts the states the loops wrote and took in (setState,
+	// setStates); a partition's writtenAt is the count at its last one.
+	// The control loop's read of persisted states can be older than such
+	// a write: read before it, taken in after it. syncPart then keeps
+	// the state written, which would otherwise go back (MIRRORING to
+	// PREPARING, whose truncation to the source's last mirror epoch
+	// removes what was mirrored).
+	written atomic.Uint64
 
 	ctl control // the control loop's own
 
@@ -81,6 +89,9 @@ type ledPartition struct {
 	state    mirrorstate.State
 	reason   string // of a FAILED state
 	stopDone bool   // STOPPING work done; waits for the topic's other partitions
+	// writtenAt is mirrorRun.written when a loop last took in a state it
+	// wrote (0: never).
+	writtenAt uint64
 
 	// What the source loop and the fetchers last learned.
 	leader      int32     // the source's leader (-1: unknown)
@@ -360,6 +371,7 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 	if err := r.p.ensureStateTopic(r.ctx); err != nil {
 		return err
 	}
+	readFrom := r.written.Load() // a write counted after this may be newer than the read
 	states, err := r.changedStates(full)
 	if err != nil {
 		return err
@@ -367,11 +379,25 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 	if err = r.startParts(img, m, states); err != nil {
 		r.ctl.seen = nil // read again the shards of the partitions that did not start
 	}
+	if statesRead != nil {
+		statesRead(r, states)
+	}
 	for k, st := range states {
-		moved = r.syncPart(k, r.ctl.source[k.Topic], want[k], st) || moved
+		changed, stale := r.syncPart(k, r.ctl.source[k.Topic], want[k], st, readFrom)
+		moved = moved || changed
+		if stale {
+			// What the read missed is read again next step: the write
+			// kept may be older than another one the read saw.
+			r.ctl.seen = nil
+			signal(r.wake)
+		}
 	}
 	return err
 }
+
+// statesRead, set by tests only, is called by the control loop between
+// its read of persisted states and their taking in.
+var statesRead func(r *mirrorRun, states map[topicPartition]mirrorstate.PartitionState)
 
 // startParts moves the partitions of states that start (again) to
 // PREPARING, in one batch: a new mirror partition, or one added again
@@ -401,9 +427,11 @@ func (r *mirrorRun) startParts(img *metadata.Image, m *metadata.Mirror, states m
 	return err
 }
 
-// syncPart takes in one partition's persisted state; changed says the
-// partition is new here or its state moved.
-func (r *mirrorRun) syncPart(k topicPartition, src string, id uuid.UUID, st mirrorstate.PartitionState) (changed bool) {
+// syncPart takes in one partition's persisted state, read when
+// r.written was readFrom; changed says the partition is new here or its
+// state moved, stale that a loop wrote the partition's state since
+// readFrom, which is kept.
+func (r *mirrorRun) syncPart(k topicPartition, src string, id uuid.UUID, st mirrorstate.PartitionState, readFrom uint64) (changed, stale bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pt := r.parts[k]
@@ -411,6 +439,9 @@ func (r *mirrorRun) syncPart(k topicPartition, src string, id uuid.UUID, st mirr
 		pt = &ledPartition{topicPartition: k, src: src, id: id, leader: -1, leaderEpoch: -1, srcEnd: -1, lagMs: -1, logStartTo: -1}
 		r.parts[k] = pt
 		changed = true
+	}
+	if pt.writtenAt > readFrom {
+		return changed, true
 	}
 	if pt.state != st.State {
 		pt.stopDone, changed = false, true
@@ -425,7 +456,7 @@ func (r *mirrorRun) syncPart(k topicPartition, src string, id uuid.UUID, st mirr
 	if ep := r.p.Host().Partition(id, k.Partition); ep != nil {
 		pt.dstLEO = ep.Offsets().LogEnd
 	}
-	return changed
+	return changed, false
 }
 
 // control is what the control loop keeps between its steps: the
@@ -623,7 +654,7 @@ func (r *mirrorRun) setState(pt *ledPartition, s mirrorstate.State, reason strin
 	}
 	r.mu.Lock()
 	moved := pt.state != st.State
-	pt.state, pt.reason = st.State, st.Reason
+	pt.state, pt.reason, pt.writtenAt = st.State, st.Reason, r.written.Add(1)
 	r.mu.Unlock()
 	if moved {
 		r.changed()

@@ -119,8 +119,15 @@ func (r *mirrorRun) sourceStep() error {
 	if len(preparing) == 0 || r.ctx.Err() != nil {
 		return nil
 	}
+	if beforePrepare != nil {
+		beforePrepare(r, preparing)
+	}
 	return r.prepare(preparing)
 }
+
+// beforePrepare, set by tests only, is called by the source loop with
+// the partitions it is about to prepare.
+var beforePrepare func(r *mirrorRun, parts []*ledPartition)
 
 // collectParts gathers the run's partitions with a source side as of
 // generation gen.
@@ -496,7 +503,7 @@ func (r *mirrorRun) setStates(ups []statestore.Update) error {
 	for k, st := range done {
 		if pt := r.parts[k]; pt != nil {
 			moved = moved || pt.state != st.State
-			pt.state, pt.reason, pt.trouble = st.State, st.Reason, ""
+			pt.state, pt.reason, pt.trouble, pt.writtenAt = st.State, st.Reason, "", r.written.Add(1)
 		}
 	}
 	r.mu.Unlock()

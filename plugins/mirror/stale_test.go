@@ -1,0 +1,146 @@
+package mirror_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tandem-kafka/tandem/plugins/mirror"
+	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
+)
+
+// TestStaleStateReadKeepsMirroring is the false last-mirror-epoch
+// truncation seen at 10,000 partitions: the control loop read a
+// partition's persisted PREPARING, the source loop then prepared it and
+// wrote MIRRORING, and the control loop took in what it had read. The
+// partition was back in PREPARING, prepared a second time, and its log,
+// mirrored by then, truncated to the source's last mirror epoch (-1: to
+// 0) and copied to <topic>.diverged. The hooks hold each loop where the
+// race needs it: the source loop before its prepare until the control
+// loop has read PREPARING, the control loop until the source loop has
+// written MIRRORING, and the control loop's next step before its taking
+// in until the source loop prepares again (or 3s pass, as when fixed).
+func TestStaleStateReadKeepsMirroring(t *testing.T) {
+	const topic, n = "orders", 100
+	var (
+		prepares  atomic.Int32
+		preparing = make(chan struct{}) // the source loop holds t-0 before its prepare
+		release   = make(chan struct{}) // the control loop read PREPARING: prepare
+		staleRead = make(chan struct{}) // the stale PREPARING is being taken in
+		once      sync.Once
+		nextOnce  sync.Once
+	)
+	restorePrepare := mirror.OnPrepare(func(tp string, p int32) {
+		if tp != topic {
+			return
+		}
+		if prepares.Add(1) == 1 {
+			close(preparing)
+			select {
+			case <-release:
+			case <-time.After(time.Minute):
+			}
+		}
+	})
+	restoreRead := mirror.OnStatesRead(func(tp string, p int32, read mirrorstate.State, held func() mirrorstate.State) {
+		if tp != topic {
+			return
+		}
+		select {
+		case <-preparing:
+		default:
+			return
+		}
+		select {
+		case <-staleRead:
+			// The next step, before it takes in what it read: the
+			// source loop acts on the state the last step took in.
+			nextOnce.Do(func() {
+				deadline := time.Now().Add(3 * time.Second)
+				for prepares.Load() < 2 && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+			})
+			return
+		default:
+		}
+		if read != mirrorstate.Preparing || held() != mirrorstate.Preparing {
+			return
+		}
+		once.Do(func() {
+			close(release)
+			deadline := time.Now().Add(30 * time.Second)
+			for held() != mirrorstate.Mirroring && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			close(staleRead)
+		})
+	})
+	t.Cleanup(func() { restorePrepare(); restoreRead() }) // after the brokers closed
+
+	src := tandemtest.StartInProcess(t, nil)
+	dst := tandemtest.StartInProcess(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tandemtest.CreateTopic(t, src.Addr(), topic, 1)
+	pc := tandemtest.Client(t, src.Addr(), kgo.DefaultProduceTopic(topic))
+	for i := range n {
+		if err := pc.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: fmt.Appendf(nil, "v%03d", i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	da := admin.New(tandemtest.Client(t, dst.Addr(), admin.Opt()))
+	if err := da.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.Addr()}); err != nil {
+		t.Fatalf("create mirror: %v", err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{topic: "m"}); err != nil {
+		t.Fatalf("add topic: %v", err)
+	}
+	select {
+	case <-preparing:
+	case <-ctx.Done():
+		t.Fatal("the source loop never prepared the partition")
+	}
+	// A new topic changes the destination's image: the control loop reads
+	// every state again, the partition's PREPARING among them.
+	tandemtest.CreateTopic(t, dst.Addr(), "unrelated", 1)
+	select {
+	case <-staleRead:
+	case <-ctx.Done():
+		t.Fatal("the control loop never read the partition's PREPARING while the source loop prepared it")
+	}
+
+	// The destination holds the source's records at the same offsets, and
+	// nothing was truncated: no second prepare, no <topic>.diverged.
+	dc := tandemtest.Client(t, dst.Addr(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	for got := 0; got < n; {
+		fs := dc.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("reading the destination after %d records: %v", got, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if want := fmt.Sprintf("v%03d", r.Offset); string(r.Value) != want || r.Offset != int64(got) {
+				t.Fatalf("destination %s-0: record %d at offset %d is %q, want offset %d, %q", topic, got, r.Offset, r.Value, got, want)
+			}
+			got++
+		})
+	}
+	if p := prepares.Load(); p != 1 {
+		t.Errorf("the partition was prepared %d times, once expected", p)
+	}
+	topics, err := kadm.NewClient(tandemtest.Client(t, dst.Addr())).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topics.Has(topic + mirrorstate.DivergedSuffix) {
+		t.Errorf("the destination has %s: the mirrored partition was truncated", topic+mirrorstate.DivergedSuffix)
+	}
+}
