@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -399,6 +400,33 @@ func TestEpochs(t *testing.T) {
 	wantCode(t, err, kerr.UnknownTopicOrPartition)
 	_, err = c.BumpLeaderEpoch(ctxT(t), uuid.Random(), 0, 0)
 	wantCode(t, err, kerr.UnknownTopicID)
+
+	// Many partitions, one batch: one metadata log entry for those raised,
+	// none for those already above; an unknown partition fails them all.
+	mustCreate(t, c, TopicSpec{Name: "many", Assignments: [][]int32{{1}, {1}, {2}, {2}}})
+	many := c.Image().Topics["many"].ID
+	if _, err := c.BumpLeaderEpoch(ctxT(t), many, 3, 6); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Image().Index
+	got, err := c.BumpLeaderEpochs(ctxT(t), many, map[int32]int32{0: 9, 1: 4, 3: 2})
+	if want := map[int32]int32{0: 10, 1: 5, 3: 7}; err != nil || !maps.Equal(got, want) {
+		t.Fatalf("bumps: got %v %v, want %v", got, err, want)
+	}
+	img := c.Image()
+	for p, want := range []int32{10, 5, 0, 7} {
+		if e := img.Topics["many"].Partitions[p].LeaderEpoch; e != want {
+			t.Errorf("many-%d at epoch %d, want %d", p, e, want)
+		}
+	}
+	if img.Index != before+1 {
+		t.Errorf("the bumps took %d metadata log entries, want 1", img.Index-before)
+	}
+	_, err = c.BumpLeaderEpochs(ctxT(t), many, map[int32]int32{0: 20, 4: 0})
+	wantCode(t, err, kerr.UnknownTopicOrPartition)
+	if e := c.Image().Topics["many"].Partitions[0].LeaderEpoch; e != 10 {
+		t.Errorf("a failed batch moved many-0 to epoch %d", e)
+	}
 
 	if err := c.ElectLeader(ctxT(t), id, 0, 2); err != nil {
 		t.Fatal(err)

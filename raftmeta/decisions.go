@@ -532,29 +532,52 @@ func (c *Controller) partition(img *metadata.Image, id metadata.UUID, partition 
 // current epoch is already above minEpoch nothing is written. The leader
 // does not change.
 func (c *Controller) BumpLeaderEpoch(ctx context.Context, id metadata.UUID, partition int32, minEpoch int32) (int32, error) {
-	return bumpLeaderEpoch.do(c, ctx, bumpArgs{id, partition, minEpoch})
+	epochs, err := c.BumpLeaderEpochs(ctx, id, map[int32]int32{partition: minEpoch})
+	return epochs[partition], err
 }
 
-var bumpLeaderEpoch = decision[bumpArgs, int32]{"BumpLeaderEpoch", func(c *Controller, ctx context.Context, a bumpArgs) (int32, error) {
-	var epoch int32
+// BumpLeaderEpochs is BumpLeaderEpoch for several partitions of one
+// topic (partition to its minEpoch) in one metadata batch: a mirror's
+// new topic of thousands of partitions is one commit, not one each. It
+// returns each partition's epoch after; one unknown partition fails all.
+func (c *Controller) BumpLeaderEpochs(ctx context.Context, id metadata.UUID, minEpochs map[int32]int32) (map[int32]int32, error) {
+	return bumpLeaderEpochs.do(c, ctx, bumpsArgs{id, minEpochs})
+}
+
+var bumpLeaderEpochs = decision[bumpsArgs, map[int32]int32]{"BumpLeaderEpochs", func(c *Controller, ctx context.Context, a bumpsArgs) (map[int32]int32, error) {
+	var epochs map[int32]int32
 	err := c.decide(ctx, "bump leader epoch", func(img *metadata.Image) ([]metadata.Record, error) {
-		p, err := c.partition(img, a.TopicID, a.Partition)
-		if err != nil {
-			return nil, fmt.Errorf("bump leader epoch: %w", err)
+		epochs = make(map[int32]int32, len(a.MinEpochs))
+		var recs []metadata.Record
+		for _, partition := range slices.Sorted(maps.Keys(a.MinEpochs)) {
+			minEpoch := a.MinEpochs[partition]
+			p, err := c.partition(img, a.TopicID, partition)
+			if err != nil {
+				return nil, fmt.Errorf("bump leader epoch: %w", err)
+			}
+			if p.LeaderEpoch > minEpoch {
+				epochs[partition] = p.LeaderEpoch
+				continue
+			}
+			epoch := minEpoch + 1
+			epochs[partition] = epoch
+			recs = append(recs, metadata.Record{Type: metadata.RecordPartitionChange, PartitionChange: &metadata.PartitionChangeRecord{
+				TopicID: a.TopicID, Partition: partition, LeaderEpoch: &epoch,
+			}})
 		}
-		if p.LeaderEpoch > a.MinEpoch {
-			epoch = p.LeaderEpoch
-			return nil, nil
-		}
-		epoch = a.MinEpoch + 1
-		return []metadata.Record{{Type: metadata.RecordPartitionChange, PartitionChange: &metadata.PartitionChangeRecord{
-			TopicID: a.TopicID, Partition: a.Partition, LeaderEpoch: &epoch,
-		}}}, nil
+		return recs, nil
 	})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return epoch, nil
+	return epochs, nil
+}}
+
+// bumpLeaderEpoch is BumpLeaderEpochs of one partition, as a node of an
+// earlier version forwards it.
+var bumpLeaderEpoch = decision[bumpArgs, int32]{"BumpLeaderEpoch", func(c *Controller, ctx context.Context, a bumpArgs) (int32, error) {
+	epochs, err := bumpLeaderEpochs.run(c, ctx, bumpsArgs{a.TopicID, map[int32]int32{a.Partition: a.MinEpoch}})
+	return epochs[a.Partition], err
 }}
 
 // ElectLeader makes leader (a replica of the partition, or -1 for

@@ -56,7 +56,7 @@ type served interface {
 var decisions = byName(
 	registerBroker, brokerHeartbeat, catchUp,
 	createTopics, deleteTopics, createPartitions, alterConfigs,
-	allocateProducerIDs, bumpLeaderEpoch,
+	allocateProducerIDs, bumpLeaderEpoch, bumpLeaderEpochs,
 	alterPartition, electLeaders, alterPartitionReassignments,
 	createACLs, deleteACLs, alterScram, alterClientQuotas,
 	createMirror, alterMirrorConfigs, deleteMirror, addMirrorTopics, stopMirrorTopic, setMirrorSync,
@@ -125,6 +125,11 @@ type bumpArgs struct {
 	TopicID   metadata.UUID `json:"topicId"`
 	Partition int32         `json:"partition"`
 	MinEpoch  int32         `json:"minEpoch"`
+}
+
+type bumpsArgs struct {
+	TopicID   metadata.UUID   `json:"topicId"`
+	MinEpochs map[int32]int32 `json:"minEpochs"`
 }
 
 type mirrorArgs struct {

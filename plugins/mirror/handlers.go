@@ -85,7 +85,8 @@ func (b apiBackend) RequestTimeout() time.Duration { return b.cfg.RequestTimeout
 // bumpLeaderEpoch is BumpLeaderEpochs: the controller sets the epoch to
 // max(minEpoch+1, current).
 func (p *Plugin) bumpLeaderEpoch(ctx context.Context, id uuid.UUID, partition, minEpoch int32) (int32, error) {
-	return p.Host().Metadata().BumpLeaderEpoch(ctx, id, partition, minEpoch)
+	epochs, err := p.Host().Metadata().BumpLeaderEpochs(ctx, id, map[int32]int32{partition: minEpoch})
+	return epochs[partition], err
 }
 
 // throttledRate is mirror.replication.throttled.rate: this broker's

@@ -37,9 +37,10 @@ type TopicDecisions interface {
 	CreateTopics(ctx context.Context, specs []raftmeta.TopicSpec, validateOnly bool) []error
 	CreatePartitions(ctx context.Context, name string, total int32, validateOnly bool) error
 	AlterConfigs(ctx context.Context, changes []raftmeta.ConfigChange) error
-	// BumpLeaderEpoch raises a partition's leader epoch to at least
-	// minEpoch+1 (KIP-1279).
-	BumpLeaderEpoch(ctx context.Context, id metadata.UUID, partition int32, minEpoch int32) (int32, error)
+	// BumpLeaderEpochs raises the leader epoch of each partition of
+	// minEpochs to at least its minEpoch+1 (KIP-1279), in one batch, and
+	// returns each one's epoch after.
+	BumpLeaderEpochs(ctx context.Context, id metadata.UUID, minEpochs map[int32]int32) (map[int32]int32, error)
 }
 
 // MirrorDecisions define mirrors and their topics (KIP-1279).

@@ -673,12 +673,17 @@ func (s *mirrorSync) syncActive(ctx context.Context, m *metadata.Mirror, active 
 			}
 		}
 		// Periodic epoch bump (the KIP's third trigger): keep the
-		// destination epoch ahead of the source's by the bump threshold.
+		// destination epoch ahead of the source's by the bump threshold,
+		// the topic's partitions in one batch.
+		bumps := map[int32]int32{}
 		for i, sle := range st.epochs {
 			if i < len(t.Partitions) && sle > t.Partitions[i].LeaderEpoch-mirrorstate.BumpThreshold {
-				if _, err := meta.BumpLeaderEpoch(ctx, t.ID, int32(i), sle+mirrorstate.BumpIncrement-1); err != nil {
-					errs = append(errs, fmt.Errorf("bump epoch of %s-%d: %w", name, i, err))
-				}
+				bumps[int32(i)] = sle + mirrorstate.BumpIncrement - 1
+			}
+		}
+		if len(bumps) > 0 {
+			if _, err := meta.BumpLeaderEpochs(ctx, t.ID, bumps); err != nil {
+				errs = append(errs, fmt.Errorf("bump epochs of %d partitions of %s: %w", len(bumps), name, err))
 			}
 		}
 	}
