@@ -146,15 +146,19 @@ func (m *fakeMeta) CreatePartitions(_ context.Context, name string, total int32,
 	return nil
 }
 
-func (m *fakeMeta) BumpLeaderEpoch(_ context.Context, id metadata.UUID, partition, minEpoch int32) (int32, error) {
+func (m *fakeMeta) BumpLeaderEpochs(_ context.Context, id metadata.UUID, minEpochs map[int32]int32) (map[int32]int32, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t := m.img.TopicsByID[id]
 	if t == nil {
-		return 0, kerr.UnknownTopicID
+		return nil, kerr.UnknownTopicID
 	}
-	m.bumped[fmt.Sprintf("%s-%d", t.Name, partition)] = minEpoch
-	return minEpoch + 1, nil
+	out := map[int32]int32{}
+	for partition, minEpoch := range minEpochs {
+		m.bumped[fmt.Sprintf("%s-%d", t.Name, partition)] = minEpoch
+		out[partition] = minEpoch + 1
+	}
+	return out, nil
 }
 
 func (m *fakeMeta) SetMirrorSync(_ context.Context, mirror, sourceClusterID string, _ []metadata.ACL) error {
