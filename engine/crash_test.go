@@ -135,10 +135,12 @@ func testCrashSafety(t *testing.T, brokenSync bool) {
 	}
 }
 
-// TestCrashKeepsNewPartitionsAcknowledged: an acknowledged first append
-// to each of many new partitions, written side by side, survives a crash
-// that drops everything not synced, directory entries included (the
-// partition's directory and its first segment).
+// TestCrashKeepsNewPartitionsAcknowledged: the directory entries of a
+// partition's first segment are made durable by the sync round that
+// acknowledges its first append, not at the roll; an acknowledged first
+// append to each of many new partitions, written side by side, survives
+// a crash that drops everything not synced, and appends not yet
+// acknowledged leave no later segment without an earlier one.
 func TestCrashKeepsNewPartitionsAcknowledged(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	e := openTest(t, fs)

@@ -86,9 +86,12 @@ type Engine struct {
 	db     *pebble.DB
 	fs     vfs.FS // cfg.FS, calling space.OnDiskFull on ENOSPC
 	segDir string
-	files  *segfile.Table
-	syncer *syncer
-	space  *diskspace.Space
+	// newPartitionDirs syncs segDir for the partition directories
+	// created in it.
+	newPartitionDirs *dirSyncs
+	files            *segfile.Table
+	syncer           *syncer
+	space            *diskspace.Space
 
 	// closeMu is held shared by every operation that writes to Pebble, and
 	// exclusively by Close, so that nothing writes to a closed DB.
@@ -143,6 +146,7 @@ func Open(cfg Config) (*Engine, error) {
 	e.space = diskspace.New(cfg.FS, cfg.Dir, cfg.Logger)
 	e.fs = vfs.OnDiskFull(cfg.FS, e.space.OnDiskFull)
 	e.segDir = e.fs.PathJoin(cfg.Dir, segmentsDir)
+	e.newPartitionDirs = &dirSyncs{dir: e.segDir}
 	e.files = segfile.NewTable(e.fs, cfg.MaxOpenFiles)
 	db, err := pebble.Open(cfg.Dir, e.pebbleOptions())
 	if err != nil {

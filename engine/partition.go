@@ -76,6 +76,10 @@ type Partition struct {
 	// order they must be applied, and producers whose state changed.
 	pending   *pebble.Batch
 	dirtyPIDs map[int64]struct{}
+	// newDirEntries is the directory change of rolls since the last sync
+	// round took the pending metadata: what the round must make durable
+	// before that metadata, which names the new segment (see rollLocked).
+	newDirEntries dirEntries
 	// lastIndexPos is the position of the active segment's last index
 	// entry (-1: none yet).
 	lastIndexPos int64
@@ -339,7 +343,12 @@ func (p *Partition) AppendAsync(ctx context.Context, req *AppendRequest) (wait f
 // answer before the last one is durable, and must know at once whether
 // the log ends where it fetched from.
 func (p *Partition) Write(ctx context.Context, req *AppendRequest) (wait func() (AppendResult, error), err error) {
-	fail := writeEnded
+	fail := func(res AppendResult, err error) (func() (AppendResult, error), error) {
+		if err == nil { // a duplicate: nothing to write, nothing failed
+			return func() (AppendResult, error) { return res, nil }, nil
+		}
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return fail(AppendResult{}, err)
 	}
@@ -434,15 +443,6 @@ func (p *Partition) Write(ctx context.Context, req *AppendRequest) (wait func() 
 		}
 		return res, nil
 	}, nil
-}
-
-// writeEnded is Write's answer to an append that writes nothing: err, or
-// with none a duplicate (nothing to write, nothing failed).
-func writeEnded(res AppendResult, err error) (func() (AppendResult, error), error) {
-	if err == nil {
-		return func() (AppendResult, error) { return res, nil }, nil
-	}
-	return nil, err
 }
 
 // awaitOriginalLocked answers a duplicate whose original is written but
@@ -731,9 +731,17 @@ func (p *Partition) rollLocked(next int64, now time.Time) (*segment, error) {
 		if err := fs.MkdirAll(p.dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s: %w", p.dir, err)
 		}
-		if err := segfile.SyncDir(fs, p.e.segDir); err != nil {
+		p.newDirEntries.partitionDir = p.e.newPartitionDirs.changed()
+	}
+	if p.newDirEntries.segment {
+		// A second roll before a sync round: the first segment's entry
+		// is made durable before the next one's exists, so that a crash
+		// never keeps a later segment of the log without an earlier one
+		// (recovery reads the segments as one log).
+		if err := segfile.SyncDir(fs, p.dir); err != nil {
 			return nil, err
 		}
+		p.newDirEntries.segment = false
 	}
 	path := fs.PathJoin(p.dir, segfile.Name(next))
 	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
@@ -741,10 +749,15 @@ func (p *Partition) rollLocked(next int64, now time.Time) (*segment, error) {
 		return nil, fmt.Errorf("create segment: %w", err)
 	}
 	p.e.hook("roll:created")
-	if err := segfile.SyncDir(fs, p.dir); err != nil {
-		f.Close()
-		return nil, err
-	}
+	// The new directory entries are made durable by the sync round that
+	// makes the segment's first bytes durable, before it writes the
+	// metadata that names the segment, rather than here: a mirror taking
+	// on thousands of partitions at once would otherwise wait for two
+	// directory fsyncs a partition, one after the other, where a round
+	// runs them side by side and syncs the segments' directory once for
+	// all the partitions created since the last. Nothing of the segment
+	// is acknowledged before that round.
+	p.newDirEntries.segment = true
 	seg := &segment{base: next, next: next, created: now.UnixMilli(), file: p.e.files.Adopt(path, f)}
 	p.segs = append(p.segs, seg)
 	p.lastIndexPos = -1
@@ -759,13 +772,41 @@ type pendingMeta struct {
 	f     vfs.File
 	point recoveryPoint
 	end   int64 // the log end offset the sync makes durable
+	dir   string
+	dirs  dirEntries // to make durable with the file
 }
 
-// sync fsyncs the file and drops the reference to it.
+// dirEntries are the directory entries a partition's rolls created:
+// its segment directory (the generation of newPartitionDirs that
+// covers it, 0: none) and a segment file in it.
+type dirEntries struct {
+	partitionDir int64
+	segment      bool
+}
+
+// keep adds the entries of a sync that failed back to those of the next.
+func (d *dirEntries) keep(failed dirEntries) {
+	d.partitionDir = max(d.partitionDir, failed.partitionDir)
+	d.segment = d.segment || failed.segment
+}
+
+// sync fsyncs the file, and the directories that hold new entries for
+// it, and drops the reference to it.
 func (w pendingMeta) sync(e *Engine) error {
 	defer e.files.Release(w.file)
 	e.hook("sync:before")
-	return w.f.SyncData()
+	if err := w.f.SyncData(); err != nil {
+		return err
+	}
+	if w.dirs.partitionDir > 0 {
+		if err := e.newPartitionDirs.sync(e.fs, w.dirs.partitionDir); err != nil {
+			return err
+		}
+	}
+	if w.dirs.segment {
+		return segfile.SyncDir(e.fs, w.dir)
+	}
+	return nil
 }
 
 // takePendingLocked hands the pending metadata to a sync round, completed
@@ -798,7 +839,9 @@ func (p *Partition) takePendingLocked() (w pendingMeta, ok bool) {
 	point := recoveryPoint{seg: seg.base, pos: seg.size, next: p.leo}
 	b.Set(recoveryKey(p.id, p.part), point.encode(), nil)
 	p.pending = nil
-	return pendingMeta{batch: b, file: seg.file, f: f, point: point, end: p.leo}, true
+	dirs := p.newDirEntries
+	p.newDirEntries = dirEntries{}
+	return pendingMeta{batch: b, file: seg.file, f: f, point: point, end: p.leo, dir: p.dir, dirs: dirs}, true
 }
 
 // applyPending writes a sync round's metadata to Pebble. If that fails,
@@ -833,6 +876,7 @@ func (p *Partition) syncFailed(w pendingMeta, err error) {
 	p.e.log.Error("segment sync failed; rolling the log back to its last durable point", "topic", p.topic, "partition", p.part, "err", err)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.newDirEntries.keep(w.dirs)
 	if p.deleted {
 		return
 	}
@@ -852,6 +896,7 @@ func (p *Partition) flushLocked() error {
 	}
 	if err := w.sync(p.e); err != nil {
 		w.batch.Close()
+		p.newDirEntries.keep(w.dirs)
 		return err
 	}
 	if err := p.e.db.Apply(w.batch, pebble.NoSync); err != nil {
