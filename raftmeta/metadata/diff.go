@@ -1,6 +1,7 @@
 package metadata
 
 import (
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
@@ -32,6 +33,63 @@ func Diff(old, new *Image) Delta {
 	if old == nil {
 		old = &Image{}
 	}
+	// Unchanged topics are the same *Topic in both images (Apply copies
+	// only what it changes), so one pass of pointer comparisons finds the
+	// changes, and only they are sorted: a broker applying the creation
+	// of one topic among thousands does not sort them all.
+	var created, changed, deleted []*Topic
+	for id, t := range new.TopicsByID {
+		o := old.TopicsByID[id]
+		switch {
+		case o == nil:
+			created = append(created, t)
+		case o != t && !reflect.DeepEqual(o, t):
+			changed = append(changed, t)
+		}
+	}
+	for id, t := range old.TopicsByID {
+		if new.TopicsByID[id] == nil {
+			deleted = append(deleted, t)
+		}
+	}
+	d := Delta{CreatedTopics: idsByName(created), ChangedTopics: idsByName(changed), DeletedTopics: byName(deleted)}
+	d.BrokersChanged = !maps.Equal(old.Brokers, new.Brokers)
+	d.BrokerConfigsChanged = !maps.Equal(old.BrokerConfigs, new.BrokerConfigs) ||
+		!maps.EqualFunc(old.NodeConfigs, new.NodeConfigs, maps.Equal)
+	d.SecurityChanged = !reflect.DeepEqual(old.securityImage, new.securityImage)
+	if o := diffOld(old, new); !reflect.DeepEqual(o, d) {
+		panic(fmt.Sprintf("diff differs:\nold %+v\nnew %+v", o, d))
+	}
+	return d
+}
+
+// byName sorts ts by name and returns it.
+func byName(ts []*Topic) []*Topic {
+	slices.SortFunc(ts, func(a, b *Topic) int { return strings.Compare(a.Name, b.Name) })
+	return ts
+}
+
+// idsByName is the IDs of ts, by name (nil for none).
+func idsByName(ts []*Topic) []UUID {
+	if len(ts) == 0 {
+		return nil
+	}
+	ids := make([]UUID, len(ts))
+	for i, t := range byName(ts) {
+		ids[i] = t.ID
+	}
+	return ids
+}
+
+// SortedTopics returns the image's topics by name.
+func SortedTopics(img *Image) []*Topic {
+	return byName(slices.Collect(maps.Values(img.TopicsByID)))
+}
+
+func diffOld(old, new *Image) Delta {
+	if old == nil {
+		old = &Image{}
+	}
 	var d Delta
 	for _, t := range SortedTopics(new) {
 		o := old.TopicsByID[t.ID]
@@ -52,11 +110,4 @@ func Diff(old, new *Image) Delta {
 		!maps.EqualFunc(old.NodeConfigs, new.NodeConfigs, maps.Equal)
 	d.SecurityChanged = !reflect.DeepEqual(old.securityImage, new.securityImage)
 	return d
-}
-
-// SortedTopics returns the image's topics by name.
-func SortedTopics(img *Image) []*Topic {
-	ts := slices.Collect(maps.Values(img.TopicsByID))
-	slices.SortFunc(ts, func(a, b *Topic) int { return strings.Compare(a.Name, b.Name) })
-	return ts
 }
