@@ -451,7 +451,13 @@ func (s *Session) Epoch() int64 {
 func (s *Session) register(ctx context.Context, waiting bool) error {
 	c := s.c
 	lastLog := time.Time{}
-	var dupSince time.Time // when the controller first said the ID is in use
+	// When the controller first said the ID is in use, and the raft
+	// term it said so in: a controller elected since hands every
+	// registered broker a fresh session (sessions.reset), and the
+	// previous incarnation's then runs out a session timeout after its
+	// election, not after the first refusal.
+	var dupSince time.Time
+	var dupTerm uint64
 	for {
 		if c.stream != nil && waiting && time.Since(lastLog) >= 5*time.Second {
 			if err := s.logWaiting(ctx); err != nil {
@@ -462,7 +468,7 @@ func (s *Session) register(ctx context.Context, waiting bool) error {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var res RegisterResult
 		var err error
-		sent := time.Now()
+		sent, term := time.Now(), c.raft.CurrentTerm()
 		if c.stream == nil {
 			res, err = c.register(rctx, s.req)
 		} else {
@@ -478,11 +484,11 @@ func (s *Session) register(ctx context.Context, waiting bool) error {
 		if errors.Is(err, kerr.DuplicateBrokerRegistration) {
 			// This node's previous process may have stopped moments ago
 			// without the controller noticing (it was the controller
-			// itself): its session runs out within the session timeout.
-			// A registration still refused after that belongs to another
-			// running node.
-			if dupSince.IsZero() {
-				dupSince = time.Now()
+			// itself): its session runs out within the session timeout
+			// of the controller refusing it. A registration still
+			// refused after that belongs to another running node.
+			if dupSince.IsZero() || term != dupTerm {
+				dupSince, dupTerm = time.Now(), term
 			}
 			if time.Since(dupSince) > c.sessionTimeout()+cmpOr(c.cfg.HeartbeatInterval, 2*time.Second) {
 				return fmt.Errorf("node %d cannot join the cluster: %w", s.req.Broker.ID, err)

@@ -319,6 +319,62 @@ func TestClusterSessionConnClosedListenerUp(t *testing.T) {
 	}
 }
 
+// TestClusterReregisterAcrossControllerChange: a broker whose process
+// stopped without a controlled shutdown and started again (its listener
+// is back, so nothing fences it) is refused with
+// DUPLICATE_BROKER_REGISTRATION until its previous incarnation's session
+// expires. A controller elected meanwhile hands every broker a fresh
+// session, so the refusals last longer than one session timeout from the
+// first; the broker waits for the session of the controller refusing it
+// and registers, rather than giving up as if another running node had
+// its ID. tandem cluster restarting a whole cluster, whose quorum may
+// elect twice, failed so.
+func TestClusterReregisterAcrossControllerChange(t *testing.T) {
+	long(t)
+	nodes := startCluster(t, 3)
+	var leader, victim *clusterNode
+	for _, n := range nodes {
+		if n.c.IsLeader() {
+			leader = n
+		} else if victim == nil {
+			victim = n
+		}
+	}
+	if leader == nil {
+		t.Fatal("no leader")
+	}
+	id := victim.cfg.NodeID
+	term := victim.c.raft.CurrentTerm()
+	victim.s.Close() // no controlled shutdown; victim.ln stays up, as the new process's
+	victim.s = nil
+	// Three quarters into the session, the leadership moves: the new
+	// controller's session for the old incarnation runs a whole timeout
+	// from then.
+	timeout := victim.cfg.SessionTimeout
+	moved := make(chan error, 1)
+	go func() {
+		time.Sleep(timeout * 3 / 4)
+		moved <- leader.c.raft.LeadershipTransfer().Error()
+	}()
+	inc := uuid.Random()
+	start := time.Now()
+	s, err := victim.c.Register(ctxT(t), metadata.Broker{ID: id, Host: "127.0.0.1", Port: int32(victim.ln.Addr().(*net.TCPAddr).Port), Incarnation: inc})
+	if err != nil {
+		t.Fatalf("re-registering broker %d after %v (session timeout %v, leadership moved: %v): %v", id, time.Since(start).Round(time.Millisecond), timeout, <-moved, err)
+	}
+	victim.s = s
+	if err := <-moved; err != nil {
+		t.Fatalf("moving the leadership: %v", err)
+	}
+	if victim.c.raft.CurrentTerm() == term {
+		t.Fatal("the term did not change: the test did not elect a controller while the broker was refused")
+	}
+	waitImage(t, victim.c, "the new incarnation unfenced", func(img *metadata.Image) bool {
+		b := img.Brokers[id]
+		return b.Incarnation == inc && b.Epoch == s.Epoch() && !b.Fenced
+	})
+}
+
 // TestClusterRefusesMisconfiguredNodes: a node started with another
 // voter list, a second broker with a running broker's node ID, and a node
 // of another cluster are refused at once, naming the conflict, and the

@@ -307,9 +307,22 @@ func TestTimeoutAbortAndRestart(t *testing.T) {
 		t.Fatalf("LSO of partition 0 with the slow transaction open: %d, want 3", got)
 	}
 	clk.Advance(time.Minute) // past tx-slow's timeout, not tx-open's
+	// The coordinator aborts in the background: it writes the markers of
+	// partitions 0 and 1 at once, waits until each is replicated, then
+	// records CompleteAbort. Partition 0's LSO moves when its marker is
+	// appended, before the high watermark has passed it (or partition 1
+	// has its marker): the abort is done once the coordinator says so.
+	adm := kadm.NewClient(tandemtest.Client(t, addr))
 	wait.Until(t, 10*time.Second, func() error {
 		if lso(0) == 3 {
 			return errors.New("the timed-out transaction is not aborted: the LSO is still 3")
+		}
+		d, err := adm.DescribeTransactions(ctx, "tx-slow")
+		if err != nil {
+			return err
+		}
+		if st := d["tx-slow"].State; st != "CompleteAbort" {
+			return fmt.Errorf("the timed-out transaction is %s, not CompleteAbort", st)
 		}
 		return nil
 	})
