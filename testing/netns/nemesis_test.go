@@ -108,14 +108,36 @@ func (c *cluster) leader(topic string, p int32) int32 {
 // controller is the active controller, as the cluster says.
 func (c *cluster) controller(ctx context.Context) int32 {
 	c.t.Helper()
-	adm := kadm.NewClient(tandemtest.Client(c.t, c.c.Addrs()[0], c.seeds()))
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		md, err := adm.BrokerMetadata(ctx)
-		if err == nil && md.Controller > 0 {
-			return md.Controller
+	id, err := controllerOf(ctx, tandemtest.Client(c.t, c.c.Addrs()[0], c.seeds()), time.Minute)
+	if err != nil {
+		c.t.Fatalf("%s: %v", c.name, err)
+	}
+	return id
+}
+
+// controllerOf asks cl's brokers for the active controller until one
+// names it, for at most within. Each try is a Metadata request of its
+// own, to the next broker: kadm's BrokerMetadata answers from the
+// client's cache once the client knows any broker, so the first answer
+// it got, from a broker that knew no controller at the time (a voter
+// still electing just after a cut healed), would be every answer of the
+// wait.
+func controllerOf(ctx context.Context, cl *kgo.Client, within time.Duration) (int32, error) {
+	var last string
+	for deadline := time.Now().Add(within); ; time.Sleep(200 * time.Millisecond) {
+		req := kmsg.NewPtrMetadataRequest()
+		req.Topics = []kmsg.MetadataRequestTopic{} // none: brokers and controller only
+		resp, err := req.RequestWith(ctx, cl)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case resp.ControllerID > 0:
+			return resp.ControllerID, nil
+		default:
+			last = fmt.Sprintf("a broker answered controller %d", resp.ControllerID)
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("%s: no controller known within a minute: %v", c.name, err)
+			return -1, fmt.Errorf("no controller known within %v: %s", within, last)
 		}
 	}
 }
