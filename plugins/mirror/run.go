@@ -298,6 +298,7 @@ func (r *mirrorRun) controlStep() error {
 	parts := r.sortedParts(nil)
 	var errs []error
 	var due []*ledPartition // CompleteAt to persist
+	var raise []epochBump
 	for _, pt := range parts {
 		st, _ := r.state(pt.topicPartition)
 		var err error
@@ -310,10 +311,15 @@ func (r *mirrorRun) controlStep() error {
 		case mirrorstate.Stopping:
 			err = r.stopPartition(pt)
 		case mirrorstate.EpochFencing:
-			err = r.bump(pt, bumps[pt.topicPartition])
+			// Above the source's epoch and the log's last, then MIRRORING.
+			var ep *engine.Partition
+			if ep, err = r.partition(pt); err == nil {
+				sle := max(bumps[pt.topicPartition], ep.EpochAt(ep.Offsets().LogEnd-1))
+				raise = append(raise, epochBump{pt, bumpMinEpoch(sle), true})
+			}
 		case mirrorstate.Mirroring:
 			if sle, ok := bumps[pt.topicPartition]; ok {
-				err = r.bumpEpoch(pt, bumpMinEpoch(sle))
+				raise = append(raise, epochBump{pt, bumpMinEpoch(sle), false})
 			}
 			if r.completeDue(pt, completeEvery) {
 				due = append(due, pt)
@@ -322,6 +328,9 @@ func (r *mirrorRun) controlStep() error {
 		if err != nil && r.ctx.Err() == nil {
 			errs = append(errs, fmt.Errorf("%s-%d (%s): %w", pt.Topic, pt.Partition, st, err))
 		}
+	}
+	if err := r.bumpEpochs(raise); err != nil && r.ctx.Err() == nil {
+		errs = append(errs, err)
 	}
 	if err := r.saveCompletes(due); err != nil && r.ctx.Err() == nil {
 		errs = append(errs, err)
@@ -683,18 +692,48 @@ func (r *mirrorRun) partition(pt *ledPartition) (*engine.Partition, error) {
 	return ep, nil
 }
 
-// bump is EPOCH_FENCING: raise the destination epoch above the source's,
-// then mirror again.
-func (r *mirrorRun) bump(pt *ledPartition, sle int32) error {
-	ep, err := r.partition(pt)
-	if err != nil {
-		return err
+// epochBump is a partition's leader epoch to raise above minEpoch: an
+// EPOCH_FENCING partition (then MIRRORING) or a proactive bump.
+type epochBump struct {
+	pt        *ledPartition
+	minEpoch  int32
+	mirroring bool
+}
+
+// bumpEpochs raises the epochs of bs, each topic's partitions in one
+// request to the controller (an EPOCH_FENCING of a new mirror's thousands
+// of partitions is a commit per topic, not one each), waits until the
+// local partitions have them, and moves those that were EPOCH_FENCING to
+// MIRRORING in one batch.
+func (r *mirrorRun) bumpEpochs(bs []epochBump) error {
+	byTopic := map[uuid.UUID][]epochBump{}
+	for _, b := range bs {
+		byTopic[b.pt.id] = append(byTopic[b.pt.id], b)
 	}
-	sle = max(sle, ep.EpochAt(ep.Offsets().LogEnd-1))
-	if err := r.bumpEpoch(pt, bumpMinEpoch(sle)); err != nil {
-		return err
+	var errs []error
+	var ready []statestore.Update
+	for id, tbs := range byTopic {
+		mins := make(map[int32]int32, len(tbs))
+		for _, b := range tbs {
+			mins[b.pt.Partition] = b.minEpoch
+		}
+		epochs, err := r.p.Host().Metadata().BumpLeaderEpochs(r.ctx, id, mins)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bump the leader epochs of %d partitions of %s: %w", len(tbs), tbs[0].pt.Topic, err))
+			continue
+		}
+		for _, b := range tbs {
+			if err := r.awaitEpoch(b.pt, epochs[b.pt.Partition]); err != nil {
+				errs = append(errs, fmt.Errorf("%s-%d: %w", b.pt.Topic, b.pt.Partition, err))
+			} else if b.mirroring {
+				ready = append(ready, statestore.Update{Partition: b.pt.topicPartition, TopicID: id, Apply: func(s *mirrorstate.PartitionState) error {
+					s.State, s.Reason = mirrorstate.Mirroring, ""
+					return nil
+				}})
+			}
+		}
 	}
-	return r.setState(pt, mirrorstate.Mirroring, "")
+	return errors.Join(append(errs, r.setStates(ready))...)
 }
 
 // bumpEpoch asks the controller for a leader epoch above minEpoch and
@@ -704,6 +743,11 @@ func (r *mirrorRun) bumpEpoch(pt *ledPartition, minEpoch int32) error {
 	if err != nil {
 		return err
 	}
+	return r.awaitEpoch(pt, epoch)
+}
+
+// awaitEpoch waits until the local partition has leader epoch epoch.
+func (r *mirrorRun) awaitEpoch(pt *ledPartition, epoch int32) error {
 	ep, err := r.partition(pt)
 	if err != nil {
 		return err
