@@ -45,8 +45,9 @@ type Family struct {
 type Set struct {
 	*metrics.Set
 
-	mu   sync.RWMutex
-	fams map[string]Family
+	mu       sync.RWMutex
+	fams     map[string]Family
+	children []*metrics.Set
 }
 
 // NewSet returns an empty set.
@@ -81,11 +82,35 @@ func (s *Set) family(name string) (Family, bool) {
 	return f, ok
 }
 
-// WritePrometheus writes the set's metrics, grouped by family, each with
-// its HELP and TYPE.
+// Add writes the metrics of c with the set's until Remove. A part with
+// many series of its own (a mirror's, three a partition) registers them
+// on a child it drops whole when it stops: VictoriaMetrics unregisters
+// one metric in time linear in its set, and a stop that unregistered
+// 150,000 series one by one took longer than a broker's shutdown may.
+func (s *Set) Add(c *metrics.Set) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.children = append(s.children, c)
+}
+
+// Remove stops writing c's metrics.
+func (s *Set) Remove(c *metrics.Set) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.children = slices.DeleteFunc(s.children, func(x *metrics.Set) bool { return x == c })
+}
+
+// WritePrometheus writes the set's metrics and its children's, grouped
+// by family, each with its HELP and TYPE.
 func (s *Set) WritePrometheus(w io.Writer) {
 	var buf bytes.Buffer
 	s.Set.WritePrometheus(&buf)
+	s.mu.RLock()
+	children := slices.Clone(s.children)
+	s.mu.RUnlock()
+	for _, c := range children {
+		c.WritePrometheus(&buf)
+	}
 	write(w, buf.Bytes(), s.family, true)
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 
@@ -90,5 +91,27 @@ func TestWriteProcessMetrics(t *testing.T) {
 	}
 	if n := strings.Count(out, "# TYPE "); n != len(ProcessFamilies) {
 		t.Errorf("%d families written, want the %d described:\n%s", n, len(ProcessFamilies), out)
+	}
+}
+
+// A child set's series are written with the set's, in the same family
+// under one HELP and TYPE, until it is removed.
+func TestSetChildren(t *testing.T) {
+	s := NewSet()
+	s.Describe(Family{"app_lag", Gauge, "Lag."})
+	s.NewGauge(`app_lag{run="a"}`, func() float64 { return 1 })
+	c := metrics.NewSet()
+	c.NewGauge(`app_lag{run="b"}`, func() float64 { return 2 })
+	s.Add(c)
+	var b bytes.Buffer
+	s.WritePrometheus(&b)
+	if want := "# HELP app_lag Lag.\n# TYPE app_lag gauge\napp_lag{run=\"a\"} 1\napp_lag{run=\"b\"} 2\n"; b.String() != want {
+		t.Errorf("with a child:\n%s\nwant\n%s", b.String(), want)
+	}
+	s.Remove(c)
+	b.Reset()
+	s.WritePrometheus(&b)
+	if strings.Contains(b.String(), `run="b"`) {
+		t.Errorf("a removed child's series written:\n%s", b.String())
 	}
 }

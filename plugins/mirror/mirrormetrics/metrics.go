@@ -81,9 +81,11 @@ type Partition interface {
 type Set struct {
 	set *prom.Set
 
-	mu       sync.Mutex // taken after the run's lock, never before
+	mu sync.Mutex // taken after the run's lock, never before
+	// Each run's series are on a set of its own (prom.Set.Add), dropped
+	// whole when the run stops.
+	runs     map[Run]*metrics.Set
 	parts    map[Run]map[mirrorstate.TopicPartition]partMetrics
-	runNames map[Run][]string
 	fetchers map[Run]map[fetch.Key]*FetcherStats
 }
 
@@ -96,8 +98,19 @@ type partMetrics struct {
 // it.
 func New(set *prom.Set) *Set {
 	set.Describe(Families...)
-	return &Set{set: set, parts: map[Run]map[mirrorstate.TopicPartition]partMetrics{}, runNames: map[Run][]string{},
+	return &Set{set: set, runs: map[Run]*metrics.Set{}, parts: map[Run]map[mirrorstate.TopicPartition]partMetrics{},
 		fetchers: map[Run]map[fetch.Key]*FetcherStats{}}
+}
+
+// run is r's own set, added to the broker's on first use; m.mu is held.
+func (m *Set) run(r Run) *metrics.Set {
+	rs := m.runs[r]
+	if rs == nil {
+		rs = metrics.NewSet()
+		m.runs[r] = rs
+		m.set.Add(rs)
+	}
+	return rs
 }
 
 // States are the states tandem_mirror_partitions counts, each
@@ -127,9 +140,9 @@ func (m *Set) TrackRun(r Run) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	rs := m.run(r)
 	for name, f := range gauges {
-		m.set.GetOrCreateGauge(name, f)
-		m.runNames[r] = append(m.runNames[r], name)
+		rs.GetOrCreateGauge(name, f)
 	}
 }
 
@@ -160,11 +173,12 @@ func (m *Set) TrackPart(r Run, tp mirrorstate.TopicPartition, src string, k fetc
 	if m.parts[r] == nil {
 		m.parts[r] = map[mirrorstate.TopicPartition]partMetrics{}
 	}
+	rs := m.run(r)
 	if old, ok := m.parts[r][tp]; ok {
 		if old.fetcher == k {
 			return
 		}
-		m.unregister(old.names)
+		unregister(rs, old.names)
 	}
 	name := r.Name()
 	// source_topic on every series, the same name as topic unless the
@@ -172,16 +186,16 @@ func (m *Set) TrackPart(r Run, tp mirrorstate.TopicPartition, src string, k fetc
 	labels := fmt.Sprintf(`{mirror=%q,topic=%q,source_topic=%q,partition="%d",client_id=%q}`, name, tp.Topic, src, tp.Partition, ClientID(name, k))
 	lag := "tandem_mirror_lag_records" + labels
 	lagSeconds := "tandem_mirror_lag_seconds" + labels
-	m.set.GetOrCreateGauge(lag, pt.LagRecords)
-	m.set.GetOrCreateGauge(lagSeconds, pt.LagSeconds)
+	rs.GetOrCreateGauge(lag, pt.LagRecords)
+	rs.GetOrCreateGauge(lagSeconds, pt.LagSeconds)
 	age := "tandem_mirror_source_offset_age_seconds" + labels
-	m.set.GetOrCreateGauge(age, pt.SourceOffsetAge)
+	rs.GetOrCreateGauge(age, pt.SourceOffsetAge)
 	m.parts[r][tp] = partMetrics{fetcher: k, names: []string{lag, lagSeconds, age}}
 }
 
-func (m *Set) unregister(names []string) {
+func unregister(s *metrics.Set, names []string) {
 	for _, n := range names {
-		m.set.UnregisterMetric(n)
+		s.UnregisterMetric(n)
 	}
 }
 
@@ -189,7 +203,9 @@ func (m *Set) unregister(names []string) {
 func (m *Set) ForgetPart(r Run, k mirrorstate.TopicPartition) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.unregister(m.parts[r][k].names)
+	if rs := m.runs[r]; rs != nil {
+		unregister(rs, m.parts[r][k].names)
+	}
 	delete(m.parts[r], k)
 }
 
@@ -206,26 +222,23 @@ func (m *Set) FetcherStats(r Run, k fetch.Key, host string, port int32) *Fetcher
 	}
 	labels := fmt.Sprintf(`{mirror=%q,client_id=%q,broker_host=%q,broker_port="%d"}`, r.Name(), ClientID(r.Name(), k), host, port)
 	f := &FetcherStats{names: []string{"tandem_mirror_fetch_requests_total" + labels, "tandem_mirror_fetch_bytes_total" + labels}}
-	f.Requests = m.set.GetOrCreateCounter(f.names[0])
-	f.Bytes = m.set.GetOrCreateCounter(f.names[1])
+	rs := m.run(r)
+	f.Requests = rs.GetOrCreateCounter(f.names[0])
+	f.Bytes = rs.GetOrCreateCounter(f.names[1])
 	m.fetchers[r][k] = f
 	return f
 }
 
-// Forget unregisters a stopped run's metrics.
+// Forget drops a stopped run's metrics, its set whole.
 func (m *Set) Forget(r Run) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, pm := range m.parts[r] {
-		m.unregister(pm.names)
+	if rs := m.runs[r]; rs != nil {
+		m.set.Remove(rs)
 	}
-	for _, f := range m.fetchers[r] {
-		m.unregister(f.names)
-	}
-	m.unregister(m.runNames[r])
+	delete(m.runs, r)
 	delete(m.parts, r)
 	delete(m.fetchers, r)
-	delete(m.runNames, r)
 }
 
 // FetcherStats are one fetcher's counters.
