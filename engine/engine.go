@@ -423,6 +423,13 @@ func (e *Engine) Partition(id TopicID, partition int32) *Partition {
 	return e.parts[partKey{id, partition}]
 }
 
+// Len is the number of partitions open.
+func (e *Engine) Len() int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return len(e.parts)
+}
+
 // Delete removes a partition and all its data. Deleting an absent
 // partition is not an error.
 func (e *Engine) Delete(id TopicID, partition int32) error {

@@ -101,6 +101,7 @@ type applier struct {
 	plugins   *pluginState
 	leaderObs []plugin.LeaderObserver
 	metaObs   []*metaQueue
+	memory    processMemory // the soft memory limit follows the partitions hosted
 	// Set by the broker's Start.
 	engine *engine.Engine
 	meta   *raftmeta.Controller
@@ -189,6 +190,9 @@ func (ap *applier) apply(old, cur *metadata.Image) {
 			continue
 		}
 		ap.applyTopic(old.TopicsByID[id], t, cur)
+	}
+	if len(ids) > 0 || len(delta.DeletedTopics) > 0 {
+		ap.memory.follow(ap.engine.Len())
 	}
 	ap.applied.set(cur)
 	for _, q := range ap.metaObs {

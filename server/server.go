@@ -12,7 +12,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -370,7 +369,7 @@ func (b *Broker) DiskFull() bool { return b.engine != nil && b.engine.DiskFull()
 // not for programs that embed several.
 func (b *Broker) SetProcessMemoryLimit() {
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(b.props.MemoryBudget / 4 * 3)
+		b.applier.memory.own(b.props.MemoryBudget)
 	}
 }
 
