@@ -69,6 +69,7 @@ type Broker struct {
 	fetch       *fetcher           // Fetch
 	produce     *producer          // Produce
 	coord       *coordinators      // FindCoordinator
+	topics      *internalTopics    // Host.EnsureTopic
 	applier     *applier           // the metadata apply loop
 	frames      wire.FramePool     // produce request buffers, recycled
 	reqBytes    *wire.Budget       // queued.max.request.bytes
@@ -171,7 +172,8 @@ func New(cfg Config) (*Broker, error) {
 	b.frameReader = wire.FrameReader{Budget: b.reqBytes, Pool: &b.frames, Idle: connIdleTimeout, ReadTimeout: props.RequestReadTimeout}
 	b.throttle = security.NewThrottle(props.FailedAuthDelay)
 	b.produce = &producer{nodeID: cfg.NodeID, plugins: cfg.Plugins, log: b.log, applied: &b.applied, reqBytes: b.reqBytes}
-	b.coord = &coordinators{plugins: cfg.Plugins, log: b.log, applied: &b.applied, ensureTopic: b.EnsureTopic}
+	b.topics = &internalTopics{log: b.log, applied: &b.applied}
+	b.coord = &coordinators{plugins: cfg.Plugins, log: b.log, applied: &b.applied, ensureTopic: b.topics.ensure}
 	b.fetch = &fetcher{nodeID: cfg.NodeID, sessions: newFetchSessions(fetchSessionSlots), applied: &b.applied}
 	b.admin = &admin.Admin{
 		NodeID: cfg.NodeID, DataDir: cfg.DataDir, Log: b.log, Plugins: cfg.Plugins, Static: props.static,
@@ -183,6 +185,7 @@ func New(cfg Config) (*Broker, error) {
 	if b.apis, err = b.newAPITable(cfg.Plugins); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	b.peers.links, b.peers.apis = b.links, b.apis
 	if err := checkCapabilities(cfg.Props, cfg.Plugins, b.apis); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -263,6 +266,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("server: open metadata: %w", err)
 	}
 	b.admin.Meta, b.admin.Engine = b.meta, b.engine
+	b.topics.meta = b.meta
 	reg := metadata.Broker{ID: b.cfg.NodeID, Host: host, Port: int32(port), Endpoints: strings.Join(endpoints, ",")}
 	if b.meta.Clustered() {
 		if err := b.join(ctx, meta, reg); err != nil {
