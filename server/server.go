@@ -182,7 +182,9 @@ func New(cfg Config) (*Broker, error) {
 		PartitionLimits: props.PartitionLimits,
 		Image:           b.applied.get, WaitApplied: b.applied.wait, LedPartition: b.produce.ledPartition,
 	}
-	if b.apis, err = b.newAPITable(cfg.Plugins); err != nil {
+	core := coreServers{nodeID: cfg.NodeID, plugins: cfg.Plugins, applied: &b.applied,
+		produce: b.produce, fetch: b.fetch, admin: b.admin, coord: b.coord}
+	if b.apis, err = newAPITable(core, func() *pluginState { return b.plugins }); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	b.peers.links, b.peers.apis = b.links, b.apis
