@@ -92,7 +92,7 @@ func (h pluginHost) CheckWritable(id engine.TopicID, p int32) (int32, error) {
 
 // CheckSession implements plugin.Host (and coord.Replicas).
 func (h pluginHost) CheckSession() error {
-	return checkSession(h.session, h.cfg.NodeID, h.props.Cluster.SessionTimeout)
+	return checkSession(h.member.session, h.cfg.NodeID, h.props.Cluster.SessionTimeout)
 }
 
 // AwaitReplicated implements plugin.Host (and coord.Replicas): the wait
