@@ -52,54 +52,67 @@ const byBroker = "the broker"
 // refused per batch, not per request), ListOffsets from v0 (sarama sends
 // it to a cluster it is not told is 0.10.1 or newer). The SASL keys have no handler: the connection answers them
 // (auth.go) before any request is dispatched.
-func (b *Broker) coreAPIs(t *apiTable) []wire.API[handler] {
-	v := &apiVersions{apis: t, nodeID: b.cfg.NodeID, plugins: b.cfg.Plugins, applied: &b.applied}
+func coreAPIs(t *apiTable, s coreServers) []wire.API[handler] {
+	v := &apiVersions{apis: t, nodeID: s.nodeID, plugins: s.plugins, applied: s.applied}
 	return []wire.API[handler]{
-		api(kmsg.Produce, 0, 13, b.produce.handleProduce),       // v13: topic IDs
-		api(kmsg.Fetch, 4, 18, b.fetch.handleFetch),             // v13+: topic IDs
-		api(kmsg.ListOffsets, 0, 10, b.admin.HandleListOffsets), // v0: sarama's default (Burrow)
-		api(kmsg.Metadata, 0, 13, b.admin.HandleMetadata),
+		api(kmsg.Produce, 0, 13, s.produce.handleProduce),       // v13: topic IDs
+		api(kmsg.Fetch, 4, 18, s.fetch.handleFetch),             // v13+: topic IDs
+		api(kmsg.ListOffsets, 0, 10, s.admin.HandleListOffsets), // v0: sarama's default (Burrow)
+		api(kmsg.Metadata, 0, 13, s.admin.HandleMetadata),
 		{Versions: versions(kmsg.SASLHandshake, 0, 1)},
 		api(kmsg.ApiVersions, 0, 5, v.handle), // v5: KIP-1242 cluster/node check
 		{ // v8: KIP-1279's MirrorInfo, which kmsg does not know
 			Versions: versions(kmsg.CreateTopics, 2, 8),
 			Handler: func(ctx context.Context, rc *RequestContext, req kmsg.Request) (kmsg.Response, error) {
 				if r, ok := req.(*admin.CreateTopicsRequest); ok {
-					return b.admin.HandleCreateTopics(ctx, rc, &r.CreateTopicsRequest, r.MirrorIDs)
+					return s.admin.HandleCreateTopics(ctx, rc, &r.CreateTopicsRequest, r.MirrorIDs)
 				}
-				return b.admin.HandleCreateTopics(ctx, rc, req.(*kmsg.CreateTopicsRequest), nil)
+				return s.admin.HandleCreateTopics(ctx, rc, req.(*kmsg.CreateTopicsRequest), nil)
 			},
 		},
-		api(kmsg.DeleteTopics, 1, 6, b.admin.HandleDeleteTopics),
-		api(kmsg.DeleteRecords, 0, 2, b.admin.HandleDeleteRecords),
-		api(kmsg.InitProducerID, 0, 5, b.admin.HandleInitProducerID),
-		api(kmsg.OffsetForLeaderEpoch, 2, 4, b.admin.HandleOffsetForLeaderEpoch),
-		api(kmsg.DescribeConfigs, 1, 4, b.admin.HandleDescribeConfigs),
-		api(kmsg.DescribeLogDirs, 1, 4, b.admin.HandleDescribeLogDirs),
+		api(kmsg.DeleteTopics, 1, 6, s.admin.HandleDeleteTopics),
+		api(kmsg.DeleteRecords, 0, 2, s.admin.HandleDeleteRecords),
+		api(kmsg.InitProducerID, 0, 5, s.admin.HandleInitProducerID),
+		api(kmsg.OffsetForLeaderEpoch, 2, 4, s.admin.HandleOffsetForLeaderEpoch),
+		api(kmsg.DescribeConfigs, 1, 4, s.admin.HandleDescribeConfigs),
+		api(kmsg.DescribeLogDirs, 1, 4, s.admin.HandleDescribeLogDirs),
 		{Versions: versions(kmsg.SASLAuthenticate, 0, 2)},
-		api(kmsg.AlterConfigs, 0, 2, b.admin.HandleAlterConfigs),
-		api(kmsg.CreatePartitions, 0, 3, b.admin.HandleCreatePartitions),
-		api(kmsg.ElectLeaders, 0, 2, b.admin.HandleElectLeaders),
-		api(kmsg.IncrementalAlterConfigs, 0, 1, b.admin.HandleIncrementalAlterConfigs),
-		api(kmsg.AlterPartitionAssignments, 0, 1, b.admin.HandleAlterPartitionReassignments),
-		api(kmsg.ListPartitionReassignments, 0, 0, b.admin.HandleListPartitionReassignments),
-		api(kmsg.DescribeCluster, 0, 2, b.admin.HandleDescribeCluster), // v2: fenced brokers
-		api(kmsg.DescribeProducers, 0, 0, b.admin.HandleDescribeProducers),
-		api(kmsg.DescribeTopicPartitions, 0, 0, b.admin.HandleDescribeTopicPartitions),
+		api(kmsg.AlterConfigs, 0, 2, s.admin.HandleAlterConfigs),
+		api(kmsg.CreatePartitions, 0, 3, s.admin.HandleCreatePartitions),
+		api(kmsg.ElectLeaders, 0, 2, s.admin.HandleElectLeaders),
+		api(kmsg.IncrementalAlterConfigs, 0, 1, s.admin.HandleIncrementalAlterConfigs),
+		api(kmsg.AlterPartitionAssignments, 0, 1, s.admin.HandleAlterPartitionReassignments),
+		api(kmsg.ListPartitionReassignments, 0, 0, s.admin.HandleListPartitionReassignments),
+		api(kmsg.DescribeCluster, 0, 2, s.admin.HandleDescribeCluster), // v2: fenced brokers
+		api(kmsg.DescribeProducers, 0, 0, s.admin.HandleDescribeProducers),
+		api(kmsg.DescribeTopicPartitions, 0, 0, s.admin.HandleDescribeTopicPartitions),
 	}
 }
 
-// newAPITable registers what the broker serves: its own keys, then every
-// plugin's (plugin.APIHandler), each plugin's through pluginHandler, then
-// FindCoordinator when a plugin locates coordinators
-// (plugin.CoordinatorLocator).
-func (b *Broker) newAPITable(plugins []any) (*apiTable, error) {
+// coreServers are the servers of the broker's own keys: what its table
+// of APIs takes of the broker.
+type coreServers struct {
+	nodeID  int32
+	plugins []any // Config.Plugins
+	applied *appliedState
+	produce *producer
+	fetch   *fetcher
+	admin   *admin.Admin
+	coord   *coordinators // FindCoordinator, when a plugin locates coordinators
+}
+
+// newAPITable registers what the broker serves: its own keys (coreAPIs),
+// then every plugin's (plugin.APIHandler), each plugin's through
+// pluginHandler, then FindCoordinator when a plugin locates coordinators
+// (plugin.CoordinatorLocator). state is the plugins' state, read per
+// request (pluginHandler).
+func newAPITable(s coreServers, state func() *pluginState) (*apiTable, error) {
 	t := new(apiTable)
-	if err := t.Register(byBroker, b.coreAPIs(t)...); err != nil {
+	if err := t.Register(byBroker, coreAPIs(t, s)...); err != nil {
 		return nil, err
 	}
-	for _, h := range plugin.All[plugin.APIHandler](plugins) {
-		handle := b.pluginHandler(h)
+	for _, h := range plugin.All[plugin.APIHandler](s.plugins) {
+		handle := pluginHandler(h, state)
 		var apis []wire.API[handler]
 		for _, k := range h.APIVersions() {
 			apis = append(apis, wire.API[handler]{Versions: k, Handler: handle, NewRequest: h.NewRequest})
@@ -108,9 +121,9 @@ func (b *Broker) newAPITable(plugins []any) (*apiTable, error) {
 			return nil, fmt.Errorf("plugin %T: %w", h, err)
 		}
 	}
-	if _, ok := plugin.Find[plugin.CoordinatorLocator](plugins); ok {
+	if _, ok := plugin.Find[plugin.CoordinatorLocator](s.plugins); ok {
 		// v4+ batches keys (KIP-699), v6 adds share groups' key type.
-		if err := t.Register(byBroker, api(kmsg.FindCoordinator, 0, 6, b.coord.handleFindCoordinator)); err != nil {
+		if err := t.Register(byBroker, api(kmsg.FindCoordinator, 0, 6, s.coord.handleFindCoordinator)); err != nil {
 			return nil, fmt.Errorf("FindCoordinator for CoordinatorLocator plugins: %w", err)
 		}
 	}
@@ -141,19 +154,20 @@ func dispatch(ctx context.Context, apis *apiTable, r *request) (kmsg.Response, e
 // plugin that is not running: listeners accept once every plugin has
 // started, and Close stops plugins after the last request returned. A
 // plugin that failed, or panics serving the request, gets the request an
-// error response instead of closing the client's connection. It reads
-// b.plugins per request: New makes the API table before the plugins'
-// state.
-func (b *Broker) pluginHandler(h plugin.APIHandler) handler {
+// error response instead of closing the client's connection. It asks
+// state for the plugins' state per request: New makes the API table
+// before the plugins' state.
+func pluginHandler(h plugin.APIHandler, state func() *pluginState) handler {
 	return func(ctx context.Context, rc *RequestContext, req kmsg.Request) (resp kmsg.Response, err error) {
-		name := b.plugins.name(h)
-		if f, failed := b.plugins.failure(name); failed {
+		plugins := state()
+		name := plugins.name(h)
+		if f, failed := plugins.failure(name); failed {
 			return errorResponse(req, kerr.UnknownServerError, fmt.Sprintf("plugin %s of this broker failed %s ago (%s): restart the broker",
 				name, time.Since(f.at).Round(time.Second), f.reason)), nil
 		}
 		defer func() {
 			if v := recover(); v != nil {
-				b.plugins.panicked(name, apiName(req.Key()), v, false)
+				plugins.panicked(name, apiName(req.Key()), v, false)
 				resp, err = errorResponse(req, kerr.UnknownServerError, fmt.Sprintf("plugin %s failed serving this request: %v", name, v)), nil
 			}
 		}()

@@ -3,12 +3,15 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
+	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/prom"
 	"github.com/tandem-kafka/tandem/raftmeta"
@@ -23,87 +26,103 @@ import (
 // up with the metadata, heartbeats, and on Close moves its leaderships
 // away before it stops (controlled shutdown).
 
-// metaConfig is the metadata quorum's configuration for this broker.
-func (b *Broker) metaConfig(meta datadir.Meta, host string) raftmeta.Config {
-	cp := b.props.Cluster
+// membership is this broker's part in its cluster: the metadata quorum's
+// configuration (metaConfig), the registration with the controller
+// (join) and the move of its leaderships before it stops
+// (controlledShutdown). It holds what these take of the broker.
+type membership struct {
+	nodeID         int32
+	dataDir        string
+	props          ClusterProps
+	limits         raftmeta.PartitionLimits // of the metadata quorum
+	controllerAddr string                   // where the controller port binds
+	dial           func(ctx context.Context, network, addr string) (net.Conn, error)
+	auth           *interBrokerAuth // the controller port's TLS is the inter-broker listener's
+	log            *slog.Logger
+	session        *raftmeta.Session // registration and heartbeats; set by join, nil standalone
+	shutdownOnce   sync.Once
+}
+
+// metaConfig is the metadata quorum's configuration for this broker,
+// whose storage is e.
+func (m *membership) metaConfig(e *engine.Engine, meta datadir.Meta, host string) raftmeta.Config {
+	cp := m.props
 	cfg := raftmeta.Config{
-		NodeID:                b.cfg.NodeID,
-		Dir:                   filepath.Join(b.cfg.DataDir, "meta"),
-		DB:                    b.engine.DB(),
-		Limits:                b.props.PartitionLimits,
-		Logger:                b.log,
+		NodeID:                m.nodeID,
+		Dir:                   filepath.Join(m.dataDir, "meta"),
+		DB:                    e.DB(),
+		Limits:                m.limits,
+		Logger:                m.log,
 		Voters:                cp.Voters,
-		ListenAddr:            b.controllerAddr,
+		ListenAddr:            m.controllerAddr,
 		ClusterID:             meta.ClusterID,
-		Dial:                  b.cfg.Dial,
+		Dial:                  m.dial,
 		ElectionTimeout:       cp.ElectionTimeout,
 		FetchTimeout:          cp.FetchTimeout,
 		SessionTimeout:        cp.SessionTimeout,
 		HeartbeatInterval:     cp.HeartbeatInterval,
 		UncleanLeaderElection: cp.UncleanElection,
 	}
-	if b.ibAuth.tls != nil {
+	if m.auth.tls != nil {
 		// The controller port is as private as the inter-broker
 		// listener: TLS with the same keystore and truststore.
-		cfg.ServerTLS, cfg.ClientTLS = b.ibAuth.ctrlTLS, b.ibAuth.tls
+		cfg.ServerTLS, cfg.ClientTLS = m.auth.ctrlTLS, m.auth.tls
 	}
 	if len(cp.Voters) > 0 && cfg.ListenAddr == "" &&
-		!slices.ContainsFunc(cp.Voters, func(v raftmeta.Voter) bool { return v.ID == b.cfg.NodeID }) {
+		!slices.ContainsFunc(cp.Voters, func(v raftmeta.Voter) bool { return v.ID == m.nodeID }) {
 		// A broker that is not a voter receives the metadata log on a
 		// port of its own, on the host it advertises to other brokers.
 		cfg.ListenAddr = net.JoinHostPort(host, "0")
 	}
-	if b.props.Cluster.RebalanceInterval > 0 {
-		cfg.LeaderImbalanceInterval = b.props.Cluster.RebalanceInterval
+	if m.props.RebalanceInterval > 0 {
+		cfg.LeaderImbalanceInterval = m.props.RebalanceInterval
 	}
 	return cfg
 }
 
-// join registers this broker with the cluster's controller and waits
-// until it is unfenced.
-func (b *Broker) join(ctx context.Context, meta datadir.Meta, reg metadata.Broker) error {
-	reg.Rack = b.props.Cluster.Rack
+// join registers this broker with the cluster's controller ctrl and
+// waits until it is unfenced. diskFull is what its heartbeats report.
+func (m *membership) join(ctx context.Context, ctrl *raftmeta.Controller, meta datadir.Meta, reg metadata.Broker, diskFull func() bool) error {
+	reg.Rack = m.props.Rack
 	reg.Incarnation = uuid.Random()
-	s, err := b.meta.Register(ctx, reg)
+	s, err := ctrl.Register(ctx, reg)
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
-	b.session = s
-	s.ReportDiskFull(b.DiskFull)
-	if err := datadir.CheckClusterID(b.cfg.DataDir, meta, b.cfg.NodeID, b.meta.Image().ClusterID); err != nil {
+	m.session = s
+	s.ReportDiskFull(diskFull)
+	if err := datadir.CheckClusterID(m.dataDir, meta, m.nodeID, ctrl.Image().ClusterID); err != nil {
 		return err
 	}
 	// Fenced brokers lead nothing; the controller unfences this one once
 	// its heartbeats show it has applied its own registration.
 	last := time.Now()
 	for {
-		img, ch := b.meta.Watch()
-		if br, ok := img.Brokers[b.cfg.NodeID]; ok && br.Epoch == s.Epoch() && !br.Fenced {
+		img, ch := ctrl.Watch()
+		if br, ok := img.Brokers[m.nodeID]; ok && br.Epoch == s.Epoch() && !br.Fenced {
 			return nil
 		}
 		select {
 		case <-ch:
 		case <-time.After(time.Second):
 			if time.Since(last) > 5*time.Second {
-				b.log.Info("waiting for the controller to unfence this broker", "controller", img.ControllerID)
+				m.log.Info("waiting for the controller to unfence this broker", "controller", img.ControllerID)
 				last = time.Now()
 			}
 		case <-ctx.Done():
-			return fmt.Errorf("server: waiting for the controller to unfence broker %d: %w", b.cfg.NodeID, ctx.Err())
+			return fmt.Errorf("server: waiting for the controller to unfence broker %d: %w", m.nodeID, ctx.Err())
 		}
 	}
 }
 
-// controlledShutdown asks the controller to move this broker's
+// controlledShutdown asks the controller ctrl to move this broker's
 // leaderships away and waits until it has (at most 30s), while the
 // broker still serves: followers finish fetching and clients are told
-// where the partitions went.
-func (b *Broker) controlledShutdown() {
-	b.shutdownOnce.Do(func() {
-		b.closeMu.Lock()
-		skip := b.session == nil || b.aborting || b.closed || !b.props.Cluster.ControlledShutdown
-		b.closeMu.Unlock()
-		if skip || !othersLive(b.meta.Image(), b.cfg.NodeID) {
+// where the partitions went. Only the first call does, and not when
+// skip (asked then) says the broker is aborting or closed.
+func (m *membership) controlledShutdown(ctrl *raftmeta.Controller, skip func() bool) {
+	m.shutdownOnce.Do(func() {
+		if m.session == nil || skip() || !m.props.ControlledShutdown || !othersLive(ctrl.Image(), m.nodeID) {
 			// With no other live broker there is nowhere to move
 			// leaderships to (nor, often, a controller to ask).
 			return
@@ -111,11 +130,11 @@ func (b *Broker) controlledShutdown() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		start := time.Now()
-		if err := b.session.Shutdown(ctx); err != nil {
-			b.log.Warn("controlled shutdown did not complete; stopping anyway", "err", err)
+		if err := m.session.Shutdown(ctx); err != nil {
+			m.log.Warn("controlled shutdown did not complete; stopping anyway", "err", err)
 			return
 		}
-		b.log.Info("controlled shutdown: leaderships moved", "took", time.Since(start).Round(time.Millisecond))
+		m.log.Info("controlled shutdown: leaderships moved", "took", time.Since(start).Round(time.Millisecond))
 	})
 }
 
@@ -144,7 +163,7 @@ func (b *Broker) Health() []string {
 			out = append(out, h.Health()...)
 		}
 	}
-	if b.session != nil {
+	if b.member.session != nil {
 		img := b.applied.get()
 		if br, ok := img.Brokers[b.cfg.NodeID]; ok && br.Fenced {
 			out = append(out, fmt.Sprintf("broker %d is fenced by the controller", b.cfg.NodeID))

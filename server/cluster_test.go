@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -362,7 +363,7 @@ func TestClusterSend(t *testing.T) {
 	c := tandemtest.StartCluster(t, 2, nil)
 	ctx := ctxFor(t, 30*time.Second)
 	c.WaitFor("both brokers registered", func(img *metadata.Image) bool { return len(img.Brokers) == 2 })
-	b1 := c.Broker(1).Broker()
+	b1 := server.PluginHost(c.Broker(1).Broker())
 	resp, err := b1.Send(ctx, 2, kmsg.NewPtrApiVersionsRequest())
 	if err != nil {
 		t.Fatal(err)

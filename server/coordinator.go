@@ -25,7 +25,7 @@ type coordinators struct {
 	plugins     []any
 	log         *slog.Logger
 	applied     *appliedState
-	ensureTopic func(context.Context, plugin.InternalTopic) (*metadata.Topic, error) // Broker.EnsureTopic
+	ensureTopic func(context.Context, plugin.InternalTopic) (*metadata.Topic, error) // internalTopics.ensure
 }
 
 // handleFindCoordinator answers, per key, with the broker leading the

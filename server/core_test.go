@@ -611,11 +611,12 @@ func TestRestartKeepsData(t *testing.T) {
 
 func TestApiVersions(t *testing.T) {
 	b := startBroker(t, nil)
+	core := coreServers{nodeID: b.cfg.NodeID, plugins: b.cfg.Plugins, applied: &b.applied, produce: b.produce, fetch: b.fetch, admin: b.admin, coord: b.coord}
 	for _, v := range []int16{0, 3, 4, 5} {
 		req := kmsg.NewPtrApiVersionsRequest()
 		req.Version, req.ClientSoftwareName, req.ClientSoftwareVersion = v, "test", "1.0"
 		resp := rawRequest(t, b.Addr(), req).(*kmsg.ApiVersionsResponse)
-		if resp.ErrorCode != 0 || len(resp.ApiKeys) != len(b.coreAPIs(b.apis)) {
+		if resp.ErrorCode != 0 || len(resp.ApiKeys) != len(coreAPIs(b.apis, core)) {
 			t.Fatalf("v%d: error %d, %d keys", v, resp.ErrorCode, len(resp.ApiKeys))
 		}
 	}

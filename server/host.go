@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
@@ -30,7 +30,7 @@ import (
 
 var (
 	_ plugin.Host               = pluginHost{}
-	_ plugin.ReplicaConvergence = (*Broker)(nil)
+	_ plugin.ReplicaConvergence = pluginHost{}
 )
 
 // RequestContext is what a handler knows of its request; handlers of the
@@ -70,69 +70,72 @@ func (b *Broker) Plugins() []any { return b.cfg.Plugins }
 
 // MetricsSet implements plugin.Host: the broker's metrics set, served at
 // /metrics.
-func (b *Broker) MetricsSet() *prom.Set { return b.metrics }
+func (h pluginHost) MetricsSet() *prom.Set { return h.metrics }
 
 // Send implements plugin.Host: it sends req to broker node over the
 // inter-broker listener, authenticated as this broker, and returns its
-// response. The connection is kept per peer address for later requests;
-// a peer that re-registers on another address gets a new one.
-func (b *Broker) Send(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
-	br, ok := b.meta.Image().Brokers[node]
-	if !ok {
-		return nil, fmt.Errorf("broker %d is not registered: %w", node, kerr.BrokerNotAvailable)
-	}
-	addr := fmt.Sprintf("%s:%d", br.Host, br.Port)
-	b.peers.mu.Lock()
-	if b.peers.closed {
-		b.peers.mu.Unlock()
-		return nil, fmt.Errorf("broker is closing: %w", kerr.BrokerNotAvailable)
-	}
-	p := b.peers.clients[node]
-	if p != nil && p.addr != addr {
-		p.cl.Close()
-		p = nil
-	}
-	if p == nil {
-		cl, err := b.links.client(addr, kgo.MaxVersions(sendVersions(b.apis)))
-		if err != nil {
-			b.peers.mu.Unlock()
-			return nil, fmt.Errorf("client for broker %d: %w", node, err)
-		}
-		p = &peerClient{addr: addr, cl: cl}
-		if b.peers.clients == nil {
-			b.peers.clients = map[int32]*peerClient{}
-		}
-		b.peers.clients[node] = p
-	}
-	b.peers.mu.Unlock()
-	resp, err := p.cl.SeedBrokers()[0].Request(ctx, req)
-	if err != nil {
-		b.links.Failed(node, addr, err)
-		return nil, fmt.Errorf("%s to broker %d: %w", kmsg.NameForKey(req.Key()), node, err)
-	}
-	b.links.OK(node)
-	return resp, nil
+// response (peerClients.send).
+func (h pluginHost) Send(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
+	return h.peers.send(ctx, h.meta.Image(), node, req)
 }
 
-// EnsureTopic implements plugin.Host: it returns internal topic t from
-// the applied image, creating it first if it does not exist.
-func (b *Broker) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*metadata.Topic, error) {
-	if cur := b.applied.get().Topics[t.Name]; cur != nil {
+// EnsureTopic implements plugin.Host (internalTopics.ensure).
+func (h pluginHost) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*metadata.Topic, error) {
+	return h.topics.ensure(ctx, t)
+}
+
+// CheckWritable implements plugin.Host (and coord.Replicas): the checks
+// of an acks=all produce before its append (producer.checkWritable).
+func (h pluginHost) CheckWritable(id engine.TopicID, p int32) (int32, error) {
+	return h.produce.checkWritable(id, p)
+}
+
+// CheckSession implements plugin.Host (and coord.Replicas).
+func (h pluginHost) CheckSession() error {
+	return checkSession(h.member.session, h.cfg.NodeID, h.props.Cluster.SessionTimeout)
+}
+
+// AwaitReplicated implements plugin.Host (and coord.Replicas): the wait
+// of an acks=all produce after its append (producer.awaitReplicated).
+func (h pluginHost) AwaitReplicated(ctx context.Context, id engine.TopicID, p int32, leaderEpoch int32, last int64, timeout time.Duration) error {
+	return h.produce.awaitReplicated(ctx, id, p, leaderEpoch, last, timeout)
+}
+
+// AwaitISRTruncated implements plugin.ReplicaConvergence: it waits until
+// every follower in the ISR of a partition this broker leads has fetched,
+// since the call, with a log that matches the leader's
+// (replication.Manager.AwaitISRTruncated).
+func (h pluginHost) AwaitISRTruncated(ctx context.Context, id metadata.UUID, partition int32) error {
+	return h.repl.AwaitISRTruncated(ctx, id, partition)
+}
+
+// internalTopics creates the internal topics plugins ask for
+// (Host.EnsureTopic) and FindCoordinator locates coordinators in.
+type internalTopics struct {
+	log     *slog.Logger
+	applied *appliedState
+	meta    *raftmeta.Controller // set by the broker's Start
+}
+
+// ensure returns internal topic t from the applied image, creating it
+// first if it does not exist.
+func (it *internalTopics) ensure(ctx context.Context, t plugin.InternalTopic) (*metadata.Topic, error) {
+	if cur := it.applied.get().Topics[t.Name]; cur != nil {
 		return cur, nil
 	}
-	if b.meta.Image().Topics[t.Name] == nil {
-		errs := b.meta.CreateTopics(ctx, []raftmeta.TopicSpec{{
+	if it.meta.Image().Topics[t.Name] == nil {
+		errs := it.meta.CreateTopics(ctx, []raftmeta.TopicSpec{{
 			Name: t.Name, Partitions: t.Partitions, ReplicationFactor: t.ReplicationFactor,
 			Configs: t.Configs, Internal: true,
 		}}, false)
 		switch err := errs[0]; {
 		case err == nil:
-			b.log.Info("created internal topic", "topic", t.Name, "partitions", t.Partitions)
+			it.log.Info("created internal topic", "topic", t.Name, "partitions", t.Partitions)
 		case !errors.Is(err, kerr.TopicAlreadyExists):
 			return nil, fmt.Errorf("create internal topic %s: %w", t.Name, err)
 		}
 	}
-	img, err := b.applied.await(ctx, func(img *metadata.Image) bool {
+	img, err := it.applied.await(ctx, func(img *metadata.Image) bool {
 		cur := img.Topics[t.Name]
 		return cur != nil && !slices.ContainsFunc(cur.Partitions, func(p metadata.Partition) bool { return p.Leader < 0 })
 	})
@@ -142,47 +145,13 @@ func (b *Broker) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*meta
 	return img.Topics[t.Name], nil
 }
 
-// CheckWritable implements plugin.Host (and coord.Replicas): the checks
-// of an acks=all produce before its append, against the applied image.
-func (b *Broker) CheckWritable(id engine.TopicID, p int32) (int32, error) {
-	t := b.applied.get().TopicsByID[id]
-	_, part, kerrErr := b.produce.ledPartition(t, p)
-	switch {
-	case kerrErr == kerr.UnknownTopicOrPartition:
-		return -1, fmt.Errorf("partition %d of topic %s: %w", p, id, kerrErr)
-	case kerrErr != nil:
-		return -1, fmt.Errorf("%s-%d is led by broker %d: %w", t.Name, p, part.Leader, kerrErr)
-	}
-	if err := b.repl.CheckMinISR(t, p, part); err != nil {
-		return -1, err
-	}
-	return part.LeaderEpoch, nil
-}
-
-// CheckSession implements plugin.Host (and coord.Replicas).
-func (b *Broker) CheckSession() error {
-	if b.session == nil || b.session.Current() {
+// checkSession fails while broker nodeID, whose session s is, may have
+// been fenced without knowing it: no heartbeat answered for timeout. A
+// standalone broker (nil s) always passes.
+func checkSession(s *raftmeta.Session, nodeID int32, timeout time.Duration) error {
+	if s == nil || s.Current() {
 		return nil
 	}
 	return fmt.Errorf("broker %d: no heartbeat answered by the controller within broker.session.timeout.ms (%v): it may be fenced, its leaderships elsewhere",
-		b.cfg.NodeID, b.props.Cluster.SessionTimeout)
-}
-
-// AwaitReplicated implements plugin.Host (and coord.Replicas): the wait
-// of an acks=all produce after its append.
-func (b *Broker) AwaitReplicated(ctx context.Context, id engine.TopicID, p int32, leaderEpoch int32, last int64, timeout time.Duration) error {
-	t := b.applied.get().TopicsByID[id]
-	ep := b.engine.Partition(id, p)
-	if t == nil || ep == nil {
-		return fmt.Errorf("partition %d of topic %s is gone: %w", p, id, kerr.UnknownTopicOrPartition)
-	}
-	return b.repl.AwaitReplicated(ctx, t, p, leaderEpoch, ep, last, timeout)
-}
-
-// AwaitISRTruncated implements plugin.ReplicaConvergence: it waits until
-// every follower in the ISR of a partition this broker leads has fetched,
-// since the call, with a log that matches the leader's
-// (replication.Manager.AwaitISRTruncated).
-func (b *Broker) AwaitISRTruncated(ctx context.Context, id metadata.UUID, partition int32) error {
-	return b.repl.AwaitISRTruncated(ctx, id, partition)
+		nodeID, timeout)
 }

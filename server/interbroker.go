@@ -10,8 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // Brokers talk to each other over the inter-broker listener
@@ -62,6 +66,9 @@ func sendVersions(apis *apiTable) *kversion.Versions {
 
 // peerClients holds one client per peer broker for Send.
 type peerClients struct {
+	links *peerLinks // makes the clients, and hears how requests went
+	apis  *apiTable  // what the broker serves: sendVersions
+
 	mu      sync.Mutex
 	closed  bool
 	clients map[int32]*peerClient
@@ -70,6 +77,48 @@ type peerClients struct {
 type peerClient struct {
 	addr string
 	cl   *kgo.Client
+}
+
+// send is Host.Send: it sends req to broker node of img over the
+// inter-broker listener, authenticated as this broker, and returns its
+// response. The connection is kept per peer address for later requests;
+// a peer that re-registers on another address gets a new one.
+func (p *peerClients) send(ctx context.Context, img *metadata.Image, node int32, req kmsg.Request) (kmsg.Response, error) {
+	br, ok := img.Brokers[node]
+	if !ok {
+		return nil, fmt.Errorf("broker %d is not registered: %w", node, kerr.BrokerNotAvailable)
+	}
+	addr := fmt.Sprintf("%s:%d", br.Host, br.Port)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("broker is closing: %w", kerr.BrokerNotAvailable)
+	}
+	c := p.clients[node]
+	if c != nil && c.addr != addr {
+		c.cl.Close()
+		c = nil
+	}
+	if c == nil {
+		cl, err := p.links.client(addr, kgo.MaxVersions(sendVersions(p.apis)))
+		if err != nil {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("client for broker %d: %w", node, err)
+		}
+		c = &peerClient{addr: addr, cl: cl}
+		if p.clients == nil {
+			p.clients = map[int32]*peerClient{}
+		}
+		p.clients[node] = c
+	}
+	p.mu.Unlock()
+	resp, err := c.cl.SeedBrokers()[0].Request(ctx, req)
+	if err != nil {
+		p.links.Failed(node, addr, err)
+		return nil, fmt.Errorf("%s to broker %d: %w", kmsg.NameForKey(req.Key()), node, err)
+	}
+	p.links.OK(node)
+	return resp, nil
 }
 
 func (p *peerClients) close() {

@@ -50,7 +50,7 @@ func createPartitionsReq(validateOnly bool, topic string, count int32, assign ..
 func TestPartitionLimits(t *testing.T) {
 	b := startBroker(t, map[string]string{"max.broker.partitions": "300", "num.partitions": "50"})
 	ctx := testCtx(t)
-	if _, err := b.EnsureTopic(ctx, plugin.InternalTopic{Name: "__transaction_state", Partitions: 4, ReplicationFactor: 1}); err != nil {
+	if _, err := b.topics.ensure(ctx, plugin.InternalTopic{Name: "__transaction_state", Partitions: 4, ReplicationFactor: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if resp := rawRequest(t, b.Addr(), createTopicsReq(false, topicReq("small", 2, 1))).(*kmsg.CreateTopicsResponse); resp.Topics[0].ErrorCode != 0 {

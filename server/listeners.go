@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -302,6 +303,22 @@ func reauthMs(m map[string]string) (time.Duration, error) {
 		return 0, fmt.Errorf("connections.max.reauth.ms %q is not a non-negative number", v)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// controllerListener takes the listener named name ("": none) out of
+// ls: Kafka's controller listener is the controller port, not a listener
+// for clients. It returns the other listeners and where the controller
+// port binds.
+func controllerListener(ls []*listener, name string) ([]*listener, string, error) {
+	if name == "" {
+		return ls, "", nil
+	}
+	i := slices.IndexFunc(ls, func(l *listener) bool { return l.name == name })
+	if i < 0 || len(ls) == 1 {
+		return nil, "", fmt.Errorf("server: controller.listener.names %s must name one of several listeners", name)
+	}
+	bind := ls[i].bind
+	return slices.Delete(ls, i, i+1), bind, nil
 }
 
 // ListenerAddr returns the bound address of the named listener, "" if

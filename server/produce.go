@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -337,4 +338,33 @@ func (r *refusals) first(client, topic string, code int16) bool {
 	}
 	r.seen[k] = struct{}{}
 	return true
+}
+
+// checkWritable is Host.CheckWritable: the checks of an acks=all append
+// before it, against the applied image. It returns the leader epoch to
+// wait in.
+func (pd *producer) checkWritable(id engine.TopicID, p int32) (int32, error) {
+	t := pd.applied.get().TopicsByID[id]
+	_, part, kerrErr := pd.ledPartition(t, p)
+	switch {
+	case kerrErr == kerr.UnknownTopicOrPartition:
+		return -1, fmt.Errorf("partition %d of topic %s: %w", p, id, kerrErr)
+	case kerrErr != nil:
+		return -1, fmt.Errorf("%s-%d is led by broker %d: %w", t.Name, p, part.Leader, kerrErr)
+	}
+	if err := pd.repl.CheckMinISR(t, p, part); err != nil {
+		return -1, err
+	}
+	return part.LeaderEpoch, nil
+}
+
+// awaitReplicated is Host.AwaitReplicated: the wait of an acks=all
+// append after it, until the high watermark covers last.
+func (pd *producer) awaitReplicated(ctx context.Context, id engine.TopicID, p int32, leaderEpoch int32, last int64, timeout time.Duration) error {
+	t := pd.applied.get().TopicsByID[id]
+	ep := pd.engine.Partition(id, p)
+	if t == nil || ep == nil {
+		return fmt.Errorf("partition %d of topic %s is gone: %w", p, id, kerr.UnknownTopicOrPartition)
+	}
+	return pd.repl.AwaitReplicated(ctx, t, p, leaderEpoch, ep, last, timeout)
 }

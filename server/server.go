@@ -68,6 +68,7 @@ type Broker struct {
 	fetch       *fetcher           // Fetch
 	produce     *producer          // Produce
 	coord       *coordinators      // FindCoordinator
+	topics      *internalTopics    // Host.EnsureTopic
 	applier     *applier           // the metadata apply loop
 	frames      wire.FramePool     // produce request buffers, recycled
 	reqBytes    *wire.Budget       // queued.max.request.bytes
@@ -89,14 +90,12 @@ type Broker struct {
 	now       func() time.Time // the clock of SASL session lifetimes; time.Now but in tests
 
 	// A cluster member's state (cluster_*.go); zero for a standalone
-	// broker.
-	controllerAddr string               // where the controller port binds
-	session        *raftmeta.Session    // registration and heartbeats
-	repl           *replication.Manager // partitions led and followed; set by Start
-	links          *peerLinks           // inter-broker clients, failing peers
-	peers          peerClients          // Send's connections to other brokers
-	shutdownOnce   sync.Once
-	aborting       bool // Abort: no controlled shutdown
+	// broker, whose member only configures the metadata quorum.
+	member   *membership          // registration, session, controlled shutdown
+	repl     *replication.Manager // partitions led and followed; set by Start
+	links    *peerLinks           // inter-broker clients, failing peers
+	peers    peerClients          // Send's connections to other brokers
+	aborting bool                 // Abort: no controlled shutdown
 
 	addr     string
 	ctx      context.Context // canceled by Close
@@ -142,15 +141,9 @@ func New(cfg Config) (*Broker, error) {
 	if b.listeners, err = parseListeners(cfg.Props, cfg.Listen, cfg.Advertise); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	if name := props.Cluster.ControllerListener; name != "" {
-		// Kafka's controller listener is the controller port, not a
-		// listener for clients.
-		i := slices.IndexFunc(b.listeners, func(l *listener) bool { return l.name == name })
-		if i < 0 || len(b.listeners) == 1 {
-			return nil, fmt.Errorf("server: controller.listener.names %s must name one of several listeners", name)
-		}
-		b.controllerAddr = b.listeners[i].bind
-		b.listeners = slices.Delete(b.listeners, i, i+1)
+	var controllerAddr string
+	if b.listeners, controllerAddr, err = controllerListener(b.listeners, props.Cluster.ControllerListener); err != nil {
+		return nil, err
 	}
 	if b.ibAuth, err = parseInterBrokerAuth(interBroker(b.listeners, cfg.Props), cfg.Props); err != nil {
 		if len(props.Cluster.Voters) > 0 {
@@ -159,6 +152,8 @@ func New(cfg Config) (*Broker, error) {
 		// A standalone broker has no peers to log in to.
 		b.ibAuth = &interBrokerAuth{}
 	}
+	b.member = &membership{nodeID: cfg.NodeID, dataDir: cfg.DataDir, props: props.Cluster, limits: props.PartitionLimits,
+		controllerAddr: controllerAddr, dial: cfg.Dial, auth: b.ibAuth, log: b.log}
 	b.links = &peerLinks{nodeID: cfg.NodeID, fetchResponseBytes: props.Cluster.FetchResponseBytes, auth: b.ibAuth, dial: cfg.Dial, log: b.log}
 	if b.reauth, err = reauthMs(cfg.Props); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
@@ -170,7 +165,8 @@ func New(cfg Config) (*Broker, error) {
 	b.frameReader = wire.FrameReader{Budget: b.reqBytes, Pool: &b.frames, Idle: connIdleTimeout, ReadTimeout: props.RequestReadTimeout}
 	b.throttle = security.NewThrottle(props.FailedAuthDelay)
 	b.produce = &producer{nodeID: cfg.NodeID, plugins: cfg.Plugins, log: b.log, applied: &b.applied, reqBytes: b.reqBytes}
-	b.coord = &coordinators{plugins: cfg.Plugins, log: b.log, applied: &b.applied, ensureTopic: b.EnsureTopic}
+	b.topics = &internalTopics{log: b.log, applied: &b.applied}
+	b.coord = &coordinators{plugins: cfg.Plugins, log: b.log, applied: &b.applied, ensureTopic: b.topics.ensure}
 	b.fetch = &fetcher{nodeID: cfg.NodeID, sessions: newFetchSessions(fetchSessionSlots), applied: &b.applied}
 	b.admin = &admin.Admin{
 		NodeID: cfg.NodeID, DataDir: cfg.DataDir, Log: b.log, Plugins: cfg.Plugins, Static: props.static,
@@ -179,9 +175,12 @@ func New(cfg Config) (*Broker, error) {
 		PartitionLimits: props.PartitionLimits,
 		Image:           b.applied.get, WaitApplied: b.applied.wait, LedPartition: b.produce.ledPartition,
 	}
-	if b.apis, err = b.newAPITable(cfg.Plugins); err != nil {
+	core := coreServers{nodeID: cfg.NodeID, plugins: cfg.Plugins, applied: &b.applied,
+		produce: b.produce, fetch: b.fetch, admin: b.admin, coord: b.coord}
+	if b.apis, err = newAPITable(core, func() *pluginState { return b.plugins }); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	b.peers.links, b.peers.apis = b.links, b.apis
 	if err := checkCapabilities(cfg.Props, cfg.Plugins, b.apis); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -257,14 +256,15 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("server: open engine: %w", err)
 	}
-	b.meta, err = raftmeta.Open(ctx, b.metaConfig(meta, host))
+	b.meta, err = raftmeta.Open(ctx, b.member.metaConfig(b.engine, meta, host))
 	if err != nil {
 		return fmt.Errorf("server: open metadata: %w", err)
 	}
 	b.admin.Meta, b.admin.Engine = b.meta, b.engine
+	b.topics.meta = b.meta
 	reg := metadata.Broker{ID: b.cfg.NodeID, Host: host, Port: int32(port), Endpoints: strings.Join(endpoints, ",")}
 	if b.meta.Clustered() {
-		if err := b.join(ctx, meta, reg); err != nil {
+		if err := b.member.join(ctx, b.meta, meta, reg, b.DiskFull); err != nil {
 			return err
 		}
 	} else {
@@ -297,7 +297,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		go func() { defer b.loops.Done(); q.run(b.ctx) }()
 	}
 	go func() { defer b.loops.Done(); b.applier.loop() }()
-	if b.session != nil {
+	if b.member.session != nil {
 		b.loops.Add(1)
 		go func() { defer b.loops.Done(); b.repl.ISRLoop(b.ctx) }()
 	}
@@ -348,8 +348,8 @@ func (b *Broker) newReplication() *replication.Manager {
 		ThrottledFollower:  b.m.throttledFollower,
 		ThrottledMirror:    b.m.throttledMirror,
 	}
-	if b.session != nil { // not a nil *raftmeta.Session in the interface
-		cfg.Session = b.session
+	if b.member.session != nil { // not a nil *raftmeta.Session in the interface
+		cfg.Session = b.member.session
 	}
 	return replication.New(b.ctx, cfg)
 }
@@ -381,7 +381,11 @@ func (b *Broker) Addr() string { return b.addr }
 // the plugins, and closes the metadata quorum and then the engine. It is
 // safe to call twice.
 func (b *Broker) Close() error {
-	b.controlledShutdown()
+	b.member.controlledShutdown(b.meta, func() bool {
+		b.closeMu.Lock()
+		defer b.closeMu.Unlock()
+		return b.aborting || b.closed
+	})
 	b.closeMu.Lock()
 	if b.closed {
 		b.closeMu.Unlock()
@@ -405,7 +409,7 @@ func (b *Broker) Close() error {
 	}
 	b.loops.Wait()
 	b.wg.Wait()
-	if b.session != nil {
+	if b.member.session != nil {
 		replication.Checkpoint(b.engine, b.log)
 	}
 	defer b.peers.close() // plugins may Send while they stop
@@ -418,8 +422,8 @@ func (b *Broker) Close() error {
 		}
 	}
 	b.reqBytes.Stop()
-	if b.session != nil {
-		b.session.Close()
+	if b.member.session != nil {
+		b.member.session.Close()
 	}
 	if b.meta != nil {
 		if err := b.meta.Close(); err != nil {
