@@ -349,30 +349,11 @@ func (p *Partition) Write(ctx context.Context, req *AppendRequest) (wait func() 
 		}
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return fail(AppendResult{}, err)
-	}
-	for _, v := range p.e.cfg.Validators {
-		if err := v.ValidateAppend(req); err != nil {
-			return fail(AppendResult{}, err)
-		}
-	}
 	cfg := p.cfg.Load()
 	assign := !req.Origin.Copies()
-	// The batches alias req.Records, which is only read: prepareLocked
-	// copies them into the write buffer.
-	batches, err := recordbatch.Split(req.Records)
+	batches, metas, err := p.checkWrite(ctx, req, cfg)
 	if err != nil {
-		return fail(AppendResult{}, fmt.Errorf("%s-%d: %w", p.topic, p.part, err))
-	}
-	metas := make([]batchMeta, len(batches))
-	for i, b := range batches {
-		if metas[i], err = validateBatch(b, cfg, req.Origin); err != nil {
-			return fail(AppendResult{}, fmt.Errorf("%s-%d batch %d: %w", p.topic, p.part, i, err))
-		}
-	}
-	if err := p.e.space.Allow(req.Origin.ownWrite()); err != nil {
-		return fail(AppendResult{}, fmt.Errorf("%s-%d: %w", p.topic, p.part, err))
+		return fail(AppendResult{}, err)
 	}
 
 	p.e.closeMu.RLock()
@@ -443,6 +424,35 @@ func (p *Partition) Write(ctx context.Context, req *AppendRequest) (wait func() 
 		}
 		return res, nil
 	}, nil
+}
+
+// checkWrite is what Write checks before it takes a lock: the context,
+// the validators, each batch against the log's config, and the disk's
+// free space. The batches alias req.Records, which is only read:
+// prepareLocked copies them into the write buffer.
+func (p *Partition) checkWrite(ctx context.Context, req *AppendRequest, cfg *LogConfig) ([]recordbatch.Batch, []batchMeta, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	for _, v := range p.e.cfg.Validators {
+		if err := v.ValidateAppend(req); err != nil {
+			return nil, nil, err
+		}
+	}
+	batches, err := recordbatch.Split(req.Records)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s-%d: %w", p.topic, p.part, err)
+	}
+	metas := make([]batchMeta, len(batches))
+	for i, b := range batches {
+		if metas[i], err = validateBatch(b, cfg, req.Origin); err != nil {
+			return nil, nil, fmt.Errorf("%s-%d batch %d: %w", p.topic, p.part, i, err)
+		}
+	}
+	if err := p.e.space.Allow(req.Origin.ownWrite()); err != nil {
+		return nil, nil, fmt.Errorf("%s-%d: %w", p.topic, p.part, err)
+	}
+	return batches, metas, nil
 }
 
 // awaitOriginalLocked answers a duplicate whose original is written but
