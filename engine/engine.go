@@ -88,7 +88,7 @@ type Engine struct {
 	segDir string
 	// newPartitionDirs syncs segDir for the partition directories
 	// created in it.
-	newPartitionDirs *dirSyncs
+	newPartitionDirs *segfile.DirSyncs
 	files            *segfile.Table
 	syncer           *syncer
 	space            *diskspace.Space
@@ -146,7 +146,7 @@ func Open(cfg Config) (*Engine, error) {
 	e.space = diskspace.New(cfg.FS, cfg.Dir, cfg.Logger)
 	e.fs = vfs.OnDiskFull(cfg.FS, e.space.OnDiskFull)
 	e.segDir = e.fs.PathJoin(cfg.Dir, segmentsDir)
-	e.newPartitionDirs = &dirSyncs{dir: e.segDir}
+	e.newPartitionDirs = &segfile.DirSyncs{Dir: e.segDir}
 	e.files = segfile.NewTable(e.fs, cfg.MaxOpenFiles)
 	db, err := pebble.Open(cfg.Dir, e.pebbleOptions())
 	if err != nil {

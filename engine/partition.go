@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/tandem-kafka/tandem/engine/internal/segfile"
+	"github.com/tandem-kafka/tandem/engine/wake"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -68,8 +69,8 @@ type Partition struct {
 	openTxns    int          // producers with an open transaction
 	waitCh      chan struct{}
 	syncing     atomic.Bool // a sync round's fdatasync of the partition runs
-	waiters     waiters     // Watch(w, false): woken with waitCh
-	endWaiters  waiters     // Watch(w, true): woken when the log end moves
+	waiters     wake.List   // Watch(w, false): woken with waitCh
+	endWaiters  wake.List   // Watch(w, true): woken when the log end moves
 	gen         uint64      // bumped by anything that removes or rewrites batches
 
 	// What was appended since the last sync round took it: entries in the
@@ -156,7 +157,7 @@ func (p *Partition) persistStateLocked() error {
 func (p *Partition) notifyLocked() {
 	close(p.waitCh)
 	p.waitCh = make(chan struct{})
-	p.waiters.wake()
+	p.waiters.WakeAll()
 }
 
 // Wait returns a channel closed the next time the high watermark
@@ -741,7 +742,7 @@ func (p *Partition) rollLocked(next int64, now time.Time) (*segment, error) {
 		if err := fs.MkdirAll(p.dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s: %w", p.dir, err)
 		}
-		p.newDirEntries.partitionDir = p.e.newPartitionDirs.changed()
+		p.newDirEntries.partitionDir = p.e.newPartitionDirs.Changed()
 	}
 	if p.newDirEntries.segment {
 		// A second roll before a sync round: the first segment's entry
@@ -809,7 +810,7 @@ func (w pendingMeta) sync(e *Engine) error {
 		return err
 	}
 	if w.dirs.partitionDir > 0 {
-		if err := e.newPartitionDirs.sync(e.fs, w.dirs.partitionDir); err != nil {
+		if err := e.newPartitionDirs.Sync(e.fs, w.dirs.partitionDir); err != nil {
 			return err
 		}
 	}

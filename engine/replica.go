@@ -58,7 +58,7 @@ func (p *Partition) notifyEndLocked() {
 		close(p.repl.endCh)
 		p.repl.endCh = nil
 	}
-	p.endWaiters.wake()
+	p.endWaiters.WakeAll()
 }
 
 // WaitEnd returns a channel closed the next time the log end offset

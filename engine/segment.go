@@ -3,10 +3,6 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
-	"sync"
-	"sync/atomic"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/tandem-kafka/tandem/engine/internal/segfile"
 )
@@ -117,37 +113,4 @@ func decodeRecoveryPoint(b []byte) (recoveryPoint, error) {
 		return recoveryPoint{}, fmt.Errorf("recovery point of %d bytes", len(b))
 	}
 	return recoveryPoint{seg: be64(b), pos: be64(b[8:]), next: be64(b[16:]), exact: b[24] == 1}, nil
-}
-
-// dirSyncs makes a directory's new entries durable once for many
-// changes: each change takes a generation, and a sync covers every
-// generation taken before it started, so that the partitions created
-// between two sync rounds cost the segments' directory one fsync.
-type dirSyncs struct {
-	dir    string
-	gen    atomic.Int64 // the last generation taken
-	synced atomic.Int64 // the last generation known durable
-	mu     sync.Mutex   // one sync at a time; the others wait and see it
-}
-
-// changed is called after a change to the directory and returns its
-// generation.
-func (d *dirSyncs) changed() int64 { return d.gen.Add(1) }
-
-// sync returns once the change of generation gen is durable.
-func (d *dirSyncs) sync(fs vfs.FS, gen int64) error {
-	if d.synced.Load() >= gen {
-		return nil
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.synced.Load() >= gen {
-		return nil
-	}
-	covers := d.gen.Load()
-	if err := segfile.SyncDir(fs, d.dir); err != nil {
-		return err
-	}
-	d.synced.Store(covers)
-	return nil
 }

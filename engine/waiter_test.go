@@ -3,6 +3,8 @@ package engine
 import (
 	"testing"
 	"time"
+
+	"github.com/tandem-kafka/tandem/engine/wake"
 )
 
 // TestWaiter: one waiter watching two partitions is woken by an append
@@ -16,7 +18,7 @@ func TestWaiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := NewWaiter()
+	w := wake.NewWaiter()
 	a.Watch(w, false)
 	b.Watch(w, false)
 	select {
@@ -34,11 +36,11 @@ func TestWaiter(t *testing.T) {
 	// Rounds of a fetch that stop waiting (their deadline): b, idle,
 	// keeps only the live one.
 	for range 100 {
-		w := NewWaiter()
+		w := wake.NewWaiter()
 		b.Watch(w, false)
 		w.Wake()
 	}
-	live := NewWaiter()
+	live := wake.NewWaiter()
 	b.Watch(live, false)
 	b.mu.Lock()
 	n := len(b.waiters)
@@ -52,7 +54,7 @@ func TestWaiter(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("closing the engine did not wake the waiter")
 	}
-	late := NewWaiter()
+	late := wake.NewWaiter()
 	b.Watch(late, true)
 	select {
 	case <-late.C():

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tandem-kafka/tandem/server/fetchwire"
 	"github.com/tandem-kafka/tandem/server/quota"
 	"github.com/tandem-kafka/tandem/server/security"
 )
@@ -222,9 +223,9 @@ func (c *conn) throttle(ctx context.Context, r *request, resp kmsg.Response, ela
 	switch resp := resp.(type) {
 	case *kmsg.ProduceResponse:
 		d = q.Record(img, quota.Produce, user, cid, float64(r.size), now)
-	case *fetchResponse:
+	case *fetchwire.Response:
 		n := 0
-		for _, t := range resp.records {
+		for _, t := range resp.Records {
 			for _, recs := range t {
 				n += recs.Len()
 			}

@@ -255,6 +255,16 @@ func (c *conn) handle(ctx context.Context, r *request) (resp kmsg.Response, fail
 }
 
 // respond writes the response to r (or closes the connection on err),
+
+// framed is a response that writes its frame itself
+// (fetchwire.Response).
+type framed interface {
+	// WriteFrame writes the response to w after head (the frame header,
+	// starting with a size placeholder, which it fills in) and releases
+	// what the response holds. It returns the bytes written.
+	WriteFrame(w io.Writer, head []byte) (int64, error)
+}
+
 // with out as buffer; failed says the connection is closed.
 func (c *conn) respond(ctx context.Context, r *request, resp kmsg.Response, err error, out []byte) (_ []byte, failed bool) {
 	b := c.b
@@ -280,7 +290,7 @@ func (c *conn) respond(ctx context.Context, r *request, resp kmsg.Response, err 
 	var err2 error
 	if f, ok := resp.(framed); ok {
 		var n int64
-		n, err2 = f.writeFrame(c.nc, appendResponseHeader(out[:0], r.rc.CorrelationID, resp))
+		n, err2 = f.WriteFrame(c.nc, appendResponseHeader(out[:0], r.rc.CorrelationID, resp))
 		b.m.bytesOut.Add(int(n))
 	} else {
 		out = resp.AppendTo(appendResponseHeader(out[:0], r.rc.CorrelationID, resp))

@@ -12,7 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/engine/wake"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/fetchwire"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/server/replication"
 )
@@ -38,7 +40,7 @@ type fetchPart struct {
 	denied bool
 	out    kmsg.FetchResponseTopicPartition
 	// recs are the engine's record batches for out, written to the socket
-	// from their files (see fetchResponse); whoever drops them closes them.
+	// from their files (see fetchwire.Response); whoever drops them closes them.
 	recs   *engine.Records
 	nbytes int
 	// ep is the engine's partition as last looked up (fetchedPartition).
@@ -63,7 +65,7 @@ type fetcher struct {
 }
 
 func (f *fetcher) handleFetch(ctx context.Context, rc *RequestContext, req *kmsg.FetchRequest) (kmsg.Response, error) {
-	resp := &fetchResponse{FetchResponse: req.ResponseKind().(*kmsg.FetchResponse)}
+	resp := &fetchwire.Response{FetchResponse: req.ResponseKind().(*kmsg.FetchResponse)}
 	img := f.applied.get()
 	requested := fetchRequested(req)
 
@@ -190,7 +192,7 @@ func (f *fetcher) longPoll(ctx context.Context, req *kmsg.FetchRequest, parts []
 		// One waiter for every partition read: woken by the first of
 		// them to move, and by the fetch itself once it stops waiting,
 		// so that the partitions it watched drop it.
-		w := engine.NewWaiter()
+		w := wake.NewWaiter()
 		total, done, watched := f.readParts(parts, maxBytes, iso, replica, req.Version, w)
 		if done || total >= int(req.MinBytes) || deadline == nil || !watched {
 			w.Wake()
@@ -215,7 +217,7 @@ func (f *fetcher) longPoll(ctx context.Context, req *kmsg.FetchRequest, parts []
 // fetchAnswer builds the response: every partition for a full fetch, only
 // those with something new for an incremental one (KIP-227). It returns
 // the partitions that have records in it.
-func fetchAnswer(resp *fetchResponse, parts []*fetchPart, incremental bool) (got []*fetchPart) {
+func fetchAnswer(resp *fetchwire.Response, parts []*fetchPart, incremental bool) (got []*fetchPart) {
 	for _, fp := range parts {
 		o := &fp.out
 		changed := !incremental || !fp.sentOnce || o.ErrorCode != 0 || fp.nbytes > 0 ||
@@ -233,11 +235,11 @@ func fetchAnswer(resp *fetchResponse, parts []*fetchPart, incremental bool) (got
 			rt := kmsg.NewFetchResponseTopic()
 			rt.Topic, rt.TopicID = fp.key.topic, fp.key.id
 			resp.Topics = append(resp.Topics, rt)
-			resp.records = append(resp.records, nil)
+			resp.Records = append(resp.Records, nil)
 			n++
 		}
 		resp.Topics[n-1].Partitions = append(resp.Topics[n-1].Partitions, *o)
-		resp.records[n-1] = append(resp.records[n-1], fp.recs)
+		resp.Records[n-1] = append(resp.Records[n-1], fp.recs)
 		fp.recs = nil // the response owns them; the session must not pin them
 	}
 	return got
@@ -254,7 +256,7 @@ type replicaFetch struct {
 // bytes read; done is true when the fetch must be answered now (an error or
 // a diverging epoch); each partition read wakes w when its high watermark
 // moves (a follower's: its log end), and watched says there was one.
-func (f *fetcher) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolation, replica replicaFetch, version int16, w *engine.Waiter) (total int, done bool, watched bool) {
+func (f *fetcher) readParts(parts []*fetchPart, maxBytes int, iso engine.Isolation, replica replicaFetch, version int16, w *wake.Waiter) (total int, done bool, watched bool) {
 	rd := partReader{f: f, iso: iso, replica: replica, version: version, w: w}
 	if replica.id >= 0 {
 		rd.leaderRate = f.repl.LeaderThrottleRate() // leader.replication.throttled.rate, 0: unlimited
@@ -281,7 +283,7 @@ type partReader struct {
 	iso        engine.Isolation
 	replica    replicaFetch
 	version    int16
-	w          *engine.Waiter
+	w          *wake.Waiter
 	leaderRate int64
 }
 

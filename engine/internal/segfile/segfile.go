@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -365,5 +366,38 @@ func SyncDir(fs vfs.FS, dir string) error {
 	if err != nil {
 		return fmt.Errorf("sync dir %s: %w", dir, err)
 	}
+	return nil
+}
+
+// DirSyncs makes a directory's new entries durable once for many
+// changes: each change takes a generation, and a sync covers every
+// generation taken before it started, so that the partitions created
+// between two sync rounds cost the segments' directory one fsync.
+type DirSyncs struct {
+	Dir    string
+	gen    atomic.Int64 // the last generation taken
+	synced atomic.Int64 // the last generation known durable
+	mu     sync.Mutex   // one sync at a time; the others wait and see it
+}
+
+// Changed is called after a change to the directory and returns its
+// generation.
+func (d *DirSyncs) Changed() int64 { return d.gen.Add(1) }
+
+// Sync returns once the change of generation gen is durable.
+func (d *DirSyncs) Sync(fs vfs.FS, gen int64) error {
+	if d.synced.Load() >= gen {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.synced.Load() >= gen {
+		return nil
+	}
+	covers := d.gen.Load()
+	if err := SyncDir(fs, d.Dir); err != nil {
+		return err
+	}
+	d.synced.Store(covers)
 	return nil
 }

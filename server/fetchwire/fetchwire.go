@@ -1,4 +1,7 @@
-package server
+// Package fetchwire writes a Fetch response whose record batches go to
+// the socket from the engine's segment files (with sendfile on plain TCP
+// connections), never copied into the response.
+package fetchwire
 
 import (
 	"encoding/binary"
@@ -11,29 +14,21 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 )
 
-// fetchResponse is a Fetch response whose record batches go to the socket
+// Response is a Fetch response whose record batches go to the socket
 // from the engine's segment files, without being copied into the response
 // (with sendfile on plain TCP connections): the kmsg fields hold
 // everything else; RecordBatches stay empty.
-type fetchResponse struct {
+type Response struct {
 	*kmsg.FetchResponse
-	// records[i][j] are the record batches of Topics[i].Partitions[j]
-	// (nil: none). The response owns them: writeFrame closes them.
-	records [][]*engine.Records
-}
-
-// framed is a response that writes its frame itself.
-type framed interface {
-	// writeFrame writes the response to w after head (the frame header,
-	// starting with a size placeholder, which it fills in) and releases
-	// what the response holds. It returns the bytes written.
-	writeFrame(w io.Writer, head []byte) (int64, error)
+	// Records[i][j] are the record batches of Topics[i].Partitions[j]
+	// (nil: none). The response owns them: WriteFrame closes them.
+	Records [][]*engine.Records
 }
 
 // AppendTo flattens the response into one buffer, for callers that need
 // one. It releases the records.
-func (r *fetchResponse) AppendTo(dst []byte) []byte {
-	defer r.release()
+func (r *Response) AppendTo(dst []byte) []byte {
+	defer r.Release()
 	for _, s := range r.encode(nil) {
 		if s.recs == nil {
 			dst = append(dst, s.b...)
@@ -50,8 +45,8 @@ func (r *fetchResponse) AppendTo(dst []byte) []byte {
 	return dst
 }
 
-func (r *fetchResponse) writeFrame(w io.Writer, head []byte) (int64, error) {
-	defer r.release()
+func (r *Response) WriteFrame(w io.Writer, head []byte) (int64, error) {
+	defer r.Release()
 	segs := r.encode(head)
 	var size int64
 	for _, s := range segs {
@@ -89,13 +84,13 @@ func (r *fetchResponse) writeFrame(w io.Writer, head []byte) (int64, error) {
 	return written, flush()
 }
 
-func (r *fetchResponse) release() {
-	for _, t := range r.records {
+func (r *Response) Release() {
+	for _, t := range r.Records {
 		for _, recs := range t {
 			recs.Close()
 		}
 	}
-	r.records = nil
+	r.Records = nil
 }
 
 // frameSeg is a part of an encoded frame: encoded fields, or records.
@@ -141,7 +136,7 @@ func (v *segs) done() []frameSeg {
 // partition has zero-length records, as Kafka sends and librdkafka needs)
 // and NodeEndpoints are never sent; a partition's unknown tags (Tandem's
 // MirrorLeaderEpoch, tag 1279) follow tags 0 and 1.
-func (r *fetchResponse) encode(head []byte) []frameSeg {
+func (r *Response) encode(head []byte) []frameSeg {
 	v := r.Version
 	flex := v >= 12
 	arrayLen := func(b []byte, n int) []byte {
@@ -175,8 +170,8 @@ func (r *fetchResponse) encode(head []byte) []frameSeg {
 			p := &t.Partitions[j]
 			b = appendFetchPartitionHead(b, v, p)
 			var recs *engine.Records
-			if i < len(r.records) && j < len(r.records[i]) {
-				recs = r.records[i][j]
+			if i < len(r.Records) && j < len(r.Records[i]) {
+				recs = r.Records[i][j]
 			}
 			n := len(p.RecordBatches) + recs.Len()
 			if flex {

@@ -1,4 +1,4 @@
-package server
+package fetchwire
 
 import (
 	"bytes"
@@ -55,10 +55,10 @@ func (s *recordsSource) records(t *testing.T) *engine.Records {
 
 // testFetchResponse builds the same response twice: kmsg's, with the
 // batches inline, and ours, with them in records.
-func testFetchResponse(t *testing.T, v int16, src *recordsSource) (want *kmsg.FetchResponse, got *fetchResponse) {
+func testFetchResponse(t *testing.T, v int16, src *recordsSource) (want *kmsg.FetchResponse, got *Response) {
 	want = kmsg.NewPtrFetchResponse()
 	want.Version, want.ThrottleMillis, want.ErrorCode, want.SessionID = v, 7, 0, 1234
-	got = &fetchResponse{FetchResponse: kmsg.NewPtrFetchResponse()}
+	got = &Response{FetchResponse: kmsg.NewPtrFetchResponse()}
 	*got.FetchResponse = *want
 	for ti, name := range []string{"one", "two"} {
 		rt := kmsg.NewFetchResponseTopic()
@@ -93,7 +93,7 @@ func testFetchResponse(t *testing.T, v int16, src *recordsSource) (want *kmsg.Fe
 		}
 		want.Topics = append(want.Topics, rt)
 		got.Topics = append(got.Topics, gt)
-		got.records = append(got.records, recs)
+		got.Records = append(got.Records, recs)
 	}
 	return want, got
 }
@@ -107,7 +107,7 @@ func TestFetchResponseEncoding(t *testing.T) {
 		if w, g := want.AppendTo(nil), got.AppendTo(nil); !bytes.Equal(w, g) {
 			t.Fatalf("v%d: encodings differ\nkmsg: %x\nours: %x", v, w, g)
 		}
-		if got.records != nil {
+		if got.Records != nil {
 			t.Fatalf("v%d: AppendTo kept the records", v)
 		}
 	}
@@ -139,7 +139,7 @@ func TestFetchFrameOverTCP(t *testing.T) {
 		body := want.AppendTo(nil)
 		done := make(chan error, 1)
 		go func() {
-			_, err := got.writeFrame(w, []byte{0, 0, 0, 0})
+			_, err := got.WriteFrame(w, []byte{0, 0, 0, 0})
 			done <- err
 		}()
 		frame := make([]byte, 4+len(body))
