@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -118,7 +119,16 @@ func TestCrashDuringRollRetentionCompaction(t *testing.T) {
 		cutTo  int64
 		rng    = rand.New(rand.NewPCG(3, 4))
 	)
+	// The hook runs on the test's goroutine and on the syncer's: a sync
+	// round may end while retention or compaction runs.
+	var mu sync.Mutex
+	stopped := false
 	e.testHook = func(point string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
 		if point == "truncate:committed" {
 			end = cutTo // committed: the log must end there whatever happens next
 		}
@@ -133,10 +143,14 @@ func TestCrashDuringRollRetentionCompaction(t *testing.T) {
 	val := strings.Repeat("v", 200)
 	for i := range 40 {
 		sb := appendStored(t, a, mkBatch(t, batchOpts{pid: 7, seq: int32(i)}, kv(fmt.Sprint(i), val)))
+		mu.Lock()
 		want[recordbatch.Batch(sb.data).BaseOffset()] = sb
+		mu.Unlock()
 		k, v := fmt.Sprintf("k%d", i%5), fmt.Sprintf("%d-%s", i, strings.Repeat(val, 22))
 		appendOK(t, b, OriginClient, mkBatch(t, batchOpts{baseTs: 1_000}, kv(k, v)))
+		mu.Lock()
 		keys[k] = v
+		mu.Unlock()
 	}
 	a.SetConfig(func() LogConfig { c := del; c.RetentionBytes = 4000; return c }())
 	if err := e.EnforceRetention(time.Now()); err != nil {
@@ -148,10 +162,16 @@ func TestCrashDuringRollRetentionCompaction(t *testing.T) {
 	if got := len(recordsOf(t, fetchAll(t, b, 0))); got >= 40 {
 		t.Fatalf("compaction removed nothing: %d records", got)
 	}
+	mu.Lock()
 	cutTo = a.Offsets().LogEnd - 3
-	if err := a.Truncate(cutTo); err != nil {
+	to := cutTo
+	mu.Unlock()
+	if err := a.Truncate(to); err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock()
+	stopped = true
+	mu.Unlock()
 	points := map[string]int{}
 	for _, im := range images {
 		points[im.point]++
