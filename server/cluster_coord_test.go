@@ -584,6 +584,7 @@ func TestClusterTxnPreparedCompletesAfterFailover(t *testing.T) {
 // The group and the transaction have different coordinators, so the
 // group's offsets are committed by markers from another broker.
 func TestClusterExactlyOnceAcrossCoordinatorKill(t *testing.T) {
+	tandemtest.Long(t) // tens of seconds: the full tier only
 	for _, kill := range []string{"txn", "group"} {
 		t.Run(kill, func(t *testing.T) { exactlyOnceAcrossKill(t, kill) })
 	}

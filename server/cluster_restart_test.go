@@ -24,6 +24,7 @@ import (
 // INCONSISTENT_CLUSTER_ID); and the records acknowledged before are all
 // read back.
 func TestClusterStopAllAndRestart(t *testing.T) {
+	tandemtest.Long(t) // tens of seconds: the full tier only
 	c := tandemtest.StartCluster(t, 3, nil)
 	ctx := ctxFor(t, 3*time.Minute)
 	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.DefaultProduceTopic("kept"))

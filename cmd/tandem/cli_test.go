@@ -145,6 +145,7 @@ func TestBenchCLI(t *testing.T) {
 // broker asked for an authorizer refuses to start (it used to run with
 // authorization silently off), in one line, with exit 2.
 func TestServeWithoutACLPlugin(t *testing.T) {
+	tandemtest.Long(t) // tens of seconds: the full tier only
 	bin := filepath.Join(t.TempDir(), "tandem")
 	if out, err := exec.Command("go", "build", "-tags", "tandem_omit_acl", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -19,6 +19,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
 // TestMain lets this test binary stand in for tandem: `tandem cluster`
@@ -134,6 +136,7 @@ func stopClusterCommand(t *testing.T, cmd *exec.Cmd, r clusterReady, out *locked
 // second run on the same --data-dir is the same cluster: the records are
 // still there.
 func TestClusterCommand(t *testing.T) {
+	tandemtest.Long(t) // tens of seconds: the full tier only
 	dir := filepath.Join(t.TempDir(), "cluster")
 	cmd, r, out, done := startClusterCommand(t, dir, "--brokers", "3", "--listen-base", "127.0.0.1:0", "--http-base", "")
 	if !strings.Contains(out.String(), "bootstrap servers  "+r.Bootstrap+"\n") || len(r.PIDs) != 3 || r.DataDir != dir {

@@ -29,6 +29,9 @@ func TestEmbed(t *testing.T) {
 // TestEmbedProgram builds the example as a program, the way an embedder
 // builds theirs, and runs it.
 func TestEmbedProgram(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program: the full tier only (make test)")
+	}
 	bin := filepath.Join(t.TempDir(), "embed")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
