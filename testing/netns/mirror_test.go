@@ -78,7 +78,12 @@ func TestPartitionMirror(t *testing.T) {
 	if err := load.Progress(500, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	adm := admin.New(tandemtest.Client(t, dst.c.Addrs()[0], dst.seeds(), kgo.RetryTimeout(30*time.Second), admin.Opt()))
+	// A request right after the faults (the pause) once took longer than
+	// kgo's 10 s read deadline and failed the test with an i/o timeout
+	// (what the broker waited on is not known yet: the pause writes
+	// __mirror_state, whose ISR may still be recovering from the faults).
+	adm := admin.New(tandemtest.Client(t, dst.c.Addrs()[0], dst.seeds(), kgo.RetryTimeout(30*time.Second),
+		kgo.RequestTimeoutOverhead(30*time.Second), admin.Opt()))
 	if err := adm.CreateMirror(ctx, mirrorName, map[string]string{"bootstrap.servers": strings.Join(src.c.Addrs(), ",")}); err != nil {
 		t.Fatalf("create mirror: %v", err)
 	}
