@@ -89,7 +89,7 @@ func registerBrokers(t *testing.T, c *Controller, ids ...int32) {
 	}
 }
 
-func mustCreate(t *testing.T, c *Controller, specs ...TopicSpec) {
+func mustCreate(t *testing.T, c *Controller, specs ...metadata.TopicSpec) {
 	t.Helper()
 	for i, err := range c.CreateTopics(ctxT(t), specs, false) {
 		if err != nil {
@@ -121,7 +121,7 @@ func TestCreateTopicsValidation(t *testing.T) {
 	n := newNode(t)
 	c := n.c
 	registerBrokers(t, c, 1, 2)
-	mustCreate(t, c, TopicSpec{Name: "exists", Partitions: 1, ReplicationFactor: 1}, TopicSpec{Name: "my.topic", Partitions: 1, ReplicationFactor: 1})
+	mustCreate(t, c, metadata.TopicSpec{Name: "exists", Partitions: 1, ReplicationFactor: 1}, metadata.TopicSpec{Name: "my.topic", Partitions: 1, ReplicationFactor: 1})
 	existingID := c.Image().Topics["exists"].ID
 
 	long := make([]byte, 250)
@@ -129,28 +129,28 @@ func TestCreateTopicsValidation(t *testing.T) {
 		long[i] = 'a'
 	}
 	tests := []struct {
-		spec TopicSpec
+		spec metadata.TopicSpec
 		want *kerr.Error
 	}{
-		{TopicSpec{Name: "exists", Partitions: 1, ReplicationFactor: 1}, kerr.TopicAlreadyExists},
-		{TopicSpec{Name: "p0", Partitions: 0, ReplicationFactor: 1}, kerr.InvalidPartitions},
-		{TopicSpec{Name: "pneg", Partitions: -1, ReplicationFactor: 1}, kerr.InvalidPartitions},
-		{TopicSpec{Name: "rf0", Partitions: 1, ReplicationFactor: 0}, kerr.InvalidReplicationFactor},
-		{TopicSpec{Name: "rf3", Partitions: 1, ReplicationFactor: 3}, kerr.InvalidReplicationFactor},
-		{TopicSpec{Name: "", Partitions: 1, ReplicationFactor: 1}, kerr.InvalidTopicException},
-		{TopicSpec{Name: ".", Partitions: 1, ReplicationFactor: 1}, kerr.InvalidTopicException},
-		{TopicSpec{Name: "..", Partitions: 1, ReplicationFactor: 1}, kerr.InvalidTopicException},
-		{TopicSpec{Name: "a b", Partitions: 1, ReplicationFactor: 1}, kerr.InvalidTopicException},
-		{TopicSpec{Name: "ü", Partitions: 1, ReplicationFactor: 1}, kerr.InvalidTopicException},
-		{TopicSpec{Name: string(long), Partitions: 1, ReplicationFactor: 1}, kerr.InvalidTopicException},
-		{TopicSpec{Name: "dupid", ID: existingID, Partitions: 1, ReplicationFactor: 1}, kerr.InvalidRequest},
-		{TopicSpec{Name: "badassign", Assignments: [][]int32{{1}, {7}}}, kerr.InvalidReplicaAssignment},
-		{TopicSpec{Name: "twice", Assignments: [][]int32{{1, 1}}}, kerr.InvalidReplicaAssignment},
-		{TopicSpec{Name: "ragged", Assignments: [][]int32{{1, 2}, {1}}}, kerr.InvalidReplicaAssignment},
-		{TopicSpec{Name: "contradict", Partitions: 3, Assignments: [][]int32{{1}}}, kerr.InvalidRequest},
-		{TopicSpec{Name: "my_topic", Partitions: 1, ReplicationFactor: 1}, kerr.InvalidTopicException}, // collides with my.topic
+		{metadata.TopicSpec{Name: "exists", Partitions: 1, ReplicationFactor: 1}, kerr.TopicAlreadyExists},
+		{metadata.TopicSpec{Name: "p0", Partitions: 0, ReplicationFactor: 1}, kerr.InvalidPartitions},
+		{metadata.TopicSpec{Name: "pneg", Partitions: -1, ReplicationFactor: 1}, kerr.InvalidPartitions},
+		{metadata.TopicSpec{Name: "rf0", Partitions: 1, ReplicationFactor: 0}, kerr.InvalidReplicationFactor},
+		{metadata.TopicSpec{Name: "rf3", Partitions: 1, ReplicationFactor: 3}, kerr.InvalidReplicationFactor},
+		{metadata.TopicSpec{Name: "", Partitions: 1, ReplicationFactor: 1}, kerr.InvalidTopicException},
+		{metadata.TopicSpec{Name: ".", Partitions: 1, ReplicationFactor: 1}, kerr.InvalidTopicException},
+		{metadata.TopicSpec{Name: "..", Partitions: 1, ReplicationFactor: 1}, kerr.InvalidTopicException},
+		{metadata.TopicSpec{Name: "a b", Partitions: 1, ReplicationFactor: 1}, kerr.InvalidTopicException},
+		{metadata.TopicSpec{Name: "ü", Partitions: 1, ReplicationFactor: 1}, kerr.InvalidTopicException},
+		{metadata.TopicSpec{Name: string(long), Partitions: 1, ReplicationFactor: 1}, kerr.InvalidTopicException},
+		{metadata.TopicSpec{Name: "dupid", ID: existingID, Partitions: 1, ReplicationFactor: 1}, kerr.InvalidRequest},
+		{metadata.TopicSpec{Name: "badassign", Assignments: [][]int32{{1}, {7}}}, kerr.InvalidReplicaAssignment},
+		{metadata.TopicSpec{Name: "twice", Assignments: [][]int32{{1, 1}}}, kerr.InvalidReplicaAssignment},
+		{metadata.TopicSpec{Name: "ragged", Assignments: [][]int32{{1, 2}, {1}}}, kerr.InvalidReplicaAssignment},
+		{metadata.TopicSpec{Name: "contradict", Partitions: 3, Assignments: [][]int32{{1}}}, kerr.InvalidRequest},
+		{metadata.TopicSpec{Name: "my_topic", Partitions: 1, ReplicationFactor: 1}, kerr.InvalidTopicException}, // collides with my.topic
 	}
-	specs := make([]TopicSpec, len(tests))
+	specs := make([]metadata.TopicSpec, len(tests))
 	for i, tt := range tests {
 		specs[i] = tt.spec
 	}
@@ -166,7 +166,7 @@ func TestCreateTopicsValidation(t *testing.T) {
 	// Max-length name, valid characters, explicit ID, assignment, configs.
 	ok := string(long[:249])
 	id := uuid.Random()
-	specs = []TopicSpec{
+	specs = []metadata.TopicSpec{
 		{Name: ok, Partitions: 3, ReplicationFactor: 2},
 		{Name: "a.B_c-9", ID: id, Assignments: [][]int32{{2, 1}, {1, 2}}, Configs: map[string]string{"cleanup.policy": "compact"}},
 		{Name: "dup", Partitions: 1, ReplicationFactor: 1},
@@ -207,7 +207,7 @@ func TestCreateTopicsValidation(t *testing.T) {
 
 	// validateOnly writes nothing but still validates.
 	before = c.Image()
-	errs = c.CreateTopics(ctxT(t), []TopicSpec{{Name: "v", Partitions: 1, ReplicationFactor: 1}, {Name: "exists", Partitions: 1, ReplicationFactor: 1}}, true)
+	errs = c.CreateTopics(ctxT(t), []metadata.TopicSpec{{Name: "v", Partitions: 1, ReplicationFactor: 1}, {Name: "exists", Partitions: 1, ReplicationFactor: 1}}, true)
 	if errs[0] != nil {
 		t.Fatal(errs[0])
 	}
@@ -221,7 +221,7 @@ func TestDeleteTopics(t *testing.T) {
 	n := newNode(t)
 	c := n.c
 	registerBrokers(t, c, 1)
-	mustCreate(t, c, TopicSpec{Name: "a", Partitions: 2, ReplicationFactor: 1}, TopicSpec{Name: "b", Partitions: 1, ReplicationFactor: 1})
+	mustCreate(t, c, metadata.TopicSpec{Name: "a", Partitions: 2, ReplicationFactor: 1}, metadata.TopicSpec{Name: "b", Partitions: 1, ReplicationFactor: 1})
 	old := c.Image()
 	a := old.Topics["a"]
 	errs := c.DeleteTopics(ctxT(t), []metadata.UUID{a.ID, uuid.Random()})
@@ -238,7 +238,7 @@ func TestDeleteTopics(t *testing.T) {
 	}
 	wantCode(t, c.DeleteTopics(ctxT(t), []metadata.UUID{a.ID})[0], kerr.UnknownTopicID)
 	// The name is free again, under a new ID.
-	mustCreate(t, c, TopicSpec{Name: "a", Partitions: 1, ReplicationFactor: 1})
+	mustCreate(t, c, metadata.TopicSpec{Name: "a", Partitions: 1, ReplicationFactor: 1})
 	if c.Image().Topics["a"].ID == a.ID {
 		t.Fatal("re-created topic reused the ID")
 	}
@@ -248,7 +248,7 @@ func TestCreatePartitions(t *testing.T) {
 	n := newNode(t)
 	c := n.c
 	registerBrokers(t, c, 1, 2, 3)
-	mustCreate(t, c, TopicSpec{Name: "t", Partitions: 2, ReplicationFactor: 2})
+	mustCreate(t, c, metadata.TopicSpec{Name: "t", Partitions: 2, ReplicationFactor: 2})
 	wantCode(t, c.CreatePartitions(ctxT(t), "t", 2, false), kerr.InvalidPartitions)
 	wantCode(t, c.CreatePartitions(ctxT(t), "t", 1, false), kerr.InvalidPartitions)
 	wantCode(t, c.CreatePartitions(ctxT(t), "nope", 4, false), kerr.UnknownTopicOrPartition)
@@ -291,8 +291,8 @@ func TestAlterConfigs(t *testing.T) {
 	n := newNode(t)
 	c := n.c
 	registerBrokers(t, c, 1)
-	mustCreate(t, c, TopicSpec{Name: "t", Partitions: 1, ReplicationFactor: 1, Configs: map[string]string{"retention.ms": "1000"}})
-	err := c.AlterConfigs(ctxT(t), []ConfigChange{
+	mustCreate(t, c, metadata.TopicSpec{Name: "t", Partitions: 1, ReplicationFactor: 1, Configs: map[string]string{"retention.ms": "1000"}})
+	err := c.AlterConfigs(ctxT(t), []metadata.ConfigChange{
 		{Resource: metadata.ConfigResourceTopic, Name: "t", Key: "retention.ms", Value: nil},
 		{Resource: metadata.ConfigResourceTopic, Name: "t", Key: "cleanup.policy", Value: sp("compact")},
 		{Resource: metadata.ConfigResourceBroker, Name: "", Key: "log.retention.ms", Value: sp("5")},
@@ -307,16 +307,16 @@ func TestAlterConfigs(t *testing.T) {
 		t.Fatalf("configs: topic %v broker %v node %v", img.Topics["t"].Configs, img.BrokerConfigs, img.NodeConfigs)
 	}
 	// Atomic: one bad change, nothing applied.
-	err = c.AlterConfigs(ctxT(t), []ConfigChange{
+	err = c.AlterConfigs(ctxT(t), []metadata.ConfigChange{
 		{Resource: metadata.ConfigResourceTopic, Name: "t", Key: "cleanup.policy", Value: nil},
 		{Resource: metadata.ConfigResourceTopic, Name: "missing", Key: "x", Value: sp("y")},
 	})
 	wantCode(t, err, kerr.UnknownTopicOrPartition)
-	wantCode(t, c.AlterConfigs(ctxT(t), []ConfigChange{{Resource: metadata.ConfigResourceBroker, Name: "x", Key: "k", Value: sp("v")}}), kerr.InvalidRequest)
+	wantCode(t, c.AlterConfigs(ctxT(t), []metadata.ConfigChange{{Resource: metadata.ConfigResourceBroker, Name: "x", Key: "k", Value: sp("v")}}), kerr.InvalidRequest)
 	if c.Image() != img {
 		t.Fatal("failed alter changed the image")
 	}
-	err = c.AlterConfigs(ctxT(t), []ConfigChange{
+	err = c.AlterConfigs(ctxT(t), []metadata.ConfigChange{
 		{Resource: metadata.ConfigResourceTopic, Name: "t", Key: "cleanup.policy", Value: nil},
 		{Resource: metadata.ConfigResourceBroker, Name: "", Key: "log.retention.ms", Value: nil},
 		{Resource: metadata.ConfigResourceBroker, Name: "1", Key: "message.max.bytes", Value: nil},
@@ -386,7 +386,7 @@ func TestEpochs(t *testing.T) {
 	n := newNode(t)
 	c := n.c
 	registerBrokers(t, c, 1, 2)
-	mustCreate(t, c, TopicSpec{Name: "t", Assignments: [][]int32{{1, 2}}})
+	mustCreate(t, c, metadata.TopicSpec{Name: "t", Assignments: [][]int32{{1, 2}}})
 	id := c.Image().Topics["t"].ID
 
 	// max(minEpoch+1, current)
@@ -403,7 +403,7 @@ func TestEpochs(t *testing.T) {
 
 	// Many partitions, one batch: one metadata log entry for those raised,
 	// none for those already above; an unknown partition fails them all.
-	mustCreate(t, c, TopicSpec{Name: "many", Assignments: [][]int32{{1}, {1}, {2}, {2}}})
+	mustCreate(t, c, metadata.TopicSpec{Name: "many", Assignments: [][]int32{{1}, {1}, {2}, {2}}})
 	many := c.Image().Topics["many"].ID
 	if _, err := c.BumpLeaderEpoch(ctxT(t), many, 3, 6); err != nil {
 		t.Fatal(err)
@@ -456,7 +456,7 @@ func TestRestartRestoresImage(t *testing.T) {
 					t.Fatal(err)
 				}
 				// Entries after the snapshot are replayed from the log.
-				if err := c.AlterConfigs(ctxT(t), []ConfigChange{{Resource: metadata.ConfigResourceTopic, Name: "t1", Key: "after", Value: sp("snap")}}); err != nil {
+				if err := c.AlterConfigs(ctxT(t), []metadata.ConfigChange{{Resource: metadata.ConfigResourceTopic, Name: "t1", Key: "after", Value: sp("snap")}}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -472,7 +472,7 @@ func TestRestartRestoresImage(t *testing.T) {
 				}
 			}
 			// Still writable after the restore.
-			mustCreate(t, n.c, TopicSpec{Name: "later", Partitions: 1, ReplicationFactor: 1})
+			mustCreate(t, n.c, metadata.TopicSpec{Name: "later", Partitions: 1, ReplicationFactor: 1})
 			if got := n.c.Image(); got.Index <= want.Index || got.Topics["later"] == nil {
 				t.Fatalf("after restore: index %d (was %d)", got.Index, want.Index)
 			}
@@ -484,10 +484,10 @@ func TestRestartRestoresImage(t *testing.T) {
 func buildImage(t *testing.T, c *Controller) {
 	registerBrokers(t, c, 1, 2)
 	mustCreate(t, c,
-		TopicSpec{Name: "t1", Partitions: 3, ReplicationFactor: 2, Configs: map[string]string{"retention.ms": "10"}},
-		TopicSpec{Name: "t2", Partitions: 1, ReplicationFactor: 1, Internal: true},
-		TopicSpec{Name: "t3", Partitions: 1, ReplicationFactor: 1},
-		TopicSpec{Name: "gone", Partitions: 1, ReplicationFactor: 1})
+		metadata.TopicSpec{Name: "t1", Partitions: 3, ReplicationFactor: 2, Configs: map[string]string{"retention.ms": "10"}},
+		metadata.TopicSpec{Name: "t2", Partitions: 1, ReplicationFactor: 1, Internal: true},
+		metadata.TopicSpec{Name: "t3", Partitions: 1, ReplicationFactor: 1},
+		metadata.TopicSpec{Name: "gone", Partitions: 1, ReplicationFactor: 1})
 	img := c.Image()
 	if err := c.CreatePartitions(ctxT(t), "t3", 2, false); err != nil {
 		t.Fatal(err)
@@ -495,7 +495,7 @@ func buildImage(t *testing.T, c *Controller) {
 	if errs := c.DeleteTopics(ctxT(t), []metadata.UUID{img.Topics["gone"].ID}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	if err := c.AlterConfigs(ctxT(t), []ConfigChange{
+	if err := c.AlterConfigs(ctxT(t), []metadata.ConfigChange{
 		{Resource: metadata.ConfigResourceBroker, Key: "num.partitions", Value: sp("3")},
 		{Resource: metadata.ConfigResourceBroker, Name: "2", Key: "k", Value: sp("v")},
 	}); err != nil {
@@ -552,7 +552,7 @@ func TestChangedAndDiff(t *testing.T) {
 	if d := metadata.Diff(old, img); !d.BrokersChanged || len(d.CreatedTopics) != 0 || d.BrokerConfigsChanged {
 		t.Fatalf("diff %+v", d)
 	}
-	mustCreate(t, c, TopicSpec{Name: "a", Partitions: 1, ReplicationFactor: 1}, TopicSpec{Name: "b", Partitions: 1, ReplicationFactor: 1})
+	mustCreate(t, c, metadata.TopicSpec{Name: "a", Partitions: 1, ReplicationFactor: 1}, metadata.TopicSpec{Name: "b", Partitions: 1, ReplicationFactor: 1})
 	<-ch2
 	img2 := c.Image()
 	d := metadata.Diff(img, img2)
@@ -595,7 +595,7 @@ func TestApplyRejectsStaleBatch(t *testing.T) {
 	n := newNode(t)
 	c := n.c
 	registerBrokers(t, c, 1)
-	mustCreate(t, c, TopicSpec{Name: "t", Partitions: 1, ReplicationFactor: 1})
+	mustCreate(t, c, metadata.TopicSpec{Name: "t", Partitions: 1, ReplicationFactor: 1})
 	if _, err := c.AllocateProducerIDs(ctxT(t), 5); err != nil {
 		t.Fatal(err)
 	}

@@ -76,23 +76,6 @@ func (c *Controller) RegisterBroker(ctx context.Context, b metadata.Broker) erro
 	})
 }
 
-// TopicSpec describes a topic to create.
-type TopicSpec struct {
-	Name              string
-	ID                metadata.UUID // zero = generate a random (v4) UUID
-	Partitions        int32
-	ReplicationFactor int16
-	// Assignments optionally gives each partition's replicas; then
-	// Partitions and ReplicationFactor may be <= 0 (Kafka's -1) or must
-	// match it.
-	Assignments [][]int32
-	Configs     map[string]string
-	Internal    bool
-	// Source is a mirror topic's name on its source cluster when it is
-	// not Name (AddMirrorTopics; "" means Name).
-	Source string
-}
-
 // ValidTopicName returns a kerr.InvalidTopicException error unless name
 // follows Kafka's rules: 1..249 characters of [a-zA-Z0-9._-], not "." or
 // "..". The context before the kerr text is Kafka's own message, which the
@@ -241,7 +224,7 @@ func checkAssignment(img *metadata.Image, assignments [][]int32) error {
 // CreateTopics creates topics, returning one error per spec (nil for
 // success). Valid specs are written in one atomic batch; with
 // validateOnly nothing is written.
-func (c *Controller) CreateTopics(ctx context.Context, specs []TopicSpec, validateOnly bool) []error {
+func (c *Controller) CreateTopics(ctx context.Context, specs []metadata.TopicSpec, validateOnly bool) []error {
 	errs, err := createTopics.do(c, ctx, createTopicsArgs{specs, validateOnly})
 	return errsOf(errs, err, len(specs))
 }
@@ -269,7 +252,7 @@ func (c *Controller) createTopics(ctx context.Context, a createTopicsArgs) (errL
 // createTopicRecords checks each spec against img, setting its error in
 // errs or adding its index to ok, and returns the records of the
 // accepted ones (none with validateOnly).
-func (c *Controller) createTopicRecords(img *metadata.Image, specs []TopicSpec, validateOnly bool, errs []error, okp *[]int) ([]metadata.Record, error) {
+func (c *Controller) createTopicRecords(img *metadata.Image, specs []metadata.TopicSpec, validateOnly bool, errs []error, okp *[]int) ([]metadata.Record, error) {
 	brokers := placeable(img)
 	budget := newPartitionBudget(img, c.cfg.Limits)
 	names := map[string]int{}
@@ -435,29 +418,19 @@ func createPartitionRecords(img *metadata.Image, limits PartitionLimits, name st
 	return partitionRecords(t.ID, have, assignments), nil
 }
 
-// ConfigChange sets (Value non-nil) or deletes (Value nil) one dynamic
-// config. Name is the topic name, the group ID, or for a broker ""
-// (cluster default) or the broker's ID in decimal.
-type ConfigChange struct {
-	Resource metadata.ConfigResource
-	Name     string
-	Key      string
-	Value    *string
-}
-
 // AlterConfigs applies all changes atomically in one batch. Values are
 // stored as given: validating them is the server's job.
-func (c *Controller) AlterConfigs(ctx context.Context, changes []ConfigChange) error {
+func (c *Controller) AlterConfigs(ctx context.Context, changes []metadata.ConfigChange) error {
 	_, err := alterConfigs.do(c, ctx, changes)
 	return err
 }
 
-var alterConfigs = decision[[]ConfigChange, none]{"AlterConfigs", func(c *Controller, ctx context.Context, changes []ConfigChange) (none, error) {
+var alterConfigs = decision[[]metadata.ConfigChange, none]{"AlterConfigs", func(c *Controller, ctx context.Context, changes []metadata.ConfigChange) (none, error) {
 	return none{}, c.decide(ctx, "alter configs", func(img *metadata.Image) ([]metadata.Record, error) { return configRecords(img, changes) })
 }}
 
 // configRecords are the records of the changes, or why they are refused.
-func configRecords(img *metadata.Image, changes []ConfigChange) ([]metadata.Record, error) {
+func configRecords(img *metadata.Image, changes []metadata.ConfigChange) ([]metadata.Record, error) {
 	recs := make([]metadata.Record, 0, len(changes))
 	for _, ch := range changes {
 		switch ch.Resource {

@@ -111,8 +111,8 @@ func (c *Controller) remote() bool { return c.stream != nil && !c.IsLeader() }
 type none = struct{}
 
 type createTopicsArgs struct {
-	Specs        []TopicSpec `json:"specs"`
-	ValidateOnly bool        `json:"validateOnly,omitempty"`
+	Specs        []metadata.TopicSpec `json:"specs"`
+	ValidateOnly bool                 `json:"validateOnly,omitempty"`
 }
 
 type createPartitionsArgs struct {
@@ -133,12 +133,12 @@ type bumpsArgs struct {
 }
 
 type mirrorArgs struct {
-	Name            string            `json:"name"`
-	Configs         map[string]string `json:"configs,omitempty"`
-	Specs           []TopicSpec       `json:"specs,omitempty"`
-	Topic           string            `json:"topic,omitempty"`
-	SourceClusterID string            `json:"sourceClusterId,omitempty"`
-	ACLs            []metadata.ACL    `json:"acls,omitempty"`
+	Name            string               `json:"name"`
+	Configs         map[string]string    `json:"configs,omitempty"`
+	Specs           []metadata.TopicSpec `json:"specs,omitempty"`
+	Topic           string               `json:"topic,omitempty"`
+	SourceClusterID string               `json:"sourceClusterId,omitempty"`
+	ACLs            []metadata.ACL       `json:"acls,omitempty"`
 }
 
 // errsOf is a decision's one error per item, or n times the error that

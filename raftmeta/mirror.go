@@ -77,7 +77,7 @@ var deleteMirror = decision[mirrorArgs, none]{"DeleteMirror", func(c *Controller
 // spec's ID (the source's); one that exists must have that same ID and
 // partition count (failback: the old source becomes a destination). A
 // topic actively mirrored by another mirror is refused.
-func (c *Controller) AddMirrorTopics(ctx context.Context, mirror string, specs []TopicSpec) error {
+func (c *Controller) AddMirrorTopics(ctx context.Context, mirror string, specs []metadata.TopicSpec) error {
 	_, err := addMirrorTopics.do(c, ctx, mirrorArgs{Name: mirror, Specs: specs})
 	return err
 }
@@ -90,7 +90,7 @@ var addMirrorTopics = decision[mirrorArgs, none]{"AddMirrorTopics", func(c *Cont
 
 // addMirrorTopicRecords are the records that make specs members of
 // mirror, creating those not here, or why that is refused.
-func addMirrorTopicRecords(img *metadata.Image, mirror string, specs []TopicSpec) ([]metadata.Record, error) {
+func addMirrorTopicRecords(img *metadata.Image, mirror string, specs []metadata.TopicSpec) ([]metadata.Record, error) {
 	if img.Mirrors[mirror] == nil {
 		return nil, fmt.Errorf("add mirror topics: no mirror %q: %w", mirror, kerr.InvalidRequest)
 	}

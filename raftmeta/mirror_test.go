@@ -18,13 +18,13 @@ func TestMirrorNameFollowsMembership(t *testing.T) {
 	n := newNode(t)
 	c := n.c
 	registerBrokers(t, c, 1)
-	mustCreate(t, c, TopicSpec{Name: "existing", Partitions: 1, ReplicationFactor: 1})
+	mustCreate(t, c, metadata.TopicSpec{Name: "existing", Partitions: 1, ReplicationFactor: 1})
 	if err := c.CreateMirror(ctxT(t), "m", map[string]string{"bootstrap.servers": "127.0.0.1:1"}); err != nil {
 		t.Fatal(err)
 	}
 	existing := c.Image().Topics["existing"]
 	created := uuid.Random()
-	err := c.AddMirrorTopics(ctxT(t), "m", []TopicSpec{
+	err := c.AddMirrorTopics(ctxT(t), "m", []metadata.TopicSpec{
 		{Name: "existing", ID: existing.ID, Partitions: 1},
 		{Name: "created", ID: created, Partitions: 2, ReplicationFactor: 1, Configs: map[string]string{"retention.ms": "1000"}},
 	})
@@ -58,7 +58,7 @@ func TestMirrorNameFollowsMembership(t *testing.T) {
 
 	// A stop of an older version left mirror.name set on a stopped
 	// topic: stopping it again clears it, and changes nothing else.
-	if err := c.AlterConfigs(ctxT(t), []ConfigChange{{Resource: metadata.ConfigResourceTopic, Name: "existing", Key: metadata.MirrorNameConfig, Value: strPtr("m")}}); err != nil {
+	if err := c.AlterConfigs(ctxT(t), []metadata.ConfigChange{{Resource: metadata.ConfigResourceTopic, Name: "existing", Key: metadata.MirrorNameConfig, Value: strPtr("m")}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.StopMirrorTopic(ctxT(t), "m", "existing"); err != nil {
@@ -85,7 +85,7 @@ func TestMirrorTopicSourceName(t *testing.T) {
 	if err := c.CreateMirror(ctxT(t), "m", map[string]string{"bootstrap.servers": "127.0.0.1:1", "mirror.topic.prefix": "a."}); err != nil {
 		t.Fatal(err)
 	}
-	err := c.AddMirrorTopics(ctxT(t), "m", []TopicSpec{
+	err := c.AddMirrorTopics(ctxT(t), "m", []metadata.TopicSpec{
 		{Name: "a.orders", Source: "orders", ID: uuid.Random(), Partitions: 1, ReplicationFactor: 1},
 		{Name: "same", Source: "same", ID: uuid.Random(), Partitions: 1, ReplicationFactor: 1},
 	})

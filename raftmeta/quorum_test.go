@@ -191,7 +191,7 @@ func TestClusterQuorum(t *testing.T) {
 			follower = n
 		}
 	}
-	mustCreate(t, follower.c, TopicSpec{Name: "replicated", Partitions: 3, ReplicationFactor: 3})
+	mustCreate(t, follower.c, metadata.TopicSpec{Name: "replicated", Partitions: 3, ReplicationFactor: 3})
 	img := follower.c.Image() // a forwarded write is applied locally before it returns
 	top := img.Topics["replicated"]
 	if top == nil {
@@ -217,7 +217,7 @@ func TestClusterQuorum(t *testing.T) {
 	if err != nil {
 		t.Fatalf("forwarded AllocateProducerIDs: %v", err)
 	}
-	if errs := follower.c.CreateTopics(ctxT(t), []TopicSpec{{Name: "replicated", Partitions: 1, ReplicationFactor: 1}}, false); !errors.Is(errs[0], kerr.TopicAlreadyExists) {
+	if errs := follower.c.CreateTopics(ctxT(t), []metadata.TopicSpec{{Name: "replicated", Partitions: 1, ReplicationFactor: 1}}, false); !errors.Is(errs[0], kerr.TopicAlreadyExists) {
 		t.Fatalf("a forwarded error comes back with its code: %v", errs[0])
 	}
 }
@@ -230,7 +230,7 @@ func TestClusterQuorum(t *testing.T) {
 func TestClusterFencesAndElects(t *testing.T) {
 	long(t)
 	nodes := startCluster(t, 3)
-	mustCreate(t, nodes[0].c, TopicSpec{Name: "t", Partitions: 3, ReplicationFactor: 3})
+	mustCreate(t, nodes[0].c, metadata.TopicSpec{Name: "t", Partitions: 3, ReplicationFactor: 3})
 	var victim *clusterNode
 	for _, n := range nodes {
 		if !n.c.IsLeader() {

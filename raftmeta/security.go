@@ -63,20 +63,14 @@ var deleteACLs = decision[[]metadata.ACLFilter, [][]metadata.ACL]{"DeleteAcls", 
 	return out, nil
 }}
 
-// ScramChange upserts Credential, or deletes User's Mechanism if Delete.
-type ScramChange struct {
-	Credential metadata.ScramCredential
-	Delete     bool
-}
-
 // AlterScram applies the changes in one batch. Deleting a credential that
 // does not exist is kerr.ResourceNotFound, as Kafka answers.
-func (c *Controller) AlterScram(ctx context.Context, changes []ScramChange) error {
+func (c *Controller) AlterScram(ctx context.Context, changes []metadata.ScramChange) error {
 	_, err := alterScram.do(c, ctx, changes)
 	return err
 }
 
-var alterScram = decision[[]ScramChange, none]{"AlterScram", func(c *Controller, ctx context.Context, changes []ScramChange) (none, error) {
+var alterScram = decision[[]metadata.ScramChange, none]{"AlterScram", func(c *Controller, ctx context.Context, changes []metadata.ScramChange) (none, error) {
 	img := c.Image()
 	recs := make([]metadata.Record, 0, len(changes))
 	for i := range changes {

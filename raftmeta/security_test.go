@@ -44,13 +44,13 @@ func TestSecurityRecords(t *testing.T) {
 	}
 
 	cred := metadata.ScramCredential{User: "alice", Mechanism: "SCRAM-SHA-256", Salt: []byte("s"), StoredKey: []byte("k"), ServerKey: []byte("v"), Iterations: 4096}
-	if err := c.AlterScram(ctx, []ScramChange{{Credential: cred}}); err != nil {
+	if err := c.AlterScram(ctx, []metadata.ScramChange{{Credential: cred}}); err != nil {
 		t.Fatal(err)
 	}
 	weak := cred
 	weak.Iterations = 10
-	wantCode(t, c.AlterScram(ctx, []ScramChange{{Credential: weak}}), kerr.UnacceptableCredential)
-	wantCode(t, c.AlterScram(ctx, []ScramChange{{Credential: metadata.ScramCredential{User: "bob", Mechanism: "SCRAM-SHA-512"}, Delete: true}}), kerr.ResourceNotFound)
+	wantCode(t, c.AlterScram(ctx, []metadata.ScramChange{{Credential: weak}}), kerr.UnacceptableCredential)
+	wantCode(t, c.AlterScram(ctx, []metadata.ScramChange{{Credential: metadata.ScramCredential{User: "bob", Mechanism: "SCRAM-SHA-512"}, Delete: true}}), kerr.ResourceNotFound)
 
 	client, rate := "slow", 1e6
 	if err := c.AlterClientQuotas(ctx, []metadata.ClientQuotaRecord{{Entity: metadata.QuotaEntity{ClientID: &client}, Key: "producer_byte_rate", Value: &rate}}); err != nil {
@@ -69,7 +69,7 @@ func TestSecurityRecords(t *testing.T) {
 	if d := metadata.Diff(before, after); d.SecurityChanged {
 		t.Fatal("Diff reports a security change between equal images")
 	}
-	if err := n.c.AlterScram(ctx, []ScramChange{{Credential: cred, Delete: true}}); err != nil {
+	if err := n.c.AlterScram(ctx, []metadata.ScramChange{{Credential: cred, Delete: true}}); err != nil {
 		t.Fatal(err)
 	}
 	if d := metadata.Diff(after, n.c.Image()); !d.SecurityChanged || n.c.Image().Scram != nil {

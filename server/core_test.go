@@ -19,7 +19,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/engine"
-	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/testing/recordbatch"
@@ -32,7 +31,7 @@ func createTopic(t testing.TB, b *Broker, name string, partitions int32, configs
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	errs := b.meta.CreateTopics(ctx, []raftmeta.TopicSpec{{Name: name, Partitions: partitions, ReplicationFactor: 1, Configs: configs}}, false)
+	errs := b.meta.CreateTopics(ctx, []metadata.TopicSpec{{Name: name, Partitions: partitions, ReplicationFactor: 1, Configs: configs}}, false)
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("create topic %s: %v", name, err)
 	}

@@ -31,6 +31,10 @@ import (
 var (
 	_ plugin.Host               = pluginHost{}
 	_ plugin.ReplicaConvergence = pluginHost{}
+
+	// The metadata quorum is what plugins get as plugin.Metadata
+	// (package plugin does not import raftmeta, so the check is here).
+	_ plugin.Metadata = (*raftmeta.Controller)(nil)
 )
 
 // RequestContext is what a handler knows of its request; handlers of the
@@ -124,7 +128,7 @@ func (it *internalTopics) ensure(ctx context.Context, t plugin.InternalTopic) (*
 		return cur, nil
 	}
 	if it.meta.Image().Topics[t.Name] == nil {
-		errs := it.meta.CreateTopics(ctx, []raftmeta.TopicSpec{{
+		errs := it.meta.CreateTopics(ctx, []metadata.TopicSpec{{
 			Name: t.Name, Partitions: t.Partitions, ReplicationFactor: t.ReplicationFactor,
 			Configs: t.Configs, Internal: true,
 		}}, false)

@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -234,10 +233,10 @@ func describeScram(img *metadata.Image, rc *plugin.RequestContext, req *kmsg.Des
 func alterScram(ctx context.Context, m plugin.Metadata, rc *plugin.RequestContext, req *kmsg.AlterUserSCRAMCredentialsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.AlterUserSCRAMCredentialsResponse)
 	allowed := rc.Allowed(kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, plugin.ClusterResource)
-	changes := map[string][]raftmeta.ScramChange{}
+	changes := map[string][]metadata.ScramChange{}
 	errs := map[string]error{}
 	var order []string
-	add := func(user string, ch raftmeta.ScramChange, err error) {
+	add := func(user string, ch metadata.ScramChange, err error) {
 		if _, ok := changes[user]; !ok {
 			order = append(order, user)
 			changes[user] = nil
@@ -260,7 +259,7 @@ func alterScram(ctx context.Context, m plugin.Metadata, rc *plugin.RequestContex
 		if !ok {
 			err = fmt.Errorf("unknown SCRAM mechanism %d: %w", d.Mechanism, kerr.UnsupportedSaslMechanism)
 		}
-		add(d.Name, raftmeta.ScramChange{Credential: metadata.ScramCredential{User: d.Name, Mechanism: mech}, Delete: true}, err)
+		add(d.Name, metadata.ScramChange{Credential: metadata.ScramCredential{User: d.Name, Mechanism: mech}, Delete: true}, err)
 	}
 	for _, u := range req.Upsertions {
 		mech, ok := metadata.ScramMechanisms[u.Mechanism]
@@ -276,7 +275,7 @@ func alterScram(ctx context.Context, m plugin.Metadata, rc *plugin.RequestContex
 		default:
 			cred, err = metadata.NewScramCredential(u.Name, mech, u.Salt, u.SaltedPassword, u.Iterations)
 		}
-		add(u.Name, raftmeta.ScramChange{Credential: cred}, err)
+		add(u.Name, metadata.ScramChange{Credential: cred}, err)
 	}
 	for _, user := range order {
 		r := kmsg.NewAlterUserSCRAMCredentialsResponseResult()

@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -176,13 +175,13 @@ func (p *Plugin) AlterConfigResource(ctx context.Context, rc *plugin.RequestCont
 	if host == nil {
 		return kerr.CoordinatorNotAvailable
 	}
-	var changes []raftmeta.ConfigChange
+	var changes []metadata.ConfigChange
 	for _, op := range ops {
 		gc, ok := groupConfigs[op.Name]
 		if !ok {
 			return fmt.Errorf("unknown group config %s: %w", op.Name, kerr.InvalidConfig)
 		}
-		ch := raftmeta.ConfigChange{Resource: metadata.ConfigResourceGroup, Name: name, Key: op.Name}
+		ch := metadata.ConfigChange{Resource: metadata.ConfigResourceGroup, Name: name, Key: op.Name}
 		switch op.Op {
 		case kmsg.IncrementalAlterConfigOpSet:
 			if op.Value == nil {

@@ -21,7 +21,6 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
-	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
@@ -174,7 +173,7 @@ func (p *Plugin) topicRF(m *metadata.Mirror) int16 {
 
 // sourceTopics describes topics on a mirror's source cluster: their specs
 // here, and what truncation takes from those that exist here.
-func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []admit.AddedTopic) ([]raftmeta.TopicSpec, []mirrorproto.Truncation, error) {
+func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []admit.AddedTopic) ([]metadata.TopicSpec, []mirrorproto.Truncation, error) {
 	cl, err := p.sourceClient(m)
 	if err != nil {
 		return nil, nil, err
@@ -210,7 +209,7 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 	}
 	exclude := metasync.ExcludedProps(m.Configs)
 	creq := kmsg.NewPtrDescribeConfigsRequest()
-	var specs []raftmeta.TopicSpec
+	var specs []metadata.TopicSpec
 	for _, t := range resp.Topics {
 		name := ""
 		if t.Topic != nil {
@@ -226,7 +225,7 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 		if err := admit.CheckDest(img, m, name, here, t, theirs.Topics); err != nil {
 			return nil, nil, err
 		}
-		spec := raftmeta.TopicSpec{Name: here, ID: t.TopicID, Partitions: int32(len(t.Partitions)), ReplicationFactor: p.topicRF(m)}
+		spec := metadata.TopicSpec{Name: here, ID: t.TopicID, Partitions: int32(len(t.Partitions)), ReplicationFactor: p.topicRF(m)}
 		if here != name {
 			spec.Source = name
 		}
@@ -270,7 +269,7 @@ func (p *Plugin) sourceTopics(ctx context.Context, m *metadata.Mirror, topics []
 // the source's last mirror epoch (LME) ends here (everything if the source
 // never mirrored the topic), then to where that epoch ends on the source.
 // The source is asked by its names, the plan names the topics here.
-func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror string, specs []raftmeta.TopicSpec) ([]mirrorproto.Truncation, error) {
+func (p *Plugin) truncationPlan(ctx context.Context, cl *kgo.Client, mirror string, specs []metadata.TopicSpec) ([]mirrorproto.Truncation, error) {
 	img := p.Image()
 	eng := p.Host()
 	lmeReq := &mirrorproto.LastMirroredOffsetsRequest{MirrorName: mirror}

@@ -15,7 +15,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/diverged"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // Divergence quarantine: what a truncation removes from a mirror
@@ -97,7 +97,7 @@ func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition 
 			}
 			assign = append(assign, r)
 		}
-		errs := meta.CreateTopics(ctx, []raftmeta.TopicSpec{{Name: name, Partitions: n, ReplicationFactor: rf, Assignments: assign,
+		errs := meta.CreateTopics(ctx, []metadata.TopicSpec{{Name: name, Partitions: n, ReplicationFactor: rf, Assignments: assign,
 			Configs: map[string]string{"retention.ms": "-1", "max.message.bytes": strconv.Itoa(int(ep.Config().MaxMessageBytes))}}}, false)
 		if err := errs[0]; err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 			return nil, fmt.Errorf("create %s: %w", name, err)

@@ -2,8 +2,10 @@
 // their encoding (records.go), the immutable image that brokers serve from
 // (Image: brokers, topics and partitions, configs, producer ids, ACLs, SCRAM
 // credentials, client quotas, cluster mirrors, group configs), the
-// deterministic apply of a record batch to an image (Apply) and what
-// changed between two images (Diff).
+// deterministic apply of a record batch to an image (Apply), what
+// changed between two images (Diff), and the arguments of the
+// controller's decisions (decisions.go: TopicSpec, ConfigChange,
+// ScramChange).
 //
 // It is pure: no raft, no I/O, no goroutines. Applying a batch looks at
 // nothing but the image and the records, so every node that applies the

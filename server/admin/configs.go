@@ -210,16 +210,16 @@ func (ct *configTarget) validate(next map[string]string) error {
 }
 
 // changes are the records that turn the current configs into next.
-func (ct *configTarget) changes(next map[string]string) []raftmeta.ConfigChange {
-	var out []raftmeta.ConfigChange
+func (ct *configTarget) changes(next map[string]string) []metadata.ConfigChange {
+	var out []metadata.ConfigChange
 	for _, k := range slices.Sorted(maps.Keys(ct.current)) {
 		if _, ok := next[k]; !ok {
-			out = append(out, raftmeta.ConfigChange{Resource: ct.resource, Name: ct.name, Key: k})
+			out = append(out, metadata.ConfigChange{Resource: ct.resource, Name: ct.name, Key: k})
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(next)) {
 		if old, ok := ct.current[k]; !ok || old != next[k] {
-			out = append(out, raftmeta.ConfigChange{Resource: ct.resource, Name: ct.name, Key: k, Value: cfgStr(next[k])})
+			out = append(out, metadata.ConfigChange{Resource: ct.resource, Name: ct.name, Key: k, Value: cfgStr(next[k])})
 		}
 	}
 	return out

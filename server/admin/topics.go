@@ -31,7 +31,7 @@ func (a *Admin) HandleCreateTopics(ctx context.Context, rc *plugin.RequestContex
 	for _, t := range req.Topics {
 		counts[t.Topic]++
 	}
-	var specs []raftmeta.TopicSpec
+	var specs []metadata.TopicSpec
 	var specAt []int // response index of each spec
 	clusterCreate := rc.Allowed(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, clusterName)
 	for i, t := range req.Topics {
@@ -41,7 +41,7 @@ func (a *Admin) HandleCreateTopics(ctx context.Context, rc *plugin.RequestContex
 		rt := kmsg.NewCreateTopicsResponseTopic()
 		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = t.Topic, -1, -1
 		var err error
-		var spec raftmeta.TopicSpec
+		var spec metadata.TopicSpec
 		if counts[t.Topic] > 1 {
 			counts[t.Topic] = -1
 			err = config.Errorf(kerr.InvalidRequest, "Duplicate topic name.")
@@ -95,8 +95,8 @@ func (a *Admin) HandleCreateTopics(ctx context.Context, rc *plugin.RequestContex
 
 // topicSpec validates one CreateTopics entry against the image and the
 // broker defaults (Kafka's ReplicationControlManager checks, in order).
-func (a *Admin) topicSpec(img *metadata.Image, t *kmsg.CreateTopicsRequestTopic) (raftmeta.TopicSpec, error) {
-	spec := raftmeta.TopicSpec{Name: t.Topic, Partitions: t.NumPartitions, ReplicationFactor: t.ReplicationFactor}
+func (a *Admin) topicSpec(img *metadata.Image, t *kmsg.CreateTopicsRequestTopic) (metadata.TopicSpec, error) {
+	spec := metadata.TopicSpec{Name: t.Topic, Partitions: t.NumPartitions, ReplicationFactor: t.ReplicationFactor}
 	if err := raftmeta.ValidTopicName(t.Topic); err != nil {
 		return spec, err
 	}
@@ -207,13 +207,13 @@ func collidingTopic(img *metadata.Image, name string) string {
 // the caller decides whether auto.create.topics.enable allows it.
 func (a *Admin) CreateTopicsAuto(ctx context.Context, names []string) {
 	img := a.Meta.Image()
-	var specs []raftmeta.TopicSpec
+	var specs []metadata.TopicSpec
 	for _, name := range names {
 		if raftmeta.ValidTopicName(name) != nil || img.Topics[name] != nil || collidingTopic(img, name) != "" ||
-			slices.ContainsFunc(specs, func(s raftmeta.TopicSpec) bool { return s.Name == name }) {
+			slices.ContainsFunc(specs, func(s metadata.TopicSpec) bool { return s.Name == name }) {
 			continue
 		}
-		specs = append(specs, raftmeta.TopicSpec{Name: name, Partitions: a.NumPartitions, ReplicationFactor: a.DefaultReplicationFactor})
+		specs = append(specs, metadata.TopicSpec{Name: name, Partitions: a.NumPartitions, ReplicationFactor: a.DefaultReplicationFactor})
 	}
 	if len(specs) == 0 {
 		return

@@ -8,7 +8,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/internal/uuid"
-	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/config"
 )
@@ -105,7 +104,7 @@ func (r *CreateTopicsRequest) ResponseKind() kmsg.Response {
 // shutting down), so that a stale offline log dir of a deleted topic
 // with the same ID is never taken for the new one (KAFKA-16234). An
 // automatic assignment places replicas on active brokers only.
-func mirrorTopicSpec(img *metadata.Image, spec *raftmeta.TopicSpec, id uuid.UUID) error {
+func mirrorTopicSpec(img *metadata.Image, spec *metadata.TopicSpec, id uuid.UUID) error {
 	if t := img.TopicsByID[id]; t != nil {
 		return config.Errorf(kerr.InvalidRequest, "Topic ID %s of MirrorInfo is already used by topic '%s'.", id.Base64(), t.Name)
 	}

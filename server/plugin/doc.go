@@ -8,8 +8,12 @@
 // hooks it needs, and the broker finds them by type assertion, the way
 // franz-go's client finds its hooks. Plugins find each other's
 // capabilities the same way, among Host.Plugins (Find, All), so that a
-// plugin imports this package, engine, engine/coord, raftmeta and
-// raftmeta/metadata, and never server nor another plugin.
+// plugin imports this package, engine, engine/coord, raftmeta/metadata
+// and small helpers (prom, internal packages), and never server nor
+// another plugin. This package imports no raft (neither raftmeta nor
+// hashicorp/raft): the controller's decisions take raftmeta/metadata's
+// types, and a plugin reaches the metadata quorum through Host.Metadata.
+// (The txn plugin still imports raftmeta, for its ProducerIDs.)
 //
 // # Order
 //

@@ -3,15 +3,15 @@ package plugin
 import (
 	"context"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
 // Metadata is what a plugin may use of the metadata quorum
-// (raftmeta.Controller implements it): the images, and the decisions
-// plugins ask the controller for, each group a small interface of its
-// own, so that a plugin's code (and a test's fake) can name only the
-// group it uses.
+// (raftmeta.Controller implements it, as package server asserts: this
+// package does not import the raft quorum): the images, and the
+// decisions plugins ask the controller for, each group a small
+// interface of its own, so that a plugin's code (and a test's fake) can
+// name only the group it uses.
 type Metadata interface {
 	Images
 	TopicDecisions
@@ -34,9 +34,9 @@ type Images interface {
 
 // TopicDecisions create and change topics.
 type TopicDecisions interface {
-	CreateTopics(ctx context.Context, specs []raftmeta.TopicSpec, validateOnly bool) []error
+	CreateTopics(ctx context.Context, specs []metadata.TopicSpec, validateOnly bool) []error
 	CreatePartitions(ctx context.Context, name string, total int32, validateOnly bool) error
-	AlterConfigs(ctx context.Context, changes []raftmeta.ConfigChange) error
+	AlterConfigs(ctx context.Context, changes []metadata.ConfigChange) error
 	// BumpLeaderEpochs raises the leader epoch of each partition of
 	// minEpochs to at least its minEpoch+1 (KIP-1279), in one batch, and
 	// returns each one's epoch after.
@@ -48,7 +48,7 @@ type MirrorDecisions interface {
 	CreateMirror(ctx context.Context, name string, configs map[string]string) error
 	AlterMirrorConfigs(ctx context.Context, name string, configs map[string]string) error
 	DeleteMirror(ctx context.Context, name string) error
-	AddMirrorTopics(ctx context.Context, mirror string, specs []raftmeta.TopicSpec) error
+	AddMirrorTopics(ctx context.Context, mirror string, specs []metadata.TopicSpec) error
 	StopMirrorTopic(ctx context.Context, mirror, topic string) error
 	SetMirrorSync(ctx context.Context, mirror, sourceClusterID string, managed []metadata.ACL) error
 }
@@ -57,7 +57,7 @@ type MirrorDecisions interface {
 type SecurityDecisions interface {
 	CreateACLs(ctx context.Context, acls []metadata.ACL) error
 	DeleteACLs(ctx context.Context, filters []metadata.ACLFilter) ([][]metadata.ACL, error)
-	AlterScram(ctx context.Context, changes []raftmeta.ScramChange) error
+	AlterScram(ctx context.Context, changes []metadata.ScramChange) error
 	AlterClientQuotas(ctx context.Context, changes []metadata.ClientQuotaRecord) error
 }
 
@@ -65,5 +65,3 @@ type SecurityDecisions interface {
 type ProducerIDDecisions interface {
 	AllocateProducerIDs(ctx context.Context, count int64) (int64, error)
 }
-
-var _ Metadata = (*raftmeta.Controller)(nil)

@@ -31,7 +31,6 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/metasync"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
-	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
 
@@ -176,7 +175,7 @@ func CheckDest(img *metadata.Image, m *metadata.Mirror, src, dest string, t kmsg
 		return nil // as always: the controller refuses an ID held under another name
 	}
 	if sm, ok := mirrorTopics[src]; ok {
-		return MirrorOfMirror(m, raftmeta.TopicSpec{Name: dest, Source: src}, sm)
+		return MirrorOfMirror(m, metadata.TopicSpec{Name: dest, Source: src}, sm)
 	}
 	if other := img.TopicsByID[t.TopicID]; other != nil && other.Name != dest {
 		return IDTaken(m.Name, src, dest, uuid.UUID(t.TopicID), other.Name)
@@ -196,7 +195,7 @@ func IDTaken(mirror, src, dest string, id uuid.UUID, holder string) error {
 // MirrorOfMirror refuses a prefixed copy of a topic that is itself a
 // mirror topic on the source: in two clusters mirroring each other it
 // would come back with both prefixes (a.b.orders), and so on forever.
-func MirrorOfMirror(m *metadata.Mirror, spec raftmeta.TopicSpec, sourceMirror string) error {
+func MirrorOfMirror(m *metadata.Mirror, spec metadata.TopicSpec, sourceMirror string) error {
 	return fmt.Errorf("topic %s on the source of mirror %s is a mirror topic there (mirror %s): a mirror with %s never copies mirror topics, which would come back as %s: %w",
 		spec.Source, m.Name, sourceMirror, mirrorcfg.TopicPrefix, spec.Name, mirrorproto.ErrTopicAlreadyMirrored)
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/prom"
-	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -113,8 +112,8 @@ type fakeMeta struct {
 	img             *metadata.Image
 
 	mu      sync.Mutex
-	created []raftmeta.TopicSpec
-	altered []raftmeta.ConfigChange
+	created []metadata.TopicSpec
+	altered []metadata.ConfigChange
 	grown   map[string]int32
 	bumped  map[string]int32 // "topic-partition": minimum epoch
 	synced  []string         // SetMirrorSync's source cluster IDs
@@ -122,7 +121,7 @@ type fakeMeta struct {
 
 func (m *fakeMeta) Image() *metadata.Image { return m.img }
 
-func (m *fakeMeta) AddMirrorTopics(_ context.Context, mirror string, specs []raftmeta.TopicSpec) error {
+func (m *fakeMeta) AddMirrorTopics(_ context.Context, mirror string, specs []metadata.TopicSpec) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if mirror != "m1" {
@@ -132,7 +131,7 @@ func (m *fakeMeta) AddMirrorTopics(_ context.Context, mirror string, specs []raf
 	return nil
 }
 
-func (m *fakeMeta) AlterConfigs(_ context.Context, changes []raftmeta.ConfigChange) error {
+func (m *fakeMeta) AlterConfigs(_ context.Context, changes []metadata.ConfigChange) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.altered = append(m.altered, changes...)
@@ -280,7 +279,7 @@ func TestSyncAgainstSource(t *testing.T) {
 	// Discovery: orders.eu and orders.us, in name order, as the source has
 	// them. Not payments (not included), orders.tmp (excluded),
 	// orders.eu.diverged (a divergence copy) nor orders.active (a member).
-	want := []raftmeta.TopicSpec{
+	want := []metadata.TopicSpec{
 		{Name: "orders.eu", ID: metadata.UUID(src["orders.eu"].ID), Partitions: 3, ReplicationFactor: 2, Configs: map[string]string{"retention.ms": "7200000"}},
 		{Name: "orders.us", ID: metadata.UUID(src["orders.us"].ID), Partitions: 1, ReplicationFactor: 2, Configs: map[string]string{"cleanup.policy": "compact"}},
 	}

@@ -37,7 +37,6 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/prom"
-	"github.com/tandem-kafka/tandem/raftmeta"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
@@ -623,11 +622,11 @@ func (s *mirrorSync) createDiscovered(ctx context.Context, m *metadata.Mirror, a
 			continue // a mirror topic on the source (its mirror.name says): never copied with a prefix
 		}
 		st := src[name]
-		spec := raftmeta.TopicSpec{Name: prefix + name, ID: st.id, Partitions: int32(len(st.epochs)), ReplicationFactor: s.p.TopicRF(m), Configs: maps.Clone(configs[name])}
+		spec := metadata.TopicSpec{Name: prefix + name, ID: st.id, Partitions: int32(len(st.epochs)), ReplicationFactor: s.p.TopicRF(m), Configs: maps.Clone(configs[name])}
 		if prefix != "" {
 			spec.Source = name
 		}
-		if err := meta.AddMirrorTopics(ctx, s.name, []raftmeta.TopicSpec{spec}); err != nil {
+		if err := meta.AddMirrorTopics(ctx, s.name, []metadata.TopicSpec{spec}); err != nil {
 			s.refreshErrs.Inc()
 			errs = append(errs, fmt.Errorf("create mirror topic %s: %w", spec.Name, err))
 			continue
@@ -795,16 +794,16 @@ func (s *mirrorSync) sourceConfigs(ctx context.Context, cl *kgo.Client, topics [
 // configChanges aligns a destination topic's configs with the source's:
 // every key that is not excluded takes the source's value, or is removed
 // when the source does not set it. Excluded keys are left alone.
-func configChanges(topic string, dest, src map[string]string, exclude map[string]bool) []raftmeta.ConfigChange {
-	var out []raftmeta.ConfigChange
+func configChanges(topic string, dest, src map[string]string, exclude map[string]bool) []metadata.ConfigChange {
+	var out []metadata.ConfigChange
 	for _, k := range slices.Sorted(maps.Keys(src)) {
 		if v, ok := dest[k]; !ok || v != src[k] {
-			out = append(out, raftmeta.ConfigChange{Resource: metadata.ConfigResourceTopic, Name: topic, Key: k, Value: kmsg.StringPtr(src[k])})
+			out = append(out, metadata.ConfigChange{Resource: metadata.ConfigResourceTopic, Name: topic, Key: k, Value: kmsg.StringPtr(src[k])})
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(dest)) {
 		if _, ok := src[k]; !ok && !exclude[k] {
-			out = append(out, raftmeta.ConfigChange{Resource: metadata.ConfigResourceTopic, Name: topic, Key: k})
+			out = append(out, metadata.ConfigChange{Resource: metadata.ConfigResourceTopic, Name: topic, Key: k})
 		}
 	}
 	return out
