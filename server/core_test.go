@@ -452,7 +452,7 @@ func TestHooks(t *testing.T) {
 	}
 	defer b.Close()
 	h.mu.Lock()
-	if ph, ok := h.started.(pluginHost); !ok || ph.Broker != b || ph.name != "server" {
+	if ph, ok := h.started.(pluginHost); !ok || ph.b != b || ph.name != "server" {
 		t.Errorf("Lifecycle.Start got host %v", h.started)
 	}
 	h.mu.Unlock()

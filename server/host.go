@@ -25,8 +25,10 @@ import (
 // The plugin API (every hook, Host, the request context, the error
 // codes, the contracts between plugins) is package plugin. The broker
 // finds a plugin's hooks in Config.Plugins by type assertion (see New)
-// and is the plugins' Host (pluginHost: the broker, knowing which plugin
-// it serves).
+// and gives each plugin a pluginHost, which holds the broker without
+// embedding it: a plugin reaches exactly the interfaces asserted below,
+// never the rest of *Broker (Close, Engine, the raft controller) by a
+// type assertion on its Host.
 
 var (
 	_ plugin.Host               = pluginHost{}
@@ -42,17 +44,74 @@ var (
 type RequestContext = plugin.RequestContext
 
 // pluginHost is the Host a plugin is started with: the broker, knowing
-// which plugin it serves, so that Contain can blame the right one.
+// which plugin it serves, so that Contain can blame the right one. Each
+// of its methods forwards to the broker.
 type pluginHost struct {
-	*Broker
+	b    *Broker
 	name string
 }
 
-// Contain runs f, work of the plugin outside any request, so that a
-// panic in it fails the plugin rather than ending the broker.
-func (h pluginHost) Contain(f func()) { h.plugins.contain(h.name, "background work", f) }
-
 // NodeID implements plugin.Host.
+func (h pluginHost) NodeID() int32 { return h.b.NodeID() }
+
+// Partition implements plugin.Host.
+func (h pluginHost) Partition(id engine.TopicID, p int32) *engine.Partition {
+	return h.b.engine.Partition(id, p)
+}
+
+// Metadata implements plugin.Host.
+func (h pluginHost) Metadata() plugin.Metadata { return h.b.meta }
+
+// MetricsSet implements plugin.Host: the broker's metrics set, served at
+// /metrics.
+func (h pluginHost) MetricsSet() *prom.Set { return h.b.metrics }
+
+// EnsureTopic implements plugin.Host (internalTopics.ensure).
+func (h pluginHost) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*metadata.Topic, error) {
+	return h.b.topics.ensure(ctx, t)
+}
+
+// Send implements plugin.Host: it sends req to broker node over the
+// inter-broker listener, authenticated as this broker, and returns its
+// response (peerClients.send).
+func (h pluginHost) Send(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
+	return h.b.peers.send(ctx, h.b.meta.Image(), node, req)
+}
+
+// CheckWritable implements plugin.Host (and coord.Replicas): the checks
+// of an acks=all produce before its append (producer.checkWritable).
+func (h pluginHost) CheckWritable(id engine.TopicID, p int32) (int32, error) {
+	return h.b.produce.checkWritable(id, p)
+}
+
+// AwaitReplicated implements plugin.Host (and coord.Replicas): the wait
+// of an acks=all produce after its append (producer.awaitReplicated).
+func (h pluginHost) AwaitReplicated(ctx context.Context, id engine.TopicID, p int32, leaderEpoch int32, last int64, timeout time.Duration) error {
+	return h.b.produce.awaitReplicated(ctx, id, p, leaderEpoch, last, timeout)
+}
+
+// CheckSession implements plugin.Host (and coord.Replicas).
+func (h pluginHost) CheckSession() error {
+	return checkSession(h.b.member.session, h.b.cfg.NodeID, h.b.props.Cluster.SessionTimeout)
+}
+
+// Contain implements plugin.Host: it runs f, work of the plugin outside
+// any request, so that a panic in it fails the plugin rather than ending
+// the broker.
+func (h pluginHost) Contain(f func()) { h.b.plugins.contain(h.name, "background work", f) }
+
+// Plugins implements plugin.Host.
+func (h pluginHost) Plugins() []any { return h.b.Plugins() }
+
+// AwaitISRTruncated implements plugin.ReplicaConvergence: it waits until
+// every follower in the ISR of a partition this broker leads has fetched,
+// since the call, with a log that matches the leader's
+// (replication.Manager.AwaitISRTruncated).
+func (h pluginHost) AwaitISRTruncated(ctx context.Context, id metadata.UUID, partition int32) error {
+	return h.b.repl.AwaitISRTruncated(ctx, id, partition)
+}
+
+// NodeID is this broker's node ID.
 func (b *Broker) NodeID() int32 { return b.cfg.NodeID }
 
 // Engine is the broker's storage.
@@ -61,57 +120,8 @@ func (b *Broker) Engine() *engine.Engine { return b.engine }
 // Metadata is the broker's metadata quorum.
 func (b *Broker) Metadata() *raftmeta.Controller { return b.meta }
 
-// Partition implements plugin.Host.
-func (h pluginHost) Partition(id engine.TopicID, p int32) *engine.Partition {
-	return h.engine.Partition(id, p)
-}
-
-// Metadata implements plugin.Host.
-func (h pluginHost) Metadata() plugin.Metadata { return h.meta }
-
-// Plugins implements plugin.Host.
+// Plugins are the broker's plugins, Config.Plugins.
 func (b *Broker) Plugins() []any { return b.cfg.Plugins }
-
-// MetricsSet implements plugin.Host: the broker's metrics set, served at
-// /metrics.
-func (h pluginHost) MetricsSet() *prom.Set { return h.metrics }
-
-// Send implements plugin.Host: it sends req to broker node over the
-// inter-broker listener, authenticated as this broker, and returns its
-// response (peerClients.send).
-func (h pluginHost) Send(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
-	return h.peers.send(ctx, h.meta.Image(), node, req)
-}
-
-// EnsureTopic implements plugin.Host (internalTopics.ensure).
-func (h pluginHost) EnsureTopic(ctx context.Context, t plugin.InternalTopic) (*metadata.Topic, error) {
-	return h.topics.ensure(ctx, t)
-}
-
-// CheckWritable implements plugin.Host (and coord.Replicas): the checks
-// of an acks=all produce before its append (producer.checkWritable).
-func (h pluginHost) CheckWritable(id engine.TopicID, p int32) (int32, error) {
-	return h.produce.checkWritable(id, p)
-}
-
-// CheckSession implements plugin.Host (and coord.Replicas).
-func (h pluginHost) CheckSession() error {
-	return checkSession(h.member.session, h.cfg.NodeID, h.props.Cluster.SessionTimeout)
-}
-
-// AwaitReplicated implements plugin.Host (and coord.Replicas): the wait
-// of an acks=all produce after its append (producer.awaitReplicated).
-func (h pluginHost) AwaitReplicated(ctx context.Context, id engine.TopicID, p int32, leaderEpoch int32, last int64, timeout time.Duration) error {
-	return h.produce.awaitReplicated(ctx, id, p, leaderEpoch, last, timeout)
-}
-
-// AwaitISRTruncated implements plugin.ReplicaConvergence: it waits until
-// every follower in the ISR of a partition this broker leads has fetched,
-// since the call, with a log that matches the leader's
-// (replication.Manager.AwaitISRTruncated).
-func (h pluginHost) AwaitISRTruncated(ctx context.Context, id metadata.UUID, partition int32) error {
-	return h.repl.AwaitISRTruncated(ctx, id, partition)
-}
 
 // internalTopics creates the internal topics plugins ask for
 // (Host.EnsureTopic) and FindCoordinator locates coordinators in.

@@ -283,7 +283,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	// Plugins start before anything calls them: before leadership is
 	// reported and before a request can reach them.
 	for _, l := range b.lifecycles {
-		if err := l.Start(ctx, pluginHost{b, b.plugins.name(l)}); err != nil {
+		if err := l.Start(ctx, pluginHost{b: b, name: b.plugins.name(l)}); err != nil {
 			return fmt.Errorf("server: start plugin %T: %w", l, err)
 		}
 		b.started = append(b.started, l)

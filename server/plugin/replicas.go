@@ -7,7 +7,7 @@ import (
 )
 
 // ReplicaConvergence is implemented by a Host that replicates partitions
-// across brokers (server.Broker); a plugin finds it with a type
+// across brokers (the server's Host); a plugin finds it with a type
 // assertion on its Host, and without it has nothing to wait for.
 type ReplicaConvergence interface {
 	// AwaitISRTruncated waits until every in-sync follower of a
