@@ -1,6 +1,10 @@
 package mirror
 
-import "github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+import (
+	"fmt"
+
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+)
 
 // OnStatesRead sets the control loop's hook between its read of
 // persisted states and their taking in: f is called for each partition
@@ -27,4 +31,21 @@ func OnPrepare(f func(topic string, partition int32)) (restore func()) {
 		}
 	}
 	return func() { beforePrepare = nil }
+}
+
+// FailStatesRead sets the control loop's hook in its read of persisted
+// states, after the local __mirror_state shards and before other
+// brokers': f is called with the partitions wanted ("topic-partition"),
+// and an error it returns fails the read there, as a coordinator that
+// does not answer does. restore unsets it; call it after the brokers
+// closed.
+func FailStatesRead(f func(wanted []string) error) (restore func()) {
+	statesFail = func(r *mirrorRun) error {
+		var wanted []string
+		for k := range r.ctl.want {
+			wanted = append(wanted, fmt.Sprintf("%s-%d", k.Topic, k.Partition))
+		}
+		return f(wanted)
+	}
+	return func() { statesFail = nil }
 }

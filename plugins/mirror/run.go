@@ -383,6 +383,13 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 	readFrom := r.written.Load() // a write counted after this may be newer than the read
 	states, err := r.changedStates(full)
 	if err != nil {
+		// The shards read before the error count as read (their marks
+		// moved) though nothing read was taken in: read them all again
+		// next step. Else a partition of a shard that does not change
+		// again (one partition alone in it, new here after a leadership
+		// move) never enters parts and never gets a fetcher
+		// (TestPartitionMirror's orders/2, MIRRORING with lag -1).
+		r.ctl.seen = nil
 		return err
 	}
 	if err = r.startParts(img, m, states); err != nil {
@@ -403,6 +410,11 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 	}
 	return err
 }
+
+// statesFail, set by tests only, is called by changedStates after it
+// read the local shards and before it asks other brokers: an error fails
+// the read there, as a coordinator that does not answer does.
+var statesFail func(r *mirrorRun) error
 
 // statesRead, set by tests only, is called by the control loop between
 // its read of persisted states and their taking in.
@@ -565,6 +577,11 @@ func (r *mirrorRun) changedStates(full bool) (map[topicPartition]mirrorstate.Par
 			k := keys[0]
 			leader, _ := r.p.store.Leader(statestore.Key(r.name, c.want[k], k.Partition))
 			byNode[leader] = append(byNode[leader], shard)
+		}
+	}
+	if statesFail != nil {
+		if err := statesFail(r); err != nil {
+			return nil, err
 		}
 	}
 	remote := map[topicPartition]uuid.UUID{} // not answered: one by one

@@ -2,7 +2,9 @@ package mirror_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -143,4 +145,63 @@ func TestStaleStateReadKeepsMirroring(t *testing.T) {
 	if topics.Has(topic + mirrorstate.DivergedSuffix) {
 		t.Errorf("the destination has %s: the mirrored partition was truncated", topic+mirrorstate.DivergedSuffix)
 	}
+}
+
+// TestFailedStatesReadIsReadAgain: the control loop's read of persisted
+// states fails part way, after it read the local __mirror_state shards
+// (another broker's coordinator did not answer, as right after
+// TestPartitionMirror's faults). What it had read was dropped, but the
+// shards' marks said read: the next steps read only shards that changed
+// since, and a partition alone in its shard was never taken in. It never
+// got a fetcher and stayed empty, with its lag unknown (orders/2 of
+// TestPartitionMirror: "MIRRORING at 0 (source end 3707, lag -1)").
+func TestFailedStatesReadIsReadAgain(t *testing.T) {
+	const topic, n = "orders", 50
+	var failed atomic.Bool
+	restore := mirror.FailStatesRead(func(wanted []string) error {
+		if slices.Contains(wanted, topic+"-0") && failed.CompareAndSwap(false, true) {
+			return errors.New("another broker's __mirror_state coordinator did not answer (test)")
+		}
+		return nil
+	})
+	t.Cleanup(restore) // after the brokers closed
+
+	src := tandemtest.StartInProcess(t, nil)
+	dst := tandemtest.StartInProcess(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tandemtest.CreateTopic(t, src.Addr(), topic, 1)
+	pc := tandemtest.Client(t, src.Addr(), kgo.DefaultProduceTopic(topic))
+	for i := range n {
+		if err := pc.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: fmt.Appendf(nil, "v%03d", i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	da := admin.New(tandemtest.Client(t, dst.Addr(), admin.Opt()))
+	if err := da.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.Addr()}); err != nil {
+		t.Fatalf("create mirror: %v", err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{topic: "m"}); err != nil {
+		t.Fatalf("add topic: %v", err)
+	}
+	// The mirror copies the partition within seconds once its state is
+	// taken in; 20 s is ample, and no later change of the image (which
+	// reads every state again) is due meanwhile.
+	var last string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		ms, err := da.DescribeMirrors(ctx, "m")
+		if err != nil || len(ms) != 1 || len(ms[0].Topics) != 1 || len(ms[0].Topics[0].Partitions) != 1 {
+			last = fmt.Sprintf("describe: %v (%d mirrors)", err, len(ms))
+			continue
+		}
+		p := ms[0].Topics[0].Partitions[0]
+		if p.State == mirrorstate.Mirroring.String() && p.DestinationOffset >= n && p.Lag == 0 {
+			if !failed.Load() {
+				t.Fatal("the states read never failed: the test tested nothing")
+			}
+			return
+		}
+		last = fmt.Sprintf("%s at %d (source %d, lag %d)", p.State, p.DestinationOffset, p.SourceOffset, p.Lag)
+	}
+	t.Fatalf("after a failed read of its state, %s-0 is %s, not MIRRORING at %d; the read failed: %v", topic, last, n, failed.Load())
 }
