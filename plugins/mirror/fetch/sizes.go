@@ -156,19 +156,22 @@ func (s *sizes) adapt(total int, partitionBound bool, rtt time.Duration) {
 	if rtt < growRTT {
 		partitionBound, total = false, min(total, int(s.answer)/4) // nothing to cover: do not grow
 	}
-	if partitionBound && s.partition < s.answer {
-		s.partition = min(s.answer, 2*s.partition)
+	busy := total >= int(s.answer)/8
+	if partitionBound {
+		s.partition = min(maxAnswerLimit, 2*s.partition)
 	}
-	if total >= int(s.answer)/2 && s.answer < maxAnswerLimit {
-		next := min(maxAnswerLimit, 2*s.answer)
+	// The answer limit grows with an answer at least half full, and with
+	// the partition limit in the same round: a fetcher of one busy
+	// partition would otherwise double its limits every other round.
+	if (total >= int(s.answer)/2 || s.partition > s.answer) && s.answer < maxAnswerLimit {
+		next := min(maxAnswerLimit, max(2*s.answer, s.partition))
 		if need := int64(next) - s.held; need <= 0 || s.budget.tryTake(need) {
 			s.held = max(s.held, int64(next))
 			s.answer = next
 		}
-		s.small = 0
-		return
 	}
-	if total >= int(s.answer)/8 {
+	s.partition = min(s.partition, s.answer)
+	if busy {
 		s.small = 0
 		return
 	}

@@ -87,3 +87,25 @@ func TestSizesStayOverAShortLink(t *testing.T) {
 		t.Fatalf("over 1 ms: answer %d partition %d, want the defaults", s.answer, s.partition)
 	}
 }
+
+// TestOnePartitionGrowsEachRound: a fetcher of one busy partition over a
+// long link (each answer that partition's limit, bound by it) doubles
+// the partition limit every round, the answer limit growing with it in
+// the same round, not a round later: over 200 ms a round is at least
+// 200 ms, and each round spent at a small limit is a round behind.
+func TestOnePartitionGrowsEachRound(t *testing.T) {
+	s := newSizes(NewBudget(1<<30), 0, 0, false)
+	s.reserve()
+	want := int32(DefaultPartitionMaxBytes)
+	for want < maxAnswerLimit {
+		s.adapt(int(s.partition), true, 200*time.Millisecond)
+		want *= 2
+		if s.partition != want || s.answer < s.partition {
+			t.Fatalf("after an answer of %d bytes: partition %d answer %d, want partition %d", want/2, s.partition, s.answer, want)
+		}
+	}
+	s.adapt(int(s.partition), true, 200*time.Millisecond)
+	if s.partition != maxAnswerLimit || s.answer != maxAnswerLimit {
+		t.Fatalf("at the most: partition %d answer %d, want %d each", s.partition, s.answer, maxAnswerLimit)
+	}
+}
