@@ -188,8 +188,9 @@ type fetchTarget struct {
 	trouble    string    // why the fetcher cannot fetch now ("" when it can)
 	troubleAt  time.Time
 	cutOff     bool // trouble is the source's (ledPartition.cutOff)
-	// The fetcher goroutine's own, from Partitions: the fetcher's
-	// partitions (paused ones too), and those it fetches.
+	// From Partitions: the fetcher's partitions (paused ones too), set
+	// under r.mu for Refresh, which runs beside the fetcher; and those it
+	// fetches, the fetcher goroutine's own.
 	parts     []*ledPartition
 	mirroring map[topicPartition]*ledPartition // by source name (fetch.Partition.Topic)
 }
@@ -213,7 +214,8 @@ func (t *fetchTarget) Generation() uint64 { return t.r.gen.Load() }
 func (t *fetchTarget) Partitions() ([]fetch.Partition, error) {
 	r := t.r
 	now := time.Now()
-	t.parts, t.mirroring = t.parts[:0], map[topicPartition]*ledPartition{}
+	parts := make([]*ledPartition, 0, len(t.parts))
+	t.mirroring = map[topicPartition]*ledPartition{}
 	type want struct {
 		pt         *ledPartition
 		epoch      int32
@@ -224,7 +226,7 @@ func (t *fetchTarget) Partitions() ([]fetch.Partition, error) {
 	for _, pt := range r.parts {
 		mine := t.mine(pt)
 		if mine {
-			t.parts = append(t.parts, pt)
+			parts = append(parts, pt)
 		}
 		if !mine || pt.state != mirrorstate.Mirroring {
 			if pt.fetcher == t {
@@ -238,6 +240,7 @@ func (t *fetchTarget) Partitions() ([]fetch.Partition, error) {
 		t.mirroring[topicPartition{Topic: pt.src, Partition: pt.Partition}] = pt
 		wants = append(wants, want{pt, pt.leaderEpoch, pt.logStartTo})
 	}
+	t.parts = parts // a new slice: a Refresh under way keeps the one it took
 	r.mu.Unlock()
 	if len(wants) == 0 {
 		return nil, nil
@@ -309,4 +312,11 @@ func (t *fetchTarget) Apply(p fetch.Partition, rp *kmsg.FetchResponseTopicPartit
 }
 
 // Refresh implements fetch.Refresher with refreshEnds.
-func (t *fetchTarget) Refresh() { t.r.refreshEnds(t.key.Broker, t.parts) }
+// It runs beside the fetcher's rounds, so it takes the partitions under
+// r.mu.
+func (t *fetchTarget) Refresh() {
+	t.r.mu.Lock()
+	parts := t.parts
+	t.r.mu.Unlock()
+	t.r.refreshEnds(t.key.Broker, parts)
+}

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -117,7 +118,8 @@ type Target interface {
 // Refresher is a Target that also keeps something fresh between fetches
 // (the mirror: the source end offsets of its paused partitions, and the
 // lag in record time): the fetcher calls Refresh after a round, at most
-// once a second.
+// once a second, on a goroutine of its own so that the rounds go on
+// meanwhile; never two calls at once, and Run returns after the last.
 type Refresher interface {
 	Refresh()
 }
@@ -184,6 +186,11 @@ type Fetcher struct {
 	// failed: the fetcher asks for the positions again.
 	rounds chan []func() error
 	failed atomic.Bool
+	// refreshing holds the Refresh under way, if any: it runs beside the
+	// rounds (the mirror's is a round trip to the source, which in series
+	// would cost each round over a long link one), one at a time.
+	refreshing  sync.WaitGroup
+	refreshBusy atomic.Bool
 }
 
 type noCount struct{}
@@ -238,6 +245,7 @@ func (f *Fetcher) Run() {
 	waited := make(chan struct{})
 	go func() { defer close(waited); f.waiter() }()
 	defer func() { close(f.rounds); <-waited }() // every wait is called, even when stopped
+	defer f.refreshing.Wait()
 	for f.ctx.Err() == nil {
 		fetched, err := f.round()
 		f.refresh()
@@ -260,13 +268,18 @@ func (f *Fetcher) Run() {
 	}
 }
 
+// refresh starts the target's Refresh on a goroutine of its own, at most
+// once a second and unless one is still under way.
 func (f *Fetcher) refresh() {
 	r, ok := f.t.(Refresher)
-	if !ok || time.Since(f.refreshedAt) < time.Second {
+	if !ok || time.Since(f.refreshedAt) < time.Second || !f.refreshBusy.CompareAndSwap(false, true) {
 		return
 	}
 	f.refreshedAt = time.Now()
-	r.Refresh()
+	f.refreshing.Go(func() {
+		defer f.refreshBusy.Store(false)
+		r.Refresh()
+	})
 }
 
 // load brings the session's partitions up to the target's generation.

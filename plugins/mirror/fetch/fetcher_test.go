@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -849,4 +850,62 @@ func firstOffset(b []byte) int64 {
 	first := int64(-1)
 	engine.LeadingBatches(b, func(h engine.BatchHeader) bool { first = h.BaseOffset; return false })
 	return first
+}
+
+// slowRefresh is a target whose Refresh (the mirror's: a ListOffsets to
+// the source, a round trip of the long link) lasts until release.
+type slowRefresh struct {
+	*target
+	called  chan struct{} // closed at the first call
+	once    sync.Once
+	release chan struct{}
+	running atomic.Int32
+	overlap atomic.Bool // two calls ran at once
+}
+
+func (s *slowRefresh) Refresh() {
+	if s.running.Add(1) > 1 {
+		s.overlap.Store(true)
+	}
+	defer s.running.Add(-1)
+	s.once.Do(func() { close(s.called) })
+	<-s.release
+}
+
+// TestSlowRefreshHoldsNoRound: the fetcher's rounds go on while a
+// Refresh is under way (over a long link it is a round trip: in series
+// with the rounds it would take a round trip from each), and no two
+// Refresh calls of one fetcher run at once.
+func TestSlowRefreshHoldsNoRound(t *testing.T) {
+	s := newSource(t, 1, 1)
+	s.produce(t, 0, 5)
+	id, meta := s.metadata(t)
+	_, end := s.read(t, id, 0)
+	dst := newDestination(t, id, 1)
+	tg := &slowRefresh{target: &target{dst: dst, id: id, parts: meta, ends: map[int32]int64{0: end}, done: make(chan struct{})},
+		called: make(chan struct{}), release: make(chan struct{})}
+	released := false
+	defer func() {
+		if !released {
+			close(tg.release)
+		}
+	}()
+	first := tg.done
+	stop := run(t, s, Key{Broker: 0}, Config{}, tg)
+	wait(t, first, "the first records")
+	wait(t, tg.called, "a Refresh")
+
+	s.produce(t, 0, 5)
+	_, end = s.read(t, id, 0)
+	tg.mu.Lock()
+	tg.ends, tg.done = map[int32]int64{0: end}, make(chan struct{})
+	second := tg.done
+	tg.mu.Unlock()
+	wait(t, second, "records produced while a Refresh was under way")
+	close(tg.release)
+	released = true
+	stop()
+	if tg.overlap.Load() {
+		t.Fatal("two Refresh calls of one fetcher ran at once")
+	}
 }
