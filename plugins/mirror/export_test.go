@@ -49,3 +49,17 @@ func FailStatesRead(f func(wanted []string) error) (restore func()) {
 	}
 	return func() { statesFail = nil }
 }
+
+// RewriteStatesRead sets the control loop's hook between its read of
+// persisted states and its start of the new ones: f may change each
+// state read, as a read that missed a write would. restore unsets it;
+// call it after the brokers closed.
+func RewriteStatesRead(f func(topic string, partition int32, st *mirrorstate.PartitionState)) (restore func()) {
+	statesRewrite = func(states map[topicPartition]mirrorstate.PartitionState) {
+		for k, st := range states {
+			f(k.Topic, k.Partition, &st)
+			states[k] = st
+		}
+	}
+	return func() { statesRewrite = nil }
+}

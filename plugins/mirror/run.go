@@ -392,9 +392,10 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 		r.ctl.seen = nil
 		return err
 	}
-	if err = r.startParts(img, m, states); err != nil {
-		r.ctl.seen = nil // read again the shards of the partitions that did not start
+	if statesRewrite != nil {
+		statesRewrite(states)
 	}
+	err = r.startParts(img, m, states) // those that did not start are read again
 	if statesRead != nil {
 		statesRead(r, states)
 	}
@@ -416,6 +417,10 @@ func (r *mirrorRun) syncParts(img *metadata.Image, m *metadata.Mirror) error {
 // the read there, as a coordinator that does not answer does.
 var statesFail func(r *mirrorRun) error
 
+// statesRewrite, set by tests only, may change the states read before
+// startParts acts on them, as a read that missed a write would.
+var statesRewrite func(states map[topicPartition]mirrorstate.PartitionState)
+
 // statesRead, set by tests only, is called by the control loop between
 // its read of persisted states and their taking in.
 var statesRead func(r *mirrorRun, states map[topicPartition]mirrorstate.PartitionState)
@@ -430,6 +435,12 @@ func (r *mirrorRun) startParts(img *metadata.Image, m *metadata.Mirror, states m
 	for k, st := range states {
 		if stopped := m.Topics[k.Topic].Stopped; !stopped && (st.State == mirrorstate.Unknown || st.State == mirrorstate.Stopped && int64(img.Index) >= st.StopIndex) {
 			ups = append(ups, statestore.Update{Partition: k, TopicID: r.ctl.want[k], Apply: func(s *mirrorstate.PartitionState) error {
+				// Only from the state read: one that moved since (a
+				// MIRRORING partition, under a read that missed it) would
+				// go back through the last mirror epoch's truncation.
+				if s.State != st.State || s.StopIndex != st.StopIndex {
+					return fmt.Errorf("%s-%d is %s, not the %s read: %w", k.Topic, k.Partition, s.State, st.State, errStateMoved)
+				}
 				s.State, s.Reason, s.StopAt, s.StopEpoch, s.StopDone, s.StopIndex, s.Cut = mirrorstate.Preparing, "", -1, -1, false, 0, mirrorstate.Cut{At: -1}
 				return nil
 			}})
@@ -442,11 +453,21 @@ func (r *mirrorRun) startParts(img *metadata.Image, m *metadata.Mirror, states m
 	maps.Copy(states, done)
 	var err error
 	for k, e := range failed {
-		delete(states, k)
-		err = e
+		delete(states, k) // not taken in: read again next step
+		if !errors.Is(e, errStateMoved) {
+			err = e
+		}
+	}
+	if len(failed) > 0 {
+		r.ctl.seen = nil
+		signal(r.wake)
 	}
 	return err
 }
+
+// errStateMoved refuses a write based on a state read that is no longer
+// the saved one.
+var errStateMoved = errors.New("the saved state moved since it was read")
 
 // syncPart takes in one partition's persisted state, read when
 // r.written was readFrom; changed says the partition is new here or its

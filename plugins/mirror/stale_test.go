@@ -205,3 +205,97 @@ func TestFailedStatesReadIsReadAgain(t *testing.T) {
 	}
 	t.Fatalf("after a failed read of its state, %s-0 is %s, not MIRRORING at %d; the read failed: %v", topic, last, n, failed.Load())
 }
+
+// TestMissedStateStartsNothing: a read of persisted states that misses a
+// MIRRORING partition's state (it reads UNKNOWN, as a read from before
+// the partition's first write would) must not start the partition again:
+// PREPARING over MIRRORING would prepare it a second time and send its
+// mirrored log back through the last mirror epoch's truncation. The
+// write of PREPARING checks the saved state is still the one read.
+func TestMissedStateStartsNothing(t *testing.T) {
+	const topic, n = "orders", 50
+	var prepares, rewrites atomic.Int32
+	var armed atomic.Bool
+	restorePrepare := mirror.OnPrepare(func(tp string, p int32) {
+		if tp == topic {
+			prepares.Add(1)
+		}
+	})
+	t.Cleanup(restorePrepare)
+	restoreRewrite := mirror.RewriteStatesRead(func(tp string, p int32, st *mirrorstate.PartitionState) {
+		if tp == topic && st.State == mirrorstate.Mirroring && armed.Load() {
+			*st = mirrorstate.NewPartitionState()
+			rewrites.Add(1)
+		}
+	})
+	t.Cleanup(restoreRewrite)
+
+	src := tandemtest.StartInProcess(t, nil)
+	dst := tandemtest.StartInProcess(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tandemtest.CreateTopic(t, src.Addr(), topic, 1)
+	pc := tandemtest.Client(t, src.Addr(), kgo.DefaultProduceTopic(topic))
+	for i := range n {
+		if err := pc.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: fmt.Appendf(nil, "v%03d", i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	da := admin.New(tandemtest.Client(t, dst.Addr(), admin.Opt()))
+	if err := da.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.Addr()}); err != nil {
+		t.Fatalf("create mirror: %v", err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{topic: "m"}); err != nil {
+		t.Fatalf("add topic: %v", err)
+	}
+	mirrored := func() (bool, string) {
+		ms, err := da.DescribeMirrors(ctx, "m")
+		if err != nil || len(ms) != 1 || len(ms[0].Topics) != 1 || len(ms[0].Topics[0].Partitions) != 1 {
+			return false, fmt.Sprintf("describe: %v (%d mirrors)", err, len(ms))
+		}
+		p := ms[0].Topics[0].Partitions[0]
+		return p.State == mirrorstate.Mirroring.String() && p.DestinationOffset >= n && p.Lag == 0,
+			fmt.Sprintf("%s at %d (source %d, lag %d)", p.State, p.DestinationOffset, p.SourceOffset, p.Lag)
+	}
+	waitMirrored := func(what string) {
+		t.Helper()
+		var last string
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			var ok bool
+			if ok, last = mirrored(); ok {
+				return
+			}
+		}
+		t.Fatalf("%s: %s-0 is %s, not MIRRORING at %d", what, topic, last, n)
+	}
+	waitMirrored("before")
+	if got := prepares.Load(); got != 1 {
+		t.Fatalf("prepared %d times before the missed read, want 1", got)
+	}
+
+	// A change of the image makes the control loop read every state
+	// again; that read misses orders-0's MIRRORING.
+	armed.Store(true)
+	tandemtest.CreateTopic(t, dst.Addr(), "other", 1)
+	for deadline := time.Now().Add(30 * time.Second); rewrites.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	armed.Store(false)
+	if rewrites.Load() == 0 {
+		t.Fatal("no read of orders-0's state after the image changed: the test tested nothing")
+	}
+	waitMirrored("after the missed read")
+	time.Sleep(2 * time.Second) // a second prepare would come within the source loop's next steps
+	waitMirrored("2 s after the missed read")
+	if got := prepares.Load(); got != 1 {
+		t.Fatalf("prepared %d times, want 1: the missed read started the MIRRORING partition again", got)
+	}
+	dc := tandemtest.Client(t, dst.Addr())
+	topics, err := kadm.NewClient(dc).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topics.Has(topic + ".diverged") {
+		t.Fatalf("%s.diverged exists: the mirrored log was truncated", topic)
+	}
+}
