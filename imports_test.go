@@ -10,7 +10,9 @@ import (
 // TestPluginImports checks the plugin seam (docs/architecture.md, "The
 // packages": the layering is strict) with go list: no package under
 // plugins/ imports the server package (they import the plugin API,
-// server/plugin) nor another plugin, and the plugin API imports no
+// server/plugin), raftmeta (they take the controller's types from
+// raftmeta/metadata and reach it through Host.Metadata) nor another
+// plugin, and the plugin API imports no
 // package of this module but engine, engine/coord, raftmeta/metadata
 // and prom (the metrics set of Host), so no raft.
 func TestPluginImports(t *testing.T) {
@@ -27,6 +29,8 @@ func TestPluginImports(t *testing.T) {
 		for _, imp := range imports {
 			dep, ours := strings.CutPrefix(imp, mod)
 			switch {
+			case strings.HasPrefix(imp, "github.com/hashicorp/"):
+				t.Errorf("%s imports %s; the seam and the plugins import no raft", pkg, imp)
 			case !ours:
 			case pkg == "server/plugin":
 				if !slices.Contains([]string{"engine", "engine/coord", "raftmeta/metadata", "prom"}, dep) {
@@ -34,6 +38,8 @@ func TestPluginImports(t *testing.T) {
 				}
 			case dep == "server":
 				t.Errorf("%s imports server; plugins import server/plugin", pkg)
+			case dep == "raftmeta":
+				t.Errorf("%s imports raftmeta; plugins import raftmeta/metadata and reach the controller through Host.Metadata", pkg)
 			case strings.HasPrefix(dep, "plugins/") && pluginOf(dep) != pluginOf(pkg):
 				t.Errorf("%s imports %s; plugins find each other through server/plugin", pkg, dep)
 			}

@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/admin"
 )
 
@@ -54,7 +54,7 @@ func TestInitProducerID(t *testing.T) {
 	}
 	b = startBrokerWith(t, Config{DataDir: dir})
 	r = initProducerID(t, b, 4, nil, -1, -1)
-	if r.ErrorCode != 0 || r.ProducerID < first.ProducerID+raftmeta.ProducerIDBlock {
+	if r.ErrorCode != 0 || r.ProducerID < first.ProducerID+metadata.ProducerIDBlock {
 		t.Fatalf("after restart: id %d, first block started at %d", r.ProducerID, first.ProducerID)
 	}
 }

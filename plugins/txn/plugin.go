@@ -23,7 +23,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
-	"github.com/tandem-kafka/tandem/raftmeta"
+	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
@@ -73,7 +73,7 @@ type Plugin struct {
 	log *slog.Logger
 	now func() time.Time
 
-	pids   raftmeta.ProducerIDs
+	pids   metadata.ProducerIDs
 	mu     sync.Mutex      // guards stop against wg.Add
 	ctx    context.Context // canceled by Stop: background completions end
 	cancel context.CancelFunc

@@ -51,7 +51,7 @@ type Admin struct {
 	// (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER).
 	LedPartition func(t *metadata.Topic, p int32) (*engine.Partition, metadata.Partition, *kerr.Error)
 
-	pids raftmeta.ProducerIDs // for idempotent producers
+	pids metadata.ProducerIDs // for idempotent producers
 }
 
 // adminErrCode returns the Kafka error code of err and a message for

@@ -10,10 +10,10 @@
 // capabilities the same way, among Host.Plugins (Find, All), so that a
 // plugin imports this package, engine, engine/coord, raftmeta/metadata
 // and small helpers (prom, internal packages), and never server nor
-// another plugin. This package imports no raft (neither raftmeta nor
-// hashicorp/raft): the controller's decisions take raftmeta/metadata's
-// types, and a plugin reaches the metadata quorum through Host.Metadata.
-// (The txn plugin still imports raftmeta, for its ProducerIDs.)
+// another plugin. Neither this package nor any plugin imports raft
+// (neither raftmeta nor hashicorp/raft): the controller's decisions take
+// raftmeta/metadata's types, and a plugin reaches the metadata quorum
+// through Host.Metadata.
 //
 // # Order
 //

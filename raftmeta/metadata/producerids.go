@@ -1,4 +1,4 @@
-package raftmeta
+package metadata
 
 import (
 	"context"
