@@ -193,8 +193,12 @@ func startupRequests(plugins []any) []startupRequest {
 	}
 	var out []startupRequest
 	for _, h := range plugin.All[plugin.APIHandler](plugins) {
-		for _, k := range h.APIVersions() {
-			r := h.NewRequest(k.ApiKey)
+		for _, a := range h.APIs() {
+			k := a.Versions
+			r := kmsg.RequestForKey(k.ApiKey)
+			if a.NewRequest != nil {
+				r = a.NewRequest(k.ApiKey)
+			}
 			r.SetVersion(k.MaxVersion)
 			if f := fill[k.ApiKey]; f != nil {
 				f(r)

@@ -15,24 +15,13 @@ import (
 
 // handler answers one request of the key it is registered for, decoded
 // into the type the key's NewRequest gave. A nil response means none is
-// sent; an error closes the connection. The broker's handlers and a
-// plugin's HandleRequest are both handlers.
+// sent; an error closes the connection. It is a plugin.API's Handle: the
+// broker's keys and its plugins' are both plugin.APIs, made by
+// plugin.Handle (or plugin.Answer).
 type handler func(ctx context.Context, rc *RequestContext, req kmsg.Request) (kmsg.Response, error)
 
 // apiTable is what the broker serves: its own keys and its plugins'.
 type apiTable = wire.APIs[handler]
-
-// api registers h for key at versions min to max; h receives the
-// request as the type kmsg (or the connection, for CreateTopics v8)
-// decoded it into.
-func api[R kmsg.Request](key kmsg.Key, min, max int16, h func(context.Context, *RequestContext, R) (kmsg.Response, error)) wire.API[handler] {
-	return wire.API[handler]{
-		Versions: versions(key, min, max),
-		Handler: func(ctx context.Context, rc *RequestContext, req kmsg.Request) (kmsg.Response, error) {
-			return h(ctx, rc, req.(R))
-		},
-	}
-}
 
 func versions(key kmsg.Key, min, max int16) kmsg.ApiVersionsResponseApiKey {
 	return kmsg.ApiVersionsResponseApiKey{ApiKey: key.Int16(), MinVersion: min, MaxVersion: max}
@@ -51,41 +40,43 @@ const byBroker = "the broker"
 // the Java 4.x client requires), Produce from v0 (message sets are
 // refused per batch, not per request), ListOffsets from v0 (sarama sends
 // it to a cluster it is not told is 0.10.1 or newer). The SASL keys have no handler: the connection answers them
-// (auth.go) before any request is dispatched.
-func coreAPIs(t *apiTable, s coreServers) []wire.API[handler] {
+// (auth.go) before any request is dispatched. Each key is a plugin.API,
+// as a plugin's are (plugin.Handle): the request as the type kmsg (or the
+// connection, for CreateTopics v8) decoded it into.
+func coreAPIs(t *apiTable, s coreServers) []plugin.API {
 	v := &apiVersions{apis: t, nodeID: s.nodeID, plugins: s.plugins, applied: s.applied}
-	return []wire.API[handler]{
-		api(kmsg.Produce, 0, 13, s.produce.handleProduce),       // v13: topic IDs
-		api(kmsg.Fetch, 4, 18, s.fetch.handleFetch),             // v13+: topic IDs
-		api(kmsg.ListOffsets, 0, 10, s.admin.HandleListOffsets), // v0: sarama's default (Burrow)
-		api(kmsg.Metadata, 0, 13, s.admin.HandleMetadata),
+	return []plugin.API{
+		plugin.Handle(kmsg.Produce, 0, 13, s.produce.handleProduce),       // v13: topic IDs
+		plugin.Handle(kmsg.Fetch, 4, 18, s.fetch.handleFetch),             // v13+: topic IDs
+		plugin.Handle(kmsg.ListOffsets, 0, 10, s.admin.HandleListOffsets), // v0: sarama's default (Burrow)
+		plugin.Handle(kmsg.Metadata, 0, 13, s.admin.HandleMetadata),
 		{Versions: versions(kmsg.SASLHandshake, 0, 1)},
-		api(kmsg.ApiVersions, 0, 5, v.handle), // v5: KIP-1242 cluster/node check
+		plugin.Handle(kmsg.ApiVersions, 0, 5, v.handle), // v5: KIP-1242 cluster/node check
 		{ // v8: KIP-1279's MirrorInfo, which kmsg does not know
 			Versions: versions(kmsg.CreateTopics, 2, 8),
-			Handler: func(ctx context.Context, rc *RequestContext, req kmsg.Request) (kmsg.Response, error) {
+			Handle: func(ctx context.Context, rc *RequestContext, req kmsg.Request) (kmsg.Response, error) {
 				if r, ok := req.(*admin.CreateTopicsRequest); ok {
 					return s.admin.HandleCreateTopics(ctx, rc, &r.CreateTopicsRequest, r.MirrorIDs)
 				}
 				return s.admin.HandleCreateTopics(ctx, rc, req.(*kmsg.CreateTopicsRequest), nil)
 			},
 		},
-		api(kmsg.DeleteTopics, 1, 6, s.admin.HandleDeleteTopics),
-		api(kmsg.DeleteRecords, 0, 2, s.admin.HandleDeleteRecords),
-		api(kmsg.InitProducerID, 0, 5, s.admin.HandleInitProducerID),
-		api(kmsg.OffsetForLeaderEpoch, 2, 4, s.admin.HandleOffsetForLeaderEpoch),
-		api(kmsg.DescribeConfigs, 1, 4, s.admin.HandleDescribeConfigs),
-		api(kmsg.DescribeLogDirs, 1, 4, s.admin.HandleDescribeLogDirs),
+		plugin.Handle(kmsg.DeleteTopics, 1, 6, s.admin.HandleDeleteTopics),
+		plugin.Handle(kmsg.DeleteRecords, 0, 2, s.admin.HandleDeleteRecords),
+		plugin.Handle(kmsg.InitProducerID, 0, 5, s.admin.HandleInitProducerID),
+		plugin.Handle(kmsg.OffsetForLeaderEpoch, 2, 4, s.admin.HandleOffsetForLeaderEpoch),
+		plugin.Handle(kmsg.DescribeConfigs, 1, 4, s.admin.HandleDescribeConfigs),
+		plugin.Handle(kmsg.DescribeLogDirs, 1, 4, s.admin.HandleDescribeLogDirs),
 		{Versions: versions(kmsg.SASLAuthenticate, 0, 2)},
-		api(kmsg.AlterConfigs, 0, 2, s.admin.HandleAlterConfigs),
-		api(kmsg.CreatePartitions, 0, 3, s.admin.HandleCreatePartitions),
-		api(kmsg.ElectLeaders, 0, 2, s.admin.HandleElectLeaders),
-		api(kmsg.IncrementalAlterConfigs, 0, 1, s.admin.HandleIncrementalAlterConfigs),
-		api(kmsg.AlterPartitionAssignments, 0, 1, s.admin.HandleAlterPartitionReassignments),
-		api(kmsg.ListPartitionReassignments, 0, 0, s.admin.HandleListPartitionReassignments),
-		api(kmsg.DescribeCluster, 0, 2, s.admin.HandleDescribeCluster), // v2: fenced brokers
-		api(kmsg.DescribeProducers, 0, 0, s.admin.HandleDescribeProducers),
-		api(kmsg.DescribeTopicPartitions, 0, 0, s.admin.HandleDescribeTopicPartitions),
+		plugin.Handle(kmsg.AlterConfigs, 0, 2, s.admin.HandleAlterConfigs),
+		plugin.Handle(kmsg.CreatePartitions, 0, 3, s.admin.HandleCreatePartitions),
+		plugin.Handle(kmsg.ElectLeaders, 0, 2, s.admin.HandleElectLeaders),
+		plugin.Handle(kmsg.IncrementalAlterConfigs, 0, 1, s.admin.HandleIncrementalAlterConfigs),
+		plugin.Handle(kmsg.AlterPartitionAssignments, 0, 1, s.admin.HandleAlterPartitionReassignments),
+		plugin.Handle(kmsg.ListPartitionReassignments, 0, 0, s.admin.HandleListPartitionReassignments),
+		plugin.Handle(kmsg.DescribeCluster, 0, 2, s.admin.HandleDescribeCluster), // v2: fenced brokers
+		plugin.Handle(kmsg.DescribeProducers, 0, 0, s.admin.HandleDescribeProducers),
+		plugin.Handle(kmsg.DescribeTopicPartitions, 0, 0, s.admin.HandleDescribeTopicPartitions),
 	}
 }
 
@@ -102,32 +93,52 @@ type coreServers struct {
 }
 
 // newAPITable registers what the broker serves: its own keys (coreAPIs),
-// then every plugin's (plugin.APIHandler), each plugin's through
+// then every plugin's (plugin.APIHandler), each plugin's handlers through
 // pluginHandler, then FindCoordinator when a plugin locates coordinators
 // (plugin.CoordinatorLocator). state is the plugins' state, read per
 // request (pluginHandler).
 func newAPITable(s coreServers, state func() *pluginState) (*apiTable, error) {
 	t := new(apiTable)
-	if err := t.Register(byBroker, coreAPIs(t, s)...); err != nil {
+	if err := register(t, byBroker, coreAPIs(t, s), nil); err != nil {
 		return nil, err
 	}
 	for _, h := range plugin.All[plugin.APIHandler](s.plugins) {
-		handle := pluginHandler(h, state)
-		var apis []wire.API[handler]
-		for _, k := range h.APIVersions() {
-			apis = append(apis, wire.API[handler]{Versions: k, Handler: handle, NewRequest: h.NewRequest})
+		apis := h.APIs()
+		for _, a := range apis {
+			if a.Handle == nil {
+				return nil, fmt.Errorf("plugin %T: api key %d has no handler", h, a.Versions.ApiKey)
+			}
 		}
-		if err := t.Register(fmt.Sprintf("plugin %T", h), apis...); err != nil {
+		contain := func(handle handler) handler { return pluginHandler(h, handle, state) }
+		if err := register(t, fmt.Sprintf("plugin %T", h), apis, contain); err != nil {
 			return nil, fmt.Errorf("plugin %T: %w", h, err)
 		}
 	}
 	if _, ok := plugin.Find[plugin.CoordinatorLocator](s.plugins); ok {
 		// v4+ batches keys (KIP-699), v6 adds share groups' key type.
-		if err := t.Register(byBroker, api(kmsg.FindCoordinator, 0, 6, s.coord.handleFindCoordinator)); err != nil {
+		find := plugin.Handle(kmsg.FindCoordinator, 0, 6, s.coord.handleFindCoordinator)
+		if err := register(t, byBroker, []plugin.API{find}, nil); err != nil {
 			return nil, fmt.Errorf("FindCoordinator for CoordinatorLocator plugins: %w", err)
 		}
 	}
 	return t, nil
+}
+
+// register adds apis to t as served by by, each handler through wrap
+// (nil: as it is); a key without a handler (the SASL keys) keeps none.
+func register(t *apiTable, by string, apis []plugin.API, wrap func(handler) handler) error {
+	entries := make([]wire.API[handler], len(apis))
+	for i, a := range apis {
+		var h handler
+		if a.Handle != nil {
+			h = a.Handle
+			if wrap != nil {
+				h = wrap(h)
+			}
+		}
+		entries[i] = wire.API[handler]{Versions: a.Versions, Handler: h, NewRequest: a.NewRequest}
+	}
+	return t.Register(by, entries...)
 }
 
 // servedByPlugin says whether a plugin serves key.
@@ -150,14 +161,14 @@ func dispatch(ctx context.Context, apis *apiTable, r *request) (kmsg.Response, e
 	return nil, fmt.Errorf("no handler for api key %d", r.req.Key())
 }
 
-// pluginHandler is the handler of a plugin's API keys. It cannot meet a
-// plugin that is not running: listeners accept once every plugin has
+// pluginHandler is handle, a handler of plugin h's API keys, contained.
+// It cannot meet a plugin that is not running: listeners accept once every plugin has
 // started, and Close stops plugins after the last request returned. A
 // plugin that failed, or panics serving the request, gets the request an
 // error response instead of closing the client's connection. It asks
 // state for the plugins' state per request: New makes the API table
 // before the plugins' state.
-func pluginHandler(h plugin.APIHandler, state func() *pluginState) handler {
+func pluginHandler(h plugin.APIHandler, handle handler, state func() *pluginState) handler {
 	return func(ctx context.Context, rc *RequestContext, req kmsg.Request) (resp kmsg.Response, err error) {
 		plugins := state()
 		name := plugins.name(h)
@@ -171,6 +182,6 @@ func pluginHandler(h plugin.APIHandler, state func() *pluginState) handler {
 				resp, err = errorResponse(req, kerr.UnknownServerError, fmt.Sprintf("plugin %s failed serving this request: %v", name, v)), nil
 			}
 		}()
-		return h.HandleRequest(ctx, rc, req)
+		return handle(ctx, rc, req)
 	}
 }

@@ -76,10 +76,8 @@ func (o owner) OwnsProp(k string) bool { return strings.HasPrefix(k, string(o)) 
 // scramAPI serves AlterUserScramCredentials, as the ACL plugin does.
 type scramAPI struct{}
 
-func (scramAPI) APIVersions() []kmsg.ApiVersionsResponseApiKey {
-	return []kmsg.ApiVersionsResponseApiKey{{ApiKey: kmsg.AlterUserSCRAMCredentials.Int16()}}
-}
-func (scramAPI) NewRequest(key int16) kmsg.Request { return kmsg.RequestForKey(key) }
-func (scramAPI) HandleRequest(context.Context, *RequestContext, kmsg.Request) (kmsg.Response, error) {
-	return nil, nil
+func (scramAPI) APIs() []plugin.API {
+	return []plugin.API{plugin.Handle(kmsg.AlterUserSCRAMCredentials, 0, 0, func(context.Context, *RequestContext, *kmsg.AlterUserSCRAMCredentialsRequest) (kmsg.Response, error) {
+		return nil, nil
+	})}
 }

@@ -135,12 +135,10 @@ func TestPluginPanicIsContained(t *testing.T) {
 // aclPanics serves DescribeAcls, and panics on it.
 type aclPanics struct{}
 
-func (aclPanics) APIVersions() []kmsg.ApiVersionsResponseApiKey {
-	return []kmsg.ApiVersionsResponseApiKey{{ApiKey: kmsg.DescribeACLs.Int16(), MinVersion: 0, MaxVersion: 3}}
-}
-func (aclPanics) NewRequest(key int16) kmsg.Request { return kmsg.RequestForKey(key) }
-func (aclPanics) HandleRequest(context.Context, *RequestContext, kmsg.Request) (kmsg.Response, error) {
-	panic("injected fault in DescribeAcls")
+func (aclPanics) APIs() []plugin.API {
+	return []plugin.API{plugin.Handle(kmsg.DescribeACLs, 0, 3, func(context.Context, *RequestContext, *kmsg.DescribeACLsRequest) (kmsg.Response, error) {
+		panic("injected fault in DescribeAcls")
+	})}
 }
 
 // A panic serving one request fails that request, not the plugin: the

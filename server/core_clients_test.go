@@ -12,6 +12,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Each client test produces with one client and reads back with the same
@@ -183,13 +185,11 @@ func TestKcat(t *testing.T) {
 // that plugin handlers are advertised and dispatched.
 type heartbeatPlugin struct{}
 
-func (heartbeatPlugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
-	return []kmsg.ApiVersionsResponseApiKey{{ApiKey: 12, MinVersion: 0, MaxVersion: 4}}
+func (heartbeatPlugin) APIs() []plugin.API {
+	return []plugin.API{plugin.Handle(kmsg.Heartbeat, 0, 4, heartbeatPlugin{}.handle)}
 }
 
-func (heartbeatPlugin) NewRequest(key int16) kmsg.Request { return kmsg.RequestForKey(key) }
-
-func (heartbeatPlugin) HandleRequest(_ context.Context, rc *RequestContext, req kmsg.Request) (kmsg.Response, error) {
+func (heartbeatPlugin) handle(_ context.Context, rc *RequestContext, req *kmsg.HeartbeatRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
 	resp.ErrorCode = 27 // REBALANCE_IN_PROGRESS, so the test sees the plugin answered
 	if rc.ClientID != "test-client" {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/testing/recordbatch"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -30,16 +31,13 @@ type panicResponse struct{ *kmsg.HeartbeatResponse }
 
 func (panicResponse) AppendTo([]byte) []byte { panic("encoding") }
 
-func (panicPlugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
-	return []kmsg.ApiVersionsResponseApiKey{{ApiKey: 12, MinVersion: 0, MaxVersion: 4}}
+func (panicPlugin) APIs() []plugin.API {
+	a := plugin.Handle(kmsg.Heartbeat, 0, 4, panicPlugin{}.handle)
+	a.NewRequest = func(int16) kmsg.Request { return &panicRequest{kmsg.NewHeartbeatRequest()} }
+	return []plugin.API{a}
 }
 
-func (panicPlugin) NewRequest(int16) kmsg.Request {
-	return &panicRequest{kmsg.NewHeartbeatRequest()}
-}
-
-func (panicPlugin) HandleRequest(_ context.Context, _ *RequestContext, req kmsg.Request) (kmsg.Response, error) {
-	r := req.(*panicRequest)
+func (panicPlugin) handle(_ context.Context, _ *RequestContext, r *panicRequest) (kmsg.Response, error) {
 	switch r.Version {
 	case 1:
 		var m map[string]int

@@ -15,45 +15,36 @@ import (
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// APIVersions implements plugin.APIHandler.
-func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
-	return []kmsg.ApiVersionsResponseApiKey{
-		{ApiKey: 29, MinVersion: 0, MaxVersion: 3}, // DescribeAcls
-		{ApiKey: 30, MinVersion: 0, MaxVersion: 3}, // CreateAcls
-		{ApiKey: 31, MinVersion: 0, MaxVersion: 3}, // DeleteAcls
-		{ApiKey: 48, MinVersion: 0, MaxVersion: 1}, // DescribeClientQuotas
-		{ApiKey: 49, MinVersion: 0, MaxVersion: 1}, // AlterClientQuotas
-		{ApiKey: 50, MinVersion: 0, MaxVersion: 0}, // DescribeUserScramCredentials
-		{ApiKey: 51, MinVersion: 0, MaxVersion: 0}, // AlterUserScramCredentials
+// APIs implements plugin.APIHandler.
+func (p *Plugin) APIs() []plugin.API {
+	return []plugin.API{
+		withMetadata(p, kmsg.DescribeACLs, 0, 3, func(_ context.Context, _ plugin.Metadata, rc *plugin.RequestContext, req *kmsg.DescribeACLsRequest) kmsg.Response {
+			return p.describeACLs(rc, req)
+		}),
+		withMetadata(p, kmsg.CreateACLs, 0, 3, p.createACLs),
+		withMetadata(p, kmsg.DeleteACLs, 0, 3, p.deleteACLs),
+		withMetadata(p, kmsg.DescribeClientQuotas, 0, 1, func(_ context.Context, m plugin.Metadata, rc *plugin.RequestContext, req *kmsg.DescribeClientQuotasRequest) kmsg.Response {
+			return describeQuotas(m.Image(), rc, req)
+		}),
+		withMetadata(p, kmsg.AlterClientQuotas, 0, 1, alterQuotas),
+		withMetadata(p, kmsg.DescribeUserSCRAMCredentials, 0, 0, func(_ context.Context, m plugin.Metadata, rc *plugin.RequestContext, req *kmsg.DescribeUserSCRAMCredentialsRequest) kmsg.Response {
+			return describeScram(m.Image(), rc, req)
+		}),
+		withMetadata(p, kmsg.AlterUserSCRAMCredentials, 0, 0, alterScram),
 	}
 }
 
-// NewRequest implements plugin.APIHandler.
-func (p *Plugin) NewRequest(key int16) kmsg.Request { return kmsg.RequestForKey(key) }
-
-// HandleRequest implements plugin.APIHandler.
-func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
-	m := p.metadata()
-	if m == nil {
-		return nil, errors.New("acl plugin: request before Start")
-	}
-	switch req := req.(type) {
-	case *kmsg.CreateACLsRequest:
-		return p.createACLs(ctx, m, rc, req), nil
-	case *kmsg.DescribeACLsRequest:
-		return p.describeACLs(rc, req), nil
-	case *kmsg.DeleteACLsRequest:
-		return p.deleteACLs(ctx, m, rc, req), nil
-	case *kmsg.DescribeUserSCRAMCredentialsRequest:
-		return describeScram(m.Image(), rc, req), nil
-	case *kmsg.AlterUserSCRAMCredentialsRequest:
-		return alterScram(ctx, m, rc, req), nil
-	case *kmsg.DescribeClientQuotasRequest:
-		return describeQuotas(m.Image(), rc, req), nil
-	case *kmsg.AlterClientQuotasRequest:
-		return alterQuotas(ctx, m, rc, req), nil
-	}
-	return nil, fmt.Errorf("acl plugin: api key %d is not served", req.Key())
+// withMetadata serves key at versions min to max with h, given the host's
+// metadata quorum; a request before Start (no quorum yet) is an error,
+// which closes the connection.
+func withMetadata[R kmsg.Request](p *Plugin, key kmsg.Key, min, max int16, h func(context.Context, plugin.Metadata, *plugin.RequestContext, R) kmsg.Response) plugin.API {
+	return plugin.Handle(key, min, max, func(ctx context.Context, rc *plugin.RequestContext, req R) (kmsg.Response, error) {
+		m := p.metadata()
+		if m == nil {
+			return nil, errors.New("acl plugin: request before Start")
+		}
+		return h(ctx, m, rc, req), nil
+	})
 }
 
 func errMsg(err error) *string {

@@ -2,6 +2,7 @@ package acl
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -65,7 +66,7 @@ func TestCreateACLsFakeHost(t *testing.T) {
 	}
 	rc := &plugin.RequestContext{Principal: "User:admin"}
 	codes := func() []int16 {
-		resp, err := p.HandleRequest(context.Background(), rc, req)
+		resp, err := handle(p, context.Background(), rc, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,4 +100,14 @@ type denyAll struct{}
 
 func (denyAll) Authorize(*plugin.RequestContext, kmsg.ACLOperation, kmsg.ACLResourceType, string) bool {
 	return false
+}
+
+// handle serves req as the broker does: with its key's entry in p.APIs.
+func handle(p *Plugin, ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
+	for _, a := range p.APIs() {
+		if a.Versions.ApiKey == req.Key() {
+			return a.Handle(ctx, rc, req)
+		}
+	}
+	return nil, fmt.Errorf("api key %d is not served", req.Key())
 }

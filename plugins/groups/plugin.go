@@ -184,59 +184,23 @@ func New(props map[string]string, log *slog.Logger) *Plugin {
 	return p
 }
 
-// APIVersions implements plugin.APIHandler.
-func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
-	return []kmsg.ApiVersionsResponseApiKey{
-		{ApiKey: 8, MinVersion: 0, MaxVersion: 9},  // OffsetCommit
-		{ApiKey: 9, MinVersion: 0, MaxVersion: 9},  // OffsetFetch
-		{ApiKey: 11, MinVersion: 0, MaxVersion: 9}, // JoinGroup
-		{ApiKey: 12, MinVersion: 0, MaxVersion: 4}, // Heartbeat
-		{ApiKey: 13, MinVersion: 0, MaxVersion: 5}, // LeaveGroup
-		{ApiKey: 14, MinVersion: 0, MaxVersion: 5}, // SyncGroup
-		{ApiKey: 15, MinVersion: 0, MaxVersion: 6}, // DescribeGroups
-		{ApiKey: 16, MinVersion: 0, MaxVersion: 5}, // ListGroups
-		{ApiKey: 42, MinVersion: 0, MaxVersion: 2}, // DeleteGroups
-		{ApiKey: 28, MinVersion: 0, MaxVersion: 5}, // TxnOffsetCommit (v6 names topics by ID)
-		{ApiKey: 47, MinVersion: 0, MaxVersion: 0}, // OffsetDelete
-		{ApiKey: 68, MinVersion: 0, MaxVersion: 1}, // ConsumerGroupHeartbeat
-		{ApiKey: 69, MinVersion: 0, MaxVersion: 1}, // ConsumerGroupDescribe
+// APIs implements plugin.APIHandler.
+func (p *Plugin) APIs() []plugin.API {
+	return []plugin.API{
+		plugin.Answer(kmsg.OffsetCommit, 0, 9, p.handleOffsetCommit),
+		plugin.Answer(kmsg.OffsetFetch, 0, 9, p.handleOffsetFetch),
+		plugin.Answer(kmsg.JoinGroup, 0, 9, p.handleJoin),
+		plugin.Answer(kmsg.Heartbeat, 0, 4, p.handleHeartbeat),
+		plugin.Answer(kmsg.LeaveGroup, 0, 5, p.handleLeave),
+		plugin.Answer(kmsg.SyncGroup, 0, 5, p.handleSync),
+		plugin.Answer(kmsg.DescribeGroups, 0, 6, p.handleDescribe),
+		plugin.Answer(kmsg.ListGroups, 0, 5, p.handleList),
+		plugin.Answer(kmsg.DeleteGroups, 0, 2, p.handleDeleteGroups),
+		plugin.Answer(kmsg.TxnOffsetCommit, 0, 5, p.handleTxnOffsetCommit), // v6 names topics by ID
+		plugin.Answer(kmsg.OffsetDelete, 0, 0, p.handleOffsetDelete),
+		plugin.Answer(kmsg.ConsumerGroupHeartbeat, 0, 1, p.handleConsumerGroupHeartbeat),
+		plugin.Answer(kmsg.ConsumerGroupDescribe, 0, 1, p.handleConsumerGroupDescribe),
 	}
-}
-
-// NewRequest implements plugin.APIHandler.
-func (p *Plugin) NewRequest(key int16) kmsg.Request { return kmsg.RequestForKey(key) }
-
-// HandleRequest implements plugin.APIHandler.
-func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
-	switch req := req.(type) {
-	case *kmsg.JoinGroupRequest:
-		return p.handleJoin(ctx, rc, req), nil
-	case *kmsg.SyncGroupRequest:
-		return p.handleSync(ctx, rc, req), nil
-	case *kmsg.HeartbeatRequest:
-		return p.handleHeartbeat(ctx, rc, req), nil
-	case *kmsg.LeaveGroupRequest:
-		return p.handleLeave(ctx, rc, req), nil
-	case *kmsg.OffsetCommitRequest:
-		return p.handleOffsetCommit(ctx, rc, req), nil
-	case *kmsg.OffsetFetchRequest:
-		return p.handleOffsetFetch(ctx, rc, req), nil
-	case *kmsg.DescribeGroupsRequest:
-		return p.handleDescribe(ctx, rc, req), nil
-	case *kmsg.ListGroupsRequest:
-		return p.handleList(ctx, rc, req), nil
-	case *kmsg.DeleteGroupsRequest:
-		return p.handleDeleteGroups(ctx, rc, req), nil
-	case *kmsg.OffsetDeleteRequest:
-		return p.handleOffsetDelete(ctx, rc, req), nil
-	case *kmsg.TxnOffsetCommitRequest:
-		return p.handleTxnOffsetCommit(ctx, rc, req), nil
-	case *kmsg.ConsumerGroupHeartbeatRequest:
-		return p.handleConsumerGroupHeartbeat(ctx, rc, req), nil
-	case *kmsg.ConsumerGroupDescribeRequest:
-		return p.handleConsumerGroupDescribe(ctx, rc, req), nil
-	}
-	return nil, fmt.Errorf("groups: unexpected request %T", req)
 }
 
 // do runs fn on the group's shard. Errors carry Kafka codes.

@@ -11,7 +11,6 @@ package share
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
@@ -169,60 +168,35 @@ func (p *Plugin) groupConfig(group string) plugin.ShareGroupConfig {
 	return p.groups.ShareGroupConfig(group)
 }
 
-// APIVersions implements plugin.APIHandler.
-func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
-	return []kmsg.ApiVersionsResponseApiKey{
-		{ApiKey: 76, MinVersion: 1, MaxVersion: 1}, // ShareGroupHeartbeat
-		{ApiKey: 77, MinVersion: 1, MaxVersion: 1}, // ShareGroupDescribe
-		{ApiKey: 78, MinVersion: 1, MaxVersion: 2}, // ShareFetch
-		{ApiKey: 79, MinVersion: 1, MaxVersion: 2}, // ShareAcknowledge
-		{ApiKey: 83, MinVersion: 0, MaxVersion: 0}, // InitializeShareGroupState
-		{ApiKey: 84, MinVersion: 0, MaxVersion: 0}, // ReadShareGroupState
-		{ApiKey: 85, MinVersion: 0, MaxVersion: 1}, // WriteShareGroupState
-		{ApiKey: 86, MinVersion: 0, MaxVersion: 0}, // DeleteShareGroupState
-		{ApiKey: 87, MinVersion: 0, MaxVersion: 1}, // ReadShareGroupStateSummary
-		{ApiKey: 90, MinVersion: 0, MaxVersion: 1}, // DescribeShareGroupOffsets
-		{ApiKey: 91, MinVersion: 0, MaxVersion: 0}, // AlterShareGroupOffsets
-		{ApiKey: 92, MinVersion: 0, MaxVersion: 0}, // DeleteShareGroupOffsets
+// APIs implements plugin.APIHandler. The share group heartbeat and
+// describe go to the consumer-groups plugin, found at Start (p.groups).
+func (p *Plugin) APIs() []plugin.API {
+	return []plugin.API{
+		plugin.Answer(kmsg.ShareGroupHeartbeat, 1, 1, func(ctx context.Context, rc *plugin.RequestContext, req *kmsg.ShareGroupHeartbeatRequest) kmsg.Response {
+			return p.groups.ShareGroupHeartbeat(ctx, rc, req)
+		}),
+		plugin.Answer(kmsg.ShareGroupDescribe, 1, 1, func(ctx context.Context, rc *plugin.RequestContext, req *kmsg.ShareGroupDescribeRequest) kmsg.Response {
+			return redactUnauthorizedTopics(rc, p.groups.ShareGroupDescribe(ctx, rc, req))
+		}),
+		plugin.Answer(kmsg.ShareFetch, 1, 2, func(ctx context.Context, rc *plugin.RequestContext, req *kmsg.ShareFetchRequest) kmsg.Response {
+			resp := p.handleShareFetch(ctx, rc, req)
+			p.stats().countFetch(resp)
+			return resp
+		}),
+		plugin.Answer(kmsg.ShareAcknowledge, 1, 2, func(ctx context.Context, rc *plugin.RequestContext, req *kmsg.ShareAcknowledgeRequest) kmsg.Response {
+			resp := p.handleShareAcknowledge(ctx, rc, req)
+			p.stats().countAcknowledge(resp)
+			return resp
+		}),
+		plugin.Answer(kmsg.InitializeShareGroupState, 0, 0, p.handleInitializeState),
+		plugin.Answer(kmsg.ReadShareGroupState, 0, 0, p.handleReadState),
+		plugin.Answer(kmsg.WriteShareGroupState, 0, 1, p.handleWriteState),
+		plugin.Answer(kmsg.DeleteShareGroupState, 0, 0, p.handleDeleteState),
+		plugin.Answer(kmsg.ReadShareGroupStateSummary, 0, 1, p.handleReadStateSummary),
+		plugin.Answer(kmsg.DescribeShareGroupOffsets, 0, 1, p.handleDescribeOffsets),
+		plugin.Answer(kmsg.AlterShareGroupOffsets, 0, 0, p.handleAlterOffsets),
+		plugin.Answer(kmsg.DeleteShareGroupOffsets, 0, 0, p.handleDeleteOffsets),
 	}
-}
-
-// NewRequest implements plugin.APIHandler.
-func (p *Plugin) NewRequest(key int16) kmsg.Request { return kmsg.RequestForKey(key) }
-
-// HandleRequest implements plugin.APIHandler.
-func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
-	switch req := req.(type) {
-	case *kmsg.ShareGroupHeartbeatRequest:
-		return p.groups.ShareGroupHeartbeat(ctx, rc, req), nil
-	case *kmsg.ShareGroupDescribeRequest:
-		return redactUnauthorizedTopics(rc, p.groups.ShareGroupDescribe(ctx, rc, req)), nil
-	case *kmsg.ShareFetchRequest:
-		resp := p.handleShareFetch(ctx, rc, req)
-		p.stats().countFetch(resp)
-		return resp, nil
-	case *kmsg.ShareAcknowledgeRequest:
-		resp := p.handleShareAcknowledge(ctx, rc, req)
-		p.stats().countAcknowledge(resp)
-		return resp, nil
-	case *kmsg.InitializeShareGroupStateRequest:
-		return p.handleInitializeState(ctx, rc, req), nil
-	case *kmsg.ReadShareGroupStateRequest:
-		return p.handleReadState(ctx, rc, req), nil
-	case *kmsg.WriteShareGroupStateRequest:
-		return p.handleWriteState(ctx, rc, req), nil
-	case *kmsg.DeleteShareGroupStateRequest:
-		return p.handleDeleteState(ctx, rc, req), nil
-	case *kmsg.ReadShareGroupStateSummaryRequest:
-		return p.handleReadStateSummary(ctx, rc, req), nil
-	case *kmsg.DescribeShareGroupOffsetsRequest:
-		return p.handleDescribeOffsets(ctx, rc, req), nil
-	case *kmsg.AlterShareGroupOffsetsRequest:
-		return p.handleAlterOffsets(ctx, rc, req), nil
-	case *kmsg.DeleteShareGroupOffsetsRequest:
-		return p.handleDeleteOffsets(ctx, rc, req), nil
-	}
-	return nil, fmt.Errorf("share: unexpected request %T", req)
 }
 
 // redactUnauthorizedTopics answers TOPIC_AUTHORIZATION_FAILED, and

@@ -121,40 +121,18 @@ func (p *Plugin) Stop(ctx context.Context) error {
 	return p.Coordinator.Stop(ctx)
 }
 
-// APIVersions implements plugin.APIHandler. EndTxn v5 is KIP-890 part 2
+// APIs implements plugin.APIHandler. EndTxn v5 is KIP-890 part 2
 // (transaction.version 2, which the broker finalizes because the plugin
 // is a plugin.TxnPartitionAdder): the epoch is bumped at every end.
-func (p *Plugin) APIVersions() []kmsg.ApiVersionsResponseApiKey {
-	return []kmsg.ApiVersionsResponseApiKey{
-		{ApiKey: 24, MinVersion: 0, MaxVersion: 5}, // AddPartitionsToTxn
-		{ApiKey: 25, MinVersion: 0, MaxVersion: 4}, // AddOffsetsToTxn
-		{ApiKey: 26, MinVersion: 0, MaxVersion: 5}, // EndTxn (v5: epoch bump)
-		{ApiKey: 27, MinVersion: 0, MaxVersion: 1}, // WriteTxnMarkers
-		{ApiKey: 65, MinVersion: 0, MaxVersion: 0}, // DescribeTransactions
-		{ApiKey: 66, MinVersion: 0, MaxVersion: 2}, // ListTransactions
+func (p *Plugin) APIs() []plugin.API {
+	return []plugin.API{
+		plugin.Answer(kmsg.AddPartitionsToTxn, 0, 5, p.handleAddPartitions),
+		plugin.Answer(kmsg.AddOffsetsToTxn, 0, 4, p.handleAddOffsets),
+		plugin.Answer(kmsg.EndTxn, 0, 5, p.handleEndTxn), // v5: epoch bump
+		plugin.Answer(kmsg.WriteTxnMarkers, 0, 1, p.handleWriteTxnMarkers),
+		plugin.Answer(kmsg.DescribeTransactions, 0, 0, p.handleDescribe),
+		plugin.Answer(kmsg.ListTransactions, 0, 2, p.handleList),
 	}
-}
-
-// NewRequest implements plugin.APIHandler.
-func (p *Plugin) NewRequest(key int16) kmsg.Request { return kmsg.RequestForKey(key) }
-
-// HandleRequest implements plugin.APIHandler.
-func (p *Plugin) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
-	switch req := req.(type) {
-	case *kmsg.AddPartitionsToTxnRequest:
-		return p.handleAddPartitions(ctx, rc, req), nil
-	case *kmsg.AddOffsetsToTxnRequest:
-		return p.handleAddOffsets(ctx, rc, req), nil
-	case *kmsg.EndTxnRequest:
-		return p.handleEndTxn(ctx, rc, req), nil
-	case *kmsg.WriteTxnMarkersRequest:
-		return p.handleWriteTxnMarkers(ctx, rc, req), nil
-	case *kmsg.DescribeTransactionsRequest:
-		return p.handleDescribe(ctx, rc, req), nil
-	case *kmsg.ListTransactionsRequest:
-		return p.handleList(ctx, rc, req), nil
-	}
-	return nil, fmt.Errorf("txn: unexpected request %T", req)
 }
 
 // do runs fn on the transactional id's shard. Errors carry Kafka codes.

@@ -95,32 +95,29 @@ type PropsOwner interface {
 }
 
 // APIHandler plugins serve API keys the broker itself does not: consumer
-// groups, ACLs, the mirror APIs. The broker advertises their versions in
-// ApiVersions and dispatches their requests to HandleRequest, with the
-// same conventions as its own handlers: the response's version is the
-// request's, a nil response sends nothing, and an error closes the
-// connection.
+// groups, ACLs, the mirror APIs. APIs lists them, each key with its
+// versions beside its handler (API, made by Handle or Answer), in the
+// order ApiVersions advertises them; the broker registers them in the
+// same table as its own keys and dispatches each request to its key's
+// Handle, with the same conventions as its own handlers: the response's
+// version is the request's, a nil response sends nothing, and an error
+// closes the connection.
 //
-// APIVersions is called once, by server.New. NewRequest is called on a
-// connection's reading goroutine for every request of the plugin's keys.
-// HandleRequest is called on the connection's goroutine, one request of a
+// APIs is called once, by server.New. An API's NewRequest is called on a
+// connection's reading goroutine for every request of its key. Its
+// Handle is called on the connection's goroutine, one request of a
 // connection at a time and in order, concurrently for different
 // connections, only between the plugins' Start and Stop. It may block
 // until ctx ends, which happens when the client hangs up or the broker
 // closes.
 type APIHandler interface {
-	// APIVersions lists the keys and version ranges the plugin serves.
-	APIVersions() []kmsg.ApiVersionsResponseApiKey
-	// NewRequest returns an empty request for key; for keys kmsg knows
-	// it may return kmsg.RequestForKey(key).
-	NewRequest(key int16) kmsg.Request
-	HandleRequest(ctx context.Context, rc *RequestContext, req kmsg.Request) (kmsg.Response, error)
+	APIs() []API
 }
 
 // ConfigResourceHandler plugins serve DescribeConfigs and
 // IncrementalAlterConfigs for a config resource type the broker does not
 // know itself (the mirror plugin: MIRROR, 64). The broker calls them on
-// connection goroutines, as APIHandler.HandleRequest. Errors wrap kerr
+// connection goroutines, as an APIHandler's API.Handle. Errors wrap kerr
 // codes.
 type ConfigResourceHandler interface {
 	ConfigResourceType() kmsg.ConfigResourceType

@@ -80,8 +80,14 @@ func startTarget(dir string) (*target, error) {
 		apis: map[int16]kmsg.ApiVersionsResponseApiKey{}, newRequest: map[int16]func() kmsg.Request{}}
 	for _, p := range plugins {
 		if h, ok := p.(plugin.APIHandler); ok {
-			for _, k := range h.APIVersions() {
-				tg.newRequest[k.ApiKey] = func() kmsg.Request { return h.NewRequest(k.ApiKey) }
+			for _, a := range h.APIs() {
+				k := a.Versions.ApiKey
+				tg.newRequest[k] = func() kmsg.Request {
+					if a.NewRequest != nil {
+						return a.NewRequest(k)
+					}
+					return kmsg.RequestForKey(k)
+				}
 			}
 		}
 	}

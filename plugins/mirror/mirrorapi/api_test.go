@@ -3,6 +3,7 @@ package mirrorapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -83,6 +84,16 @@ func (onlyTopics) Authorize(_ *plugin.RequestContext, _ kmsg.ACLOperation, typ k
 	return typ != kmsg.ACLResourceTypeCluster && typ != plugin.ACLResourceMirror
 }
 
+// handle serves req as the broker does: with its key's entry in h.APIs.
+func handle(h *Handler, ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
+	for _, a := range h.APIs() {
+		if a.Versions.ApiKey == req.Key() {
+			return a.Handle(ctx, rc, req)
+		}
+	}
+	return nil, fmt.Errorf("api key %d is not served", req.Key())
+}
+
 // TestAuthorization: a caller without rights on the mirror or the
 // cluster is refused before the plugin is asked; one with them reaches
 // it.
@@ -92,18 +103,18 @@ func TestAuthorization(t *testing.T) {
 	h := New(b)
 	denied := &plugin.RequestContext{Authorizer: onlyTopics{}}
 	name := "m"
-	resp, err := h.HandleRequest(ctx, denied, &mirrorproto.CreateMirrorRequest{MirrorName: &name})
+	resp, err := handle(h, ctx, denied, &mirrorproto.CreateMirrorRequest{MirrorName: &name})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c := resp.(*mirrorproto.CreateMirrorResponse).ErrorCode; c != mirrorproto.ErrMirrorAuthorizationFailed.Code {
 		t.Errorf("CreateMirror without CREATE on the mirror: error %d", c)
 	}
-	resp, _ = h.HandleRequest(ctx, denied, &mirrorproto.ReadMirrorStatesRequest{MirrorName: "m"})
+	resp, _ = handle(h, ctx, denied, &mirrorproto.ReadMirrorStatesRequest{MirrorName: "m"})
 	if c := resp.(*mirrorproto.ReadMirrorStatesResponse).ErrorCode; c != kerr.ClusterAuthorizationFailed.Code {
 		t.Errorf("ReadMirrorStates without CLUSTER_ACTION: error %d", c)
 	}
-	resp, _ = h.HandleRequest(ctx, denied, &mirrorproto.BumpLeaderEpochsRequest{Topics: []mirrorproto.BumpTopic{{Partitions: []mirrorproto.BumpPartition{{PartitionIndex: 0}}}}})
+	resp, _ = handle(h, ctx, denied, &mirrorproto.BumpLeaderEpochsRequest{Topics: []mirrorproto.BumpTopic{{Partitions: []mirrorproto.BumpPartition{{PartitionIndex: 0}}}}})
 	if p := resp.(*mirrorproto.BumpLeaderEpochsResponse).Topics[0].Partitions[0]; p.ErrorCode != kerr.ClusterAuthorizationFailed.Code || p.LeaderEpoch != -1 {
 		t.Errorf("BumpLeaderEpochs without CLUSTER_ACTION: %+v", p)
 	}
@@ -114,7 +125,7 @@ func TestAuthorization(t *testing.T) {
 	allowed := &plugin.RequestContext{}
 	for _, req := range []kmsg.Request{&mirrorproto.CreateMirrorRequest{MirrorName: &name}, &mirrorproto.ReadMirrorStatesRequest{MirrorName: "m"},
 		&mirrorproto.RemoveTopicsFromMirrorRequest{MirrorName: "m"}} {
-		if _, err := h.HandleRequest(ctx, allowed, req); err != nil {
+		if _, err := handle(h, ctx, allowed, req); err != nil {
 			t.Fatal(err)
 		}
 	}

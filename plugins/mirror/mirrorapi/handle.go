@@ -15,60 +15,57 @@ import (
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// APIVersions implements plugin.APIHandler.
-func (h *Handler) APIVersions() []kmsg.ApiVersionsResponseApiKey {
-	var out []kmsg.ApiVersionsResponseApiKey
-	for k := mirrorproto.KeyCreateMirror; k <= mirrorproto.KeyBumpLeaderEpochs; k++ {
-		out = append(out, kmsg.ApiVersionsResponseApiKey{ApiKey: k})
+// APIs implements plugin.APIHandler: the mirror API keys, each at
+// version 0 only, each answer filled by a function of its own.
+func (h *Handler) APIs() []plugin.API {
+	return []plugin.API{
+		mirrorAPI(mirrorproto.KeyCreateMirror, h.createMirror),
+		mirrorAPI(mirrorproto.KeyAddTopicsToMirror, h.addTopics),
+		mirrorAPI(mirrorproto.KeyRemoveTopicsFromMirror, h.removeTopics),
+		mirrorAPI(mirrorproto.KeyLastMirroredOffsets, func(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.LastMirroredOffsetsRequest, r *mirrorproto.LastMirroredOffsetsResponse) {
+			// Asked by the destination of a failback with its credentials on
+			// this (source) cluster: DESCRIBE on each topic, as ListOffsets.
+			r.Topics = h.b.LastMirrored(ctx, rc, req)
+		}),
+		mirrorAPI(mirrorproto.KeyListMirrors, func(ctx context.Context, rc *plugin.RequestContext, _ *mirrorproto.ListMirrorsRequest, r *mirrorproto.ListMirrorsResponse) {
+			h.listMirrors(ctx, rc, r)
+		}),
+		mirrorAPI(mirrorproto.KeyDescribeMirrors, func(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.DescribeMirrorsRequest, r *mirrorproto.DescribeMirrorsResponse) {
+			r.Mirrors = h.b.Describe(ctx, rc, req)
+		}),
+		mirrorAPI(mirrorproto.KeyReadMirrorStates, func(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.ReadMirrorStatesRequest, r *mirrorproto.ReadMirrorStatesResponse) {
+			if err := clusterAction(rc, req); err != nil {
+				r.ErrorCode, _ = code(err)
+				return
+			}
+			r.Topics, r.Shards, r.ErrorCode = h.b.ReadStates(ctx, req)
+		}),
+		mirrorAPI(mirrorproto.KeyWriteMirrorStates, func(ctx context.Context, rc *plugin.RequestContext, req *mirrorproto.WriteMirrorStatesRequest, r *mirrorproto.WriteMirrorStatesResponse) {
+			if err := clusterAction(rc, req); err != nil {
+				r.ErrorCode, _ = code(err)
+				return
+			}
+			r.Topics = h.b.WriteStates(ctx, req)
+		}),
+		mirrorAPI(mirrorproto.KeyPauseMirrorTopics, h.mirrorTopics),
+		mirrorAPI(mirrorproto.KeyResumeMirrorTopics, h.mirrorTopics),
+		mirrorAPI(mirrorproto.KeyDeleteMirror, h.mirrorTopics),
+		mirrorAPI(mirrorproto.KeyBumpLeaderEpochs, h.bumpLeaderEpochs),
 	}
-	return out
 }
 
-// NewRequest implements plugin.APIHandler.
-func (h *Handler) NewRequest(key int16) kmsg.Request { return mirrorproto.NewRequest(key) }
-
-// HandleRequest implements plugin.APIHandler: each key's answer is
-// filled by a method of its own.
-func (h *Handler) HandleRequest(ctx context.Context, rc *plugin.RequestContext, req kmsg.Request) (kmsg.Response, error) {
-	resp := req.ResponseKind()
-	resp.SetVersion(req.GetVersion())
-	switch req := req.(type) {
-	case *mirrorproto.CreateMirrorRequest:
-		h.createMirror(ctx, rc, req, resp.(*mirrorproto.CreateMirrorResponse))
-	case *mirrorproto.AddTopicsToMirrorRequest:
-		h.addTopics(ctx, rc, req, resp.(*mirrorproto.AddTopicsToMirrorResponse))
-	case *mirrorproto.RemoveTopicsFromMirrorRequest:
-		h.removeTopics(ctx, rc, req, resp.(*mirrorproto.RemoveTopicsFromMirrorResponse))
-	case *mirrorproto.LastMirroredOffsetsRequest:
-		// Asked by the destination of a failback with its credentials on
-		// this (source) cluster: DESCRIBE on each topic, as ListOffsets.
-		resp.(*mirrorproto.LastMirroredOffsetsResponse).Topics = h.b.LastMirrored(ctx, rc, req)
-	case *mirrorproto.ListMirrorsRequest:
-		h.listMirrors(ctx, rc, resp.(*mirrorproto.ListMirrorsResponse))
-	case *mirrorproto.DescribeMirrorsRequest:
-		resp.(*mirrorproto.DescribeMirrorsResponse).Mirrors = h.b.Describe(ctx, rc, req)
-	case *mirrorproto.ReadMirrorStatesRequest:
-		r := resp.(*mirrorproto.ReadMirrorStatesResponse)
-		if err := clusterAction(rc, req); err != nil {
-			r.ErrorCode, _ = code(err)
-			break
-		}
-		r.Topics, r.Shards, r.ErrorCode = h.b.ReadStates(ctx, req)
-	case *mirrorproto.WriteMirrorStatesRequest:
-		r := resp.(*mirrorproto.WriteMirrorStatesResponse)
-		if err := clusterAction(rc, req); err != nil {
-			r.ErrorCode, _ = code(err)
-			break
-		}
-		r.Topics = h.b.WriteStates(ctx, req)
-	case *mirrorproto.MirrorTopicsRequest:
-		h.mirrorTopics(ctx, rc, req, resp.(*mirrorproto.MirrorTopicsResponse))
-	case *mirrorproto.BumpLeaderEpochsRequest:
-		h.bumpLeaderEpochs(ctx, rc, req, resp.(*mirrorproto.BumpLeaderEpochsResponse))
-	default:
-		return nil, fmt.Errorf("mirror: unexpected request %T", req)
-	}
-	return resp, nil
+// mirrorAPI serves a mirror API key, which kmsg does not know
+// (mirrorproto.NewRequest makes its requests), at version 0: fill fills
+// the response of the request's version.
+func mirrorAPI[R kmsg.Request, S kmsg.Response](key int16, fill func(context.Context, *plugin.RequestContext, R, S)) plugin.API {
+	a := plugin.Handle(kmsg.Key(key), 0, 0, func(ctx context.Context, rc *plugin.RequestContext, req R) (kmsg.Response, error) {
+		resp := req.ResponseKind()
+		resp.SetVersion(req.GetVersion())
+		fill(ctx, rc, req, resp.(S))
+		return resp, nil
+	})
+	a.NewRequest = mirrorproto.NewRequest
+	return a
 }
 
 // clusterAction is nil when the request may use an inter-broker or
