@@ -895,12 +895,16 @@ func TestSlowRefreshHoldsNoRound(t *testing.T) {
 	wait(t, first, "the first records")
 	wait(t, tg.called, "a Refresh")
 
-	s.produce(t, 0, 5)
-	_, end = s.read(t, id, 0)
+	// Where the five records end, set before they are produced: the
+	// fetcher may copy them before produce returns.
 	tg.mu.Lock()
-	tg.ends, tg.done = map[int32]int64{0: end}, make(chan struct{})
+	tg.ends, tg.done = map[int32]int64{0: end + 5}, make(chan struct{})
 	second := tg.done
 	tg.mu.Unlock()
+	s.produce(t, 0, 5)
+	if _, got := s.read(t, id, 0); got != end+5 {
+		t.Fatalf("the source ends at %d after 5 more records, want %d", got, end+5)
+	}
 	wait(t, second, "records produced while a Refresh was under way")
 	close(tg.release)
 	released = true
