@@ -63,3 +63,11 @@ func RewriteStatesRead(f func(topic string, partition int32, st *mirrorstate.Par
 	}
 	return func() { statesRewrite = nil }
 }
+
+// OnTruncated sets the source loop's hook between a partition's LME
+// truncation and its write of MIRRORING. restore unsets it; call it
+// after the brokers closed.
+func OnTruncated(f func(topic string, partition int32)) (restore func()) {
+	afterTruncate = func(pt *ledPartition) { f(pt.Topic, pt.Partition) }
+	return func() { afterTruncate = nil }
+}

@@ -764,10 +764,7 @@ func (r *mirrorRun) bumpEpochs(bs []epochBump) error {
 			if err := r.awaitEpoch(b.pt, epochs[b.pt.Partition]); err != nil {
 				errs = append(errs, fmt.Errorf("%s-%d: %w", b.pt.Topic, b.pt.Partition, err))
 			} else if b.mirroring {
-				ready = append(ready, statestore.Update{Partition: b.pt.topicPartition, TopicID: id, Apply: func(s *mirrorstate.PartitionState) error {
-					s.State, s.Reason = mirrorstate.Mirroring, ""
-					return nil
-				}})
+				ready = append(ready, moveFrom(b.pt, mirrorstate.EpochFencing, mirrorstate.Mirroring))
 			}
 		}
 	}

@@ -482,14 +482,32 @@ func (r *mirrorRun) prepare(parts []*ledPartition) error {
 			errs = append(errs, fmt.Errorf("prepare %s-%d: %w", pt.Topic, pt.Partition, err))
 		}
 		if done {
-			ready = append(ready, statestore.Update{Partition: pt.topicPartition, TopicID: pt.id, Apply: func(s *mirrorstate.PartitionState) error {
-				s.State, s.Reason = mirrorstate.Mirroring, ""
-				return nil
-			}})
+			if afterTruncate != nil {
+				afterTruncate(pt)
+			}
+			ready = append(ready, moveFrom(pt, mirrorstate.Preparing, mirrorstate.Mirroring))
 		}
 	}
 	return errors.Join(append(errs, r.setStates(ready))...)
 }
+
+// moveFrom is the update of pt from state from to state to. A partition
+// no longer in from keeps its state: it moved meanwhile (paused,
+// stopped), and some moves back are allowed (PAUSED -> MIRRORING is a
+// resume).
+func moveFrom(pt *ledPartition, from, to mirrorstate.State) statestore.Update {
+	return statestore.Update{Partition: pt.topicPartition, TopicID: pt.id, Apply: func(s *mirrorstate.PartitionState) error {
+		if s.State != from {
+			return fmt.Errorf("%s-%d is %s, not %s: %w", pt.Topic, pt.Partition, s.State, from, errStateMoved)
+		}
+		s.State, s.Reason = to, ""
+		return nil
+	}}
+}
+
+// afterTruncate, set by tests only, is called by prepare between a
+// partition's LME truncation and its write of MIRRORING.
+var afterTruncate func(pt *ledPartition)
 
 // setStates writes a batch of state updates (Store.WriteBatch) and takes
 // in the states written, as setState does one.
@@ -512,7 +530,9 @@ func (r *mirrorRun) setStates(ups []statestore.Update) error {
 	}
 	var errs []error
 	for k, err := range failed {
-		errs = append(errs, fmt.Errorf("%s-%d: %w", k.Topic, k.Partition, err))
+		if !errors.Is(err, errStateMoved) { // the control loop reads the new state
+			errs = append(errs, fmt.Errorf("%s-%d: %w", k.Topic, k.Partition, err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -299,3 +299,92 @@ func TestMissedStateStartsNothing(t *testing.T) {
 		t.Fatalf("%s.diverged exists: the mirrored log was truncated", topic)
 	}
 }
+
+// TestPauseDuringPrepareHolds: a partition paused while it is prepared
+// (after its LME truncation, before prepare writes MIRRORING) stays
+// PAUSED: prepare's MIRRORING is written only over the PREPARING it
+// started from, where PAUSED -> MIRRORING (a resume) is a move the
+// state machine allows.
+func TestPauseDuringPrepareHolds(t *testing.T) {
+	const topic, n = "orders", 50
+	var (
+		held    = make(chan struct{})
+		release = make(chan struct{})
+		once    sync.Once
+	)
+	restore := mirror.OnTruncated(func(tp string, p int32) {
+		if tp != topic {
+			return
+		}
+		once.Do(func() {
+			close(held)
+			select {
+			case <-release:
+			case <-time.After(time.Minute):
+			}
+		})
+	})
+	t.Cleanup(restore)
+
+	src := tandemtest.StartInProcess(t, nil)
+	dst := tandemtest.StartInProcess(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tandemtest.CreateTopic(t, src.Addr(), topic, 1)
+	pc := tandemtest.Client(t, src.Addr(), kgo.DefaultProduceTopic(topic))
+	produce := func(from int) {
+		for i := from; i < from+n; i++ {
+			if err := pc.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: fmt.Appendf(nil, "v%03d", i)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produce(0)
+	da := admin.New(tandemtest.Client(t, dst.Addr(), admin.Opt()))
+	if err := da.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.Addr()}); err != nil {
+		t.Fatalf("create mirror: %v", err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{topic: "m"}); err != nil {
+		t.Fatalf("add topic: %v", err)
+	}
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the partition was never prepared")
+	}
+	paused := make(chan error, 1)
+	go func() { paused <- da.PauseMirror(ctx, "m", topic) }()
+	// The pause is written (PREPARING -> PAUSING) while prepare holds;
+	// then prepare goes on and writes its MIRRORING.
+	state := func() string {
+		ms, err := da.DescribeMirrors(ctx, "m")
+		if err != nil || len(ms) != 1 || len(ms[0].Topics) != 1 || len(ms[0].Topics[0].Partitions) != 1 {
+			return fmt.Sprintf("describe: %v", err)
+		}
+		return ms[0].Topics[0].Partitions[0].State
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if st := state(); st == mirrorstate.Pausing.String() || st == mirrorstate.Paused.String() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pause was not written while prepare held: %s", state())
+		}
+	}
+	close(release)
+	if err := <-paused; err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	produce(n)
+	time.Sleep(2 * time.Second) // a resumed partition would fetch the new records meanwhile
+	if st := state(); st != mirrorstate.Paused.String() {
+		t.Fatalf("%s-0 is %s after it was paused during its prepare, want PAUSED", topic, st)
+	}
+	ms, err := da.DescribeMirrors(ctx, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := ms[0].Topics[0].Partitions[0]; p.DestinationOffset > n {
+		t.Fatalf("%s-0 copied to %d while paused, want at most %d", topic, p.DestinationOffset, n)
+	}
+}
