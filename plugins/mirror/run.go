@@ -755,42 +755,72 @@ func (r *mirrorRun) bumpEpochs(bs []epochBump) error {
 		for _, b := range tbs {
 			mins[b.pt.Partition] = b.minEpoch
 		}
-		epochs, err := r.p.Host().Metadata().BumpLeaderEpochs(r.ctx, id, mins)
+		// Bounded: the control loop waits here, and while it does no
+		// partition newly led here is taken in (bumpTimeout).
+		ctx, cancel := r.bumpContext()
+		epochs, err := r.p.Host().Metadata().BumpLeaderEpochs(ctx, id, mins)
 		if err != nil {
+			cancel()
 			errs = append(errs, fmt.Errorf("bump the leader epochs of %d partitions of %s: %w", len(tbs), tbs[0].pt.Topic, err))
 			continue
 		}
 		for _, b := range tbs {
-			if err := r.awaitEpoch(b.pt, epochs[b.pt.Partition]); err != nil {
+			if err := r.awaitEpoch(ctx, b.pt, epochs[b.pt.Partition]); err != nil {
 				errs = append(errs, fmt.Errorf("%s-%d: %w", b.pt.Topic, b.pt.Partition, err))
 			} else if b.mirroring {
 				ready = append(ready, moveFrom(b.pt, mirrorstate.EpochFencing, mirrorstate.Mirroring))
 			}
 		}
+		cancel()
 	}
 	return errors.Join(append(errs, r.setStates(ready))...)
+}
+
+// bumpContext bounds an epoch bump, the controller's answer and the
+// local partition taking the epoch, by mirror.request.timeout.ms. Under
+// the run's context alone nothing did: a forwarded controller request
+// gets its default deadline only from a context without one, so a
+// request sent while this broker was cut from the controller waited on
+// its connection for as long as TCP retried, and the control loop with
+// it. A partition that became led here meanwhile was never taken in,
+// never fetched (TestPartitionMirror: "orders/2: MIRRORING at 2524
+// (source end 7710, lag -1)").
+func (r *mirrorRun) bumpContext() (context.Context, context.CancelFunc) {
+	if t := r.p.cfg.RequestTimeout; t > 0 {
+		return context.WithTimeout(r.ctx, t)
+	}
+	return context.WithCancel(r.ctx)
 }
 
 // bumpEpoch asks the controller for a leader epoch above minEpoch and
 // waits until the local partition has it.
 func (r *mirrorRun) bumpEpoch(pt *ledPartition, minEpoch int32) error {
-	epoch, err := r.p.bumpLeaderEpoch(r.ctx, pt.id, pt.Partition, minEpoch)
+	ctx, cancel := r.bumpContext()
+	defer cancel()
+	epoch, err := r.p.bumpLeaderEpoch(ctx, pt.id, pt.Partition, minEpoch)
 	if err != nil {
 		return err
 	}
-	return r.awaitEpoch(pt, epoch)
+	return r.awaitEpoch(ctx, pt, epoch)
 }
 
-// awaitEpoch waits until the local partition has leader epoch epoch.
-func (r *mirrorRun) awaitEpoch(pt *ledPartition, epoch int32) error {
+// awaitEpoch waits until the local partition has leader epoch epoch, or
+// until this broker no longer leads it: only a leader's partition takes
+// the epochs of the metadata (a follower's keeps the one it had), so a
+// bump answered after the leadership moved away is never seen here, and
+// the control loop waited for it until the run ended.
+func (r *mirrorRun) awaitEpoch(ctx context.Context, pt *ledPartition, epoch int32) error {
 	ep, err := r.partition(pt)
 	if err != nil {
 		return err
 	}
 	for ep.Offsets().LeaderEpoch < epoch {
+		if !r.leads(pt.topicPartition) {
+			return fmt.Errorf("leader epoch %d: no longer led here: %w", epoch, kerr.NotLeaderForPartition)
+		}
 		select {
-		case <-r.ctx.Done():
-			return r.ctx.Err()
+		case <-ctx.Done():
+			return fmt.Errorf("leader epoch %d not taken within the request timeout: %w", epoch, ctx.Err())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

@@ -3,6 +3,7 @@ package netns
 import (
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -48,6 +49,12 @@ func (nt *Net) Cluster(t testing.TB, hosts []int, voters int, props map[string]s
 	for i, h := range hosts {
 		ip := nt.IP(h)
 		args := []string{"--node-id", fmt.Sprint(i + 1), "--listen", ip + ":" + KafkaPort, "--http", ip + ":" + HTTPPort}
+		if lvl := os.Getenv("TANDEM_NETNS_LOG_LEVEL"); lvl != "" {
+			// What the brokers' debug logs tell (the mirror's source
+			// loop and fetchers log their errors at debug) is wanted when
+			// a flaky failure is chased; the default keeps the logs short.
+			args = append(args, "--log-level", lvl)
+		}
 		for _, k := range slices.Sorted(maps.Keys(all)) {
 			args = append(args, "--set", k+"="+all[k])
 		}
