@@ -1,7 +1,8 @@
 package mirror
 
 import (
-	"github.com/twmb/franz-go/pkg/kmsg"
+	"maps"
+	"slices"
 )
 
 // The lag in record time that every view shows (--describe's LAG-MS,
@@ -57,35 +58,14 @@ func (r *mirrorRun) firstNewer(broker int32, after map[*ledPartition]int64) map[
 	if len(after) == 0 {
 		return out
 	}
-	req := kmsg.NewPtrListOffsetsRequest()
-	req.ReplicaID = -1
-	idx := map[string]int{}
-	for pt, ts := range after {
-		i, ok := idx[pt.src] // the source's name (mirror.topic.prefix)
-		if !ok {
-			i = len(req.Topics)
-			idx[pt.src] = i
-			rt := kmsg.NewListOffsetsRequestTopic()
-			rt.Topic = pt.src
-			req.Topics = append(req.Topics, rt)
-		}
-		lp := kmsg.NewListOffsetsRequestTopicPartition()
-		lp.Partition, lp.Timestamp, lp.CurrentLeaderEpoch = pt.Partition, ts+1, -1
-		req.Topics[i].Partitions = append(req.Topics[i].Partitions, lp)
-	}
-	resp, err := r.request(broker, req)
+	parts := slices.Collect(maps.Keys(after))
+	offs, err := r.listOffsetsAt(broker, parts, func(pt *ledPartition) int64 { return after[pt] + 1 })
 	if err != nil {
 		return out // the fetches report the source's health
 	}
-	byKey := map[topicPartition]*ledPartition{} // by source name
-	for pt := range after {
-		byKey[topicPartition{Topic: pt.src, Partition: pt.Partition}] = pt
-	}
-	for _, rt := range resp.(*kmsg.ListOffsetsResponse).Topics {
-		for _, rp := range rt.Partitions {
-			if pt := byKey[topicPartition{Topic: rt.Topic, Partition: rp.Partition}]; pt != nil && rp.ErrorCode == 0 && rp.Offset >= 0 {
-				out[pt] = rp.Timestamp
-			}
+	for _, pt := range parts {
+		if rp, ok := offs[pt.topicPartition]; ok && rp.ErrorCode == 0 && rp.Offset >= 0 {
+			out[pt] = rp.Timestamp
 		}
 	}
 	return out
