@@ -16,6 +16,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
 )
 
@@ -88,24 +89,9 @@ func TestStaleStateReadKeepsMirroring(t *testing.T) {
 	})
 	t.Cleanup(func() { restorePrepare(); restoreRead() }) // after the brokers closed
 
-	src := tandemtest.StartInProcess(t, nil)
-	dst := tandemtest.StartInProcess(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tandemtest.CreateTopic(t, src.Addr(), topic, 1)
-	pc := tandemtest.Client(t, src.Addr(), kgo.DefaultProduceTopic(topic))
-	for i := range n {
-		if err := pc.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: fmt.Appendf(nil, "v%03d", i)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	da := admin.New(tandemtest.Client(t, dst.Addr(), admin.Opt()))
-	if err := da.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.Addr()}); err != nil {
-		t.Fatalf("create mirror: %v", err)
-	}
-	if err := da.AddTopicsToMirror(ctx, map[string]string{topic: "m"}); err != nil {
-		t.Fatalf("add topic: %v", err)
-	}
+	dst, _, _ := mirrorOne(ctx, t, topic, n)
 	select {
 	case <-preparing:
 	case <-ctx.Done():
@@ -166,24 +152,9 @@ func TestFailedStatesReadIsReadAgain(t *testing.T) {
 	})
 	t.Cleanup(restore) // after the brokers closed
 
-	src := tandemtest.StartInProcess(t, nil)
-	dst := tandemtest.StartInProcess(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tandemtest.CreateTopic(t, src.Addr(), topic, 1)
-	pc := tandemtest.Client(t, src.Addr(), kgo.DefaultProduceTopic(topic))
-	for i := range n {
-		if err := pc.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: fmt.Appendf(nil, "v%03d", i)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	da := admin.New(tandemtest.Client(t, dst.Addr(), admin.Opt()))
-	if err := da.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.Addr()}); err != nil {
-		t.Fatalf("create mirror: %v", err)
-	}
-	if err := da.AddTopicsToMirror(ctx, map[string]string{topic: "m"}); err != nil {
-		t.Fatalf("add topic: %v", err)
-	}
+	_, da, _ := mirrorOne(ctx, t, topic, n)
 	// The mirror copies the partition within seconds once its state is
 	// taken in; 20 s is ample, and no later change of the image (which
 	// reads every state again) is due meanwhile.
@@ -230,24 +201,9 @@ func TestMissedStateStartsNothing(t *testing.T) {
 	})
 	t.Cleanup(restoreRewrite)
 
-	src := tandemtest.StartInProcess(t, nil)
-	dst := tandemtest.StartInProcess(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tandemtest.CreateTopic(t, src.Addr(), topic, 1)
-	pc := tandemtest.Client(t, src.Addr(), kgo.DefaultProduceTopic(topic))
-	for i := range n {
-		if err := pc.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: fmt.Appendf(nil, "v%03d", i)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	da := admin.New(tandemtest.Client(t, dst.Addr(), admin.Opt()))
-	if err := da.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.Addr()}); err != nil {
-		t.Fatalf("create mirror: %v", err)
-	}
-	if err := da.AddTopicsToMirror(ctx, map[string]string{topic: "m"}); err != nil {
-		t.Fatalf("add topic: %v", err)
-	}
+	dst, da, _ := mirrorOne(ctx, t, topic, n)
 	mirrored := func() (bool, string) {
 		ms, err := da.DescribeMirrors(ctx, "m")
 		if err != nil || len(ms) != 1 || len(ms[0].Topics) != 1 || len(ms[0].Topics[0].Partitions) != 1 {
@@ -326,27 +282,9 @@ func TestPauseDuringPrepareHolds(t *testing.T) {
 	})
 	t.Cleanup(restore)
 
-	src := tandemtest.StartInProcess(t, nil)
-	dst := tandemtest.StartInProcess(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tandemtest.CreateTopic(t, src.Addr(), topic, 1)
-	pc := tandemtest.Client(t, src.Addr(), kgo.DefaultProduceTopic(topic))
-	produce := func(from int) {
-		for i := from; i < from+n; i++ {
-			if err := pc.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: fmt.Appendf(nil, "v%03d", i)}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	produce(0)
-	da := admin.New(tandemtest.Client(t, dst.Addr(), admin.Opt()))
-	if err := da.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.Addr()}); err != nil {
-		t.Fatalf("create mirror: %v", err)
-	}
-	if err := da.AddTopicsToMirror(ctx, map[string]string{topic: "m"}); err != nil {
-		t.Fatalf("add topic: %v", err)
-	}
+	_, da, produce := mirrorOne(ctx, t, topic, n)
 	select {
 	case <-held:
 	case <-ctx.Done():
@@ -375,7 +313,7 @@ func TestPauseDuringPrepareHolds(t *testing.T) {
 	if err := <-paused; err != nil {
 		t.Fatalf("pause: %v", err)
 	}
-	produce(n)
+	produce(n, n)
 	time.Sleep(2 * time.Second) // a resumed partition would fetch the new records meanwhile
 	if st := state(); st != mirrorstate.Paused.String() {
 		t.Fatalf("%s-0 is %s after it was paused during its prepare, want PAUSED", topic, st)
@@ -387,4 +325,33 @@ func TestPauseDuringPrepareHolds(t *testing.T) {
 	if p := ms[0].Topics[0].Partitions[0]; p.DestinationOffset > n {
 		t.Fatalf("%s-0 copied to %d while paused, want at most %d", topic, p.DestinationOffset, n)
 	}
+}
+
+// mirrorOne starts a source and a destination broker, writes n records
+// to partition 0 of a new one-partition topic on the source, and mirrors
+// it to the destination (mirror "m"). produce writes count more records
+// from value number from.
+func mirrorOne(ctx context.Context, t *testing.T, topic string, n int) (dst *server.Broker, da *admin.Client, produce func(from, count int)) {
+	t.Helper()
+	src := tandemtest.StartInProcess(t, nil)
+	dst = tandemtest.StartInProcess(t, nil)
+	tandemtest.CreateTopic(t, src.Addr(), topic, 1)
+	pc := tandemtest.Client(t, src.Addr(), kgo.DefaultProduceTopic(topic))
+	produce = func(from, count int) {
+		t.Helper()
+		for i := from; i < from+count; i++ {
+			if err := pc.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: fmt.Appendf(nil, "v%03d", i)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produce(0, n)
+	da = admin.New(tandemtest.Client(t, dst.Addr(), admin.Opt()))
+	if err := da.CreateMirror(ctx, "m", map[string]string{"bootstrap.servers": src.Addr()}); err != nil {
+		t.Fatalf("create mirror: %v", err)
+	}
+	if err := da.AddTopicsToMirror(ctx, map[string]string{topic: "m"}); err != nil {
+		t.Fatalf("add topic: %v", err)
+	}
+	return dst, da, produce
 }
