@@ -206,12 +206,12 @@ func (c *conn) roundTrip(ctx context.Context, req kmsg.Request, v int16) (kmsg.R
 
 // send writes req, whose version is set, to the broker.
 func (c *conn) send(ctx context.Context, req kmsg.Request) error {
-	defer c.watch(ctx)()
 	c.corr++
 	c.wbuf = c.format.AppendRequest(c.wbuf[:0], req, c.corr)
 	if c.timeout > 0 {
 		c.nc.SetWriteDeadline(time.Now().Add(c.timeout))
 	}
+	defer c.watch(ctx)() // after the timeout's deadline, which would undo a stop's
 	if _, err := c.nc.Write(c.wbuf); err != nil {
 		return c.ctxErr(ctx, err)
 	}
@@ -225,7 +225,6 @@ func (c *conn) send(ctx context.Context, req kmsg.Request) error {
 // with the answer's size before the buffer grows for it: it returns the
 // capacity to allocate (at least n), or refuses.
 func (c *conn) recv(ctx context.Context, resp kmsg.Response, buf *[]byte, grow func(n int) (int, error)) error {
-	defer c.watch(ctx)()
 	if len(c.sent) == 0 {
 		return errors.New("no request to read the answer of")
 	}
@@ -234,6 +233,7 @@ func (c *conn) recv(ctx context.Context, resp kmsg.Response, buf *[]byte, grow f
 		// fetcher adds to the request timeout it configured.
 		c.nc.SetReadDeadline(time.Now().Add(c.timeout))
 	}
+	defer c.watch(ctx)() // after the timeout's deadline, which would undo a stop's
 	var size [4]byte
 	if _, err := io.ReadFull(c.br, size[:]); err != nil {
 		return c.ctxErr(ctx, err)
@@ -272,8 +272,10 @@ func (c *conn) recv(ctx context.Context, resp kmsg.Response, buf *[]byte, grow f
 }
 
 // watch makes a blocked read or write return when ctx ends (a fetcher
-// stopped while its Fetch waits at the source); the returned func undoes
-// it.
+// stopped while its Fetch waits at the source): it sets the connection's
+// deadline to now, so it is called after the timeout's deadline is set,
+// never before (a later deadline would replace the stop's). The
+// returned func undoes it.
 func (c *conn) watch(ctx context.Context) func() {
 	stop := context.AfterFunc(ctx, func() { c.nc.SetDeadline(time.Now()) })
 	return func() { stop() }
