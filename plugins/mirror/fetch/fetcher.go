@@ -6,8 +6,10 @@
 // partition's answer to whole batches not above the epoch it was asked
 // for (KAFKA-18723) and hands each to be applied; a goroutine of the
 // fetcher's then waits for the round's appends to be durable while the
-// fetcher goes on with the next round (at most two rounds ahead). The
-// fetch sizes follow the link (sizes.go).
+// fetcher goes on with the next round (at most two rounds ahead). An
+// answer of records alone has the next Fetch sent before its appends,
+// so that the source sends while the destination writes. The fetch
+// sizes follow the link (sizes.go).
 //
 // What a partition's answer means (truncation on a diverging epoch,
 // OFFSET_OUT_OF_RANGE, epoch fencing, the partition's state) is the
@@ -81,7 +83,9 @@ type Target interface {
 	// removed, paused or failed, a source leader or epoch that moved, a
 	// log truncated. The fetcher moves a partition's position after an
 	// append itself, and asks for all of them only on a new generation
-	// (or after an error), so that a round costs what changed.
+	// (or after an error), so that a round costs what changed. The
+	// answer to a Fetch sent before a new generation is dropped, not
+	// applied.
 	Generation() uint64
 	// Partitions are the partitions to fetch, with their positions.
 	// None: the fetcher waits for a new generation. An error: it cannot
@@ -104,14 +108,15 @@ type Target interface {
 	// above p.LeaderEpoch, and they are the fetcher's buffer: the
 	// append must be written before Apply returns, and wait must not
 	// read them. Apply must refuse an answer unless the partition's log
-	// ends at p.FetchOffset: the fetcher sends its next Fetch, and writes
-	// its answer, before the appends of the round before are durable,
-	// and when one of those fails the next answer starts past the log's
-	// end (appending it would leave a hole). wait is nil when nothing
-	// was appended, else it waits until the append is durable; the
-	// fetcher's waiter goroutine calls it once, in the order of the
-	// rounds, while the fetcher calls the target for the next round.
-	// n counts towards the fetcher's bytes and the throttle.
+	// ends at p.FetchOffset: the fetcher sends its next Fetch before
+	// this answer is appended, and writes that Fetch's answer before
+	// these appends are durable; when one of them fails, the next answer
+	// starts past the log's end (appending it would leave a hole).
+	// wait is nil when nothing was appended, else it waits until the
+	// append is durable; the fetcher's waiter goroutine calls it once,
+	// in the order of the rounds, while the fetcher calls the target for
+	// the next round. n counts towards the fetcher's bytes and the
+	// throttle.
 	Apply(p Partition, rp *kmsg.FetchResponseTopicPartition) (n int, wait func() error, err error)
 }
 
@@ -174,6 +179,8 @@ type Fetcher struct {
 	// The fetcher goroutine's own:
 	refreshedAt time.Time // last Refresh
 	conn        *conn     // to the source, nil until the first fetch or after a failure
+	version     int16     // of Fetch on conn
+	next        *inflight // the Fetch sent and not answered yet, if any
 	sess        *session
 	gen         uint64
 	loaded      bool // sess holds the partitions of generation gen
@@ -325,6 +332,7 @@ func (f *Fetcher) closeConn() {
 		f.conn.close()
 		f.conn = nil
 	}
+	f.next = nil   // its answer is gone with the connection
 	f.sess.reset() // a session lives on its connection's broker, not on the connection; a new one is safe either way
 }
 
@@ -340,67 +348,118 @@ func (f *Fetcher) waiter() {
 	}
 }
 
-// round is one Fetch: sent, the last round's appends waited for while it
-// is at the source, then its answer applied. fetched is false when there
-// was nothing to fetch.
+// round is one Fetch: sent (unless the round before sent it already),
+// the last round's appends waited for while it is at the source, then
+// its answer applied. fetched is false when there was nothing to fetch.
 func (f *Fetcher) round() (fetched bool, err error) {
-	if err := f.load(); err != nil {
-		return false, err
-	}
-	if f.sess.len() == 0 && len(f.sess.forgotten) == 0 {
-		return false, nil
-	}
-	f.sizes.reserve()
-	if f.failed.Swap(false) {
-		// An append of an earlier round failed after this round's
-		// positions moved past it: Apply refuses the answers that start
-		// past a log's end, and the positions are asked for again.
-		f.loaded = false
-		if err := f.load(); err != nil {
+	if f.next != nil && f.moved() {
+		// The positions changed after the Fetch under way was sent: its
+		// answer may start where a log no longer ends.
+		if err := f.drop(); err != nil {
 			return false, err
 		}
 	}
-	resp, sent, sentEpoch, err := f.exchange()
-	if err != nil {
-		return false, err
+	if f.next == nil {
+		if err := f.load(); err != nil {
+			return false, err
+		}
+		if f.sess.len() == 0 && len(f.sess.forgotten) == 0 {
+			return false, nil
+		}
+		if f.failed.Swap(false) {
+			// An append of an earlier round failed after this round's
+			// positions moved past it: Apply refuses the answers that
+			// start past a log's end, and the positions are asked for
+			// again.
+			f.loaded = false
+			if err := f.load(); err != nil {
+				return false, err
+			}
+		}
+		if err := f.send(); err != nil {
+			return false, err
+		}
 	}
-	if !f.sess.answered(sentEpoch, resp) {
+	resp, sent, err := f.receive()
+	switch {
+	case err != nil:
+		return false, err
+	case resp == nil:
 		return true, nil // the session was lost: a full fetch next
-	}
-	if resp.ErrorCode != 0 {
-		err := fmt.Errorf("fetch from source broker %d: %w", f.key.Broker, kerr.ErrorForCode(resp.ErrorCode))
-		f.t.Answered(sent, err)
-		return false, err
 	}
 	f.t.Answered(sent, nil)
 	return true, f.apply(resp)
 }
 
-// exchange sends the round's Fetch and reads its answer.
-func (f *Fetcher) exchange() (resp *kmsg.FetchResponse, sent time.Time, sentEpoch int32, err error) {
+// inflight is the Fetch sent and not answered yet.
+type inflight struct {
+	sent  time.Time
+	epoch int32 // its SessionEpoch
+}
+
+// moved reports whether the positions may have changed other than by
+// the fetcher's own appends since the Fetch under way was sent.
+func (f *Fetcher) moved() bool {
+	return !f.loaded || f.failed.Load() || f.t.Generation() != f.gen
+}
+
+// drop reads the answer to the Fetch under way and lets its records go:
+// they are fetched again from the positions the target gives.
+func (f *Fetcher) drop() error {
+	resp, _, err := f.receive()
+	if err == nil && resp != nil && len(resp.Topics) > 0 {
+		f.cfg.Log.Debug("mirror fetch answer dropped: positions moved", "source_broker", f.key.Broker)
+	}
+	f.loaded = false
+	return err
+}
+
+// send sends the next Fetch from the session's positions.
+func (f *Fetcher) send() error {
+	f.sizes.reserve()
 	c, err := f.connect()
 	if err != nil {
-		return nil, sent, 0, f.unreachable(err)
+		return f.unreachable(err)
 	}
 	v, ok := c.version(kmsg.NewPtrFetchRequest())
 	if !ok || v < 4 {
 		f.closeConn()
-		return nil, sent, 0, fmt.Errorf("source broker %d does not serve Fetch v4 or later (record batches)", f.key.Broker)
+		return fmt.Errorf("source broker %d does not serve Fetch v4 or later (record batches)", f.key.Broker)
 	}
 	req := f.sess.request(v, f.sizes.partition)
 	req.MaxWaitMillis = int32(f.cfg.MaxWait.Milliseconds())
 	req.MinBytes, req.MaxBytes = f.cfg.MinBytes, f.sizes.answer
-	sentEpoch, sent = req.SessionEpoch, time.Now()
+	next := &inflight{sent: time.Now(), epoch: req.SessionEpoch}
 	f.cfg.Requests.Add(1)
 	if err := c.send(f.ctx, req); err != nil {
-		return nil, sent, 0, f.unreachable(err)
+		return f.unreachable(err)
 	}
-	resp = req.ResponseKind().(*kmsg.FetchResponse)
-	resp.SetVersion(v)
-	if err := c.recv(f.ctx, resp, &f.sizes.buf, f.sizes.grow); err != nil {
-		return nil, sent, 0, f.unreachable(err)
+	f.next = next
+	f.version = v
+	return nil
+}
+
+// receive reads the answer to the Fetch under way. resp is nil without
+// an error when the source lost the session (a full fetch next); an
+// answer with a top-level error is reported to the target and returned
+// as the error.
+func (f *Fetcher) receive() (resp *kmsg.FetchResponse, sent time.Time, err error) {
+	next := f.next
+	f.next = nil
+	resp = kmsg.NewPtrFetchResponse()
+	resp.SetVersion(f.version)
+	if err := f.conn.recv(f.ctx, resp, &f.sizes.buf, f.sizes.grow); err != nil {
+		return nil, next.sent, f.unreachable(err)
 	}
-	return resp, sent, sentEpoch, nil
+	if !f.sess.answered(next.epoch, resp) {
+		return nil, next.sent, nil
+	}
+	if resp.ErrorCode != 0 {
+		err := fmt.Errorf("fetch from source broker %d: %w", f.key.Broker, kerr.ErrorForCode(resp.ErrorCode))
+		f.t.Answered(next.sent, err)
+		return nil, next.sent, err
+	}
+	return resp, next.sent, nil
 }
 
 // unreachable closes the connection after a failed exchange and reports
@@ -418,38 +477,50 @@ func (f *Fetcher) unreachable(err error) error {
 // positions of those appended to. The answer's bytes are the buffer's,
 // which the next round reuses: the engine copies what it appends before
 // Apply returns.
+//
+// When the answer carries records and nothing else (no partition error,
+// no diverging epoch) the next Fetch is sent before the appends, from
+// the positions after them: the source reads and sends the next answer
+// while this one is appended, instead of waiting for a request. Should
+// an append not happen, the next answer is dropped unread (round, moved)
+// or refused by Apply (its log does not end where the answer starts).
 func (f *Fetcher) apply(resp *kmsg.FetchResponse) error {
-	total, bound := 0, false
-	var errs []error
-	var waits []func() error
-	for ti := range resp.Topics {
-		t := &resp.Topics[ti]
-		for i := range t.Partitions {
-			rp := &t.Partitions[i]
-			pt := f.sess.lookup(t, rp.Partition)
-			if pt == nil {
-				continue // forgotten meanwhile
+	parts, kept, bound, clean := f.trimAll(resp)
+	// The next Fetch goes with this round's limits: adapt follows the
+	// appends, as the buffer holds the answer until they are written.
+	var sendErr error
+	early := clean && kept > 0 && !f.throttled() && !f.failed.Load()
+	if early {
+		for _, a := range parts {
+			if len(a.rp.RecordBatches) > 0 {
+				f.sess.moved(a.pt, a.tr.last.LastOffset()+1, a.tr.last.PartitionLeaderEpoch)
 			}
-			p := pt.Partition
-			tr := trim(rp.RecordBatches, p.LeaderEpoch)
-			bound = bound || tr.whole >= int(pt.sentMax)/2 && tr.whole > 0 && rp.HighWatermark > tr.last.LastOffset()+1
-			rp.RecordBatches = tr.keep
-			n, wait, err := f.t.Apply(p, rp)
-			total += n
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s-%d: %w", p.Topic, p.Partition, err))
-			}
-			if wait == nil {
-				continue
-			}
-			f.sess.moved(pt, tr.last.LastOffset()+1, tr.last.PartitionLeaderEpoch)
-			waits = append(waits, func() error {
-				if err := wait(); err != nil {
-					return fmt.Errorf("%s-%d: %w", p.Topic, p.Partition, err)
-				}
-				return nil
-			})
 		}
+		sendErr = f.send()
+	}
+	total, waits, errs := 0, []func() error(nil), []error(nil)
+	for _, a := range parts {
+		n, wait, err := f.t.Apply(a.p, a.rp)
+		total += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s-%d: %w", a.p.Topic, a.p.Partition, err))
+		}
+		switch {
+		case wait == nil && early && len(a.rp.RecordBatches) > 0:
+			f.loaded = false // moved above, not appended: ask for the positions again
+			continue
+		case wait == nil:
+			continue
+		case !early:
+			f.sess.moved(a.pt, a.tr.last.LastOffset()+1, a.tr.last.PartitionLeaderEpoch)
+		}
+		p := a.p
+		waits = append(waits, func() error {
+			if err := wait(); err != nil {
+				return fmt.Errorf("%s-%d: %w", p.Topic, p.Partition, err)
+			}
+			return nil
+		})
 	}
 	var rtt time.Duration
 	if f.conn != nil {
@@ -467,11 +538,51 @@ func (f *Fetcher) apply(resp *kmsg.FetchResponse) error {
 	f.sizes.adapt(total, bound, rtt)
 	f.cfg.Bytes.Add(total)
 	f.throttle(total)
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(append(errs, sendErr)...); err != nil {
 		f.loaded = false
 		return err
 	}
 	return nil
+}
+
+// answered is one partition of an answer, trimmed, with the position it
+// was fetched from.
+type answered struct {
+	pt *part
+	p  Partition // as sent
+	rp *kmsg.FetchResponseTopicPartition
+	tr trimmed
+}
+
+// trimAll trims each partition of an answer to whole batches not above
+// its epoch. kept is the record bytes left, bound whether a partition
+// was held back by its limit, clean that no partition carries an error
+// or a diverging epoch.
+func (f *Fetcher) trimAll(resp *kmsg.FetchResponse) (parts []answered, kept int, bound, clean bool) {
+	clean = true
+	for ti := range resp.Topics {
+		t := &resp.Topics[ti]
+		for i := range t.Partitions {
+			rp := &t.Partitions[i]
+			pt := f.sess.lookup(t, rp.Partition)
+			if pt == nil {
+				continue // forgotten meanwhile
+			}
+			clean = clean && rp.ErrorCode == 0 && rp.DivergingEpoch.Epoch < 0 && rp.DivergingEpoch.EndOffset < 0
+			tr := trim(rp.RecordBatches, pt.LeaderEpoch)
+			bound = bound || tr.whole >= int(pt.sentMax)/2 && tr.whole > 0 && rp.HighWatermark > tr.last.LastOffset()+1
+			rp.RecordBatches = tr.keep
+			kept += len(tr.keep)
+			parts = append(parts, answered{pt: pt, p: pt.Partition, rp: rp, tr: tr})
+		}
+	}
+	return parts, kept, bound, clean
+}
+
+// throttled reports whether mirror.replication.throttled.rate is set:
+// the next Fetch then waits for the throttle's sleep.
+func (f *Fetcher) throttled() bool {
+	return f.cfg.Rate != nil && f.cfg.Rate() > 0
 }
 
 // throttle sleeps as long as n bytes take at the configured rate, or

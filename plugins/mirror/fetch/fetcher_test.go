@@ -913,3 +913,127 @@ func TestSlowRefreshHoldsNoRound(t *testing.T) {
 		t.Fatal("two Refresh calls of one fetcher ran at once")
 	}
 }
+
+// slowApply is a target whose first Apply with records waits until the
+// source has seen a Fetch after the one it answers (or 10 s).
+type slowApply struct {
+	*target
+	fetches   atomic.Int32  // seen at the source
+	seen      chan struct{} // closed at the second Fetch
+	once      sync.Once
+	overlaped atomic.Bool
+	first     sync.Once
+}
+
+func (s *slowApply) Apply(p Partition, rp *kmsg.FetchResponseTopicPartition) (int, func() error, error) {
+	if len(rp.RecordBatches) > 0 {
+		s.first.Do(func() {
+			select {
+			case <-s.seen:
+				s.overlaped.Store(true)
+			case <-time.After(10 * time.Second):
+			}
+		})
+	}
+	return s.target.Apply(p, rp)
+}
+
+// TestNextFetchBeforeAppends: a fetcher sends its next Fetch before it
+// appends an answer's records, so that the source reads and sends the
+// next answer while the destination writes (over a long link, and in a
+// catch-up, the two otherwise take turns); the copy is still the
+// source's, byte for byte.
+func TestNextFetchBeforeAppends(t *testing.T) {
+	s := newSource(t, 1, 2)
+	for p := range int32(2) {
+		s.produce(t, p, 50)
+	}
+	id, meta := s.metadata(t)
+	want0, end0 := s.read(t, id, 0)
+	want1, end1 := s.read(t, id, 1)
+	dst := newDestination(t, id, 2)
+	tg := &slowApply{target: &target{dst: dst, id: id, parts: meta, ends: map[int32]int64{0: end0, 1: end1}, done: make(chan struct{})},
+		seen: make(chan struct{})}
+	s.c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		s.c.KeepControl()
+		if tg.fetches.Add(1) == 2 {
+			tg.once.Do(func() { close(tg.seen) })
+		}
+		return nil, nil, false
+	})
+	run(t, s, Key{Broker: 0}, Config{}, tg)
+	wait(t, tg.done, "copy")
+	if !tg.overlaped.Load() {
+		t.Fatal("the first answer's records were appended before the next Fetch was sent")
+	}
+	for p, want := range [][]byte{want0, want1} {
+		if got := dst.log(t, int32(p)); !bytes.Equal(got, want) {
+			t.Fatalf("partition %d: the destination holds %d bytes to offset %d, the source %d to %d", p, len(got), next(got), len(want), next(want))
+		}
+	}
+}
+
+// rewind is a target whose first Apply with records appends them, then
+// empties the partition's log and moves the generation (as the mirror
+// does on a truncation): the Fetch sent before that Apply asked from the
+// old log end, and its answer must not be applied.
+type rewind struct {
+	*target
+	gen     atomic.Uint64
+	once    sync.Once
+	refused atomic.Int32 // Apply calls from where the log does not end
+}
+
+func (r *rewind) Generation() uint64 { return r.gen.Load() }
+
+func (r *rewind) Apply(p Partition, rp *kmsg.FetchResponseTopicPartition) (int, func() error, error) {
+	ep := r.dst.parts[p.Partition]
+	if len(rp.RecordBatches) > 0 && ep.Offsets().LogEnd != p.FetchOffset {
+		r.refused.Add(1)
+	}
+	n, wait, err := r.target.Apply(p, rp)
+	if wait == nil || err != nil {
+		return n, wait, err
+	}
+	rewound := false
+	r.once.Do(func() {
+		if err = wait(); err == nil {
+			err = ep.Truncate(0)
+		}
+		r.gen.Add(1)
+		rewound = true
+	})
+	if rewound {
+		return n, func() error { return err }, nil
+	}
+	return n, wait, err
+}
+
+// TestFetchSentBeforeAMoveIsDropped: when the positions move other than
+// by the fetcher's appends (a truncation, a partition added or taken
+// away) while its next Fetch is under way, that Fetch's answer is read
+// and dropped, never applied from a position the log no longer ends at,
+// and the partition is fetched again from where the target says.
+func TestFetchSentBeforeAMoveIsDropped(t *testing.T) {
+	s := newSource(t, 1, 1)
+	for range 4 {
+		s.produce(t, 0, 20)
+	}
+	id, meta := s.metadata(t)
+	want, end := s.read(t, id, 0)
+	dst := newDestination(t, id, 1)
+	tg := &rewind{target: &target{dst: dst, id: id, parts: meta, ends: map[int32]int64{0: end}, done: make(chan struct{})}}
+	// One batch an answer: the first answer is not the whole log, and
+	// the Fetch sent before its Apply asks for the rest.
+	f := New(context.Background(), Key{Broker: 0}, Config{Addr: s.addr, RequestTimeout: 10 * time.Second, MaxWait: 50 * time.Millisecond,
+		MinBytes: 1, MaxBytes: 1, PartitionMaxBytes: 1, FixedSizes: true, Backoff: 10 * time.Millisecond}, tg)
+	go f.Run()
+	t.Cleanup(f.Stop)
+	wait(t, tg.done, "copy")
+	if got := dst.log(t, 0); !bytes.Equal(got, want) {
+		t.Fatalf("the destination holds %d bytes to offset %d, the source %d to %d: not the same", len(got), next(got), len(want), next(want))
+	}
+	if n := tg.refused.Load(); n != 0 {
+		t.Fatalf("%d answers applied from a position the log did not end at", n)
+	}
+}
