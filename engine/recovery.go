@@ -124,6 +124,13 @@ func (p *Partition) replayStartLocked(point recoveryPoint, hasPoint bool) (from 
 		if err != nil {
 			return 0, 0, err
 		}
+		// The cut is done: what is appended after it must be replayed
+		// at the next start, not cut, whether or not a later recovery
+		// point is durable by then (settleTruncationLocked). Open syncs
+		// this with the rest of the recovered metadata.
+		plain := point
+		plain.exact = false
+		p.pending.Set(recoveryKey(p.id, p.part), plain.encode(), nil)
 	}
 	p.leo = p.logStart
 	if len(p.segs) > 0 {

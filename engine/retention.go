@@ -180,12 +180,36 @@ func (p *Partition) truncate(offset int64, full bool) error {
 	} else {
 		err = p.dropSegmentsLocked(0)
 	}
+	if err == nil {
+		err = p.settleTruncationLocked(t.point)
+	}
 	if err != nil {
 		// The exact recovery point finishes the cut at the next start.
 		p.failed = err
 		return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, storageError("%v", err))
 	}
 	p.truncatedLocked(t)
+	return nil
+}
+
+// settleTruncationLocked replaces the exact recovery point of a
+// truncation whose files are cut with a plain one at the same place,
+// synced before anything is appended after the cut.
+//
+// The exact point tells recovery to cut the log there; once the files
+// are cut, what follows in them is appended later and must be replayed.
+// The sync rounds' recovery points are written unsynced (Pebble keeps
+// them in its process until a sync: a kill -9 loses them as a power
+// loss does), so the exact point would stay the last durable one while
+// durable, acknowledged appends follow it, and the next start would cut
+// them: a follower that truncated to its new leader, fetched on (the
+// leader counting it for acks=all) and crashed came back at the
+// truncation point (TestTruncateThenCrashKeepsLaterAppends).
+func (p *Partition) settleTruncationLocked(point recoveryPoint) error {
+	point.exact = false
+	if err := p.e.db.Set(recoveryKey(p.id, p.part), point.encode(), pebble.Sync); err != nil {
+		return fmt.Errorf("recovery point after the cut: %w", err)
+	}
 	return nil
 }
 
