@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/admit"
+	"github.com/tandem-kafka/tandem/plugins/mirror/cutover"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorview"
@@ -24,8 +25,8 @@ import (
 // Topics named that failed over before are reported as such
 // (AlreadyStopped, where their stop left them), so that a failover can
 // be repeated. A consistent failover stops the topics newly stopping at
-// one cut (cutover.go); the report then says its time and what each
-// partition gave up beyond it.
+// one cut (plugins/mirror/cutover); the report then says its time and
+// what each partition gave up beyond it.
 func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string, mode int8, timeout time.Duration, consistent bool) ([]string, []mirrorproto.FailoverPartition, error) {
 	start := time.Now()
 	m := p.awaitMirrors(ctx, mirror).Mirrors[mirror]
@@ -61,7 +62,7 @@ func (p *Plugin) removeTopics(ctx context.Context, mirror string, names []string
 			before[k] = d
 		}
 	}
-	set := cutSetOf(topics)
+	set := cutover.SetOf(topics)
 	if err := p.setTopicStates(ctx, mirror, topics, func(s *mirrorstate.PartitionState) error {
 		if consistent && s.State != mirrorstate.Stopping && s.State != mirrorstate.Stopped {
 			s.Cut = mirrorstate.Cut{Set: set, At: -1}
@@ -86,7 +87,7 @@ func (p *Plugin) stoppedReport(ctx context.Context, mirror string, topics []stri
 			fp := mirrorproto.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, AlreadyStopped: true}
 			if st, err := p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
-				fp.CutTime, fp.CutRecords, fp.CutMs = cutReport(st)
+				fp.CutTime, fp.CutRecords, fp.CutMs = cutover.Report(st)
 			}
 			out = append(out, fp)
 		}
@@ -275,7 +276,7 @@ func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []str
 			fp := mirrorproto.FailoverPartition{Topic: name, Partition: int32(i), SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1}
 			if st, err := p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: name, Partition: int32(i)}, t.ID); err == nil && st.StopAt >= 0 {
 				fp.DestinationOffset = st.StopAt
-				fp.CutTime, fp.CutRecords, fp.CutMs = cutReport(st)
+				fp.CutTime, fp.CutRecords, fp.CutMs = cutover.Report(st)
 			} else if ep := p.Host().Partition(t.ID, int32(i)); ep != nil {
 				fp.DestinationOffset = ep.Offsets().LogEnd
 			}
@@ -290,13 +291,4 @@ func (p *Plugin) failoverReport(ctx context.Context, mirror string, topics []str
 		}
 	}
 	return out
-}
-
-// cutReport is what a partition's consistent cut says in a failover
-// report: T, and what it gave up beyond it (zeros without a cut).
-func cutReport(st mirrorstate.PartitionState) (t, records, ms int64) {
-	if st.Cut.At < 0 {
-		return 0, 0, 0
-	}
-	return st.Cut.Time, st.Cut.Records, st.Cut.Ms
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/admit"
+	"github.com/tandem-kafka/tandem/plugins/mirror/cutover"
 	"github.com/tandem-kafka/tandem/plugins/mirror/diverged"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorapi"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
@@ -421,9 +422,9 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 	states map[topicPartition]mirrorstate.PartitionState, now time.Time) (pd mirrorproto.PartitionDetail, cut bool) {
 	pd = mirrorproto.PartitionDetail{PartitionIndex: i, SourceOffset: -1, DestinationOffset: -1, Lag: -1, LagMs: -1, State: mirrorstate.Unknown.String()}
 	if st, ok := states[topicPartition{Topic: t.Name, Partition: i}]; ok {
-		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
+		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutover.Reason(st))
 	} else if st, err := p.store.Read(ctx, mirrorstate.PartitionKey{Mirror: mirror, Topic: t.Name, Partition: i}, t.ID); err == nil {
-		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutReason(st))
+		pd.State, pd.Reason = st.State.String(), cmp.Or(st.Reason, cutover.Reason(st))
 	} else {
 		_, pd.Reason = code(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/plugins/mirror/cutover"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
@@ -16,8 +17,8 @@ type StopStep string
 
 const (
 	StepFetcherRemoved StopStep = "fetcher-removed"      // StopAt and StopEpoch persisted
-	StepCutDeciding    StopStep = "cut-deciding"         // a consistent cut written for all but the decider's partition
-	StepCutApplied     StopStep = "cut-applied"          // the partition truncated to its consistent cut
+	StepCutDeciding    StopStep = cutover.StepDeciding   // a consistent cut written for all but the decider's partition
+	StepCutApplied     StopStep = cutover.StepApplied    // the partition truncated to its consistent cut
 	StepEpochBumped    StopStep = "epoch-bumped"         // destination epoch above every mirrored batch
 	StepTxnsAborted    StopStep = "transactions-aborted" // ABORT markers for the source's open transactions
 	StepLMEPersisted   StopStep = "lme-persisted"        // last mirror epoch and offset persisted
@@ -64,7 +65,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 		r.p.stopHook(pt.Topic, pt.Partition, StepFetcherRemoved)
 	}
 	// 1b. A consistent failover waits for its set's cut and truncates
-	// to it (cutover.go); the rest goes on from the cut.
+	// to it (plugins/mirror/cutover); the rest goes on from the cut.
 	var ok bool
 	if st, ok, err = r.applyCut(pt, ep, st); err != nil || !ok {
 		return err
@@ -183,7 +184,7 @@ func (r *mirrorRun) finishStops(parts []*ledPartition) error {
 		if err != nil || !done {
 			return err
 		}
-		if err := r.clampGroups(t); err != nil {
+		if err := r.cutover().ClampGroups(r.ctx, t); err != nil {
 			return err
 		}
 		// The membership's stop clears mirror.name in the same batch.

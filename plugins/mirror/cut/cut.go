@@ -9,8 +9,8 @@
 // windows read were long enough, Loss what a partition gives up.
 //
 // It is pure but for Held, which reads an engine partition. Deciding
-// the cut for a set, persisting it and truncating to it are the mirror
-// plugin's (plugins/mirror, cutover.go).
+// the cut for a set, persisting it and truncating to it are the
+// consistent failover's stage's (plugins/mirror/cutover).
 package cut
 
 import (

@@ -146,7 +146,7 @@ type PartitionState struct {
 // offset it is cut at (-1 until decided), Time the cut's source time T
 // (Unix ms), Records and Ms what it gives up beyond the cut. The cut is
 // decided for every partition of the set before any is truncated: see
-// decideCut in plugins/mirror.
+// plugins/mirror/cutover.
 type Cut struct {
 	Set                   string
 	At, Time, Records, Ms int64
