@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/tandem-kafka/tandem/engine/internal/keys"
 	"io"
 	"math"
 	"time"
@@ -374,7 +375,7 @@ func (p *Partition) installSegment(s *cleanSeg, c *cleaned, gen uint64) (uint64,
 		fs.Remove(c.path)
 		return 0, fmt.Errorf("compaction: %w", err)
 	}
-	marker := compactKey(p.id, p.part, s.seg.base)
+	marker := keys.Compact(p.id, p.part, s.seg.base)
 	if err := p.e.db.Set(marker, nil, pebble.Sync); err != nil {
 		fs.Remove(c.path)
 		return 0, fmt.Errorf("compaction marker: %w", err)
@@ -389,11 +390,11 @@ func (p *Partition) installSegment(s *cleanSeg, c *cleaned, gen uint64) (uint64,
 	p.e.hook("compact:renamed")
 	b := p.e.db.NewBatch()
 	defer b.Close()
-	b.DeleteRange(indexKey(p.id, p.part, s.seg.base), indexKey(p.id, p.part, s.next), nil)
+	b.DeleteRange(keys.Index(p.id, p.part, s.seg.base), keys.Index(p.id, p.part, s.next), nil)
 	for _, x := range c.index {
-		b.Set(indexKey(p.id, p.part, x.offset), indexEntry(x.pos, x.before), nil)
+		b.Set(keys.Index(p.id, p.part, x.offset), indexEntry(x.pos, x.before), nil)
 	}
-	b.Set(segmentKey(p.id, p.part, s.seg.base), c.sum.summary(), nil)
+	b.Set(keys.Segment(p.id, p.part, s.seg.base), c.sum.summary(), nil)
 	b.Delete(marker, nil)
 	if err := b.Commit(pebble.Sync); err != nil {
 		return 0, fmt.Errorf("compaction index: %w", err)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tandem-kafka/tandem/engine/internal/keys"
 	"log/slog"
 	"slices"
 	"sync"
@@ -225,7 +226,7 @@ func (e *Engine) openStore() error {
 	// One sync for the metadata every partition's recovery wrote, and the
 	// format version.
 	v := binary.BigEndian.AppendUint32(nil, formatVersion)
-	if err := e.db.Set(versionKey, v, pebble.Sync); err != nil {
+	if err := e.db.Set(keys.Version, v, pebble.Sync); err != nil {
 		return fmt.Errorf("engine: write format version: %w", err)
 	}
 	return nil
@@ -235,7 +236,7 @@ func (e *Engine) openStore() error {
 // for a store with partitions and no version key (written before segment
 // files), or the current version for a new store.
 func (e *Engine) formatVersion() (uint32, error) {
-	v, closer, err := e.db.Get(versionKey)
+	v, closer, err := e.db.Get(keys.Version)
 	if err == nil {
 		defer closer.Close()
 		if len(v) != 4 {
@@ -246,8 +247,8 @@ func (e *Engine) formatVersion() (uint32, error) {
 	if !errors.Is(err, pebble.ErrNotFound) {
 		return 0, fmt.Errorf("engine: read format version: %w", err)
 	}
-	lo := []byte{nsEngine, kindState}
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	lo := []byte{keys.NS, keys.KindState}
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: keys.PrefixEnd(lo)})
 	if err != nil {
 		return 0, err
 	}
@@ -261,8 +262,8 @@ func (e *Engine) formatVersion() (uint32, error) {
 // eachStored calls fn with a new Partition (not loaded) for every
 // partition state in the store.
 func (e *Engine) eachStored(fn func(p *Partition) error) error {
-	lo := []byte{nsEngine, kindState}
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	lo := []byte{keys.NS, keys.KindState}
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: keys.PrefixEnd(lo)})
 	if err != nil {
 		return err
 	}
@@ -276,9 +277,9 @@ func (e *Engine) eachStored(fn func(p *Partition) error) error {
 		copy(id[:], k[2:18])
 		var st persistedState
 		if err := json.Unmarshal(it.Value(), &st); err != nil {
-			return fmt.Errorf("%s-%d state: %w", id, keySuffix32(k), err)
+			return fmt.Errorf("%s-%d state: %w", id, keys.Suffix32(k), err)
 		}
-		p := newPartition(e, st.Topic, id, keySuffix32(k), st.Config)
+		p := newPartition(e, st.Topic, id, keys.Suffix32(k), st.Config)
 		p.logStart, p.leaderEpoch = st.LogStart, st.LeaderEpoch
 		if err := fn(p); err != nil {
 			return fmt.Errorf("%s (%s) partition %d: %w", st.Topic, id, p.part, err)
@@ -359,8 +360,8 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// DB is the Pebble instance, shared with raftmeta (see keys.go for the
-// prefixes each owner uses).
+// DB is the Pebble instance, shared with raftmeta (see
+// engine/internal/keys for the prefixes each owner uses).
 func (e *Engine) DB() *pebble.DB { return e.db }
 
 // Create creates a partition, or returns the existing one (its config
@@ -402,7 +403,7 @@ func (e *Engine) CreateAll(topic string, id TopicID, partitions []int32, cfg Log
 			continue // created concurrently
 		}
 		p := newPartition(e, topic, id, n, cfg)
-		if err := batch.Set(stateKey(id, n), p.encodeState(), nil); err != nil {
+		if err := batch.Set(keys.State(id, n), p.encodeState(), nil); err != nil {
 			return fmt.Errorf("engine: create %s partition %d: %w", topic, n, err)
 		}
 		created = append(created, p)
@@ -463,9 +464,9 @@ func (e *Engine) Delete(id TopicID, partition int32) error {
 	}
 	b := e.db.NewBatch()
 	defer b.Close()
-	pre := dataPrefix(id, partition)
-	b.DeleteRange(pre, prefixEnd(pre), nil)
-	b.Delete(stateKey(id, partition), nil)
+	pre := keys.Data(id, partition)
+	b.DeleteRange(pre, keys.PrefixEnd(pre), nil)
+	b.Delete(keys.State(id, partition), nil)
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("engine: delete %s partition %d: %w", id, partition, err)
 	}

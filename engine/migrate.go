@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/tandem-kafka/tandem/engine/internal/keys"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
@@ -34,8 +35,8 @@ func (e *Engine) migrateV1() error {
 
 func (p *Partition) migrateV1() (moved int64, err error) {
 	e := p.e
-	pre := subPrefix(p.id, p.part, subV1Log)
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: pre, UpperBound: prefixEnd(pre)})
+	pre := keys.Sub(p.id, p.part, keys.SubV1Log)
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: pre, UpperBound: keys.PrefixEnd(pre)})
 	if err != nil {
 		return 0, err
 	}
@@ -73,7 +74,7 @@ func (p *Partition) migrateV1() (moved int64, err error) {
 		}
 		bs, err := recordbatch.Split(v)
 		if err != nil || len(bs) != 1 {
-			return moved, fmt.Errorf("batch at %d: %v", keySuffix64(it.Key()), err)
+			return moved, fmt.Errorf("batch at %d: %v", keys.Suffix64(it.Key()), err)
 		}
 		b := bs[0]
 		if moved == 0 {
@@ -103,9 +104,9 @@ func (p *Partition) migrateV1() (moved int64, err error) {
 	}
 	db := e.db.NewBatch()
 	defer db.Close()
-	for _, sub := range []byte{subV1Log, subV1Meta} {
-		pre := subPrefix(p.id, p.part, sub)
-		db.DeleteRange(pre, prefixEnd(pre), nil)
+	for _, sub := range []byte{keys.SubV1Log, keys.SubV1Meta} {
+		pre := keys.Sub(p.id, p.part, sub)
+		db.DeleteRange(pre, keys.PrefixEnd(pre), nil)
 	}
 	return moved, db.Commit(pebble.Sync)
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/tandem-kafka/tandem/engine/internal/keys"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -78,9 +79,9 @@ func TestMigrateFormat1(t *testing.T) {
 	}
 	e := open()
 	check(e)
-	for _, sub := range []byte{subV1Log, subV1Meta} {
-		lo := []byte{nsEngine, kindData}
-		it, _ := e.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	for _, sub := range []byte{keys.SubV1Log, keys.SubV1Meta} {
+		lo := []byte{keys.NS, keys.KindData}
+		it, _ := e.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: keys.PrefixEnd(lo)})
 		for it.First(); it.Valid(); it.Next() {
 			if k := it.Key(); k[22] == sub {
 				t.Fatalf("format-1 key %x left after the migration", k)

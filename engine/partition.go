@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tandem-kafka/tandem/engine/internal/keys"
 	"math"
 	"sort"
 	"sync"
@@ -150,7 +151,7 @@ func (p *Partition) persistStateLocked() error {
 	if p.e.closed || p.deleted {
 		return errClosed
 	}
-	return p.e.db.Set(stateKey(p.id, p.part), p.encodeState(), pebble.Sync)
+	return p.e.db.Set(keys.State(p.id, p.part), p.encodeState(), pebble.Sync)
 }
 
 // notifyLocked wakes fetches waiting in Wait.
@@ -666,7 +667,7 @@ func (p *Partition) applyLocked(seg *segment, pos int64, b recordbatch.Batch, m 
 	var aborted []abortedTxn
 	if isBarrier(b) {
 		aborted = txn.resetAll(b.BaseOffset())
-		p.pending.DeleteRange(subPrefix(p.id, p.part, subProduce), prefixEnd(subPrefix(p.id, p.part, subProduce)), nil)
+		p.pending.DeleteRange(keys.Sub(p.id, p.part, keys.SubProduce), keys.PrefixEnd(keys.Sub(p.id, p.part, keys.SubProduce)), nil)
 		p.producers = make(map[int64]*producerEntry)
 		clear(p.dirtyPIDs)
 		p.openTxns = 0
@@ -677,7 +678,7 @@ func (p *Partition) applyLocked(seg *segment, pos int64, b recordbatch.Batch, m 
 	}
 	for _, a := range aborted {
 		p.aborted = append(p.aborted, a)
-		p.pending.Set(abortedEntryKey(p.id, p.part, a), binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(a.PID)), uint64(a.First)), nil)
+		p.pending.Set(keys.AbortedEntry(p.id, p.part, a.Last, a.PID), binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(a.PID)), uint64(a.First)), nil)
 	}
 	for pid, pe := range txn.changed {
 		if old := p.producers[pid]; old != nil && old.TxnStart >= 0 {
@@ -694,7 +695,7 @@ func (p *Partition) applyLocked(seg *segment, pos int64, b recordbatch.Batch, m 
 	}
 	if e := b.LeaderEpoch(); e > p.latestEpochLocked() {
 		p.epochs = append(p.epochs, epochEntry{e, b.BaseOffset()})
-		p.pending.Set(epochKey(p.id, p.part, e), epochValue(b.BaseOffset()), nil)
+		p.pending.Set(keys.Epoch(p.id, p.part, e), epochValue(b.BaseOffset()), nil)
 	}
 	p.indexLocked(seg, pos, b, m)
 }
@@ -710,7 +711,7 @@ func (p *Partition) indexLocked(seg *segment, pos int64, b recordbatch.Batch, m 
 		if seg.size > 0 {
 			before = seg.maxTs
 		}
-		p.pending.Set(indexKey(p.id, p.part, b.BaseOffset()), indexEntry(pos, before), nil)
+		p.pending.Set(keys.Index(p.id, p.part, b.BaseOffset()), indexEntry(pos, before), nil)
 		p.lastIndexPos = pos
 	}
 	seg.noteBatch(m)
@@ -737,7 +738,7 @@ func (p *Partition) rollLocked(next int64, now time.Time) (*segment, error) {
 		if p.pending == nil {
 			p.pending = p.e.db.NewBatch()
 		}
-		p.pending.Set(segmentKey(p.id, p.part, old.base), old.summary(), nil)
+		p.pending.Set(keys.Segment(p.id, p.part, old.base), old.summary(), nil)
 	} else {
 		if err := fs.MkdirAll(p.dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s: %w", p.dir, err)
@@ -840,15 +841,15 @@ func (p *Partition) takePendingLocked() (w pendingMeta, ok bool) {
 	}
 	for pid := range p.dirtyPIDs {
 		if pe := p.producers[pid]; pe != nil {
-			b.Set(producerKey(p.id, p.part, pid), pe.encode(), nil)
+			b.Set(keys.Producer(p.id, p.part, pid), pe.encode(), nil)
 		} else {
-			b.Delete(producerKey(p.id, p.part, pid), nil)
+			b.Delete(keys.Producer(p.id, p.part, pid), nil)
 		}
 	}
 	clear(p.dirtyPIDs)
-	b.Set(segmentKey(p.id, p.part, seg.base), seg.summary(), nil)
+	b.Set(keys.Segment(p.id, p.part, seg.base), seg.summary(), nil)
 	point := recoveryPoint{seg: seg.base, pos: seg.size, next: p.leo}
-	b.Set(recoveryKey(p.id, p.part), point.encode(), nil)
+	b.Set(keys.Recovery(p.id, p.part), point.encode(), nil)
 	p.pending = nil
 	dirs := p.newDirEntries
 	p.newDirEntries = dirEntries{}

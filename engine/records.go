@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/tandem-kafka/tandem/engine/internal/keys"
 	"io"
 	"sort"
 
@@ -318,7 +319,7 @@ func (p *Partition) indexLookup(base, offset int64) (int64, error) {
 	if p.e.closed {
 		return 0, errClosed
 	}
-	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: indexKey(p.id, p.part, base), UpperBound: indexKey(p.id, p.part, offset+1)})
+	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: keys.Index(p.id, p.part, base), UpperBound: keys.Index(p.id, p.part, offset+1)})
 	if err != nil {
 		return 0, err
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/tandem-kafka/tandem/engine/internal/keys"
 	"io"
 	"math"
 	"time"
@@ -38,7 +39,7 @@ func (p *Partition) loadLocked(cut *recoveryPoint) error {
 		if err := p.reindexLocked(base); err != nil {
 			return err
 		}
-		p.pending.Delete(compactKey(p.id, p.part, base), nil)
+		p.pending.Delete(keys.Compact(p.id, p.part, base), nil)
 	}
 	from, pos, err := p.replayStartLocked(point, hasPoint)
 	if err != nil {
@@ -130,7 +131,7 @@ func (p *Partition) replayStartLocked(point recoveryPoint, hasPoint bool) (from 
 		// this with the rest of the recovered metadata.
 		plain := point
 		plain.exact = false
-		p.pending.Set(recoveryKey(p.id, p.part), plain.encode(), nil)
+		p.pending.Set(keys.Recovery(p.id, p.part), plain.encode(), nil)
 	}
 	p.leo = p.logStart
 	if len(p.segs) > 0 {
@@ -200,8 +201,8 @@ func (p *Partition) reloadLocked() error {
 // state, and returns the recovery point, the segment summaries and the
 // segments whose compaction was being installed.
 func (p *Partition) readMetaLocked() (point recoveryPoint, hasPoint bool, summaries map[int64][]byte, compacting map[int64]bool, err error) {
-	pre := dataPrefix(p.id, p.part)
-	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: pre, UpperBound: prefixEnd(pre)})
+	pre := keys.Data(p.id, p.part)
+	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: pre, UpperBound: keys.PrefixEnd(pre)})
 	if err != nil {
 		return point, false, nil, nil, err
 	}
@@ -211,33 +212,33 @@ func (p *Partition) readMetaLocked() (point recoveryPoint, hasPoint bool, summar
 	for it.First(); it.Valid(); {
 		k := it.Key()
 		switch k[len(pre)] {
-		case subIndex:
+		case keys.SubIndex:
 			// The index is read when needed, never loaded.
-			it.SeekGE(subPrefix(p.id, p.part, subIndex+1))
+			it.SeekGE(keys.Sub(p.id, p.part, keys.SubIndex+1))
 			continue
-		case subSegment:
-			summaries[keySuffix64(k)] = append([]byte(nil), it.Value()...)
-		case subRecovery:
+		case keys.SubSegment:
+			summaries[keys.Suffix64(k)] = append([]byte(nil), it.Value()...)
+		case keys.SubRecovery:
 			if point, err = decodeRecoveryPoint(it.Value()); err != nil {
 				return point, false, nil, nil, err
 			}
 			hasPoint = true
-		case subCompact:
-			compacting[keySuffix64(k)] = true
-		case subEpoch:
-			p.epochs = append(p.epochs, epochEntry{keySuffix32(k), be64(it.Value())})
-		case subAborted:
+		case keys.SubCompact:
+			compacting[keys.Suffix64(k)] = true
+		case keys.SubEpoch:
+			p.epochs = append(p.epochs, epochEntry{keys.Suffix32(k), be64(it.Value())})
+		case keys.SubAborted:
 			v := it.Value()
 			if len(v) != 16 {
 				return point, false, nil, nil, fmt.Errorf("aborted transaction entry of %d bytes", len(v))
 			}
-			p.aborted = append(p.aborted, abortedTxn{be64(v), be64(v[8:]), keySuffix64(k[:len(k)-8])})
-		case subProduce:
+			p.aborted = append(p.aborted, abortedTxn{be64(v), be64(v[8:]), keys.Suffix64(k[:len(k)-8])})
+		case keys.SubProduce:
 			pe, err := decodeProducer(it.Value())
 			if err != nil {
 				return point, false, nil, nil, err
 			}
-			p.producers[keySuffix64(k)] = pe
+			p.producers[keys.Suffix64(k)] = pe
 		}
 		it.Next()
 	}
@@ -260,9 +261,9 @@ func (p *Partition) segIndex(base int64) int {
 func (p *Partition) rebuildLocked(point recoveryPoint) {
 	p.e.log.Warn("log metadata ahead of the segment files; rebuilding it from the segments",
 		"topic", p.topic, "partition", p.part, "recovery_segment", point.seg, "recovery_position", point.pos)
-	for _, sub := range []byte{subIndex, subSegment, subEpoch, subProduce, subAborted} {
-		pre := subPrefix(p.id, p.part, sub)
-		p.pending.DeleteRange(pre, prefixEnd(pre), nil)
+	for _, sub := range []byte{keys.SubIndex, keys.SubSegment, keys.SubEpoch, keys.SubProduce, keys.SubAborted} {
+		pre := keys.Sub(p.id, p.part, sub)
+		p.pending.DeleteRange(pre, keys.PrefixEnd(pre), nil)
 	}
 	p.epochs, p.aborted = nil, nil
 	p.producers = make(map[int64]*producerEntry)
@@ -377,9 +378,9 @@ func (p *Partition) dropSegmentsLocked(i int) error {
 		if p.pending == nil {
 			p.pending = p.e.db.NewBatch()
 		}
-		p.pending.Delete(segmentKey(p.id, p.part, s.base), nil)
+		p.pending.Delete(keys.Segment(p.id, p.part, s.base), nil)
 	}
-	p.pending.DeleteRange(indexKey(p.id, p.part, p.segs[i].base), prefixEnd(subPrefix(p.id, p.part, subIndex)), nil)
+	p.pending.DeleteRange(keys.Index(p.id, p.part, p.segs[i].base), keys.PrefixEnd(keys.Sub(p.id, p.part, keys.SubIndex)), nil)
 	p.segs = p.segs[:i:i]
 	return segfile.SyncDir(fs, p.dir)
 }
@@ -393,11 +394,11 @@ func (p *Partition) reindexLocked(base int64) error {
 		return nil
 	}
 	seg := p.segs[i]
-	end := []byte(prefixEnd(subPrefix(p.id, p.part, subIndex)))
+	end := []byte(keys.PrefixEnd(keys.Sub(p.id, p.part, keys.SubIndex)))
 	if i+1 < len(p.segs) {
-		end = indexKey(p.id, p.part, p.segs[i+1].base)
+		end = keys.Index(p.id, p.part, p.segs[i+1].base)
 	}
-	p.pending.DeleteRange(indexKey(p.id, p.part, base), end, nil)
+	p.pending.DeleteRange(keys.Index(p.id, p.part, base), end, nil)
 	f, err := p.e.files.Acquire(seg.file)
 	if err != nil {
 		return err
@@ -412,7 +413,7 @@ func (p *Partition) reindexLocked(base int64) error {
 			break // the file was synced before its rename: only its end stops the walk
 		}
 		if pos-last >= indexInterval {
-			p.pending.Set(indexKey(p.id, p.part, h.Base), indexEntry(pos, maxTs), nil)
+			p.pending.Set(keys.Index(p.id, p.part, h.Base), indexEntry(pos, maxTs), nil)
 			last = pos
 		}
 		if h.MaxTs > maxTs || pos == 0 {
@@ -421,6 +422,6 @@ func (p *Partition) reindexLocked(base int64) error {
 		seg.next = h.Last + 1
 		pos += h.Size
 	}
-	p.pending.Set(segmentKey(p.id, p.part, base), seg.summary(), nil)
+	p.pending.Set(keys.Segment(p.id, p.part, base), seg.summary(), nil)
 	return nil
 }

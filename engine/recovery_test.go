@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/tandem-kafka/tandem/engine/internal/keys"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -465,7 +466,7 @@ func TestFormatVersionRefused(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openTest(t, fs)
 	mkPart(t, e, DefaultLogConfig())
-	if err := e.DB().Set(versionKey, []byte{0, 0, 0, 9}, nil); err != nil {
+	if err := e.DB().Set(keys.Version, []byte{0, 0, 0, 9}, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.Close()

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/tandem-kafka/tandem/engine/internal/keys"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -26,8 +27,6 @@ import (
 //
 // (Kafka's replication-offset-checkpoint), so that a restarted broker
 // does not serve records it had not seen committed before it stopped.
-
-const subHWM = 'H'
 
 // replState is a partition's replication state, guarded by p.mu.
 type replState struct {
@@ -75,7 +74,7 @@ func (p *Partition) WaitEnd() <-chan struct{} {
 	return p.repl.endCh
 }
 
-func (p *Partition) hwmKey() []byte { return subPrefix(p.id, p.part, subHWM) }
+func (p *Partition) hwmKey() []byte { return keys.Sub(p.id, p.part, keys.SubHWM) }
 
 // SetReplicated switches the partition to a high watermark set by the
 // replication layer (on) or back to its durable end (off). The first

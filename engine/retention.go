@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/tandem-kafka/tandem/engine/internal/keys"
 	"io"
 	"math"
 	"sort"
@@ -83,8 +84,8 @@ func (p *Partition) removeBelowLocked(n int, logStart int64) error {
 	defer b.Close()
 	if n > 0 {
 		end := p.segs[n].base
-		b.DeleteRange(indexKey(p.id, p.part, 0), indexKey(p.id, p.part, end), nil)
-		b.DeleteRange(segmentKey(p.id, p.part, 0), segmentKey(p.id, p.part, end), nil)
+		b.DeleteRange(keys.Index(p.id, p.part, 0), keys.Index(p.id, p.part, end), nil)
+		b.DeleteRange(keys.Segment(p.id, p.part, 0), keys.Segment(p.id, p.part, end), nil)
 	}
 	// Epoch cache: entries wholly below the new start go, the one in
 	// force at it now starts there (Kafka's truncateFromStart).
@@ -92,16 +93,16 @@ func (p *Partition) removeBelowLocked(n int, logStart int64) error {
 	k := sort.Search(len(epochs), func(i int) bool { return epochs[i].Start > logStart })
 	if k > 0 {
 		for _, en := range epochs[:k-1] {
-			b.Delete(epochKey(p.id, p.part, en.Epoch), nil)
+			b.Delete(keys.Epoch(p.id, p.part, en.Epoch), nil)
 		}
 		epochs = append([]epochEntry{{epochs[k-1].Epoch, logStart}}, epochs[k:]...)
-		b.Set(epochKey(p.id, p.part, epochs[0].Epoch), epochValue(logStart), nil)
+		b.Set(keys.Epoch(p.id, p.part, epochs[0].Epoch), epochValue(logStart), nil)
 	}
 	a := sort.Search(len(p.aborted), func(i int) bool { return p.aborted[i].Last >= logStart })
-	b.DeleteRange(abortedKey(p.id, p.part, 0), abortedKey(p.id, p.part, logStart), nil)
+	b.DeleteRange(keys.Aborted(p.id, p.part, 0), keys.Aborted(p.id, p.part, logStart), nil)
 	old := p.logStart
 	p.logStart = logStart
-	b.Set(stateKey(p.id, p.part), p.encodeState(), nil)
+	b.Set(keys.State(p.id, p.part), p.encodeState(), nil)
 	if err := b.Commit(pebble.Sync); err != nil {
 		p.logStart = old
 		return fmt.Errorf("%s-%d: delete below %d: %w", p.topic, p.part, logStart, err)
@@ -165,7 +166,7 @@ func (p *Partition) truncate(offset int64, full bool) error {
 	}
 	oldStart := p.logStart
 	p.logStart = t.logStart
-	b.Set(stateKey(p.id, p.part), p.encodeState(), nil)
+	b.Set(keys.State(p.id, p.part), p.encodeState(), nil)
 	if err := b.Commit(pebble.Sync); err != nil {
 		p.logStart = oldStart
 		return fmt.Errorf("%s-%d: truncate to %d: %w", p.topic, p.part, offset, err)
@@ -207,7 +208,7 @@ func (p *Partition) truncate(offset int64, full bool) error {
 // truncation point (TestTruncateThenCrashKeepsLaterAppends).
 func (p *Partition) settleTruncationLocked(point recoveryPoint) error {
 	point.exact = false
-	if err := p.e.db.Set(recoveryKey(p.id, p.part), point.encode(), pebble.Sync); err != nil {
+	if err := p.e.db.Set(keys.Recovery(p.id, p.part), point.encode(), pebble.Sync); err != nil {
 		return fmt.Errorf("recovery point after the cut: %w", err)
 	}
 	return nil
@@ -262,28 +263,28 @@ func (p *Partition) writeTruncationLocked(b *pebble.Batch, t *truncation) error 
 	if t.i >= 0 {
 		t.point.seg, t.point.pos = p.segs[t.i].base, t.pos
 		t.sum.base, t.sum.created, t.sum.size = p.segs[t.i].base, p.segs[t.i].created, t.pos
-		b.Set(segmentKey(p.id, p.part, t.sum.base), t.sum.summary(), nil)
+		b.Set(keys.Segment(p.id, p.part, t.sum.base), t.sum.summary(), nil)
 		for _, s := range p.segs[t.i+1:] {
-			b.Delete(segmentKey(p.id, p.part, s.base), nil)
+			b.Delete(keys.Segment(p.id, p.part, s.base), nil)
 		}
 	} else {
-		b.DeleteRange(segmentKey(p.id, p.part, 0), prefixEnd(subPrefix(p.id, p.part, subSegment)), nil)
+		b.DeleteRange(keys.Segment(p.id, p.part, 0), keys.PrefixEnd(keys.Sub(p.id, p.part, keys.SubSegment)), nil)
 		from = 0
 	}
-	b.Set(recoveryKey(p.id, p.part), t.point.encode(), nil)
-	b.DeleteRange(indexKey(p.id, p.part, min(from, leo)), prefixEnd(subPrefix(p.id, p.part, subIndex)), nil)
+	b.Set(keys.Recovery(p.id, p.part), t.point.encode(), nil)
+	b.DeleteRange(keys.Index(p.id, p.part, min(from, leo)), keys.PrefixEnd(keys.Sub(p.id, p.part, keys.SubIndex)), nil)
 	abortedFrom := leo
 	if full {
 		abortedFrom = 0
 	}
-	b.DeleteRange(abortedKey(p.id, p.part, abortedFrom), prefixEnd(subPrefix(p.id, p.part, subAborted)), nil)
+	b.DeleteRange(keys.Aborted(p.id, p.part, abortedFrom), keys.PrefixEnd(keys.Sub(p.id, p.part, keys.SubAborted)), nil)
 	t.a = sort.Search(len(p.aborted), func(j int) bool { return p.aborted[j].Last >= abortedFrom })
 	t.k = sort.Search(len(p.epochs), func(j int) bool { return p.epochs[j].Start >= leo })
 	if full {
 		t.k = 0
 	}
 	for _, en := range p.epochs[t.k:] {
-		b.Delete(epochKey(p.id, p.part, en.Epoch), nil)
+		b.Delete(keys.Epoch(p.id, p.part, en.Epoch), nil)
 	}
 	return p.writeTruncatedProducersLocked(b, t)
 }
@@ -302,7 +303,7 @@ func (p *Partition) writeTruncatedProducersLocked(b *pebble.Batch, t *truncation
 	}
 	t.changed = map[int64]*producerEntry{}
 	if t.full {
-		b.DeleteRange(subPrefix(p.id, p.part, subProduce), prefixEnd(subPrefix(p.id, p.part, subProduce)), nil)
+		b.DeleteRange(keys.Sub(p.id, p.part, keys.SubProduce), keys.PrefixEnd(keys.Sub(p.id, p.part, keys.SubProduce)), nil)
 		return nil
 	}
 	leo := t.leo
@@ -320,7 +321,7 @@ func (p *Partition) writeTruncatedProducersLocked(b *pebble.Batch, t *truncation
 			c.Batches = c.Batches[:j]
 			c.TxnStart = start
 			t.changed[pid] = c
-			b.Set(producerKey(p.id, p.part, pid), c.encode(), nil)
+			b.Set(keys.Producer(p.id, p.part, pid), c.encode(), nil)
 		}
 	}
 	return nil
@@ -527,7 +528,7 @@ func (p *Partition) searchTimestamp(f vfs.File, base, size, ts, logStart, hwm in
 	pos := int64(0)
 	p.e.closeMu.RLock()
 	if !p.e.closed {
-		it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: indexKey(p.id, p.part, base), UpperBound: prefixEnd(subPrefix(p.id, p.part, subIndex))})
+		it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: keys.Index(p.id, p.part, base), UpperBound: keys.PrefixEnd(keys.Sub(p.id, p.part, keys.SubIndex))})
 		if err == nil {
 			for it.First(); it.Valid(); it.Next() {
 				v := it.Value()
