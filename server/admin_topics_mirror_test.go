@@ -81,6 +81,7 @@ func sendCreateTopicsV8(t *testing.T, addr string, topics ...v8Topic) *kmsg.Crea
 // MirrorInfo (accepted without); a null MirrorInfo gets a fresh ID; a
 // truncated body closes the connection, nothing is created.
 func TestCreateTopicsMirrorInfo(t *testing.T) {
+	t.Parallel() // its own cluster, data dirs and ports
 	c := tandemtest.StartCluster(t, 3, nil)
 	addr := c.Broker(1).Addr
 	c.WaitFor("three brokers", func(img *metadata.Image) bool { return len(img.Brokers) == 3 })

@@ -75,6 +75,7 @@ func internalTopicReplicated(t *testing.T, c *tandemtest.Cluster, topic string) 
 // group across the kill, finds the new coordinator and goes on from its
 // committed offsets.
 func TestClusterGroupCoordinatorFailover(t *testing.T) {
+	tandemtest.Long(t) // kills the group coordinator: the full tier only
 	c := tandemtest.StartCluster(t, 3, coordProps)
 	ctx := ctxFor(t, 2*time.Minute)
 	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
@@ -204,6 +205,7 @@ func waitLeadersMoved(c *tandemtest.Cluster, dead int32) {
 // NOT_COORDINATOR) and loads it on the new leader from its own replica,
 // commits made meanwhile included.
 func TestClusterGroupCoordinatorMovesBack(t *testing.T) {
+	tandemtest.Long(t) // kills and restarts brokers: the full tier only
 	c := tandemtest.StartCluster(t, 3, coordProps)
 	ctx := ctxFor(t, 2*time.Minute)
 	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
@@ -303,6 +305,7 @@ func TestClusterGroupCoordinatorMovesBack(t *testing.T) {
 // a replica of the group's partition is down, and nothing of it is
 // applied; once the replica is back in the ISR the commit goes through.
 func TestClusterOffsetCommitNeedsMinISR(t *testing.T) {
+	t.Parallel() // its own cluster, data dirs and ports
 	props := maps.Clone(coordProps)
 	props["min.insync.replicas"] = "3"
 	c := tandemtest.StartCluster(t, 3, props)
@@ -422,6 +425,7 @@ func checkOnce(t *testing.T, got []string, n int) {
 // coordinator); the LSO reaches the log end and read_committed sees the
 // committed records, not the aborted ones.
 func TestClusterTxnRemoteMarkers(t *testing.T) {
+	t.Parallel() // its own cluster, data dirs and ports
 	c := tandemtest.StartCluster(t, 3, coordProps)
 	ctx := ctxFor(t, 2*time.Minute)
 	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
@@ -494,6 +498,7 @@ func TestClusterTxnRemoteMarkers(t *testing.T) {
 // coordinator, which loads PrepareCommit from the replicated
 // __transaction_state and writes the markers once they are accepted.
 func TestClusterTxnPreparedCompletesAfterFailover(t *testing.T) {
+	tandemtest.Long(t) // kills the transaction coordinator: the full tier only
 	c := tandemtest.StartCluster(t, 3, coordProps)
 	ctx := ctxFor(t, 2*time.Minute)
 	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
@@ -693,6 +698,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // delivered and accepted, and the group's start offsets, read from the
 // state wherever it is kept, reach the log end.
 func TestClusterShareGroupConsume(t *testing.T) {
+	t.Parallel() // its own cluster, data dirs and ports
 	props := maps.Clone(coordProps)
 	// Two partitions of state over three brokers: the broker that leads
 	// none of them leads a share-partition whose state is elsewhere.
@@ -794,6 +800,7 @@ func TestClusterShareGroupConsume(t *testing.T) {
 // resumes from it). It answered the old offset before; now, with no
 // heartbeat answered for the session timeout, it is not the coordinator.
 func TestClusterIsolatedCoordinator(t *testing.T) {
+	tandemtest.Long(t) // waits out a cut coordinator's session: the full tier only
 	c := tandemtest.StartCluster(t, 3, coordProps)
 	ctx := ctxFor(t, 2*time.Minute)
 	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
@@ -866,6 +873,7 @@ func TestClusterIsolatedCoordinator(t *testing.T) {
 // and it stayed PrepareCommit: its producer got CONCURRENT_TRANSACTIONS
 // until leadership moved (issue 44's partition runs hung so).
 func TestClusterTxnCompletesAfterSessionLapse(t *testing.T) {
+	tandemtest.Long(t) // waits out a broker session: the full tier only
 	c := tandemtest.StartCluster(t, 3, coordProps)
 	ctx := ctxFor(t, 3*time.Minute)
 	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))

@@ -20,6 +20,7 @@ import (
 // restarted follower starts its log over at the leader's log start,
 // rejoins the ISR, and holds the leader's log from there byte for byte.
 func TestClusterFollowerBelowLogStart(t *testing.T) {
+	tandemtest.Long(t) // stops and restarts a follower: the full tier only
 	c := tandemtest.StartCluster(t, 3, nil)
 	ctx := ctxFor(t, 3*time.Minute)
 	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))

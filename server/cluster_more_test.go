@@ -26,6 +26,7 @@ import (
 // leader that was killed and came back gets its leaderships back without
 // an ElectLeaders request.
 func TestClusterAutoLeaderRebalance(t *testing.T) {
+	tandemtest.Long(t) // restarts a broker and waits for the rebalance: the full tier only
 	c := tandemtest.StartCluster(t, 3, map[string]string{
 		"auto.leader.rebalance.enable":            "true",
 		"leader.imbalance.check.interval.seconds": "1",
@@ -61,6 +62,7 @@ func TestClusterAutoLeaderRebalance(t *testing.T) {
 // DescribeTopicPartitions (key 75) answers every partition's replicas,
 // ISR and offline replicas as the controller decided them, page by page.
 func TestClusterDescribeBrokerDown(t *testing.T) {
+	tandemtest.Long(t) // kills a broker and waits for its fencing: the full tier only
 	c := tandemtest.StartCluster(t, 3, nil)
 	ctx := ctxFor(t, time.Minute)
 	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...))
@@ -172,6 +174,7 @@ func TestClusterDescribeBrokerDown(t *testing.T) {
 // leads alone. The survivor is not the controller, so that its write is
 // forwarded to a controller that is gone.
 func TestClusterQuorumLost(t *testing.T) {
+	tandemtest.Long(t) // kills two voters: the full tier only
 	c := tandemtest.StartCluster(t, 3, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	survivor := c.Broker(1)
@@ -250,6 +253,7 @@ func TestClusterQuorumLost(t *testing.T) {
 // conflict, and the cluster's metadata is untouched: its broker 3 comes
 // back on its own data dir afterwards.
 func TestClusterMisconfiguredNodes(t *testing.T) {
+	tandemtest.Long(t) // starts a second cluster, kills and restarts brokers: the full tier only
 	c := tandemtest.StartCluster(t, 3, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))

@@ -94,6 +94,7 @@ func TestClusterStopAllAndRestart(t *testing.T) {
 // controller fences it at once. Records produced to that partition after
 // the kill are read back.
 func TestClusterKillController(t *testing.T) {
+	tandemtest.Long(t) // kills the controller: the full tier only
 	c := tandemtest.StartCluster(t, 3, map[string]string{"broker.session.timeout.ms": "300000"})
 	ctx := ctxFor(t, 2*time.Minute)
 	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -145,6 +146,7 @@ func TestClusterKillController(t *testing.T) {
 // listener of every broker not yet heartbeating to it. Records produced
 // to the partition afterwards are read back.
 func TestClusterKillBrokerAfterControllerChange(t *testing.T) {
+	tandemtest.Long(t) // five voters, kills two: the full tier only
 	// Five voters: two can be down and the quorum still decides.
 	c := tandemtest.StartCluster(t, 5, map[string]string{
 		"broker.session.timeout.ms":    "300000",

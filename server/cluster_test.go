@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
@@ -32,6 +34,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 // leaves the ISRs and shows as an offline replica; restarted, it is
 // unfenced and back in the ISRs.
 func TestClusterFormation(t *testing.T) {
+	t.Parallel() // its own cluster, data dirs and ports
 	c := tandemtest.StartCluster(t, 3, nil)
 	adm := kadm.NewClient(tandemtest.Client(t, c.Broker(3).Addr))
 	ctx := ctxFor(t, time.Minute)
@@ -127,6 +130,7 @@ func replicaLogs(t *testing.T, c *tandemtest.Cluster, topic string, partition in
 // byte; that a killed leader loses nothing acknowledged; and that the
 // restarted broker catches up, rejoins the ISR and holds the same log.
 func TestClusterReplication(t *testing.T) {
+	t.Parallel() // its own cluster, data dirs and ports
 	c := tandemtest.StartCluster(t, 3, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -152,8 +156,7 @@ func TestClusterReplication(t *testing.T) {
 	})
 	// Every replica has the same log up to the high watermark once the
 	// followers have caught up.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	wait.Until(t, time.Minute, func() error {
 		logs := replicaLogs(t, c, "rep", 0)
 		same := len(logs) == 3
 		var ref [][]byte
@@ -164,16 +167,15 @@ func TestClusterReplication(t *testing.T) {
 			same = same && len(l) == len(ref) && slices.EqualFunc(l, ref, bytes.Equal)
 		}
 		if same && countRecords(t, ref) == 100 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			for id, l := range logs {
-				t.Logf("broker %d: %d batches, %d records", id, len(l), countRecords(t, l))
-			}
-			t.Fatal("the replicas' logs differ")
+		var each []string
+		for id, l := range logs {
+			each = append(each, fmt.Sprintf("broker %d: %d batches, %d records", id, len(l), countRecords(t, l)))
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		slices.Sort(each)
+		return fmt.Errorf("the replicas' logs differ: %s", strings.Join(each, "; "))
+	})
 	// A consumer reads each acknowledged value once, in order.
 	consumeValues(t, ctx, c, "rep", 100)
 }
@@ -224,6 +226,7 @@ func engineHeader(b []byte) (int64, error) {
 // ElectLeaders moves it back to the preferred replica, and a second
 // election is not needed.
 func TestClusterElectLeaders(t *testing.T) {
+	tandemtest.Long(t) // stops and restarts a broker: the full tier only
 	c := tandemtest.StartCluster(t, 3, nil)
 	ctx := ctxFor(t, time.Minute)
 	adm := kadm.NewClient(tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...)))
@@ -270,6 +273,7 @@ func TestClusterElectLeaders(t *testing.T) {
 // it catches up, the old replica leaves, and the records produced before
 // the move are read back from the new one.
 func TestClusterReassignPartitions(t *testing.T) {
+	t.Parallel() // its own cluster, data dirs and ports
 	c := tandemtest.StartCluster(t, 3, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...))
@@ -360,6 +364,7 @@ func TestClusterReassignPartitions(t *testing.T) {
 // Host.Send, the path coordinators use for inter-broker APIs, and gets the
 // peer's answer; a node that is not registered is a clear error.
 func TestClusterSend(t *testing.T) {
+	t.Parallel() // its own cluster, data dirs and ports
 	c := tandemtest.StartCluster(t, 2, nil)
 	ctx := ctxFor(t, 30*time.Second)
 	c.WaitFor("both brokers registered", func(img *metadata.Image) bool { return len(img.Brokers) == 2 })

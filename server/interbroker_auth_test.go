@@ -88,6 +88,7 @@ func TestInterBrokerCredentialsAtStart(t *testing.T) {
 // replicates (every ISR full) and its records are read back; a plaintext
 // connection to a controller port gets no answer.
 func TestClusterInterBrokerTLS(t *testing.T) {
+	t.Parallel() // its own cluster, data dirs and ports
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"}, IsCA: true, BasicConstraintsValid: true,
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}

@@ -116,6 +116,7 @@ func TestDescribeLogDirs(t *testing.T) {
 // partitions it holds a replica of, and every replica, once caught up, has
 // the leader's size.
 func TestClusterDescribeLogDirs(t *testing.T) {
+	t.Parallel() // its own cluster, data dirs and ports
 	c := tandemtest.StartCluster(t, 3, nil)
 	ctx := ctxFor(t, time.Minute)
 	cl := tandemtest.Client(t, c.Addrs()[0], kgo.SeedBrokers(c.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))

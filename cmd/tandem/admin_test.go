@@ -113,7 +113,7 @@ func deadAddr(t *testing.T) string {
 // cluster prints, and a cluster that cannot be reached is said in words.
 func TestBootstrapList(t *testing.T) {
 	b := tandemtest.StartInProcess(t, nil)
-	d1, d2 := deadAddr(t), deadAddr(t)
+	d1 := deadAddr(t)
 	list := d1 + "," + b.Addr()
 	if out := ok(t, "", "mirrors", "--bootstrap-server", list, "--list"); !strings.HasPrefix(out, "MIRROR") {
 		t.Fatalf("mirrors --list through %s:\n%s", list, out)
@@ -129,17 +129,28 @@ func TestBootstrapList(t *testing.T) {
 		t.Fatalf("the mirror's source list:\n%s", out)
 	}
 
-	// Unreachable: the addresses and the cause, once, in words.
-	fails(t, 1, `^tandem mirrors: cannot reach any of `+regexp.QuoteMeta(d1+", "+d2)+`: connection refused$`,
-		"mirrors", "--bootstrap-server", d1+","+d2, "--list")
-	fails(t, 1, `^tandem topics list: cannot reach cluster `+regexp.QuoteMeta(d1)+`: connection refused$`,
-		"topics", "list", "--bootstrap-server", d1)
+	// Unreachable: the addresses and the cause, once, in words (a list
+	// that only refuses: TestBootstrapListRefused).
 	fails(t, 1, `^tandem groups list: cannot reach any of nosuch.invalid:9092 \(no such host\), `+regexp.QuoteMeta(d1)+` \(connection refused\)$`,
 		"groups", "list", "--bootstrap-server", "nosuch.invalid:9092,"+d1)
 	// A list that is not one is a usage error: nothing is sent.
 	fails(t, 2, `^tandem topics list: --bootstrap-server "a:1,b": "b" is not host:port$`, "topics", "list", "--bootstrap-server", "a:1,b")
 	fails(t, 2, `^tandem mirrors: --source-bootstrap "x": "x" is not host:port$`,
 		"mirrors", "--bootstrap-server", list, "--create", "--mirror", "m2", "--source-bootstrap", "x")
+}
+
+// TestBootstrapListRefused is TestBootstrapList's cluster that only
+// refuses connections: the addresses and the cause, once, in words. Each
+// command tries a refused cluster again for 5 s first (as a starting
+// broker refuses, TestClientWaitsForStartingBroker), so it is in the full
+// tier only.
+func TestBootstrapListRefused(t *testing.T) {
+	tandemtest.Long(t)
+	d1, d2 := deadAddr(t), deadAddr(t)
+	fails(t, 1, `^tandem mirrors: cannot reach any of `+regexp.QuoteMeta(d1+", "+d2)+`: connection refused$`,
+		"mirrors", "--bootstrap-server", d1+","+d2, "--list")
+	fails(t, 1, `^tandem topics list: cannot reach cluster `+regexp.QuoteMeta(d1)+`: connection refused$`,
+		"topics", "list", "--bootstrap-server", d1)
 }
 
 // TestExitCodes: a wrong command line exits 2 and does nothing, even
@@ -343,7 +354,7 @@ func committed(t *testing.T, adm *kadm.Client, group string) map[string]int64 {
 // run changes nothing, --execute commits, refused with members) and
 // delete against the offsets the broker holds.
 func TestProduceConsumeGroups(t *testing.T) {
-	b := tandemtest.StartInProcess(t, nil)
+	b := tandemtest.StartInProcess(t, map[string]string{"group.initial.rebalance.delay.ms": "0"}) // a group forms at once
 	bs := []string{"--bootstrap-server", b.Addr()}
 	adm := adminOf(t, b.Addr())
 	ok(t, "", append([]string{"topics", "create", "events", "--partitions", "2"}, bs...)...)

@@ -368,6 +368,7 @@ func checkBrokersGone(t *testing.T, dir string, n int) {
 // TestDemoBrokers runs tandem demo with a three-broker source cluster to
 // the end: the mirror catches up.
 func TestDemoBrokers(t *testing.T) {
+	tandemtest.Long(t) // a three-broker cluster and a mirror: the full tier only
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"demo", "--brokers", "3", "--records", "3000", "--rate", "0", "--interval", "500ms", "--duration", "90s"}, &stdout, &stderr)
 	if code != 0 {
