@@ -27,7 +27,7 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 check: vet
-	$(GO) test -count=1 -short -vet=off -ldflags=-w -timeout 10m ./...
+	$(GO) test -short -vet=off -ldflags=-w -timeout 10m ./...
 
 test: vet
 	$(GO) test -count=1 -race -timeout 20m $$($(GO) list ./... | grep -v /testing/integration)
