@@ -100,7 +100,7 @@ func FuzzAppend(f *testing.F) {
 		}
 		// Mirrored batches skip record validation: they must still
 		// never break the log's offsets.
-		if res, err := mirror.Append(t.Context(), &AppendRequest{Records: records, Origin: OriginMirror, Acks: 1}); err == nil {
+		if res, err := mirror.Append(t.Context(), &AppendRequest{Records: records, Origin: OriginCrossCluster, Acks: 1}); err == nil {
 			if o := mirror.Offsets(); o.LogEnd != res.LastOffset+1 || o.HighWatermark != o.LogEnd {
 				t.Fatalf("mirror append %+v left offsets %+v", res, o)
 			}

@@ -20,7 +20,7 @@ func TestCopiedBatchesWrittenInPlace(t *testing.T) {
 	recordbatch.Batch(b).SetBaseOffset(2)
 	records := slices.Concat(a, b)
 	want := slices.Clone(records)
-	appendOK(t, p, OriginMirror, records)
+	appendOK(t, p, OriginCrossCluster, records)
 	clear(records) // the caller reuses its buffer
 	got := bytes.Join(fetchAll(t, p, 0), nil)
 	if !bytes.Equal(got, want) {

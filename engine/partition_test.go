@@ -186,9 +186,9 @@ func TestEpochs(t *testing.T) {
 		x.SetLeaderEpoch(epoch)
 		return x
 	}
-	appendOK(t, m, OriginMirror, append(src(0, 2), src(2, 2)...))
-	appendOK(t, m, OriginMirror, src(4, 5))
-	if _, err := m.Append(context.Background(), &AppendRequest{Origin: OriginMirror, Records: src(3, 5)}); !errors.Is(err, ErrUnexpectedAppendOffset) {
+	appendOK(t, m, OriginCrossCluster, append(src(0, 2), src(2, 2)...))
+	appendOK(t, m, OriginCrossCluster, src(4, 5))
+	if _, err := m.Append(context.Background(), &AppendRequest{Origin: OriginCrossCluster, Records: src(3, 5)}); !errors.Is(err, ErrUnexpectedAppendOffset) {
 		t.Fatalf("mirror append below the end: %v", err)
 	}
 	got := fetchAll(t, m, 0)

@@ -29,7 +29,7 @@ func TestDiskFullRefusesClientWrites(t *testing.T) {
 
 	fs.TestingSetDiskUsage(vfs.DiskUsage{TotalBytes: total, AvailBytes: 10 << 20})
 	e.space.Freed() // the next append checks
-	for _, origin := range []Origin{OriginClient, OriginMirror, OriginReplica} {
+	for _, origin := range []Origin{OriginClient, OriginCrossCluster, OriginReplica} {
 		_, err := p.Append(context.Background(), &AppendRequest{Origin: origin, Records: mkBatch(t, batchOpts{}, kv("b", "2")), Acks: -1})
 		if kcode(err) != kerr.KafkaStorageError.Code {
 			t.Fatalf("%v append on a full disk: %v", origin, err)

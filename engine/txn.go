@@ -103,7 +103,7 @@ func (p *Partition) AbortOpenTransactions(ctx context.Context) ([]int64, error) 
 	}
 	p.mu.Unlock()
 	sort.Slice(markers, func(i, j int) bool { return markers[i].ProducerID < markers[j].ProducerID })
-	if _, err := p.writeMarkers(ctx, OriginMirrorControl, markers); err != nil {
+	if _, err := p.writeMarkers(ctx, OriginPluginControl, markers); err != nil {
 		return nil, fmt.Errorf("%s-%d: abort open transactions: %w", p.topic, p.part, err)
 	}
 	pids := make([]int64, len(markers))
@@ -120,7 +120,7 @@ func (p *Partition) AbortOpenTransactions(ctx context.Context) ([]int64, error) 
 // treated as aborted (call AbortOpenTransactions first so that consumers
 // also see its ABORT marker).
 func (p *Partition) WriteProducerBarrier(ctx context.Context) (int64, error) {
-	res, err := p.Append(ctx, &AppendRequest{Topic: p.topic, TopicID: p.id, Partition: p.part, Origin: OriginMirrorControl,
+	res, err := p.Append(ctx, &AppendRequest{Topic: p.topic, TopicID: p.id, Partition: p.part, Origin: OriginPluginControl,
 		Records: controlBatch(-1, -1, ControlPIDReset, 0, time.Now()), Acks: -1})
 	if err != nil {
 		return -1, fmt.Errorf("%s-%d: write producer barrier: %w", p.topic, p.part, err)

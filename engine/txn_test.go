@@ -31,10 +31,10 @@ func TestAbortOpenTransactionsAndBarrier(t *testing.T) {
 		return mirrored(mkBatch(t, batchOpts{pid: pid, epoch: epoch, seq: seq, attrs: recordbatch.AttrTransactional}, kv("k", "v")), base, 3)
 	}
 	commit := mirrored(controlBatch(7, 0, ControlCommit, 5, nowForTest()), 2, 3)
-	appendOK(t, p, OriginMirror, txn(7, 0, 0, 0))  // 0: pid 7, committed at 2
-	appendOK(t, p, OriginMirror, txn(8, 2, 0, 1))  // 1: pid 8, open
-	appendOK(t, p, OriginMirror, commit)           // 2
-	appendOK(t, p, OriginMirror, txn(9, 1, 10, 3)) // 3: pid 9, open
+	appendOK(t, p, OriginCrossCluster, txn(7, 0, 0, 0))  // 0: pid 7, committed at 2
+	appendOK(t, p, OriginCrossCluster, txn(8, 2, 0, 1))  // 1: pid 8, open
+	appendOK(t, p, OriginCrossCluster, commit)           // 2
+	appendOK(t, p, OriginCrossCluster, txn(9, 1, 10, 3)) // 3: pid 9, open
 	if o := p.Offsets(); o.LastStable != 1 || o.HighWatermark != 4 {
 		t.Fatalf("offsets with mirrored open transactions: %+v", o)
 	}
@@ -67,7 +67,7 @@ func TestAbortOpenTransactionsAndBarrier(t *testing.T) {
 
 	// A transaction opened after the aborts is still open at the barrier:
 	// the barrier ends it in the aborted index.
-	appendOK(t, p, OriginMirror, txn(10, 0, 0, 6)) // 6
+	appendOK(t, p, OriginCrossCluster, txn(10, 0, 0, 6)) // 6
 	at, err := p.WriteProducerBarrier(context.Background())
 	if err != nil || at != 7 {
 		t.Fatalf("barrier at %d: %v", at, err)
@@ -180,11 +180,11 @@ func TestTruncateReopensTransaction(t *testing.T) {
 	txn := func(pid int64, epoch int16, seq int32, base int64) []byte {
 		return mirrored(mkBatch(t, batchOpts{pid: pid, epoch: epoch, seq: seq, attrs: recordbatch.AttrTransactional}, kv("k", "v")), base, 3)
 	}
-	appendOK(t, p, OriginMirror, txn(7, 0, 0, 0))                                                    // 0: pid 7
-	appendOK(t, p, OriginMirror, txn(7, 0, 1, 1))                                                    // 1: pid 7
-	appendOK(t, p, OriginMirror, mirrored(controlBatch(7, 1, ControlCommit, 5, nowForTest()), 2, 3)) // 2: COMMIT
-	appendOK(t, p, OriginMirror, txn(8, 0, 0, 3))                                                    // 3: pid 8
-	appendOK(t, p, OriginMirror, mirrored(controlBatch(8, 1, ControlCommit, 5, nowForTest()), 4, 3)) // 4: COMMIT
+	appendOK(t, p, OriginCrossCluster, txn(7, 0, 0, 0))                                                    // 0: pid 7
+	appendOK(t, p, OriginCrossCluster, txn(7, 0, 1, 1))                                                    // 1: pid 7
+	appendOK(t, p, OriginCrossCluster, mirrored(controlBatch(7, 1, ControlCommit, 5, nowForTest()), 2, 3)) // 2: COMMIT
+	appendOK(t, p, OriginCrossCluster, txn(8, 0, 0, 3))                                                    // 3: pid 8
+	appendOK(t, p, OriginCrossCluster, mirrored(controlBatch(8, 1, ControlCommit, 5, nowForTest()), 4, 3)) // 4: COMMIT
 	if _, open := p.OpenTxn(7); open {
 		t.Fatal("pid 7 open before the truncation")
 	}

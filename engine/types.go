@@ -29,9 +29,10 @@ type Origin int8
 const (
 	// OriginClient is a Produce request from a Kafka client.
 	OriginClient Origin = iota
-	// OriginMirror is a mirror fetcher copying batches from a source
-	// cluster: offsets and partition leader epochs are kept as they are.
-	OriginMirror
+	// OriginCrossCluster is a copy of batches from another cluster's log
+	// (cross-cluster replication, as a mirror's fetcher does): base
+	// offsets and partition leader epochs are kept as they are.
+	OriginCrossCluster
 	// OriginReplica is an in-cluster follower copying from its leader.
 	OriginReplica
 	// OriginInternal is the broker itself: a coordinator writing its
@@ -41,33 +42,37 @@ const (
 	// coordinator (WriteTxnMarkers: from this broker's coordinator or
 	// from a client).
 	OriginTxnMarker
-	// OriginMirrorControl is the mirror plugin's own writes: the failover
-	// sequence's ABORT markers and barrier, and the copies of records a
-	// truncation removes.
-	OriginMirrorControl
+	// OriginPluginControl is a plugin's own control writes, with offsets
+	// assigned by the engine: markers, a producer-state barrier, copies
+	// of records a truncation removes (the mirror plugin's failover
+	// sequence and quarantine).
+	OriginPluginControl
 )
 
 // Copies reports whether appends of this origin are copies of another
 // log that keep their base offsets and partition leader epochs; the
 // engine assigns and stamps them for the other origins.
-func (o Origin) Copies() bool { return o == OriginMirror || o == OriginReplica }
+func (o Origin) Copies() bool { return o == OriginCrossCluster || o == OriginReplica }
 
 // ownWrite says whether an append from o is one of the broker's own
 // writes, which the disk-space reserve is kept for: coordinators,
-// transaction markers that end transactions, a mirror's failover markers.
+// transaction markers that end transactions, a plugin's control writes
+// (a mirror's failover markers).
 func (o Origin) ownWrite() bool {
 	switch o {
-	case OriginInternal, OriginTxnMarker, OriginMirrorControl:
+	case OriginInternal, OriginTxnMarker, OriginPluginControl:
 		return true
 	}
 	return false
 }
 
+// String names the origin in errors and logs; the two origins only the
+// mirror plugin writes today read "mirror" and "mirror control".
 func (o Origin) String() string {
 	switch o {
 	case OriginClient:
 		return "client"
-	case OriginMirror:
+	case OriginCrossCluster:
 		return "mirror"
 	case OriginReplica:
 		return "replica"
@@ -75,7 +80,7 @@ func (o Origin) String() string {
 		return "internal"
 	case OriginTxnMarker:
 		return "transaction marker"
-	case OriginMirrorControl:
+	case OriginPluginControl:
 		return "mirror control"
 	}
 	return "unknown"
@@ -90,9 +95,9 @@ type AppendRequest struct {
 	// Records holds one or more magic-2 record batches back to back,
 	// exactly as received. For OriginClient and OriginInternal the engine
 	// assigns offsets and stamps the partition leader epoch; for
-	// OriginMirror and OriginReplica the batches keep their base offsets
-	// and epochs and must start at the log end offset. The engine only
-	// reads Records: it stores a copy.
+	// OriginCrossCluster and OriginReplica the batches keep their base
+	// offsets and epochs and must start at the log end offset. The engine
+	// only reads Records: it stores a copy.
 	Records []byte
 	// Acks is the producer's acks (0, 1 or -1); it decides whether the
 	// append waits for the write to be durable.

@@ -116,7 +116,7 @@ func (r *mirrorRun) appendFetched(pt *ledPartition, from int64, rp *kmsg.FetchRe
 		return ep, nil, fmt.Errorf("fetched from offset %d, the log ends at %d: %w", from, end, engine.ErrUnexpectedAppendOffset)
 	}
 	written, err = ep.Write(r.ctx, &engine.AppendRequest{Topic: pt.Topic, TopicID: pt.id, Partition: pt.Partition,
-		Origin: engine.OriginMirror, Records: rp.RecordBatches, Acks: -1})
+		Origin: engine.OriginCrossCluster, Records: rp.RecordBatches, Acks: -1})
 	if err != nil {
 		return ep, nil, writeRefused{err}
 	}

@@ -56,7 +56,7 @@ func TestDeposedLeaderAppendsNothing(t *testing.T) {
 	}
 	tp := topicPartition{Topic: "orders", Partition: 0}
 	p.runs["dr"] = &mirrorRun{p: p, name: "dr", parts: map[topicPartition]*ledPartition{tp: {topicPartition: tp, id: id, state: mirrorstate.Mirroring}}}
-	req := &engine.AppendRequest{Topic: "orders", TopicID: id, Partition: 0, Origin: engine.OriginMirror}
+	req := &engine.AppendRequest{Topic: "orders", TopicID: id, Partition: 0, Origin: engine.OriginCrossCluster}
 	if err := p.ValidateAppend(req); err != nil {
 		t.Fatalf("the leader's fetcher may append: %v", err)
 	}

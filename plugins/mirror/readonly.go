@@ -41,13 +41,13 @@ func (p *Plugin) ValidateAppend(req *engine.AppendRequest) error {
 	}
 	mirror := img.MirrorOf(req.Topic)
 	switch req.Origin {
-	case engine.OriginMirror:
+	case engine.OriginCrossCluster:
 		if st := p.partState(mirror, req.Topic, req.Partition); st != mirrorstate.Mirroring {
 			return fmt.Errorf("%s-%d is not a MIRRORING partition (mirror %q, %s): a fetcher may not append: %w",
 				req.Topic, req.Partition, mirror, st, mirrorproto.ErrReadOnlyTopic)
 		}
 		return p.checkEpochs(img, mirror, req)
-	case engine.OriginMirrorControl:
+	case engine.OriginPluginControl:
 		if st := p.partState(mirror, req.Topic, req.Partition); mirror != "" && st != mirrorstate.Stopping {
 			return fmt.Errorf("%s-%d is %s, not STOPPING: %w", req.Topic, req.Partition, st, mirrorproto.ErrReadOnlyTopic)
 		}

@@ -89,7 +89,7 @@ func Quarantine(ctx context.Context, ep *engine.Partition, to int64, cause strin
 	}
 	err = eachBatch(ep, next, func(bs [][]byte) error {
 		_, err := dp.Append(ctx, &engine.AppendRequest{Topic: dp.Topic(), TopicID: dp.TopicID(), Partition: dp.Index(),
-			Origin: engine.OriginMirrorControl, Records: slices.Concat(bs...), Acks: -1})
+			Origin: engine.OriginPluginControl, Records: slices.Concat(bs...), Acks: -1})
 		return err
 	})
 	if err != nil {

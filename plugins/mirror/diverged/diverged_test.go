@@ -46,7 +46,7 @@ func TestCopiedUpTo(t *testing.T) {
 	}
 	// Two batches copied before the crash (from offset 2: batches 1 and 2).
 	for _, b := range stored[1:3] {
-		if _, err := dst.Append(ctx, &engine.AppendRequest{Topic: "t.diverged", TopicID: engine.TopicID{2}, Origin: engine.OriginMirrorControl, Records: b, Acks: -1}); err != nil {
+		if _, err := dst.Append(ctx, &engine.AppendRequest{Topic: "t.diverged", TopicID: engine.TopicID{2}, Origin: engine.OriginPluginControl, Records: b, Acks: -1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -172,7 +172,7 @@ func copyBatches(t *testing.T, dp *engine.Partition, bs ...[]byte) {
 	t.Helper()
 	for _, b := range bs {
 		if _, err := dp.Append(context.Background(), &engine.AppendRequest{Topic: dp.Topic(), TopicID: dp.TopicID(), Partition: dp.Index(),
-			Origin: engine.OriginMirrorControl, Records: b, Acks: -1}); err != nil {
+			Origin: engine.OriginPluginControl, Records: b, Acks: -1}); err != nil {
 			t.Fatal(err)
 		}
 	}

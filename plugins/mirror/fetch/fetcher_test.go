@@ -25,7 +25,7 @@ import (
 
 // The tests here run fetchers in process against a real source (kfake)
 // and a destination of real engine partitions on a temp dir, the way the
-// mirror appends: OriginMirror, the batches as fetched.
+// mirror appends: OriginCrossCluster, the batches as fetched.
 
 const topic = "src"
 
@@ -302,7 +302,7 @@ func (t *target) Apply(p Partition, rp *kmsg.FetchResponseTopicPartition) (int, 
 		return 0, nil, fmt.Errorf("fetched from %d, the log ends at %d: %w", p.FetchOffset, end, engine.ErrUnexpectedAppendOffset)
 	}
 	appended := ep.AppendAsync(context.Background(), &engine.AppendRequest{Topic: topic, TopicID: engine.TopicID(t.id), Partition: p.Partition,
-		Origin: engine.OriginMirror, Records: rp.RecordBatches, Acks: -1})
+		Origin: engine.OriginCrossCluster, Records: rp.RecordBatches, Acks: -1})
 	return len(rp.RecordBatches), func() error {
 		_, err := appended()
 		t.mu.Lock()
