@@ -54,9 +54,13 @@ type pluginHost struct {
 // NodeID implements plugin.Host.
 func (h pluginHost) NodeID() int32 { return h.b.NodeID() }
 
-// Partition implements plugin.Host.
-func (h pluginHost) Partition(id engine.TopicID, p int32) *engine.Partition {
-	return h.b.engine.Partition(id, p)
+// Partition implements plugin.Host: nil, not a nil *engine.Partition,
+// when the broker does not host the partition.
+func (h pluginHost) Partition(id engine.TopicID, p int32) plugin.Log {
+	if ep := h.b.engine.Partition(id, p); ep != nil {
+		return ep
+	}
+	return nil
 }
 
 // Metadata implements plugin.Host.

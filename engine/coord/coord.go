@@ -63,10 +63,24 @@ type TxnStateMachine interface {
 }
 
 // Partitions are the broker's partition logs, where shards are read and
-// written (*engine.Engine and plugin.Host implement it).
+// written (server/plugin's Coordinator adapts plugin.Host to it).
 type Partitions interface {
-	Partition(id engine.TopicID, partition int32) *engine.Partition
+	// Partition is the log of partition partition of topic id, nil when
+	// the broker does not host it.
+	Partition(id engine.TopicID, partition int32) Log
 }
+
+// Log is what a shard does to its partition's log: read it from its
+// start to its end when it loads, append its records and transaction
+// markers. *engine.Partition implements it.
+type Log interface {
+	Offsets() engine.Offsets
+	Fetch(offset int64, maxBytes int, iso engine.Isolation) (engine.FetchResult, error)
+	Append(ctx context.Context, req *engine.AppendRequest) (engine.AppendResult, error)
+	WriteTxnMarkers(ctx context.Context, markers ...engine.Marker) (int64, error)
+}
+
+var _ Log = (*engine.Partition)(nil)
 
 // Replicas is the broker's acks=all, which a shard's writes go through so
 // that a coordinator answers only once the ISR has what it wrote
@@ -388,7 +402,7 @@ func (sh *Shard) append(ctx context.Context, records []byte) error {
 	if sh.state != serving || sh.dropped.Load() {
 		return fmt.Errorf("%s-%d is no longer led here: %w", sh.r.cfg.Topic, sh.partition, kerr.NotCoordinator)
 	}
-	return sh.replicated(ctx, "write", func(p *engine.Partition) (int64, error) {
+	return sh.replicated(ctx, "write", func(p Log) (int64, error) {
 		res, err := p.Append(ctx, &engine.AppendRequest{
 			Topic: sh.r.cfg.Topic, TopicID: sh.topicID, Partition: sh.partition,
 			Origin: engine.OriginInternal, Acks: -1, Records: records,
@@ -404,7 +418,7 @@ func (sh *Shard) append(ctx context.Context, records []byte) error {
 // NOT_COORDINATOR; NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
 // REQUEST_TIMED_OUT and the rest COORDINATOR_NOT_AVAILABLE, both of
 // which clients retry after finding the coordinator again.
-func (sh *Shard) replicated(ctx context.Context, what string, appendFn func(p *engine.Partition) (last int64, err error)) error {
+func (sh *Shard) replicated(ctx context.Context, what string, appendFn func(p Log) (last int64, err error)) error {
 	p := sh.r.eng.Partition(sh.topicID, sh.partition)
 	if p == nil {
 		return fmt.Errorf("%s-%d is gone: %w", sh.r.cfg.Topic, sh.partition, kerr.NotCoordinator)
@@ -445,7 +459,7 @@ func (sh *Shard) WriteMarker(ctx context.Context, m engine.Marker) error {
 	if sh.state != serving || sh.dropped.Load() {
 		return fmt.Errorf("%s-%d is no longer led here: %w", sh.r.cfg.Topic, sh.partition, kerr.NotCoordinator)
 	}
-	return sh.replicated(ctx, "write marker", func(p *engine.Partition) (int64, error) {
+	return sh.replicated(ctx, "write marker", func(p Log) (int64, error) {
 		return p.WriteTxnMarkers(ctx, m)
 	})
 }

@@ -65,7 +65,7 @@ func newFixture(t *testing.T, cfg engine.LogConfig) *fixture {
 		f.machines = append(f.machines, m)
 		return m
 	}})
-	f.rt.Start(eng, nil, nil)
+	f.rt.Start(engineLogs{eng}, nil, nil)
 	t.Cleanup(f.rt.Stop)
 	return f
 }
@@ -241,7 +241,7 @@ func TestNotRunning(t *testing.T) {
 	if rt.Shard(3) != nil {
 		t.Fatal("a shard loads before Start")
 	}
-	rt.Start(eng, nil, nil)
+	rt.Start(engineLogs{eng}, nil, nil)
 	if err := rt.Do(context.Background(), 3, noop); !errors.Is(err, kerr.NotCoordinator) {
 		t.Fatalf("started, not leader: %v", err)
 	}
@@ -290,7 +290,7 @@ func TestStopWaitsForUnload(t *testing.T) {
 	eng := openWith(t, "__t", id, 0)
 	sm := &blockingUnload{kv: kv{m: map[string]string{}}, entered: make(chan struct{}), release: make(chan struct{})}
 	rt := New(Config{Topic: "__t", Partitions: 1, New: func(int32) StateMachine { return sm }})
-	rt.Start(eng, nil, nil)
+	rt.Start(engineLogs{eng}, nil, nil)
 	rt.SetLeader(id, 0, true, 0)
 	if err := rt.Do(context.Background(), 0, func(*Shard) error { return nil }); err != nil {
 		t.Fatal(err)
@@ -396,4 +396,14 @@ func TestLoadToLogEnd(t *testing.T) {
 	if got := f.get(t); got["a"] != "1" || got["b"] != "2" || len(got) != 2 {
 		t.Fatalf("loaded %v, want a=1 b=2", got)
 	}
+}
+
+// engineLogs is the engine's partitions as the runtime takes them.
+type engineLogs struct{ e *engine.Engine }
+
+func (l engineLogs) Partition(id engine.TopicID, partition int32) Log {
+	if p := l.e.Partition(id, partition); p != nil {
+		return p
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // What a fetcher's answer does to a partition: the truncation on a
@@ -78,7 +79,7 @@ func (r *mirrorRun) applyPartition(pt *ledPartition, from int64, rp *kmsg.FetchR
 // nothing was written (nothing to append, the partition left MIRRORING,
 // a truncation); an append refused before anything was written is a
 // writeRefused error.
-func (r *mirrorRun) appendFetched(pt *ledPartition, from int64, rp *kmsg.FetchResponseTopicPartition) (ep *engine.Partition, written func() (engine.AppendResult, error), err error) {
+func (r *mirrorRun) appendFetched(pt *ledPartition, from int64, rp *kmsg.FetchResponseTopicPartition) (ep plugin.Log, written func() (engine.AppendResult, error), err error) {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 	if st, _ := r.state(pt.topicPartition); st != mirrorstate.Mirroring {
@@ -146,7 +147,7 @@ func (r *mirrorRun) refused(pt *ledPartition, batches []byte, err error) error {
 
 // caughtUp records the partition's log end after an apply, and whether it
 // holds all of the source's end offset last learned.
-func (r *mirrorRun) caughtUp(pt *ledPartition, ep *engine.Partition) {
+func (r *mirrorRun) caughtUp(pt *ledPartition, ep plugin.Log) {
 	leo := ep.Offsets().LogEnd
 	r.mu.Lock()
 	defer r.mu.Unlock()

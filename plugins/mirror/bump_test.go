@@ -24,8 +24,11 @@ type bumpHost struct {
 	bump func(ctx context.Context, minEpochs map[int32]int32) (map[int32]int32, error)
 }
 
-func (h bumpHost) Partition(id engine.TopicID, p int32) *engine.Partition {
-	return h.e.Partition(id, p)
+func (h bumpHost) Partition(id engine.TopicID, p int32) plugin.Log {
+	if ep := h.e.Partition(id, p); ep != nil {
+		return ep
+	}
+	return nil
 }
 func (h bumpHost) Metadata() plugin.Metadata {
 	return bumpMetadata{imageOnly: imageOnly{img: h.img}, bump: h.bump}

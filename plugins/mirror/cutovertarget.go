@@ -1,11 +1,11 @@
 package mirror
 
 import (
-	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/cutover"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // A consistent failover (issue 30) stops a set of topics at one cut:
@@ -22,7 +22,7 @@ func (r *mirrorRun) cutover() cutover.Stage {
 // applyCut is STOPPING's consistent-cut step (cutover.Stage.Apply):
 // pt's truncation to its cut quarantines what it removes, and an error
 // of it fails the partition.
-func (r *mirrorRun) applyCut(pt *ledPartition, ep *engine.Partition, st mirrorstate.PartitionState) (mirrorstate.PartitionState, bool, error) {
+func (r *mirrorRun) applyCut(pt *ledPartition, ep plugin.Log, st mirrorstate.PartitionState) (mirrorstate.PartitionState, bool, error) {
 	return r.cutover().Apply(r.ctx, pt.topicPartition, pt.id, st, func(to int64, cause string) error {
 		if err := r.truncate(pt, ep, to, cause); err != nil {
 			return r.fail(pt, err)
@@ -40,7 +40,7 @@ var _ cutover.Target = cutoverTarget{}
 func (t cutoverTarget) Image() *metadata.Image { return t.r.p.Image() }
 
 // Led implements cutover.Target.
-func (t cutoverTarget) Led(leader int32, id uuid.UUID, partition int32) *engine.Partition {
+func (t cutoverTarget) Led(leader int32, id uuid.UUID, partition int32) plugin.Log {
 	host := t.r.p.Host()
 	if leader != host.NodeID() {
 		return nil

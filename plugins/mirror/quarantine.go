@@ -10,12 +10,12 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/diverged"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // Divergence quarantine: what a truncation removes from a mirror
@@ -27,7 +27,7 @@ import (
 
 // truncate cuts a mirror partition's log at offset, quarantining what
 // that removes first. An error leaves the log as it was.
-func (r *mirrorRun) truncate(pt *ledPartition, ep *engine.Partition, to int64, cause string) error {
+func (r *mirrorRun) truncate(pt *ledPartition, ep plugin.Log, to int64, cause string) error {
 	to = max(to, 0)
 	if err := r.quarantine(pt, ep, to, cause); err != nil {
 		return fmt.Errorf("not truncated to %d: copying what it removes to %s%s: %w", to, pt.Topic, mirrorstate.DivergedSuffix, err)
@@ -38,9 +38,9 @@ func (r *mirrorRun) truncate(pt *ledPartition, ep *engine.Partition, to int64, c
 
 // quarantine copies what truncating ep to offset removes into
 // <topic>.diverged and records it (diverged.Quarantine).
-func (r *mirrorRun) quarantine(pt *ledPartition, ep *engine.Partition, to int64, cause string) error {
+func (r *mirrorRun) quarantine(pt *ledPartition, ep plugin.Log, to int64, cause string) error {
 	m := partitionManifest{p: r.p, k: mirrorstate.PartitionKey{Mirror: r.name, Topic: pt.Topic, Partition: pt.Partition}, id: pt.id}
-	e, err := diverged.Quarantine(r.ctx, ep, to, cause, m, func() (*engine.Partition, error) {
+	e, err := diverged.Quarantine(r.ctx, ep, to, cause, m, func() (plugin.Log, error) {
 		return r.p.divergedPartition(r.ctx, pt.Topic, pt.Partition, ep)
 	})
 	if err != nil || e == nil {
@@ -71,7 +71,7 @@ func (m partitionManifest) Write(ctx context.Context, e *mirrorstate.ManifestEnt
 // divergedPartition returns partition p of <topic>.diverged, creating the
 // topic (as many partitions as topic, retention off, batches as large as
 // the mirror topic's) or its missing partitions on first use.
-func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition int32, ep *engine.Partition) (*engine.Partition, error) {
+func (p *Plugin) divergedPartition(ctx context.Context, topic string, partition int32, ep plugin.Log) (plugin.Log, error) {
 	name := topic + mirrorstate.DivergedSuffix
 	meta := p.Host().Metadata()
 	img := meta.Image()

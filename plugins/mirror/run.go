@@ -15,13 +15,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/statestore"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // mirrorRun is one mirror's work on this broker, in goroutines that never
@@ -312,7 +312,7 @@ func (r *mirrorRun) controlStep() error {
 			err = r.stopPartition(pt)
 		case mirrorstate.EpochFencing:
 			// Above the source's epoch and the log's last, then MIRRORING.
-			var ep *engine.Partition
+			var ep plugin.Log
 			if ep, err = r.partition(pt); err == nil {
 				sle := max(bumps[pt.topicPartition], ep.EpochAt(ep.Offsets().LogEnd-1))
 				raise = append(raise, epochBump{pt, bumpMinEpoch(sle), true})
@@ -722,7 +722,7 @@ func (r *mirrorRun) fail(pt *ledPartition, err error) error {
 	return err
 }
 
-func (r *mirrorRun) partition(pt *ledPartition) (*engine.Partition, error) {
+func (r *mirrorRun) partition(pt *ledPartition) (plugin.Log, error) {
 	ep := r.p.Host().Partition(pt.id, pt.Partition)
 	if ep == nil {
 		return nil, fmt.Errorf("%s-%d is not hosted here: %w", pt.Topic, pt.Partition, kerr.NotLeaderForPartition)

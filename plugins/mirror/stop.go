@@ -8,6 +8,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/cutover"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // StopStep names a step of the failover sequence (STOPPING), in the
@@ -136,7 +137,7 @@ func (r *mirrorRun) stopPartition(pt *ledPartition) error {
 // hasBarrier reports whether the log holds a producer-state barrier at or
 // after offset. Above StopAt only the stop sequence writes (its ABORT
 // markers, then the barrier), so the scan is short.
-func hasBarrier(ep *engine.Partition, from int64) (bool, error) {
+func hasBarrier(ep plugin.Log, from int64) (bool, error) {
 	for off := from; off < ep.Offsets().LogEnd; {
 		res, err := ep.Fetch(off, 1<<20, engine.ReadUncommitted)
 		if err != nil {

@@ -134,7 +134,7 @@ func (sp *sharePartition) notify() {
 	sp.wake = make(chan struct{})
 }
 
-func (sp *sharePartition) enginePartition() (*engine.Partition, error) {
+func (sp *sharePartition) enginePartition() (plugin.Log, error) {
 	h := sp.p.Host()
 	if h == nil {
 		return nil, kerr.CoordinatorNotAvailable
@@ -179,7 +179,7 @@ func (sp *sharePartition) load(ctx context.Context) error {
 
 // loadLocal reads k's state from the shard here, initializing it first
 // if it has none.
-func (sp *sharePartition) loadLocal(ctx context.Context, k stateKey, cfg plugin.ShareGroupConfig, ep *engine.Partition, out **shareState) error {
+func (sp *sharePartition) loadLocal(ctx context.Context, k stateKey, cfg plugin.ShareGroupConfig, ep plugin.Log, out **shareState) error {
 	return sp.p.onState(ctx, k, func(s *states) error {
 		cur := s.m[k]
 		if cur == nil || cur.start < 0 {
@@ -201,7 +201,7 @@ func (sp *sharePartition) loadLocal(ctx context.Context, k stateKey, cfg plugin.
 }
 
 // apply makes st, just read, the share-partition's state in memory.
-func (sp *sharePartition) apply(st *shareState, ep *engine.Partition) {
+func (sp *sharePartition) apply(st *shareState, ep plugin.Log) {
 	sp.stateEpoch, sp.leaderEpoch = st.stateEpoch, ep.Offsets().LeaderEpoch
 	sp.start, sp.end = st.start, st.start
 	sp.recs = map[int64]*inflight{}
@@ -225,7 +225,7 @@ func (sp *sharePartition) apply(st *shareState, ep *engine.Partition) {
 }
 
 // resetOffset is where a share-partition without state starts.
-func resetOffset(cfg plugin.ShareGroupConfig, ep *engine.Partition) int64 {
+func resetOffset(cfg plugin.ShareGroupConfig, ep plugin.Log) int64 {
 	offs := ep.Offsets()
 	switch cfg.AutoOffsetReset {
 	case "earliest":

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 )
@@ -74,7 +75,17 @@ func (c *Coordinator) Start(_ context.Context, host Host) error {
 		return c.err
 	}
 	c.host.Store(&host)
-	c.rt.Start(host, host, host.Contain)
+	c.rt.Start(coordLogs{host}, host, host.Contain)
+	return nil
+}
+
+// coordLogs is the host's partitions as the runtime takes them.
+type coordLogs struct{ host Host }
+
+func (l coordLogs) Partition(id engine.TopicID, partition int32) coord.Log {
+	if p := l.host.Partition(id, partition); p != nil {
+		return p
+	}
 	return nil
 }
 

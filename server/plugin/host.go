@@ -17,11 +17,12 @@ import (
 type Host interface {
 	// NodeID is this broker's node ID.
 	NodeID() int32
-	// Partition is this broker's storage of partition p of topic id,
-	// nil when the broker does not host it. A partition this broker
+	// Partition is this broker's log of partition p of topic id, as
+	// much of it as a plugin may use (Log), nil when the broker does
+	// not host it. A partition this broker
 	// hosts is there once LeaderObserver heard of it, or an image that
 	// has it was passed to MetadataObserver.
-	Partition(id engine.TopicID, p int32) *engine.Partition
+	Partition(id engine.TopicID, p int32) Log
 	// Metadata is the metadata quorum: its latest committed image
 	// (possibly ahead of what the broker applied), and the controller's
 	// decisions, which write metadata through the controller.

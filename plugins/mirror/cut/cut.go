@@ -17,6 +17,7 @@ import (
 	"fmt"
 
 	"github.com/tandem-kafka/tandem/engine"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // FetchBytes bounds the bytes of one read of a partition's batches for
@@ -256,7 +257,7 @@ func BatchOf(b []byte) (Batch, error) {
 
 // Held reads what the cut needs of partition ep's batches from
 // the one holding offset start to end.
-func Held(ep *engine.Partition, start, end int64) (Part, error) {
+func Held(ep plugin.Log, start, end int64) (Part, error) {
 	start = max(start, ep.Offsets().LogStart)
 	p := Part{End: end, FromLogStart: start <= ep.Offsets().LogStart}
 	err := p.Read(start, func(off int64) ([]Batch, error) {

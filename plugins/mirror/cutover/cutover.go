@@ -42,12 +42,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/cut"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/statestore"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 type topicPartition = mirrorstate.TopicPartition
@@ -68,7 +68,7 @@ type Target interface {
 	// Led is this broker's log of a partition whose leader is leader,
 	// when that leader is this broker and it hosts the partition; else
 	// nil (the stage then reads the partition from leader over Fetch).
-	Led(leader int32, id uuid.UUID, partition int32) *engine.Partition
+	Led(leader int32, id uuid.UUID, partition int32) plugin.Log
 	// Reached is told that the STOPPING of tp reached a durable step of
 	// the stage's (StepDeciding, StepApplied).
 	Reached(tp topicPartition, step string)

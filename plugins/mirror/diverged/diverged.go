@@ -28,6 +28,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // copyChunk bounds the bytes of one append of copies: memory stays
@@ -55,7 +56,7 @@ type Manifest interface {
 // idempotent: it resumes a pending copy of the same range after the
 // batches already there (known by their CRCs), so nothing is copied
 // twice; a pending copy of another range is closed as it is first.
-func Quarantine(ctx context.Context, ep *engine.Partition, to int64, cause string, m Manifest, open func() (*engine.Partition, error)) (*mirrorstate.ManifestEntry, error) {
+func Quarantine(ctx context.Context, ep plugin.Log, to int64, cause string, m Manifest, open func() (plugin.Log, error)) (*mirrorstate.ManifestEntry, error) {
 	span, err := removed(ep, to)
 	if err != nil || span == nil {
 		return nil, err
@@ -105,7 +106,7 @@ func Quarantine(ctx context.Context, ep *engine.Partition, to int64, cause strin
 // removed returns what truncating ep to offset to removes, nil if
 // nothing: whole batches, from the one holding to (or the log start, if
 // later) on. The copy range is left for Quarantine to fill in.
-func removed(ep *engine.Partition, to int64) (*mirrorproto.DivergedRange, error) {
+func removed(ep plugin.Log, to int64) (*mirrorproto.DivergedRange, error) {
 	var span *mirrorproto.DivergedRange
 	err := eachBatch(ep, max(to, ep.Offsets().LogStart), func(bs [][]byte) error {
 		for _, b := range bs {
@@ -127,7 +128,7 @@ func removed(ep *engine.Partition, to int64) (*mirrorproto.DivergedRange, error)
 // copiedUpTo returns the offset of ep to copy from: past the batches of
 // ep from offset on that dp already holds from copyStart on (an
 // interrupted copy), matched by CRC, which covers everything a copy keeps.
-func copiedUpTo(dp *engine.Partition, copyStart int64, ep *engine.Partition, offset int64) (int64, error) {
+func copiedUpTo(dp plugin.Log, copyStart int64, ep plugin.Log, offset int64) (int64, error) {
 	var copies []uint32
 	if err := eachBatch(dp, copyStart, func(bs [][]byte) error {
 		for _, b := range bs {
@@ -180,7 +181,7 @@ func infoOf(b []byte) batchInfo {
 // eachBatch calls fn with the batches of ep from the one holding offset
 // to the log end, at most about copyChunk bytes at a time, each with a
 // valid header (infoOf reads it).
-func eachBatch(ep *engine.Partition, offset int64, fn func([][]byte) error) error {
+func eachBatch(ep plugin.Log, offset int64, fn func([][]byte) error) error {
 	for offset < ep.Offsets().LogEnd {
 		res, err := ep.Fetch(offset, copyChunk, engine.ReadUncommitted)
 		if err != nil {

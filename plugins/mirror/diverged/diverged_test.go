@@ -15,6 +15,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine/coord"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
 // TestCopiedUpTo: an interrupted quarantine copy resumes after the
@@ -230,7 +231,7 @@ func TestQuarantine(t *testing.T) {
 	copyBatches(t, dp, stored[0]) // an earlier copy: this one starts after it
 	m := newFakeManifest(dp)
 	opened := 0
-	open := func() (*engine.Partition, error) { opened++; return dp, nil }
+	open := func() (plugin.Log, error) { opened++; return dp, nil }
 	end := ep.Offsets().LogEnd
 	e, err := Quarantine(context.Background(), ep, 2, "diverging epoch 2", m, open) // offset 2: the second record of batch 1
 	if err != nil {
@@ -277,7 +278,7 @@ func TestQuarantineResumes(t *testing.T) {
 			m := newFakeManifest(dp)
 			m.entries[pending.CopyStart] = pending
 			copyBatches(t, dp, removed[:copied]...)
-			e, err := Quarantine(context.Background(), ep, 2, "last mirror epoch 1", m, func() (*engine.Partition, error) { return dp, nil })
+			e, err := Quarantine(context.Background(), ep, 2, "last mirror epoch 1", m, func() (plugin.Log, error) { return dp, nil })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -301,7 +302,7 @@ func TestQuarantineClosesOtherPending(t *testing.T) {
 	m := newFakeManifest(dp)
 	m.entries[0] = other
 	copyBatches(t, dp, stored[0]) // part of the other range's copy
-	e, err := Quarantine(context.Background(), ep, 3, "the source's log ends earlier", m, func() (*engine.Partition, error) { return dp, nil })
+	e, err := Quarantine(context.Background(), ep, 3, "the source's log ends earlier", m, func() (plugin.Log, error) { return dp, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +330,7 @@ func TestQuarantineNothingRemoved(t *testing.T) {
 	other := mirrorstate.ManifestEntry{DivergedRange: mirrorproto.DivergedRange{Topic: "t", FirstOffset: 100, CopyEnd: -1}}
 	m.entries[0] = other
 	for _, to := range []int64{ep.Offsets().LogEnd, ep.Offsets().LogEnd + 5} {
-		e, err := Quarantine(context.Background(), ep, to, "x", m, func() (*engine.Partition, error) {
+		e, err := Quarantine(context.Background(), ep, to, "x", m, func() (plugin.Log, error) {
 			t.Fatal("opened the diverged partition")
 			return nil, nil
 		})
