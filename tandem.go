@@ -13,7 +13,7 @@ package tandem
 import (
 	"log/slog"
 
-	"github.com/tandem-kafka/tandem/internal/builtin"
+	"github.com/tandem-kafka/tandem/plugins/builtin"
 	"github.com/tandem-kafka/tandem/server"
 )
 
@@ -34,7 +34,7 @@ func NewBroker(cfg server.Config) (*server.Broker, error) {
 // the broker properties, for server.Config.Plugins. A nil log means
 // slog.Default(). An invalid property is an error naming it.
 //
-// internal/builtin is the one place that names every plugin; plugin
+// plugins/builtin is the one place that names every plugin; plugin
 // packages never register themselves into global state, so that a
 // process may run many brokers. Each plugin is added by a with<Plugin>
 // function in its own file there, guarded by a build tag, with a twin
