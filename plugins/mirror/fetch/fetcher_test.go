@@ -832,10 +832,7 @@ func TestNoHoleAfterFailedAppend(t *testing.T) {
 	want, end := s.read(t, id, 0)
 	dst := newDestination(t, id, 1)
 	tg := &target{dst: dst, id: id, parts: meta, ends: map[int32]int64{0: end}, done: make(chan struct{})}
-	f := New(context.Background(), Key{Broker: 0}, Config{Addr: s.addr, RequestTimeout: 10 * time.Second, MaxWait: 50 * time.Millisecond,
-		MinBytes: 1, MaxBytes: 1, PartitionMaxBytes: 1, FixedSizes: true, Backoff: 10 * time.Millisecond}, &failFirstWait{target: tg})
-	go f.Run()
-	t.Cleanup(f.Stop)
+	runOneBatch(t, s, &failFirstWait{target: tg})
 	wait(t, tg.done, "copy")
 	if got := dst.log(t, 0); !bytes.Equal(got, want) {
 		t.Fatalf("the destination holds %d bytes to offset %d, the source %d to %d: not the same", len(got), next(got), len(want), next(want))
@@ -843,6 +840,16 @@ func TestNoHoleAfterFailedAppend(t *testing.T) {
 	if base := firstOffset(dst.log(t, 0)); base != 0 {
 		t.Fatalf("the destination's log starts at offset %d", base)
 	}
+}
+
+// runOneBatch runs a fetcher of source broker 0 whose answers carry one
+// batch a partition (fixed limits of one byte: KIP-74 still answers the
+// first batch), until the test ends.
+func runOneBatch(t *testing.T, s *source, tg Target) {
+	f := New(context.Background(), Key{Broker: 0}, Config{Addr: s.addr, RequestTimeout: 10 * time.Second, MaxWait: 50 * time.Millisecond,
+		MinBytes: 1, MaxBytes: 1, PartitionMaxBytes: 1, FixedSizes: true, Backoff: 10 * time.Millisecond}, tg)
+	go f.Run()
+	t.Cleanup(f.Stop)
 }
 
 // firstOffset is the base offset of the first batch of b, -1 if none.
@@ -1025,10 +1032,7 @@ func TestFetchSentBeforeAMoveIsDropped(t *testing.T) {
 	tg := &rewind{target: &target{dst: dst, id: id, parts: meta, ends: map[int32]int64{0: end}, done: make(chan struct{})}}
 	// One batch an answer: the first answer is not the whole log, and
 	// the Fetch sent before its Apply asks for the rest.
-	f := New(context.Background(), Key{Broker: 0}, Config{Addr: s.addr, RequestTimeout: 10 * time.Second, MaxWait: 50 * time.Millisecond,
-		MinBytes: 1, MaxBytes: 1, PartitionMaxBytes: 1, FixedSizes: true, Backoff: 10 * time.Millisecond}, tg)
-	go f.Run()
-	t.Cleanup(f.Stop)
+	runOneBatch(t, s, tg)
 	wait(t, tg.done, "copy")
 	if got := dst.log(t, 0); !bytes.Equal(got, want) {
 		t.Fatalf("the destination holds %d bytes to offset %d, the source %d to %d: not the same", len(got), next(got), len(want), next(want))
