@@ -604,17 +604,11 @@ func (rep *Report) mirrorTable() *table {
 // in the same run ("-": none ran), for a mirror workload offered at
 // half the produce maximum as e2e is.
 func (rep *Report) e2eBeside(w Workload) string {
-	if w.Kind != Mirror {
+	r, ok := rep.e2eOf(w)
+	if !ok {
 		return "-"
 	}
-	for _, r := range rep.Results {
-		e := r.Workload
-		if r.Target == "tandem" && e.Kind == EndToEnd && r.Latency != nil && r.Err == "" && e.RecordSize == w.RecordSize &&
-			e.Partitions == w.Partitions && e.Acks == w.Acks && e.Compression == w.Compression {
-			return fmt.Sprintf("%s/%s @ %.0f", ms(r.Latency.P50), ms(r.Latency.P99), r.Latency.OfferedRecsPerSec)
-		}
-	}
-	return "-"
+	return fmt.Sprintf("%s/%s @ %.0f", ms(r.Latency.P50), ms(r.Latency.P99), r.Latency.OfferedRecsPerSec)
 }
 
 // check is Check's part for a mirror result.

@@ -43,19 +43,51 @@ func costOf(r Result) (mirrorCost, bool) {
 }
 
 // costTable sets each mirror workload's CPU per byte on the destination
-// against the source's and against a produce's.
+// against the source's, against a produce's at the maximum, and against
+// the e2e workload's: a produce at the same offered rate with one reader,
+// which is the destination's work (it takes the stream in at that rate
+// and serves it to the bench's consumer). A broker's fixed costs per
+// second (sync rounds, timers) weigh twice as much per byte at half the
+// rate, so the produce at the maximum is the stricter yardstick.
 func (rep *Report) costTable() *table {
 	t := &table{head: []string{"workload", "mirrored MB/s", "destination CPU s/GB", "source CPU s/GB", "destination/source",
-		"Tandem produce CPU s/GB", "destination/produce"}}
+		"Tandem produce CPU s/GB", "destination/produce", "Tandem e2e CPU s/GB, same rate", "destination/e2e"}}
 	for _, r := range rep.Results {
 		c, ok := costOf(r)
 		if !ok {
 			continue
 		}
+		e2e := rep.e2eCPUBeside(r.Workload)
 		t.add(r.Workload.Name(), mb(c.mbps), fmt.Sprintf("%.2f", c.dst), fmt.Sprintf("%.2f", c.src), ratio(c.dst, c.src),
-			cpuCell(c.produce), ratio(c.dst, c.produce))
+			cpuCell(c.produce), ratio(c.dst, c.produce), cpuCell(e2e), ratio(c.dst, e2e))
 	}
 	return t
+}
+
+// e2eCPUBeside is the broker CPU per GB of Tandem's e2e workload of the
+// same records in the same run, for a mirror workload offered at half
+// the produce maximum as e2e is (0: none).
+func (rep *Report) e2eCPUBeside(w Workload) float64 {
+	if e, ok := rep.e2eOf(w); ok {
+		return e.CPUSecPerGB
+	}
+	return 0
+}
+
+// e2eOf is Tandem's e2e result of the same records as the mirror
+// workload w, when w is offered at half the produce maximum as e2e is.
+func (rep *Report) e2eOf(w Workload) (Result, bool) {
+	if w.Kind != Mirror {
+		return Result{}, false
+	}
+	for _, r := range rep.Results {
+		e := r.Workload
+		if r.Target == "tandem" && e.Kind == EndToEnd && r.Latency != nil && r.Err == "" && e.RecordSize == w.RecordSize &&
+			e.Partitions == w.Partitions && e.Acks == w.Acks && e.Compression == w.Compression {
+			return r, true
+		}
+	}
+	return Result{}, false
 }
 
 func cpuCell(v float64) string {
