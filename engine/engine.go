@@ -46,6 +46,10 @@ type Config struct {
 	// MaxOpenFiles bounds the segment files kept open; 0 derives it from
 	// the process's file descriptor limit.
 	MaxOpenFiles int
+	// Now is the clock of the engine's decisions and stamps: segment.ms
+	// rolls, log-append times, control batches' timestamps and the
+	// retention loop's passes. nil is time.Now; tests move a fake one.
+	Now func() time.Time
 }
 
 // DefaultMemoryBudget is tandem.memory.budget's default.
@@ -136,6 +140,9 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	if cfg.MaxOpenFiles <= 0 {
 		cfg.MaxOpenFiles = defaultMaxOpenFiles()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, parts: make(map[partKey]*Partition), stop: make(chan struct{}),
 		syncStop: make(chan struct{}), syncerDone: make(chan struct{})}
@@ -526,8 +533,8 @@ func (e *Engine) retentionLoop(every time.Duration) {
 		select {
 		case <-e.stop:
 			return
-		case now := <-t.C:
-			if err := e.EnforceRetention(now); err != nil {
+		case <-t.C:
+			if err := e.EnforceRetention(e.cfg.Now()); err != nil {
 				e.log.Warn("retention pass failed", "err", err)
 			}
 		}

@@ -527,7 +527,7 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []recordbatch.Batc
 	res := AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: p.logStart}
 	txn := producerTxn{base: p.producers}
 	next := p.leo
-	now := time.Now().UnixMilli()
+	now := p.e.cfg.Now().UnixMilli()
 	size := 0
 	for _, b := range batches {
 		size += len(b)
@@ -595,7 +595,7 @@ func (p *Partition) prepareLocked(req *AppendRequest, batches []recordbatch.Batc
 // (applyLocked: they enter the partition's state). On a failed write
 // nothing changes.
 func (p *Partition) writeLocked(buf []byte, metas []batchMeta, cfg *LogConfig, apply func(*segment, int64, recordbatch.Batch, batchMeta)) error {
-	now := time.Now()
+	now := p.e.cfg.Now()
 	seg := p.active()
 	if seg == nil || seg.size > 0 && (seg.size+int64(len(buf)) > cfg.segmentBytes() || now.UnixMilli()-seg.created >= cfg.segmentMs()) {
 		var err error

@@ -6,7 +6,6 @@ import (
 	"github.com/tandem-kafka/tandem/engine/internal/keys"
 	"io"
 	"math"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
@@ -92,7 +91,7 @@ func (p *Partition) openSegmentsLocked(summaries map[int64][]byte) error {
 		}
 		bases = bases[1:]
 	}
-	now := time.Now().UnixMilli()
+	now := p.e.cfg.Now().UnixMilli()
 	for _, base := range bases {
 		path := fs.PathJoin(p.dir, segfile.Name(base))
 		st, err := fs.Stat(path)

@@ -71,7 +71,7 @@ func (p *Partition) writeMarkers(ctx context.Context, origin Origin, markers []M
 		return -1, nil
 	}
 	var recs []byte
-	now := time.Now()
+	now := p.e.cfg.Now()
 	for _, m := range markers {
 		typ := ControlAbort
 		if m.Commit {
@@ -121,7 +121,7 @@ func (p *Partition) AbortOpenTransactions(ctx context.Context) ([]int64, error) 
 // also see its ABORT marker).
 func (p *Partition) WriteProducerBarrier(ctx context.Context) (int64, error) {
 	res, err := p.Append(ctx, &AppendRequest{Topic: p.topic, TopicID: p.id, Partition: p.part, Origin: OriginPluginControl,
-		Records: controlBatch(-1, -1, ControlPIDReset, 0, time.Now()), Acks: -1})
+		Records: controlBatch(-1, -1, ControlPIDReset, 0, p.e.cfg.Now()), Acks: -1})
 	if err != nil {
 		return -1, fmt.Errorf("%s-%d: write producer barrier: %w", p.topic, p.part, err)
 	}

@@ -371,7 +371,7 @@ func (f *fetcher) request(parts []*followed) *followerFetch {
 			continue
 		}
 		if th, ok := m.followerThrottle(img, fp, rates); ok {
-			if w := th.q.Wait(th.rate, time.Now()); w > 0 {
+			if w := th.q.Wait(th.rate, m.cfg.Now()); w > 0 {
 				fr.quotaWait = max(fr.quotaWait, w)
 				continue
 			}
@@ -431,7 +431,7 @@ func (f *fetcher) apply(ctx context.Context, resp *kmsg.FetchResponse, fr *follo
 				continue
 			}
 			if th, ok := fr.throttled[fp.key]; ok {
-				th.q.Record(len(rp.RecordBatches), th.rate, time.Now())
+				th.q.Record(len(rp.RecordBatches), th.rate, f.m.cfg.Now())
 				th.bytes.Add(len(rp.RecordBatches))
 			}
 			wg.Add(1)

@@ -81,7 +81,7 @@ func (m *Manager) lead(t *metadata.Topic, p int32, part metadata.Partition, ep *
 		lp.joining = nil // the image says what became of a proposal
 	}
 	lp.part = part
-	now := time.Now()
+	now := m.cfg.Now()
 	for _, id := range part.Replicas {
 		if id == m.cfg.NodeID {
 			continue
@@ -323,12 +323,10 @@ func (m *Manager) expand(lp *ledPartition, id int32) {
 }
 
 // ISRLoop shrinks ISRs until ctx ends: every half of
-// replica.lag.time.max.ms, followers that have not caught up within it
-// leave the ISR of the partitions this broker leads. It also checkpoints
-// high watermarks.
+// replica.lag.time.max.ms (shrinkISRs). It also checkpoints high
+// watermarks.
 func (m *Manager) ISRLoop(ctx context.Context) {
-	lag := m.cfg.ReplicaLagMax
-	tick := time.NewTicker(max(lag/2, 50*time.Millisecond))
+	tick := time.NewTicker(max(m.cfg.ReplicaLagMax/2, 50*time.Millisecond))
 	defer tick.Stop()
 	checkpoint := time.NewTicker(5 * time.Second) // replica.high.watermark.checkpoint.interval.ms
 	defer checkpoint.Stop()
@@ -336,20 +334,28 @@ func (m *Manager) ISRLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-tick.C:
-			for _, lp := range m.ledPartitions() {
-				gone := lp.laggards(now, lag)
-				if len(gone) == 0 {
-					continue
-				}
-				lp.mu.Lock()
-				isr := slices.DeleteFunc(slices.Clone(lp.part.ISR), func(id int32) bool { return slices.Contains(gone, id) })
-				lp.mu.Unlock()
-				m.alterISR(lp, isr, fmt.Sprintf("followers %v did not catch up within replica.lag.time.max.ms (%v)", gone, lag))
-			}
+		case <-tick.C:
+			m.shrinkISRs()
 		case <-checkpoint.C:
 			Checkpoint(m.cfg.Engine, m.cfg.Log)
 		}
+	}
+}
+
+// shrinkISRs asks the controller to take the followers that have not
+// caught up within replica.lag.time.max.ms, as of the clock's now, out of
+// the ISR of the partitions this broker leads.
+func (m *Manager) shrinkISRs() {
+	lag, now := m.cfg.ReplicaLagMax, m.cfg.Now()
+	for _, lp := range m.ledPartitions() {
+		gone := lp.laggards(now, lag)
+		if len(gone) == 0 {
+			continue
+		}
+		lp.mu.Lock()
+		isr := slices.DeleteFunc(slices.Clone(lp.part.ISR), func(id int32) bool { return slices.Contains(gone, id) })
+		lp.mu.Unlock()
+		m.alterISR(lp, isr, fmt.Sprintf("followers %v did not catch up within replica.lag.time.max.ms (%v)", gone, lag))
 	}
 }
 
@@ -470,7 +476,7 @@ func (m *Manager) Fetched(id engine.TopicID, p, follower int32, offset, seq int6
 	if lp == nil {
 		return
 	}
-	if lp.fetched(m.cfg.NodeID, follower, offset, seq, time.Now()) && m.image().Brokers[follower].Live() {
+	if lp.fetched(m.cfg.NodeID, follower, offset, seq, m.cfg.Now()) && m.image().Brokers[follower].Live() {
 		m.expand(lp, follower)
 	}
 }

@@ -72,6 +72,11 @@ type Config struct {
 	FetchMaxBytes      int32         // replica.fetch.max.bytes
 	FetchResponseBytes int32         // replica.fetch.response.max.bytes
 
+	// Now is the clock of replication's decisions: when a follower was
+	// last caught up, so when it leaves the ISR, and what the fetchers'
+	// throttles let through. nil is time.Now; tests move a fake one.
+	Now func() time.Time
+
 	// ThrottledFollower and ThrottledMirror count the bytes this
 	// broker's fetchers replicate under the follower and the mirror
 	// throttle (tandem_server_replication_throttled_bytes_total); the
@@ -149,6 +154,9 @@ type Manager struct {
 
 // New returns the replication of a broker that runs until ctx ends.
 func New(ctx context.Context, cfg Config) *Manager {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	return &Manager{ctx: ctx, cfg: cfg, led: map[partKey]*ledPartition{}, fetchers: map[int32]*fetcher{}}
 }
 
