@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
+	"github.com/tandem-kafka/tandem/testing/fakeclock"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -201,7 +202,8 @@ func TestEpochs(t *testing.T) {
 }
 
 func TestTimestamps(t *testing.T) {
-	e := openTest(t, nil)
+	clk := fakeclock.New(time.UnixMilli(1_700_000_000_123))
+	e := openTest(t, nil, func(c *Config) { c.Now = clk.Now })
 	p := mkPart(t, e, DefaultLogConfig())
 	if _, _, _, ok := p.MaxTimestamp(); ok {
 		t.Fatal("MaxTimestamp on an empty log")
@@ -243,10 +245,10 @@ func TestTimestamps(t *testing.T) {
 	cfg := DefaultLogConfig()
 	cfg.LogAppendTime = true
 	la, _ := e.Create("la", TopicID{3}, 0, cfg)
-	before := time.Now().UnixMilli()
+	now := clk.Now().UnixMilli()
 	res := appendOK(t, la, OriginClient, mkBatch(t, batchOpts{baseTs: 5}, kv("a", "1")))
-	if res.LogAppendTime < before {
-		t.Fatalf("LogAppendTime %d", res.LogAppendTime)
+	if res.LogAppendTime != now {
+		t.Fatalf("LogAppendTime %d, want the engine's clock's %d", res.LogAppendTime, now)
 	}
 	b := recordbatch.Batch(fetchAll(t, la, 0)[0])
 	if !b.LogAppendTime() || b.MaxTimestamp() != res.LogAppendTime {
@@ -255,7 +257,7 @@ func TestTimestamps(t *testing.T) {
 	if _, err := recordbatch.Split(b); err != nil {
 		t.Fatalf("stamped batch invalid: %v", err)
 	}
-	if off, ts, _, ok := la.OffsetForTimestamp(before); !ok || off != 0 || ts != res.LogAppendTime {
+	if off, ts, _, ok := la.OffsetForTimestamp(now); !ok || off != 0 || ts != res.LogAppendTime {
 		t.Fatalf("OffsetForTimestamp on LogAppendTime: %d %d %v", off, ts, ok)
 	}
 }

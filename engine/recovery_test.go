@@ -19,6 +19,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/tandem-kafka/tandem/engine/internal/segfile"
+	"github.com/tandem-kafka/tandem/testing/fakeclock"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -391,10 +392,11 @@ func TestRecoveryRebuildsMetadataAheadOfLog(t *testing.T) {
 
 // TestSegmentRolls checks segment.bytes and segment.ms: a new segment file
 // when the next append would pass the size, or when the active one is
-// older than segment.ms; reads cross segments.
+// older than segment.ms (by the engine's clock); reads cross segments.
 func TestSegmentRolls(t *testing.T) {
 	fs := vfs.NewMem()
-	e := openTest(t, fs)
+	clk := fakeclock.New(time.Unix(1_000_000, 0))
+	e := openTest(t, fs, func(c *Config) { c.Now = clk.Now })
 	cfg := DefaultLogConfig()
 	cfg.SegmentBytes = 1000
 	p := mkPart(t, e, cfg)
@@ -420,10 +422,17 @@ func TestSegmentRolls(t *testing.T) {
 	if s := p.active(); s.base != 10 || s.size < 3000 {
 		t.Fatalf("large batch: active segment at %d with %d bytes", s.base, s.size)
 	}
-	cfg.SegmentBytes, cfg.SegmentMs = 1<<30, 1
+	cfg.SegmentBytes, cfg.SegmentMs = 1<<30, 1000
 	p.SetConfig(cfg)
+	clk.Advance(time.Second) // the active segment is segment.ms old
+	appendOK(t, p, OriginClient, one)
 	before := len(p.segs)
-	time.Sleep(5 * time.Millisecond) // older than segment.ms
+	clk.Advance(999 * time.Millisecond)
+	appendOK(t, p, OriginClient, one)
+	if len(p.segs) != before {
+		t.Fatalf("rolled %d segments before segment.ms passed", len(p.segs)-before)
+	}
+	clk.Advance(time.Millisecond)
 	appendOK(t, p, OriginClient, one)
 	if len(p.segs) != before+1 {
 		t.Fatalf("segment.ms did not roll: %d segments, had %d", len(p.segs), before)

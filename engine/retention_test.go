@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
+	"github.com/tandem-kafka/tandem/testing/fakeclock"
 	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
@@ -162,17 +163,22 @@ func TestCompaction(t *testing.T) {
 	}
 }
 
+// TestRetentionLoopAndMetrics: the background loop's passes delete by
+// the engine's clock. It stands in the next century, so that a pass by
+// the wall clock would keep the batches, stamped at the clock's now.
 func TestRetentionLoopAndMetrics(t *testing.T) {
-	e := openTest(t, nil, func(c *Config) { c.RetentionCheckInterval = 5 * time.Millisecond })
+	clk := fakeclock.New(time.UnixMilli(5_000_000_000_000))
+	e := openTest(t, nil, func(c *Config) { c.RetentionCheckInterval = 5 * time.Millisecond; c.Now = clk.Now })
 	cfg := DefaultLogConfig()
 	cfg.RetentionMs = 1000
 	p := mkPart(t, e, cfg)
 	n := 0
 	for range 3 {
-		b := mkBatch(t, batchOpts{baseTs: 1000}, kv("a", "1"))
+		b := mkBatch(t, batchOpts{baseTs: clk.Now().UnixMilli()}, kv("a", "1"))
 		n += len(b)
 		appendOK(t, p, OriginClient, b)
 	}
+	clk.Advance(1001 * time.Millisecond) // past retention.ms
 	wait.Until(t, 5*time.Second, func() error {
 		if o := p.Offsets(); o.LogStart != 3 {
 			return fmt.Errorf("the retention loop has not run: %+v", o)
