@@ -8,8 +8,8 @@
 # costs. `make test` runs everything.
 #
 # The one test command (README.md, .ci/run): vet, then the race detector on
-# every package but the client-heavy integration suite, which runs against
-# the built binary without it, then franz-go's own kgo integration suite
+# every package but the client-heavy integration suite, and beside it that
+# suite against the built binary without it, then franz-go's own kgo integration suite
 # against a three-broker cluster (KGO_TEST_RF=3), then FUZZTIME of fuzzing
 # every request type (a failing input is written to
 # testdata/fuzz/FuzzRequests).
@@ -29,9 +29,17 @@ vet:
 check: vet
 	$(GO) test -short -vet=off -ldflags=-w -timeout 10m ./...
 
+# The race tier and the integration suite run at the same time: both
+# spend most of their wall time waiting on brokers (elections, sessions,
+# faults, clients' timeouts), so together they take little more than the
+# longer of the two. The integration suite's output is held in a file
+# and printed after the race tier's, so that neither is interleaved.
 test: vet
-	$(GO) test -count=1 -race -timeout 20m $$($(GO) list ./... | grep -v /testing/integration)
-	$(GO) test -count=1 -timeout 20m -v $(INTEGRATION)
+	@log=$$(mktemp); status=0; \
+	$(GO) test -count=1 -timeout 20m -v $(INTEGRATION) >$$log 2>&1 & pid=$$!; \
+	$(GO) test -count=1 -race -timeout 20m $$($(GO) list ./... | grep -v /testing/integration) || status=1; \
+	wait $$pid || status=1; \
+	echo "== $(INTEGRATION)"; cat $$log; rm -f $$log; exit $$status
 	$(MAKE) kgo
 	$(MAKE) fuzz
 
