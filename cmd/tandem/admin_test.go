@@ -21,6 +21,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/cmd/tandem/internal/cli"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // cliResult is one run of the tandem CLI in this process.
@@ -326,13 +327,12 @@ func TestTopicsCommands(t *testing.T) {
 // waitFor polls cond until it holds, for a minute at most.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after a minute", what)
+	wait.Until(t, time.Minute, func() error {
+		if !cond() {
+			return fmt.Errorf("%s: not yet", what)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 var _ = io.Discard

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // TestMain lets this test binary stand in for tandem: `tandem cluster`
@@ -57,23 +58,23 @@ func startClusterCommand(t *testing.T, dir string, args ...string) (*exec.Cmd, c
 			}
 		}
 	})
-	deadline := time.After(2 * time.Minute)
-	for {
-		if data, err := os.ReadFile(ready); err == nil {
-			var r clusterReady
-			if err := json.Unmarshal(data, &r); err != nil {
-				t.Fatalf("ready file %q: %v", data, err)
+	var r clusterReady
+	wait.Until(t, 2*time.Minute, func() error {
+		data, err := os.ReadFile(ready)
+		if err != nil {
+			select {
+			case err := <-done:
+				t.Fatalf("tandem cluster exited before serving: %v\n%s%s", err, out.String(), nodeLogs(dir))
+			default:
 			}
-			return cmd, r, out, done
+			return fmt.Errorf("tandem cluster not serving:\n%s%s", out.String(), nodeLogs(dir))
 		}
-		select {
-		case err := <-done:
-			t.Fatalf("tandem cluster exited before serving: %v\n%s%s", err, out.String(), nodeLogs(dir))
-		case <-deadline:
-			t.Fatalf("tandem cluster not serving after 2 minutes:\n%s%s", out.String(), nodeLogs(dir))
-		case <-time.After(50 * time.Millisecond):
+		if err := json.Unmarshal(data, &r); err != nil {
+			t.Fatalf("ready file %q: %v", data, err)
 		}
-	}
+		return nil
+	})
+	return cmd, r, out, done
 }
 
 // lockedBuffer is a child's output, read while the child writes it.
@@ -259,16 +260,17 @@ func TestClusterCommandSignalWhileStarting(t *testing.T) {
 		"--listen-base", "127.0.0.1:0", "--http-base", "", "--data-dir", dir)
 	// Every broker runs once it has locked its data dir; the quorum
 	// takes a second or more after that to elect a controller.
-	deadline := time.After(time.Minute)
-	for len(lockedPIDs(dir, 3)) < 3 {
+	wait.Until(t, time.Minute, func() error {
+		if len(lockedPIDs(dir, 3)) >= 3 {
+			return nil
+		}
 		select {
 		case <-done:
 			t.Fatalf("tandem cluster exited before its brokers ran: %v\n%s%s", cmd.ProcessState, stderr.String(), nodeLogs(dir))
-		case <-deadline:
-			t.Fatalf("brokers not running after a minute:\n%s%s", stderr.String(), nodeLogs(dir))
-		case <-time.After(5 * time.Millisecond):
+		default:
 		}
-	}
+		return fmt.Errorf("brokers not running:\n%s%s", stderr.String(), nodeLogs(dir))
+	})
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
