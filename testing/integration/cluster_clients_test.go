@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // Round trips of sarama, segmentio/kafka-go and kcat against a cluster of
@@ -277,15 +278,13 @@ func TestClusterSarama(t *testing.T) {
 		// A partition whose leader just died is not consumable until
 		// the client's metadata names the new one.
 		var pc sarama.PartitionConsumer
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			if pc, err = cons.ConsumePartition(topic, part, sarama.OffsetOldest); err == nil {
-				break
+		wait.Until(t, 30*time.Second, func() error {
+			if pc, err = cons.ConsumePartition(topic, part, sarama.OffsetOldest); err != nil {
+				client.RefreshMetadata(topic)
+				return fmt.Errorf("consuming partition %d: %v", part, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("consuming partition %d: %v", part, err)
-			}
-			client.RefreshMetadata(topic)
-		}
+			return nil
+		})
 		for got := int64(0); got < end; got++ {
 			if check.read() >= clusterRecords/3 {
 				k2.kill(next)
@@ -423,21 +422,23 @@ func TestClusterKcat(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- prod.Wait() }()
 	var killedAt int64
-	for killedAt == 0 {
+	wait.Until(t, 3*time.Minute, func() error { // kcat -P is killed before then, with ctx
 		select {
 		case err := <-exited:
 			t.Fatalf("kcat -P finished before a third of the records were stored (%v)\n%s", err, prodOut.Bytes())
-		case <-time.After(10 * time.Millisecond):
+		default:
 		}
 		var sum int64
 		for _, e := range listOffsets(t, c.Addrs()[0], topic, true) {
 			sum += e
 		}
-		if sum >= clusterRecords/3 {
-			c.Broker(victim).Kill9()
-			killedAt = sum
+		if sum < clusterRecords/3 {
+			return fmt.Errorf("%d of %d records stored, waiting for a third", sum, clusterRecords)
 		}
-	}
+		killedAt = sum
+		return nil
+	})
+	c.Broker(victim).Kill9()
 	if err := <-exited; err != nil {
 		t.Fatalf("kcat -P: %v\n%s", err, prodOut.Bytes())
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // TestKill9DuringProduce kills the broker with SIGKILL while an idempotent
@@ -35,6 +36,8 @@ func TestKill9DuringProduce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stop := make(chan struct{})
+	stopProducing := sync.OnceFunc(func() { close(stop) })
+	defer stopProducing() // a test that fails leaves no producer running
 	produced := make(chan int, 1)
 	go func() {
 		i := 0
@@ -63,16 +66,14 @@ func TestKill9DuringProduce(t *testing.T) {
 
 	waitAcks := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(90 * time.Second)
-		for ackCount() < n {
-			if time.Now().After(deadline) {
-				close(stop)
-				mu.Lock()
-				defer mu.Unlock()
-				t.Fatalf("only %d of %d records acknowledged after 90s (failed: %d, first error: %v)", len(acked), n, failed, firstErr)
+		wait.Until(t, 90*time.Second, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(acked) < n {
+				return fmt.Errorf("only %d of %d records acknowledged (failed: %d, first error: %v)", len(acked), n, failed, firstErr)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitAcks(5000)
 	p.Kill9()
@@ -81,7 +82,7 @@ func TestKill9DuringProduce(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // let the client notice and start retrying
 	p.Restart()
 	waitAcks(atKill + 10000)
-	close(stop)
+	stopProducing()
 	n := <-produced
 	flushCtx, flushCancel := context.WithTimeout(ctx, 90*time.Second)
 	defer flushCancel()

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // deployDir holds the Grafana dashboard and the Prometheus rules.
@@ -129,17 +131,13 @@ func TestDeployMetricsExist(t *testing.T) {
 
 	// Mirror partitions and the metadata sync register their families
 	// once the mirror runs.
-	var missing []string
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	wait.Until(t, 60*time.Second, func() error {
 		have := metricNames(t, dst.HTTPAddr)
-		missing = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return have[n] })
-		if len(missing) == 0 {
-			break
+		if missing := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return have[n] }); len(missing) > 0 {
+			return fmt.Errorf("/metrics of a broker that mirrors lacks metrics that deploy/ uses: %v", missing)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics of a broker that mirrors lacks metrics that deploy/ uses: %v", missing)
-		}
-	}
+		return nil
+	})
 }
 
 // metricNames returns the names of the samples /metrics at addr answers.

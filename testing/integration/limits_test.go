@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // flood opens n connections to addr; each announces a frame of size bytes
@@ -93,17 +95,15 @@ func TestMemoryReturned(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rss int64
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	wait.Until(t, 30*time.Second, func() error {
 		if rss, _, err = p.Mem(); err != nil {
 			t.Fatal(err)
 		}
-		if rss < rss0+64<<20 || time.Now().After(deadline) {
-			break
+		if rss >= rss0+64<<20 {
+			return fmt.Errorf("RSS %d MiB after the large requests went, %d MiB before (peak %d MiB)", rss>>20, rss0>>20, peak>>20)
 		}
-	}
+		return nil
+	})
 	t.Logf("RSS before %d MiB, peak %d MiB, after %d MiB", rss0>>20, peak>>20, rss>>20)
-	if rss >= rss0+64<<20 {
-		t.Fatalf("RSS %d MiB after the large requests went, %d MiB before", rss>>20, rss0>>20)
-	}
 	checkHealthy(t, p.Addr, "probe")
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/faultproxy"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // Active-active and many-to-one mirroring (issue 43), end to end with
@@ -123,23 +124,23 @@ func proxiedCluster(t *testing.T) (*tandemtest.Cluster, []*faultproxy.Proxy) {
 func waitCaughtUpAs(t *testing.T, src, dst *tandemtest.Cluster, name, srcTopic, dstTopic string, parts int32, d time.Duration) {
 	t.Helper()
 	var last string
-	deadline := time.Now().Add(d)
-	for p := int32(0); p < parts; {
-		sp, dp := clusterPartition(src, src.Leader(srcTopic, p), srcTopic, p), clusterPartition(dst, dst.Leader(dstTopic, p), dstTopic, p)
-		if sp != nil && dp != nil {
+	next := int32(0) // the partitions below next have caught up
+	wait.Until(t, d, func() error {
+		for ; next < parts; next++ {
+			p := next
+			sp, dp := clusterPartition(src, src.Leader(srcTopic, p), srcTopic, p), clusterPartition(dst, dst.Leader(dstTopic, p), dstTopic, p)
+			if sp == nil || dp == nil {
+				return fmt.Errorf("mirror %s: %s not caught up with %s: %s", name, dstTopic, srcTopic, last)
+			}
 			pd := describeOn(t, dst.Broker(dst.Leader(dstTopic, p)).Addr, name)[fmt.Sprintf("%s/%d", dstTopic, p)]
 			se := sp.Offsets().HighWatermark
-			if pd.State == "MIRRORING" && pd.Lag == 0 && pd.SourceOffset == se && dp.Offsets().LogEnd == se {
-				p++
-				continue
+			if pd.State != "MIRRORING" || pd.Lag != 0 || pd.SourceOffset != se || dp.Offsets().LogEnd != se {
+				last = fmt.Sprintf("%s-%d: %+v, source end %d, destination end %d", dstTopic, p, pd, se, dp.Offsets().LogEnd)
+				return fmt.Errorf("mirror %s: %s not caught up with %s: %s", name, dstTopic, srcTopic, last)
 			}
-			last = fmt.Sprintf("%s-%d: %+v, source end %d, destination end %d", dstTopic, p, pd, se, dp.Offsets().LogEnd)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mirror %s: %s not caught up with %s after %v: %s", name, dstTopic, srcTopic, d, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	for p := range parts {
 		want := batches(t, clusterPartition(src, src.Leader(srcTopic, p), srcTopic, p))
 		for _, b := range dst.Brokers {

@@ -22,6 +22,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // clusterMirrorProps are the properties of both clusters of the
@@ -130,32 +131,21 @@ func describeOn(t *testing.T, addr, name string) map[string]mirrorproto.Partitio
 // the destination leader's log ends where the source leader's does.
 func waitClusterCaughtUp(t *testing.T, src, dst *tandemtest.Cluster, name, topic string, partitions int32, d time.Duration) {
 	t.Helper()
-	var last string
-	deadline := time.Now().Add(d)
-	for {
-		ok := true
+	wait.Until(t, d, func() error {
 		for p := range partitions {
 			sl, dl := src.Leader(topic, p), dst.Leader(topic, p)
 			sp, dp := clusterPartition(src, sl, topic, p), clusterPartition(dst, dl, topic, p)
 			if sp == nil || dp == nil {
-				ok, last = false, fmt.Sprintf("partition %d not hosted yet", p)
-				break
+				return fmt.Errorf("mirror %s not caught up: partition %d not hosted yet", name, p)
 			}
 			pd := describeOn(t, dst.Broker(dl).Addr, name)[fmt.Sprintf("%s/%d", topic, p)]
 			se := sp.Offsets().HighWatermark
 			if pd.State != "MIRRORING" || pd.Lag != 0 || dp.Offsets().LogEnd != se || pd.SourceOffset != se {
-				ok, last = false, fmt.Sprintf("partition %d: %+v, source end %d, destination end %d", p, pd, se, dp.Offsets().LogEnd)
-				break
+				return fmt.Errorf("mirror %s not caught up: partition %d: %+v, source end %d, destination end %d", name, p, pd, se, dp.Offsets().LogEnd)
 			}
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mirror %s not caught up after %v: %s", name, d, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // sameOnEveryReplica checks that every replica of every partition of

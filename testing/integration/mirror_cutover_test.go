@@ -21,6 +21,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // pairsApp is an exactly-once application on the source: it reads
@@ -137,8 +138,7 @@ func readCommitted(t *testing.T, addr, topic string) map[string]int {
 	}
 	defer cl.Close()
 	out := map[string]int{}
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
+	wait.Until(t, time.Minute, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		fs := cl.PollFetches(ctx)
 		cancel()
@@ -148,11 +148,11 @@ func readCommitted(t *testing.T, addr, topic string) map[string]int {
 			n++
 		})
 		if n == 0 && ctx.Err() != nil {
-			return out
+			return nil
 		}
-	}
-	t.Fatalf("reading %s did not end in a minute", topic)
-	return nil
+		return fmt.Errorf("reading %s did not end", topic)
+	})
+	return out
 }
 
 // TestMirrorConsistentFailover is issue 30's application-level invariant:

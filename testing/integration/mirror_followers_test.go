@@ -20,6 +20,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // Mirror partitions on the followers of a replicated destination: the
@@ -196,16 +197,16 @@ func createClusterTopic(t *testing.T, c *tandemtest.Cluster, topic string, parti
 // (the tests move leaderships on purpose).
 func retryCoord(t *testing.T, what string, fn func() error) {
 	t.Helper()
-	for i := 0; ; i++ {
+	wait.Until(t, 30*time.Second, func() error {
 		err := fn()
-		if err == nil {
-			return
-		}
-		if i == 50 || !errors.Is(err, kerr.NotCoordinator) && !errors.Is(err, mirrorproto.ErrMirrorSourceUnavailable) {
+		if err != nil && !errors.Is(err, kerr.NotCoordinator) && !errors.Is(err, mirrorproto.ErrMirrorSourceUnavailable) {
 			t.Fatalf("%s: %v", what, err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	})
 }
 
 // createAssigned creates a one-partition topic on the given replicas, the
@@ -244,9 +245,7 @@ func createAssigned(t *testing.T, c *tandemtest.Cluster, topic string, replicas 
 func replicasMatchSource(t *testing.T, src, dst *tandemtest.Cluster, topic string, d time.Duration) {
 	t.Helper()
 	st := src.Image().Topics[topic]
-	deadline := time.Now().Add(d)
-	for {
-		var diff error
+	wait.Until(t, d, func() error {
 		for p := range st.Partitions {
 			want := batches(t, leaderLog(t, src, topic, int32(p)))
 			for _, b := range dst.Brokers {
@@ -256,26 +255,15 @@ func replicasMatchSource(t *testing.T, src, dst *tandemtest.Cluster, topic strin
 				}
 				ep := br.Engine().Partition(engine.TopicID(st.ID), int32(p))
 				if ep == nil {
-					diff = fmt.Errorf("broker %d has no %s-%d", b.ID, topic, p)
-					break
+					return fmt.Errorf("destination replicas differ from the source: broker %d has no %s-%d", b.ID, topic, p)
 				}
 				if err := diffLogs(want, batches(t, ep)); err != nil {
-					diff = fmt.Errorf("broker %d, %s-%d: %w", b.ID, topic, p, err)
-					break
+					return fmt.Errorf("destination replicas differ from the source: broker %d, %s-%d: %w", b.ID, topic, p, err)
 				}
 			}
-			if diff != nil {
-				break
-			}
 		}
-		if diff == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("destination replicas differ from the source: %v", diff)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestMirrorFollowersSourceEpochs mirrors a replication-factor-3 topic

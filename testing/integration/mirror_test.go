@@ -29,6 +29,7 @@ import (
 	"github.com/tandem-kafka/tandem/testing/faultproxy"
 	"github.com/tandem-kafka/tandem/testing/recordbatch"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // mirrorCluster is a single-node in-process cluster with the groups,
@@ -158,17 +159,12 @@ func batchEpoch(b []byte) int32 { return int32(beUint32(b[12:])) }
 // still have them to copy.
 func sameLog(t *testing.T, what string, a, b *engine.Partition) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := diffLogs(batches(t, a), batches(t, b))
-		if err == nil {
-			return
+	wait.Until(t, 15*time.Second, func() error {
+		if err := diffLogs(batches(t, a), batches(t, b)); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // diffLogs describes the first difference of two logs' batches.
@@ -187,13 +183,12 @@ func diffLogs(ab, bb [][]byte) error {
 // waitFor polls cond until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+	wait.Until(t, d, func() error {
+		if !cond() {
+			return fmt.Errorf("waiting for %s", what)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // states returns "topic/partition" → state of a mirror.
@@ -281,19 +276,18 @@ func committedValues(t *testing.T, c *mirrorCluster, topic string) map[string]in
 	cl := c.client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	defer cl.Close() // no fetching in the background afterwards
 	seen := map[string]int{}
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	wait.Until(t, 60*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		fs := cl.PollFetches(ctx)
 		cancel()
 		n := 0
 		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++; n++ })
 		if n == 0 && len(seen) > 0 {
-			return seen
+			return nil
 		}
-	}
-	t.Fatalf("consume %s: still reading after 60s", topic)
-	return nil
+		return fmt.Errorf("consume %s: still reading", topic)
+	})
+	return seen
 }
 
 func produceOne(t *testing.T, c *mirrorCluster, topic string, p int32, value string) error {

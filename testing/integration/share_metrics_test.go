@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // TestShareMetrics: the KIP-932 metrics of docs/metrics.md count what a
@@ -115,13 +117,12 @@ func TestShareMetrics(t *testing.T) {
 		return out
 	}
 	// The locks expire a second after the second fetch.
-	deadline := time.Now().Add(15 * time.Second)
-	for m := missing(); len(m) > 0; m = missing() {
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics lacks %q:\n%s", m, grepShare(text))
+	wait.Until(t, 15*time.Second, func() error {
+		if m := missing(); len(m) > 0 {
+			return fmt.Errorf("/metrics lacks %q:\n%s", m, grepShare(text))
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	// The archived records end the share-partition: its start is the log
 	// end.
 	if got := shareStarts(t, p.Addr, group); got != 10 {

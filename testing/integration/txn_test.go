@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // txnProps keep the transaction and group coordinators quick to test.
@@ -253,23 +254,20 @@ func TestTxnGroupTransactSessionKill9(t *testing.T) {
 	out := tandemtest.Client(t, p.Addr, kgo.ConsumeTopics("eos-out"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	seen := map[string]int{}
-	deadline := time.Now().Add(90 * time.Second)
-	var quietSince time.Time
-	for {
+	poll := func() {
 		pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
 		fs := out.PollFetches(pctx)
 		pcancel()
 		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++ })
-		if len(seen) >= n {
-			if quietSince.IsZero() {
-				quietSince = time.Now()
-			} else if time.Since(quietSince) > 3*time.Second {
-				break
-			}
+	}
+	wait.Until(t, 90*time.Second, func() error {
+		if poll(); len(seen) < n {
+			return fmt.Errorf("only %d of %d records reached the output", len(seen), n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d records reached the output", len(seen), n)
-		}
+		return nil
+	})
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		poll() // a little longer, for duplicates
 	}
 	cancel()
 	wg.Wait()
