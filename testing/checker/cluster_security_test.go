@@ -135,18 +135,14 @@ func TestClusterInterBrokerSASL(t *testing.T) {
 		"listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": fmt.Sprintf(jaasScram, "wrong"),
 	}
 	c.Broker(bad).Restart()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		health := strings.Join(c.Broker(bad).Broker().Health(), "; ")
-		if strings.Contains(health, "SASL_AUTHENTICATION_FAILED") {
-			t.Logf("health of broker %d: %s", bad, health)
-			break
+	var health string
+	waitCond(t, 30*time.Second, fmt.Sprintf("broker %d with a wrong password", bad), func() error {
+		if health = strings.Join(c.Broker(bad).Broker().Health(), "; "); !strings.Contains(health, "SASL_AUTHENTICATION_FAILED") {
+			return fmt.Errorf("health %q does not name the refused login", health)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("broker %d with a wrong password: health %q does not name the refused login", bad, health)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	t.Logf("health of broker %d: %s", bad, health)
 	produce(300, 400)
 	// Well past replica.lag.time.max.ms: it never caught up, so it never
 	// joined.
@@ -163,11 +159,12 @@ func TestClusterInterBrokerSASL(t *testing.T) {
 	c.Broker(bad).Props = nil
 	c.Broker(bad).Restart()
 	isr(full, "every ISR full with the right password")
-	for deadline := time.Now().Add(10 * time.Second); len(c.Broker(bad).Broker().Health()) > 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("broker %d still unhealthy: %v", bad, c.Broker(bad).Broker().Health())
+	waitCond(t, 10*time.Second, fmt.Sprintf("broker %d", bad), func() error {
+		if h := c.Broker(bad).Broker().Health(); len(h) > 0 {
+			return fmt.Errorf("still unhealthy: %v", h)
 		}
-	}
+		return nil
+	})
 
 	read, err := checker.ReadAll(ctx, topic, admin...)
 	if err != nil {

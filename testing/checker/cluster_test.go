@@ -77,13 +77,12 @@ func TestClusterFaults(t *testing.T) {
 	progress := func(what string) {
 		t.Helper()
 		n := h.Len()
-		deadline := time.Now().Add(time.Minute)
-		for h.Len() < n+200 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no acknowledged writes for a minute (%d so far, %d failed)", what, h.Len(), failed.Load())
+		waitCond(t, time.Minute, what, func() error {
+			if h.Len() < n+200 {
+				return fmt.Errorf("no acknowledged writes (%d so far, %d failed)", h.Len(), failed.Load())
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	fullISR := func() {
 		t.Helper()
@@ -131,18 +130,14 @@ func TestClusterFaults(t *testing.T) {
 		}
 	}
 	c.Partition([]int32{isolated}, others)
-	deadline := time.Now().Add(time.Minute)
-	for {
+	waitCond(t, time.Minute, "partition 1 away from the isolated leader", func() error {
 		p := c.Image().Topics[topic].Partitions[1]
 		if img := c.Broker(others[0]).Broker().AppliedImage(); img.Topics[topic].Partitions[1].Leader != isolated &&
 			!slices.Contains(img.Topics[topic].Partitions[1].ISR, isolated) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the isolated leader %d kept partition 1: %+v", isolated, p)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("the isolated leader %d kept partition 1: %+v", isolated, p)
+	})
 	progress("leader isolated")
 	c.Heal()
 	fullISR()

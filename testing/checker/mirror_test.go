@@ -20,6 +20,7 @@ import (
 	"github.com/tandem-kafka/tandem/plugins/mirror/admin"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 // Helpers of the two-cluster mirror tests on `tandem serve` processes:
@@ -166,21 +167,16 @@ func describePartitions(ctx context.Context, a *admin.Client, name string) (map[
 	return out, nil
 }
 
-// waitCond polls cond every 100 ms until it returns nil, failing the
-// test with its last error after d.
+// waitCond polls cond until it returns nil, failing the test with what
+// and cond's last error after d.
 func waitCond(t *testing.T, d time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
+	wait.Until(t, d, func() error {
+		if err := cond(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, d, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // sameAsSource reports how the destination's partitions differ from the

@@ -47,13 +47,12 @@ func TestClusterLeaderPaused(t *testing.T) {
 	progress := func(what string) {
 		t.Helper()
 		n := h.Len()
-		deadline := time.Now().Add(time.Minute)
-		for h.Len() < n+200 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no acknowledged writes for a minute (%d so far, %d failed)", what, h.Len(), failed.Load())
+		waitCond(t, time.Minute, what, func() error {
+			if h.Len() < n+200 {
+				return fmt.Errorf("no acknowledged writes (%d so far, %d failed)", h.Len(), failed.Load())
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	full := func(ps map[int32]tandemtest.PartitionState) bool {
 		for _, p := range ps {

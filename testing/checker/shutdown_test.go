@@ -2,6 +2,7 @@ package checker_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -26,11 +27,12 @@ func TestClusterStopsTogether(t *testing.T) {
 	const topic = "together"
 	createTopic(t, ctx, c.Addrs(), topic, 6)
 	h, failed, stop := produceChecked(t, ctx, c.Addrs(), topic)
-	for deadline := time.Now().Add(time.Minute); h.Len() < 500; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d writes acknowledged in a minute", h.Len())
+	waitCond(t, time.Minute, "the load", func() error {
+		if n := h.Len(); n < 500 {
+			return fmt.Errorf("%d writes acknowledged, want 500", n)
 		}
-	}
+		return nil
+	})
 	stop()
 	c.Partitions(topic, func(ps map[int32]tandemtest.PartitionState) bool {
 		for _, p := range ps {

@@ -125,11 +125,12 @@ func TestSoak(t *testing.T) {
 	progress := func(what string) {
 		t.Helper()
 		n := h.Len()
-		for deadline := time.Now().Add(time.Minute); h.Len() < n+100; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no acknowledged writes for a minute (%d so far, %d not acknowledged)", what, h.Len(), unacked.Load())
+		waitCond(t, time.Minute, what, func() error {
+			if h.Len() < n+100 {
+				return fmt.Errorf("no acknowledged writes (%d so far, %d not acknowledged)", h.Len(), unacked.Load())
 			}
-		}
+			return nil
+		})
 	}
 	fullISR := func() {
 		t.Helper()

@@ -17,6 +17,7 @@ import (
 	"github.com/tandem-kafka/tandem/testing/checker"
 	"github.com/tandem-kafka/tandem/testing/netns"
 	"github.com/tandem-kafka/tandem/testing/tandemtest"
+	"github.com/tandem-kafka/tandem/testing/wait"
 )
 
 const mirrorTopic, mirrorTxnTopic, mirrorName = "orders", "orders-txn", "dr"
@@ -177,26 +178,23 @@ func mirroring(ctx context.Context, adm *admin.Client, ends map[string]int64) er
 // paused waits until every partition of the mirror is PAUSED.
 func paused(ctx context.Context, t *testing.T, adm *admin.Client) {
 	t.Helper()
-	var last error
-	for deadline := time.Now().Add(settleBound); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+	wait.Until(t, settleBound, func() error {
 		ms, err := adm.DescribeMirrors(ctx, mirrorName)
-		if last = err; err == nil && len(ms) != 1 {
-			last = fmt.Errorf("%d mirrors described", len(ms))
+		if err != nil {
+			return fmt.Errorf("mirror not paused: %w", err)
 		}
-		if last == nil {
-			for _, tp := range ms[0].Topics {
-				for _, p := range tp.Partitions {
-					if p.State != mirrorstate.Paused.String() {
-						last = fmt.Errorf("%s-%d: %s", tp.TopicName, p.PartitionIndex, p.State)
-					}
+		if len(ms) != 1 {
+			return fmt.Errorf("mirror not paused: %d mirrors described", len(ms))
+		}
+		for _, tp := range ms[0].Topics {
+			for _, p := range tp.Partitions {
+				if p.State != mirrorstate.Paused.String() {
+					return fmt.Errorf("mirror not paused: %s-%d: %s", tp.TopicName, p.PartitionIndex, p.State)
 				}
 			}
-			if last == nil {
-				return
-			}
 		}
-	}
-	t.Fatalf("mirror not paused within %v: %v", settleBound, last)
+		return nil
+	})
 }
 
 // checkMirror reads both clusters back and compares every replica.
