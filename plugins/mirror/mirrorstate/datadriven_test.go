@@ -60,11 +60,37 @@ import (
 // rewrites the expected output.
 func TestDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		h := &stateHarness{writer: newTestShard(), replica: newTestShard(), names: map[uuid.UUID]string{}}
+		h := newStateHarness()
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			return h.run(t, d)
 		})
 	})
+}
+
+// TestTransitionsCovered fails when a transition CanMove allows is made
+// by no move of the testdata: a transition added to the KIP's table
+// fails here until testdata makes it.
+func TestTransitionsCovered(t *testing.T) {
+	made := map[[2]State]bool{}
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		h := newStateHarness()
+		h.moved = func(from, to State) { made[[2]State{from, to}] = true }
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			h.run(t, d)
+			return d.Expected
+		})
+	})
+	for from := Unknown; from <= Failed; from++ {
+		for to := Unknown; to <= Failed; to++ {
+			if from != to && from.CanMove(to) && !made[[2]State{from, to}] {
+				t.Errorf("no testdata moves a partition from %s to %s", from, to)
+			}
+		}
+	}
+}
+
+func newStateHarness() *stateHarness {
+	return &stateHarness{writer: newTestShard(), replica: newTestShard(), names: map[uuid.UUID]string{}}
 }
 
 type stateHarness struct {
@@ -75,6 +101,8 @@ type stateHarness struct {
 	// old is set once write-old wrote a record the writer does not
 	// hold: reload no longer compares.
 	old bool
+	// moved, if set, is told of every move made.
+	moved func(from, to State)
 }
 
 // newTestShard is NewShard with a fixed incarnation: the output does not
@@ -181,6 +209,9 @@ func (h *stateHarness) move(t *testing.T, d *datadriven.TestData) string {
 	}
 	was := h.writer.Version
 	h.writer.Set(k, next)
+	if h.moved != nil {
+		h.moved(cur.State, next.State)
+	}
 	out := h.write(recs...)
 	return fmt.Sprintf("wrote %s\n%s\nversion %d -> %d\n", strings.Join(names, ", "), h.renderPart(k, &next), was, h.writer.Version) + out
 }
