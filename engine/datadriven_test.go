@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,20 +16,23 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine/internal/recordbatch"
 	"github.com/tandem-kafka/tandem/engine/internal/segfile"
+	"github.com/tandem-kafka/tandem/testing/fakeclock"
 )
 
 // TestDataDriven runs the files in testdata/log: one partition of a real
 // engine (Pebble and segment files in a temporary directory) appended
 // to, truncated, cut by retention and reopened, its log printed after.
-// The commands are:
+// The engine's clock (Config.Now) is a fake one, which starts at Unix
+// time 0 and moves only when told. The commands are:
 //
-//	open [segment-bytes=N]
-//	    opens the engine and creates the partition (retention off; the
-//	    segment.ms roll off, as it reads the wall clock).
+//	open [segment-bytes=N] [segment-ms=N] [log-append-time]
+//	    opens the engine and creates the partition (retention off).
 //	reopen
 //	    closes the engine and opens it on the same directory: recovery.
-//	config [segment-bytes=N] [retention-ms=N] [retention-bytes=N]
+//	config [segment-bytes=N] [segment-ms=N] [retention-ms=N] [retention-bytes=N]
 //	    changes the partition's config.
+//	tick ms=N
+//	    moves the clock forward.
 //	append [records=N] [batches=K] [ts=MS] [epoch=E] [origin=replica base=B]
 //	    appends K batches (default 1) of N records (default 1) in one
 //	    request; the records' timestamps are MS (default 1000), MS+1...
@@ -39,15 +41,16 @@ import (
 //	    Prints the offsets appended, or the error.
 //	truncate to=N / start-over at=N / delete-records before=N
 //	    Truncate, StartOver, DeleteRecords.
-//	retain [bytes=N] [ms=N] now=MS
+//	retain [bytes=N] [ms=N] [now=MS]
 //	    sets retention.bytes and retention.ms (-1 when not given) and runs
-//	    a retention pass at time MS.
+//	    a retention pass, with the clock moved to MS first if given.
 //	hwm to=N
 //	    makes the partition replicated and lets its high watermark go
 //	    up to N.
 //	log
 //	    prints the offsets, the segments (offsets, bytes, largest
-//	    timestamp), the epoch cache and every batch up to the log end.
+//	    timestamp, when rolled), the epoch cache and every batch up to
+//	    the log end.
 //	epoch-end epoch=E / offset-for-ts ts=MS
 //	    EndOffsetForEpoch, OffsetForTimestamp.
 //
@@ -55,7 +58,7 @@ import (
 // output.
 func TestDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata/log", func(t *testing.T, path string) {
-		h := &logHarness{dir: t.TempDir()}
+		h := &logHarness{dir: t.TempDir(), clock: fakeclock.New(time.UnixMilli(0))}
 		t.Cleanup(func() {
 			if h.e != nil {
 				h.e.Close()
@@ -68,9 +71,10 @@ func TestDataDriven(t *testing.T) {
 }
 
 type logHarness struct {
-	dir string
-	e   *Engine
-	p   *Partition
+	dir   string
+	clock *fakeclock.Clock
+	e     *Engine
+	p     *Partition
 }
 
 func (h *logHarness) run(t *testing.T, d *datadriven.TestData) string {
@@ -95,15 +99,25 @@ func (h *logHarness) run(t *testing.T, d *datadriven.TestData) string {
 		return h.append(t, d)
 	case "truncate", "start-over", "delete-records":
 		return h.cut(t, d)
+	case "tick":
+		var ms int64
+		d.ScanArgs(t, "ms", &ms)
+		h.clock.Advance(time.Duration(ms) * time.Millisecond)
+		return fmt.Sprintf("now=%d", h.clock.Now().UnixMilli())
 	case "retain":
 		var now int64
-		d.ScanArgs(t, "now", &now)
+		if d.MaybeScanArgs(t, "now", &now) {
+			if now < h.clock.Now().UnixMilli() {
+				d.Fatalf(t, "now=%d: the clock is at %d already", now, h.clock.Now().UnixMilli())
+			}
+			h.clock.Advance(time.Duration(now-h.clock.Now().UnixMilli()) * time.Millisecond)
+		}
 		cfg := h.p.Config()
 		cfg.RetentionBytes, cfg.RetentionMs = -1, -1
 		d.MaybeScanArgs(t, "bytes", &cfg.RetentionBytes)
 		d.MaybeScanArgs(t, "ms", &cfg.RetentionMs)
 		h.p.SetConfig(cfg)
-		return result(h.e.EnforceRetention(time.UnixMilli(now)))
+		return result(h.e.EnforceRetention(h.clock.Now()))
 	case "hwm":
 		var to int64
 		d.ScanArgs(t, "to", &to)
@@ -137,7 +151,7 @@ func (h *logHarness) open(t *testing.T, d *datadriven.TestData) string {
 	if h.e != nil {
 		d.Fatalf(t, "open: the engine is open")
 	}
-	e, err := Open(Config{Dir: h.dir, FS: vfs.Default, SyncWrites: true, RetentionCheckInterval: -1})
+	e, err := Open(Config{Dir: h.dir, FS: vfs.Default, SyncWrites: true, RetentionCheckInterval: -1, Now: h.clock.Now})
 	if err != nil {
 		return "error: " + err.Error()
 	}
@@ -147,9 +161,7 @@ func (h *logHarness) open(t *testing.T, d *datadriven.TestData) string {
 	}
 	cfg := DefaultLogConfig()
 	cfg.RetentionMs, cfg.RetentionBytes = -1, -1
-	// Appends roll a segment older than segment.ms by the wall clock,
-	// which a test of fixed output cannot use.
-	cfg.SegmentMs = math.MaxInt64
+	cfg.LogAppendTime = d.HasArg("log-append-time")
 	configArgs(t, d, &cfg)
 	if h.p, err = e.Create("t", testID, 0, cfg); err != nil {
 		return "error: " + err.Error()
@@ -159,6 +171,7 @@ func (h *logHarness) open(t *testing.T, d *datadriven.TestData) string {
 
 func configArgs(t *testing.T, d *datadriven.TestData, cfg *LogConfig) {
 	d.MaybeScanArgs(t, "segment-bytes", &cfg.SegmentBytes)
+	d.MaybeScanArgs(t, "segment-ms", &cfg.SegmentMs)
 	d.MaybeScanArgs(t, "retention-ms", &cfg.RetentionMs)
 	d.MaybeScanArgs(t, "retention-bytes", &cfg.RetentionBytes)
 }
@@ -249,10 +262,10 @@ func (h *logHarness) render(t *testing.T) string {
 	for _, s := range h.p.segs {
 		bases = append(bases, s.base)
 		if s.size == 0 {
-			fmt.Fprintf(&b, "segment %d: empty\n", s.base)
+			fmt.Fprintf(&b, "segment %d: empty, rolled at %d\n", s.base, s.created)
 			continue
 		}
-		fmt.Fprintf(&b, "segment %d-%d: %d bytes, max-ts=%d at %d\n", s.base, s.next-1, s.size, s.maxTs, s.maxTsOff)
+		fmt.Fprintf(&b, "segment %d-%d: %d bytes, max-ts=%d at %d, rolled at %d\n", s.base, s.next-1, s.size, s.maxTs, s.maxTsOff, s.created)
 	}
 	var epochs []string
 	for _, en := range h.p.epochs {
