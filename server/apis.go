@@ -39,10 +39,11 @@ const byBroker = "the broker"
 // clients need: Fetch from v4 (record batches with LastStableOffset, what
 // the Java 4.x client requires), Produce from v0 (message sets are
 // refused per batch, not per request), ListOffsets from v0 (sarama sends
-// it to a cluster it is not told is 0.10.1 or newer). The SASL keys have no handler: the connection answers them
-// (auth.go) before any request is dispatched. Each key is a plugin.API,
-// as a plugin's are (plugin.Handle): the request as the type kmsg (or the
-// connection, for CreateTopics v8) decoded it into.
+// it to a cluster it is not told is 0.10.1 or newer). The SASL keys have
+// no handler: the connection answers them (server/network/auth.go)
+// before any request is dispatched. Each key is a plugin.API, as a
+// plugin's are (plugin.Handle): the request as the type kmsg (or
+// servedAPIs, for CreateTopics v8) decoded it into.
 func coreAPIs(t *apiTable, s coreServers) []plugin.API {
 	v := &apiVersions{apis: t, nodeID: s.nodeID, plugins: s.plugins, applied: s.applied}
 	return []plugin.API{
@@ -147,18 +148,35 @@ func servedByPlugin(t *apiTable, key int16) bool {
 	return by != "" && by != byBroker
 }
 
-// dispatch runs the handler of one request. A nil response means none is
-// sent; an error closes the connection.
-func dispatch(ctx context.Context, apis *apiTable, r *request) (kmsg.Response, error) {
-	if r.badVersion {
-		return apiVersionsUnsupported(apis), nil
+// servedAPIs is the table as the broker's connections use it
+// (network.APIs).
+type servedAPIs struct{ t *apiTable }
+
+// NewRequest implements network.APIs: CreateTopics from v8 decodes into
+// admin.CreateTopicsRequest, for MirrorInfo, which kmsg does not know.
+func (a servedAPIs) NewRequest(key, version int16) kmsg.Request {
+	req := a.t.NewRequest(key)
+	if _, ok := req.(*kmsg.CreateTopicsRequest); ok && version >= admin.CreateTopicsMirrorVersion {
+		return new(admin.CreateTopicsRequest)
 	}
-	if h := apis.Handler(r.req.Key()); h != nil {
-		return h(ctx, &r.rc, r.req)
+	return req
+}
+
+// Lookup implements network.APIs.
+func (a servedAPIs) Lookup(key int16) (kmsg.ApiVersionsResponseApiKey, bool) { return a.t.Lookup(key) }
+
+// Versions implements network.APIs.
+func (a servedAPIs) Versions() []kmsg.ApiVersionsResponseApiKey { return a.t.Versions() }
+
+// Dispatch implements network.APIs: it runs the handler of one request.
+// A nil response means none is sent; an error closes the connection.
+func (a servedAPIs) Dispatch(ctx context.Context, rc *RequestContext, req kmsg.Request) (kmsg.Response, error) {
+	if h := a.t.Handler(req.Key()); h != nil {
+		return h(ctx, rc, req)
 	}
-	// readRequest only decodes the keys served, and the connection
-	// answers the SASL keys, so this is a bug, not input.
-	return nil, fmt.Errorf("no handler for api key %d", r.req.Key())
+	// The connection only decodes the keys served, and answers the
+	// SASL keys itself, so this is a bug, not input.
+	return nil, fmt.Errorf("no handler for api key %d", req.Key())
 }
 
 // pluginHandler is handle, a handler of plugin h's API keys, contained.
@@ -178,7 +196,7 @@ func pluginHandler(h plugin.APIHandler, handle handler, state func() *pluginStat
 		}
 		defer func() {
 			if v := recover(); v != nil {
-				plugins.panicked(name, apiName(req.Key()), v, false)
+				plugins.panicked(name, wire.APIName(req.Key()), v, false)
 				resp, err = errorResponse(req, kerr.UnknownServerError, fmt.Sprintf("plugin %s failed serving this request: %v", name, v)), nil
 			}
 		}()

@@ -2,35 +2,12 @@ package server
 
 import (
 	"context"
-	"reflect"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
-
-const apiKeyApiVersions = 18
-
-// apiName names a key for logs and metric labels.
-func apiName(key int16) string {
-	if name := kmsg.NameForKey(key); name != "" {
-		return name
-	}
-	return "Unknown"
-}
-
-// requestName names a request for metric labels by its Go type, so that a
-// plugin's API gets its own name: key 94 is kmsg's UnregisterController
-// but the mirror plugin's CreateMirror.
-func requestName(req kmsg.Request) string {
-	t := reflect.TypeOf(req)
-	if t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	return strings.TrimSuffix(t.Name(), "Request")
-}
 
 // apiVersions serves ApiVersions: what it takes of the broker.
 type apiVersions struct {
@@ -62,15 +39,4 @@ func (v *apiVersions) handle(_ context.Context, _ *RequestContext, req *kmsg.Api
 		resp.FinalizedFeaturesEpoch = 1
 	}
 	return resp, nil
-}
-
-// apiVersionsUnsupported is the KIP-511 answer to an ApiVersions request
-// newer than we know: a v0 body with UNSUPPORTED_VERSION that still lists
-// our keys, so the client can retry at a version we serve.
-func apiVersionsUnsupported(apis *apiTable) kmsg.Response {
-	resp := kmsg.NewPtrApiVersionsResponse()
-	resp.Version = 0
-	resp.ErrorCode = kerr.UnsupportedVersion.Code
-	resp.ApiKeys = apis.Versions()
-	return resp
 }

@@ -53,7 +53,7 @@ func startBrokerAt(t testing.TB, clk *fakeClock, cfg Config) *Broker {
 		t.Fatalf("New: %v", err)
 	}
 	if clk != nil {
-		b.now = clk.Now
+		b.networkCfg.Now = clk.Now
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/tandem-kafka/tandem/server/network"
 	"github.com/tandem-kafka/tandem/server/security"
 )
 
@@ -51,36 +52,36 @@ var jaasOption = regexp.MustCompile(`(\w+)\s*=\s*"([^"]*)"`)
 //     default, GSSAPI, is not supported) with the username and password
 //     of listener.name.<l>.<mechanism>.sasl.jaas.config (or
 //     <mechanism>.sasl.jaas.config), as Kafka's brokers log in.
-func parseInterBrokerAuth(l *listener, m map[string]string) (*interBrokerAuth, error) {
-	a := &interBrokerAuth{listener: l.name, protocol: l.protocol}
-	pp := propsOf{m: m, listener: l.name}
-	if l.tls != nil {
+func parseInterBrokerAuth(l *network.Listener, m map[string]string) (*interBrokerAuth, error) {
+	a := &interBrokerAuth{listener: l.Name, protocol: l.Protocol}
+	pp := network.ListenerProps{Props: m, Listener: l.Name}
+	if l.TLS != nil {
 		a.tls = &tls.Config{
 			MinVersion:   tls.VersionTLS12,
-			RootCAs:      l.tls.ClientCAs, // the listener's truststore; nil: the system's roots
-			Certificates: l.tls.Certificates,
+			RootCAs:      l.TLS.ClientCAs, // the listener's truststore; nil: the system's roots
+			Certificates: l.TLS.Certificates,
 		}
-		a.ctrlTLS = l.tls.Clone()
+		a.ctrlTLS = l.TLS.Clone()
 		if a.ctrlTLS.ClientCAs != nil {
 			a.ctrlTLS.ClientAuth = tls.RequireAndVerifyClientCert
 		}
 	}
-	if !l.isSASL() {
+	if !l.IsSASL() {
 		return a, nil
 	}
 	a.mechName = strings.ToUpper(strings.TrimSpace(m["sasl.mechanism.inter.broker.protocol"]))
 	if a.mechName == "" {
 		a.mechName = security.MechPlain
 	}
-	if !slices.Contains(l.sasl.Mechanisms, a.mechName) {
+	if !slices.Contains(l.SASL.Mechanisms, a.mechName) {
 		return nil, fmt.Errorf("sasl.mechanism.inter.broker.protocol %s is not enabled on the inter-broker listener %s (sasl.enabled.mechanisms: %s)",
-			a.mechName, l.name, strings.Join(l.sasl.Mechanisms, ","))
+			a.mechName, l.Name, strings.Join(l.SASL.Mechanisms, ","))
 	}
 	key := strings.ToLower(a.mechName) + ".sasl.jaas.config"
-	jaas := pp.get(key)
+	jaas := pp.Get(key)
 	if jaas == "" {
 		return nil, fmt.Errorf("inter-broker listener %s is %s: this broker needs its own credentials in listener.name.%s.%s (username=\"...\" password=\"...\")",
-			l.name, l.protocol, strings.ToLower(l.name), key)
+			l.Name, l.Protocol, strings.ToLower(l.Name), key)
 	}
 	opts := map[string]string{}
 	for _, o := range jaasOption.FindAllStringSubmatch(jaas, -1) {
@@ -88,16 +89,16 @@ func parseInterBrokerAuth(l *listener, m map[string]string) (*interBrokerAuth, e
 	}
 	user, pw := opts["username"], opts["password"]
 	if user == "" {
-		return nil, fmt.Errorf("listener.name.%s.%s: no username=\"...\" option for the broker's own login", strings.ToLower(l.name), key)
+		return nil, fmt.Errorf("listener.name.%s.%s: no username=\"...\" option for the broker's own login", strings.ToLower(l.Name), key)
 	}
 	a.user = user
 	switch a.mechName {
 	case security.MechPlain:
 		// PLAIN users are this broker's own settings, so a broker that
 		// could not log in to its peers is detected here.
-		if want, ok := l.sasl.Plain[user]; !ok || want != pw {
+		if want, ok := l.SASL.Plain[user]; !ok || want != pw {
 			return nil, fmt.Errorf("inter-broker user %q of listener %s is not a PLAIN user of that listener with this password (user_%s in %s or tandem.sasl.plain.users)",
-				user, l.name, user, "plain.sasl.jaas.config")
+				user, l.Name, user, "plain.sasl.jaas.config")
 		}
 		a.mech = plain.Auth{User: user, Pass: pw}.AsMechanism()
 	case security.MechScram256:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
+	"github.com/tandem-kafka/tandem/server/network"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/server/replication"
 	"github.com/tandem-kafka/tandem/server/wire"
@@ -241,11 +242,11 @@ func (pr *produce) respond(resp *kmsg.ProduceResponse) (kmsg.Response, error) {
 	if pr.req.Acks != 0 {
 		// The batches are in their logs, in this request's order: the
 		// connection may go on with its next request while these wait
-		// for their fsync (see pendingResponse).
+		// for their fsync (see network.PendingResponse).
 		pr.applied.Wait()
 		ready := make(chan struct{})
 		go func() { pr.synced.Wait(); close(ready) }()
-		return &pendingResponse{Response: resp, ready: ready}, nil
+		return &network.PendingResponse{Response: resp, Ready: ready}, nil
 	}
 	pr.synced.Wait()
 	failed := pr.failed
@@ -260,13 +261,6 @@ func (pr *produce) respond(resp *kmsg.ProduceResponse) (kmsg.Response, error) {
 		return nil, errAcks0Failed
 	}
 	return nil, nil
-}
-
-// pendingResponse is a response that may be sent once ready is closed:
-// a produce whose batches are appended but not yet durable.
-type pendingResponse struct {
-	kmsg.Response
-	ready <-chan struct{}
 }
 
 // verifyTxn is KIP-890's defence against hanging transactions: the first

@@ -2,6 +2,7 @@ package server
 
 import (
 	"maps"
+	"regexp"
 	"slices"
 	"sort"
 	"time"
@@ -104,3 +105,8 @@ func ParseProps(m map[string]string) (Props, error) {
 }
 
 func cfgStr(s string) *string { return &s }
+
+// securityProps are the keys of listeners, TLS and SASL (package
+// network), of client quotas (package quota) and of the authorizer; they
+// are not reported as unknown properties.
+var securityProps = regexp.MustCompile(`^(listeners|advertised\.listeners|listener\.security\.protocol\.map|inter\.broker\.listener\.name|listener\.name\..*|ssl\..*|sasl\..*|connections\.max\.reauth\.ms|tandem\.sasl\..*|super\.users|allow\.everyone\.if\.no\.acl\.found|authorizer\.class\.name|quota\.window\..*)$`)

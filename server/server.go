@@ -1,6 +1,8 @@
-// Package server is Tandem's Kafka wire-protocol front end: listeners,
-// framing, dispatch, and the handlers that turn Kafka requests into engine
-// and metadata operations. Broker is the embeddable broker type.
+// Package server is Tandem's Kafka wire-protocol front end: dispatch,
+// and the handlers that turn Kafka requests into engine and metadata
+// operations; the client connections (listeners, framing,
+// authentication) are package network's. Broker is the embeddable broker
+// type.
 package server
 
 import (
@@ -27,6 +29,7 @@ import (
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/admin"
 	"github.com/tandem-kafka/tandem/server/datadir"
+	"github.com/tandem-kafka/tandem/server/network"
 	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/server/quota"
 	"github.com/tandem-kafka/tandem/server/replication"
@@ -56,24 +59,22 @@ type Config struct {
 // Broker is one Kafka broker: a listener, a storage engine and a member of
 // the metadata quorum.
 type Broker struct {
-	cfg         Config
-	log         *slog.Logger
-	props       Props
-	engine      *engine.Engine
-	meta        *raftmeta.Controller
-	apis        *apiTable
-	admin       *admin.Admin // the admin and cluster metadata APIs
-	metrics     *prom.Set
-	m           *brokerMetrics
-	fetch       *fetcher           // Fetch
-	produce     *producer          // Produce
-	coord       *coordinators      // FindCoordinator
-	topics      *internalTopics    // Host.EnsureTopic
-	applier     *applier           // the metadata apply loop
-	frames      wire.FramePool     // produce request buffers, recycled
-	reqBytes    *wire.Budget       // queued.max.request.bytes
-	frameReader wire.FrameReader   // reads requests within reqBytes, into frames
-	throttle    *security.Throttle // of failed SASL authentications
+	cfg      Config
+	log      *slog.Logger
+	props    Props
+	engine   *engine.Engine
+	meta     *raftmeta.Controller
+	apis     *apiTable
+	admin    *admin.Admin // the admin and cluster metadata APIs
+	metrics  *prom.Set
+	m        *brokerMetrics
+	fetch    *fetcher           // Fetch
+	produce  *producer          // Produce
+	coord    *coordinators      // FindCoordinator
+	topics   *internalTopics    // Host.EnsureTopic
+	applier  *applier           // the metadata apply loop
+	reqBytes *wire.Budget       // queued.max.request.bytes
+	throttle *security.Throttle // of failed SASL authentications
 
 	// Hooks found in cfg.Plugins.
 	metaObs    []*metaQueue
@@ -81,13 +82,14 @@ type Broker struct {
 	plugins    *pluginState       // names, and which failed (contain.go)
 	started    []plugin.Lifecycle // lifecycles whose Start succeeded, stopped in Close
 
-	dirLock   *os.File          // held from Start to Close
-	listeners []*listener       // the first one's address is Addr
-	ibAuth    *interBrokerAuth  // how this broker connects to the others
-	authz     plugin.Authorizer // nil: everything is allowed
-	quotas    *quota.Quotas
-	reauth    time.Duration    // connections.max.reauth.ms
-	now       func() time.Time // the clock of SASL session lifetimes; time.Now but in tests
+	dirLock   *os.File            // held from Start to Close
+	listeners []*network.Listener // the first one's address is Addr
+	ibAuth    *interBrokerAuth    // how this broker connects to the others
+	authz     plugin.Authorizer   // nil: everything is allowed
+	// networkCfg is what the client connections take of the broker,
+	// made by New; Start adds the metadata quorum and starts network.
+	networkCfg network.Config
+	network    *network.Server // nil until Start starts serving
 
 	// A cluster member's state (cluster_*.go); zero for a standalone
 	// broker, whose member only configures the metadata quorum.
@@ -100,12 +102,10 @@ type Broker struct {
 	addr     string
 	ctx      context.Context // canceled by Close
 	cancel   context.CancelFunc
-	wg       sync.WaitGroup // accept loops and connections
 	loops    sync.WaitGroup // metadata loop and observer queues
 	applied  appliedState
 	closeMu  sync.Mutex
 	closed   bool
-	conns    map[net.Conn]struct{}
 	closeErr error
 }
 
@@ -132,20 +132,18 @@ func New(cfg Config) (*Broker, error) {
 		log:     cfg.Logger.With("node", cfg.NodeID),
 		props:   props,
 		metrics: prom.NewSet(),
-		conns:   make(map[net.Conn]struct{}),
-		now:     time.Now,
 	}
 	props.Unknown = slices.DeleteFunc(props.Unknown, func(k string) bool {
 		return securityProps.MatchString(k) || ownedProp(cfg.Plugins, k)
 	})
-	if b.listeners, err = parseListeners(cfg.Props, cfg.Listen, cfg.Advertise); err != nil {
+	if b.listeners, err = network.ParseListeners(cfg.Props, cfg.Listen, cfg.Advertise); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	var controllerAddr string
-	if b.listeners, controllerAddr, err = controllerListener(b.listeners, props.Cluster.ControllerListener); err != nil {
+	if b.listeners, controllerAddr, err = network.ControllerListener(b.listeners, props.Cluster.ControllerListener); err != nil {
 		return nil, err
 	}
-	if b.ibAuth, err = parseInterBrokerAuth(interBroker(b.listeners, cfg.Props), cfg.Props); err != nil {
+	if b.ibAuth, err = parseInterBrokerAuth(network.InterBroker(b.listeners, cfg.Props), cfg.Props); err != nil {
 		if len(props.Cluster.Voters) > 0 {
 			return nil, fmt.Errorf("server: inter-broker security: %w", err)
 		}
@@ -155,14 +153,15 @@ func New(cfg Config) (*Broker, error) {
 	b.member = &membership{nodeID: cfg.NodeID, dataDir: cfg.DataDir, props: props.Cluster, limits: props.PartitionLimits,
 		controllerAddr: controllerAddr, dial: cfg.Dial, auth: b.ibAuth, log: b.log}
 	b.links = &peerLinks{nodeID: cfg.NodeID, fetchResponseBytes: props.Cluster.FetchResponseBytes, auth: b.ibAuth, dial: cfg.Dial, log: b.log}
-	if b.reauth, err = reauthMs(cfg.Props); err != nil {
+	reauth, err := network.ReauthMs(cfg.Props)
+	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	if b.quotas, err = quota.New(cfg.Props); err != nil {
+	quotas, err := quota.New(cfg.Props)
+	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	b.reqBytes = wire.NewBudget(props.QueuedMaxRequestBytes)
-	b.frameReader = wire.FrameReader{Budget: b.reqBytes, Pool: &b.frames, Idle: connIdleTimeout, ReadTimeout: props.RequestReadTimeout}
 	b.throttle = security.NewThrottle(props.FailedAuthDelay)
 	b.produce = &producer{nodeID: cfg.NodeID, plugins: cfg.Plugins, log: b.log, applied: &b.applied, reqBytes: b.reqBytes}
 	b.topics = &internalTopics{log: b.log, applied: &b.applied}
@@ -204,6 +203,12 @@ func New(cfg Config) (*Broker, error) {
 	default:
 		return nil, fmt.Errorf("server: two authorizers, %T and %T", authz[0], authz[1])
 	}
+	b.networkCfg = network.Config{
+		Log: b.log, Listeners: b.listeners, Metrics: b.m.net, APIs: servedAPIs{b.apis},
+		Requests: b.reqBytes, MaxFrame: props.SocketRequestMaxBytes, ReadTimeout: props.RequestReadTimeout,
+		FailedAuthDelay: props.FailedAuthDelay, Throttle: b.throttle, Quotas: quotas, Reauth: reauth,
+		Authorizer: b.authz, Now: time.Now, Applied: b.applied.get,
+	}
 	return b, nil
 }
 
@@ -229,12 +234,12 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	// Listen before opening storage, so that a port in use fails at once,
 	// and before registering: the registration carries the bound ports.
 	// Connections wait in the backlog until the accept loops start.
-	endpoints, err := bindListeners(b.listeners)
+	endpoints, err := network.Bind(b.listeners)
 	if err != nil {
 		return err
 	}
-	b.addr = b.listeners[0].addr
-	adv := interBroker(b.listeners, b.cfg.Props).advertise
+	b.addr = b.listeners[0].Addr()
+	adv := network.InterBroker(b.listeners, b.cfg.Props).Advertise
 	host, portStr, err := net.SplitHostPort(adv)
 	if err != nil {
 		return fmt.Errorf("server: advertised address %q: %w", adv, err)
@@ -301,31 +306,12 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		b.loops.Add(1)
 		go func() { defer b.loops.Done(); b.repl.ISRLoop(b.ctx) }()
 	}
-	b.wg.Add(len(b.listeners))
-	for _, l := range b.listeners {
-		go func() { defer b.wg.Done(); b.acceptLoop(l) }()
-	}
+	cfg := b.networkCfg
+	cfg.Image = b.meta.Image
+	b.network = network.New(cfg)
+	b.network.Start(b.ctx)
 	b.log.Info("broker started", "addr", b.addr, "advertised", adv, "cluster", b.meta.Image().ClusterID)
 	return nil
-}
-
-// bindListeners binds ls and returns their endpoints as registered
-// (name://advertised address; an advertised port 0 is the bound one).
-func bindListeners(ls []*listener) (endpoints []string, err error) {
-	for _, l := range ls {
-		if l.ln, err = net.Listen("tcp", l.bind); err != nil {
-			return nil, fmt.Errorf("server: listener %s on %s: %w", l.name, l.bind, err)
-		}
-		l.addr = l.ln.Addr().String()
-		if l.advertise == "" {
-			l.advertise = l.addr
-		} else if h, p, _ := net.SplitHostPort(l.advertise); p == "0" {
-			_, bound, _ := net.SplitHostPort(l.addr)
-			l.advertise = net.JoinHostPort(h, bound)
-		}
-		endpoints = append(endpoints, l.name+"://"+l.advertise)
-	}
-	return endpoints, nil
 }
 
 // newReplication is the broker's replication, made once its engine,
@@ -376,6 +362,17 @@ func (b *Broker) SetProcessMemoryLimit() {
 // Addr is the bound address of the first listener, host:port.
 func (b *Broker) Addr() string { return b.addr }
 
+// ListenerAddr returns the bound address of the named listener, "" if
+// there is none.
+func (b *Broker) ListenerAddr(name string) string {
+	for _, l := range b.listeners {
+		if l.Name == strings.ToUpper(name) {
+			return l.Addr()
+		}
+	}
+	return ""
+}
+
 // Close stops the listeners, closes connections and waits for their
 // requests, waits for the metadata loop and the metadata observers, stops
 // the plugins, and closes the metadata quorum and then the engine. It is
@@ -393,12 +390,10 @@ func (b *Broker) Close() error {
 	}
 	b.closed = true
 	for _, l := range b.listeners {
-		if l.ln != nil {
-			l.ln.Close()
-		}
+		l.Close()
 	}
-	for c := range b.conns {
-		c.Close()
+	if b.network != nil {
+		b.network.Close()
 	}
 	b.closeMu.Unlock()
 
@@ -408,7 +403,9 @@ func (b *Broker) Close() error {
 		b.cancel()
 	}
 	b.loops.Wait()
-	b.wg.Wait()
+	if b.network != nil {
+		b.network.Wait()
+	}
 	if b.member.session != nil {
 		replication.Checkpoint(b.engine, b.log)
 	}
@@ -447,43 +444,15 @@ func (b *Broker) Close() error {
 // WritePrometheus writes the broker's metrics in Prometheus text format.
 func (b *Broker) WritePrometheus(w io.Writer) { b.metrics.WritePrometheus(w) }
 
-// trackConn registers c so that Close can close it; it reports false when
-// the broker is already closing.
-func (b *Broker) trackConn(c net.Conn, add bool) bool {
-	b.closeMu.Lock()
-	defer b.closeMu.Unlock()
-	if !add {
-		delete(b.conns, c)
-		return true
-	}
-	if b.closed {
-		return false
-	}
-	b.conns[c] = struct{}{}
-	return true
-}
-
 // brokerMetrics are the broker's own metrics, in its own set so that
 // many brokers can run in one process.
 type brokerMetrics struct {
-	set                        *prom.Set
-	conns                      *metrics.Gauge
-	bytesIn, bytesOut          *metrics.Counter
+	net                        *network.Metrics // of the client connections
 	produceBytes, fetchBytes   *metrics.Counter
 	produceErrors, fetchErrors *metrics.Counter
-	panics                     *metrics.Counter // recovered panics of request handling
-	authFailures               *metrics.Counter // failed SASL authentications
-	authThrottled              *metrics.Counter // attempts refused unchecked by the throttle
-	authThrottleWait           *metrics.FloatCounter
 	// throttledBytes are the bytes replicated under each replication
 	// throttle (server/replication/throttle.go), by side.
 	throttledLeader, throttledFollower, throttledMirror *metrics.Counter
-	requests                                            sync.Map // api name -> *apiMetrics
-}
-
-type apiMetrics struct {
-	count    *metrics.Counter
-	duration *metrics.PrometheusHistogram
 }
 
 // brokerFamilies are the families of brokerMetrics and of the engine's
@@ -539,10 +508,16 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 	s.NewGauge("tandem_server_queued_request_bytes", func() float64 { return float64(b.reqBytes.InUse()) })
 	clusterMetrics(b, s)
 	return &brokerMetrics{
-		set:               s,
-		conns:             s.NewGauge("tandem_server_connections", nil),
-		bytesIn:           s.NewCounter("tandem_server_received_bytes_total"),
-		bytesOut:          s.NewCounter("tandem_server_sent_bytes_total"),
+		net: &network.Metrics{
+			Set:              s,
+			Conns:            s.NewGauge("tandem_server_connections", nil),
+			BytesIn:          s.NewCounter("tandem_server_received_bytes_total"),
+			BytesOut:         s.NewCounter("tandem_server_sent_bytes_total"),
+			Panics:           s.NewCounter("tandem_server_request_panics_total"),
+			AuthFailures:     s.NewCounter("tandem_server_failed_authentication_total"),
+			AuthThrottled:    s.NewCounter("tandem_server_authentication_throttled_total"),
+			AuthThrottleWait: s.NewFloatCounter("tandem_server_authentication_throttle_seconds_total"),
+		},
 		produceBytes:      s.NewCounter("tandem_server_produce_bytes_total"),
 		fetchBytes:        s.NewCounter("tandem_server_fetch_bytes_total"),
 		throttledLeader:   s.NewCounter(`tandem_server_replication_throttled_bytes_total{side="leader"}`),
@@ -550,26 +525,7 @@ func newBrokerMetrics(b *Broker) *brokerMetrics {
 		throttledMirror:   s.NewCounter(`tandem_server_replication_throttled_bytes_total{side="mirror"}`),
 		produceErrors:     s.NewCounter("tandem_server_produce_errors_total"),
 		fetchErrors:       s.NewCounter("tandem_server_fetch_errors_total"),
-		panics:            s.NewCounter("tandem_server_request_panics_total"),
-		authFailures:      s.NewCounter("tandem_server_failed_authentication_total"),
-		authThrottled:     s.NewCounter("tandem_server_authentication_throttled_total"),
-		authThrottleWait:  s.NewFloatCounter("tandem_server_authentication_throttle_seconds_total"),
 	}
-}
-
-// observe counts a handled request and its latency, labelled by API.
-func (m *brokerMetrics) observe(r *request, d time.Duration) {
-	name := requestName(r.req)
-	am, ok := m.requests.Load(name)
-	if !ok {
-		am, _ = m.requests.LoadOrStore(name, &apiMetrics{
-			count:    m.set.GetOrCreateCounter(`tandem_server_requests_total{api="` + name + `"}`),
-			duration: m.set.GetOrCreatePrometheusHistogram(`tandem_server_request_duration_seconds{api="` + name + `"}`),
-		})
-	}
-	a := am.(*apiMetrics)
-	a.count.Inc()
-	a.duration.Update(d.Seconds())
 }
 
 // CheckDataDir reports whether Start can use the data dir: nil if it is

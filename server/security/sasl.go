@@ -2,8 +2,8 @@
 // server side of the SASL mechanisms (PLAIN, SCRAM-SHA-256/512,
 // OAUTHBEARER with locally held issuer keys), their configuration from
 // Kafka's listener properties, and the throttle that slows down
-// password guessing. The connection that runs an exchange is the
-// server's (server/auth.go).
+// password guessing. The connection that runs an exchange is package
+// network's (server/network/auth.go).
 package security
 
 import (

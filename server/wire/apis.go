@@ -93,3 +93,11 @@ func (t *APIs[H]) Handler(key int16) H { return t.keys[key].Handler }
 
 // ServedBy returns who registered key, "" for a key not served.
 func (t *APIs[H]) ServedBy(key int16) string { return t.keys[key].by }
+
+// APIName names a key for logs and metric labels.
+func APIName(key int16) string {
+	if name := kmsg.NameForKey(key); name != "" {
+		return name
+	}
+	return "Unknown"
+}

@@ -1,4 +1,4 @@
-package server
+package network
 
 import (
 	"bufio"
@@ -14,8 +14,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/server/fetchwire"
+	"github.com/tandem-kafka/tandem/server/plugin"
 	"github.com/tandem-kafka/tandem/server/quota"
 	"github.com/tandem-kafka/tandem/server/security"
+	"github.com/tandem-kafka/tandem/server/wire"
 )
 
 // The SASL state machine of a connection, as Apache Kafka's
@@ -58,10 +60,10 @@ func (c *conn) gate(ctx context.Context, r *request) (kmsg.Response, error) {
 	}
 	switch {
 	case !c.authenticated.Load():
-		return nil, fmt.Errorf("%s request before SASL authentication on listener %s", apiName(r.req.Key()), c.l.name)
+		return nil, fmt.Errorf("%s request before SASL authentication on listener %s", wire.APIName(r.req.Key()), c.l.Name)
 	case c.sasl.mech != nil:
-		return nil, fmt.Errorf("%s request during SASL re-authentication", apiName(r.req.Key()))
-	case !c.sasl.expiry.IsZero() && c.b.now().After(c.sasl.expiry):
+		return nil, fmt.Errorf("%s request during SASL re-authentication", wire.APIName(r.req.Key()))
+	case !c.sasl.expiry.IsZero() && c.s.now().After(c.sasl.expiry):
 		return nil, fmt.Errorf("SASL session of %s expired without re-authentication (connections.max.reauth.ms)", c.principal)
 	}
 	return nil, nil
@@ -69,22 +71,22 @@ func (c *conn) gate(ctx context.Context, r *request) (kmsg.Response, error) {
 
 func (c *conn) saslHandshake(req *kmsg.SASLHandshakeRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.SASLHandshakeResponse)
-	if !c.l.isSASL() {
+	if !c.l.IsSASL() {
 		resp.ErrorCode = kerr.IllegalSaslState.Code
 		return resp
 	}
-	resp.SupportedMechanisms = c.l.sasl.Mechanisms
+	resp.SupportedMechanisms = c.l.SASL.Mechanisms
 	switch {
 	case c.sasl.mech != nil:
 		resp.ErrorCode = kerr.IllegalSaslState.Code
 		c.closeAfter = true
-	case !slices.Contains(c.l.sasl.Mechanisms, req.Mechanism),
+	case !slices.Contains(c.l.SASL.Mechanisms, req.Mechanism),
 		c.authenticated.Load() && req.Mechanism != c.sasl.mechName: // re-authentication keeps the mechanism
 		resp.ErrorCode = kerr.UnsupportedSaslMechanism.Code
 		c.closeAfter = true
 	default:
 		c.sasl.mechName = req.Mechanism
-		c.sasl.mech = c.l.sasl.Start(req.Mechanism, c.b.meta.Image())
+		c.sasl.mech = c.l.SASL.Start(req.Mechanism, c.s.cfg.Image())
 		c.rawSASL.Store(req.Version == 0)
 	}
 	return resp
@@ -99,7 +101,7 @@ func (c *conn) readRawToken(br *bufio.Reader, remote string) (*request, error) {
 	}
 	req := kmsg.NewPtrSASLAuthenticateRequest()
 	req.SASLAuthBytes = token
-	return &request{rc: RequestContext{ClientAddr: remote}, req: req, size: len(token) + 4, start: time.Now(), raw: true, reserved: reserved}, nil
+	return &request{rc: plugin.RequestContext{ClientAddr: remote}, req: req, size: len(token) + 4, start: time.Now(), raw: true, reserved: reserved}, nil
 }
 
 // handleRawToken answers a bare SASL token with a bare token; a failure
@@ -133,25 +135,25 @@ func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateR
 	fail := func(code *kerr.Error, msg, reason string) kmsg.Response {
 		resp.ErrorCode, resp.ErrorMessage = code.Code, &msg
 		c.closeAfter = true
-		c.b.log.Info("SASL authentication failed", "client", c.nc.RemoteAddr(), "listener", c.l.name, "mechanism", c.sasl.mechName, "reason", reason)
+		c.s.log.Info("SASL authentication failed", "client", c.nc.RemoteAddr(), "listener", c.l.Name, "mechanism", c.sasl.mechName, "reason", reason)
 		if code == kerr.SaslAuthenticationFailed {
-			c.b.m.authFailures.Inc()
-			sleep(ctx, c.b.props.FailedAuthDelay)
+			c.s.m.AuthFailures.Inc()
+			sleep(ctx, c.s.cfg.FailedAuthDelay)
 		}
 		return resp
 	}
-	if !c.l.isSASL() || c.sasl.mech == nil {
+	if !c.l.IsSASL() || c.sasl.mech == nil {
 		return fail(kerr.IllegalSaslState, "SaslAuthenticate without a preceding SaslHandshake", "no SaslHandshake first")
 	}
 	user, checks := c.sasl.mech.Claimed(req.SASLAuthBytes)
 	addr := c.remoteHost()
 	if checks {
-		wait, err := c.b.throttle.Admit(addr, user)
+		wait, err := c.s.cfg.Throttle.Admit(addr, user)
 		if err != nil {
-			c.b.m.authThrottled.Inc()
+			c.s.m.AuthThrottled.Inc()
 			return fail(kerr.SaslAuthenticationFailed, fmt.Sprintf("Authentication failed with SASL mechanism %s: %v", c.sasl.mechName, err), err.Error())
 		}
-		c.b.m.authThrottleWait.Add(wait.Seconds())
+		c.s.m.AuthThrottleWait.Add(wait.Seconds())
 		if err := sleep(ctx, wait); err != nil {
 			return fail(kerr.IllegalSaslState, "connection closing", "connection closing")
 		}
@@ -159,7 +161,7 @@ func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateR
 	out, done, err := c.sasl.mech.Step(req.SASLAuthBytes)
 	if err != nil {
 		if checks {
-			c.b.throttle.Failed(addr, user)
+			c.s.cfg.Throttle.Failed(addr, user)
 		}
 		// Kafka's words; other reasons than a wrong credential follow them.
 		msg := "Authentication failed during authentication due to invalid credentials with SASL mechanism " + c.sasl.mechName
@@ -172,7 +174,7 @@ func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateR
 	if !done {
 		return resp
 	}
-	c.b.throttle.Succeeded(addr, user)
+	c.s.cfg.Throttle.Succeeded(addr, user)
 	p, expiry := c.sasl.mech.Principal(), c.sasl.mech.Expiry()
 	c.sasl.mech = nil
 	if c.authenticated.Load() && p != c.principal {
@@ -180,8 +182,8 @@ func (c *conn) saslAuthenticate(ctx context.Context, req *kmsg.SASLAuthenticateR
 		return fail(kerr.SaslAuthenticationFailed, msg, msg)
 	}
 	c.principal = p
-	now := c.b.now()
-	life := c.b.reauth
+	now := c.s.now()
+	life := c.s.cfg.Reauth
 	if !expiry.IsZero() && (life == 0 || expiry.Sub(now) < life) {
 		life = max(expiry.Sub(now), time.Millisecond)
 	}
@@ -208,7 +210,7 @@ func (c *conn) remoteHost() string {
 // for that long (or, for old versions that expect it, delays the
 // response).
 func (c *conn) throttle(ctx context.Context, r *request, resp kmsg.Response, elapsed time.Duration) {
-	img := c.b.meta.Image()
+	img := c.s.cfg.Image()
 	tr, ok := resp.(kmsg.ThrottleResponse)
 	if len(img.ClientQuotas) == 0 || !ok {
 		return
@@ -218,7 +220,7 @@ func (c *conn) throttle(ctx context.Context, r *request, resp kmsg.Response, ela
 		return // exempt, as in Kafka
 	}
 	user, cid, now := quota.User(c.principal), r.rc.ClientID, time.Now()
-	q := c.b.quotas
+	q := c.s.cfg.Quotas
 	var d time.Duration
 	switch resp := resp.(type) {
 	case *kmsg.ProduceResponse:

@@ -1,4 +1,4 @@
-package server
+package network
 
 import (
 	"crypto/tls"
@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,48 +26,56 @@ const (
 	protoSASLSSL       = "SASL_SSL"
 )
 
-// listener is one named listener (Kafka's "listeners" entries).
-type listener struct {
-	name      string // e.g. "PLAINTEXT", "CLIENT"
-	protocol  string // one of the proto constants
-	bind      string // host:port to listen on
-	advertise string // host:port told to clients; "" = the bound address
-	tls       *tls.Config
-	sasl      *security.SASLConfig // nil unless the protocol is SASL_*
+// Listener is one named listener (Kafka's "listeners" entries).
+type Listener struct {
+	Name      string // e.g. "PLAINTEXT", "CLIENT"
+	Protocol  string // one of the proto constants
+	Bind      string // host:port to listen on
+	Advertise string // host:port told to clients; "" = the bound address
+	TLS       *tls.Config
+	SASL      *security.SASLConfig // nil unless the protocol is SASL_*
 
 	ln   net.Listener
 	addr string // bound address
 }
 
-func (l *listener) isSASL() bool { return l.sasl != nil }
+// IsSASL says whether clients authenticate with SASL on l.
+func (l *Listener) IsSASL() bool { return l.SASL != nil }
 
-// securityProps are the keys this file reads; they are not reported as
-// unknown properties.
-var securityProps = regexp.MustCompile(`^(listeners|advertised\.listeners|listener\.security\.protocol\.map|inter\.broker\.listener\.name|listener\.name\..*|ssl\..*|sasl\..*|connections\.max\.reauth\.ms|tandem\.sasl\..*|super\.users|allow\.everyone\.if\.no\.acl\.found|authorizer\.class\.name|quota\.window\..*)$`)
+// Addr is the bound address of l, "" until Bind.
+func (l *Listener) Addr() string { return l.addr }
 
-// propsOf looks keys up as Kafka does for listener-scoped settings:
-// listener.name.<lowercase name>.<key> first, then <key>.
-type propsOf struct {
-	m        map[string]string
-	listener string
+// Close closes l's socket, if Bind opened it: its accept loop ends.
+func (l *Listener) Close() {
+	if l.ln != nil {
+		l.ln.Close()
+	}
 }
 
-func (p propsOf) get(key string) string {
-	if p.listener != "" {
-		if v, ok := p.m["listener.name."+strings.ToLower(p.listener)+"."+key]; ok {
+// ListenerProps looks keys up as Kafka does for listener-scoped
+// settings: listener.name.<lowercase name>.<key> first, then <key>.
+type ListenerProps struct {
+	Props    map[string]string
+	Listener string
+}
+
+// Get returns the value of key for the listener, trimmed; "" if unset.
+func (p ListenerProps) Get(key string) string {
+	if p.Listener != "" {
+		if v, ok := p.Props["listener.name."+strings.ToLower(p.Listener)+"."+key]; ok {
 			return strings.TrimSpace(v)
 		}
 	}
-	return strings.TrimSpace(p.m[key])
+	return strings.TrimSpace(p.Props[key])
 }
 
-// parseListeners builds the listeners from the listeners,
+// ParseListeners builds the listeners from the listeners,
 // advertised.listeners and listener.security.protocol.map properties, or a
 // single PLAINTEXT listener on listen/advertise when listeners is unset.
-func parseListeners(m map[string]string, listen, advertise string) ([]*listener, error) {
+func ParseListeners(m map[string]string, listen, advertise string) ([]*Listener, error) {
 	spec := strings.TrimSpace(m["listeners"])
 	if spec == "" {
-		return []*listener{{name: protoPlaintext, protocol: protoPlaintext, bind: listen, advertise: advertise}}, nil
+		return []*Listener{{Name: protoPlaintext, Protocol: protoPlaintext, Bind: listen, Advertise: advertise}}, nil
 	}
 	protos := map[string]string{}
 	for _, p := range []string{protoPlaintext, protoSSL, protoSASLPlaintext, protoSASLSSL} {
@@ -111,22 +118,22 @@ func parseListeners(m map[string]string, listen, advertise string) ([]*listener,
 			return nil, err
 		}
 	}
-	var ls []*listener
+	var ls []*Listener
 	for _, name := range order {
-		l := &listener{name: name, protocol: protos[name], bind: binds[name], advertise: advs[name]}
-		pp := propsOf{m: m, listener: name}
-		switch l.protocol {
+		l := &Listener{Name: name, Protocol: protos[name], Bind: binds[name], Advertise: advs[name]}
+		pp := ListenerProps{Props: m, Listener: name}
+		switch l.Protocol {
 		case protoPlaintext:
 		case protoSSL, protoSASLSSL:
-			if l.tls, err = tlsConfig(pp); err != nil {
+			if l.TLS, err = tlsConfig(pp); err != nil {
 				return nil, fmt.Errorf("listener %s: %w", name, err)
 			}
 		case protoSASLPlaintext:
 		default:
 			return nil, fmt.Errorf("listener %s: no security protocol (listener.security.protocol.map)", name)
 		}
-		if l.protocol == protoSASLPlaintext || l.protocol == protoSASLSSL {
-			if l.sasl, err = security.ParseSASL(pp.get); err != nil {
+		if l.Protocol == protoSASLPlaintext || l.Protocol == protoSASLSSL {
+			if l.SASL, err = security.ParseSASL(pp.Get); err != nil {
 				return nil, fmt.Errorf("listener %s: %w", name, err)
 			}
 		}
@@ -140,13 +147,13 @@ func parseListeners(m map[string]string, listen, advertise string) ([]*listener,
 	return ls, nil
 }
 
-// interBroker returns the listener brokers use among themselves, whose
+// InterBroker returns the listener brokers use among themselves, whose
 // address is the broker's registered host and port: the
 // inter.broker.listener.name one, else the first.
-func interBroker(ls []*listener, m map[string]string) *listener {
+func InterBroker(ls []*Listener, m map[string]string) *Listener {
 	name := strings.ToUpper(strings.TrimSpace(m["inter.broker.listener.name"]))
 	for _, l := range ls {
-		if l.name == name {
+		if l.Name == name {
 			return l
 		}
 	}
@@ -159,7 +166,7 @@ func interBroker(ls []*listener, m map[string]string) *listener {
 // paths) or PKCS12 (ssl.keystore.location + ssl.keystore.password;
 // legacy 3DES/RC2 encryption only, as golang.org/x/crypto/pkcs12 reads
 // it). JKS is not supported. Truststores: PEM or PKCS12 likewise.
-func tlsConfig(p propsOf) (*tls.Config, error) {
+func tlsConfig(p ListenerProps) (*tls.Config, error) {
 	cert, err := keystore(p)
 	if err != nil {
 		return nil, err
@@ -170,7 +177,7 @@ func tlsConfig(p propsOf) (*tls.Config, error) {
 		return nil, err
 	}
 	cfg.ClientCAs = pool
-	switch strings.ToLower(p.get("ssl.client.auth")) {
+	switch strings.ToLower(p.Get("ssl.client.auth")) {
 	case "", "none":
 		cfg.ClientAuth = tls.NoClientCert
 	case "requested":
@@ -178,7 +185,7 @@ func tlsConfig(p propsOf) (*tls.Config, error) {
 	case "required":
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	default:
-		return nil, fmt.Errorf("ssl.client.auth %q is not none, requested or required", p.get("ssl.client.auth"))
+		return nil, fmt.Errorf("ssl.client.auth %q is not none, requested or required", p.Get("ssl.client.auth"))
 	}
 	if cfg.ClientAuth != tls.NoClientCert && pool == nil {
 		return nil, errors.New("ssl.client.auth needs a truststore (ssl.truststore.location or ssl.truststore.certificates)")
@@ -194,20 +201,20 @@ func pemOrFile(v string) ([]byte, error) {
 	return os.ReadFile(v)
 }
 
-func keystore(p propsOf) (tls.Certificate, error) {
-	typ := strings.ToUpper(p.get("ssl.keystore.type"))
-	if chain := p.get("ssl.keystore.certificate.chain"); chain != "" {
+func keystore(p ListenerProps) (tls.Certificate, error) {
+	typ := strings.ToUpper(p.Get("ssl.keystore.type"))
+	if chain := p.Get("ssl.keystore.certificate.chain"); chain != "" {
 		c, err := pemOrFile(chain)
 		if err != nil {
 			return tls.Certificate{}, fmt.Errorf("ssl.keystore.certificate.chain: %w", err)
 		}
-		k, err := pemOrFile(p.get("ssl.keystore.key"))
+		k, err := pemOrFile(p.Get("ssl.keystore.key"))
 		if err != nil {
 			return tls.Certificate{}, fmt.Errorf("ssl.keystore.key: %w", err)
 		}
 		return tls.X509KeyPair(c, k)
 	}
-	loc := p.get("ssl.keystore.location")
+	loc := p.Get("ssl.keystore.location")
 	if loc == "" {
 		return tls.Certificate{}, errors.New("TLS listener without a keystore (ssl.keystore.location or ssl.keystore.certificate.chain)")
 	}
@@ -219,7 +226,7 @@ func keystore(p propsOf) (tls.Certificate, error) {
 	case "PEM":
 		return tls.X509KeyPair(data, data)
 	case "", "PKCS12":
-		blocks, err := pkcs12.ToPEM(data, p.get("ssl.keystore.password"))
+		blocks, err := pkcs12.ToPEM(data, p.Get("ssl.keystore.password"))
 		if err != nil {
 			return tls.Certificate{}, fmt.Errorf("ssl.keystore.location %s: %w", loc, err)
 		}
@@ -232,17 +239,17 @@ func keystore(p propsOf) (tls.Certificate, error) {
 	return tls.Certificate{}, fmt.Errorf("ssl.keystore.type %s is not PEM or PKCS12", typ)
 }
 
-func truststore(p propsOf) (*x509.CertPool, error) {
+func truststore(p ListenerProps) (*x509.CertPool, error) {
 	var data []byte
-	if c := p.get("ssl.truststore.certificates"); c != "" {
+	if c := p.Get("ssl.truststore.certificates"); c != "" {
 		data = []byte(c)
-	} else if loc := p.get("ssl.truststore.location"); loc != "" {
+	} else if loc := p.Get("ssl.truststore.location"); loc != "" {
 		var err error
 		if data, err = os.ReadFile(loc); err != nil {
 			return nil, fmt.Errorf("ssl.truststore.location: %w", err)
 		}
-		if t := strings.ToUpper(p.get("ssl.truststore.type")); t == "" || t == "PKCS12" {
-			certs, err := pkcs12TrustStore(data, p.get("ssl.truststore.password"))
+		if t := strings.ToUpper(p.Get("ssl.truststore.type")); t == "" || t == "PKCS12" {
+			certs, err := pkcs12TrustStore(data, p.Get("ssl.truststore.password"))
 			if err != nil {
 				return nil, fmt.Errorf("ssl.truststore.location %s: %w", loc, err)
 			}
@@ -292,8 +299,8 @@ func tlsPrincipal(cs tls.ConnectionState) string {
 
 const anonymous = "User:ANONYMOUS"
 
-// reauthMs parses connections.max.reauth.ms (0: no re-authentication).
-func reauthMs(m map[string]string) (time.Duration, error) {
+// ReauthMs parses connections.max.reauth.ms (0: no re-authentication).
+func ReauthMs(m map[string]string) (time.Duration, error) {
 	v := strings.TrimSpace(m["connections.max.reauth.ms"])
 	if v == "" {
 		return 0, nil
@@ -305,29 +312,37 @@ func reauthMs(m map[string]string) (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
-// controllerListener takes the listener named name ("": none) out of
+// ControllerListener takes the listener named name ("": none) out of
 // ls: Kafka's controller listener is the controller port, not a listener
 // for clients. It returns the other listeners and where the controller
 // port binds.
-func controllerListener(ls []*listener, name string) ([]*listener, string, error) {
+func ControllerListener(ls []*Listener, name string) ([]*Listener, string, error) {
 	if name == "" {
 		return ls, "", nil
 	}
-	i := slices.IndexFunc(ls, func(l *listener) bool { return l.name == name })
+	i := slices.IndexFunc(ls, func(l *Listener) bool { return l.Name == name })
 	if i < 0 || len(ls) == 1 {
 		return nil, "", fmt.Errorf("server: controller.listener.names %s must name one of several listeners", name)
 	}
-	bind := ls[i].bind
+	bind := ls[i].Bind
 	return slices.Delete(ls, i, i+1), bind, nil
 }
 
-// ListenerAddr returns the bound address of the named listener, "" if
-// there is none.
-func (b *Broker) ListenerAddr(name string) string {
-	for _, l := range b.listeners {
-		if l.name == strings.ToUpper(name) {
-			return l.addr
+// Bind binds ls and returns their endpoints as registered
+// (name://advertised address; an advertised port 0 is the bound one).
+func Bind(ls []*Listener) (endpoints []string, err error) {
+	for _, l := range ls {
+		if l.ln, err = net.Listen("tcp", l.Bind); err != nil {
+			return nil, fmt.Errorf("server: listener %s on %s: %w", l.Name, l.Bind, err)
 		}
+		l.addr = l.ln.Addr().String()
+		if l.Advertise == "" {
+			l.Advertise = l.addr
+		} else if h, p, _ := net.SplitHostPort(l.Advertise); p == "0" {
+			_, bound, _ := net.SplitHostPort(l.addr)
+			l.Advertise = net.JoinHostPort(h, bound)
+		}
+		endpoints = append(endpoints, l.Name+"://"+l.Advertise)
 	}
-	return ""
+	return endpoints, nil
 }

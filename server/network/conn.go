@@ -1,4 +1,4 @@
-package server
+package network
 
 import (
 	"bufio"
@@ -17,7 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/server/admin"
+	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/server/wire"
 )
 
 // preAuthMaxFrame is the frame cap before a connection has authenticated
@@ -26,7 +27,7 @@ const preAuthMaxFrame = 512 << 10
 
 // request is one decoded request waiting for its handler.
 type request struct {
-	rc    RequestContext
+	rc    plugin.RequestContext
 	req   kmsg.Request
 	size  int
 	start time.Time
@@ -49,9 +50,9 @@ type request struct {
 
 // conn is one client connection.
 type conn struct {
-	b  *Broker
+	s  *Server
 	nc net.Conn
-	l  *listener
+	l  *Listener
 	// authenticated decides the frame cap and which requests are
 	// served: false on SASL listeners until SaslAuthenticate succeeds.
 	authenticated atomic.Bool
@@ -68,57 +69,24 @@ type conn struct {
 	closeAfter bool // close once the current response is written
 }
 
-func (b *Broker) acceptLoop(l *listener) {
-	var delay time.Duration
-	for {
-		nc, err := l.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors and the like: back off, as
-			// net/http does, instead of spinning.
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			b.log.Warn("accept failed", "err", err, "retry_in", delay)
-			time.Sleep(delay)
-			continue
-		}
-		delay = 0
-		if !b.trackConn(nc, true) {
-			nc.Close()
-			return
-		}
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			if l.tls != nil {
-				nc = tls.Server(nc, l.tls)
-			}
-			c := &conn{b: b, nc: nc, l: l, principal: anonymous}
-			c.authenticated.Store(!l.isSASL())
-			c.serve()
-		}()
-	}
-}
-
 // serve reads requests in one goroutine and handles them in order in this
 // one: reading the next request overlaps handling the current one, and
 // responses go out in request order, as Kafka guarantees.
 func (c *conn) serve() {
-	b := c.b
-	b.m.conns.Inc()
-	defer b.m.conns.Dec()
-	defer b.trackConn(c.nc, false)
+	s := c.s
+	s.m.Conns.Inc()
+	defer s.m.Conns.Dec()
+	defer s.trackConn(c.nc, false)
 	defer c.nc.Close()
 
 	// ctx ends when the client hangs up or the broker closes, which ends
 	// long-polling fetches early.
-	ctx, cancel := context.WithCancel(b.ctx)
+	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	if tc, ok := c.nc.(*tls.Conn); ok {
 		tc.SetDeadline(time.Now().Add(tlsHandshakeTimeout))
 		if err := tc.HandshakeContext(ctx); err != nil {
-			b.log.Info("TLS handshake failed", "client", c.nc.RemoteAddr(), "listener", c.l.name, "err", err)
+			s.log.Info("TLS handshake failed", "client", c.nc.RemoteAddr(), "listener", c.l.Name, "err", err)
 			return
 		}
 		tc.SetDeadline(time.Time{})
@@ -164,13 +132,13 @@ func (c *conn) serve() {
 			}
 			resp, f, err := c.handle(ctx, r)
 			c.handled(r)
-			if p, ok := resp.(*pendingResponse); ok && err == nil && !f {
+			if p, ok := resp.(*PendingResponse); ok && err == nil && !f {
 				if pipe {
 					inflight.Add(1)
-					answers <- &answer{r: r, resp: p.Response, ready: p.ready}
+					answers <- &answer{r: r, resp: p.Response, ready: p.Ready}
 					continue
 				}
-				<-p.ready
+				<-p.Ready
 				resp = p.Response
 			}
 			inflight.Wait() // a pipelined request that failed early
@@ -193,10 +161,10 @@ func (c *conn) serve() {
 // of queued.max.request.bytes and, for a produce request, its frame (the
 // engine copied the records, and nothing else keeps them).
 func (c *conn) handled(r *request) {
-	c.b.reqBytes.Release(r.reserved)
+	c.s.cfg.Requests.Release(r.reserved)
 	r.reserved = 0
 	if _, ok := r.req.(*kmsg.ProduceRequest); ok {
-		c.b.frames.Put(r.frame)
+		c.s.frames.Put(r.frame)
 		r.frame = nil
 	}
 }
@@ -219,14 +187,13 @@ type answer struct {
 func (c *conn) pipelines(r *request) bool {
 	pr, ok := r.req.(*kmsg.ProduceRequest)
 	return ok && pr.Acks != 0 && r.done == nil && !r.raw && !r.badVersion &&
-		len(c.b.applied.get().ClientQuotas) == 0
+		len(c.s.cfg.Applied().ClientQuotas) == 0
 }
 
 // handle runs one request's handler; failed says the connection is closed.
 // A panic in the handler closes the connection (as an error does) and
 // leaves the broker serving.
 func (c *conn) handle(ctx context.Context, r *request) (resp kmsg.Response, failed bool, err error) {
-	b := c.b
 	defer func() {
 		if p := recover(); p != nil {
 			resp, err = nil, c.panicked(r.req.Key(), r.rc.Version, p)
@@ -243,18 +210,25 @@ func (c *conn) handle(ctx context.Context, r *request) (resp kmsg.Response, fail
 			return nil, true, nil
 		}
 	}
-	r.rc.Principal, r.rc.Listener, r.rc.Authorizer = c.principal, c.l.name, b.authz
+	r.rc.Principal, r.rc.Listener, r.rc.Authorizer = c.principal, c.l.Name, c.s.cfg.Authorizer
 	if r.raw {
 		return nil, c.handleRawToken(ctx, r), nil
 	}
 	resp, err = c.gate(ctx, r)
 	if err == nil && resp == nil {
-		resp, err = dispatch(ctx, b.apis, r)
+		resp, err = c.dispatch(ctx, r)
 	}
 	return resp, false, err
 }
 
-// respond writes the response to r (or closes the connection on err),
+// dispatch runs the handler of one request. A nil response means none is
+// sent; an error closes the connection.
+func (c *conn) dispatch(ctx context.Context, r *request) (kmsg.Response, error) {
+	if r.badVersion {
+		return apiVersionsUnsupported(c.s.cfg.APIs), nil
+	}
+	return c.s.cfg.APIs.Dispatch(ctx, &r.rc, r.req)
+}
 
 // framed is a response that writes its frame itself
 // (fetchwire.Response).
@@ -265,9 +239,10 @@ type framed interface {
 	WriteFrame(w io.Writer, head []byte) (int64, error)
 }
 
+// respond writes the response to r (or closes the connection on err),
 // with out as buffer; failed says the connection is closed.
 func (c *conn) respond(ctx context.Context, r *request, resp kmsg.Response, err error, out []byte) (_ []byte, failed bool) {
-	b := c.b
+	s := c.s
 	defer func() {
 		if p := recover(); p != nil { // encoding a malformed response
 			c.panicked(r.req.Key(), r.rc.Version, p)
@@ -276,10 +251,10 @@ func (c *conn) respond(ctx context.Context, r *request, resp kmsg.Response, err 
 		}
 	}()
 	elapsed := time.Since(r.start)
-	b.m.observe(r, elapsed)
+	s.m.observe(r, elapsed)
 	if err != nil {
-		b.log.Warn("closing connection after request error", "client", r.rc.ClientAddr, "client_id", r.rc.ClientID,
-			"api", apiName(r.req.Key()), "version", r.rc.Version, "err", err)
+		s.log.Warn("closing connection after request error", "client", r.rc.ClientAddr, "client_id", r.rc.ClientID,
+			"api", wire.APIName(r.req.Key()), "version", r.rc.Version, "err", err)
 		c.nc.Close()
 		return out, true
 	}
@@ -291,11 +266,11 @@ func (c *conn) respond(ctx context.Context, r *request, resp kmsg.Response, err 
 	if f, ok := resp.(framed); ok {
 		var n int64
 		n, err2 = f.WriteFrame(c.nc, appendResponseHeader(out[:0], r.rc.CorrelationID, resp))
-		b.m.bytesOut.Add(int(n))
+		s.m.BytesOut.Add(int(n))
 	} else {
 		out = resp.AppendTo(appendResponseHeader(out[:0], r.rc.CorrelationID, resp))
 		binary.BigEndian.PutUint32(out, uint32(len(out)-4))
-		b.m.bytesOut.Add(len(out))
+		s.m.BytesOut.Add(len(out))
 		_, err2 = c.nc.Write(out)
 	}
 	if cap(out) > 1<<20 {
@@ -312,10 +287,10 @@ func (c *conn) respond(ctx context.Context, r *request, resp kmsg.Response, err 
 // encoding once, with its stack, counts it, and returns the error that
 // closes the connection.
 func (c *conn) panicked(key, version int16, p any) error {
-	c.b.m.panics.Inc()
-	c.b.log.Error("panic serving a request; closing its connection", "client", c.nc.RemoteAddr(), "api", apiName(key), "api_key", key,
+	c.s.m.Panics.Inc()
+	c.s.log.Error("panic serving a request; closing its connection", "client", c.nc.RemoteAddr(), "api", wire.APIName(key), "api_key", key,
 		"version", version, "panic", p, "stack", string(debug.Stack()))
-	return fmt.Errorf("panic serving %s v%d: %v", apiName(key), version, p)
+	return fmt.Errorf("panic serving %s v%d: %v", wire.APIName(key), version, p)
 }
 
 // appendResponseHeader starts a response frame: a size placeholder, the
@@ -342,7 +317,7 @@ func (c *conn) read(reqs chan<- *request) {
 			t := time.NewTimer(d)
 			select {
 			case <-t.C:
-			case <-c.b.ctx.Done():
+			case <-c.s.ctx.Done():
 				t.Stop()
 				return
 			}
@@ -356,7 +331,7 @@ func (c *conn) read(reqs chan<- *request) {
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				c.b.log.Warn("closing connection", "client", remote, "err", err)
+				c.s.log.Warn("closing connection", "client", remote, "err", err)
 			}
 			return
 		}
@@ -374,7 +349,7 @@ func (c *conn) maxFrame() int32 {
 	if !c.authenticated.Load() {
 		return preAuthMaxFrame
 	}
-	return c.b.props.SocketRequestMaxBytes
+	return c.s.cfg.MaxFrame
 }
 
 // connIdleTimeout is Kafka's connections.max.idle.ms: a connection that
@@ -386,9 +361,9 @@ const connIdleTimeout = 10 * time.Minute
 // frame bounds its memory) and returns it with the bytes it reserved in
 // the broker's budget, which the caller releases.
 func (c *conn) readFrame(br *bufio.Reader, minSize int32) (body []byte, reserved int64, err error) {
-	body, reserved, err = c.b.frameReader.Read(c.b.ctx, c.nc, br, minSize, c.maxFrame())
+	body, reserved, err = c.s.frameReader.Read(c.s.ctx, c.nc, br, minSize, c.maxFrame())
 	if err == nil {
-		c.b.m.bytesIn.Add(len(body) + 4)
+		c.s.m.BytesIn.Add(len(body) + 4)
 	}
 	return body, reserved, err
 }
@@ -403,7 +378,7 @@ func (c *conn) readRequest(br *bufio.Reader, remote string) (r *request, err err
 	start := time.Now()
 	defer func() {
 		if err != nil {
-			c.b.reqBytes.Release(reserved)
+			c.s.cfg.Requests.Release(reserved)
 		}
 	}()
 	rd := kbin.Reader{Src: body}
@@ -417,24 +392,21 @@ func (c *conn) readRequest(br *bufio.Reader, remote string) (r *request, err err
 			r, err = nil, c.panicked(key, version, p)
 		}
 	}()
-	r = &request{size: len(body) + 4, start: start, frame: body, reserved: reserved, rc: RequestContext{
+	r = &request{size: len(body) + 4, start: start, frame: body, reserved: reserved, rc: plugin.RequestContext{
 		Version: version, CorrelationID: corr, ClientAddr: remote,
 	}}
 	if clientID != nil {
 		r.rc.ClientID = *clientID
 	}
-	r.req = c.b.apis.NewRequest(key)
-	if _, ok := r.req.(*kmsg.CreateTopicsRequest); ok && version >= admin.CreateTopicsMirrorVersion {
-		r.req = new(admin.CreateTopicsRequest) // MirrorInfo, which kmsg does not know
-	}
-	vr, _ := c.b.apis.Lookup(key)
+	r.req = c.s.cfg.APIs.NewRequest(key, version)
+	vr, _ := c.s.cfg.APIs.Lookup(key)
 	if r.req == nil {
 		return nil, fmt.Errorf("unsupported api key %d (client id %q)", key, r.rc.ClientID)
 	}
 	r.req.SetVersion(version)
 	if version < vr.MinVersion || version > vr.MaxVersion {
 		if key != apiKeyApiVersions {
-			return nil, fmt.Errorf("unsupported version %d of %s (client id %q)", version, apiName(key), r.rc.ClientID)
+			return nil, fmt.Errorf("unsupported version %d of %s (client id %q)", version, wire.APIName(key), r.rc.ClientID)
 		}
 		// KIP-511: answer a too-new ApiVersions with our versions in a
 		// v0 body, without decoding a body we do not know.
@@ -448,11 +420,11 @@ func (c *conn) readRequest(br *bufio.Reader, remote string) (r *request, err err
 			rd.Span(int(rd.Uvarint()))
 		}
 		if !rd.Ok() {
-			return nil, fmt.Errorf("bad tagged fields in %s v%d request header", apiName(key), version)
+			return nil, fmt.Errorf("bad tagged fields in %s v%d request header", wire.APIName(key), version)
 		}
 	}
 	if err := r.req.ReadFrom(rd.Src); err != nil {
-		return nil, fmt.Errorf("undecodable %s v%d request (client id %q): %w", apiName(key), version, r.rc.ClientID, err)
+		return nil, fmt.Errorf("undecodable %s v%d request (client id %q): %w", wire.APIName(key), version, r.rc.ClientID, err)
 	}
 	return r, nil
 }
