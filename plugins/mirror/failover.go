@@ -108,11 +108,11 @@ func (p *Plugin) sourceSnapshot(ctx context.Context, mirror string) map[topicPar
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, pt := range r.parts {
-		if pt.srcEnd < 0 {
+		if pt.progress.SrcEnd < 0 {
 			continue
 		}
-		out[k] = mirrorproto.PartitionDetail{PartitionIndex: k.Partition, SourceOffset: pt.srcEnd, SourceOffsetTime: pt.endAt().UnixMilli(),
-			LagMs: pt.lagMs, SourceStale: !r.sourceCurrent(pt, now), DestinationOffset: -1, Lag: -1}
+		out[k] = mirrorproto.PartitionDetail{PartitionIndex: k.Partition, SourceOffset: pt.progress.SrcEnd, SourceOffsetTime: pt.endAt().UnixMilli(),
+			LagMs: pt.progress.LagMs, SourceStale: !r.sourceCurrent(pt, now), DestinationOffset: -1, Lag: -1}
 	}
 	return out
 }
@@ -216,7 +216,7 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 			if ep := p.Host().Partition(t.ID, int32(i)); ep != nil {
 				leo = ep.Offsets().LogEnd
 			}
-			fresh := found && pt.srcEnd >= 0 && !pt.srcEndAt.Before(start)
+			fresh := found && pt.progress.SrcEnd >= 0 && !pt.progress.SrcEndAt.Before(start)
 			if l := t.Partitions[i].Leader; l != p.Host().NodeID() {
 				pd, ok := remote[k]
 				rfresh := ok && pd.SourceOffset >= 0 && pd.SourceOffsetTime >= start.UnixMilli()
@@ -245,18 +245,18 @@ func (p *Plugin) caughtUp(ctx context.Context, mirror string, topics []string, s
 			switch {
 			case !found || leo < 0:
 				lagging = append(lagging, id+": not mirroring yet")
-			case fresh && leo >= pt.srcEnd:
+			case fresh && leo >= pt.progress.SrcEnd:
 				// caught up
 			case pt.state == mirrorstate.Failed || !mirrorview.NeedsSource(pt.state):
 				broken = append(broken, fmt.Sprintf("%s is %s", id, pt.state))
 			case pt.state == mirrorstate.Paused || pt.state == mirrorstate.Pausing:
-				broken = append(broken, fmt.Sprintf("%s is %s with lag %d (resume it first)", id, pt.state, max(0, pt.srcEnd-leo)))
+				broken = append(broken, fmt.Sprintf("%s is %s with lag %d (resume it first)", id, pt.state, max(0, pt.progress.SrcEnd-leo)))
 			case !fresh && pt.trouble != "":
 				broken = append(broken, fmt.Sprintf("%s: %s", id, pt.trouble))
 			case !fresh:
 				lagging = append(lagging, id+": no source end offset learned yet")
 			default:
-				lagging = append(lagging, fmt.Sprintf("%s: lag %d", id, pt.srcEnd-leo))
+				lagging = append(lagging, fmt.Sprintf("%s: lag %d", id, pt.progress.SrcEnd-leo))
 			}
 		}
 	}

@@ -23,7 +23,7 @@ import (
 // the fetcher's own client, the trim of each answer, the throttle) is
 // the fetch package's. Here is the run's side of it: which fetchers run
 // and the partitions each fetches (fetchTarget); what an answer does to
-// a partition is apply.go's.
+// a partition is the apply package's (applytarget.go).
 
 // fetcherOf is the fetcher of pt given its source leader; r.mu is held.
 func (r *mirrorRun) fetcherOf(pt *ledPartition) fetch.Key {
@@ -238,7 +238,7 @@ func (t *fetchTarget) Partitions() ([]fetch.Partition, error) {
 			pt.fetcher, pt.fetchedSince = t, now
 		}
 		t.mirroring[topicPartition{Topic: pt.src, Partition: pt.Partition}] = pt
-		wants = append(wants, want{pt, pt.leaderEpoch, pt.logStartTo})
+		wants = append(wants, want{pt, pt.leaderEpoch, pt.progress.LogStartTo})
 	}
 	t.parts = parts // a new slice: a Refresh under way keeps the one it took
 	r.mu.Unlock()
@@ -302,13 +302,13 @@ func (t *fetchTarget) setTrouble(err error) {
 	t.cutOff = errors.Is(err, mirrorproto.ErrMirrorSourceUnavailable)
 }
 
-// Apply implements fetch.Target with applyPartition.
+// Apply implements fetch.Target with the apply stage.
 func (t *fetchTarget) Apply(p fetch.Partition, rp *kmsg.FetchResponseTopicPartition) (int, func() error, error) {
 	pt := t.mirroring[topicPartition{Topic: p.Topic, Partition: p.Partition}]
 	if pt == nil {
 		return 0, nil, nil
 	}
-	return t.r.applyPartition(pt, p.FetchOffset, rp)
+	return t.r.applier().Apply(t.r.ctx, pt, p.FetchOffset, rp)
 }
 
 // Refresh implements fetch.Refresher with refreshEnds.

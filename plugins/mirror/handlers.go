@@ -442,9 +442,9 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 		return pd, false // not copied here (any more): the source side is not ours to tell
 	}
 	pt := lp.view()
-	if pt.srcEnd >= 0 && pd.DestinationOffset >= 0 {
-		pd.SourceOffset, pd.SourceOffsetTime = pt.srcEnd, pt.srcEndAt.UnixMilli()
-		pd.Lag, pd.LagMs = max(0, pt.srcEnd-pd.DestinationOffset), pt.lagMs
+	if pt.progress.SrcEnd >= 0 && pd.DestinationOffset >= 0 {
+		pd.SourceOffset, pd.SourceOffsetTime = pt.progress.SrcEnd, pt.progress.SrcEndAt.UnixMilli()
+		pd.Lag, pd.LagMs = max(0, pt.progress.SrcEnd-pd.DestinationOffset), pt.progress.LagMs
 		if pd.Lag == 0 {
 			pd.LagMs = 0
 		}
@@ -460,7 +460,7 @@ func (p *Plugin) describePartition(ctx context.Context, r *mirrorRun, mirror str
 	case pt.trouble != "":
 		pd.Reason = fmt.Sprintf("%s (since %s)", pt.trouble, pt.troubleAt.UTC().Format(time.RFC3339))
 	case pd.SourceStale:
-		pd.Reason = mirrorview.StaleReason(pt.srcEndAt)
+		pd.Reason = mirrorview.StaleReason(pt.progress.SrcEndAt)
 	}
 	return pd, cut
 }

@@ -87,16 +87,16 @@ func (m partMetrics) LagRecords() float64 {
 func (m partMetrics) LagSeconds() float64 {
 	m.r.mu.Lock()
 	defer m.r.mu.Unlock()
-	if m.pt.lagMs < 0 {
+	if m.pt.progress.LagMs < 0 {
 		return math.NaN()
 	}
-	return float64(m.pt.lagMs) / 1000
+	return float64(m.pt.progress.LagMs) / 1000
 }
 
 func (m partMetrics) SourceOffsetAge() float64 {
 	m.r.mu.Lock()
 	defer m.r.mu.Unlock()
-	if m.pt.srcEnd < 0 {
+	if m.pt.progress.SrcEnd < 0 {
 		return math.NaN()
 	}
 	return time.Since(m.pt.endAt()).Seconds()

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tandem-kafka/tandem/internal/uuid"
+	"github.com/tandem-kafka/tandem/plugins/mirror/apply"
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
@@ -35,7 +36,7 @@ import (
 //     new partitions (LME truncation) and runs one fetcher per source
 //     broker, KIP-1279's MirrorFetcherThread (plugins/mirror/fetch;
 //     the run's side of it is fetchtarget.go, and what an answer does
-//     to a partition apply.go).
+//     to a partition plugins/mirror/apply's, applytarget.go here).
 //
 // The fetchers and the source loop change a partition's log only with
 // applyMu held and only while the partition is in the state they work
@@ -96,17 +97,14 @@ type ledPartition struct {
 	// What the source loop and the fetchers last learned.
 	leader      int32     // the source's leader (-1: unknown)
 	leaderEpoch int32     // its leader epoch (-1: unknown)
-	srcEnd      int64     // the source's end offset (high watermark), -1 unknown
-	srcEndAt    time.Time // when srcEnd was learned
 	trouble     string    // why the partition cannot be copied now ("" when it can)
 	troubleAt   time.Time // since when
 	cutOff      bool      // trouble is the source's: unreachable, or no leader there (cutOff in truth.go)
-	dstLEO      int64
-	lagMs       int64     // lag in record time (see measureLagMs); -1 unknown, 0 caught up
-	caughtUpAt  time.Time // when the log last held all of a source end offset just learned
-	savedAt     int64     // caughtUpAt as last persisted (CompleteAt), Unix ms
-	logStartTo  int64     // source log start to move to after the next append (-1: none)
-	fetchKey    fetch.Key // the fetcher of leader
+	// progress is what the fetchers' answers (the apply stage) and the
+	// lag measure (measureLagMs) record of the copy.
+	progress apply.Progress
+	savedAt  int64     // progress.CaughtUpAt as last persisted (CompleteAt), Unix ms
+	fetchKey fetch.Key // the fetcher of leader
 
 	// The fetcher whose session holds the partition (nil: none), and
 	// since when: its answers that leave the partition out say the
@@ -120,8 +118,8 @@ type ledPartition struct {
 // its fetcher's session that left it out (nothing new; KIP-227). r.mu
 // is held.
 func (pt *ledPartition) endAt() time.Time {
-	at := pt.srcEndAt
-	if f := pt.fetcher; f != nil && pt.srcEnd >= 0 && pt.trouble == "" && f.trouble == "" &&
+	at := pt.progress.SrcEndAt
+	if f := pt.fetcher; f != nil && pt.progress.SrcEnd >= 0 && pt.trouble == "" && f.trouble == "" &&
 		f.answeredAt.After(pt.fetchedSince) && f.answeredAt.After(at) {
 		at = f.answeredAt
 	}
@@ -131,8 +129,8 @@ func (pt *ledPartition) endAt() time.Time {
 // completeAt is when the log last held everything the source had
 // (CompleteAt); r.mu is held.
 func (pt *ledPartition) completeAt() time.Time {
-	at := pt.caughtUpAt
-	if pt.srcEnd >= 0 && pt.dstLEO >= pt.srcEnd {
+	at := pt.progress.CaughtUpAt
+	if pt.progress.SrcEnd >= 0 && pt.progress.DstLEO >= pt.progress.SrcEnd {
 		if e := pt.endAt(); e.After(at) {
 			at = e
 		}
@@ -162,7 +160,7 @@ func (pt *ledPartition) cutOffNow() bool {
 // (endAt, completeAt, troubleNow); r.mu is held.
 func (pt *ledPartition) view() ledPartition {
 	v := *pt
-	v.srcEndAt, v.caughtUpAt = pt.endAt(), pt.completeAt()
+	v.progress.SrcEndAt, v.progress.CaughtUpAt = pt.endAt(), pt.completeAt()
 	v.trouble, v.troubleAt = pt.troubleNow()
 	v.cutOff = pt.cutOffNow()
 	v.fetcher = nil
@@ -172,10 +170,10 @@ func (pt *ledPartition) view() ledPartition {
 // lag is the partition's lag in records against the source end offset
 // last learned, -1 when that is unknown.
 func (pt *ledPartition) lag() int64 {
-	if pt.srcEnd < 0 {
+	if pt.progress.SrcEnd < 0 {
 		return -1
 	}
-	return max(0, pt.srcEnd-pt.dstLEO)
+	return max(0, pt.progress.SrcEnd-pt.progress.DstLEO)
 }
 
 func newRun(p *Plugin, m *metadata.Mirror) *mirrorRun {
@@ -478,7 +476,7 @@ func (r *mirrorRun) syncPart(k topicPartition, src string, id uuid.UUID, st mirr
 	defer r.mu.Unlock()
 	pt := r.parts[k]
 	if pt == nil {
-		pt = &ledPartition{topicPartition: k, src: src, id: id, leader: -1, leaderEpoch: -1, srcEnd: -1, lagMs: -1, logStartTo: -1}
+		pt = &ledPartition{topicPartition: k, src: src, id: id, leader: -1, leaderEpoch: -1, progress: apply.NewProgress()}
 		r.parts[k] = pt
 		changed = true
 	}
@@ -492,11 +490,11 @@ func (r *mirrorRun) syncPart(k topicPartition, src string, id uuid.UUID, st mirr
 		pt.stopDone = true // done by this partition's earlier leader
 	}
 	pt.state, pt.reason = st.State, st.Reason
-	if pt.caughtUpAt.IsZero() && st.CompleteAt > 0 { // a restart: as last persisted
-		pt.caughtUpAt, pt.savedAt = time.UnixMilli(st.CompleteAt), st.CompleteAt
+	if pt.progress.CaughtUpAt.IsZero() && st.CompleteAt > 0 { // a restart: as last persisted
+		pt.progress.CaughtUpAt, pt.savedAt = time.UnixMilli(st.CompleteAt), st.CompleteAt
 	}
 	if ep := r.p.Host().Partition(id, k.Partition); ep != nil {
-		pt.dstLEO = ep.Offsets().LogEnd
+		pt.progress.DstLEO = ep.Offsets().LogEnd
 	}
 	return changed, false
 }

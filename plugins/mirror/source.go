@@ -583,3 +583,51 @@ func (r *mirrorRun) truncateToLME(pt *ledPartition, lme int32) (done bool, err e
 // isrTruncationWait bounds one wait for the ISR to truncate; PREPARING
 // is retried after it (a silent follower leaves the ISR meanwhile).
 const isrTruncationWait = 5 * time.Second
+
+// listOffsets asks a source broker for one timestamp's offsets of parts,
+// by their names here.
+func (r *mirrorRun) listOffsets(broker int32, ts int64, parts []*ledPartition) (map[topicPartition]kmsg.ListOffsetsResponseTopicPartition, error) {
+	out, err := r.listOffsetsAt(broker, parts, func(*ledPartition) int64 { return ts })
+	if err != nil {
+		return nil, r.sourceErr(fmt.Sprintf("ListOffsets to broker %d", broker), err)
+	}
+	r.contacted()
+	return out, nil
+}
+
+// listOffsetsAt asks a source broker for the offsets of parts at the
+// timestamp at gives each, by their names here.
+func (r *mirrorRun) listOffsetsAt(broker int32, parts []*ledPartition, at func(*ledPartition) int64) (map[topicPartition]kmsg.ListOffsetsResponseTopicPartition, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	idx := map[string]int{}
+	here := map[string]string{} // source names (mirror.topic.prefix) to ours
+	for _, pt := range parts {
+		i, ok := idx[pt.src]
+		if !ok {
+			i = len(req.Topics)
+			idx[pt.src], here[pt.src] = i, pt.Topic
+			rt := kmsg.NewListOffsetsRequestTopic()
+			rt.Topic = pt.src
+			req.Topics = append(req.Topics, rt)
+		}
+		lp := kmsg.NewListOffsetsRequestTopicPartition()
+		lp.Partition, lp.Timestamp, lp.CurrentLeaderEpoch = pt.Partition, at(pt), -1
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, lp)
+	}
+	resp, err := r.request(broker, req)
+	if err != nil {
+		return nil, err
+	}
+	out := map[topicPartition]kmsg.ListOffsetsResponseTopicPartition{}
+	for _, rt := range resp.(*kmsg.ListOffsetsResponse).Topics {
+		name, ok := here[rt.Topic]
+		if !ok {
+			continue
+		}
+		for _, rp := range rt.Partitions {
+			out[topicPartition{Topic: name, Partition: rp.Partition}] = rp
+		}
+	}
+	return out, nil
+}

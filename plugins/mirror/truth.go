@@ -27,7 +27,7 @@ func (p *Plugin) sourceStaleAfter() time.Duration {
 // source). r.mu is held.
 func (r *mirrorRun) sourceCurrent(pt *ledPartition, now time.Time) bool {
 	trouble, _ := pt.troubleNow()
-	return pt.srcEnd >= 0 && trouble == "" && r.failed == "" && now.Sub(pt.endAt()) < r.p.sourceStaleAfter()
+	return pt.progress.SrcEnd >= 0 && trouble == "" && r.failed == "" && now.Sub(pt.endAt()) < r.p.sourceStaleAfter()
 }
 
 // cutOff reports whether a partition that should be copied now cannot
