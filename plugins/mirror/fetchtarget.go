@@ -270,7 +270,7 @@ func (t *fetchTarget) Partitions() ([]fetch.Partition, error) {
 // its partitions' leaders are asked again.
 func (t *fetchTarget) Unreachable(err error) error {
 	r := t.r
-	err = r.sourceErr(fmt.Sprintf("a fetch from broker %d", t.key.Broker), err)
+	err = r.src.conn.Err(fmt.Sprintf("a fetch from broker %d", t.key.Broker), err)
 	t.setTrouble(err)
 	r.markStale()
 	return err

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/plugins/mirror/source"
 )
 
 // The lag in record time that every view shows (--describe's LAG-MS,
@@ -125,7 +126,7 @@ func (r *mirrorRun) firstNewer(broker int32, after map[*ledPartition]int64) map[
 		return out
 	}
 	parts := slices.Collect(maps.Keys(after))
-	offs, err := r.listOffsetsAt(broker, parts, func(pt *ledPartition) int64 { return after[pt] + 1 })
+	offs, err := source.ListOffsetsAt(r.ctx, r.src.conn, broker, parts, func(pt *ledPartition) int64 { return after[pt] + 1 })
 	if err != nil {
 		return out // the fetches report the source's health
 	}

@@ -18,8 +18,10 @@ import (
 	"github.com/tandem-kafka/tandem/internal/uuid"
 	"github.com/tandem-kafka/tandem/plugins/mirror/apply"
 	"github.com/tandem-kafka/tandem/plugins/mirror/fetch"
+	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorcfg"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
+	"github.com/tandem-kafka/tandem/plugins/mirror/source"
 	"github.com/tandem-kafka/tandem/plugins/mirror/statestore"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
@@ -32,7 +34,8 @@ import (
 //     does everything that needs only this cluster: pausing, epoch bumps,
 //     and the failover sequence (STOPPING). It never talks to the source,
 //     so that a failover works with the source gone.
-//   - the source loop (source.go) keeps the source's metadata, prepares
+//   - the source loop (source.go, over the connection of
+//     plugins/mirror/source) keeps the source's metadata, prepares
 //     new partitions (LME truncation) and runs one fetcher per source
 //     broker, KIP-1279's MirrorFetcherThread (plugins/mirror/fetch;
 //     the run's side of it is fetchtarget.go, and what an answer does
@@ -54,7 +57,7 @@ type mirrorRun struct {
 	srcWake chan struct{} // the source loop
 
 	applyMu sync.Mutex
-	src     source        // the source loop's own state
+	src     sourceState   // the source loop's own state
 	gen     atomic.Uint64 // fetch.Target.Generation: see changed
 	// written counts the states the loops wrote and took in (setState,
 	// setStates); a partition's writtenAt is the count at its last one.
@@ -180,6 +183,9 @@ func newRun(p *Plugin, m *metadata.Mirror) *mirrorRun {
 	r := &mirrorRun{p: p, log: p.log.With("mirror", m.Name), name: m.Name, configs: maps.Clone(m.Configs),
 		wake: make(chan struct{}, 1), srcWake: make(chan struct{}, 1),
 		parts: map[topicPartition]*ledPartition{}, bumps: map[topicPartition]int32{}, fetchers: map[fetch.Key]*fetch.Fetcher{}}
+	r.src.conn = &source.Conn{Mirror: m.Name, Configs: r.configs,
+		Timeouts: mirrorcfg.Timeouts{Connect: p.cfg.ConnectTimeout, Request: p.cfg.RequestTimeout},
+		ClientID: fmt.Sprintf("broker-%d-mirror-%s", p.Host().NodeID(), m.Name)}
 	r.ctx, r.cancel = context.WithCancel(p.ctx)
 	return r
 }

@@ -5,31 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorproto"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorstate"
 	"github.com/tandem-kafka/tandem/plugins/mirror/mirrorview"
+	"github.com/tandem-kafka/tandem/plugins/mirror/source"
 	"github.com/tandem-kafka/tandem/plugins/mirror/statestore"
 	"github.com/tandem-kafka/tandem/server/plugin"
 )
 
-// source is the source loop's state: the client to the source cluster
-// (shared with the fetchers) and the source's metadata.
-type source struct {
-	mu sync.Mutex // guards cl
-	cl *kgo.Client
+// sourceState is the source loop's state: the connection to the source
+// cluster (plugins/mirror/source; shared with the fetchers) and the
+// source's metadata.
+type sourceState struct {
+	conn *source.Conn
 
 	clusterID string // the source's, as first seen
-	// mirrors says whether the source serves LastMirroredOffsets (nil:
-	// not asked yet).
-	mirrors *bool
 	// meta, byTopic and metaAt are written with r.mu held: the
 	// fetchers read meta (sourceBrokerAddr).
 	meta     *kmsg.MetadataResponse
@@ -53,7 +49,7 @@ type source struct {
 func (r *mirrorRun) sourceLoop() {
 	defer func() {
 		r.syncFetchers(nil)
-		r.resetClient()
+		r.src.conn.Reset()
 	}()
 	for r.ctx.Err() == nil {
 		err := r.sourceStep()
@@ -169,65 +165,6 @@ func (r *mirrorRun) markStale() {
 	signal(r.srcWake)
 }
 
-// client returns the franz-go client to the source for the source loop
-// (metadata, LastMirroredOffsets, ListOffsets), built from the mirror's
-// configs (bootstrap.servers, security.protocol, SASL, TLS). The
-// fetchers have their own (fetcher.client).
-func (r *mirrorRun) client() (*kgo.Client, error) {
-	r.src.mu.Lock()
-	defer r.src.mu.Unlock()
-	if r.src.cl != nil {
-		return r.src.cl, nil
-	}
-	opts, err := clientOpts(r.configs, r.p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	opts = append(opts, kgo.ClientID(fmt.Sprintf("broker-%d-mirror-%s", r.p.Host().NodeID(), r.name)))
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("mirror %s: source client: %w", r.name, err)
-	}
-	r.src.cl = cl
-	return cl, nil
-}
-
-// resetClient closes the client: the next request builds a fresh one
-// (fresh connections, fresh credentials).
-func (r *mirrorRun) resetClient() {
-	r.src.mu.Lock()
-	defer r.src.mu.Unlock()
-	if r.src.cl != nil {
-		r.src.cl.Close()
-		r.src.cl = nil
-	}
-}
-
-// request sends req to the source (to broker id, or any broker if id <
-// 0) with the request timeout.
-func (r *mirrorRun) request(id int32, req kmsg.Request) (kmsg.Response, error) {
-	cl, err := r.client()
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(r.ctx, r.p.cfg.RequestTimeout)
-	defer cancel()
-	if id < 0 {
-		return cl.Request(ctx, req)
-	}
-	return cl.Broker(int(id)).Request(ctx, req)
-}
-
-// sourceErr describes a failed request to the source: the source refused
-// it with a Kafka error (wrong credentials, missing ACLs), or could not
-// be reached at all.
-func (r *mirrorRun) sourceErr(what string, err error) error {
-	if ke := (*kerr.Error)(nil); errors.As(err, &ke) {
-		return fmt.Errorf("source cluster %s refused %s: %w", r.configs["bootstrap.servers"], what, err)
-	}
-	return fmt.Errorf("source cluster %s unreachable (%s): %v: %w", r.configs["bootstrap.servers"], what, err, mirrorproto.ErrMirrorSourceUnavailable)
-}
-
 func (r *mirrorRun) setFailed(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -269,22 +206,14 @@ func (r *mirrorRun) setTrouble(parts []*ledPartition, err error) {
 // empty list asks for none, not all), checks its cluster ID, and records
 // the mirror's health.
 func (r *mirrorRun) refresh(topics []string) error {
-	req := kmsg.NewPtrMetadataRequest()
-	req.Topics = []kmsg.MetadataRequestTopic{}
-	for _, t := range topics {
-		mt := kmsg.NewMetadataRequestTopic()
-		mt.Topic = kmsg.StringPtr(t)
-		req.Topics = append(req.Topics, mt)
-	}
-	resp, err := r.request(-1, req)
+	m, err := r.src.conn.Metadata(r.ctx, topics)
 	if err != nil {
-		err = r.sourceErr("the mirror's metadata request", err)
+		err = r.src.conn.Err("the mirror's metadata request", err)
 		r.setFailed(err)
-		r.resetClient()
+		r.src.conn.Reset()
 		return err
 	}
 	r.contacted()
-	m := resp.(*kmsg.MetadataResponse)
 	id := ""
 	if m.ClusterID != nil {
 		id = *m.ClusterID
@@ -320,11 +249,10 @@ func (r *mirrorRun) refresh(topics []string) error {
 // source broker gets (fetcherCount). The least measured counts: a busy
 // broker only ever adds to a round trip.
 func (r *mirrorRun) measureRTT() {
-	start := time.Now()
-	if _, err := r.request(-1, kmsg.NewPtrApiVersionsRequest()); err != nil {
+	rtt, err := r.src.conn.RTT(r.ctx)
+	if err != nil {
 		return
 	}
-	rtt := time.Since(start)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.src.rtt == 0 || rtt < r.src.rtt {
@@ -380,81 +308,6 @@ func (r *mirrorRun) assignLeaders(parts []*ledPartition) {
 	}
 }
 
-// lastMirrorEpochs asks the source for the last mirror epoch of each of
-// parts, in requests of at most lmeBatch partitions: the epoch its own
-// mirroring of the topic stopped at, -1 if it never mirrored it
-// (KIP-1279 "Log Convergence"). A partition the source answered with an
-// error is missing, with the error returned.
-func (r *mirrorRun) lastMirrorEpochs(parts []*ledPartition) (map[topicPartition]int32, error) {
-	out := make(map[topicPartition]int32, len(parts))
-	if r.src.mirrors == nil {
-		resp, err := r.request(-1, kmsg.NewPtrApiVersionsRequest())
-		if err != nil {
-			return nil, r.sourceErr("ApiVersions", err)
-		}
-		serves := slices.ContainsFunc(resp.(*kmsg.ApiVersionsResponse).ApiKeys, func(k kmsg.ApiVersionsResponseApiKey) bool {
-			return k.ApiKey == mirrorproto.KeyLastMirroredOffsets
-		})
-		r.src.mirrors = &serves
-	}
-	if !*r.src.mirrors {
-		for _, pt := range parts {
-			out[pt.topicPartition] = -1 // a source without mirroring (e.g. Apache Kafka) never mirrored the partition
-		}
-		return out, nil
-	}
-	var errs []error
-	for chunk := range slices.Chunk(parts, lmeBatch) {
-		errs = append(errs, r.lastMirrorEpochsOf(chunk, out))
-	}
-	return out, errors.Join(errs...)
-}
-
-// lmeBatch is the most partitions one LastMirroredOffsets asks for.
-const lmeBatch = 1000
-
-// lastMirrorEpochsOf asks for one chunk of lastMirrorEpochs into out.
-func (r *mirrorRun) lastMirrorEpochsOf(parts []*ledPartition, out map[topicPartition]int32) error {
-	req := &mirrorproto.LastMirroredOffsetsRequest{MirrorName: r.name}
-	idx := map[string]int{}
-	here := map[string]string{} // source names to ours
-	for _, pt := range parts {
-		i, ok := idx[pt.src]
-		if !ok {
-			i = len(req.Topics)
-			idx[pt.src], here[pt.src] = i, pt.Topic
-			req.Topics = append(req.Topics, mirrorproto.PartitionsTopic{Name: pt.src})
-		}
-		req.Topics[i].Partitions = append(req.Topics[i].Partitions, pt.Partition)
-	}
-	resp, err := r.request(-1, req)
-	if err != nil {
-		return r.sourceErr("LastMirroredOffsets", err)
-	}
-	lr := resp.(*mirrorproto.LastMirroredOffsetsResponse)
-	if lr.ErrorCode != 0 {
-		return fmt.Errorf("last mirror epochs: %w", mirrorproto.ErrorForCode(lr.ErrorCode))
-	}
-	var errs []error
-	for _, t := range lr.Topics {
-		for _, p := range t.Partitions {
-			if p.ErrorCode != 0 {
-				errs = append(errs, fmt.Errorf("last mirror epoch of %s-%d: %w", t.Name, p.PartitionIndex, mirrorproto.ErrorForCode(p.ErrorCode)))
-				continue
-			}
-			if name, ok := here[t.Name]; ok {
-				out[topicPartition{Topic: name, Partition: p.PartitionIndex}] = p.LastMirrorEpoch
-			}
-		}
-	}
-	for _, pt := range parts {
-		if _, ok := out[pt.topicPartition]; !ok {
-			out[pt.topicPartition] = -1 // not in the answer: never mirrored there
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // prepare is PREPARING for parts: LME truncation. Each log is cut at the
 // start of the first epoch above the source's last mirror epoch
 // (everything, when the source never mirrored the partition: scenario
@@ -463,7 +316,7 @@ func (r *mirrorRun) lastMirrorEpochsOf(parts []*ledPartition, out map[topicParti
 // states written in one batch: a mirror of ten thousand partitions
 // starts in seconds, not in ten thousand round trips.
 func (r *mirrorRun) prepare(parts []*ledPartition) error {
-	lmes, err := r.lastMirrorEpochs(parts)
+	lmes, err := source.LastMirrorEpochs(r.ctx, r.src.conn, parts)
 	if err != nil && len(lmes) == 0 {
 		r.setTrouble(parts, err)
 		return err
@@ -587,47 +440,13 @@ const isrTruncationWait = 5 * time.Second
 // listOffsets asks a source broker for one timestamp's offsets of parts,
 // by their names here.
 func (r *mirrorRun) listOffsets(broker int32, ts int64, parts []*ledPartition) (map[topicPartition]kmsg.ListOffsetsResponseTopicPartition, error) {
-	out, err := r.listOffsetsAt(broker, parts, func(*ledPartition) int64 { return ts })
+	out, err := source.ListOffsetsAt(r.ctx, r.src.conn, broker, parts, func(*ledPartition) int64 { return ts })
 	if err != nil {
-		return nil, r.sourceErr(fmt.Sprintf("ListOffsets to broker %d", broker), err)
+		return nil, r.src.conn.Err(fmt.Sprintf("ListOffsets to broker %d", broker), err)
 	}
 	r.contacted()
 	return out, nil
 }
 
-// listOffsetsAt asks a source broker for the offsets of parts at the
-// timestamp at gives each, by their names here.
-func (r *mirrorRun) listOffsetsAt(broker int32, parts []*ledPartition, at func(*ledPartition) int64) (map[topicPartition]kmsg.ListOffsetsResponseTopicPartition, error) {
-	req := kmsg.NewPtrListOffsetsRequest()
-	req.ReplicaID = -1
-	idx := map[string]int{}
-	here := map[string]string{} // source names (mirror.topic.prefix) to ours
-	for _, pt := range parts {
-		i, ok := idx[pt.src]
-		if !ok {
-			i = len(req.Topics)
-			idx[pt.src], here[pt.src] = i, pt.Topic
-			rt := kmsg.NewListOffsetsRequestTopic()
-			rt.Topic = pt.src
-			req.Topics = append(req.Topics, rt)
-		}
-		lp := kmsg.NewListOffsetsRequestTopicPartition()
-		lp.Partition, lp.Timestamp, lp.CurrentLeaderEpoch = pt.Partition, at(pt), -1
-		req.Topics[i].Partitions = append(req.Topics[i].Partitions, lp)
-	}
-	resp, err := r.request(broker, req)
-	if err != nil {
-		return nil, err
-	}
-	out := map[topicPartition]kmsg.ListOffsetsResponseTopicPartition{}
-	for _, rt := range resp.(*kmsg.ListOffsetsResponse).Topics {
-		name, ok := here[rt.Topic]
-		if !ok {
-			continue
-		}
-		for _, rp := range rt.Partitions {
-			out[topicPartition{Topic: name, Partition: rp.Partition}] = rp
-		}
-	}
-	return out, nil
-}
+// SourceName implements source.Named.
+func (pt *ledPartition) SourceName() (topicPartition, string) { return pt.topicPartition, pt.src }
