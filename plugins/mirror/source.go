@@ -391,51 +391,15 @@ func (r *mirrorRun) setStates(ups []statestore.Update) error {
 }
 
 // truncateToLME cuts pt's log to its last mirror epoch lme and waits
-// until the ISR has too; done says the partition may move to MIRRORING.
+// until the ISR has too (apply.Stage.TruncateToLME); done says the
+// partition may move to MIRRORING.
 func (r *mirrorRun) truncateToLME(pt *ledPartition, lme int32) (done bool, err error) {
-	r.applyMu.Lock()
-	defer r.applyMu.Unlock()
-	if st, _ := r.state(pt.topicPartition); st != mirrorstate.Preparing {
-		return false, nil // stopped or paused meanwhile
-	}
-	ep, err := r.partition(pt)
-	if err != nil {
-		return false, err
-	}
-	to := int64(0)
-	if lme >= 0 {
-		if _, end := ep.EndOffsetForEpoch(lme); end >= 0 {
-			to = end
-		}
-	}
-	if to < ep.Offsets().LogEnd {
-		r.log.Info("mirror LME truncation", "topic", pt.Topic, "partition", pt.Partition, "lme", lme, "offset", to)
-		if err := r.truncate(pt, ep, to, fmt.Sprintf("last mirror epoch %d", lme)); err != nil {
-			return false, r.fail(pt, fmt.Errorf("LME truncation to %d: %w", to, err))
-		}
-	}
-	// The KIP's MIRRORING: every ISR member has truncated too. Waited
-	// for without applyMu, so that the mirror's other partitions keep
-	// being copied; nothing appends to this one while it is PREPARING.
+	var awaitISR func(context.Context) error
 	if rc, ok := r.p.Host().(plugin.ReplicaConvergence); ok {
-		r.applyMu.Unlock()
-		ctx, cancel := context.WithTimeout(r.ctx, isrTruncationWait)
-		err := rc.AwaitISRTruncated(ctx, pt.id, pt.Partition)
-		cancel()
-		r.applyMu.Lock()
-		if err != nil {
-			return false, fmt.Errorf("waiting for the ISR to truncate to the last mirror epoch: %w", err)
-		}
-		if st, _ := r.state(pt.topicPartition); st != mirrorstate.Preparing {
-			return false, nil
-		}
+		awaitISR = func(ctx context.Context) error { return rc.AwaitISRTruncated(ctx, pt.id, pt.Partition) }
 	}
-	return true, nil
+	return r.applier().TruncateToLME(r.ctx, pt, lme, awaitISR)
 }
-
-// isrTruncationWait bounds one wait for the ISR to truncate; PREPARING
-// is retried after it (a silent follower leaves the ISR meanwhile).
-const isrTruncationWait = 5 * time.Second
 
 // listOffsets asks a source broker for one timestamp's offsets of parts,
 // by their names here.

@@ -6,7 +6,9 @@
 // append the engine refuses for an epoch above the destination's fences
 // the partition. Each answer also records what it told of the
 // partition's progress (Progress): the source's end offset, the
-// destination's, whether the log caught up.
+// destination's, whether the log caught up. Before a partition is
+// fetched, PREPARING cuts its log to the source's last mirror epoch
+// (TruncateToLME), with the same Target.
 //
 // The stage reaches the mirror's run (plugins/mirror, applytarget.go)
 // only through Target, for the partition's state, its log and what the
