@@ -277,21 +277,8 @@ func (r *mirrorRun) assignLeaders(parts []*ledPartition) {
 	defer r.mu.Unlock()
 	for _, pt := range parts {
 		was, wasEpoch := pt.leader, pt.leaderEpoch
-		pt.leader, pt.leaderEpoch = -1, -1
-		trouble := "the source's metadata does not list the partition"
-		if t := r.src.byTopic[pt.src]; t != nil && t.ErrorCode != 0 {
-			trouble = fmt.Sprintf("source topic: %v", kerr.ErrorForCode(t.ErrorCode))
-		} else if t != nil {
-			for _, sp := range t.Partitions {
-				switch {
-				case sp.Partition != pt.Partition:
-				case sp.ErrorCode != 0 || sp.Leader < 0:
-					trouble = fmt.Sprintf("source partition has no leader: %v", kerr.ErrorForCode(sp.ErrorCode))
-				default:
-					pt.leader, pt.leaderEpoch, trouble = sp.Leader, sp.LeaderEpoch, ""
-				}
-			}
-		}
+		var trouble string
+		pt.leader, pt.leaderEpoch, trouble = source.Leader(r.src.byTopic[pt.src], pt.Partition)
 		if k := r.fetcherOf(pt); pt.leader != was || pt.leaderEpoch != wasEpoch || k != pt.fetchKey {
 			pt.fetchKey, moved = k, true
 		}

@@ -6,8 +6,8 @@
 // the requests themselves: the metadata of the mirror's topics, the
 // round trip, the last mirror epochs (KIP-1279's LastMirroredOffsets)
 // and ListOffsets, by the partitions' names on the source and answered
-// by their names here. The fetchers have connections of their own
-// (plugins/mirror/fetch).
+// by their names here; and a partition's leader in the metadata (Leader).
+// The fetchers have connections of their own (plugins/mirror/fetch).
 //
 // What the run makes of the answers (the partitions' source leaders,
 // PREPARING's truncation, the mirror's health) is the run's
@@ -256,4 +256,26 @@ func ListOffsetsAt[P Named](ctx context.Context, c *Conn, broker int32, parts []
 		}
 	}
 	return out, nil
+}
+
+// Leader is the leader and leader epoch of a partition of topic t in the
+// source's metadata (t nil: the metadata does not list the topic), or,
+// with leader and epoch -1, why the source cannot serve it now.
+func Leader(t *kmsg.MetadataResponseTopic, partition int32) (leader, epoch int32, trouble string) {
+	leader, epoch = -1, -1
+	trouble = "the source's metadata does not list the partition"
+	if t != nil && t.ErrorCode != 0 {
+		trouble = fmt.Sprintf("source topic: %v", kerr.ErrorForCode(t.ErrorCode))
+	} else if t != nil {
+		for _, sp := range t.Partitions {
+			switch {
+			case sp.Partition != partition:
+			case sp.ErrorCode != 0 || sp.Leader < 0:
+				trouble = fmt.Sprintf("source partition has no leader: %v", kerr.ErrorForCode(sp.ErrorCode))
+			default:
+				leader, epoch, trouble = sp.Leader, sp.LeaderEpoch, ""
+			}
+		}
+	}
+	return leader, epoch, trouble
 }

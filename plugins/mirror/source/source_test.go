@@ -142,3 +142,36 @@ func TestConnUnreachable(t *testing.T) {
 		t.Fatalf("request without bootstrap.servers: %v", err)
 	}
 }
+
+func TestLeader(t *testing.T) {
+	topic := kmsg.NewMetadataResponseTopic()
+	for i, leader := range []int32{4, -1, 5} {
+		sp := kmsg.NewMetadataResponseTopicPartition()
+		sp.Partition, sp.Leader, sp.LeaderEpoch = int32(i), leader, 10+int32(i)
+		if i == 2 {
+			sp.ErrorCode = kerr.LeaderNotAvailable.Code
+		}
+		topic.Partitions = append(topic.Partitions, sp)
+	}
+	gone := kmsg.NewMetadataResponseTopic()
+	gone.ErrorCode = kerr.UnknownTopicOrPartition.Code
+	for _, tc := range []struct {
+		t         *kmsg.MetadataResponseTopic
+		partition int32
+		leader    int32
+		epoch     int32
+		trouble   string
+	}{
+		{&topic, 0, 4, 10, ""},
+		{&topic, 1, -1, -1, "source partition has no leader: <nil>"},
+		{&topic, 2, -1, -1, "source partition has no leader: " + kerr.LeaderNotAvailable.Error()},
+		{&topic, 3, -1, -1, "the source's metadata does not list the partition"},
+		{nil, 0, -1, -1, "the source's metadata does not list the partition"},
+		{&gone, 0, -1, -1, "source topic: " + kerr.UnknownTopicOrPartition.Error()},
+	} {
+		leader, epoch, trouble := Leader(tc.t, tc.partition)
+		if leader != tc.leader || epoch != tc.epoch || trouble != tc.trouble {
+			t.Errorf("partition %d: leader %d, epoch %d, %q; want %d, %d, %q", tc.partition, leader, epoch, trouble, tc.leader, tc.epoch, tc.trouble)
+		}
+	}
+}
