@@ -194,7 +194,9 @@ func txnsBelow(parts []Part, cuts []int64) (committed, pending []map[txnID]bool,
 // partition not scanned from its log start whose cut falls at its
 // window's first batch, or at a transactional batch of a producer with
 // no marker before it in the window (the transaction, or a version-1
-// session, may have begun before the window, where its first batch is).
+// session, may have begun before the window, where its first batch is);
+// or a COMMIT whose transaction began before its window and that the
+// cuts may split (orphanSplit).
 func Short(parts []Part, cuts []int64) bool {
 	for i, p := range parts {
 		if p.FromLogStart || len(p.Batches) == 0 || cuts[i] >= p.End {
@@ -213,6 +215,79 @@ func Short(parts []Part, cuts []int64) bool {
 			}
 			if b.Control {
 				marked[b.PID] = true
+			}
+		}
+	}
+	return orphanSplit(parts, cuts)
+}
+
+// commitKey names a COMMIT by its producer and the epoch it carries.
+type commitKey struct {
+	PID   int64
+	Epoch int16
+}
+
+// orphanSplit reports whether a window holds an orphan COMMIT that the
+// cuts may split. An orphan's transaction began before the window, so
+// Consistent does not know it (a transaction is named by its data): a
+// COMMIT kept on one partition while another partition's COMMIT of
+// the same producer and epoch is cut, or its data there is still open,
+// or the other way round, would leave the transaction whole on one
+// partition and not on the other. The marker's epoch is the data's
+// under transaction version 1 and one more under version 2 (bumped at
+// the end), so an open transaction matches both. Orphans whose
+// transaction the cuts keep or give up everywhere are harmless, which
+// is what lets the windows stop growing under steady transactional
+// traffic, where a window's start is nearly always inside some
+// transaction.
+func orphanSplit(parts []Part, cuts []int64) bool {
+	type orphan struct {
+		part int
+		key  commitKey
+		kept bool
+	}
+	var orphans []orphan
+	kept := make([]map[commitKey]bool, len(parts))    // COMMITs below the cut
+	pending := make([]map[commitKey]bool, len(parts)) // COMMITs at or past it, and open transactions
+	for i, p := range parts {
+		kept[i], pending[i] = map[commitKey]bool{}, map[commitKey]bool{}
+		open := map[int64]int16{} // producer ID to its open transaction's epoch
+		for _, b := range p.Batches {
+			switch {
+			case b.Control:
+				_, known := open[b.PID]
+				delete(open, b.PID)
+				if !b.Commit {
+					continue
+				}
+				k, below := commitKey{b.PID, b.Epoch}, b.Base < cuts[i]
+				if below {
+					kept[i][k] = true
+				} else {
+					pending[i][k] = true
+				}
+				if !known && !p.FromLogStart {
+					orphans = append(orphans, orphan{i, k, below})
+				}
+			case b.Txn:
+				if _, ok := open[b.PID]; !ok {
+					open[b.PID] = b.Epoch
+				}
+			}
+		}
+		for pid, epoch := range open {
+			pending[i][commitKey{pid, epoch}] = true
+			pending[i][commitKey{pid, epoch + 1}] = true
+		}
+	}
+	for _, o := range orphans {
+		other := kept
+		if o.kept {
+			other = pending
+		}
+		for j := range parts {
+			if j != o.part && other[j][o.key] {
+				return true
 			}
 		}
 	}

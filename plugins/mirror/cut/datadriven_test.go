@@ -27,14 +27,16 @@ import (
 // batches from the one holding from, read with Part.Read (default: the
 // log start, the whole log). The commands are:
 //
-//	cut [chunk=N]
+//	cut [chunk=N] [known-split]
 //	    Consistent over the windows, Short and each partition's Loss: T,
 //	    then each partition with its cut (|) among its batches, and the
 //	    window's start ([) when it does not start at the log start.
 //	    When a window does, the cut over the whole logs is printed too.
 //	    Any transaction the cuts leave committed on one partition and not
 //	    on another, by the whole logs, is printed as SPLIT. chunk is how
-//	    many batches one read of a window returns (default 2).
+//	    many batches one read of a window returns (default 2). A SPLIT
+//	    with short=false (windows the cutover would take) fails the
+//	    test, unless known-split names the case as a known gap.
 //	short cuts=(N, ...)
 //	    Short of the windows with the cuts given.
 //	loss cut=N t=T
@@ -56,7 +58,7 @@ func TestDataDriven(t *testing.T) {
 			}
 			switch d.Cmd {
 			case "cut":
-				return runCut(parts)
+				return runCut(t, parts, d.HasArg("known-split"))
 			case "short":
 				var cuts []int
 				d.ScanArgs(t, "cuts", &cuts)
@@ -131,11 +133,12 @@ func windows(parts []logPart) []Part {
 	return out
 }
 
-func runCut(parts []logPart) string {
+func runCut(t *testing.T, parts []logPart, knownSplit bool) string {
 	var b strings.Builder
 	ws := windows(parts)
 	ts, cuts := Consistent(ws)
-	fmt.Fprintf(&b, "T=%d short=%v\n", ts, Short(ws, cuts))
+	short := Short(ws, cuts)
+	fmt.Fprintf(&b, "T=%d short=%v\n", ts, short)
 	for i, p := range parts {
 		records, ms := Loss(p.window, cuts[i], ts)
 		start := int64(-1)
@@ -154,7 +157,13 @@ func runCut(parts []logPart) string {
 		wt, wcuts := Consistent(whole)
 		fmt.Fprintf(&b, "whole logs: T=%d cuts=%v\n", wt, wcuts)
 	}
-	b.WriteString(splits(parts, whole, cuts))
+	split := splits(parts, whole, cuts)
+	if split != "" && !short && !knownSplit {
+		// The cutover takes these cuts: Short must have asked for
+		// longer windows.
+		t.Errorf("windows the cutover would take (short=false) split a transaction:\n%s%s", split, b.String())
+	}
+	b.WriteString(split)
 	return b.String()
 }
 
