@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tandem-kafka/tandem/bench/limits"
 )
 
 // CatchUpResult is what a mirror-catchup workload measured: the link cut
@@ -300,12 +302,12 @@ func (c *CatchUpResult) check() error {
 
 // catchUpTable has a row per catch-up: its rate against the limits, and
 // the local producer's latency against its own with no mirror.
-func (rep *Report) catchUpTable(l *Limits) *table {
+func (rep *Report) catchUpTable(l *limits.Limits) *table {
 	t := &table{head: []string{"backlog MiB", "RTT ms", "throttle B/s", "caught up s", "first progress s", "MB/s", "MB/s after first progress",
 		"/ mirror pipe", "/ file append+fdatasync", "/ file append", "/ loopback TCP", "local producer rec/s", "local p99 ms no mirror",
 		"local p99 ms during", "during/no mirror"}}
 	if l == nil {
-		l = &Limits{}
+		l = &limits.Limits{}
 	}
 	for _, r := range rep.Results {
 		c := r.CatchUp

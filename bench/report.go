@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/tandem-kafka/tandem/bench/limits"
 )
 
 // Machine describes where the figures were measured.
@@ -128,7 +130,7 @@ func (rep *Report) relativeTable() *table {
 	}
 	l := rep.Limits
 	if l == nil {
-		l = &Limits{}
+		l = &limits.Limits{}
 	}
 	for _, r := range rep.Results {
 		if r.Target != "tandem" || r.Err != "" || r.Workload.Kind.mirrors() {

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/tandem-kafka/tandem/bench/limits"
 )
 
 // Stat is the median of a figure over runs, with its range.
@@ -102,7 +104,7 @@ type Runner struct {
 // Report is everything a run produced.
 type Report struct {
 	Results  []Result
-	Limits   *Limits
+	Limits   *limits.Limits
 	Machine  Machine
 	Command  string
 	Sync     bool  // brokers started by the harness fsync before acknowledging
@@ -527,4 +529,14 @@ func (res Result) Check() error {
 		errs = append(errs, fmt.Errorf("process figures missing: cpu %v s/GB, rss %d", res.CPUSecPerGB, res.PeakRSS))
 	}
 	return errors.Join(errs...)
+}
+
+// measureLimits runs each of the machine's limits for d, writing 1 MiB
+// chunks of the run's payload (as the workloads do) under dir.
+func measureLimits(dir string, d time.Duration, seed int64) (*limits.Limits, error) {
+	chunk := make([]byte, 1<<20)
+	for i, p := 0, newPayloads(seed, 1024); i < len(chunk); i += 1024 {
+		copy(chunk[i:], p.vals[(i/1024)%len(p.vals)])
+	}
+	return limits.Measure(dir, d, chunk)
 }

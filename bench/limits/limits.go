@@ -1,4 +1,8 @@
-package bench
+// Package limits measures what this machine can do without a broker:
+// the ceilings tandem bench sets a broker's figures against (loopback
+// TCP, file appends with and without fdatasync, Pebble's grouped
+// commits, and the mirror pipe of a catch-up).
+package limits
 
 import (
 	"encoding/binary"
@@ -33,12 +37,10 @@ type Limits struct {
 	MirrorPipe float64
 }
 
-// measureLimits runs each limit for d, using dir for files.
-func measureLimits(dir string, d time.Duration, seed int64) (*Limits, error) {
-	chunk := make([]byte, 1<<20)
-	for i, p := 0, newPayloads(seed, 1024); i < len(chunk); i += 1024 {
-		copy(chunk[i:], p.vals[(i/1024)%len(p.vals)])
-	}
+// Measure runs each limit for d, using dir for files and chunk (1 MiB
+// of the run's payload) as the bytes written; the Pebble limit writes
+// its first 1 KiB as each value.
+func Measure(dir string, d time.Duration, chunk []byte) (*Limits, error) {
 	l := &Limits{PebbleValueBytes: 1024}
 	var err error
 	if l.LoopbackTCP, err = loopbackTCP(chunk, d); err != nil {
@@ -53,14 +55,14 @@ func measureLimits(dir string, d time.Duration, seed int64) (*Limits, error) {
 	if l.PebbleAppend, err = pebbleAppend(filepath.Join(dir, "pebble"), chunk[:1024], d); err != nil {
 		return nil, fmt.Errorf("pebble limit: %w", err)
 	}
-	if l.MirrorPipe, err = mirrorPipe(dir, chunk, d); err != nil {
+	if l.MirrorPipe, err = MirrorPipe(dir, chunk, d); err != nil {
 		return nil, fmt.Errorf("mirror pipe limit: %w", err)
 	}
 	return l, nil
 }
 
-// mirrorPipe measures Limits.MirrorPipe for d.
-func mirrorPipe(dir string, chunk []byte, d time.Duration) (float64, error) {
+// MirrorPipe measures Limits.MirrorPipe for d.
+func MirrorPipe(dir string, chunk []byte, d time.Duration) (float64, error) {
 	src := filepath.Join(dir, "pipe-source")
 	f, err := os.Create(src)
 	if err != nil {
