@@ -48,6 +48,12 @@ type Part struct {
 	// Complete is when the partition last held all the source had (Unix
 	// ms, 0 unknown): it is complete up to then even if idle since.
 	Complete int64
+	// Stable is the partition's last stable offset when its batches
+	// were read: the first offset of its oldest transaction still open,
+	// or its high watermark. A window starting above it misses that
+	// transaction's first batches (Short). Left zero, it reads as a
+	// transaction open from offset 0: the window grows to the log start.
+	Stable int64
 }
 
 // txnID names one transaction on every partition it touched: the
@@ -195,11 +201,19 @@ func txnsBelow(parts []Part, cuts []int64) (committed, pending []map[txnID]bool,
 // window's first batch, or at a transactional batch of a producer with
 // no marker before it in the window (the transaction, or a version-1
 // session, may have begun before the window, where its first batch is);
-// or a COMMIT whose transaction began before its window and that the
-// cuts may split (orphanSplit).
+// or a transaction still open at its end that began before its window
+// (Stable below the window), whose COMMIT may be kept elsewhere; or a
+// COMMIT whose transaction began before its window and that the cuts
+// may split (orphanSplit).
 func Short(parts []Part, cuts []int64) bool {
 	for i, p := range parts {
-		if p.FromLogStart || len(p.Batches) == 0 || cuts[i] >= p.End {
+		if p.FromLogStart || len(p.Batches) == 0 {
+			continue
+		}
+		if p.Stable < p.Batches[0].Base {
+			return true
+		}
+		if cuts[i] >= p.End {
 			continue
 		}
 		if cuts[i] <= p.Batches[0].Base {
@@ -333,8 +347,9 @@ func BatchOf(b []byte) (Batch, error) {
 // Held reads what the cut needs of partition ep's batches from
 // the one holding offset start to end.
 func Held(ep plugin.Log, start, end int64) (Part, error) {
-	start = max(start, ep.Offsets().LogStart)
-	p := Part{End: end, FromLogStart: start <= ep.Offsets().LogStart}
+	offs := ep.Offsets()
+	start = max(start, offs.LogStart)
+	p := Part{End: end, FromLogStart: start <= offs.LogStart, Stable: offs.LastStable}
 	err := p.Read(start, func(off int64) ([]Batch, error) {
 		res, err := ep.Fetch(off, FetchBytes, engine.ReadUncommitted)
 		if err != nil {

@@ -24,7 +24,29 @@ func held(bs ...Batch) Part {
 	if len(bs) > 0 {
 		end = bs[len(bs)-1].Last + 1
 	}
-	return Part{Batches: bs, End: end}
+	return Part{Batches: bs, End: end, Stable: stableOf(bs, end)}
+}
+
+// stableOf is the last stable offset of a log of batches ending at end,
+// as the engine keeps it: the first offset of its oldest transaction
+// still open, or end.
+func stableOf(bs []Batch, end int64) int64 {
+	first := map[int64]int64{} // producer ID to its open transaction's first offset
+	for _, b := range bs {
+		switch {
+		case b.Control:
+			delete(first, b.PID)
+		case b.Txn:
+			if _, ok := first[b.PID]; !ok {
+				first[b.PID] = b.Base
+			}
+		}
+	}
+	stable := end
+	for _, off := range first {
+		stable = min(stable, off)
+	}
+	return stable
 }
 
 // T is the least of the partitions' latest times, and each partition is

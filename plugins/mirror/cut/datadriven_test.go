@@ -27,7 +27,7 @@ import (
 // batches from the one holding from, read with Part.Read (default: the
 // log start, the whole log). The commands are:
 //
-//	cut [chunk=N] [known-split]
+//	cut [chunk=N]
 //	    Consistent over the windows, Short and each partition's Loss: T,
 //	    then each partition with its cut (|) among its batches, and the
 //	    window's start ([) when it does not start at the log start.
@@ -36,7 +36,8 @@ import (
 //	    on another, by the whole logs, is printed as SPLIT. chunk is how
 //	    many batches one read of a window returns (default 2). A SPLIT
 //	    with short=false (windows the cutover would take) fails the
-//	    test, unless known-split names the case as a known gap.
+//	    test. A partition's Stable is its whole log's last stable
+//	    offset (its oldest open transaction's first offset, or End).
 //	short cuts=(N, ...)
 //	    Short of the windows with the cuts given.
 //	loss cut=N t=T
@@ -58,7 +59,7 @@ func TestDataDriven(t *testing.T) {
 			}
 			switch d.Cmd {
 			case "cut":
-				return runCut(t, parts, d.HasArg("known-split"))
+				return runCut(t, parts)
 			case "short":
 				var cuts []int
 				d.ScanArgs(t, "cuts", &cuts)
@@ -103,7 +104,7 @@ type logPart struct {
 }
 
 func (p *logPart) readWindow(t *testing.T, d *datadriven.TestData, chunk int) {
-	p.window = Part{End: p.whole.End, Complete: p.whole.Complete, FromLogStart: p.from <= p.logStart}
+	p.window = Part{End: p.whole.End, Complete: p.whole.Complete, FromLogStart: p.from <= p.logStart, Stable: p.whole.Stable}
 	err := p.window.Read(p.from, func(off int64) ([]Batch, error) {
 		p.readAt = append(p.readAt, off)
 		for i, b := range p.whole.Batches {
@@ -133,7 +134,7 @@ func windows(parts []logPart) []Part {
 	return out
 }
 
-func runCut(t *testing.T, parts []logPart, knownSplit bool) string {
+func runCut(t *testing.T, parts []logPart) string {
 	var b strings.Builder
 	ws := windows(parts)
 	ts, cuts := Consistent(ws)
@@ -158,7 +159,7 @@ func runCut(t *testing.T, parts []logPart, knownSplit bool) string {
 		fmt.Fprintf(&b, "whole logs: T=%d cuts=%v\n", wt, wcuts)
 	}
 	split := splits(parts, whole, cuts)
-	if split != "" && !short && !knownSplit {
+	if split != "" && !short {
 		// The cutover takes these cuts: Short must have asked for
 		// longer windows.
 		t.Errorf("windows the cutover would take (short=false) split a transaction:\n%s%s", split, b.String())
@@ -290,6 +291,7 @@ func parseParts(t *testing.T, d *datadriven.TestData) []logPart {
 			}
 		}
 		p.whole.FromLogStart = true
+		p.whole.Stable = stableOf(p.whole.Batches, p.whole.End)
 		if p.from < 0 {
 			p.from = p.logStart
 		}

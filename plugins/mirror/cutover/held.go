@@ -51,7 +51,7 @@ func (s Stage) held(ctx context.Context, m member, from, end int64) (cut.Part, e
 		return cut.Part{}, errNotYet
 	}
 	from = max(from, fp.LogStartOffset)
-	p.FromLogStart = from <= fp.LogStartOffset
+	p.FromLogStart, p.Stable = from <= fp.LogStartOffset, fp.LastStableOffset
 	err = p.Read(from, func(off int64) ([]cut.Batch, error) {
 		bs, _, err := s.fetchBatches(ctx, leader, m, off)
 		return bs, err
