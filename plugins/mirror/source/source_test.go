@@ -175,3 +175,23 @@ func TestLeader(t *testing.T) {
 		}
 	}
 }
+
+// A source that answers ApiVersions with an error has said nothing about
+// mirroring: the last mirror epochs are an error, not -1 (which would
+// truncate every partition's whole log).
+func TestLastMirrorEpochsApiVersionsRefused(t *testing.T) {
+	conn, c := newConn(t)
+	c.ControlKey(int16(kmsg.ApiVersions), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		resp := kreq.ResponseKind().(*kmsg.ApiVersionsResponse)
+		resp.ErrorCode = kerr.InvalidRequest.Code
+		return resp, nil, true
+	})
+	lmes, err := LastMirrorEpochs(context.Background(), conn, []part{0, 1})
+	if !errors.Is(err, kerr.InvalidRequest) || len(lmes) != 0 {
+		t.Fatalf("last mirror epochs %v, %v; want INVALID_REQUEST", lmes, err)
+	}
+	if conn.mirrors != nil {
+		t.Fatalf("an ApiVersions error taken as an answer: serves LastMirroredOffsets %v", *conn.mirrors)
+	}
+}
