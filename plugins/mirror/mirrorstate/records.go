@@ -14,8 +14,9 @@ import (
 // coordinator records do: 1 LastMirroredOffsets, 2 MirrorPartitionState,
 // each keyed by (mirror, topic, partition) so that compaction keeps one
 // record per partition. Values start with an int16 version: state values
-// are version 4 (version 0 lacks the stop fields, 1 StopDone, 2
-// StopIndex, 3 the consistent cut and CompleteAt).
+// are version 4 (version 0 has no stop fields; 1 adds StopAt and
+// StopEpoch, 2 StopDone, 3 StopIndex, 4 the consistent cut and
+// CompleteAt).
 const (
 	recLastMirrored int16 = 1
 	recPartState    int16 = 2
@@ -200,10 +201,13 @@ func (s *Shard) Replay(key, value []byte) error {
 		}
 		s.Diverged[dk] = e
 		return nil
-	case value == nil:
+	case value == nil && (typ == recPartState || typ == recLastMirrored):
 		delete(s.Parts, k)
 		s.Version++
 		return nil
+	case value == nil:
+		// Not ours to read: it must not delete a partition's state.
+		return fmt.Errorf("mirror state tombstone of record type %d", typ)
 	}
 	s.Version++
 	version := v.Int16()
