@@ -7,7 +7,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/network"
 )
 
@@ -20,10 +19,11 @@ func (b *Broker) Authorizing() bool { return b.authz != nil }
 // (the metadata quorum's credentials), under the same throttle as SASL
 // logins, and that the user may Describe the cluster (else the error
 // wraps kerr.ClusterAuthorizationFailed). It returns the principal,
-// "User:<name>".
+// "User:<name>". The SCRAM credentials are the applied image's: the
+// HTTP endpoint may be asked before the metadata quorum is open (tandem
+// serve binds it first), when there are none yet.
 func (b *Broker) Authenticate(ctx context.Context, remoteAddr, user, password string) (string, error) {
-	login := network.Login{Listeners: b.listeners, Throttle: b.throttle, Metrics: b.m.net,
-		Image: func() *metadata.Image { return b.meta.Image() }}
+	login := network.Login{Listeners: b.listeners, Throttle: b.throttle, Metrics: b.m.net, Image: b.applied.get}
 	if err := login.Check(ctx, remoteAddr, user, password); err != nil {
 		return "", err
 	}
