@@ -320,3 +320,21 @@ func (t *fetchTarget) Refresh() {
 	t.r.mu.Unlock()
 	t.r.refreshEnds(t.key.Broker, parts)
 }
+
+// throttledRate is mirror.replication.throttled.rate: this broker's
+// dynamic value, the cluster default, or the static property.
+func (p *Plugin) throttledRate() int64 {
+	img := p.Image()
+	if img == nil {
+		return p.cfg.ThrottledRate
+	}
+	const key = "mirror.replication.throttled.rate"
+	v, ok := img.NodeConfigs[p.Host().NodeID()][key]
+	if !ok {
+		v, ok = img.BrokerConfigs[key]
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); ok && err == nil {
+		return n
+	}
+	return p.cfg.ThrottledRate
+}
