@@ -8,12 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tandem-kafka/tandem/testing/fakeclock"
 )
 
 // testLogger logs warnings and errors only, so that test output stays short.
@@ -37,7 +38,7 @@ func startBrokerWith(t testing.TB, cfg Config) *Broker {
 // startBrokerAt is startBrokerWith with the broker's clock set to clk
 // (nil: the wall clock) before it starts, so that no connection reads the
 // clock before the test's one is in place.
-func startBrokerAt(t testing.TB, clk *fakeClock, cfg Config) *Broker {
+func startBrokerAt(t testing.TB, clk *fakeclock.Clock, cfg Config) *Broker {
 	t.Helper()
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
@@ -82,31 +83,6 @@ func rawRequest(t testing.TB, addr string, req kmsg.Request) kmsg.Response {
 		t.Fatalf("request key %d v%d: %v", req.Key(), req.GetVersion(), err)
 	}
 	return resp
-}
-
-// fakeClock is a clock the test moves: code that reads it instead of
-// time.Now sees a deadline pass when the test advances the clock past it,
-// with no sleep and no race against the scheduler.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// newFakeClock starts at the wall clock's now, so that times compared
-// with real ones (token expiries) stay meaningful.
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Now()} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 // roundTrip writes req with correlation id corr on c and reads its response.

@@ -21,6 +21,7 @@ import (
 	"github.com/tandem-kafka/tandem/engine"
 	"github.com/tandem-kafka/tandem/raftmeta/metadata"
 	"github.com/tandem-kafka/tandem/server/plugin"
+	"github.com/tandem-kafka/tandem/testing/fakeclock"
 	"github.com/tandem-kafka/tandem/testing/recordbatch"
 	"github.com/tandem-kafka/tandem/testing/wait"
 )
@@ -361,7 +362,7 @@ func TestFetchSessions(t *testing.T) {
 // TestFetchSessionEviction: a full cache evicts the least recently used
 // session, by the cache's clock, which the test advances between uses.
 func TestFetchSessionEviction(t *testing.T) {
-	clk := newFakeClock()
+	clk := fakeclock.New(time.Now())
 	f := newFetchSessions(2)
 	f.now = clk.Now
 	a := f.create(nil)

@@ -26,6 +26,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
+
+	"github.com/tandem-kafka/tandem/testing/fakeclock"
 )
 
 // principals is an Authorizer that allows everything and records who asked.
@@ -144,7 +146,9 @@ func TestOAuthBearer(t *testing.T) {
 // keeps working on the connection it has. The broker runs on the test's
 // clock, so a session ends when the test advances the clock past it.
 func TestReauthentication(t *testing.T) {
-	clk := newFakeClock()
+	// The clock starts at the wall clock's now, so that times compared with
+	// real ones (token expiries) stay meaningful.
+	clk := fakeclock.New(time.Now())
 	b := startBrokerAt(t, clk, Config{Props: map[string]string{
 		"listeners":                 "SASL_PLAINTEXT://127.0.0.1:0",
 		"tandem.sasl.plain.users":   "alice:pw",

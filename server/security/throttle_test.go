@@ -4,17 +4,14 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/tandem-kafka/tandem/testing/fakeclock"
 )
 
-// fakeClock is a clock tests move by hand.
-type fakeClock struct{ t time.Time }
-
-func (c *fakeClock) now() time.Time { return c.t }
-
-func newTestThrottle(delay time.Duration) (*Throttle, *fakeClock) {
-	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
+func newTestThrottle(delay time.Duration) (*Throttle, *fakeclock.Clock) {
+	clk := fakeclock.New(time.Unix(1_000_000, 0))
 	t := NewThrottle(delay)
-	t.now = clk.now
+	t.now = clk.Now
 	return t, clk
 }
 
@@ -24,16 +21,16 @@ func newTestThrottle(delay time.Duration) (*Throttle, *fakeClock) {
 // clear the failures; 0 turns it off.
 func TestAuthThrottleGuessing(t *testing.T) {
 	th, clk := newTestThrottle(100 * time.Millisecond)
-	start := clk.t
+	start := clk.Now()
 	for i := range 300 {
 		wait, err := th.Admit("10.0.0.1", "alice")
 		if err != nil {
 			t.Fatalf("sequential attempt %d refused: %v", i, err)
 		}
-		clk.t = clk.t.Add(wait + time.Millisecond) // the attempt waits its slot, then fails
+		clk.Advance(wait + time.Millisecond) // the attempt waits its slot, then fails
 		th.Failed("10.0.0.1", "alice")
 	}
-	if took := clk.t.Sub(start); took < 5*time.Minute {
+	if took := clk.Now().Sub(start); took < 5*time.Minute {
 		t.Fatalf("300 sequential guesses took %v, want minutes", took)
 	} else {
 		t.Logf("300 sequential guesses take %v", took.Round(time.Second))
@@ -69,7 +66,7 @@ func TestAuthThrottleGuessing(t *testing.T) {
 		t.Fatal("bob's failures do not slow down bob from another address")
 	}
 	// A quiet spell of 600 delays clears the failures.
-	clk.t = clk.t.Add(61 * time.Second)
+	clk.Advance(61 * time.Second)
 	if wait, err := th.Admit("10.0.0.2", "bob"); err != nil || wait != 0 {
 		t.Fatalf("after a quiet minute: waits %v (%v)", wait, err)
 	}
