@@ -136,19 +136,9 @@ func New(cfg Config) (*Broker, error) {
 	props.Unknown = slices.DeleteFunc(props.Unknown, func(k string) bool {
 		return securityProps.MatchString(k) || ownedProp(cfg.Plugins, k)
 	})
-	if b.listeners, err = network.ParseListeners(cfg.Props, cfg.Listen, cfg.Advertise); err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	var controllerAddr string
-	if b.listeners, controllerAddr, err = network.ControllerListener(b.listeners, props.Cluster.ControllerListener); err != nil {
+	controllerAddr, err := b.parseListeners(props.Cluster)
+	if err != nil {
 		return nil, err
-	}
-	if b.ibAuth, err = parseInterBrokerAuth(network.InterBroker(b.listeners, cfg.Props), cfg.Props); err != nil {
-		if len(props.Cluster.Voters) > 0 {
-			return nil, fmt.Errorf("server: inter-broker security: %w", err)
-		}
-		// A standalone broker has no peers to log in to.
-		b.ibAuth = &interBrokerAuth{}
 	}
 	b.member = &membership{nodeID: cfg.NodeID, dataDir: cfg.DataDir, props: props.Cluster, limits: props.PartitionLimits,
 		controllerAddr: controllerAddr, dial: cfg.Dial, auth: b.ibAuth, log: b.log}
@@ -210,6 +200,27 @@ func New(cfg Config) (*Broker, error) {
 		Authorizer: b.authz, Now: time.Now, Applied: b.applied.get,
 	}
 	return b, nil
+}
+
+// parseListeners sets the broker's client listeners and its
+// inter-broker login from its properties, and returns the controller
+// listener's address, taken out of them.
+func (b *Broker) parseListeners(cluster ClusterProps) (controllerAddr string, err error) {
+	cfg := b.cfg
+	if b.listeners, err = network.ParseListeners(cfg.Props, cfg.Listen, cfg.Advertise); err != nil {
+		return "", fmt.Errorf("server: %w", err)
+	}
+	if b.listeners, controllerAddr, err = network.ControllerListener(b.listeners, cluster.ControllerListener); err != nil {
+		return "", err
+	}
+	if b.ibAuth, err = parseInterBrokerAuth(network.InterBroker(b.listeners, cfg.Props), cfg.Props); err != nil {
+		if len(cluster.Voters) > 0 {
+			return "", fmt.Errorf("server: inter-broker security: %w", err)
+		}
+		// A standalone broker has no peers to log in to.
+		b.ibAuth = &interBrokerAuth{}
+	}
+	return controllerAddr, nil
 }
 
 // Start locks the data dir, binds the listeners, opens the engine and the
